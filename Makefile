@@ -1,0 +1,133 @@
+# kwc — watch-cache reverse proxy for the Kubernetes API.
+#   make            build build/kwc
+#   make test       deps, unit tests, integration tests (the CI command)
+#   make run        demo: apisim with a demo cluster and kwc in front
+#   make bench      benchmarks (results in bench/results/)
+#   make asan       ASan+UBSan build in build/asan and the unit tests under it
+#   make fuzz       libFuzzer targets (clang) in build/fuzz
+#   make deps       install Debian/npm packages (as root) or say how
+#   make check-layering   cache/ must not do I/O
+# Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined.
+
+CC ?= gcc
+PKG_CONFIG ?= pkg-config
+PYTHON ?= /usr/bin/python3
+WERROR ?= 1
+SAN ?=
+V ?= 0
+
+ifeq ($(SAN),)
+BUILD ?= build
+else
+BUILD ?= build/san
+endif
+
+ifeq ($(V),0)
+Q = @
+say = @printf '  %-6s %s\n' $(1) $(2);
+else
+Q =
+say =
+endif
+
+PKGS := evhtp jansson libevent libevent_openssl libevent_pthreads libcurl yaml-0.1 lmdb \
+        libprotobuf-c openssl
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
+        -Wvla -Wpointer-arith -Wcast-qual -Wwrite-strings -Wundef -Wnull-dereference \
+        -Wimplicit-fallthrough -Wno-unused-parameter
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -I$(BUILD)/gen \
+              $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null) -MMD -MP
+# TRAPS.md: evhtp's .pc lacks its own dependencies; spell them out.
+LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -levent -lssl -lcrypto -lpthread -lm
+LDFLAGS ?=
+
+ifneq ($(SAN),)
+ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all -O1
+LDFLAGS += -fsanitize=$(SAN)
+endif
+
+CACHE_SRC := $(sort $(wildcard cache/*.c))
+PROXY_SRC := $(filter-out proxy/main.c,$(sort $(wildcard proxy/*.c)))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CACHE_SRC) $(PROXY_SRC))
+MAIN_OBJ := $(BUILD)/proxy/main.o
+UNIT_SRC := $(sort $(wildcard tests/unit/*_test.c))
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all deps deps-test deps-bench test unit integration run bench asan fuzz clean \
+        check-layering
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/kwc
+
+deps:
+	$(Q)tests/lib/deps.sh build
+deps-test:
+	$(Q)tests/lib/deps.sh test
+deps-bench:
+	$(Q)tests/lib/deps.sh bench
+
+$(BUILD)/kwc: $(LIB_OBJ) $(MAIN_OBJ)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/libkwc.a: $(LIB_OBJ)
+	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/libkwc.a tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(BUILD)/libkwc.a $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkwc.a
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libkwc.a $(LIBS)
+
+unit: $(UNIT_BIN)
+	$(Q)tests/lib/run-unit.sh $(UNIT_BIN)
+
+integration: $(BUILD)/kwc
+	$(Q)KWC_BIN=$(abspath $(BUILD)/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py
+
+# The CI command: everything, from a fresh machine.
+test:
+	$(Q)tests/lib/deps.sh test
+	$(Q)$(MAKE) --no-print-directory check-layering
+	$(Q)$(MAKE) --no-print-directory all unit
+	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
+	$(Q)$(PYTHON) tests/apisim/test_apisim.py
+	$(Q)$(MAKE) --no-print-directory integration
+
+run:
+	$(Q)tests/lib/deps.sh build
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)$(PYTHON) tests/lib/demo.py --kwc $(BUILD)/kwc
+
+bench: all $(BENCH_BIN)
+	$(Q)tests/lib/deps.sh bench
+	$(Q)$(PYTHON) bench/run.py --kwc $(BUILD)/kwc --bin $(BUILD)/bench
+
+asan:
+	$(Q)$(MAKE) --no-print-directory SAN=address,undefined all unit
+
+fuzz:
+	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/Makefile
+
+# cache/ is pure: no event loop, no sockets, no clock (STYLE.md).
+check-layering:
+	@bad=$$(grep -nE '#include *<(event2/|evhtp|sys/socket|netinet/|arpa/|curl/|sys/time)|[^_a-z](clock_gettime|gettimeofday|time)\(' cache/*.c 2>/dev/null); \
+	if [ -n "$$bad" ]; then echo "check-layering: cache/ must not do I/O or read the clock:"; echo "$$bad"; exit 1; fi
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

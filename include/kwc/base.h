@@ -1,0 +1,63 @@
+/*
+ * base.h — what every module shares: error codes, allocation that aborts on
+ * OOM (internal small sizes only: anything sized by the network is bounded by
+ * the caller first), and the tiny parsers kube-apiserver's Go code gets from
+ * its standard library (strconv.ParseBool, percent-decoding).
+ */
+#ifndef KWC_BASE_H
+#define KWC_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Fallible functions return 0, -errno, or one of these (outside the errno
+ * range). kwc_strerror() names both kinds.
+ */
+#define KWC_ERRBASE 100000
+#define KWC_ERRORS(X)                                                                              \
+    X(KWC_EPARSE, 1, "malformed input")                                                            \
+    X(KWC_ETOOBIG, 2, "input exceeds its size limit")                                              \
+    X(KWC_ECONFIG, 3, "invalid configuration")                                                     \
+    X(KWC_EUNSUPPORTED, 4, "not supported")                                                        \
+    X(KWC_ENOTFOUND, 5, "not found")                                                               \
+    X(KWC_EUPSTREAM, 6, "upstream error")
+
+enum kwc_err {
+#define KWC_ERR_ENUM(name, n, text) name = -(KWC_ERRBASE + (n)),
+    KWC_ERRORS(KWC_ERR_ENUM)
+#undef KWC_ERR_ENUM
+};
+
+/* Static text for 0, -errno or a KWC_E* code. */
+const char *kwc_strerror(int err);
+
+/* Abort with a message on allocation failure. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* printf into a new string (new). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Go's strconv.ParseBool: 1 t T TRUE true True / 0 f F FALSE false False.
+ * Returns 0 and sets *out, or KWC_EPARSE.
+ */
+int kwc_parse_bool(const char *s, size_t len, bool *out);
+
+/*
+ * Percent-decode len bytes of s into out (which must hold len + 1 bytes);
+ * '+' becomes ' ' only when plus_is_space (query strings). NUL-terminates.
+ * Returns 0 and sets *outlen, or KWC_EPARSE on a bad escape.
+ */
+int kwc_pct_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t *outlen);
+
+/* Base64 (standard alphabet, padding optional) into a new buffer. */
+int kwc_base64_decode(const char *s, size_t len, unsigned char **out, size_t *outlen);
+
+#define KWC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif
