@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const char *
 kwc_strerror(int err)
@@ -107,6 +108,14 @@ kwc_parse_bool(const char *s, size_t len, bool *out)
         }
     }
     return KWC_EPARSE;
+}
+
+bool
+kwc_query_bool(const char *s, size_t len)
+{
+    if (len == 1 && s[0] == '0')
+        return false;
+    return !(len == 5 && strncasecmp(s, "false", 5) == 0);
 }
 
 static int

@@ -49,6 +49,14 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int kwc_parse_bool(const char *s, size_t len, bool *out);
 
 /*
+ * A boolean query parameter as kube-apiserver converts it
+ * (Convert_Slice_string_To_bool in k8s.io/apimachinery): only "0" and
+ * "false" in any case are false; anything else, the empty string included, is
+ * true. This accepts every spelling strconv.ParseBool does ("True", "1", ...).
+ */
+bool kwc_query_bool(const char *s, size_t len);
+
+/*
  * Percent-decode len bytes of s into out (which must hold len + 1 bytes);
  * '+' becomes ' ' only when plus_is_space (query strings). NUL-terminates.
  * Returns 0 and sets *outlen, or KWC_EPARSE on a bad escape.

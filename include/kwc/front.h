@@ -1,0 +1,32 @@
+/*
+ * front.h — the HTTP front end (libevhtp). Every request goes through the same
+ * explicit stages, in the connection's on_headers hook, before its body is read:
+ *
+ *   parse (route.h) -> authenticate -> authorize -> route -> respond
+ *
+ * Routes: kwc's own endpoints (/healthz, /livez, /readyz), upgrade tunnels
+ * (exec/attach/port-forward), and passthrough to the upstream. The cache route
+ * plugs in at the route stage.
+ */
+#ifndef KWC_FRONT_H
+#define KWC_FRONT_H
+
+#include <stddef.h>
+
+struct event_base;
+struct kwc_config;
+struct kcfg;
+struct up_client;
+struct front;
+
+/*
+ * Bind and start serving on base. cfg, k and up are borrowed and must outlive
+ * the front. Returns 0 or a negative code with a message in err.
+ */
+int front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
+              struct up_client *up, struct front **out, char *err, size_t errlen);
+/* The port actually bound (useful with --listen ADDR:0). */
+int front_port(const struct front *f);
+void front_free(struct front *f);
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * passthrough.h — forward one client request to the upstream and stream the
+ * answer back: method, path, query, headers (minus hop-by-hop), body both ways
+ * with flow control, status and headers, chunked or close-delimited bodies.
+ */
+#ifndef KWC_PASSTHROUGH_H
+#define KWC_PASSTHROUGH_H
+
+#include <evhtp/evhtp.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct up_client;
+
+struct pt_options {
+    size_t max_request_buffer;  /* request bytes held before reading from the client pauses */
+    size_t max_response_buffer; /* response bytes queued to the client before the upstream pauses */
+    bool strip_credentials;     /* drop the client's Authorization / Impersonate-* headers */
+    bool long_running;          /* watch / follow: no upstream header timeout */
+};
+
+/*
+ * Take over req (call from the on_headers hook, before the body is read): the
+ * passthrough installs its own hooks, answers req on every path (Status
+ * 502/503/504 when the upstream fails before answering) and frees its state
+ * when evhtp frees the request. up and o are borrowed and must outlive req.
+ */
+void pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *o);
+
+#endif

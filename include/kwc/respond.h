@@ -1,0 +1,27 @@
+/*
+ * respond.h — small helpers shared by every handler in proxy/ that answers a
+ * client: Status errors, plain-text answers, and ending a streamed response
+ * (cleanly, or by closing so the client sees it was cut short).
+ */
+#ifndef KWC_RESPOND_H
+#define KWC_RESPOND_H
+
+#include <evhtp/evhtp.h>
+#include <stdbool.h>
+
+/* Answer with a Kubernetes Status (JSON, status "Failure"). reason NULL: the
+ * usual reason for code. Sets Retry-After when retry_after > 0. */
+void respond_status(evhtp_request_t *req, int code, const char *reason, const char *message,
+                    int retry_after);
+/* Answer with a short text/plain body ("ok"). */
+void respond_text(evhtp_request_t *req, int code, const char *text);
+/* Finish a response begun with evhtp_send_reply_start/_chunk_start.
+ * clean=false closes the connection without a terminal chunk so the client
+ * knows the body is incomplete. */
+void respond_end_stream(evhtp_request_t *req, bool chunked, bool clean);
+/* Close the connection once this response is written. */
+void respond_no_keepalive(evhtp_request_t *req);
+/* Add a response header (both strings copied). */
+void respond_header(evhtp_request_t *req, const char *name, const char *value);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * route.h — the "parse" stage of the request path: what a request addresses
+ * (API group/version/resource/namespace/name/subresource, the verb kube-apiserver
+ * would assign) and the list/watch query parameters, decoded the way
+ * kube-apiserver decodes them (k8s.io/apiserver RequestInfoFactory and the
+ * ListOptions parameter codec). Pure: no I/O. Every parser of client bytes here
+ * is bounded and fuzzed (tests/fuzz/route_fuzz.c).
+ */
+#ifndef KWC_ROUTE_H
+#define KWC_ROUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ROUTE_MAX_TARGET (64 * 1024) /* path + query bytes accepted */
+
+#define ROUTE_VERBS(X)                                                                             \
+    X(ROUTE_GET, "get")                                                                            \
+    X(ROUTE_LIST, "list")                                                                          \
+    X(ROUTE_WATCH, "watch")                                                                        \
+    X(ROUTE_CREATE, "create")                                                                      \
+    X(ROUTE_UPDATE, "update")                                                                      \
+    X(ROUTE_PATCH, "patch")                                                                        \
+    X(ROUTE_DELETE, "delete")                                                                      \
+    X(ROUTE_DELETECOLLECTION, "deletecollection")                                                  \
+    X(ROUTE_PROXY, "proxy")                                                                        \
+    X(ROUTE_OTHER, "other")
+
+enum route_verb {
+#define ROUTE_VERB_ENUM(e, s) e,
+    ROUTE_VERBS(ROUTE_VERB_ENUM)
+#undef ROUTE_VERB_ENUM
+};
+
+/* Query parameters that matter to the cache; values percent-decoded. A field is
+ * NULL when the parameter is absent (an empty value is ""). First value wins,
+ * like Go's url.Values.Get. */
+struct route_query {
+    const char *resource_version;
+    const char *resource_version_match;
+    const char *limit;
+    const char *continue_token;
+    const char *label_selector;
+    const char *field_selector;
+    const char *timeout_seconds;
+    const char *watch;                 /* raw; see route_req.verb */
+    const char *allow_watch_bookmarks; /* raw; kwc_query_bool() */
+    const char *send_initial_events;   /* raw; kwc_query_bool() */
+};
+
+struct route_req {
+    bool is_resource;       /* an /api or /apis resource request */
+    enum route_verb verb;   /* meaningful when is_resource */
+    bool legacy_watch;      /* /api/v1/watch/... or /apis/G/V/watch/... */
+    const char *path;       /* decoded path */
+    const char *group;      /* "" for the core group */
+    const char *version;
+    const char *resource;   /* NULL for /api/v1 itself etc. */
+    const char *namespace_; /* NULL when cluster-wide */
+    const char *name;
+    const char *subresource;
+    struct route_query q;
+    char *arena_; /* owns every string above */
+};
+
+/*
+ * Parse an HTTP method and request target ("/api/v1/pods?watch=1").
+ * Fills *out (route_fini() releases it, also after failure).
+ * Returns 0, KWC_ETOOBIG (target over ROUTE_MAX_TARGET) or KWC_EPARSE (bad
+ * percent-encoding or a target that is not an absolute path).
+ */
+int route_parse(const char *method, const char *target, size_t len, struct route_req *out);
+void route_fini(struct route_req *r);
+
+const char *route_verb_name(enum route_verb v);
+
+#endif

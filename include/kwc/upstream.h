@@ -1,0 +1,87 @@
+/*
+ * upstream.h — kwc's HTTP client to the upstream API server: libcurl's multi
+ * interface driven by a libevent loop. One up_client per event loop; each
+ * up_xfer is one request with streaming in both directions (request body
+ * pulled through on_body, response pushed through on_data) and flow control
+ * both ways (pause/resume). Over TLS, transfers share HTTP/2 connections; over
+ * plain HTTP, idle HTTP/1.1 connections are reused.
+ *
+ * Loop thread only. No callback is made after up_xfer_cancel() or after
+ * on_done, and none from inside up_xfer_start().
+ */
+#ifndef KWC_UPSTREAM_H
+#define KWC_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct event_base;
+struct kcfg;
+struct up_client;
+struct up_xfer;
+
+struct up_options {
+    int connect_timeout_ms;  /* TCP+TLS connect */
+    int header_timeout_ms;   /* request sent -> response headers; 0 = none */
+    int max_idle_conns;      /* idle connections kept for reuse */
+};
+
+struct up_header {
+    const char *name, *value; /* borrowed, valid during the callback */
+};
+
+#define UP_PAUSE 1    /* on_data: not consumed, call again after up_xfer_resume_recv() */
+#define UP_BODY_PAUSE (-2) /* on_body: no bytes now, up_xfer_resume_send() later */
+
+struct up_xfer_cbs {
+    /* Final response head (1xx skipped). Names are canonicalised like Go's
+     * textproto (Content-Type). Return 0, or non-zero to abort (then on_done). */
+    int (*on_headers)(void *arg, int status, const struct up_header *h, size_t n);
+    /* Response body bytes. Return 0 (consumed) or UP_PAUSE (not consumed). */
+    int (*on_data)(void *arg, const char *p, size_t n);
+    /* Fill up to cap bytes of request body. Return the count, 0 at the end of
+     * the body, or UP_BODY_PAUSE. Only called when the request has a body. */
+    ssize_t (*on_body)(void *arg, char *buf, size_t cap);
+    /* Transfer over: err 0 on success, else -errno / KWC_E*; msg says what
+     * happened (for logs and Status messages). The xfer is freed after this. */
+    void (*on_done)(void *arg, int err, const char *msg);
+};
+
+struct up_request {
+    const char *method;
+    const char *target;          /* path?query, sent as is */
+    const struct up_header *headers; /* extra request headers (already filtered) */
+    size_t nheaders;
+    bool has_body;
+    int64_t body_len;            /* -1: unknown (chunked) */
+    bool long_running;           /* a watch or stream: no header timeout needed */
+};
+
+/*
+ * Create the client for one loop from resolved upstream settings (borrowed;
+ * must outlive the client). Returns 0 or a negative code, with a message in err.
+ */
+int up_client_new(struct event_base *base, const struct kcfg *k, const struct up_options *o,
+                  struct up_client **out, char *err, size_t errlen);
+void up_client_free(struct up_client *c);
+
+/* The upstream base URL, e.g. "https://10.0.0.1:6443" (valid for the client's life). */
+const char *up_client_server(const struct up_client *c);
+
+/* Start a request (cbs borrowed, must outlive the xfer). */
+int up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_xfer_cbs *cbs,
+                  void *arg, struct up_xfer **out);
+void up_xfer_resume_recv(struct up_xfer *x);
+void up_xfer_resume_send(struct up_xfer *x);
+/* Abort; no callback follows. Safe from inside this xfer's own callbacks. */
+void up_xfer_cancel(struct up_xfer *x);
+
+/* Counters for /metrics and tests. */
+struct up_stats {
+    uint64_t started, failed, active;
+};
+void up_client_stats(const struct up_client *c, struct up_stats *out);
+
+#endif

@@ -1,0 +1,151 @@
+/*
+ * main.c — kwc's entry point: flags -> upstream settings -> event loop with the
+ * upstream client and the front end; SIGTERM/SIGINT stop it cleanly.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/config.h"
+#include "kwc/front.h"
+#include "kwc/kubeconfig.h"
+#include "kwc/log.h"
+#include "kwc/upstream.h"
+
+#define KWC_VERSION "0.1.0"
+#define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct event_base *base = arg;
+    log_info("kwc: %s received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    event_base_loopexit(base, NULL);
+}
+
+static int
+write_port_file(const char *path, int port)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "%d\n", port);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        return -errno;
+    return 0;
+}
+
+static void
+raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int
+load_upstream(const struct kwc_config *cfg, struct kcfg **k, char *err, size_t errlen)
+{
+    if (cfg->upstream) {
+        *k = xcalloc(1, sizeof(**k));
+        (*k)->server = xstrdup(cfg->upstream);
+        size_t l = strlen((*k)->server);
+        while (l > 0 && (*k)->server[l - 1] == '/')
+            (*k)->server[--l] = '\0';
+        return 0;
+    }
+    if (cfg->kubeconfig)
+        return kcfg_load_file(cfg->kubeconfig, cfg->context, k, err, errlen);
+    return kcfg_in_cluster(SA_DIR, getenv("KUBERNETES_SERVICE_HOST"),
+                           getenv("KUBERNETES_SERVICE_PORT"), k, err, errlen);
+}
+
+int
+main(int argc, char **argv)
+{
+    struct kwc_config cfg;
+    char err[1024] = "";
+    int rc = cfg_parse(argc, argv, &cfg, err, sizeof(err));
+    if (rc == CFG_SHOW_HELP) {
+        cfg_usage(stdout);
+        return 0;
+    }
+    if (rc == CFG_SHOW_VERSION) {
+        printf("kwc %s\n", KWC_VERSION);
+        return 0;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        cfg_fini(&cfg);
+        return 2;
+    }
+    log_set_level(cfg.log_level);
+
+    struct kcfg *k = NULL;
+    if ((rc = load_upstream(&cfg, &k, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err[0] ? err : kwc_strerror(rc));
+        cfg_fini(&cfg);
+        return 2;
+    }
+    if (mkdir(cfg.data_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kwc: --data-dir %s: %s\n", cfg.data_dir, strerror(errno));
+        kcfg_free(k);
+        cfg_fini(&cfg);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+
+    struct event_base *base = event_base_new();
+    struct up_options uo = {
+        .connect_timeout_ms = (int)cfg.upstream_connect_timeout * 1000,
+        .header_timeout_ms = (int)cfg.upstream_timeout * 1000,
+        .max_idle_conns = 64,
+    };
+    struct up_client *up = NULL;
+    struct front *front = NULL;
+    int exit_code = 1;
+    if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        exit_code = 2;
+        goto out;
+    }
+    if ((rc = front_new(base, &cfg, k, up, &front, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        goto out;
+    }
+    if (cfg.port_file && (rc = write_port_file(cfg.port_file, front_port(front))) != 0) {
+        fprintf(stderr, "kwc: --port-file %s: %s\n", cfg.port_file, kwc_strerror(rc));
+        goto out;
+    }
+    log_info("kwc %s: serving on %s:%d, upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
+             cfg.listen_host, front_port(front), k->server, k->context ? " context " : "",
+             k->context ? k->context : "", cfg.listen_loopback ? " (loopback only)" : " (REMOTE!)");
+
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    evsignal_add(sigterm, NULL);
+    evsignal_add(sigint, NULL);
+    event_base_dispatch(base);
+    event_free(sigterm);
+    event_free(sigint);
+    exit_code = 0;
+out:
+    front_free(front);
+    up_client_free(up);
+    event_base_free(base);
+    kcfg_free(k);
+    cfg_fini(&cfg);
+    return exit_code;
+}

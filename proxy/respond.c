@@ -1,0 +1,72 @@
+/*
+ * respond.c — see respond.h. The one place that knows libevhtp's reply quirks:
+ * a streamed reply is only finalised from its write callback, which libevhtp
+ * runs when output drains; if nothing is left to write we trigger it ourselves
+ * (deferred), or the request would never finish.
+ */
+#include "kwc/respond.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kwc/status.h"
+
+void
+respond_header(evhtp_request_t *req, const char *name, const char *value)
+{
+    evhtp_headers_add_header(req->headers_out, evhtp_header_new(name, value, 1, 1));
+}
+
+void
+respond_status(evhtp_request_t *req, int code, const char *reason, const char *message,
+               int retry_after)
+{
+    if (!reason)
+        reason = status_reason_for_code(code);
+    struct status_details d = {.retry_after_seconds = retry_after};
+    char *body = status_failure_json(code, reason, message, retry_after > 0 ? &d : NULL);
+    respond_header(req, "Content-Type", "application/json");
+    respond_header(req, "Cache-Control", "no-cache, private");
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        respond_header(req, "Retry-After", ra);
+    }
+    evbuffer_add(req->buffer_out, body, strlen(body));
+    evbuffer_add(req->buffer_out, "\n", 1); /* Go's json.Encoder ends with a newline */
+    free(body);
+    evhtp_send_reply(req, (evhtp_res)code);
+}
+
+void
+respond_text(evhtp_request_t *req, int code, const char *text)
+{
+    respond_header(req, "Content-Type", "text/plain; charset=utf-8");
+    respond_header(req, "X-Content-Type-Options", "nosniff");
+    evbuffer_add(req->buffer_out, text, strlen(text));
+    evhtp_send_reply(req, (evhtp_res)code);
+}
+
+void
+respond_no_keepalive(evhtp_request_t *req)
+{
+    /* evhtp_request_set_keepalive(req, 0) only ever sets the flag: clear it here. */
+    req->flags &= (uint16_t)~EVHTP_REQ_FLAG_KEEPALIVE;
+}
+
+void
+respond_end_stream(evhtp_request_t *req, bool chunked, bool clean)
+{
+    struct bufferevent *bev = evhtp_connection_get_bev(evhtp_request_get_connection(req));
+    if (!clean)
+        respond_no_keepalive(req);
+    if (clean && chunked)
+        evhtp_send_reply_chunk_end(req);
+    else
+        evhtp_send_reply_end(req);
+    if (bev)
+        bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}

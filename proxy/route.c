@@ -1,0 +1,209 @@
+/*
+ * route.c — request target -> struct route_req, mirroring kube-apiserver's
+ * RequestInfoFactory.NewRequestInfo (k8s.io/apiserver/pkg/endpoints/request/
+ * requestinfo.go): the path is percent-decoded before it is split, a "watch"
+ * segment after the group/version is the legacy watch form, "namespaces/X/Y"
+ * names a namespaced resource unless Y is a namespace subresource
+ * (status, finalize), and a GET without a name is a list or a watch.
+ * All strings live in one arena sized from the input, so nothing here allocates
+ * more than a small multiple of the (bounded) target length.
+ */
+#include "kwc/route.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kwc/base.h"
+
+const char *
+route_verb_name(enum route_verb v)
+{
+    switch (v) {
+#define ROUTE_VERB_CASE(e, s)                                                                      \
+    case e:                                                                                        \
+        return s;
+        ROUTE_VERBS(ROUTE_VERB_CASE)
+#undef ROUTE_VERB_CASE
+    }
+    return "other";
+}
+
+void
+route_fini(struct route_req *r)
+{
+    if (!r)
+        return;
+    free(r->arena_);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Bump allocator over the arena: decoded strings are never longer than their input. */
+struct arena {
+    char *p;
+    size_t used, cap;
+};
+
+static char *
+arena_put(struct arena *a, const char *s, size_t n)
+{
+    char *d = a->p + a->used;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    a->used += n + 1;
+    return d;
+}
+
+static int
+parse_query(struct arena *a, const char *q, size_t len, struct route_query *out)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } keys[] = {
+        {"resourceVersion", offsetof(struct route_query, resource_version)},
+        {"resourceVersionMatch", offsetof(struct route_query, resource_version_match)},
+        {"limit", offsetof(struct route_query, limit)},
+        {"continue", offsetof(struct route_query, continue_token)},
+        {"labelSelector", offsetof(struct route_query, label_selector)},
+        {"fieldSelector", offsetof(struct route_query, field_selector)},
+        {"timeoutSeconds", offsetof(struct route_query, timeout_seconds)},
+        {"watch", offsetof(struct route_query, watch)},
+        {"allowWatchBookmarks", offsetof(struct route_query, allow_watch_bookmarks)},
+        {"sendInitialEvents", offsetof(struct route_query, send_initial_events)},
+    };
+    size_t i = 0;
+    while (i < len) {
+        size_t end = i;
+        while (end < len && q[end] != '&')
+            end++;
+        size_t eq = i;
+        while (eq < end && q[eq] != '=')
+            eq++;
+        /* Decode the key into the arena, then the value after it. */
+        char *k = a->p + a->used;
+        size_t klen;
+        if (kwc_pct_decode(q + i, eq - i, true, k, &klen) != 0)
+            return KWC_EPARSE;
+        a->used += klen + 1;
+        const char *vraw = eq < end ? q + eq + 1 : q + end;
+        size_t vrawlen = eq < end ? end - eq - 1 : 0;
+        char *v = a->p + a->used;
+        size_t vlen;
+        if (kwc_pct_decode(vraw, vrawlen, true, v, &vlen) != 0)
+            return KWC_EPARSE;
+        a->used += vlen + 1;
+        for (size_t j = 0; j < KWC_ARRAY_LEN(keys); j++) {
+            const char **slot = (const char **)((char *)out + keys[j].off);
+            if (*slot == NULL && strlen(keys[j].key) == klen && memcmp(k, keys[j].key, klen) == 0)
+                *slot = v;
+        }
+        i = end + 1;
+    }
+    return 0;
+}
+
+static enum route_verb
+method_verb(const char *m)
+{
+    if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0)
+        return ROUTE_GET;
+    if (strcmp(m, "POST") == 0)
+        return ROUTE_CREATE;
+    if (strcmp(m, "PUT") == 0)
+        return ROUTE_UPDATE;
+    if (strcmp(m, "PATCH") == 0)
+        return ROUTE_PATCH;
+    if (strcmp(m, "DELETE") == 0)
+        return ROUTE_DELETE;
+    return ROUTE_OTHER;
+}
+
+int
+route_parse(const char *method, const char *target, size_t len, struct route_req *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (len > ROUTE_MAX_TARGET)
+        return KWC_ETOOBIG;
+    if (len == 0 || target[0] != '/')
+        return KWC_EPARSE;
+
+    /* Worst case: the path twice, plus every query byte and two NULs per
+     * parameter ("&&&" is three empty parameters). */
+    struct arena a = {.p = xmalloc(3 * len + 64), .cap = 3 * len + 64};
+    out->arena_ = a.p;
+
+    const char *qm = memchr(target, '?', len);
+    size_t plen = qm ? (size_t)(qm - target) : len;
+    char *path = a.p;
+    size_t dlen;
+    if (kwc_pct_decode(target, plen, false, path, &dlen) != 0 || memchr(path, '\0', dlen))
+        return KWC_EPARSE;
+    a.used = dlen + 1;
+    out->path = path;
+    if (qm && parse_query(&a, qm + 1, len - plen - 1, &out->q) != 0)
+        return KWC_EPARSE;
+
+    /* Split the decoded path into segments (a copy, so out->path stays whole). */
+    char *segbuf = arena_put(&a, path, dlen);
+    char *parts[64];
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(segbuf, "/", &save); tok;
+         tok = strtok_r(NULL, "/", &save)) {
+        if (n == KWC_ARRAY_LEN(parts))
+            return 0; /* deeper than any resource path: a non-resource request */
+        parts[n++] = tok;
+    }
+
+    size_t at;
+    if (n >= 2 && strcmp(parts[0], "api") == 0) {
+        out->group = "";
+        out->version = parts[1];
+        at = 2;
+    } else if (n >= 3 && strcmp(parts[0], "apis") == 0) {
+        out->group = parts[1];
+        out->version = parts[2];
+        at = 3;
+    } else {
+        return 0; /* /version, /api, /apis, /apis/G, /healthz, ... */
+    }
+    if (at == n)
+        return 0; /* discovery: /api/v1, /apis/G/V */
+
+    out->is_resource = true;
+    out->verb = method_verb(method);
+    if (strcmp(parts[at], "watch") == 0 || strcmp(parts[at], "proxy") == 0) {
+        bool watch = parts[at][0] == 'w';
+        if (watch)
+            out->legacy_watch = true;
+        out->verb = watch ? ROUTE_WATCH : ROUTE_PROXY;
+        at++;
+    }
+    size_t rest = n - at;
+    char **p = parts + at;
+    if (rest >= 1 && strcmp(p[0], "namespaces") == 0) {
+        if (rest > 1) {
+            out->namespace_ = p[1];
+            if (rest > 2 && strcmp(p[2], "status") != 0 && strcmp(p[2], "finalize") != 0) {
+                p += 2;
+                rest -= 2;
+            }
+        }
+    }
+    if (rest >= 3 && out->verb != ROUTE_PROXY)
+        out->subresource = p[2];
+    if (rest >= 2)
+        out->name = p[1];
+    if (rest >= 1)
+        out->resource = p[0];
+    /* As in kube-apiserver, "namespaces/X" has namespace X too (authorization
+     * sees it); the store keys cluster-scoped objects by name alone. */
+
+    if (!out->name && out->verb == ROUTE_GET) {
+        bool w = out->q.watch && kwc_query_bool(out->q.watch, strlen(out->q.watch));
+        out->verb = w ? ROUTE_WATCH : ROUTE_LIST;
+    }
+    if (!out->name && out->verb == ROUTE_DELETE)
+        out->verb = ROUTE_DELETECOLLECTION;
+    return 0;
+}

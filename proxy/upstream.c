@@ -1,0 +1,682 @@
+/*
+ * upstream.c — libcurl multi on libevent (see upstream.h).
+ *
+ * Data path: the passthrough (and later the reflector) starts an up_xfer; curl
+ * tells us which sockets to watch (on_curl_socket) and when to wake
+ * (on_curl_timer); libevent calls back into curl_multi_socket_action; curl calls
+ * our header/write/read callbacks, which forward to the xfer's owner.
+ *
+ * Re-entrancy rule: curl forbids removing or adding easy handles from inside
+ * its callbacks. While the client is inside curl (c->depth > 0), cancels and
+ * starts are queued and carried out when curl returns (run_deferred()).
+ */
+#include "kwc/upstream.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/kubeconfig.h"
+#include "kwc/log.h"
+
+#define UP_MAGIC 0x75706331u   /* "upc1" */
+#define XFER_MAGIC 0x75707831u /* "upx1" */
+#define TOKEN_REREAD_S 60
+#define TOKEN_MAX 65536
+#define HDR_MAX_COUNT 256
+
+struct up_xfer {
+    uint32_t magic;
+    struct up_client *c;
+    CURL *h;
+    const struct up_xfer_cbs *cbs;
+    void *arg;
+    struct curl_slist *req_headers;
+    struct curl_slist *connect_to;
+    bool cancel_queued;
+    struct event *hdr_timer;
+    int status;
+    bool headers_done, cancelled, done, added, timed_out, recv_paused;
+    /* response head being collected */
+    struct up_header hdrs[HDR_MAX_COUNT];
+    char *hdr_store[HDR_MAX_COUNT];
+    size_t nhdrs;
+    char errbuf[CURL_ERROR_SIZE];
+    TAILQ_ENTRY(up_xfer) pending; /* on c->to_add or c->to_cancel */
+};
+TAILQ_HEAD(xfer_list, up_xfer);
+
+struct up_client {
+    uint32_t magic;
+    struct event_base *base;
+    CURLM *multi;
+    struct event *timer;
+    const struct kcfg *k;
+    struct up_options o;
+    char *url_base;     /* scheme://host:port used in request URLs */
+    char *connect_to;   /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
+    char *bearer;       /* "Authorization: Bearer ..." or NULL */
+    time_t bearer_read_at;
+    int depth;          /* > 0 while inside curl */
+    struct xfer_list to_add, to_cancel;
+    struct up_stats stats;
+};
+
+struct sock {
+    struct up_client *c;
+    struct event *ev;
+    curl_socket_t fd;
+};
+
+static void check_done(struct up_client *c);
+static void run_deferred(struct up_client *c);
+
+/* ---- socket and timer plumbing ---- */
+
+static void
+on_sock_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct sock *s = arg;
+    struct up_client *c = s->c;
+    int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) | (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
+    int running;
+    c->depth++;
+    curl_multi_socket_action(c->multi, fd, flags, &running);
+    c->depth--;
+    run_deferred(c);
+}
+
+static int
+on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    struct up_client *c = userp;
+    struct sock *s = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (s) {
+            event_free(s->ev);
+            free(s);
+            curl_multi_assign(c->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!s) {
+        s = xcalloc(1, sizeof(*s));
+        s->c = c;
+        s->fd = fd;
+        curl_multi_assign(c->multi, fd, s);
+    } else {
+        event_free(s->ev);
+    }
+    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    s->ev = event_new(c->base, fd, ev, on_sock_event, s);
+    event_add(s->ev, NULL);
+    return 0;
+}
+
+static void
+on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct up_client *c = arg;
+    int running;
+    c->depth++;
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    c->depth--;
+    run_deferred(c);
+}
+
+static int
+on_curl_timer(CURLM *m, long timeout_ms, void *userp)
+{
+    struct up_client *c = userp;
+    if (timeout_ms < 0) {
+        evtimer_del(c->timer);
+    } else {
+        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        evtimer_add(c->timer, &tv);
+    }
+    return 0;
+}
+
+/* ---- transfer lifecycle ---- */
+
+static void
+xfer_free(struct up_xfer *x)
+{
+    struct up_client *c = x->c;
+    if (x->h) {
+        if (x->added)
+            curl_multi_remove_handle(c->multi, x->h);
+        curl_easy_cleanup(x->h);
+    }
+    if (x->added && c->stats.active)
+        c->stats.active--;
+    if (x->cancel_queued)
+        TAILQ_REMOVE(&c->to_cancel, x, pending);
+    curl_slist_free_all(x->req_headers);
+    curl_slist_free_all(x->connect_to);
+    if (x->hdr_timer)
+        event_free(x->hdr_timer);
+    for (size_t i = 0; i < x->nhdrs; i++)
+        free(x->hdr_store[i]);
+    x->magic = 0;
+    free(x);
+}
+
+static void
+finish(struct up_xfer *x, int err, const char *msg)
+{
+    if (x->cancelled) {
+        xfer_free(x);
+        return;
+    }
+    x->done = true;
+    if (err)
+        x->c->stats.failed++;
+    /* Detach from curl before the callback so the owner may start new xfers. */
+    if (x->added) {
+        curl_multi_remove_handle(x->c->multi, x->h);
+        x->added = false;
+        if (x->c->stats.active)
+            x->c->stats.active--;
+    }
+    x->cbs->on_done(x->arg, err, msg);
+    xfer_free(x);
+}
+
+static int
+map_curl_error(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_OK:
+        return 0;
+    case CURLE_COULDNT_CONNECT:
+        return -ECONNREFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return -EHOSTUNREACH;
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        return -ECONNRESET;
+    case CURLE_WRITE_ERROR:
+    case CURLE_ABORTED_BY_CALLBACK:
+    case CURLE_READ_ERROR:
+        return -ECANCELED;
+    default:
+        return KWC_EUPSTREAM;
+    }
+}
+
+static void
+check_done(struct up_client *c)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(c->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        struct up_xfer *x = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        assert(x && x->magic == XFER_MAGIC);
+        CURLcode rc = m->data.result;
+        int err = map_curl_error(rc);
+        if (rc == CURLE_OK && !x->headers_done)
+            err = -ECONNRESET; /* a body-less end before any head */
+        const char *msg = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
+        finish(x, err, err ? msg : "");
+    }
+}
+
+static void
+run_deferred(struct up_client *c)
+{
+    if (c->depth > 0)
+        return;
+    struct up_xfer *x;
+    while ((x = TAILQ_FIRST(&c->to_cancel)))
+        xfer_free(x); /* unlinks itself */
+    while ((x = TAILQ_FIRST(&c->to_add))) {
+        TAILQ_REMOVE(&c->to_add, x, pending);
+        x->added = true;
+        c->stats.active++;
+        curl_multi_add_handle(c->multi, x->h);
+    }
+    check_done(c);
+    /* Finishing may have queued more work (an on_done that starts a request). */
+    if (!TAILQ_EMPTY(&c->to_cancel) || !TAILQ_EMPTY(&c->to_add))
+        run_deferred(c);
+}
+
+/* ---- curl callbacks (c->depth > 0 here) ---- */
+
+/* Go's textproto.CanonicalMIMEHeaderKey for tokens: "content-type" -> "Content-Type". */
+static void
+canonical_name(char *s)
+{
+    bool up = true;
+    for (; *s; s++) {
+        *s = (char)(up ? toupper((unsigned char)*s) : tolower((unsigned char)*s));
+        up = *s == '-';
+    }
+}
+
+static void
+reset_head(struct up_xfer *x)
+{
+    for (size_t i = 0; i < x->nhdrs; i++)
+        free(x->hdr_store[i]);
+    x->nhdrs = 0;
+}
+
+static size_t
+on_header_line(char *p, size_t size, size_t n, void *arg)
+{
+    struct up_xfer *x = arg;
+    size_t len = size * n;
+    if (x->cancelled)
+        return 0;
+    size_t l = len;
+    while (l && (p[l - 1] == '\n' || p[l - 1] == '\r'))
+        l--;
+    if (l >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        reset_head(x);
+        const char *sp = memchr(p, ' ', l);
+        x->status = sp ? atoi(sp + 1) : 0;
+        return len;
+    }
+    if (l == 0) {
+        if (x->status < 200)
+            return len; /* 100 Continue and friends: the real head follows */
+        x->headers_done = true;
+        if (x->hdr_timer)
+            evtimer_del(x->hdr_timer);
+        if (x->cbs->on_headers(x->arg, x->status, x->hdrs, x->nhdrs) != 0 || x->cancelled)
+            return 0;
+        return len;
+    }
+    const char *colon = memchr(p, ':', l);
+    if (!colon || x->nhdrs == HDR_MAX_COUNT)
+        return len; /* folded or excess lines: drop */
+    size_t nl = (size_t)(colon - p);
+    const char *v = colon + 1;
+    while (v < p + l && (*v == ' ' || *v == '\t'))
+        v++;
+    size_t vl = (size_t)(p + l - v);
+    char *store = xmalloc(nl + vl + 2);
+    memcpy(store, p, nl);
+    store[nl] = '\0';
+    canonical_name(store);
+    memcpy(store + nl + 1, v, vl);
+    store[nl + 1 + vl] = '\0';
+    x->hdr_store[x->nhdrs] = store;
+    x->hdrs[x->nhdrs].name = store;
+    x->hdrs[x->nhdrs].value = store + nl + 1;
+    x->nhdrs++;
+    return len;
+}
+
+static size_t
+on_write(char *p, size_t size, size_t n, void *arg)
+{
+    struct up_xfer *x = arg;
+    size_t len = size * n;
+    if (x->cancelled)
+        return 0;
+    if (len == 0)
+        return 0;
+    int r = x->cbs->on_data(x->arg, p, len);
+    if (x->cancelled)
+        return 0;
+    if (r == UP_PAUSE) {
+        x->recv_paused = true;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    return len;
+}
+
+static size_t
+on_read(char *buf, size_t size, size_t n, void *arg)
+{
+    struct up_xfer *x = arg;
+    if (x->cancelled)
+        return CURL_READFUNC_ABORT;
+    ssize_t r = x->cbs->on_body(x->arg, buf, size * n);
+    if (x->cancelled)
+        return CURL_READFUNC_ABORT;
+    if (r == UP_BODY_PAUSE)
+        return CURL_READFUNC_PAUSE;
+    if (r < 0)
+        return CURL_READFUNC_ABORT;
+    if (r > 0 && x->hdr_timer && !x->headers_done) {
+        /* The header timeout counts from the end of the upload. */
+        struct timeval tv = {x->c->o.header_timeout_ms / 1000,
+                             (x->c->o.header_timeout_ms % 1000) * 1000};
+        evtimer_add(x->hdr_timer, &tv);
+    }
+    return (size_t)r;
+}
+
+static void
+on_header_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct up_xfer *x = arg;
+    struct up_client *c = x->c;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "the upstream sent no response within %d s",
+             c->o.header_timeout_ms / 1000);
+    finish(x, -ETIMEDOUT, msg);
+    run_deferred(c);
+}
+
+/* ---- credentials ---- */
+
+static void
+refresh_bearer(struct up_client *c)
+{
+    const struct kcfg *k = c->k;
+    if (!k->token_file)
+        return;
+    time_t now = time(NULL);
+    if (c->bearer && now - c->bearer_read_at < TOKEN_REREAD_S)
+        return;
+    int fd = open(k->token_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
+                  k->token_file, strerror(errno));
+        c->bearer_read_at = now;
+        return;
+    }
+    char *buf = xmalloc(TOKEN_MAX + 1);
+    ssize_t r = read(fd, buf, TOKEN_MAX);
+    close(fd);
+    if (r > 0) {
+        size_t l = (size_t)r;
+        while (l && isspace((unsigned char)buf[l - 1]))
+            l--;
+        buf[l] = '\0';
+        free(c->bearer);
+        c->bearer = xasprintf("Authorization: Bearer %s", buf);
+    }
+    free(buf);
+    c->bearer_read_at = now;
+}
+
+/* ---- public API ---- */
+
+int
+up_client_new(struct event_base *base, const struct kcfg *k, const struct up_options *o,
+              struct up_client **out, char *err, size_t errlen)
+{
+    static bool curl_ready;
+    if (!curl_ready) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+            snprintf(err, errlen, "libcurl failed to initialise");
+            return KWC_EUPSTREAM;
+        }
+        curl_ready = true;
+    }
+    if (!k->server || (strncmp(k->server, "http://", 7) != 0 && strncmp(k->server, "https://", 8) != 0)) {
+        snprintf(err, errlen, "upstream server \"%s\" must start with http:// or https://",
+                 k->server ? k->server : "");
+        return KWC_ECONFIG;
+    }
+    struct up_client *c = xcalloc(1, sizeof(*c));
+    c->magic = UP_MAGIC;
+    c->base = base;
+    c->k = k;
+    c->o = *o;
+    TAILQ_INIT(&c->to_add);
+    TAILQ_INIT(&c->to_cancel);
+    c->url_base = xstrdup(k->server);
+    size_t ul = strlen(c->url_base);
+    while (ul && c->url_base[ul - 1] == '/')
+        c->url_base[--ul] = '\0';
+    if (k->tls_server_name && strncmp(k->server, "https://", 8) == 0) {
+        /* Send SNI and verify as tls-server-name while connecting to server:
+         * the URL names tls-server-name, CONNECT_TO maps it to the real host. */
+        const char *hostport = k->server + 8;
+        const char *end = hostport + strcspn(hostport, "/");
+        const char *colon = NULL;
+        for (const char *q = hostport; q < end; q++)
+            if (*q == ':' && (hostport[0] != '[' || (q > hostport && q[-1] == ']')))
+                colon = q;
+        const char *port = colon ? colon + 1 : "443";
+        int portlen = colon ? (int)(end - colon - 1) : 3;
+        int hostlen = (int)((colon ? colon : end) - hostport);
+        free(c->url_base);
+        c->url_base = xasprintf("https://%s:%.*s", k->tls_server_name, portlen, port);
+        c->connect_to = xasprintf("%s:%.*s:%.*s:%.*s", k->tls_server_name, portlen, port,
+                                  hostlen, hostport, portlen, port);
+    }
+    if (k->token)
+        c->bearer = xasprintf("Authorization: Bearer %s", k->token);
+    refresh_bearer(c);
+
+    c->multi = curl_multi_init();
+    c->timer = evtimer_new(base, on_timer, c);
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)(o->max_idle_conns > 0 ? o->max_idle_conns : 32));
+    *out = c;
+    return 0;
+}
+
+void
+up_client_free(struct up_client *c)
+{
+    if (!c)
+        return;
+    assert(c->magic == UP_MAGIC);
+    struct up_xfer *x;
+    while ((x = TAILQ_FIRST(&c->to_cancel)))
+        xfer_free(x);
+    while ((x = TAILQ_FIRST(&c->to_add))) {
+        TAILQ_REMOVE(&c->to_add, x, pending);
+        xfer_free(x);
+    }
+    curl_multi_cleanup(c->multi);
+    event_free(c->timer);
+    free(c->url_base);
+    free(c->connect_to);
+    free(c->bearer);
+    c->magic = 0;
+    free(c);
+}
+
+const char *
+up_client_server(const struct up_client *c)
+{
+    return c->k->server;
+}
+
+void
+up_client_stats(const struct up_client *c, struct up_stats *out)
+{
+    *out = c->stats;
+}
+
+static struct curl_blob
+blob(const unsigned char *p, size_t n)
+{
+    struct curl_blob b = {.data = (void *)(uintptr_t)p, .len = n, .flags = CURL_BLOB_NOCOPY};
+    return b;
+}
+
+int
+up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_xfer_cbs *cbs,
+              void *arg, struct up_xfer **out)
+{
+    assert(c->magic == UP_MAGIC);
+    const struct kcfg *k = c->k;
+    struct up_xfer *x = xcalloc(1, sizeof(*x));
+    x->magic = XFER_MAGIC;
+    x->c = c;
+    x->cbs = cbs;
+    x->arg = arg;
+    x->h = curl_easy_init();
+    CURL *h = x->h;
+    char *url = xasprintf("%s%s", c->url_base, r->target);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    free(url);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header_line);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->o.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 65536L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (c->connect_to) {
+        x->connect_to = curl_slist_append(NULL, c->connect_to);
+        curl_easy_setopt(h, CURLOPT_CONNECT_TO, x->connect_to);
+    }
+    if (strncmp(c->url_base, "https://", 8) == 0) {
+        if (k->insecure_skip_tls_verify) {
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+        }
+        if (k->ca_pem) {
+            struct curl_blob b = blob(k->ca_pem, k->ca_pem_len);
+            curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+        }
+        if (k->cert_pem) {
+            struct curl_blob b = blob(k->cert_pem, k->cert_pem_len);
+            curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        }
+        if (k->key_pem) {
+            struct curl_blob b = blob(k->key_pem, k->key_pem_len);
+            curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+        }
+    }
+    if (k->username) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(h, CURLOPT_USERNAME, k->username);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, k->password ? k->password : "");
+    }
+
+    struct curl_slist *hl = NULL;
+    for (size_t i = 0; i < r->nheaders; i++) {
+        char *line = xasprintf("%s: %s", r->headers[i].name, r->headers[i].value);
+        hl = curl_slist_append(hl, line);
+        free(line);
+    }
+    refresh_bearer(c);
+    if (c->bearer)
+        hl = curl_slist_append(hl, c->bearer);
+    hl = curl_slist_append(hl, "Expect:"); /* we stream: no 100-continue round trip */
+    bool has_accept = false;
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (strcasecmp(r->headers[i].name, "Accept") == 0)
+            has_accept = true;
+    if (!has_accept)
+        hl = curl_slist_append(hl, "Accept:"); /* do not invent one */
+    x->req_headers = hl;
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+
+    if (strcmp(r->method, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (r->has_body) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, x);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
+    } else if (strcmp(r->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
+    }
+
+    if (c->o.header_timeout_ms > 0 && !r->long_running) {
+        x->hdr_timer = evtimer_new(c->base, on_header_timeout, x);
+        struct timeval tv = {c->o.header_timeout_ms / 1000, (c->o.header_timeout_ms % 1000) * 1000};
+        evtimer_add(x->hdr_timer, &tv);
+    }
+    c->stats.started++;
+    TAILQ_INSERT_TAIL(&c->to_add, x, pending);
+    *out = x;
+    if (c->depth == 0) {
+        /* Add now, but let curl act on it from the loop (no callback from here). */
+        TAILQ_REMOVE(&c->to_add, x, pending);
+        x->added = true;
+        c->stats.active++;
+        curl_multi_add_handle(c->multi, h);
+    }
+    return 0;
+}
+
+static void
+resume(struct up_xfer *x)
+{
+    struct up_client *c = x->c;
+    if (x->cancelled || x->done || !x->added)
+        return;
+    x->recv_paused = false;
+    c->depth++;
+    curl_easy_pause(x->h, CURLPAUSE_CONT);
+    c->depth--;
+    run_deferred(c);
+}
+
+void
+up_xfer_resume_recv(struct up_xfer *x)
+{
+    assert(x->magic == XFER_MAGIC);
+    if (x->recv_paused)
+        resume(x);
+}
+
+void
+up_xfer_resume_send(struct up_xfer *x)
+{
+    assert(x->magic == XFER_MAGIC);
+    resume(x);
+}
+
+void
+up_xfer_cancel(struct up_xfer *x)
+{
+    if (!x)
+        return;
+    assert(x->magic == XFER_MAGIC);
+    if (x->done || x->cancelled)
+        return; /* inside on_done: the xfer frees itself */
+    struct up_client *c = x->c;
+    x->cancelled = true;
+    if (!x->added) {
+        TAILQ_REMOVE(&c->to_add, x, pending);
+        xfer_free(x);
+        return;
+    }
+    if (c->depth > 0) {
+        TAILQ_INSERT_TAIL(&c->to_cancel, x, pending);
+        x->cancel_queued = true;
+        return;
+    }
+    xfer_free(x);
+}
