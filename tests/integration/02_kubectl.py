@@ -1,0 +1,117 @@
+"""kubectl through kwc answers exactly as kubectl direct against apisim, for
+the default kubectl (a dispatcher that picks the binary matching /version) and
+side-by-side versions 1.27, 1.30 and 1.33."""
+import json
+import os
+import select
+import subprocess
+import tempfile
+import time
+import unittest
+
+from cluster import Env, kubectl, kubectl_binaries, wait_for
+
+
+def strip_volatile(obj):
+    # Nothing in these objects depends on the path taken; compare them whole.
+    return obj
+
+
+class KubectlTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=["--pods", "30", "--nodes", "3", "--namespaces", "3"])
+        cls.bins = kubectl_binaries()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.env.close().get("kwc") == 0
+
+    def run(self, result=None):
+        r = super().run(result)
+        if result and (result.failures or result.errors):
+            self.env.dump_logs()
+        return r
+
+    def same(self, binary, *args):
+        d = kubectl(binary, self.env.apisim.port, *args).stdout
+        k = kubectl(binary, self.env.kwc.port, *args).stdout
+        self.assertEqual(d, k, "kubectl %s differs through kwc" % " ".join(args))
+        return k
+
+    def test_get_forms(self):
+        for ver, b in self.bins.items():
+            with self.subTest(kubectl=ver):
+                names = self.same(b, "get", "pods", "-A", "-o", "name").decode().split()
+                self.assertEqual(len(names), 30)
+                table = self.same(b, "get", "pods", "-n", "ns-1").decode()
+                self.assertIn("NAME", table.splitlines()[0])
+                j = json.loads(self.same(b, "get", "pods", "-A", "-o", "json"))
+                self.assertEqual(len(j["items"]), 30)
+                chunked = kubectl(b, self.env.kwc.port, "get", "pods", "-A", "-o", "name",
+                                  "--chunk-size=7").stdout.decode().split()
+                self.assertEqual(sorted(chunked), sorted(names))
+                raw = json.loads(self.same(b, "get", "--raw", "/api/v1/nodes?limit=1"))
+                self.assertEqual(len(raw["items"]), 1)
+                self.assertTrue(raw["metadata"].get("continue"))
+
+    def test_create_delete(self):
+        for i, (ver, b) in enumerate(self.bins.items()):
+            with self.subTest(kubectl=ver):
+                name = "kc-%d" % i
+                manifest = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": name, "namespace": "ns-0"},
+                                       "data": {"k": "v"}}).encode()
+                out = kubectl(b, self.env.kwc.port, "create", "-f", "-", input=manifest).stdout
+                self.assertIn(name.encode(), out)
+                got = kubectl(b, self.env.apisim.port, "get", "configmap", name, "-n", "ns-0",
+                              "-o", "json").stdout
+                self.assertEqual(json.loads(got)["data"], {"k": "v"})
+                kubectl(b, self.env.kwc.port, "delete", "configmap", name, "-n", "ns-0")
+                r = kubectl(b, self.env.apisim.port, "get", "configmap", name, "-n", "ns-0",
+                            check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(b"NotFound", r.stderr)
+
+    def test_watch_events(self):
+        b = self.bins["default"]
+        env = dict(os.environ, KUBECONFIG="/dev/null", HOME=tempfile.gettempdir())
+        p = subprocess.Popen([b, "--server", "http://127.0.0.1:%d" % self.env.kwc.port, "get",
+                              "configmaps", "-n", "ns-2", "-w", "--output-watch-events", "-o", "name"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        try:
+            lines = []
+
+            def read_until(pred, timeout=20):
+                deadline = time.monotonic() + timeout
+                buf = b""
+                while time.monotonic() < deadline:
+                    r, _, _ = select.select([p.stdout], [], [], 0.5)
+                    if r:
+                        chunk = os.read(p.stdout.fileno(), 65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                        lines.extend(buf.decode().splitlines(keepends=True))
+                        buf = b""
+                        if pred():
+                            return True
+                raise AssertionError("kubectl -w output so far: %r; stderr: %r" % (lines, p.stderr.read1(4096) if p.poll() is not None else b""))
+
+            # kubectl's initial list is empty for ns-2 configmaps; then each write shows up.
+            for n in ("w1", "w2", "w3"):
+                self.env.sim("POST", "/apisim/write", {"verb": "create", "resource": "configmaps",
+                                                       "namespace": "ns-2", "name": n})
+                read_until(lambda: any(("configmap/%s" % n) in l for l in lines))
+            self.env.sim("POST", "/apisim/write", {"verb": "delete", "resource": "configmaps",
+                                                   "namespace": "ns-2", "name": "w2"})
+            read_until(lambda: any("DELETED" in l and "w2" in l for l in lines))
+        finally:
+            p.kill()
+            p.wait(5)
+        text = "".join(lines)
+        self.assertIn("ADDED", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,128 @@
+"""kwc reaches an HTTPS upstream with the kubeconfig's CA, client certificate
+and bearer token (apisim requires all three), for plain requests and for
+upgrade tunnels; a wrong CA is refused with a clear Status."""
+import base64
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+
+from cluster import Env, Proc, KWC_BIN, http_request, wait_for
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(d):
+    """CA, a server cert for DNS apisim.test + IP 127.0.0.1, a client cert; and a second, unrelated CA."""
+    for ca in ("ca", "otherca"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca + ".key", "-out",
+                ca + ".crt", "-days", "2", "-subj", "/CN=" + ca, cwd=d)
+    with open(os.path.join(d, "san.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:apisim.test,IP:127.0.0.1\n")
+    with open(os.path.join(d, "dnsonly.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:apisim.test\n")
+    for name, cn, ext in (("server", "apisim", "san.cnf"), ("dnsonly", "apisim", "dnsonly.cnf"),
+                          ("client", "kwc", None)):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out", name + ".csr",
+                "-subj", "/CN=" + cn + ("/O=system:masters" if name == "client" else ""), cwd=d)
+        args = ["x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", name + ".crt", "-days", "2"]
+        if ext:
+            args += ["-extfile", ext]
+        openssl(*args, cwd=d)
+
+
+def b64(path):
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
+
+def kubeconfig(d, server, ca="ca.crt", tls_server_name=None, token="sekret"):
+    cluster = {"server": server, "certificate-authority-data": b64(os.path.join(d, ca))}
+    if tls_server_name:
+        cluster["tls-server-name"] = tls_server_name
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "sim", "cluster": cluster}],
+        "users": [{"name": "kwc", "user": {
+            "client-certificate-data": b64(os.path.join(d, "client.crt")),
+            "client-key-data": b64(os.path.join(d, "client.key")),
+            "token": token}}],
+        "contexts": [{"name": "test", "context": {"cluster": "sim", "user": "kwc"}}],
+    }
+    path = os.path.join(d, "kubeconfig-%d" % len(os.listdir(d)))
+    with open(path, "w") as f:
+        json.dump(cfg, f)  # JSON is YAML
+    return path
+
+
+class TlsTest(unittest.TestCase):
+    def start_kwc(self, env, kc):
+        p = Proc("kwc-%d" % len(os.listdir(env.dir)), [KWC_BIN, "--kubeconfig", kc, "--listen", "127.0.0.1:0",
+                                                       "--data-dir", os.path.join(env.dir, "data")], env.dir)
+        p.start()
+        self.procs.append(p)
+        return p
+
+    def setUp(self):
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            self.assertEqual(p.stop(), 0, p.logs())
+
+    def test_tls_client_cert_and_token(self):
+        d = tempfile.mkdtemp(prefix="kwc-pki-")
+        make_pki(d)
+        for server_cert, name in (("server", None), ("dnsonly", "apisim.test")):
+            with self.subTest(cert=server_cert, tls_server_name=name):
+                env = Env(apisim_args=["--nodes", "2", "--tls-cert", os.path.join(d, server_cert + ".crt"),
+                                       "--tls-key", os.path.join(d, server_cert + ".key"),
+                                       "--client-ca", os.path.join(d, "ca.crt"), "--token", "sekret"],
+                          start_kwc=False)
+                try:
+                    server = "https://127.0.0.1:%d" % env.apisim.port
+                    k = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name))
+                    st, _, b = http_request(k.port, "GET", "/api/v1/nodes")
+                    self.assertEqual(st, 200, b[:300])
+                    self.assertEqual(len(json.loads(b)["items"]), 2)
+                    # upgrade tunnel over TLS
+                    s = socket.create_connection(("127.0.0.1", k.port), timeout=10)
+                    s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                              b"Upgrade: kwc-echo\r\n\r\n")
+                    buf = b""
+                    while b"\r\n\r\n" not in buf:
+                        buf += s.recv(4096)
+                    self.assertTrue(buf.startswith(b"HTTP/1.1 101"), buf)
+                    rest = buf.split(b"\r\n\r\n", 1)[1]
+                    s.sendall(b"ping over tls")
+                    while len(rest) < 13:
+                        rest += s.recv(4096)
+                    self.assertEqual(rest, b"ping over tls")
+                    s.close()
+                    # wrong token: apisim says 401, kwc relays it
+                    k2 = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name, token="wrong"))
+                    self.assertEqual(http_request(k2.port, "GET", "/api/v1/nodes")[0], 401)
+                    # wrong CA: kwc refuses the server and says so
+                    k3 = self.start_kwc(env, kubeconfig(d, server, ca="otherca.crt", tls_server_name=name))
+                    st, _, b = http_request(k3.port, "GET", "/api/v1/nodes")
+                    self.assertEqual(st, 502, b)
+                    self.assertIn("certificate", json.loads(b)["message"].lower())
+                except Exception:
+                    env.dump_logs()
+                    for p in self.procs:
+                        print(p.logs())
+                    raise
+                finally:
+                    for p in self.procs:
+                        p.stop()
+                    self.procs = []
+                    env.close()
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Runs kwc's integration tests: tests/integration/NN_*.py in order (simple to
+complex). Each module holds unittest TestCases that start their own apisim and
+kwc on ephemeral loopback ports. Ends with the line "N passed, N failed".
+
+  run.py [PATTERN...]   only modules whose name contains a pattern
+"""
+import importlib.util
+import os
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+
+
+class Result(unittest.TextTestResult):
+    pass
+
+
+def main():
+    pats = sys.argv[1:]
+    mods = sorted(f for f in os.listdir(HERE) if f[:2].isdigit() and f.endswith(".py"))
+    if pats:
+        mods = [m for m in mods if any(p in m for p in pats)]
+    suite = unittest.TestSuite()
+    loader = unittest.TestLoader()
+    for m in mods:
+        spec = importlib.util.spec_from_file_location(m[:-3], os.path.join(HERE, m))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        suite.addTests(loader.loadTestsFromModule(mod))
+    t0 = time.monotonic()
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=Result, stream=sys.stdout)
+    res = runner.run(suite)
+    failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
+    skipped = len(res.skipped)
+    passed = res.testsRun - failed - skipped
+    print("integration (%.0fs): %d passed, %d failed%s" % (
+        time.monotonic() - t0, passed, failed, ", %d skipped" % skipped if skipped else ""))
+    # A skipped test is not a pass: it fails the run too.
+    sys.exit(1 if failed or skipped or res.testsRun == 0 else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Process helpers for kwc's integration tests, benchmarks and demo.
+
+Starts apisim and kwc on ephemeral loopback ports (each writes its bound port
+to a --port-file), waits for readiness by polling with a deadline (never a
+fixed sleep), stops only the processes it started, and keeps their logs so a
+failing test can print them.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
+KWC_BIN = os.environ.get("KWC_BIN", os.path.join(ROOT, "build", "kwc"))
+APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
+
+
+def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
+    """Poll pred() until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # the thing we wait for may not be up yet
+            last_exc = e
+        time.sleep(interval)
+    raise TimeoutError("timed out after %.1fs waiting for %s%s" % (
+        timeout, what, " (last error: %r)" % last_exc if last_exc else ""))
+
+
+class Proc:
+    """A child process with a port file and a log file."""
+
+    def __init__(self, name, argv, workdir, env=None):
+        self.name = name
+        self.workdir = workdir
+        self.port_file = os.path.join(workdir, name + ".port")
+        self.log_path = os.path.join(workdir, name + ".log")
+        self.argv = argv + ["--port-file", self.port_file]
+        self.env = env
+        self.p = None
+        self.port = None
+        self.exit_code = None
+
+    def start(self, timeout=20.0):
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        self.log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=self.env)
+
+        def ready():
+            if self.p.poll() is not None:
+                raise RuntimeError("%s exited with %s:\n%s" % (self.name, self.p.returncode, self.logs()))
+            with open(self.port_file) as f:
+                s = f.read().strip()
+            return int(s) if s else None
+        self.port = wait_for(ready, timeout, "%s to listen" % self.name)
+        return self
+
+    def logs(self, tail=80):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            return "\n".join(lines[-tail:])
+        except OSError:
+            return ""
+
+    def pid(self):
+        return self.p.pid
+
+    def rss_kib(self, field="VmRSS"):
+        with open("/proc/%d/status" % self.p.pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM, timeout=15.0):
+        if self.p is None or self.p.poll() is not None:
+            self.exit_code = self.p.returncode if self.p else None
+            return self.exit_code
+        self.p.send_signal(sig)
+        try:
+            self.exit_code = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.exit_code = self.p.wait(5)
+            raise RuntimeError("%s did not exit within %.0fs of %s" % (self.name, timeout, sig))
+        finally:
+            self.log.close()
+        return self.exit_code
+
+    def kill(self):
+        if self.p and self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(5)
+        self.exit_code = self.p.returncode if self.p else None
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
+    """One request on a fresh connection. Returns (status, headers dict, body bytes)."""
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        h = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def get_json(port, path, **kw):
+    st, h, b = http_request(port, "GET", path, **kw)
+    return st, json.loads(b) if b else None
+
+
+class Env:
+    """apisim + kwc for one test class. Use as a context manager or call close()."""
+
+    def __init__(self, apisim_args=(), kwc_args=(), start_kwc=True, kwc_bin=None):
+        self.dir = tempfile.mkdtemp(prefix="kwc-it-")
+        self.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0"] + list(apisim_args), self.dir)
+        self.kwc = None
+        self.kwc_bin = kwc_bin or KWC_BIN
+        self.kwc_args = list(kwc_args)
+        self.apisim.start()
+        if start_kwc:
+            self.start_kwc()
+
+    def start_kwc(self, extra=()):
+        self.kwc = Proc("kwc", [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,
+                                "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.dir, "data")]
+                        + self.kwc_args + list(extra), self.dir)
+        self.kwc.start()
+        wait_for(lambda: http_request(self.kwc.port, "GET", "/readyz", timeout=2)[0] == 200, 20, "kwc /readyz")
+        return self.kwc
+
+    def sim(self, method, path, body=None):
+        st, h, b = http_request(self.apisim.port, method, path, body=body)
+        if st >= 300:
+            raise RuntimeError("apisim %s %s -> %d %s" % (method, path, st, b[:300]))
+        return json.loads(b) if b else None
+
+    def stats(self):
+        return self.sim("GET", "/apisim/stats")
+
+    def dump_logs(self, out=sys.stderr):
+        for p in (self.apisim, self.kwc):
+            if p:
+                out.write("---- %s log (%s) ----\n%s\n" % (p.name, p.log_path, p.logs()))
+
+    def close(self):
+        codes = {}
+        for p in (self.kwc, self.apisim):
+            if p:
+                try:
+                    codes[p.name] = p.stop()
+                except RuntimeError as e:
+                    codes[p.name] = str(e)
+        return codes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def kubectl_dir():
+    real = os.path.realpath(subprocess.check_output(["bash", "-c", "command -v kubectl"]).decode().strip())
+    return os.path.dirname(real)
+
+
+def kubectl_binaries():
+    """The dispatcher on PATH plus the side-by-side versioned binaries."""
+    d = kubectl_dir()
+    out = {"default": "kubectl"}
+    for v in ("1.27", "1.30", "1.33"):
+        p = os.path.join(d, "kubectl." + v)
+        if os.path.exists(p):
+            out[v] = p
+    return out
+
+
+def kubectl(binary, port, *args, input=None, timeout=60, check=True):
+    """Run kubectl against http://127.0.0.1:port with an empty kubeconfig."""
+    env = dict(os.environ)
+    env["KUBECONFIG"] = "/dev/null"
+    env["HOME"] = tempfile.gettempdir()  # no cache dir shared between runs
+    cmd = [binary, "--server", "http://127.0.0.1:%d" % port, "--cache-dir",
+           os.path.join(tempfile.gettempdir(), "kwc-kubectl-cache-%d" % port)] + list(args)
+    r = subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, env=env)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr.decode()[-2000:]))
+    return r
