@@ -1,0 +1,1083 @@
+/*
+ * kubeconfig.c — upstream connection settings from a kubeconfig file or the
+ * in-cluster ServiceAccount mount (see kubeconfig.h).
+ *
+ * Sits before the data path: main loads a struct kcfg once and the upstream
+ * client reads it. Owns nothing long-lived; every call returns a new struct
+ * or nothing.
+ *
+ * Parsing: libyaml's event parser first walks the text once to bound node
+ * count and nesting (the document API has no limits of its own), then the
+ * document API loads it. The loader shares aliased nodes instead of copying
+ * them, and this file only walks a fixed depth below the root, so aliases
+ * and cycles cost nothing. Validation follows client-go where it refuses a
+ * file (duplicate names, cert without key, both file and -data, token with
+ * basic auth, a CA with insecure-skip-tls-verify) so kwc and kubectl agree on
+ * what a kubeconfig means; what kwc cannot honour (credential plugins,
+ * impersonation, proxy-url) is refused rather than silently ignored.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem, explicit_bzero */
+#endif
+#include "kwc/kubeconfig.h"
+
+#include "kwc/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define NAME_SHOWN 160  /* bytes of a name or path quoted in a message */
+#define NAMES_SHOWN 200 /* bytes of a name list in a message */
+
+struct ctx {
+    yaml_document_t *doc;
+    const char *base_dir;
+    char *err;
+    size_t errlen;
+};
+
+/* ---- messages ----------------------------------------------------------- */
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int
+fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+#define CFAIL(c, rc, ...) fail((c)->err, (c)->errlen, (rc), __VA_ARGS__)
+
+/* Bytes from the file, made safe for a terminal: non-printable and non-ASCII as \xHH. */
+static void
+put_escaped(char *buf, size_t cap, size_t *pos, const char *s, size_t len, size_t max)
+{
+    size_t p = *pos;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char tmp[5];
+        int n;
+        if (i >= max) {
+            n = snprintf(tmp, sizeof tmp, "...");
+        } else if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
+            tmp[0] = (char)ch;
+            n = 1;
+        } else {
+            n = snprintf(tmp, sizeof tmp, "\\x%02x", ch);
+        }
+        if (p + (size_t)n + 1 > cap)
+            break;
+        memcpy(buf + p, tmp, (size_t)n);
+        p += (size_t)n;
+        if (i >= max)
+            break;
+    }
+    buf[p] = '\0';
+    *pos = p;
+}
+
+/* A name from the file, quoted for a message; valid until the end of the full expression. */
+struct qname {
+    char s[NAME_SHOWN * 4 + 8];
+};
+
+static struct qname
+qn(const char *s, size_t len)
+{
+    struct qname q;
+    size_t p = 1;
+    q.s[0] = '"';
+    put_escaped(q.s, sizeof q.s - 1, &p, s, len, NAME_SHOWN);
+    q.s[p++] = '"';
+    q.s[p] = '\0';
+    return q;
+}
+
+static struct qname
+qs(const char *s)
+{
+    return qn(s, strlen(s));
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+/*
+ * Read at most max bytes of path into a new buffer (NUL-terminated, not
+ * counted). regular_only refuses anything but a regular file with -EINVAL and
+ * never blocks opening a FIFO. Returns 0, -errno or KWC_ETOOBIG.
+ */
+static int
+read_file(const char *path, size_t max, bool regular_only, unsigned char **out, size_t *outlen)
+{
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0);
+    unsigned char *buf = NULL;
+    size_t cap, n = 0;
+    struct stat st;
+    int rc = 0;
+
+    int fd = open(path, flags);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        rc = -EISDIR;
+        goto out;
+    }
+    if (regular_only && !S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > max) {
+        rc = KWC_ETOOBIG;
+        goto out;
+    }
+    /* One byte past max tells "exactly max" from "more". */
+    cap = S_ISREG(st.st_mode) && st.st_size > 0 && (size_t)st.st_size <= max
+              ? (size_t)st.st_size + 1
+              : (max < 65536 ? max + 1 : 65536);
+    buf = xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            if (cap > max)
+                break;
+            cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            buf = xrealloc(buf, cap + 1);
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        rc = KWC_ETOOBIG;
+        goto out;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *outlen = n;
+    buf = NULL;
+out:
+    if (buf) {
+        explicit_bzero(buf, n);
+        free(buf);
+    }
+    close(fd);
+    return rc;
+}
+
+static const char *
+file_reason(int rc)
+{
+    if (rc == KWC_ETOOBIG)
+        return "larger than the 4 MiB limit";
+    if (rc == -EINVAL)
+        return "not a regular file";
+    return kwc_strerror(rc);
+}
+
+/* path resolved against base_dir (NULL or "" = "."), new. */
+static char *
+join_path(const char *base_dir, const char *path)
+{
+    if (path[0] == '/' || !base_dir || !*base_dir)
+        return xstrdup(path);
+    return xasprintf("%s/%s", base_dir, path);
+}
+
+/* path made absolute against the working directory, new in *out. */
+static int
+abs_path(const char *path, char **out)
+{
+    if (path[0] == '/') {
+        *out = xstrdup(path);
+        return 0;
+    }
+    char *cwd = getcwd(NULL, 0);
+    if (!cwd)
+        return -errno;
+    while (path[0] == '.' && path[1] == '/')
+        path += 2;
+    *out = xasprintf("%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, path);
+    free(cwd);
+    return 0;
+}
+
+static bool
+looks_pem(const unsigned char *p, size_t len)
+{
+    return memmem(p, len, "-----BEGIN ", 11) != NULL;
+}
+
+/* ---- YAML access -------------------------------------------------------- */
+
+static yaml_node_t *
+node_at(struct ctx *c, int idx)
+{
+    return yaml_document_get_node(c->doc, idx);
+}
+
+static bool
+is_null(const yaml_node_t *n)
+{
+    if (!n)
+        return true;
+    if (n->type != YAML_SCALAR_NODE)
+        return false;
+    if (n->tag && strcmp((const char *)n->tag, YAML_NULL_TAG) == 0)
+        return true;
+    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *v = (const char *)n->data.scalar.value;
+    size_t len = n->data.scalar.length;
+    return len == 0 || (len == 1 && v[0] == '~') ||
+           (len == 4 && (!memcmp(v, "null", 4) || !memcmp(v, "Null", 4) || !memcmp(v, "NULL", 4)));
+}
+
+static const char *
+kind_name(const yaml_node_t *n)
+{
+    switch (n->type) {
+    case YAML_SCALAR_NODE:
+        return "a string";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "empty";
+    }
+}
+
+/*
+ * The value under key in map (NULL map = empty), NULL if absent or null.
+ * A key given twice is an error: which one kubectl would pick is not obvious.
+ */
+static int
+map_get(struct ctx *c, const yaml_node_t *map, const char *key, const char *where,
+        yaml_node_t **out)
+{
+    yaml_node_t *found = NULL;
+    bool seen = false;
+    size_t klen = strlen(key);
+    *out = NULL;
+    if (!map)
+        return 0;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = node_at(c, p->key);
+        if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length != klen ||
+            memcmp(k->data.scalar.value, key, klen) != 0)
+            continue;
+        if (seen)
+            return CFAIL(c, KWC_ECONFIG, "%s: key %s appears twice; keep one", where, key);
+        seen = true;
+        found = node_at(c, p->value);
+    }
+    *out = is_null(found) ? NULL : found;
+    return 0;
+}
+
+/* Scalar text of n without NULs, borrowed from the document. */
+static int
+scalar(struct ctx *c, const yaml_node_t *n, const char *key, const char *where, const char **s,
+       size_t *len)
+{
+    if (n->type != YAML_SCALAR_NODE)
+        return CFAIL(c, KWC_ECONFIG, "%s: %s must be a string, not %s", where, key, kind_name(n));
+    *s = (const char *)n->data.scalar.value;
+    *len = n->data.scalar.length;
+    if (memchr(*s, '\0', *len))
+        return CFAIL(c, KWC_ECONFIG, "%s: %s contains a NUL byte", where, key);
+    return 0;
+}
+
+/* String field, new in *out; NULL when absent, null or empty. */
+static int
+get_str(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, char **out)
+{
+    yaml_node_t *n;
+    const char *s;
+    size_t len;
+    int rc;
+    *out = NULL;
+    if ((rc = map_get(c, map, key, where, &n)) || !n)
+        return rc;
+    if ((rc = scalar(c, n, key, where, &s, &len)))
+        return rc;
+    if (len)
+        *out = xstrndup(s, len);
+    return 0;
+}
+
+/* Boolean field as YAML 1.1 reads it (what kubectl's YAML library accepts). */
+static int
+get_bool(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, bool *out)
+{
+    static const char *const yes[] = {"y",  "Y",  "yes",  "Yes",  "YES", "on",
+                                      "On", "ON", "true", "True", "TRUE"};
+    static const char *const no[] = {"n",   "N",   "no",    "No",    "NO",   "off",
+                                     "Off", "OFF", "false", "False", "FALSE"};
+    yaml_node_t *n;
+    const char *s;
+    size_t len;
+    int rc;
+    *out = false;
+    if ((rc = map_get(c, map, key, where, &n)) || !n)
+        return rc;
+    if ((rc = scalar(c, n, key, where, &s, &len)))
+        return rc;
+    for (size_t i = 0; i < KWC_ARRAY_LEN(yes); i++) {
+        if (strlen(yes[i]) == len && memcmp(yes[i], s, len) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strlen(no[i]) == len && memcmp(no[i], s, len) == 0)
+            return 0;
+    }
+    return CFAIL(c, KWC_ECONFIG, "%s: %s must be true or false, not %s", where, key, qn(s, len).s);
+}
+
+/* Is key present with a non-null value? */
+static int
+has_key(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, bool *out)
+{
+    yaml_node_t *n;
+    int rc = map_get(c, map, key, where, &n);
+    *out = n != NULL;
+    return rc;
+}
+
+/* Mapping field (NULL when absent or null). */
+static int
+get_map(struct ctx *c, const yaml_node_t *map, const char *key, const char *where,
+        yaml_node_t **out)
+{
+    int rc = map_get(c, map, key, where, out);
+    if (rc == 0 && *out && (*out)->type != YAML_MAPPING_NODE)
+        rc = CFAIL(c, KWC_ECONFIG, "%s: %s must be a mapping, not %s", where, key, kind_name(*out));
+    if (rc)
+        *out = NULL;
+    return rc;
+}
+
+/* ---- named lists: clusters, users, contexts ----------------------------- */
+
+struct named {
+    const char *name; /* borrowed from the document; no NUL inside */
+    size_t len;
+    yaml_node_t *body; /* the cluster/user/context mapping, NULL if absent */
+};
+
+struct list {
+    const char *what; /* "cluster" */
+    struct named *v;  /* sorted by name */
+    size_t n;
+};
+
+static int
+cmp_named(const void *a, const void *b)
+{
+    const struct named *x = a, *y = b;
+    size_t m = x->len < y->len ? x->len : y->len;
+    int d = memcmp(x->name, y->name, m);
+    if (d)
+        return d;
+    return (x->len > y->len) - (x->len < y->len);
+}
+
+/*
+ * Load the top-level list key ("clusters") whose entries are {name, field}
+ * ("cluster"), sorted, refusing duplicate names as client-go does.
+ */
+static int
+list_load(struct ctx *c, const yaml_node_t *root, const char *key, const char *field,
+          struct list *l)
+{
+    yaml_node_t *seq;
+    char where[64];
+    int rc;
+
+    l->what = field;
+    l->v = NULL;
+    l->n = 0;
+    if ((rc = map_get(c, root, key, "kubeconfig", &seq)) || !seq)
+        return rc;
+    if (seq->type != YAML_SEQUENCE_NODE)
+        return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a list of {name, %s}, not %s", key,
+                     field, kind_name(seq));
+    size_t cnt = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
+    l->v = xcalloc(cnt, sizeof *l->v);
+    for (size_t i = 0; i < cnt; i++) {
+        yaml_node_t *item = node_at(c, seq->data.sequence.items.start[i]), *name;
+        struct named *e = &l->v[l->n];
+        snprintf(where, sizeof where, "%s[%zu]", key, i);
+        if (is_null(item) || item->type != YAML_MAPPING_NODE)
+            return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a mapping with name and %s", where,
+                         field);
+        if ((rc = map_get(c, item, "name", where, &name)))
+            return rc;
+        if (!name)
+            return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s has no name; give every %s a name", where,
+                         field);
+        if ((rc = scalar(c, name, "name", where, &e->name, &e->len)))
+            return rc;
+        if ((rc = get_map(c, item, field, where, &e->body)))
+            return rc;
+        l->n++;
+    }
+    qsort(l->v, l->n, sizeof *l->v, cmp_named);
+    for (size_t i = 1; i < l->n; i++)
+        if (cmp_named(&l->v[i - 1], &l->v[i]) == 0)
+            return CFAIL(c, KWC_ECONFIG,
+                         "kubeconfig: %s name %s is defined twice in %s; names must be unique",
+                         field, qn(l->v[i].name, l->v[i].len).s, key);
+    return 0;
+}
+
+static const struct named *
+list_find(const struct list *l, const char *name)
+{
+    struct named key = {.name = name, .len = strlen(name)};
+    return l->n ? bsearch(&key, l->v, l->n, sizeof *l->v, cmp_named) : NULL;
+}
+
+/* "dev, staging" for messages, or "none". */
+struct names {
+    char s[NAMES_SHOWN + 16];
+};
+
+static struct names
+list_names(const struct list *l)
+{
+    struct names r;
+    size_t p = 0;
+    snprintf(r.s, sizeof r.s, "none");
+    for (size_t i = 0; i < l->n; i++) {
+        char one[NAME_SHOWN * 4 + 8];
+        size_t n = 0;
+        put_escaped(one, sizeof one, &n, l->v[i].name, l->v[i].len, NAME_SHOWN);
+        if (p + 2 + n > NAMES_SHOWN) {
+            snprintf(r.s + p, sizeof r.s - p, "%s...", i ? ", " : "");
+            break;
+        }
+        p += (size_t)snprintf(r.s + p, sizeof r.s - p, "%s%s", i ? ", " : "", one);
+    }
+    return r;
+}
+
+/* ---- resolving a context ------------------------------------------------ */
+
+/* A certificate/key from a file path or -data field of body; at most one of them. */
+static int
+get_pem(struct ctx *c, const yaml_node_t *body, const char *fkey, const char *dkey,
+        const char *where, unsigned char **pem, size_t *pemlen)
+{
+    char *file = NULL, *data = NULL, *path = NULL;
+    int rc;
+
+    if ((rc = get_str(c, body, fkey, where, &file)) || (rc = get_str(c, body, dkey, where, &data)))
+        goto out;
+    if (file && data) {
+        rc = CFAIL(c, KWC_ECONFIG, "%s sets both %s and %s; keep one", where, fkey, dkey);
+        goto out;
+    }
+    if (data) {
+        if (kwc_base64_decode(data, strlen(data), pem, pemlen) != 0) {
+            rc = CFAIL(c, KWC_ECONFIG, "%s: %s is not valid base64", where, dkey);
+            goto out;
+        }
+        *pem = xrealloc(*pem, *pemlen + 1);
+        (*pem)[*pemlen] = '\0';
+        if (!looks_pem(*pem, *pemlen)) {
+            rc = CFAIL(c, KWC_ECONFIG,
+                       "%s: %s does not decode to PEM (no -----BEGIN line); it must be the "
+                       "base64 of the PEM file",
+                       where, dkey);
+            goto out;
+        }
+    } else if (file) {
+        path = join_path(c->base_dir, file);
+        if ((rc = read_file(path, KCFG_MAX_FILE, true, pem, pemlen))) {
+            CFAIL(c, rc,
+                  "%s: cannot read %s %s: %s (relative paths are resolved against the "
+                  "kubeconfig's directory)",
+                  where, fkey, qs(path).s, file_reason(rc));
+            goto out;
+        }
+        if (!looks_pem(*pem, *pemlen)) {
+            rc = CFAIL(c, KWC_ECONFIG, "%s: %s %s is not PEM (no -----BEGIN line)", where, fkey,
+                       qs(path).s);
+            goto out;
+        }
+    }
+out:
+    if (rc && *pem) {
+        explicit_bzero(*pem, *pemlen);
+        free(*pem);
+        *pem = NULL;
+        *pemlen = 0;
+    }
+    if (data)
+        explicit_bzero(data, strlen(data));
+    free(data);
+    free(file);
+    free(path);
+    return rc;
+}
+
+static int
+check_server(struct ctx *c, char *server, const char *where)
+{
+    size_t len = strlen(server);
+    char *host;
+    if (strncasecmp(server, "https://", 8) == 0)
+        host = server + 8;
+    else if (strncasecmp(server, "http://", 7) == 0)
+        host = server + 7;
+    else
+        return CFAIL(c, KWC_ECONFIG,
+                     "%s: server %s is not an http(s) URL; write it as https://HOST:PORT", where,
+                     qs(server).s);
+    for (const char *p = server; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return CFAIL(c, KWC_ECONFIG, "%s: server %s contains spaces or control characters",
+                         where, qs(server).s);
+    while (server + len > host && server[len - 1] == '/')
+        server[--len] = '\0';
+    if (!*host)
+        return CFAIL(c, KWC_ECONFIG, "%s: server %s has no host; write it as https://HOST:PORT",
+                     where, qs(server).s);
+    return 0;
+}
+
+static int
+load_cluster(struct ctx *c, const struct named *e, struct kcfg *k)
+{
+    char where[NAME_SHOWN * 4 + 32];
+    bool proxy;
+    int rc;
+
+    snprintf(where, sizeof where, "cluster %s", qn(e->name, e->len).s);
+    if ((rc = get_str(c, e->body, "server", where, &k->server)))
+        return rc;
+    if (!k->server)
+        return CFAIL(c, KWC_ECONFIG,
+                     "%s has no server; set clusters[].cluster.server to the API server URL, "
+                     "e.g. https://10.0.0.1:6443",
+                     where);
+    if ((rc = check_server(c, k->server, where)))
+        return rc;
+    if ((rc = has_key(c, e->body, "proxy-url", where, &proxy)))
+        return rc;
+    if (proxy)
+        return CFAIL(c, KWC_EUNSUPPORTED,
+                     "%s sets proxy-url, which kwc does not support; remove it to connect "
+                     "directly",
+                     where);
+    if ((rc = get_str(c, e->body, "tls-server-name", where, &k->tls_server_name)) ||
+        (rc = get_bool(c, e->body, "insecure-skip-tls-verify", where,
+                       &k->insecure_skip_tls_verify)) ||
+        (rc = get_pem(c, e->body, "certificate-authority", "certificate-authority-data", where,
+                      &k->ca_pem, &k->ca_pem_len)))
+        return rc;
+    if (k->insecure_skip_tls_verify && k->ca_pem)
+        return CFAIL(c, KWC_ECONFIG,
+                     "%s sets both insecure-skip-tls-verify and a certificate authority; "
+                     "remove one",
+                     where);
+    return 0;
+}
+
+static int
+load_user(struct ctx *c, const struct named *e, struct kcfg *k)
+{
+    static const char *const plugins[] = {"exec", "auth-provider"};
+    static const char *const impersonation[] = {"as", "as-uid", "as-groups", "as-user-extra"};
+    char where[NAME_SHOWN * 4 + 32];
+    char *tf = NULL, *path = NULL;
+    unsigned char *tok = NULL;
+    size_t toklen = 0;
+    bool set;
+    int rc;
+
+    snprintf(where, sizeof where, "user %s", qn(e->name, e->len).s);
+    for (size_t i = 0; i < KWC_ARRAY_LEN(plugins); i++) {
+        if ((rc = has_key(c, e->body, plugins[i], where, &set)))
+            return rc;
+        if (set)
+            return CFAIL(c, KWC_EUNSUPPORTED,
+                         "%s uses an %s credential plugin; exec credential plugins are not "
+                         "supported by kwc: use a token, tokenFile or client certificate "
+                         "instead (e.g. a ServiceAccount token)",
+                         where, plugins[i]);
+    }
+    for (size_t i = 0; i < KWC_ARRAY_LEN(impersonation); i++) {
+        if ((rc = has_key(c, e->body, impersonation[i], where, &set)))
+            return rc;
+        if (set)
+            return CFAIL(c, KWC_EUNSUPPORTED,
+                         "%s sets %s; impersonation is not supported by kwc, use the target "
+                         "identity's own credentials",
+                         where, impersonation[i]);
+    }
+    if ((rc = get_pem(c, e->body, "client-certificate", "client-certificate-data", where,
+                      &k->cert_pem, &k->cert_pem_len)) ||
+        (rc = get_pem(c, e->body, "client-key", "client-key-data", where, &k->key_pem,
+                      &k->key_pem_len)))
+        return rc;
+    if (!k->cert_pem != !k->key_pem)
+        return CFAIL(c, KWC_ECONFIG, "%s has a client %s but no client %s; set both", where,
+                     k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
+    if ((rc = get_str(c, e->body, "token", where, &k->token)) ||
+        (rc = get_str(c, e->body, "tokenFile", where, &tf)) ||
+        (rc = get_str(c, e->body, "username", where, &k->username)) ||
+        (rc = get_str(c, e->body, "password", where, &k->password)))
+        goto out;
+    if ((k->token || tf) && (k->username || k->password)) {
+        rc = CFAIL(c, KWC_ECONFIG,
+                   "%s sets both a token and basic auth (username/password); only one "
+                   "authentication method is allowed",
+                   where);
+        goto out;
+    }
+    if (tf) {
+        path = join_path(c->base_dir, tf);
+        /* Read now so a typo fails at startup, as client-go does; the upstream re-reads it. */
+        if ((rc = read_file(path, KCFG_MAX_FILE, true, &tok, &toklen))) {
+            CFAIL(c, rc, "%s: cannot read tokenFile %s: %s", where, qs(path).s, file_reason(rc));
+            goto out;
+        }
+        if ((rc = abs_path(path, &k->token_file))) {
+            CFAIL(c, rc, "%s: cannot make tokenFile %s absolute: %s", where, qs(path).s,
+                  kwc_strerror(rc));
+            goto out;
+        }
+    }
+out:
+    if (tok) {
+        explicit_bzero(tok, toklen);
+        free(tok);
+    }
+    free(tf);
+    free(path);
+    return rc;
+}
+
+static int
+resolve(struct ctx *c, const yaml_node_t *root, const char *want, struct kcfg *k)
+{
+    struct list contexts = {0}, clusters = {0}, users = {0};
+    const struct named *ctxe, *cle, *ue;
+    char where[NAME_SHOWN * 4 + 32];
+    int rc;
+
+    if ((rc = list_load(c, root, "contexts", "context", &contexts)) ||
+        (rc = list_load(c, root, "clusters", "cluster", &clusters)) ||
+        (rc = list_load(c, root, "users", "user", &users)))
+        goto out;
+
+    if (want && *want) {
+        k->context = xstrdup(want);
+    } else {
+        if ((rc = get_str(c, root, "current-context", "kubeconfig", &k->context)))
+            goto out;
+        if (!k->context) {
+            rc = CFAIL(c, KWC_ECONFIG,
+                       "kubeconfig has no current-context (contexts: %s); pass --context NAME",
+                       list_names(&contexts).s);
+            goto out;
+        }
+    }
+    if (!(ctxe = list_find(&contexts, k->context))) {
+        rc = CFAIL(c, KWC_ECONFIG, "context %s not found in kubeconfig (contexts: %s); %s",
+                   qs(k->context).s, list_names(&contexts).s,
+                   want && *want ? "pass --context NAME"
+                                 : "fix current-context or pass --context NAME");
+        goto out;
+    }
+    snprintf(where, sizeof where, "context %s", qs(k->context).s);
+    if ((rc = get_str(c, ctxe->body, "cluster", where, &k->cluster)) ||
+        (rc = get_str(c, ctxe->body, "user", where, &k->user)) ||
+        (rc = get_str(c, ctxe->body, "namespace", where, &k->namespace)))
+        goto out;
+    if (!k->cluster) {
+        rc = CFAIL(c, KWC_ECONFIG,
+                   "%s names no cluster; set contexts[].context.cluster (clusters: %s)", where,
+                   list_names(&clusters).s);
+        goto out;
+    }
+    if (!(cle = list_find(&clusters, k->cluster))) {
+        rc = CFAIL(c, KWC_ECONFIG,
+                   "cluster %s (from %s) not found in kubeconfig (clusters: %s); fix the "
+                   "context's cluster or add the cluster",
+                   qs(k->cluster).s, where, list_names(&clusters).s);
+        goto out;
+    }
+    if ((rc = load_cluster(c, cle, k)))
+        goto out;
+    if (k->user) {
+        if (!(ue = list_find(&users, k->user))) {
+            rc = CFAIL(c, KWC_ECONFIG,
+                       "user %s (from %s) not found in kubeconfig (users: %s); fix the "
+                       "context's user or add the user",
+                       qs(k->user).s, where, list_names(&users).s);
+            goto out;
+        }
+        if ((rc = load_user(c, ue, k)))
+            goto out;
+    }
+out:
+    free(contexts.v);
+    free(clusters.v);
+    free(users.v);
+    return rc;
+}
+
+/* ---- YAML loading ------------------------------------------------------- */
+
+static int
+yaml_fail(struct ctx *c, const yaml_parser_t *p)
+{
+    const char *problem = p->problem ? p->problem : "out of memory";
+    if (p->error == YAML_READER_ERROR)
+        return CFAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s at byte %zu", problem,
+                     p->problem_offset);
+    return CFAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s%s%s at line %zu column %zu",
+                 p->context ? p->context : "", p->context ? ", " : "", problem,
+                 p->problem_mark.line + 1, p->problem_mark.column + 1);
+}
+
+/* Walk the first document's events to bound node count and depth before loading it. */
+static int
+prescan(struct ctx *c, const char *yaml, size_t len)
+{
+    yaml_parser_t p;
+    yaml_event_t ev;
+    size_t nodes = 0, depth = 0;
+    int rc = 0;
+    bool done = false;
+
+    if (!yaml_parser_initialize(&p))
+        return CFAIL(c, -ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&p, (const unsigned char *)yaml, len);
+    while (!done) {
+        if (!yaml_parser_parse(&p, &ev)) {
+            rc = yaml_fail(c, &p);
+            break;
+        }
+        switch (ev.type) {
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT:
+            nodes++;
+            if (++depth > KCFG_MAX_DEPTH)
+                rc = CFAIL(c, KWC_ECONFIG,
+                           "kubeconfig nests deeper than %d levels at line %zu; it is not a "
+                           "kubeconfig",
+                           KCFG_MAX_DEPTH, ev.start_mark.line + 1);
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            break;
+        case YAML_SCALAR_EVENT:
+        case YAML_ALIAS_EVENT:
+            nodes++;
+            break;
+        case YAML_DOCUMENT_END_EVENT:
+        case YAML_STREAM_END_EVENT:
+            done = true;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&ev);
+        if (!rc && nodes > KCFG_MAX_NODES)
+            rc = CFAIL(c, KWC_ECONFIG,
+                       "kubeconfig has more than %d YAML nodes; it is not a "
+                       "kubeconfig",
+                       KCFG_MAX_NODES);
+        if (rc)
+            break;
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+int
+kcfg_parse(const char *yaml, size_t len, const char *base_dir, const char *context,
+           struct kcfg **out, char *err, size_t errlen)
+{
+    struct ctx c = {.base_dir = base_dir, .err = err, .errlen = errlen};
+    yaml_parser_t p;
+    yaml_document_t doc;
+    bool parser = false, loaded = false;
+    struct kcfg *k = NULL;
+    yaml_node_t *root;
+    int rc;
+
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    if (len > KCFG_MAX_FILE)
+        return CFAIL(&c, KWC_ETOOBIG,
+                     "kubeconfig is %zu bytes, over the 4 MiB limit; is this the right file?", len);
+    if ((rc = prescan(&c, yaml, len)))
+        goto out;
+    if (!yaml_parser_initialize(&p)) {
+        rc = CFAIL(&c, -ENOMEM, "out of memory starting the YAML parser");
+        goto out;
+    }
+    parser = true;
+    yaml_parser_set_input_string(&p, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&p, &doc)) {
+        rc = yaml_fail(&c, &p);
+        goto out;
+    }
+    loaded = true;
+    c.doc = &doc;
+    root = yaml_document_get_root_node(&doc);
+    if (is_null(root)) {
+        rc = CFAIL(&c, KWC_ECONFIG,
+                   "kubeconfig is empty; it needs clusters, users, contexts and a "
+                   "current-context (see `kubectl config view`)");
+        goto out;
+    }
+    if (root->type != YAML_MAPPING_NODE) {
+        rc = CFAIL(&c, KWC_ECONFIG,
+                   "kubeconfig must be a YAML mapping (apiVersion, clusters, users, contexts, "
+                   "current-context), not %s",
+                   kind_name(root));
+        goto out;
+    }
+    k = xcalloc(1, sizeof *k);
+    if ((rc = resolve(&c, root, context, k)))
+        goto out;
+    *out = k;
+    k = NULL;
+out:
+    kcfg_free(k);
+    if (loaded)
+        yaml_document_delete(&doc);
+    if (parser)
+        yaml_parser_delete(&p);
+    return rc;
+}
+
+int
+kcfg_load_file(const char *path, const char *context, struct kcfg **out, char *err, size_t errlen)
+{
+    unsigned char *text = NULL;
+    size_t len = 0;
+    char *dir;
+    int rc;
+
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    if ((rc = read_file(path, KCFG_MAX_FILE, false, &text, &len)))
+        return fail(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s, file_reason(rc));
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        dir = xstrdup(".");
+    else if (slash == path)
+        dir = xstrdup("/");
+    else
+        dir = xstrndup(path, (size_t)(slash - path));
+    rc = kcfg_parse((const char *)text, len, dir, context, out, err, errlen);
+    if (rc && err && errlen && strstr(err, "kubeconfig") == err) {
+        /* Name the file: "kubeconfig ..." becomes "kubeconfig PATH ...". */
+        char *msg = xasprintf("kubeconfig %s%s", qs(path).s, err + strlen("kubeconfig"));
+        snprintf(err, errlen, "%s", msg);
+        free(msg);
+    }
+    explicit_bzero(text, len);
+    free(text);
+    free(dir);
+    return rc;
+}
+
+/* ---- in-cluster --------------------------------------------------------- */
+
+static bool
+valid_port(const char *s)
+{
+    unsigned long v = 0;
+    size_t n = 0;
+    for (; s[n]; n++) {
+        if (s[n] < '0' || s[n] > '9' || n >= 5)
+            return false;
+        v = v * 10 + (unsigned long)(s[n] - '0');
+    }
+    return n > 0 && v > 0 && v <= 65535;
+}
+
+static bool
+valid_host(const char *s)
+{
+    if (!*s)
+        return false;
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f || strchr("/@?#[]", *p))
+            return false;
+    return true;
+}
+
+int
+kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct kcfg **out,
+                char *err, size_t errlen)
+{
+    struct kcfg *k = NULL;
+    char *path = NULL;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    int rc;
+
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!sa_dir)
+        sa_dir = KCFG_SA_DIR;
+    if (!host || !*host || !port || !*port)
+        return fail(err, errlen, KWC_ECONFIG,
+                    "not running in a Kubernetes cluster: KUBERNETES_SERVICE_HOST and "
+                    "KUBERNETES_SERVICE_PORT must be set; or pass a kubeconfig");
+    /* An already bracketed IPv6 literal is accepted as is. */
+    size_t hl = strlen(host);
+    bool bracketed = hl > 2 && host[0] == '[' && host[hl - 1] == ']';
+    char *inner = bracketed ? xstrndup(host + 1, hl - 2) : xstrdup(host);
+    bool ok = valid_host(inner);
+    bool v6 = strchr(inner, ':') != NULL;
+    if (!ok || (bracketed && !v6)) {
+        free(inner);
+        return fail(err, errlen, KWC_ECONFIG,
+                    "KUBERNETES_SERVICE_HOST %s is not a host name or IP address", qs(host).s);
+    }
+    if (!valid_port(port)) {
+        free(inner);
+        return fail(err, errlen, KWC_ECONFIG,
+                    "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)", qs(port).s);
+    }
+    k = xcalloc(1, sizeof *k);
+    k->server =
+        v6 ? xasprintf("https://[%s]:%s", inner, port) : xasprintf("https://%s:%s", inner, port);
+    free(inner);
+    k->context = xstrdup("in-cluster");
+    k->cluster = xstrdup("in-cluster");
+    k->user = xstrdup("serviceaccount");
+
+    /* The token must be there: without it we are not really in a pod. */
+    path = xasprintf("%s/token", sa_dir);
+    if ((rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len))) {
+        fail(err, errlen, rc,
+             "cannot read the ServiceAccount token %s: %s; is automountServiceAccountToken "
+             "disabled for this pod?",
+             qs(path).s, file_reason(rc));
+        goto out;
+    }
+    explicit_bzero(buf, len);
+    free(buf);
+    buf = NULL;
+    if ((rc = abs_path(path, &k->token_file))) {
+        fail(err, errlen, rc, "cannot make %s absolute: %s", qs(path).s, kwc_strerror(rc));
+        goto out;
+    }
+    free(path);
+
+    /* No ca.crt: client-go goes on with the system roots, and so do we. */
+    path = xasprintf("%s/ca.crt", sa_dir);
+    rc = read_file(path, KCFG_MAX_FILE, true, &k->ca_pem, &k->ca_pem_len);
+    if (rc == -ENOENT) {
+        rc = 0;
+    } else if (rc) {
+        fail(err, errlen, rc, "cannot read the cluster CA %s: %s", qs(path).s, file_reason(rc));
+        goto out;
+    } else if (!looks_pem(k->ca_pem, k->ca_pem_len)) {
+        rc = fail(err, errlen, KWC_ECONFIG, "cluster CA %s is not PEM (no -----BEGIN line)",
+                  qs(path).s);
+        goto out;
+    }
+    free(path);
+
+    path = xasprintf("%s/namespace", sa_dir);
+    rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len);
+    if (rc == -ENOENT) {
+        rc = 0;
+    } else if (rc) {
+        fail(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s, file_reason(rc));
+        goto out;
+    } else {
+        const char *s = (const char *)buf, *e = s + len;
+        while (s < e && strchr(" \t\r\n", *s))
+            s++;
+        while (e > s && strchr(" \t\r\n", e[-1]))
+            e--;
+        if (memchr(s, '\0', (size_t)(e - s))) {
+            rc = fail(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte", qs(path).s);
+            goto out;
+        }
+        if (e > s)
+            k->namespace = xstrndup(s, (size_t)(e - s));
+    }
+    *out = k;
+    k = NULL;
+out:
+    free(buf);
+    free(path);
+    kcfg_free(k);
+    return rc;
+}
+
+static void
+free_secret(void *p, size_t len)
+{
+    if (p) {
+        explicit_bzero(p, len);
+        free(p);
+    }
+}
+
+void
+kcfg_free(struct kcfg *k)
+{
+    if (!k)
+        return;
+    free(k->server);
+    free(k->tls_server_name);
+    free(k->ca_pem);
+    free(k->cert_pem);
+    free_secret(k->key_pem, k->key_pem_len);
+    free_secret(k->token, k->token ? strlen(k->token) : 0);
+    free(k->token_file);
+    free(k->username);
+    free_secret(k->password, k->password ? strlen(k->password) : 0);
+    free(k->context);
+    free(k->cluster);
+    free(k->user);
+    free(k->namespace);
+    free(k);
+}
