@@ -1,0 +1,4042 @@
+#!/usr/bin/python3
+"""apisim: a Kubernetes API server emulator for kwc's tests, benchmarks and demo.
+
+Python 3 standard library only (run with /usr/bin/python3).  One asyncio loop in one
+thread, so the whole state is consistent without locks.  It speaks kube-apiserver's
+REST protocol on the wire: discovery, list/get/watch with the resourceVersion rules,
+continue tokens, selectors, Table output, writes, Status errors, bookmarks,
+sendInitialEvents, exec over websockets, plus a control API under /apisim/.
+
+Where a status code or message copies kube-apiserver, the comment names the source
+file in kubernetes/kubernetes it was taken from.  See README.md beside this file.
+"""
+
+import argparse
+import asyncio
+import base64
+import bisect
+import collections
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import ssl
+import struct
+import sys
+import time
+import uuid
+from urllib.parse import parse_qsl, unquote
+
+JSON_CT = b"application/json"
+
+# ---------------------------------------------------------------------------
+# small helpers
+# ---------------------------------------------------------------------------
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def dumpb(obj):
+    """Compact JSON bytes (Go's encoding/json style: no spaces, UTF-8)."""
+    return _dumps(obj).encode()
+
+
+def now_rfc3339(t=None):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
+
+
+def parse_rfc3339(s):
+    try:
+        return time.mktime(time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    except (ValueError, TypeError):
+        return None
+
+
+def human_duration(seconds):
+    """k8s.io/apimachinery/pkg/util/duration HumanDuration (kubectl's AGE)."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    s = int(seconds)
+    if s < 60 * 2:
+        return "%ds" % s
+    minutes = s // 60
+    if minutes < 10:
+        sec = s % 60
+        return "%dm" % minutes if sec == 0 else "%dm%ds" % (minutes, sec)
+    if minutes < 60 * 3:
+        return "%dm" % minutes
+    hours = s // 3600
+    if hours < 8:
+        m = minutes % 60
+        return "%dh" % hours if m == 0 else "%dh%dm" % (hours, m)
+    if hours < 48:
+        return "%dh" % hours
+    if hours < 24 * 8:
+        h = hours % 24
+        return "%dd" % (hours // 24) if h == 0 else "%dd%dh" % (hours // 24, h)
+    if hours < 24 * 365 * 2:
+        return "%dd" % (hours // 24)
+    if hours < 24 * 365 * 8:
+        dy = (hours // 24) % 365
+        return "%dy" % (hours // 24 // 365) if dy == 0 else "%dy%dd" % (hours // 24 // 365, dy)
+    return "%dy" % (hours // 24 // 365)
+
+
+def age_of(ts):
+    t = parse_rfc3339(ts) if ts else None
+    return "<unknown>" if t is None else human_duration(time.time() - t)
+
+
+def kube_bool(value):
+    """Query booleans as kube-apiserver decodes them.
+
+    k8s.io/apimachinery/pkg/runtime/conversion.go Convert_Slice_string_To_bool: only
+    "0" and case-insensitive "false" are false; any other value (even "" or "no") is
+    true.  This is NOT strconv.ParseBool and never an error.
+    """
+    return not (value == "0" or value.lower() == "false")
+
+
+def go_path_clean(p):
+    """Go's path.Clean."""
+    if p == "":
+        return "."
+    rooted = p.startswith("/")
+    out = []
+    for part in p.split("/"):
+        if part == "" or part == ".":
+            continue
+        if part == "..":
+            if out and out[-1] != "..":
+                out.pop()
+            elif not rooted:
+                out.append("..")
+            continue
+        out.append(part)
+    s = "/".join(out)
+    if rooted:
+        return "/" + s
+    return s or "."
+
+
+_B64URL = re.compile(r"^[A-Za-z0-9_\-\r\n]*$")
+
+
+def raw_url_b64decode(s):
+    """Go base64.RawURLEncoding.DecodeString; raises ValueError with Go's message."""
+    if not _B64URL.match(s):
+        for i, ch in enumerate(s):
+            if not (ch.isalnum() or ch in "-_\r\n") or ord(ch) > 127:
+                raise ValueError("illegal base64 data at input byte %d" % i)
+    t = s.replace("\r", "").replace("\n", "")
+    if len(t) % 4 == 1:
+        raise ValueError("illegal base64 data at input byte %d" % (len(t) - 1))
+    return base64.urlsafe_b64decode(t + "=" * (-len(t) % 4))
+
+
+def raw_url_b64encode(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def go_json_string(s):
+    """json.Marshal of a Go string (escapes <, >, & and control characters)."""
+    out = json.dumps(s, ensure_ascii=False)
+    return out.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def encode_continue(start_key, rv):
+    """k8s.io/apiserver/pkg/storage/continue.go EncodeContinue; start_key already
+    relative to the request's key prefix and ending in NUL."""
+    raw = '{"v":"meta.k8s.io/v1","rv":%d,"start":%s}' % (rv, go_json_string(start_key))
+    return raw_url_b64encode(raw.encode())
+
+
+class ContinueError(Exception):
+    pass
+
+
+def decode_continue(token):
+    """continue.go DecodeContinue -> (start_key relative to prefix, rv)."""
+    try:
+        data = raw_url_b64decode(token)
+    except (ValueError, base64.binascii.Error) as e:
+        raise ContinueError("continue key is not valid: %s" % e)
+    try:
+        c = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ContinueError("continue key is not valid: invalid character in JSON (%s)" % e.__class__.__name__)
+    if not isinstance(c, dict):
+        raise ContinueError("continue key is not valid: json: cannot unmarshal %s into Go value of type storage.continueToken"
+                            % {list: "array", str: "string", int: "number", float: "number", bool: "bool"}.get(type(c), "value"))
+    v = c.get("v", "")
+    rv = c.get("rv", 0)
+    start = c.get("start", "")
+    if not isinstance(rv, int) or isinstance(rv, bool):
+        raise ContinueError("continue key is not valid: json: cannot unmarshal %s into Go struct field continueToken.rv of type int64"
+                            % ("string" if isinstance(rv, str) else "number"))
+    if not isinstance(start, str) or not isinstance(v, str):
+        raise ContinueError("continue key is not valid: json: cannot unmarshal value into Go struct field of type string")
+    if v != "meta.k8s.io/v1":
+        raise ContinueError("continue key is not valid: server does not recognize this encoded version %s" % v)
+    if rv == 0:
+        raise ContinueError("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    if not start:
+        raise ContinueError("continue key is not valid: encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if go_path_clean(key) != key:
+        raise ContinueError("continue key is not valid: %s" % start)
+    return key[1:], rv
+
+
+# ---------------------------------------------------------------------------
+# Status errors (k8s.io/apimachinery/pkg/api/errors/errors.go)
+# ---------------------------------------------------------------------------
+
+class ApiError(Exception):
+    def __init__(self, code, reason, message, details=None, headers=None, extra=None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.headers = headers or []
+        self.extra = extra  # e.g. {"continue": token} for ListMeta
+
+    def status(self):
+        st = {"kind": "Status", "apiVersion": "v1", "metadata": self.extra or {}, "status": "Failure",
+              "message": self.message}
+        if self.reason:
+            st["reason"] = self.reason
+        if self.details is not None:
+            st["details"] = self.details
+        st["code"] = self.code
+        return st
+
+
+def _qualified(rt):
+    return rt.plural if not rt.group else "%s.%s" % (rt.plural, rt.group)
+
+
+def _details(rt, name=None):
+    d = {}
+    if name:
+        d["name"] = name
+    if rt.group:
+        d["group"] = rt.group
+    d["kind"] = rt.plural
+    return d
+
+
+def err_not_found(rt, name):
+    # errors.go NewNotFound: `%s "%s" not found` with the qualified resource.
+    return ApiError(404, "NotFound", '%s "%s" not found' % (_qualified(rt), name), _details(rt, name))
+
+
+def err_already_exists(rt, name):
+    # errors.go NewAlreadyExists
+    return ApiError(409, "AlreadyExists", '%s "%s" already exists' % (_qualified(rt), name), _details(rt, name))
+
+
+def err_conflict(rt, name, why):
+    # errors.go NewConflict: "Operation cannot be fulfilled on %s %q: %v"
+    return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s' % (_qualified(rt), name, why),
+                    _details(rt, name))
+
+
+OBJ_MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def err_bad_request(msg):
+    # errors.go NewBadRequest (no details)
+    return ApiError(400, "BadRequest", msg)
+
+
+def err_expired(msg, cont=None):
+    # errors.go NewResourceExpired: 410 reason Expired
+    return ApiError(410, "Expired", msg, extra=({"continue": cont} if cont else None))
+
+
+def field_err(ftype, field, detail, value=None, supported=None):
+    """One field.Error as (type, field, body) -- validation/field/errors.go ErrorBody."""
+    if ftype == "FieldValueForbidden":
+        body = "Forbidden: " + detail
+    elif ftype == "FieldValueRequired":
+        body = "Required value" + (": " + detail if detail else "")
+    elif ftype == "FieldValueNotSupported":
+        body = "Unsupported value: %s" % json.dumps(value)
+        if supported is not None:
+            body += ": supported values: " + ", ".join(json.dumps(s) for s in supported)
+    elif ftype == "FieldValueInvalid":
+        body = "Invalid value: %s" % (json.dumps(value) if isinstance(value, str) else value)
+        if detail:
+            body += ": " + detail
+    else:
+        body = detail
+    return (ftype, field, body)
+
+
+def err_invalid(group, kind, name, errs):
+    """errors.go NewInvalid: 422 `<Kind>.<group> "<name>" is invalid: <aggregate>`."""
+    qk = kind if not group else "%s.%s" % (kind, group)
+    msgs = ["%s: %s" % (f, b) for (_t, f, b) in errs]
+    agg = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
+    details = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    details["causes"] = [{"reason": t, "message": b, "field": f} for (t, f, b) in errs]
+    return ApiError(422, "Invalid", '%s "%s" is invalid: %s' % (qk, name, agg), details)
+
+
+def err_too_large_rv(want, current, retry):
+    # k8s.io/apiserver/pkg/storage/errors.go NewTooLargeResourceVersionError + errors.go
+    # NewTimeoutError ("Timeout: %s", 504, reason Timeout, details.retryAfterSeconds).
+    details = {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]}
+    headers = []
+    if retry:
+        details["retryAfterSeconds"] = retry
+        headers = [(b"Retry-After", b"%d" % retry)]
+    return ApiError(504, "Timeout", "Timeout: Too large resource version: %d, current: %d" % (want, current),
+                    details, headers)
+
+
+def err_generic(code, message):
+    # responsewriters/status.go ErrorToAPIStatus for an error that is not a Status:
+    # reason StatusReasonUnknown (""), omitted.
+    return ApiError(code, "", message)
+
+
+ERR_NOT_FOUND_PATH = ApiError(404, "NotFound", "the server could not find the requested resource", {})
+ERR_METHOD = ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+
+
+# ---------------------------------------------------------------------------
+# selectors (k8s.io/apimachinery/pkg/labels/selector.go, pkg/fields/selector.go)
+# ---------------------------------------------------------------------------
+
+class SelectorError(Exception):
+    pass
+
+
+_LBL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUB = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SPECIAL = "(),=!<>"
+
+
+def _validate_label_key(k):
+    parts = k.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+        prefix = None
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return "prefix part must be non-empty"
+        if len(prefix) > 253 or not _DNS1123_SUB.match(prefix):
+            return "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    else:
+        return "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _LBL_NAME.match(name):
+        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+    return None
+
+
+def _validate_label_value(v):
+    if v == "":
+        return None
+    if len(v) > 63:
+        return "must be no more than 63 characters"
+    if not _LBL_NAME.match(v):
+        return "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+    return None
+
+
+def _lex_labels(s):
+    toks = []
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c.isspace():
+            i += 1
+            continue
+        if c in _SPECIAL:
+            two = s[i:i + 2]
+            if two in ("==", "!="):
+                toks.append(("OP", two))
+                i += 2
+                continue
+            if c == "!":
+                toks.append(("NOT", c))
+            elif c in "=<>":
+                toks.append(("OP", c))
+            elif c == ",":
+                toks.append(("COMMA", c))
+            else:
+                toks.append(("OPEN" if c == "(" else "CLOSE", c))
+            i += 1
+            continue
+        j = i
+        while j < n and not s[j].isspace() and s[j] not in _SPECIAL:
+            j += 1
+        word = s[i:j]
+        toks.append(("OP", word) if word in ("in", "notin") else ("ID", word))
+        i = j
+    toks.append(("EOS", ""))
+    return toks
+
+
+class LabelSelector:
+    """A parsed label selector: a list of (key, op, values)."""
+
+    __slots__ = ("reqs", "text")
+
+    def __init__(self, text):
+        self.text = text
+        self.reqs = []
+        if text.strip() == "":
+            return
+        toks = _lex_labels(text)
+        pos = 0
+
+        def lit(t):
+            return t[1] if t[0] != "EOS" else "end of string"
+
+        while True:
+            t = toks[pos]
+            if t[0] in ("ID", "NOT"):
+                neg = False
+                if t[0] == "NOT":
+                    neg = True
+                    pos += 1
+                    t = toks[pos]
+                    if t[0] != "ID":
+                        raise SelectorError("unable to parse requirement: found '%s', expected: identifier" % lit(t))
+                key = t[1]
+                pos += 1
+                err = _validate_label_key(key)
+                if err:
+                    raise SelectorError('unable to parse requirement: key: Invalid value: "%s": %s' % (key, err))
+                nt = toks[pos]
+                if neg:
+                    self.reqs.append((key, "!", ()))
+                elif nt[0] in ("COMMA", "EOS"):
+                    self.reqs.append((key, "exists", ()))
+                else:
+                    if nt[0] != "OP":
+                        raise SelectorError("unable to parse requirement: found '%s', expected: in, notin, =, ==, !=, gt, lt" % lit(nt))
+                    op = nt[1]
+                    pos += 1
+                    vals = []
+                    if op in ("in", "notin"):
+                        if toks[pos][0] != "OPEN":
+                            raise SelectorError("unable to parse requirement: found '%s', expected: '('" % lit(toks[pos]))
+                        pos += 1
+                        expect_val = True
+                        while True:
+                            vt = toks[pos]
+                            if vt[0] == "ID" and expect_val:
+                                vals.append(vt[1])
+                                expect_val = False
+                                pos += 1
+                            elif vt[0] == "COMMA":
+                                if expect_val:
+                                    vals.append("")
+                                expect_val = True
+                                pos += 1
+                            elif vt[0] == "CLOSE":
+                                if expect_val and vals:
+                                    vals.append("")
+                                pos += 1
+                                break
+                            else:
+                                raise SelectorError("unable to parse requirement: found '%s', expected: ',', ')' or identifier" % lit(vt))
+                        if not vals:
+                            raise SelectorError("unable to parse requirement: values: Invalid value: []string{}: for 'in', 'notin' operators, values set can't be empty")
+                    else:
+                        vt = toks[pos]
+                        if vt[0] == "ID":
+                            vals.append(vt[1])
+                            pos += 1
+                        elif vt[0] in ("COMMA", "EOS"):
+                            vals.append("")
+                        else:
+                            raise SelectorError("unable to parse requirement: found '%s', expected: identifier" % lit(vt))
+                        if op in (">", "<"):
+                            try:
+                                int(vals[0])
+                            except ValueError:
+                                raise SelectorError('unable to parse requirement: values[0]: Invalid value: "%s": for \'Gt\', \'Lt\' operators, the value must be an integer' % vals[0])
+                    for i, v in enumerate(vals):
+                        if op in (">", "<"):
+                            break
+                        verr = _validate_label_value(v)
+                        if verr:
+                            raise SelectorError('unable to parse requirement: values[%d][%s]: Invalid value: "%s": %s' % (i, key, v, verr))
+                    self.reqs.append((key, {"==": "=", "!=": "!="}.get(op, op), tuple(vals)))
+                t = toks[pos]
+                if t[0] == "EOS":
+                    break
+                if t[0] == "COMMA":
+                    pos += 1
+                    if toks[pos][0] not in ("ID", "NOT"):
+                        raise SelectorError("found '%s', expected: identifier after ','" % lit(toks[pos]))
+                    continue
+                raise SelectorError("found '%s', expected: ',' or 'end of string'" % lit(t))
+            elif t[0] == "EOS":
+                break
+            else:
+                raise SelectorError("found '%s', expected: !, identifier, or 'end of string'" % lit(t))
+
+    def empty(self):
+        return not self.reqs
+
+    def matches(self, labels):
+        for key, op, vals in self.reqs:
+            if op == "=" or op == "in":
+                v = labels.get(key)
+                if v is None or v not in vals:
+                    return False
+            elif op == "!=" or op == "notin":
+                v = labels.get(key)
+                if v is not None and v in vals:
+                    return False
+            elif op == "exists":
+                if key not in labels:
+                    return False
+            elif op == "!":
+                if key in labels:
+                    return False
+            elif op in (">", "<"):
+                v = labels.get(key)
+                if v is None:
+                    return False
+                try:
+                    iv = int(v)
+                except ValueError:
+                    return False
+                if op == ">" and not iv > int(vals[0]):
+                    return False
+                if op == "<" and not iv < int(vals[0]):
+                    return False
+        return True
+
+
+def _split_field_terms(s):
+    terms, cur, i = [], [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            cur.append(s[i:i + 2])
+            i += 2
+            continue
+        if c == ",":
+            terms.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    terms.append("".join(cur))
+    return terms
+
+
+def _unescape_field_value(v):
+    out, i = [], 0
+    while i < len(v):
+        c = v[i]
+        if c == "\\":
+            if i + 1 >= len(v) or v[i + 1] not in "\\,=":
+                raise SelectorError("invalid field selector: invalid escape sequence")
+            out.append(v[i + 1])
+            i += 2
+            continue
+        if c in ",=":
+            raise SelectorError("invalid field selector: unescaped %s" % c)
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class FieldSelector:
+    """A parsed field selector: list of (field, negate, value)."""
+
+    __slots__ = ("terms", "text")
+
+    def __init__(self, text):
+        self.text = text
+        self.terms = []
+        parts = sorted(_split_field_terms(text))
+        for part in parts:
+            if part == "":
+                continue
+            found = None
+            for i in range(len(part)):
+                for op in ("!=", "==", "="):
+                    if part.startswith(op, i):
+                        found = (part[:i], op, part[i + len(op):])
+                        break
+                if found:
+                    break
+            if not found:
+                raise SelectorError("invalid selector: '%s'; can't understand '%s'" % (text, part))
+            lhs, op, rhs = found
+            self.terms.append((lhs, op == "!=", _unescape_field_value(rhs)))
+
+    def empty(self):
+        return not self.terms
+
+    def name_value(self):
+        for f, neg, v in self.terms:
+            if f == "metadata.name" and not neg:
+                return v
+        return None
+
+    def matches(self, obj):
+        for f, neg, v in self.terms:
+            if f == "metadata.name":
+                have = obj.name
+            elif f == "metadata.namespace":
+                have = obj.ns
+            else:
+                have = obj.fields.get(f, "") if obj.fields else ""
+            if (have == v) == neg:
+                return False
+        return True
+
+
+# ---------------------------------------------------------------------------
+# objects: canonical encoding, builders, resource types
+# ---------------------------------------------------------------------------
+
+META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+              "ownerReferences", "finalizers", "managedFields")
+
+
+def canon(d):
+    """Reorder an object for its canonical encoding: kind, apiVersion, metadata (in
+    ObjectMeta field order, maps sorted like Go), spec, status, then the rest."""
+    out = {}
+    if "kind" in d:
+        out["kind"] = d["kind"]
+    if "apiVersion" in d:
+        out["apiVersion"] = d["apiVersion"]
+    md = d.get("metadata")
+    if isinstance(md, dict):
+        om = {}
+        for k in META_ORDER:
+            v = md.get(k)
+            if v is None:
+                continue
+            if k in ("labels", "annotations") and isinstance(v, dict):
+                if not v:
+                    continue
+                v = {kk: v[kk] for kk in sorted(v)}
+            om[k] = v
+        for k, v in md.items():
+            if k not in om and v is not None and k not in META_ORDER:
+                om[k] = v
+        out["metadata"] = om
+    for k in ("spec", "status"):
+        if k in d:
+            out[k] = d[k]
+    for k, v in d.items():
+        if k not in out:
+            out[k] = v
+    return out
+
+
+class Obj:
+    """One stored object: its key, selector attributes and canonical JSON bytes."""
+
+    __slots__ = ("key", "ns", "name", "rv", "labels", "fields", "data", "uid")
+
+    def __init__(self, key, ns, name, rv, labels, fields, data, uid=""):
+        self.key = key
+        self.ns = ns
+        self.name = name
+        self.rv = rv
+        self.labels = labels
+        self.fields = fields
+        self.data = data
+        self.uid = uid
+
+    def with_rv(self, rv):
+        """The same object re-stamped with another resourceVersion (DELETED events)."""
+        old = b'"resourceVersion":"%d"' % self.rv
+        data = self.data.replace(old, b'"resourceVersion":"%d"' % rv, 1)
+        return Obj(self.key, self.ns, self.name, rv, self.labels, self.fields, data, self.uid)
+
+    def dict(self):
+        return json.loads(self.data)
+
+
+def _s(v):
+    return "" if v is None else (("true" if v else "false") if isinstance(v, bool) else str(v))
+
+
+def pod_fields(d):
+    sp = d.get("spec") or {}
+    st = d.get("status") or {}
+    return {"spec.nodeName": _s(sp.get("nodeName")), "spec.restartPolicy": _s(sp.get("restartPolicy")),
+            "spec.schedulerName": _s(sp.get("schedulerName")),
+            "spec.serviceAccountName": _s(sp.get("serviceAccountName")),
+            "status.phase": _s(st.get("phase")), "status.podIP": _s(st.get("podIP")),
+            "status.nominatedNodeName": _s(st.get("nominatedNodeName"))}
+
+
+def node_fields(d):
+    return {"spec.unschedulable": "true" if (d.get("spec") or {}).get("unschedulable") else "false"}
+
+
+def ns_fields(d):
+    return {"status.phase": _s((d.get("status") or {}).get("phase"))}
+
+
+def secret_fields(d):
+    return {"type": _s(d.get("type"))}
+
+
+def rs_fields(d):
+    return {"status.replicas": _s((d.get("status") or {}).get("replicas", 0))}
+
+
+# --- builders: v maps variable names to strings (real values, or template sentinels)
+
+def build_pod(v):
+    app, ts, img = v["app"], v["ts"], "registry.example.com/%s:1.4.2" % v["app"]
+    ann = {}
+    if v.get("pad"):
+        ann["apisim.kwc.dev/pad"] = v["pad"]
+    cond = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": ts}
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]
+    return {
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": v["name"], "namespace": v["ns"], "uid": v["uid"], "resourceVersion": v["rv"],
+                     "generation": 1, "creationTimestamp": ts,
+                     "labels": {"app": app, "pod-template-hash": v["hash"], "tier": v["tier"]},
+                     "annotations": ann or None,
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                          "name": "%s-%s" % (app, v["hash"]), "uid": v["rsuid"],
+                                          "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {
+            "volumes": [{"name": "kube-api-access", "projected": {"sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+                                                                               "fieldPath": "metadata.namespace"}}]}}],
+                "defaultMode": 420}}],
+            "containers": [{
+                "name": "app", "image": img,
+                "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                          {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+                "env": [{"name": "APP_NAME", "value": app}, {"name": "LOG_LEVEL", "value": "info"},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
+                "resources": {"limits": {"cpu": "500m", "memory": "256Mi"},
+                              "requests": {"cpu": "100m", "memory": "128Mi"}},
+                "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": v["node"],
+            "securityContext": {}, "schedulerName": "default-scheduler",
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300},
+                            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300}],
+            "priority": 0, "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
+        "status": {
+            "phase": "Running", "conditions": cond, "hostIP": v["hostip"], "hostIPs": [{"ip": v["hostip"]}],
+            "podIP": v["ip"], "podIPs": [{"ip": v["ip"]}], "startTime": ts,
+            "containerStatuses": [{"name": "app", "state": {"running": {"startedAt": ts}}, "lastState": {},
+                                   "ready": True, "restartCount": 0, "image": img,
+                                   "imageID": "registry.example.com/%s@sha256:%s" % (app, v["cid"]),
+                                   "containerID": "containerd://" + v["cid"], "started": True}],
+            "qosClass": "Burstable"}}
+
+
+def build_node(v):
+    ts = v["ts"]
+    conds = [{"type": t, "status": "False", "lastHeartbeatTime": ts, "lastTransitionTime": ts,
+              "reason": "Kubelet" + r, "message": m}
+             for t, r, m in (("MemoryPressure", "HasSufficientMemory", "kubelet has sufficient memory available"),
+                             ("DiskPressure", "HasNoDiskPressure", "kubelet has no disk pressure"),
+                             ("PIDPressure", "HasSufficientPID", "kubelet has sufficient PID available"))]
+    conds.append({"type": "Ready", "status": "True", "lastHeartbeatTime": ts, "lastTransitionTime": ts,
+                  "reason": "KubeletReady", "message": "kubelet is posting ready status"})
+    cap = {"cpu": "8", "ephemeral-storage": "102350Mi", "hugepages-2Mi": "0", "memory": "32863724Ki", "pods": "110"}
+    d = {"kind": "Node", "apiVersion": "v1",
+         "metadata": {"name": v["name"], "uid": v["uid"], "resourceVersion": v["rv"], "generation": 1,
+                      "creationTimestamp": ts,
+                      "labels": {"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                                 "kubernetes.io/arch": "amd64", "kubernetes.io/hostname": v["name"],
+                                 "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": "apisim.large"},
+                      "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                      "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+         "spec": {"podCIDR": v["cidr"], "podCIDRs": [v["cidr"]], "providerID": "apisim://" + v["name"]},
+         "status": {"capacity": cap, "allocatable": dict(cap), "conditions": conds,
+                    "addresses": [{"type": "InternalIP", "address": v["ip"]}, {"type": "Hostname", "address": v["name"]}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                    "nodeInfo": {"machineID": v["mid"], "systemUUID": v["uid"], "bootID": v["mid"],
+                                 "kernelVersion": "6.1.0-apisim", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                                 "containerRuntimeVersion": "containerd://1.7.13", "kubeletVersion": v["kver"],
+                                 "kubeProxyVersion": v["kver"], "operatingSystem": "linux", "architecture": "amd64"}}}
+    if v.get("pad"):
+        d["metadata"]["annotations"]["apisim.kwc.dev/pad"] = v["pad"]
+    return d
+
+
+def build_namespace(v):
+    return {"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": v["name"], "uid": v["uid"], "resourceVersion": v["rv"], "generation": 1,
+                         "creationTimestamp": v["ts"], "labels": {"kubernetes.io/metadata.name": v["name"]}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def _simple_meta(v, labels=None):
+    md = {"name": v["name"], "namespace": v["ns"], "uid": v["uid"], "resourceVersion": v["rv"],
+          "generation": 1, "creationTimestamp": v["ts"]}
+    if labels:
+        md["labels"] = labels
+    if v.get("pad"):
+        md["annotations"] = {"apisim.kwc.dev/pad": v["pad"]}
+    return md
+
+
+def build_configmap(v):
+    return {"kind": "ConfigMap", "apiVersion": "v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "data": {"app.properties": "name=%s\nreplicas=3\n" % v["app"], "mode": "production"}}
+
+
+def build_secret(v):
+    return {"kind": "Secret", "apiVersion": "v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "data": {"password": "c2VjcmV0LXBhc3N3b3Jk", "username": "YWRtaW4="}, "type": "Opaque"}
+
+
+def build_service(v):
+    return {"kind": "Service", "apiVersion": "v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+                     "selector": {"app": v["app"]}, "clusterIP": v["ip"], "clusterIPs": [v["ip"]],
+                     "type": "ClusterIP", "sessionAffinity": "None", "ipFamilies": ["IPv4"],
+                     "ipFamilyPolicy": "SingleStack", "internalTrafficPolicy": "Cluster"},
+            "status": {"loadBalancer": {}}}
+
+
+def build_endpoints(v):
+    return {"kind": "Endpoints", "apiVersion": "v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "subsets": [{"addresses": [{"ip": v["ip"], "nodeName": v["node"]}],
+                         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}]}
+
+
+def _pod_template(app):
+    return {"metadata": {"labels": {"app": app}},
+            "spec": {"containers": [{"name": "app", "image": "registry.example.com/%s:1.4.2" % app,
+                                     "resources": {}, "terminationMessagePath": "/dev/termination-log",
+                                     "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+                     "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                     "securityContext": {}, "schedulerName": "default-scheduler"}}
+
+
+def build_deployment(v):
+    ts = v["ts"]
+    return {"kind": "Deployment", "apiVersion": "apps/v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": v["app"]}}, "template": _pod_template(v["app"]),
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
+                     "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600},
+            "status": {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3,
+                       "availableReplicas": 3,
+                       "conditions": [{"type": "Available", "status": "True", "lastUpdateTime": ts,
+                                       "lastTransitionTime": ts, "reason": "MinimumReplicasAvailable",
+                                       "message": "Deployment has minimum availability."}]}}
+
+
+def build_replicaset(v):
+    return {"kind": "ReplicaSet", "apiVersion": "apps/v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": v["app"]}}, "template": _pod_template(v["app"])},
+            "status": {"replicas": 3, "fullyLabeledReplicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+                       "observedGeneration": 1}}
+
+
+def build_daemonset(v):
+    return {"kind": "DaemonSet", "apiVersion": "apps/v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"selector": {"matchLabels": {"app": v["app"]}}, "template": _pod_template(v["app"]),
+                     "updateStrategy": {"type": "RollingUpdate"}, "revisionHistoryLimit": 10},
+            "status": {"currentNumberScheduled": 3, "numberMisscheduled": 0, "desiredNumberScheduled": 3,
+                       "numberReady": 3, "observedGeneration": 1, "updatedNumberScheduled": 3,
+                       "numberAvailable": 3}}
+
+
+def build_statefulset(v):
+    return {"kind": "StatefulSet", "apiVersion": "apps/v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": v["app"]}}, "template": _pod_template(v["app"]),
+                     "serviceName": v["app"], "podManagementPolicy": "OrderedReady",
+                     "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                     "revisionHistoryLimit": 10},
+            "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "currentReplicas": 3,
+                       "updatedReplicas": 3, "availableReplicas": 3}}
+
+
+def build_widget(v):
+    return {"kind": "Widget", "apiVersion": "example.com/v1", "metadata": _simple_meta(v, {"app": v["app"]}),
+            "spec": {"color": "blue", "size": 3}, "status": {"phase": "Ready"}}
+
+
+# --- Table printers (pkg/printers/internalversion/printers.go, column names & cells)
+
+def col(name, desc="", prio=0, fmt="", typ="string"):
+    return {"name": name, "type": typ, "format": fmt, "description": desc, "priority": prio}
+
+
+NAME_DESC = ("Name must be unique within a namespace. Is required when creating resources, although some "
+             "resources may allow a client to request the generation of an appropriate name automatically. "
+             "Name is primarily intended for creation idempotence and configuration definition. Cannot be "
+             "updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names")
+AGE_DESC = ("CreationTimestamp is a timestamp representing the server time when this object was created. It is "
+            "not guaranteed to be set in happens-before order across separate operations. Clients may not set "
+            "this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. "
+            "Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/"
+            "api-conventions.md#metadata")
+NAME_COL = col("Name", NAME_DESC, fmt="name")
+AGE_COL = col("Age", AGE_DESC)
+
+
+def _none(v):
+    return v if v else "<none>"
+
+
+def pod_row(d):
+    md, sp, st = d.get("metadata", {}), d.get("spec", {}), d.get("status", {})
+    cs = st.get("containerStatuses") or []
+    total = len(sp.get("containers") or [])
+    ready = sum(1 for c in cs if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in cs)
+    reason = st.get("reason") or st.get("phase") or ""
+    for c in cs:
+        state = c.get("state") or {}
+        if "waiting" in state and state["waiting"].get("reason"):
+            reason = state["waiting"]["reason"]
+        elif "terminated" in state:
+            reason = state["terminated"].get("reason") or "Error"
+    if md.get("deletionTimestamp"):
+        reason = "Terminating"
+    return [md.get("name", ""), "%d/%d" % (ready, total), reason, str(restarts), age_of(md.get("creationTimestamp")),
+            _none(st.get("podIP")), _none(sp.get("nodeName")), _none(st.get("nominatedNodeName")), "<none>"]
+
+
+def node_row(d):
+    md, sp, st = d.get("metadata", {}), d.get("spec", {}), d.get("status", {})
+    status = "Unknown"
+    for c in st.get("conditions") or []:
+        if c.get("type") == "Ready":
+            status = "Ready" if c.get("status") == "True" else "NotReady"
+    if sp.get("unschedulable"):
+        status += ",SchedulingDisabled"
+    roles = sorted(k.split("/", 1)[1] for k in (md.get("labels") or {}) if k.startswith("node-role.kubernetes.io/"))
+    info = st.get("nodeInfo") or {}
+    addrs = {a.get("type"): a.get("address") for a in st.get("addresses") or []}
+    return [md.get("name", ""), status, ",".join(roles) or "<none>", age_of(md.get("creationTimestamp")),
+            info.get("kubeletVersion", ""), _none(addrs.get("InternalIP")), _none(addrs.get("ExternalIP")),
+            info.get("osImage", ""), info.get("kernelVersion", ""), info.get("containerRuntimeVersion", "")]
+
+
+def ns_row(d):
+    md = d.get("metadata", {})
+    return [md.get("name", ""), (d.get("status") or {}).get("phase", ""), age_of(md.get("creationTimestamp"))]
+
+
+def cm_row(d):
+    md = d.get("metadata", {})
+    return [md.get("name", ""), len(d.get("data") or {}) + len(d.get("binaryData") or {}),
+            age_of(md.get("creationTimestamp"))]
+
+
+def secret_row(d):
+    md = d.get("metadata", {})
+    return [md.get("name", ""), d.get("type", ""), len(d.get("data") or {}), age_of(md.get("creationTimestamp"))]
+
+
+def svc_row(d):
+    md, sp = d.get("metadata", {}), d.get("spec", {})
+    ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP")) for p in sp.get("ports") or []) or "<none>"
+    sel = ",".join("%s=%s" % kv for kv in sorted((sp.get("selector") or {}).items())) or "<none>"
+    return [md.get("name", ""), sp.get("type", "ClusterIP"), _none(sp.get("clusterIP")), "<none>", ports,
+            age_of(md.get("creationTimestamp")), sel]
+
+
+def ep_row(d):
+    md = d.get("metadata", {})
+    eps = []
+    for ss in d.get("subsets") or []:
+        for a in ss.get("addresses") or []:
+            for p in ss.get("ports") or [{}]:
+                eps.append("%s:%s" % (a.get("ip"), p.get("port")) if p else a.get("ip"))
+    return [md.get("name", ""), ",".join(eps[:3]) + (" + %d more..." % (len(eps) - 3) if len(eps) > 3 else "") or "<none>",
+            age_of(md.get("creationTimestamp"))]
+
+
+def _containers(d):
+    cs = ((((d.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")) or []
+    return ",".join(c.get("name", "") for c in cs), ",".join(c.get("image", "") for c in cs)
+
+
+def _selector(d):
+    ml = ((d.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return ",".join("%s=%s" % kv for kv in sorted(ml.items())) or "<none>"
+
+
+def deploy_row(d):
+    md, sp, st = d.get("metadata", {}), d.get("spec", {}), d.get("status", {})
+    names, images = _containers(d)
+    return [md.get("name", ""), "%d/%d" % (st.get("readyReplicas", 0), sp.get("replicas", 1)),
+            st.get("updatedReplicas", 0), st.get("availableReplicas", 0), age_of(md.get("creationTimestamp")),
+            names, images, _selector(d)]
+
+
+def rs_row(d):
+    md, sp, st = d.get("metadata", {}), d.get("spec", {}), d.get("status", {})
+    names, images = _containers(d)
+    return [md.get("name", ""), sp.get("replicas", 1), st.get("replicas", 0), st.get("readyReplicas", 0),
+            age_of(md.get("creationTimestamp")), names, images, _selector(d)]
+
+
+def ds_row(d):
+    md, st = d.get("metadata", {}), d.get("status", {})
+    names, images = _containers(d)
+    return [md.get("name", ""), st.get("desiredNumberScheduled", 0), st.get("currentNumberScheduled", 0),
+            st.get("numberReady", 0), st.get("updatedNumberScheduled", 0), st.get("numberAvailable", 0), "<none>",
+            age_of(md.get("creationTimestamp")), names, images, _selector(d)]
+
+
+def sts_row(d):
+    md, sp, st = d.get("metadata", {}), d.get("spec", {}), d.get("status", {})
+    names, images = _containers(d)
+    return [md.get("name", ""), "%d/%d" % (st.get("readyReplicas", 0), sp.get("replicas", 1)),
+            age_of(md.get("creationTimestamp")), names, images]
+
+
+def default_row(d):
+    md = d.get("metadata", {})
+    return [md.get("name", ""), age_of(md.get("creationTimestamp"))]
+
+
+TABLES = {
+    "pods": ([NAME_COL, col("Ready", "The aggregate readiness state of this pod for accepting traffic."),
+              col("Status", "The aggregate status of the containers in this pod."),
+              col("Restarts", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+              AGE_COL, col("IP", "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+              col("Node", "NodeName indicates in which node this pod is scheduled.", 1),
+              col("Nominated Node", "nominatedNodeName is set only when this pod preempts other pods on the node.", 1),
+              col("Readiness Gates", "If specified, all readiness gates will be evaluated for pod readiness.", 1)], pod_row),
+    "nodes": ([NAME_COL, col("Status", "The status of the node"), col("Roles", "The roles of the node"), AGE_COL,
+               col("Version", "Kubelet Version reported by the node."),
+               col("Internal-IP", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+               col("External-IP", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+               col("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1),
+               col("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
+               col("Container-Runtime", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1)], node_row),
+    "namespaces": ([NAME_COL, col("Status", "The status of the namespace"), AGE_COL], ns_row),
+    "configmaps": ([NAME_COL, col("Data", "Data contains the configuration data.", typ="integer"), AGE_COL], cm_row),
+    "secrets": ([NAME_COL, col("Type", "The type of secret"), col("Data", "Data contains the secret data.", typ="integer"), AGE_COL], secret_row),
+    "services": ([NAME_COL, col("Type", "type determines how the Service is exposed."),
+                  col("Cluster-IP", "clusterIP is the IP address of the service."),
+                  col("External-IP", "List of IP addresses for which nodes in the cluster will also accept traffic for this service."),
+                  col("Port(s)", "The list of ports that are exposed by this service."), AGE_COL,
+                  col("Selector", "Route service traffic to pods with label keys and values matching this selector.", 1)], svc_row),
+    "endpoints": ([NAME_COL, col("Endpoints", "Endpoints of the resource"), AGE_COL], ep_row),
+    "deployments": ([NAME_COL, col("Ready", "Number of the pod with ready state"),
+                     col("Up-to-date", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", typ="integer"),
+                     col("Available", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", typ="integer"),
+                     AGE_COL, col("Containers", "Names of each container in the template.", 1),
+                     col("Images", "Images referenced by each container in the template.", 1),
+                     col("Selector", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1)], deploy_row),
+    "replicasets": ([NAME_COL, col("Desired", "Replicas is the number of desired replicas.", typ="integer"),
+                     col("Current", "Replicas is the most recently observed number of replicas.", typ="integer"),
+                     col("Ready", "The number of ready replicas for this replica set.", typ="integer"), AGE_COL,
+                     col("Containers", "Names of each container in the template.", 1),
+                     col("Images", "Images referenced by each container in the template.", 1),
+                     col("Selector", "Selector is a label query over pods that should match the replica count.", 1)], rs_row),
+    "daemonsets": ([NAME_COL, col("Desired", "The total number of nodes that should be running the daemon pod.", typ="integer"),
+                    col("Current", "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.", typ="integer"),
+                    col("Ready", "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running and ready.", typ="integer"),
+                    col("Up-to-date", "The total number of nodes that are running updated daemon pod", typ="integer"),
+                    col("Available", "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available.", typ="integer"),
+                    col("Node Selector", "NodeSelector is a selector which must be true for the pod to fit on a node."), AGE_COL,
+                    col("Containers", "Names of each container in the template.", 1),
+                    col("Images", "Images referenced by each container in the template.", 1),
+                    col("Selector", "A label query over pods that are managed by the daemon set.", 1)], ds_row),
+    "statefulsets": ([NAME_COL, col("Ready", "Number of the pod with ready state"), AGE_COL,
+                      col("Containers", "Names of each container in the template.", 1),
+                      col("Images", "Images referenced by each container in the template.", 1)], sts_row),
+}
+DEFAULT_TABLE = ([NAME_COL, AGE_COL], default_row)
+
+
+class RType:
+    """A served resource type."""
+
+    def __init__(self, plural, singular, kind, group, version, namespaced, short=(), categories=(),
+                 subresources=(), fields=None, field_err="default", builder=None, returns_obj=False,
+                 has_status=True, verbs=None):
+        self.plural, self.singular, self.kind = plural, singular, kind
+        self.group, self.version, self.namespaced = group, version, namespaced
+        self.short, self.categories, self.subresources = list(short), list(categories), subresources
+        self.fields_fn = fields
+        self.field_err = field_err
+        self.builder = builder
+        self.returns_obj = returns_obj
+        self.has_status = has_status
+        self.verbs = verbs or ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        self.api_version = version if not group else "%s/%s" % (group, version)
+        self.list_kind = kind + "List"
+        self.prefix = "/api/v1" if not group else "/apis/%s/%s" % (group, version)
+        self.extra_fields = set()
+        if fields:
+            self.extra_fields = set(fields({}).keys())
+        self.list_head_kind = b'{"kind":"%s","apiVersion":"%s","metadata":{' % (self.list_kind.encode(),
+                                                                             self.api_version.encode())
+        self.table = TABLES.get(plural, DEFAULT_TABLE)
+        self.storage_hash = base64.b64encode(hashlib.sha256(("%s/%s" % (self.api_version, kind)).encode())
+                                             .digest()[:8]).decode()
+
+    def convert_field_label(self, label):
+        """ConvertFieldLabel: pkg/apis/core/v1/conversion.go (pods, nodes, namespaces,
+        secrets: "field label not supported: %s"), runtime.DefaultMetaV1FieldSelectorConversion
+        (k8s.io/apimachinery/pkg/runtime/conversion.go) for the rest, and the CR converter
+        (apiextensions-apiserver) for custom resources."""
+        if self.plural == "pods" and label == "spec.host":
+            return "spec.nodeName"
+        if label == "metadata.name":
+            return label
+        if label == "metadata.namespace" and self.plural not in ("nodes", "namespaces") and \
+                not (self.field_err == "cr" and not self.namespaced):
+            return label
+        if label in self.extra_fields:
+            return label
+        if self.field_err == "default":
+            raise SelectorError('"%s" is not a known field selector: only "metadata.name", "metadata.namespace"' % label)
+        raise SelectorError("field label not supported: %s" % label)
+
+    def obj_from_dict(self, d, data, rv):
+        md = d.get("metadata") or {}
+        name = md.get("name", "")
+        ns = md.get("namespace", "") if self.namespaced else ""
+        key = "%s/%s" % (ns, name) if self.namespaced else name
+        labels = md.get("labels") or {}
+        fields = self.fields_fn(d) if self.fields_fn else None
+        return Obj(key, ns, name, rv, labels, fields, data, md.get("uid", ""))
+
+
+def make_types():
+    core_status = lambda kind: {"status": (kind, ["get", "patch", "update"])}  # noqa: E731
+    pod_sub = {"status": ("Pod", ["get", "patch", "update"]), "log": ("Pod", ["get"]),
+               "exec": ("PodExecOptions", ["create", "get"]), "attach": ("PodAttachOptions", ["create", "get"]),
+               "portforward": ("PodPortForwardOptions", ["create", "get"]),
+               "binding": ("Binding", ["create"]), "eviction": ("Eviction", ["create"])}
+    types = [
+        RType("pods", "pod", "Pod", "", "v1", True, ["po"], ["all"], pod_sub, pod_fields, "strict", build_pod, True),
+        RType("nodes", "node", "Node", "", "v1", False, ["no"], [], core_status("Node"), node_fields, "strict",
+              build_node),
+        RType("namespaces", "namespace", "Namespace", "", "v1", False, ["ns"], [],
+              {"status": ("Namespace", ["get", "patch", "update"]), "finalize": ("Namespace", ["update"])},
+              ns_fields, "strict", build_namespace, True,
+              verbs=["create", "delete", "get", "list", "patch", "update", "watch"]),
+        RType("configmaps", "configmap", "ConfigMap", "", "v1", True, ["cm"], [], {}, None, "default",
+              build_configmap, has_status=False),
+        RType("secrets", "secret", "Secret", "", "v1", True, [], [], {}, secret_fields, "strict", build_secret,
+              has_status=False),
+        RType("services", "service", "Service", "", "v1", True, ["svc"], ["all"], core_status("Service"), None,
+              "default", build_service, True),
+        RType("endpoints", "endpoints", "Endpoints", "", "v1", True, ["ep"], [], {}, None, "default",
+              build_endpoints, has_status=False),
+        RType("deployments", "deployment", "Deployment", "apps", "v1", True, ["deploy"], ["all"],
+              {"status": ("Deployment", ["get", "patch", "update"]), "scale": ("Scale", ["get", "patch", "update"])},
+              None, "default", build_deployment),
+        RType("replicasets", "replicaset", "ReplicaSet", "apps", "v1", True, ["rs"], ["all"],
+              {"status": ("ReplicaSet", ["get", "patch", "update"]), "scale": ("Scale", ["get", "patch", "update"])},
+              rs_fields, "default", build_replicaset),
+        RType("daemonsets", "daemonset", "DaemonSet", "apps", "v1", True, ["ds"], ["all"],
+              core_status("DaemonSet"), None, "default", build_daemonset),
+        RType("statefulsets", "statefulset", "StatefulSet", "apps", "v1", True, ["sts"], ["all"],
+              {"status": ("StatefulSet", ["get", "patch", "update"]), "scale": ("Scale", ["get", "patch", "update"])},
+              None, "default", build_statefulset),
+        RType("widgets", "widget", "Widget", "example.com", "v1", True, ["wd"], [], core_status("Widget"), None,
+              "cr", build_widget),
+    ]
+    return types
+
+
+# ---------------------------------------------------------------------------
+# templates for fast seeding
+# ---------------------------------------------------------------------------
+
+class Template:
+    """An object encoding with %(var)s holes, filled with plain string formatting
+    (a few microseconds per object instead of a JSON encode)."""
+
+    def __init__(self, builder, keys, with_pad):
+        sentinel = {k: "@@%s@@" % k for k in keys}
+        if with_pad:
+            sentinel["pad"] = "@@pad@@"
+        s = _dumps(canon(builder(sentinel))).replace("%", "%%")
+        for k in sentinel:
+            s = s.replace("@@%s@@" % k, "%%(%s)s" % k)
+        self.fmt = s
+
+    def render(self, v):
+        return (self.fmt % v).encode()
+
+
+def fast_uid(rng):
+    h = "%032x" % rng.getrandbits(128)
+    return "%s-%s-4%s-a%s-%s" % (h[:8], h[8:12], h[13:16], h[17:20], h[20:32])
+
+
+# ---------------------------------------------------------------------------
+# the cluster state
+# ---------------------------------------------------------------------------
+
+class Event:
+    __slots__ = ("rv", "type", "obj", "prev", "_line", "_framed", "_left")
+
+    def __init__(self, rv, etype, obj, prev):
+        self.rv = rv
+        self.type = etype
+        self.obj = obj
+        self.prev = prev
+        self._line = None
+        self._framed = None
+        self._left = None
+
+    def line(self):
+        if self._line is None:
+            self._line = b'{"type":"%s","object":%s}\n' % (self.type.encode(), self.obj.data)
+        return self._line
+
+    def framed(self):
+        if self._framed is None:
+            ln = self.line()
+            self._framed = b"%x\r\n%s\r\n" % (len(ln), ln)
+        return self._framed
+
+    def left_obj(self):
+        """The previous object stamped with this event's rv (selector-leaving DELETED)."""
+        if self._left is None:
+            self._left = self.prev.with_rv(self.rv)
+        return self._left
+
+
+class RStore:
+    """Objects, sorted keys, history and watchers of one resource type."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.objs = {}
+        self.keys = []          # always sorted (byte order == code point order)
+        self.hist = []          # Events, increasing rv
+        self.evicted_rv = 0     # every event with rv <= this is gone from hist
+        self.watchers = set()
+        self.snaps = collections.OrderedDict()  # rv -> (objs, keys)
+        self.seq = 0            # name counter for seeding/churn creates
+        self.templates = {}
+
+    def range_for_ns(self, keys, ns):
+        if ns is None:
+            return 0, len(keys)
+        lo = bisect.bisect_left(keys, ns + "/")
+        hi = bisect.bisect_left(keys, ns + "0")  # '0' follows '/' in byte order
+        return lo, hi
+
+
+class Cluster:
+    def __init__(self, args):
+        self.args = args
+        self.rv = 0
+        self.compacted = 0
+        self.history_cap = max(1, args.history)
+        self.types = make_types()
+        self.by_plural = {t.plural: t for t in self.types}
+        self.stores = {t.plural: RStore(t) for t in self.types}
+        self.pending = []
+        self.flush_scheduled = False
+        self.rv_waiters = []
+        self.events_total = 0
+        self.rng = random.Random(args.seed)
+        self.loop = None
+        self.kver = "v%s.0" % args.version
+
+    # -- history floor ------------------------------------------------------
+    def floor(self, st):
+        return max(self.compacted, st.evicted_rv)
+
+    # -- writes -------------------------------------------------------------
+    def _next_rv(self):
+        self.rv += 1
+        return self.rv
+
+    def _commit(self, st, etype, obj, prev):
+        ev = Event(obj.rv, etype, obj, prev)
+        h = st.hist
+        h.append(ev)
+        if len(h) > self.history_cap + (self.history_cap >> 3) + 16:
+            cut = len(h) - self.history_cap
+            st.evicted_rv = max(st.evicted_rv, h[cut - 1].rv)
+            del h[:cut]
+        self.events_total += 1
+        if st.watchers:
+            self.pending.append((st, ev))
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                self.loop.call_soon(self._flush)
+        if self.rv_waiters:
+            self._wake_waiters()
+        if st.snaps:
+            st.snaps.clear()
+        return ev
+
+    def store_new(self, st, d, etype="ADDED"):
+        """Insert a new object dict (metadata complete except resourceVersion)."""
+        rv = self._next_rv()
+        d["metadata"]["resourceVersion"] = str(rv)
+        data = dumpb(canon(d))
+        obj = st.rt.obj_from_dict(d, data, rv)
+        st.objs[obj.key] = obj
+        bisect.insort(st.keys, obj.key)
+        self._commit(st, etype, obj, None)
+        return obj
+
+    def store_update(self, st, d, prev):
+        rv = self._next_rv()
+        d["metadata"]["resourceVersion"] = str(rv)
+        data = dumpb(canon(d))
+        obj = st.rt.obj_from_dict(d, data, rv)
+        st.objs[obj.key] = obj
+        self._commit(st, "MODIFIED", obj, prev)
+        return obj
+
+    def store_delete(self, st, prev, stamp=None):
+        rv = self._next_rv()
+        del st.objs[prev.key]
+        i = bisect.bisect_left(st.keys, prev.key)
+        if i < len(st.keys) and st.keys[i] == prev.key:
+            del st.keys[i]
+        obj = prev.with_rv(rv)
+        if stamp is not None:
+            d = obj.dict()
+            d["metadata"].setdefault("annotations", {})[WRITTEN_AT] = stamp
+            obj = Obj(obj.key, obj.ns, obj.name, rv, obj.labels, obj.fields, dumpb(canon(d)), obj.uid)
+        self._commit(st, "DELETED", obj, prev)
+        return obj
+
+    def compact(self, rv):
+        rv = min(max(rv, 0), self.rv)
+        if rv > self.compacted:
+            self.compacted = rv
+        for st in self.stores.values():
+            h = st.hist
+            i = 0
+            while i < len(h) and h[i].rv <= self.compacted:
+                i += 1
+            if i:
+                del h[:i]
+            st.snaps.clear()
+        return self.compacted
+
+    # -- fan-out ------------------------------------------------------------
+    def _flush(self):
+        self.flush_scheduled = False
+        pend = self.pending
+        self.pending = []
+        groups = {}
+        for st, ev in pend:
+            groups.setdefault(st, []).append(ev)
+        for st, evs in groups.items():
+            for w in list(st.watchers):
+                w.deliver(evs)
+
+    # -- waiting for a resourceVersion ----------------------------------------
+    def _wake_waiters(self):
+        keep = []
+        for target, fut in self.rv_waiters:
+            if fut.done():
+                continue
+            if self.rv >= target:
+                fut.set_result(True)
+            else:
+                keep.append((target, fut))
+        self.rv_waiters = keep
+
+    async def wait_for_rv(self, target, timeout):
+        if self.rv >= target:
+            return True
+        fut = self.loop.create_future()
+        self.rv_waiters.append((target, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except asyncio.TimeoutError:
+            return self.rv >= target
+
+    # -- snapshots at a past resourceVersion ------------------------------------
+    def snapshot(self, st, rv):
+        """(objs dict, sorted keys) as of rv (caller checked floor <= rv <= self.rv)."""
+        if rv >= self.rv or not st.hist or st.hist[-1].rv <= rv:
+            return st.objs, st.keys
+        snap = st.snaps.get(rv)
+        if snap is not None:
+            st.snaps.move_to_end(rv)
+            return snap
+        objs = dict(st.objs)
+        h = st.hist
+        i = len(h) - 1
+        while i >= 0 and h[i].rv > rv:
+            ev = h[i]
+            if ev.prev is None:
+                objs.pop(ev.obj.key, None)
+            else:
+                objs[ev.prev.key] = ev.prev
+            i -= 1
+        snap = (objs, sorted(objs))
+        st.snaps[rv] = snap
+        while len(st.snaps) > 4:
+            st.snaps.popitem(last=False)
+        return snap
+
+    # -- seeding ------------------------------------------------------------
+    def template(self, st, size):
+        t = st.templates.get(size)
+        if t is None:
+            keys = SEED_VARS[st.rt.plural]
+            base = Template(st.rt.builder, keys, False)
+            probe = base.render(self.sample_vars(st, 0, "default", 1, 0))
+            if size and size > len(probe) + 40:
+                padded = Template(st.rt.builder, keys, True)
+                v = self.sample_vars(st, 0, "default", 1, 0)
+                v["pad"] = ""
+                n = size - len(padded.render(v))
+                t = (padded, "x" * max(0, n))
+            else:
+                t = (base, None)
+            st.templates[size] = t
+        return t
+
+    def sample_vars(self, st, i, ns, nodes, pad_n):
+        rng = self.rng
+        plural = st.rt.plural
+        k = i % 50
+        v = {"name": "x", "ns": ns, "uid": fast_uid(rng), "rv": "1", "ts": now_rfc3339(), "app": "app-%d" % k}
+        if plural == "pods":
+            node = i % max(1, nodes)
+            h = hashlib.md5(v["app"].encode()).hexdigest()
+            v.update(node="node-%d" % node, tier=("frontend", "backend", "cache")[i % 3], hash=h[:10],
+                     rsuid="%s-%s-4%s-a%s-%s" % (h[:8], h[8:12], h[13:16], h[17:20], h[20:32]),
+                     ip="10.%d.%d.%d" % (64 + (((i + 2) >> 16) & 63), ((i + 2) >> 8) & 255, (i + 2) & 255),
+                     hostip="192.168.%d.%d" % ((node >> 8) & 255, node & 255), cid="%064x" % rng.getrandbits(256))
+        elif plural == "nodes":
+            v.update(ip="192.168.%d.%d" % ((i >> 8) & 255, i & 255), cidr="10.%d.%d.0/24" % (64 + (i >> 8) % 64, i & 255),
+                     mid="%032x" % rng.getrandbits(128), kver=self.kver)
+        elif plural in ("services",):
+            v.update(ip="10.96.%d.%d" % ((i >> 8) & 255, i & 255))
+        elif plural == "endpoints":
+            v.update(ip="10.64.%d.%d" % ((i >> 8) & 255, i & 255), node="node-%d" % (i % max(1, nodes)))
+        return v
+
+    def seed(self, plural, count, ns=None, nodes=1, size=0, namespaces=None, prefix=None):
+        """Create count objects quickly. Returns the number created."""
+        st = self.stores[plural]
+        rt = st.rt
+        tmpl, pad = self.template(st, size)
+        if rt.namespaced and namespaces is None:
+            namespaces = [ns or "default"]
+        for n in set(namespaces or ()):
+            self.ensure_namespace(n)
+        prefix = prefix or {"pods": "pod", "nodes": "node", "namespaces": "ns", "configmaps": "cm",
+                            "secrets": "secret", "services": "svc", "endpoints": "ep", "deployments": "deploy",
+                            "replicasets": "rs", "daemonsets": "ds", "statefulsets": "sts",
+                            "widgets": "widget"}[plural]
+        made = 0
+        fields_fn = rt.fields_fn
+        start_seq = st.seq
+        new_keys = []
+        tries = 0
+        while made < count and tries < count * 2 + 10:
+            tries += 1
+            i = st.seq
+            st.seq += 1
+            name = "%s-%d" % (prefix, i)
+            nsv = namespaces[i % len(namespaces)] if rt.namespaced else ""
+            key = "%s/%s" % (nsv, name) if rt.namespaced else name
+            if key in st.objs:
+                continue
+            v = self.sample_vars(st, i, nsv, nodes, 0)
+            v["name"] = name
+            rv = self._next_rv()
+            v["rv"] = str(rv)
+            if pad is not None:
+                v["pad"] = pad
+            data = tmpl.render(v)
+            if plural == "pods":
+                labels = POD_LABELS.get((v["app"], v["tier"], v["hash"]))
+                if labels is None:
+                    labels = POD_LABELS[(v["app"], v["tier"], v["hash"])] = {
+                        "app": v["app"], "pod-template-hash": v["hash"], "tier": v["tier"]}
+                fields = {"spec.nodeName": v["node"], "spec.restartPolicy": "Always",
+                          "spec.schedulerName": "default-scheduler", "spec.serviceAccountName": "default",
+                          "status.phase": "Running", "status.podIP": v["ip"], "status.nominatedNodeName": ""}
+                obj = Obj(key, nsv, name, rv, labels, fields, data, v["uid"])
+            else:
+                d = json.loads(data) if (fields_fn or plural in ("nodes", "namespaces")) else None
+                labels = (d["metadata"].get("labels") or {}) if d is not None else {"app": v["app"]}
+                obj = Obj(key, nsv, name, rv, labels, fields_fn(d) if fields_fn else None, data, v["uid"])
+            st.objs[key] = obj
+            new_keys.append(key)
+            self._commit(st, "ADDED", obj, None)
+            made += 1
+        if new_keys:
+            st.keys.extend(new_keys)
+            st.keys.sort()
+        del start_seq
+        return made
+
+    def ensure_namespace(self, name):
+        st = self.stores["namespaces"]
+        if name in st.objs:
+            return st.objs[name]
+        d = build_namespace({"name": name, "uid": fast_uid(self.rng), "rv": "0", "ts": now_rfc3339()})
+        return self.store_new(st, d)
+
+
+WRITTEN_AT = "apisim.kwc.dev/written-at"
+POD_LABELS = {}
+_COMMON_VARS = ["name", "ns", "uid", "rv", "ts", "app"]
+SEED_VARS = {
+    "pods": _COMMON_VARS + ["node", "tier", "hash", "rsuid", "ip", "hostip", "cid"],
+    "nodes": ["name", "uid", "rv", "ts", "ip", "cidr", "mid", "kver"],
+    "namespaces": ["name", "uid", "rv", "ts"],
+    "configmaps": _COMMON_VARS, "secrets": _COMMON_VARS, "services": _COMMON_VARS + ["ip"],
+    "endpoints": _COMMON_VARS + ["ip", "node"], "deployments": _COMMON_VARS, "replicasets": _COMMON_VARS,
+    "daemonsets": _COMMON_VARS, "statefulsets": _COMMON_VARS, "widgets": _COMMON_VARS,
+}
+
+
+# ---------------------------------------------------------------------------
+# HTTP/1.1 server (hand-written parser on asyncio.Protocol)
+# ---------------------------------------------------------------------------
+
+REASONS = {100: b"Continue", 101: b"Switching Protocols", 200: b"OK", 201: b"Created", 202: b"Accepted",
+           204: b"No Content", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+           404: b"Not Found", 405: b"Method Not Allowed", 406: b"Not Acceptable", 409: b"Conflict",
+           410: b"Gone", 413: b"Request Entity Too Large", 415: b"Unsupported Media Type",
+           422: b"Unprocessable Entity", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+           500: b"Internal Server Error", 501: b"Not Implemented", 502: b"Bad Gateway",
+           503: b"Service Unavailable", 504: b"Gateway Timeout"}
+STATUS_REASON = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+                 406: "NotAcceptable", 409: "Conflict", 410: "Expired", 413: "RequestEntityTooLarge",
+                 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+                 503: "ServiceUnavailable", 504: "Timeout"}
+MAX_HEADER = 1 << 20
+MAX_BODY = 64 << 20
+_audit_rng = random.Random()
+_date_cache = [0, b""]
+PF_HEADERS = (b"X-Kubernetes-Pf-Flowschema-Uid: 7d0f8a66-5c1e-4c7e-9f3b-apisim000001\r\n"
+              b"X-Kubernetes-Pf-Prioritylevel-Uid: 3b1a2c44-8e2d-4d8e-a1c5-apisim000002\r\n")
+
+
+def http_date():
+    t = int(time.time())
+    if _date_cache[0] != t:
+        _date_cache[0] = t
+        _date_cache[1] = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(t)).encode()
+    return _date_cache[1]
+
+
+class HttpError(Exception):
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+
+
+class Request:
+    __slots__ = ("method", "target", "path", "query", "version", "headers", "body", "keep_alive", "qlist",
+                 "t0", "started")
+
+    def __init__(self, method, target, version, headers):
+        self.method = method
+        self.target = target
+        self.version = version
+        self.headers = headers
+        self.body = b""
+        p, _, q = target.partition("?")
+        self.path = unquote(p)
+        self.qlist = parse_qsl(q, keep_blank_values=True) if q else []
+        self.query = {}
+        for k, v in self.qlist:
+            if k not in self.query:
+                self.query[k] = v
+        conn = headers.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            self.keep_alive = "keep-alive" in conn
+        else:
+            self.keep_alive = "close" not in conn
+        self.t0 = time.monotonic()
+        self.started = False
+
+    def qall(self, key):
+        return [v for k, v in self.qlist if k == key]
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, app):
+        self.app = app
+        self.loop = app.loop
+        self.transport = None
+        self.buf = bytearray()
+        self.req = None
+        self.body_mode = None
+        self.body_len = 0
+        self.chunks = None
+        self.sent_continue = False
+        self.busy = False
+        self.closed = False
+        self.paused = False
+        self.waiters = []
+        self.upgraded = None
+        self.task = None
+        self.watchers = set()
+        self.peer_cert = None
+        self.http10 = False
+        self.keep_alive = True
+
+    # -- asyncio callbacks --------------------------------------------------
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.set_write_buffer_limits(high=1 << 20, low=1 << 18)
+        sslobj = transport.get_extra_info("ssl_object")
+        if sslobj is not None:
+            try:
+                self.peer_cert = sslobj.getpeercert()
+            except (ValueError, ssl.SSLError):
+                self.peer_cert = None
+        self.app.conns.add(self)
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self.app.conns.discard(self)
+        for f in self.waiters:
+            if not f.done():
+                f.set_exception(ConnectionResetError("closed"))
+        self.waiters = []
+        for w in list(self.watchers):
+            w.finish(clean=False)
+        if self.upgraded is not None:
+            try:
+                self.upgraded.on_close()
+            except Exception:
+                pass
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def pause_writing(self):
+        self.paused = True
+
+    def resume_writing(self):
+        self.paused = False
+        for f in self.waiters:
+            if not f.done():
+                f.set_result(None)
+        self.waiters = []
+
+    async def drain(self):
+        if self.closed:
+            raise ConnectionResetError("closed")
+        if not self.paused:
+            return
+        f = self.loop.create_future()
+        self.waiters.append(f)
+        await f
+
+    def data_received(self, data):
+        if self.upgraded is not None:
+            self.upgraded.feed(data)
+            return
+        self.buf += data
+        if not self.busy:
+            self.process()
+
+    def eof_received(self):
+        if self.upgraded is not None:
+            self.upgraded.feed(b"")
+        return False
+
+    # -- request parsing ------------------------------------------------------
+    def _parse(self):
+        buf = self.buf
+        if self.req is None:
+            while buf.startswith(b"\r\n"):
+                del buf[:2]
+            idx = buf.find(b"\r\n\r\n")
+            if idx < 0:
+                if len(buf) > MAX_HEADER:
+                    raise HttpError(431, "header too large")
+                return None
+            head = bytes(buf[:idx])
+            del buf[:idx + 4]
+            lines = head.split(b"\r\n")
+            try:
+                method, target, version = lines[0].decode("latin-1").split(" ")
+            except ValueError:
+                raise HttpError(400, "malformed request line")
+            if not version.startswith("HTTP/1."):
+                raise HttpError(400, "unsupported version")
+            headers = {}
+            for ln in lines[1:]:
+                k, sep, v = ln.partition(b":")
+                if not sep:
+                    raise HttpError(400, "malformed header")
+                k = k.strip().lower().decode("latin-1")
+                v = v.strip().decode("latin-1")
+                headers[k] = headers[k] + ", " + v if k in headers else v
+            req = Request(method, target, version, headers)
+            te = headers.get("transfer-encoding", "").lower()
+            if "chunked" in te:
+                self.body_mode = "chunked"
+                self.chunks = []
+                self.body_len = 0
+            elif "content-length" in headers:
+                try:
+                    n = int(headers["content-length"])
+                except ValueError:
+                    raise HttpError(400, "bad content-length")
+                if n < 0:
+                    raise HttpError(400, "bad content-length")
+                if n > MAX_BODY:
+                    raise HttpError(413, "body too large")
+                self.body_mode = "length" if n else None
+                self.body_len = n
+            else:
+                self.body_mode = None
+            self.req = req
+            self.sent_continue = False
+        req = self.req
+        if self.body_mode == "length":
+            if len(buf) < self.body_len:
+                self._maybe_continue()
+                return None
+            req.body = bytes(buf[:self.body_len])
+            del buf[:self.body_len]
+        elif self.body_mode == "chunked":
+            while True:
+                i = buf.find(b"\r\n")
+                if i < 0:
+                    self._maybe_continue()
+                    return None
+                try:
+                    size = int(bytes(buf[:i]).split(b";")[0].strip(), 16)
+                except ValueError:
+                    raise HttpError(400, "bad chunk size")
+                if size == 0:
+                    j = buf.find(b"\r\n", i + 2)
+                    # trailers: read lines until an empty one
+                    k = i + 2
+                    while True:
+                        j = buf.find(b"\r\n", k)
+                        if j < 0:
+                            return None
+                        if j == k:
+                            break
+                        k = j + 2
+                    del buf[:j + 2]
+                    req.body = b"".join(self.chunks)
+                    self.chunks = None
+                    break
+                if len(buf) < i + 2 + size + 2:
+                    self._maybe_continue()
+                    return None
+                self.body_len += size
+                if self.body_len > MAX_BODY:
+                    raise HttpError(413, "body too large")
+                self.chunks.append(bytes(buf[i + 2:i + 2 + size]))
+                del buf[:i + 2 + size + 2]
+        self.req = None
+        self.body_mode = None
+        return req
+
+    def _maybe_continue(self):
+        if not self.sent_continue and self.req is not None and \
+                self.req.headers.get("expect", "").lower() == "100-continue":
+            self.sent_continue = True
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def process(self):
+        while not self.busy and not self.closed and self.upgraded is None:
+            try:
+                req = self._parse()
+            except HttpError as e:
+                body = b"%d %s" % (e.code, REASONS.get(e.code, b"Error"))
+                self.transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+                                     % (e.code, REASONS.get(e.code, b"Error"), len(body), body))
+                self.transport.close()
+                self.closed = True
+                return
+            if req is None:
+                return
+            self.http10 = req.version == "HTTP/1.0"
+            self.keep_alive = req.keep_alive
+            self.busy = True
+            try:
+                r = self.app.dispatch(req, self)
+            except ApiError as e:
+                self.respond_error(e, req)
+                r = None
+            except Exception as e:  # a bug: answer like kube-apiserver would (500)
+                self.app.log("internal error: %r" % (e,))
+                import traceback
+                traceback.print_exc()
+                self.respond_error(err_generic(500, "apisim internal error: %s" % e), req)
+                r = None
+            if r is None:
+                self._done()
+            else:
+                self.task = self.loop.create_task(self._run(r, req))
+                return
+
+    async def _run(self, coro, req):
+        try:
+            await coro
+        except ApiError as e:
+            if not self.closed and not req.started:
+                self.respond_error(e, req)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception as e:
+            self.app.log("internal error: %r" % (e,))
+            import traceback
+            traceback.print_exc()
+            if not self.closed and not req.started:
+                self.respond_error(err_generic(500, "apisim internal error: %s" % e), req)
+        finally:
+            self.task = None
+            self._done()
+            if not self.closed and self.upgraded is None and self.buf:
+                self.loop.call_soon(self.process)
+
+    def _done(self):
+        self.busy = False
+        if not self.keep_alive and not self.closed and self.upgraded is None:
+            self.transport.close()
+            self.closed = True
+
+    # -- responses ----------------------------------------------------------
+    def head(self, code, ctype=JSON_CT, length=None, chunked=False, extra=()):
+        parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\nContent-Type: %s\r\n"
+                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), fast_uid(_audit_rng).encode(), ctype,
+                                    http_date()), PF_HEADERS]
+        for k, v in extra:
+            parts.append(b"%s: %s\r\n" % (k, v))
+        if chunked:
+            parts.append(b"Transfer-Encoding: chunked\r\n")
+        elif length is not None:
+            parts.append(b"Content-Length: %d\r\n" % length)
+        if not self.keep_alive:
+            parts.append(b"Connection: close\r\n")
+        parts.append(b"\r\n")
+        return b"".join(parts)
+
+    def respond(self, code, body, req, ctype=JSON_CT, extra=()):
+        if self.closed:
+            return
+        h = self.head(code, ctype, len(body), extra=extra)
+        if req.method == "HEAD":
+            self.transport.write(h)
+        else:
+            self.transport.write(h + body)
+
+    def respond_json(self, code, obj, req, extra=()):
+        self.respond(code, dumpb(obj), req, extra=extra)
+
+    def respond_error(self, e, req):
+        self.respond(e.code, dumpb(e.status()), req, extra=e.headers)
+
+    def start_stream(self, req, code=200, ctype=JSON_CT, extra=()):
+        """Start a streamed (chunked) response; HTTP/1.0 gets a close-delimited body."""
+        req.started = True
+        if self.http10:
+            self.keep_alive = False
+            self.transport.write(self.head(code, ctype, None, False, extra))
+        else:
+            self.transport.write(self.head(code, ctype, None, True, extra))
+
+    def frame(self, data):
+        if self.http10:
+            return data
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def write_chunk(self, data):
+        if data and not self.closed:
+            self.transport.write(self.frame(data))
+
+    def end_stream(self):
+        if not self.closed and not self.http10:
+            self.transport.write(b"0\r\n\r\n")
+
+    def abort(self):
+        if not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+
+# ---------------------------------------------------------------------------
+# watchers
+# ---------------------------------------------------------------------------
+
+WATCH_BUFFER_LIMIT = 64 << 20   # a watcher this far behind is closed (kube closes slow watchers too)
+
+
+class Watcher:
+    def __init__(self, app, conn, st, ns, lsel, fsel, mode, table_ver, include_obj, bookmarks, deadline):
+        self.app = app
+        self.conn = conn
+        self.st = st
+        self.ns = ns
+        self.lsel = lsel
+        self.fsel = fsel
+        self.mode = mode                  # "json" | "table" | "meta"
+        self.table_ver = table_ver
+        self.include_obj = include_obj
+        self.simple = mode == "json" and ns is None and lsel is None and fsel is None
+        self.live = False
+        self.queue = []
+        self.start_rv = 0
+        self.last_rv = 0
+        self.bookmarks = bookmarks
+        self.deadline = deadline          # loop time
+        self.next_bm = None
+        self.closed = False
+        self.done = app.loop.create_future()
+        self.first = True
+        self.timer = None
+
+    def match(self, obj):
+        if self.ns is not None and obj.ns != self.ns:
+            return False
+        if self.lsel is not None and not self.lsel.matches(obj.labels):
+            return False
+        if self.fsel is not None and not self.fsel.matches(obj):
+            return False
+        return True
+
+    def encode(self, etype, obj):
+        """One watch event line for a non-plain mode (Table / PartialObjectMetadata)."""
+        d = obj.dict()
+        if self.mode == "table":
+            o = self.app.table_for(self.st.rt, [d], self.table_ver, self.include_obj,
+                                   {"resourceVersion": str(obj.rv)}, headers=self.first)
+            self.first = False
+        else:
+            o = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + self.table_ver,
+                 "metadata": d.get("metadata", {})}
+        return b'{"type":"%s","object":%s}\n' % (etype.encode(), dumpb(o))
+
+    def chunk_for(self, ev):
+        if self.simple:
+            return ev.line() if self.conn.http10 else ev.framed()
+        t = ev.type
+        if t == "ADDED":
+            if not self.match(ev.obj):
+                return None
+            o = ev.obj
+        elif t == "DELETED":
+            if not self.match(ev.prev):
+                return None
+            o = ev.obj
+        else:
+            cur = self.match(ev.obj)
+            old = self.match(ev.prev)
+            if cur and old:
+                o = ev.obj
+            elif cur:
+                t, o = "ADDED", ev.obj
+            elif old:
+                t, o = "DELETED", ev.left_obj()
+            else:
+                return None
+        if self.mode == "json":
+            if t == ev.type:
+                return ev.line() if self.conn.http10 else ev.framed()
+            return self.conn.frame(b'{"type":"%s","object":%s}\n' % (t.encode(), o.data))
+        return self.conn.frame(self.encode(t, o))
+
+    def initial_chunk(self, obj):
+        if self.mode == "json":
+            return self.conn.frame(b'{"type":"ADDED","object":%s}\n' % obj.data)
+        return self.conn.frame(self.encode("ADDED", obj))
+
+    def write(self, data):
+        if self.closed or self.conn.closed:
+            return
+        tr = self.conn.transport
+        tr.write(data)
+        if tr.get_write_buffer_size() > WATCH_BUFFER_LIMIT:
+            self.app.log("closing slow watcher on %s (%d bytes buffered)" % (self.st.rt.plural,
+                                                                              tr.get_write_buffer_size()))
+            self.finish(clean=False)
+            self.conn.abort()
+
+    def deliver(self, evs):
+        if self.closed:
+            return
+        if not self.live:
+            self.queue.extend(evs)
+            return
+        out = []
+        srv = self.start_rv
+        for ev in evs:
+            if ev.rv <= srv:
+                continue
+            c = self.chunk_for(ev)
+            if c is not None:
+                out.append(c)
+        self.last_rv = max(self.last_rv, evs[-1].rv)
+        if out:
+            self.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def go_live(self):
+        self.live = True
+        q = self.queue
+        self.queue = []
+        if q:
+            self.deliver(q)
+
+    def bookmark_line(self, rv, initial_end=False):
+        rt = self.st.rt
+        if self.mode == "table":
+            o = {"kind": "Table", "apiVersion": "meta.k8s.io/" + self.table_ver,
+                 "metadata": {"resourceVersion": str(rv)}, "columnDefinitions": None, "rows": []}
+            if initial_end:
+                o["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return b'{"type":"BOOKMARK","object":%s}\n' % dumpb(o)
+        kind, apiv = (rt.kind, rt.api_version) if self.mode == "json" else \
+            ("PartialObjectMetadata", "meta.k8s.io/" + self.table_ver)
+        if initial_end:
+            return (b'{"type":"BOOKMARK","object":{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d",'
+                    b'"annotations":{"k8s.io/initial-events-end":"true"}}}}\n' % (kind.encode(), apiv.encode(), rv))
+        return (b'{"type":"BOOKMARK","object":{"kind":"%s","apiVersion":"%s","metadata":{"resourceVersion":"%d"}}}\n'
+                % (kind.encode(), apiv.encode(), rv))
+
+    def send_bookmark(self, rv, initial_end=False):
+        self.write(self.conn.frame(self.bookmark_line(rv, initial_end)))
+        self.last_rv = max(self.last_rv, rv)
+
+    def schedule_bookmark(self, now):
+        iv = self.app.args.bookmark_interval
+        nb = now + iv * random.uniform(0.95, 1.05)
+        if self.deadline is not None:
+            pre = self.deadline - 2.0
+            if pre < nb:
+                nb = pre if pre > now else None
+        self.next_bm = nb
+
+    def finish(self, clean=True):
+        if self.closed:
+            return
+        self.closed = True
+        self.st.watchers.discard(self)
+        self.conn.watchers.discard(self)
+        self.app.watch_counts[self.st.rt.plural] -= 1
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.done.done():
+            self.done.set_result(clean)
+
+
+# ---------------------------------------------------------------------------
+# patches
+# ---------------------------------------------------------------------------
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+_SMP_KEYS = ("name", "type", "containerPort", "mountPath", "ip", "key", "port", "devicePath")
+
+
+def strategic_merge_patch(target, patch):
+    """A light strategic merge patch: merge-patch, but lists of objects merge by their
+    usual merge key (name, type, containerPort, ...); $-directives mostly ignored."""
+    if not isinstance(patch, dict):
+        return patch
+    if patch.get("$patch") == "replace":
+        return {k: v for k, v in patch.items() if not k.startswith("$")}
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if k.startswith("$"):
+            continue
+        if v is None:
+            out.pop(k, None)
+            continue
+        cur = out.get(k)
+        if isinstance(v, list) and isinstance(cur, list) and v and all(isinstance(e, dict) for e in v) and \
+                all(isinstance(e, dict) for e in cur):
+            mk = next((m for m in _SMP_KEYS if all(m in e for e in v)), None)
+            if mk is not None:
+                merged = list(cur)
+                for e in v:
+                    idx = next((i for i, c in enumerate(merged) if c.get(mk) == e.get(mk)), None)
+                    if e.get("$patch") == "delete":
+                        if idx is not None:
+                            merged.pop(idx)
+                    elif idx is None:
+                        merged.append({kk: vv for kk, vv in e.items() if not kk.startswith("$")})
+                    else:
+                        merged[idx] = strategic_merge_patch(merged[idx], e)
+                out[k] = merged
+                continue
+        out[k] = strategic_merge_patch(cur, v) if isinstance(v, dict) else v
+    return out
+
+
+class PatchError(Exception):
+    pass
+
+
+def _ptr(path):
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise PatchError("invalid JSON pointer %r" % path)
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def json_patch(doc, ops):
+    """RFC 6902 JSON patch."""
+    import copy
+    doc = copy.deepcopy(doc)
+    if not isinstance(ops, list):
+        raise PatchError("json patch must be an array")
+
+    def parent(d, parts):
+        for p in parts[:-1]:
+            if isinstance(d, list):
+                d = d[int(p)]
+            elif isinstance(d, dict) and p in d:
+                d = d[p]
+            else:
+                raise PatchError("doc is missing path: %s" % "/".join(parts))
+        return d
+
+    def get(d, parts):
+        for p in parts:
+            if isinstance(d, list):
+                d = d[int(p)]
+            elif isinstance(d, dict) and p in d:
+                d = d[p]
+            else:
+                raise PatchError("doc is missing path")
+        return d
+
+    for op in ops:
+        try:
+            kind = op["op"]
+            parts = _ptr(op["path"])
+            if kind in ("add", "replace", "test"):
+                val = op["value"]
+            if kind == "test":
+                if get(doc, parts) != val:
+                    raise PatchError("testing value %s failed" % op["path"])
+                continue
+            if kind in ("move", "copy"):
+                val = get(doc, _ptr(op["from"]))
+                if kind == "move":
+                    fp = _ptr(op["from"])
+                    pa = parent(doc, fp)
+                    if isinstance(pa, list):
+                        pa.pop(int(fp[-1]))
+                    else:
+                        del pa[fp[-1]]
+                kind = "add"
+            if not parts:
+                if kind == "remove":
+                    raise PatchError("cannot remove root")
+                doc = val
+                continue
+            pa = parent(doc, parts)
+            last = parts[-1]
+            if kind == "add":
+                if isinstance(pa, list):
+                    if last == "-":
+                        pa.append(val)
+                    else:
+                        pa.insert(int(last), val)
+                else:
+                    pa[last] = val
+            elif kind == "replace":
+                if isinstance(pa, list):
+                    pa[int(last)] = val
+                elif last in pa:
+                    pa[last] = val
+                else:
+                    raise PatchError("replace operation does not apply: doc is missing key: %s" % op["path"])
+            elif kind == "remove":
+                if isinstance(pa, list):
+                    pa.pop(int(last))
+                elif last in pa:
+                    del pa[last]
+                else:
+                    raise PatchError("remove operation does not apply: doc is missing path: \"%s\"" % op["path"])
+            else:
+                raise PatchError("Unexpected kind: %s" % kind)
+        except (KeyError, IndexError, ValueError, TypeError) as e:
+            raise PatchError("invalid patch operation: %s" % e)
+    return doc
+
+
+# ---------------------------------------------------------------------------
+# websockets (RFC 6455) for exec, and the raw echo upgrade
+# ---------------------------------------------------------------------------
+
+WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_frame(opcode, payload):
+    n = len(payload)
+    if n < 126:
+        hdr = struct.pack("!BB", 0x80 | opcode, n)
+    elif n < 65536:
+        hdr = struct.pack("!BBH", 0x80 | opcode, 126, n)
+    else:
+        hdr = struct.pack("!BBQ", 0x80 | opcode, 127, n)
+    return hdr + payload
+
+
+def ws_unmask(payload, mask):
+    n = len(payload)
+    if n == 0:
+        return b""
+    m = (mask * (n // 4 + 1))[:n]
+    return (int.from_bytes(payload, "big") ^ int.from_bytes(m, "big")).to_bytes(n, "big")
+
+
+class ExecSession:
+    """A fake process behind the v4/v5.channel.k8s.io websocket protocol."""
+
+    def __init__(self, app, conn, proto, command, stdin, stdout, stderr, tty, pod_name):
+        self.app = app
+        self.conn = conn
+        self.proto = proto
+        self.command = command
+        self.want_stdin, self.want_stdout, self.want_stderr, self.tty = stdin, stdout, stderr, tty
+        self.pod_name = pod_name
+        self.buf = bytearray()
+        self.msg = bytearray()
+        self.msg_op = None
+        self.stdin_q = asyncio.Queue()
+        self.closed = False
+        self.stdin_eof = False
+
+    # -- incoming frames --
+    def feed(self, data):
+        if data == b"":
+            self._eof()
+            return
+        self.buf += data
+        while True:
+            b = self.buf
+            if len(b) < 2:
+                return
+            fin = b[0] & 0x80
+            op = b[0] & 0x0F
+            masked = b[1] & 0x80
+            n = b[1] & 0x7F
+            pos = 2
+            if n == 126:
+                if len(b) < 4:
+                    return
+                n = struct.unpack("!H", b[2:4])[0]
+                pos = 4
+            elif n == 127:
+                if len(b) < 10:
+                    return
+                n = struct.unpack("!Q", b[2:10])[0]
+                pos = 10
+            mask = b""
+            if masked:
+                if len(b) < pos + 4:
+                    return
+                mask = bytes(b[pos:pos + 4])
+                pos += 4
+            if len(b) < pos + n:
+                return
+            payload = bytes(b[pos:pos + n])
+            del b[:pos + n]
+            if masked:
+                payload = ws_unmask(payload, mask)
+            if op == 0x8:
+                self._send(0x8, payload[:2] if len(payload) >= 2 else b"")
+                self._eof()
+                return
+            if op == 0x9:
+                self._send(0xA, payload)
+                continue
+            if op == 0xA:
+                continue
+            if op in (0x1, 0x2):
+                self.msg = bytearray(payload)
+                self.msg_op = op
+            elif op == 0x0:
+                self.msg += payload
+            if fin:
+                self._message(bytes(self.msg))
+                self.msg = bytearray()
+
+    def _message(self, m):
+        if not m:
+            return
+        ch = m[0]
+        if ch == 0:
+            if len(m) > 1:
+                self.stdin_q.put_nowait(m[1:])
+        elif ch == 255 and self.proto.startswith("v5") and len(m) >= 2 and m[1] == 0:
+            self._stdin_close()
+
+    def _stdin_close(self):
+        if not self.stdin_eof:
+            self.stdin_eof = True
+            self.stdin_q.put_nowait(None)
+
+    def _eof(self):
+        self._stdin_close()
+        self.closed = True
+
+    def on_close(self):
+        self._eof()
+
+    def _send(self, op, payload):
+        if not self.conn.closed:
+            self.conn.transport.write(ws_frame(op, payload))
+
+    def out(self, ch, data):
+        if isinstance(data, str):
+            data = data.encode()
+        if not data:
+            return
+        if ch == 2 and self.tty:
+            ch = 1
+        if (ch == 1 and not self.want_stdout) or (ch == 2 and not (self.want_stderr or self.tty)):
+            return
+        self._send(0x2, bytes([ch]) + data)
+
+    async def read_stdin(self):
+        if not self.want_stdin:
+            return None
+        return await self.stdin_q.get()
+
+    # -- the fake shell --
+    async def run_words(self, words):
+        """Run one command; returns (exit code, error message or None)."""
+        if not words:
+            return 0, None
+        cmd, args = words[0].rsplit("/", 1)[-1], words[1:]
+        if cmd == "echo":
+            nl = True
+            if args and args[0] == "-n":
+                nl, args = False, args[1:]
+            self.out(1, " ".join(args) + ("\n" if nl else ""))
+            return 0, None
+        if cmd == "printf":
+            self.out(1, (args[0] if args else "").replace("\\n", "\n"))
+            return 0, None
+        if cmd == "cat":
+            if args:
+                for a in args:
+                    self.out(2, "cat: %s: No such file or directory\n" % a)
+                return 1, None
+            while True:
+                chunk = await self.read_stdin()
+                if chunk is None:
+                    return 0, None
+                self.out(1, chunk)
+        if cmd == "true":
+            return 0, None
+        if cmd == "false":
+            return 1, None
+        if cmd == "exit":
+            try:
+                return int(args[0]) if args else 0, "exit"
+            except ValueError:
+                return 2, "exit"
+        if cmd == "hostname":
+            self.out(1, self.pod_name + "\n")
+            return 0, None
+        if cmd == "date":
+            self.out(1, time.strftime("%a %b %d %H:%M:%S UTC %Y\n", time.gmtime()))
+            return 0, None
+        if cmd == "env":
+            self.out(1, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nHOSTNAME=%s\n" % self.pod_name)
+            return 0, None
+        if cmd == "sleep":
+            try:
+                await asyncio.sleep(min(float(args[0]), 3600.0) if args else 0)
+            except ValueError:
+                return 1, None
+            return 0, None
+        if cmd in ("sh", "bash", "ash") and len(args) >= 2 and args[0] == "-c":
+            return await self.run_script(args[1])
+        return -1, cmd
+
+    async def run_script(self, script):
+        import shlex
+        code = 0
+        for part in re.split(r";|&&|\n", script):
+            try:
+                words = shlex.split(part)
+            except ValueError:
+                self.out(2, "sh: syntax error\n")
+                return 2, "exit"
+            if not words:
+                continue
+            code, why = await self.run_words(words)
+            if code == -1:
+                self.out(2, "sh: 1: %s: not found\n" % why)
+                code = 127
+            if why == "exit":
+                return code, "exit"
+        return code, "exit"
+
+    async def run(self):
+        code, why = await self.run_words(self.command)
+        if code == -1:
+            # containerd's failure for a missing binary, as kubelet reports it
+            inner = ('error executing command in container: failed to exec in container: failed to start exec '
+                     '"apisim": OCI runtime exec failed: exec failed: unable to start container process: exec: '
+                     '"%s": executable file not found in $PATH: unknown' % why)
+            status = {"metadata": {}, "status": "Failure", "message": "Internal error occurred: " + inner,
+                      "reason": "InternalError", "details": {"causes": [{"message": inner}]}, "code": 500}
+        elif code == 0:
+            status = {"metadata": {}, "status": "Success"}
+        else:
+            # kubelet's remotecommand (v4WriteStatusFunc) with containerd's CodeExitError text
+            status = {"metadata": {}, "status": "Failure",
+                      "message": "command terminated with non-zero exit code: error executing command %s, exit code %d"
+                                 % ("[" + " ".join(self.command) + "]", code),
+                      "reason": "NonZeroExitCode",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+        self._send(0x2, b"\x03" + dumpb(status))
+        self._send(0x8, struct.pack("!H", 1000))
+        if not self.conn.closed:
+            self.conn.closed = True
+            self.conn.transport.close()
+
+
+class EchoUpgrade:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def feed(self, data):
+        if data == b"":
+            if not self.conn.closed:
+                try:
+                    self.conn.transport.write_eof()
+                except (OSError, NotImplementedError, AttributeError, RuntimeError):
+                    self.conn.transport.close()
+            return
+        if not self.conn.closed:
+            self.conn.transport.write(data)
+
+    def on_close(self):
+        pass
+
+
+# ---------------------------------------------------------------------------
+# the API server
+# ---------------------------------------------------------------------------
+
+_INT64 = re.compile(r"^[+-]?[0-9]+$")
+EXPIRED_LIST = "The resourceVersion for the provided list is too old."
+# k8s.io/apiserver/pkg/storage/etcd3/errors.go (inconsistentContinue)
+INCONSISTENT_CONTINUE = ("The provided continue parameter is too old to display a consistent list result. You can "
+                         "start a new list without the continue parameter, or use the continue token in this response "
+                         "to retrieve the remainder of the results. Continuing with the provided token results in an "
+                         "inconsistent list - objects that were created, modified, or deleted between the time the "
+                         "first chunk was returned and now may show up in the list.")
+GO_VERSIONS = {"1.27": "go1.20.14", "1.28": "go1.21.13", "1.29": "go1.22.8", "1.30": "go1.22.8",
+               "1.31": "go1.22.5", "1.32": "go1.23.3", "1.33": "go1.24.0"}
+NAME_INVALID = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+GEN_CHARS = "bcdfghjklmnpqrstvwxz2456789"   # k8s.io/apimachinery/pkg/util/rand
+
+
+def parse_int64(s):
+    """strconv.ParseInt(s, 10, 64) with Go's error text (runtime/conversion.go)."""
+    if not _INT64.match(s):
+        raise err_bad_request('strconv.ParseInt: parsing %s: invalid syntax' % go_json_string(s))
+    v = int(s)
+    if v < -(1 << 63) or v >= (1 << 63):
+        raise err_bad_request('strconv.ParseInt: parsing %s: value out of range' % go_json_string(s))
+    return v
+
+
+def parse_uint_rv(s):
+    """storage.APIObjectVersioner.ParseResourceVersion -> int or the field error text."""
+    if s in ("", "0"):
+        return 0, None
+    if not re.match(r"^[0-9]+$", s) or int(s) >= (1 << 64):
+        why = "value out of range" if re.match(r"^[0-9]+$", s) else "invalid syntax"
+        return None, 'resourceVersion: Invalid value: %s: strconv.ParseUint: parsing %s: %s' % (
+            go_json_string(s), go_json_string(s), why)
+    return int(s), None
+
+
+class ListOpts:
+    __slots__ = ("watch", "rv", "match", "cont", "limit", "timeout", "bookmarks", "sie", "lsel", "fsel")
+
+
+class App:
+    def __init__(self, args, loop):
+        self.args = args
+        self.loop = loop
+        self.cluster = Cluster(args)
+        self.cluster.loop = loop
+        self.conns = set()
+        self.stats = collections.Counter()
+        self.watch_counts = collections.Counter()
+        self.fails = []
+        self.churn = None
+        self.churn_task = None
+        self.port = 0
+        self.host = "127.0.0.1"
+        self.by_gr = {(t.group, t.plural): t for t in self.cluster.types}
+        self.groups = collections.OrderedDict()
+        for t in self.cluster.types:
+            if t.group:
+                self.groups.setdefault(t.group, [])
+                if t.version not in self.groups[t.group]:
+                    self.groups[t.group].append(t.version)
+        wl = args.watch_list
+        if wl == "auto":
+            wl = "on" if args.version == "1.32" else "off"
+        self.watchlist_enabled = wl in ("on", "accept")
+        self.watchlist_defaulting = wl == "on"
+        self.started = time.time()
+
+    def log(self, msg):
+        sys.stderr.write("apisim: %s\n" % msg)
+        sys.stderr.flush()
+
+    # -- entry point --------------------------------------------------------
+    def dispatch(self, req, conn):
+        if self.args.log_requests:
+            self.log("%s %s" % (req.method, req.target))
+        path = req.path
+        if path.startswith("/apisim/"):
+            return self.control(req, conn)
+        if not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
+            # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
+            conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
+            return None
+        if self.fails:
+            r = self.inject_failure(req, conn)
+            if r is not False:
+                return r
+        return self.route(req, conn)
+
+    def authenticate(self, req, conn):
+        a = self.args
+        if not a.token and not a.client_ca:
+            return True
+        if a.token and req.headers.get("authorization", "") == "Bearer " + a.token:
+            return True
+        if a.client_ca and conn.peer_cert:
+            return True
+        return False
+
+    def inject_failure(self, req, conn):
+        for rule in self.fails:
+            if rule["count"] > 0 and rule.get("match", "") in req.target:
+                rule["count"] -= 1
+                if rule["count"] <= 0:
+                    self.fails.remove(rule)
+                mode = rule.get("mode", "status")
+                self.stats["injected " + mode] += 1
+                if mode == "reset":
+                    conn.abort()
+                    return None
+                if mode == "hang":
+                    return self._hang()
+                if mode == "delay":
+                    return self._delayed(req, conn, float(rule.get("delay", 1.0)))
+                code = int(rule.get("status", 503))
+                extra = [(b"Retry-After", b"1")] if code in (429, 503) else []
+                conn.respond_error(ApiError(code, STATUS_REASON.get(code, ""),
+                                            "apisim: injected failure (%d)" % code, headers=extra), req)
+                return None
+        return False
+
+    async def _hang(self):
+        await self.loop.create_future()
+
+    async def _delayed(self, req, conn, delay):
+        await asyncio.sleep(delay)
+        r = self.route(req, conn)
+        if r is not None:
+            await r
+
+    # -- routing ------------------------------------------------------------
+    def route(self, req, conn):
+        path = req.path
+        parts = [p for p in path.split("/") if p]
+        m = req.method
+        if not parts:
+            return self.reply(req, conn, {"paths": ["/api", "/api/v1", "/apis", "/apis/"] +
+                                          ["/apis/%s" % g for g in self.groups] +
+                                          ["/apis/%s/%s" % (g, v) for g, vs in self.groups.items() for v in vs] +
+                                          ["/healthz", "/livez", "/readyz", "/version"]})
+        head = parts[0]
+        if head == "openapi" and len(parts) >= 2 and parts[1] == "v3":
+            return self.openapi_v3(req, conn, parts[2:])
+        if head in ("openapi", "swagger-2.0.0.pb-v1") and (parts[-1] in ("v2", "swagger-2.0.0.pb-v1")) \
+                and len(parts) <= 2:
+            return self.openapi_v2(req, conn)
+        if head == "version" and len(parts) == 1:
+            return self.reply(req, conn, self.version_info())
+        if head in ("healthz", "livez", "readyz"):
+            conn.respond(200, b"ok", req, ctype=b"text/plain; charset=utf-8")
+            return None
+        if head == "api":
+            if len(parts) == 1:
+                return self.reply(req, conn, {"kind": "APIVersions", "versions": ["v1"],
+                                              "serverAddressByClientCIDRs": [
+                                                  {"clientCIDR": "0.0.0.0/0",
+                                                   "serverAddress": "%s:%d" % (self.host, self.port)}]})
+            if parts[1] != "v1":
+                raise ERR_NOT_FOUND_PATH
+            if len(parts) == 2:
+                return self.reply(req, conn, self.resource_list("", "v1"))
+            return self.resource(req, conn, "", parts[2:])
+        if head == "apis":
+            if len(parts) == 1:
+                return self.reply(req, conn, {"kind": "APIGroupList", "apiVersion": "v1",
+                                              "groups": [self.group_info(g) for g in self.groups]})
+            g = parts[1]
+            if g not in self.groups:
+                raise ERR_NOT_FOUND_PATH
+            if len(parts) == 2:
+                gi = self.group_info(g)
+                return self.reply(req, conn, dict([("kind", "APIGroup"), ("apiVersion", "v1")] + list(gi.items())))
+            if parts[2] not in self.groups[g]:
+                raise ERR_NOT_FOUND_PATH
+            if len(parts) == 3:
+                return self.reply(req, conn, self.resource_list(g, parts[2]))
+            return self.resource(req, conn, g, parts[3:])
+        raise ERR_NOT_FOUND_PATH
+
+    def openapi_v2(self, req, conn):
+        """An OpenAPI v2 document without definitions.  kubectl 1.27-1.29 download it
+        (protobuf, gnostic openapi_v2.Document) before `create -f`; with no schema for a
+        kind, kubectl skips client-side validation of it."""
+        if req.method not in ("GET", "HEAD"):
+            raise ERR_METHOD
+        ver = ("v%s.0" % self.args.version).encode()
+        if "protobuf" in req.headers.get("accept", "") or req.path.endswith(".pb-v1"):
+            info = b"\x0a\x0aKubernetes\x12" + bytes([len(ver)]) + ver
+            body = b"\x0a\x032.0\x12" + bytes([len(info)]) + info
+            conn.respond(200, body, req, ctype=b"application/octet-stream")
+            return None
+        return self.reply(req, conn, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": ver.decode()},
+                                      "paths": {}, "definitions": {}})
+
+    def openapi_v3(self, req, conn, rest):
+        """A minimal OpenAPI v3 surface: the root index and, per group-version, one PATCH
+        operation per kind that advertises the fieldValidation query parameter.  That is
+        what kubectl's QueryParamVerifierV3 (k8s.io/cli-runtime/pkg/resource/
+        query_param_verifier_v3.go) looks for before it skips client-side schema
+        validation in `kubectl create/replace -f` (server-side validation instead)."""
+        gvs = [("", "v1")] + [(g, v) for g, vs in self.groups.items() for v in vs]
+
+        def gvpath(g, v):
+            return "api/v1" if not g else "apis/%s/%s" % (g, v)
+        if not rest:
+            return self.reply(req, conn, {"paths": {gvpath(g, v): {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (
+                gvpath(g, v), hashlib.sha1(gvpath(g, v).encode()).hexdigest()[:16].upper())} for g, v in gvs}})
+        want = "/".join(rest)
+        for g, v in gvs:
+            if gvpath(g, v) != want:
+                continue
+            paths = {}
+            for t in self.cluster.types:
+                if t.group != g or t.version != v:
+                    continue
+                base = t.prefix + ("/namespaces/{namespace}/" if t.namespaced else "/") + t.plural
+                gvk = {"group": g, "version": v, "kind": t.kind}
+                params = [{"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+                          for n in ("dryRun", "fieldManager", "fieldValidation")]
+                paths[base + "/{name}"] = {
+                    "patch": {"operationId": "patch" + t.kind, "x-kubernetes-group-version-kind": gvk,
+                              "x-kubernetes-action": "patch", "parameters": params,
+                              "responses": {"200": {"description": "OK"}}}}
+                paths[base] = {
+                    "post": {"operationId": "create" + t.kind, "x-kubernetes-group-version-kind": gvk,
+                             "x-kubernetes-action": "post", "parameters": params,
+                             "responses": {"201": {"description": "Created"}}}}
+            return self.reply(req, conn, {"openapi": "3.0.0",
+                                          "info": {"title": "Kubernetes", "version": "v%s.0" % self.args.version},
+                                          "paths": paths, "components": {"schemas": {}}})
+        raise ERR_NOT_FOUND_PATH
+
+    def reply(self, req, conn, obj):
+        if req.method not in ("GET", "HEAD"):
+            raise ERR_METHOD
+        conn.respond_json(200, obj, req)
+        return None
+
+    def version_info(self):
+        minor = self.args.version.split(".")[1]
+        return {"major": "1", "minor": minor, "gitVersion": "v%s.0" % self.args.version,
+                "gitCommit": hashlib.sha1(self.args.version.encode()).hexdigest(), "gitTreeState": "clean",
+                "buildDate": "2024-08-13T07:28:49Z", "goVersion": GO_VERSIONS.get(self.args.version, "go1.22.5"),
+                "compiler": "gc", "platform": "linux/amd64"}
+
+    def group_info(self, g):
+        vs = [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in self.groups[g]]
+        return {"name": g, "versions": vs, "preferredVersion": vs[0]}
+
+    def resource_list(self, group, version):
+        res = []
+        for t in self.cluster.types:
+            if t.group != group or t.version != version:
+                continue
+            e = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
+                 "verbs": t.verbs}
+            if t.short:
+                e["shortNames"] = t.short
+            if t.categories:
+                e["categories"] = t.categories
+            e["storageVersionHash"] = t.storage_hash
+            res.append(e)
+            for sub, (kind, verbs) in t.subresources.items():
+                se = {"name": "%s/%s" % (t.plural, sub), "singularName": "", "namespaced": t.namespaced}
+                if kind == "Scale":
+                    se["group"] = "autoscaling"
+                    se["version"] = "v1"
+                se["kind"] = kind
+                se["verbs"] = verbs
+                res.append(se)
+        out = {"kind": "APIResourceList"}
+        if group:
+            out["apiVersion"] = "v1"
+        out["groupVersion"] = version if not group else "%s/%s" % (group, version)
+        out["resources"] = res
+        return out
+
+    def resource(self, req, conn, group, rest):
+        watch_path = False
+        if rest[0] == "watch":
+            watch_path = True
+            rest = rest[1:]
+            if not rest:
+                raise ERR_NOT_FOUND_PATH
+        ns = None
+        if rest[0] == "namespaces" and len(rest) > 2 and rest[2] not in ("status", "finalize"):
+            ns = rest[1]
+            rest = rest[2:]
+        rt = self.by_gr.get((group, rest[0]))
+        if rt is None or len(rest) > 3:
+            raise ERR_NOT_FOUND_PATH
+        if ns is not None and not rt.namespaced:
+            raise ERR_NOT_FOUND_PATH
+        st = self.cluster.stores[rt.plural]
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        m = req.method
+        if watch_path:
+            if sub is not None:
+                raise ERR_NOT_FOUND_PATH
+            if m not in ("GET", "HEAD"):
+                raise ERR_METHOD
+            accept = self.negotiate(req)
+            o = self.parse_opts(req, rt, force_watch=True)
+            self.stats["watch " + rt.plural] += 1
+            return self.do_watch(req, conn, rt, st, ns, name, accept, o)
+        if name is None:
+            if m in ("GET", "HEAD"):
+                accept = self.negotiate(req)
+                o = self.parse_opts(req, rt)
+                if o.watch:
+                    self.stats["watch " + rt.plural] += 1
+                    return self.do_watch(req, conn, rt, st, ns, None, accept, o)
+                self.stats["list " + rt.plural] += 1
+                return self.do_list(req, conn, rt, st, ns, accept, o)
+            if m == "POST":
+                if rt.namespaced and ns is None:
+                    raise ERR_METHOD
+                self.stats["create " + rt.plural] += 1
+                return self.do_create(req, conn, rt, st, ns)
+            if m == "DELETE":
+                self.stats["deletecollection " + rt.plural] += 1
+                return self.do_deletecollection(req, conn, rt, st, ns)
+            raise ERR_METHOD
+        if rt.namespaced and ns is None:
+            raise ERR_NOT_FOUND_PATH
+        key = "%s/%s" % (ns, name) if rt.namespaced else name
+        if sub is None:
+            if m in ("GET", "HEAD"):
+                self.stats["get " + rt.plural] += 1
+                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req))
+            if m == "PUT":
+                self.stats["update " + rt.plural] += 1
+                return self.do_update(req, conn, rt, st, ns, key, name, None)
+            if m == "PATCH":
+                self.stats["patch " + rt.plural] += 1
+                return self.do_patch(req, conn, rt, st, ns, key, name, None)
+            if m == "DELETE":
+                self.stats["delete " + rt.plural] += 1
+                return self.do_delete(req, conn, rt, st, key, name)
+            raise ERR_METHOD
+        if sub not in rt.subresources:
+            raise ERR_NOT_FOUND_PATH
+        sr = "%s/%s" % (rt.plural, sub)
+        if sub in ("status", "scale"):
+            if m in ("GET", "HEAD"):
+                self.stats["get " + sr] += 1
+                if sub == "scale":
+                    return self.reply(req, conn, self.scale_of(rt, self.must_get(rt, st, key, name)))
+                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req))
+            if m == "PUT":
+                self.stats["update " + sr] += 1
+                return self.do_update(req, conn, rt, st, ns, key, name, sub)
+            if m == "PATCH":
+                self.stats["patch " + sr] += 1
+                return self.do_patch(req, conn, rt, st, ns, key, name, sub)
+            raise ERR_METHOD
+        if sub == "log" and m in ("GET", "HEAD"):
+            self.stats["get " + sr] += 1
+            return self.do_log(req, conn, st, key, name)
+        if sub in ("exec", "attach") and m in ("GET", "POST"):
+            self.stats["create " + sr] += 1
+            return self.do_exec(req, conn, st, key, name, sub)
+        if sub == "finalize" and m == "PUT":
+            return self.do_update(req, conn, rt, st, ns, key, name, "finalize")
+        raise ERR_METHOD
+
+    # -- content negotiation --------------------------------------------------
+    def negotiate(self, req):
+        acc = req.headers.get("accept", "")
+        if not acc:
+            return ("json", None)
+        clauses = []
+        for i, part in enumerate(acc.split(",")):
+            fields = [f.strip() for f in part.split(";")]
+            mt = fields[0].lower()
+            params = {}
+            for f in fields[1:]:
+                k, _, v = f.partition("=")
+                params[k.strip().lower()] = v.strip().strip('"')
+            try:
+                q = float(params.get("q", "1") or 1)
+            except ValueError:
+                q = 1.0
+            clauses.append((-q, i, mt, params))
+        clauses.sort()
+        for _q, _i, mt, params in clauses:
+            if mt not in ("application/json", "*/*", "application/*"):
+                continue
+            as_ = params.get("as")
+            if not as_:
+                return ("json", None)
+            if params.get("g") == "meta.k8s.io" and params.get("v") in ("v1", "v1beta1"):
+                if as_ == "Table":
+                    return ("table", params["v"])
+                if as_ in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                    return ("meta", params["v"])
+        # k8s.io/apiserver/pkg/endpoints/handlers/negotiation/errors.go NewNotAcceptableError
+        raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                                             "application/yaml, application/vnd.kubernetes.protobuf")
+
+    # -- list options ---------------------------------------------------------
+    def parse_opts(self, req, rt, force_watch=False):
+        q = req.query
+        o = ListOpts()
+        # DecodeParameters, in ListOptions field order; errors are 400 BadRequest
+        # (handlers/get.go ListResource: errors.NewBadRequest(err.Error())).
+        try:
+            o.lsel = LabelSelector(q.get("labelSelector", ""))
+            o.fsel = FieldSelector(q.get("fieldSelector", ""))
+        except SelectorError as e:
+            raise err_bad_request(str(e))
+        o.watch = force_watch or ("watch" in q and kube_bool(q["watch"]))
+        o.bookmarks = "allowWatchBookmarks" in q and kube_bool(q["allowWatchBookmarks"])
+        o.rv = q.get("resourceVersion", "")
+        o.match = q.get("resourceVersionMatch", "")
+        o.timeout = parse_int64(q["timeoutSeconds"]) if "timeoutSeconds" in q else None
+        o.limit = parse_int64(q["limit"]) if "limit" in q else 0
+        o.cont = q.get("continue", "")
+        o.sie = kube_bool(q["sendInitialEvents"]) if "sendInitialEvents" in q else None
+        # metainternalversion.SetListOptionsDefaults (only with the WatchList gate on)
+        if self.watchlist_defaulting and o.watch and o.sie is None and not o.match and o.rv in ("", "0"):
+            o.sie = True
+            o.match = "NotOlderThan"
+        # staging/src/k8s.io/apimachinery/pkg/apis/meta/internalversion/validation/validation.go
+        errs = []
+        if o.watch:
+            if o.sie is not None:
+                if o.match != "NotOlderThan":
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+                if not self.watchlist_enabled:
+                    errs.append(field_err("FieldValueForbidden", "sendInitialEvents",
+                                          "sendInitialEvents is forbidden for watch unless the WatchList feature "
+                                          "gate is enabled"))
+            if o.match:
+                if o.sie is None:
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                                          "provided"))
+                if o.match != "NotOlderThan":
+                    errs.append(field_err("FieldValueNotSupported", "resourceVersionMatch", "", o.match,
+                                          ["NotOlderThan"]))
+                if o.cont:
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden when continue is provided"))
+        else:
+            if o.match:
+                if not o.rv:
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden unless resourceVersion is provided"))
+                if o.cont:
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          "resourceVersionMatch is forbidden when continue is provided"))
+                if o.match not in ("Exact", "NotOlderThan"):
+                    errs.append(field_err("FieldValueNotSupported", "resourceVersionMatch", "", o.match,
+                                          ["Exact", "NotOlderThan", ""]))
+                if o.match == "Exact" and o.rv == "0":
+                    errs.append(field_err("FieldValueForbidden", "resourceVersionMatch",
+                                          'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+            if o.sie is not None:
+                errs.append(field_err("FieldValueForbidden", "sendInitialEvents", "sendInitialEvents is forbidden for list"))
+        if errs:
+            raise err_invalid("meta.k8s.io", "ListOptions", "", errs)
+        # field label conversion (handlers/get.go: errors.NewBadRequest(err.Error()))
+        if o.fsel.terms:
+            try:
+                o.fsel.terms = [(rt.convert_field_label(f), neg, v) for f, neg, v in o.fsel.terms]
+            except SelectorError as e:
+                raise err_bad_request(str(e))
+        if not o.lsel.reqs:
+            o.lsel = None
+        if not o.fsel.terms:
+            o.fsel = None
+        return o
+
+    # -- list -----------------------------------------------------------------
+    def do_list(self, req, conn, rt, st, ns, accept, o):
+        cl = self.cluster
+        # Which layer kube-apiserver uses (storage/cacher/cacher.go shouldDelegateList): the
+        # watch cache serves rv="0" and rv=N without limit (NotOlderThan); etcd the rest.
+        delegate = o.rv == "" or bool(o.cont) or (o.limit > 0 and o.rv != "0") or o.match == "Exact"
+        if not delegate:
+            n, perr = parse_uint_rv(o.rv)
+            if perr:
+                raise err_generic(500, perr)
+            if n > cl.rv:
+                return self._list_wait(req, conn, rt, st, ns, accept, o, n)
+            return self.serve_list(req, conn, rt, st, ns, accept, o, cl.rv, st.objs, st.keys, None, 0)
+        with_rev = 0
+        start_rel = None
+        min_rv = 0
+        if o.cont:
+            # storage/etcd3/store.go GetList + storage/continue.go DecodeContinue
+            try:
+                start_rel, crv = decode_continue(o.cont)
+            except ContinueError as e:
+                raise err_bad_request("invalid continue token: %s" % e)
+            if o.rv and o.rv != "0":
+                raise err_bad_request("specifying resource version is not allowed when using continue")
+            if crv > 0:
+                with_rev = crv
+        elif o.rv:
+            n, perr = parse_uint_rv(o.rv)
+            if perr:
+                raise err_bad_request("invalid resource version: %s" % perr)
+            if o.match == "Exact":
+                with_rev = n
+            elif o.match == "" and o.limit > 0 and n > 0:
+                with_rev = n
+            elif o.match == "NotOlderThan":
+                min_rv = n
+        cur = cl.rv
+        if with_rev:
+            if with_rev < cl.floor(st):
+                # storage/etcd3: interpretListError / handleCompactedErrorForPaging
+                if o.cont:
+                    raise err_expired(INCONSISTENT_CONTINUE, encode_continue(start_rel, -1))
+                raise err_expired(EXPIRED_LIST)
+            if with_rev > cur:
+                raise err_generic(500, "etcdserver: mvcc: required revision is a future revision")
+            objs, keys = cl.snapshot(st, with_rev)
+            read_rv = with_rev
+        else:
+            if min_rv > cur:
+                # store.validateMinimumResourceVersion: NewTooLargeResourceVersionError(.., 0)
+                raise err_too_large_rv(min_rv, cur, 0)
+            objs, keys, read_rv = st.objs, st.keys, cur
+        return self.serve_list(req, conn, rt, st, ns, accept, o, read_rv, objs, keys, start_rel, o.limit)
+
+    async def _list_wait(self, req, conn, rt, st, ns, accept, o, n):
+        # cacher waitUntilFreshAndBlock: 3 s, then 504 with retryAfterSeconds 1
+        ok = await self.cluster.wait_for_rv(n, 3.0)
+        if not ok:
+            raise err_too_large_rv(n, self.cluster.rv, 1)
+        r = self.serve_list(req, conn, rt, st, ns, accept, o, self.cluster.rv, st.objs, st.keys, None, 0)
+        if r is not None:
+            await r
+
+    def serve_list(self, req, conn, rt, st, ns, accept, o, read_rv, objs, keys, start_rel, limit):
+        lo, hi = st.range_for_ns(keys, ns)
+        i = lo
+        if start_rel is not None:
+            abs_start = ns + "/" + start_rel if ns is not None else start_rel
+            i = max(lo, bisect.bisect_left(keys, abs_start, lo, hi))
+        start_i = i
+        lsel, fsel = o.lsel, o.fsel
+        has_more = False
+        last_key = None
+        remaining = None
+        if lsel is None and fsel is None:
+            if limit > 0:
+                j = min(hi, i + limit)
+                page = keys[i:j]
+                has_more = j < hi
+                if has_more:
+                    last_key = page[-1]
+                    remaining = (hi - start_i) - limit
+            else:
+                page = keys[i:hi]
+            items = [objs[k] for k in page]
+        else:
+            items = []
+            nm = fsel.name_value() if fsel is not None else None
+            if nm is not None and ns is not None and limit <= 0:
+                ob = objs.get(ns + "/" + nm)
+                rng = [] if ob is None else [ob.key]
+                for k in rng:
+                    ob = objs[k]
+                    if (lsel is None or lsel.matches(ob.labels)) and (fsel is None or fsel.matches(ob)):
+                        items.append(ob)
+            else:
+                for idx in range(i, hi):
+                    if limit > 0 and len(items) >= limit:
+                        has_more = True
+                        break
+                    k = keys[idx]
+                    ob = objs[k]
+                    last_key = k
+                    if (lsel is None or lsel.matches(ob.labels)) and (fsel is None or fsel.matches(ob)):
+                        items.append(ob)
+        cont = None
+        if has_more:
+            rel = last_key[len(ns) + 1:] if ns is not None else last_key
+            cont = encode_continue(rel + "\x00", read_rv)
+        mode = accept[0]
+        if mode == "json":
+            meta = b'"resourceVersion":"%d"' % read_rv
+            if cont:
+                meta += b',"continue":"%s"' % cont.encode()
+            if remaining is not None:
+                meta += b',"remainingItemCount":%d' % remaining
+            headb = rt.list_head_kind + meta + b'},"items":['
+            total = len(headb) + sum(len(x.data) for x in items) + len(items) + 2
+            if total > (1 << 20) and req.method != "HEAD":
+                return self._stream_list(req, conn, headb, items)
+            body = headb + b",".join([x.data for x in items]) + b"]}"
+            conn.respond(200, body, req)
+            return None
+        meta = {"resourceVersion": str(read_rv)}
+        if cont:
+            meta["continue"] = cont
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+        dicts = [x.dict() for x in items]
+        if mode == "table":
+            out = self.table_for(rt, dicts, accept[1], req.query.get("includeObject", "Metadata"), meta)
+        else:
+            out = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/" + accept[1], "metadata": meta,
+                   "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
+                              "metadata": d.get("metadata", {})} for d in dicts]}
+        conn.respond_json(200, out, req)
+        return None
+
+    async def _stream_list(self, req, conn, headb, items):
+        conn.start_stream(req)
+        parts = [headb]
+        size = len(headb)
+        first = True
+        for ob in items:
+            if first:
+                first = False
+            else:
+                parts.append(b",")
+            parts.append(ob.data)
+            size += len(ob.data) + 1
+            if size >= 262144:
+                conn.write_chunk(b"".join(parts))
+                parts = []
+                size = 0
+                await conn.drain()
+        parts.append(b"]}")
+        conn.write_chunk(b"".join(parts))
+        conn.end_stream()
+
+    def table_for(self, rt, dicts, ver, include_obj, meta, headers=True):
+        cols, rowfn = rt.table
+        rows = []
+        for d in dicts:
+            row = {"cells": rowfn(d)}
+            if include_obj == "Object":
+                row["object"] = d
+            elif include_obj != "None":
+                row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + ver,
+                                 "metadata": d.get("metadata", {})}
+            rows.append(row)
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/" + ver, "metadata": meta,
+                "columnDefinitions": cols if headers else None, "rows": rows}
+
+    def respond_obj(self, req, conn, rt, obj, accept, code=200):
+        mode = accept[0]
+        if mode == "json":
+            conn.respond(code, obj.data, req)
+            return
+        d = obj.dict()
+        if mode == "table":
+            out = self.table_for(rt, [d], accept[1], req.query.get("includeObject", "Metadata"),
+                                 {"resourceVersion": str(obj.rv)})
+        else:
+            out = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
+                   "metadata": d.get("metadata", {})}
+        conn.respond_json(code, out, req)
+
+    # -- get ------------------------------------------------------------------
+    def must_get(self, rt, st, key, name):
+        obj = st.objs.get(key)
+        if obj is None:
+            raise err_not_found(rt, name)
+        return obj
+
+    def do_get(self, req, conn, rt, st, key, name, accept):
+        rv = req.query.get("resourceVersion", "")
+        if rv:
+            n, perr = parse_uint_rv(rv)
+            if perr:
+                raise err_generic(500, perr)
+            if n > self.cluster.rv:
+                return self._get_wait(req, conn, rt, st, key, name, accept, n)
+        self.respond_obj(req, conn, rt, self.must_get(rt, st, key, name), accept)
+        return None
+
+    async def _get_wait(self, req, conn, rt, st, key, name, accept, n):
+        ok = await self.cluster.wait_for_rv(n, 3.0)
+        if not ok:
+            raise err_too_large_rv(n, self.cluster.rv, 1)
+        self.respond_obj(req, conn, rt, self.must_get(rt, st, key, name), accept)
+
+    # -- watch ----------------------------------------------------------------
+    def do_watch(self, req, conn, rt, st, ns, name, accept, o):
+        if name is not None:
+            # handlers/get.go ListResource for the legacy /watch/.../NAME path
+            if o.fsel is not None:
+                if o.fsel.name_value() != name:
+                    raise err_bad_request("fieldSelector metadata.name doesn't match requested name")
+            else:
+                o.fsel = FieldSelector("metadata.name=" + name.replace("\\", "\\\\").replace(",", "\\,")
+                                       .replace("=", "\\="))
+        n = 0
+        if o.rv not in ("", "0"):
+            n, perr = parse_uint_rv(o.rv)
+            if perr:
+                raise err_generic(500, perr)
+        return self._watch(req, conn, rt, st, ns, accept, o, n)
+
+    async def _watch(self, req, conn, rt, st, ns, accept, o, n):
+        cl = self.cluster
+        loop = self.loop
+        if o.timeout:
+            timeout = max(0, o.timeout)
+        else:
+            # handlers/get.go: minRequestTimeout (1800 s) * (rand.Float64() + 1.0)
+            timeout = 1800.0 * (random.random() + 1.0)
+        deadline = loop.time() + timeout
+        w = Watcher(self, conn, st, ns, o.lsel, o.fsel, accept[0], accept[1] or "v1",
+                    req.query.get("includeObject", "Metadata"), o.bookmarks, deadline)
+        conn.start_stream(req)
+        st.watchers.add(w)
+        conn.watchers.add(w)
+        self.watch_counts[rt.plural] += 1
+        w.timer = loop.call_at(deadline, w.finish, True)
+        try:
+            initial = None
+            cur = cl.rv
+            if o.sie:
+                if n > cur:
+                    if not await cl.wait_for_rv(n, 3.0):
+                        self._watch_error(w, err_too_large_rv(n, cl.rv, 1))
+                        return
+                    cur = cl.rv
+                initial = True
+                w.start_rv = cur
+            elif o.rv in ("", "0"):
+                w.start_rv = cur
+                initial = o.sie is None
+            else:
+                floor = cl.floor(st)
+                if n < floor:
+                    # storage/cacher/watch_cache.go getAllEventsSinceLocked: NewResourceExpired,
+                    # sent as one ERROR event on a 200 stream (cacher.go newErrWatcher)
+                    self._watch_error(w, err_expired("too old resource version: %d (%d)" % (n, floor)))
+                    return
+                w.start_rv = n
+                if n < cur:
+                    h = st.hist
+                    idx = bisect.bisect_right([e.rv for e in h], n) if len(h) < 4096 else self._hist_index(h, n)
+                    out = []
+                    for ev in h[idx:]:
+                        c = w.chunk_for(ev)
+                        if c is not None:
+                            out.append(c)
+                        if len(out) >= 512:
+                            w.write(b"".join(out))
+                            out = []
+                    if out:
+                        w.write(b"".join(out))
+                    w.last_rv = cur
+                    w.start_rv = cur
+            if initial:
+                lo, hi = st.range_for_ns(st.keys, ns)
+                snap = [st.objs[k] for k in st.keys[lo:hi]]
+                out = []
+                size = 0
+                for ob in snap:
+                    if w.simple or w.match(ob):
+                        c = w.initial_chunk(ob)
+                        out.append(c)
+                        size += len(c)
+                        if size > 262144:
+                            w.write(b"".join(out))
+                            out = []
+                            size = 0
+                            await conn.drain()
+                            if w.closed:
+                                break
+                if out:
+                    w.write(b"".join(out))
+                w.last_rv = w.start_rv
+                if o.sie and o.bookmarks:
+                    w.send_bookmark(w.start_rv, initial_end=True)
+            w.go_live()
+            if o.bookmarks:
+                w.schedule_bookmark(loop.time())
+            clean = await w.done
+            if clean and not conn.closed:
+                conn.end_stream()
+        finally:
+            w.finish(clean=False)
+
+    def _hist_index(self, h, n):
+        lo, hi = 0, len(h)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if h[mid].rv <= n:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _watch_error(self, w, e):
+        w.write(w.conn.frame(b'{"type":"ERROR","object":%s}\n' % dumpb(e.status())))
+        w.finish(clean=True)
+        w.conn.end_stream()
+
+    # -- writes ---------------------------------------------------------------
+    def body_obj(self, req, rt):
+        if not req.body:
+            raise err_bad_request("the object provided is unrecognized (must be of type %s): couldn't get "
+                                  "version/kind; json parse error: unexpected end of JSON input" % rt.kind)
+        try:
+            d = json.loads(req.body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise err_bad_request("the object provided is unrecognized (must be of type %s): couldn't get "
+                                  "version/kind; json parse error: %s" % (rt.kind, e))
+        if not isinstance(d, dict):
+            raise err_bad_request("the object provided is unrecognized (must be of type %s): couldn't get "
+                                  "version/kind; json parse error: json: cannot unmarshal array into Go value of "
+                                  "type struct" % rt.kind)
+        self.check_kind(d, rt)
+        if not isinstance(d.get("metadata", {}), dict):
+            raise err_bad_request("metadata must be an object")
+        return d
+
+    def check_kind(self, d, rt):
+        kind, apiv = d.get("kind"), d.get("apiVersion")
+        if (kind and kind != rt.kind) or (apiv and apiv != rt.api_version):
+            raise err_bad_request("the object provided is unrecognized (must be of type %s): %s in version %s "
+                                  "cannot be handled as a %s" % (rt.kind, kind or "", go_json_string(apiv or ""),
+                                                                 rt.kind))
+        d["kind"] = rt.kind
+        d["apiVersion"] = rt.api_version
+
+    def validate_name(self, rt, name):
+        if len(name) > 253 or not _DNS1123_SUB.match(name):
+            raise err_invalid(rt.group, rt.kind, name,
+                              [field_err("FieldValueInvalid", "metadata.name", NAME_INVALID, name)])
+
+    def dry_run(self, req):
+        return bool(req.qall("dryRun"))
+
+    def do_create(self, req, conn, rt, st, ns):
+        cl = self.cluster
+        d = self.body_obj(req, rt)
+        md = d.setdefault("metadata", {})
+        if rt.namespaced:
+            bns = md.get("namespace")
+            if bns and bns != ns:
+                # handlers/rest.go: EnsureObjectNamespaceMatchesRequestNamespace
+                raise err_bad_request("the namespace of the provided object does not match the namespace sent on "
+                                      "the request")
+            md["namespace"] = ns
+        else:
+            md.pop("namespace", None)
+        name = md.get("name") or ""
+        if not name:
+            gn = md.get("generateName") or ""
+            if not gn:
+                # apimachinery/pkg/api/validation/objectmeta.go ValidateObjectMetaAccessor
+                raise err_invalid(rt.group, rt.kind, "", [field_err("FieldValueRequired", "metadata.name",
+                                                                    "name or generateName is required")])
+            base = gn[:63 - 5] if len(gn) > 58 else gn
+            for _ in range(16):
+                name = base + "".join(random.choice(GEN_CHARS) for _ in range(5))
+                if ("%s/%s" % (ns, name) if rt.namespaced else name) not in st.objs:
+                    break
+            md["name"] = name
+        self.validate_name(rt, name)
+        if md.get("resourceVersion"):
+            # storage/etcd3/store.go Create
+            raise err_generic(500, "resourceVersion should not be set on objects to be created")
+        if rt.namespaced and ns not in cl.stores["namespaces"].objs:
+            # plugin/pkg/admission/namespace/lifecycle: NewNotFound(namespaces)
+            raise ApiError(404, "NotFound", 'namespaces "%s" not found' % ns, {"name": ns, "kind": "namespaces"})
+        key = "%s/%s" % (ns, name) if rt.namespaced else name
+        if key in st.objs:
+            raise err_already_exists(rt, name)
+        md["uid"] = str(uuid.uuid4())
+        md["generation"] = 1
+        md["creationTimestamp"] = now_rfc3339()
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            md.pop(k, None)
+        self.defaults(rt, d)
+        if self.dry_run(req):
+            md.pop("resourceVersion", None)
+            conn.respond(201, dumpb(canon(d)), req)
+            return None
+        obj = cl.store_new(st, d)
+        self.respond_obj(req, conn, rt, obj, ("json", None), 201)
+        return None
+
+    def defaults(self, rt, d):
+        if rt.plural == "pods":
+            st = d.setdefault("status", {})
+            st.setdefault("phase", "Pending")
+            st.setdefault("qosClass", "BestEffort")
+            sp = d.setdefault("spec", {})
+            sp.setdefault("restartPolicy", "Always")
+            sp.setdefault("schedulerName", "default-scheduler")
+            sp.setdefault("serviceAccountName", "default")
+            sp.setdefault("dnsPolicy", "ClusterFirst")
+            sp.setdefault("terminationGracePeriodSeconds", 30)
+        elif rt.plural == "namespaces":
+            d.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            d["status"] = {"phase": "Active"}
+            d["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = d["metadata"]["name"]
+        elif rt.plural == "secrets":
+            d.setdefault("type", "Opaque")
+            sd = d.pop("stringData", None)
+            if isinstance(sd, dict):
+                data = d.setdefault("data", {})
+                for k, v in sd.items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
+        elif rt.plural == "services":
+            sp = d.setdefault("spec", {})
+            sp.setdefault("type", "ClusterIP")
+            if "clusterIP" not in sp:
+                ip = "10.96.%d.%d" % (random.randint(1, 254), random.randint(1, 254))
+                sp["clusterIP"] = ip
+                sp["clusterIPs"] = [ip]
+            sp.setdefault("sessionAffinity", "None")
+            d.setdefault("status", {"loadBalancer": {}})
+
+    def merged_for_write(self, rt, prev_d, new_d, sub):
+        """Apply status-subresource rules; returns the object to store."""
+        if sub == "status":
+            out = dict(prev_d)
+            if "status" in new_d:
+                out["status"] = new_d["status"]
+            md = dict(prev_d.get("metadata", {}))
+            nmd = new_d.get("metadata") or {}
+            for k in ("labels", "annotations"):  # status updates keep metadata from the old object
+                pass
+            out["metadata"] = md
+            del nmd
+            return out
+        if sub == "finalize":
+            out = dict(prev_d)
+            if "spec" in new_d:
+                out["spec"] = new_d["spec"]
+            return out
+        out = dict(new_d)
+        if rt.has_status and rt.plural != "namespaces" or rt.plural == "namespaces":
+            if "status" in prev_d:
+                out["status"] = prev_d["status"]
+            else:
+                out.pop("status", None)
+        return out
+
+    def finish_write(self, req, conn, rt, st, prev, d, sub):
+        """Common tail of update and patch: preserve immutable metadata, bump generation,
+        skip no-op writes, store."""
+        cl = self.cluster
+        prev_d = prev.dict()
+        d = self.merged_for_write(rt, prev_d, d, sub)
+        md = d.setdefault("metadata", {})
+        pmd = prev_d["metadata"]
+        for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            if k in pmd:
+                md[k] = pmd[k]
+            else:
+                md.pop(k, None)
+        if d.get("spec") != prev_d.get("spec") and sub is None:
+            md["generation"] = int(pmd.get("generation", 1)) + 1
+        md["resourceVersion"] = str(prev.rv)
+        if rt.plural == "secrets" and isinstance(d.get("stringData"), dict):
+            data = d.setdefault("data", {})
+            for k, v in d.pop("stringData").items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+        data = dumpb(canon(d))
+        if data == prev.data or self.dry_run(req):
+            # etcd3 GuaranteedUpdate: an unchanged object is not written (no new rv)
+            conn.respond(200, data if self.dry_run(req) else prev.data, req)
+            return None
+        obj = cl.store_update(st, d, prev)
+        conn.respond(200, obj.data, req)
+        return None
+
+    def do_update(self, req, conn, rt, st, ns, key, name, sub):
+        d = self.body_obj(req, rt)
+        md = d.setdefault("metadata", {})
+        bname = md.get("name", "")
+        if bname != name:
+            # handlers/update.go
+            raise err_bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                  % (bname, name))
+        if rt.namespaced and md.get("namespace") and md["namespace"] != ns:
+            raise err_bad_request("the namespace of the provided object does not match the namespace sent on "
+                                  "the request")
+        prev = self.must_get(rt, st, key, name)
+        brv = md.get("resourceVersion")
+        if brv and brv != str(prev.rv):
+            raise err_conflict(rt, name, OBJ_MODIFIED)
+        return self.finish_write(req, conn, rt, st, prev, d, sub)
+
+    def do_patch(self, req, conn, rt, st, ns, key, name, sub):
+        ct = req.headers.get("content-type", "").split(";")[0].strip().lower()
+        kinds = ("application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json",
+                 "application/apply-patch+yaml")
+        if ct not in kinds:
+            # handlers/patch.go
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted "
+                           "media types include: application/json-patch+json, application/merge-patch+json, "
+                           "application/apply-patch+yaml, application/strategic-merge-patch+json")
+        try:
+            patch = json.loads(req.body or b"null")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise err_bad_request("error decoding patch: %s" % e)
+        prev = st.objs.get(key)
+        if prev is None:
+            if ct == "application/apply-patch+yaml" and sub is None and isinstance(patch, dict):
+                patch.setdefault("metadata", {})["name"] = name
+                req.body = dumpb(patch)
+                return self.do_create(req, conn, rt, st, ns)
+            raise err_not_found(rt, name)
+        cur = prev.dict()
+        try:
+            if ct == "application/json-patch+json":
+                new = json_patch(cur, patch)
+            elif ct == "application/merge-patch+json" or ct == "application/apply-patch+yaml":
+                if not isinstance(patch, dict):
+                    raise PatchError("patch must be a JSON object")
+                new = merge_patch(cur, patch)
+            else:
+                if not isinstance(patch, dict):
+                    raise PatchError("patch must be a JSON object")
+                new = strategic_merge_patch(cur, patch)
+        except PatchError as e:
+            raise ApiError(422, "Invalid", str(e), {})
+        if not isinstance(new, dict):
+            raise ApiError(422, "Invalid", "patched object is not a JSON object", {})
+        self.check_kind(new, rt)
+        nmd = new.setdefault("metadata", {})
+        if nmd.get("name") != name:
+            raise err_bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                  % (nmd.get("name", ""), name))
+        prv = nmd.get("resourceVersion")
+        if prv and prv != str(prev.rv):
+            raise err_conflict(rt, name, OBJ_MODIFIED)
+        return self.finish_write(req, conn, rt, st, prev, new, sub)
+
+    def do_delete(self, req, conn, rt, st, key, name):
+        cl = self.cluster
+        prev = self.must_get(rt, st, key, name)
+        opts = {}
+        if req.body:
+            try:
+                opts = json.loads(req.body)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise err_bad_request("error decoding DeleteOptions: %s" % e)
+        pre = (opts or {}).get("preconditions") or {}
+        why = None
+        if pre.get("uid") and pre["uid"] != prev.uid:
+            why = "Precondition failed: UID in precondition: %s, UID in object meta: %s" % (pre["uid"], prev.uid)
+        elif pre.get("resourceVersion") and pre["resourceVersion"] != str(prev.rv):
+            why = "Precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %d" % (
+                pre["resourceVersion"], prev.rv)
+        if why:
+            # storage/interfaces.go Preconditions.Check -> NewInvalidObjError -> NewConflict
+            raise err_conflict(rt, name, "StorageError: invalid object, Code: 4, Key: /registry/%s/%s, "
+                                         "ResourceVersion: 0, AdditionalErrorMsg: %s" % (rt.plural, key, why))
+        if self.dry_run(req):
+            deleted = prev
+        else:
+            deleted = cl.store_delete(st, prev)
+            if rt.plural == "namespaces":
+                for ost in cl.stores.values():
+                    if ost.rt.namespaced:
+                        lo, hi = ost.range_for_ns(ost.keys, name)
+                        for k in list(ost.keys[lo:hi]):
+                            cl.store_delete(ost, ost.objs[k])
+        if rt.returns_obj:
+            conn.respond(200, deleted.data, req)
+        else:
+            # registry/generic/registry/store.go finalizeDelete: Status Success with details
+            details = {"name": name}
+            if rt.group:
+                details["group"] = rt.group
+            details["kind"] = rt.plural
+            details["uid"] = prev.uid
+            conn.respond_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                    "details": details}, req)
+        return None
+
+    def do_deletecollection(self, req, conn, rt, st, ns):
+        o = self.parse_opts(req, rt)
+        lo, hi = st.range_for_ns(st.keys, ns)
+        victims = [st.objs[k] for k in st.keys[lo:hi]
+                   if (o.lsel is None or o.lsel.matches(st.objs[k].labels)) and
+                   (o.fsel is None or o.fsel.matches(st.objs[k]))]
+        out = []
+        if not self.dry_run(req):
+            for ob in victims:
+                out.append(self.cluster.store_delete(st, ob))
+        else:
+            out = victims
+        body = rt.list_head_kind + b'"resourceVersion":"%d"},"items":[' % self.cluster.rv + \
+            b",".join(x.data for x in out) + b"]}"
+        conn.respond(200, body, req)
+        return None
+
+    def scale_of(self, rt, obj):
+        d = obj.dict()
+        md = d["metadata"]
+        reps = (d.get("spec") or {}).get("replicas", 1)
+        sel = ",".join("%s=%s" % kv for kv in sorted((((d.get("spec") or {}).get("selector") or {})
+                                                      .get("matchLabels") or {}).items()))
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                             if k in md},
+                "spec": {"replicas": reps},
+                "status": {"replicas": (d.get("status") or {}).get("replicas", reps), "selector": sel}}
+
+    # -- logs -----------------------------------------------------------------
+    def do_log(self, req, conn, st, key, name):
+        rt = st.rt
+        obj = self.must_get(rt, st, key, name)
+        q = req.query
+        follow = "follow" in q and kube_bool(q["follow"])
+        try:
+            tail = int(q.get("tailLines", "10"))
+        except ValueError:
+            raise err_bad_request('strconv.ParseInt: parsing %s: invalid syntax' % go_json_string(q["tailLines"]))
+        lines = ["%s INFO %s: request served (line %d)\n" % (now_rfc3339(), name, i) for i in range(max(0, tail))]
+        if not follow:
+            conn.respond(200, "".join(lines).encode(), req, ctype=b"text/plain")
+            return None
+        return self._follow_log(req, conn, st, obj, lines)
+
+    async def _follow_log(self, req, conn, st, obj, lines):
+        conn.start_stream(req, ctype=b"text/plain")
+        conn.write_chunk("".join(lines).encode())
+        i = len(lines)
+        end = self.loop.time() + 3600
+        while not conn.closed and self.loop.time() < end and st.objs.get(obj.key) is not None:
+            await asyncio.sleep(1.0)
+            conn.write_chunk(("%s INFO %s: request served (line %d)\n" % (now_rfc3339(), obj.name, i)).encode())
+            i += 1
+        conn.end_stream()
+
+    # -- exec -----------------------------------------------------------------
+    def do_exec(self, req, conn, st, key, name, sub):
+        rt = st.rt
+        obj = self.must_get(rt, st, key, name)
+        h = req.headers
+        upgrade = h.get("upgrade", "").lower()
+        q = req.query
+        d = obj.dict()
+        cnames = [c.get("name") for c in (d.get("spec") or {}).get("containers") or []]
+        container = q.get("container") or (cnames[0] if cnames else "")
+        if container not in cnames:
+            raise err_bad_request("container %s is not valid for pod %s" % (container, name))
+        if upgrade != "websocket":
+            if upgrade.startswith("spdy"):
+                raise err_bad_request("apisim serves exec over websockets (v5.channel.k8s.io, v4.channel.k8s.io) "
+                                      "only; SPDY is not implemented")
+            raise err_bad_request("Upgrade request required")
+        command = req.qall("command")
+        if sub == "exec" and not command:
+            raise err_bad_request("you must specify at least 1 command")
+        offered = [p.strip() for p in h.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        proto = next((p for p in offered if p in ("v5.channel.k8s.io", "v4.channel.k8s.io")), None)
+        wskey = h.get("sec-websocket-key")
+        if proto is None or not wskey:
+            raise err_bad_request("requested protocol(s) are not supported: %s; supports [v5.channel.k8s.io "
+                                  "v4.channel.k8s.io]" % offered)
+        accept = base64.b64encode(hashlib.sha1(wskey.encode() + WS_GUID).digest())
+        conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             b"Sec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: %s\r\n\r\n"
+                             % (accept, proto.encode()))
+        stdin = "stdin" in q and kube_bool(q["stdin"])
+        stdout = "stdout" in q and kube_bool(q["stdout"])
+        stderr = "stderr" in q and kube_bool(q["stderr"])
+        tty = "tty" in q and kube_bool(q["tty"])
+        if sub == "attach":
+            command = ["cat"]
+        sess = ExecSession(self, conn, proto, command, stdin, stdout, stderr, tty, name)
+        conn.upgraded = sess
+        if conn.buf:
+            data = bytes(conn.buf)
+            conn.buf.clear()
+            sess.feed(data)
+        return sess.run()
+
+    # -- controls (/apisim/...) -------------------------------------------------
+    def control(self, req, conn):
+        path = req.path.rstrip("/")
+        cl = self.cluster
+        m = req.method
+        if path == "/apisim/echo-upgrade":
+            if req.headers.get("upgrade", "").lower() != "kwc-echo":
+                conn.respond_json(400, {"error": "Upgrade: kwc-echo required"}, req)
+                return None
+            conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: kwc-echo\r\nConnection: Upgrade\r\n\r\n")
+            conn.upgraded = EchoUpgrade(conn)
+            if conn.buf:
+                data = bytes(conn.buf)
+                conn.buf.clear()
+                conn.upgraded.feed(data)
+            return None
+        try:
+            body = json.loads(req.body) if req.body else {}
+        except ValueError as e:
+            conn.respond_json(400, {"error": "bad JSON: %s" % e}, req)
+            return None
+        if not isinstance(body, dict):
+            body = {}
+        try:
+            out = self.control_op(path, m, body, req)
+        except (KeyError, ValueError, TypeError) as e:
+            conn.respond_json(400, {"error": "%s: %s" % (e.__class__.__name__, e)}, req)
+            return None
+        if out is None:
+            conn.respond_json(404, {"error": "unknown control %s %s" % (m, path)}, req)
+        else:
+            conn.respond_json(200, out, req)
+        return None
+
+    def control_op(self, path, m, body, req):
+        cl = self.cluster
+        if path == "/apisim/stats" and m == "GET":
+            return {"rv": cl.rv, "floor": cl.compacted,
+                    "floors": {p: cl.floor(s) for p, s in cl.stores.items()},
+                    "requests": dict(self.stats),
+                    "open_watches": {p: n for p, n in self.watch_counts.items() if n},
+                    "objects": {p: len(s.objs) for p, s in cl.stores.items() if s.objs},
+                    "events": cl.events_total, "connections": len(self.conns),
+                    "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}
+        if path == "/apisim/reset-stats" and m == "POST":
+            self.stats.clear()
+            return {"ok": True}
+        if path == "/apisim/health":
+            return {"ok": True, "rv": cl.rv}
+        if path == "/apisim/state" and m == "GET":
+            plural = req.query.get("resource", "pods")
+            st = cl.stores[plural]
+            ns = req.query.get("namespace")
+            lo, hi = st.range_for_ns(st.keys, ns)
+            return {"resource": plural, "rv": cl.rv,
+                    "items": [{"key": k, "rv": st.objs[k].rv, "labels": st.objs[k].labels} for k in st.keys[lo:hi]]}
+        if m != "POST":
+            return None
+        if path == "/apisim/seed":
+            plural = body.get("resource", "pods")
+            if plural not in cl.stores:
+                raise ValueError("unknown resource %r" % plural)
+            t0 = time.monotonic()
+            nss = body.get("namespaces")
+            if isinstance(nss, int):
+                nss = ["ns-%d" % i for i in range(nss)] if nss > 1 else None
+            made = cl.seed(plural, int(body.get("count", 1)), ns=body.get("namespace"),
+                           nodes=int(body.get("nodes", self.args.nodes or 1)), size=int(body.get("size", 0) or 0),
+                           namespaces=nss, prefix=body.get("prefix"))
+            return {"created": made, "rv": cl.rv, "seconds": round(time.monotonic() - t0, 3)}
+        if path == "/apisim/churn":
+            self.set_churn(float(body.get("rate", 0)), body.get("resources") or ["pods"],
+                           body.get("mix") or {"update": 0.8, "create": 0.1, "delete": 0.1},
+                           float(body.get("label_flip", 0.0)), body.get("namespace"))
+            return self.churn_info()
+        if path == "/apisim/write":
+            return self.scripted_write(body)
+        if path == "/apisim/compact":
+            floor = cl.compact(int(body.get("rv", cl.rv)))
+            return {"floor": floor, "rv": cl.rv}
+        if path == "/apisim/drop-watches":
+            plural = body.get("resource")
+            n = 0
+            for st in cl.stores.values():
+                if plural and st.rt.plural != plural:
+                    continue
+                for w in list(st.watchers):
+                    w.finish(clean=False)
+                    w.conn.abort()
+                    n += 1
+            return {"dropped": n}
+        if path == "/apisim/fail":
+            if body.get("clear"):
+                self.fails = []
+            else:
+                mode = body.get("mode", "status")
+                if mode not in ("status", "reset", "delay", "hang"):
+                    raise ValueError("mode must be status|reset|delay|hang")
+                self.fails.append({"count": int(body.get("count", 1)), "match": body.get("match", "") or "",
+                                   "mode": mode, "status": int(body.get("status", 503)),
+                                   "delay": float(body.get("delay", 1.0))})
+            return {"pending": self.fails}
+        return None
+
+    def scripted_write(self, body):
+        cl = self.cluster
+        verb = body.get("verb", "update")
+        plural = body.get("resource", "pods")
+        st = cl.stores[plural]
+        rt = st.rt
+        ns = body.get("namespace") or ("default" if rt.namespaced else "")
+        name = body["name"]
+        key = "%s/%s" % (ns, name) if rt.namespaced else name
+        stamp = str(time.time_ns())
+        if verb == "create":
+            if key in st.objs:
+                raise ValueError("%s already exists" % key)
+            if rt.namespaced:
+                cl.ensure_namespace(ns)
+            if body.get("object"):
+                d = body["object"]
+                d.setdefault("metadata", {}).update(name=name)
+                if rt.namespaced:
+                    d["metadata"]["namespace"] = ns
+                d["kind"], d["apiVersion"] = rt.kind, rt.api_version
+                d["metadata"].setdefault("uid", str(uuid.uuid4()))
+                d["metadata"].setdefault("creationTimestamp", now_rfc3339())
+            else:
+                d = self.build_new(st, name, ns)
+            md = d["metadata"]
+            if "labels" in body:
+                md["labels"] = dict(body["labels"] or {})
+            if body.get("annotations"):
+                md.setdefault("annotations", {}).update(body["annotations"])
+            md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+            obj = cl.store_new(st, d)
+            return {"rv": obj.rv, "key": key}
+        prev = st.objs.get(key)
+        if prev is None:
+            raise ValueError("%s not found" % key)
+        if verb == "delete":
+            obj = cl.store_delete(st, prev)
+            return {"rv": obj.rv, "key": key}
+        d = prev.dict()
+        md = d["metadata"]
+        if "labels" in body:
+            md["labels"] = dict(body["labels"] or {})
+        if body.get("annotations"):
+            md.setdefault("annotations", {}).update(body["annotations"])
+        if body.get("status") is not None:
+            d["status"] = merge_patch(d.get("status") or {}, body["status"])
+        md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+        obj = cl.store_update(st, d, prev)
+        return {"rv": obj.rv, "key": key}
+
+    def build_new(self, st, name, ns):
+        cl = self.cluster
+        i = st.seq
+        st.seq += 1
+        v = cl.sample_vars(st, i, ns, max(1, len(cl.stores["nodes"].objs)), 0)
+        v["name"] = name
+        v["rv"] = "0"
+        return st.rt.builder(v)
+
+    # -- churn ----------------------------------------------------------------
+    def churn_info(self):
+        c = self.churn
+        if not c:
+            return {"rate": 0}
+        return {"rate": c["rate"], "resources": c["resources"], "mix": c["mix"], "label_flip": c["label_flip"],
+                "done": c["done"]}
+
+    def set_churn(self, rate, resources, mix, label_flip, namespace=None):
+        for r in resources:
+            if r not in self.cluster.stores:
+                raise ValueError("unknown resource %r" % r)
+        if self.churn_task is not None:
+            self.churn_task.cancel()
+            self.churn_task = None
+        if rate <= 0:
+            self.churn = None
+            return
+        tot = sum(float(v) for v in mix.values()) or 1.0
+        self.churn = {"rate": rate, "resources": list(resources),
+                      "mix": {k: float(v) / tot for k, v in mix.items()}, "label_flip": label_flip,
+                      "namespace": namespace, "done": 0}
+        self.churn_task = self.loop.create_task(self._churn_loop(self.churn))
+
+    async def _churn_loop(self, c):
+        loop = self.loop
+        start = loop.time()
+        done = 0
+        rng = random.Random(self.args.seed)
+        ops = list(c["mix"].items())
+        while True:
+            now = loop.time()
+            due = int((now - start) * c["rate"]) - done
+            if due > c["rate"] * 0.5:  # more than half a second behind: skip the backlog
+                start = now - done / c["rate"]
+                due = int(c["rate"] * 0.01) + 1
+            for _ in range(due):
+                self.churn_one(c, rng, ops)
+                done += 1
+            c["done"] = done
+            await asyncio.sleep(0.005 if c["rate"] > 200 else 0.02)
+
+    def churn_one(self, c, rng, ops):
+        cl = self.cluster
+        st = cl.stores[c["resources"][rng.randrange(len(c["resources"]))]]
+        r = rng.random()
+        op = ops[-1][0]
+        for name, p in ops:
+            if r < p:
+                op = name
+                break
+            r -= p
+        stamp = str(time.time_ns())
+        ns_only = c.get("namespace")
+        if op != "create" and st.keys:
+            if ns_only and st.rt.namespaced:
+                lo, hi = st.range_for_ns(st.keys, ns_only)
+                if lo == hi:
+                    op = "create"
+                else:
+                    key = st.keys[rng.randrange(lo, hi)]
+            else:
+                key = st.keys[rng.randrange(len(st.keys))]
+        elif op != "create":
+            op = "create"
+        if op == "delete":
+            cl.store_delete(st, st.objs[key], stamp=stamp)
+            return
+        if op == "update":
+            prev = st.objs[key]
+            d = prev.dict()
+            md = d["metadata"]
+            md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+            if c["label_flip"] and rng.random() < c["label_flip"]:
+                labels = md.setdefault("labels", {})
+                labels["flip"] = "b" if labels.get("flip") == "a" else "a"
+            cl.store_update(st, d, prev)
+            return
+        rt = st.rt
+        if rt.namespaced:
+            if ns_only:
+                ns = ns_only
+            elif st.keys:
+                ns = st.objs[st.keys[rng.randrange(len(st.keys))]].ns
+            else:
+                ns = "default"
+            cl.ensure_namespace(ns)
+        else:
+            ns = ""
+        name = "churn-%d" % st.seq
+        key = "%s/%s" % (ns, name) if rt.namespaced else name
+        if key in st.objs:
+            st.seq += 1
+            return
+        d = self.build_new(st, name, ns)
+        d["metadata"].setdefault("annotations", {})[WRITTEN_AT] = stamp
+        cl.store_new(st, d)
+
+    # -- bookmarks ------------------------------------------------------------
+    async def bookmark_loop(self):
+        iv = self.args.bookmark_interval
+        tick = min(1.0, max(0.02, iv / 5.0))
+        cl = self.cluster
+        while True:
+            await asyncio.sleep(tick)
+            now = self.loop.time()
+            cur = cl.rv
+            for st in cl.stores.values():
+                if not st.watchers:
+                    continue
+                for w in list(st.watchers):
+                    if not w.bookmarks or not w.live or w.next_bm is None or w.next_bm > now:
+                        continue
+                    if cur >= w.start_rv and cur >= w.last_rv:
+                        w.send_bookmark(cur)
+                    w.schedule_bookmark(now)
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="apisim: a Kubernetes API server emulator")
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = ephemeral)")
+    p.add_argument("--port-file", help="write the bound port here (atomically) once listening")
+    p.add_argument("--pods", type=int, default=0)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--namespaces", type=int, default=1, help="pods spread over ns-0..ns-N-1 (1 = default)")
+    p.add_argument("--churn", type=float, default=0.0, help="events per second at start")
+    p.add_argument("--history", type=int, default=10000, help="events kept per resource")
+    p.add_argument("--bookmark-interval", type=float, default=60.0)
+    p.add_argument("--version", default="1.31", help="reported Kubernetes version 1.27..1.33")
+    p.add_argument("--watch-list", default="accept", choices=("accept", "on", "off", "auto"),
+                   help="sendInitialEvents: accept (default), on (+server-side defaulting like 1.32), "
+                        "off (422 like 1.27-1.31/1.33), auto (by --version)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--pod-size", type=int, default=3000)
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
+    p.add_argument("--client-ca")
+    p.add_argument("--token")
+    p.add_argument("--log-requests", action="store_true")
+    a = p.parse_args(argv)
+    if not re.match(r"^1\.(2[7-9]|3[0-3])$", a.version):
+        p.error("--version must be 1.27 .. 1.33")
+    return a
+
+
+def seed_initial(app, args):
+    cl = app.cluster
+    for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+        cl.ensure_namespace(ns)
+    nss = ["ns-%d" % i for i in range(args.namespaces)] if args.namespaces > 1 else ["default"]
+    for ns in nss:
+        cl.ensure_namespace(ns)
+    # the "kubernetes" service and its endpoints, as in every cluster
+    svc = build_service({"name": "kubernetes", "ns": "default", "uid": str(uuid.uuid4()), "rv": "0",
+                         "ts": now_rfc3339(), "app": "kubernetes", "ip": "10.96.0.1"})
+    svc["metadata"]["labels"] = {"component": "apiserver", "provider": "kubernetes"}
+    svc["spec"]["ports"] = [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": 6443}]
+    del svc["spec"]["selector"]
+    cl.store_new(cl.stores["services"], svc)
+    if args.nodes > 0:
+        cl.seed("nodes", args.nodes)
+    if args.pods > 0:
+        cl.seed("pods", args.pods, nodes=max(1, args.nodes), size=args.pod_size, namespaces=nss)
+
+
+async def amain(args):
+    loop = asyncio.get_running_loop()
+    app = App(args, loop)
+    t0 = time.monotonic()
+    seed_initial(app, args)
+    if args.pods:
+        app.log("seeded %d pods in %.2fs (rv %d)" % (args.pods, time.monotonic() - t0, app.cluster.rv))
+    host, _, port = args.listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    ctx = None
+    if args.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        if args.client_ca:
+            ctx.load_verify_locations(args.client_ca)
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+    server = await loop.create_server(lambda: Conn(app), host, int(port or 0), ssl=ctx, backlog=4096,
+                                      reuse_address=True)
+    app.port = server.sockets[0].getsockname()[1]
+    app.host = host
+    if args.port_file:
+        tmp = "%s.tmp.%d" % (args.port_file, os.getpid())
+        with open(tmp, "w") as f:
+            f.write("%d\n" % app.port)
+        os.replace(tmp, args.port_file)
+    sys.stdout.write("apisim listening on %s://%s:%d\n" % ("https" if ctx else "http",
+                                                          host if ":" not in host else "[%s]" % host, app.port))
+    sys.stdout.flush()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [loop.create_task(app.bookmark_loop())]
+    if args.churn > 0:
+        app.set_churn(args.churn, ["pods"], {"update": 0.8, "create": 0.1, "delete": 0.1}, 0.0)
+    await stop.wait()
+    server.close()
+    for c in list(app.conns):
+        c.abort()
+    for t in tasks:
+        t.cancel()
+    if app.churn_task:
+        app.churn_task.cancel()
+
+
+def main():
+    args = parse_args()
+    try:
+        asyncio.run(amain(args))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
