@@ -54,7 +54,12 @@ arena_put(struct arena *a, const char *s, size_t n)
     return d;
 }
 
-static int
+/*
+ * Go's url.ParseQuery as net/http's Request.URL.Query() uses it (errors
+ * ignored): pairs split on '&'; a pair containing ';' is dropped; a pair whose
+ * key or value has a bad escape is dropped; the others are kept.
+ */
+static void
 parse_query(struct arena *a, const char *q, size_t len, struct route_query *out)
 {
     static const struct {
@@ -77,30 +82,34 @@ parse_query(struct arena *a, const char *q, size_t len, struct route_query *out)
         size_t end = i;
         while (end < len && q[end] != '&')
             end++;
-        size_t eq = i;
-        while (eq < end && q[eq] != '=')
-            eq++;
-        /* Decode the key into the arena, then the value after it. */
+        size_t pairlen = end - i;
+        const char *pair = q + i;
+        i = end + 1;
+        if (pairlen == 0 || memchr(pair, ';', pairlen))
+            continue;
+        const char *eqp = memchr(pair, '=', pairlen);
+        size_t eq = eqp ? (size_t)(eqp - pair) : pairlen;
+        size_t mark = a->used;
         char *k = a->p + a->used;
         size_t klen;
-        if (kwc_pct_decode(q + i, eq - i, true, k, &klen) != 0)
-            return KWC_EPARSE;
+        if (kwc_pct_decode(pair, eq, true, k, &klen) != 0)
+            continue;
         a->used += klen + 1;
-        const char *vraw = eq < end ? q + eq + 1 : q + end;
-        size_t vrawlen = eq < end ? end - eq - 1 : 0;
+        const char *vraw = eqp ? eqp + 1 : pair + pairlen;
+        size_t vrawlen = eqp ? pairlen - eq - 1 : 0;
         char *v = a->p + a->used;
         size_t vlen;
-        if (kwc_pct_decode(vraw, vrawlen, true, v, &vlen) != 0)
-            return KWC_EPARSE;
+        if (kwc_pct_decode(vraw, vrawlen, true, v, &vlen) != 0) {
+            a->used = mark;
+            continue;
+        }
         a->used += vlen + 1;
         for (size_t j = 0; j < KWC_ARRAY_LEN(keys); j++) {
             const char **slot = (const char **)((char *)out + keys[j].off);
             if (*slot == NULL && strlen(keys[j].key) == klen && memcmp(k, keys[j].key, klen) == 0)
                 *slot = v;
         }
-        i = end + 1;
     }
-    return 0;
 }
 
 static enum route_verb
@@ -141,18 +150,28 @@ route_parse(const char *method, const char *target, size_t len, struct route_req
         return KWC_EPARSE;
     a.used = dlen + 1;
     out->path = path;
-    if (qm && parse_query(&a, qm + 1, len - plen - 1, &out->q) != 0)
-        return KWC_EPARSE;
+    if (qm)
+        parse_query(&a, qm + 1, len - plen - 1, &out->q);
 
-    /* Split the decoded path into segments (a copy, so out->path stays whole). */
+    /* Split like Go's splitPath: trim '/' at both ends, then split on every
+     * '/', keeping empty segments ("namespaces//pods" has namespace ""). */
     char *segbuf = arena_put(&a, path, dlen);
     char *parts[64];
     size_t n = 0;
-    for (char *save = NULL, *tok = strtok_r(segbuf, "/", &save); tok;
-         tok = strtok_r(NULL, "/", &save)) {
+    char *b = segbuf, *e = segbuf + dlen;
+    while (b < e && *b == '/')
+        b++;
+    while (e > b && e[-1] == '/')
+        *--e = '\0';
+    while (b < e) {
         if (n == KWC_ARRAY_LEN(parts))
             return 0; /* deeper than any resource path: a non-resource request */
-        parts[n++] = tok;
+        char *slash = memchr(b, '/', (size_t)(e - b));
+        parts[n++] = b;
+        if (!slash)
+            break;
+        *slash = '\0';
+        b = slash + 1;
     }
 
     size_t at;
@@ -197,7 +216,10 @@ route_parse(const char *method, const char *target, size_t len, struct route_req
     if (rest >= 1)
         out->resource = p[0];
     /* As in kube-apiserver, "namespaces/X" has namespace X too (authorization
-     * sees it); the store keys cluster-scoped objects by name alone. */
+     * sees it), except for PATCH namespaces/X: a server-side-apply create of a
+     * namespace is not "inside" it. The store keys namespaces by name alone. */
+    if (out->verb == ROUTE_PATCH && rest == 2 && strcmp(p[0], "namespaces") == 0)
+        out->namespace_ = NULL;
 
     if (!out->name && out->verb == ROUTE_GET) {
         bool w = out->q.watch && kwc_query_bool(out->q.watch, strlen(out->q.watch));

@@ -68,7 +68,8 @@ struct route_req {
  * Parse an HTTP method and request target ("/api/v1/pods?watch=1").
  * Fills *out (route_fini() releases it, also after failure).
  * Returns 0, KWC_ETOOBIG (target over ROUTE_MAX_TARGET) or KWC_EPARSE (bad
- * percent-encoding or a target that is not an absolute path).
+ * percent-encoding in the path, or a target that is not an absolute path). A
+ * query pair with a bad escape or a ';' is ignored, as Go's net/http does.
  */
 int route_parse(const char *method, const char *target, size_t len, struct route_req *out);
 void route_fini(struct route_req *r);

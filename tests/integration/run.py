@@ -36,7 +36,7 @@ def main():
     res = runner.run(suite)
     failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
     skipped = len(res.skipped)
-    passed = res.testsRun - failed - skipped
+    passed = max(0, res.testsRun - failed - skipped)
     print("integration (%.0fs): %d passed, %d failed%s" % (
         time.monotonic() - t0, passed, failed, ", %d skipped" % skipped if skipped else ""))
     # A skipped test is not a pass: it fails the run too.

@@ -17,7 +17,13 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 KWC_BIN = os.environ.get("KWC_BIN", os.path.join(ROOT, "build", "kwc"))
+# e.g. KWC_WRAP="valgrind --error-exitcode=99 --leak-check=full": run kwc under a checker.
+KWC_WRAP = os.environ.get("KWC_WRAP", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
+
+
+class Fatal(Exception):
+    """Raised from a wait_for predicate: stop waiting, this will never succeed."""
 
 
 def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
@@ -29,6 +35,8 @@ def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
             v = pred()
             if v:
                 return v
+        except Fatal:
+            raise
         except Exception as e:  # the thing we wait for may not be up yet
             last_exc = e
         time.sleep(interval)
@@ -59,7 +67,7 @@ class Proc:
 
         def ready():
             if self.p.poll() is not None:
-                raise RuntimeError("%s exited with %s:\n%s" % (self.name, self.p.returncode, self.logs()))
+                raise Fatal("%s exited with %s:\n%s" % (self.name, self.p.returncode, self.logs()))
             with open(self.port_file) as f:
                 s = f.read().strip()
             return int(s) if s else None
@@ -141,7 +149,7 @@ class Env:
             self.start_kwc()
 
     def start_kwc(self, extra=()):
-        self.kwc = Proc("kwc", [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,
+        self.kwc = Proc("kwc", KWC_WRAP + [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,
                                 "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.dir, "data")]
                         + self.kwc_args + list(extra), self.dir)
         self.kwc.start()
