@@ -35,9 +35,10 @@ class FailureTest(unittest.TestCase):
                 env.sim("POST", "/apisim/fail", {"count": 1, "mode": "status", "status": 429})
                 st, h, b = http_request(env.kwc.port, "GET", "/api/v1/nodes")
                 self.assertEqual(st, 429)
-                # a reset before any answer -> 503
-                env.sim("POST", "/apisim/fail", {"count": 1, "mode": "reset"})
-                self.check_status(http_request(env.kwc.port, "GET", "/api/v1/nodes"), 503,
+                # a reset before any answer -> 503 (every attempt: libcurl, like Go's
+                # transport, retries an idempotent request once on a reused connection)
+                env.sim("POST", "/apisim/fail", {"count": 5, "mode": "reset", "match": "/nodes/reset-me"})
+                self.check_status(http_request(env.kwc.port, "GET", "/api/v1/nodes/reset-me"), 503,
                                   "ServiceUnavailable")
                 # an upstream that never answers -> 504 after --upstream-timeout
                 env.sim("POST", "/apisim/fail", {"count": 1, "mode": "hang"})
