@@ -77,7 +77,7 @@ class KubectlTest(unittest.TestCase):
         b = self.bins["default"]
         env = dict(os.environ, KUBECONFIG="/dev/null", HOME=tempfile.gettempdir())
         p = subprocess.Popen([b, "--server", "http://127.0.0.1:%d" % self.env.kwc.port, "get",
-                              "configmaps", "-n", "ns-2", "-w", "--output-watch-events", "-o", "name"],
+                              "configmaps", "-n", "ns-2", "-w", "--output-watch-events"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         try:
             lines = []
@@ -102,7 +102,7 @@ class KubectlTest(unittest.TestCase):
             for n in ("w1", "w2", "w3"):
                 self.env.sim("POST", "/apisim/write", {"verb": "create", "resource": "configmaps",
                                                        "namespace": "ns-2", "name": n})
-                read_until(lambda: any(("configmap/%s" % n) in l for l in lines))
+                read_until(lambda: any("ADDED" in l and (" %s " % n) in l for l in lines))
             self.env.sim("POST", "/apisim/write", {"verb": "delete", "resource": "configmaps",
                                                    "namespace": "ns-2", "name": "w2"})
             read_until(lambda: any("DELETED" in l and "w2" in l for l in lines))

@@ -41,17 +41,17 @@ def b64(path):
         return base64.b64encode(f.read()).decode()
 
 
-def kubeconfig(d, server, ca="ca.crt", tls_server_name=None, token="sekret"):
+def kubeconfig(d, server, ca="ca.crt", tls_server_name=None, token="sekret", cert=True):
     cluster = {"server": server, "certificate-authority-data": b64(os.path.join(d, ca))}
     if tls_server_name:
         cluster["tls-server-name"] = tls_server_name
     cfg = {
         "apiVersion": "v1", "kind": "Config", "current-context": "test",
         "clusters": [{"name": "sim", "cluster": cluster}],
-        "users": [{"name": "kwc", "user": {
-            "client-certificate-data": b64(os.path.join(d, "client.crt")),
-            "client-key-data": b64(os.path.join(d, "client.key")),
-            "token": token}}],
+        "users": [{"name": "kwc", "user": dict(
+            ({"client-certificate-data": b64(os.path.join(d, "client.crt")),
+              "client-key-data": b64(os.path.join(d, "client.key"))} if cert else {}),
+            **({"token": token} if token else {}))}],
         "contexts": [{"name": "test", "context": {"cluster": "sim", "user": "kwc"}}],
     }
     path = os.path.join(d, "kubeconfig-%d" % len(os.listdir(d)))
@@ -104,8 +104,15 @@ class TlsTest(unittest.TestCase):
                         rest += s.recv(4096)
                     self.assertEqual(rest, b"ping over tls")
                     s.close()
-                    # wrong token: apisim says 401, kwc relays it
-                    k2 = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name, token="wrong"))
+                    # apisim, like kube-apiserver, accepts a valid client certificate OR
+                    # the token: each credential alone must work, so kwc sends each.
+                    k2 = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name, cert=False))
+                    self.assertEqual(http_request(k2.port, "GET", "/api/v1/nodes")[0], 200)
+                    k2 = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name, token=None))
+                    self.assertEqual(http_request(k2.port, "GET", "/api/v1/nodes")[0], 200)
+                    # wrong token and no certificate: apisim says 401, kwc relays it
+                    k2 = self.start_kwc(env, kubeconfig(d, server, tls_server_name=name, token="wrong",
+                                                        cert=False))
                     self.assertEqual(http_request(k2.port, "GET", "/api/v1/nodes")[0], 401)
                     # wrong CA: kwc refuses the server and says so
                     k3 = self.start_kwc(env, kubeconfig(d, server, ca="otherca.crt", tls_server_name=name))
