@@ -10,7 +10,7 @@ class ConcurrencyTest(unittest.TestCase):
     def test_200_concurrent(self):
         with Env(apisim_args=["--pods", "200", "--nodes", "10"]) as env:
             try:
-                keys = [o["key"] for o in env.sim("GET", "/apisim/state?resource=pods")["objects"]]
+                keys = [o["key"] for o in env.sim("GET", "/apisim/state?resource=pods")["items"]]
                 paths = ["/api/v1/namespaces/%s/pods/%s" % tuple(k.split("/")) for k in keys]
                 self.assertEqual(len(paths), 200)
                 direct = {p: http_request(env.apisim.port, "GET", p) for p in paths}

@@ -44,7 +44,7 @@ class UpgradeTest(unittest.TestCase):
         self.assertEqual(bytes(got), payload)
 
     def test_kubectl_exec(self):
-        pod = self.env.sim("GET", "/apisim/state?resource=pods")["objects"][0]
+        pod = self.env.sim("GET", "/apisim/state?resource=pods")["items"][0]
         ns, name = pod["key"].split("/")
         for ver in ("1.30", "1.33"):
             b = os.path.join(kubectl_dir(), "kubectl." + ver)
