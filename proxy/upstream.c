@@ -548,7 +548,11 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+    /* PIPEWAIT: wait for a connection that may multiplex rather than open one.
+     * Only HTTP/2 (TLS) multiplexes; on plain HTTP/1.1 it would queue requests
+     * behind busy connections. */
+    if (strncmp(c->url_base, "https://", 8) == 0)
+        curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 65536L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (c->connect_to) {
