@@ -719,12 +719,11 @@ def build_pod(v):
         ann["apisim.kwc.dev/pad"] = v["pad"]
     cond = [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": ts}
             for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]
-    return {
+    d = {
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": v["name"], "namespace": v["ns"], "uid": v["uid"], "resourceVersion": v["rv"],
                      "generation": 1, "creationTimestamp": ts,
                      "labels": {"app": app, "pod-template-hash": v["hash"], "tier": v["tier"]},
-                     "annotations": ann or None,
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                           "name": "%s-%s" % (app, v["hash"]), "uid": v["rsuid"],
                                           "controller": True, "blockOwnerDeletion": True}]},
@@ -763,6 +762,16 @@ def build_pod(v):
                                    "imageID": "registry.example.com/%s@sha256:%s" % (app, v["cid"]),
                                    "containerID": "containerd://" + v["cid"], "started": True}],
             "qosClass": "Burstable"}}
+    if ann:
+        d["metadata"]["annotations"] = ann
+    return d
+
+
+def ann_of(md):
+    a = md.get("annotations")
+    if not isinstance(a, dict):
+        a = md["annotations"] = {}
+    return a
 
 
 def build_node(v):
@@ -1332,7 +1341,7 @@ class Cluster:
         obj = prev.with_rv(rv)
         if stamp is not None:
             d = obj.dict()
-            d["metadata"].setdefault("annotations", {})[WRITTEN_AT] = stamp
+            ann_of(d["metadata"])[WRITTEN_AT] = stamp
             obj = Obj(obj.key, obj.ns, obj.name, rv, obj.labels, obj.fields, dumpb(canon(d)), obj.uid)
         self._commit(st, "DELETED", obj, prev)
         return obj
@@ -3785,8 +3794,8 @@ class App:
             if "labels" in body:
                 md["labels"] = dict(body["labels"] or {})
             if body.get("annotations"):
-                md.setdefault("annotations", {}).update(body["annotations"])
-            md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+                ann_of(md).update(body["annotations"])
+            ann_of(md)[WRITTEN_AT] = stamp
             obj = cl.store_new(st, d)
             return {"rv": obj.rv, "key": key}
         prev = st.objs.get(key)
@@ -3800,10 +3809,10 @@ class App:
         if "labels" in body:
             md["labels"] = dict(body["labels"] or {})
         if body.get("annotations"):
-            md.setdefault("annotations", {}).update(body["annotations"])
+            ann_of(md).update(body["annotations"])
         if body.get("status") is not None:
             d["status"] = merge_patch(d.get("status") or {}, body["status"])
-        md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+        ann_of(md)[WRITTEN_AT] = stamp
         obj = cl.store_update(st, d, prev)
         return {"rv": obj.rv, "key": key}
 
@@ -3888,7 +3897,7 @@ class App:
             prev = st.objs[key]
             d = prev.dict()
             md = d["metadata"]
-            md.setdefault("annotations", {})[WRITTEN_AT] = stamp
+            ann_of(md)[WRITTEN_AT] = stamp
             if c["label_flip"] and rng.random() < c["label_flip"]:
                 labels = md.setdefault("labels", {})
                 labels["flip"] = "b" if labels.get("flip") == "a" else "a"
@@ -3911,7 +3920,7 @@ class App:
             st.seq += 1
             return
         d = self.build_new(st, name, ns)
-        d["metadata"].setdefault("annotations", {})[WRITTEN_AT] = stamp
+        ann_of(d["metadata"])[WRITTEN_AT] = stamp
         cl.store_new(st, d)
 
     # -- bookmarks ------------------------------------------------------------
