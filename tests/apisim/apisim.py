@@ -2047,12 +2047,16 @@ class Watcher:
         self.last_rv = max(self.last_rv, rv)
 
     def schedule_bookmark(self, now):
+        """storage/cacher/cache_watcher.go nextBookmarkTime: every bookmark interval, but
+        never later than 2 s before the watch deadline; none once that time has passed."""
         iv = self.app.args.bookmark_interval
         nb = now + iv * random.uniform(0.95, 1.05)
         if self.deadline is not None:
             pre = self.deadline - 2.0
             if pre < nb:
-                nb = pre if pre > now else None
+                nb = pre
+            if nb < now:
+                nb = None
         self.next_bm = nb
 
     def finish(self, clean=True):

@@ -1,0 +1,1278 @@
+#!/usr/bin/python3
+"""Tests for apisim (the Kubernetes API server emulator).
+
+  /usr/bin/python3 tests/apisim/test_apisim.py [-v] [TestClass[.test_name] ...]
+
+Starts apisim processes on ephemeral loopback ports (port learnt from --port-file,
+polled with a deadline).  No test synchronises with sleeps: every wait polls an
+observable condition or reads a stream with a deadline.
+"""
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+APISIM = os.path.join(HERE, "apisim.py")
+PY = "/usr/bin/python3"
+TMP = tempfile.mkdtemp(prefix="apisim-test-")
+
+
+def read_file(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for %s" % what)
+
+
+class Sim:
+    """One apisim process."""
+
+    count = 0
+
+    def __init__(self, *args, tls=False):
+        Sim.count += 1
+        self.pf = os.path.join(TMP, "port-%d-%d" % (os.getpid(), Sim.count))
+        self.log = open(self.pf + ".log", "w+")
+        self.proc = subprocess.Popen([PY, APISIM, "--listen", "127.0.0.1:0", "--port-file", self.pf] + list(args),
+                                     stdout=subprocess.PIPE, stderr=self.log)
+        self.port = int(wait_for(lambda: read_file(self.pf), 60, "apisim port file"))
+        self.banner = self.proc.stdout.readline().decode().strip()
+        self.tls = tls
+        self.ctx = None
+
+    def conn(self, timeout=10, ctx=None):
+        if self.tls:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=ctx or self.ctx)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def req(self, method, path, body=None, headers=None, timeout=10, ctx=None):
+        c = self.conn(timeout, ctx)
+        h = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            data = r.read()
+        finally:
+            c.close()
+        return r.status, r, data
+
+    def json(self, method, path, body=None, headers=None, **kw):
+        st, r, data = self.req(method, path, body, headers, **kw)
+        try:
+            return st, json.loads(data) if data else None
+        except ValueError:
+            raise AssertionError("not JSON (%d): %r" % (st, data[:300]))
+
+    def get(self, path, **kw):
+        return self.json("GET", path, **kw)
+
+    def write(self, **kw):
+        st, out = self.json("POST", "/apisim/write", kw)
+        assert st == 200, out
+        return out["rv"]
+
+    def rv(self):
+        return self.get("/apisim/stats")[1]["rv"]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc.stdout.close()
+        self.log.close()
+
+
+class Stream:
+    """A raw HTTP/1.1 GET whose chunked body is read as watch events, with deadlines."""
+
+    def __init__(self, sim, path, headers=None, timeout=10):
+        self.sock = socket.create_connection(("127.0.0.1", sim.port), timeout=timeout)
+        h = "".join("%s: %s\r\n" % kv for kv in (headers or {}).items())
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path, h)).encode())
+        self.buf = b""
+        self.lines = b""
+        self.ended = False
+        self.reset = False
+        head = self._until(b"\r\n\r\n", time.monotonic() + timeout)
+        lines = head.decode().split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        self.chunked = "chunked" in self.headers.get("transfer-encoding", "")
+        self.raw_body = b""
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("deadline")
+        self.sock.settimeout(left)
+        try:
+            d = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            d = b""
+            self.reset = True
+        if not d:
+            raise EOFError("connection closed")
+        self.buf += d
+
+    def _until(self, sep, deadline):
+        while sep not in self.buf:
+            self._fill(deadline)
+        i = self.buf.index(sep)
+        out, self.buf = self.buf[:i], self.buf[i + len(sep):]
+        return out
+
+    def _chunk(self, deadline):
+        size = int(self._until(b"\r\n", deadline).split(b";")[0], 16)
+        if size == 0:
+            self._until(b"\r\n", deadline)
+            self.ended = True
+            return None
+        while len(self.buf) < size + 2:
+            self._fill(deadline)
+        data, self.buf = self.buf[:size], self.buf[size + 2:]
+        return data
+
+    def next(self, timeout=5):
+        """The next event, or None at a clean end (terminal chunk).  Raises EOFError
+        when the connection closes without a terminal chunk, socket.timeout on deadline."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.lines:
+            if self.ended:
+                return None
+            c = self._chunk(deadline)
+            if c is None:
+                return None
+            self.lines += c
+        ln, self.lines = self.lines.split(b"\n", 1)
+        return json.loads(ln)
+
+    def collect(self, n, timeout=5):
+        return [self.next(timeout) for _ in range(n)]
+
+    def until(self, pred, timeout=5, limit=100000):
+        """Events up to and including the first one satisfying pred."""
+        out = []
+        deadline = time.monotonic() + timeout
+        for _ in range(limit):
+            ev = self.next(max(0.01, deadline - time.monotonic()))
+            if ev is None:
+                raise AssertionError("stream ended before the expected event; got %s" % [e["type"] for e in out])
+            out.append(ev)
+            if pred(ev):
+                return out
+        raise AssertionError("event limit reached")
+
+    def expect_quiet(self, timeout=0.3):
+        """No event arrives within timeout (a bounded negative check)."""
+        try:
+            ev = self.next(timeout)
+        except socket.timeout:
+            return
+        raise AssertionError("unexpected event %s" % (ev and ev.get("type")))
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def names(items):
+    return [i["metadata"]["name"] for i in items]
+
+
+def decode_token(tok):
+    return json.loads(base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4)))
+
+
+def ev_name(ev):
+    return ev["object"]["metadata"].get("name")
+
+
+SIM = None
+
+
+def setUpModule():
+    global SIM
+    SIM = Sim("--pods", "30", "--nodes", "3", "--namespaces", "1", "--bookmark-interval", "0.3", "--seed", "7")
+
+
+def tearDownModule():
+    if SIM:
+        SIM.stop()
+
+
+# ---------------------------------------------------------------------------
+
+class TestBasics(unittest.TestCase):
+    def test_banner_and_version(self):
+        self.assertEqual(SIM.banner, "apisim listening on http://127.0.0.1:%d" % SIM.port)
+        st, v = SIM.get("/version")
+        self.assertEqual(st, 200)
+        self.assertEqual((v["major"], v["minor"], v["gitVersion"]), ("1", "31", "v1.31.0"))
+
+    def test_discovery(self):
+        st, api = SIM.get("/api")
+        self.assertEqual(api["kind"], "APIVersions")
+        self.assertEqual(api["versions"], ["v1"])
+        st, core = SIM.get("/api/v1")
+        res = {r["name"]: r for r in core["resources"]}
+        self.assertEqual(res["pods"]["shortNames"], ["po"])
+        self.assertTrue(res["pods"]["namespaced"])
+        self.assertEqual(res["pods"]["kind"], "Pod")
+        self.assertIn("watch", res["pods"]["verbs"])
+        for sub in ("pods/status", "pods/exec", "pods/log"):
+            self.assertIn(sub, res)
+        self.assertFalse(res["nodes"]["namespaced"])
+        self.assertEqual(res["namespaces"]["shortNames"], ["ns"])
+        self.assertEqual(res["services"]["shortNames"], ["svc"])
+        self.assertEqual(res["endpoints"]["shortNames"], ["ep"])
+        self.assertEqual(res["configmaps"]["shortNames"], ["cm"])
+        st, groups = SIM.get("/apis")
+        self.assertEqual(groups["kind"], "APIGroupList")
+        gn = [g["name"] for g in groups["groups"]]
+        self.assertIn("apps", gn)
+        self.assertIn("example.com", gn)
+        st, apps = SIM.get("/apis/apps/v1")
+        self.assertEqual(apps["groupVersion"], "apps/v1")
+        self.assertEqual({r["name"]: r for r in apps["resources"]}["deployments"]["shortNames"], ["deploy"])
+        st, ex = SIM.get("/apis/example.com/v1")
+        self.assertEqual({r["name"]: r for r in ex["resources"]}["widgets"]["kind"], "Widget")
+        # aggregated discovery is refused by answering the plain form
+        st, r, data = SIM.req("GET", "/apis", headers={
+            "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"})
+        self.assertEqual(json.loads(data)["kind"], "APIGroupList")
+
+    def test_unknown_paths(self):
+        st, body = SIM.get("/api/v1/nosuchthings")
+        self.assertEqual(st, 404)
+        self.assertEqual(body["message"], "the server could not find the requested resource")
+        st, body = SIM.get("/api/v1/namespaces/default/nodes")
+        self.assertEqual(st, 404)
+        st, body = SIM.json("POST", "/api/v1/namespaces/default/pods/pod-1", {})
+        self.assertEqual(st, 405)
+        self.assertEqual(body["reason"], "MethodNotAllowed")
+
+    def test_object_shape(self):
+        st, pod = SIM.get("/api/v1/namespaces/default/pods/pod-1")
+        self.assertEqual(st, 200)
+        self.assertEqual(list(pod)[:5], ["kind", "apiVersion", "metadata", "spec", "status"])
+        md = pod["metadata"]
+        for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "labels", "generation"):
+            self.assertIn(k, md)
+        self.assertIn("nodeName", pod["spec"])
+        self.assertEqual(pod["status"]["phase"], "Running")
+        self.assertIn("containerStatuses", pod["status"])
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1")
+        self.assertTrue(2000 <= len(data) <= 4096, len(data))
+        self.assertNotIn(b" ", data[:200])   # compact encoding
+        st, ns = SIM.get("/api/v1/namespaces/default")
+        self.assertEqual(ns["status"]["phase"], "Active")
+        st, node = SIM.get("/api/v1/nodes/node-0")
+        self.assertEqual(node["kind"], "Node")
+        self.assertNotIn("namespace", node["metadata"])
+
+    def test_rv_is_global_and_increasing(self):
+        a = SIM.write(verb="create", resource="configmaps", name="rv-a")
+        b = SIM.write(verb="create", resource="secrets", name="rv-b")
+        c = SIM.write(verb="update", resource="configmaps", name="rv-a", labels={"x": "1"})
+        self.assertEqual((b, c), (a + 1, a + 2))
+        st, cm = SIM.get("/api/v1/namespaces/default/configmaps/rv-a")
+        self.assertEqual(cm["metadata"]["resourceVersion"], str(c))
+
+    def test_http_details(self):
+        # HEAD, keep-alive with several requests, chunked request body, Expect: 100-continue
+        c = SIM.conn()
+        c.request("HEAD", "/api/v1/namespaces/default/pods/pod-1")
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        self.assertGreater(int(r.getheader("Content-Length")), 1000)
+        self.assertEqual(r.read(), b"")
+        for _ in range(3):
+            c.request("GET", "/api/v1/namespaces/default/pods/pod-2")
+            r = c.getresponse()
+            self.assertEqual(json.loads(r.read())["metadata"]["name"], "pod-2")
+        c.close()
+        body = json.dumps({"metadata": {"name": "chunked-cm"}, "data": {"k": "v" * 5000}}).encode()
+        s = socket.create_connection(("127.0.0.1", SIM.port), timeout=10)
+        parts = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+        s.sendall(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                  b"application/json\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+        got = b""
+        deadline = time.monotonic() + 10
+        while b"100 Continue" not in got and time.monotonic() < deadline:
+            got += s.recv(4096)
+        self.assertIn(b"HTTP/1.1 100 Continue", got)
+        s.sendall(payload)
+        while b"201 Created" not in got and time.monotonic() < deadline:
+            got += s.recv(65536)
+        self.assertIn(b"HTTP/1.1 201 Created", got)
+        s.close()
+        # a 16 MB body
+        big = {"metadata": {"name": "big-cm"}, "data": {"k": "x" * (16 << 20)}}
+        st, out = SIM.json("POST", "/api/v1/namespaces/default/configmaps", big, timeout=60)
+        self.assertEqual(st, 201)
+        self.assertEqual(len(out["data"]["k"]), 16 << 20)
+        st, out = SIM.json("DELETE", "/api/v1/namespaces/default/configmaps/big-cm")
+        self.assertEqual(st, 200)
+
+
+class TestWrites(unittest.TestCase):
+    def test_create_get_update_patch_delete(self):
+        base = "/api/v1/namespaces/default/configmaps"
+        st, cm = SIM.json("POST", base, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w1"},
+                                         "data": {"a": "1"}})
+        self.assertEqual(st, 201)
+        self.assertEqual(cm["metadata"]["generation"], 1)
+        self.assertTrue(cm["metadata"]["uid"])
+        st, err = SIM.json("POST", base, {"metadata": {"name": "w1"}})
+        self.assertEqual(st, 409)
+        self.assertEqual(err["reason"], "AlreadyExists")
+        self.assertEqual(err["message"], 'configmaps "w1" already exists')
+        self.assertEqual(err["details"], {"name": "w1", "kind": "configmaps"})
+        st, err = SIM.json("POST", base, {"metadata": {}})
+        self.assertEqual(st, 422)
+        self.assertEqual(err["reason"], "Invalid")
+        self.assertEqual(err["message"],
+                         'ConfigMap "" is invalid: metadata.name: Required value: name or generateName is required')
+        self.assertEqual(err["details"]["causes"][0]["field"], "metadata.name")
+        st, err = SIM.json("POST", base, {"metadata": {"name": "Bad_Name"}})
+        self.assertEqual(st, 422)
+        self.assertTrue(err["message"].startswith('ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: '
+                                                  '"Bad_Name": a lowercase RFC 1123 subdomain'))
+        st, gen = SIM.json("POST", base, {"metadata": {"generateName": "gen-"}})
+        self.assertEqual(st, 201)
+        self.assertRegex(gen["metadata"]["name"], r"^gen-[a-z0-9]{5}$")
+        st, err = SIM.json("POST", "/api/v1/namespaces/nosuchns/configmaps", {"metadata": {"name": "x"}})
+        self.assertEqual((st, err["message"]), (404, 'namespaces "nosuchns" not found'))
+        # update with a stale rv -> 409 Conflict
+        stale = dict(cm)
+        cm["data"] = {"a": "2"}
+        st, cm2 = SIM.json("PUT", base + "/w1", cm)
+        self.assertEqual(st, 200)
+        self.assertGreater(int(cm2["metadata"]["resourceVersion"]), int(cm["metadata"]["resourceVersion"]))
+        st, err = SIM.json("PUT", base + "/w1", stale)
+        self.assertEqual(st, 409)
+        self.assertEqual(err["reason"], "Conflict")
+        self.assertEqual(err["message"], 'Operation cannot be fulfilled on configmaps "w1": the object has been '
+                                         'modified; please apply your changes to the latest version and try again')
+        # a no-op update does not take a new rv
+        st, cm3 = SIM.json("PUT", base + "/w1", cm2)
+        self.assertEqual(cm3["metadata"]["resourceVersion"], cm2["metadata"]["resourceVersion"])
+        # merge patch and strategic merge patch
+        st, p = SIM.json("PATCH", base + "/w1", {"metadata": {"labels": {"l": "v"}}, "data": {"b": "3"}},
+                         headers={"Content-Type": "application/merge-patch+json"})
+        self.assertEqual(st, 200)
+        self.assertEqual(p["data"], {"a": "2", "b": "3"})
+        self.assertEqual(p["metadata"]["labels"], {"l": "v"})
+        st, p = SIM.json("PATCH", base + "/w1", {"data": {"a": None}},
+                         headers={"Content-Type": "application/strategic-merge-patch+json"})
+        self.assertEqual(p["data"], {"b": "3"})
+        st, p = SIM.json("PATCH", base + "/w1", [{"op": "replace", "path": "/data/b", "value": "4"}],
+                         headers={"Content-Type": "application/json-patch+json"})
+        self.assertEqual(p["data"], {"b": "4"})
+        st, err = SIM.json("PATCH", base + "/w1", {}, headers={"Content-Type": "text/plain"})
+        self.assertEqual(st, 415)
+        # delete: configmaps answer a Status, pods the object
+        st, out = SIM.json("DELETE", base + "/w1")
+        self.assertEqual(st, 200)
+        self.assertEqual((out["kind"], out["status"], out["details"]["name"], out["details"]["kind"]),
+                         ("Status", "Success", "w1", "configmaps"))
+        st, err = SIM.json("DELETE", base + "/w1")
+        self.assertEqual(st, 404)
+        self.assertEqual(err, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                               "message": 'configmaps "w1" not found', "reason": "NotFound",
+                               "details": {"name": "w1", "kind": "configmaps"}, "code": 404})
+        st, err = SIM.get("/apis/apps/v1/namespaces/default/deployments/nope")
+        self.assertEqual(err["message"], 'deployments.apps "nope" not found')
+        self.assertEqual(err["details"], {"name": "nope", "group": "apps", "kind": "deployments"})
+
+    def test_pod_delete_returns_object_and_status_subresource(self):
+        SIM.write(verb="create", resource="pods", name="del-me")
+        st, pod = SIM.get("/api/v1/namespaces/default/pods/del-me/status")
+        self.assertEqual(st, 200)
+        pod["status"]["phase"] = "Succeeded"
+        pod["spec"]["nodeName"] = "changed-by-status-update"   # ignored by /status
+        st, upd = SIM.json("PUT", "/api/v1/namespaces/default/pods/del-me/status", pod)
+        self.assertEqual(st, 200)
+        self.assertEqual(upd["status"]["phase"], "Succeeded")
+        self.assertNotEqual(upd["spec"]["nodeName"], "changed-by-status-update")
+        st, out = SIM.json("DELETE", "/api/v1/namespaces/default/pods/del-me",
+                           {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "wrong"}})
+        self.assertEqual(st, 409)
+        self.assertIn("Precondition failed: UID in precondition: wrong", out["message"])
+        st, out = SIM.json("DELETE", "/api/v1/namespaces/default/pods/del-me")
+        self.assertEqual((st, out["kind"], out["metadata"]["name"]), (200, "Pod", "del-me"))
+        self.assertGreater(int(out["metadata"]["resourceVersion"]), int(upd["metadata"]["resourceVersion"]))
+
+    def test_widgets_and_deployments(self):
+        st, w = SIM.json("POST", "/apis/example.com/v1/namespaces/default/widgets",
+                         {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "wid"},
+                          "spec": {"size": 1}})
+        self.assertEqual(st, 201)
+        st, lst = SIM.get("/apis/example.com/v1/widgets")
+        self.assertEqual(lst["kind"], "WidgetList")
+        self.assertEqual(lst["apiVersion"], "example.com/v1")
+        st, d = SIM.json("POST", "/apis/apps/v1/namespaces/default/deployments",
+                         {"metadata": {"name": "dep"}, "spec": {"replicas": 2}})
+        self.assertEqual(st, 201)
+        self.assertEqual(d["apiVersion"], "apps/v1")
+        st, sc = SIM.get("/apis/apps/v1/namespaces/default/deployments/dep/scale")
+        self.assertEqual((sc["kind"], sc["spec"]["replicas"]), ("Scale", 2))
+
+
+class TestListRV(unittest.TestCase):
+    """The resourceVersion x resourceVersionMatch x limit/continue table."""
+
+    ns = "rvtab"
+
+    @classmethod
+    def setUpClass(cls):
+        st, _ = SIM.json("POST", "/api/v1/namespaces", {"metadata": {"name": cls.ns}})
+        for i in range(10):
+            SIM.write(verb="create", resource="configmaps", namespace=cls.ns, name="c%02d" % i)
+        cls.rv_before = SIM.rv()
+        SIM.write(verb="create", resource="configmaps", namespace=cls.ns, name="c99")   # after rv_before
+        SIM.write(verb="delete", resource="configmaps", namespace=cls.ns, name="c00")
+        cls.base = "/api/v1/namespaces/%s/configmaps" % cls.ns
+
+    def lst(self, q):
+        return SIM.get(self.base + "?" + q if q else self.base)
+
+    def assert_422(self, q, message, causes):
+        st, err = self.lst(q)
+        self.assertEqual(st, 422, err)
+        self.assertEqual(err["reason"], "Invalid")
+        self.assertEqual(err["message"], message)
+        self.assertEqual(err["details"]["group"], "meta.k8s.io")
+        self.assertEqual(err["details"]["kind"], "ListOptions")
+        self.assertEqual([(c["reason"], c["field"]) for c in err["details"]["causes"]], causes)
+
+    def test_unset_most_recent(self):
+        cur = SIM.rv()
+        st, l = self.lst("")
+        self.assertEqual(st, 200)
+        self.assertEqual(l["kind"], "ConfigMapList")
+        self.assertGreaterEqual(int(l["metadata"]["resourceVersion"]), cur)
+        self.assertIn("c99", names(l["items"]))
+        self.assertNotIn("c00", names(l["items"]))
+        self.assertNotIn("continue", l["metadata"])
+        self.assertNotIn("remainingItemCount", l["metadata"])
+        self.assertEqual(names(l["items"]), sorted(names(l["items"])))
+
+    def test_unset_limit_and_continue(self):
+        st, full = self.lst("")
+        st, p1 = self.lst("limit=4")
+        self.assertEqual(names(p1["items"]), ["c01", "c02", "c03", "c04"])
+        self.assertEqual(p1["metadata"]["remainingItemCount"], len(full["items"]) - 4)
+        tok = p1["metadata"]["continue"]
+        self.assertNotIn("=", tok)
+        d = decode_token(tok)
+        self.assertEqual(d, {"v": "meta.k8s.io/v1", "rv": int(p1["metadata"]["resourceVersion"]), "start": "c04\u0000"})
+        # the raw token is exactly kube-apiserver's json.Marshal form
+        raw = base64.urlsafe_b64decode(tok + "=" * (-len(tok) % 4)).decode()
+        self.assertEqual(raw, '{"v":"meta.k8s.io/v1","rv":%s,"start":"c04\\u0000"}' % p1["metadata"]["resourceVersion"])
+        # write between pages: the next page is still at the first page's rv
+        SIM.write(verb="create", resource="configmaps", namespace=self.ns, name="c05a")
+        SIM.write(verb="delete", resource="configmaps", namespace=self.ns, name="c06")
+        st, p2 = self.lst("limit=4&continue=" + tok)
+        self.assertEqual(p2["metadata"]["resourceVersion"], p1["metadata"]["resourceVersion"])
+        self.assertEqual(names(p2["items"]), ["c05", "c06", "c07", "c08"])
+        rest = names(full["items"])[8:]
+        st, p3 = self.lst("limit=%d&continue=%s" % (len(rest), p2["metadata"]["continue"]))
+        self.assertEqual(names(p3["items"]), rest)
+        self.assertNotIn("continue", p3["metadata"])
+        self.assertNotIn("remainingItemCount", p3["metadata"])
+        # rv=0 with continue: "treated as continue token, exact"
+        st, p2b = self.lst("limit=4&resourceVersion=0&continue=" + tok)
+        self.assertEqual(names(p2b["items"]), ["c05", "c06", "c07", "c08"])
+        SIM.write(verb="delete", resource="configmaps", namespace=self.ns, name="c05a")
+        SIM.write(verb="create", resource="configmaps", namespace=self.ns, name="c06")
+
+    def test_cluster_wide_token_key(self):
+        st, l = SIM.get("/api/v1/configmaps?limit=1")
+        d = decode_token(l["metadata"]["continue"])
+        first = l["items"][0]["metadata"]
+        self.assertEqual(d["start"], "%s/%s\u0000" % (first["namespace"], first["name"]))
+        st, nodes = SIM.get("/api/v1/nodes?limit=1")
+        self.assertEqual(decode_token(nodes["metadata"]["continue"])["start"], "node-0\u0000")
+
+    def test_rv0_any_ignores_limit(self):
+        st, l = self.lst("resourceVersion=0&limit=2")
+        self.assertEqual(st, 200)
+        self.assertGreater(len(l["items"]), 2)
+        self.assertNotIn("continue", l["metadata"])
+        st, l = self.lst("resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=2")
+        self.assertGreater(len(l["items"]), 2)
+
+    def test_rvN_not_older_than(self):
+        st, l = self.lst("resourceVersion=%d" % self.rv_before)
+        self.assertEqual(st, 200)
+        self.assertGreaterEqual(int(l["metadata"]["resourceVersion"]), self.rv_before)
+        self.assertIn("c99", names(l["items"]))    # newest data, not the state at rv_before
+        st, l = self.lst("resourceVersion=%d&resourceVersionMatch=NotOlderThan" % self.rv_before)
+        self.assertIn("c99", names(l["items"]))
+        st, l = self.lst("resourceVersion=%d&resourceVersionMatch=NotOlderThan&limit=3" % self.rv_before)
+        self.assertEqual(len(l["items"]), 3)
+        self.assertGreaterEqual(int(l["metadata"]["resourceVersion"]), SIM.rv() - 1)
+
+    def test_rvN_limit_is_exact(self):
+        st, l = self.lst("resourceVersion=%d&limit=100" % self.rv_before)
+        self.assertEqual(st, 200)
+        self.assertEqual(l["metadata"]["resourceVersion"], str(self.rv_before))
+        self.assertEqual(names(l["items"]), ["c%02d" % i for i in range(10)])   # c00 back, c99 not yet
+
+    def test_exact(self):
+        for q in ("resourceVersion=%d&resourceVersionMatch=Exact",
+                  "resourceVersion=%d&resourceVersionMatch=Exact&limit=100"):
+            st, l = self.lst(q % self.rv_before)
+            self.assertEqual(st, 200)
+            self.assertEqual(l["metadata"]["resourceVersion"], str(self.rv_before))
+            self.assertEqual(names(l["items"]), ["c%02d" % i for i in range(10)])
+        st, l = self.lst("resourceVersion=%d&resourceVersionMatch=Exact&limit=3" % self.rv_before)
+        self.assertEqual(names(l["items"]), ["c00", "c01", "c02"])
+        self.assertEqual(decode_token(l["metadata"]["continue"])["rv"], self.rv_before)
+        st, l2 = self.lst("limit=3&continue=" + l["metadata"]["continue"])
+        self.assertEqual(names(l2["items"]), ["c03", "c04", "c05"])
+
+    def test_invalid_combinations(self):
+        f = "resourceVersionMatch: Forbidden: "
+        self.assert_422("resourceVersionMatch=Exact",
+                        'ListOptions.meta.k8s.io "" is invalid: ' + f +
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                        [("FieldValueForbidden", "resourceVersionMatch")])
+        self.assert_422("resourceVersionMatch=NotOlderThan",
+                        'ListOptions.meta.k8s.io "" is invalid: ' + f +
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                        [("FieldValueForbidden", "resourceVersionMatch")])
+        self.assert_422("resourceVersion=0&resourceVersionMatch=Exact",
+                        'ListOptions.meta.k8s.io "" is invalid: ' + f +
+                        'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                        [("FieldValueForbidden", "resourceVersionMatch")])
+        self.assert_422("resourceVersion=5&resourceVersionMatch=Bogus",
+                        'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Unsupported value: "Bogus": '
+                        'supported values: "Exact", "NotOlderThan", ""',
+                        [("FieldValueNotSupported", "resourceVersionMatch")])
+        st, p = self.lst("limit=2")
+        tok = p["metadata"]["continue"]
+        self.assert_422("resourceVersion=5&resourceVersionMatch=Exact&continue=" + tok,
+                        'ListOptions.meta.k8s.io "" is invalid: ' + f +
+                        "resourceVersionMatch is forbidden when continue is provided",
+                        [("FieldValueForbidden", "resourceVersionMatch")])
+        self.assert_422("resourceVersionMatch=Exact&continue=" + tok,
+                        'ListOptions.meta.k8s.io "" is invalid: [' + f +
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided, " + f +
+                        "resourceVersionMatch is forbidden when continue is provided]",
+                        [("FieldValueForbidden", "resourceVersionMatch")] * 2)
+        self.assert_422("sendInitialEvents=true",
+                        'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is '
+                        'forbidden for list', [("FieldValueForbidden", "sendInitialEvents")])
+        st, err = self.lst("resourceVersion=%d&limit=2&continue=%s" % (self.rv_before, tok))
+        self.assertEqual((st, err["reason"], err["message"]),
+                         (400, "BadRequest", "specifying resource version is not allowed when using continue"))
+        for bad, why in (("!!!", "illegal base64 data at input byte 0"), ("e30", ""),
+                         (base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":0,"start":"a"}').decode().rstrip("="),
+                          "incorrect encoded start resourceVersion (version meta.k8s.io/v1)"),
+                         (base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":3,"start":""}').decode().rstrip("="),
+                          "encoded start key empty (version meta.k8s.io/v1)"),
+                         (base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":3,"start":"../x"}').decode().rstrip("="),
+                          "../x")):
+            st, err = self.lst("limit=2&continue=" + bad)
+            self.assertEqual(st, 400, bad)
+            self.assertTrue(err["message"].startswith("invalid continue token: continue key is not valid"), err)
+            self.assertIn(why, err["message"])
+        st, err = self.lst("limit=abc")
+        self.assertEqual((st, err["message"]), (400, 'strconv.ParseInt: parsing "abc": invalid syntax'))
+        st, err = self.lst("resourceVersion=abc&limit=1")
+        self.assertEqual(st, 400)
+        self.assertEqual(err["message"], 'invalid resource version: resourceVersion: Invalid value: "abc": '
+                                         'strconv.ParseUint: parsing "abc": invalid syntax')
+
+    def test_too_large_rv(self):
+        cur = SIM.rv()
+        # etcd path (NotOlderThan with limit): at once, no Retry-After
+        st, r, data = SIM.req("GET", self.base + "?resourceVersion=%d&resourceVersionMatch=NotOlderThan&limit=1"
+                              % (cur + 1000))
+        err = json.loads(data)
+        self.assertEqual((st, err["reason"]), (504, "Timeout"))
+        self.assertIsNone(r.getheader("Retry-After"))
+        # watch-cache path: waits ~3 s, then 504 with Retry-After: 1
+        t0 = time.monotonic()
+        st, r, data = SIM.req("GET", self.base + "?resourceVersion=%d" % (cur + 1000))
+        self.assertGreaterEqual(time.monotonic() - t0, 2.5)
+        err = json.loads(data)
+        self.assertEqual(st, 504)
+        self.assertEqual(r.getheader("Retry-After"), "1")
+        self.assertEqual(err["reason"], "Timeout")
+        self.assertTrue(err["message"].startswith("Timeout: Too large resource version: %d, current: " % (cur + 1000)))
+        self.assertEqual(err["details"]["causes"], [{"reason": "ResourceVersionTooLarge",
+                                                     "message": "Too large resource version"}])
+        self.assertEqual(err["details"]["retryAfterSeconds"], 1)
+        # ... but answers as soon as the rv is reached
+        holder = {}
+
+        def bg():
+            holder["r"] = SIM.get(self.base + "?resourceVersion=%d" % (cur + 2))
+        th = threading.Thread(target=bg)
+        th.start()
+        SIM.write(verb="create", resource="configmaps", namespace=self.ns, name="late1")
+        SIM.write(verb="create", resource="configmaps", namespace=self.ns, name="late2")
+        th.join(10)
+        st, l = holder["r"]
+        self.assertEqual(st, 200)
+        self.assertIn("late2", names(l["items"]))
+        st, pod = SIM.get("/api/v1/namespaces/%s/configmaps/late2?resourceVersion=%d" % (self.ns, cur + 2))
+        self.assertEqual(st, 200)
+
+
+class TestCompaction(unittest.TestCase):
+    def setUp(self):
+        self.sim = Sim("--pods", "5", "--history", "50")
+
+    def tearDown(self):
+        self.sim.stop()
+
+    def test_410s(self):
+        s = self.sim
+        st, p1 = s.get("/api/v1/pods?limit=2")
+        tok = p1["metadata"]["continue"]
+        old = s.rv()
+        for i in range(3):
+            s.write(verb="create", resource="pods", name="x%d" % i)
+        st, out = s.json("POST", "/apisim/compact", {})
+        self.assertEqual(out["floor"], s.rv())
+        st, err = s.get("/api/v1/pods?resourceVersion=%d&resourceVersionMatch=Exact" % old)
+        self.assertEqual((st, err["reason"], err["message"]),
+                         (410, "Expired", "The resourceVersion for the provided list is too old."))
+        st, err = s.get("/api/v1/pods?resourceVersion=%d&limit=3" % old)
+        self.assertEqual(st, 410)
+        st, err = s.get("/api/v1/pods?limit=2&continue=" + tok)
+        self.assertEqual(st, 410)
+        self.assertTrue(err["message"].startswith("The provided continue parameter is too old"))
+        newtok = err["metadata"]["continue"]
+        self.assertEqual(decode_token(newtok)["rv"], -1)
+        st, p2 = s.get("/api/v1/pods?limit=2&continue=" + newtok)
+        self.assertEqual(st, 200)
+        self.assertEqual(p2["metadata"]["resourceVersion"], str(s.rv()))
+        w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % old)
+        self.assertEqual(w.status, 200)
+        ev = w.next()
+        self.assertEqual(ev["type"], "ERROR")
+        self.assertEqual(ev["object"], {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                        "message": "too old resource version: %d (%d)" % (old, s.rv()),
+                                        "reason": "Expired", "code": 410})
+        self.assertIsNone(w.next())
+        w.close()
+        # the history window (--history 50) also moves the floor
+        for i in range(80):
+            s.write(verb="update", resource="pods", name="x0", labels={"i": str(i)})
+        st, stats = s.get("/apisim/stats")
+        self.assertGreater(stats["floors"]["pods"], stats["floor"])
+        w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % (stats["floors"]["pods"] - 1))
+        self.assertEqual(w.next()["type"], "ERROR")
+        w.close()
+        w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % stats["floors"]["pods"])
+        evs = w.collect(5)
+        self.assertTrue(all(e["type"] == "MODIFIED" for e in evs))
+        w.close()
+
+
+class TestContinueChain(unittest.TestCase):
+    def test_chain_consistent_under_churn(self):
+        s = Sim("--pods", "300", "--nodes", "4", "--namespaces", "3")
+        try:
+            st, _ = s.json("POST", "/apisim/churn", {"rate": 1500, "resources": ["pods"],
+                                                     "mix": {"update": 0.5, "create": 0.25, "delete": 0.25}})
+            wait_for(lambda: s.get("/apisim/stats")[1]["events"] > 500, 10, "churn to start")
+            got = []
+            st, page = s.get("/api/v1/pods?limit=37")
+            rv0 = page["metadata"]["resourceVersion"]
+            total = len(page["items"]) + page["metadata"]["remainingItemCount"]
+            for _ in range(100):
+                got += page["items"]
+                self.assertEqual(page["metadata"]["resourceVersion"], rv0)
+                if not page["metadata"].get("continue"):
+                    break
+                st, page = s.get("/api/v1/pods?limit=37&continue=" + page["metadata"]["continue"])
+                self.assertEqual(st, 200, page)
+            s.json("POST", "/apisim/churn", {"rate": 0})
+            st, exact = s.get("/api/v1/pods?resourceVersion=%s&resourceVersionMatch=Exact" % rv0)
+            keys = ["%s/%s" % (i["metadata"]["namespace"], i["metadata"]["name"]) for i in got]
+            self.assertEqual(keys, sorted(keys))
+            self.assertEqual(len(got), total)
+            self.assertEqual([(i["metadata"]["name"], i["metadata"]["resourceVersion"]) for i in got],
+                             [(i["metadata"]["name"], i["metadata"]["resourceVersion"]) for i in exact["items"]])
+            for i in got:
+                self.assertLessEqual(int(i["metadata"]["resourceVersion"]), int(rv0))
+        finally:
+            s.stop()
+
+
+class TestSelectors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        SIM.json("POST", "/api/v1/namespaces", {"metadata": {"name": "sel"}})
+        for name, labels in (("a", {"env": "prod", "tier": "web"}), ("b", {"env": "dev", "tier": "web"}),
+                             ("c", {"env": "prod"}), ("d", {})):
+            SIM.write(verb="create", resource="pods", namespace="sel", name=name, labels=labels)
+
+    def sel(self, q):
+        st, l = SIM.get("/api/v1/namespaces/sel/pods?" + q)
+        self.assertEqual(st, 200, l)
+        return names(l["items"])
+
+    def test_label_operators(self):
+        self.assertEqual(self.sel("labelSelector=env%3Dprod"), ["a", "c"])
+        self.assertEqual(self.sel("labelSelector=env%3D%3Dprod"), ["a", "c"])
+        self.assertEqual(self.sel("labelSelector=env%21%3Dprod"), ["b", "d"])
+        self.assertEqual(self.sel("labelSelector=env+in+(dev,prod),tier"), ["a", "b"])
+        self.assertEqual(self.sel("labelSelector=env+notin+(prod)"), ["b", "d"])
+        self.assertEqual(self.sel("labelSelector=tier"), ["a", "b"])
+        self.assertEqual(self.sel("labelSelector=%21tier"), ["c", "d"])
+        self.assertEqual(self.sel("labelSelector=env%3Dprod,%21tier"), ["c"])
+        st, err = SIM.get("/api/v1/namespaces/sel/pods?labelSelector=env%20in%20prod")
+        self.assertEqual((st, err["reason"]), (400, "BadRequest"))
+        st, err = SIM.get("/api/v1/namespaces/sel/pods?labelSelector=a%3Db%3Dc")
+        self.assertEqual(st, 400)
+
+    def test_field_selectors(self):
+        self.assertEqual(self.sel("fieldSelector=metadata.name%3Db"), ["b"])
+        self.assertEqual(self.sel("fieldSelector=metadata.name%21%3Db"), ["a", "c", "d"])
+        self.assertEqual(self.sel("fieldSelector=metadata.namespace%3Dsel,metadata.name%3Dc"), ["c"])
+        st, pod = SIM.get("/api/v1/namespaces/default/pods/pod-1")
+        node = pod["spec"]["nodeName"]
+        st, l = SIM.get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node)
+        self.assertTrue(l["items"] and all(i["spec"]["nodeName"] == node for i in l["items"]))
+        st, l2 = SIM.get("/api/v1/pods?fieldSelector=spec.host%3D" + node)
+        self.assertEqual(names(l2["items"]), names(l["items"]))
+        st, l = SIM.get("/api/v1/pods?fieldSelector=status.phase%3DRunning,spec.restartPolicy%3DAlways")
+        self.assertGreaterEqual(len(l["items"]), 30)
+        st, l = SIM.get("/api/v1/pods?limit=5&fieldSelector=status.phase%3DRunning")
+        self.assertEqual(len(l["items"]), 5)
+        self.assertIn("continue", l["metadata"])
+        self.assertNotIn("remainingItemCount", l["metadata"])     # selectors: unknown count
+        st, l = SIM.get("/api/v1/secrets?fieldSelector=type%3DOpaque")
+        self.assertEqual(st, 200)
+        st, err = SIM.get("/api/v1/pods?fieldSelector=spec.bogus%3Dx")
+        self.assertEqual((st, err["reason"], err["message"]), (400, "BadRequest", "field label not supported: spec.bogus"))
+        st, err = SIM.get("/api/v1/nodes?fieldSelector=metadata.namespace%3Dx")
+        self.assertEqual((st, err["message"]), (400, "field label not supported: metadata.namespace"))
+        st, err = SIM.get("/api/v1/configmaps?fieldSelector=data.x%3Dy")
+        self.assertEqual((st, err["message"]),
+                         (400, '"data.x" is not a known field selector: only "metadata.name", "metadata.namespace"'))
+        st, err = SIM.get("/api/v1/pods?fieldSelector=nonsense")
+        self.assertEqual((st, err["message"]), (400, "invalid selector: 'nonsense'; can't understand 'nonsense'"))
+
+
+class TestBooleans(unittest.TestCase):
+    """Query booleans decode like kube-apiserver (runtime/conversion.go
+    Convert_Slice_string_To_bool): only "0"/"false" (any case) are false."""
+
+    def test_watch_param(self):
+        for v in ("false", "False", "FALSE", "0"):
+            st, l = SIM.get("/api/v1/namespaces/default/pods?limit=1&watch=" + v)
+            self.assertEqual(l["kind"], "PodList", v)
+        for v in ("true", "True", "1", "t", "yes", ""):
+            w = Stream(SIM, "/api/v1/namespaces/default/pods?timeoutSeconds=5&watch=" + v)
+            self.assertEqual(w.next()["type"], "ADDED", v)
+            w.close()
+
+    def test_bookmarks_param(self):
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&allowWatchBookmarks=T&resourceVersion=%d"
+                   % SIM.rv())
+        ev = w.next(5)
+        self.assertEqual(ev["type"], "BOOKMARK")
+        w.close()
+
+
+class TestWatch(unittest.TestCase):
+    def test_rv_unset_and_zero_initial_state_then_live(self):
+        for rvq in ("", "&resourceVersion=0"):
+            w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=true" + rvq)
+            st, l = SIM.get("/api/v1/namespaces/default/pods")
+            init = w.collect(len(l["items"]))
+            self.assertTrue(all(e["type"] == "ADDED" for e in init))
+            self.assertEqual(sorted(map(ev_name, init)), sorted(names(l["items"])))
+            rv = SIM.write(verb="update", resource="pods", name="pod-3", labels={"w": rvq or "unset"})
+            ev = w.next()
+            self.assertEqual((ev["type"], ev_name(ev), ev["object"]["metadata"]["resourceVersion"]),
+                             ("MODIFIED", "pod-3", str(rv)))
+            w.close()
+
+    def test_rvN_replays_history_without_gap_or_duplicate(self):
+        start = SIM.rv()
+        rvs = [SIM.write(verb="update", resource="pods", name="pod-4", labels={"n": str(i)}) for i in range(5)]
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d" % rvs[1])
+        live = SIM.write(verb="update", resource="pods", name="pod-4", labels={"n": "live"})
+        evs = w.collect(4)
+        self.assertEqual([int(e["object"]["metadata"]["resourceVersion"]) for e in evs], rvs[2:] + [live])
+        self.assertGreater(rvs[0], start)
+        w.expect_quiet(0.2)
+        w.close()
+
+    def test_bookmarks(self):
+        # --bookmark-interval 0.3 on this server
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d"
+                   % SIM.rv())
+        t0 = time.monotonic()
+        b1, b2 = w.collect(2, timeout=3)
+        for ev in (b1, b2):
+            self.assertEqual(ev["type"], "BOOKMARK")
+            self.assertEqual(ev["object"], {"kind": "Pod", "apiVersion": "v1",
+                                            "metadata": {"resourceVersion": str(SIM.rv())}})
+        self.assertGreater(time.monotonic() - t0, 0.4)
+        rv = SIM.write(verb="update", resource="pods", name="pod-9", labels={"bm": "1"})
+        ev = w.until(lambda e: e["type"] == "BOOKMARK")[-1]
+        self.assertEqual(ev["object"]["metadata"]["resourceVersion"], str(SIM.rv()))
+        self.assertGreaterEqual(SIM.rv(), rv)
+        w.close()
+        # none within 2 s of the deadline (cache_watcher.go nextBookmarkTime): timeoutSeconds=2 gets none
+        w = Stream(SIM, "/apis/apps/v1/deployments?watch=1&allowWatchBookmarks=true&timeoutSeconds=2"
+                        "&resourceVersion=%d" % SIM.rv())
+        self.assertIsNone(w.next(4))
+        w.close()
+
+    def test_timeout_seconds(self):
+        t0 = time.monotonic()
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=1&resourceVersion=%d" % SIM.rv())
+        self.assertIsNone(w.next(3))      # clean end: terminal chunk
+        self.assertTrue(w.ended)
+        self.assertTrue(0.9 < time.monotonic() - t0 < 2.5)
+        w.close()
+
+    def test_send_initial_events(self):
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=true&allowWatchBookmarks=true"
+                        "&resourceVersionMatch=NotOlderThan")
+        evs = w.until(lambda e: e["type"] == "BOOKMARK")
+        bm = evs[-1]
+        self.assertTrue(all(e["type"] == "ADDED" for e in evs[:-1]))
+        self.assertGreaterEqual(len(evs) - 1, 30)
+        self.assertEqual(bm["object"]["metadata"]["annotations"], {"k8s.io/initial-events-end": "true"})
+        self.assertEqual(bm["object"]["kind"], "Pod")
+        rv = SIM.write(verb="update", resource="pods", name="pod-5", labels={"sie": "1"})
+        ev = w.until(lambda e: e["type"] == "MODIFIED")[-1]
+        self.assertEqual(ev["object"]["metadata"]["resourceVersion"], str(rv))
+        w.close()
+        # validation (validateWatchOptions)
+        st, err = SIM.get("/api/v1/pods?watch=1&sendInitialEvents=true")
+        self.assertEqual(st, 422)
+        self.assertEqual(err["message"], 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                         'sendInitialEvents requires setting resourceVersionMatch to NotOlderThan')
+        st, err = SIM.get("/api/v1/pods?watch=1&resourceVersionMatch=NotOlderThan")
+        self.assertEqual(err["message"], 'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+                                         'resourceVersionMatch is forbidden for watch unless sendInitialEvents is '
+                                         'provided')
+        st, err = SIM.get("/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=Exact")
+        self.assertEqual(len(err["details"]["causes"]), 2)
+        self.assertIn('resourceVersionMatch: Unsupported value: "Exact": supported values: "NotOlderThan"',
+                      err["message"])
+
+    def test_selector_transitions(self):
+        SIM.write(verb="create", resource="pods", name="flip", labels={"color": "red"})
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&labelSelector=color%%3Dblue&resourceVersion=%d"
+                   % SIM.rv())
+        r1 = SIM.write(verb="update", resource="pods", name="flip", labels={"color": "blue"})
+        ev = w.next()
+        self.assertEqual((ev["type"], ev_name(ev)), ("ADDED", "flip"))
+        r2 = SIM.write(verb="update", resource="pods", name="flip", labels={"color": "blue", "x": "y"})
+        self.assertEqual(w.next()["type"], "MODIFIED")
+        r3 = SIM.write(verb="update", resource="pods", name="flip", labels={"color": "green"})
+        ev = w.next()
+        self.assertEqual(ev["type"], "DELETED")
+        self.assertEqual(ev["object"]["metadata"]["labels"], {"color": "blue", "x": "y"})   # previous object
+        self.assertEqual(ev["object"]["metadata"]["resourceVersion"], str(r3))              # the event's rv
+        SIM.write(verb="update", resource="pods", name="flip", labels={"color": "red"})
+        w.expect_quiet(0.2)
+        w.close()
+        self.assertLess(r1, r2)
+
+    def test_single_object_and_legacy_paths(self):
+        rv = SIM.rv()
+        paths = ["/api/v1/namespaces/default/pods?watch=1&fieldSelector=metadata.name%%3Dpod-6&resourceVersion=%d",
+                 "/api/v1/watch/namespaces/default/pods/pod-6?resourceVersion=%d",
+                 "/api/v1/watch/namespaces/default/pods?resourceVersion=%d&fieldSelector=metadata.name%%3Dpod-6",
+                 "/api/v1/watch/pods?resourceVersion=%d&fieldSelector=metadata.name%%3Dpod-6"]
+        ws = [Stream(SIM, p % rv) for p in paths]
+        SIM.write(verb="update", resource="pods", name="pod-7", labels={"other": "1"})
+        r = SIM.write(verb="update", resource="pods", name="pod-6", labels={"me": "1"})
+        for w in ws:
+            ev = w.next()
+            self.assertEqual((ev["type"], ev_name(ev), ev["object"]["metadata"]["resourceVersion"]),
+                             ("MODIFIED", "pod-6", str(r)))
+            w.close()
+        w = Stream(SIM, "/apis/apps/v1/watch/deployments?resourceVersion=%d" % SIM.rv())
+        self.assertEqual(w.status, 200)
+        w.close()
+        st, err = SIM.get("/api/v1/watch/namespaces/default/pods/pod-6?fieldSelector=metadata.name%3Dother")
+        self.assertEqual((st, err["message"]), (400, "fieldSelector metadata.name doesn't match requested name"))
+
+    def test_table_watch(self):
+        w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&resourceVersion=%d" % SIM.rv(),
+                   headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"})
+        SIM.write(verb="update", resource="pods", name="pod-8", labels={"t": "1"})
+        SIM.write(verb="update", resource="pods", name="pod-8", labels={"t": "2"})
+        e1, e2 = w.collect(2)
+        self.assertEqual(e1["object"]["kind"], "Table")
+        self.assertEqual(e1["object"]["columnDefinitions"][0]["name"], "Name")
+        self.assertIsNone(e2["object"]["columnDefinitions"])
+        self.assertEqual(e2["object"]["rows"][0]["cells"][0], "pod-8")
+        self.assertEqual(e2["object"]["rows"][0]["object"]["kind"], "PartialObjectMetadata")
+        w.close()
+
+
+class TestTable(unittest.TestCase):
+    TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io," \
+            "application/json"
+
+    def test_list_and_get(self):
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods?limit=3", headers={"Accept": self.TABLE})
+        t = json.loads(data)
+        self.assertEqual((t["kind"], t["apiVersion"]), ("Table", "meta.k8s.io/v1"))
+        self.assertEqual([c["name"] for c in t["columnDefinitions"]][:5], ["Name", "Ready", "Status", "Restarts", "Age"])
+        self.assertEqual([c["priority"] for c in t["columnDefinitions"]][5:], [1, 1, 1, 1])
+        self.assertEqual(len(t["rows"]), 3)
+        self.assertIn("continue", t["metadata"])
+        row = t["rows"][0]
+        self.assertEqual(row["cells"][1:3], ["1/1", "Running"])
+        self.assertEqual(row["object"]["kind"], "PartialObjectMetadata")
+        self.assertEqual(row["object"]["metadata"]["namespace"], "default")
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1?includeObject=Object",
+                              headers={"Accept": self.TABLE})
+        t = json.loads(data)
+        self.assertEqual(t["rows"][0]["object"]["kind"], "Pod")
+        st, r, data = SIM.req("GET", "/api/v1/nodes", headers={"Accept": self.TABLE})
+        self.assertEqual([c["name"] for c in json.loads(data)["columnDefinitions"]][:5],
+                         ["Name", "Status", "Roles", "Age", "Version"])
+        st, r, data = SIM.req("GET", "/api/v1/pods", headers={"Accept": "application/vnd.kubernetes.protobuf"})
+        self.assertEqual(st, 406)
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods?limit=2", headers={
+            "Accept": "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"})
+        self.assertEqual(json.loads(data)["kind"], "PartialObjectMetadataList")
+
+
+class TestControls(unittest.TestCase):
+    def test_seed_state_stats(self):
+        SIM.json("POST", "/apisim/reset-stats", {})
+        st, out = SIM.json("POST", "/apisim/seed", {"resource": "configmaps", "namespace": "seeded", "count": 50,
+                                                    "size": 1500})
+        self.assertEqual((st, out["created"]), (200, 50))
+        st, l = SIM.get("/api/v1/namespaces/seeded/configmaps")
+        self.assertEqual(len(l["items"]), 50)
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/seeded/configmaps/%s" % l["items"][0]["metadata"]["name"])
+        self.assertTrue(1400 <= len(data) <= 1600, len(data))
+        st, state = SIM.get("/apisim/state?resource=configmaps&namespace=seeded")
+        self.assertEqual(len(state["items"]), 50)
+        self.assertEqual(set(state["items"][0]), {"key", "rv", "labels"})
+        st, stats = SIM.get("/apisim/stats")
+        self.assertEqual(stats["requests"].get("list configmaps"), 1)
+        self.assertIn("pods", stats["objects"])
+        for k in ("rv", "floor", "requests", "open_watches", "objects", "events"):
+            self.assertIn(k, stats)
+
+    def test_churn_written_at(self):
+        s = Sim("--pods", "50")
+        try:
+            w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % s.rv())
+            st, out = s.json("POST", "/apisim/churn", {"rate": 2000, "resources": ["pods"], "label_flip": 0.5})
+            self.assertEqual(out["rate"], 2000)
+            evs = w.collect(200, timeout=5)
+            s.json("POST", "/apisim/churn", {"rate": 0})
+            now = time.time_ns()
+            kinds = {e["type"] for e in evs}
+            self.assertTrue({"ADDED", "MODIFIED", "DELETED"} <= kinds, kinds)
+            for e in evs:
+                wa = int(e["object"]["metadata"]["annotations"]["apisim.kwc.dev/written-at"])
+                self.assertLess(now - wa, 10 * 10**9)
+            self.assertTrue(any("flip" in (e["object"]["metadata"].get("labels") or {}) for e in evs))
+            rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in evs]
+            self.assertEqual(rvs, sorted(rvs))
+            w.close()
+        finally:
+            s.stop()
+
+    def test_fail_modes(self):
+        s = Sim("--pods", "3")
+        try:
+            s.json("POST", "/apisim/fail", {"count": 1, "match": "/pods/pod-1", "mode": "status", "status": 503})
+            st, err = s.get("/api/v1/namespaces/default/pods/pod-1")
+            self.assertEqual((st, err["code"], err["reason"]), (503, 503, "ServiceUnavailable"))
+            self.assertEqual(s.get("/api/v1/namespaces/default/pods/pod-1")[0], 200)
+            s.json("POST", "/apisim/fail", {"count": 1, "mode": "reset"})
+            with self.assertRaises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
+                s.get("/api/v1/pods")
+            s.json("POST", "/apisim/fail", {"count": 1, "mode": "delay", "delay": 0.5})
+            t0 = time.monotonic()
+            self.assertEqual(s.get("/api/v1/pods")[0], 200)
+            self.assertGreaterEqual(time.monotonic() - t0, 0.45)
+            s.json("POST", "/apisim/fail", {"count": 1, "mode": "hang"})
+            with self.assertRaises(socket.timeout):
+                s.get("/api/v1/pods", timeout=0.5)
+            self.assertEqual(s.get("/api/v1/pods")[0], 200)
+            st, out = s.json("POST", "/apisim/fail", {"clear": True})
+            self.assertEqual(out["pending"], [])
+            # drop-watches: closed without a terminal chunk
+            w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % s.rv())
+            wait_for(lambda: s.get("/apisim/stats")[1]["open_watches"].get("pods") == 1, 5, "watch open")
+            st, out = s.json("POST", "/apisim/drop-watches", {"resource": "pods"})
+            self.assertEqual(out["dropped"], 1)
+            with self.assertRaises(EOFError):
+                w.next(5)
+            self.assertFalse(w.ended)
+            w.close()
+            wait_for(lambda: not s.get("/apisim/stats")[1]["open_watches"].get("pods"), 5, "watch gone")
+        finally:
+            s.stop()
+
+    def test_echo_upgrade(self):
+        sock = socket.create_connection(("127.0.0.1", SIM.port), timeout=5)
+        sock.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += sock.recv(4096)
+        head, _, rest = got.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 101 "))
+        sock.sendall(b"ping-123")
+        while len(rest) < 8:
+            rest += sock.recv(4096)
+        self.assertEqual(rest, b"ping-123")
+        sock.close()
+
+
+def ws_exec(sim, path, protocol="v5.channel.k8s.io", stdin=None):
+    sock = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                  "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Protocol: %s\r\n\r\n"
+                  % (path, key, protocol)).encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = sock.recv(4096)
+        if not d:
+            break
+        buf += d
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    hdrs = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if not lines[0].startswith("HTTP/1.1 101"):
+        sock.close()
+        return lines[0], hdrs, {}
+
+    def send(payload):
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        sock.sendall(bytes([0x82, 0x80 | len(payload)]) + mask + masked)
+    if stdin is not None:
+        send(b"\x00" + stdin)
+        send(b"\xff\x00")
+    chans = {}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        while len(buf) < 2 or len(buf) < 2 + (buf[1] & 0x7F if buf[1] & 0x7F < 126 else 2):
+            d = sock.recv(65536)
+            if not d:
+                return lines[0], hdrs, chans
+            buf += d
+        n = buf[1] & 0x7F
+        pos = 2
+        if n == 126:
+            n = int.from_bytes(buf[2:4], "big")
+            pos = 4
+        while len(buf) < pos + n:
+            buf += sock.recv(65536)
+        op, payload, buf = buf[0] & 0x0F, buf[pos:pos + n], buf[pos + n:]
+        if op == 0x8:
+            break
+        chans[payload[0]] = chans.get(payload[0], b"") + payload[1:]
+    sock.close()
+    return lines[0], hdrs, chans
+
+
+class TestExec(unittest.TestCase):
+    def test_websocket_exec(self):
+        status, hdrs, ch = ws_exec(SIM, "/api/v1/namespaces/default/pods/pod-1/exec?command=echo&command=hello"
+                                        "&command=world&stdout=true&stderr=true")
+        self.assertTrue(status.startswith("HTTP/1.1 101"), status)
+        self.assertEqual(hdrs["sec-websocket-protocol"], "v5.channel.k8s.io")
+        self.assertEqual(ch[1], b"hello world\n")
+        self.assertEqual(json.loads(ch[3]), {"metadata": {}, "status": "Success"})
+        status, hdrs, ch = ws_exec(SIM, "/api/v1/namespaces/default/pods/pod-1/exec?command=sh&command=-c"
+                                        "&command=exit%203&stdout=true", protocol="v4.channel.k8s.io")
+        st = json.loads(ch[3])
+        self.assertEqual((st["status"], st["reason"]), ("Failure", "NonZeroExitCode"))
+        self.assertEqual(st["details"]["causes"], [{"reason": "ExitCode", "message": "3"}])
+        status, hdrs, ch = ws_exec(SIM, "/api/v1/namespaces/default/pods/pod-1/exec?command=cat&stdin=true"
+                                        "&stdout=true", stdin=b"from stdin")
+        self.assertEqual(ch[1], b"from stdin")
+        status, hdrs, ch = ws_exec(SIM, "/api/v1/namespaces/default/pods/nope/exec?command=ls&stdout=true")
+        self.assertIn("404", status)
+
+
+class TestAuthTLS(unittest.TestCase):
+    def test_tls_token_client_cert(self):
+        if not shutil.which("openssl"):
+            self.skipTest("openssl CLI not found")
+        d = tempfile.mkdtemp(dir=TMP)
+
+        def ossl(*a):
+            subprocess.run(["openssl"] + list(a), cwd=d, check=True, capture_output=True)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        ossl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=apisim-test-ca", "-days", "1")
+        for n, cn in (("srv", "127.0.0.1"), ("cli", "tester")):
+            ossl("req", *ec, "-keyout", n + ".key", "-out", n + ".csr", "-subj", "/CN=" + cn)
+            with open(os.path.join(d, n + ".ext"), "w") as f:
+                f.write("subjectAltName=IP:127.0.0.1\n" if n == "srv" else "extendedKeyUsage=clientAuth\n")
+            ossl("x509", "-req", "-in", n + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", n + ".crt", "-days", "1", "-extfile", n + ".ext")
+        p = lambda n: os.path.join(d, n)  # noqa: E731
+        s = Sim("--tls-cert", p("srv.crt"), "--tls-key", p("srv.key"), "--client-ca", p("ca.crt"),
+                "--token", "s3cret", tls=True)
+        try:
+            self.assertTrue(s.banner.startswith("apisim listening on https://127.0.0.1:"))
+            s.ctx = ssl.create_default_context(cafile=p("ca.crt"))
+            st, err = s.get("/api/v1/pods")
+            self.assertEqual(st, 401)
+            self.assertEqual(err, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                   "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+            st, err = s.get("/api/v1/pods", headers={"Authorization": "Bearer wrong"})
+            self.assertEqual(st, 401)
+            st, l = s.get("/api/v1/pods", headers={"Authorization": "Bearer s3cret"})
+            self.assertEqual((st, l["kind"]), (200, "PodList"))
+            cctx = ssl.create_default_context(cafile=p("ca.crt"))
+            cctx.load_cert_chain(p("cli.crt"), p("cli.key"))
+            st, l = s.get("/api/v1/namespaces", ctx=cctx)
+            self.assertEqual(st, 200)
+        finally:
+            s.stop()
+
+
+KUBECTL_DIR = None
+if shutil.which("kubectl"):
+    KUBECTL_DIR = os.path.dirname(os.path.realpath(shutil.which("kubectl")))
+
+
+@unittest.skipUnless(KUBECTL_DIR, "kubectl not installed")
+class TestKubectl(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.home = tempfile.mkdtemp(dir=TMP)
+        cls.kc = os.path.join(cls.home, "kubeconfig")
+        with open(cls.kc, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: 'http://127.0.0.1:%d'}\n  name: sim\n"
+                    "contexts:\n- context: {cluster: sim, user: u, namespace: default}\n  name: sim\n"
+                    "current-context: sim\nusers:\n- name: u\n  user: {}\n" % SIM.port)
+
+    def kubectl(self, binary, *args, stdin=None, check=True):
+        env = dict(os.environ, HOME=self.home, KUBECONFIG=self.kc)
+        exe = os.path.join(KUBECTL_DIR, binary) if binary != "kubectl" else shutil.which("kubectl")
+        r = subprocess.run([exe] + list(args), env=env, input=stdin, capture_output=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError("%s %s failed: %s" % (binary, " ".join(args), r.stderr.decode()))
+        return r
+
+    def versions(self):
+        return [b for b in ("kubectl", "kubectl.1.27", "kubectl.1.33")
+                if b == "kubectl" or os.path.exists(os.path.join(KUBECTL_DIR, b))]
+
+    def test_get_create_delete(self):
+        for b in self.versions():
+            with self.subTest(kubectl=b):
+                out = self.kubectl(b, "get", "pods", "-A", "-o", "name").stdout.decode().split()
+                self.assertIn("pod/pod-1", out)
+                table = self.kubectl(b, "get", "pods").stdout.decode().splitlines()
+                self.assertEqual(table[0].split()[:5], ["NAME", "READY", "STATUS", "RESTARTS", "AGE"])
+                self.assertTrue(any(ln.split()[:3] == ["pod-1", "1/1", "Running"] for ln in table[1:]))
+                wide = self.kubectl(b, "get", "pods", "-o", "wide").stdout.decode().splitlines()
+                self.assertIn("NODE", wide[0].split())
+                lst = json.loads(self.kubectl(b, "get", "pods", "-o", "json").stdout)
+                self.assertEqual(lst["kind"], "List")
+                self.assertGreaterEqual(len(lst["items"]), 30)
+                SIM.json("POST", "/apisim/reset-stats", {})
+                chunked = self.kubectl(b, "get", "pods", "--chunk-size=7", "-o", "name").stdout.decode().split()
+                self.assertEqual(sorted(chunked), sorted("pod/" + i["metadata"]["name"] for i in lst["items"]))
+                self.assertGreaterEqual(SIM.get("/apisim/stats")[1]["requests"]["list pods"], 5)
+                name = "kc-" + b.replace(".", "-")
+                manifest = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                       "data": {"k": "v"}}).encode()
+                self.assertIn(b"created", self.kubectl(b, "create", "-f", "-", stdin=manifest).stdout)
+                self.assertEqual(SIM.get("/api/v1/namespaces/default/configmaps/" + name)[0], 200)
+                self.assertIn(b"deleted", self.kubectl(b, "delete", "configmap", name).stdout)
+                self.assertEqual(SIM.get("/api/v1/namespaces/default/configmaps/" + name)[0], 404)
+                r = self.kubectl(b, "get", "configmap", name, check=False)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertIn(('configmaps "%s" not found' % name).encode(), r.stderr)
+                raw = json.loads(self.kubectl(b, "get", "--raw", "/api/v1/pods?limit=1").stdout)
+                self.assertEqual(len(raw["items"]), 1)
+                self.assertIn("continue", raw["metadata"])
+
+    def test_exec_websocket(self):
+        # the default kubectl dispatches to the kubectl matching the server (1.31), which
+        # uses websockets for exec
+        r = self.kubectl("kubectl", "exec", "pod-1", "--", "echo", "hello")
+        self.assertEqual(r.stdout, b"hello\n")
+        r = self.kubectl("kubectl", "exec", "pod-1", "--", "sh", "-c", "exit 3", check=False)
+        self.assertEqual(r.returncode, 3)
+        r = self.kubectl("kubectl", "exec", "-i", "pod-1", "--", "cat", stdin=b"piped")
+        self.assertEqual(r.stdout, b"piped")
+
+    def test_watch(self):
+        env = dict(os.environ, HOME=self.home, KUBECONFIG=self.kc)
+        p = subprocess.Popen([shutil.which("kubectl"), "get", "pods", "-w", "--request-timeout=20s"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = p.stdout.readline()
+            self.assertTrue(first.startswith(b"NAME"), first)
+            wait_for(lambda: SIM.get("/apisim/stats")[1]["open_watches"].get("pods"), 20, "kubectl watch")
+            SIM.write(verb="create", resource="pods", name="kubectl-watched")
+            for _ in range(200):
+                ln = p.stdout.readline()
+                if not ln or ln.startswith(b"kubectl-watched"):
+                    break
+            self.assertTrue(ln.startswith(b"kubectl-watched"), ln)
+        finally:
+            p.kill()
+            p.wait(10)
+            p.stdout.close()
+            p.stderr.close()
+
+
+def main():
+    try:
+        prog = unittest.main(exit=False, verbosity=2 if "-v" in sys.argv else 1)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
