@@ -16,6 +16,7 @@ import asyncio
 import base64
 import bisect
 import collections
+import gc
 import hashlib
 import json
 import os
@@ -3734,6 +3735,8 @@ class App:
             made = cl.seed(plural, int(body.get("count", 1)), ns=body.get("namespace"),
                            nodes=int(body.get("nodes", self.args.nodes or 1)), size=int(body.get("size", 0) or 0),
                            namespaces=nss, prefix=body.get("prefix"))
+            if made > 10000:
+                gc.freeze()
             return {"created": made, "rv": cl.rv, "seconds": round(time.monotonic() - t0, 3)}
         if path == "/apisim/churn":
             self.set_churn(float(body.get("rate", 0)), body.get("resources") or ["pods"],
@@ -3998,11 +4001,16 @@ def seed_initial(app, args):
         cl.seed("pods", args.pods, nodes=max(1, args.nodes), size=args.pod_size, namespaces=nss)
 
 
+_KEEP = []
+
+
 async def amain(args):
     loop = asyncio.get_running_loop()
     app = App(args, loop)
     t0 = time.monotonic()
+    _KEEP.append(app)   # freed by os._exit, not object by object
     seed_initial(app, args)
+    gc.freeze()         # seeded objects never need a cyclic-GC scan
     if args.pods:
         app.log("seeded %d pods in %.2fs (rv %d)" % (args.pods, time.monotonic() - t0, app.cluster.rv))
     host, _, port = args.listen.rpartition(":")
@@ -4049,6 +4057,10 @@ def main():
         asyncio.run(amain(args))
     except KeyboardInterrupt:
         pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # skip freeing hundreds of MB object by object at interpreter exit
+    os._exit(0)
 
 
 if __name__ == "__main__":

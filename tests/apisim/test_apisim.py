@@ -1138,6 +1138,49 @@ class TestExec(unittest.TestCase):
         self.assertIn("404", status)
 
 
+    def test_logs(self):
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1/log?tailLines=3")
+        self.assertEqual(st, 200)
+        self.assertTrue(r.getheader("Content-Type").startswith("text/plain"))
+        self.assertEqual(len(data.decode().splitlines()), 3)
+        w = Stream(SIM, "/api/v1/namespaces/default/pods/pod-1/log?follow=true&tailLines=1")
+        self.assertTrue(w.chunked)
+        deadline = time.monotonic() + 5
+        got = b""
+        while got.count(b"\n") < 2:
+            got += w._chunk(deadline)
+        w.close()
+        st, err = SIM.get("/api/v1/namespaces/default/pods/nope/log")
+        self.assertEqual((st, err["message"]), (404, 'pods "nope" not found'))
+
+
+class TestCLI(unittest.TestCase):
+    def test_version_namespaces_sigterm(self):
+        s = Sim("--pods", "9", "--namespaces", "3", "--nodes", "2", "--version", "1.33")
+        try:
+            st, v = s.get("/version")
+            self.assertEqual((v["minor"], v["gitVersion"]), ("33", "v1.33.0"))
+            st, l = s.get("/api/v1/pods")
+            by_ns = {}
+            for i in l["items"]:
+                by_ns.setdefault(i["metadata"]["namespace"], []).append(i["spec"]["nodeName"])
+            self.assertEqual(sorted(by_ns), ["ns-0", "ns-1", "ns-2"])
+            self.assertEqual([len(v) for v in by_ns.values()], [3, 3, 3])
+            self.assertEqual({n for v in by_ns.values() for n in v}, {"node-0", "node-1"})
+            st, nodes = s.get("/api/v1/nodes")
+            self.assertEqual(names(nodes["items"]), ["node-0", "node-1"])
+            w = Stream(s, "/api/v1/pods?watch=1")
+            w.collect(9)
+            t0 = time.monotonic()
+            s.proc.terminate()
+            s.proc.wait(10)
+            self.assertLess(time.monotonic() - t0, 2.0)
+            self.assertEqual(s.proc.returncode, 0)
+            w.close()
+        finally:
+            s.stop()
+
+
 class TestAuthTLS(unittest.TestCase):
     def test_tls_token_client_cert(self):
         if not shutil.which("openssl"):
