@@ -81,6 +81,13 @@ struct sock {
 static void check_done(struct up_client *c);
 static void run_deferred(struct up_client *c);
 
+static struct timeval
+ms_tv(long ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
 /* ---- socket and timer plumbing ---- */
 
 static void
@@ -141,7 +148,7 @@ on_curl_timer(CURLM *m, long timeout_ms, void *userp)
     if (timeout_ms < 0) {
         evtimer_del(c->timer);
     } else {
-        struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+        struct timeval tv = ms_tv(timeout_ms);
         evtimer_add(c->timer, &tv);
     }
     return 0;
@@ -363,8 +370,7 @@ on_read(char *buf, size_t size, size_t n, void *arg)
         return CURL_READFUNC_ABORT;
     if (r > 0 && x->hdr_timer && !x->headers_done) {
         /* The header timeout counts from the end of the upload. */
-        struct timeval tv = {x->c->o.header_timeout_ms / 1000,
-                             (x->c->o.header_timeout_ms % 1000) * 1000};
+        struct timeval tv = ms_tv(x->c->o.header_timeout_ms);
         evtimer_add(x->hdr_timer, &tv);
     }
     return (size_t)r;
@@ -618,7 +624,7 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
 
     if (c->o.header_timeout_ms > 0 && !r->long_running) {
         x->hdr_timer = evtimer_new(c->base, on_header_timeout, x);
-        struct timeval tv = {c->o.header_timeout_ms / 1000, (c->o.header_timeout_ms % 1000) * 1000};
+        struct timeval tv = ms_tv(c->o.header_timeout_ms);
         evtimer_add(x->hdr_timer, &tv);
     }
     c->stats.started++;

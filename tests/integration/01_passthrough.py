@@ -4,7 +4,7 @@ import json
 import socket
 import unittest
 
-from cluster import Env, http_request, wait_for
+from cluster import EnvTestCase, Env, http_request, wait_for
 
 
 def norm_headers(h):
@@ -12,21 +12,8 @@ def norm_headers(h):
     return {k: v for k, v in h.items() if k not in ("date", "audit-id", "connection", "keep-alive")}
 
 
-class PassthroughTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.env = Env(apisim_args=["--pods", "40", "--nodes", "4"])
-
-    @classmethod
-    def tearDownClass(cls):
-        codes = cls.env.close()
-        assert codes.get("kwc") == 0, "kwc exit status %r" % codes
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            self.env.dump_logs()
-        return r
+class PassthroughTest(EnvTestCase):
+    apisim_args = ["--pods", "40", "--nodes", "4"]
 
     def both(self, method, path, body=None, headers=None):
         d = http_request(self.env.apisim.port, method, path, body=body, headers=headers)

@@ -2,6 +2,7 @@
 the default kubectl (a dispatcher that picks the binary matching /version) and
 side-by-side versions 1.27, 1.30 and 1.33."""
 import json
+import re
 import os
 import select
 import subprocess
@@ -9,33 +10,22 @@ import tempfile
 import time
 import unittest
 
-from cluster import Env, kubectl, kubectl_binaries, wait_for
+from cluster import EnvTestCase, Env, kubectl, kubectl_binaries, wait_for
 
 
-def strip_volatile(obj):
-    # Nothing in these objects depends on the path taken; compare them whole.
-    return obj
+class KubectlTest(EnvTestCase):
+    apisim_args = ["--pods", "30", "--nodes", "3", "--namespaces", "3"]
 
-
-class KubectlTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.env = Env(apisim_args=["--pods", "30", "--nodes", "3", "--namespaces", "3"])
+        super().setUpClass()
         cls.bins = kubectl_binaries()
 
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.env.close().get("kwc") == 0
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            self.env.dump_logs()
-        return r
-
-    def same(self, binary, *args):
+    def same(self, binary, *args, age_column=False):
         d = kubectl(binary, self.env.apisim.port, *args).stdout
         k = kubectl(binary, self.env.kwc.port, *args).stdout
+        if age_column:  # "4s" vs "5s": the clock moved between the two runs
+            d, k = (re.sub(rb"\s\d+[smhd](\d+[smh])?\s*$", b" AGE", x, flags=re.M) for x in (d, k))
         self.assertEqual(d, k, "kubectl %s differs through kwc" % " ".join(args))
         return k
 
@@ -44,7 +34,7 @@ class KubectlTest(unittest.TestCase):
             with self.subTest(kubectl=ver):
                 names = self.same(b, "get", "pods", "-A", "-o", "name").decode().split()
                 self.assertEqual(len(names), 30)
-                table = self.same(b, "get", "pods", "-n", "ns-1").decode()
+                table = self.same(b, "get", "pods", "-n", "ns-1", age_column=True).decode()
                 self.assertIn("NAME", table.splitlines()[0])
                 j = json.loads(self.same(b, "get", "pods", "-A", "-o", "json"))
                 self.assertEqual(len(j["items"]), 30)
@@ -79,24 +69,22 @@ class KubectlTest(unittest.TestCase):
         p = subprocess.Popen([b, "--server", "http://127.0.0.1:%d" % self.env.kwc.port, "get",
                               "configmaps", "-n", "ns-2", "-w", "--output-watch-events"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        out = bytearray()
+        lines = []
         try:
-            lines = []
-
             def read_until(pred, timeout=20):
                 deadline = time.monotonic() + timeout
-                buf = b""
                 while time.monotonic() < deadline:
+                    if pred():
+                        return True
                     r, _, _ = select.select([p.stdout], [], [], 0.5)
                     if r:
                         chunk = os.read(p.stdout.fileno(), 65536)
                         if not chunk:
                             break
-                        buf += chunk
-                        lines.extend(buf.decode().splitlines(keepends=True))
-                        buf = b""
-                        if pred():
-                            return True
-                raise AssertionError("kubectl -w output so far: %r; stderr: %r" % (lines, p.stderr.read1(4096) if p.poll() is not None else b""))
+                        out.extend(chunk)
+                        lines[:] = out.decode().splitlines()
+                raise AssertionError("kubectl -w output so far: %r" % lines)
 
             # kubectl's initial list is empty for ns-2 configmaps; then each write shows up.
             for n in ("w1", "w2", "w3"):
@@ -109,8 +97,6 @@ class KubectlTest(unittest.TestCase):
         finally:
             p.kill()
             p.wait(5)
-        text = "".join(lines)
-        self.assertIn("ADDED", text)
 
 
 if __name__ == "__main__":

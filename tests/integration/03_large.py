@@ -5,24 +5,12 @@ import json
 import socket
 import unittest
 
-from cluster import Env, http_request
+from cluster import EnvTestCase, Env, http_request
 
 
-class LargeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        # ~3.6 KiB pods: 30,000 of them list to > 100 MB.
-        cls.env = Env(apisim_args=["--pods", "30000", "--nodes", "50", "--pod-size", "3600"])
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.env.close().get("kwc") == 0
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            self.env.dump_logs()
-        return r
+class LargeTest(EnvTestCase):
+    # ~3.6 KiB pods: 30,000 of them list to > 100 MB.
+    apisim_args = ["--pods", "30000", "--nodes", "50", "--pod-size", "3600"]
 
     def test_10mb_request_body(self):
         blob = "x" * (10 * 1024 * 1024)

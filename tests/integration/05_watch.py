@@ -7,7 +7,7 @@ import socket
 import time
 import unittest
 
-from cluster import Env, http_request, wait_for
+from cluster import EnvTestCase, Env, http_request, wait_for
 
 
 class WatchStream:
@@ -53,20 +53,8 @@ class WatchStream:
         self.s.close()
 
 
-class WatchTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.env = Env(apisim_args=["--nodes", "2"])
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.env.close().get("kwc") == 0
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            self.env.dump_logs()
-        return r
+class WatchTest(EnvTestCase):
+    apisim_args = ["--nodes", "2"]
 
     def write(self, verb, name, labels=None):
         return self.env.sim("POST", "/apisim/write", {"verb": verb, "resource": "configmaps",

@@ -4,23 +4,11 @@ import os
 import socket
 import unittest
 
-from cluster import Env, kubectl, kubectl_dir, http_request
+from cluster import EnvTestCase, Env, kubectl, kubectl_dir, http_request
 
 
-class UpgradeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.env = Env(apisim_args=["--pods", "3", "--nodes", "1"])
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.env.close().get("kwc") == 0
-
-    def run(self, result=None):
-        r = super().run(result)
-        if result and (result.failures or result.errors):
-            self.env.dump_logs()
-        return r
+class UpgradeTest(EnvTestCase):
+    apisim_args = ["--pods", "3", "--nodes", "1"]
 
     def test_raw_tunnel_echo_5mb(self):
         payload = os.urandom(5 * 1024 * 1024)

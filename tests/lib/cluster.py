@@ -214,3 +214,32 @@ def kubectl(binary, port, *args, input=None, timeout=60, check=True):
     if check and r.returncode != 0:
         raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), r.returncode, r.stderr.decode()[-2000:]))
     return r
+
+
+import unittest  # noqa: E402
+
+
+class EnvTestCase(unittest.TestCase):
+    """A TestCase class sharing one apisim + kwc: set apisim_args / kwc_args.
+    Logs are printed when a test fails; kwc must exit 0 at the end (under ASan
+    that includes LeakSanitizer finding nothing)."""
+    apisim_args = ()
+    kwc_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=cls.apisim_args, kwc_args=cls.kwc_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = cls.env.close()
+        if codes.get("kwc") != 0:
+            cls.env.dump_logs()
+            raise AssertionError("kwc exit status %r" % codes.get("kwc"))
+
+    def run(self, result=None):
+        before = len(result.failures) + len(result.errors) if result else 0
+        r = super().run(result)
+        if result and len(result.failures) + len(result.errors) > before:
+            self.env.dump_logs()
+        return r
