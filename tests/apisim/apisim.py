@@ -28,6 +28,7 @@ import struct
 import sys
 import time
 import uuid
+import zlib
 from urllib.parse import parse_qsl, unquote
 
 JSON_CT = b"application/json"
@@ -2453,8 +2454,150 @@ class ExecSession:
                                  % ("[" + " ".join(self.command) + "]", code),
                       "reason": "NonZeroExitCode",
                       "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+        self.finish(status)
+
+    def finish(self, status):
         self._send(0x2, b"\x03" + dumpb(status))
         self._send(0x8, struct.pack("!H", 1000))
+        if not self.conn.closed:
+            self.conn.closed = True
+            self.conn.transport.close()
+
+
+# SPDY/3 header compression dictionary (draft-mbelshe-httpbis-spdy, section 2.6.10.1):
+# length-prefixed header names, then a run of common values.  kubectl <= 1.29 exec
+# over SPDY/3.1 (moby/spdystream) checks its zlib DICTID.
+SPDY_DICT = b"".join(struct.pack("!I", len(n)) + n.encode() for n in (
+    "options head post put delete trace accept accept-charset accept-encoding accept-language accept-ranges age "
+    "allow authorization cache-control connection content-base content-encoding content-language content-length "
+    "content-location content-md5 content-range content-type date etag expect expires from host if-match "
+    "if-modified-since if-none-match if-range if-unmodified-since last-modified location max-forwards pragma "
+    "proxy-authenticate proxy-authorization range referer retry-after server te trailer transfer-encoding upgrade "
+    "user-agent vary via warning www-authenticate method get status").split() +
+    ["200 OK", "version", "HTTP/1.1", "url", "public", "set-cookie", "keep-alive", "origin"]) + (
+    b"100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
+    b"203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request401 Unauthorized"
+    b"403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented503 Service Unavailable"
+    b"Jan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMT"
+    b"chunked,text/html,image/png,image/jpg,image/gif,application/xml,application/xhtml+xml,text/plain,"
+    b"text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0.")
+
+
+class SpdyExecSession(ExecSession):
+    """The same fake process behind SPDY/3.1 streams (error, stdin, stdout, stderr,
+    resize), as kubelet serves exec to kubectl <= 1.29."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.inflate = zlib.decompressobj(zdict=SPDY_DICT)
+        self.deflate = zlib.compressobj(zdict=SPDY_DICT)
+        self.streams = {}
+        self.need = {"error"}
+        if self.want_stdin:
+            self.need.add("stdin")
+        if self.want_stdout:
+            self.need.add("stdout")
+        if self.want_stderr and not self.tty:
+            self.need.add("stderr")
+        if self.tty:
+            self.need.add("resize")
+        self.ready = asyncio.Event()
+
+    def _ctrl(self, ftype, flags, payload):
+        if not self.conn.closed:
+            self.conn.transport.write(struct.pack("!HHI", 0x8003, ftype, (flags << 24) | len(payload)) + payload)
+
+    def _data(self, sid, data, fin=False):
+        if not self.conn.closed:
+            self.conn.transport.write(struct.pack("!II", sid & 0x7FFFFFFF, ((1 if fin else 0) << 24) | len(data)) + data)
+
+    def feed(self, data):
+        if data == b"":
+            self._eof()
+            return
+        self.buf += data
+        b = self.buf
+        while len(b) >= 8:
+            length = int.from_bytes(b[5:8], "big")
+            if len(b) < 8 + length:
+                return
+            flags = b[4]
+            payload = bytes(b[8:8 + length])
+            control = b[0] & 0x80
+            head = bytes(b[:4])
+            del b[:8 + length]
+            if not control:
+                sid = int.from_bytes(head, "big") & 0x7FFFFFFF
+                if sid == self.streams.get("stdin"):
+                    if payload:
+                        self.stdin_q.put_nowait(payload)
+                    if flags & 1:
+                        self._stdin_close()
+                continue
+            ftype = int.from_bytes(head[2:4], "big")
+            if ftype == 1:      # SYN_STREAM
+                sid = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+                hdrs = self._headers(self.inflate.decompress(payload[10:]))
+                stype = hdrs.get("streamtype", "")
+                self.streams[stype] = sid
+                reply = self.deflate.compress(b"\x00\x00\x00\x00") + self.deflate.flush(zlib.Z_SYNC_FLUSH)
+                self._ctrl(2, 0, struct.pack("!I", sid) + reply)      # SYN_REPLY, no headers
+                if stype == "stdin" and flags & 1:
+                    self._stdin_close()
+                if self.need <= set(self.streams):
+                    self.ready.set()
+            elif ftype == 3:    # RST_STREAM
+                sid = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+                if sid == self.streams.get("stdin"):
+                    self._stdin_close()
+            elif ftype == 6:    # PING
+                self._ctrl(6, 0, payload)
+            elif ftype == 7:    # GOAWAY
+                self._eof()
+
+    @staticmethod
+    def _headers(block):
+        out = {}
+        try:
+            n = struct.unpack("!I", block[:4])[0]
+            pos = 4
+            for _ in range(n):
+                ln = struct.unpack("!I", block[pos:pos + 4])[0]
+                name = block[pos + 4:pos + 4 + ln].decode().lower()
+                pos += 4 + ln
+                lv = struct.unpack("!I", block[pos:pos + 4])[0]
+                out[name] = block[pos + 4:pos + 4 + lv].decode()
+                pos += 4 + lv
+        except (struct.error, UnicodeDecodeError):
+            pass
+        return out
+
+    def out(self, ch, data):
+        if isinstance(data, str):
+            data = data.encode()
+        if not data:
+            return
+        if ch == 2 and self.tty:
+            ch = 1
+        sid = self.streams.get("stdout" if ch == 1 else "stderr")
+        if sid is not None:
+            self._data(sid, data)
+
+    async def run(self):
+        try:
+            await asyncio.wait_for(self.ready.wait(), 30)
+        except asyncio.TimeoutError:
+            self.conn.abort()
+            return
+        await super().run()
+
+    def finish(self, status):
+        if status.get("status") != "Success" or self.proto.startswith(("v4", "v5")):
+            self._data(self.streams["error"], dumpb(status))
+        for st in ("stdout", "stderr", "error"):
+            if st in self.streams:
+                self._data(self.streams[st], b"", fin=True)
+        self._ctrl(7, 0, struct.pack("!II", 0, 0))   # GOAWAY
         if not self.conn.closed:
             self.conn.closed = True
             self.conn.transport.close()
@@ -3634,14 +3777,33 @@ class App:
         container = q.get("container") or (cnames[0] if cnames else "")
         if container not in cnames:
             raise err_bad_request("container %s is not valid for pod %s" % (container, name))
-        if upgrade != "websocket":
-            if upgrade.startswith("spdy"):
-                raise err_bad_request("apisim serves exec over websockets (v5.channel.k8s.io, v4.channel.k8s.io) "
-                                      "only; SPDY is not implemented")
-            raise err_bad_request("Upgrade request required")
         command = req.qall("command")
         if sub == "exec" and not command:
             raise err_bad_request("you must specify at least 1 command")
+        stdin = "stdin" in q and kube_bool(q["stdin"])
+        stdout = "stdout" in q and kube_bool(q["stdout"])
+        stderr = "stderr" in q and kube_bool(q["stderr"])
+        tty = "tty" in q and kube_bool(q["tty"])
+        if sub == "attach":
+            command = ["cat"]
+        if upgrade.startswith("spdy/3"):
+            offered = [p.strip() for p in h.get("x-stream-protocol-version", "").split(",") if p.strip()]
+            proto = next((p for p in offered if p in ("v5.channel.k8s.io", "v4.channel.k8s.io")), None)
+            if proto is None:
+                # apimachinery/pkg/util/httpstream/httpstream.go Handshake (403)
+                raise ApiError(403, "Forbidden", "unable to upgrade: unable to negotiate protocol: client supports "
+                               "%s, server supports [v5.channel.k8s.io v4.channel.k8s.io]" % offered, {})
+            conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                                 b"X-Stream-Protocol-Version: %s\r\n\r\n" % proto.encode())
+            sess = SpdyExecSession(self, conn, proto, command, stdin, stdout, stderr, tty, name)
+            conn.upgraded = sess
+            if conn.buf:
+                data = bytes(conn.buf)
+                conn.buf.clear()
+                sess.feed(data)
+            return sess.run()
+        if upgrade != "websocket":
+            raise err_bad_request("Upgrade request required")
         offered = [p.strip() for p in h.get("sec-websocket-protocol", "").split(",") if p.strip()]
         proto = next((p for p in offered if p in ("v5.channel.k8s.io", "v4.channel.k8s.io")), None)
         wskey = h.get("sec-websocket-key")
@@ -3652,12 +3814,6 @@ class App:
         conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                              b"Sec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: %s\r\n\r\n"
                              % (accept, proto.encode()))
-        stdin = "stdin" in q and kube_bool(q["stdin"])
-        stdout = "stdout" in q and kube_bool(q["stdout"])
-        stderr = "stderr" in q and kube_bool(q["stderr"])
-        tty = "tty" in q and kube_bool(q["tty"])
-        if sub == "attach":
-            command = ["cat"]
         sess = ExecSession(self, conn, proto, command, stdin, stdout, stderr, tty, name)
         conn.upgraded = sess
         if conn.buf:

@@ -1288,6 +1288,17 @@ class TestKubectl(unittest.TestCase):
         r = self.kubectl("kubectl", "exec", "-i", "pod-1", "--", "cat", stdin=b"piped")
         self.assertEqual(r.stdout, b"piped")
 
+    def test_exec_spdy(self):
+        # kubectl <= 1.29 uses SPDY/3.1 for exec
+        if not os.path.exists(os.path.join(KUBECTL_DIR, "kubectl.1.27")):
+            self.skipTest("kubectl.1.27 not installed")
+        r = self.kubectl("kubectl.1.27", "exec", "pod-1", "--", "echo", "over", "spdy")
+        self.assertEqual(r.stdout, b"over spdy\n")
+        r = self.kubectl("kubectl.1.27", "exec", "pod-1", "--", "sh", "-c", "exit 4", check=False)
+        self.assertEqual(r.returncode, 4)
+        r = self.kubectl("kubectl.1.27", "exec", "-i", "pod-1", "--", "cat", stdin=b"spdy stdin")
+        self.assertEqual(r.stdout, b"spdy stdin")
+
     def test_watch(self):
         env = dict(os.environ, HOME=self.home, KUBECONFIG=self.kc)
         p = subprocess.Popen([shutil.which("kubectl"), "get", "pods", "-w", "--request-timeout=20s"], env=env,
