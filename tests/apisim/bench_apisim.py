@@ -41,6 +41,16 @@ async def http(port, method, path, body=None):
     raw = await r.read()
     w.close()
     head, _, rest = raw.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in head.lower():
+        out = []
+        while rest:
+            line, _, rest = rest.partition(b"\r\n")
+            n = int(line, 16)
+            if n == 0:
+                break
+            out.append(rest[:n])
+            rest = rest[n + 2:]
+        rest = b"".join(out)
     return head, rest
 
 

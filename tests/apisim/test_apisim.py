@@ -273,6 +273,22 @@ class TestBasics(unittest.TestCase):
             "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"})
         self.assertEqual(json.loads(data)["kind"], "APIGroupList")
 
+    def test_http10_watch_is_close_delimited(self):
+        sock = socket.create_connection(("127.0.0.1", SIM.port), timeout=10)
+        sock.sendall(b"GET /api/v1/namespaces/default/pods?watch=1&timeoutSeconds=1&resourceVersion=%d HTTP/1.0\r\n"
+                     b"\r\n" % SIM.rv())
+        data = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            d = sock.recv(65536)
+            if not d:
+                break
+            data += d
+        sock.close()
+        head = data.split(b"\r\n\r\n")[0].lower()
+        self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+        self.assertNotIn(b"transfer-encoding", head)
+
     def test_unknown_paths(self):
         st, body = SIM.get("/api/v1/nosuchthings")
         self.assertEqual(st, 404)
@@ -435,6 +451,18 @@ class TestWrites(unittest.TestCase):
         st, out = SIM.json("DELETE", "/api/v1/namespaces/default/pods/del-me")
         self.assertEqual((st, out["kind"], out["metadata"]["name"]), (200, "Pod", "del-me"))
         self.assertGreater(int(out["metadata"]["resourceVersion"]), int(upd["metadata"]["resourceVersion"]))
+
+    def test_deletecollection_and_namespace_cascade(self):
+        SIM.json("POST", "/api/v1/namespaces", {"metadata": {"name": "gone"}})
+        for i in range(4):
+            SIM.write(verb="create", resource="configmaps", namespace="gone", name="g%d" % i,
+                      labels={"odd": str(i % 2)})
+        st, out = SIM.json("DELETE", "/api/v1/namespaces/gone/configmaps?labelSelector=odd%3D1")
+        self.assertEqual((st, out["kind"], sorted(names(out["items"]))), (200, "ConfigMapList", ["g1", "g3"]))
+        st, ns = SIM.json("DELETE", "/api/v1/namespaces/gone")
+        self.assertEqual((st, ns["kind"]), (200, "Namespace"))
+        st, l = SIM.get("/api/v1/namespaces/gone/configmaps")
+        self.assertEqual(l["items"], [])
 
     def test_widgets_and_deployments(self):
         st, w = SIM.json("POST", "/apis/example.com/v1/namespaces/default/widgets",
@@ -1177,6 +1205,28 @@ class TestCLI(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 2.0)
             self.assertEqual(s.proc.returncode, 0)
             w.close()
+        finally:
+            s.stop()
+
+
+    def test_watch_list_modes(self):
+        s = Sim("--watch-list", "on", "--pods", "2")
+        try:
+            # 1.32 semantics: rv unset/0 watches are defaulted to sendInitialEvents=true
+            w = Stream(s, "/api/v1/pods?watch=1&allowWatchBookmarks=true")
+            evs = w.until(lambda e: e["type"] == "BOOKMARK")
+            self.assertEqual(len(evs), 3)
+            self.assertEqual(evs[-1]["object"]["metadata"]["annotations"], {"k8s.io/initial-events-end": "true"})
+            w.close()
+        finally:
+            s.stop()
+        s = Sim("--watch-list", "off")
+        try:
+            st, err = s.get("/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan")
+            self.assertEqual(st, 422)
+            self.assertEqual(err["message"], 'ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: '
+                                             'sendInitialEvents is forbidden for watch unless the WatchList feature '
+                                             'gate is enabled')
         finally:
             s.stop()
 
