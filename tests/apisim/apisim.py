@@ -3551,15 +3551,11 @@ class App:
     def merged_for_write(self, rt, prev_d, new_d, sub):
         """Apply status-subresource rules; returns the object to store."""
         if sub == "status":
+            # a status update changes status only (metadata and spec from the stored object)
             out = dict(prev_d)
             if "status" in new_d:
                 out["status"] = new_d["status"]
-            md = dict(prev_d.get("metadata", {}))
-            nmd = new_d.get("metadata") or {}
-            for k in ("labels", "annotations"):  # status updates keep metadata from the old object
-                pass
-            out["metadata"] = md
-            del nmd
+            out["metadata"] = dict(prev_d.get("metadata", {}))
             return out
         if sub == "finalize":
             out = dict(prev_d)
@@ -3567,7 +3563,7 @@ class App:
                 out["spec"] = new_d["spec"]
             return out
         out = dict(new_d)
-        if rt.has_status and rt.plural != "namespaces" or rt.plural == "namespaces":
+        if rt.has_status:
             if "status" in prev_d:
                 out["status"] = prev_d["status"]
             else:
@@ -3603,7 +3599,41 @@ class App:
         conn.respond(200, obj.data, req)
         return None
 
+    def write_scale(self, req, conn, rt, st, key, name, patch_ct=None):
+        prev = self.must_get(rt, st, key, name)
+        cur = self.scale_of(rt, prev)
+        try:
+            body = json.loads(req.body or b"null")
+        except ValueError as e:
+            raise err_bad_request("error decoding Scale: %s" % e)
+        if patch_ct is None:
+            new = body
+        elif patch_ct == "application/json-patch+json":
+            try:
+                new = json_patch(cur, body)
+            except PatchError as e:
+                raise ApiError(422, "Invalid", str(e), {})
+        else:
+            new = merge_patch(cur, body)
+        if not isinstance(new, dict):
+            raise err_bad_request("the object provided is unrecognized (must be of type Scale)")
+        brv = (new.get("metadata") or {}).get("resourceVersion")
+        if brv and brv != str(prev.rv):
+            raise err_conflict(rt, name, OBJ_MODIFIED)
+        reps = (new.get("spec") or {}).get("replicas")
+        if not isinstance(reps, int) or reps < 0:
+            raise err_invalid("autoscaling", "Scale", name, [field_err(
+                "FieldValueInvalid", "spec.replicas", "must be greater than or equal to 0", reps)])
+        d = prev.dict()
+        d.setdefault("spec", {})["replicas"] = reps
+        d["metadata"]["generation"] = int(d["metadata"].get("generation", 1)) + (1 if reps != cur["spec"]["replicas"] else 0)
+        obj = self.cluster.store_update(st, d, prev) if reps != cur["spec"]["replicas"] else prev
+        conn.respond_json(200, self.scale_of(rt, obj), req)
+        return None
+
     def do_update(self, req, conn, rt, st, ns, key, name, sub):
+        if sub == "scale":
+            return self.write_scale(req, conn, rt, st, key, name)
         d = self.body_obj(req, rt)
         md = d.setdefault("metadata", {})
         bname = md.get("name", "")
@@ -3629,6 +3659,8 @@ class App:
             raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted "
                            "media types include: application/json-patch+json, application/merge-patch+json, "
                            "application/apply-patch+yaml, application/strategic-merge-patch+json")
+        if sub == "scale":
+            return self.write_scale(req, conn, rt, st, key, name, ct)
         try:
             patch = json.loads(req.body or b"null")
         except (ValueError, UnicodeDecodeError) as e:

@@ -478,6 +478,11 @@ class TestWrites(unittest.TestCase):
         self.assertEqual(d["apiVersion"], "apps/v1")
         st, sc = SIM.get("/apis/apps/v1/namespaces/default/deployments/dep/scale")
         self.assertEqual((sc["kind"], sc["spec"]["replicas"]), ("Scale", 2))
+        st, sc = SIM.json("PATCH", "/apis/apps/v1/namespaces/default/deployments/dep/scale",
+                          {"spec": {"replicas": 4}}, headers={"Content-Type": "application/merge-patch+json"})
+        self.assertEqual((st, sc["spec"]["replicas"]), (200, 4))
+        st, d = SIM.get("/apis/apps/v1/namespaces/default/deployments/dep")
+        self.assertEqual((d["spec"]["replicas"], d["metadata"]["generation"]), (4, 2))
 
 
 class TestListRV(unittest.TestCase):
