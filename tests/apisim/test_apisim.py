@@ -1380,7 +1380,11 @@ def main():
         prog = unittest.main(exit=False, verbosity=2 if "-v" in sys.argv else 1)
     finally:
         shutil.rmtree(TMP, ignore_errors=True)
-    sys.exit(0 if prog.result.wasSuccessful() else 1)
+    r = prog.result
+    bad = len(r.failures) + len(r.errors) + len(r.unexpectedSuccesses)
+    skipped = len(r.skipped)
+    print("apisim: %d passed, %d failed, %d skipped" % (r.testsRun - bad - skipped, bad, skipped))
+    sys.exit(0 if r.wasSuccessful() else 1)
 
 
 if __name__ == "__main__":
