@@ -46,6 +46,7 @@ ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -I$(BUILD)/gen 
 # TRAPS.md: evhtp's .pc lacks its own dependencies; spell them out.
 LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -levent -lssl -lcrypto -lpthread -lm
 LDFLAGS ?=
+export PKGS LIBS
 
 ifneq ($(SAN),)
 ALL_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all -O1
