@@ -22,7 +22,9 @@
     X(KWC_ECONFIG, 3, "invalid configuration")                                                     \
     X(KWC_EUNSUPPORTED, 4, "not supported")                                                        \
     X(KWC_ENOTFOUND, 5, "not found")                                                               \
-    X(KWC_EUPSTREAM, 6, "upstream error")
+    X(KWC_EUPSTREAM, 6, "upstream error")                                                         \
+    X(KWC_EEXPIRED, 7, "resource version is older than the kept history")                          \
+    X(KWC_ESTORE, 8, "cache storage error")
 
 enum kwc_err {
 #define KWC_ERR_ENUM(name, n, text) name = -(KWC_ERRBASE + (n)),

@@ -1,0 +1,789 @@
+/*
+ * store.c — the LMDB watch cache (see store.h for the schema and contracts).
+ *
+ * Value layouts (little-endian host order; the data dir is not portable across
+ * architectures, and meta records a format version):
+ *   object:  u64 rv | u32 idx_len | idx | raw
+ *   history: key = u64 rv (big-endian) | u32 seq (big-endian), so keys sort by rv
+ *            value = struct hist_head | key | idx | obj | prev_idx | prev
+ *   meta:    key = resource name -> struct meta_rec
+ *
+ * Invariants: meta.rv >= every history rv; every event with rv > meta.floor is
+ * in history; objects hold exactly the state at meta.rv (bookmarks aside).
+ * One write transaction carries the events and the meta that describes them,
+ * so a crash at any point leaves them consistent (LMDB commits atomically).
+ */
+#include "kwc/store.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kwc/base.h"
+
+#define STORE_MAX_RES 64
+#define META_VERSION 1
+#define TRIM_MAX_PER_COMMIT 200000
+
+struct meta_rec {
+    uint32_t version;
+    uint32_t synced;
+    uint64_t rv, floor;
+    uint64_t objects, hist_events, hist_bytes;
+    uint64_t last_hist_rv;
+    uint32_t last_seq;
+    uint32_t pad;
+    char list_kind[128];
+    char api_version[128];
+    char identity[256];
+};
+
+struct hist_head {
+    uint8_t type;
+    uint8_t has_prev;
+    uint16_t key_len;
+    uint32_t idx_len, obj_len, prev_idx_len, prev_len;
+    uint32_t pad;
+    uint64_t time;
+    uint64_t prev_rv;
+};
+
+struct store_res {
+    struct store *s;
+    unsigned id;
+    char *name;
+    MDB_dbi objs, hist;
+};
+
+struct store {
+    MDB_env *env;
+    MDB_dbi meta;
+    struct store_options o;
+    struct store_res *res[STORE_MAX_RES];
+    unsigned nres;
+};
+
+struct store_wtxn {
+    struct store *s;
+    MDB_txn *txn;
+    uint64_t now;
+    struct meta_rec meta[STORE_MAX_RES];
+    bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES];
+    char *buf; /* scratch for history values */
+    size_t cap;
+};
+
+struct store_rtxn {
+    struct store *s;
+    MDB_txn *txn;
+};
+
+static int
+mdb_err(int rc)
+{
+    switch (rc) {
+    case MDB_SUCCESS:
+        return 0;
+    case MDB_NOTFOUND:
+        return KWC_ENOTFOUND;
+    case MDB_MAP_FULL:
+        return -ENOSPC;
+    default:
+        return rc > 0 ? -rc : KWC_ESTORE; /* errno values come back positive */
+    }
+}
+
+void
+store_options_default(struct store_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->map_size = (uint64_t)64 << 30; /* 64 GiB of address space, sparse */
+    o->max_resources = 32;
+    o->durable = false;
+    o->history_max_events = 2000000;
+    o->history_max_bytes = (uint64_t)4 << 30;
+    o->history_max_age = 3600;
+}
+
+int
+store_open(const char *dir, const struct store_options *o, struct store **out)
+{
+    struct store *s = xcalloc(1, sizeof(*s));
+    s->o = *o;
+    int rc = mdb_env_create(&s->env);
+    if (rc)
+        goto fail;
+    mdb_env_set_mapsize(s->env, (size_t)o->map_size);
+    mdb_env_set_maxdbs(s->env, 2 * (o->max_resources ? o->max_resources : 32) + 1);
+    mdb_env_set_maxreaders(s->env, 1024);
+    /* NOTLS: read txns belong to event loops, not threads (TRAPS.md).
+     * NOSYNC unless durable: the cache can be rebuilt from the upstream, and
+     * LMDB without NOMETASYNC|NOSYNC torn writes still cannot corrupt it: a
+     * crash loses the newest commits, never consistency. */
+    unsigned flags = MDB_NOTLS | (o->durable ? 0 : MDB_NOSYNC);
+    rc = mdb_env_open(s->env, dir, flags, 0600);
+    if (rc)
+        goto fail;
+    MDB_txn *txn;
+    if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)))
+        goto fail;
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta))) {
+        mdb_txn_abort(txn);
+        goto fail;
+    }
+    if ((rc = mdb_txn_commit(txn)))
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    if (s->env)
+        mdb_env_close(s->env);
+    free(s);
+    return mdb_err(rc);
+}
+
+void
+store_close(struct store *s)
+{
+    if (!s)
+        return;
+    for (unsigned i = 0; i < s->nres; i++) {
+        free(s->res[i]->name);
+        free(s->res[i]);
+    }
+    mdb_env_close(s->env);
+    free(s);
+}
+
+int
+store_res(struct store *s, const char *name, struct store_res **out)
+{
+    for (unsigned i = 0; i < s->nres; i++) {
+        if (strcmp(s->res[i]->name, name) == 0) {
+            *out = s->res[i];
+            return 0;
+        }
+    }
+    if (s->nres == STORE_MAX_RES || s->nres >= (s->o.max_resources ? s->o.max_resources : 32))
+        return KWC_ETOOBIG;
+    if (strlen(name) > 200)
+        return KWC_ETOOBIG;
+    struct store_res *r = xcalloc(1, sizeof(*r));
+    r->s = s;
+    r->id = s->nres;
+    r->name = xstrdup(name);
+    char dbname[256];
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc)
+        goto fail;
+    snprintf(dbname, sizeof(dbname), "obj:%s", name);
+    if ((rc = mdb_dbi_open(txn, dbname, MDB_CREATE, &r->objs)))
+        goto abort;
+    snprintf(dbname, sizeof(dbname), "hist:%s", name);
+    if ((rc = mdb_dbi_open(txn, dbname, MDB_CREATE, &r->hist)))
+        goto abort;
+    if ((rc = mdb_txn_commit(txn)))
+        goto fail;
+    s->res[s->nres++] = r;
+    *out = r;
+    return 0;
+abort:
+    mdb_txn_abort(txn);
+fail:
+    free(r->name);
+    free(r);
+    return mdb_err(rc);
+}
+
+/* ---- meta ---- */
+
+static int
+meta_read(MDB_txn *txn, struct store_res *r, struct meta_rec *m)
+{
+    MDB_val k = {strlen(r->name), r->name}, v;
+    int rc = mdb_get(txn, r->s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        memset(m, 0, sizeof(*m));
+        m->version = META_VERSION;
+        return 0;
+    }
+    if (rc)
+        return mdb_err(rc);
+    if (v.mv_size != sizeof(*m))
+        return KWC_ESTORE;
+    memcpy(m, v.mv_data, sizeof(*m));
+    return m->version == META_VERSION ? 0 : KWC_ESTORE;
+}
+
+static struct meta_rec *
+wmeta(struct store_wtxn *w, struct store_res *r, int *err)
+{
+    if (!w->loaded[r->id]) {
+        *err = meta_read(w->txn, r, &w->meta[r->id]);
+        if (*err)
+            return NULL;
+        w->loaded[r->id] = true;
+    }
+    w->dirty[r->id] = true;
+    return &w->meta[r->id];
+}
+
+/* ---- writing ---- */
+
+int
+store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out)
+{
+    struct store_wtxn *w = xcalloc(1, sizeof(*w));
+    w->s = s;
+    w->now = now;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &w->txn);
+    if (rc) {
+        free(w);
+        return mdb_err(rc);
+    }
+    *out = w;
+    return 0;
+}
+
+static void
+hist_key(uint64_t rv, uint32_t seq, unsigned char k[12])
+{
+    for (int i = 0; i < 8; i++)
+        k[i] = (unsigned char)(rv >> (56 - 8 * i));
+    for (int i = 0; i < 4; i++)
+        k[8 + i] = (unsigned char)(seq >> (24 - 8 * i));
+}
+
+static uint64_t
+hist_key_rv(const MDB_val *k)
+{
+    const unsigned char *p = k->mv_data;
+    uint64_t rv = 0;
+    for (int i = 0; i < 8; i++)
+        rv = rv << 8 | p[i];
+    return rv;
+}
+
+static char *
+scratch(struct store_wtxn *w, size_t n)
+{
+    if (n > w->cap) {
+        w->cap = n + n / 2;
+        w->buf = xrealloc(w->buf, w->cap);
+    }
+    return w->buf;
+}
+
+static void
+decode_obj(const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    const char *p = v->mv_data;
+    uint32_t il;
+    memcpy(&o->rv, p, 8);
+    memcpy(&il, p + 8, 4);
+    o->key = k->mv_data;
+    o->key_len = k->mv_size;
+    o->idx = p + 12;
+    o->idx_len = il;
+    o->raw = p + 12 + il;
+    o->raw_len = v->mv_size - 12 - il;
+}
+
+int
+store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_event *ev)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
+        ev->obj_len > UINT32_MAX / 2)
+        return KWC_ETOOBIG;
+    if (ev->type < STORE_ADDED || ev->type > STORE_DELETED)
+        return KWC_EPARSE;
+
+    MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key}, cur;
+    int rc = mdb_get(w->txn, r->objs, &k, &cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return mdb_err(rc);
+    struct store_obj prev = {0};
+    bool has_prev = rc == 0;
+    if (has_prev)
+        decode_obj(&k, &cur, &prev);
+
+    /* History value first: prev points into the map and may move on the put below. */
+    struct hist_head h = {
+        .type = (uint8_t)ev->type,
+        .has_prev = has_prev,
+        .key_len = (uint16_t)ev->key_len,
+        .idx_len = (uint32_t)ev->idx_len,
+        .obj_len = (uint32_t)ev->obj_len,
+        .prev_idx_len = has_prev ? (uint32_t)prev.idx_len : 0,
+        .prev_len = has_prev ? (uint32_t)prev.raw_len : 0,
+        .prev_rv = has_prev ? prev.rv : 0,
+        .time = w->now,
+    };
+    size_t hl = sizeof(h) + ev->key_len + ev->idx_len + ev->obj_len + h.prev_idx_len + h.prev_len;
+    char *hv = scratch(w, hl), *p = hv;
+    memcpy(p, &h, sizeof(h)), p += sizeof(h);
+    memcpy(p, ev->key, ev->key_len), p += ev->key_len;
+    if (ev->idx_len)
+        memcpy(p, ev->idx, ev->idx_len), p += ev->idx_len;
+    if (ev->obj_len)
+        memcpy(p, ev->obj, ev->obj_len), p += ev->obj_len;
+    if (has_prev) {
+        if (prev.idx_len)
+            memcpy(p, prev.idx, prev.idx_len), p += prev.idx_len;
+        memcpy(p, prev.raw, prev.raw_len), p += prev.raw_len;
+    }
+    uint32_t seq = ev->rv == m->last_hist_rv ? m->last_seq + 1 : 0;
+    unsigned char hk[12];
+    hist_key(ev->rv, seq, hk);
+    MDB_val hkv = {12, hk}, hvv = {hl, hv};
+    /* rvs only grow: appending keeps LMDB's pages full. */
+    unsigned put_flags = ev->rv > m->last_hist_rv || m->hist_events == 0 ? MDB_APPEND : 0;
+    if (ev->rv < m->last_hist_rv)
+        return KWC_EPARSE; /* history must not go back in time */
+    if ((rc = mdb_put(w->txn, r->hist, &hkv, &hvv, put_flags)))
+        return mdb_err(rc);
+    m->last_hist_rv = ev->rv;
+    m->last_seq = seq;
+    m->hist_events++;
+    m->hist_bytes += hl;
+
+    if (ev->type == STORE_DELETED) {
+        if (has_prev) {
+            if ((rc = mdb_del(w->txn, r->objs, &k, NULL)))
+                return mdb_err(rc);
+            m->objects--;
+        }
+    } else {
+        size_t vl = 12 + ev->idx_len + ev->obj_len;
+        MDB_val v = {vl, NULL};
+        if ((rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE)))
+            return mdb_err(rc);
+        char *d = v.mv_data;
+        uint32_t il = (uint32_t)ev->idx_len;
+        memcpy(d, &ev->rv, 8);
+        memcpy(d + 8, &il, 4);
+        if (ev->idx_len)
+            memcpy(d + 12, ev->idx, ev->idx_len);
+        if (ev->obj_len)
+            memcpy(d + 12 + ev->idx_len, ev->obj, ev->obj_len);
+        if (!has_prev)
+            m->objects++;
+    }
+    if (ev->rv > m->rv)
+        m->rv = ev->rv;
+    return 0;
+}
+
+int
+store_wtxn_rv(struct store_wtxn *w, struct store_res *r, uint64_t rv)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    if (rv > m->rv)
+        m->rv = rv;
+    return 0;
+}
+
+int
+store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    int rc;
+    if ((rc = mdb_drop(w->txn, r->objs, 0)) || (rc = mdb_drop(w->txn, r->hist, 0)))
+        return mdb_err(rc);
+    m->rv = m->floor = rv;
+    m->objects = m->hist_events = m->hist_bytes = 0;
+    m->last_hist_rv = 0;
+    m->last_seq = 0;
+    m->synced = 0;
+    return 0;
+}
+
+int
+store_wtxn_set_synced(struct store_wtxn *w, struct store_res *r, bool synced)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    m->synced = synced;
+    return 0;
+}
+
+static void
+copy_field(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+int
+store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_kind,
+                    const char *api_version)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    copy_field(m->list_kind, sizeof(m->list_kind), list_kind);
+    copy_field(m->api_version, sizeof(m->api_version), api_version);
+    return 0;
+}
+
+int
+store_wtxn_set_identity(struct store_wtxn *w, struct store_res *r, const char *identity)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    copy_field(m->identity, sizeof(m->identity), identity);
+    return 0;
+}
+
+/* Drop the oldest history while any bound is exceeded; the floor follows. */
+static int
+trim(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, uint64_t now, size_t *budget)
+{
+    const struct store_options *o = &w->s->o;
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(w->txn, r->hist, &c);
+    if (rc)
+        return mdb_err(rc);
+    MDB_val k, v;
+    while (*budget > 0 && m->hist_events > 0 &&
+           (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
+        struct hist_head h;
+        memcpy(&h, v.mv_data, sizeof(h));
+        bool over = m->hist_events > o->history_max_events || m->hist_bytes > o->history_max_bytes ||
+                    (o->history_max_age && now > h.time + o->history_max_age);
+        if (!over)
+            break;
+        uint64_t rv = hist_key_rv(&k);
+        size_t sz = v.mv_size;
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        m->hist_events--;
+        m->hist_bytes -= sz < m->hist_bytes ? sz : m->hist_bytes;
+        if (rv > m->floor)
+            m->floor = rv;
+        (*budget)--;
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+int
+store_wtxn_commit(struct store_wtxn *w)
+{
+    uint64_t now = w->now;
+    int rc = 0;
+    size_t budget = TRIM_MAX_PER_COMMIT;
+    for (unsigned i = 0; i < w->s->nres && rc == 0; i++) {
+        struct store_res *r = w->s->res[i];
+        if (!w->dirty[i])
+            continue;
+        struct meta_rec *m = &w->meta[i];
+        if ((rc = trim(w, r, m, now, &budget)))
+            break;
+        MDB_val k = {strlen(r->name), r->name}, v = {sizeof(*m), m};
+        rc = mdb_err(mdb_put(w->txn, w->s->meta, &k, &v, 0));
+    }
+    if (rc) {
+        store_wtxn_abort(w);
+        return rc;
+    }
+    rc = mdb_err(mdb_txn_commit(w->txn));
+    free(w->buf);
+    free(w);
+    return rc;
+}
+
+void
+store_wtxn_abort(struct store_wtxn *w)
+{
+    if (!w)
+        return;
+    mdb_txn_abort(w->txn);
+    free(w->buf);
+    free(w);
+}
+
+/* ---- reading ---- */
+
+int
+store_rtxn_begin(struct store *s, struct store_rtxn **out)
+{
+    struct store_rtxn *t = xcalloc(1, sizeof(*t));
+    t->s = s;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t->txn);
+    if (rc) {
+        free(t);
+        return mdb_err(rc);
+    }
+    *out = t;
+    return 0;
+}
+
+void
+store_rtxn_end(struct store_rtxn *t)
+{
+    if (!t)
+        return;
+    mdb_txn_abort(t->txn);
+    free(t);
+}
+
+int
+store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out)
+{
+    struct meta_rec m;
+    int rc = meta_read(t->txn, r, &m);
+    if (rc)
+        return rc;
+    memset(out, 0, sizeof(*out));
+    out->rv = m.rv;
+    out->floor = m.floor;
+    out->objects = m.objects;
+    out->hist_events = m.hist_events;
+    out->hist_bytes = m.hist_bytes;
+    out->synced = m.synced != 0;
+    memcpy(out->list_kind, m.list_kind, sizeof(out->list_kind));
+    memcpy(out->api_version, m.api_version, sizeof(out->api_version));
+    memcpy(out->identity, m.identity, sizeof(out->identity));
+    out->list_kind[sizeof(out->list_kind) - 1] = '\0';
+    out->api_version[sizeof(out->api_version) - 1] = '\0';
+    out->identity[sizeof(out->identity) - 1] = '\0';
+    return 0;
+}
+
+int
+store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t key_len,
+          struct store_obj *out)
+{
+    MDB_val k = {key_len, (void *)(uintptr_t)key}, v;
+    int rc = mdb_get(t->txn, r->objs, &k, &v);
+    if (rc)
+        return mdb_err(rc);
+    decode_obj(&k, &v, out);
+    return 0;
+}
+
+static void
+decode_hist(const MDB_val *k, const MDB_val *v, struct store_hist *h)
+{
+    struct hist_head hh;
+    const char *p = v->mv_data;
+    memcpy(&hh, p, sizeof(hh));
+    p += sizeof(hh);
+    memset(h, 0, sizeof(*h));
+    h->type = (enum store_ev_type)hh.type;
+    h->rv = hist_key_rv(k);
+    h->time = hh.time;
+    h->obj.key = p;
+    h->obj.key_len = hh.key_len;
+    h->obj.rv = h->rv;
+    p += hh.key_len;
+    h->obj.idx = p;
+    h->obj.idx_len = hh.idx_len;
+    p += hh.idx_len;
+    h->obj.raw = p;
+    h->obj.raw_len = hh.obj_len;
+    p += hh.obj_len;
+    if (hh.has_prev) {
+        h->prev.key = h->obj.key;
+        h->prev.key_len = h->obj.key_len;
+        h->prev.rv = hh.prev_rv;
+        h->prev.idx = p;
+        h->prev.idx_len = hh.prev_idx_len;
+        p += hh.prev_idx_len;
+        h->prev.raw = p;
+        h->prev.raw_len = hh.prev_len;
+    }
+}
+
+int
+store_history(struct store_rtxn *t, struct store_res *r, uint64_t after_rv, store_hist_cb cb,
+              void *arg)
+{
+    struct meta_rec m;
+    int rc = meta_read(t->txn, r, &m);
+    if (rc)
+        return rc;
+    if (after_rv < m.floor)
+        return KWC_EEXPIRED;
+    MDB_cursor *c;
+    if ((rc = mdb_cursor_open(t->txn, r->hist, &c)))
+        return mdb_err(rc);
+    unsigned char hk[12];
+    hist_key(after_rv + 1, 0, hk);
+    MDB_val k = {12, hk}, v;
+    int out = 0;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        struct store_hist h;
+        decode_hist(&k, &v, &h);
+        int r2 = cb(arg, &h);
+        if (r2) {
+            out = r2 > 0 ? 0 : r2;
+            break;
+        }
+    }
+    mdb_cursor_close(c);
+    if (rc && rc != MDB_NOTFOUND)
+        return mdb_err(rc);
+    return out;
+}
+
+/* ---- scanning, at the latest state or at a past rv ---- */
+
+struct overlay_ent {
+    const char *key;
+    size_t key_len;
+    size_t order; /* position in history: the first change after at_rv wins */
+    bool present; /* did the object exist at at_rv? */
+    struct store_obj prev;
+};
+
+struct overlay {
+    struct overlay_ent *e;
+    size_t n, cap;
+};
+
+static int
+keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+    return c ? c : (al < bl ? -1 : al > bl);
+}
+
+static int
+ent_cmp(const void *x, const void *y)
+{
+    const struct overlay_ent *a = x, *b = y;
+    int c = keycmp(a->key, a->key_len, b->key, b->key_len);
+    return c ? c : (a->order < b->order ? -1 : a->order > b->order);
+}
+
+static int
+collect_overlay(void *arg, const struct store_hist *h)
+{
+    struct overlay *ov = arg;
+    if (ov->n == ov->cap) {
+        ov->cap = ov->cap ? 2 * ov->cap : 64;
+        ov->e = xrealloc(ov->e, ov->cap * sizeof(*ov->e));
+    }
+    struct overlay_ent *e = &ov->e[ov->n];
+    e->key = h->obj.key;
+    e->key_len = h->obj.key_len;
+    e->order = ov->n;
+    e->present = h->prev.raw != NULL;
+    e->prev = h->prev;
+    ov->n++;
+    return 0;
+}
+
+static bool
+key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char *after,
+             size_t al)
+{
+    if (kl < pl || memcmp(k, prefix, pl) != 0)
+        return false;
+    return !after || keycmp(k, kl, after, al) > 0;
+}
+
+int
+store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
+           const char *after, store_obj_cb cb, void *arg)
+{
+    struct meta_rec m;
+    int rc = meta_read(t->txn, r, &m);
+    if (rc)
+        return rc;
+    size_t pl = prefix ? strlen(prefix) : 0, al = after ? strlen(after) : 0;
+    struct overlay ov = {0};
+    if (at_rv && at_rv < m.rv) {
+        if (at_rv < m.floor)
+            return KWC_EEXPIRED;
+        if ((rc = store_history(t, r, at_rv, collect_overlay, &ov)))
+            goto out;
+        qsort(ov.e, ov.n, sizeof(*ov.e), ent_cmp);
+        /* keep the first change per key (lowest order) */
+        size_t w = 0;
+        for (size_t i = 0; i < ov.n; i++)
+            if (w == 0 || keycmp(ov.e[w - 1].key, ov.e[w - 1].key_len, ov.e[i].key,
+                                 ov.e[i].key_len) != 0)
+                ov.e[w++] = ov.e[i];
+        ov.n = w;
+    }
+
+    MDB_cursor *c;
+    if ((rc = mdb_cursor_open(t->txn, r->objs, &c))) {
+        rc = mdb_err(rc);
+        goto out;
+    }
+    /* Position at the first key > after (or >= prefix). */
+    const char *start = after && keycmp(after, al, prefix ? prefix : "", pl) > 0 ? after : prefix;
+    size_t sl = start == after ? al : pl;
+    MDB_val k = {sl, (void *)(uintptr_t)(start ? start : "")}, v;
+    int crc = sl ? mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    size_t oi = 0;
+    int out = 0;
+    for (;;) {
+        bool have_c = crc == 0;
+        if (have_c && after && keycmp(k.mv_data, k.mv_size, after, al) <= 0) {
+            crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+            continue;
+        }
+        if (have_c && (k.mv_size < pl || memcmp(k.mv_data, prefix, pl) != 0))
+            have_c = false; /* past the prefix */
+        while (oi < ov.n && !key_in_range(ov.e[oi].key, ov.e[oi].key_len, prefix ? prefix : "",
+                                          pl, after, al))
+            oi++;
+        bool have_o = oi < ov.n;
+        if (!have_c && !have_o)
+            break;
+        struct store_obj o;
+        bool emit;
+        int cmp = !have_c ? 1 : !have_o ? -1
+                                      : keycmp(k.mv_data, k.mv_size, ov.e[oi].key,
+                                               ov.e[oi].key_len);
+        if (cmp < 0) { /* unchanged since at_rv */
+            decode_obj(&k, &v, &o);
+            emit = true;
+            crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+        } else { /* changed after at_rv: its state then is the first change's prev */
+            o = ov.e[oi].prev;
+            emit = ov.e[oi].present;
+            oi++;
+            if (cmp == 0)
+                crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+        }
+        if (!emit)
+            continue;
+        int r2 = cb(arg, &o);
+        if (r2) {
+            out = r2 > 0 ? 0 : r2;
+            break;
+        }
+    }
+    mdb_cursor_close(c);
+    if (crc && crc != MDB_NOTFOUND && out == 0)
+        out = mdb_err(crc);
+    rc = out;
+out:
+    free(ov.e);
+    return rc;
+}

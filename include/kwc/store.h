@@ -1,0 +1,143 @@
+/*
+ * store.h — the LMDB watch cache (DESIGN.md "Storage"). One environment per
+ * --data-dir; per cached resource (a name such as "apps/v1/deployments:json")
+ * three things:
+ *   objects  key "ns/name" (cluster-scoped: "name"), byte order like etcd's keys
+ *            -> rv, caller's index bytes (labels, indexed fields), raw object
+ *   history  key (rv, seq) -> event type, key, object, previous object, time
+ *   meta     current rv (events and bookmarks), history floor, synced flag,
+ *            list kind/apiVersion, upstream identity
+ *
+ * Writes are batched: one write transaction per loop turn (store_wtxn_*), which
+ * also trims the history by count, bytes and age. Reads take a short read
+ * transaction (store_rtxn_*); a list larger than one callback re-opens one per
+ * chunk at the same rv (store_scan with at_rv), which is consistent because a
+ * past state is rebuilt from history: state(rv) = current objects with every
+ * change after rv undone. Pointers handed to callbacks are valid only during
+ * the callback (they point into LMDB's map).
+ *
+ * Pure: no sockets, no clock (time comes in as `now`, seconds). MDB_* codes do
+ * not leave store.c: errors are -errno or KWC_E*.
+ */
+#ifndef KWC_STORE_H
+#define KWC_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct store;
+struct store_res;
+struct store_wtxn;
+struct store_rtxn;
+
+struct store_options {
+    uint64_t map_size;          /* bytes of address space for the map (sparse file) */
+    unsigned max_resources;     /* named databases: 2 per resource + meta */
+    bool durable;               /* fsync at every commit; off: a crash may lose the
+                                   last commits but never leaves the cache
+                                   inconsistent with its recorded rv */
+    uint64_t history_max_events;
+    uint64_t history_max_bytes;
+    uint64_t history_max_age;   /* seconds. Each of the three bounds trims the
+                                   oldest events; the floor follows them */
+};
+
+enum store_ev_type { STORE_ADDED = 1, STORE_MODIFIED = 2, STORE_DELETED = 3 };
+
+/* One change, as the reflector decoded it. All borrowed for the call. */
+struct store_event {
+    enum store_ev_type type;
+    uint64_t rv;
+    const char *key;      /* "ns/name" or "name" */
+    size_t key_len;
+    const void *obj;      /* raw object bytes as received (DELETED: the last state) */
+    size_t obj_len;
+    const void *idx;      /* caller's index bytes for obj (labels, fields) */
+    size_t idx_len;
+};
+
+/* An object as stored (valid during a callback or until the rtxn ends). */
+struct store_obj {
+    const char *key;
+    size_t key_len;
+    uint64_t rv;
+    const void *idx;
+    size_t idx_len;
+    const void *raw;
+    size_t raw_len;
+};
+
+/* A history entry (valid during the callback). prev.raw is NULL for ADDED. */
+struct store_hist {
+    enum store_ev_type type;
+    uint64_t rv;
+    uint64_t time;
+    struct store_obj obj;
+    struct store_obj prev;
+};
+
+struct store_res_info {
+    uint64_t rv;       /* newest rv the cache has reached (events and bookmarks) */
+    uint64_t floor;    /* watches from rv >= floor and exact reads at rv >= floor work */
+    uint64_t objects;
+    uint64_t hist_events;
+    uint64_t hist_bytes;
+    bool synced;       /* an initial list has completed */
+    char list_kind[128];
+    char api_version[128];
+    char identity[256]; /* upstream identity recorded with the data */
+};
+
+void store_options_default(struct store_options *o);
+
+/* Open (creating) the environment in dir. Returns 0, -errno or KWC_E*. */
+int store_open(const char *dir, const struct store_options *o, struct store **out);
+void store_close(struct store *s);
+
+/* The resource named name (created on first use; stays valid until store_close). */
+int store_res(struct store *s, const char *name, struct store_res **out);
+
+/* ---- writing: one transaction per loop turn ---- */
+/* now: seconds, stamped on the events written and used to trim by age. */
+int store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out);
+/* Apply one event: objects updated, history appended (with the previous object). */
+int store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_event *ev);
+/* Advance the resource's rv without an event (bookmark); never moves it back. */
+int store_wtxn_rv(struct store_wtxn *w, struct store_res *r, uint64_t rv);
+/* Start over from a fresh list: clears objects and history, floor = rv. */
+int store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv);
+int store_wtxn_set_synced(struct store_wtxn *w, struct store_res *r, bool synced);
+int store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_kind,
+                        const char *api_version);
+int store_wtxn_set_identity(struct store_wtxn *w, struct store_res *r, const char *identity);
+/* Trim history (bounds from the options, age against the begin's now), commit,
+ * free w (also on failure). */
+int store_wtxn_commit(struct store_wtxn *w);
+void store_wtxn_abort(struct store_wtxn *w);
+
+/* ---- reading ---- */
+int store_rtxn_begin(struct store *s, struct store_rtxn **out);
+void store_rtxn_end(struct store_rtxn *t);
+
+int store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out);
+/* One object by key at the latest state. Returns 0, KWC_ENOTFOUND or an error. */
+int store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t key_len,
+              struct store_obj *out);
+
+/* Visit objects in key order: those whose key starts with prefix (may be ""),
+ * from the first key > after (NULL: from the start), at the state of at_rv
+ * (0: latest). cb returns 0 to go on, 1 to stop (not an error), <0 to abort
+ * with that code. Returns 0, the cb's code, KWC_EEXPIRED if at_rv is below the
+ * floor, or an error. */
+typedef int (*store_obj_cb)(void *arg, const struct store_obj *o);
+int store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
+               const char *after, store_obj_cb cb, void *arg);
+
+/* Visit history events with rv > after_rv in order. KWC_EEXPIRED if after_rv
+ * is below the floor (the events are gone: a watcher must get 410). */
+typedef int (*store_hist_cb)(void *arg, const struct store_hist *h);
+int store_history(struct store_rtxn *t, struct store_res *r, uint64_t after_rv, store_hist_cb cb,
+                  void *arg);
+
+#endif
