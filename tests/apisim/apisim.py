@@ -37,12 +37,71 @@ JSON_CT = b"application/json"
 # small helpers
 # ---------------------------------------------------------------------------
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps_py = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps_sorted_py = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode
+_dumps_indent_py = json.JSONEncoder(indent=2, separators=(",", ": "), ensure_ascii=False).encode
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def go_escape(s):
+    """Go's encoding/json string escaping on top of Python's: strings are written with
+    HTMLEscape, "<", ">", "&", U+2028, U+2029 -> \\u003c \\u003e \\u0026 \\u2028 \\u2029
+    (encoding/json encode.go; kube-apiserver's serializer is a json.Encoder with the default
+    EscapeHTML, k8s.io/apimachinery/pkg/runtime/serializer/json/json.go doEncode).  These
+    characters can only occur inside strings of the encoded text, so a replace on the whole
+    output is exact.  Python already matches Go for '"', '\\', control characters
+    (\\n \\r \\t; \\b \\f short since Go 1.22 = kube 1.30+ builds; else \\u00xx) and raw UTF-8."""
+    if "<" in s:
+        s = s.replace("<", "\\u003c")
+    if ">" in s:
+        s = s.replace(">", "\\u003e")
+    if "&" in s:
+        s = s.replace("&", "\\u0026")
+    if "\u2028" in s:
+        s = s.replace("\u2028", "\\u2028")
+    if "\u2029" in s:
+        s = s.replace("\u2029", "\\u2029")
+    return s
+
+
+def _utf8(s):
+    try:
+        return s.encode()
+    except UnicodeEncodeError:
+        # a lone surrogate escape (json.loads keeps it); Go's decoder made it U+FFFD
+        return _LONE_SURROGATE.sub("\ufffd", s).encode()
 
 
 def dumpb(obj):
-    """Compact JSON bytes (Go's encoding/json style: no spaces, UTF-8)."""
-    return _dumps(obj).encode()
+    """Compact JSON bytes as Go's encoding/json writes a struct: no spaces, UTF-8, HTML
+    escaping, keys in the order given (canon() gives the Go struct field order)."""
+    return _utf8(go_escape(_dumps_py(obj)))
+
+
+def dumpb_sorted(obj):
+    """Compact JSON bytes as Go's encoding/json writes a map[string]interface{}: keys
+    sorted at every level (custom resources are unstructured.Unstructured, encoded from
+    their map: apimachinery unstructured.go UnstructuredJSONScheme.doEncode)."""
+    return _utf8(go_escape(_dumps_sorted_py(go_numbers(obj))))
+
+
+def dumpb_indent(obj):
+    """json.MarshalIndent(obj, "", "  ") without a trailing newline: what
+    apiserver/pkg/endpoints/handlers/responsewriters/writers.go WriteRawJSON writes for
+    non-API objects (/version, the / path index)."""
+    return _utf8(go_escape(_dumps_indent_py(obj)))
+
+
+def go_numbers(v):
+    """Unstructured content as Go holds it: a JSON number is int64 when integral, else
+    float64, and float64 encodes without ".0" (3.0 -> 3).  Integral floats become ints."""
+    if isinstance(v, dict):
+        return {k: go_numbers(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [go_numbers(x) for x in v]
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+        return int(v)
+    return v
 
 
 def now_rfc3339(t=None):
@@ -624,6 +683,24 @@ META_ORDER = ("name", "generateName", "namespace", "selfLink", "uid", "resourceV
               "ownerReferences", "finalizers", "managedFields")
 
 
+def meta_order(md):
+    """ObjectMeta in its Go struct field order, label/annotation maps sorted."""
+    om = {}
+    for k in META_ORDER:
+        v = md.get(k)
+        if v is None:
+            continue
+        if k in ("labels", "annotations") and isinstance(v, dict):
+            if not v:
+                continue
+            v = {kk: v[kk] for kk in sorted(v)}
+        om[k] = v
+    for k, v in md.items():
+        if k not in om and v is not None and k not in META_ORDER:
+            om[k] = v
+    return om
+
+
 def canon(d):
     """Reorder an object for its canonical encoding: kind, apiVersion, metadata (in
     ObjectMeta field order, maps sorted like Go), spec, status, then the rest."""
@@ -634,27 +711,25 @@ def canon(d):
         out["apiVersion"] = d["apiVersion"]
     md = d.get("metadata")
     if isinstance(md, dict):
-        om = {}
-        for k in META_ORDER:
-            v = md.get(k)
-            if v is None:
-                continue
-            if k in ("labels", "annotations") and isinstance(v, dict):
-                if not v:
-                    continue
-                v = {kk: v[kk] for kk in sorted(v)}
-            om[k] = v
-        for k, v in md.items():
-            if k not in om and v is not None and k not in META_ORDER:
-                om[k] = v
-        out["metadata"] = om
-    for k in ("spec", "status"):
+        out["metadata"] = meta_order(md)
+    for k in KIND_FIELDS.get(d.get("kind"), ("spec", "status")):
         if k in d:
-            out[k] = d[k]
+            v = d[k]
+            if k in SORTED_MAPS and isinstance(v, dict):
+                v = {kk: v[kk] for kk in sorted(v)}   # a Go map[string]string/[]byte: sorted keys
+            out[k] = v
     for k, v in d.items():
         if k not in out:
             out[k] = v
     return out
+
+
+# Top-level fields after metadata, in the Go struct order of k8s.io/api/core/v1 types.go
+# (ConfigMap: Immutable, Data, BinaryData; Secret: Immutable, Data, StringData, Type).
+KIND_FIELDS = {"ConfigMap": ("immutable", "data", "binaryData"),
+               "Secret": ("immutable", "data", "stringData", "type"),
+               "Endpoints": ("subsets",)}
+SORTED_MAPS = ("data", "binaryData", "stringData")
 
 
 class Obj:
@@ -1113,11 +1188,88 @@ class RType:
         self.extra_fields = set()
         if fields:
             self.extra_fields = set(fields({}).keys())
-        self.list_head_kind = b'{"kind":"%s","apiVersion":"%s","metadata":{' % (self.list_kind.encode(),
-                                                                             self.api_version.encode())
+        # Custom resources are unstructured in kube-apiserver (apiextensions-apiserver):
+        # encoded from a map, keys sorted at every level, list items keep apiVersion/kind.
+        self.unstructured = field_err == "cr"
+        # A built-in object's encoding starts with its TypeMeta (kind, apiVersion: the
+        # inline struct comes first); a list item is the same object with it left out.
+        self.tm_prefix = b'{"kind":"%s","apiVersion":"%s",' % (kind.encode(), self.api_version.encode())
         self.table = TABLES.get(plural, DEFAULT_TABLE)
         self.storage_hash = base64.b64encode(hashlib.sha256(("%s/%s" % (self.api_version, kind)).encode())
                                              .digest()[:8]).decode()
+
+    def encode(self, d):
+        """The stored (and GET / watch) encoding of an object dict, without newline."""
+        if self.unstructured:
+            d["apiVersion"], d["kind"] = self.api_version, self.kind
+            return dumpb_sorted(d)
+        d["kind"], d["apiVersion"] = self.kind, self.api_version
+        return dumpb(canon(d))
+
+    def list_frame(self, rv, cont=None, remaining=None):
+        """(head, tail) of a list response around its items; tail ends with the newline
+        of json.Encoder.Encode (serializer/json/json.go doEncode).
+
+        Built-in: the typed XxxList struct, TypeMeta then ListMeta (resourceVersion,
+        continue, remainingItemCount, all omitempty) then items.  Custom resources: an
+        unstructured.UnstructuredList, encoded as the map of its Object plus "items"
+        (unstructured.go UnstructuredJSONScheme.doEncode), keys sorted -- apiVersion,
+        items, kind, metadata -- and metadata.continue always present, "" at the end:
+        APIObjectVersioner.UpdateList calls SetContinue(nextKey) unconditionally and
+        UnstructuredList.SetContinue sets even an empty string
+        (apiserver/pkg/storage/etcd3, apimachinery unstructured_list.go)."""
+        if self.unstructured:
+            meta = b'"continue":"%s"' % (cont or "").encode()
+            if remaining is not None:
+                meta += b',"remainingItemCount":%d' % remaining
+            meta += b',"resourceVersion":"%d"' % rv
+            return (b'{"apiVersion":"%s","items":[' % self.api_version.encode(),
+                    b'],"kind":"%s","metadata":{%s}}\n' % (self.list_kind.encode(), meta))
+        meta = b'"resourceVersion":"%d"' % rv
+        if cont:
+            meta += b',"continue":"%s"' % cont.encode()
+        if remaining is not None:
+            meta += b',"remainingItemCount":%d' % remaining
+        return (b'{"kind":"%s","apiVersion":"%s","metadata":{%s},"items":[' % (
+            self.list_kind.encode(), self.api_version.encode(), meta), b"]}\n")
+
+    def item_parts(self, items, lazy=False):
+        """The items of a list as byte pieces (memoryviews, no copy) with their commas;
+        lazy: a generator, 512 items at a time (a streamed list starts at once).
+
+        Built-in types: items carry NO kind/apiVersion -- the list's TypeMeta is set, the
+        items' is empty (kubernetes/kubernetes#3030, #63676: "The API server omits the
+        kind and apiVersion attributes for items in collections").  Custom resources:
+        items are unstructured maps and keep both."""
+        if lazy:
+            return (p for i in range(0, len(items), 512) for p in self._item_parts(items[i:i + 512], i > 0))
+        return self._item_parts(items, False)
+
+    def _item_parts(self, items, more):
+        parts = []
+        if self.unstructured:
+            for x in items:
+                if more:
+                    parts.append(b",")
+                more = True
+                parts.append(x.data)
+            return parts
+        pre = self.tm_prefix
+        n = len(pre)
+        for x in items:
+            d = x.data
+            if d.startswith(pre):
+                parts.append(b",{" if more else b"{")
+                parts.append(memoryview(d)[n:])
+            else:   # not in canonical form (never expected): strip by decoding
+                dd = json.loads(d)
+                dd.pop("kind", None)
+                dd.pop("apiVersion", None)
+                if more:
+                    parts.append(b",")
+                parts.append(dumpb(canon(dd)))
+            more = True
+        return parts
 
     def convert_field_label(self, label):
         """ConvertFieldLabel: pkg/apis/core/v1/conversion.go (pods, nodes, namespaces,
@@ -1194,11 +1346,11 @@ class Template:
     """An object encoding with %(var)s holes, filled with plain string formatting
     (a few microseconds per object instead of a JSON encode)."""
 
-    def __init__(self, builder, keys, with_pad):
+    def __init__(self, rt, keys, with_pad):
         sentinel = {k: "@@%s@@" % k for k in keys}
         if with_pad:
             sentinel["pad"] = "@@pad@@"
-        s = _dumps(canon(builder(sentinel))).replace("%", "%%")
+        s = rt.encode(rt.builder(sentinel)).decode().replace("%", "%%")
         for k in sentinel:
             s = s.replace("@@%s@@" % k, "%%(%s)s" % k)
         self.fmt = s
@@ -1318,7 +1470,7 @@ class Cluster:
         """Insert a new object dict (metadata complete except resourceVersion)."""
         rv = self._next_rv()
         d["metadata"]["resourceVersion"] = str(rv)
-        data = dumpb(canon(d))
+        data = st.rt.encode(d)
         obj = st.rt.obj_from_dict(d, data, rv)
         st.objs[obj.key] = obj
         bisect.insort(st.keys, obj.key)
@@ -1328,7 +1480,7 @@ class Cluster:
     def store_update(self, st, d, prev):
         rv = self._next_rv()
         d["metadata"]["resourceVersion"] = str(rv)
-        data = dumpb(canon(d))
+        data = st.rt.encode(d)
         obj = st.rt.obj_from_dict(d, data, rv)
         st.objs[obj.key] = obj
         self._commit(st, "MODIFIED", obj, prev)
@@ -1344,7 +1496,7 @@ class Cluster:
         if stamp is not None:
             d = obj.dict()
             ann_of(d["metadata"])[WRITTEN_AT] = stamp
-            obj = Obj(obj.key, obj.ns, obj.name, rv, obj.labels, obj.fields, dumpb(canon(d)), obj.uid)
+            obj = Obj(obj.key, obj.ns, obj.name, rv, obj.labels, obj.fields, st.rt.encode(d), obj.uid)
         self._commit(st, "DELETED", obj, prev)
         return obj
 
@@ -1427,10 +1579,10 @@ class Cluster:
         t = st.templates.get(size)
         if t is None:
             keys = SEED_VARS[st.rt.plural]
-            base = Template(st.rt.builder, keys, False)
+            base = Template(st.rt, keys, False)
             probe = base.render(self.sample_vars(st, 0, "default", 1, 0))
             if size and size > len(probe) + 40:
-                padded = Template(st.rt.builder, keys, True)
+                padded = Template(st.rt, keys, True)
                 v = self.sample_vars(st, 0, "default", 1, 0)
                 v["pad"] = ""
                 n = size - len(padded.render(v))
@@ -1558,8 +1710,14 @@ MAX_HEADER = 1 << 20
 MAX_BODY = 64 << 20
 _audit_rng = random.Random()
 _date_cache = [0, b""]
-PF_HEADERS = (b"X-Kubernetes-Pf-Flowschema-Uid: 7d0f8a66-5c1e-4c7e-9f3b-apisim000001\r\n"
-              b"X-Kubernetes-Pf-Prioritylevel-Uid: 3b1a2c44-8e2d-4d8e-a1c5-apisim000002\r\n")
+# apiserver/pkg/server/filters/priority-and-fairness.go setResponseHeaders: the UIDs of
+# the FlowSchema and PriorityLevelConfiguration the request matched -- the same for every
+# request of one client (objects' UIDs, not per request).  Set only on requests that went
+# through APF: not on a 401 (authentication runs before APF in DefaultBuildHandlerChain:
+# APF needs the user) and not on long-running non-watch requests (exec, attach, log,
+# portforward, proxy: "Skip tracking long running non-watch requests").
+PF_HEADERS = (b"X-Kubernetes-Pf-Flowschema-Uid: 7d0f8a66-5c1e-4c7e-9f3b-2a61c0e9d401\r\n"
+              b"X-Kubernetes-Pf-Prioritylevel-Uid: 3b1a2c44-8e2d-4d8e-a1c5-5f0e9b7c6d02\r\n")
 
 
 def http_date():
@@ -1626,6 +1784,8 @@ class Conn(asyncio.Protocol):
         self.peer_cert = None
         self.http10 = False
         self.keep_alive = True
+        self.audit_id = b""
+        self.apf = True
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport):
@@ -1803,6 +1963,11 @@ class Conn(asyncio.Protocol):
                 return
             self.http10 = req.version == "HTTP/1.0"
             self.keep_alive = req.keep_alive
+            # endpoints/filters/audit_init.go WithAuditInit: the request's Audit-ID echoed,
+            # else a new uuid per request; set before anything else (every API answer)
+            aid = req.headers.get("audit-id", "")
+            self.audit_id = aid.encode("latin-1") if aid else fast_uid(_audit_rng).encode()
+            self.apf = True
             self.busy = True
             try:
                 r = self.app.dispatch(req, self)
@@ -1849,9 +2014,13 @@ class Conn(asyncio.Protocol):
 
     # -- responses ----------------------------------------------------------
     def head(self, code, ctype=JSON_CT, length=None, chunked=False, extra=()):
+        # Cache-Control from endpoints/filters/cachecontrol.go WithCacheControl (every
+        # response); Content-Type application/json for objects, lists, Status errors and
+        # JSON watches (handlers/watch.go: ";stream=watch" only for non-JSON media types).
         parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\nContent-Type: %s\r\n"
-                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), fast_uid(_audit_rng).encode(), ctype,
-                                    http_date()), PF_HEADERS]
+                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), self.audit_id, ctype, http_date())]
+        if self.apf:
+            parts.append(PF_HEADERS)
         for k, v in extra:
             parts.append(b"%s: %s\r\n" % (k, v))
         if chunked:
@@ -1863,20 +2032,25 @@ class Conn(asyncio.Protocol):
         parts.append(b"\r\n")
         return b"".join(parts)
 
-    def respond(self, code, body, req, ctype=JSON_CT, extra=()):
+    def respond(self, code, body, req, ctype=JSON_CT, extra=(), nl=False):
+        """nl: append the newline json.Encoder.Encode ends an API object with."""
         if self.closed:
             return
-        h = self.head(code, ctype, len(body), extra=extra)
+        h = self.head(code, ctype, len(body) + nl, extra=extra)
         if req.method == "HEAD":
             self.transport.write(h)
+        elif nl:
+            self.transport.write(b"".join((h, body, b"\n")))
         else:
             self.transport.write(h + body)
 
-    def respond_json(self, code, obj, req, extra=()):
-        self.respond(code, dumpb(obj), req, extra=extra)
+    def respond_json(self, code, obj, req, extra=(), nl=True):
+        """An API object as kube-apiserver writes it (responsewriters.SerializeObject ->
+        json.Encoder.Encode: compact, HTML-escaped, one trailing newline)."""
+        self.respond(code, dumpb(obj), req, extra=extra, nl=nl)
 
     def respond_error(self, e, req):
-        self.respond(e.code, dumpb(e.status()), req, extra=e.headers)
+        self.respond(e.code, dumpb(e.status()), req, extra=e.headers, nl=True)
 
     def start_stream(self, req, code=200, ctype=JSON_CT, extra=()):
         """Start a streamed (chunked) response; HTTP/1.0 gets a close-delimited body."""
@@ -1955,7 +2129,7 @@ class Watcher:
             self.first = False
         else:
             o = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + self.table_ver,
-                 "metadata": d.get("metadata", {})}
+                 "metadata": meta_order(d.get("metadata", {}))}
         return b'{"type":"%s","object":%s}\n' % (etype.encode(), dumpb(o))
 
     def chunk_for(self, ev):
@@ -2036,6 +2210,13 @@ class Watcher:
             if initial_end:
                 o["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
             return b'{"type":"BOOKMARK","object":%s}\n' % dumpb(o)
+        if self.mode == "json" and rt.unstructured:
+            # an unstructured.Unstructured with GVK and rv set: a map, keys sorted
+            md = b'"resourceVersion":"%d"' % rv
+            if initial_end:
+                md = b'"annotations":{"k8s.io/initial-events-end":"true"},' + md
+            return b'{"type":"BOOKMARK","object":{"apiVersion":"%s","kind":"%s","metadata":{%s}}}\n' % (
+                rt.api_version.encode(), rt.kind.encode(), md)
         kind, apiv = (rt.kind, rt.api_version) if self.mode == "json" else \
             ("PartialObjectMetadata", "meta.k8s.io/" + self.table_ver)
         if initial_end:
@@ -2708,6 +2889,7 @@ class App:
             return self.control(req, conn)
         if not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
             # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
+            conn.apf = False
             conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
             return None
         if self.fails:
@@ -2763,10 +2945,11 @@ class App:
         parts = [p for p in path.split("/") if p]
         m = req.method
         if not parts:
-            return self.reply(req, conn, {"paths": ["/api", "/api/v1", "/apis", "/apis/"] +
+            # server/routes/index.go: the listed paths, sorted
+            return self.reply(req, conn, {"paths": sorted(["/api", "/api/v1", "/apis", "/apis/"] +
                                           ["/apis/%s" % g for g in self.groups] +
                                           ["/apis/%s/%s" % (g, v) for g, vs in self.groups.items() for v in vs] +
-                                          ["/healthz", "/livez", "/readyz", "/version"]})
+                                          ["/healthz", "/livez", "/readyz", "/version"])}, "raw")
         head = parts[0]
         if head == "openapi" and len(parts) >= 2 and parts[1] == "v3":
             return self.openapi_v3(req, conn, parts[2:])
@@ -2774,7 +2957,7 @@ class App:
                 and len(parts) <= 2:
             return self.openapi_v2(req, conn)
         if head == "version" and len(parts) == 1:
-            return self.reply(req, conn, self.version_info())
+            return self.reply(req, conn, self.version_info(), "raw")
         if head in ("healthz", "livez", "readyz"):
             conn.respond(200, b"ok", req, ctype=b"text/plain; charset=utf-8")
             return None
@@ -2819,7 +3002,7 @@ class App:
             conn.respond(200, body, req, ctype=b"application/octet-stream")
             return None
         return self.reply(req, conn, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": ver.decode()},
-                                      "paths": {}, "definitions": {}})
+                                      "paths": {}, "definitions": {}}, "openapi")
 
     def openapi_v3(self, req, conn, rest):
         """A minimal OpenAPI v3 surface: the root index and, per group-version, one PATCH
@@ -2833,7 +3016,7 @@ class App:
             return "api/v1" if not g else "apis/%s/%s" % (g, v)
         if not rest:
             return self.reply(req, conn, {"paths": {gvpath(g, v): {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (
-                gvpath(g, v), hashlib.sha1(gvpath(g, v).encode()).hexdigest()[:16].upper())} for g, v in gvs}})
+                gvpath(g, v), hashlib.sha1(gvpath(g, v).encode()).hexdigest()[:16].upper())} for g, v in gvs}}, "openapi")
         want = "/".join(rest)
         for g, v in gvs:
             if gvpath(g, v) != want:
@@ -2856,13 +3039,19 @@ class App:
                              "responses": {"201": {"description": "Created"}}}}
             return self.reply(req, conn, {"openapi": "3.0.0",
                                           "info": {"title": "Kubernetes", "version": "v%s.0" % self.args.version},
-                                          "paths": paths, "components": {"schemas": {}}})
+                                          "paths": paths, "components": {"schemas": {}}}, "openapi")
         raise ERR_NOT_FOUND_PATH
 
-    def reply(self, req, conn, obj):
+    def reply(self, req, conn, obj, form="api"):
+        """form "api": an API object (discovery: WriteObjectNegotiated, newline-terminated);
+        "raw": WriteRawJSON's MarshalIndent, no newline (/version, the / index); "openapi":
+        compact, no newline (kube-openapi writes its json.Marshal bytes)."""
         if req.method not in ("GET", "HEAD"):
             raise ERR_METHOD
-        conn.respond_json(200, obj, req)
+        if form == "raw":
+            conn.respond(200, dumpb_indent(obj), req)
+        else:
+            conn.respond_json(200, obj, req, nl=form == "api")
         return None
 
     def version_info(self):
@@ -2924,6 +3113,8 @@ class App:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         m = req.method
+        if sub in ("log", "exec", "attach", "portforward", "proxy"):
+            conn.apf = False   # long-running non-watch: not through APF (see PF_HEADERS)
         if watch_path:
             if sub is not None:
                 raise ERR_NOT_FOUND_PATH
@@ -3214,17 +3405,14 @@ class App:
             cont = encode_continue(rel + "\x00", read_rv)
         mode = accept[0]
         if mode == "json":
-            meta = b'"resourceVersion":"%d"' % read_rv
-            if cont:
-                meta += b',"continue":"%s"' % cont.encode()
-            if remaining is not None:
-                meta += b',"remainingItemCount":%d' % remaining
-            headb = rt.list_head_kind + meta + b'},"items":['
-            total = len(headb) + sum(len(x.data) for x in items) + len(items) + 2
+            head, tail = rt.list_frame(read_rv, cont, remaining)
+            total = len(head) + sum([len(x.data) for x in items]) + len(items) + len(tail)  # ~ (items: +1 -tm)
             if total > (1 << 20) and req.method != "HEAD":
-                return self._stream_list(req, conn, headb, items)
-            body = headb + b",".join([x.data for x in items]) + b"]}"
-            conn.respond(200, body, req)
+                return self._stream_list(req, conn, head, rt.item_parts(items, lazy=True), tail)
+            parts = rt.item_parts(items)
+            parts.insert(0, head)
+            parts.append(tail)
+            conn.respond(200, b"".join(parts), req)
             return None
         meta = {"resourceVersion": str(read_rv)}
         if cont:
@@ -3237,28 +3425,23 @@ class App:
         else:
             out = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/" + accept[1], "metadata": meta,
                    "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
-                              "metadata": d.get("metadata", {})} for d in dicts]}
+                              "metadata": meta_order(d.get("metadata", {}))} for d in dicts]}
         conn.respond_json(200, out, req)
         return None
 
-    async def _stream_list(self, req, conn, headb, items):
+    async def _stream_list(self, req, conn, head, items, tail):
         conn.start_stream(req)
-        parts = [headb]
-        size = len(headb)
-        first = True
-        for ob in items:
-            if first:
-                first = False
-            else:
-                parts.append(b",")
-            parts.append(ob.data)
-            size += len(ob.data) + 1
+        parts = [head]
+        size = len(head)
+        for p in items:
+            parts.append(p)
+            size += len(p)
             if size >= 262144:
                 conn.write_chunk(b"".join(parts))
                 parts = []
                 size = 0
                 await conn.drain()
-        parts.append(b"]}")
+        parts.append(tail)
         conn.write_chunk(b"".join(parts))
         conn.end_stream()
 
@@ -3271,7 +3454,7 @@ class App:
                 row["object"] = d
             elif include_obj != "None":
                 row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + ver,
-                                 "metadata": d.get("metadata", {})}
+                                 "metadata": meta_order(d.get("metadata", {}))}
             rows.append(row)
         return {"kind": "Table", "apiVersion": "meta.k8s.io/" + ver, "metadata": meta,
                 "columnDefinitions": cols if headers else None, "rows": rows}
@@ -3279,7 +3462,7 @@ class App:
     def respond_obj(self, req, conn, rt, obj, accept, code=200):
         mode = accept[0]
         if mode == "json":
-            conn.respond(code, obj.data, req)
+            conn.respond(code, obj.data, req, nl=True)
             return
         d = obj.dict()
         if mode == "table":
@@ -3287,7 +3470,7 @@ class App:
                                  {"resourceVersion": str(obj.rv)})
         else:
             out = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
-                   "metadata": d.get("metadata", {})}
+                   "metadata": meta_order(d.get("metadata", {}))}
         conn.respond_json(code, out, req)
 
     # -- get ------------------------------------------------------------------
@@ -3510,7 +3693,7 @@ class App:
         self.defaults(rt, d)
         if self.dry_run(req):
             md.pop("resourceVersion", None)
-            conn.respond(201, dumpb(canon(d)), req)
+            conn.respond(201, rt.encode(d), req, nl=True)
             return None
         obj = cl.store_new(st, d)
         self.respond_obj(req, conn, rt, obj, ("json", None), 201)
@@ -3590,13 +3773,13 @@ class App:
             data = d.setdefault("data", {})
             for k, v in d.pop("stringData").items():
                 data[k] = base64.b64encode(str(v).encode()).decode()
-        data = dumpb(canon(d))
+        data = rt.encode(d)
         if data == prev.data or self.dry_run(req):
             # etcd3 GuaranteedUpdate: an unchanged object is not written (no new rv)
-            conn.respond(200, data if self.dry_run(req) else prev.data, req)
+            conn.respond(200, data if self.dry_run(req) else prev.data, req, nl=True)
             return None
         obj = cl.store_update(st, d, prev)
-        conn.respond(200, obj.data, req)
+        conn.respond(200, obj.data, req, nl=True)
         return None
 
     def write_scale(self, req, conn, rt, st, key, name, patch_ct=None):
@@ -3729,7 +3912,7 @@ class App:
                         for k in list(ost.keys[lo:hi]):
                             cl.store_delete(ost, ost.objs[k])
         if rt.returns_obj:
-            conn.respond(200, deleted.data, req)
+            conn.respond(200, deleted.data, req, nl=True)
         else:
             # registry/generic/registry/store.go finalizeDelete: Status Success with details
             details = {"name": name}
@@ -3753,9 +3936,8 @@ class App:
                 out.append(self.cluster.store_delete(st, ob))
         else:
             out = victims
-        body = rt.list_head_kind + b'"resourceVersion":"%d"},"items":[' % self.cluster.rv + \
-            b",".join(x.data for x in out) + b"]}"
-        conn.respond(200, body, req)
+        head, tail = rt.list_frame(self.cluster.rv)
+        conn.respond(200, b"".join([head] + rt.item_parts(out) + [tail]), req)
         return None
 
     def scale_of(self, rt, obj):
@@ -3861,7 +4043,7 @@ class App:
         m = req.method
         if path == "/apisim/echo-upgrade":
             if req.headers.get("upgrade", "").lower() != "kwc-echo":
-                conn.respond_json(400, {"error": "Upgrade: kwc-echo required"}, req)
+                conn.respond_json(400, {"error": "Upgrade: kwc-echo required"}, req, nl=False)
                 return None
             conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: kwc-echo\r\nConnection: Upgrade\r\n\r\n")
             conn.upgraded = EchoUpgrade(conn)
@@ -3873,19 +4055,19 @@ class App:
         try:
             body = json.loads(req.body) if req.body else {}
         except ValueError as e:
-            conn.respond_json(400, {"error": "bad JSON: %s" % e}, req)
+            conn.respond_json(400, {"error": "bad JSON: %s" % e}, req, nl=False)
             return None
         if not isinstance(body, dict):
             body = {}
         try:
             out = self.control_op(path, m, body, req)
         except (KeyError, ValueError, TypeError) as e:
-            conn.respond_json(400, {"error": "%s: %s" % (e.__class__.__name__, e)}, req)
+            conn.respond_json(400, {"error": "%s: %s" % (e.__class__.__name__, e)}, req, nl=False)
             return None
         if out is None:
-            conn.respond_json(404, {"error": "unknown control %s %s" % (m, path)}, req)
+            conn.respond_json(404, {"error": "unknown control %s %s" % (m, path)}, req, nl=False)
         else:
-            conn.respond_json(200, out, req)
+            conn.respond_json(200, out, req, nl=False)
         return None
 
     def control_op(self, path, m, body, req):

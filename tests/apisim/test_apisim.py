@@ -1274,6 +1274,228 @@ class TestAuthTLS(unittest.TestCase):
             s.stop()
 
 
+def sorted_everywhere(v):
+    """True when every JSON object in v (parsed keeping key order) has its keys sorted."""
+    if isinstance(v, list) and v and isinstance(v[0], tuple):   # an object as pairs
+        keys = [k for k, _ in v]
+        return keys == sorted(keys) and all(sorted_everywhere(x) for _, x in v)
+    if isinstance(v, list):
+        return all(sorted_everywhere(x) for x in v)
+    return True
+
+
+def pairs(data):
+    return json.loads(data, object_pairs_hook=lambda kv: kv)
+
+
+def raw_chunks(sim, path, n, timeout=5):
+    """The first n chunks of a chunked response (status, headers, [chunk bytes])."""
+    w = Stream(sim, path)
+    try:
+        deadline = time.monotonic() + timeout
+        return w.status, w.headers, [w._chunk(deadline) for _ in range(n)]
+    finally:
+        w.close()
+
+
+POD_TM = b'{"kind":"Pod","apiVersion":"v1",'
+
+
+class TestWire(unittest.TestCase):
+    """Byte-level fidelity to kube-apiserver's JSON (what kwc's differential tests compare)."""
+
+    def test_builtin_list_items_have_no_typemeta(self):
+        # kubernetes/kubernetes#3030, #63676: the list's kind/apiVersion are set, the items' are not
+        for q in ("", "?resourceVersion=0", "?limit=4"):
+            st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods" + q)
+            self.assertEqual(st, 200)
+            self.assertTrue(data.startswith(b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"'),
+                            data[:80])
+            self.assertIn(b'"items":[{"metadata":{"name":"', data)
+            self.assertNotIn(b'"kind":"Pod"', data)
+            self.assertTrue(data.endswith(b"]}\n"), data[-20:])
+            l = json.loads(data)
+            for item in l["items"]:
+                self.assertEqual(list(item)[:3], ["metadata", "spec", "status"])
+                # the GET of the same object: TypeMeta first, then exactly the list item's bytes
+                st, r, one = SIM.req("GET", "/api/v1/namespaces/default/pods/" + item["metadata"]["name"])
+                self.assertTrue(one.startswith(POD_TM + b'"metadata":'), one[:60])
+                self.assertTrue(one.endswith(b"}\n") and not one.endswith(b"\n\n"))
+                self.assertIn(b"{" + one[len(POD_TM):-1], data)
+        # other built-ins, deletecollection and nodes alike
+        for path, kind in (("/api/v1/nodes", b"Node"), ("/api/v1/namespaces", b"Namespace"),
+                           ("/apis/apps/v1/deployments", b"Deployment")):
+            st, r, data = SIM.req("GET", path)
+            self.assertNotIn(b'"kind":"%s"' % kind, data)
+        for i in range(3):
+            SIM.write(verb="create", resource="configmaps", namespace="dc-wire", name="c%d" % i)
+        st, r, data = SIM.req("DELETE", "/api/v1/namespaces/dc-wire/configmaps")
+        self.assertTrue(data.startswith(b'{"kind":"ConfigMapList","apiVersion":"v1"'))
+        self.assertEqual(data.count(b'{"metadata":{"name":"c'), 3)
+        self.assertNotIn(b'"kind":"ConfigMap"', data)
+        # watch event objects DO carry them, first
+        st, h, chunks = raw_chunks(SIM, "/api/v1/namespaces/default/pods?watch=1&limit=1", 3)
+        for c in chunks:
+            self.assertTrue(c.startswith(b'{"type":"ADDED","object":' + POD_TM + b'"metadata":'), c[:80])
+
+    def test_churned_objects_and_streamed_lists(self):
+        s = Sim("--pods", "400", "--seed", "3")
+        try:
+            start = s.rv()
+            s.json("POST", "/apisim/churn", {"rate": 3000, "resources": ["pods"], "label_flip": 0.3})
+            wait_for(lambda: s.rv() > start + 300, 10, "churn")
+            s.json("POST", "/apisim/churn", {"rate": 0})
+            st, r, data = s.req("GET", "/api/v1/pods")
+            self.assertGreater(len(data), 1 << 20)                     # the streamed (chunked) path
+            self.assertEqual(r.getheader("Transfer-Encoding"), "chunked")
+            l = json.loads(data)
+            self.assertTrue(data.endswith(b"]}\n"))
+            self.assertNotIn(b'"kind":"Pod"', data)
+            self.assertEqual(data.count(b'{"metadata":{"name":"'), len(l["items"]))
+            churned = [i["metadata"]["name"] for i in l["items"] if i["metadata"]["name"].startswith("churn-")]
+            self.assertTrue(churned)
+            for name in churned[:5] + [i["metadata"]["name"] for i in l["items"][:5]]:
+                st, r, one = s.req("GET", "/api/v1/namespaces/default/pods/" + name)
+                self.assertTrue(one.startswith(POD_TM + b'"metadata":'), one[:60])
+                self.assertIn(b"{" + one[len(POD_TM):-1], data)
+            # the history replayed to a watch: every object with its TypeMeta
+            st, h, chunks = raw_chunks(s, "/api/v1/pods?watch=1&resourceVersion=%d" % (start + 1), 100)
+            for c in chunks:
+                self.assertRegex(c, rb'^\{"type":"(ADDED|MODIFIED|DELETED)","object":\{"kind":"Pod",'
+                                    rb'"apiVersion":"v1","metadata":')
+        finally:
+            s.stop()
+
+    def test_custom_resources_are_unstructured(self):
+        base = "/apis/example.com/v1/namespaces/wire/widgets"
+        SIM.json("POST", "/api/v1/namespaces", {"metadata": {"name": "wire"}})
+        st, r, data = SIM.req("POST", base, {"kind": "Widget", "apiVersion": "example.com/v1",
+                                             "metadata": {"name": "w1", "labels": {"z": "1", "a": "2"}},
+                                             "spec": {"size": 3.0, "color": "red", "nested": {"y": [{"b": 1, "a": 2}],
+                                                                                               "x": True}}})
+        self.assertEqual(st, 201, data)
+        self.assertTrue(data.startswith(b'{"apiVersion":"example.com/v1","kind":"Widget","metadata":{'), data[:80])
+        self.assertTrue(data.endswith(b"}\n"))
+        self.assertTrue(sorted_everywhere(pairs(data)), data)
+        self.assertIn(b'"spec":{"color":"red","nested":{"x":true,"y":[{"a":2,"b":1}]},"size":3}', data)
+        SIM.write(verb="create", resource="widgets", namespace="wire", name="w2")
+        st, r, one = SIM.req("GET", base + "/w2")
+        self.assertTrue(sorted_everywhere(pairs(one)), one)
+        # the WidgetList: an UnstructuredList map, keys sorted; items keep apiVersion and kind
+        st, r, data = SIM.req("GET", base)
+        rv = json.loads(data)["metadata"]["resourceVersion"]
+        self.assertTrue(data.startswith(b'{"apiVersion":"example.com/v1","items":[{"apiVersion":"example.com/v1",'
+                                        b'"kind":"Widget","metadata":{'), data[:120])
+        self.assertTrue(data.endswith(b'],"kind":"WidgetList","metadata":{"continue":"","resourceVersion":"%s"}}\n'
+                                      % rv.encode()), data[-90:])
+        self.assertIn(one[:-1], data)
+        self.assertTrue(sorted_everywhere(pairs(data)))
+        st, r, data = SIM.req("GET", base + "?limit=1")
+        self.assertRegex(data, rb'\],"kind":"WidgetList","metadata":\{"continue":"[A-Za-z0-9_-]+",'
+                               rb'"remainingItemCount":1,"resourceVersion":"\d+"\}\}\n$')
+        st, r, data = SIM.req("GET", base + "?resourceVersion=0")
+        self.assertTrue(data.endswith(b'"metadata":{"continue":"","resourceVersion":"%d"}}\n' % SIM.rv()))
+        # watch events and bookmarks: sorted maps too
+        rv = SIM.rv()
+        w = Stream(SIM, "/apis/example.com/v1/widgets?watch=1&allowWatchBookmarks=true&resourceVersion=%d" % rv)
+        SIM.write(verb="update", resource="widgets", namespace="wire", name="w2", labels={"k": "v"})
+        deadline = time.monotonic() + 5
+        c = w._chunk(deadline)
+        self.assertTrue(c.startswith(b'{"type":"MODIFIED","object":{"apiVersion":"example.com/v1","kind":"Widget",'),
+                        c[:100])
+        self.assertTrue(sorted_everywhere(pairs(c)[1][1]))      # the WatchEvent itself is a struct: type, object
+        c = w._chunk(deadline + 2)
+        self.assertEqual(c, b'{"type":"BOOKMARK","object":{"apiVersion":"example.com/v1","kind":"Widget",'
+                            b'"metadata":{"resourceVersion":"%d"}}}\n' % SIM.rv())
+        w.close()
+        # PartialObjectMetadata of a custom resource is typed: ObjectMeta order, not sorted
+        st, r, data = SIM.req("GET", base + "/w1", headers={
+            "Accept": "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"})
+        self.assertEqual(list(json.loads(data)["metadata"])[:3], ["name", "namespace", "uid"])
+
+    def test_newlines_content_types_headers(self):
+        cases = [("/api/v1/namespaces/default/pods/pod-1", 200), ("/api/v1/namespaces/default/pods", 200),
+                 ("/api/v1/namespaces/default/pods/nope", 404), ("/api/v1/nosuch", 404),
+                 ("/api/v1/pods?labelSelector=%3D", 400), ("/api", 200), ("/apis", 200), ("/api/v1", 200),
+                 ("/apis/apps/v1", 200)]
+        ids = set()
+        for path, code in cases:
+            st, r, data = SIM.req("GET", path)
+            self.assertEqual(st, code, path)
+            # json.Encoder.Encode: one object, one newline
+            self.assertTrue(data.endswith(b"}\n") and data.count(b"\n") == 1, (path, data[-30:]))
+            self.assertEqual(r.getheader("Content-Type"), "application/json", path)
+            self.assertEqual(r.getheader("Cache-Control"), "no-cache, private", path)
+            self.assertRegex(r.getheader("X-Kubernetes-Pf-Flowschema-Uid"), r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
+            self.assertRegex(r.getheader("X-Kubernetes-Pf-Prioritylevel-Uid"), r"^[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
+            ids.add(r.getheader("Audit-Id"))
+        self.assertEqual(len(ids), len(cases))                    # a new Audit-Id per request
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1", headers={"Audit-ID": "trace-42"})
+        self.assertEqual(r.getheader("Audit-Id"), "trace-42")     # echoed (audit_init.go)
+        # WriteRawJSON: MarshalIndent, no trailing newline
+        st, r, data = SIM.req("GET", "/version")
+        self.assertTrue(data.startswith(b'{\n  "major": "1",\n  "minor": "31",\n') and data.endswith(b'"\n}'), data)
+        st, r, data = SIM.req("GET", "/")
+        self.assertTrue(data.startswith(b'{\n  "paths": [\n    "/api",\n') and data.endswith(b"  ]\n}"), data)
+        paths = json.loads(data)["paths"]
+        self.assertEqual(paths, sorted(paths))
+        # HEAD counts the newline
+        c = SIM.conn()
+        c.request("HEAD", "/api/v1/namespaces/default/pods/pod-1")
+        r = c.getresponse()
+        r.read()
+        c.close()
+        self.assertEqual(int(r.getheader("Content-Length")), len(SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1")[2]))
+        # a JSON watch: application/json (not ;stream=watch), one event + "\n" per chunk
+        st, h, chunks = raw_chunks(SIM, "/api/v1/namespaces/default/pods?watch=1", 5)
+        self.assertEqual((st, h["content-type"], h["transfer-encoding"]), (200, "application/json", "chunked"))
+        self.assertIn("x-kubernetes-pf-flowschema-uid", h)
+        for c in chunks:
+            self.assertTrue(c.endswith(b"}\n") and c.count(b"\n") == 1, c[-40:])
+            json.loads(c)
+        # long-running non-watch requests skip APF: no flow-control headers on logs
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/pods/pod-1/log")
+        self.assertIsNone(r.getheader("X-Kubernetes-Pf-Flowschema-Uid"))
+        self.assertTrue(r.getheader("Audit-Id"))
+        s = Sim("--token", "t0k")
+        try:
+            st, r, data = s.req("GET", "/api/v1/pods")
+            self.assertEqual(st, 401)
+            self.assertTrue(data.endswith(b'"code":401}\n'))
+            self.assertIsNone(r.getheader("X-Kubernetes-Pf-Flowschema-Uid"))   # authn runs before APF
+            self.assertTrue(r.getheader("Audit-Id"))
+            st, r, data = s.req("GET", "/api/v1/pods", headers={"Authorization": "Bearer t0k"})
+            self.assertTrue(r.getheader("X-Kubernetes-Pf-Flowschema-Uid"))
+        finally:
+            s.stop()
+
+    def test_html_escaping_and_sorted_maps(self):
+        val = "<a href='x'>&amp;</a>\u2028\u2029 é"
+        st, r, data = SIM.req("POST", "/api/v1/namespaces/default/configmaps",
+                              {"metadata": {"name": "esc", "annotations": {"note": "a<b"}},
+                               "data": {"b": val, "a": "1"}})
+        self.assertEqual(st, 201, data)
+        want = ("\\u003ca href='x'\\u003e\\u0026amp;\\u003c/a\\u003e\\u2028\\u2029 é").encode()
+        self.assertIn(b'"data":{"a":"1","b":"' + want + b'"}', data)     # map[string]string: sorted
+        self.assertIn(b'"annotations":{"note":"a\\u003cb"}', data)
+        for path in ("/api/v1/namespaces/default/configmaps/esc", "/api/v1/namespaces/default/configmaps"):
+            st, r, got = SIM.req("GET", path)
+            self.assertIn(want, got)
+            for ch in (b"<", b">", b"&", "\u2028".encode()):
+                self.assertNotIn(ch, got)
+        self.assertEqual(json.loads(SIM.req("GET", "/api/v1/namespaces/default/configmaps/esc")[2])["data"]["b"], val)
+        st, h, chunks = raw_chunks(SIM, "/api/v1/namespaces/default/configmaps?watch=1&fieldSelector="
+                                        "metadata.name%3Desc", 1)
+        self.assertIn(want, chunks[0])
+        # Status messages too
+        st, r, data = SIM.req("GET", "/api/v1/namespaces/default/configmaps/a&b")
+        self.assertIn(b'"message":"configmaps \\"a\\u0026b\\" not found"', data)
+        # a custom resource: same escaping
+        st, r, data = SIM.req("POST", "/apis/example.com/v1/namespaces/default/widgets",
+                              {"metadata": {"name": "esc"}, "spec": {"html": "<b>&"}})
+        self.assertIn(b'"spec":{"html":"\\u003cb\\u003e\\u0026"}', data)
+
+
 KUBECTL_DIR = None
 if shutil.which("kubectl"):
     KUBECTL_DIR = os.path.dirname(os.path.realpath(shutil.which("kubectl")))
