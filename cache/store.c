@@ -293,6 +293,29 @@ decode_obj(const MDB_val *k, const MDB_val *v, struct store_obj *o)
     o->raw_len = v->mv_size - 12 - il;
 }
 
+static int
+put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
+        bool is_new)
+{
+    MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key};
+    size_t vl = 12 + ev->idx_len + ev->obj_len;
+    MDB_val v = {vl, NULL};
+    int rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE);
+    if (rc)
+        return mdb_err(rc);
+    char *d = v.mv_data;
+    uint32_t il = (uint32_t)ev->idx_len;
+    memcpy(d, &ev->rv, 8);
+    memcpy(d + 8, &il, 4);
+    if (ev->idx_len)
+        memcpy(d + 12, ev->idx, ev->idx_len);
+    if (ev->obj_len)
+        memcpy(d + 12 + ev->idx_len, ev->obj, ev->obj_len);
+    if (is_new)
+        m->objects++;
+    return 0;
+}
+
 int
 store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_event *ev)
 {
@@ -361,25 +384,29 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
                 return mdb_err(rc);
             m->objects--;
         }
-    } else {
-        size_t vl = 12 + ev->idx_len + ev->obj_len;
-        MDB_val v = {vl, NULL};
-        if ((rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE)))
-            return mdb_err(rc);
-        char *d = v.mv_data;
-        uint32_t il = (uint32_t)ev->idx_len;
-        memcpy(d, &ev->rv, 8);
-        memcpy(d + 8, &il, 4);
-        if (ev->idx_len)
-            memcpy(d + 12, ev->idx, ev->idx_len);
-        if (ev->obj_len)
-            memcpy(d + 12 + ev->idx_len, ev->obj, ev->obj_len);
-        if (!has_prev)
-            m->objects++;
+    } else if ((rc = put_obj(w, r, m, ev, !has_prev))) {
+        return rc;
     }
     if (ev->rv > m->rv)
         m->rv = ev->rv;
     return 0;
+}
+
+int
+store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_event *ev)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
+        ev->obj_len > UINT32_MAX / 2)
+        return KWC_ETOOBIG;
+    MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key}, cur;
+    int rc = mdb_get(w->txn, r->objs, &k, &cur);
+    if (rc && rc != MDB_NOTFOUND)
+        return mdb_err(rc);
+    return put_obj(w, r, m, ev, rc == MDB_NOTFOUND);
 }
 
 int

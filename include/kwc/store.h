@@ -103,6 +103,10 @@ int store_res(struct store *s, const char *name, struct store_res **out);
 int store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out);
 /* Apply one event: objects updated, history appended (with the previous object). */
 int store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_event *ev);
+/* Initial sync: put an object as of a list, without a history entry (the
+ * state before the list's rv is not history). Call between store_wtxn_reset
+ * and marking the resource synced. ev->type is ignored. */
+int store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_event *ev);
 /* Advance the resource's rv without an event (bookmark); never moves it back. */
 int store_wtxn_rv(struct store_wtxn *w, struct store_res *r, uint64_t rv);
 /* Start over from a fresh list: clears objects and history, floor = rv. */

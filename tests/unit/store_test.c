@@ -447,9 +447,52 @@ test_same_rv_and_reset(void)
     rm_dir();
 }
 
+static void
+test_initial_load(void)
+{
+    fresh_dir();
+    struct store *s = open_store(0, 0);
+    struct store_res *r;
+    store_res(s, "v1/secrets:json", &r);
+    struct store_wtxn *w;
+    store_wtxn_begin(s, 1, &w);
+    store_wtxn_reset(w, r, 500); /* a list at rv 500 */
+    const char *keys[] = {"ns/b", "ns/a", "ns/c"};
+    for (int i = 0; i < 3; i++) {
+        struct store_event ev = {.rv = (uint64_t)(100 + i), .key = keys[i], .key_len = 4,
+                                 .obj = "{}", .obj_len = 2};
+        store_wtxn_load(w, r, &ev);
+    }
+    store_wtxn_set_synced(w, r, true);
+    is_int(store_wtxn_commit(w), 0, "loaded");
+    struct store_rtxn *t;
+    store_rtxn_begin(s, &t);
+    struct store_res_info info;
+    store_info(t, r, &info);
+    ok(info.objects == 3 && info.hist_events == 0 && info.rv == 500 && info.floor == 500 && info.synced,
+       "three objects, no history, rv and floor at the list's rv");
+    struct collect got = {0};
+    store_scan(t, r, 0, "", NULL, on_obj, &got);
+    ok(got.n == 3 && strcmp(got.keys[0], "ns/a") == 0 && got.rvs[0] == 101, "objects keep their own rv, in key order");
+    store_rtxn_end(t);
+    /* the first event after the list records the loaded object as its previous state */
+    store_wtxn_begin(s, 2, &w);
+    struct store_event up = {.type = STORE_MODIFIED, .rv = 501, .key = "ns/a", .key_len = 4, .obj = "{\"x\":1}", .obj_len = 7};
+    store_wtxn_event(w, r, &up);
+    store_wtxn_commit(w);
+    store_rtxn_begin(s, &t);
+    memset(&got, 0, sizeof got);
+    store_scan(t, r, 500, "", NULL, on_obj, &got);
+    ok(got.n == 3 && strcmp(got.raws[0], "{}") == 0, "state at the list rv is the loaded one");
+    store_rtxn_end(t);
+    store_close(s);
+    rm_dir();
+}
+
 int
 main(void)
 {
+    TAP_RUN(test_initial_load);
     TAP_RUN(test_apply_get_scan);
     TAP_RUN(test_scan_at_every_past_rv);
     TAP_RUN(test_history_and_trim);
