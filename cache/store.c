@@ -305,7 +305,8 @@ put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const str
         return mdb_err(rc);
     char *d = v.mv_data;
     uint32_t il = (uint32_t)ev->idx_len;
-    memcpy(d, &ev->rv, 8);
+    uint64_t orv = ev->obj_rv ? ev->obj_rv : ev->rv;
+    memcpy(d, &orv, 8);
     memcpy(d + 8, &il, 4);
     if (ev->idx_len)
         memcpy(d + 12, ev->idx, ev->idx_len);

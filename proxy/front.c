@@ -32,6 +32,7 @@
 #include "kwc/config.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
+#include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
 #include "kwc/tunnel.h"
@@ -49,6 +50,8 @@ struct front {
     struct up_client *up;
     struct pt_options pt_short, pt_long;
     struct tunnel_options tun;
+    struct refl *const *refls;
+    size_t nrefls;
     int port;
 };
 
@@ -88,14 +91,40 @@ discard_body(evhtp_request_t *req, struct evbuffer *buf, void *arg)
 
 static size_t discard_counter; /* bytes are only counted to bound them; a shared total is enough */
 
+/* /readyz: every cache synced. The verbose form names each check, as
+ * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). */
+static void
+readyz(struct front *f, evhtp_request_t *req, bool verbose)
+{
+    struct evbuffer *b = evbuffer_new();
+    bool ready = true;
+    evbuffer_add_printf(b, "[+]ping ok\n");
+    for (size_t i = 0; i < f->nrefls; i++) {
+        char st[256];
+        refl_status(f->refls[i], st, sizeof(st));
+        bool ok = refl_synced(f->refls[i]);
+        ready &= ok;
+        evbuffer_add_printf(b, "[%c]cache %s %s\n", ok ? '+' : '-', st, ok ? "ok" : "failed: not synced");
+    }
+    evbuffer_add_printf(b, "readyz check %s\n", ready ? "passed" : "failed");
+    size_t n = evbuffer_get_length(b);
+    char *text = xmalloc(n + 1);
+    evbuffer_remove(b, text, n);
+    text[n] = '\0';
+    evbuffer_free(b);
+    respond_text(req, ready ? 200 : 503, verbose || !ready ? text : "ok");
+    free(text);
+}
+
 static void
 on_local_complete(evhtp_request_t *req, void *arg)
 {
+    struct front *f = arg;
     const char *path = req->uri->path->full;
     const char *q = req->uri->query_raw ? (const char *)req->uri->query_raw : "";
     bool verbose = strstr(q, "verbose") != NULL;
-    if (strcmp(path, "/readyz") == 0 && verbose)
-        respond_text(req, 200, "[+]ping ok\n[+]upstream-proxy ok\nreadyz check passed\n");
+    if (strcmp(path, "/readyz") == 0)
+        readyz(f, req, verbose);
     else if (strcmp(path, "/healthz") == 0 && verbose)
         respond_text(req, 200, "[+]ping ok\nhealthz check passed\n");
     else
@@ -212,9 +241,12 @@ on_unrouted(evhtp_request_t *req, void *arg)
 
 int
 front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-          struct up_client *up, struct front **out, char *err, size_t errlen)
+          struct up_client *up, struct refl *const *refls, size_t nrefls, struct front **out,
+          char *err, size_t errlen)
 {
     struct front *f = xcalloc(1, sizeof(*f));
+    f->refls = refls;
+    f->nrefls = nrefls;
     f->magic = FRONT_MAGIC;
     f->base = base;
     f->cfg = cfg;

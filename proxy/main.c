@@ -15,8 +15,11 @@
 #include "kwc/base.h"
 #include "kwc/config.h"
 #include "kwc/front.h"
+#include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
+#include "kwc/reflector.h"
+#include "kwc/store.h"
 #include "kwc/upstream.h"
 
 #define KWC_VERSION "0.1.0"
@@ -115,13 +118,44 @@ main(int argc, char **argv)
     };
     struct up_client *up = NULL;
     struct front *front = NULL;
+    struct store *st = NULL;
+    struct refl_ingest *ing = NULL;
+    struct refl **refls = NULL;
+    size_t nrefls = 0;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2;
         goto out;
     }
-    if ((rc = front_new(base, &cfg, k, up, &front, err, sizeof(err))) != 0) {
+    struct store_options so;
+    store_options_default(&so);
+    if ((rc = store_open(cfg.data_dir, &so, &st)) != 0) {
+        fprintf(stderr, "kwc: --data-dir %s: cannot open the cache: %s\n", cfg.data_dir,
+                kwc_strerror(rc));
+        exit_code = 2;
+        goto out;
+    }
+    refl_ingest_new(base, st, &ing);
+    {
+        char *list = xstrdup(cfg.resources ? cfg.resources : KINDS_DEFAULT), *save = NULL;
+        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            while (*t == ' ')
+                t++;
+            if (!*t)
+                continue;
+            refls = xrealloc(refls, (nrefls + 1) * sizeof(*refls));
+            if ((rc = refl_new(base, up, ing, t, k->server, &refls[nrefls], err, sizeof(err))) != 0) {
+                fprintf(stderr, "kwc: %s\n", err);
+                free(list);
+                exit_code = 2;
+                goto out;
+            }
+            nrefls++;
+        }
+        free(list);
+    }
+    if ((rc = front_new(base, &cfg, k, up, refls, nrefls, &front, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         goto out;
     }
@@ -133,6 +167,8 @@ main(int argc, char **argv)
              cfg.listen_host, front_port(front), k->server, k->context ? " context " : "",
              k->context ? k->context : "", cfg.listen_loopback ? " (loopback only)" : " (REMOTE!)");
 
+    for (size_t i = 0; i < nrefls; i++)
+        refl_start(refls[i]);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);
@@ -143,7 +179,12 @@ main(int argc, char **argv)
     exit_code = 0;
 out:
     front_free(front);
+    refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
+    for (size_t i = 0; i < nrefls; i++)
+        refl_free(refls[i]);
+    free(refls);
     up_client_free(up);
+    store_close(st);
     event_base_free(base);
     kcfg_free(k);
     cfg_fini(&cfg);

@@ -17,14 +17,17 @@ struct event_base;
 struct kwc_config;
 struct kcfg;
 struct up_client;
+struct refl;
 struct front;
 
 /*
- * Bind and start serving on base. cfg, k and up are borrowed and must outlive
- * the front. Returns 0 or a negative code with a message in err.
+ * Bind and start serving on base. cfg, k, up and the reflectors are borrowed
+ * and must outlive the front. /readyz turns 200 once every reflector has
+ * synced. Returns 0 or a negative code with a message in err.
  */
 int front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-              struct up_client *up, struct front **out, char *err, size_t errlen);
+              struct up_client *up, struct refl *const *refls, size_t nrefls, struct front **out,
+              char *err, size_t errlen);
 /* The port actually bound (useful with --listen ADDR:0). */
 int front_port(const struct front *f);
 void front_free(struct front *f);

@@ -48,7 +48,10 @@ enum store_ev_type { STORE_ADDED = 1, STORE_MODIFIED = 2, STORE_DELETED = 3 };
 /* One change, as the reflector decoded it. All borrowed for the call. */
 struct store_event {
     enum store_ev_type type;
-    uint64_t rv;
+    uint64_t rv;          /* the event's place in history */
+    uint64_t obj_rv;      /* the object's own metadata.resourceVersion; 0: rv.
+                             They differ only for a relist difference that
+                             history could not place at the object's rv. */
     const char *key;      /* "ns/name" or "name" */
     size_t key_len;
     const void *obj;      /* raw object bytes as received (DELETED: the last state) */

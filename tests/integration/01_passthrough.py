@@ -134,7 +134,7 @@ class CredentialsTest(unittest.TestCase):
     proxy): a caller's Authorization or Impersonate-* must not reach the upstream."""
 
     def test_client_token_is_stripped(self):
-        with Env(apisim_args=["--token", "sekret", "--nodes", "2"]) as env:
+        with Env(apisim_args=["--token", "sekret", "--nodes", "2"], wait_ready=False) as env:
             st, _, _ = http_request(env.apisim.port, "GET", "/api/v1/nodes",
                                     headers={"Authorization": "Bearer sekret"})
             self.assertEqual(st, 200)  # the token is right

@@ -138,12 +138,13 @@ def get_json(port, path, **kw):
 class Env:
     """apisim + kwc for one test class. Use as a context manager or call close()."""
 
-    def __init__(self, apisim_args=(), kwc_args=(), start_kwc=True, kwc_bin=None):
+    def __init__(self, apisim_args=(), kwc_args=(), start_kwc=True, kwc_bin=None, wait_ready=True):
         self.dir = tempfile.mkdtemp(prefix="kwc-it-")
         self.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0"] + list(apisim_args), self.dir)
         self.kwc = None
         self.kwc_bin = kwc_bin or KWC_BIN
         self.kwc_args = list(kwc_args)
+        self.wait_ready = wait_ready  # False: the caches cannot sync (e.g. no credentials)
         self.apisim.start()
         if start_kwc:
             self.start_kwc()
@@ -153,7 +154,8 @@ class Env:
                                 "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.dir, "data")]
                         + self.kwc_args + list(extra), self.dir)
         self.kwc.start()
-        wait_for(lambda: http_request(self.kwc.port, "GET", "/readyz", timeout=2)[0] == 200, 20, "kwc /readyz")
+        probe = "/readyz" if self.wait_ready else "/healthz"
+        wait_for(lambda: http_request(self.kwc.port, "GET", probe, timeout=2)[0] == 200, 30, "kwc " + probe)
         return self.kwc
 
     def sim(self, method, path, body=None):

@@ -1,0 +1,63 @@
+/*
+ * reflector.h — one upstream LIST+WATCH per cached resource, feeding the LMDB
+ * store (DESIGN.md "The data path": upstream -> reflector -> store).
+ *
+ *   discover (scope, kind) -> LIST in pages (limit=500) -> WATCH from the
+ *   list's rv with allowWatchBookmarks -> on a dropped watch, re-watch from
+ *   the last rv with jittered backoff -> on 410, relist and record the
+ *   difference as ordinary events (ADDED/MODIFIED at each object's rv,
+ *   DELETED at the list's rv), so downstream watches continue.
+ *
+ * Events decoded from the watch are batched: one store write transaction per
+ * loop turn for every resource (struct refl_ingest). A warm data dir is
+ * served at once and the watch resumes from the stored rv.
+ * Loop thread only.
+ */
+#ifndef KWC_REFLECTOR_H
+#define KWC_REFLECTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kwc/object.h"
+
+struct event_base;
+struct up_client;
+struct store;
+struct store_res;
+struct refl;
+struct refl_ingest;
+
+/* What serving needs to know about a cached resource (valid once discovered). */
+struct refl_desc {
+    char *group, *version, *resource; /* from --resources */
+    char *path;        /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
+    char *api_version; /* "v1" or "apps/v1" */
+    char *kind, *list_kind;
+    bool namespaced;
+    bool typed_items;  /* list items carry kind/apiVersion (custom resources) */
+    const struct obj_field *fields;
+    const char **field_names;
+    size_t n_fields;
+    struct store_res *sres;
+};
+
+/* Shared by all reflectors of one loop: the batched store writer. */
+int refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out);
+void refl_ingest_free(struct refl_ingest *ing);
+
+/* Parse "g/v/r" or "v/r" (core) into a new reflector (not started). Returns 0
+ * or KWC_ECONFIG with a message for a person in err. */
+int refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
+             const char *gvr, const char *identity, struct refl **out, char *err, size_t errlen);
+void refl_start(struct refl *r);
+void refl_free(struct refl *r);
+
+bool refl_synced(const struct refl *r);
+/* Valid while r lives; NULL fields until discovery succeeded. */
+const struct refl_desc *refl_desc(const struct refl *r);
+/* "pods: synced, 2000 objects, rv 4711" etc. into buf. */
+void refl_status(const struct refl *r, char *buf, size_t len);
+
+#endif

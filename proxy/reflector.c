@@ -1,0 +1,983 @@
+/*
+ * reflector.c — upstream LIST+WATCH into the store (see reflector.h).
+ *
+ * State machine per resource:
+ *   DISCOVER -> (warm and same upstream ? WATCH : LIST) ; LIST pages -> WATCH ;
+ *   WATCH end -> WATCH (immediately if clean, else after backoff) ;
+ *   410 -> LIST in diff mode ; other failures -> backoff, same state again.
+ * Nothing is freed inside curl's callbacks: an xfer ends in on_done, and the
+ * next step starts from a zero-delay timer.
+ *
+ * Objects are stored in their list-item form. For built-in kinds the watch
+ * sends `{"kind":"Pod","apiVersion":"v1",...}` while lists send
+ * `{"metadata":...}` (kube omits TypeMeta on list items), so the watch's
+ * TypeMeta prefix is cut before storing; serving a watch event puts it back.
+ */
+#include "kwc/reflector.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kwc/base.h"
+#include "kwc/index.h"
+#include "kwc/kinds.h"
+#include "kwc/log.h"
+#include "kwc/store.h"
+#include "kwc/upstream.h"
+
+#define REFL_MAGIC 0x7265666cu /* "refl" */
+#define LIST_PAGE 500
+#define PAGE_MAX_BYTES ((size_t)1 << 30)     /* one LIST page held in memory */
+#define DISCOVERY_MAX_BYTES ((size_t)16 << 20)
+#define PENDING_MAX_BYTES ((size_t)64 << 20) /* commit at once past this */
+#define BACKOFF_MIN_MS 500
+#define BACKOFF_MAX_MS 30000
+
+enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
+
+struct pend {
+    struct refl *r;
+    bool bookmark;
+    enum store_ev_type type;
+    uint64_t rv, obj_rv;
+    char *key, *obj, *idx;
+    size_t key_len, obj_len, idx_len;
+};
+
+struct refl_ingest {
+    struct event_base *base;
+    struct store *st;
+    struct event *commit_ev;
+    struct pend *p;
+    size_t n, cap, bytes;
+};
+
+struct refl {
+    uint32_t magic;
+    struct event_base *base;
+    struct up_client *up;
+    struct refl_ingest *ing;
+    struct refl_desc d;
+    char *identity;
+    enum refl_state state;
+    struct up_xfer *x;
+    int status;
+    struct evbuffer *body;   /* discovery / LIST page */
+    bool too_big;
+    struct event *timer;     /* next step */
+    int backoff_ms;
+    /* LIST */
+    bool diff;               /* relist after 410: record differences as events */
+    char *cont;
+    uint64_t list_rv;
+    char **seen;             /* diff: keys in the new list */
+    size_t nseen, capseen;
+    struct pend *dpend;      /* diff: events to record */
+    size_t ndiff, capdiff;
+    uint64_t listed, listed_bytes;
+    struct timespec list_t0, last_progress;
+    /* WATCH */
+    struct wframe_splitter wf;
+    uint64_t rv;             /* last rv seen (events, bookmarks, list) */
+    bool got_410;
+    struct timespec watch_t0;
+    bool synced;
+    uint64_t events_in;
+};
+
+static void step(struct refl *r, int delay_ms);
+static void start_list(struct refl *r, bool diff);
+static void start_watch(struct refl *r);
+
+static double
+secs_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* ---- the batched writer ---- */
+
+static void
+pend_free(struct pend *p)
+{
+    free(p->key);
+    free(p->obj);
+    free(p->idx);
+}
+
+static void
+ingest_commit(struct refl_ingest *ing)
+{
+    if (ing->n == 0)
+        return;
+    struct store_wtxn *w;
+    int rc = store_wtxn_begin(ing->st, (uint64_t)time(NULL), &w);
+    size_t i = 0;
+    for (; rc == 0 && i < ing->n; i++) {
+        struct pend *p = &ing->p[i];
+        if (p->bookmark) {
+            rc = store_wtxn_rv(w, p->r->d.sres, p->rv);
+        } else {
+            struct store_event ev = {.type = p->type, .rv = p->rv, .key = p->key,
+                                     .key_len = p->key_len, .obj = p->obj, .obj_len = p->obj_len,
+                                     .idx = p->idx, .idx_len = p->idx_len};
+            rc = store_wtxn_event(w, p->r->d.sres, &ev);
+        }
+    }
+    if (rc == 0)
+        rc = store_wtxn_commit(w);
+    else
+        store_wtxn_abort(w);
+    if (rc) {
+        /* Log once here; every resource with pending events starts over from a list. */
+        log_error("cache: committing %zu events failed: %s; relisting the affected resources", ing->n,
+                  kwc_strerror(rc));
+        for (size_t j = 0; j < ing->n; j++) {
+            struct refl *r = ing->p[j].r;
+            if (r->state == R_WATCH) {
+                up_xfer_cancel(r->x);
+                r->x = NULL;
+                r->state = R_IDLE;
+                r->got_410 = true;
+                step(r, BACKOFF_MIN_MS);
+            }
+        }
+    }
+    for (size_t j = 0; j < ing->n; j++)
+        pend_free(&ing->p[j]);
+    ing->n = 0;
+    ing->bytes = 0;
+}
+
+static void
+on_commit(evutil_socket_t fd, short what, void *arg)
+{
+    ingest_commit(arg);
+}
+
+static struct pend *
+ingest_push(struct refl_ingest *ing)
+{
+    if (ing->n == ing->cap) {
+        ing->cap = ing->cap ? 2 * ing->cap : 256;
+        ing->p = xrealloc(ing->p, ing->cap * sizeof(*ing->p));
+    }
+    struct pend *p = &ing->p[ing->n++];
+    memset(p, 0, sizeof(*p));
+    /* One transaction per loop turn: commit after the callbacks of this turn. */
+    event_active(ing->commit_ev, EV_TIMEOUT, 1);
+    return p;
+}
+
+int
+refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out)
+{
+    struct refl_ingest *ing = xcalloc(1, sizeof(*ing));
+    ing->base = base;
+    ing->st = st;
+    ing->commit_ev = event_new(base, -1, 0, on_commit, ing);
+    *out = ing;
+    return 0;
+}
+
+void
+refl_ingest_free(struct refl_ingest *ing)
+{
+    if (!ing)
+        return;
+    ingest_commit(ing);
+    event_free(ing->commit_ev);
+    free(ing->p);
+    free(ing);
+}
+
+/* ---- decoding one object ---- */
+
+/* Key, rv and index bytes of one object, and its list-item form. */
+struct decoded {
+    char *key;
+    size_t key_len;
+    uint64_t rv;
+    char *idx;
+    size_t idx_len;
+    const char *obj;  /* points into the input, or into own */
+    size_t obj_len;
+    char *own;
+};
+
+static void
+decoded_fini(struct decoded *d)
+{
+    free(d->key);
+    free(d->idx);
+    free(d->own);
+}
+
+static int
+decode_obj(struct refl *r, const char *json, size_t len, bool from_watch, struct decoded *out,
+           char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    struct obj_fields_spec spec = {.fields = r->d.fields, .n_fields = r->d.n_fields};
+    struct obj_meta m;
+    int rc = obj_meta_parse(json, len, &spec, &m, err, errlen);
+    if (rc)
+        return rc;
+    if (r->d.namespaced)
+        out->key = xasprintf("%s/%s", m.namespace_, m.name);
+    else
+        out->key = xstrdup(m.name);
+    out->key_len = strlen(out->key);
+    out->rv = m.rv;
+    rc = idx_encode(&m, &out->idx, &out->idx_len);
+    obj_meta_fini(&m);
+    if (rc) {
+        snprintf(err, errlen, "too many labels or fields");
+        decoded_fini(out);
+        return rc;
+    }
+    out->obj = json;
+    out->obj_len = len;
+    if (from_watch && !r->d.typed_items) {
+        /* cut the TypeMeta kube writes first on typed objects */
+        char prefix[512];
+        int pl = snprintf(prefix, sizeof(prefix), "{\"kind\":\"%s\",\"apiVersion\":\"%s\",", r->d.kind,
+                          r->d.api_version);
+        if (pl > 0 && (size_t)pl < sizeof(prefix) && len > (size_t)pl &&
+            memcmp(json, prefix, (size_t)pl) == 0) {
+            out->own = xmalloc(len - (size_t)pl + 1);
+            out->own[0] = '{';
+            memcpy(out->own + 1, json + pl, len - (size_t)pl);
+            out->obj = out->own;
+            out->obj_len = len - (size_t)pl + 1;
+        }
+    }
+    return 0;
+}
+
+static void
+push_event(struct refl *r, enum store_ev_type type, struct decoded *d)
+{
+    struct pend *p = ingest_push(r->ing);
+    p->r = r;
+    p->type = type;
+    p->rv = d->rv;
+    p->key = d->key;
+    p->key_len = d->key_len;
+    d->key = NULL;
+    p->idx = d->idx;
+    p->idx_len = d->idx_len;
+    d->idx = NULL;
+    p->obj = xmalloc(d->obj_len);
+    memcpy(p->obj, d->obj, d->obj_len);
+    p->obj_len = d->obj_len;
+    r->ing->bytes += p->obj_len + p->key_len + p->idx_len;
+    if (d->rv > r->rv)
+        r->rv = d->rv;
+}
+
+/* ---- transfers ---- */
+
+static int
+on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
+{
+    struct refl *r = arg;
+    r->status = status;
+    return 0;
+}
+
+static int
+on_body_data(void *arg, const char *p, size_t n)
+{
+    struct refl *r = arg;
+    if (evbuffer_get_length(r->body) + n > (r->state == R_DISCOVER ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
+        r->too_big = true;
+        return 0; /* dropped; on_done reports it */
+    }
+    evbuffer_add(r->body, p, n);
+    return 0;
+}
+
+static void
+start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bool long_running)
+{
+    static const struct up_header accept = {"Accept", "application/json"};
+    struct up_request req = {.method = "GET", .target = target, .headers = &accept, .nheaders = 1,
+                             .long_running = long_running};
+    r->status = 0;
+    r->too_big = false;
+    evbuffer_drain(r->body, evbuffer_get_length(r->body));
+    if (up_xfer_start(r->up, &req, cbs, r, &r->x) != 0) {
+        r->x = NULL;
+        step(r, r->backoff_ms);
+    }
+}
+
+static void
+backoff(struct refl *r, const char *why)
+{
+    int base = r->backoff_ms ? r->backoff_ms : BACKOFF_MIN_MS;
+    int jitter = base / 2 + rand() % (base + 1); /* [0.5, 1.5) x base */
+    log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, jitter / 1000.0);
+    r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
+    step(r, jitter);
+}
+
+/* ---- DISCOVER ---- */
+
+static void
+on_discovery_done(void *arg, int err, const char *msg)
+{
+    struct refl *r = arg;
+    r->x = NULL;
+    char why[512];
+    if (err || r->status != 200 || r->too_big) {
+        snprintf(why, sizeof(why), "discovery of %s failed (%s)", r->d.path,
+                 err ? msg : r->too_big ? "too large" : "unexpected status");
+        backoff(r, why);
+        return;
+    }
+    size_t len = evbuffer_get_length(r->body);
+    json_error_t je;
+    json_t *doc = json_loadb((const char *)evbuffer_pullup(r->body, -1), len, 0, &je);
+    json_t *res = doc ? json_object_get(doc, "resources") : NULL;
+    size_t i;
+    json_t *e;
+    bool found = false;
+    json_array_foreach(res, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        if (name && kind && strcmp(name, r->d.resource) == 0) {
+            r->d.namespaced = json_is_true(json_object_get(e, "namespaced"));
+            free(r->d.kind);
+            free(r->d.list_kind);
+            r->d.kind = xstrdup(kind);
+            r->d.list_kind = xasprintf("%sList", kind);
+            found = true;
+            break;
+        }
+    }
+    json_decref(doc);
+    if (!found) {
+        snprintf(why, sizeof(why), "the upstream does not serve %s/%s", r->d.api_version,
+                 r->d.resource);
+        backoff(r, why);
+        return;
+    }
+    /* Warm start: the same upstream's synced cache is served at once and the
+     * watch resumes from its rv; anything else starts from a fresh list. */
+    struct store_rtxn *t;
+    struct store_res_info info = {0};
+    if (store_rtxn_begin(r->ing->st, &t) == 0) {
+        store_info(t, r->d.sres, &info);
+        store_rtxn_end(t);
+    }
+    if (info.synced && strcmp(info.identity, r->identity) == 0) {
+        r->rv = info.rv;
+        r->synced = true;
+        log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch",
+                 r->d.resource, (unsigned long long)info.objects, (unsigned long long)info.rv);
+        start_watch(r);
+    } else {
+        if (info.synced)
+            log_warnx("cache %s: data dir was filled from \"%s\", not \"%s\": starting over",
+                      r->d.resource, info.identity, r->identity);
+        start_list(r, false);
+    }
+}
+
+static const struct up_xfer_cbs discovery_cbs = {
+    .on_headers = on_xfer_headers, .on_data = on_body_data, .on_done = on_discovery_done};
+
+/* ---- LIST ---- */
+
+static int
+cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int
+cmp_pend_rv(const void *a, const void *b)
+{
+    const struct pend *x = a, *y = b;
+    return x->rv < y->rv ? -1 : x->rv > y->rv;
+}
+
+static void
+diff_reset(struct refl *r)
+{
+    for (size_t i = 0; i < r->nseen; i++)
+        free(r->seen[i]);
+    free(r->seen);
+    r->seen = NULL;
+    r->nseen = r->capseen = 0;
+    for (size_t i = 0; i < r->ndiff; i++)
+        pend_free(&r->dpend[i]);
+    free(r->dpend);
+    r->dpend = NULL;
+    r->ndiff = r->capdiff = 0;
+}
+
+struct del_scan {
+    struct refl *r;
+};
+
+/* diff: a stored object the new list does not have was deleted. */
+static int
+on_stored_obj(void *arg, const struct store_obj *o)
+{
+    struct refl *r = ((struct del_scan *)arg)->r;
+    char *k = xstrndup(o->key, o->key_len);
+    bool seen = bsearch(&k, r->seen, r->nseen, sizeof(char *), cmp_key) != NULL;
+    if (!seen) {
+        if (r->ndiff == r->capdiff) {
+            r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
+            r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
+        }
+        struct pend *p = &r->dpend[r->ndiff++];
+        memset(p, 0, sizeof(*p));
+        p->r = r;
+        p->type = STORE_DELETED;
+        p->rv = r->list_rv;
+        p->key = k;
+        p->key_len = o->key_len;
+        p->obj = xmalloc(o->raw_len);
+        memcpy(p->obj, o->raw, o->raw_len);
+        p->obj_len = o->raw_len;
+        p->idx = xmalloc(o->idx_len ? o->idx_len : 1);
+        memcpy(p->idx, o->idx, o->idx_len);
+        p->idx_len = o->idx_len;
+        return 0;
+    }
+    free(k);
+    return 0;
+}
+
+/* Record the relist's differences as events, in rv order, in one transaction. */
+static int
+finish_diff(struct refl *r)
+{
+    qsort(r->seen, r->nseen, sizeof(char *), cmp_key);
+    struct store_rtxn *t;
+    int rc = store_rtxn_begin(r->ing->st, &t);
+    if (rc)
+        return rc;
+    struct store_res_info info;
+    store_info(t, r->d.sres, &info);
+    struct del_scan ds = {r};
+    rc = store_scan(t, r->d.sres, 0, "", NULL, on_stored_obj, &ds);
+    store_rtxn_end(t);
+    if (rc)
+        return rc;
+    /* History only moves forward: an object changed at an rv the cache had
+     * already passed cannot be placed there; it is recorded at the list's rv. */
+    for (size_t i = 0; i < r->ndiff; i++) {
+        if (r->dpend[i].rv <= info.rv) {
+            r->dpend[i].obj_rv = r->dpend[i].rv;
+            r->dpend[i].rv = r->list_rv;
+        }
+    }
+    qsort(r->dpend, r->ndiff, sizeof(*r->dpend), cmp_pend_rv);
+    ingest_commit(r->ing); /* keep order with anything already pending */
+    struct store_wtxn *w;
+    if ((rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w)))
+        return rc;
+    for (size_t i = 0; i < r->ndiff && rc == 0; i++) {
+        struct pend *p = &r->dpend[i];
+        struct store_event ev = {.type = p->type, .rv = p->rv, .obj_rv = p->obj_rv, .key = p->key,
+                                 .key_len = p->key_len, .obj = p->obj, .obj_len = p->obj_len,
+                                 .idx = p->idx, .idx_len = p->idx_len};
+        rc = store_wtxn_event(w, r->d.sres, &ev);
+    }
+    if (rc == 0)
+        rc = store_wtxn_rv(w, r->d.sres, r->list_rv);
+    if (rc == 0)
+        rc = store_wtxn_commit(w);
+    else
+        store_wtxn_abort(w);
+    if (rc == 0)
+        log_info("cache %s: relisted at rv %llu: %zu changes recorded as events", r->d.resource,
+                 (unsigned long long)r->list_rv, r->ndiff);
+    return rc;
+}
+
+static int
+load_page(struct refl *r, struct obj_list *l, char *err, size_t errlen)
+{
+    const char *body = (const char *)evbuffer_pullup(r->body, -1);
+    struct store_wtxn *w = NULL;
+    struct store_rtxn *t = NULL;
+    int rc;
+    bool first = r->cont == NULL;
+    if (first)
+        r->list_rv = l->rv;
+    if (r->diff) {
+        if ((rc = store_rtxn_begin(r->ing->st, &t)))
+            return rc;
+    } else {
+        if ((rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w)))
+            return rc;
+        if (first && (rc = store_wtxn_reset(w, r->d.sres, l->rv)))
+            goto out;
+    }
+    size_t off, len;
+    bool first_item = true;
+    while (obj_list_next(l, &off, &len) == 1) {
+        if (first_item && first) {
+            /* Custom resources keep their TypeMeta on list items. */
+            r->d.typed_items = len > 8 && (memcmp(body + off, "{\"kind\":", 8) == 0 ||
+                                           memcmp(body + off, "{\"apiVersion\":", 14) == 0);
+        }
+        first_item = false;
+        struct decoded d;
+        if ((rc = decode_obj(r, body + off, len, false, &d, err, errlen)))
+            goto out;
+        r->listed++;
+        r->listed_bytes += len;
+        if (!r->diff) {
+            struct store_event ev = {.rv = d.rv, .key = d.key, .key_len = d.key_len, .obj = d.obj,
+                                     .obj_len = d.obj_len, .idx = d.idx, .idx_len = d.idx_len};
+            rc = store_wtxn_load(w, r->d.sres, &ev);
+            decoded_fini(&d);
+            if (rc)
+                goto out;
+            continue;
+        }
+        if (r->nseen == r->capseen) {
+            r->capseen = r->capseen ? 2 * r->capseen : 1024;
+            r->seen = xrealloc(r->seen, r->capseen * sizeof(char *));
+        }
+        r->seen[r->nseen++] = xstrdup(d.key);
+        struct store_obj cur;
+        int g = store_get(t, r->d.sres, d.key, d.key_len, &cur);
+        if (g == 0 && cur.rv == d.rv) {
+            decoded_fini(&d);
+            continue;
+        }
+        if (r->ndiff == r->capdiff) {
+            r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
+            r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
+        }
+        struct pend *p = &r->dpend[r->ndiff++];
+        memset(p, 0, sizeof(*p));
+        p->r = r;
+        p->type = g == 0 ? STORE_MODIFIED : STORE_ADDED;
+        p->rv = d.rv;
+        p->key = d.key;
+        p->key_len = d.key_len;
+        p->idx = d.idx;
+        p->idx_len = d.idx_len;
+        p->obj = xmalloc(d.obj_len);
+        memcpy(p->obj, d.obj, d.obj_len);
+        p->obj_len = d.obj_len;
+        d.key = d.idx = NULL;
+        decoded_fini(&d);
+    }
+    rc = 0;
+out:
+    if (w) {
+        if (rc == 0)
+            rc = store_wtxn_commit(w);
+        else
+            store_wtxn_abort(w);
+    }
+    store_rtxn_end(t);
+    return rc;
+}
+
+static void
+on_list_done(void *arg, int err, const char *msg)
+{
+    struct refl *r = arg;
+    r->x = NULL;
+    char why[512];
+    if (err || r->too_big) {
+        snprintf(why, sizeof(why), "LIST %s failed: %s", r->d.path, err ? msg : "page too large");
+        backoff(r, why);
+        return;
+    }
+    if (r->status == 410) {
+        /* the continue token expired: start the list again */
+        log_warnx("cache %s: continue token expired; restarting the list", r->d.resource);
+        free(r->cont);
+        r->cont = NULL;
+        start_list(r, r->diff);
+        return;
+    }
+    if (r->status != 200) {
+        snprintf(why, sizeof(why), "LIST %s answered %d", r->d.path, r->status);
+        backoff(r, why);
+        return;
+    }
+    size_t len = evbuffer_get_length(r->body);
+    struct obj_list l;
+    char perr[256] = "";
+    int rc = obj_list_init(&l, (const char *)evbuffer_pullup(r->body, -1), len, perr, sizeof(perr));
+    if (rc == 0)
+        rc = load_page(r, &l, perr, sizeof(perr));
+    char *next = rc == 0 && l.continue_[0] ? xstrdup(l.continue_) : NULL;
+    obj_list_fini(&l);
+    if (rc) {
+        snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
+        free(next);
+        backoff(r, why);
+        return;
+    }
+    if (secs_since(&r->last_progress) >= 2.0) {
+        double s = secs_since(&r->list_t0);
+        log_info("cache %s: listed %llu objects (%.1f MB) in %.1f s, %.0f objects/s", r->d.resource,
+                 (unsigned long long)r->listed, r->listed_bytes / 1e6, s, r->listed / (s > 0 ? s : 1));
+        clock_gettime(CLOCK_MONOTONIC, &r->last_progress);
+    }
+    free(r->cont);
+    r->cont = next;
+    if (next) {
+        start_list(r, r->diff); /* next page */
+        return;
+    }
+    /* The list is complete. */
+    if (r->diff && (rc = finish_diff(r)) != 0) {
+        snprintf(why, sizeof(why), "recording the relist of %s: %s", r->d.path, kwc_strerror(rc));
+        diff_reset(r);
+        backoff(r, why);
+        return;
+    }
+    diff_reset(r);
+    struct store_wtxn *w;
+    if (store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w) == 0) {
+        store_wtxn_set_kind(w, r->d.sres, r->d.list_kind, r->d.api_version);
+        store_wtxn_set_identity(w, r->d.sres, r->identity);
+        store_wtxn_set_synced(w, r->d.sres, true);
+        if (store_wtxn_commit(w) != 0)
+            log_error("cache %s: could not record the synced state", r->d.resource);
+    }
+    double s = secs_since(&r->list_t0);
+    log_info("cache %s: synced %llu objects (%.1f MB) at rv %llu in %.2f s (%.0f objects/s)",
+             r->d.resource, (unsigned long long)r->listed, r->listed_bytes / 1e6,
+             (unsigned long long)r->list_rv, s, r->listed / (s > 0 ? s : 1));
+    r->rv = r->list_rv;
+    r->synced = true;
+    r->diff = false;
+    r->backoff_ms = 0;
+    start_watch(r);
+}
+
+static const struct up_xfer_cbs list_cbs = {
+    .on_headers = on_xfer_headers, .on_data = on_body_data, .on_done = on_list_done};
+
+static void
+start_list(struct refl *r, bool diff)
+{
+    r->state = R_LIST;
+    if (!r->cont) {
+        r->diff = diff;
+        diff_reset(r);
+        r->listed = r->listed_bytes = 0;
+        clock_gettime(CLOCK_MONOTONIC, &r->list_t0);
+        r->last_progress = r->list_t0;
+    }
+    char *target;
+    if (r->cont) {
+        char *esc = xmalloc(strlen(r->cont) * 3 + 1), *o = esc;
+        for (const char *c = r->cont; *c; c++) {
+            if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
+                *c == '-' || *c == '_' || *c == '.' || *c == '~')
+                *o++ = *c;
+            else
+                o += sprintf(o, "%%%02X", (unsigned char)*c);
+        }
+        *o = '\0';
+        target = xasprintf("%s?limit=%d&continue=%s", r->d.path, LIST_PAGE, esc);
+        free(esc);
+    } else {
+        target = xasprintf("%s?limit=%d", r->d.path, LIST_PAGE);
+    }
+    start_xfer(r, target, &list_cbs, false);
+    free(target);
+}
+
+/* ---- WATCH ---- */
+
+static int
+on_watch_data(void *arg, const char *data, size_t n)
+{
+    struct refl *r = arg;
+    if (r->status != 200)
+        return on_body_data(arg, data, n);
+    const char *line;
+    size_t ll;
+    int rc;
+    while ((rc = wframe_next(&r->wf, &data, &n, &line, &ll)) == 1) {
+        struct wevent ev;
+        char err[256] = "";
+        if (wevent_parse(line, ll, &ev, err, sizeof(err)) != 0) {
+            log_warnx("cache %s: bad watch event from the upstream (%s); restarting the watch",
+                      r->d.resource, err);
+            up_xfer_cancel(r->x);
+            r->x = NULL;
+            backoff(r, "bad watch event");
+            return 0;
+        }
+        switch (ev.type) {
+        case WEVENT_ADDED:
+        case WEVENT_MODIFIED:
+        case WEVENT_DELETED: {
+            struct decoded d;
+            if (decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) != 0) {
+                log_warnx("cache %s: watch event object rejected: %s", r->d.resource, err);
+                break;
+            }
+            enum store_ev_type t = ev.type == WEVENT_ADDED      ? STORE_ADDED
+                                   : ev.type == WEVENT_MODIFIED ? STORE_MODIFIED
+                                                                : STORE_DELETED;
+            push_event(r, t, &d);
+            decoded_fini(&d);
+            r->events_in++;
+            break;
+        }
+        case WEVENT_BOOKMARK: {
+            struct pend *p = ingest_push(r->ing);
+            p->r = r;
+            p->bookmark = true;
+            p->rv = ev.rv;
+            if (ev.rv > r->rv)
+                r->rv = ev.rv;
+            break;
+        }
+        case WEVENT_ERROR:
+            if (ev.code == 410)
+                r->got_410 = true;
+            else
+                log_warnx("cache %s: watch error from the upstream: %d %s", r->d.resource, ev.code,
+                          ev.message ? ev.message : "");
+            break;
+        }
+        wevent_fini(&ev);
+    }
+    if (rc < 0) {
+        up_xfer_cancel(r->x);
+        r->x = NULL;
+        backoff(r, "watch event larger than the line limit");
+        return 0;
+    }
+    if (r->ing->bytes > PENDING_MAX_BYTES)
+        ingest_commit(r->ing);
+    return 0;
+}
+
+static void
+on_watch_done(void *arg, int err, const char *msg)
+{
+    struct refl *r = arg;
+    r->x = NULL;
+    if (r->status == 410 || r->got_410) {
+        log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->d.resource,
+                 (unsigned long long)r->rv);
+        ingest_commit(r->ing);
+        start_list(r, r->synced);
+        return;
+    }
+    if (err || r->status != 200) {
+        char why[512];
+        snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path,
+                 err ? msg : "unexpected status");
+        backoff(r, why);
+        return;
+    }
+    /* A clean end (timeoutSeconds): watch again from where we are. */
+    if (secs_since(&r->watch_t0) > 30)
+        r->backoff_ms = 0;
+    step(r, r->backoff_ms ? r->backoff_ms : 0);
+}
+
+static const struct up_xfer_cbs watch_cbs = {
+    .on_headers = on_xfer_headers, .on_data = on_watch_data, .on_done = on_watch_done};
+
+static void
+start_watch(struct refl *r)
+{
+    r->state = R_WATCH;
+    r->got_410 = false;
+    wframe_fini(&r->wf);
+    wframe_init(&r->wf, 0);
+    clock_gettime(CLOCK_MONOTONIC, &r->watch_t0);
+    /* Like client-go: a random timeout in [5, 10) minutes spreads re-watches. */
+    int timeout = 300 + rand() % 300;
+    char *target = xasprintf("%s?allowWatchBookmarks=true&resourceVersion=%llu&timeoutSeconds=%d&watch=true",
+                             r->d.path, (unsigned long long)r->rv, timeout);
+    start_xfer(r, target, &watch_cbs, true);
+    free(target);
+}
+
+/* ---- driving ---- */
+
+static void
+on_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct refl *r = arg;
+    if (r->x)
+        return;
+    switch (r->state) {
+    case R_IDLE:
+    case R_DISCOVER: {
+        r->state = R_DISCOVER;
+        const char *gv = r->d.group[0] ? "/apis" : "/api";
+        char *target = r->d.group[0] ? xasprintf("%s/%s/%s", gv, r->d.group, r->d.version)
+                                     : xasprintf("%s/%s", gv, r->d.version);
+        if (r->got_410 && r->d.kind) { /* a failed commit asked for a relist */
+            free(target);
+            start_list(r, r->synced);
+            return;
+        }
+        start_xfer(r, target, &discovery_cbs, false);
+        free(target);
+        break;
+    }
+    case R_LIST:
+        start_list(r, r->diff);
+        break;
+    case R_WATCH:
+        start_watch(r);
+        break;
+    }
+}
+
+static void
+step(struct refl *r, int delay_ms)
+{
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+    evtimer_add(r->timer, &tv);
+}
+
+int
+refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing, const char *gvr,
+         const char *identity, struct refl **out, char *err, size_t errlen)
+{
+    char *parts[3] = {0};
+    int n = 0;
+    char *copy = xstrdup(gvr), *save = NULL;
+    for (char *t = strtok_r(copy, "/", &save); t; t = strtok_r(NULL, "/", &save)) {
+        if (n == 3) {
+            n = 4;
+            break;
+        }
+        parts[n++] = t;
+    }
+    if (n != 2 && n != 3) {
+        snprintf(err, errlen,
+                 "--resources: \"%s\" is not group/version/resource (or version/resource for the core "
+                 "group), e.g. apps/v1/deployments or v1/pods",
+                 gvr);
+        free(copy);
+        return KWC_ECONFIG;
+    }
+    struct refl *r = xcalloc(1, sizeof(*r));
+    r->magic = REFL_MAGIC;
+    r->base = base;
+    r->up = up;
+    r->ing = ing;
+    r->identity = xstrdup(identity);
+    r->d.group = xstrdup(n == 3 ? parts[0] : "");
+    r->d.version = xstrdup(parts[n - 2]);
+    r->d.resource = xstrdup(parts[n - 1]);
+    free(copy);
+    r->d.api_version = r->d.group[0] ? xasprintf("%s/%s", r->d.group, r->d.version) : xstrdup(r->d.version);
+    r->d.path = r->d.group[0] ? xasprintf("/apis/%s/%s/%s", r->d.group, r->d.version, r->d.resource)
+                              : xasprintf("/api/%s/%s", r->d.version, r->d.resource);
+    r->d.typed_items = !kinds_builtin_group(r->d.group);
+    r->d.fields = kinds_fields(r->d.group, r->d.resource, &r->d.n_fields);
+    r->d.field_names = xcalloc(r->d.n_fields, sizeof(char *));
+    for (size_t i = 0; i < r->d.n_fields; i++)
+        r->d.field_names[i] = r->d.fields[i].path;
+    char name[300];
+    snprintf(name, sizeof(name), "%s/%s:json", r->d.api_version, r->d.resource);
+    int rc = store_res(ing->st, name, &r->d.sres);
+    if (rc) {
+        snprintf(err, errlen, "cache for %s: %s", gvr, kwc_strerror(rc));
+        r->magic = REFL_MAGIC;
+        refl_free(r);
+        return rc;
+    }
+    r->body = evbuffer_new();
+    r->timer = evtimer_new(base, on_step, r);
+    wframe_init(&r->wf, 0);
+    *out = r;
+    return 0;
+}
+
+void
+refl_start(struct refl *r)
+{
+    /* A warm cache from the same upstream is served at once, even while the
+     * upstream is unreachable; discovery then resumes the watch. */
+    struct store_rtxn *t;
+    struct store_res_info info = {0};
+    if (store_rtxn_begin(r->ing->st, &t) == 0) {
+        store_info(t, r->d.sres, &info);
+        store_rtxn_end(t);
+    }
+    if (info.synced && strcmp(info.identity, r->identity) == 0) {
+        r->synced = true;
+        r->rv = info.rv;
+    }
+    r->state = R_DISCOVER;
+    step(r, 0);
+}
+
+void
+refl_free(struct refl *r)
+{
+    if (!r)
+        return;
+    assert(r->magic == REFL_MAGIC);
+    up_xfer_cancel(r->x);
+    if (r->timer)
+        event_free(r->timer);
+    if (r->body)
+        evbuffer_free(r->body);
+    wframe_fini(&r->wf);
+    diff_reset(r);
+    free(r->cont);
+    free(r->identity);
+    free(r->d.group);
+    free(r->d.version);
+    free(r->d.resource);
+    free(r->d.path);
+    free(r->d.api_version);
+    free(r->d.kind);
+    free(r->d.list_kind);
+    free(r->d.field_names);
+    r->magic = 0;
+    free(r);
+}
+
+bool
+refl_synced(const struct refl *r)
+{
+    return r->synced;
+}
+
+const struct refl_desc *
+refl_desc(const struct refl *r)
+{
+    return &r->d;
+}
+
+void
+refl_status(const struct refl *r, char *buf, size_t len)
+{
+    static const char *const states[] = {"idle", "discovering", "listing", "watching"};
+    snprintf(buf, len, "%s: %s, %s, rv %llu, %llu events in", r->d.api_version[0] ? r->d.path : "",
+             r->synced ? "synced" : "not synced", states[r->state], (unsigned long long)r->rv,
+             (unsigned long long)r->events_in);
+}
