@@ -130,9 +130,13 @@ main(int argc, char **argv)
     }
     struct store_options so;
     store_options_default(&so);
+    so.map_size = (uint64_t)cfg.cache_map_size;
     if ((rc = store_open(cfg.data_dir, &so, &st)) != 0) {
-        fprintf(stderr, "kwc: --data-dir %s: cannot open the cache: %s\n", cfg.data_dir,
-                kwc_strerror(rc));
+        fprintf(stderr, "kwc: --data-dir %s: cannot open the cache: %s%s\n", cfg.data_dir,
+                kwc_strerror(rc),
+                rc == -EINVAL || rc == -ENOMEM
+                    ? " (the address space for --cache-map-size may be unavailable: lower it)"
+                    : "");
         exit_code = 2;
         goto out;
     }

@@ -39,7 +39,9 @@
     X("max-response-buffer", max_response_buffer, INT, "1048576", "BYTES",                         \
       "bytes buffered per client before reading from the upstream pauses")                        \
     X("max-request-buffer", max_request_buffer, INT, "1048576", "BYTES",                           \
-      "request-body bytes buffered before reading from the client pauses")
+      "request-body bytes buffered before reading from the client pauses")                        \
+    X("cache-map-size", cache_map_size, INT, "68719476736", "BYTES",                               \
+      "address space reserved for the LMDB cache; the largest it can grow")
 
 struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;

@@ -19,6 +19,8 @@ PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 KWC_BIN = os.environ.get("KWC_BIN", os.path.join(ROOT, "build", "kwc"))
 # e.g. KWC_WRAP="valgrind --error-exitcode=99 --leak-check=full": run kwc under a checker.
 KWC_WRAP = os.environ.get("KWC_WRAP", "").split()
+# Extra kwc flags for every test, e.g. a smaller LMDB map under valgrind.
+KWC_EXTRA_ARGS = os.environ.get("KWC_EXTRA_ARGS", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
 
 
@@ -152,7 +154,7 @@ class Env:
     def start_kwc(self, extra=()):
         self.kwc = Proc("kwc", KWC_WRAP + [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,
                                 "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.dir, "data")]
-                        + self.kwc_args + list(extra), self.dir)
+                        + KWC_EXTRA_ARGS + self.kwc_args + list(extra), self.dir)
         self.kwc.start()
         probe = "/readyz" if self.wait_ready else "/healthz"
         wait_for(lambda: http_request(self.kwc.port, "GET", probe, timeout=2)[0] == 200, 30, "kwc " + probe)
