@@ -103,35 +103,6 @@ b64_encode(const unsigned char *s, size_t len, char *out)
 
 /* ---- encoding ---- */
 
-/* Width of the valid UTF-8 sequence at s (s[0] >= 0x80, left > 0 bytes), or 0
- * where Go's utf8.DecodeRune yields RuneError of width 1 (bad lead byte,
- * overlong form, surrogate, past U+10FFFF, truncated). */
-static size_t
-utf8_width(const unsigned char *s, size_t left)
-{
-    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
-    size_t n;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        lo = c == 0xF0 ? 0x90 : 0x80;
-        hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    if (left < n || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return n;
-}
-
 /* The inside of a JSON string as json.Marshal writes it (encoding/json
  * appendString with HTML escaping, Go >= 1.22): at most 6 bytes per input
  * byte into dst. Returns the bytes written. */
@@ -157,7 +128,7 @@ json_escape(char *dst, const char *src, size_t len)
             i++;
             continue;
         }
-        size_t w = utf8_width(s + i, len - i);
+        size_t w = kwc_utf8_seq(s + i, len - i);
         if (w == 0) {
             n += (size_t)sprintf(dst + n, "\\ufffd");
             i++;

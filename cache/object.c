@@ -101,40 +101,6 @@ peek(const struct scan *s)
     return s->pos < s->len ? s->p[s->pos] : -1;
 }
 
-/* Length of the valid UTF-8 sequence at p (RFC 3629: no overlongs, no
- * surrogates, nothing past U+10FFFF), or 0. */
-static size_t
-utf8_seq(const unsigned char *p, size_t left)
-{
-    unsigned char c = p[0], lo = 0x80, hi = 0xBF;
-    size_t n;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (left < n || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xBF)
-            return 0;
-    return n;
-}
-
 /* The \uXXXX at p[0..5] (p[0] == '\\'), or -1. */
 static long
 uescape(const unsigned char *p, size_t left)
@@ -204,7 +170,7 @@ scan_string(struct scan *s)
             }
             continue;
         }
-        size_t n = utf8_seq(p + i, s->len - i);
+        size_t n = kwc_utf8_seq(p + i, s->len - i);
         if (n == 0)
             return bad(s, "invalid UTF-8");
         i += n;

@@ -11,40 +11,6 @@
 
 #include "kwc/base.h"
 
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing past U+10FFFF), or 0 if the byte at s starts none. */
-static size_t
-utf8_seq(const unsigned char *s, size_t left)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (left < n || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return n;
-}
-
 /* A JSON string of s as Go's encoding/json sees it: each byte that is not
  * valid UTF-8 becomes U+FFFD (new reference). */
 static json_t *
@@ -54,7 +20,7 @@ go_string(const char *s)
     char *buf = xmalloc(len * 3 + 1);
     size_t o = 0;
     for (size_t i = 0; i < len;) {
-        size_t n = utf8_seq((const unsigned char *)s + i, len - i);
+        size_t n = kwc_utf8_seq((const unsigned char *)s + i, len - i);
         if (n == 0) {
             memcpy(buf + o, "\xEF\xBF\xBD", 3);
             o += 3;

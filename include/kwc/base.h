@@ -65,6 +65,11 @@ bool kwc_query_bool(const char *s, size_t len);
  */
 int kwc_pct_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t *outlen);
 
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF; what Go's utf8.DecodeRune accepts), or 0
+ * when the byte at s starts none. left > 0 bytes are readable. */
+size_t kwc_utf8_seq(const unsigned char *s, size_t left);
+
 /* Base64 (standard alphabet, padding optional) into a new buffer. */
 int kwc_base64_decode(const char *s, size_t len, unsigned char **out, size_t *outlen);
 
