@@ -62,7 +62,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-test deps-bench test unit integration integration-checked run bench asan fuzz clean \
+.PHONY: all deps deps-test deps-bench test unit integration integration-checked run bench asan fuzz fuzz-smoke clean \
         check-layering
 .DEFAULT_GOAL := all
 
@@ -118,7 +118,7 @@ test:
 	$(Q)$(MAKE) --no-print-directory check-layering
 	$(Q)$(MAKE) --no-print-directory all unit
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
-	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/Makefile smoke
+	$(Q)$(MAKE) --no-print-directory fuzz-smoke
 	$(Q)$(PYTHON) tests/apisim/test_apisim.py
 	$(Q)$(MAKE) --no-print-directory integration
 	$(Q)$(MAKE) --no-print-directory integration-checked
@@ -137,6 +137,9 @@ asan:
 
 fuzz:
 	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/Makefile
+
+fuzz-smoke:
+	$(Q)$(MAKE) --no-print-directory -f tests/fuzz/Makefile smoke
 
 # cache/ is pure: no event loop, no sockets, no clock (STYLE.md).
 check-layering:
