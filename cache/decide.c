@@ -37,148 +37,12 @@
 
 #include "kwc/base.h"
 #include "kwc/cont.h"
+#include "kwc/gostr.h"
 #include "kwc/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- a small string builder ---- */
-
-struct sb {
-    char *p;
-    size_t len, cap;
-};
-
-static void
-sb_put(struct sb *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 128;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void
-sb_puts(struct sb *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
-static char *
-sb_take(struct sb *b)
-{
-    char *p = b->p ? b->p : xstrdup("");
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
-}
-
-/* ---- Go's strconv.Quote ---- */
-
-/* utf8.DecodeRune: width, or 0 for a byte that starts no valid sequence. */
-static size_t
-utf8_rune(const unsigned char *s, size_t left, uint32_t *r)
-{
-    unsigned char c = s[0];
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF)
-        n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-        n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else
-        return 0;
-    if (left < n || s[1] < lo || s[1] > hi)
-        return 0;
-    uint32_t v = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-    for (size_t i = 1; i < n; i++) {
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-        v = v << 6 | (s[i] & 0x3F);
-    }
-    *r = v;
-    return n;
-}
-
-/* strconv.IsPrint: exact below U+0100; above, the space, format, private-use
- * and noncharacter blocks (unassigned code points are taken as printable). */
-static bool
-go_is_print(uint32_t r)
-{
-    static const uint32_t not_print[][2] = {
-        {0x0600, 0x0605},   {0x061C, 0x061C},   {0x06DD, 0x06DD},   {0x070F, 0x070F},
-        {0x0890, 0x0891},   {0x08E2, 0x08E2},   {0x1680, 0x1680},   {0x180E, 0x180E},
-        {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x206F},   {0x3000, 0x3000},
-        {0xD800, 0xF8FF},   {0xFDD0, 0xFDEF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},
-        {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
-        {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F}, {0xF0000, 0x10FFFF},
-    };
-    if (r < 0x80)
-        return r >= 0x20 && r < 0x7F;
-    if (r <= 0xFF)
-        return r >= 0xA1 && r != 0xAD;
-    if ((r & 0xFFFE) == 0xFFFE)
-        return false;
-    for (size_t i = 0; i < KWC_ARRAY_LEN(not_print); i++)
-        if (r >= not_print[i][0] && r <= not_print[i][1])
-            return false;
-    return true;
-}
-
-/* Append strconv.Quote(s) (Go's %q of a string). */
-static void
-go_quote(struct sb *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *u = (const unsigned char *)s;
-    size_t len = strlen(s);
-    char e[16];
-    sb_puts(b, "\"");
-    for (size_t i = 0; i < len;) {
-        uint32_t r = u[i];
-        size_t w = 1;
-        if (r >= 0x80) {
-            w = utf8_rune(u + i, len - i, &r);
-            if (w == 0) { /* an invalid byte: \xNN */
-                snprintf(e, sizeof(e), "\\x%c%c", hex[u[i] >> 4], hex[u[i] & 0xF]);
-                sb_puts(b, e);
-                i++;
-                continue;
-            }
-        }
-        if (r == '"' || r == '\\') {
-            e[0] = '\\', e[1] = (char)r;
-            sb_put(b, e, 2);
-        } else if (go_is_print(r)) {
-            sb_put(b, s + i, w);
-        } else if (r && r < 0x20 && strchr("\a\b\f\n\r\t\v", (int)r)) {
-            static const char esc[] = "abfnrtv";
-            e[0] = '\\';
-            e[1] = esc[strchr("\a\b\f\n\r\t\v", (int)r) - "\a\b\f\n\r\t\v"];
-            sb_put(b, e, 2);
-        } else if (r < 0x20 || r == 0x7F) {
-            snprintf(e, sizeof(e), "\\x%c%c", hex[r >> 4], hex[r & 0xF]);
-            sb_puts(b, e);
-        } else if (r < 0x10000) {
-            snprintf(e, sizeof(e), "\\u%04x", (unsigned)r);
-            sb_puts(b, e);
-        } else {
-            snprintf(e, sizeof(e), "\\U%08x", (unsigned)r);
-            sb_puts(b, e);
-        }
-        i += w;
-    }
-    sb_puts(b, "\"");
-}
 
 /* ---- strconv.ParseUint / ParseInt, base 10, 64 bits ---- */
 
@@ -225,13 +89,13 @@ parse_int(const char *s, int64_t *out)
 
 /* strconv.NumError.Error(): `strconv.<fn>: parsing "<s>": <why>` */
 static void
-num_error(struct sb *b, const char *fn, const char *s, enum numerr e)
+num_error(struct gostr_buf *b, const char *fn, const char *s, enum numerr e)
 {
-    sb_puts(b, "strconv.");
-    sb_puts(b, fn);
-    sb_puts(b, ": parsing ");
-    go_quote(b, s);
-    sb_puts(b, e == NUM_RANGE ? ": value out of range" : ": invalid syntax");
+    gostr_add(b, "strconv.");
+    gostr_add(b, fn);
+    gostr_add(b, ": parsing ");
+    gostr_quote(b, s, strlen(s));
+    gostr_add(b, e == NUM_RANGE ? ": value out of range" : ": invalid syntax");
 }
 
 /* ---- results ---- */
@@ -303,11 +167,11 @@ validate_list(const struct decide_req *req, struct decide_result *out)
             forbidden(&fe, "resourceVersionMatch",
                       "resourceVersionMatch is forbidden when continue is provided");
         if (strcmp(match, "Exact") != 0 && strcmp(match, "NotOlderThan") != 0) {
-            struct sb b = {0};
-            sb_puts(&b, "Unsupported value: ");
-            go_quote(&b, match);
-            sb_puts(&b, ": supported values: \"Exact\", \"NotOlderThan\", \"\"");
-            field_err(&fe, "FieldValueNotSupported", "resourceVersionMatch", sb_take(&b));
+            struct gostr_buf b = {0};
+            gostr_add(&b, "Unsupported value: ");
+            gostr_quote(&b, match, strlen(match));
+            gostr_add(&b, ": supported values: \"Exact\", \"NotOlderThan\", \"\"");
+            field_err(&fe, "FieldValueNotSupported", "resourceVersionMatch", gostr_take(&b));
         }
         if (strcmp(match, "Exact") == 0 && strcmp(rv, "0") == 0)
             forbidden(&fe, "resourceVersionMatch",
@@ -320,22 +184,22 @@ validate_list(const struct decide_req *req, struct decide_result *out)
 
     /* errors.NewInvalid: `<Kind>.<group> "<name>" is invalid: <aggregate>`,
      * the aggregate being the one error or "[e1, e2, ...]" */
-    struct sb m = {0};
-    sb_puts(&m, "ListOptions.meta.k8s.io \"\" is invalid: ");
+    struct gostr_buf m = {0};
+    gostr_add(&m, "ListOptions.meta.k8s.io \"\" is invalid: ");
     if (fe.n > 1)
-        sb_puts(&m, "[");
+        gostr_add(&m, "[");
     for (size_t i = 0; i < fe.n; i++) {
         if (i)
-            sb_puts(&m, ", ");
-        sb_puts(&m, fe.causes[i].field);
-        sb_puts(&m, ": ");
-        sb_puts(&m, fe.bodies[i]);
+            gostr_add(&m, ", ");
+        gostr_add(&m, fe.causes[i].field);
+        gostr_add(&m, ": ");
+        gostr_add(&m, fe.bodies[i]);
     }
     if (fe.n > 1)
-        sb_puts(&m, "]");
+        gostr_add(&m, "]");
     struct status_details d = {
         .group = "meta.k8s.io", .kind = "ListOptions", .causes = fe.causes, .ncauses = fe.n};
-    set_error(out, 422, "Invalid", sb_take(&m), &d);
+    set_error(out, 422, "Invalid", gostr_take(&m), &d);
     for (size_t i = 0; i < fe.n; i++)
         free(fe.bodies[i]);
     return true;
@@ -352,11 +216,11 @@ nonempty(const char *s)
 /* storage.InvalidError of ParseResourceVersion:
  * `resourceVersion: Invalid value: "<rv>": strconv.ParseUint: parsing "<rv>": <why>` */
 static void
-rv_error(struct sb *b, const char *rv, enum numerr e)
+rv_error(struct gostr_buf *b, const char *rv, enum numerr e)
 {
-    sb_puts(b, "resourceVersion: Invalid value: ");
-    go_quote(b, rv);
-    sb_puts(b, ": ");
+    gostr_add(b, "resourceVersion: Invalid value: ");
+    gostr_quote(b, rv, strlen(rv));
+    gostr_add(b, ": ");
     num_error(b, "ParseUint", rv, e);
 }
 
@@ -406,9 +270,9 @@ decide_get(const struct decide_req *req, const struct decide_cache *cache,
     }
     enum numerr e = parse_uint(rv, &n);
     if (e != NUM_OK) {
-        struct sb b = {0};
+        struct gostr_buf b = {0};
         rv_error(&b, rv, e);
-        set_error(out, 500, "", sb_take(&b), NULL);
+        set_error(out, 500, "", gostr_take(&b), NULL);
         return;
     }
     if (n == 0) {
@@ -424,7 +288,7 @@ decide_list(const struct decide_req *req, const struct decide_cache *cache,
 {
     int64_t limit = 0;
     enum numerr e;
-    struct sb b = {0};
+    struct gostr_buf b = {0};
 
     /* 1. query decoding: timeoutSeconds, limit, then the selectors */
     if (req->timeout_seconds) {
@@ -432,7 +296,7 @@ decide_list(const struct decide_req *req, const struct decide_cache *cache,
         e = parse_int(req->timeout_seconds, &t);
         if (e != NUM_OK) {
             num_error(&b, "ParseInt", req->timeout_seconds, e);
-            bad_request(out, sb_take(&b));
+            bad_request(out, gostr_take(&b));
             return;
         }
     }
@@ -440,7 +304,7 @@ decide_list(const struct decide_req *req, const struct decide_cache *cache,
         e = parse_int(req->limit, &limit);
         if (e != NUM_OK) {
             num_error(&b, "ParseInt", req->limit, e);
-            bad_request(out, sb_take(&b));
+            bad_request(out, gostr_take(&b));
             return;
         }
     }
@@ -480,9 +344,9 @@ decide_list(const struct decide_req *req, const struct decide_cache *cache,
             /* etcd3 GetList wraps it in a 400; the cacher returns the
              * storage.InvalidError as is, which becomes a plain 500 */
             if (etcd)
-                sb_puts(&b, "invalid resource version: ");
+                gostr_add(&b, "invalid resource version: ");
             rv_error(&b, rv, e);
-            set_error(out, etcd ? 400 : 500, etcd ? "BadRequest" : "", sb_take(&b), NULL);
+            set_error(out, etcd ? 400 : 500, etcd ? "BadRequest" : "", gostr_take(&b), NULL);
             return;
         }
     }

@@ -24,63 +24,9 @@
 #include <string.h>
 
 #include "kwc/base.h"
+#include "kwc/gostr.h"
 
 /* ---- small helpers ------------------------------------------------------ */
-
-/* A growing NUL-terminated string. */
-struct sb {
-    char *p;
-    size_t len, cap;
-};
-
-static void
-sb_addn(struct sb *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 128;
-        while (c < b->len + n + 1)
-            c *= 2;
-        b->p = xrealloc(b->p, c);
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void
-sb_add(struct sb *b, const char *s)
-{
-    sb_addn(b, s, strlen(s));
-}
-
-static void
-sb_addc(struct sb *b, char c)
-{
-    sb_addn(b, &c, 1);
-}
-
-static void
-sb_addu(struct sb *b, uint64_t v)
-{
-    char tmp[24];
-    size_t i = sizeof tmp;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    sb_addn(b, tmp + i, sizeof tmp - i);
-}
-
-/* Takes the string out of b (new; never NULL). */
-static char *
-sb_take(struct sb *b)
-{
-    char *p = b->p ? b->p : xstrdup("");
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
-}
 
 /* A byte range of the input. */
 struct slice {
@@ -98,145 +44,6 @@ slice_cmp(const void *a, const void *b)
     if (c)
         return c;
     return x->n < y->n ? -1 : x->n > y->n;
-}
-
-static const char lowerhex[] = "0123456789abcdef";
-
-static void
-sb_addhex(struct sb *b, const char *prefix, uint32_t v, int digits)
-{
-    sb_add(b, prefix);
-    for (int s = (digits - 1) * 4; s >= 0; s -= 4)
-        sb_addc(b, lowerhex[(v >> s) & 0xF]);
-}
-
-#define RUNE_ERROR 0xFFFDu
-
-/* Go's utf8.DecodeRune: the code point at s and its width; an invalid or
- * truncated sequence (overlong, surrogate, past U+10FFFF) is (U+FFFD, 1). */
-static uint32_t
-decode_rune(const unsigned char *s, size_t left, size_t *width)
-{
-    unsigned char c = s[0];
-    *width = 1;
-    if (c < 0x80)
-        return c;
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;
-    uint32_t r;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-        r = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        r = c & 0x0F;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        r = c & 0x07;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return RUNE_ERROR;
-    }
-    if (left < n || s[1] < lo || s[1] > hi)
-        return RUNE_ERROR;
-    r = r << 6 | (s[1] & 0x3F);
-    for (size_t i = 2; i < n; i++) {
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return RUNE_ERROR;
-        r = r << 6 | (s[i] & 0x3F);
-    }
-    *width = n;
-    return r;
-}
-
-/*
- * unicode.IsPrint for r >= 0x80: false for the categories Cc, Cf, Co, Cs,
- * Zs, Zl and Zp (Unicode 14 ranges) and for noncharacters. Go also treats
- * unassigned code points (Cn) as unprintable; we print them as is, which only
- * changes how an error message quotes a key that nobody could have meant.
- */
-static bool
-go_isprint(uint32_t r)
-{
-    static const uint32_t unprintable[][2] = {
-        {0x80, 0xA0},       {0xAD, 0xAD},       {0x600, 0x605},      {0x61C, 0x61C},
-        {0x6DD, 0x6DD},     {0x70F, 0x70F},     {0x890, 0x891},      {0x8E2, 0x8E2},
-        {0x1680, 0x1680},   {0x180E, 0x180E},   {0x2000, 0x200F},    {0x2028, 0x202F},
-        {0x205F, 0x2064},   {0x2066, 0x206F},   {0x3000, 0x3000},    {0xD800, 0xF8FF},
-        {0xFDD0, 0xFDEF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},    {0x110BD, 0x110BD},
-        {0x110CD, 0x110CD}, {0x13430, 0x13438}, {0x1BCA0, 0x1BCA3},  {0x1D173, 0x1D17A},
-        {0xE0001, 0xE0001}, {0xE0020, 0xE007F}, {0xF0000, 0x10FFFF},
-    };
-    if (r < 0x80)
-        return r >= 0x20 && r < 0x7F;
-    if ((r & 0xFFFE) == 0xFFFE)
-        return false;
-    for (size_t i = 0; i < KWC_ARRAY_LEN(unprintable); i++)
-        if (r >= unprintable[i][0] && r <= unprintable[i][1])
-            return false;
-    return true;
-}
-
-/* fmt's %q of a Go string (strconv.Quote). */
-static void
-go_quote(struct sb *b, const char *s, size_t n)
-{
-    sb_addc(b, '"');
-    for (size_t i = 0; i < n;) {
-        size_t w;
-        uint32_t r = decode_rune((const unsigned char *)s + i, n - i, &w);
-        if (r == RUNE_ERROR && w == 1) {
-            sb_addhex(b, "\\x", (unsigned char)s[i], 2);
-            i++;
-            continue;
-        }
-        if (r == '"' || r == '\\') {
-            sb_addc(b, '\\');
-            sb_addc(b, (char)r);
-        } else if (go_isprint(r)) {
-            sb_addn(b, s + i, w);
-        } else {
-            switch (r) {
-            case '\a':
-                sb_add(b, "\\a");
-                break;
-            case '\b':
-                sb_add(b, "\\b");
-                break;
-            case '\f':
-                sb_add(b, "\\f");
-                break;
-            case '\n':
-                sb_add(b, "\\n");
-                break;
-            case '\r':
-                sb_add(b, "\\r");
-                break;
-            case '\t':
-                sb_add(b, "\\t");
-                break;
-            case '\v':
-                sb_add(b, "\\v");
-                break;
-            default:
-                if (r < ' ' || r == 0x7F)
-                    sb_addhex(b, "\\x", r, 2);
-                else if (r < 0x10000)
-                    sb_addhex(b, "\\u", r, 4);
-                else
-                    sb_addhex(b, "\\U", r, 8);
-            }
-        }
-        i += w;
-    }
-    sb_addc(b, '"');
 }
 
 /* strconv.ParseInt(s, 10, 64). */
@@ -332,17 +139,17 @@ dns1123_subdomain_ok(const char *s, size_t n)
 /* Adds one message to a "; "-joined detail (validateLabelKey/Value join the
  * messages of IsQualifiedName/IsValidLabelValue that way). */
 static void
-detail(struct sb *d, const char *part, const char *msg)
+detail(struct gostr_buf *d, const char *part, const char *msg)
 {
     if (d->len)
-        sb_add(d, "; ");
-    sb_add(d, part);
-    sb_add(d, msg);
+        gostr_add(d, "; ");
+    gostr_add(d, part);
+    gostr_add(d, msg);
 }
 
 /* validation.IsQualifiedName; leaves d empty when k is a valid label key. */
 static void
-check_label_key(const char *k, size_t n, struct sb *d)
+check_label_key(const char *k, size_t n, struct gostr_buf *d)
 {
     const char *name = k;
     size_t nlen = n;
@@ -376,7 +183,7 @@ check_label_key(const char *k, size_t n, struct sb *d)
 
 /* validation.IsValidLabelValue. */
 static void
-check_label_value(const char *v, size_t n, struct sb *d)
+check_label_value(const char *v, size_t n, struct gostr_buf *d)
 {
     if (n > LABEL_VALUE_MAX)
         detail(d, "", "must be no more than 63 characters");
@@ -531,7 +338,7 @@ enum ctx { CTX_KEYOP, CTX_VALUES };
 struct lparser {
     struct lexer lx;
     struct token la; /* the one token of lookahead the Go parser uses */
-    struct sb *err;
+    struct gostr_buf *err;
     struct sel *s;
     size_t cap;
 };
@@ -557,10 +364,10 @@ consume(struct lparser *p, enum ctx c)
 static int
 found(struct lparser *p, struct token t, const char *rest)
 {
-    sb_add(p->err, "found '");
-    sb_addn(p->err, t.lit.p, t.lit.n);
-    sb_add(p->err, "'");
-    sb_add(p->err, rest);
+    gostr_add(p->err, "found '");
+    gostr_addn(p->err, t.lit.p, t.lit.n);
+    gostr_add(p->err, "'");
+    gostr_add(p->err, rest);
     return KWC_EPARSE;
 }
 
@@ -697,41 +504,41 @@ new_requirement(struct lparser *p, struct slice key, enum lop op, struct vset *v
     if (op == LOP_GT || op == LOP_LT) {
         /* the parser always supplies exactly one value here */
         if (!go_parse_int64(vs->v[0].p, vs->v[0].n, &num)) {
-            struct sb m = {0};
-            sb_add(&m, "values[0]: Invalid value: ");
-            go_quote(&m, vs->v[0].p, vs->v[0].n);
-            sb_add(&m, ": for 'Gt', 'Lt' operators, the value must be an integer");
-            msgs_add(&msgs, &nmsgs, sb_take(&m));
+            struct gostr_buf m = {0};
+            gostr_add(&m, "values[0]: Invalid value: ");
+            gostr_quote(&m, vs->v[0].p, vs->v[0].n);
+            gostr_add(&m, ": for 'Gt', 'Lt' operators, the value must be an integer");
+            msgs_add(&msgs, &nmsgs, gostr_take(&m));
         }
     }
     for (size_t i = 0; i < vs->n; i++) {
-        struct sb d = {0};
+        struct gostr_buf d = {0};
         check_label_value(vs->v[i].p, vs->v[i].n, &d);
         if (!d.len)
             continue;
-        struct sb m = {0};
-        sb_add(&m, "values[");
-        sb_addu(&m, i);
-        sb_add(&m, "][");
-        sb_addn(&m, key.p, key.n);
-        sb_add(&m, "]: Invalid value: ");
-        go_quote(&m, vs->v[i].p, vs->v[i].n);
-        sb_add(&m, ": ");
-        sb_addn(&m, d.p, d.len);
+        struct gostr_buf m = {0};
+        gostr_add(&m, "values[");
+        gostr_addu(&m, i);
+        gostr_add(&m, "][");
+        gostr_addn(&m, key.p, key.n);
+        gostr_add(&m, "]: Invalid value: ");
+        gostr_quote(&m, vs->v[i].p, vs->v[i].n);
+        gostr_add(&m, ": ");
+        gostr_addn(&m, d.p, d.len);
         free(d.p);
-        msgs_add(&msgs, &nmsgs, sb_take(&m));
+        msgs_add(&msgs, &nmsgs, gostr_take(&m));
     }
     if (nmsgs) {
         if (nmsgs > 1)
-            sb_addc(p->err, '[');
+            gostr_addc(p->err, '[');
         for (size_t i = 0; i < nmsgs; i++) {
             if (i)
-                sb_add(p->err, ", ");
-            sb_add(p->err, msgs[i]);
+                gostr_add(p->err, ", ");
+            gostr_add(p->err, msgs[i]);
             free(msgs[i]);
         }
         if (nmsgs > 1)
-            sb_addc(p->err, ']');
+            gostr_addc(p->err, ']');
         free(msgs);
         return KWC_EPARSE;
     }
@@ -766,14 +573,14 @@ parse_requirement(struct lparser *p)
     if (t.t != T_IDENT)
         return found(p, t, ", expected: identifier");
     struct slice key = t.lit;
-    struct sb d = {0};
+    struct gostr_buf d = {0};
     check_label_key(key.p, key.n, &d);
     if (d.len) {
         /* validateLabelKey(literal, p.path) with a nil path */
-        sb_add(p->err, "<nil>: Invalid value: ");
-        go_quote(p->err, key.p, key.n);
-        sb_add(p->err, ": ");
-        sb_addn(p->err, d.p, d.len);
+        gostr_add(p->err, "<nil>: Invalid value: ");
+        gostr_quote(p->err, key.p, key.n);
+        gostr_add(p->err, ": ");
+        gostr_addn(p->err, d.p, d.len);
         free(d.p);
         return KWC_EPARSE;
     }
@@ -824,7 +631,7 @@ out:
 
 /* Parser.parse */
 static int
-parse_labels(struct sel *s, const char *src, size_t n, struct sb *err)
+parse_labels(struct sel *s, const char *src, size_t n, struct gostr_buf *err)
 {
     struct lparser p = {.lx = {src, n, 0}, .err = err, .s = s};
     p.la = lex(&p.lx);
@@ -835,10 +642,10 @@ parse_labels(struct sel *s, const char *src, size_t n, struct sb *err)
         if (t.t != T_IDENT && t.t != T_NOT)
             return found(&p, t, ", expected: !, identifier, or 'end of string'");
         if (s->nl == SEL_MAX_TERMS) {
-            sb_add(err, "label selector has more than 256 requirements");
+            gostr_add(err, "label selector has more than 256 requirements");
             return KWC_ETOOBIG;
         }
-        sb_add(err, "unable to parse requirement: ");
+        gostr_add(err, "unable to parse requirement: ");
         int rc = parse_requirement(&p);
         if (rc)
             return rc;
@@ -861,54 +668,54 @@ parse_labels(struct sel *s, const char *src, size_t n, struct sb *err)
  * an error. Only a value that needs unescaping goes through Go's rune loop,
  * which turns each invalid UTF-8 byte into U+FFFD; others are kept as is. */
 static int
-unescape(struct slice v, struct sb *out, struct sb *err)
+unescape(struct slice v, struct gostr_buf *out, struct gostr_buf *err)
 {
     bool special = false;
     for (size_t i = 0; i < v.n && !special; i++)
         special = v.p[i] == '\\' || v.p[i] == ',' || v.p[i] == '=';
     if (!special) {
-        sb_addn(out, v.p, v.n);
+        gostr_addn(out, v.p, v.n);
         return 0;
     }
     bool in_slash = false;
     for (size_t i = 0; i < v.n;) {
         size_t w;
-        uint32_t r = decode_rune((const unsigned char *)v.p + i, v.n - i, &w);
+        uint32_t r = gostr_decode_rune((const unsigned char *)v.p + i, v.n - i, &w);
         const char *enc = v.p + i;
         size_t enclen = w;
-        if (r == RUNE_ERROR && w == 1) {
+        if (r == GOSTR_RUNE_ERROR && w == 1) {
             enc = "\xEF\xBF\xBD";
             enclen = 3;
         }
         i += w;
         if (in_slash) {
             if (r != '\\' && r != ',' && r != '=') {
-                sb_add(err, "invalid field selector: invalid escape sequence: \\");
-                sb_addn(err, enc, enclen);
+                gostr_add(err, "invalid field selector: invalid escape sequence: \\");
+                gostr_addn(err, enc, enclen);
                 return KWC_EPARSE;
             }
-            sb_addc(out, (char)r);
+            gostr_addc(out, (char)r);
             in_slash = false;
         } else if (r == '\\') {
             in_slash = true;
         } else if (r == ',' || r == '=') {
             /* UnescapedRune prints the rune with %v: its number */
-            sb_add(err, "invalid field selector: unescaped character in value: ");
-            sb_addu(err, r);
+            gostr_add(err, "invalid field selector: unescaped character in value: ");
+            gostr_addu(err, r);
             return KWC_EPARSE;
         } else {
-            sb_addn(out, enc, enclen);
+            gostr_addn(out, enc, enclen);
         }
     }
     if (in_slash) {
-        sb_add(err, "invalid field selector: invalid escape sequence: \\");
+        gostr_add(err, "invalid field selector: invalid escape sequence: \\");
         return KWC_EPARSE;
     }
     return 0;
 }
 
 static int
-parse_fields(struct sel *s, const char *src, size_t n, struct sb *err)
+parse_fields(struct sel *s, const char *src, size_t n, struct gostr_buf *err)
 {
     if (n == 0)
         return 0;
@@ -937,7 +744,7 @@ parse_fields(struct sel *s, const char *src, size_t n, struct sb *err)
         nonempty += parts[i].n != 0;
     int rc = 0;
     if (nonempty > SEL_MAX_TERMS) {
-        sb_add(err, "field selector has more than 256 terms");
+        gostr_add(err, "field selector has more than 256 terms");
         rc = KWC_ETOOBIG;
         goto out;
     }
@@ -962,16 +769,16 @@ parse_fields(struct sel *s, const char *src, size_t n, struct sb *err)
                 break;
         }
         if (!oplen) {
-            sb_add(err, "invalid selector: '");
-            sb_addn(err, src, n);
-            sb_add(err, "'; can't understand '");
-            sb_addn(err, part.p, part.n);
-            sb_add(err, "'");
+            gostr_add(err, "invalid selector: '");
+            gostr_addn(err, src, n);
+            gostr_add(err, "'; can't understand '");
+            gostr_addn(err, part.p, part.n);
+            gostr_add(err, "'");
             rc = KWC_EPARSE;
             goto out;
         }
         struct slice value = {part.p + j + oplen, part.n - j - oplen};
-        struct sb v = {0};
+        struct gostr_buf v = {0};
         rc = unescape(value, &v, err);
         if (rc) {
             free(v.p);
@@ -985,7 +792,7 @@ parse_fields(struct sel *s, const char *src, size_t n, struct sb *err)
         }
         struct fterm *ft = &s->fterms[s->nf++];
         ft->field = xstrndup(part.p, j);
-        ft->value = sb_take(&v);
+        ft->value = gostr_take(&v);
         ft->neg = neg;
     }
     s->fnames = xcalloc(s->nf ? s->nf : 1, sizeof *s->fnames);
@@ -1011,12 +818,12 @@ sel_parse(const char *label_selector, const char *field_selector, struct sel **o
     if (err)
         *err = NULL;
     struct sel *s = xcalloc(1, sizeof *s);
-    struct sb e = {0};
+    struct gostr_buf e = {0};
     int rc = 0;
     size_t ln = label_selector ? strnlen(label_selector, SEL_MAX_LEN + 1) : 0;
     size_t fn = field_selector ? strnlen(field_selector, SEL_MAX_LEN + 1) : 0;
     if (ln > SEL_MAX_LEN) {
-        sb_add(&e, "label selector is longer than 16384 bytes");
+        gostr_add(&e, "label selector is longer than 16384 bytes");
         rc = KWC_ETOOBIG;
         goto fail;
     }
@@ -1024,7 +831,7 @@ sel_parse(const char *label_selector, const char *field_selector, struct sel **o
     if (rc)
         goto fail;
     if (fn > SEL_MAX_LEN) {
-        sb_add(&e, "field selector is longer than 16384 bytes");
+        gostr_add(&e, "field selector is longer than 16384 bytes");
         rc = KWC_ETOOBIG;
         goto fail;
     }
@@ -1037,7 +844,7 @@ sel_parse(const char *label_selector, const char *field_selector, struct sel **o
 fail:
     sel_free(s);
     if (err)
-        *err = sb_take(&e);
+        *err = gostr_take(&e);
     else
         free(e.p);
     return rc;
