@@ -293,6 +293,18 @@ decode_obj(const MDB_val *k, const MDB_val *v, struct store_obj *o)
     o->raw_len = v->mv_size - 12 - il;
 }
 
+/* The resource's meta for a write of ev, after bounding ev's sizes. */
+static struct meta_rec *
+event_meta(struct store_wtxn *w, struct store_res *r, const struct store_event *ev, int *err)
+{
+    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
+        ev->obj_len > UINT32_MAX / 2) {
+        *err = KWC_ETOOBIG;
+        return NULL;
+    }
+    return wmeta(w, r, err);
+}
+
 static int
 put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
         bool is_new)
@@ -321,12 +333,9 @@ int
 store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_event *ev)
 {
     int err = 0;
-    struct meta_rec *m = wmeta(w, r, &err);
+    struct meta_rec *m = event_meta(w, r, ev, &err);
     if (!m)
         return err;
-    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
-        ev->obj_len > UINT32_MAX / 2)
-        return KWC_ETOOBIG;
     if (ev->type < STORE_ADDED || ev->type > STORE_DELETED)
         return KWC_EPARSE;
 
@@ -397,12 +406,9 @@ int
 store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_event *ev)
 {
     int err = 0;
-    struct meta_rec *m = wmeta(w, r, &err);
+    struct meta_rec *m = event_meta(w, r, ev, &err);
     if (!m)
         return err;
-    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
-        ev->obj_len > UINT32_MAX / 2)
-        return KWC_ETOOBIG;
     MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key}, cur;
     int rc = mdb_get(w->txn, r->objs, &k, &cur);
     if (rc && rc != MDB_NOTFOUND)

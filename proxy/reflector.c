@@ -66,6 +66,8 @@ struct refl {
     struct refl_ingest *ing;
     struct refl_desc d;
     char *identity;
+    char *typemeta;          /* `{"kind":K,"apiVersion":V,` as the watch writes it */
+    size_t typemeta_len;
     enum refl_state state;
     struct up_xfer *x;
     int status;
@@ -102,6 +104,15 @@ secs_since(const struct timespec *t0)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static char *
+memdup(const void *p, size_t n)
+{
+    char *d = xmalloc(n ? n : 1);
+    if (n)
+        memcpy(d, p, n);
+    return d;
 }
 
 /* ---- the batched writer ---- */
@@ -247,19 +258,15 @@ decode_obj(struct refl *r, const char *json, size_t len, bool from_watch, struct
     }
     out->obj = json;
     out->obj_len = len;
-    if (from_watch && !r->d.typed_items) {
+    size_t pl = r->typemeta_len;
+    if (from_watch && !r->d.typed_items && r->typemeta && len > pl &&
+        memcmp(json, r->typemeta, pl) == 0) {
         /* cut the TypeMeta kube writes first on typed objects */
-        char prefix[512];
-        int pl = snprintf(prefix, sizeof(prefix), "{\"kind\":\"%s\",\"apiVersion\":\"%s\",", r->d.kind,
-                          r->d.api_version);
-        if (pl > 0 && (size_t)pl < sizeof(prefix) && len > (size_t)pl &&
-            memcmp(json, prefix, (size_t)pl) == 0) {
-            out->own = xmalloc(len - (size_t)pl + 1);
-            out->own[0] = '{';
-            memcpy(out->own + 1, json + pl, len - (size_t)pl);
-            out->obj = out->own;
-            out->obj_len = len - (size_t)pl + 1;
-        }
+        out->own = xmalloc(len - pl + 1);
+        out->own[0] = '{';
+        memcpy(out->own + 1, json + pl, len - pl);
+        out->obj = out->own;
+        out->obj_len = len - pl + 1;
     }
     return 0;
 }
@@ -277,8 +284,7 @@ push_event(struct refl *r, enum store_ev_type type, struct decoded *d)
     p->idx = d->idx;
     p->idx_len = d->idx_len;
     d->idx = NULL;
-    p->obj = xmalloc(d->obj_len);
-    memcpy(p->obj, d->obj, d->obj_len);
+    p->obj = memdup(d->obj, d->obj_len);
     p->obj_len = d->obj_len;
     r->ing->bytes += p->obj_len + p->key_len + p->idx_len;
     if (d->rv > r->rv)
@@ -362,6 +368,9 @@ on_discovery_done(void *arg, int err, const char *msg)
             free(r->d.list_kind);
             r->d.kind = xstrdup(kind);
             r->d.list_kind = xasprintf("%sList", kind);
+            free(r->typemeta);
+            r->typemeta = xasprintf("{\"kind\":\"%s\",\"apiVersion\":\"%s\",", kind, r->d.api_version);
+            r->typemeta_len = strlen(r->typemeta);
             found = true;
             break;
         }
@@ -428,6 +437,20 @@ diff_reset(struct refl *r)
     r->ndiff = r->capdiff = 0;
 }
 
+/* Append a relist difference; it takes key, obj and idx (all new). */
+static void
+diff_add(struct refl *r, enum store_ev_type type, uint64_t rv, char *key, size_t key_len, char *obj,
+         size_t obj_len, char *idx, size_t idx_len)
+{
+    if (r->ndiff == r->capdiff) {
+        r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
+        r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
+    }
+    r->dpend[r->ndiff++] = (struct pend){.r = r, .type = type, .rv = rv, .key = key,
+                                         .key_len = key_len, .obj = obj, .obj_len = obj_len,
+                                         .idx = idx, .idx_len = idx_len};
+}
+
 struct del_scan {
     struct refl *r;
 };
@@ -440,23 +463,8 @@ on_stored_obj(void *arg, const struct store_obj *o)
     char *k = xstrndup(o->key, o->key_len);
     bool seen = bsearch(&k, r->seen, r->nseen, sizeof(char *), cmp_key) != NULL;
     if (!seen) {
-        if (r->ndiff == r->capdiff) {
-            r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
-            r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
-        }
-        struct pend *p = &r->dpend[r->ndiff++];
-        memset(p, 0, sizeof(*p));
-        p->r = r;
-        p->type = STORE_DELETED;
-        p->rv = r->list_rv;
-        p->key = k;
-        p->key_len = o->key_len;
-        p->obj = xmalloc(o->raw_len);
-        memcpy(p->obj, o->raw, o->raw_len);
-        p->obj_len = o->raw_len;
-        p->idx = xmalloc(o->idx_len ? o->idx_len : 1);
-        memcpy(p->idx, o->idx, o->idx_len);
-        p->idx_len = o->idx_len;
+        diff_add(r, STORE_DELETED, r->list_rv, k, o->key_len, memdup(o->raw, o->raw_len), o->raw_len,
+                 memdup(o->idx, o->idx_len), o->idx_len);
         return 0;
     }
     free(k);
@@ -564,22 +572,8 @@ load_page(struct refl *r, struct obj_list *l, char *err, size_t errlen)
             decoded_fini(&d);
             continue;
         }
-        if (r->ndiff == r->capdiff) {
-            r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
-            r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
-        }
-        struct pend *p = &r->dpend[r->ndiff++];
-        memset(p, 0, sizeof(*p));
-        p->r = r;
-        p->type = g == 0 ? STORE_MODIFIED : STORE_ADDED;
-        p->rv = d.rv;
-        p->key = d.key;
-        p->key_len = d.key_len;
-        p->idx = d.idx;
-        p->idx_len = d.idx_len;
-        p->obj = xmalloc(d.obj_len);
-        memcpy(p->obj, d.obj, d.obj_len);
-        p->obj_len = d.obj_len;
+        diff_add(r, g == 0 ? STORE_MODIFIED : STORE_ADDED, d.rv, d.key, d.key_len,
+                 memdup(d.obj, d.obj_len), d.obj_len, d.idx, d.idx_len);
         d.key = d.idx = NULL;
         decoded_fini(&d);
     }
@@ -949,6 +943,7 @@ refl_free(struct refl *r)
     diff_reset(r);
     free(r->cont);
     free(r->identity);
+    free(r->typemeta);
     free(r->d.group);
     free(r->d.version);
     free(r->d.resource);

@@ -3,6 +3,7 @@ watch under churn, 410 relists after forced compaction, kill -9 during heavy
 ingest, and warm restarts (served at once, even with the upstream down).
 
 The cache is read back independently of kwc with LMDB's own mdb_dump."""
+import json
 import os
 import re
 import signal
@@ -15,16 +16,18 @@ from cluster import Env, Proc, KWC_BIN, http_request, wait_for
 DB = "obj:v1/pods:json"
 
 
-def dump_cache(data_dir, db=DB):
-    """{key: rv} of the objects in one cached resource, via mdb_dump (hex mode:
-    each key and value is one line of hex digits)."""
+def dump_cache(data_dir, db=DB, raw=False):
+    """{key: rv} (raw: {key: object bytes}) of one cached resource, via mdb_dump
+    (hex mode: each key and value is one line of hex digits). A value is
+    u64 rv | u32 index length | index | object."""
     out = subprocess.run(["mdb_dump", "-s", db, data_dir], capture_output=True, check=True).stdout
     lines = out.decode().split("\n")
     i = lines.index("HEADER=END") + 1
     res = {}
     while lines[i] != "DATA=END":
         k, v = bytes.fromhex(lines[i].strip()), bytes.fromhex(lines[i + 1].strip())
-        res[k.decode()] = struct.unpack("<Q", v[:8])[0]
+        il = struct.unpack("<I", v[8:12])[0]
+        res[k.decode()] = v[12 + il:] if raw else struct.unpack("<Q", v[:8])[0]
         i += 2
     return res
 
@@ -55,6 +58,14 @@ class CacheSyncTest(unittest.TestCase):
         missing = set(want) - set(got)
         extra = set(got) - set(want)
         stale = [k for k in want if k in got and got[k] != want[k]]
+        # objects are kept in kube's list-item form (no kind/apiVersion on built-in
+        # kinds), whether they came from the list or from a watch event
+        objs = dump_cache(os.path.join(env.dir, "data"), raw=True)
+        items = json.loads(http_request(env.apisim.port, "GET", "/api/v1/pods")[2])["items"]
+        by_key = {"%s/%s" % (i["metadata"]["namespace"], i["metadata"]["name"]): i for i in items}
+        differ = [k for k in by_key if k in objs and json.loads(objs[k]) != by_key[k]]
+        self.assertEqual(differ, [], "cached objects differ from the upstream's list items")
+        self.assertFalse(any(o.startswith(b'{"kind"') for o in objs.values()))
         self.assertEqual((len(missing), len(extra), len(stale)), (0, 0, 0),
                          "missing %s extra %s stale %s" % (sorted(missing)[:5], sorted(extra)[:5],
                                                            [(k, got[k], want[k]) for k in stale[:5]]))
