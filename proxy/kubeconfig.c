@@ -1081,3 +1081,49 @@ kcfg_free(struct kcfg *k)
     free(k->namespace);
     free(k);
 }
+
+char *
+kcfg_bearer_token(const struct kcfg *k, int *err_no)
+{
+    *err_no = 0;
+    if (!k->token_file)
+        return k->token ? xstrdup(k->token) : NULL;
+    int fd = open(k->token_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *err_no = errno;
+        return NULL;
+    }
+    char *buf = xmalloc(65536 + 1);
+    ssize_t r = read(fd, buf, 65536);
+    *err_no = r < 0 ? errno : 0;
+    close(fd);
+    while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == '\r' || buf[r - 1] == ' ' || buf[r - 1] == '\t'))
+        r--;
+    if (r <= 0) {
+        free(buf);
+        return NULL;
+    }
+    buf[r] = '\0';
+    return buf;
+}
+
+void
+kcfg_server_hostport(const char *server, bool *tls, char *host, size_t hl, char *port, size_t pl)
+{
+    *tls = strncmp(server, "https://", 8) == 0;
+    const char *s = server + (*tls ? 8 : strncmp(server, "http://", 7) == 0 ? 7 : 0);
+    size_t n = strcspn(s, "/");
+    const char *colon = NULL;
+    if (s[0] == '[') {
+        const char *rb = memchr(s, ']', n);
+        snprintf(host, hl, "%.*s", rb ? (int)(rb - s - 1) : 0, s + 1);
+        colon = rb && rb + 1 < s + n && rb[1] == ':' ? rb + 1 : NULL;
+    } else {
+        colon = memchr(s, ':', n);
+        snprintf(host, hl, "%.*s", (int)(colon ? (size_t)(colon - s) : n), s);
+    }
+    if (colon)
+        snprintf(port, pl, "%.*s", (int)(s + n - colon - 1), colon + 1);
+    else
+        snprintf(port, pl, "%s", *tls ? "443" : "80");
+}

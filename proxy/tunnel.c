@@ -40,7 +40,6 @@
 #define TUN_MAGIC 0x74756e31u /* "tun1" */
 #define TUN_HIGH (1024 * 1024)
 #define TUN_LOW (256 * 1024)
-#define TUN_TOKEN_MAX 65536
 
 struct tunnel {
     uint32_t magic;
@@ -105,28 +104,6 @@ get_tls_ctx(const struct kcfg *k)
     ERR_clear_error();
     tls_ctx = ctx;
     return ctx;
-}
-
-/* Split "https://host:port/..." into host (brackets removed) and port. */
-static void
-split_server(const char *server, bool *tls, char *host, size_t hl, char *port, size_t pl)
-{
-    *tls = strncmp(server, "https://", 8) == 0;
-    const char *s = server + (*tls ? 8 : 7);
-    size_t n = strcspn(s, "/");
-    const char *colon = NULL;
-    if (s[0] == '[') {
-        const char *rb = memchr(s, ']', n);
-        snprintf(host, hl, "%.*s", rb ? (int)(rb - s - 1) : 0, s + 1);
-        colon = rb && rb + 1 < s + n && rb[1] == ':' ? rb + 1 : NULL;
-    } else {
-        colon = memchr(s, ':', n);
-        snprintf(host, hl, "%.*s", (int)(colon ? (size_t)(colon - s) : n), s);
-    }
-    if (colon)
-        snprintf(port, pl, "%.*s", (int)(s + n - colon - 1), colon + 1);
-    else
-        snprintf(port, pl, "%s", *tls ? "443" : "80");
 }
 
 /* ---- relay ---- */
@@ -268,34 +245,13 @@ add_header(evhtp_kv_t *kv, void *arg)
     return 0;
 }
 
-static char *
-bearer_token(const struct kcfg *k)
-{
-    if (k->token_file) {
-        int fd = open(k->token_file, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            char *buf = xmalloc(TUN_TOKEN_MAX + 1);
-            ssize_t r = read(fd, buf, TUN_TOKEN_MAX);
-            close(fd);
-            if (r > 0) {
-                while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == '\r' || buf[r - 1] == ' '))
-                    r--;
-                buf[r] = '\0';
-                return buf;
-            }
-            free(buf);
-        }
-    }
-    return k->token ? xstrdup(k->token) : NULL;
-}
-
 void
 tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
 {
     const struct kcfg *k = o->k;
     bool tls;
     char host[256], port[16];
-    split_server(k->server, &tls, host, sizeof(host), port, sizeof(port));
+    kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
     const char *sni = k->tls_server_name ? k->tls_server_name : host;
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
@@ -312,7 +268,8 @@ tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
     struct head_ctx hc = {.out = head, .strip = o->strip_credentials};
     evhtp_headers_for_each(req->headers_in, add_header, &hc);
     if (o->strip_credentials) {
-        char *tok = bearer_token(k);
+        int ferr;
+        char *tok = kcfg_bearer_token(k, &ferr);
         if (tok)
             evbuffer_add_printf(head, "Authorization: Bearer %s\r\n", tok);
         free(tok);

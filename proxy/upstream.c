@@ -32,7 +32,6 @@
 #define UP_MAGIC 0x75706331u   /* "upc1" */
 #define XFER_MAGIC 0x75707831u /* "upx1" */
 #define TOKEN_REREAD_S 60
-#define TOKEN_MAX 65536
 #define HDR_MAX_COUNT 256
 
 struct up_xfer {
@@ -393,32 +392,22 @@ on_header_timeout(evutil_socket_t fd, short what, void *arg)
 static void
 refresh_bearer(struct up_client *c)
 {
-    const struct kcfg *k = c->k;
-    if (!k->token_file)
+    if (!c->k->token_file)
         return;
     time_t now = time(NULL);
     if (c->bearer && now - c->bearer_read_at < TOKEN_REREAD_S)
         return;
-    int fd = open(k->token_file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    c->bearer_read_at = now;
+    int ferr;
+    char *tok = kcfg_bearer_token(c->k, &ferr);
+    if (!tok) {
         log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
-                  k->token_file, strerror(errno));
-        c->bearer_read_at = now;
+                  c->k->token_file, ferr ? strerror(ferr) : "empty");
         return;
     }
-    char *buf = xmalloc(TOKEN_MAX + 1);
-    ssize_t r = read(fd, buf, TOKEN_MAX);
-    close(fd);
-    if (r > 0) {
-        size_t l = (size_t)r;
-        while (l && isspace((unsigned char)buf[l - 1]))
-            l--;
-        buf[l] = '\0';
-        free(c->bearer);
-        c->bearer = xasprintf("Authorization: Bearer %s", buf);
-    }
-    free(buf);
-    c->bearer_read_at = now;
+    free(c->bearer);
+    c->bearer = xasprintf("Authorization: Bearer %s", tok);
+    free(tok);
 }
 
 /* ---- public API ---- */
@@ -454,19 +443,13 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
     if (k->tls_server_name && strncmp(k->server, "https://", 8) == 0) {
         /* Send SNI and verify as tls-server-name while connecting to server:
          * the URL names tls-server-name, CONNECT_TO maps it to the real host. */
-        const char *hostport = k->server + 8;
-        const char *end = hostport + strcspn(hostport, "/");
-        const char *colon = NULL;
-        for (const char *q = hostport; q < end; q++)
-            if (*q == ':' && (hostport[0] != '[' || (q > hostport && q[-1] == ']')))
-                colon = q;
-        const char *port = colon ? colon + 1 : "443";
-        int portlen = colon ? (int)(end - colon - 1) : 3;
-        int hostlen = (int)((colon ? colon : end) - hostport);
+        bool tls;
+        char host[256], port[16];
+        kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
         free(c->url_base);
-        c->url_base = xasprintf("https://%s:%.*s", k->tls_server_name, portlen, port);
-        c->connect_to = xasprintf("%s:%.*s:%.*s:%.*s", k->tls_server_name, portlen, port,
-                                  hostlen, hostport, portlen, port);
+        c->url_base = xasprintf("https://%s:%s", k->tls_server_name, port);
+        c->connect_to = xasprintf("%s:%s:%s%s%s:%s", k->tls_server_name, port,
+                                  strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
     }
     if (k->token)
         c->bearer = xasprintf("Authorization: Bearer %s", k->token);

@@ -93,4 +93,14 @@ int kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, stru
 /* Free k and wipe its secrets (token, password, private key). Accepts NULL. */
 void kcfg_free(struct kcfg *k);
 
+/* The bearer token to send now: tokenFile read afresh (trailing whitespace
+ * cut, at most 64 KiB), else token. Returns a new string, or NULL when there
+ * is none or the file cannot be read (then *err_no says why, else 0). */
+char *kcfg_bearer_token(const struct kcfg *k, int *err_no);
+
+/* Split server into host (IPv6 brackets removed) and port (the scheme's
+ * default when absent); *tls for https. Truncates to the buffers. */
+void kcfg_server_hostport(const char *server, bool *tls, char *host, size_t hl, char *port,
+                          size_t pl);
+
 #endif

@@ -797,6 +797,62 @@ test_in_cluster(void)
     tmpdir_free(d);
 }
 
+static void
+test_server_hostport(void)
+{
+    static const struct {
+        const char *server, *host, *port;
+        bool tls;
+    } cases[] = {
+        {"https://10.0.0.1:6443", "10.0.0.1", "6443", true},
+        {"https://api.example.com", "api.example.com", "443", true},
+        {"http://127.0.0.1:8080/prefix", "127.0.0.1", "8080", false},
+        {"http://localhost", "localhost", "80", false},
+        {"https://[fd00::1]:6443", "fd00::1", "6443", true},
+        {"https://[::1]", "::1", "443", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool tls;
+        char host[64], port[16];
+        kcfg_server_hostport(cases[i].server, &tls, host, sizeof host, port, sizeof port);
+        ok(tls == cases[i].tls && strcmp(host, cases[i].host) == 0 && strcmp(port, cases[i].port) == 0,
+           cases[i].server);
+    }
+}
+
+static void
+test_bearer_token_rotates(void)
+{
+    char dir[] = "/tmp/kwc-kcfg-tok-XXXXXX";
+    if (!mkdtemp(dir))
+        abort();
+    char path[128];
+    snprintf(path, sizeof path, "%s/token", dir);
+    char stat_tok[] = "static";
+    struct kcfg k = {.token = stat_tok, .token_file = path};
+    FILE *f = fopen(path, "w");
+    fputs("first-token\n", f);
+    fclose(f);
+    int e;
+    char *t = kcfg_bearer_token(&k, &e);
+    is_str(t, "first-token", "tokenFile wins over token, newline cut");
+    free(t);
+    f = fopen(path, "w");
+    fputs("rotated", f);
+    fclose(f);
+    t = kcfg_bearer_token(&k, &e);
+    is_str(t, "rotated", "the file is read afresh");
+    free(t);
+    unlink(path);
+    t = kcfg_bearer_token(&k, &e);
+    ok(t == NULL && e == ENOENT, "a missing file: NULL and errno");
+    rmdir(dir);
+    struct kcfg only = {.token = stat_tok};
+    t = kcfg_bearer_token(&only, &e);
+    is_str(t, "static", "no file: the token");
+    free(t);
+}
+
 int
 main(void)
 {
@@ -815,5 +871,7 @@ main(void)
     TAP_RUN(test_bounds);
     TAP_RUN(test_garbage);
     TAP_RUN(test_in_cluster);
+    TAP_RUN(test_server_hostport);
+    TAP_RUN(test_bearer_token_rotates);
     return tap_done();
 }
