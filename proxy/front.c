@@ -81,15 +81,20 @@ authz_insecure_allow(struct front *f, struct kreq *k)
 /* ---- kwc's own endpoints ---- */
 
 static evhtp_res
-discard_body(evhtp_request_t *req, struct evbuffer *buf, void *arg)
+on_discard(evhtp_request_t *req, struct evbuffer *buf, void *arg)
 {
-    size_t *seen = arg;
-    *seen += evbuffer_get_length(buf);
     evbuffer_drain(buf, evbuffer_get_length(buf));
-    return *seen > DISCARD_MAX ? EVHTP_RES_DATA_TOO_LONG : EVHTP_RES_OK;
+    return EVHTP_RES_OK;
 }
 
-static size_t discard_counter; /* bytes are only counted to bound them; a shared total is enough */
+/* Read and drop the body of a request kwc answers itself; libevhtp closes the
+ * connection past DISCARD_MAX bytes (its count is per request). */
+static void
+discard_body(evhtp_request_t *req)
+{
+    evhtp_request_set_max_body_size(req, DISCARD_MAX);
+    evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)on_discard, NULL);
+}
 
 /* /readyz: every cache synced. The verbose form names each check, as
  * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). */
@@ -164,7 +169,7 @@ route_request(struct front *f, struct kreq *k)
 {
     evhtp_request_t *req = k->req;
     if (is_local_path(k->route.path)) {
-        evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)discard_body, &discard_counter);
+        discard_body(req);
         req->cb = on_local_complete;
         req->cbarg = f;
         return;
@@ -183,7 +188,7 @@ reject_early(evhtp_request_t *req, int code, const char *msg)
 {
     /* Answered before the body: never read it as the next request. */
     respond_no_keepalive(req);
-    evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)discard_body, &discard_counter);
+    discard_body(req);
     req->cb = NULL;
     respond_status(req, code, NULL, msg, 0);
 }

@@ -89,6 +89,14 @@ class PassthroughTest(EnvTestCase):
         self.assertEqual(len(events), 4)  # one ADDED per node, as raw JSON lines
         self.assertTrue(all(e["type"] == "ADDED" for e in events))
 
+    def test_own_endpoints_read_and_drop_bodies(self):
+        # Each request's body is bounded on its own: many moderate bodies in a
+        # row are all answered (the bound is not a process-wide total).
+        body = b"x" * (700 * 1024)
+        for _ in range(3):
+            st, _, b = http_request(self.env.kwc.port, "POST", "/healthz", body=body)
+            self.assertEqual((st, b), (200, b"ok"))
+
     def test_keepalive_connection_reused(self):
         import http.client
         c = http.client.HTTPConnection("127.0.0.1", self.env.kwc.port, timeout=10)
