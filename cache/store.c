@@ -730,23 +730,23 @@ collect_overlay(void *arg, const struct store_hist *h)
 }
 
 static bool
-key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char *after,
-             size_t al)
+key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char *from,
+             size_t fl)
 {
     if (kl < pl || memcmp(k, prefix, pl) != 0)
         return false;
-    return !after || keycmp(k, kl, after, al) > 0;
+    return !from || keycmp(k, kl, from, fl) >= 0;
 }
 
 int
 store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
-           const char *after, store_obj_cb cb, void *arg)
+           const char *from, size_t fl, store_obj_cb cb, void *arg)
 {
     struct meta_rec m;
     int rc = meta_read(t->txn, r, &m);
     if (rc)
         return rc;
-    size_t pl = prefix ? strlen(prefix) : 0, al = after ? strlen(after) : 0;
+    size_t pl = prefix ? strlen(prefix) : 0;
     struct overlay ov = {0};
     if (at_rv && at_rv < m.rv) {
         if (at_rv < m.floor)
@@ -768,23 +768,23 @@ store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char
         rc = mdb_err(rc);
         goto out;
     }
-    /* Position at the first key > after (or >= prefix). */
-    const char *start = after && keycmp(after, al, prefix ? prefix : "", pl) > 0 ? after : prefix;
-    size_t sl = start == after ? al : pl;
+    /* Position at the first key >= from (or >= prefix). */
+    const char *start = from && keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
+    size_t sl = start == from ? fl : pl;
     MDB_val k = {sl, (void *)(uintptr_t)(start ? start : "")}, v;
     int crc = sl ? mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(c, &k, &v, MDB_FIRST);
     size_t oi = 0;
     int out = 0;
     for (;;) {
         bool have_c = crc == 0;
-        if (have_c && after && keycmp(k.mv_data, k.mv_size, after, al) <= 0) {
+        if (have_c && from && keycmp(k.mv_data, k.mv_size, from, fl) < 0) {
             crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
             continue;
         }
         if (have_c && (k.mv_size < pl || memcmp(k.mv_data, prefix, pl) != 0))
             have_c = false; /* past the prefix */
         while (oi < ov.n && !key_in_range(ov.e[oi].key, ov.e[oi].key_len, prefix ? prefix : "",
-                                          pl, after, al))
+                                          pl, from, fl))
             oi++;
         bool have_o = oi < ov.n;
         if (!have_c && !have_o)

@@ -277,6 +277,14 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen, "--upstream-connect-timeout must be at least 1 second");
     if (c->max_response_buffer < 4096 || c->max_request_buffer < 4096)
         return fail(err, errlen, "--max-response-buffer and --max-request-buffer must be at least 4096");
+    if (strcmp(c->too_large_rv, "pass") != 0 && strcmp(c->too_large_rv, "504") != 0)
+        return fail(err, errlen, "--too-large-rv \"%s\": use pass (ask the upstream) or 504 "
+                                 "(answer like kube-apiserver's watch cache)", c->too_large_rv);
+    if (c->rv_wait_ms > 60000)
+        return fail(err, errlen, "--rv-wait-ms %ld: at most 60000 (kube-apiserver waits 3000)",
+                    c->rv_wait_ms);
+    if (c->max_list_buffer < 16384)
+        return fail(err, errlen, "--max-list-buffer must be at least 16384");
     if (resolve_listen(c, err, errlen) != 0)
         return KWC_ECONFIG;
     if (!c->listen_loopback && !c->insecure_allow_remote)

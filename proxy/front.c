@@ -35,6 +35,7 @@
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
+#include "kwc/serve.h"
 #include "kwc/tunnel.h"
 #include "kwc/upstream.h"
 
@@ -52,6 +53,8 @@ struct front {
     struct tunnel_options tun;
     struct refl *const *refls;
     size_t nrefls;
+    struct serve *serve;
+    struct refl_ingest *ing;
     int port;
 };
 
@@ -80,20 +83,10 @@ authz_insecure_allow(struct front *f, struct kreq *k)
 
 /* ---- kwc's own endpoints ---- */
 
-static evhtp_res
-on_discard(evhtp_request_t *req, struct evbuffer *buf, void *arg)
-{
-    evbuffer_drain(buf, evbuffer_get_length(buf));
-    return EVHTP_RES_OK;
-}
-
-/* Read and drop the body of a request kwc answers itself; libevhtp closes the
- * connection past DISCARD_MAX bytes (its count is per request). */
 static void
 discard_body(evhtp_request_t *req)
 {
-    evhtp_request_set_max_body_size(req, DISCARD_MAX);
-    evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)on_discard, NULL);
+    respond_discard_body(req, DISCARD_MAX);
 }
 
 /* /readyz: every cache synced. The verbose form names each check, as
@@ -178,6 +171,8 @@ route_request(struct front *f, struct kreq *k)
         tunnel_start(req, &f->tun);
         return;
     }
+    if (serve_take(f->serve, req, &k->route))
+        return;
     pt_forward(req, f->up, long_running(&k->route) ? &f->pt_long : &f->pt_short);
 }
 
@@ -246,8 +241,8 @@ on_unrouted(evhtp_request_t *req, void *arg)
 
 int
 front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-          struct up_client *up, struct refl *const *refls, size_t nrefls, struct front **out,
-          char *err, size_t errlen)
+          struct up_client *up, struct store *st, struct refl_ingest *ing,
+          struct refl *const *refls, size_t nrefls, struct front **out, char *err, size_t errlen)
 {
     struct front *f = xcalloc(1, sizeof(*f));
     f->refls = refls;
@@ -266,6 +261,16 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     f->pt_long.long_running = true;
     f->tun = (struct tunnel_options){.k = k, .base = base, .strip_credentials = true,
                                      .connect_timeout_ms = (int)cfg->upstream_connect_timeout * 1000};
+    struct serve_options so = {
+        .too_large = strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
+        .wait_ms = (int)cfg->rv_wait_ms,
+        .max_buffer = (size_t)cfg->max_list_buffer,
+        .up = up,
+        .pt = &f->pt_short,
+    };
+    f->serve = serve_new(base, st, refls, nrefls, &so);
+    f->ing = ing;
+    refl_ingest_on_commit(ing, serve_committed, f->serve);
     f->htp = evhtp_new(base, NULL);
     evhtp_set_gencb(f->htp, on_unrouted, f);
     evhtp_set_post_accept_cb(f->htp, on_accept, f);
@@ -277,6 +282,8 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
         snprintf(err, errlen, "--listen %s: cannot bind: %s (is another process using it?)",
                  cfg->listen, strerror(errno));
         evhtp_free(f->htp);
+        refl_ingest_on_commit(ing, NULL, NULL);
+        serve_free(f->serve);
         free(f);
         return -EADDRINUSE;
     }
@@ -304,6 +311,8 @@ front_free(struct front *f)
     assert(f->magic == FRONT_MAGIC);
     evhtp_unbind_socket(f->htp);
     evhtp_free(f->htp);
+    refl_ingest_on_commit(f->ing, NULL, NULL);
+    serve_free(f->serve);
     f->magic = 0;
     free(f);
 }

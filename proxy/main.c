@@ -159,7 +159,7 @@ main(int argc, char **argv)
         }
         free(list);
     }
-    if ((rc = front_new(base, &cfg, k, up, refls, nrefls, &front, err, sizeof(err))) != 0) {
+    if ((rc = front_new(base, &cfg, k, up, st, ing, refls, nrefls, &front, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         goto out;
     }

@@ -334,12 +334,13 @@ client_addr(evhtp_request_t *req, char *out, size_t len)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)c->saddr)->sin6_addr, out, (socklen_t)len);
 }
 
-void
-pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *o)
+static void
+pt_start(evhtp_request_t *req, struct up_client *up, const struct pt_options *o, bool read)
 {
     struct pt *p = xcalloc(1, sizeof(*p));
     p->magic = PT_MAGIC;
     p->req = req;
+    p->body_done = read;
     p->o = o;
     p->body = evbuffer_new();
     struct bufferevent *bev = client_bev(p);
@@ -373,8 +374,8 @@ pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *
         .method = p->method,
         .headers = hc.h,
         .nheaders = hc.n,
-        .has_body = cl != NULL || (te && strcasestr(te, "chunked")),
-        .body_len = cl ? strtoll(cl, NULL, 10) : -1,
+        .has_body = !read && (cl != NULL || (te && strcasestr(te, "chunked"))),
+        .body_len = cl && !read ? strtoll(cl, NULL, 10) : -1,
         .long_running = o->long_running,
     };
     const char *path = req->uri->path->full;
@@ -389,4 +390,16 @@ pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *
         return;
     }
     p->out_cb = evbuffer_add_cb(p->out, on_out_drain, p);
+}
+
+void
+pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *o)
+{
+    pt_start(req, up, o, false);
+}
+
+void
+pt_forward_read(evhtp_request_t *req, struct up_client *up, const struct pt_options *o)
+{
+    pt_start(req, up, o, true);
 }

@@ -57,6 +57,8 @@ struct refl_ingest {
     struct event *commit_ev;
     struct pend *p;
     size_t n, cap, bytes;
+    void (*on_commit)(void *arg);
+    void *on_commit_arg;
 };
 
 struct refl {
@@ -167,6 +169,8 @@ ingest_commit(struct refl_ingest *ing)
         pend_free(&ing->p[j]);
     ing->n = 0;
     ing->bytes = 0;
+    if (rc == 0 && ing->on_commit)
+        ing->on_commit(ing->on_commit_arg);
 }
 
 static void
@@ -198,6 +202,13 @@ refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **
     ing->commit_ev = event_new(base, -1, 0, on_commit, ing);
     *out = ing;
     return 0;
+}
+
+void
+refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg)
+{
+    ing->on_commit = cb;
+    ing->on_commit_arg = arg;
 }
 
 void
@@ -340,6 +351,19 @@ backoff(struct refl *r, const char *why)
 
 /* ---- DISCOVER ---- */
 
+/* Kinds are Go identifiers; anything else would need escaping where kwc
+ * writes it into list heads and TypeMeta. */
+static bool
+plain_name(const char *s)
+{
+    if (!*s || strlen(s) > 100)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9')))
+            return false;
+    return true;
+}
+
 static void
 on_discovery_done(void *arg, int err, const char *msg)
 {
@@ -362,7 +386,7 @@ on_discovery_done(void *arg, int err, const char *msg)
     json_array_foreach(res, i, e) {
         const char *name = json_string_value(json_object_get(e, "name"));
         const char *kind = json_string_value(json_object_get(e, "kind"));
-        if (name && kind && strcmp(name, r->d.resource) == 0) {
+        if (name && kind && strcmp(name, r->d.resource) == 0 && plain_name(kind)) {
             r->d.namespaced = json_is_true(json_object_get(e, "namespaced"));
             free(r->d.kind);
             free(r->d.list_kind);
@@ -483,7 +507,7 @@ finish_diff(struct refl *r)
     struct store_res_info info;
     store_info(t, r->d.sres, &info);
     struct del_scan ds = {r};
-    rc = store_scan(t, r->d.sres, 0, "", NULL, on_stored_obj, &ds);
+    rc = store_scan(t, r->d.sres, 0, "", NULL, 0, on_stored_obj, &ds);
     store_rtxn_end(t);
     if (rc)
         return rc;
@@ -663,6 +687,8 @@ on_list_done(void *arg, int err, const char *msg)
     r->synced = true;
     r->diff = false;
     r->backoff_ms = 0;
+    if (r->ing->on_commit)
+        r->ing->on_commit(r->ing->on_commit_arg);
     start_watch(r);
 }
 

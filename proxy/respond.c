@@ -28,6 +28,13 @@ respond_status(evhtp_request_t *req, int code, const char *reason, const char *m
         reason = status_reason_for_code(code);
     struct status_details d = {.retry_after_seconds = retry_after};
     char *body = status_failure_json(code, reason, message, retry_after > 0 ? &d : NULL);
+    respond_status_body(req, code, body, retry_after);
+    free(body);
+}
+
+void
+respond_status_body(evhtp_request_t *req, int code, const char *body, int retry_after)
+{
     respond_header(req, "Content-Type", "application/json");
     respond_header(req, "Cache-Control", "no-cache, private");
     if (retry_after > 0) {
@@ -37,7 +44,6 @@ respond_status(evhtp_request_t *req, int code, const char *reason, const char *m
     }
     evbuffer_add(req->buffer_out, body, strlen(body));
     evbuffer_add(req->buffer_out, "\n", 1); /* Go's json.Encoder ends with a newline */
-    free(body);
     evhtp_send_reply(req, (evhtp_res)code);
 }
 
@@ -69,4 +75,18 @@ respond_end_stream(evhtp_request_t *req, bool chunked, bool clean)
         evhtp_send_reply_end(req);
     if (bev)
         bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+static evhtp_res
+on_discard(evhtp_request_t *req, struct evbuffer *buf, void *arg)
+{
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+    return EVHTP_RES_OK;
+}
+
+void
+respond_discard_body(evhtp_request_t *req, size_t max)
+{
+    evhtp_request_set_max_body_size(req, max);
+    evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)on_discard, NULL);
 }

@@ -76,6 +76,7 @@ parse_query(struct arena *a, const char *q, size_t len, struct route_query *out)
         {"watch", offsetof(struct route_query, watch)},
         {"allowWatchBookmarks", offsetof(struct route_query, allow_watch_bookmarks)},
         {"sendInitialEvents", offsetof(struct route_query, send_initial_events)},
+        {"pretty", offsetof(struct route_query, pretty)},
     };
     size_t i = 0;
     while (i < len) {
@@ -228,4 +229,46 @@ route_parse(const char *method, const char *target, size_t len, struct route_req
     if (!out->name && out->verb == ROUTE_DELETE)
         out->verb = ROUTE_DELETECOLLECTION;
     return 0;
+}
+
+bool
+route_accepts_plain_json(const char *accept)
+{
+    if (!accept)
+        return true;
+    for (const char *s = accept; *s;) {
+        while (*s == ' ' || *s == '\t')
+            s++;
+        size_t l = strcspn(s, ",");
+        size_t e = l;
+        while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e > 0) {
+            static const char *const ok[] = {"application/json", "application/*", "*/*"};
+            bool match = false;
+            for (size_t i = 0; i < KWC_ARRAY_LEN(ok); i++)
+                if (strlen(ok[i]) == e && strncasecmp(s, ok[i], e) == 0)
+                    match = true;
+            if (!match)
+                return false; /* another type, or parameters (as=Table, q=, ...) */
+        }
+        s += l;
+        if (*s == ',')
+            s++;
+    }
+    return true; /* an empty header counts as absent, as in Go's negotiation */
+}
+
+bool
+route_wants_pretty(const struct route_query *q, const char *user_agent)
+{
+    if (q->pretty && q->pretty[0]) {
+        bool b = false;
+        kwc_parse_bool(q->pretty, strlen(q->pretty), &b);
+        return b;
+    }
+    if (!user_agent)
+        return false;
+    return strncmp(user_agent, "curl", 4) == 0 || strncmp(user_agent, "Wget", 4) == 0 ||
+           strncmp(user_agent, "Mozilla/5.0", 11) == 0;
 }

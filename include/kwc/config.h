@@ -41,7 +41,13 @@
     X("max-request-buffer", max_request_buffer, INT, "1048576", "BYTES",                           \
       "request-body bytes buffered before reading from the client pauses")                        \
     X("cache-map-size", cache_map_size, INT, "68719476736", "BYTES",                               \
-      "address space reserved for the LMDB cache; the largest it can grow")
+      "address space reserved for the LMDB cache; the largest it can grow")                       \
+    X("too-large-rv", too_large_rv, STR, "pass", "pass|504",                                       \
+      "a list/get rv the cache has not reached after the wait: pass it upstream or answer 504")   \
+    X("rv-wait-ms", rv_wait_ms, INT, "3000", "MS",                                                 \
+      "how long a list/get waits for the cache to reach its resourceVersion")                     \
+    X("max-list-buffer", max_list_buffer, INT, "262144", "BYTES",                                  \
+      "bytes of a cached list queued per client before kwc waits for it to read")
 
 struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;

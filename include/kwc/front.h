@@ -5,8 +5,8 @@
  *   parse (route.h) -> authenticate -> authorize -> route -> respond
  *
  * Routes: kwc's own endpoints (/healthz, /livez, /readyz), upgrade tunnels
- * (exec/attach/port-forward), and passthrough to the upstream. The cache route
- * plugs in at the route stage.
+ * (exec/attach/port-forward), cached lists and gets (serve.h), and
+ * passthrough to the upstream for everything else.
  */
 #ifndef KWC_FRONT_H
 #define KWC_FRONT_H
@@ -18,6 +18,8 @@ struct kwc_config;
 struct kcfg;
 struct up_client;
 struct refl;
+struct refl_ingest;
+struct store;
 struct front;
 
 /*
@@ -26,8 +28,9 @@ struct front;
  * synced. Returns 0 or a negative code with a message in err.
  */
 int front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-              struct up_client *up, struct refl *const *refls, size_t nrefls, struct front **out,
-              char *err, size_t errlen);
+              struct up_client *up, struct store *st, struct refl_ingest *ing,
+              struct refl *const *refls, size_t nrefls, struct front **out, char *err,
+              size_t errlen);
 /* The port actually bound (useful with --listen ADDR:0). */
 int front_port(const struct front *f);
 void front_free(struct front *f);

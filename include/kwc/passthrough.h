@@ -27,4 +27,10 @@ struct pt_options {
  */
 void pt_forward(evhtp_request_t *req, struct up_client *up, const struct pt_options *o);
 
+/* The same for a request already read in full, whose body (if any) was
+ * discarded: a read kwc meant to answer from its cache and then handed to the
+ * upstream (a NotOlderThan rv the cache did not reach in time). No body is
+ * sent upstream. */
+void pt_forward_read(evhtp_request_t *req, struct up_client *up, const struct pt_options *o);
+
 #endif

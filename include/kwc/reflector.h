@@ -46,6 +46,8 @@ struct refl_desc {
 /* Shared by all reflectors of one loop: the batched store writer. */
 int refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out);
 void refl_ingest_free(struct refl_ingest *ing);
+/* Call cb after every successful commit (the store's rv may have moved). */
+void refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg);
 
 /* Parse "g/v/r" or "v/r" (core) into a new reflector (not started). Returns 0
  * or KWC_ECONFIG with a message for a person in err. */

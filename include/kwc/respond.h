@@ -13,6 +13,8 @@
  * usual reason for code. Sets Retry-After when retry_after > 0. */
 void respond_status(evhtp_request_t *req, int code, const char *reason, const char *message,
                     int retry_after);
+/* Answer with a Status body already rendered (status_failure_json). */
+void respond_status_body(evhtp_request_t *req, int code, const char *body, int retry_after);
 /* Answer with a short text/plain body ("ok"). */
 void respond_text(evhtp_request_t *req, int code, const char *text);
 /* Finish a response begun with evhtp_send_reply_start/_chunk_start.
@@ -21,6 +23,9 @@ void respond_text(evhtp_request_t *req, int code, const char *text);
 void respond_end_stream(evhtp_request_t *req, bool chunked, bool clean);
 /* Close the connection once this response is written. */
 void respond_no_keepalive(evhtp_request_t *req);
+/* Read and drop the body of a request kwc answers itself; past max bytes
+ * libevhtp closes the connection (its count is per request). */
+void respond_discard_body(evhtp_request_t *req, size_t max);
 /* Add a response header (both strings copied). */
 void respond_header(evhtp_request_t *req, const char *name, const char *value);
 

@@ -47,6 +47,7 @@ struct route_query {
     const char *watch;                 /* raw; see route_req.verb */
     const char *allow_watch_bookmarks; /* raw; kwc_query_bool() */
     const char *send_initial_events;   /* raw; kwc_query_bool() */
+    const char *pretty;                /* raw; route_wants_pretty() */
 };
 
 struct route_req {
@@ -75,5 +76,21 @@ int route_parse(const char *method, const char *target, size_t len, struct route
 void route_fini(struct route_req *r);
 
 const char *route_verb_name(enum route_verb v);
+
+/*
+ * Would kube-apiserver answer this request with plain compact JSON? True when
+ * the Accept header (NULL: absent) names only application/json or the
+ * wildcards application/\* and \*\/\* without parameters (no Table, no PartialObjectMetadata, no
+ * protobuf, no q-values to weigh), so whatever order kube's negotiation
+ * picks, the answer is JSON. Anything else is for the upstream to negotiate.
+ */
+bool route_accepts_plain_json(const char *accept);
+
+/*
+ * kube-apiserver's isPrettyPrint (handlers/responsewriters): ?pretty= decides
+ * when present and non-empty (strconv.ParseBool; unparsable is false), else a
+ * User-Agent starting with "curl", "Wget" or "Mozilla/5.0" gets indented JSON.
+ */
+bool route_wants_pretty(const struct route_query *q, const char *user_agent);
 
 #endif

@@ -133,13 +133,14 @@ int store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t
               struct store_obj *out);
 
 /* Visit objects in key order: those whose key starts with prefix (may be ""),
- * from the first key > after (NULL: from the start), at the state of at_rv
+ * from the first key >= from (fl bytes, may hold NULs; NULL: from the start;
+ * the key after k is k + "\0", as in etcd range reads), at the state of at_rv
  * (0: latest). cb returns 0 to go on, 1 to stop (not an error), <0 to abort
  * with that code. Returns 0, the cb's code, KWC_EEXPIRED if at_rv is below the
  * floor, or an error. */
 typedef int (*store_obj_cb)(void *arg, const struct store_obj *o);
 int store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
-               const char *after, store_obj_cb cb, void *arg);
+               const char *from, size_t fl, store_obj_cb cb, void *arg);
 
 /* Visit history events with rv > after_rv in order. KWC_EEXPIRED if after_rv
  * is below the floor (the events are gone: a watcher must get 410). */

@@ -415,6 +415,55 @@ test_verb_names(void)
     route_fini(&r);
 }
 
+static void
+test_accept_and_pretty(void)
+{
+    static const struct {
+        const char *accept;
+        bool json;
+    } a[] = {
+        {NULL, true},
+        {"", true},
+        {"application/json", true},
+        {"application/json, */*", true},
+        {"APPLICATION/JSON", true},
+        {" application/json ,application/* , */*", true},
+        {"*/*", true},
+        {"application/vnd.kubernetes.protobuf, */*", false},
+        {"application/json;as=Table;v=v1;g=meta.k8s.io,application/json", false},
+        {"application/json;q=0.5, */*", false},
+        {"application/yaml", false},
+        {"application/json, application/yaml", false},
+        {"text/html", false},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(a); i++)
+        is_int(route_accepts_plain_json(a[i].accept), a[i].json, a[i].accept ? a[i].accept : "(absent)");
+
+    static const struct {
+        const char *target, *ua;
+        bool pretty;
+    } p[] = {
+        {"/api/v1/pods", NULL, false},
+        {"/api/v1/pods", "kubectl/v1.30.0", false},
+        {"/api/v1/pods", "curl/7.88.1", true},
+        {"/api/v1/pods", "Wget/1.21", true},
+        {"/api/v1/pods", "Mozilla/5.0 (X11)", true},
+        {"/api/v1/pods?pretty=false", "curl/7.88.1", false},
+        {"/api/v1/pods?pretty=", "curl/7.88.1", true}, /* empty: the agent decides */
+        {"/api/v1/pods?pretty=true", NULL, true},
+        {"/api/v1/pods?pretty=1", NULL, true},
+        {"/api/v1/pods?pretty=yes", NULL, false}, /* ParseBool fails: false */
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(p); i++) {
+        struct route_req r;
+        route_parse("GET", p[i].target, strlen(p[i].target), &r);
+        char name[128];
+        snprintf(name, sizeof(name), "pretty: %s UA %s", p[i].target, p[i].ua ? p[i].ua : "-");
+        is_int(route_wants_pretty(&r.q, p[i].ua), p[i].pretty, name);
+        route_fini(&r);
+    }
+}
+
 int
 main(void)
 {
@@ -426,5 +475,6 @@ main(void)
     TAP_RUN(test_errors);
     TAP_RUN(test_limits);
     TAP_RUN(test_verb_names);
+    TAP_RUN(test_accept_and_pretty);
     return tap_done();
 }

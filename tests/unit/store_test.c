@@ -202,12 +202,12 @@ test_apply_get_scan(void)
     is_int(info.hist_events, 200, "history holds every event");
 
     struct collect got = {0}, want;
-    is_int(store_scan(t, r, 0, "", NULL, on_obj, &got), 0, "scan latest");
+    is_int(store_scan(t, r, 0, "", NULL, 0, on_obj, &got), 0, "scan latest");
     expected(200, "", NULL, &want);
     ok(same(&got, &want), "latest state equals the model, in key order");
 
     memset(&got, 0, sizeof got);
-    store_scan(t, r, 0, "ns-b/", NULL, on_obj, &got);
+    store_scan(t, r, 0, "ns-b/", NULL, 0, on_obj, &got);
     expected(200, "ns-b/", NULL, &want);
     ok(same(&got, &want), "prefix ns-b/");
 
@@ -215,9 +215,19 @@ test_apply_get_scan(void)
         char after[32];
         strcpy(after, want.keys[1]);
         memset(&got, 0, sizeof got);
-        store_scan(t, r, 0, "ns-b/", after, on_obj, &got);
+        store_scan(t, r, 0, "ns-b/", after, strlen(after) + 1, on_obj, &got);
         expected(200, "ns-b/", after, &want);
         ok(same(&got, &want), "prefix and after (a continue)");
+        /* from is inclusive: without the NUL the key itself comes first */
+        memset(&got, 0, sizeof got);
+        store_scan(t, r, 0, "ns-b/", after, strlen(after), on_obj, &got);
+        ok(got.n == want.n + 1 && strcmp(got.keys[0], after) == 0,
+           "from without the NUL starts at the key itself");
+        /* a from before the prefix starts at the prefix */
+        memset(&got, 0, sizeof got);
+        store_scan(t, r, 0, "ns-b/", "ns-a/zzz", 8, on_obj, &got);
+        expected(200, "ns-b/", NULL, &want);
+        ok(same(&got, &want), "from before the prefix lists the whole prefix");
     }
 
     for (int k = 0; k < NKEYS; k++) {
@@ -258,7 +268,7 @@ test_scan_at_every_past_rv(void)
         for (int p = 0; p < 2; p++) {
             struct collect got = {0}, want;
             uint64_t at = model_rv[i];
-            int rc = store_scan(t, r, at, prefixes[p], NULL, on_obj, &got);
+            int rc = store_scan(t, r, at, prefixes[p], NULL, 0, on_obj, &got);
             expected(i, prefixes[p], NULL, &want);
             if (rc != 0 || !same(&got, &want)) {
                 if (bad++ < 3)
@@ -270,7 +280,7 @@ test_scan_at_every_past_rv(void)
             char after[32] = "";
             for (int guard = 0; guard < NKEYS; guard++) {
                 struct collect page = {0};
-                store_scan(t, r, at, prefixes[p], after[0] ? after : NULL, on_obj, &page);
+                store_scan(t, r, at, prefixes[p], after[0] ? after : NULL, strlen(after) + 1, on_obj, &page);
                 int take = page.n < 2 ? page.n : 2;
                 for (int j = 0; j < take; j++) {
                     strcpy(pages.keys[pages.n], page.keys[j]);
@@ -333,10 +343,10 @@ test_history_and_trim(void)
     ok(hc.prev_ok, "ADDED has no previous object, the others have one");
     is_int(store_history(t, r, info.floor - 1, on_hist, &hc), KWC_EEXPIRED, "below the floor: expired");
     struct collect got = {0}, want;
-    is_int(store_scan(t, r, info.floor - 1, "", NULL, on_obj, &got), KWC_EEXPIRED,
+    is_int(store_scan(t, r, info.floor - 1, "", NULL, 0, on_obj, &got), KWC_EEXPIRED,
            "a list below the floor: expired");
     memset(&got, 0, sizeof got);
-    is_int(store_scan(t, r, info.floor, "", NULL, on_obj, &got), 0, "a list at the floor works");
+    is_int(store_scan(t, r, info.floor, "", NULL, 0, on_obj, &got), 0, "a list at the floor works");
     expected(200, "", NULL, &want);
     ok(same(&got, &want), "...and equals the model at that rv");
     store_rtxn_end(t);
@@ -422,10 +432,10 @@ test_same_rv_and_reset(void)
     store_history(t, r, 12, on_hist, &hc);
     is_int(hc.n, 3, "all three DELETED events kept");
     struct collect got = {0};
-    store_scan(t, r, 12, "", NULL, on_obj, &got);
+    store_scan(t, r, 12, "", NULL, 0, on_obj, &got);
     is_int(got.n, 3, "state just before them has all three");
     memset(&got, 0, sizeof got);
-    store_scan(t, r, 50, "", NULL, on_obj, &got);
+    store_scan(t, r, 50, "", NULL, 0, on_obj, &got);
     is_int(got.n, 0, "state at the delete rv has none");
     store_rtxn_end(t);
 
@@ -472,7 +482,7 @@ test_initial_load(void)
     ok(info.objects == 3 && info.hist_events == 0 && info.rv == 500 && info.floor == 500 && info.synced,
        "three objects, no history, rv and floor at the list's rv");
     struct collect got = {0};
-    store_scan(t, r, 0, "", NULL, on_obj, &got);
+    store_scan(t, r, 0, "", NULL, 0, on_obj, &got);
     ok(got.n == 3 && strcmp(got.keys[0], "ns/a") == 0 && got.rvs[0] == 101, "objects keep their own rv, in key order");
     store_rtxn_end(t);
     /* the first event after the list records the loaded object as its previous state */
@@ -482,7 +492,7 @@ test_initial_load(void)
     store_wtxn_commit(w);
     store_rtxn_begin(s, &t);
     memset(&got, 0, sizeof got);
-    store_scan(t, r, 500, "", NULL, on_obj, &got);
+    store_scan(t, r, 500, "", NULL, 0, on_obj, &got);
     ok(got.n == 3 && strcmp(got.raws[0], "{}") == 0, "state at the list rv is the loaded one");
     store_rtxn_end(t);
     store_close(s);

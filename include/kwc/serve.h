@@ -1,0 +1,65 @@
+/*
+ * serve.h — list and get of cached resources answered from the LMDB store
+ * (DESIGN.md "Serving rules"). Plugs into the front end's route stage: for a
+ * GET list/get of a cached, synced resource asking for plain JSON, the
+ * decision table (decide.h) says serve, wait, answer an error, or pass to the
+ * upstream.
+ *
+ * Lists are streamed from short read transactions, one per chunk, all at
+ * the same rv (store_scan rebuilds a past state from history), so memory per
+ * request is one chunk plus at most max_buffer queued on the socket, and no
+ * transaction stays open while a client is slow. A NotOlderThan rv the cache
+ * has not reached waits for the store's commits up to wait_ms.
+ *
+ * Passed to the upstream rather than answered here (kube's answer could
+ * differ from what kwc can build): HEAD, Table/protobuf/metadata-only
+ * Accept headers, pretty-printed output (?pretty, curl's User-Agent),
+ * field selectors on fields kwc does not index (the upstream converts or
+ * rejects them), selectors over kwc's parser bounds, and every cell of the
+ * decision table that says so.
+ * Loop thread only.
+ */
+#ifndef KWC_SERVE_H
+#define KWC_SERVE_H
+
+#include <evhtp/evhtp.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kwc/decide.h"
+
+struct event_base;
+struct store;
+struct refl;
+struct up_client;
+struct pt_options;
+struct route_req;
+struct serve;
+
+struct serve_options {
+    enum decide_too_large too_large;
+    int wait_ms;                 /* NotOlderThan wait (kube: 3000) */
+    size_t max_buffer;           /* response bytes queued per client */
+    struct up_client *up;        /* for reads handed upstream after a wait */
+    const struct pt_options *pt;
+};
+
+/* refls and everything in o are borrowed and must outlive the serve. */
+struct serve *serve_new(struct event_base *base, struct store *st, struct refl *const *refls,
+                        size_t nrefls, const struct serve_options *o);
+void serve_free(struct serve *s);
+
+/* Route stage (from on_headers): true when s took req (it answers it on
+ * every path); false: not a cached read, the caller passes it through. */
+bool serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r);
+
+/* The store committed (refl_ingest_on_commit): wake requests waiting for an rv. */
+void serve_committed(void *s);
+
+/* Counters for logs and tests. */
+struct serve_stats {
+    unsigned long long lists, gets, errors, waited, passed_after_wait;
+};
+void serve_stats(const struct serve *s, struct serve_stats *out);
+
+#endif

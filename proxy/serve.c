@@ -1,0 +1,726 @@
+/*
+ * serve.c — cached list and get (see serve.h).
+ *
+ * One struct sreq per request taken. Lifecycle:
+ *   serve_take (on_headers): match the resource, parse selectors, decide.
+ *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
+ *     answer starts when the request has been read (on_complete):
+ *   ERROR -> the Status kube-apiserver sends;
+ *   SERVE_AT_LEAST not yet reached -> waiters list + timer; serve_committed
+ *     starts it, the timer hands it upstream (pt_forward_read) or answers 504;
+ *   SERVE_* -> get: one object; list: page bounds first when limited (the
+ *     ListMeta of a typed list precedes its items), then chunks of items.
+ * A chunk is one read transaction: store_scan from the next key at the
+ * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
+ * (selectors may skip most), then the transaction ends. The next chunk
+ * starts from a deferred event while the client's socket buffer is below
+ * max_buffer, else when it drains to a quarter of it.
+ * evhtp frees the request; its request_fini hook frees the sreq.
+ */
+#include "kwc/serve.h"
+
+#include <assert.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "kwc/base.h"
+#include "kwc/cont.h"
+#include "kwc/index.h"
+#include "kwc/listfmt.h"
+#include "kwc/log.h"
+#include "kwc/passthrough.h"
+#include "kwc/reflector.h"
+#include "kwc/respond.h"
+#include "kwc/route.h"
+#include "kwc/selector.h"
+#include "kwc/status.h"
+#include "kwc/store.h"
+
+#define SREQ_MAGIC 0x73726571u /* "sreq" */
+#define CHUNK_BYTES (64 * 1024)
+#define CHUNK_VISITS 8192
+#define DISCARD_MAX (1024 * 1024)
+
+struct serve {
+    struct event_base *base;
+    struct store *st;
+    struct refl *const *refls;
+    size_t nrefls;
+    struct serve_options o;
+    struct sreq *waiters;
+    uint64_t rng[2];
+    struct serve_stats stats;
+};
+
+struct sreq {
+    uint32_t magic;
+    struct serve *s;
+    evhtp_request_t *req;
+    const struct refl_desc *d;
+    bool list;
+    struct sel *sel; /* NULL: everything */
+    struct idx_view iv;
+    struct decide_result dec;
+    char *prefix; /* "ns/" within a namespace, else "" */
+    char *key;    /* get: "ns/name" or "name" */
+    const char *name;
+    struct listfmt fmt;
+    struct listfmt_meta meta;
+    char *cont;
+    /* streaming */
+    uint64_t at_rv;
+    char *from;  /* next key, inclusive; NULL: from the prefix */
+    size_t from_len;
+    char *end;   /* last key of a limited page, inclusive; NULL: to the end */
+    size_t end_len;
+    bool any_item, chunked, started, done;
+    struct evbuffer *chunk;
+    struct evbuffer *out; /* the client's output buffer (borrowed) */
+    struct evbuffer_cb_entry *out_cb;
+    struct event *kick, *timer;
+    struct sreq *next_wait, **prev_wait;
+    char audit_id[40];
+};
+
+/* ---- helpers ---- */
+
+static uint64_t
+rng_next(struct serve *s)
+{
+    /* xorshift128+: Audit-IDs need uniqueness, not secrecy */
+    uint64_t a = s->rng[0], b = s->rng[1];
+    s->rng[0] = b;
+    a ^= a << 23;
+    s->rng[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
+    return s->rng[1] + b;
+}
+
+/* kube-apiserver's WithAuditInit: the client's Audit-ID, else a new UUID. */
+static void
+audit_id(struct sreq *sr)
+{
+    const char *in = evhtp_header_find(sr->req->headers_in, "Audit-ID");
+    if (in && strlen(in) < sizeof(sr->audit_id)) {
+        snprintf(sr->audit_id, sizeof(sr->audit_id), "%s", in);
+        return;
+    }
+    uint64_t a = rng_next(sr->s), b = rng_next(sr->s);
+    a = (a & ~0xf000ull) | 0x4000ull;                  /* version 4 */
+    b = (b & ~(3ull << 62)) | (2ull << 62);            /* variant 10 */
+    snprintf(sr->audit_id, sizeof(sr->audit_id), "%08x-%04x-%04x-%04x-%012llx",
+             (unsigned)(a >> 32), (unsigned)((a >> 16) & 0xffff), (unsigned)(a & 0xffff),
+             (unsigned)(b >> 48), (unsigned long long)(b & 0xffffffffffffull));
+}
+
+static void
+common_headers(struct sreq *sr)
+{
+    respond_header(sr->req, "Audit-Id", sr->audit_id);
+    respond_header(sr->req, "Cache-Control", "no-cache, private");
+    respond_header(sr->req, "Content-Type", "application/json");
+}
+
+static struct sreq *
+sreq_of(void *arg)
+{
+    struct sreq *sr = arg;
+    assert(sr && sr->magic == SREQ_MAGIC);
+    return sr;
+}
+
+static int
+keycmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+    return c ? c : (al > bl) - (al < bl);
+}
+
+static void
+set_key(char **dst, size_t *dl, const char *k, size_t kl, bool successor)
+{
+    free(*dst);
+    *dst = xmalloc(kl + 2);
+    memcpy(*dst, k, kl);
+    (*dst)[kl] = '\0'; /* the smallest key after k is k + "\0" */
+    (*dst)[kl + 1] = '\0';
+    *dl = kl + (successor ? 1 : 0);
+}
+
+static void
+wait_unlink(struct sreq *sr)
+{
+    if (!sr->prev_wait)
+        return;
+    *sr->prev_wait = sr->next_wait;
+    if (sr->next_wait)
+        sr->next_wait->prev_wait = sr->prev_wait;
+    sr->prev_wait = NULL;
+    sr->next_wait = NULL;
+}
+
+static void
+sreq_free(struct sreq *sr)
+{
+    wait_unlink(sr);
+    if (sr->out_cb)
+        evbuffer_remove_cb_entry(sr->out, sr->out_cb);
+    if (sr->kick)
+        event_free(sr->kick);
+    if (sr->timer)
+        event_free(sr->timer);
+    if (sr->chunk)
+        evbuffer_free(sr->chunk);
+    sel_free(sr->sel);
+    idx_view_fini(&sr->iv);
+    decide_result_fini(&sr->dec);
+    free(sr->prefix);
+    free(sr->key);
+    free(sr->cont);
+    free(sr->from);
+    free(sr->end);
+    sr->magic = 0;
+    free(sr);
+}
+
+static evhtp_res
+on_request_fini(evhtp_request_t *req, void *arg)
+{
+    sreq_free(sreq_of(arg));
+    return EVHTP_RES_OK;
+}
+
+/* Detach sr from req (before handing req to someone else). */
+static void
+sreq_release(struct sreq *sr)
+{
+    evhtp_request_set_hook(sr->req, evhtp_hook_on_request_fini, NULL, NULL);
+    sreq_free(sr);
+}
+
+static bool
+matches(struct sreq *sr, const struct store_obj *o)
+{
+    if (!sr->sel)
+        return true;
+    if (idx_view_load(&sr->iv, o->idx, o->idx_len, sr->d->field_names, sr->d->n_fields) != 0)
+        return false;
+    return sel_matches(sr->sel, &sr->iv.labels, &sr->iv.fields);
+}
+
+static void
+fail_stream(struct sreq *sr, int rc)
+{
+    log_warnx("cache: %s %s: reading the cache failed mid-list: %s; closing the stream",
+              sr->d->resource, sr->req->uri->path->full, kwc_strerror(rc));
+    sr->done = true;
+    respond_end_stream(sr->req, sr->chunked, false);
+}
+
+/* ---- get ---- */
+
+static void
+serve_get(struct sreq *sr)
+{
+    struct serve *s = sr->s;
+    struct store_rtxn *t;
+    struct store_obj o;
+    int rc = store_rtxn_begin(s->st, &t);
+    if (rc == 0)
+        rc = store_get(t, sr->d->sres, sr->key, strlen(sr->key), &o);
+    common_headers(sr);
+    s->stats.gets++;
+    if (rc == 0) {
+        size_t n;
+        char *body = listfmt_object(&sr->fmt, o.raw, o.raw_len, &n);
+        store_rtxn_end(t);
+        evbuffer_add(sr->req->buffer_out, body, n);
+        free(body);
+        evhtp_send_reply(sr->req, 200);
+        return;
+    }
+    store_rtxn_end(t);
+    if (rc == KWC_ENOTFOUND) {
+        /* errors.NewNotFound(qualifiedResource, name) */
+        const struct refl_desc *d = sr->d;
+        char *msg = d->group[0] ? xasprintf("%s.%s \"%s\" not found", d->resource, d->group, sr->name)
+                                : xasprintf("%s \"%s\" not found", d->resource, sr->name);
+        struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
+                                     .kind = d->resource};
+        char *body = status_failure_json(404, "NotFound", msg, &det);
+        respond_status_body(sr->req, 404, body, 0);
+        free(body);
+        free(msg);
+        return;
+    }
+    s->stats.errors++;
+    respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+}
+
+/* ---- list ---- */
+
+/* Page bounds of a limited list: the last key of the page, whether more keys
+ * follow it, and (without selectors) how many keys remain after the page. */
+struct page_scan {
+    struct sreq *sr;
+    int64_t limit, matched, count;
+    bool more;
+};
+
+static int
+on_page_obj(void *arg, const struct store_obj *o)
+{
+    struct page_scan *ps = arg;
+    struct sreq *sr = ps->sr;
+    if (ps->matched == ps->limit) {
+        /* kube's etcd store: more = some key follows the page's last */
+        ps->more = true;
+        if (sr->sel)
+            return 1;
+        ps->count++;
+        return 0;
+    }
+    if (!matches(sr, o))
+        return 0;
+    ps->matched++;
+    if (ps->matched == ps->limit)
+        set_key(&sr->end, &sr->end_len, o->key, o->key_len, false);
+    return 0;
+}
+
+static int
+plan_page(struct sreq *sr)
+{
+    struct page_scan ps = {.sr = sr, .limit = sr->dec.limit};
+    struct store_rtxn *t;
+    int rc = store_rtxn_begin(sr->s->st, &t);
+    if (rc)
+        return rc;
+    rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, on_page_obj, &ps);
+    store_rtxn_end(t);
+    if (rc)
+        return rc;
+    if (!ps.more)
+        return 0;
+    size_t pl = strlen(sr->prefix);
+    rc = cont_encode((int64_t)sr->meta.rv, sr->end + pl, sr->end_len - pl, &sr->cont);
+    if (rc)
+        return rc;
+    sr->meta.cont = sr->cont;
+    if (!sr->sel && sr->dec.remaining_count)
+        sr->meta.remaining = ps.count;
+    return 0;
+}
+
+struct fill {
+    struct sreq *sr;
+    size_t visits;
+    bool more;
+};
+
+static int
+on_fill_obj(void *arg, const struct store_obj *o)
+{
+    struct fill *f = arg;
+    struct sreq *sr = f->sr;
+    if (sr->end && keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
+        return 1; /* past the page */
+    if (matches(sr, o)) {
+        if (sr->any_item)
+            evbuffer_add(sr->chunk, ",", 1);
+        evbuffer_add(sr->chunk, o->raw, o->raw_len);
+        sr->any_item = true;
+    }
+    if (++f->visits >= CHUNK_VISITS || evbuffer_get_length(sr->chunk) >= CHUNK_BYTES) {
+        set_key(&sr->from, &sr->from_len, o->key, o->key_len, true);
+        f->more = true;
+        return 1;
+    }
+    return 0;
+}
+
+static void
+send_chunk(struct sreq *sr)
+{
+    if (evbuffer_get_length(sr->chunk) == 0)
+        return;
+    if (sr->chunked)
+        evhtp_send_reply_chunk(sr->req, sr->chunk);
+    else
+        evhtp_send_reply_body(sr->req, sr->chunk);
+}
+
+static void
+start_stream(struct sreq *sr)
+{
+    common_headers(sr);
+    sr->started = true;
+    if (sr->req->proto == EVHTP_PROTO_11) {
+        sr->chunked = true;
+        evhtp_send_reply_chunk_start(sr->req, 200);
+    } else {
+        /* HTTP/1.0: no chunked coding, the body ends when kwc closes */
+        respond_no_keepalive(sr->req);
+        evhtp_send_reply_start(sr->req, 200);
+    }
+}
+
+/* One chunk, or the last one with the tail (sr->done). */
+static void
+fill(struct sreq *sr)
+{
+    struct fill f = {.sr = sr};
+    struct store_rtxn *t;
+    int rc = store_rtxn_begin(sr->s->st, &t);
+    if (rc == 0)
+        rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, on_fill_obj, &f);
+    store_rtxn_end(t);
+    if (rc) {
+        if (!sr->started) {
+            sr->done = true;
+            sr->s->stats.errors++;
+            respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+            return;
+        }
+        fail_stream(sr, rc);
+        return;
+    }
+    if (!f.more) {
+        size_t n;
+        char *tail = listfmt_tail(&sr->fmt, &sr->meta, &n);
+        evbuffer_add(sr->chunk, tail, n);
+        free(tail);
+        sr->done = true;
+        if (!sr->started) {
+            /* the whole list in one piece: a plain response with Content-Length */
+            common_headers(sr);
+            evbuffer_add_buffer(sr->req->buffer_out, sr->chunk);
+            evhtp_send_reply(sr->req, 200);
+            return;
+        }
+        send_chunk(sr);
+        respond_end_stream(sr->req, sr->chunked, true);
+        return;
+    }
+    if (!sr->started)
+        start_stream(sr);
+    send_chunk(sr);
+}
+
+/* Fill while the client keeps up; else wait for its socket to drain. */
+static void
+pump(struct sreq *sr)
+{
+    if (sr->done)
+        return;
+    fill(sr);
+    if (sr->done)
+        return;
+    if (evbuffer_get_length(sr->out) < sr->s->o.max_buffer)
+        event_active(sr->kick, EV_TIMEOUT, 1); /* let other work run between chunks */
+}
+
+static void
+on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    pump(sreq_of(arg));
+}
+
+static void
+on_out_drain(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct sreq *sr = sreq_of(arg);
+    if (info->n_deleted && !sr->done && evbuffer_get_length(buf) <= sr->s->o.max_buffer / 4)
+        event_active(sr->kick, EV_TIMEOUT, 1);
+}
+
+static void
+serve_list(struct sreq *sr)
+{
+    struct serve *s = sr->s;
+    s->stats.lists++;
+    int rc = 0;
+    if (sr->dec.limit > 0 && (rc = plan_page(sr)) != 0) {
+        s->stats.errors++;
+        respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+        return;
+    }
+    size_t n;
+    char *head = listfmt_head(&sr->fmt, &sr->meta, &n);
+    sr->chunk = evbuffer_new();
+    evbuffer_add(sr->chunk, head, n);
+    free(head);
+    struct bufferevent *bev = evhtp_connection_get_bev(evhtp_request_get_connection(sr->req));
+    sr->out = bufferevent_get_output(bev);
+    sr->out_cb = evbuffer_add_cb(sr->out, on_out_drain, sr);
+    sr->kick = event_new(s->base, -1, 0, on_kick, sr);
+    pump(sr);
+}
+
+/* ---- starting: at once, or after the cache reaches an rv ---- */
+
+static uint64_t
+cache_rv(struct serve *s, const struct refl_desc *d, uint64_t *floor)
+{
+    struct store_rtxn *t;
+    struct store_res_info info = {0};
+    if (store_rtxn_begin(s->st, &t) == 0) {
+        store_info(t, d->sres, &info);
+        store_rtxn_end(t);
+    }
+    if (floor)
+        *floor = info.floor;
+    return info.rv;
+}
+
+static void
+start(struct sreq *sr)
+{
+    uint64_t floor;
+    uint64_t cur = cache_rv(sr->s, sr->d, &floor);
+    switch (sr->dec.action) {
+    case DECIDE_SERVE_EXACT:
+        sr->at_rv = sr->dec.rv;
+        break;
+    default:
+        sr->at_rv = cur;
+        break;
+    }
+    sr->meta.rv = sr->at_rv;
+    if (sr->list)
+        serve_list(sr);
+    else
+        serve_get(sr);
+}
+
+static void
+on_wait_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct sreq *sr = sreq_of(arg);
+    struct serve *s = sr->s;
+    uint64_t cur = cache_rv(s, sr->d, NULL);
+    wait_unlink(sr);
+    if (cur >= sr->dec.rv) {
+        start(sr);
+        return;
+    }
+    struct decide_result t;
+    decide_timeout(&sr->dec, cur, &t);
+    if (t.action == DECIDE_ERROR) {
+        s->stats.errors++;
+        respond_header(sr->req, "Audit-Id", sr->audit_id);
+        respond_status_body(sr->req, t.code, t.body, t.retry_after_seconds);
+        decide_result_fini(&t);
+        return;
+    }
+    decide_result_fini(&t);
+    s->stats.passed_after_wait++;
+    log_debug("cache %s: rv %llu not reached in %d ms (cache at %llu): asking the upstream",
+              sr->d->resource, (unsigned long long)sr->dec.rv, s->o.wait_ms,
+              (unsigned long long)cur);
+    evhtp_request_t *req = sr->req;
+    sreq_release(sr);
+    pt_forward_read(req, s->o.up, s->o.pt);
+}
+
+void
+serve_committed(void *arg)
+{
+    struct serve *s = arg;
+    struct sreq *sr = s->waiters;
+    while (sr) {
+        struct sreq *next = sr->next_wait;
+        if (cache_rv(s, sr->d, NULL) >= sr->dec.rv) {
+            wait_unlink(sr);
+            evtimer_del(sr->timer);
+            start(sr);
+        }
+        sr = next;
+    }
+}
+
+/* evhtp's request callback: the request has been read. */
+static void
+on_complete(evhtp_request_t *req, void *arg)
+{
+    struct sreq *sr = sreq_of(arg);
+    struct serve *s = sr->s;
+    if (sr->dec.action == DECIDE_ERROR) {
+        s->stats.errors++;
+        respond_header(req, "Audit-Id", sr->audit_id);
+        respond_status_body(req, sr->dec.code, sr->dec.body, sr->dec.retry_after_seconds);
+        return;
+    }
+    if (sr->dec.action == DECIDE_SERVE_AT_LEAST && cache_rv(s, sr->d, NULL) < sr->dec.rv) {
+        s->stats.waited++;
+        sr->next_wait = s->waiters;
+        if (s->waiters)
+            s->waiters->prev_wait = &sr->next_wait;
+        s->waiters = sr;
+        sr->prev_wait = &s->waiters;
+        sr->timer = evtimer_new(s->base, on_wait_timeout, sr);
+        struct timeval tv = {s->o.wait_ms / 1000, (s->o.wait_ms % 1000) * 1000};
+        evtimer_add(sr->timer, &tv);
+        return;
+    }
+    start(sr);
+}
+
+/* ---- the route stage ---- */
+
+static struct refl *
+find_refl(struct serve *s, const struct route_req *r)
+{
+    for (size_t i = 0; i < s->nrefls; i++) {
+        const struct refl_desc *d = refl_desc(s->refls[i]);
+        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
+            strcmp(d->resource, r->resource) == 0)
+            return s->refls[i];
+    }
+    return NULL;
+}
+
+/* Every field the selector names is one kwc indexes for the resource (kube
+ * would accept it without conversion); else the upstream answers. */
+static bool
+fields_served(const struct sel *sel, const struct refl_desc *d)
+{
+    for (size_t i = 0; i < sel_field_count(sel); i++) {
+        const char *f = sel_field_name(sel, i);
+        bool found = false;
+        for (size_t j = 0; j < d->n_fields && !found; j++)
+            found = strcmp(f, d->field_names[j]) == 0;
+        if (!found || (!d->namespaced && strcmp(f, "metadata.namespace") == 0))
+            return false;
+    }
+    return true;
+}
+
+bool
+serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
+{
+    if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
+        !r->resource || req->method != htp_method_GET)
+        return false;
+    struct refl *rf = find_refl(s, r);
+    if (!rf || !refl_synced(rf))
+        return false;
+    const struct refl_desc *d = refl_desc(rf);
+    bool list = r->verb == ROUTE_LIST;
+    if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
+        return false; /* not a path kube serves this resource at: its 404 */
+    if (!route_accepts_plain_json(evhtp_header_find(req->headers_in, "Accept")) ||
+        route_wants_pretty(&r->q, evhtp_header_find(req->headers_in, "User-Agent")))
+        return false;
+
+    struct sel *sel = NULL;
+    char *sel_err = NULL;
+    if (list) {
+        int rc = sel_parse(r->q.label_selector, r->q.field_selector, &sel, &sel_err);
+        if (rc == KWC_ETOOBIG) {
+            free(sel_err);
+            return false;
+        }
+    }
+    uint64_t floor;
+    uint64_t cur = cache_rv(s, d, &floor);
+    struct decide_req dq = {
+        .verb = list ? DECIDE_LIST : DECIDE_GET,
+        .resource_version = r->q.resource_version,
+        .resource_version_match = r->q.resource_version_match,
+        .limit = r->q.limit,
+        .continue_token = r->q.continue_token,
+        .timeout_seconds = r->q.timeout_seconds,
+        .send_initial_events = r->q.send_initial_events,
+        .has_selector = sel && !sel_is_everything(sel),
+        .selector_error = sel_err,
+    };
+    struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
+    struct decide_result dec;
+    decide_read(&dq, &dc, s->o.too_large, &dec);
+    free(sel_err);
+    if (dec.action == DECIDE_PASS_THROUGH ||
+        (dec.action != DECIDE_ERROR && sel && !fields_served(sel, d))) {
+        log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
+                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why) : "field selector");
+        decide_result_fini(&dec);
+        sel_free(sel);
+        return false;
+    }
+
+    struct sreq *sr = xcalloc(1, sizeof(*sr));
+    sr->magic = SREQ_MAGIC;
+    sr->s = s;
+    sr->req = req;
+    sr->d = d;
+    sr->list = list;
+    sr->dec = dec;
+    if (sel && !sel_is_everything(sel))
+        sr->sel = sel;
+    else
+        sel_free(sel);
+    sr->fmt = (struct listfmt){.list_kind = d->list_kind, .kind = d->kind,
+                               .api_version = d->api_version, .unstructured = d->typed_items};
+    sr->meta.remaining = -1;
+    sr->prefix = r->namespace_ && d->namespaced ? xasprintf("%s/", r->namespace_) : xstrdup("");
+    if (!list) {
+        sr->key = xasprintf("%s%s", sr->prefix, r->name);
+        sr->name = sr->key + strlen(sr->prefix);
+    }
+    if (dec.start_key) {
+        /* a continue token's start key, relative to the prefix */
+        size_t pl = strlen(sr->prefix);
+        sr->from_len = pl + dec.start_key_len;
+        sr->from = xmalloc(sr->from_len + 1);
+        memcpy(sr->from, sr->prefix, pl);
+        memcpy(sr->from + pl, dec.start_key, dec.start_key_len);
+        sr->from[sr->from_len] = '\0';
+    }
+    audit_id(sr);
+    respond_discard_body(req, DISCARD_MAX);
+    evhtp_request_set_hook(req, evhtp_hook_on_request_fini, (evhtp_hook)on_request_fini, sr);
+    req->cb = on_complete;
+    req->cbarg = sr;
+    return true;
+}
+
+struct serve *
+serve_new(struct event_base *base, struct store *st, struct refl *const *refls, size_t nrefls,
+          const struct serve_options *o)
+{
+    struct serve *s = xcalloc(1, sizeof(*s));
+    s->base = base;
+    s->st = st;
+    s->refls = refls;
+    s->nrefls = nrefls;
+    s->o = *o;
+    if (getrandom(s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng) || (!s->rng[0] && !s->rng[1]))
+        s->rng[0] = (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ull, s->rng[1] = 1;
+    return s;
+}
+
+void
+serve_free(struct serve *s)
+{
+    if (!s)
+        return;
+    /* Call after evhtp is freed (its requests' fini hooks free every sreq);
+     * anything left waiting is only detached. */
+    for (struct sreq *sr = s->waiters, *next; sr; sr = next) {
+        next = sr->next_wait;
+        evtimer_del(sr->timer);
+        sr->prev_wait = NULL;
+        sr->next_wait = NULL;
+    }
+    free(s);
+}
+
+void
+serve_stats(const struct serve *s, struct serve_stats *out)
+{
+    *out = s->stats;
+}
