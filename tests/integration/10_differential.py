@@ -1,0 +1,394 @@
+"""Lists and gets through kwc's cache answer what the upstream answers.
+
+For a matrix of requests (every resourceVersion x resourceVersionMatch x
+limit/continue cell, label and field selectors, one namespace, all
+namespaces, a cluster-scoped kind, an apps/v1 kind and a custom resource) the
+same request goes to apisim directly and through kwc, and the answers are
+compared byte for byte:
+  - errors: status and Status body (the "current: N" of a too-large rv aside);
+  - lists at an exact rv (Exact, limit with rv, continue): the whole body;
+  - lists kwc may serve at a newer rv (rv=0, NotOlderThan): kwc's rv must be
+    at least the one asked for, and kwc's body must equal apisim's answer to
+    the same request pinned to kwc's rv (resourceVersionMatch=Exact), so
+    ListMeta, item order, item bytes, continue and remainingItemCount all
+    agree at the state kwc claims to have served.
+Continue chains are followed to the end through kwc, through apisim, and
+crossed (a token from one used with the other).
+
+apisim's request counters prove which cells kwc answered itself (rv=0, rv=N,
+Exact inside the window, kwc's own continue tokens) and which it passed on
+(rv unset). The matrix runs quiet, under churn, after a kwc restart, after a
+forced upstream 410, and (rv=0 only) with the upstream stopped.
+"""
+import json
+import os
+import re
+import signal
+import unittest
+import urllib.parse
+
+from cluster import Env, http_request, wait_for
+
+RESOURCES = "v1/pods,v1/nodes,v1/namespaces,apps/v1/deployments,example.com/v1/widgets"
+JSON = {"Accept": "application/json"}
+
+
+def q(**kw):
+    return urllib.parse.urlencode({k: v for k, v in kw.items() if v is not None})
+
+
+def body_rv(b):
+    return int(json.loads(b)["metadata"]["resourceVersion"])
+
+
+def with_query(path, **changes):
+    base, _, qs = path.partition("?")
+    params = urllib.parse.parse_qsl(qs, keep_blank_values=True)
+    d = dict(params)
+    for k, v in changes.items():
+        if v is None:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    return base + ("?" + urllib.parse.urlencode(d) if d else "")
+
+
+def norm_status(b):
+    """A Status body with the part that legitimately differs (the current rv
+    in 'Too large resource version: N, current: M') blanked."""
+    return re.sub(rb"current: \d+", b"current: M", b)
+
+
+class Differential(unittest.TestCase):
+    memo = {}  # exact request -> apisim's 200 body (an exact state never changes)
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=["--pods", "90", "--namespaces", "3", "--nodes", "4", "--history", "200000",
+                                   "--bookmark-interval", "0.5"],
+                      kwc_args=["--resources", RESOURCES, "--rv-wait-ms", "300"])
+        e = cls.env
+        e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 8, "namespaces": 2})
+        e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 9, "namespaces": 2})
+        cls.rv_seeded = e.sim("GET", "/apisim/stats")["rv"]
+        # history: updates, label changes, deletes, creates
+        def pod(j):  # apisim seeds pod-j into ns-(j % 3)
+            return {"resource": "pods", "namespace": "ns-%d" % (j % 3), "name": "pod-%d" % j}
+        for i in range(12):
+            e.sim("POST", "/apisim/write", dict(pod(i * 7 % 90), verb="update", labels={"app": "moved", "n": str(i)}))
+        for i in range(4):
+            e.sim("POST", "/apisim/write", dict(pod(i * 11 % 90 + 1), verb="delete"))
+        cls.rv_mid = e.sim("GET", "/apisim/stats")["rv"]
+        for i in range(5):
+            e.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "ns-1",
+                                            "name": "late-%d" % i, "labels": {"app": "late"}})
+        cls.quiesce()
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = cls.env.close()
+        if codes.get("kwc") not in (0, None):
+            raise AssertionError("kwc exited with %r" % codes.get("kwc"))
+
+    def run(self, result=None):
+        r = super().run(result)
+        if result is not None and (result.failures or result.errors):
+            self.env.dump_logs()
+        return r
+
+    # -- helpers ---------------------------------------------------------------
+    @classmethod
+    def quiesce(cls):
+        """Stop churn; wait until kwc serves every resource at apisim's rv."""
+        e = cls.env
+        e.sim("POST", "/apisim/churn", {"rate": 0})
+        rv = e.sim("GET", "/apisim/stats")["rv"]
+        for path in ("/api/v1/pods", "/api/v1/nodes", "/api/v1/namespaces", "/apis/apps/v1/deployments",
+                     "/apis/example.com/v1/widgets"):
+            wait_for(lambda: http_request(e.kwc.port, "GET", path + "?resourceVersion=%d" % rv,
+                                          headers=JSON)[0] == 200, 30, "kwc to reach rv %d on %s" % (rv, path))
+        return rv
+
+    def both(self, path):
+        e = self.env
+        k = http_request(e.kwc.port, "GET", path, headers=JSON)
+        s = http_request(e.apisim.port, "GET", path, headers=JSON)
+        return k, s
+
+    def lists_upstream(self):
+        return sum(v for k, v in self.env.stats()["requests"].items() if k.startswith("list "))
+
+    def check(self, path, exact=False, served=None):
+        """Compare one request; returns kwc's response. served: True/False asserts
+        whether kwc answered it from its cache (apisim saw no list)."""
+        before = self.lists_upstream() if served is not None else 0
+        e = self.env
+        k = http_request(e.kwc.port, "GET", path, headers=JSON)
+        if served is not None:
+            n = self.lists_upstream() - before
+            self.assertEqual(n == 0, served, "%s: %s by kwc (upstream saw %d lists)" % (
+                path, "expected to be served" if served else "expected to be passed on", n))
+        s = http_request(e.apisim.port, "GET", path, headers=JSON)
+        if exact and s[0] == 200:
+            Differential.memo[path] = s[2]
+        if exact and k[0] == 200 and s[0] == 410 and path in self.memo:
+            # kwc's history reaches further back than the upstream's: it still
+            # answers an exact list the upstream has compacted away, with the
+            # answer the upstream gave before
+            self.assertEqual(k[2], self.memo[path], path + " (compacted upstream)")
+            return k
+        self.assertEqual(k[0], s[0], "%s: status kwc %d vs apisim %d\nkwc: %s\nsim: %s" % (
+            path, k[0], s[0], k[2][:400], s[2][:400]))
+        if k[0] != 200:
+            self.assertEqual(norm_status(k[2]), norm_status(s[2]), path)
+            self.assertEqual(k[1].get("retry-after"), s[1].get("retry-after"), path)
+            return k
+        self.assertEqual(k[1].get("content-type"), "application/json", path)
+        if exact or k[2] == s[2]:
+            self.assertEqual(k[2], s[2], path)
+            return k
+        # served at a newer rv than apisim's (or an older one it may return):
+        # pin apisim to kwc's rv
+        krv = body_rv(k[2])
+        asked = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(path).query,
+                                            keep_blank_values=True)).get("resourceVersion")
+        if asked and asked.isdigit():
+            self.assertGreaterEqual(krv, int(asked), "%s: kwc served an older rv" % path)
+        pinned = with_query(path, resourceVersion=str(krv), resourceVersionMatch="Exact")
+        if asked == "0":
+            pinned = with_query(pinned, limit=None)
+        p = http_request(e.apisim.port, "GET", pinned, headers=JSON)
+        self.assertEqual(p[0], 200, "%s: apisim %d for %s: %s" % (path, p[0], pinned, p[2][:300]))
+        self.assertEqual(k[2], p[2], "%s: kwc's list at rv %d differs from apisim's at that rv" % (path, krv))
+        return k
+
+    def chain(self, first, port_for_page):
+        """Follow continue tokens; port_for_page(i) picks who answers page i.
+        Returns the concatenated item names and the number of pages."""
+        e = self.env
+        names, path, pages = [], first, 0
+        while True:
+            port = port_for_page(pages)
+            st, _, b = http_request(port, "GET", path, headers=JSON)
+            self.assertEqual(st, 200, "%s page %d: %s" % (first, pages, b[:300]))
+            d = json.loads(b)
+            names += ["%s/%s" % (i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in d["items"]]
+            pages += 1
+            c = d["metadata"].get("continue")
+            if not c:
+                return names, pages
+            self.assertLess(pages, 200, "runaway chain")
+            path = with_query(first, **{"continue": c, "resourceVersion": None, "resourceVersionMatch": None})
+
+    # -- the matrix ----------------------------------------------------------------
+    def matrix(self, served_checks=True):
+        e = self.env
+        cur = self.quiesce() if served_checks else e.sim("GET", "/apisim/stats")["rv"]
+        old = self.rv_mid
+        scopes = ["/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes", "/api/v1/namespaces",
+                  "/apis/apps/v1/deployments", "/apis/apps/v1/namespaces/ns-0/deployments",
+                  "/apis/example.com/v1/widgets", "/apis/example.com/v1/namespaces/ns-1/widgets"]
+        rvs = [None, "", "0", str(old), str(cur), "abc", "-1"]
+        matches = [None, "NotOlderThan", "Exact", "Bogus"]
+        limits = [None, "4", "0", "x"]
+        n = 0
+        for scope in scopes:
+            for rv in rvs:
+                for m in matches:
+                    for lim in limits:
+                        path = scope + "?" + q(resourceVersion=rv, resourceVersionMatch=m, limit=lim)
+                        served = None
+                        if served_checks and m is None and lim is None:
+                            if rv == "0" or rv == str(cur):
+                                served = True
+                            elif rv is None:
+                                served = False
+                        if served_checks and m == "Exact" and rv == str(old):
+                            served = True
+                        exact = m == "Exact" or (m is None and lim not in (None, "0") and rv not in (None, "", "0"))
+                        self.check(path, exact=exact, served=served)
+                        n += 1
+        return n
+
+    def selectors(self, served_checks=True):
+        e = self.env
+        cur = self.quiesce() if served_checks else e.sim("GET", "/apisim/stats")["rv"]
+        cases = [
+            ("/api/v1/pods", "labelSelector", "app=app-3"),
+            ("/api/v1/pods", "labelSelector", "app in (app-1,app-2,moved)"),
+            ("/api/v1/pods", "labelSelector", "!n"),
+            ("/api/v1/pods", "labelSelector", "app,tier notin (backend)"),
+            ("/api/v1/pods", "labelSelector", "app=="),           # 400 from the parser
+            ("/api/v1/pods", "labelSelector", "n>3"),
+            ("/api/v1/pods", "fieldSelector", "spec.nodeName=node-2"),
+            ("/api/v1/pods", "fieldSelector", "status.phase=Running,spec.nodeName!=node-0"),
+            ("/api/v1/pods", "fieldSelector", "metadata.namespace=ns-2"),
+            ("/api/v1/pods", "fieldSelector", "metadata.name=pod-5"),
+            ("/api/v1/pods", "fieldSelector", "spec.host=node-1"),  # kube converts: passed on
+            ("/api/v1/pods", "fieldSelector", "spec.bogus=1"),      # kube's 400: passed on
+            ("/api/v1/namespaces/ns-1/pods", "fieldSelector", "spec.nodeName=node-1"),
+            ("/api/v1/nodes", "fieldSelector", "metadata.name=node-1"),
+            ("/api/v1/nodes", "fieldSelector", "metadata.namespace="),
+            ("/apis/example.com/v1/widgets", "labelSelector", "app"),
+        ]
+        for scope, key, sel in cases:
+            for extra in ({"resourceVersion": "0"}, {"resourceVersion": str(cur)},
+                          {"resourceVersion": str(self.rv_mid), "limit": "5"},
+                          {"resourceVersion": str(cur), "resourceVersionMatch": "NotOlderThan", "limit": "3"}):
+                path = scope + "?" + q(**{key: sel}, **extra)
+                self.check(path, exact="limit" in extra and "resourceVersionMatch" not in extra)
+
+    def gets(self):
+        cur = self.quiesce()
+        for path in ("/api/v1/namespaces/ns-1/pods/pod-4", "/api/v1/namespaces/ns-1/pods/late-2",
+                     "/api/v1/namespaces/ns-1/pods/missing", "/api/v1/nodes/node-1", "/api/v1/nodes/nope",
+                     "/api/v1/namespaces/ns-2", "/apis/apps/v1/namespaces/ns-0/deployments/deploy-0",
+                     "/apis/apps/v1/namespaces/ns-0/deployments/missing",
+                     "/apis/example.com/v1/namespaces/ns-1/widgets/widget-1",
+                     "/apis/example.com/v1/namespaces/ns-0/widgets/nope"):
+            for rv in ("0", str(cur), None, "abc"):
+                self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True)
+
+    def chains(self):
+        cur = self.quiesce()
+        for first in ("/api/v1/pods?limit=7", "/api/v1/pods?limit=7&resourceVersion=%d" % self.rv_mid,
+                      "/api/v1/namespaces/ns-2/pods?limit=4&resourceVersion=%d&resourceVersionMatch=NotOlderThan" % cur,
+                      "/api/v1/pods?limit=5&labelSelector=app%%3Dmoved&resourceVersion=%d" % cur,
+                      "/apis/example.com/v1/widgets?limit=2&resourceVersion=%d" % cur):
+            via_kwc = self.chain(first, lambda i: self.env.kwc.port)
+            if http_request(self.env.apisim.port, "GET", first, headers=JSON)[0] == 410:
+                # compacted upstream: kwc's longer history still has the chain
+                self.assertEqual(via_kwc, self.memo[first], first + " (compacted upstream)")
+                continue
+            via_sim = self.chain(first, lambda i: self.env.apisim.port)
+            Differential.memo[first] = via_sim
+            cross1 = self.chain(first, lambda i: self.env.kwc.port if i % 2 else self.env.apisim.port)
+            cross2 = self.chain(first, lambda i: self.env.apisim.port if i % 2 else self.env.kwc.port)
+            self.assertEqual(via_kwc, via_sim, first)
+            self.assertEqual(cross1, via_sim, first + " (apisim, kwc, apisim, ...)")
+            self.assertEqual(cross2, via_sim, first + " (kwc, apisim, kwc, ...)")
+            self.assertGreater(via_kwc[1], 1, first + " is more than one page")
+        # a chain through kwc never touches the upstream once it has a token
+        st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&resourceVersion=%d" % cur,
+                                headers=JSON)
+        before = self.lists_upstream()
+        c = json.loads(b)["metadata"]["continue"]
+        while c:
+            st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&continue=" + c, headers=JSON)
+            self.assertEqual(st, 200)
+            c = json.loads(b)["metadata"].get("continue")
+        self.assertEqual(self.lists_upstream(), before, "kwc passed a page of its own chain upstream")
+
+    # -- the tests (in name order) ------------------------------------------------
+    def test_1_quiet(self):
+        n = self.matrix()
+        self.assertGreater(n, 800)
+        self.selectors()
+        self.gets()
+        self.chains()
+
+    def test_2_under_churn(self):
+        e = self.env
+        e.sim("POST", "/apisim/churn", {"rate": 150, "label_flip": 0.3})
+        try:
+            # only exact or pinned comparisons hold while the state moves
+            self.matrix(served_checks=False)
+            self.selectors(served_checks=False)
+        finally:
+            e.sim("POST", "/apisim/churn", {"rate": 0})
+
+    def test_3_after_restart(self):
+        e = self.env
+        self.assertEqual(e.kwc.stop(), 0, e.kwc.logs())
+        e.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "ns-0",
+                                        "name": "while-down", "labels": {"app": "while-down"}})
+        e.start_kwc()
+        self.matrix()
+        self.selectors()
+
+    def test_4_after_upstream_410(self):
+        e = self.env
+        # writes kwc cannot see, then a compaction past them and a dropped watch:
+        # kwc's re-watch gets 410 and relists
+        e.sim("POST", "/apisim/fail", {"count": 1000, "match": "watch=", "mode": "status", "status": 503})
+        e.sim("POST", "/apisim/drop-watches", {})
+        for i in range(6):
+            e.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "ns-2",
+                                            "name": "unseen-%d" % i, "labels": {"app": "unseen"}})
+        e.sim("POST", "/apisim/write", {"verb": "delete", "resource": "pods", "namespace": "ns-1",
+                                        "name": "late-0"})
+        e.sim("POST", "/apisim/compact", {})
+        e.sim("POST", "/apisim/fail", {"clear": True})
+        wait_for(lambda: "relisted at rv" in e.kwc.logs(400), 30, "kwc to relist after the upstream's 410")
+        self.matrix()
+        self.selectors()
+        self.chains()
+
+    def test_5_upstream_down(self):
+        e = self.env
+        cur = self.quiesce()
+        want = {}
+        for path in ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
+                     "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved"):
+            full = path + ("&" if "?" in path else "?") + "resourceVersion=%d&resourceVersionMatch=Exact" % cur
+            st, _, b = http_request(e.apisim.port, "GET", full, headers=JSON)
+            self.assertEqual(st, 200)
+            want[path] = b
+        e.apisim.stop()
+        try:
+            for path, b in want.items():
+                full = path + ("&" if "?" in path else "?") + "resourceVersion=0"
+                st, _, got = http_request(e.kwc.port, "GET", full, headers=JSON)
+                self.assertEqual(st, 200, "%s with the upstream down: %s" % (full, got[:300]))
+                self.assertEqual(got, b, full)
+            st, _, got = http_request(e.kwc.port, "GET", "/api/v1/pods", headers=JSON)
+            self.assertEqual(st, 503, "a quorum read cannot be served with the upstream down")
+        finally:
+            e.apisim.start()
+
+
+class TooLargeRV(unittest.TestCase):
+    """--too-large-rv=504: kube-apiserver's own answer for an rv the cache has
+    not reached after the wait, without asking the upstream; by default the
+    request goes upstream instead."""
+
+    def test_504_and_pass(self):
+        with Env(apisim_args=["--pods", "5"],
+                 kwc_args=["--resources", "v1/pods", "--too-large-rv", "504"]) as e:
+            cur = e.sim("GET", "/apisim/stats")["rv"]
+            for path in ("/api/v1/pods?resourceVersion=%d" % (cur + 1000),
+                         "/api/v1/namespaces/default/pods/pod-0?resourceVersion=%d" % (cur + 1000)):
+                before = e.stats()["requests"]
+                st, h, b = http_request(e.kwc.port, "GET", path, headers=JSON)
+                self.assertEqual(e.stats()["requests"], before, "kwc asked the upstream")
+                self.assertEqual(st, 504, b)
+                self.assertEqual(h.get("retry-after"), "1")
+                s = http_request(e.apisim.port, "GET", path, headers=JSON)
+                self.assertEqual(s[0], 504)
+                self.assertEqual(norm_status(b), norm_status(s[2]))
+                d = json.loads(b)
+                self.assertEqual(d["reason"], "Timeout")
+                self.assertEqual(d["details"]["causes"][0]["reason"], "ResourceVersionTooLarge")
+            # a write reaching the cache within the wait is served
+            st = {}
+
+            def later():
+                st["rv"] = e.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods",
+                                                           "namespace": "default", "name": "soon"})["rv"]
+            import threading
+            t = threading.Timer(0.05, later)
+            t.start()
+            code, _, b = http_request(e.kwc.port, "GET", "/api/v1/pods?resourceVersion=%d" % (cur + 1), headers=JSON)
+            t.join()
+            self.assertEqual(code, 200, b)
+            self.assertGreaterEqual(body_rv(b), cur + 1)
+            self.assertIn(b'"name":"soon"', b)
+        with Env(apisim_args=["--pods", "5"], kwc_args=["--resources", "v1/pods", "--rv-wait-ms", "200"]) as e:
+            cur = e.sim("GET", "/apisim/stats")["rv"]
+            n = e.stats()["requests"].get("list pods", 0)
+            st, h, b = http_request(e.kwc.port, "GET", "/api/v1/pods?resourceVersion=%d" % (cur + 5), headers=JSON)
+            self.assertEqual(st, 504, b)  # apisim's own answer, after its 3 s
+            self.assertEqual(e.stats()["requests"].get("list pods", 0), n + 1, "default: passed upstream")
+
+
+if __name__ == "__main__":
+    unittest.main()
