@@ -74,3 +74,12 @@ kinds_builtin_group(const char *group)
         return true; /* core, apps, batch, policy, autoscaling, ... */
     return l > 7 && strcmp(group + l - 7, ".k8s.io") == 0;
 }
+
+int
+kinds_index_field(const char *group, const char *resource)
+{
+    /* the kubelet's list and watch: pods by spec.nodeName (field 2 of f_pods) */
+    if (strcmp(group, "") == 0 && strcmp(resource, "pods") == 0)
+        return 2;
+    return -1;
+}

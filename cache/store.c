@@ -7,6 +7,8 @@
  *   history: key = u64 rv (big-endian) | u32 seq (big-endian), so keys sort by rv
  *            value = struct hist_head | key | idx | obj | prev_idx | prev
  *   meta:    key = resource name -> struct meta_rec
+ *   field:   (optional, one indexed field per resource) key = value NUL
+ *            object key -> empty; maintained with every object write
  *
  * Invariants: meta.rv >= every history rv; every event with rv > meta.floor is
  * in history; objects hold exactly the state at meta.rv (bookmarks aside).
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "kwc/base.h"
+#include "kwc/index.h"
 
 #define STORE_MAX_RES 64
 #define META_VERSION 1
@@ -56,6 +59,8 @@ struct store_res {
     unsigned id;
     char *name;
     MDB_dbi objs, hist;
+    int ifield;  /* index field number (idx_field), -1: none */
+    MDB_dbi fidx;
 };
 
 struct store {
@@ -74,7 +79,19 @@ struct store_wtxn {
     bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES];
     char *buf; /* scratch for history values */
     size_t cap;
+    char *fbuf; /* scratch for field index keys */
+    size_t fcap;
 };
+
+static char *
+scratch_fidx(struct store_wtxn *w, size_t n)
+{
+    if (n > w->fcap) {
+        w->fcap = n < 512 ? 512 : n;
+        w->fbuf = xrealloc(w->fbuf, w->fcap);
+    }
+    return w->fbuf;
+}
 
 struct store_rtxn {
     struct store *s;
@@ -117,7 +134,7 @@ store_open(const char *dir, const struct store_options *o, struct store **out)
     if (rc)
         goto fail;
     mdb_env_set_mapsize(s->env, (size_t)o->map_size);
-    mdb_env_set_maxdbs(s->env, 2 * (o->max_resources ? o->max_resources : 32) + 1);
+    mdb_env_set_maxdbs(s->env, 3 * (o->max_resources ? o->max_resources : 32) + 1);
     mdb_env_set_maxreaders(s->env, 1024);
     /* NOTLS: read txns belong to event loops, not threads (TRAPS.md).
      * NOSYNC unless durable: the cache can be rebuilt from the upstream, and
@@ -174,6 +191,7 @@ store_res(struct store *s, const char *name, struct store_res **out)
     struct store_res *r = xcalloc(1, sizeof(*r));
     r->s = s;
     r->id = s->nres;
+    r->ifield = -1;
     r->name = xstrdup(name);
     char dbname[256];
     MDB_txn *txn;
@@ -305,6 +323,44 @@ event_meta(struct store_wtxn *w, struct store_res *r, const struct store_event *
     return wmeta(w, r, err);
 }
 
+/* The indexed field's value in idx bytes (NULL idx: no object), copied. */
+static char *
+field_copy(const struct store_res *r, const void *idx, size_t len)
+{
+    if (r->ifield < 0 || !idx)
+        return NULL;
+    const char *v = idx_field(idx, len, (size_t)r->ifield);
+    return xstrdup(v ? v : "");
+}
+
+static int
+fidx_op(struct store_wtxn *w, struct store_res *r, const char *val, const char *key, size_t kl,
+        bool put)
+{
+    size_t vl = strlen(val);
+    char *k = scratch_fidx(w, vl + 1 + kl);
+    memcpy(k, val, vl + 1);
+    memcpy(k + vl + 1, key, kl);
+    MDB_val kv = {vl + 1 + kl, k}, dv = {0, (void *)(uintptr_t)""};
+    int rc = put ? mdb_put(w->txn, r->fidx, &kv, &dv, 0) : mdb_del(w->txn, r->fidx, &kv, NULL);
+    return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+}
+
+/* Move key's index entry from old (NULL: none) to new (NULL: none). */
+static int
+fidx_update(struct store_wtxn *w, struct store_res *r, const char *key, size_t kl, const char *old,
+            const char *new)
+{
+    if (r->ifield < 0 || (old && new && strcmp(old, new) == 0))
+        return 0;
+    int rc = 0;
+    if (old)
+        rc = fidx_op(w, r, old, key, kl, false);
+    if (rc == 0 && new)
+        rc = fidx_op(w, r, new, key, kl, true);
+    return rc;
+}
+
 static int
 put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
         bool is_new)
@@ -347,6 +403,13 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
     bool has_prev = rc == 0;
     if (has_prev)
         decode_obj(&k, &cur, &prev);
+    char *fold = has_prev ? field_copy(r, prev.idx, prev.idx_len) : NULL;
+    char *fnew = ev->type != STORE_DELETED ? field_copy(r, ev->idx ? ev->idx : "", ev->idx_len) : NULL;
+    rc = fidx_update(w, r, ev->key, ev->key_len, fold, fnew);
+    free(fold);
+    free(fnew);
+    if (rc)
+        return rc;
 
     /* History value first: prev points into the map and may move on the put below. */
     struct hist_head h = {
@@ -413,7 +476,20 @@ store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_ev
     int rc = mdb_get(w->txn, r->objs, &k, &cur);
     if (rc && rc != MDB_NOTFOUND)
         return mdb_err(rc);
-    return put_obj(w, r, m, ev, rc == MDB_NOTFOUND);
+    bool is_new = rc == MDB_NOTFOUND;
+    if (r->ifield >= 0) {
+        struct store_obj prev = {0};
+        if (!is_new)
+            decode_obj(&k, &cur, &prev);
+        char *fold = is_new ? NULL : field_copy(r, prev.idx, prev.idx_len);
+        char *fnew = field_copy(r, ev->idx ? ev->idx : "", ev->idx_len);
+        rc = fidx_update(w, r, ev->key, ev->key_len, fold, fnew);
+        free(fold);
+        free(fnew);
+        if (rc)
+            return rc;
+    }
+    return put_obj(w, r, m, ev, is_new);
 }
 
 int
@@ -436,7 +512,8 @@ store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv)
     if (!m)
         return err;
     int rc;
-    if ((rc = mdb_drop(w->txn, r->objs, 0)) || (rc = mdb_drop(w->txn, r->hist, 0)))
+    if ((rc = mdb_drop(w->txn, r->objs, 0)) || (rc = mdb_drop(w->txn, r->hist, 0)) ||
+        (r->ifield >= 0 && (rc = mdb_drop(w->txn, r->fidx, 0))))
         return mdb_err(rc);
     m->rv = m->floor = rv;
     m->objects = m->hist_events = m->hist_bytes = 0;
@@ -541,6 +618,7 @@ store_wtxn_commit(struct store_wtxn *w)
     }
     rc = mdb_err(mdb_txn_commit(w->txn));
     free(w->buf);
+    free(w->fbuf);
     free(w);
     return rc;
 }
@@ -552,6 +630,7 @@ store_wtxn_abort(struct store_wtxn *w)
         return;
     mdb_txn_abort(w->txn);
     free(w->buf);
+    free(w->fbuf);
     free(w);
 }
 
@@ -738,9 +817,74 @@ key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char
     return !from || keycmp(k, kl, from, fl) >= 0;
 }
 
-int
-store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
-           const char *from, size_t fl, store_obj_cb cb, void *arg)
+/* Where a scan reads current objects from: the objects themselves, or the
+ * entries of one value in the field index (then each object is looked up). */
+struct src {
+    MDB_txn *txn;
+    MDB_dbi objs;
+    MDB_cursor *c;
+    const char *fval; /* field value incl. its NUL, or NULL */
+    size_t fvl;
+    MDB_val k, v;     /* the current object */
+};
+
+/* Settle on an entry (crc from the cursor): fill k, v; false at the end. */
+static bool
+src_settle(struct src *s, int crc, MDB_val *ck, int *err)
+{
+    if (crc)
+        return false;
+    if (!s->fval) {
+        s->k = *ck;
+        return true;
+    }
+    if (ck->mv_size < s->fvl || memcmp(ck->mv_data, s->fval, s->fvl) != 0)
+        return false; /* past this value */
+    s->k.mv_size = ck->mv_size - s->fvl;
+    s->k.mv_data = (char *)ck->mv_data + s->fvl;
+    int rc = mdb_get(s->txn, s->objs, &s->k, &s->v);
+    if (rc) /* the index names an object that is not there: never written so */
+        *err = rc == MDB_NOTFOUND ? KWC_ESTORE : mdb_err(rc);
+    return rc == 0;
+}
+
+static bool
+src_first(struct src *s, const char *start, size_t sl, int *err)
+{
+    MDB_val k, v;
+    int crc;
+    char *buf = NULL;
+    if (s->fval) {
+        buf = xmalloc(s->fvl + sl + 1);
+        memcpy(buf, s->fval, s->fvl);
+        memcpy(buf + s->fvl, start, sl);
+        k = (MDB_val){s->fvl + sl, buf};
+        crc = mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE);
+    } else {
+        k = (MDB_val){sl, (void *)(uintptr_t)(start ? start : "")};
+        crc = sl ? mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(s->c, &k, &v, MDB_FIRST);
+        s->v = v;
+    }
+    bool ok = src_settle(s, crc, &k, err);
+    free(buf);
+    return ok;
+}
+
+static bool
+src_next(struct src *s, int *err)
+{
+    MDB_val k, v;
+    int crc = mdb_cursor_get(s->c, &k, &v, MDB_NEXT);
+    if (!s->fval)
+        s->v = v;
+    if (crc && crc != MDB_NOTFOUND)
+        *err = mdb_err(crc);
+    return src_settle(s, crc, &k, err);
+}
+
+static int
+scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval, const char *prefix,
+     const char *from, size_t fl, store_obj_cb cb, void *arg)
 {
     struct meta_rec m;
     int rc = meta_read(t->txn, r, &m);
@@ -763,25 +907,20 @@ store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char
         ov.n = w;
     }
 
-    MDB_cursor *c;
-    if ((rc = mdb_cursor_open(t->txn, r->objs, &c))) {
+    struct src sc = {.txn = t->txn, .objs = r->objs, .fval = fval, .fvl = fval ? strlen(fval) + 1 : 0};
+    if ((rc = mdb_cursor_open(t->txn, fval ? r->fidx : r->objs, &sc.c))) {
         rc = mdb_err(rc);
         goto out;
     }
     /* Position at the first key >= from (or >= prefix). */
     const char *start = from && keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
     size_t sl = start == from ? fl : pl;
-    MDB_val k = {sl, (void *)(uintptr_t)(start ? start : "")}, v;
-    int crc = sl ? mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    int err = 0;
+    bool have_c = src_first(&sc, start, sl, &err);
     size_t oi = 0;
     int out = 0;
-    for (;;) {
-        bool have_c = crc == 0;
-        if (have_c && from && keycmp(k.mv_data, k.mv_size, from, fl) < 0) {
-            crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
-            continue;
-        }
-        if (have_c && (k.mv_size < pl || memcmp(k.mv_data, prefix, pl) != 0))
+    while (err == 0) {
+        if (have_c && (sc.k.mv_size < pl || memcmp(sc.k.mv_data, prefix, pl) != 0))
             have_c = false; /* past the prefix */
         while (oi < ov.n && !key_in_range(ov.e[oi].key, ov.e[oi].key_len, prefix ? prefix : "",
                                           pl, from, fl))
@@ -792,18 +931,18 @@ store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char
         struct store_obj o;
         bool emit;
         int cmp = !have_c ? 1 : !have_o ? -1
-                                      : keycmp(k.mv_data, k.mv_size, ov.e[oi].key,
+                                      : keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
                                                ov.e[oi].key_len);
         if (cmp < 0) { /* unchanged since at_rv */
-            decode_obj(&k, &v, &o);
+            decode_obj(&sc.k, &sc.v, &o);
             emit = true;
-            crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+            have_c = src_next(&sc, &err);
         } else { /* changed after at_rv: its state then is the first change's prev */
             o = ov.e[oi].prev;
             emit = ov.e[oi].present;
             oi++;
             if (cmp == 0)
-                crc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+                have_c = src_next(&sc, &err);
         }
         if (!emit)
             continue;
@@ -813,11 +952,87 @@ store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char
             break;
         }
     }
-    mdb_cursor_close(c);
-    if (crc && crc != MDB_NOTFOUND && out == 0)
-        out = mdb_err(crc);
-    rc = out;
+    mdb_cursor_close(sc.c);
+    rc = out ? out : err;
 out:
     free(ov.e);
     return rc;
+}
+
+int
+store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
+           const char *from, size_t fl, store_obj_cb cb, void *arg)
+{
+    return scan(t, r, at_rv, NULL, prefix, from, fl, cb, arg);
+}
+
+int
+store_scan_field(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *value,
+                 const char *prefix, const char *from, size_t fl, store_obj_cb cb, void *arg)
+{
+    if (r->ifield < 0)
+        return KWC_EPARSE;
+    return scan(t, r, at_rv, value, prefix, from, fl, cb, arg);
+}
+
+static int
+fidx_rebuild(MDB_txn *txn, struct store_res *r)
+{
+    MDB_cursor *c;
+    int rc = mdb_cursor_open(txn, r->objs, &c);
+    if (rc)
+        return rc;
+    MDB_val k, v;
+    char *buf = NULL;
+    size_t cap = 0;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        struct store_obj o;
+        decode_obj(&k, &v, &o);
+        const char *val = idx_field(o.idx, o.idx_len, (size_t)r->ifield);
+        if (!val)
+            val = "";
+        size_t vl = strlen(val), n = vl + 1 + k.mv_size;
+        if (n > cap)
+            buf = xrealloc(buf, cap = n);
+        memcpy(buf, val, vl + 1);
+        memcpy(buf + vl + 1, k.mv_data, k.mv_size);
+        MDB_val ik = {n, buf}, iv = {0, (void *)(uintptr_t)""};
+        if ((rc = mdb_put(txn, r->fidx, &ik, &iv, 0)))
+            break;
+    }
+    free(buf);
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+int
+store_res_index(struct store_res *r, unsigned field)
+{
+    if (r->ifield >= 0)
+        return r->ifield == (int)field ? 0 : KWC_EPARSE;
+    char dbname[256];
+    snprintf(dbname, sizeof(dbname), "field:%s", r->name);
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(r->s->env, NULL, 0, &txn);
+    if (rc)
+        return mdb_err(rc);
+    MDB_stat fs, os;
+    if ((rc = mdb_dbi_open(txn, dbname, MDB_CREATE, &r->fidx)) ||
+        (rc = mdb_stat(txn, r->fidx, &fs)) || (rc = mdb_stat(txn, r->objs, &os))) {
+        mdb_txn_abort(txn);
+        return mdb_err(rc);
+    }
+    r->ifield = (int)field;
+    /* a data dir written before the index existed (or for another field):
+     * build it from the objects once */
+    if (fs.ms_entries != os.ms_entries && ((rc = mdb_drop(txn, r->fidx, 0)) || (rc = fidx_rebuild(txn, r)))) {
+        mdb_txn_abort(txn);
+        r->ifield = -1;
+        return mdb_err(rc);
+    }
+    if ((rc = mdb_txn_commit(txn))) {
+        r->ifield = -1;
+        return mdb_err(rc);
+    }
+    return 0;
 }

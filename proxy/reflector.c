@@ -922,6 +922,9 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     char name[300];
     snprintf(name, sizeof(name), "%s/%s:json", r->d.api_version, r->d.resource);
     int rc = store_res(ing->st, name, &r->d.sres);
+    r->d.index_field = kinds_index_field(r->d.group, r->d.resource);
+    if (rc == 0 && r->d.index_field >= 0)
+        rc = store_res_index(r->d.sres, (unsigned)r->d.index_field);
     if (rc) {
         snprintf(err, errlen, "cache for %s: %s", gvr, kwc_strerror(rc));
         r->magic = REFL_MAGIC;

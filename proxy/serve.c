@@ -64,6 +64,7 @@ struct sreq {
     const struct refl_desc *d;
     bool list;
     struct sel *sel; /* NULL: everything */
+    const char *by_field; /* read through the store's field index: this value */
     struct idx_view iv;
     struct decide_result dec;
     char *prefix; /* "ns/" within a namespace, else "" */
@@ -263,6 +264,15 @@ serve_get(struct sreq *sr)
 
 /* ---- list ---- */
 
+static int
+scan(struct sreq *sr, struct store_rtxn *t, store_obj_cb cb, void *arg)
+{
+    if (sr->by_field)
+        return store_scan_field(t, sr->d->sres, sr->at_rv, sr->by_field, sr->prefix, sr->from,
+                                sr->from_len, cb, arg);
+    return store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, cb, arg);
+}
+
 /* Page bounds of a limited list: the last key of the page, whether more keys
  * follow it, and (without selectors) how many keys remain after the page. */
 struct page_scan {
@@ -293,6 +303,13 @@ on_page_obj(void *arg, const struct store_obj *o)
 }
 
 static int
+on_any_obj(void *arg, const struct store_obj *o)
+{
+    *(bool *)arg = true;
+    return 1;
+}
+
+static int
 plan_page(struct sreq *sr)
 {
     struct page_scan ps = {.sr = sr, .limit = sr->dec.limit};
@@ -300,7 +317,13 @@ plan_page(struct sreq *sr)
     int rc = store_rtxn_begin(sr->s->st, &t);
     if (rc)
         return rc;
-    rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, on_page_obj, &ps);
+    rc = scan(sr, t, on_page_obj, &ps);
+    if (rc == 0 && sr->by_field && ps.matched == ps.limit && !ps.more) {
+        /* the index saw no further candidate, but kube's "more" is about any
+         * key in the range after the page's last */
+        rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->end, sr->end_len + 1,
+                        on_any_obj, &ps.more);
+    }
     store_rtxn_end(t);
     if (rc)
         return rc;
@@ -377,7 +400,7 @@ fill(struct sreq *sr)
     struct store_rtxn *t;
     int rc = store_rtxn_begin(sr->s->st, &t);
     if (rc == 0)
-        rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, on_fill_obj, &f);
+        rc = scan(sr, t, on_fill_obj, &f);
     store_rtxn_end(t);
     if (rc) {
         if (!sr->started) {
@@ -663,6 +686,8 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
         sr->sel = sel;
     else
         sel_free(sel);
+    if (sr->sel && d->index_field >= 0)
+        sr->by_field = sel_requires_exact(sr->sel, d->field_names[d->index_field]);
     sr->fmt = (struct listfmt){.list_kind = d->list_kind, .kind = d->kind,
                                .api_version = d->api_version, .unstructured = d->typed_items};
     sr->meta.remaining = -1;

@@ -24,6 +24,10 @@
  */
 const struct obj_field *kinds_fields(const char *group, const char *resource, size_t *n);
 
+/* The field (an index into kinds_fields) the cache indexes for exact-match
+ * field selectors, or -1: pods by spec.nodeName. */
+int kinds_index_field(const char *group, const char *resource);
+
 /* Is group served by kube-apiserver itself (typed objects: list items carry no
  * kind/apiVersion), as opposed to a custom resource (unstructured)? */
 bool kinds_builtin_group(const char *group);

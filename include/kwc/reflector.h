@@ -40,6 +40,7 @@ struct refl_desc {
     const struct obj_field *fields;
     const char **field_names;
     size_t n_fields;
+    int index_field;   /* field with a store index (store_scan_field), -1: none */
     struct store_res *sres;
 };
 

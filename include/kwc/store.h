@@ -101,6 +101,15 @@ void store_close(struct store *s);
 /* The resource named name (created on first use; stays valid until store_close). */
 int store_res(struct store *s, const char *name, struct store_res **out);
 
+/*
+ * Index field number `field` of the caller's index bytes (idx_field) so that
+ * store_scan_field reads only the objects with one value of it (pods by
+ * spec.nodeName: a kubelet's list touches its own pods). Call once, before
+ * writing; an existing data dir whose index is missing or stale is indexed
+ * now. Returns 0, KWC_EPARSE for a second, different field, or an error.
+ */
+int store_res_index(struct store_res *r, unsigned field);
+
 /* ---- writing: one transaction per loop turn ---- */
 /* now: seconds, stamped on the events written and used to trim by age. */
 int store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out);
@@ -141,6 +150,13 @@ int store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t
 typedef int (*store_obj_cb)(void *arg, const struct store_obj *o);
 int store_scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *prefix,
                const char *from, size_t fl, store_obj_cb cb, void *arg);
+
+/* store_scan over the objects whose indexed field (store_res_index) equals
+ * value at at_rv, plus any object that changed after at_rv (its state then
+ * may have had the value): a superset, in key order, that the caller filters
+ * with its selector. KWC_EPARSE without an index. */
+int store_scan_field(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *value,
+                     const char *prefix, const char *from, size_t fl, store_obj_cb cb, void *arg);
 
 /* Visit history events with rv > after_rv in order. KWC_EEXPIRED if after_rv
  * is below the floor (the events are gone: a watcher must get 410). */

@@ -230,6 +230,14 @@ class Differential(unittest.TestCase):
             ("/api/v1/nodes", "fieldSelector", "metadata.namespace="),
             ("/apis/example.com/v1/widgets", "labelSelector", "app"),
         ]
+        # the node index: every page size, so some page ends on the node's last
+        # pod while other nodes' pods follow it in key order (kube still says
+        # there is more: its etcd range saw further keys)
+        for node in range(4):
+            for lim in range(1, 30):
+                for scope in ("/api/v1/pods", "/api/v1/namespaces/ns-0/pods"):
+                    self.check(scope + "?" + q(fieldSelector="spec.nodeName=node-%d" % node, limit=str(lim),
+                                               resourceVersion=str(self.rv_mid)), exact=True)
         for scope, key, sel in cases:
             for extra in ({"resourceVersion": "0"}, {"resourceVersion": str(cur)},
                           {"resourceVersion": str(self.rv_mid), "limit": "5"},
