@@ -667,7 +667,8 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
         labs[i].key = put(&at, &lab[2 * i]);
         labs[i].value = put(&at, &lab[2 * i + 1]);
     }
-    qsort(labs, nl, sizeof(*labs), label_cmp);
+    if (nl > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(labs, nl, sizeof(*labs), label_cmp);
     for (size_t f = 0; f < nf; f++)
         flds[f] = put(&at, &fld[f]);
     assert(at == arena + head + total);

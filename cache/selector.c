@@ -491,7 +491,8 @@ static int
 new_requirement(struct lparser *p, struct slice key, enum lop op, struct vset *vs)
 {
     if (vs->n > 1)
-        qsort(vs->v, vs->n, sizeof *vs->v, slice_cmp);
+        if (vs->n > 1) /* qsort(NULL, 0, ...) is undefined */
+            qsort(vs->v, vs->n, sizeof *vs->v, slice_cmp);
     size_t n = 0;
     for (size_t i = 0; i < vs->n; i++)
         if (n == 0 || slice_cmp(&vs->v[n - 1], &vs->v[i]) != 0)
@@ -748,7 +749,8 @@ parse_fields(struct sel *s, const char *src, size_t n, struct gostr_buf *err)
         rc = KWC_ETOOBIG;
         goto out;
     }
-    qsort(parts, nparts, sizeof *parts, slice_cmp);
+    if (nparts > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(parts, nparts, sizeof *parts, slice_cmp);
     s->fterms = xcalloc(nonempty ? nonempty : 1, sizeof *s->fterms);
     for (size_t i = 0; i < nparts; i++) {
         struct slice part = parts[i];

@@ -29,6 +29,7 @@
 
 #define STORE_MAX_RES 64
 #define META_VERSION 1
+#define META_NAMESPACED 1u
 #define TRIM_MAX_PER_COMMIT 200000
 
 struct meta_rec {
@@ -38,7 +39,7 @@ struct meta_rec {
     uint64_t objects, hist_events, hist_bytes;
     uint64_t last_hist_rv;
     uint32_t last_seq;
-    uint32_t pad;
+    uint32_t flags; /* META_* */
     char list_kind[128];
     char api_version[128];
     char identity[256];
@@ -542,12 +543,13 @@ copy_field(char *dst, size_t cap, const char *src)
 
 int
 store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_kind,
-                    const char *api_version)
+                    const char *api_version, bool namespaced)
 {
     int err = 0;
     struct meta_rec *m = wmeta(w, r, &err);
     if (!m)
         return err;
+    m->flags = namespaced ? META_NAMESPACED : 0;
     copy_field(m->list_kind, sizeof(m->list_kind), list_kind);
     copy_field(m->api_version, sizeof(m->api_version), api_version);
     return 0;
@@ -673,6 +675,7 @@ store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out
     out->hist_events = m.hist_events;
     out->hist_bytes = m.hist_bytes;
     out->synced = m.synced != 0;
+    out->namespaced = (m.flags & META_NAMESPACED) != 0;
     memcpy(out->list_kind, m.list_kind, sizeof(out->list_kind));
     memcpy(out->api_version, m.api_version, sizeof(out->api_version));
     memcpy(out->identity, m.identity, sizeof(out->identity));
@@ -897,7 +900,8 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
             return KWC_EEXPIRED;
         if ((rc = store_history(t, r, at_rv, collect_overlay, &ov)))
             goto out;
-        qsort(ov.e, ov.n, sizeof(*ov.e), ent_cmp);
+        if (ov.n > 1)
+            qsort(ov.e, ov.n, sizeof(*ov.e), ent_cmp);
         /* keep the first change per key (lowest order) */
         size_t w = 0;
         for (size_t i = 0; i < ov.n; i++)

@@ -450,7 +450,8 @@ list_load(struct ctx *c, const yaml_node_t *root, const char *key, const char *f
             return rc;
         l->n++;
     }
-    qsort(l->v, l->n, sizeof *l->v, cmp_named);
+    if (l->n > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(l->v, l->n, sizeof *l->v, cmp_named);
     for (size_t i = 1; i < l->n; i++)
         if (cmp_named(&l->v[i - 1], &l->v[i]) == 0)
             return CFAIL(c, KWC_ECONFIG,

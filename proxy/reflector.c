@@ -499,7 +499,8 @@ on_stored_obj(void *arg, const struct store_obj *o)
 static int
 finish_diff(struct refl *r)
 {
-    qsort(r->seen, r->nseen, sizeof(char *), cmp_key);
+    if (r->nseen > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(r->seen, r->nseen, sizeof(char *), cmp_key);
     struct store_rtxn *t;
     int rc = store_rtxn_begin(r->ing->st, &t);
     if (rc)
@@ -519,7 +520,8 @@ finish_diff(struct refl *r)
             r->dpend[i].rv = r->list_rv;
         }
     }
-    qsort(r->dpend, r->ndiff, sizeof(*r->dpend), cmp_pend_rv);
+    if (r->ndiff > 1) /* qsort(NULL, 0, ...) is undefined */
+        qsort(r->dpend, r->ndiff, sizeof(*r->dpend), cmp_pend_rv);
     ingest_commit(r->ing); /* keep order with anything already pending */
     struct store_wtxn *w;
     if ((rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w)))
@@ -673,7 +675,7 @@ on_list_done(void *arg, int err, const char *msg)
     diff_reset(r);
     struct store_wtxn *w;
     if (store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w) == 0) {
-        store_wtxn_set_kind(w, r->d.sres, r->d.list_kind, r->d.api_version);
+        store_wtxn_set_kind(w, r->d.sres, r->d.list_kind, r->d.api_version, r->d.namespaced);
         store_wtxn_set_identity(w, r->d.sres, r->identity);
         store_wtxn_set_synced(w, r->d.sres, true);
         if (store_wtxn_commit(w) != 0)
@@ -949,9 +951,15 @@ refl_start(struct refl *r)
         store_info(t, r->d.sres, &info);
         store_rtxn_end(t);
     }
-    if (info.synced && strcmp(info.identity, r->identity) == 0) {
+    size_t kl = strlen(info.list_kind);
+    if (info.synced && strcmp(info.identity, r->identity) == 0 && kl > 4 &&
+        strcmp(info.list_kind + kl - 4, "List") == 0 && strcmp(info.api_version, r->d.api_version) == 0) {
+        /* what discovery said last time: serve before it answers again */
         r->synced = true;
         r->rv = info.rv;
+        r->d.namespaced = info.namespaced;
+        r->d.list_kind = xstrdup(info.list_kind);
+        r->d.kind = xstrndup(info.list_kind, kl - 4);
     }
     r->state = R_DISCOVER;
     step(r, 0);

@@ -71,6 +71,7 @@ struct sreq {
     char *key;    /* get: "ns/name" or "name" */
     const char *name;
     struct listfmt fmt;
+    char *kinds; /* owns fmt's strings */
     struct listfmt_meta meta;
     char *cont;
     /* streaming */
@@ -180,6 +181,7 @@ sreq_free(struct sreq *sr)
     idx_view_fini(&sr->iv);
     decide_result_fini(&sr->dec);
     free(sr->prefix);
+    free(sr->kinds);
     free(sr->key);
     free(sr->cont);
     free(sr->from);
@@ -688,8 +690,12 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
         sel_free(sel);
     if (sr->sel && d->index_field >= 0)
         sr->by_field = sel_requires_exact(sr->sel, d->field_names[d->index_field]);
-    sr->fmt = (struct listfmt){.list_kind = d->list_kind, .kind = d->kind,
-                               .api_version = d->api_version, .unstructured = d->typed_items};
+    /* copies: a rediscovery may replace the descriptor's strings mid-stream */
+    sr->kinds = xasprintf("%s%c%s%c%s", d->list_kind, 0, d->kind, 0, d->api_version);
+    sr->fmt = (struct listfmt){.list_kind = sr->kinds,
+                               .kind = sr->kinds + strlen(d->list_kind) + 1,
+                               .api_version = sr->kinds + strlen(d->list_kind) + strlen(d->kind) + 2,
+                               .unstructured = d->typed_items};
     sr->meta.remaining = -1;
     sr->prefix = r->namespace_ && d->namespaced ? xasprintf("%s/", r->namespace_) : xstrdup("");
     if (!list) {

@@ -87,6 +87,7 @@ struct store_res_info {
     uint64_t hist_events;
     uint64_t hist_bytes;
     bool synced;       /* an initial list has completed */
+    bool namespaced;   /* as recorded with the kind */
     char list_kind[128];
     char api_version[128];
     char identity[256]; /* upstream identity recorded with the data */
@@ -124,8 +125,10 @@ int store_wtxn_rv(struct store_wtxn *w, struct store_res *r, uint64_t rv);
 /* Start over from a fresh list: clears objects and history, floor = rv. */
 int store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv);
 int store_wtxn_set_synced(struct store_wtxn *w, struct store_res *r, bool synced);
+/* What discovery said about the resource, kept so that a warm restart can
+ * serve before the upstream answers discovery again. */
 int store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_kind,
-                        const char *api_version);
+                        const char *api_version, bool namespaced);
 int store_wtxn_set_identity(struct store_wtxn *w, struct store_res *r, const char *identity);
 /* Trim history (bounds from the options, age against the begin's now), commit,
  * free w (also on failure). */

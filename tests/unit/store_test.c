@@ -377,7 +377,7 @@ test_trim_by_age_and_reopen(void)
     store_wtxn_event(w, r, &ev);
     store_wtxn_rv(w, r, model_rv[50] + 20); /* a bookmark */
     store_wtxn_set_synced(w, r, true);
-    store_wtxn_set_kind(w, r, "DeploymentList", "apps/v1");
+    store_wtxn_set_kind(w, r, "DeploymentList", "apps/v1", true);
     store_wtxn_set_identity(w, r, "https://up:6443 uid=abc");
     is_int(store_wtxn_commit(w), 0, "commit at t=1500 keeps events younger than 600 s");
     store_close(s);
@@ -392,6 +392,7 @@ test_trim_by_age_and_reopen(void)
     is_int(info.rv, model_rv[50] + 20, "reopened: rv includes the bookmark");
     ok(info.synced, "reopened: synced flag");
     is_str(info.list_kind, "DeploymentList", "reopened: list kind");
+    ok(info.namespaced, "reopened: namespaced");
     is_str(info.api_version, "apps/v1", "reopened: apiVersion");
     is_str(info.identity, "https://up:6443 uid=abc", "reopened: upstream identity");
     store_rtxn_end(t);
@@ -520,7 +521,7 @@ check_field_scans(struct store *s, struct store_res *r, int nev)
     for (int i = 0; i <= nev; i++) {
         for (int node = 0; node < 3; node++) {
             for (int p = 0; p < 2; p++) {
-                char val[16];
+                char val[32];
                 snprintf(val, sizeof val, "node-%d", node);
                 struct collect got = {0}, want = {0}, all;
                 int rc = store_scan_field(t, r, model_rv[i], val, prefixes[p], NULL, 0, on_obj, &got);
