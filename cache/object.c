@@ -15,6 +15,7 @@
 #include "kwc/object.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -121,6 +122,20 @@ uescape(const unsigned char *p, size_t left)
     return v;
 }
 
+/* Are all 8 bytes of v printable ASCII other than '"' and '\\'? (bit tricks:
+ * a byte below 0x20, a byte equal to '"' or '\\', or a high bit makes the
+ * corresponding 0x80 bit of the result set) */
+static inline bool
+plain8(uint64_t v)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t ctl = (v - 0x20 * ones) & ~v;
+    uint64_t q = v ^ (0x22 * ones), bs = v ^ (0x5c * ones);
+    q = (q - ones) & ~q;
+    bs = (bs - ones) & ~bs;
+    return ((ctl | q | bs | v) & highs) == 0;
+}
+
 /* A string at s->pos (which holds '"'); leaves pos after the closing quote. */
 static int
 scan_string(struct scan *s)
@@ -128,6 +143,14 @@ scan_string(struct scan *s)
     const unsigned char *p = s->p;
     size_t i = s->pos + 1;
     for (;;) {
+        /* the common case: runs of plain ASCII, 8 bytes at a time */
+        while (i + 8 <= s->len) {
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if (!plain8(v))
+                break;
+            i += 8;
+        }
         if (i >= s->len)
             return bad(s, "unterminated string");
         unsigned char c = p[i];
@@ -207,6 +230,21 @@ scan_number(struct scan *s)
             return bad(s, "invalid number");
         while (i < n && is_digit(p[i]))
             i++;
+    }
+    /* jansson refuses a number too large for a double ("real number
+     * overflow"; an integer past 64 bits is read as a double by obj_meta_parse) */
+    size_t nl = i - s->pos;
+    if (nl > 15 || memchr(p + s->pos, 'e', nl) || memchr(p + s->pos, 'E', nl)) {
+        char buf[400], *copy = nl < sizeof(buf) ? buf : xmalloc(nl + 1);
+        memcpy(copy, p + s->pos, nl);
+        copy[nl] = '\0';
+        errno = 0;
+        double d = strtod(copy, NULL);
+        bool over = errno == ERANGE && d != 0;
+        if (copy != buf)
+            free(copy);
+        if (over)
+            return bad(s, "real number overflow");
     }
     s->pos = i;
     return 0;
@@ -685,6 +723,192 @@ out:
     return rc;
 }
 
+/* ---- pruning: the members obj_meta_parse reads, nothing else ---- */
+
+struct pbuf {
+    char *p;
+    size_t len, cap;
+};
+
+static void
+pb_add(struct pbuf *b, const char *s, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 256;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+/* Does the key at p[off, off+len) equal seg[0, sl)? (escapes decoded) */
+static bool
+key_is_n(const char *p, size_t off, size_t len, const char *seg, size_t sl)
+{
+    char want[128];
+    if (sl >= sizeof(want))
+        return false;
+    memcpy(want, seg, sl);
+    want[sl] = '\0';
+    return key_is(p, off, len, want);
+}
+
+/* What to keep one level down: "all", or the listed names. */
+#define PRUNE_MAX 24
+struct keep {
+    bool all;
+    const char *name[PRUNE_MAX];
+    size_t nlen[PRUNE_MAX];
+    size_t n;
+};
+
+static void
+keep_add(struct keep *k, const char *name, size_t nl)
+{
+    for (size_t i = 0; i < k->n; i++)
+        if (k->nlen[i] == nl && memcmp(k->name[i], name, nl) == 0)
+            return;
+    if (k->n == PRUNE_MAX) {
+        k->all = true;
+        return;
+    }
+    k->name[k->n] = name;
+    k->nlen[k->n++] = nl;
+}
+
+static bool
+keep_has(const struct keep *k, const char *p, size_t off, size_t len)
+{
+    for (size_t i = 0; i < k->n; i++)
+        if (key_is_n(p, off, len, k->name[i], k->nlen[i]))
+            return true;
+    return false;
+}
+
+/*
+ * Copy the members of the (already validated) object at s->pos whose key
+ * keep names (all of them with keep->all); below each kept member, child(i)
+ * says what to keep of its value when that is an object (NULL: all of it).
+ */
+static void
+prune_members(struct scan *s, const char *json, const struct keep *keep,
+              const struct keep *(*child)(const void *ctx, const char *p, size_t off, size_t len),
+              const void *ctx, struct pbuf *b)
+{
+    struct members m;
+    size_t koff, klen;
+    bool first = true;
+    members_begin(&m, s); /* past '{' */
+    pb_add(b, "{", 1);
+    /* the object is nested here, so members_next's end-of-input check does
+     * not apply: walk the members by hand */
+    for (;;) {
+        skip_ws(s);
+        if (peek(s) == '}') {
+            s->pos++;
+            break;
+        }
+        if (!first) {
+            s->pos++; /* ',' */
+            skip_ws(s);
+        }
+        size_t kstart = s->pos;
+        scan_string(s);
+        koff = kstart + 1;
+        klen = s->pos - kstart - 2;
+        skip_ws(s);
+        s->pos++; /* ':' */
+        skip_ws(s);
+        size_t vstart = s->pos;
+        bool kept = keep->all || keep_has(keep, json, koff, klen);
+        const struct keep *sub = kept && child ? child(ctx, json, koff, klen) : NULL;
+        if (kept) {
+            if (b->p[b->len - 1] != '{')
+                pb_add(b, ",", 1);
+            pb_add(b, json + kstart, s->pos - kstart); /* key, ':' and spaces */
+        }
+        if (kept && sub && peek(s) == '{') {
+            prune_members(s, json, sub, NULL, NULL, b);
+        } else {
+            scan_value(s);
+            if (kept)
+                pb_add(b, json + vstart, s->pos - vstart);
+        }
+        first = false;
+    }
+    pb_add(b, "}", 1);
+}
+
+struct prune_ctx {
+    struct keep meta;
+    struct keep sub[PRUNE_MAX]; /* for top-level key i of top */
+    struct keep top;
+};
+
+static const struct keep *
+top_child(const void *ctx, const char *p, size_t off, size_t len)
+{
+    const struct prune_ctx *c = ctx;
+    if (key_is(p, off, len, "metadata"))
+        return &c->meta;
+    for (size_t i = 0; i < c->top.n; i++)
+        if (key_is_n(p, off, len, c->top.name[i], c->top.nlen[i]))
+            return c->sub[i].all ? NULL : &c->sub[i];
+    return NULL;
+}
+
+/* A copy of the validated object json with only what meta_from_json reads:
+ * kind, apiVersion, the metadata members it uses, and the path to every
+ * field (whole values below two levels). *out NULL: use json as it is. */
+static void
+prune_object(const char *json, size_t len, const struct obj_fields_spec *spec, char **out,
+             size_t *outlen)
+{
+    struct prune_ctx c;
+    memset(&c, 0, sizeof(c));
+    static const char *const md[] = {"name", "namespace", "uid", "resourceVersion",
+                                     "deletionTimestamp", "labels"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(md); i++)
+        keep_add(&c.meta, md[i], strlen(md[i]));
+    keep_add(&c.top, "kind", 4);
+    keep_add(&c.top, "apiVersion", 10);
+    keep_add(&c.top, "metadata", 8);
+    for (size_t f = 0; spec && f < spec->n_fields; f++) {
+        const char *path = spec->fields[f].path;
+        const char *dot = strchr(path, '.');
+        size_t l1 = dot ? (size_t)(dot - path) : strlen(path);
+        if (l1 == 8 && memcmp(path, "metadata", 8) == 0) {
+            const char *seg = dot ? dot + 1 : "";
+            const char *d2 = strchr(seg, '.');
+            keep_add(&c.meta, seg, d2 ? (size_t)(d2 - seg) : strlen(seg));
+            if (!dot)
+                c.meta.all = true;
+            continue;
+        }
+        keep_add(&c.top, path, l1);
+        if (c.top.all)
+            return; /* too many: parse it all */
+        size_t i;
+        for (i = 0; i < c.top.n; i++)
+            if (c.top.nlen[i] == l1 && memcmp(c.top.name[i], path, l1) == 0)
+                break;
+        if (!dot) {
+            c.sub[i].all = true;
+        } else {
+            const char *seg = dot + 1, *d2 = strchr(seg, '.');
+            keep_add(&c.sub[i], seg, d2 ? (size_t)(d2 - seg) : strlen(seg));
+        }
+    }
+    struct scan s = {.p = (const unsigned char *)json, .len = len};
+    skip_ws(&s);
+    if (peek(&s) != '{')
+        return;
+    struct pbuf b = {0};
+    prune_members(&s, json, &c.top, top_child, &c, &b);
+    *out = b.p;
+    *outlen = b.len;
+}
+
 int
 obj_meta_parse(const char *json, size_t len, const struct obj_fields_spec *spec,
                struct obj_meta *out, char *err, size_t errlen)
@@ -695,7 +919,24 @@ obj_meta_parse(const char *json, size_t len, const struct obj_fields_spec *spec,
     if (len > max)
         return errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
                     max);
-    json_t *root = load_object(json, len, &rc, err, errlen);
+    /* The whole object is checked by the scanner; only the parts kwc reads
+     * go through jansson (a typical pod's spec, status and managedFields
+     * are most of its bytes and were most of the parse time). */
+    if (memchr(json, '\0', len))
+        return errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
+                    (size_t)((const char *)memchr(json, '\0', len) - json));
+    struct scan sc = {.p = (const unsigned char *)json, .len = len};
+    if (scan_value(&sc) < 0)
+        return scan_err(&sc, err, errlen);
+    skip_ws(&sc);
+    if (sc.pos != len)
+        return errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: data after the JSON value",
+                    sc.pos);
+    char *pruned = NULL;
+    size_t plen = 0;
+    prune_object(json, len, spec, &pruned, &plen);
+    json_t *root = load_object(pruned ? pruned : json, pruned ? plen : len, &rc, err, errlen);
+    free(pruned);
     if (!root)
         return rc;
     rc = meta_from_json(root, spec, out, err, errlen);
