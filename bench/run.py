@@ -9,11 +9,15 @@ Scenarios:
                against apisim and through kwc: requests/s, latency, kwc CPU.
   large        a >100 MB list read by a slow client through kwc vs directly:
                throughput and kwc peak RSS.
+  cache        RV=0 lists of 150,000 pods at 1/8/32 listers (GB/s, p50/p99,
+               kwc RSS, PNG plot), one node's pods by spec.nodeName, cold
+               load, warm restart to the first list, ingest of watch events.
 """
 import argparse
 import datetime
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -108,12 +112,188 @@ def bench_large(args):
                               "%.1f / %.1f MB" % (rss0 / 1024, peak / 1024)]]))
 
 
+def rss_sampler(pid, stop, out):
+    """Peak RssAnon (kwc's own memory) and VmRSS (plus LMDB pages mapped) until stop is set."""
+    import threading  # noqa: F401
+    while not stop.is_set():
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                st = f.read()
+            for k in ("RssAnon", "VmRSS"):
+                v = int(re.search(r"%s:\s+(\d+)" % k, st).group(1))
+                out[k] = max(out.get(k, 0), v)
+        except (OSError, AttributeError):
+            pass
+        stop.wait(0.02)
+
+
+def curl_lists(port, path, conc, per_client):
+    """conc curl processes, each reading per_client lists in sequence. Returns
+    (wall seconds, total bytes, [seconds per list])."""
+    url = "http://127.0.0.1:%d%s" % (port, path)
+    cmd = ["curl", "-s", "-A", "kwc-bench", "-H", "Accept: application/json",
+           "-w", "%{http_code} %{time_total} %{size_download}\n"]
+    for _ in range(per_client):
+        cmd += ["-o", "/dev/null", url]
+    t0 = time.monotonic()
+    ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(conc)]
+    times, total = [], 0
+    for p in ps:
+        out, _ = p.communicate(timeout=900)
+        for line in out.split("\n"):
+            if line.strip():
+                code, t, n = line.split()
+                if code != "200":
+                    raise RuntimeError("list answered %s" % code)
+                times.append(float(t))
+                total += int(float(n))
+    return time.monotonic() - t0, total, sorted(times)
+
+
+def pct(v, p):
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
+
+
+def bench_cache(args):
+    """Issue 3: lists from the LMDB cache vs apisim directly, node lists, cold
+    load, warm restart, ingest."""
+    import threading
+    pods = args.pods
+    env = Env(apisim_args=["--nodes", "1000", "--history", "1000000"], kwc_args=["--resources", "v1/pods"],
+              kwc_bin=args.kwc, start_kwc=False)
+    try:
+        r = env.sim("POST", "/apisim/seed", {"resource": "pods", "count": pods, "namespaces": 10,
+                                             "nodes": 1000, "size": 4096})
+        print("apisim seeded %d pods in %.1f s" % (r["created"], r["seconds"]))
+        # -- cold load
+        t0 = time.monotonic()
+        env.start_kwc()
+        cold = time.monotonic() - t0
+        m = re.search(r"synced (\d+) objects \(([\d.]+) MB\) at rv \d+ in ([\d.]+) s \((\d+) objects/s\)",
+                      env.kwc.logs(50))
+        rows = [["cold load (LIST pages of 500 from apisim)", "%s objects, %s MB" % (m.group(1), m.group(2)),
+                 "%s s, %s objects/s" % (m.group(3), m.group(4)), ">= 150,000 objects/s"]]
+        # -- RV=0 lists at 1/8/32 listers
+        path = "/api/v1/pods?resourceVersion=0"
+        lrows = []
+        plot = []
+        for conc, per in ((1, 3), (8, 1), (32, 1)):
+            dw, db, dt = curl_lists(env.apisim.port, path, conc, per)
+            stop, peak = threading.Event(), {}
+            th = threading.Thread(target=rss_sampler, args=(env.kwc.pid(), stop, peak))
+            th.start()
+            c0 = cpu_seconds(env.kwc.pid())
+            kw, kb, kt = curl_lists(env.kwc.port, path, conc, per)
+            cpu = (cpu_seconds(env.kwc.pid()) - c0) / kw
+            stop.set()
+            th.join()
+            lrows.append([conc, "%.2f" % (db / dw / 1e9), "%.2f" % (kb / kw / 1e9),
+                          "%.0f / %.0f" % (pct(dt, 50) * 1000, pct(dt, 99) * 1000),
+                          "%.0f / %.0f" % (pct(kt, 50) * 1000, pct(kt, 99) * 1000),
+                          "%.0f%%" % (cpu * 100), "%.1f / %.0f MB" % (peak.get("RssAnon", 0) / 1024,
+                                                                    peak.get("VmRSS", 0) / 1024)])
+            plot.append((conc, pct(dt, 50), pct(dt, 99), pct(kt, 50), pct(kt, 99)))
+        # -- one node's pods
+        npath = "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-7&resourceVersion=0"
+        st, _, b = http_request(env.kwc.port, "GET", npath)
+        nitems = b.count(b'"nodeName":"node-7"')
+        d = wrk(env.apisim.port, npath, 1, args.duration)
+        k = wrk(env.kwc.port, npath, 1, args.duration)
+        rows.append(["one node's pods (%d of %d) by spec.nodeName, 1 conn" % (nitems, pods),
+                     "direct p50/p99 %.2f / %.2f ms" % (d[1], d[2]),
+                     "kwc p50/p99 %.2f / %.2f ms (%.0f req/s)" % (k[1], k[2], k[0]), "p99 <= 10 ms"])
+        # -- warm restart
+        port = env.kwc.port
+        env.kwc.stop()
+        probe = "/api/v1/namespaces/ns-3/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-7"
+        argv = [args.kwc, "--upstream", "http://127.0.0.1:%d" % env.apisim.port, "--listen",
+                "127.0.0.1:%d" % port, "--data-dir", os.path.join(env.dir, "data"), "--resources", "v1/pods"]
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = None
+        while time.monotonic() - t0 < 30:
+            try:
+                st, _, _ = http_request(port, "GET", probe, timeout=2)
+                if st == 200:
+                    first = time.monotonic() - t0
+                    break
+            except OSError:
+                time.sleep(0.001)
+        t1 = time.monotonic()
+        st, _, b = http_request(port, "GET", path, timeout=60)
+        full = time.monotonic() - t1
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        rows.append(["warm restart: exec to first RV=0 list answered", "%d pods on disk" % pods,
+                     "%.0f ms (then a full %d MB list in %.2f s)" % (first * 1000, len(b) / 1e6, full),
+                     "<= 100 ms"])
+        env.start_kwc()
+        # -- ingest through the whole path
+        rv0 = env.sim("GET", "/apisim/stats")["rv"]
+        c0 = cpu_seconds(env.kwc.pid())
+        env.sim("POST", "/apisim/churn", {"rate": 20000})
+        t0 = time.monotonic()
+        time.sleep(args.duration)
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        rv1 = env.sim("GET", "/apisim/stats")["rv"]
+        gen = time.monotonic() - t0
+        # wait for kwc to catch up, then count
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if http_request(env.kwc.port, "GET", "/api/v1/namespaces/ns-0/pods?resourceVersion=%d&limit=1" % rv1,
+                            timeout=30)[0] == 200:
+                break
+        caught = time.monotonic() - t0
+        cpu = cpu_seconds(env.kwc.pid()) - c0
+        nev = rv1 - rv0
+        rows.append(["ingest of upstream watch events (apisim churn, as fast as it goes)",
+                     "%d events in %.1f s from apisim (%.0f/s)" % (nev, gen, nev / gen),
+                     "kwc caught up after %.1f s; %.0f events per kwc CPU-second" % (caught, nev / cpu),
+                     ">= 20,000 events/s"])
+        if args.bin:
+            idir = os.path.join(env.dir, "ingest")
+            os.makedirs(idir, exist_ok=True)
+            out = subprocess.run([os.path.join(args.bin, "ingest"), idir, str(pods), "200000", "64"],
+                                 capture_output=True, text=True, check=True).stdout
+            for line in out.strip().split("\n"):
+                rows.append(["bench/ingest (no network): " + line.split(":")[0], "", line.split(":", 1)[1].strip(),
+                             ">= 150,000 objects/s" if line.startswith("load") else ">= 20,000 events/s"])
+        text = table("RV=0 list of %d pods (~4 KiB each), curl readers, apisim direct vs kwc" % pods,
+                     ["listers", "direct GB/s", "kwc GB/s", "direct p50/p99 ms", "kwc p50/p99 ms", "kwc CPU",
+                      "kwc peak RssAnon / VmRSS"], lrows)
+        text += "\n" + table("Cache scenarios (%d pods)" % pods, ["scenario", "size", "result", "target"], rows)
+        save("cache", text)
+        plot_latency(plot)
+    finally:
+        env.close()
+
+
+def plot_latency(points):
+    """PNG: list latency vs listers, direct vs kwc (gnuplot)."""
+    data = os.path.join(RESULTS, "cache-latency.dat")
+    with open(data, "w") as f:
+        for c, d50, d99, k50, k99 in points:
+            f.write("%d %.4f %.4f %.4f %.4f\n" % (c, d50, d99, k50, k99))
+    script = """set terminal png size 800,500
+set output '%s'
+set title 'RV=0 list of all pods: latency vs concurrent listers'
+set xlabel 'concurrent listers'
+set ylabel 'seconds per list'
+set logscale x 2
+set key left top
+plot '%s' using 1:2 with linespoints title 'apisim p50', '' using 1:3 with linespoints title 'apisim p99', \
+     '' using 1:4 with linespoints title 'kwc p50', '' using 1:5 with linespoints title 'kwc p99'
+""" % (os.path.join(RESULTS, "cache-latency.png"), data)
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kwc", required=True)
     ap.add_argument("--bin", default=None)
-    ap.add_argument("--only", default="passthrough,large")
+    ap.add_argument("--only", default="passthrough,large,cache")
     ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--pods", type=int, default=150000)
     args = ap.parse_args()
     args.kwc = os.path.abspath(args.kwc)
     for name in args.only.split(","):

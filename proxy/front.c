@@ -22,6 +22,7 @@
 #include <event2/listener.h>
 #include <evhtp/evhtp.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +229,11 @@ out:
 static evhtp_res
 on_accept(evhtp_connection_t *conn, void *arg)
 {
+    /* Responses leave in several writes (head, chunks): without NODELAY the
+     * last small segment waits for the client's delayed ACK (40 ms) on a
+     * kept-alive connection. */
+    int one = 1;
+    setsockopt(conn->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, arg);
     return EVHTP_RES_OK;
 }

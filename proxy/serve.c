@@ -459,7 +459,7 @@ static void
 on_out_drain(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct sreq *sr = sreq_of(arg);
-    if (info->n_deleted && !sr->done && evbuffer_get_length(buf) <= sr->s->o.max_buffer / 4)
+    if (info->n_deleted && !sr->done && evbuffer_get_length(buf) <= sr->s->o.max_buffer / 2)
         event_active(sr->kick, EV_TIMEOUT, 1);
 }
 
