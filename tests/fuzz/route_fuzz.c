@@ -68,7 +68,21 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_str(q[i]);
         if (r.q.watch)
             (void)kwc_query_bool(r.q.watch, strlen(r.q.watch));
+        (void)route_wants_pretty(&r.q, NULL);
     }
     route_fini(&r);
+    /* the same bytes as an Accept header and a User-Agent (NUL-terminated
+     * copies: libevhtp hands headers over as C strings) */
+    char *h = malloc(len + 1);
+    if (!h)
+        return 0;
+    memcpy(h, target, len);
+    h[len] = '\0';
+    bool json = route_accepts_plain_json(h);
+    if (json && strchr(h, ';'))
+        abort(); /* parameters are never plain JSON */
+    struct route_query empty = {0};
+    (void)route_wants_pretty(&empty, h);
+    free(h);
     return 0;
 }
