@@ -43,8 +43,16 @@
 #define FRONT_MAGIC 0x66726e74u /* "frnt" */
 #define DISCARD_MAX (1024 * 1024) /* body bytes we read and drop before a local answer */
 
+/* A client connection, tracked so that shutdown can close the ones still
+ * open (libevhtp frees a connection only when it ends). */
+struct fconn {
+    evhtp_connection_t *c;
+    struct fconn *next, **prev;
+};
+
 struct front {
     uint32_t magic;
+    struct fconn *conns;
     struct event_base *base;
     evhtp_t *htp;
     const struct kwc_config *cfg;
@@ -136,6 +144,8 @@ is_local_path(const char *p)
     return strcmp(p, "/healthz") == 0 || strcmp(p, "/livez") == 0 || strcmp(p, "/readyz") == 0;
 }
 
+static void untrack(struct front *f, evhtp_connection_t *c);
+
 /* ---- stage: route ---- */
 
 static bool
@@ -169,6 +179,7 @@ route_request(struct front *f, struct kreq *k)
         return;
     }
     if (wants_upgrade(req)) {
+        untrack(f, evhtp_request_get_connection(req)); /* the tunnel takes it over */
         tunnel_start(req, &f->tun);
         return;
     }
@@ -227,8 +238,40 @@ out:
 }
 
 static evhtp_res
+on_conn_fini(evhtp_connection_t *conn, void *arg)
+{
+    struct fconn *fc = arg;
+    *fc->prev = fc->next;
+    if (fc->next)
+        fc->next->prev = fc->prev;
+    free(fc);
+    return EVHTP_RES_OK;
+}
+
+static void
+untrack(struct front *f, evhtp_connection_t *c)
+{
+    for (struct fconn *fc = f->conns; fc; fc = fc->next) {
+        if (fc->c == c) {
+            evhtp_connection_set_hook(c, evhtp_hook_on_connection_fini, NULL, NULL);
+            on_conn_fini(c, fc);
+            return;
+        }
+    }
+}
+
+static evhtp_res
 on_accept(evhtp_connection_t *conn, void *arg)
 {
+    struct front *f = arg;
+    struct fconn *fc = xcalloc(1, sizeof(*fc));
+    fc->c = conn;
+    fc->next = f->conns;
+    if (f->conns)
+        f->conns->prev = &fc->next;
+    fc->prev = &f->conns;
+    f->conns = fc;
+    evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_conn_fini, fc);
     /* Responses leave in several writes (head, chunks): without NODELAY the
      * last small segment waits for the client's delayed ACK (40 ms) on a
      * kept-alive connection. */
@@ -316,6 +359,10 @@ front_free(struct front *f)
         return;
     assert(f->magic == FRONT_MAGIC);
     evhtp_unbind_socket(f->htp);
+    /* close what is still open: each free runs the request and connection
+     * hooks (passthroughs cancel their transfers, cached lists end) */
+    while (f->conns)
+        evhtp_connection_free(f->conns->c);
     evhtp_free(f->htp);
     refl_ingest_on_commit(f->ing, NULL, NULL);
     serve_free(f->serve);
