@@ -42,7 +42,9 @@ Try:
   kubectl --server %s get pods -A
   kubectl --server %s get pods -A -w
   kubectl --server %s get nodes -o wide
-  curl -s '%s/api/v1/pods?limit=2' | head -c 600
+  curl -s -A demo '%s/api/v1/pods?resourceVersion=0&fieldSelector=spec.nodeName%%3Dnode-1' | head -c 600
+      (from kwc's LMDB cache; -A: kube pretty-prints for curl's own User-Agent,
+       so kwc passes those requests to the upstream)
   curl -s %s/readyz?verbose
 
 Logs: %s/kwc.log and %s/apisim.log
