@@ -114,7 +114,6 @@ def bench_large(args):
 
 def rss_sampler(pid, stop, out):
     """Peak RssAnon (kwc's own memory) and VmRSS (plus LMDB pages mapped) until stop is set."""
-    import threading  # noqa: F401
     while not stop.is_set():
         try:
             with open("/proc/%d/status" % pid) as f:

@@ -426,11 +426,10 @@ decode_string(const char *p, size_t len)
     return j;
 }
 
-/* Whether the key with raw content p[off, off + len) decodes to want (ASCII). */
+/* Whether the key with raw content p[off, off + len) decodes to want[0, wl) (ASCII). */
 static bool
-key_is(const char *p, size_t off, size_t len, const char *want)
+key_is_n(const char *p, size_t off, size_t len, const char *want, size_t wl)
 {
-    size_t wl = strlen(want);
     if (!memchr(p + off, '\\', len))
         return len == wl && memcmp(p + off, want, wl) == 0;
     if (len > 6 * wl) /* each ASCII character escapes to at most 6 bytes */
@@ -439,6 +438,12 @@ key_is(const char *p, size_t off, size_t len, const char *want)
     bool eq = j && json_string_length(j) == wl && memcmp(json_string_value(j), want, wl) == 0;
     json_decref(j);
     return eq;
+}
+
+static bool
+key_is(const char *p, size_t off, size_t len, const char *want)
+{
+    return key_is_n(p, off, len, want, strlen(want));
 }
 
 static int
@@ -741,18 +746,6 @@ pb_add(struct pbuf *b, const char *s, size_t n)
     b->len += n;
 }
 
-/* Does the key at p[off, off+len) equal seg[0, sl)? (escapes decoded) */
-static bool
-key_is_n(const char *p, size_t off, size_t len, const char *seg, size_t sl)
-{
-    char want[128];
-    if (sl >= sizeof(want))
-        return false;
-    memcpy(want, seg, sl);
-    want[sl] = '\0';
-    return key_is(p, off, len, want);
-}
-
 /* What to keep one level down: "all", or the listed names. */
 #define PRUNE_MAX 24
 struct keep {
@@ -796,7 +789,6 @@ prune_members(struct scan *s, const char *json, const struct keep *keep,
               const void *ctx, struct pbuf *b)
 {
     struct members m;
-    size_t koff, klen;
     bool first = true;
     members_begin(&m, s); /* past '{' */
     pb_add(b, "{", 1);
@@ -814,8 +806,7 @@ prune_members(struct scan *s, const char *json, const struct keep *keep,
         }
         size_t kstart = s->pos;
         scan_string(s);
-        koff = kstart + 1;
-        klen = s->pos - kstart - 2;
+        size_t koff = kstart + 1, klen = s->pos - kstart - 2;
         skip_ws(s);
         s->pos++; /* ':' */
         skip_ws(s);

@@ -347,18 +347,26 @@ fidx_op(struct store_wtxn *w, struct store_res *r, const char *val, const char *
     return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
 
-/* Move key's index entry from old (NULL: none) to new (NULL: none). */
+/* Move ev's key in the field index from its value in prev (NULL: no
+ * object before) to its value in ev (present false: deleted). */
 static int
-fidx_update(struct store_wtxn *w, struct store_res *r, const char *key, size_t kl, const char *old,
-            const char *new)
+fidx_update(struct store_wtxn *w, struct store_res *r, const struct store_event *ev,
+            const struct store_obj *prev, bool present)
 {
-    if (r->ifield < 0 || (old && new && strcmp(old, new) == 0))
+    if (r->ifield < 0)
         return 0;
+    /* copies: prev points into the map, which the puts below may change */
+    char *old = prev ? field_copy(r, prev->idx, prev->idx_len) : NULL;
+    char *new = present ? field_copy(r, ev->idx ? ev->idx : "", ev->idx_len) : NULL;
     int rc = 0;
-    if (old)
-        rc = fidx_op(w, r, old, key, kl, false);
-    if (rc == 0 && new)
-        rc = fidx_op(w, r, new, key, kl, true);
+    if (!(old && new && strcmp(old, new) == 0)) {
+        if (old)
+            rc = fidx_op(w, r, old, ev->key, ev->key_len, false);
+        if (rc == 0 && new)
+            rc = fidx_op(w, r, new, ev->key, ev->key_len, true);
+    }
+    free(old);
+    free(new);
     return rc;
 }
 
@@ -404,13 +412,6 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
     bool has_prev = rc == 0;
     if (has_prev)
         decode_obj(&k, &cur, &prev);
-    char *fold = has_prev ? field_copy(r, prev.idx, prev.idx_len) : NULL;
-    char *fnew = ev->type != STORE_DELETED ? field_copy(r, ev->idx ? ev->idx : "", ev->idx_len) : NULL;
-    rc = fidx_update(w, r, ev->key, ev->key_len, fold, fnew);
-    free(fold);
-    free(fnew);
-    if (rc)
-        return rc;
 
     /* History value first: prev points into the map and may move on the put below. */
     struct hist_head h = {
@@ -437,6 +438,9 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
             memcpy(p, prev.idx, prev.idx_len), p += prev.idx_len;
         memcpy(p, prev.raw, prev.raw_len), p += prev.raw_len;
     }
+    /* prev is copied: from here on the map may change under it */
+    if ((rc = fidx_update(w, r, ev, has_prev ? &prev : NULL, ev->type != STORE_DELETED)))
+        return rc;
     uint32_t seq = ev->rv == m->last_hist_rv ? m->last_seq + 1 : 0;
     unsigned char hk[12];
     hist_key(ev->rv, seq, hk);
@@ -478,18 +482,11 @@ store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_ev
     if (rc && rc != MDB_NOTFOUND)
         return mdb_err(rc);
     bool is_new = rc == MDB_NOTFOUND;
-    if (r->ifield >= 0) {
-        struct store_obj prev = {0};
-        if (!is_new)
-            decode_obj(&k, &cur, &prev);
-        char *fold = is_new ? NULL : field_copy(r, prev.idx, prev.idx_len);
-        char *fnew = field_copy(r, ev->idx ? ev->idx : "", ev->idx_len);
-        rc = fidx_update(w, r, ev->key, ev->key_len, fold, fnew);
-        free(fold);
-        free(fnew);
-        if (rc)
-            return rc;
-    }
+    struct store_obj prev = {0};
+    if (!is_new)
+        decode_obj(&k, &cur, &prev);
+    if ((rc = fidx_update(w, r, ev, is_new ? NULL : &prev, true)))
+        return rc;
     return put_obj(w, r, m, ev, is_new);
 }
 
@@ -778,8 +775,8 @@ struct overlay {
     size_t n, cap;
 };
 
-static int
-keycmp(const char *a, size_t al, const char *b, size_t bl)
+int
+store_keycmp(const char *a, size_t al, const char *b, size_t bl)
 {
     int c = memcmp(a, b, al < bl ? al : bl);
     return c ? c : (al < bl ? -1 : al > bl);
@@ -789,7 +786,7 @@ static int
 ent_cmp(const void *x, const void *y)
 {
     const struct overlay_ent *a = x, *b = y;
-    int c = keycmp(a->key, a->key_len, b->key, b->key_len);
+    int c = store_keycmp(a->key, a->key_len, b->key, b->key_len);
     return c ? c : (a->order < b->order ? -1 : a->order > b->order);
 }
 
@@ -817,7 +814,7 @@ key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char
 {
     if (kl < pl || memcmp(k, prefix, pl) != 0)
         return false;
-    return !from || keycmp(k, kl, from, fl) >= 0;
+    return !from || store_keycmp(k, kl, from, fl) >= 0;
 }
 
 /* Where a scan reads current objects from: the objects themselves, or the
@@ -905,7 +902,7 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
         /* keep the first change per key (lowest order) */
         size_t w = 0;
         for (size_t i = 0; i < ov.n; i++)
-            if (w == 0 || keycmp(ov.e[w - 1].key, ov.e[w - 1].key_len, ov.e[i].key,
+            if (w == 0 || store_keycmp(ov.e[w - 1].key, ov.e[w - 1].key_len, ov.e[i].key,
                                  ov.e[i].key_len) != 0)
                 ov.e[w++] = ov.e[i];
         ov.n = w;
@@ -917,7 +914,7 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
         goto out;
     }
     /* Position at the first key >= from (or >= prefix). */
-    const char *start = from && keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
+    const char *start = from && store_keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
     size_t sl = start == from ? fl : pl;
     int err = 0;
     bool have_c = src_first(&sc, start, sl, &err);
@@ -935,7 +932,7 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
         struct store_obj o;
         bool emit;
         int cmp = !have_c ? 1 : !have_o ? -1
-                                      : keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
+                                      : store_keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
                                                ov.e[oi].key_len);
         if (cmp < 0) { /* unchanged since at_rv */
             decode_obj(&sc.k, &sc.v, &o);

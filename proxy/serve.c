@@ -135,13 +135,6 @@ sreq_of(void *arg)
     return sr;
 }
 
-static int
-keycmp(const char *a, size_t al, const char *b, size_t bl)
-{
-    int c = memcmp(a, b, al < bl ? al : bl);
-    return c ? c : (al > bl) - (al < bl);
-}
-
 static void
 set_key(char **dst, size_t *dl, const char *k, size_t kl, bool successor)
 {
@@ -352,7 +345,7 @@ on_fill_obj(void *arg, const struct store_obj *o)
 {
     struct fill *f = arg;
     struct sreq *sr = f->sr;
-    if (sr->end && keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
+    if (sr->end && store_keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
         return 1; /* past the page */
     if (matches(sr, o)) {
         if (sr->any_item)
@@ -505,16 +498,8 @@ cache_rv(struct serve *s, const struct refl_desc *d, uint64_t *floor)
 static void
 start(struct sreq *sr)
 {
-    uint64_t floor;
-    uint64_t cur = cache_rv(sr->s, sr->d, &floor);
-    switch (sr->dec.action) {
-    case DECIDE_SERVE_EXACT:
-        sr->at_rv = sr->dec.rv;
-        break;
-    default:
-        sr->at_rv = cur;
-        break;
-    }
+    /* exact: the rv asked for; else the newest the cache has */
+    sr->at_rv = sr->dec.action == DECIDE_SERVE_EXACT ? sr->dec.rv : cache_rv(sr->s, sr->d, NULL);
     sr->meta.rv = sr->at_rv;
     if (sr->list)
         serve_list(sr);

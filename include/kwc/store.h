@@ -144,6 +144,9 @@ int store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info 
 int store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t key_len,
               struct store_obj *out);
 
+/* The order of object keys: bytes, as memcmp, a prefix first (etcd's order). */
+int store_keycmp(const char *a, size_t al, const char *b, size_t bl);
+
 /* Visit objects in key order: those whose key starts with prefix (may be ""),
  * from the first key >= from (fl bytes, may hold NULs; NULL: from the start;
  * the key after k is k + "\0", as in etcd range reads), at the state of at_rv

@@ -21,9 +21,7 @@ Exact inside the window, kwc's own continue tokens) and which it passed on
 forced upstream 410, and (rv=0 only) with the upstream stopped.
 """
 import json
-import os
 import re
-import signal
 import unittest
 import urllib.parse
 
@@ -111,12 +109,6 @@ class Differential(unittest.TestCase):
                 return st == 200 and body_rv(b) >= rv
             wait_for(reached, 30, "kwc to reach rv %d on %s" % (rv, path))
         return rv
-
-    def both(self, path):
-        e = self.env
-        k = http_request(e.kwc.port, "GET", path, headers=JSON)
-        s = http_request(e.apisim.port, "GET", path, headers=JSON)
-        return k, s
 
     def lists_upstream(self):
         return sum(v for k, v in self.env.stats()["requests"].items() if k.startswith("list "))
