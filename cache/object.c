@@ -954,6 +954,41 @@ obj_meta_label(const struct obj_meta *m, const char *key)
     return l ? l->value : NULL;
 }
 
+int
+obj_rv_span(const char *json, size_t len, size_t *off, size_t *vlen)
+{
+    struct scan s = {.p = (const unsigned char *)json, .len = len};
+    struct members m;
+    size_t ko, kl;
+    int rc;
+    if (members_begin(&m, &s) < 0)
+        return KWC_EPARSE;
+    while ((rc = members_next(&m, &ko, &kl)) == 1) {
+        size_t start = s.pos;
+        if (scan_value(&s) < 0)
+            return KWC_EPARSE;
+        if (!key_is(json, ko, kl, "metadata") || json[start] != '{')
+            continue;
+        /* the members of metadata: a scan that ends where its value ends */
+        struct scan ms = {.p = s.p, .len = s.pos, .pos = start};
+        struct members mm;
+        if (members_begin(&mm, &ms) < 0)
+            return KWC_EPARSE;
+        while ((rc = members_next(&mm, &ko, &kl)) == 1) {
+            size_t v = ms.pos;
+            if (scan_value(&ms) < 0)
+                return KWC_EPARSE;
+            if (key_is(json, ko, kl, "resourceVersion") && json[v] == '"') {
+                *off = v;
+                *vlen = ms.pos - v;
+                return 0;
+            }
+        }
+        return rc < 0 ? KWC_EPARSE : KWC_ENOTFOUND;
+    }
+    return rc < 0 ? KWC_EPARSE : KWC_ENOTFOUND;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Watch stream framing                                                      */
 

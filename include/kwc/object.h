@@ -122,6 +122,15 @@ void obj_meta_fini(struct obj_meta *m);
 /* The value of label key, or NULL (binary search). */
 const char *obj_meta_label(const struct obj_meta *m, const char *key);
 
+/*
+ * Where metadata.resourceVersion's string value lies in an object (len bytes
+ * of JSON, already validated by obj_meta_parse): json[*off, *off + *vlen),
+ * quotes included, so that a copy can carry another rv (a selector-leaving
+ * DELETED is the previous object at the event's rv). Returns 0, KWC_ENOTFOUND
+ * or KWC_EPARSE.
+ */
+int obj_rv_span(const char *json, size_t len, size_t *off, size_t *vlen);
+
 /* ------------------------------------------------------------------------ */
 /* Watch stream framing                                                      */
 

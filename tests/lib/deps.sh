@@ -9,7 +9,7 @@ level=${1:-build}
 
 build_pkgs="gcc make pkg-config libevent-dev libevhtp-dev libonig-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
- libssl-dev python3"
+ libssl-dev uthash-dev python3"
 test_pkgs="python3-kubernetes clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl"
 bench_pkgs="etcd-server etcd-client gnuplot-nox wrk"
 

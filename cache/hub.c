@@ -1,0 +1,1088 @@
+/*
+ * hub.c — watch fan-out (see hub.h).
+ *
+ * One struct hub per worker loop. Per cached resource it keeps `struct hres`:
+ * the rv of the last batch applied, its watchers in index buckets (one per
+ * namespace, one per value of the indexed field, one for the rest), and the
+ * watchers still waiting for an rv. An event visits the "rest" bucket, its
+ * namespace's bucket and the buckets of its object's and previous object's
+ * indexed value, and nothing else: a kubelet's watcher pinned to its node is
+ * never looked at for another node's pods.
+ *
+ * Selector transitions follow kube-apiserver's cacheWatcher.convertToWatchEvent:
+ * the object matches now and did not before -> ADDED; matched before and not
+ * now -> DELETED carrying the previous object stamped with the event's rv; a
+ * DELETED is judged by the previous object.
+ */
+#include "kwc/hub.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "kwc/base.h"
+#include "kwc/gostr.h"
+#include "kwc/index.h"
+#include "kwc/object.h"
+#include "kwc/selector.h"
+#include "kwc/status.h"
+
+/* ---- blobs ---- */
+
+void
+hub_blob_ref(struct hub_blob *b)
+{
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+}
+
+void
+hub_blob_unref(struct hub_blob *b)
+{
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(b);
+}
+
+/* Frame the lines in lines[0, n) as one chunk in a new blob. */
+static struct hub_blob *
+frame(const char *lines, size_t n)
+{
+    char hdr[24];
+    int hl = snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
+    struct hub_blob *b = xmalloc(sizeof(*b) + (size_t)hl + n + 2);
+    b->refs = 1;
+    b->hdr = (uint32_t)hl;
+    b->len = (size_t)hl + n + 2;
+    memcpy(b->data, hdr, (size_t)hl);
+    memcpy(b->data + hl, lines, n);
+    memcpy(b->data + hl + n, "\r\n", 2);
+    return b;
+}
+
+static struct hub_blob *
+frame_take(struct gostr_buf *b)
+{
+    struct hub_blob *out = frame(b->p ? b->p : "", b->len);
+    free(gostr_take(b));
+    return out;
+}
+
+/* ---- encoding ---- */
+
+/* `{"type":T,"object":OBJ}\n` with OBJ in its watch form: built-in kinds get
+ * their TypeMeta back (stored items are in list-item form); with rv set, the
+ * object's metadata.resourceVersion is replaced by it. */
+static void
+enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
+          size_t len, uint64_t rv)
+{
+    gostr_add(b, "{\"type\":\"");
+    gostr_add(b, type);
+    gostr_add(b, "\",\"object\":");
+    size_t roff = 0, rlen = 0;
+    bool swap = rv && obj_rv_span(obj, len, &roff, &rlen) == 0;
+    size_t at = 0;
+    if (!r->unstructured && len > 0 && obj[0] == '{') {
+        gostr_add(b, "{\"kind\":\"");
+        gostr_add(b, r->kind);
+        gostr_add(b, "\",\"apiVersion\":\"");
+        gostr_add(b, r->api_version);
+        gostr_addc(b, '"');
+        if (len > 1 && obj[1] != '}')
+            gostr_addc(b, ',');
+        at = 1;
+    }
+    if (swap) {
+        gostr_addn(b, obj + at, roff - at);
+        gostr_addc(b, '"');
+        gostr_addu(b, rv);
+        gostr_addc(b, '"');
+        gostr_addn(b, obj + roff + rlen, len - roff - rlen);
+    } else {
+        gostr_addn(b, obj + at, len - at);
+    }
+    gostr_add(b, "}\n");
+}
+
+/* kube's bookmark object: TypeMeta and metadata.resourceVersion (and the
+ * initial-events-end annotation); a custom resource's is an unstructured
+ * map, keys sorted. */
+static void
+enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end)
+{
+    static const char ann[] = "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}";
+    gostr_add(b, "{\"type\":\"BOOKMARK\",\"object\":{");
+    if (r->unstructured) {
+        gostr_add(b, "\"apiVersion\":\"");
+        gostr_add(b, r->api_version);
+        gostr_add(b, "\",\"kind\":\"");
+        gostr_add(b, r->kind);
+        gostr_add(b, "\",\"metadata\":{");
+        if (initial_end) {
+            gostr_add(b, ann);
+            gostr_addc(b, ',');
+        }
+        gostr_add(b, "\"resourceVersion\":\"");
+        gostr_addu(b, rv);
+        gostr_add(b, "\"}}}\n");
+        return;
+    }
+    gostr_add(b, "\"kind\":\"");
+    gostr_add(b, r->kind);
+    gostr_add(b, "\",\"apiVersion\":\"");
+    gostr_add(b, r->api_version);
+    gostr_add(b, "\",\"metadata\":{\"resourceVersion\":\"");
+    gostr_addu(b, rv);
+    gostr_addc(b, '"');
+    if (initial_end) {
+        gostr_addc(b, ',');
+        gostr_add(b, ann);
+    }
+    gostr_add(b, "}}}\n");
+}
+
+struct hub_blob *
+hub_error_blob(const char *status_json)
+{
+    struct gostr_buf b = {0};
+    gostr_add(&b, "{\"type\":\"ERROR\",\"object\":");
+    gostr_add(&b, status_json);
+    gostr_add(&b, "}\n");
+    return frame_take(&b);
+}
+
+static const char *
+type_name(enum store_ev_type t)
+{
+    return t == STORE_ADDED ? "ADDED" : t == STORE_MODIFIED ? "MODIFIED" : "DELETED";
+}
+
+/* ---- resources ---- */
+
+struct hub_res *
+hub_res_new(unsigned id, struct store_res *sres, const char *kind, const char *api_version,
+            bool unstructured, bool namespaced, const char *const *field_names, size_t n_fields,
+            int index_field)
+{
+    struct hub_res *r = xcalloc(1, sizeof(*r));
+    r->id = id;
+    r->sres = sres;
+    r->kind = xstrdup(kind);
+    r->api_version = xstrdup(api_version);
+    r->unstructured = unstructured;
+    r->namespaced = namespaced;
+    r->n_fields = n_fields;
+    r->field_names = xcalloc(n_fields + 1, sizeof(char *));
+    for (size_t i = 0; i < n_fields; i++)
+        r->field_names[i] = xstrdup(field_names[i]);
+    r->index_field = index_field;
+    return r;
+}
+
+void
+hub_res_free(struct hub_res *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_fields; i++)
+        free(r->field_names[i]);
+    free(r->field_names);
+    free(r->kind);
+    free(r->api_version);
+    free(r);
+}
+
+/* ---- events ---- */
+
+enum variant { VAR_NONE = -1, VAR_AS_IS = 0, VAR_ADDED = 1, VAR_DELETED = 2 };
+
+/* One side (object or previous object) of an event: its bytes and index. */
+struct side {
+    char *raw;
+    size_t raw_len;
+    char *idx;
+    struct idx_view v;
+    const char *node; /* the indexed field's value, NULL without an index */
+    bool ok;          /* present, index readable */
+};
+
+struct hub_event {
+    unsigned refs;
+    enum store_ev_type type;
+    uint64_t rv;
+    char *key;
+    size_t key_len, ns_len; /* namespace: key[0, ns_len) */
+    const struct hub_res *res;
+    struct side obj, prev;
+    struct hub_blob *_Atomic blob[3];
+};
+
+static size_t
+ns_len_of(const struct hub_res *r, const char *key, size_t kl)
+{
+    if (!r->namespaced)
+        return 0;
+    const char *slash = memchr(key, '/', kl);
+    return slash ? (size_t)(slash - key) : 0;
+}
+
+static void
+side_init(struct side *s, const struct hub_res *r, const struct store_obj *o)
+{
+    memset(s, 0, sizeof(*s));
+    if (!o->raw)
+        return;
+    s->raw = xmalloc(o->raw_len + 1);
+    memcpy(s->raw, o->raw, o->raw_len);
+    s->raw_len = o->raw_len;
+    s->idx = xmalloc(o->idx_len + 1);
+    memcpy(s->idx, o->idx, o->idx_len);
+    s->ok = idx_view_load(&s->v, s->idx, o->idx_len, (const char *const *)r->field_names,
+                          r->n_fields) == 0;
+    if (s->ok && r->index_field >= 0 && (size_t)r->index_field < r->n_fields)
+        s->node = s->v.fields.values[r->index_field];
+}
+
+static void
+side_fini(struct side *s)
+{
+    free(s->raw);
+    free(s->idx);
+    idx_view_fini(&s->v);
+}
+
+static struct hub_event *
+event_new(const struct hub_res *r, const struct store_hist *h)
+{
+    struct hub_event *e = xcalloc(1, sizeof(*e));
+    e->refs = 1;
+    e->type = h->type;
+    e->rv = h->rv;
+    e->res = r;
+    e->key = xstrndup(h->obj.key, h->obj.key_len);
+    e->key_len = h->obj.key_len;
+    e->ns_len = ns_len_of(r, e->key, e->key_len);
+    side_init(&e->obj, r, &h->obj);
+    side_init(&e->prev, r, &h->prev);
+    return e;
+}
+
+static void
+event_unref(struct hub_event *e)
+{
+    if (!e || __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (int i = 0; i < 3; i++)
+        hub_blob_unref(atomic_load(&e->blob[i]));
+    side_fini(&e->obj);
+    side_fini(&e->prev);
+    free(e->key);
+    free(e);
+}
+
+static void
+enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type type,
+            enum variant v, uint64_t rv, const char *obj, size_t obj_len, const char *prev,
+            size_t prev_len)
+{
+    if (v == VAR_DELETED)
+        enc_event(b, r, "DELETED", prev, prev_len, rv);
+    else
+        enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0);
+}
+
+/* The shared bytes of one variant of e, built on first use by whichever
+ * thread needs it first; borrowed (e holds the reference). */
+static struct hub_blob *
+event_blob(struct hub_event *e, enum variant v)
+{
+    struct hub_blob *b = atomic_load_explicit(&e->blob[v], memory_order_acquire);
+    if (b)
+        return b;
+    struct gostr_buf g = {0};
+    enc_variant(&g, e->res, e->type, v, e->rv, e->obj.raw, e->obj.raw_len, e->prev.raw,
+                e->prev.raw_len);
+    struct hub_blob *nb = frame_take(&g), *expect = NULL;
+    if (atomic_compare_exchange_strong_explicit(&e->blob[v], &expect, nb, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return nb;
+    hub_blob_unref(nb);
+    return expect;
+}
+
+/* ---- batches ---- */
+
+struct build_ctx {
+    const struct hub_res *r;
+    uint64_t to_rv;
+    struct hub_event **ev;
+    size_t n, cap;
+};
+
+static int
+on_build_hist(void *arg, const struct store_hist *h)
+{
+    struct build_ctx *c = arg;
+    if (h->rv > c->to_rv)
+        return 1;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 16;
+        c->ev = xrealloc(c->ev, c->cap * sizeof(*c->ev));
+    }
+    struct hub_event *e = event_new(c->r, h);
+    /* the common variant now, on the writer's thread, off the workers' */
+    event_blob(e, VAR_AS_IS);
+    c->ev[c->n++] = e;
+    return 0;
+}
+
+int
+hub_batch_build(struct store *st, const struct hub_res *r, uint64_t from_rv, uint64_t to_rv,
+                bool with_events, struct hub_batch **out)
+{
+    struct hub_batch *b = xcalloc(1, sizeof(*b));
+    b->refs = 1;
+    b->res = r;
+    b->from_rv = from_rv;
+    b->rv = to_rv;
+    if (with_events && to_rv > from_rv) {
+        struct store_rtxn *t;
+        int rc = store_rtxn_begin(st, &t);
+        if (rc) {
+            free(b);
+            return rc;
+        }
+        struct build_ctx c = {.r = r, .to_rv = to_rv};
+        rc = store_history(t, r->sres, from_rv, on_build_hist, &c);
+        store_rtxn_end(t);
+        b->ev = c.ev;
+        b->n = c.n;
+        if (rc == KWC_EEXPIRED) {
+            b->gap = true;
+        } else if (rc) {
+            hub_batch_unref(b);
+            return rc;
+        }
+    }
+    *out = b;
+    return 0;
+}
+
+void
+hub_batch_ref(struct hub_batch *b)
+{
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+}
+
+void
+hub_batch_unref(struct hub_batch *b)
+{
+    if (!b || __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        event_unref(b->ev[i]);
+    free(b->ev);
+    free(b);
+}
+
+/* ---- the hub ---- */
+
+enum mode { M_WAIT, M_INITIAL, M_CATCHUP, M_LIVE };
+
+struct bucket {
+    UT_hash_handle hh;
+    struct hub_watcher *head;
+    size_t n;
+    char key[];
+};
+
+struct hres {
+    const struct hub_res *r;
+    uint64_t rv;         /* every event up to it has reached this hub (batches or store) */
+    uint64_t last_ev_rv; /* rv of the last event applied (events may share an rv) */
+    struct hub_watcher *rest;    /* watchers in no namespace and no field bucket */
+    struct bucket *by_ns, *by_node;
+    struct hub_watcher *waiting; /* WAIT: not in any bucket */
+    size_t n;
+};
+
+struct hub {
+    struct store *st;
+    struct hub_options o;
+    struct hres **res;
+    size_t nres;
+    struct idx_view scratch[2];
+    struct hub_stats stats;
+};
+
+struct hub_watcher {
+    struct hub *h;
+    struct hres *hr;
+    const struct hub_sink_ops *ops;
+    void *sink;
+    enum mode mode;
+    char *ns;
+    size_t ns_len;
+    struct sel *sel;
+    const char *node; /* sel pins the indexed field to this value */
+    /* list membership: a bucket's list, hr->rest or hr->waiting */
+    struct bucket *bucket;
+    struct hub_watcher *next, **prev;
+    uint64_t last_rv;  /* CATCHUP: events after it are owed; INITIAL: the snapshot rv;
+                          LIVE: events up to it were dealt with */
+    uint64_t start_rv; /* bookmarks never go below where the client started */
+    uint64_t wait_rv;
+    char *from; /* INITIAL: next key (inclusive); NULL: from the start */
+    size_t from_len;
+    bool initial_end, bookmarks, http10;
+    uint64_t deadline, wait_until, next_bm;
+    uint64_t rng;
+    char *too_large_status;
+};
+
+static uint64_t
+rng_next(uint64_t *s)
+{
+    /* splitmix64: bookmark jitter only */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+struct hub *
+hub_new(struct store *st, const struct hub_options *o)
+{
+    struct hub *h = xcalloc(1, sizeof(*h));
+    h->st = st;
+    h->o = *o;
+    if (!h->o.budget)
+        h->o.budget = 256 * 1024;
+    if (!h->o.chunk_bytes)
+        h->o.chunk_bytes = 64 * 1024;
+    if (!h->o.bookmark_ms)
+        h->o.bookmark_ms = 60000;
+    return h;
+}
+
+static struct hres *
+hres_of(struct hub *h, const struct hub_res *r)
+{
+    if (r->id >= h->nres) {
+        size_t n = r->id + 1;
+        h->res = xrealloc(h->res, n * sizeof(*h->res));
+        memset(h->res + h->nres, 0, (n - h->nres) * sizeof(*h->res));
+        h->nres = n;
+    }
+    if (!h->res[r->id]) {
+        h->res[r->id] = xcalloc(1, sizeof(struct hres));
+        h->res[r->id]->r = r;
+    }
+    return h->res[r->id];
+}
+
+/* ---- membership ---- */
+
+static void
+list_add(struct hub_watcher **head, struct hub_watcher *w)
+{
+    w->next = *head;
+    if (*head)
+        (*head)->prev = &w->next;
+    w->prev = head;
+    *head = w;
+}
+
+static void
+list_del(struct hub_watcher *w)
+{
+    if (!w->prev)
+        return;
+    *w->prev = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->next = NULL;
+    w->prev = NULL;
+}
+
+static struct bucket *
+bucket_get(struct bucket **map, const char *key, size_t kl, bool create)
+{
+    struct bucket *b = NULL;
+    HASH_FIND(hh, *map, key, kl, b);
+    if (b || !create)
+        return b;
+    b = xcalloc(1, sizeof(*b) + kl + 1);
+    memcpy(b->key, key, kl);
+    HASH_ADD_KEYPTR(hh, *map, b->key, kl, b);
+    return b;
+}
+
+static void
+index_add(struct hub_watcher *w)
+{
+    struct hres *hr = w->hr;
+    if (w->node) {
+        w->bucket = bucket_get(&hr->by_node, w->node, strlen(w->node), true);
+    } else if (w->ns) {
+        w->bucket = bucket_get(&hr->by_ns, w->ns, w->ns_len, true);
+    } else {
+        list_add(&hr->rest, w);
+        return;
+    }
+    w->bucket->n++;
+    list_add(&w->bucket->head, w);
+}
+
+static void
+index_del(struct hub_watcher *w)
+{
+    list_del(w);
+    struct bucket *b = w->bucket;
+    if (!b)
+        return;
+    w->bucket = NULL;
+    if (--b->n == 0) {
+        struct hres *hr = w->hr;
+        if (w->node)
+            HASH_DEL(hr->by_node, b);
+        else
+            HASH_DEL(hr->by_ns, b);
+        free(b);
+    }
+}
+
+/* ---- matching ---- */
+
+static bool
+side_matches(const struct hub_watcher *w, const char *key, size_t ns_len, const struct idx_view *v)
+{
+    if (w->ns && (ns_len != w->ns_len || memcmp(key, w->ns, ns_len) != 0))
+        return false;
+    return !w->sel || sel_matches(w->sel, &v->labels, &v->fields);
+}
+
+/* kube's convertToWatchEvent. ov/pv NULL: that side is absent (or its index
+ * unreadable, which no selector can match). */
+static enum variant
+variant_for(const struct hub_watcher *w, enum store_ev_type type, const char *key, size_t ns_len,
+            const struct idx_view *ov, const struct idx_view *pv)
+{
+    if (!w->ns && !w->sel)
+        return VAR_AS_IS;
+    if (type == STORE_ADDED)
+        return ov && side_matches(w, key, ns_len, ov) ? VAR_AS_IS : VAR_NONE;
+    if (type == STORE_DELETED) {
+        const struct idx_view *v = pv ? pv : ov;
+        return v && side_matches(w, key, ns_len, v) ? VAR_AS_IS : VAR_NONE;
+    }
+    bool cur = ov && side_matches(w, key, ns_len, ov);
+    bool old = pv && side_matches(w, key, ns_len, pv);
+    if (cur)
+        return old ? VAR_AS_IS : VAR_ADDED;
+    return old ? VAR_DELETED : VAR_NONE;
+}
+
+/* ---- writing to a sink ---- */
+
+static void
+put(struct hub_watcher *w, struct hub_blob *b)
+{
+    if (w->http10)
+        w->ops->write(w->sink, b, b->data + b->hdr, b->len - b->hdr - 2);
+    else
+        w->ops->write(w->sink, b, b->data, b->len);
+}
+
+static void
+put_take(struct hub_watcher *w, struct hub_blob *b)
+{
+    put(w, b);
+    hub_blob_unref(b);
+}
+
+static void
+watcher_free(struct hub_watcher *w)
+{
+    struct hres *hr = w->hr;
+    if (w->mode == M_WAIT)
+        list_del(w);
+    else
+        index_del(w);
+    hr->n--;
+    struct hub_stats *st = &w->h->stats;
+    st->watchers--;
+    if (w->mode == M_LIVE)
+        st->live--;
+    else if (w->mode == M_CATCHUP)
+        st->lagging--;
+    sel_free(w->sel);
+    free(w->ns);
+    free(w->from);
+    free(w->too_large_status);
+    free(w);
+}
+
+static void
+end(struct hub_watcher *w, enum hub_end why)
+{
+    w->ops->end(w->sink, why);
+    watcher_free(w);
+}
+
+static void
+set_mode(struct hub_watcher *w, enum mode m)
+{
+    struct hub_stats *st = &w->h->stats;
+    if (w->mode == M_LIVE)
+        st->live--;
+    else if (w->mode == M_CATCHUP)
+        st->lagging--;
+    w->mode = m;
+    if (m == M_LIVE)
+        st->live++;
+    else if (m == M_CATCHUP)
+        st->lagging++;
+}
+
+static void
+schedule_bookmark(struct hub_watcher *w, uint64_t now)
+{
+    /* cache_watcher.go nextBookmarkTime: about every interval (jittered here
+     * by +-5 %), never later than 2 s before the deadline, none after that */
+    w->next_bm = 0;
+    if (!w->bookmarks)
+        return;
+    uint64_t iv = w->h->o.bookmark_ms;
+    uint64_t j = iv / 10 ? rng_next(&w->rng) % (iv / 10) : 0;
+    uint64_t nb = now + iv - iv / 20 + j;
+    if (w->deadline) {
+        uint64_t pre = w->deadline > 2000 ? w->deadline - 2000 : 0;
+        if (pre < nb)
+            nb = pre;
+        if (nb < now)
+            return;
+    }
+    w->next_bm = nb ? nb : 1;
+}
+
+/* ---- live dispatch ---- */
+
+static void
+deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_group)
+{
+    h->stats.visits++;
+    if (w->mode != M_LIVE || e->rv <= w->last_rv)
+        return;
+    enum variant v = variant_for(w, e->type, e->key, e->ns_len, e->obj.ok ? &e->obj.v : NULL,
+                                 e->prev.ok ? &e->prev.v : NULL);
+    if (v == VAR_NONE)
+        return;
+    if (!same_group && w->ops->queued(w->sink) > h->o.budget) {
+        /* over budget: stop sending live; read the history from e on */
+        set_mode(w, M_CATCHUP);
+        w->last_rv = e->rv - 1;
+        h->stats.lag_events++;
+        return;
+    }
+    put(w, event_blob(e, v));
+    w->last_rv = e->rv;
+    h->stats.delivered++;
+}
+
+static void
+visit_list(struct hub *h, struct hub_watcher *head, struct hub_event *e,
+           bool same_group)
+{
+    for (struct hub_watcher *w = head, *next; w; w = next) {
+        next = w->next;
+        deliver(h, w, e, same_group);
+    }
+}
+
+static void
+visit_bucket(struct hub *h, struct bucket *map, const char *key, size_t kl,
+             struct hub_event *e, bool same_group)
+{
+    struct bucket *b = bucket_get(&map, key, kl, false);
+    if (b)
+        visit_list(h, b->head, e, same_group);
+}
+
+static void start_initial(struct hub_watcher *w);
+
+static void
+wake(struct hub_watcher *w)
+{
+    w->ops->wake(w->sink);
+}
+
+/* End every watcher of a resource (each end frees its watcher, and the last
+ * watcher of a bucket frees the bucket). */
+static void
+end_all(struct hres *hr, enum hub_end why)
+{
+    while (hr->rest)
+        end(hr->rest, why);
+    while (hr->waiting)
+        end(hr->waiting, why);
+    while (hr->by_ns)
+        end(hr->by_ns->head, why);
+    while (hr->by_node)
+        end(hr->by_node->head, why);
+}
+
+void
+hub_apply(struct hub *h, struct hub_batch *b)
+{
+    struct hres *hr = hres_of(h, b->res);
+    if (b->gap) {
+        /* the history no longer reaches where this hub is: nobody can be
+         * told what happened in between */
+        end_all(hr, HUB_END_RESET);
+        if (b->rv > hr->rv)
+            hr->rv = b->rv;
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        struct hub_event *e = b->ev[i];
+        if (e->rv <= hr->rv)
+            continue; /* already in the store when a watcher here read it */
+        bool same = e->rv == hr->last_ev_rv;
+        visit_list(h, hr->rest, e, same);
+        if (e->ns_len)
+            visit_bucket(h, hr->by_ns, e->key, e->ns_len, e, same);
+        if (e->obj.node)
+            visit_bucket(h, hr->by_node, e->obj.node, strlen(e->obj.node), e, same);
+        if (e->prev.node && (!e->obj.node || strcmp(e->prev.node, e->obj.node) != 0))
+            visit_bucket(h, hr->by_node, e->prev.node, strlen(e->prev.node), e, same);
+        hr->last_ev_rv = e->rv;
+    }
+    if (b->rv > hr->rv)
+        hr->rv = b->rv;
+    /* sendInitialEvents watchers whose rv the cache reached */
+    for (struct hub_watcher *w = hr->waiting, *next; w; w = next) {
+        next = w->next;
+        if (hr->rv >= w->wait_rv)
+            start_initial(w);
+    }
+}
+
+/* ---- new watchers ---- */
+
+static void
+start_initial(struct hub_watcher *w)
+{
+    list_del(w);
+    w->last_rv = w->hr->rv; /* the snapshot */
+    w->start_rv = w->last_rv;
+    w->mode = M_INITIAL;
+    index_add(w);
+    wake(w);
+}
+
+struct hub_watcher *
+hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
+          const struct hub_sink_ops *ops, void *sink, uint64_t posted_rv, uint64_t now_ms,
+          uint64_t seed)
+{
+    struct hres *hr = hres_of(h, r);
+    if (posted_rv > hr->rv)
+        hr->rv = posted_rv;
+    struct hub_watcher *w = xcalloc(1, sizeof(*w));
+    w->h = h;
+    w->hr = hr;
+    w->ops = ops;
+    w->sink = sink;
+    if (req->ns && r->namespaced) {
+        w->ns = xstrdup(req->ns);
+        w->ns_len = strlen(w->ns);
+    }
+    if (req->sel && !sel_is_everything(req->sel)) {
+        w->sel = req->sel;
+        if (r->index_field >= 0 && (size_t)r->index_field < r->n_fields)
+            w->node = sel_requires_exact(w->sel, r->field_names[r->index_field]);
+    } else {
+        sel_free(req->sel);
+    }
+    req->sel = NULL;
+    w->initial_end = req->initial_end;
+    w->bookmarks = req->bookmarks;
+    w->http10 = req->http10;
+    w->deadline = req->deadline_ms;
+    w->wait_until = req->wait_until_ms;
+    w->too_large_status = req->too_large_status;
+    req->too_large_status = NULL;
+    w->rng = seed;
+    hr->n++;
+    h->stats.watchers++;
+
+    if (req->initial) {
+        if (req->rv > hr->rv) {
+            w->mode = M_WAIT;
+            w->wait_rv = req->rv;
+            list_add(&hr->waiting, w);
+            return w;
+        }
+        w->mode = M_WAIT;
+        list_add(&hr->waiting, w);
+        start_initial(w);
+    } else {
+        /* events after rv: from the history while it is behind this hub */
+        struct store_rtxn *t;
+        struct store_res_info info = {0};
+        int rc = store_rtxn_begin(h->st, &t);
+        if (rc == 0) {
+            rc = store_info(t, r->sres, &info);
+            store_rtxn_end(t);
+        }
+        w->mode = M_CATCHUP;
+        h->stats.lagging++;
+        index_add(w);
+        if (rc) {
+            end(w, HUB_END_STORE);
+            return NULL;
+        }
+        if (req->rv < info.floor) {
+            /* watch_cache.go getAllEventsSinceLocked: NewResourceExpired, as
+             * one ERROR event on a 200 stream (cacher.go newErrWatcher) */
+            char *msg = xasprintf("too old resource version: %llu (%llu)",
+                                  (unsigned long long)req->rv, (unsigned long long)info.floor);
+            char *st = status_failure_json(410, "Expired", msg, NULL);
+            put_take(w, hub_error_blob(st));
+            free(st);
+            free(msg);
+            end(w, HUB_END_ERROR_EVENT);
+            return NULL;
+        }
+        w->last_rv = req->rv;
+        w->start_rv = req->rv;
+        if (req->rv >= hr->rv)
+            set_mode(w, M_LIVE); /* nothing stored after it yet */
+        else
+            wake(w);
+    }
+    schedule_bookmark(w, now_ms);
+    return w;
+}
+
+void
+hub_unwatch(struct hub_watcher *w)
+{
+    if (w)
+        watcher_free(w);
+}
+
+/* ---- pumping stored state and history ---- */
+
+bool
+hub_pump_wanted(const struct hub_watcher *w)
+{
+    return w->mode == M_INITIAL || w->mode == M_CATCHUP;
+}
+
+struct pump_ctx {
+    struct hub_watcher *w;
+    struct gostr_buf out;
+    uint64_t last_rv; /* CATCHUP: last rv consumed */
+    bool more;        /* stopped on the chunk bound */
+    const char *last_key;
+    size_t last_key_len;
+};
+
+static int
+on_initial_obj(void *arg, const struct store_obj *o)
+{
+    struct pump_ctx *c = arg;
+    struct hub_watcher *w = c->w;
+    if (c->out.len >= w->h->o.chunk_bytes) {
+        c->more = true;
+        free(w->from);
+        w->from = xmalloc(o->key_len + 1);
+        memcpy(w->from, o->key, o->key_len);
+        w->from[o->key_len] = '\0';
+        w->from_len = o->key_len;
+        return 1;
+    }
+    if (w->sel) {
+        struct idx_view *v = &w->h->scratch[0];
+        if (idx_view_load(v, o->idx, o->idx_len, (const char *const *)w->hr->r->field_names,
+                          w->hr->r->n_fields) != 0 ||
+            !sel_matches(w->sel, &v->labels, &v->fields))
+            return 0;
+    }
+    enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0);
+    return 0;
+}
+
+static int
+on_catchup_hist(void *arg, const struct store_hist *hh)
+{
+    struct pump_ctx *c = arg;
+    struct hub_watcher *w = c->w;
+    if (hh->rv > w->hr->rv)
+        return 1; /* the batches bring the rest */
+    if (c->out.len >= w->h->o.chunk_bytes && hh->rv != c->last_rv) {
+        c->more = true;
+        return 1;
+    }
+    c->last_rv = hh->rv;
+    struct hub *h = w->h;
+    const struct hub_res *r = w->hr->r;
+    const struct idx_view *ov = NULL, *pv = NULL;
+    if (idx_view_load(&h->scratch[0], hh->obj.idx, hh->obj.idx_len,
+                      (const char *const *)r->field_names, r->n_fields) == 0)
+        ov = &h->scratch[0];
+    if (hh->prev.raw && idx_view_load(&h->scratch[1], hh->prev.idx, hh->prev.idx_len,
+                                      (const char *const *)r->field_names, r->n_fields) == 0)
+        pv = &h->scratch[1];
+    size_t nsl = ns_len_of(r, hh->obj.key, hh->obj.key_len);
+    enum variant v = variant_for(w, hh->type, hh->obj.key, nsl, ov, pv);
+    if (v != VAR_NONE)
+        enc_variant(&c->out, r, hh->type, v, hh->rv, hh->obj.raw, hh->obj.raw_len, hh->prev.raw,
+                    hh->prev.raw_len);
+    return 0;
+}
+
+bool
+hub_pump(struct hub_watcher *w, bool *alive)
+{
+    struct hub *h = w->h;
+    *alive = true;
+    if (!hub_pump_wanted(w))
+        return false;
+    struct store_rtxn *t;
+    int rc = store_rtxn_begin(h->st, &t);
+    if (rc) {
+        *alive = false;
+        end(w, HUB_END_STORE);
+        return false;
+    }
+    struct pump_ctx c = {.w = w, .last_rv = w->last_rv};
+    const struct hub_res *r = w->hr->r;
+    if (w->mode == M_INITIAL) {
+        char *prefix = w->ns ? xasprintf("%s/", w->ns) : xstrdup("");
+        if (w->node)
+            rc = store_scan_field(t, r->sres, w->last_rv, w->node, prefix, w->from, w->from_len,
+                                  on_initial_obj, &c);
+        else
+            rc = store_scan(t, r->sres, w->last_rv, prefix, w->from, w->from_len, on_initial_obj,
+                            &c);
+        free(prefix);
+    } else {
+        rc = store_history(t, r->sres, w->last_rv, on_catchup_hist, &c);
+    }
+    store_rtxn_end(t);
+    if (rc) {
+        free(gostr_take(&c.out));
+        *alive = false;
+        end(w, rc == KWC_EEXPIRED ? HUB_END_EXPIRED : HUB_END_STORE);
+        return false;
+    }
+    if (w->mode == M_INITIAL && !c.more) {
+        if (w->initial_end && w->bookmarks)
+            enc_bookmark(&c.out, r, w->last_rv, true);
+        free(w->from);
+        w->from = NULL;
+        set_mode(w, M_CATCHUP);
+        c.more = w->hr->rv > w->last_rv;
+    } else if (w->mode == M_CATCHUP) {
+        w->last_rv = c.last_rv;
+    }
+    if (c.out.len)
+        put_take(w, frame_take(&c.out));
+    else
+        free(gostr_take(&c.out));
+    if (w->mode == M_CATCHUP && !c.more) {
+        /* every stored event up to this hub's rv has been sent */
+        if (w->last_rv < w->hr->rv)
+            w->last_rv = w->hr->rv;
+        set_mode(w, M_LIVE);
+    }
+    return hub_pump_wanted(w);
+}
+
+/* ---- time ---- */
+
+uint64_t
+hub_next_timer(const struct hub_watcher *w)
+{
+    uint64_t t = w->deadline;
+    if (w->mode == M_WAIT && w->wait_until && (!t || w->wait_until < t))
+        t = w->wait_until;
+    if (w->next_bm && (!t || w->next_bm < t))
+        t = w->next_bm;
+    return t;
+}
+
+void
+hub_timer(struct hub_watcher *w, uint64_t now)
+{
+    struct hub *h = w->h;
+    if (w->deadline && now >= w->deadline) {
+        end(w, HUB_END_TIMEOUT);
+        return;
+    }
+    if (w->mode == M_WAIT && w->wait_until && now >= w->wait_until) {
+        if (w->too_large_status) {
+            put_take(w, hub_error_blob(w->too_large_status));
+            end(w, HUB_END_ERROR_EVENT);
+        } else {
+            start_initial(w); /* no answer configured: serve what the cache has */
+        }
+        return;
+    }
+    if (w->next_bm && now >= w->next_bm) {
+        /* at the newest rv this hub knows, once the watcher has everything
+         * up to it; a lagging watcher gets its bookmark when it is live */
+        if (w->mode == M_LIVE && w->hr->rv >= w->start_rv) {
+            struct gostr_buf b = {0};
+            enc_bookmark(&b, w->hr->r, w->hr->rv, false);
+            put_take(w, frame_take(&b));
+            h->stats.bookmarks++;
+            schedule_bookmark(w, now);
+        } else {
+            w->next_bm = now + 1000;
+            if (w->deadline && w->next_bm + 2000 > w->deadline)
+                w->next_bm = 0;
+        }
+    }
+}
+
+void
+hub_stats(const struct hub *h, struct hub_stats *out)
+{
+    *out = h->stats;
+}
+
+void
+hub_free(struct hub *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; i < h->nres; i++) {
+        struct hres *hr = h->res[i];
+        if (!hr)
+            continue;
+        end_all(hr, HUB_END_SHUTDOWN);
+        free(hr);
+    }
+    free(h->res);
+    idx_view_fini(&h->scratch[0]);
+    idx_view_fini(&h->scratch[1]);
+    free(h);
+}
+
+const char *
+hub_end_name(enum hub_end e)
+{
+    switch (e) {
+#define HUB_END_CASE(e, s)                                                                         \
+    case e:                                                                                        \
+        return s;
+        HUB_ENDS(HUB_END_CASE)
+#undef HUB_END_CASE
+    }
+    return "?";
+}

@@ -1,0 +1,208 @@
+/*
+ * hub.h — watch fan-out (DESIGN.md "Fan-out"): committed events -> the
+ * watchers that match them, each event encoded once and shared.
+ *
+ * Data path:  store (commit) -> hub_batch_build (the writer loop reads the
+ * committed events back from history, encodes each once, chunk framing
+ * included, into an immutable reference-counted blob) -> hub_apply on every
+ * worker loop's hub (its own watchers, indexed by namespace and by the
+ * resource's indexed field, pods' spec.nodeName) -> a sink per watcher
+ * (proxy/watch.c: a chunked HTTP response; tests: memory).
+ *
+ * Threads: a struct hub belongs to one loop thread; blobs, events and batches
+ * are immutable once built and shared between threads by atomic reference
+ * counts (a variant of an event, e.g. the ADDED that a selector transition
+ * needs, is built on first use and published with one compare-and-swap).
+ *
+ * A watcher moves through
+ *   WAIT     (sendInitialEvents with an rv the cache has not reached)
+ *   INITIAL  (synthetic ADDED for the state at one snapshot rv, read from the
+ *             store in chunks while the sink drains)
+ *   CATCHUP  (events after its last rv read from the store's history)
+ *   LIVE     (events handed over as the batches arrive)
+ * and back from LIVE to CATCHUP when its sink holds more than the budget:
+ * it then receives nothing live, and when the sink drains it reads the
+ * history from where it stopped. A watcher whose rv falls below the history
+ * floor is ended (the client resumes and gets its 410 then), as is every
+ * watcher of a resource whose history jumped (a relist reset it).
+ *
+ * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
+ * now_ms), no randomness of its own (the caller seeds the bookmark jitter).
+ */
+#ifndef KWC_HUB_H
+#define KWC_HUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kwc/store.h"
+
+struct sel;
+
+/* ---- blobs: immutable bytes shared by reference ---- */
+
+/*
+ * One HTTP/1.1 chunk holding one or more watch event lines:
+ * "<hex>\r\n" line... "\r\n". HTTP/1.0 watchers (no chunked encoding) send
+ * data[hdr, len - 2).
+ */
+struct hub_blob {
+    unsigned refs; /* atomic */
+    uint32_t hdr;
+    size_t len;
+    char data[];
+};
+
+void hub_blob_ref(struct hub_blob *b);
+void hub_blob_unref(struct hub_blob *b);
+
+/* ---- a cached resource as the hub sees it (immutable, shared) ---- */
+
+struct hub_res {
+    unsigned id;             /* index among the cached resources */
+    struct store_res *sres;
+    char *kind, *api_version;
+    bool unstructured;       /* custom resource: items keep TypeMeta, sorted maps */
+    bool namespaced;
+    char **field_names;      /* the selectable fields, as in the index bytes */
+    size_t n_fields;
+    int index_field;         /* watchers pinned to one value of it are indexed */
+};
+
+struct hub_res *hub_res_new(unsigned id, struct store_res *sres, const char *kind,
+                            const char *api_version, bool unstructured, bool namespaced,
+                            const char *const *field_names, size_t n_fields, int index_field);
+void hub_res_free(struct hub_res *r);
+
+/* ---- batches: the events of one commit of one resource ---- */
+
+struct hub_event;
+
+struct hub_batch {
+    unsigned refs; /* atomic */
+    const struct hub_res *res;
+    uint64_t from_rv, rv; /* events with from_rv < rv' <= rv; rv: the cache's rv after it */
+    bool gap;             /* the history no longer held (from_rv, rv]: end every watcher */
+    size_t n;
+    struct hub_event **ev;
+};
+
+/*
+ * Read the events (from_rv, to_rv] of r from the store and encode each once.
+ * with_events false: only the rv moves (nobody watches r). Returns 0 and a
+ * batch holding one reference, or an error (store).
+ */
+int hub_batch_build(struct store *st, const struct hub_res *r, uint64_t from_rv, uint64_t to_rv,
+                    bool with_events, struct hub_batch **out);
+void hub_batch_ref(struct hub_batch *b);
+void hub_batch_unref(struct hub_batch *b);
+
+/* ---- watchers ---- */
+
+/* Why a stream ended (sink end op; also for logs and metrics). */
+#define HUB_ENDS(X)                                                                                \
+    X(HUB_END_TIMEOUT, "timeout")         /* its deadline: a clean end, as kube's */            \
+    X(HUB_END_ERROR_EVENT, "error_event") /* an ERROR event was the last thing written */       \
+    X(HUB_END_EXPIRED, "expired")         /* fell below the history floor while lagging */      \
+    X(HUB_END_RESET, "reset")             /* the resource's history was reset */                \
+    X(HUB_END_STORE, "store_error")       /* reading the store failed */                        \
+    X(HUB_END_SHUTDOWN, "shutdown")
+
+enum hub_end {
+#define HUB_END_ENUM(e, s) e,
+    HUB_ENDS(HUB_END_ENUM)
+#undef HUB_END_ENUM
+};
+const char *hub_end_name(enum hub_end e);
+
+struct hub_sink_ops {
+    /* Queue len bytes at p, which lie inside b: take a reference (hub_blob_ref)
+     * and drop it when the bytes have been sent or discarded. */
+    void (*write)(void *sink, struct hub_blob *b, const char *p, size_t len);
+    /* Bytes queued and not yet sent. */
+    size_t (*queued)(void *sink);
+    /* Stored state or history is owed (INITIAL, CATCHUP): call hub_pump
+     * whenever fewer than budget / 2 bytes are queued, until it says done. */
+    void (*wake)(void *sink);
+    /* The stream is over: send what is queued, end it (terminal chunk), close.
+     * Called once; the watcher is freed right after it returns. */
+    void (*end)(void *sink, enum hub_end why);
+};
+
+/* What the request asked for (decide_watch's result, in hub terms). */
+struct hub_watch_req {
+    const char *ns;      /* namespace from the path, NULL: all (copied) */
+    struct sel *sel;     /* NULL: everything; the watcher takes it */
+    bool initial;        /* synthetic ADDED for the state at the start, then live */
+    uint64_t rv;         /* initial: wait until the cache reaches rv (sendInitialEvents
+                            with NotOlderThan N); else: events after rv */
+    bool initial_end;    /* a BOOKMARK with k8s.io/initial-events-end after them */
+    bool bookmarks;      /* allowWatchBookmarks */
+    bool http10;         /* no chunk framing */
+    uint64_t deadline_ms;  /* when the stream ends (caller's clock) */
+    uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
+    char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken) */
+};
+
+struct hub_options {
+    size_t budget;          /* bytes queued on a sink before the watcher lags */
+    size_t chunk_bytes;     /* encoded per pump step (initial state, catch-up) */
+    uint64_t bookmark_ms;   /* interval between bookmarks */
+};
+
+struct hub;
+struct hub_watcher;
+
+struct hub *hub_new(struct store *st, const struct hub_options *o);
+/* Ends every watcher (HUB_END_SHUTDOWN) and frees h. */
+void hub_free(struct hub *h);
+
+/*
+ * Deliver a batch: the hub's rv for the resource moves to b->rv and each LIVE
+ * watcher gets the events it matches (several pending events go out in one
+ * write: the caller flushes its sinks after this returns). A watcher over
+ * the budget turns to CATCHUP (hub_pump_wanted). Watchers waiting for an rv
+ * the batch reaches start.
+ */
+void hub_apply(struct hub *h, struct hub_batch *b);
+
+/*
+ * A new watcher of r. posted_rv: the rv up to which the writer had handed
+ * batches of r over when it sent this watcher (every event up to it is in
+ * the store). Returns the watcher; an ERROR answer (a start below the floor)
+ * is written to the sink and ended before this returns (NULL then).
+ */
+struct hub_watcher *hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
+                              const struct hub_sink_ops *ops, void *sink, uint64_t posted_rv,
+                              uint64_t now_ms, uint64_t seed);
+
+/* The client went away: forget the watcher without calling its sink's end. */
+void hub_unwatch(struct hub_watcher *w);
+
+/*
+ * More stored events or state to send (INITIAL or CATCHUP) and the sink has
+ * room: the caller calls hub_pump when the sink drains below budget / 2.
+ */
+bool hub_pump_wanted(const struct hub_watcher *w);
+/* Encode one chunk of what is owed. Returns true when more remains. May end
+ * the watcher (then it is freed: pass *alive to learn it). */
+bool hub_pump(struct hub_watcher *w, bool *alive);
+
+/* The next time hub_timer should run for w (ms, caller's clock), 0: none. */
+uint64_t hub_next_timer(const struct hub_watcher *w);
+/* Bookmarks, the deadline and the WAIT timeout. May end and free w. */
+void hub_timer(struct hub_watcher *w, uint64_t now_ms);
+
+/* Counters of one hub. */
+struct hub_stats {
+    unsigned long long watchers, live, lagging, delivered, visits, lag_events, bookmarks;
+};
+void hub_stats(const struct hub *h, struct hub_stats *out);
+
+/* ---- encoders (also used for one-off answers) ---- */
+
+/* One ERROR event carrying a Status JSON, framed. New blob (one reference). */
+struct hub_blob *hub_error_blob(const char *status_json);
+
+#endif
