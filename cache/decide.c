@@ -150,6 +150,35 @@ forbidden(struct field_errs *fe, const char *field, const char *detail)
     field_err(fe, "FieldValueForbidden", field, xasprintf("Forbidden: %s", detail));
 }
 
+/* errors.NewInvalid(ListOptions.meta.k8s.io, "", errs): `<Kind>.<group>
+ * "<name>" is invalid: <aggregate>`, the aggregate being the one error or
+ * "[e1, e2, ...]". Returns true (an ERROR in *out) when there are errors. */
+static bool
+invalid(struct field_errs *fe, struct decide_result *out)
+{
+    if (fe->n == 0)
+        return false;
+    struct gostr_buf m = {0};
+    gostr_add(&m, "ListOptions.meta.k8s.io \"\" is invalid: ");
+    if (fe->n > 1)
+        gostr_add(&m, "[");
+    for (size_t i = 0; i < fe->n; i++) {
+        if (i)
+            gostr_add(&m, ", ");
+        gostr_add(&m, fe->causes[i].field);
+        gostr_add(&m, ": ");
+        gostr_add(&m, fe->bodies[i]);
+    }
+    if (fe->n > 1)
+        gostr_add(&m, "]");
+    struct status_details d = {
+        .group = "meta.k8s.io", .kind = "ListOptions", .causes = fe->causes, .ncauses = fe->n};
+    set_error(out, 422, "Invalid", gostr_take(&m), &d);
+    for (size_t i = 0; i < fe->n; i++)
+        free(fe->bodies[i]);
+    return true;
+}
+
 /* Returns true (and an ERROR in *out) when validation fails. */
 static bool
 validate_list(const struct decide_req *req, struct decide_result *out)
@@ -179,30 +208,7 @@ validate_list(const struct decide_req *req, struct decide_result *out)
     }
     if (req->send_initial_events)
         forbidden(&fe, "sendInitialEvents", "sendInitialEvents is forbidden for list");
-    if (fe.n == 0)
-        return false;
-
-    /* errors.NewInvalid: `<Kind>.<group> "<name>" is invalid: <aggregate>`,
-     * the aggregate being the one error or "[e1, e2, ...]" */
-    struct gostr_buf m = {0};
-    gostr_add(&m, "ListOptions.meta.k8s.io \"\" is invalid: ");
-    if (fe.n > 1)
-        gostr_add(&m, "[");
-    for (size_t i = 0; i < fe.n; i++) {
-        if (i)
-            gostr_add(&m, ", ");
-        gostr_add(&m, fe.causes[i].field);
-        gostr_add(&m, ": ");
-        gostr_add(&m, fe.bodies[i]);
-    }
-    if (fe.n > 1)
-        gostr_add(&m, "]");
-    struct status_details d = {
-        .group = "meta.k8s.io", .kind = "ListOptions", .causes = fe.causes, .ncauses = fe.n};
-    set_error(out, 422, "Invalid", gostr_take(&m), &d);
-    for (size_t i = 0; i < fe.n; i++)
-        free(fe.bodies[i]);
-    return true;
+    return invalid(&fe, out);
 }
 
 /* ---- the table ---- */
@@ -282,36 +288,43 @@ decide_get(const struct decide_req *req, const struct decide_cache *cache,
     serve_at_least(out, cache, policy, n);
 }
 
-static void
-decide_list(const struct decide_req *req, const struct decide_cache *cache,
-            enum decide_too_large policy, struct decide_result *out)
+/* DecodeParameters: timeoutSeconds, limit, then the selectors. Returns true
+ * (a 400 in *out) when one does not decode. */
+static bool
+decode_query(const struct decide_req *req, struct decide_result *out, int64_t *timeout,
+             int64_t *limit)
 {
-    int64_t limit = 0;
-    enum numerr e;
     struct gostr_buf b = {0};
-
-    /* 1. query decoding: timeoutSeconds, limit, then the selectors */
-    if (req->timeout_seconds) {
-        int64_t t;
-        e = parse_int(req->timeout_seconds, &t);
+    const char *const vals[2] = {req->timeout_seconds, req->limit};
+    int64_t *const dst[2] = {timeout, limit};
+    for (int i = 0; i < 2; i++) {
+        if (!vals[i])
+            continue;
+        enum numerr e = parse_int(vals[i], dst[i]);
         if (e != NUM_OK) {
-            num_error(&b, "ParseInt", req->timeout_seconds, e);
+            num_error(&b, "ParseInt", vals[i], e);
             bad_request(out, gostr_take(&b));
-            return;
-        }
-    }
-    if (req->limit) {
-        e = parse_int(req->limit, &limit);
-        if (e != NUM_OK) {
-            num_error(&b, "ParseInt", req->limit, e);
-            bad_request(out, gostr_take(&b));
-            return;
+            return true;
         }
     }
     if (req->selector_error) {
         bad_request(out, xstrdup(req->selector_error));
-        return;
+        return true;
     }
+    return false;
+}
+
+static void
+decide_list(const struct decide_req *req, const struct decide_cache *cache,
+            enum decide_too_large policy, struct decide_result *out)
+{
+    int64_t limit = 0, timeout = 0;
+    enum numerr e;
+    struct gostr_buf b = {0};
+
+    /* 1. query decoding */
+    if (decode_query(req, out, &timeout, &limit))
+        return;
 
     /* 2. ValidateListOptions */
     if (validate_list(req, out))
@@ -423,6 +436,82 @@ decide_read(const struct decide_req *req, const struct decide_cache *cache,
         out->limit = 0;
         out->remaining_count = false;
     }
+}
+
+/* validateWatchOptions (the WatchList feature on, as kwc serves it). */
+static bool
+validate_watch(const struct decide_req *req, struct decide_result *out)
+{
+    const char *match = req->resource_version_match ? req->resource_version_match : "";
+    const char *cont = req->continue_token ? req->continue_token : "";
+    struct field_errs fe = {.n = 0};
+    bool nto = strcmp(match, "NotOlderThan") == 0;
+    if (req->send_initial_events && !nto)
+        forbidden(&fe, "resourceVersionMatch",
+                  "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+    if (*match) {
+        if (!req->send_initial_events)
+            forbidden(&fe, "resourceVersionMatch",
+                      "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                      "provided");
+        if (!nto) {
+            struct gostr_buf b = {0};
+            gostr_add(&b, "Unsupported value: ");
+            gostr_quote(&b, match, strlen(match));
+            gostr_add(&b, ": supported values: \"NotOlderThan\"");
+            field_err(&fe, "FieldValueNotSupported", "resourceVersionMatch", gostr_take(&b));
+        }
+        if (*cont)
+            forbidden(&fe, "resourceVersionMatch",
+                      "resourceVersionMatch is forbidden when continue is provided");
+    }
+    return invalid(&fe, out);
+}
+
+void
+decide_watch(const struct decide_req *req, const struct decide_cache *cache,
+             struct decide_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->why = DECIDE_WHY_NONE;
+    out->reason = "";
+    int64_t timeout = 0, limit = 0;
+    if (decode_query(req, out, &timeout, &limit) || validate_watch(req, out))
+        return;
+    if (!cache->synced) {
+        pass(out, DECIDE_WHY_NOT_SYNCED);
+        return;
+    }
+    /* cacher.go Watch: ParseResourceVersion's error as is, a plain 500 */
+    const char *rv = nonempty(req->resource_version);
+    uint64_t n = 0;
+    if (rv) {
+        enum numerr e = parse_uint(rv, &n);
+        if (e != NUM_OK) {
+            struct gostr_buf b = {0};
+            rv_error(&b, rv, e);
+            set_error(out, 500, "", gostr_take(&b), NULL);
+            return;
+        }
+    }
+    out->action = DECIDE_SERVE_WATCH;
+    out->timeout_seconds = timeout;
+    const char *sie = req->send_initial_events;
+    if (sie) {
+        if (kwc_query_bool(sie, strlen(sie))) {
+            out->initial = true;
+            out->initial_end = true;
+            out->rv = n;
+            out->wait = n > cache->current_rv;
+        } else {
+            out->rv = n ? n : cache->current_rv;
+        }
+        return;
+    }
+    if (n == 0)
+        out->initial = true;
+    else
+        out->rv = n;
 }
 
 void

@@ -285,6 +285,14 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     c->rv_wait_ms);
     if (c->max_list_buffer < 16384)
         return fail(err, errlen, "--max-list-buffer must be at least 16384");
+    if (c->watch_workers > 256)
+        return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
+                    c->watch_workers);
+    if (c->watch_budget < 16384)
+        return fail(err, errlen, "--watch-budget must be at least 16384 bytes");
+    if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
+        return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
+                    c->bookmark_interval);
     if (resolve_listen(c, err, errlen) != 0)
         return KWC_ECONFIG;
     if (!c->listen_loopback && !c->insecure_allow_remote)

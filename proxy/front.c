@@ -39,6 +39,7 @@
 #include "kwc/serve.h"
 #include "kwc/tunnel.h"
 #include "kwc/upstream.h"
+#include "kwc/watch.h"
 
 #define FRONT_MAGIC 0x66726e74u /* "frnt" */
 #define DISCARD_MAX (1024 * 1024) /* body bytes we read and drop before a local answer */
@@ -63,6 +64,7 @@ struct front {
     struct refl *const *refls;
     size_t nrefls;
     struct serve *serve;
+    struct watch_pool *watch;
     struct refl_ingest *ing;
     int port;
 };
@@ -183,6 +185,15 @@ route_request(struct front *f, struct kreq *k)
         tunnel_start(req, &f->tun);
         return;
     }
+    switch (watch_take(f->watch, req, &k->route)) {
+    case WATCH_STREAM:
+        untrack(f, evhtp_request_get_connection(req)); /* a worker owns its socket now */
+        return;
+    case WATCH_ANSWERED:
+        return;
+    case WATCH_NOT_TAKEN:
+        break;
+    }
     if (serve_take(f->serve, req, &k->route))
         return;
     pt_forward(req, f->up, long_running(&k->route) ? &f->pt_long : &f->pt_short);
@@ -288,6 +299,16 @@ on_unrouted(evhtp_request_t *req, void *arg)
     respond_status(req, 500, NULL, "kwc: request was not routed", 0);
 }
 
+/* After every store commit: requests waiting for an rv, then watch streams. */
+static void
+on_commit(void *arg)
+{
+    struct front *f = arg;
+    serve_committed(f->serve);
+    if (f->watch)
+        watch_committed(f->watch);
+}
+
 int
 front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
           struct up_client *up, struct store *st, struct refl_ingest *ing,
@@ -318,8 +339,16 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
         .pt = &f->pt_short,
     };
     f->serve = serve_new(base, st, refls, nrefls, &so);
+    struct watch_options wo = {
+        .workers = (unsigned)cfg->watch_workers,
+        .budget = (size_t)cfg->watch_budget,
+        .bookmark_ms = (uint64_t)cfg->bookmark_interval * 1000,
+        .wait_ms = (int)cfg->rv_wait_ms,
+        .too_large = so.too_large,
+    };
+    f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
     f->ing = ing;
-    refl_ingest_on_commit(ing, serve_committed, f->serve);
+    refl_ingest_on_commit(ing, on_commit, f);
     f->htp = evhtp_new(base, NULL);
     evhtp_set_gencb(f->htp, on_unrouted, f);
     evhtp_set_post_accept_cb(f->htp, on_accept, f);
@@ -332,6 +361,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
                  cfg->listen, strerror(errno));
         evhtp_free(f->htp);
         refl_ingest_on_commit(ing, NULL, NULL);
+        watch_pool_free(f->watch);
         serve_free(f->serve);
         free(f);
         return -EADDRINUSE;
@@ -359,6 +389,9 @@ front_free(struct front *f)
         return;
     assert(f->magic == FRONT_MAGIC);
     evhtp_unbind_socket(f->htp);
+    /* watch streams end first (terminal chunks), while the store is open */
+    watch_pool_free(f->watch);
+    f->watch = NULL;
     /* close what is still open: each free runs the request and connection
      * hooks (passthroughs cancel their transfers, cached lists end) */
     while (f->conns)

@@ -14,6 +14,7 @@
  * TypeMeta prefix is cut before storing; serving a watch event puts it back.
  */
 #include "kwc/reflector.h"
+#include "kwc/selector.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -1012,4 +1013,18 @@ refl_status(const struct refl *r, char *buf, size_t len)
     snprintf(buf, len, "%s: %s, %s, rv %llu, %llu events in", r->d.api_version[0] ? r->d.path : "",
              r->synced ? "synced" : "not synced", states[r->state], (unsigned long long)r->rv,
              (unsigned long long)r->events_in);
+}
+
+bool
+refl_serves_fields(const struct refl_desc *d, const struct sel *sel)
+{
+    for (size_t i = 0; i < sel_field_count(sel); i++) {
+        const char *f = sel_field_name(sel, i);
+        bool found = false;
+        for (size_t j = 0; j < d->n_fields && !found; j++)
+            found = strcmp(f, d->field_names[j]) == 0;
+        if (!found || (!d->namespaced && strcmp(f, "metadata.namespace") == 0))
+            return false;
+    }
+    return true;
 }

@@ -6,6 +6,10 @@
  */
 #include "kwc/respond.h"
 
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <stdio.h>
@@ -89,4 +93,41 @@ respond_discard_body(evhtp_request_t *req, size_t max)
 {
     evhtp_request_set_max_body_size(req, max);
     evhtp_request_set_hook(req, evhtp_hook_on_read, (evhtp_hook)on_discard, NULL);
+}
+
+void
+respond_rng_seed(uint64_t rng[2])
+{
+    if (getrandom(rng, 2 * sizeof(uint64_t), 0) != (ssize_t)(2 * sizeof(uint64_t)) ||
+        (!rng[0] && !rng[1])) {
+        rng[0] = (uint64_t)(uintptr_t)rng ^ 0x9e3779b97f4a7c15ull;
+        rng[1] = 1;
+    }
+}
+
+static uint64_t
+rng_next(uint64_t s[2])
+{
+    /* xorshift128+ */
+    uint64_t a = s[0], b = s[1];
+    s[0] = b;
+    a ^= a << 23;
+    s[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
+    return s[1] + b;
+}
+
+void
+respond_audit_id(evhtp_request_t *req, uint64_t rng[2], char out[RESPOND_AUDIT_ID_LEN])
+{
+    const char *in = evhtp_header_find(req->headers_in, "Audit-ID");
+    if (in && strlen(in) < RESPOND_AUDIT_ID_LEN) {
+        snprintf(out, RESPOND_AUDIT_ID_LEN, "%s", in);
+        return;
+    }
+    uint64_t a = rng_next(rng), b = rng_next(rng);
+    a = (a & ~0xf000ull) | 0x4000ull;       /* version 4 */
+    b = (b & ~(3ull << 62)) | (2ull << 62); /* variant 10 */
+    snprintf(out, RESPOND_AUDIT_ID_LEN, "%08x-%04x-%04x-%04x-%012llx", (unsigned)(a >> 32),
+             (unsigned)((a >> 16) & 0xffff), (unsigned)(a & 0xffff), (unsigned)(b >> 48),
+             (unsigned long long)(b & 0xffffffffffffull));
 }

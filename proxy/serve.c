@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "kwc/base.h"
 #include "kwc/cont.h"
@@ -86,37 +85,15 @@ struct sreq {
     struct evbuffer_cb_entry *out_cb;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
-    char audit_id[40];
+    char audit_id[RESPOND_AUDIT_ID_LEN];
 };
 
 /* ---- helpers ---- */
 
-static uint64_t
-rng_next(struct serve *s)
-{
-    /* xorshift128+: Audit-IDs need uniqueness, not secrecy */
-    uint64_t a = s->rng[0], b = s->rng[1];
-    s->rng[0] = b;
-    a ^= a << 23;
-    s->rng[1] = a ^ b ^ (a >> 17) ^ (b >> 26);
-    return s->rng[1] + b;
-}
-
-/* kube-apiserver's WithAuditInit: the client's Audit-ID, else a new UUID. */
 static void
 audit_id(struct sreq *sr)
 {
-    const char *in = evhtp_header_find(sr->req->headers_in, "Audit-ID");
-    if (in && strlen(in) < sizeof(sr->audit_id)) {
-        snprintf(sr->audit_id, sizeof(sr->audit_id), "%s", in);
-        return;
-    }
-    uint64_t a = rng_next(sr->s), b = rng_next(sr->s);
-    a = (a & ~0xf000ull) | 0x4000ull;                  /* version 4 */
-    b = (b & ~(3ull << 62)) | (2ull << 62);            /* variant 10 */
-    snprintf(sr->audit_id, sizeof(sr->audit_id), "%08x-%04x-%04x-%04x-%012llx",
-             (unsigned)(a >> 32), (unsigned)((a >> 16) & 0xffff), (unsigned)(a & 0xffff),
-             (unsigned)(b >> 48), (unsigned long long)(b & 0xffffffffffffull));
+    respond_audit_id(sr->req, sr->s->rng, sr->audit_id);
 }
 
 static void
@@ -594,22 +571,6 @@ find_refl(struct serve *s, const struct route_req *r)
     return NULL;
 }
 
-/* Every field the selector names is one kwc indexes for the resource (kube
- * would accept it without conversion); else the upstream answers. */
-static bool
-fields_served(const struct sel *sel, const struct refl_desc *d)
-{
-    for (size_t i = 0; i < sel_field_count(sel); i++) {
-        const char *f = sel_field_name(sel, i);
-        bool found = false;
-        for (size_t j = 0; j < d->n_fields && !found; j++)
-            found = strcmp(f, d->field_names[j]) == 0;
-        if (!found || (!d->namespaced && strcmp(f, "metadata.namespace") == 0))
-            return false;
-    }
-    return true;
-}
-
 bool
 serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
 {
@@ -654,7 +615,7 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
     decide_read(&dq, &dc, s->o.too_large, &dec);
     free(sel_err);
     if (dec.action == DECIDE_PASS_THROUGH ||
-        (dec.action != DECIDE_ERROR && sel && !fields_served(sel, d))) {
+        (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
                   dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why) : "field selector");
         decide_result_fini(&dec);
@@ -714,8 +675,7 @@ serve_new(struct event_base *base, struct store *st, struct refl *const *refls, 
     s->refls = refls;
     s->nrefls = nrefls;
     s->o = *o;
-    if (getrandom(s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng) || (!s->rng[0] && !s->rng[1]))
-        s->rng[0] = (uint64_t)(uintptr_t)s ^ 0x9e3779b97f4a7c15ull, s->rng[1] = 1;
+    respond_rng_seed(s->rng);
     return s;
 }
 

@@ -47,7 +47,13 @@
     X("rv-wait-ms", rv_wait_ms, INT, "3000", "MS",                                                 \
       "how long a list/get waits for the cache to reach its resourceVersion")                     \
     X("max-list-buffer", max_list_buffer, INT, "262144", "BYTES",                                  \
-      "bytes of a cached list queued per client before kwc waits for it to read")
+      "bytes of a cached list queued per client before kwc waits for it to read")                 \
+    X("watch-workers", watch_workers, INT, "0", "N",                                               \
+      "threads serving watch streams (0: one per CPU)")                                           \
+    X("watch-budget", watch_budget, INT, "262144", "BYTES",                                        \
+      "bytes queued per watcher before it stops getting live events and catches up from disk")    \
+    X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
+      "how often watchers that allow bookmarks get one")
 
 struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;

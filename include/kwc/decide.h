@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum decide_verb { DECIDE_GET, DECIDE_LIST };
+enum decide_verb { DECIDE_GET, DECIDE_LIST, DECIDE_WATCH };
 
 /* The request: query values percent-decoded, NULL when the parameter is
  * absent (route.h struct route_query holds them). "" counts as unset for
@@ -88,6 +88,7 @@ enum decide_too_large {
     X(DECIDE_SERVE_LATEST, "serve_latest")                                                         \
     X(DECIDE_SERVE_AT_LEAST, "serve_at_least")                                                     \
     X(DECIDE_SERVE_EXACT, "serve_exact")                                                           \
+    X(DECIDE_SERVE_WATCH, "serve_watch")                                                           \
     X(DECIDE_ERROR, "error")
 
 enum decide_action {
@@ -131,6 +132,15 @@ struct decide_result {
     char *start_key;
     size_t start_key_len;
 
+    /* SERVE_WATCH: initial: synthetic ADDED for the state at the start
+     * (at least rv when rv > 0; wait: the cache is not there yet), then
+     * live; else every event after rv (the cache's rv for "from now").
+     * initial_end: sendInitialEvents, so a BOOKMARK with
+     * k8s.io/initial-events-end follows the initial events (when bookmarks
+     * are allowed). timeout_seconds: the watch's length, 0: kube's random
+     * default, < 0: ends at once. */
+    bool initial, initial_end;
+    int64_t timeout_seconds;
     /* ERROR: the Status kube-apiserver sends. */
     int code;
     const char *reason;      /* static; "" for none (a plain 500) */
@@ -148,6 +158,21 @@ struct decide_result {
  */
 void decide_read(const struct decide_req *req, const struct decide_cache *cache,
                  enum decide_too_large policy, struct decide_result *out);
+/*
+ * Decide a watch (kube-apiserver's ListResource with watch=true, then the
+ * cacher's Watch): query decoding (400), validateWatchOptions (422), then
+ * PASS_THROUGH while the cache is not synced, a plain 500 for an rv the
+ * cacher cannot parse, else SERVE_WATCH:
+ *   sendInitialEvents=true  (NotOlderThan N, "" or 0)  initial, at least N
+ *   sendInitialEvents=false rv "" or "0"               from now
+ *   sendInitialEvents=false rv N                       events after N
+ *   no sendInitialEvents    rv "" or "0"               initial (current state)
+ *   no sendInitialEvents    rv N                       events after N
+ * An rv below the history floor is the caller's to answer (a 410 ERROR
+ * event on the stream, as kube sends it).
+ */
+void decide_watch(const struct decide_req *req, const struct decide_cache *cache,
+                  struct decide_result *out);
 
 /*
  * A SERVE_AT_LEAST whose rv the cache (now at current_rv) has not reached by

@@ -44,6 +44,12 @@ struct refl_desc {
     struct store_res *sres;
 };
 
+/* Every field the selector names is one kwc indexes for the resource (kube
+ * would accept it without conversion), so the cache can answer it; else the
+ * upstream answers (it converts the field or refuses it). */
+struct sel;
+bool refl_serves_fields(const struct refl_desc *d, const struct sel *sel);
+
 /* Shared by all reflectors of one loop: the batched store writer. */
 int refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out);
 void refl_ingest_free(struct refl_ingest *ing);

@@ -8,6 +8,7 @@
 
 #include <evhtp/evhtp.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Answer with a Kubernetes Status (JSON, status "Failure"). reason NULL: the
  * usual reason for code. Sets Retry-After when retry_after > 0. */
@@ -28,5 +29,12 @@ void respond_no_keepalive(evhtp_request_t *req);
 void respond_discard_body(evhtp_request_t *req, size_t max);
 /* Add a response header (both strings copied). */
 void respond_header(evhtp_request_t *req, const char *name, const char *value);
+
+/* kube-apiserver's WithAuditInit: the client's Audit-ID when it sent a short
+ * one, else a new random UUID (rng: the caller's xorshift128+ state, seeded
+ * with respond_rng_seed; IDs need uniqueness, not secrecy). */
+#define RESPOND_AUDIT_ID_LEN 40
+void respond_rng_seed(uint64_t rng[2]);
+void respond_audit_id(evhtp_request_t *req, uint64_t rng[2], char out[RESPOND_AUDIT_ID_LEN]);
 
 #endif

@@ -1,0 +1,70 @@
+/*
+ * watch.h — watch streams of cached resources, served from the LMDB store by
+ * worker threads (DESIGN.md "Fan-out"; the rules in "Serving rules").
+ *
+ * The front end's route stage offers every watch to watch_take. A watch of a
+ * cached, synced resource that asks for plain JSON is decided here (kube's
+ * 400/422/500 answers through libevhtp as usual); a stream to serve is taken
+ * away from libevhtp with its socket and handed to one of the worker loops,
+ * which owns it from then on: its cache/hub, its timers, its writes. After
+ * every store commit the writer loop (watch_committed) reads the new events
+ * back once, encodes each once, and hands the batch to the workers that have
+ * watchers of that resource (a queue and an eventfd per worker).
+ *
+ * A stream ends at its deadline (timeoutSeconds, else kube's random 30-60
+ * minutes) with a terminal chunk, and then kwc closes the connection
+ * (`Connection: close` is in the head: the socket has left libevhtp, so it
+ * cannot carry another request).
+ *
+ * Passed to the upstream: watches of a single object by name
+ * (/watch/.../NAME, ?watch on an object path), Table/protobuf/metadata
+ * Accept headers, pretty output, field selectors on fields kwc does not
+ * index, and everything while the cache is not synced.
+ */
+#ifndef KWC_WATCH_H
+#define KWC_WATCH_H
+
+#include <evhtp/evhtp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kwc/decide.h"
+
+struct event_base;
+struct store;
+struct refl;
+struct route_req;
+struct watch_pool;
+
+struct watch_options {
+    unsigned workers;       /* 0: one per CPU */
+    size_t budget;          /* bytes queued per watcher before it lags */
+    uint64_t bookmark_ms;   /* bookmark interval */
+    int wait_ms;            /* sendInitialEvents: wait for the cache to reach the rv */
+    enum decide_too_large too_large; /* ...then: 504 ERROR event, or serve what is cached */
+};
+
+/* refls are borrowed and must outlive the pool. Starts the worker threads. */
+struct watch_pool *watch_pool_new(struct event_base *base, struct store *st,
+                                  struct refl *const *refls, size_t nrefls,
+                                  const struct watch_options *o);
+/* Ends every stream cleanly (terminal chunk), stops and joins the workers.
+ * Call before the store closes. */
+void watch_pool_free(struct watch_pool *p);
+
+/* Route stage (from on_headers): not a watch kwc serves (pass it on); an
+ * answer kwc gives through libevhtp (an error Status); or a stream, whose
+ * connection has left libevhtp (the caller must forget the connection). */
+enum watch_took { WATCH_NOT_TAKEN, WATCH_ANSWERED, WATCH_STREAM };
+enum watch_took watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r);
+
+/* The store committed (refl_ingest_on_commit): hand new events to the workers. */
+void watch_committed(void *p);
+
+struct watch_stats {
+    unsigned long long watchers, live, lagging, delivered, bookmarks, started, ended, batches;
+};
+void watch_stats(struct watch_pool *p, struct watch_stats *out);
+
+#endif

@@ -1,0 +1,924 @@
+/*
+ * watch.c — watch streams on worker loops (see watch.h).
+ *
+ * Writer loop (the main thread, which also runs libevhtp and the reflectors):
+ *   watch_take: decide (decide_watch), answer errors through libevhtp, or
+ *     take the socket (evhtp_connection_take_ownership, then the bufferevent
+ *     gives up its fd) and post a WMSG_WATCH to the least loaded worker.
+ *   watch_committed: per resource someone watches, the store's new rv; when
+ *     it moved, one hub_batch (events read back and encoded once) posted to
+ *     each worker that has watchers of it.
+ * Worker loop (one thread each, its own event_base and struct hub):
+ *   messages in order: WMSG_BATCH -> hub_apply; WMSG_WATCH -> write the head,
+ *   hub_watch; WMSG_STOP -> end every stream, leave the loop. Then every
+ *   watcher that got bytes is flushed once (several events, one writev), and
+ *   watchers owed stored events are pumped while their sockets have room.
+ * A watcher's socket: evbuffer of references into shared blobs
+ * (evbuffer_add_reference), one persistent read event (EOF = client gone;
+ * request bytes are dropped), write interest only while bytes are queued,
+ * and one timer (bookmarks, deadline, the sendInitialEvents wait).
+ * Hand-off order is what makes a stream gapless: a WMSG_WATCH carries the rv
+ * up to which batches had been posted, so the worker knows every event up
+ * to it is in the store and every later one will come in a batch.
+ */
+#include "kwc/watch.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/hub.h"
+#include "kwc/log.h"
+#include "kwc/reflector.h"
+#include "kwc/respond.h"
+#include "kwc/route.h"
+#include "kwc/selector.h"
+#include "kwc/status.h"
+#include "kwc/store.h"
+
+#define DISCARD_MAX (1024 * 1024)
+#define CLOSE_GRACE_MS 10000 /* an ended stream's last bytes: then the socket closes anyway */
+#define DEFAULT_MIN_TIMEOUT_S 1800 /* kube's minRequestTimeout: deadline in [1x, 2x) */
+
+enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
+
+struct wconn;
+
+struct msg {
+    enum msg_type type;
+    struct msg *next;
+    struct hub_batch *batch;
+    struct wconn *wc;
+};
+
+struct worker {
+    struct watch_pool *p;
+    unsigned idx;
+    pthread_t thread;
+    struct event_base *base;
+    int efd;
+    struct event *wake_ev, *pump_ev;
+    pthread_mutex_t mu;
+    struct msg *head, **tail;
+    /* worker-only state */
+    struct hub *hub;
+    struct wconn *all;   /* every stream this worker owns */
+    struct wconn *dirty; /* got bytes since the last flush */
+    struct wconn *pumps; /* owed stored events, socket has room */
+    bool stopping;
+    struct hub_stats stats; /* published under mu after each round */
+    _Atomic unsigned long long started, ended;
+};
+
+/* One resource as the writer loop tracks it. */
+struct pres {
+    struct refl *rf;
+    struct hub_res *hr; /* built at the first watch */
+    uint64_t posted_rv;
+    atomic_uint *count; /* per worker: watchers of it (main ++, worker --) */
+};
+
+struct watch_pool {
+    struct event_base *base;
+    struct store *st;
+    struct watch_options o;
+    struct pres *res;
+    size_t nres;
+    struct worker *w;
+    unsigned nw;
+    uint64_t rng[2];
+    unsigned long long batches;
+};
+
+/* A watch stream on a worker. Allocated by the writer, owned by the worker
+ * once posted. */
+struct wconn {
+    struct worker *wk;
+    unsigned res;
+    int fd;
+    struct evbuffer *out;
+    struct event *io, *timer;
+    bool want_write, dirty, pumping, ending, http10;
+    struct hub_watcher *hw; /* NULL once the hub let go of it */
+    struct wconn *next_dirty, *next_pump;
+    struct wconn *next_all, **prev_all;
+    uint64_t end_by; /* ending: close at this time even if bytes remain */
+    /* from the writer, consumed by the worker */
+    char *head;
+    struct hub_watch_req req;
+    uint64_t posted_rv;
+    int64_t timeout_s;
+    uint64_t seed;
+};
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the sink a hub writes to ---- */
+
+static void
+on_blob_sent(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    hub_blob_unref(arg);
+}
+
+static void
+mark_dirty(struct wconn *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty = true;
+    c->next_dirty = c->wk->dirty;
+    c->wk->dirty = c;
+}
+
+static void
+sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
+{
+    struct wconn *c = sink;
+    hub_blob_ref(b);
+    if (evbuffer_add_reference(c->out, p, len, on_blob_sent, b) != 0)
+        hub_blob_unref(b);
+    mark_dirty(c);
+}
+
+static size_t
+sink_queued(void *sink)
+{
+    struct wconn *c = sink;
+    return evbuffer_get_length(c->out);
+}
+
+static void
+want_pump(struct wconn *c)
+{
+    if (c->pumping || !c->hw)
+        return;
+    c->pumping = true;
+    c->next_pump = c->wk->pumps;
+    c->wk->pumps = c;
+    event_active(c->wk->pump_ev, EV_TIMEOUT, 1);
+}
+
+static void
+sink_wake(void *sink)
+{
+    struct wconn *c = sink;
+    if (evbuffer_get_length(c->out) < c->wk->p->o.budget / 2)
+        want_pump(c);
+}
+
+static void conn_close(struct wconn *c);
+static void set_io(struct wconn *c, bool want_write);
+
+static void
+sink_end(void *sink, enum hub_end why)
+{
+    struct wconn *c = sink;
+    c->hw = NULL;
+    c->ending = true;
+    c->end_by = now_ms() + CLOSE_GRACE_MS;
+    if (!c->http10)
+        evbuffer_add(c->out, "0\r\n\r\n", 5);
+    log_debug("watch: stream ended (%s)", hub_end_name(why));
+    mark_dirty(c);
+}
+
+static const struct hub_sink_ops sink_ops = {
+    .write = sink_write,
+    .queued = sink_queued,
+    .wake = sink_wake,
+    .end = sink_end,
+};
+
+/* ---- sockets ---- */
+
+static void
+set_io(struct wconn *c, bool want_write)
+{
+    if (c->want_write == want_write)
+        return;
+    c->want_write = want_write;
+    event_del(c->io);
+    event_assign(c->io, c->wk->base, c->fd, EV_READ | EV_PERSIST | (want_write ? EV_WRITE : 0),
+                 event_get_callback(c->io), c);
+    event_add(c->io, NULL);
+}
+
+static void arm_timer(struct wconn *c);
+
+static void
+conn_free(struct wconn *c)
+{
+    struct worker *wk = c->wk;
+    if (c->hw) {
+        hub_unwatch(c->hw);
+        c->hw = NULL;
+    }
+    /* off the worker's lists (rare: a close inside a round) */
+    for (struct wconn **pp = &wk->dirty; c->dirty && *pp; pp = &(*pp)->next_dirty)
+        if (*pp == c) {
+            *pp = c->next_dirty;
+            break;
+        }
+    for (struct wconn **pp = &wk->pumps; c->pumping && *pp; pp = &(*pp)->next_pump)
+        if (*pp == c) {
+            *pp = c->next_pump;
+            break;
+        }
+    if (c->prev_all) {
+        *c->prev_all = c->next_all;
+        if (c->next_all)
+            c->next_all->prev_all = c->prev_all;
+    }
+    if (c->io)
+        event_free(c->io);
+    if (c->timer)
+        event_free(c->timer);
+    if (c->out)
+        evbuffer_free(c->out);
+    if (c->fd >= 0)
+        close(c->fd);
+    atomic_fetch_sub(&wk->p->res[c->res].count[wk->idx], 1);
+    wk->ended++;
+    free(c->head);
+    free(c->req.too_large_status);
+    sel_free(c->req.sel);
+    free(c);
+}
+
+static void
+conn_close(struct wconn *c)
+{
+    conn_free(c);
+}
+
+/* Write what is queued. Returns false when c was closed. */
+static bool
+flush(struct wconn *c)
+{
+    while (evbuffer_get_length(c->out) > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        conn_close(c); /* the client is gone */
+        return false;
+    }
+    size_t left = evbuffer_get_length(c->out);
+    if (c->ending && left == 0) {
+        shutdown(c->fd, SHUT_WR);
+        conn_close(c);
+        return false;
+    }
+    set_io(c, left > 0);
+    if (c->hw && hub_pump_wanted(c->hw) && left < c->wk->p->o.budget / 2)
+        want_pump(c);
+    return true;
+}
+
+static void
+on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct wconn *c = arg;
+    if (what & EV_READ) {
+        char buf[4096];
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            conn_close(c); /* client closed: nothing more to send */
+            return;
+        }
+        /* anything a client sends on a watch is dropped */
+    }
+    if (what & EV_WRITE)
+        flush(c);
+}
+
+static void
+on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct wconn *c = arg;
+    uint64_t now = now_ms();
+    if (c->ending) {
+        if (now >= c->end_by)
+            conn_close(c);
+        else
+            arm_timer(c);
+        return;
+    }
+    if (c->hw)
+        hub_timer(c->hw, now);
+    if (!flush(c))
+        return;
+    arm_timer(c);
+}
+
+static void
+arm_timer(struct wconn *c)
+{
+    uint64_t at = c->ending ? c->end_by : c->hw ? hub_next_timer(c->hw) : 0;
+    if (!at) {
+        evtimer_del(c->timer);
+        return;
+    }
+    uint64_t now = now_ms();
+    uint64_t d = at > now ? at - now : 0;
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)(d % 1000) * 1000};
+    evtimer_add(c->timer, &tv);
+}
+
+/* ---- worker rounds ---- */
+
+static void
+flush_dirty(struct worker *wk)
+{
+    while (wk->dirty) {
+        struct wconn *c = wk->dirty;
+        wk->dirty = c->next_dirty;
+        c->dirty = false;
+        c->next_dirty = NULL;
+        bool ending = c->ending;
+        if (flush(c) && ending)
+            arm_timer(c);
+    }
+}
+
+static void
+publish_stats(struct worker *wk)
+{
+    pthread_mutex_lock(&wk->mu);
+    hub_stats(wk->hub, &wk->stats);
+    pthread_mutex_unlock(&wk->mu);
+}
+
+static void
+on_pump(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *wk = arg;
+    /* one step per watcher per round, so one large catch-up does not hold
+     * the loop; the ones that still have room and work go again */
+    struct wconn *list = wk->pumps;
+    wk->pumps = NULL;
+    while (list) {
+        struct wconn *c = list;
+        list = c->next_pump;
+        c->next_pump = NULL;
+        c->pumping = false;
+        if (!c->hw)
+            continue;
+        bool alive;
+        hub_pump(c->hw, &alive);
+        mark_dirty(c);
+    }
+    flush_dirty(wk);
+    publish_stats(wk);
+}
+
+static void
+start_watch(struct worker *wk, struct wconn *c)
+{
+    c->wk = wk;
+    c->next_all = wk->all;
+    if (wk->all)
+        wk->all->prev_all = &c->next_all;
+    c->prev_all = &wk->all;
+    wk->all = c;
+    c->out = evbuffer_new();
+    c->io = event_new(wk->base, c->fd, EV_READ | EV_PERSIST, on_io, c);
+    c->timer = evtimer_new(wk->base, on_timer, c);
+    event_add(c->io, NULL);
+    wk->started++;
+    evbuffer_add(c->out, c->head, strlen(c->head));
+    free(c->head);
+    c->head = NULL;
+    mark_dirty(c);
+    uint64_t now = now_ms();
+    if (c->timeout_s < 0)
+        c->req.deadline_ms = now; /* ends at once, as kube's expired context does */
+    else
+        c->req.deadline_ms = now + (uint64_t)c->timeout_s * 1000;
+    if (c->req.wait_until_ms)
+        c->req.wait_until_ms += now;
+    c->hw = hub_watch(wk->hub, wk->p->res[c->res].hr, &c->req, &sink_ops, c, c->posted_rv, now,
+                      c->seed);
+    if (c->hw || c->ending)
+        arm_timer(c);
+}
+
+static void
+stop_all(struct worker *wk)
+{
+    wk->stopping = true;
+    hub_free(wk->hub); /* every stream: terminal chunk */
+    wk->hub = NULL;
+    /* one last try to send each; whatever does not fit is dropped */
+    wk->dirty = NULL;
+    wk->pumps = NULL;
+    while (wk->all) {
+        struct wconn *c = wk->all;
+        c->dirty = c->pumping = false;
+        evbuffer_write(c->out, c->fd);
+        conn_close(c);
+    }
+    event_base_loopbreak(wk->base);
+}
+
+static void
+on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct worker *wk = arg;
+    uint64_t v;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        log_warnx("watch: worker %u: eventfd read: %s", wk->idx, strerror(errno));
+    pthread_mutex_lock(&wk->mu);
+    struct msg *m = wk->head;
+    wk->head = NULL;
+    wk->tail = &wk->head;
+    pthread_mutex_unlock(&wk->mu);
+    while (m) {
+        struct msg *next = m->next;
+        switch (m->type) {
+        case WMSG_BATCH:
+            if (!wk->stopping)
+                hub_apply(wk->hub, m->batch);
+            hub_batch_unref(m->batch);
+            break;
+        case WMSG_WATCH:
+            if (wk->stopping) {
+                m->wc->wk = wk;
+                conn_free(m->wc);
+            } else {
+                start_watch(wk, m->wc);
+            }
+            break;
+        case WMSG_STOP:
+            if (!wk->stopping)
+                stop_all(wk);
+            break;
+        }
+        free(m);
+        m = next;
+    }
+    if (wk->stopping)
+        return;
+    flush_dirty(wk);
+    publish_stats(wk);
+}
+
+static void *
+worker_main(void *arg)
+{
+    struct worker *wk = arg;
+    event_base_dispatch(wk->base);
+    return NULL;
+}
+
+static void
+post(struct worker *wk, struct msg *m)
+{
+    m->next = NULL;
+    pthread_mutex_lock(&wk->mu);
+    *wk->tail = m;
+    wk->tail = &m->next;
+    pthread_mutex_unlock(&wk->mu);
+    uint64_t one = 1;
+    if (write(wk->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        log_warnx("watch: worker %u: eventfd write: %s", wk->idx, strerror(errno));
+}
+
+/* ---- the writer loop's side ---- */
+
+static uint64_t
+store_rv(struct watch_pool *p, struct store_res *sres, uint64_t *floor)
+{
+    struct store_rtxn *t;
+    struct store_res_info info = {0};
+    if (store_rtxn_begin(p->st, &t) == 0) {
+        store_info(t, sres, &info);
+        store_rtxn_end(t);
+    }
+    if (floor)
+        *floor = info.floor;
+    return info.rv;
+}
+
+static void
+publish(struct watch_pool *p, struct pres *pr)
+{
+    const struct refl_desc *d = refl_desc(pr->rf);
+    uint64_t rv = store_rv(p, d->sres, NULL);
+    if (rv == pr->posted_rv)
+        return;
+    bool any = false;
+    for (unsigned i = 0; i < p->nw; i++)
+        any |= atomic_load(&pr->count[i]) > 0;
+    if (any) {
+        struct hub_batch *b;
+        int rc;
+        if (rv < pr->posted_rv) {
+            rc = hub_batch_build(p->st, pr->hr, rv, rv, false, &b);
+            if (rc == 0)
+                b->gap = true; /* the resource was reset to an older rv */
+        } else {
+            rc = hub_batch_build(p->st, pr->hr, pr->posted_rv, rv, true, &b);
+        }
+        if (rc) {
+            log_warnx("watch %s: reading committed events failed: %s", d->resource,
+                      kwc_strerror(rc));
+            return; /* tried again at the next commit */
+        }
+        for (unsigned i = 0; i < p->nw; i++) {
+            if (atomic_load(&pr->count[i]) == 0)
+                continue;
+            struct msg *m = xcalloc(1, sizeof(*m));
+            m->type = WMSG_BATCH;
+            hub_batch_ref(b);
+            m->batch = b;
+            post(&p->w[i], m);
+        }
+        hub_batch_unref(b);
+        p->batches++;
+    }
+    pr->posted_rv = rv;
+}
+
+void
+watch_committed(void *arg)
+{
+    struct watch_pool *p = arg;
+    for (size_t i = 0; i < p->nres; i++)
+        if (p->res[i].hr)
+            publish(p, &p->res[i]);
+}
+
+static struct pres *
+find_res(struct watch_pool *p, const struct route_req *r)
+{
+    for (size_t i = 0; i < p->nres; i++) {
+        const struct refl_desc *d = refl_desc(p->res[i].rf);
+        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
+            strcmp(d->resource, r->resource) == 0)
+            return &p->res[i];
+    }
+    return NULL;
+}
+
+/* An error before the stream: answered by libevhtp once the request is read. */
+struct werr {
+    int code;
+    char *body;
+    char audit_id[RESPOND_AUDIT_ID_LEN];
+};
+
+static evhtp_res
+on_err_fini(evhtp_request_t *req, void *arg)
+{
+    (void)req;
+    struct werr *e = arg;
+    free(e->body);
+    free(e);
+    return EVHTP_RES_OK;
+}
+
+static void
+on_err_complete(evhtp_request_t *req, void *arg)
+{
+    struct werr *e = arg;
+    respond_header(req, "Audit-Id", e->audit_id);
+    respond_status_body(req, e->code, e->body, 0);
+}
+
+static void
+answer_error(struct watch_pool *p, evhtp_request_t *req, struct decide_result *dec)
+{
+    struct werr *e = xcalloc(1, sizeof(*e));
+    e->code = dec->code;
+    e->body = dec->body;
+    dec->body = NULL;
+    respond_audit_id(req, p->rng, e->audit_id);
+    respond_discard_body(req, DISCARD_MAX);
+    evhtp_request_set_hook(req, evhtp_hook_on_request_fini, (evhtp_hook)on_err_fini, e);
+    req->cb = on_err_complete;
+    req->cbarg = e;
+}
+
+static char *
+response_head(struct watch_pool *p, evhtp_request_t *req, bool http10)
+{
+    char audit[RESPOND_AUDIT_ID_LEN], date[64];
+    respond_audit_id(req, p->rng, audit);
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    return xasprintf("HTTP/1.%d 200 OK\r\n"
+                     "Audit-Id: %s\r\n"
+                     "Cache-Control: no-cache, private\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Date: %s\r\n"
+                     "%s"
+                     "Connection: close\r\n\r\n",
+                     http10 ? 0 : 1, audit, date, http10 ? "" : "Transfer-Encoding: chunked\r\n");
+}
+
+static unsigned
+least_loaded(struct watch_pool *p, struct pres *pr)
+{
+    /* the worker with the fewest watchers of this resource: fan-out of one
+     * resource's events is what must be spread */
+    unsigned best = 0, bn = UINT32_MAX;
+    for (unsigned i = 0; i < p->nw; i++) {
+        unsigned n = atomic_load(&pr->count[i]);
+        if (n < bn)
+            bn = n, best = i;
+    }
+    return best;
+}
+
+/* The socket leaves libevhtp: the bufferevent gives up its fd (setfd -1, so
+ * freeing it does not close it); bytes libevhtp still had queued for an
+ * earlier response on this connection go first. */
+static int
+take_socket(evhtp_request_t *req, struct evbuffer *pending)
+{
+    req->cb = NULL;
+    struct bufferevent *bev = evhtp_connection_take_ownership(evhtp_request_get_connection(req));
+    if (!bev)
+        return -1;
+    int fd = bufferevent_getfd(bev);
+    evbuffer_add_buffer(pending, bufferevent_get_output(bev));
+    bufferevent_setfd(bev, -1);
+    bufferevent_free(bev);
+    return fd;
+}
+
+enum watch_took
+watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r)
+{
+    if (!r->is_resource || r->verb != ROUTE_WATCH || r->subresource || !r->resource || r->name ||
+        req->method != htp_method_GET)
+        return WATCH_NOT_TAKEN;
+    struct pres *pr = find_res(p, r);
+    if (!pr || !refl_synced(pr->rf))
+        return WATCH_NOT_TAKEN;
+    const struct refl_desc *d = refl_desc(pr->rf);
+    if (!d->namespaced && r->namespace_)
+        return WATCH_NOT_TAKEN; /* not a path kube serves this resource at: its 404 */
+    if (!route_accepts_plain_json(evhtp_header_find(req->headers_in, "Accept")) ||
+        route_wants_pretty(&r->q, evhtp_header_find(req->headers_in, "User-Agent")))
+        return WATCH_NOT_TAKEN;
+
+    struct sel *sel = NULL;
+    char *sel_err = NULL;
+    if (sel_parse(r->q.label_selector, r->q.field_selector, &sel, &sel_err) == KWC_ETOOBIG) {
+        free(sel_err);
+        return WATCH_NOT_TAKEN;
+    }
+    uint64_t floor;
+    uint64_t cur = store_rv(p, d->sres, &floor);
+    struct decide_req dq = {
+        .verb = DECIDE_WATCH,
+        .resource_version = r->q.resource_version,
+        .resource_version_match = r->q.resource_version_match,
+        .limit = r->q.limit,
+        .continue_token = r->q.continue_token,
+        .timeout_seconds = r->q.timeout_seconds,
+        .send_initial_events = r->q.send_initial_events,
+        .has_selector = sel && !sel_is_everything(sel),
+        .selector_error = sel_err,
+    };
+    struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
+    struct decide_result dec;
+    decide_watch(&dq, &dc, &dec);
+    free(sel_err);
+    if (dec.action == DECIDE_PASS_THROUGH ||
+        (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
+        decide_result_fini(&dec);
+        sel_free(sel);
+        return WATCH_NOT_TAKEN;
+    }
+    if (dec.action == DECIDE_ERROR) {
+        answer_error(p, req, &dec);
+        decide_result_fini(&dec);
+        sel_free(sel);
+        return WATCH_ANSWERED;
+    }
+
+    if (!pr->hr) {
+        pr->hr = hub_res_new((unsigned)(pr - p->res), d->sres, d->kind, d->api_version,
+                             d->typed_items, d->namespaced, d->field_names, d->n_fields,
+                             d->index_field);
+        pr->posted_rv = cur;
+    } else {
+        publish(p, pr); /* anything committed since the last hook goes first */
+    }
+
+    struct wconn *c = xcalloc(1, sizeof(*c));
+    c->fd = -1;
+    c->res = (unsigned)(pr - p->res);
+    c->http10 = req->proto == EVHTP_PROTO_10;
+    c->head = response_head(p, req, c->http10);
+    c->req = (struct hub_watch_req){
+        .ns = NULL,
+        .sel = sel,
+        .initial = dec.initial,
+        .rv = dec.rv,
+        .initial_end = dec.initial_end,
+        .bookmarks = r->q.allow_watch_bookmarks &&
+                     kwc_query_bool(r->q.allow_watch_bookmarks, strlen(r->q.allow_watch_bookmarks)),
+        .http10 = c->http10,
+    };
+    if (dec.initial && dec.wait) {
+        c->req.wait_until_ms = (uint64_t)p->o.wait_ms;
+        if (p->o.too_large == DECIDE_TOO_LARGE_504) {
+            struct decide_result t;
+            struct decide_result w = {.rv = dec.rv, .on_timeout = DECIDE_ERROR};
+            decide_timeout(&w, cur, &t);
+            c->req.too_large_status = t.body;
+            t.body = NULL;
+            decide_result_fini(&t);
+        }
+    }
+    c->timeout_s = dec.timeout_seconds;
+    if (c->timeout_s == 0) {
+        uint64_t x;
+        if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
+            x = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ull;
+        c->timeout_s = DEFAULT_MIN_TIMEOUT_S + (int64_t)(x % DEFAULT_MIN_TIMEOUT_S);
+    }
+    c->posted_rv = pr->posted_rv;
+    c->seed = p->rng[0] ^ (p->rng[1] << 1) ^ (uint64_t)(uintptr_t)c;
+    decide_result_fini(&dec);
+
+    struct evbuffer *pending = evbuffer_new();
+    c->fd = take_socket(req, pending);
+    if (c->fd < 0) {
+        evbuffer_free(pending);
+        free(c->head);
+        free(c->req.too_large_status);
+        sel_free(sel);
+        free(c);
+        return WATCH_STREAM; /* gone already */
+    }
+    if (evbuffer_get_length(pending)) {
+        /* an earlier response's tail leads the head */
+        size_t n = evbuffer_get_length(pending);
+        char *all = xmalloc(n + strlen(c->head) + 1);
+        evbuffer_remove(pending, all, n);
+        strcpy(all + n, c->head);
+        free(c->head);
+        c->head = all;
+    }
+    evbuffer_free(pending);
+    if (r->namespace_ && d->namespaced) {
+        /* the namespace must outlive the route request: keep a copy after the head */
+        size_t hl = strlen(c->head), nl = strlen(r->namespace_);
+        c->head = xrealloc(c->head, hl + 1 + nl + 1);
+        memcpy(c->head + hl + 1, r->namespace_, nl + 1);
+        c->req.ns = c->head + hl + 1;
+    }
+    unsigned wi = least_loaded(p, pr);
+    atomic_fetch_add(&pr->count[wi], 1);
+    struct msg *m = xcalloc(1, sizeof(*m));
+    m->type = WMSG_WATCH;
+    m->wc = c;
+    post(&p->w[wi], m);
+    return WATCH_STREAM;
+}
+
+/* ---- lifecycle ---- */
+
+static void
+abort_msg(const char *what, int err)
+{
+    log_warnx("%s: %s", what, strerror(err));
+    abort();
+}
+
+struct watch_pool *
+watch_pool_new(struct event_base *base, struct store *st, struct refl *const *refls, size_t nrefls,
+               const struct watch_options *o)
+{
+    struct watch_pool *p = xcalloc(1, sizeof(*p));
+    p->base = base;
+    p->st = st;
+    p->o = *o;
+    p->nw = o->workers;
+    if (!p->nw) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        p->nw = n > 0 ? (unsigned)n : 1;
+    }
+    if (!p->o.budget)
+        p->o.budget = 256 * 1024;
+    respond_rng_seed(p->rng);
+    p->nres = nrefls;
+    p->res = xcalloc(nrefls ? nrefls : 1, sizeof(*p->res));
+    for (size_t i = 0; i < nrefls; i++) {
+        p->res[i].rf = refls[i];
+        p->res[i].count = xcalloc(p->nw, sizeof(atomic_uint));
+    }
+    p->w = xcalloc(p->nw, sizeof(*p->w));
+    struct hub_options ho = {.budget = p->o.budget, .bookmark_ms = o->bookmark_ms};
+    for (unsigned i = 0; i < p->nw; i++) {
+        struct worker *wk = &p->w[i];
+        wk->p = p;
+        wk->idx = i;
+        wk->base = event_base_new();
+        wk->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (!wk->base || wk->efd < 0)
+            abort_msg("watch: cannot create worker loop", errno);
+        pthread_mutex_init(&wk->mu, NULL);
+        wk->tail = &wk->head;
+        wk->hub = hub_new(st, &ho);
+        wk->wake_ev = event_new(wk->base, wk->efd, EV_READ | EV_PERSIST, on_wake, wk);
+        wk->pump_ev = event_new(wk->base, -1, 0, on_pump, wk);
+        event_add(wk->wake_ev, NULL);
+        int rc = pthread_create(&wk->thread, NULL, worker_main, wk);
+        if (rc)
+            abort_msg("watch: cannot start a worker thread", rc);
+    }
+    return p;
+}
+
+void
+watch_pool_free(struct watch_pool *p)
+{
+    if (!p)
+        return;
+    for (unsigned i = 0; i < p->nw; i++) {
+        struct msg *m = xcalloc(1, sizeof(*m));
+        m->type = WMSG_STOP;
+        post(&p->w[i], m);
+    }
+    for (unsigned i = 0; i < p->nw; i++) {
+        struct worker *wk = &p->w[i];
+        pthread_join(wk->thread, NULL);
+        /* messages posted after the stop (none from here on) */
+        for (struct msg *m = wk->head, *next; m; m = next) {
+            next = m->next;
+            if (m->type == WMSG_BATCH)
+                hub_batch_unref(m->batch);
+            else if (m->type == WMSG_WATCH) {
+                m->wc->wk = wk;
+                conn_free(m->wc);
+            }
+            free(m);
+        }
+        event_free(wk->wake_ev);
+        event_free(wk->pump_ev);
+        event_base_free(wk->base);
+        close(wk->efd);
+        pthread_mutex_destroy(&wk->mu);
+    }
+    for (size_t i = 0; i < p->nres; i++) {
+        hub_res_free(p->res[i].hr);
+        free(p->res[i].count);
+    }
+    free(p->res);
+    free(p->w);
+    free(p);
+}
+
+void
+watch_stats(struct watch_pool *p, struct watch_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (unsigned i = 0; i < p->nw; i++) {
+        struct worker *wk = &p->w[i];
+        pthread_mutex_lock(&wk->mu);
+        out->watchers += wk->stats.watchers;
+        out->live += wk->stats.live;
+        out->lagging += wk->stats.lagging;
+        out->delivered += wk->stats.delivered;
+        out->bookmarks += wk->stats.bookmarks;
+        out->started += wk->started;
+        out->ended += wk->ended;
+        pthread_mutex_unlock(&wk->mu);
+    }
+    out->batches = p->batches;
+}
