@@ -285,6 +285,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     c->rv_wait_ms);
     if (c->max_list_buffer < 16384)
         return fail(err, errlen, "--max-list-buffer must be at least 16384");
+    if (c->history_max_events < 1 || c->history_max_bytes < 1 || c->history_max_age < 1)
+        return fail(err, errlen, "--history-max-events, --history-max-bytes and --history-max-age "
+                                 "must be at least 1 (they bound how far back watches resume)");
     if (c->watch_workers > 256)
         return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
                     c->watch_workers);

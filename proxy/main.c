@@ -131,6 +131,9 @@ main(int argc, char **argv)
     struct store_options so;
     store_options_default(&so);
     so.map_size = (uint64_t)cfg.cache_map_size;
+    so.history_max_events = (uint64_t)cfg.history_max_events;
+    so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
+    so.history_max_age = (uint64_t)cfg.history_max_age;
     if ((rc = store_open(cfg.data_dir, &so, &st)) != 0) {
         fprintf(stderr, "kwc: --data-dir %s: cannot open the cache: %s%s\n", cfg.data_dir,
                 kwc_strerror(rc),

@@ -53,7 +53,13 @@
     X("watch-budget", watch_budget, INT, "262144", "BYTES",                                        \
       "bytes queued per watcher before it stops getting live events and catches up from disk")    \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
-      "how often watchers that allow bookmarks get one")
+      "how often watchers that allow bookmarks get one")                                          \
+    X("history-max-events", history_max_events, INT, "2000000", "N",                               \
+      "events kept per resource for watch resumes and exact reads (oldest dropped first)")        \
+    X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
+      "bytes of history kept per resource")                                                        \
+    X("history-max-age", history_max_age, INT, "3600", "SECONDS",                                  \
+      "age of the oldest history event kept")
 
 struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;

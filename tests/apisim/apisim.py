@@ -4189,6 +4189,8 @@ class App:
             ann_of(md).update(body["annotations"])
         if body.get("status") is not None:
             d["status"] = merge_patch(d.get("status") or {}, body["status"])
+        if body.get("spec") is not None:
+            d["spec"] = merge_patch(d.get("spec") or {}, body["spec"])
         ann_of(md)[WRITTEN_AT] = stamp
         obj = cl.store_update(st, d, prev)
         return {"rv": obj.rv, "key": key}

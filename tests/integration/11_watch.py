@@ -1,0 +1,564 @@
+"""Watches of cached resources served by kwc from its store (issue 4).
+
+- Differential: every watch mode (rv unset/0/N, sendInitialEvents, selectors
+  with transitions, namespaces, the legacy /watch/ path, a built-in of another
+  group, a custom resource, HTTP/1.0), opened on kwc and on apisim at the same
+  moment over a quiet cluster, then the same scripted writes: the event lines
+  must be byte-identical, and apisim must see no watch from kwc's clients.
+- Errors as kube-apiserver gives them (422/400/500 before the stream; 410 as
+  an ERROR event on a 200 stream below the history floor).
+- Randomised model test (seeded): churn with label flips, creates, deletes and
+  node bindings; watchers in random modes and selectors, some paused, some
+  resuming from their last rv; each watcher's events equal the sequence the
+  upstream's own unfiltered event stream implies for it, with no gap,
+  duplicate or decreasing rv, and its final state equals apisim's.
+- Multiplexing: 500 watchers, one upstream watch.
+- Bookmarks on the wire, a paused watcher over its budget (memory stays bounded,
+  then it catches up), SIGTERM ends every stream with a terminal chunk.
+"""
+import os
+import random
+import signal
+import time
+import unittest
+import urllib.parse
+
+from cluster import Env, http_request, wait_for
+from watchstream import Stream, pump, read_until_end
+
+RESOURCES = "v1/pods,apps/v1/deployments,example.com/v1/widgets"
+SEED = int(os.environ.get("KWC_WATCH_SEED", "4242"))
+
+
+def q(**kw):
+    return urllib.parse.urlencode({k: v for k, v in kw.items() if v is not None})
+
+
+def obj_rv(e):
+    return int(e["object"]["metadata"]["resourceVersion"])
+
+
+def key_of(o):
+    md = o["metadata"]
+    return "%s/%s" % (md.get("namespace", ""), md["name"]) if md.get("namespace") else md["name"]
+
+
+def kwc_rv(env, path):
+    st, _, b = http_request(env.kwc.port, "GET", path + "?resourceVersion=0", headers={"Accept": "application/json"})
+    import json
+    return int(json.loads(b)["metadata"]["resourceVersion"]) if st == 200 else 0
+
+
+def quiesce(env, paths=("/api/v1/pods",)):
+    env.sim("POST", "/apisim/churn", {"rate": 0})
+    rv = env.stats()["rv"]
+    for p in paths:
+        wait_for(lambda p=p: kwc_rv(env, p) >= rv, 30, "kwc to reach rv %d on %s" % (rv, p))
+    return rv
+
+
+def watches_upstream(env):
+    return sum(v for k, v in env.stats()["requests"].items() if k.startswith("watch "))
+
+
+# --------------------------------------------------------------------------
+# label/field selector semantics for the model (the subset the test uses)
+
+def sel_match(sel, obj):
+    if sel is None:
+        return True
+    ns, labels, fields = sel
+    md = obj["metadata"]
+    if ns is not None and md.get("namespace") != ns:
+        return False
+    lab = md.get("labels") or {}
+    for k, op, v in labels:
+        if op == "=" and lab.get(k) != v:
+            return False
+        if op == "!=" and lab.get(k) == v:
+            return False
+        if op == "in" and lab.get(k) not in v:
+            return False
+    for k, v in fields:
+        if k == "spec.nodeName" and (obj.get("spec") or {}).get("nodeName", "") != v:
+            return False
+    return True
+
+
+def expected_events(ref, start_rv, state0, sel):
+    """What kube sends a watcher with selector sel starting after start_rv:
+    kube's cacheWatcher.convertToWatchEvent over the upstream's events.
+    Returns [(type, rv, key)]. state0: the objects at the reference start."""
+    state = dict(state0)
+    out = []
+    for t, rv, obj in ref:
+        k = key_of(obj)
+        prev = state.get(k)
+        if t == "DELETED":
+            state.pop(k, None)
+        else:
+            state[k] = obj
+        if rv <= start_rv:
+            continue
+        cur = t != "DELETED" and sel_match(sel, obj)
+        if t == "DELETED":
+            old = sel_match(sel, prev if prev is not None else obj)
+        else:
+            old = prev is not None and sel_match(sel, prev)
+        if t == "ADDED":
+            if cur:
+                out.append(("ADDED", rv, k))
+        elif t == "DELETED":
+            if old:
+                out.append(("DELETED", rv, k))
+        elif cur and old:
+            out.append(("MODIFIED", rv, k))
+        elif cur:
+            out.append(("ADDED", rv, k))
+        elif old:
+            out.append(("DELETED", rv, k))
+    return out
+
+
+def state_at(ref, state0, rv):
+    state = dict(state0)
+    for t, erv, obj in ref:
+        if erv > rv:
+            break
+        if t == "DELETED":
+            state.pop(key_of(obj), None)
+        else:
+            state[key_of(obj)] = obj
+    return state
+
+
+class WatchDifferential(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=["--pods", "40", "--namespaces", "3", "--nodes", "3", "--history", "100000",
+                                   "--bookmark-interval", "0.5"],
+                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1", "--rv-wait-ms", "500"])
+        e = cls.env
+        e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 6, "namespaces": 2})
+        e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 7, "namespaces": 2})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.close()
+
+    def script(self):
+        """Writes that exercise every event type and selector transition."""
+        w = lambda **b: self.env.sim("POST", "/apisim/write", b)
+        w(verb="update", namespace="ns-1", name="pod-1", labels={"app": "app-1", "flip": "a"})
+        w(verb="update", namespace="ns-1", name="pod-1", labels={"app": "app-1", "flip": "b"})
+        w(verb="create", namespace="ns-2", name="new-0", labels={"flip": "a"},
+          object={"metadata": {"labels": {"flip": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        w(verb="update", namespace="ns-2", name="new-0", spec={"nodeName": "node-1"})
+        w(verb="update", namespace="ns-2", name="new-0", labels={"flip": "b"})
+        w(verb="update", namespace="ns-0", name="pod-3", status={"phase": "Succeeded"})
+        w(verb="delete", namespace="ns-2", name="new-0")
+        w(verb="delete", namespace="ns-0", name="pod-6")
+        w(verb="update", resource="deployments", namespace="ns-0", name="deploy-0", labels={"flip": "a"})
+        w(verb="update", resource="widgets", namespace="ns-1", name="widget-1", labels={"flip": "a"})
+        w(verb="create", resource="widgets", namespace="ns-1", name="w-new", labels={"flip": "b"})
+
+    def test_modes_match_apisim(self):
+        e = self.env
+        paths = ("/api/v1/pods", "/apis/apps/v1/deployments", "/apis/example.com/v1/widgets")
+        r0 = quiesce(e, paths)
+        # some history behind r0 for the rv=N cases
+        e.sim("POST", "/apisim/write", {"verb": "update", "namespace": "ns-0", "name": "pod-0",
+                                        "labels": {"app": "app-0", "flip": "b"}})
+        r1 = quiesce(e, paths)
+        T = dict(timeoutSeconds=4)
+        sie = dict(sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true")
+        cases = [
+            "/api/v1/pods?" + q(watch=1, **T),
+            "/api/v1/pods?" + q(watch=1, resourceVersion=0, **T),
+            "/api/v1/pods?" + q(watch=1, resourceVersion=r0, **T),
+            "/api/v1/pods?" + q(watch=1, resourceVersion=r1, **T),
+            "/api/v1/pods?" + q(watch=1, resourceVersion=r0, **sie, **T),
+            "/api/v1/pods?" + q(watch=1, **sie, **T),
+            "/api/v1/pods?" + q(watch=1, resourceVersion=r0, sendInitialEvents="false",
+                                resourceVersionMatch="NotOlderThan", **T),
+            "/api/v1/pods?" + q(watch=1, sendInitialEvents="false", resourceVersionMatch="NotOlderThan", **T),
+            "/api/v1/namespaces/ns-1/pods?" + q(watch=1, **T),
+            "/api/v1/namespaces/ns-2/pods?" + q(watch="true", resourceVersion=r1, **T),
+            "/api/v1/pods?" + q(watch=1, labelSelector="flip=a", **T),
+            "/api/v1/pods?" + q(watch=1, labelSelector="flip!=a", resourceVersion=r0, **T),
+            "/api/v1/pods?" + q(watch=1, labelSelector="app in (app-1,app-3),flip", **T),
+            "/api/v1/pods?" + q(watch=1, fieldSelector="spec.nodeName=node-1", **T),
+            "/api/v1/pods?" + q(watch=1, fieldSelector="spec.nodeName=node-1", labelSelector="flip=a",
+                                resourceVersion=r1, **T),
+            "/api/v1/pods?" + q(watch=1, fieldSelector="metadata.namespace=ns-2", **T),
+            "/api/v1/namespaces/ns-2/pods?" + q(watch=1, fieldSelector="metadata.name=new-0", **T),
+            "/api/v1/watch/namespaces/ns-1/pods?" + q(**T),
+            "/api/v1/watch/pods?" + q(resourceVersion=r1, **T),
+            "/apis/apps/v1/deployments?" + q(watch=1, resourceVersion=0, **T),
+            "/apis/apps/v1/namespaces/ns-0/deployments?" + q(watch=1, **sie, **T),
+            "/apis/example.com/v1/widgets?" + q(watch=1, **T),
+            "/apis/example.com/v1/namespaces/ns-1/widgets?" + q(watch=1, **sie, **T),
+            "/apis/example.com/v1/widgets?" + q(watch=1, resourceVersion=r0, labelSelector="flip=a", **T),
+        ]
+        before = watches_upstream(e)
+        pairs = []
+        for p in cases:
+            pairs.append((p, False, Stream(e.kwc.port, p), Stream(e.apisim.port, p)))
+        for p in cases[:4]:
+            pairs.append((p, True, Stream(e.kwc.port, p, http10=True), Stream(e.apisim.port, p, http10=True)))
+        # every stream has its head (and its initial events) before the writes
+        streams = [s for _, _, a, b in pairs for s in (a, b)]
+        pump(streams, lambda: all(s.head is not None for s in streams), 10, "stream heads")
+        self.script()
+        read_until_end(streams, 20)
+        # the only upstream watches are the ones this test opened on apisim itself
+        self.assertEqual(watches_upstream(e), before + len(pairs), "kwc passed a watch upstream")
+        for p, http10, k, a in pairs:
+            with self.subTest(path=p, http10=http10):
+                self.assertEqual(k.status, 200)
+                self.assertEqual(a.status, 200)
+                self.assertTrue(k.ended, "kwc's stream did not end cleanly")
+                self.assertEqual(k.headers.get("content-type"), "application/json")
+                self.assertEqual("transfer-encoding" in k.headers, not http10)
+                got, want = k.non_bookmarks(), a.non_bookmarks()
+                self.assertGreater(len(want), 0)
+                self.assertEqual(got, want)
+                # initial-events-end bookmarks are part of the contract: identical too
+                ie = lambda s: [l for l, ev in zip(s.lines, s.events) if ev["type"] == "BOOKMARK" and
+                                (ev["object"]["metadata"].get("annotations") or {})]
+                self.assertEqual(ie(k), ie(a))
+                if "sendInitialEvents=true" in p:
+                    self.assertEqual(len(ie(k)), 1)
+
+    def test_errors_match_apisim(self):
+        e = self.env
+        cases = [
+            "/api/v1/pods?" + q(watch=1, resourceVersionMatch="NotOlderThan"),
+            "/api/v1/pods?" + q(watch=1, sendInitialEvents="true"),
+            "/api/v1/pods?" + q(watch=1, sendInitialEvents="true", resourceVersionMatch="Exact"),
+            "/api/v1/pods?" + q(watch=1, resourceVersionMatch="Bogus", continue_="x"),
+            "/api/v1/pods?" + q(watch=1, timeoutSeconds="x"),
+            "/api/v1/pods?" + q(watch=1, limit="-"),
+            "/api/v1/pods?" + q(watch=1, labelSelector="a b"),
+            "/api/v1/pods?" + q(watch=1, resourceVersion="abc"),
+            "/api/v1/pods?" + q(watch=1, resourceVersion="-1"),
+        ]
+        for p in cases:
+            with self.subTest(path=p):
+                k = http_request(e.kwc.port, "GET", p)
+                a = http_request(e.apisim.port, "GET", p)
+                self.assertEqual(k[0], a[0])
+                self.assertGreaterEqual(k[0], 400)
+                self.assertEqual(k[2], a[2])
+
+    def test_too_old_is_an_error_event(self):
+        e = self.env
+        s = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=1")
+        read_until_end([s], 10)
+        self.assertEqual(s.status, 200)
+        self.assertTrue(s.ended)
+        self.assertEqual(len(s.events), 1)
+        ev = s.events[0]
+        self.assertEqual(ev["type"], "ERROR")
+        st = ev["object"]
+        self.assertEqual((st["kind"], st["code"], st["reason"], st["status"]), ("Status", 410, "Expired", "Failure"))
+        self.assertRegex(st["message"], r"^too old resource version: 1 \(\d+\)$")
+
+    def test_negative_timeout_ends_at_once(self):
+        s = Stream(self.env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=-1")
+        read_until_end([s], 5)
+        self.assertEqual(s.status, 200)
+        self.assertTrue(s.ended)
+
+    def test_bookmarks_on_the_wire(self):
+        e = self.env
+        r = quiesce(e)
+        s = Stream(e.kwc.port, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=5" % r)
+        n = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=5" % r)
+        read_until_end([s, n], 15)
+        bms = [ev for ev in s.events if ev["type"] == "BOOKMARK"]
+        # every ~1 s (jittered) and one 2 s before the 5 s deadline
+        self.assertGreaterEqual(len(bms), 2, s.lines)
+        for b in bms:
+            self.assertEqual(set(b["object"]), {"kind", "apiVersion", "metadata"})
+            self.assertEqual(b["object"]["kind"], "Pod")
+            self.assertGreaterEqual(int(b["object"]["metadata"]["resourceVersion"]), r)
+        self.assertEqual([ev for ev in n.events if ev["type"] == "BOOKMARK"], [], "bookmarks not asked for")
+
+    def test_sie_waits_then_504_error_event(self):
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504",
+                                                        "--rv-wait-ms", "300"]) as env:
+            cur = env.stats()["rv"]
+            p = "/api/v1/pods?" + q(watch=1, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
+                                    allowWatchBookmarks=1, resourceVersion=cur + 1000)
+            s = Stream(env.kwc.port, p)
+            read_until_end([s], 10)
+            self.assertEqual([ev["type"] for ev in s.events], ["ERROR"])
+            st = s.events[0]["object"]
+            self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
+            self.assertRegex(st["message"], r"^Timeout: Too large resource version: %d, current: \d+$" % (cur + 1000))
+
+
+class WatchModel(unittest.TestCase):
+    """Seeded random watchers against apisim's own event stream."""
+
+    def test_random_watchers_under_churn(self):
+        rnd = random.Random(SEED)
+        with Env(apisim_args=["--pods", "120", "--namespaces", "3", "--nodes", "4", "--history", "200000",
+                              "--bookmark-interval", "0.5", "--seed", str(SEED)],
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]) as e:
+            try:
+                self.run_model(e, rnd)
+            except BaseException:
+                e.dump_logs()
+                raise
+
+    def run_model(self, e, rnd):
+        import json
+        r0 = quiesce(e)
+        st, _, b = http_request(e.apisim.port, "GET", "/api/v1/pods?resourceVersion=%d" % r0)
+        lst = json.loads(b)
+        self.assertEqual(int(lst["metadata"]["resourceVersion"]), r0)
+        state0 = {key_of(o): o for o in lst["items"]}
+        ref = Stream(e.apisim.port, "/api/v1/pods?watch=1&resourceVersion=%d" % r0)
+        sels = [None, ("ns-1", [], []), (None, [("flip", "=", "a")], []), (None, [("flip", "!=", "a")], []),
+                (None, [("app", "in", ("app-1", "app-2"))], []), (None, [], [("spec.nodeName", "node-2")]),
+                ("ns-0", [("flip", "=", "b")], []), (None, [("flip", "=", "a")], [("spec.nodeName", "node-1")])]
+
+        def sel_query(sel):
+            if sel is None:
+                return "/api/v1/pods", {}
+            ns, labels, fields = sel
+            lq = ",".join("%s in (%s)" % (k, ",".join(v)) if op == "in" else "%s%s%s" % (k, op, v)
+                          for k, op, v in labels)
+            fq = ",".join("%s=%s" % kv for kv in fields)
+            d = {}
+            if lq:
+                d["labelSelector"] = lq
+            if fq:
+                d["fieldSelector"] = fq
+            return ("/api/v1/namespaces/%s/pods" % ns if ns else "/api/v1/pods"), d
+
+        class W:
+            pass
+
+        watchers = []
+        streams = [ref]
+
+        def open_stream(w, rv_mode, rv):
+            base, d = sel_query(w.sel)
+            d = dict(d, watch="1", allowWatchBookmarks="true")
+            if rv_mode == "rv":
+                d["resourceVersion"] = str(rv)
+            elif rv_mode == "zero":
+                d["resourceVersion"] = "0"
+            elif rv_mode == "sie":
+                d.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
+            s = Stream(e.kwc.port, base + "?" + urllib.parse.urlencode(d), rcvbuf=4096 if w.slow else None)
+            s.mode, s.start = rv_mode, rv
+            w.segments.append(s)
+            streams.append(s)
+            return s
+
+        e.sim("POST", "/apisim/churn", {"rate": 250, "resources": ["pods"], "label_flip": 0.4,
+                                        "mix": {"update": 0.7, "create": 0.15, "delete": 0.15}})
+        t_end = time.monotonic() + 8
+        next_open = time.monotonic()
+        n_open = 0
+        while time.monotonic() < t_end:
+            now = time.monotonic()
+            if n_open < 40 and now >= next_open:
+                w = W()
+                w.sel = rnd.choice(sels)
+                w.slow = rnd.random() < 0.2
+                w.resume = rnd.random() < 0.3
+                w.segments = []
+                mode = rnd.choice(["rv", "rv", "zero", "unset", "sie"])
+                cur = e.stats()["rv"]
+                open_stream(w, mode, rnd.randint(r0, cur))
+                w.pause_at = now + rnd.uniform(0.2, 2) if w.slow else None
+                w.next_resume = now + rnd.uniform(0.5, 3) if w.resume else None
+                watchers.append(w)
+                n_open += 1
+                next_open = now + 0.15
+            for w in watchers:
+                s = w.segments[-1]
+                if w.pause_at and now >= w.pause_at and not s.paused:
+                    s.paused = True
+                    w.unpause_at = now + rnd.uniform(1, 3)
+                elif w.pause_at and s.paused and now >= w.unpause_at:
+                    s.paused = False
+                    w.pause_at = now + rnd.uniform(1, 3)
+                if w.next_resume and now >= w.next_resume and s.head is not None and not s.paused:
+                    last = s.last_rv()
+                    # a client resumes once it is past the initial events (a bookmark says so)
+                    if last is not None and any(ev["type"] == "BOOKMARK" for ev in s.events):
+                        s.close()
+                        open_stream(w, "rv", last)
+                    w.next_resume = now + rnd.uniform(0.5, 3)
+            pump(streams, lambda: True, 1)  # one pass
+            sel_wait = time.monotonic() + 0.02
+            pump(streams, lambda: time.monotonic() > sel_wait, 1)
+        final = quiesce(e)
+        for w in watchers:
+            w.segments[-1].paused = False
+        # every watcher has everything up to final once it shows a bookmark at >= final
+        def caught_up():
+            for w in watchers:
+                s = w.segments[-1]
+                if not any(ev["type"] == "BOOKMARK" and obj_rv(ev) >= final for ev in s.events):
+                    return False
+            return ref.last_rv() is not None and ref.last_rv() >= final
+        pump(streams, caught_up, 60, "every watcher to see a bookmark at rv %d" % final)
+
+        ref_events = [(ev["type"], obj_rv(ev), ev["object"]) for ev in ref.events if ev["type"] != "BOOKMARK"]
+        ref_states = []
+        cur_state = dict(state0)
+        for t, rv, obj in ref_events:
+            cur_state = dict(cur_state)
+            if t == "DELETED":
+                cur_state.pop(key_of(obj), None)
+            else:
+                cur_state[key_of(obj)] = obj
+            ref_states.append(cur_state)
+        lagged = 0
+        for i, w in enumerate(watchers):
+            with self.subTest(watcher=i, sel=w.sel, modes=[s.mode for s in w.segments]):
+                seen = []
+                state = {}
+                prev_rv = 0
+                for s in w.segments:
+                    self.assertEqual(s.status, 200)
+                    evs = [ev for ev in s.events if ev["type"] != "BOOKMARK"]
+                    if s.mode in ("rv",):
+                        start = s.start
+                        initial = []
+                        live = evs
+                        if s is w.segments[0]:  # the client listed at start first
+                            state = {k: o for k, o in state_at(ref_events, state0, start).items()
+                                     if sel_match(w.sel, o)}
+                    else:
+                        n_init, start = self.split_initial(s, evs, w.sel, ref_events, ref_states, state0, r0, final)
+                        initial = evs[:n_init]
+                        live = evs[n_init:]
+                        snap = {k: o for k, o in state_at(ref_events, state0, start).items() if sel_match(w.sel, o)}
+                        got_init = {key_of(ev["object"]): obj_rv(ev) for ev in initial}
+                        self.assertEqual(got_init, {k: int(o["metadata"]["resourceVersion"]) for k, o in snap.items()},
+                                         "initial state at rv %d" % start)
+                        self.assertTrue(all(ev["type"] == "ADDED" for ev in initial))
+                        state = dict(snap)
+                    want = expected_events(ref_events, start, state0, w.sel)
+                    # a segment that was closed early has a prefix of what it was owed
+                    got = [(ev["type"], obj_rv(ev), key_of(ev["object"])) for ev in live]
+                    self.assertEqual(got, want[:len(got)], "events after rv %d" % start)
+                    if s is w.segments[-1]:
+                        self.assertEqual(got, [x for x in want if x[1] <= final])
+                    for ev in live:
+                        rv = obj_rv(ev)
+                        self.assertGreater(rv, prev_rv, "rv did not increase")
+                        prev_rv = rv
+                        k = key_of(ev["object"])
+                        if ev["type"] == "DELETED":
+                            state.pop(k, None)
+                        else:
+                            state[k] = ev["object"]
+                    if s.mode != "rv" and live:
+                        prev_rv = obj_rv(live[-1])
+                final_state = {k for k, o in state_at(ref_events, state0, final).items() if sel_match(w.sel, o)}
+                self.assertEqual(set(state), final_state)
+                lagged += any(s.paused for s in w.segments) or w.slow
+        self.assertGreater(lagged, 0, "no watcher was slow: raise the odds")
+        for s in streams:
+            s.close()
+        e.sim("POST", "/apisim/churn", {"rate": 0})
+
+
+    def split_initial(self, s, evs, sel, ref_events, ref_states, state0, r0, final):
+        """(number of initial events, snapshot rv) of a stream that began with
+        the state at some rv: the initial-events-end bookmark says it; else the
+        snapshot is the rv whose filtered state the leading ADDEDs are and after
+        which the rest of the stream is exactly what kube would send."""
+        ie = [ev for ev in s.events if ev["type"] == "BOOKMARK" and ev["object"]["metadata"].get("annotations")]
+        if ie:
+            idx = s.events.index(ie[0])
+            return len([ev for ev in s.events[:idx] if ev["type"] != "BOOKMARK"]), obj_rv(ie[0])
+        lead = 0
+        while lead < len(evs) and evs[lead]["type"] == "ADDED" and (
+                lead == 0 or key_of(evs[lead]["object"]) > key_of(evs[lead - 1]["object"])):
+            lead += 1
+        rvs = [r0] + [rv for _, rv, _ in ref_events]
+        states = [state0] + ref_states
+        for n in range(lead, -1, -1):
+            init = {key_of(ev["object"]): obj_rv(ev) for ev in evs[:n]}
+            m = max(init.values(), default=0)
+            bound = obj_rv(evs[n]) if n < len(evs) else final + 1
+            live = [(ev["type"], obj_rv(ev), key_of(ev["object"])) for ev in evs[n:]]
+            for i, rv in enumerate(rvs):
+                if rv < m or rv >= bound:
+                    continue
+                fs = {k: int(o["metadata"]["resourceVersion"]) for k, o in states[i].items() if sel_match(sel, o)}
+                if fs != init:
+                    continue
+                want = expected_events(ref_events, rv, state0, sel)
+                if live == want[:len(live)]:
+                    return n, rv
+        self.fail("no snapshot rv explains the stream %s" % s.path)
+
+
+class WatchFanout(unittest.TestCase):
+    def test_500_watchers_one_upstream_watch(self):
+        with Env(apisim_args=["--pods", "50", "--nodes", "5"], kwc_args=["--resources", "v1/pods"]) as e:
+            e.sim("POST", "/apisim/reset-stats")
+            base = watches_upstream(e)
+            streams = []
+            for i in range(500):
+                p = "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=30"
+                if i % 5 == 1:
+                    p += "&fieldSelector=spec.nodeName%3Dnode-" + str(i % 5)
+                streams.append(Stream(e.kwc.port, p))
+            pump(streams, lambda: all(len(s.events) > 0 for s in streams), 30, "initial events")
+            r = e.sim("POST", "/apisim/write", {"verb": "update", "namespace": "default", "name": "pod-1",
+                                                "labels": {"x": "y"}})["rv"]
+            pump(streams, lambda: all(s.last_rv() == r for s in streams if "nodeName" not in s.path), 30,
+                 "the update to reach 500 watchers")
+            self.assertEqual(e.stats()["open_watches"].get("pods", 0), 1)
+            self.assertEqual(watches_upstream(e), base)
+            for s in streams:
+                s.close()
+
+    def test_paused_watcher_over_budget_catches_up(self):
+        with Env(apisim_args=["--pods", "30", "--pod-size", "4000"],
+                 kwc_args=["--resources", "v1/pods", "--watch-budget", "65536"]) as e:
+            r0 = quiesce(e)
+            slow = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d" % r0, rcvbuf=4096)
+            fast = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d" % r0)
+            pump([slow, fast], lambda: slow.head and fast.head, 10)
+            slow.paused = True
+            rss0 = e.kwc.rss_kib("RssAnon")
+            e.sim("POST", "/apisim/churn", {"rate": 3000, "resources": ["pods"], "mix": {"update": 1.0}})
+            # ~40 MB of events go by while the slow client reads nothing
+            pump([fast], lambda: len(fast.events) >= 10000, 60, "10000 events to the fast watcher")
+            rss1 = e.kwc.rss_kib("RssAnon")
+            final = quiesce(e)
+            self.assertLess(rss1 - rss0, 16 * 1024, "kwc buffered a paused watcher's events in memory")
+            slow.paused = False
+            pump([slow, fast], lambda: slow.last_rv() == final and fast.last_rv() == final, 60, "catch-up")
+            got = [(ev["type"], obj_rv(ev)) for ev in slow.events]
+            self.assertEqual(got, [(ev["type"], obj_rv(ev)) for ev in fast.events])
+            self.assertEqual(slow.lines, fast.lines)
+            slow.close()
+            fast.close()
+
+    def test_sigterm_ends_streams(self):
+        with Env(apisim_args=["--pods", "10"], kwc_args=["--resources", "v1/pods"]) as e:
+            streams = [Stream(e.kwc.port, "/api/v1/pods?watch=1"),
+                       Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0", http10=True)]
+            pump(streams, lambda: all(len(s.events) == 10 for s in streams), 10)
+            os.kill(e.kwc.pid(), signal.SIGTERM)
+            read_until_end(streams, 15)
+            self.assertTrue(streams[0].ended, "no terminal chunk")
+            self.assertEqual(e.kwc.p.wait(15), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
