@@ -102,7 +102,7 @@ integration: $(BUILD)/kwc
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
-IT_SAN ?= 01_ 05_ 06_ 08_ 10_
+IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined build/san/kwc

@@ -661,13 +661,15 @@ schedule_bookmark(struct hub_watcher *w, uint64_t now)
         uint64_t pre = w->deadline > 2000 ? w->deadline - 2000 : 0;
         if (pre < nb)
             nb = pre;
-        if (nb < now)
-            return;
+        if (nb <= now)
+            return; /* the pre-deadline bookmark was sent, or its time is gone */
     }
     w->next_bm = nb ? nb : 1;
 }
 
 /* ---- live dispatch ---- */
+
+static void wake(struct hub_watcher *w);
 
 static void
 deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_group)
@@ -684,6 +686,7 @@ deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_gro
         set_mode(w, M_CATCHUP);
         w->last_rv = e->rv - 1;
         h->stats.lag_events++;
+        wake(w);
         return;
     }
     put(w, event_blob(e, v));

@@ -1,0 +1,478 @@
+/*
+ * hub_test.c — cache/hub.c with a real LMDB store and in-memory sinks: event
+ * encoding (TypeMeta, chunk framing, HTTP/1.0), selector transitions as kube
+ * sends them, index routing (an event visits only its buckets), the budget
+ * (a watcher over it lags, then catches up from history with no gap or
+ * duplicate), the initial state in chunks, 410 below the floor, bookmarks,
+ * deadlines, the sendInitialEvents wait, and a history reset. Time injected.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/hub.h"
+#include "kwc/index.h"
+#include "kwc/object.h"
+#include "kwc/selector.h"
+#include "kwc/store.h"
+#include "tap.h"
+
+static char dir[256];
+static struct store *st;
+static struct store_res *sres;
+static struct hub_res *res;
+static uint64_t rv = 100;
+
+static const struct obj_field fields[] = {
+    {"metadata.name", NULL}, {"metadata.namespace", NULL}, {"spec.nodeName", NULL}};
+static const char *const field_names[] = {"metadata.name", "metadata.namespace", "spec.nodeName"};
+
+/* ---- a memory sink ---- */
+
+struct msink {
+    char buf[1 << 20];
+    size_t len;
+    size_t queued; /* what the hub is told is still queued */
+    int wakes;
+    bool ended;
+    enum hub_end why;
+};
+
+static void
+m_write(void *s, struct hub_blob *b, const char *p, size_t len)
+{
+    struct msink *m = s;
+    (void)b;
+    if (m->len + len < sizeof(m->buf)) {
+        memcpy(m->buf + m->len, p, len);
+        m->len += len;
+    }
+}
+static size_t
+m_queued(void *s)
+{
+    return ((struct msink *)s)->queued;
+}
+static void
+m_wake(void *s)
+{
+    ((struct msink *)s)->wakes++;
+}
+static void
+m_end(void *s, enum hub_end why)
+{
+    struct msink *m = s;
+    m->ended = true;
+    m->why = why;
+}
+static const struct hub_sink_ops ops = {m_write, m_queued, m_wake, m_end};
+
+/* The event lines in a sink (chunk framing removed), as "TYPE key rv" each. */
+static int
+lines(struct msink *m, char out[][160], int max, bool framed)
+{
+    char body[1 << 20];
+    size_t bl = 0, i = 0;
+    while (framed && i < m->len) {
+        size_t n = strtoul(m->buf + i, NULL, 16);
+        char *crlf = strstr(m->buf + i, "\r\n");
+        i = (size_t)(crlf - m->buf) + 2;
+        memcpy(body + bl, m->buf + i, n);
+        bl += n;
+        i += n + 2;
+    }
+    if (!framed) {
+        memcpy(body, m->buf, m->len);
+        bl = m->len;
+    }
+    body[bl] = '\0';
+    int n = 0;
+    for (char *p = body, *nl; n < max && (nl = strchr(p, '\n')); p = nl + 1) {
+        *nl = '\0';
+        char type[16] = "", name[64] = "", ns[64] = "", rvs[32] = "";
+        char *t = strstr(p, "\"type\":\"");
+        if (t)
+            sscanf(t + 8, "%15[^\"]", type);
+        char *md = strstr(p, "\"metadata\":{");
+        char *nm = md ? strstr(md, "\"name\":\"") : NULL;
+        if (nm)
+            sscanf(nm + 8, "%63[^\"]", name);
+        char *nsp = md ? strstr(md, "\"namespace\":\"") : NULL;
+        if (nsp)
+            sscanf(nsp + 13, "%63[^\"]", ns);
+        char *r = md ? strstr(md, "\"resourceVersion\":\"") : NULL;
+        if (r)
+            sscanf(r + 19, "%31[^\"]", rvs);
+        snprintf(out[n++], 160, "%s %s%s%s %s", type, ns, *ns ? "/" : "", name, rvs);
+    }
+    return n;
+}
+
+/* ---- writing events ---- */
+
+static char *
+pod(const char *ns, const char *name, const char *flip, const char *node, uint64_t r)
+{
+    return xasprintf("{\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\",\"resourceVersion\":\"%llu\","
+                     "\"labels\":{\"flip\":\"%s\"}},\"spec\":{\"nodeName\":\"%s\"}}",
+                     name, ns, (unsigned long long)r, flip, node);
+}
+
+/* Write one event at the next rv; returns that rv. */
+static uint64_t
+put(enum store_ev_type t, const char *ns, const char *name, const char *flip, const char *node)
+{
+    rv++;
+    char *o = pod(ns, name, flip, node, rv);
+    struct obj_fields_spec spec = {.fields = fields, .n_fields = 3};
+    struct obj_meta m;
+    if (obj_meta_parse(o, strlen(o), &spec, &m, NULL, 0) != 0)
+        abort();
+    char *idx;
+    size_t il;
+    idx_encode(&m, &idx, &il);
+    char key[160];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    struct store_wtxn *w;
+    store_wtxn_begin(st, 1, &w);
+    struct store_event ev = {.type = t, .rv = rv, .key = key, .key_len = strlen(key),
+                             .obj = o, .obj_len = strlen(o), .idx = idx, .idx_len = il};
+    if (store_wtxn_event(w, sres, &ev) != 0 || store_wtxn_commit(w) != 0)
+        abort();
+    free(idx);
+    obj_meta_fini(&m);
+    free(o);
+    return rv;
+}
+
+static uint64_t posted;
+
+/* Hand what was committed since the last call to the hub. */
+static void
+publish(struct hub *h)
+{
+    struct hub_batch *b;
+    if (hub_batch_build(st, res, posted, rv, true, &b) != 0)
+        abort();
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    posted = rv;
+}
+
+static void
+setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/kwc-hub-test-XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    struct store_options o;
+    store_options_default(&o);
+    o.map_size = 64 << 20;
+    o.history_max_events = 1000;
+    if (store_open(dir, &o, &st) != 0 || store_res(st, "v1/pods:json", &sres) != 0)
+        abort();
+    struct store_wtxn *w;
+    store_wtxn_begin(st, 1, &w);
+    store_wtxn_reset(w, sres, rv);
+    store_wtxn_set_synced(w, sres, true);
+    store_wtxn_commit(w);
+    posted = rv;
+    res = hub_res_new(0, sres, "Pod", "v1", false, true, field_names, 3, 2);
+}
+
+static void
+teardown(void)
+{
+    hub_res_free(res);
+    store_close(st);
+    char p[512];
+    snprintf(p, sizeof p, "%s/data.mdb", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lock.mdb", dir);
+    unlink(p);
+    rmdir(dir);
+    rv = 100;
+}
+
+static struct hub_watcher *
+watch(struct hub *h, struct msink *m, const char *ns, const char *lsel, const char *fsel,
+      bool initial, uint64_t from)
+{
+    struct sel *sel = NULL;
+    char *err = NULL;
+    if (sel_parse(lsel, fsel, &sel, &err) != 0)
+        abort();
+    struct hub_watch_req req = {.ns = ns, .sel = sel, .initial = initial, .rv = from,
+                                .deadline_ms = 1000000};
+    return hub_watch(h, res, &req, &ops, m, posted, 0, 1);
+}
+
+static struct hub_options hopts = {.budget = 4096, .chunk_bytes = 512, .bookmark_ms = 1000};
+
+/* ---- tests ---- */
+
+static void
+test_encoding_and_transitions(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink all, ns1, flip, node1;
+    memset(&all, 0, sizeof all), memset(&ns1, 0, sizeof ns1);
+    memset(&flip, 0, sizeof flip), memset(&node1, 0, sizeof node1);
+    uint64_t start = rv;
+    watch(h, &all, NULL, NULL, NULL, false, start);
+    watch(h, &ns1, "ns-1", NULL, NULL, false, start);
+    watch(h, &flip, NULL, "flip=a", NULL, false, start);
+    watch(h, &node1, NULL, NULL, "spec.nodeName=node-1", false, start);
+    put(STORE_ADDED, "ns-1", "a", "a", "node-1");   /* 101 */
+    put(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
+    put(STORE_MODIFIED, "ns-2", "b", "a", "node-2"); /* 103: never seen before by anyone but all */
+    put(STORE_MODIFIED, "ns-1", "a", "a", "node-2"); /* 104: enters flip=a, leaves node-1 */
+    put(STORE_DELETED, "ns-1", "a", "a", "node-2");  /* 105 */
+    publish(h);
+
+    /* the first line, byte for byte: TypeMeta back in front, chunk framed */
+    const char *want = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+                       "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":\"101\","
+                       "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n";
+    char head[16];
+    snprintf(head, sizeof head, "%zx\r\n", strlen(want));
+    ok(all.len > strlen(head) + strlen(want) && memcmp(all.buf, head, strlen(head)) == 0 &&
+           memcmp(all.buf + strlen(head), want, strlen(want)) == 0,
+       "an event is its watch line in one chunk, TypeMeta first");
+
+    char l[16][160];
+    int n = lines(&all, l, 16, true);
+    is_int(n, 5, "unfiltered: every event");
+    is_str(l[2], "MODIFIED ns-2/b 103", "unfiltered: a MODIFIED stays MODIFIED");
+    n = lines(&ns1, l, 16, true);
+    is_int(n, 4, "namespace: its own objects only");
+    n = lines(&flip, l, 16, true);
+    is_int(n, 5, "label selector: five events");
+    is_str(l[0], "ADDED ns-1/a 101", "flip=a: ADDED");
+    /* leaving: the previous object (flip=a) stamped with the event's rv */
+    is_str(l[1], "DELETED ns-1/a 102", "flip=a: leaving is DELETED at the event's rv");
+    ok(strstr(flip.buf, "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n") != NULL,
+       "the leaving DELETED carries the previous object");
+    is_str(l[2], "ADDED ns-2/b 103", "a MODIFIED of an object it never had: ADDED");
+    is_str(l[3], "ADDED ns-1/a 104", "entering: ADDED");
+    is_str(l[4], "DELETED ns-1/a 105", "a DELETED judged by the previous object");
+    n = lines(&node1, l, 16, true);
+    is_int(n, 3, "field selector: node-1's events");
+    is_str(l[2], "DELETED ns-1/a 104", "moving off the node: DELETED");
+    hub_free(h);
+    ok(all.ended && all.why == HUB_END_SHUTDOWN, "hub_free ends the streams");
+    teardown();
+}
+
+static void
+test_index_visits(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m[50];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 50; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "spec.nodeName=node-%d", i % 5);
+        watch(h, &m[i], NULL, NULL, f, false, rv);
+    }
+    static struct msink other;
+    memset(&other, 0, sizeof other);
+    watch(h, &other, "ns-9", NULL, NULL, false, rv);
+    struct hub_stats s0, s1;
+    hub_stats(h, &s0);
+    put(STORE_ADDED, "ns-1", "x", "a", "node-3");
+    publish(h);
+    hub_stats(h, &s1);
+    is_int(s1.visits - s0.visits, 10, "an event visits only its node's watchers");
+    is_int(s1.delivered - s0.delivered, 10, "and each of them gets it");
+    is_int(other.len, 0, "another namespace's watcher is not visited");
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_lag_and_catchup(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink slow, fast;
+    memset(&slow, 0, sizeof slow), memset(&fast, 0, sizeof fast);
+    struct hub_watcher *w = watch(h, &slow, NULL, NULL, NULL, false, rv);
+    watch(h, &fast, NULL, NULL, NULL, false, rv);
+    put(STORE_ADDED, "ns-1", "a", "a", "n");
+    publish(h);
+    slow.queued = 10000; /* over the 4096 budget: its socket is not draining */
+    for (int i = 0; i < 20; i++)
+        put(STORE_MODIFIED, "ns-1", "a", i % 2 ? "a" : "b", "n");
+    publish(h);
+    struct hub_stats s;
+    hub_stats(h, &s);
+    is_int(s.lagging, 1, "the slow watcher lags");
+    ok(slow.wakes > 0, "and is told to pump when it drains");
+    size_t before = slow.len;
+    ok(hub_pump_wanted(w), "it is owed stored events");
+    slow.queued = 0;
+    bool alive = true;
+    int steps = 0;
+    while (hub_pump(w, &alive) && alive && steps < 100)
+        steps++;
+    ok(alive && steps > 0, "catching up takes several bounded steps");
+    ok(slow.len > before, "the history was sent");
+    put(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    publish(h);
+    hub_stats(h, &s);
+    is_int(s.lagging, 0, "live again");
+    char a[32][160], b[32][160];
+    int na = lines(&slow, a, 32, true), nb = lines(&fast, b, 32, true);
+    is_int(na, 22, "every event once");
+    is_int(nb, 22, "the fast watcher too");
+    bool same = na == nb;
+    for (int i = 0; same && i < na; i++)
+        same = strcmp(a[i], b[i]) == 0;
+    ok(same, "the same events in the same order as the fast watcher");
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_initial_state(void)
+{
+    setup();
+    for (int i = 0; i < 30; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%02d", i);
+        put(STORE_ADDED, i % 2 ? "ns-1" : "ns-2", name, i % 3 ? "a" : "b", "n");
+    }
+    posted = rv;
+    uint64_t snap = rv;
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m;
+    memset(&m, 0, sizeof m);
+    struct sel *sel = NULL;
+    char *err = NULL;
+    sel_parse("flip=a", NULL, &sel, &err);
+    struct hub_watch_req req = {.ns = "ns-1", .sel = sel, .initial = true, .initial_end = true,
+                                .bookmarks = true, .deadline_ms = 1000000};
+    struct hub_watcher *w = hub_watch(h, res, &req, &ops, &m, posted, 0, 1);
+    ok(w && hub_pump_wanted(w), "initial state owed");
+    put(STORE_ADDED, "ns-1", "zz", "a", "n"); /* after the snapshot: a live event */
+    publish(h);
+    bool alive = true;
+    int steps = 0;
+    while (hub_pump(w, &alive) && alive && steps < 100)
+        steps++;
+    ok(steps > 1, "in several chunks");
+    char l[40][160];
+    int n = lines(&m, l, 40, true);
+    /* ns-1 has odd i; flip=a where i % 3 != 0: 1,5,7,11,13,17,19,23,25,29 */
+    is_int(n, 12, "10 objects, the bookmark, the later event");
+    is_str(l[0], "ADDED ns-1/p01 102", "in key order");
+    is_str(l[9], "ADDED ns-1/p29 130", "the last of the state");
+    char want[64];
+    snprintf(want, sizeof want, "BOOKMARK  %llu", (unsigned long long)snap);
+    is_str(l[10], want, "then the initial-events-end bookmark at the snapshot rv");
+    ok(strstr(m.buf, "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}") != NULL,
+       "with its annotation");
+    is_str(l[11], "ADDED ns-1/zz 131", "then what happened after");
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_too_old_and_reset(void)
+{
+    setup();
+    for (int i = 0; i < 1200; i++) /* history holds 1000 */
+        put(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    posted = rv;
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m, http10;
+    memset(&m, 0, sizeof m), memset(&http10, 0, sizeof http10);
+    ok(watch(h, &m, NULL, NULL, NULL, false, 150) == NULL, "below the floor: no watcher");
+    ok(m.ended && m.why == HUB_END_ERROR_EVENT, "the stream ends after its ERROR event");
+    ok(strstr(m.buf, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                     "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: "
+                     "150 (300)\",\"reason\":\"Expired\",\"code\":410}}\n") != NULL,
+       "kube's 410 Expired Status");
+    struct hub_watch_req req = {.initial = false, .rv = rv, .http10 = true, .deadline_ms = 100};
+    struct hub_watcher *w = hub_watch(h, res, &req, &ops, &http10, posted, 0, 1);
+    put(STORE_MODIFIED, "ns-1", "a", "b", "n");
+    publish(h);
+    ok(http10.len > 0 && http10.buf[0] == '{' && http10.buf[http10.len - 1] == '\n',
+       "HTTP/1.0: lines without chunk framing");
+    (void)w;
+    struct hub_batch *b;
+    hub_batch_build(st, res, rv, rv, false, &b);
+    b->gap = true;
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    ok(http10.ended && http10.why == HUB_END_RESET, "a history reset ends the watchers");
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_time(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts); /* bookmarks every 1000 ms */
+    static struct msink m, quiet, waiting;
+    memset(&m, 0, sizeof m), memset(&quiet, 0, sizeof quiet), memset(&waiting, 0, sizeof waiting);
+    struct hub_watch_req req = {.rv = rv, .bookmarks = true, .deadline_ms = 10000};
+    struct hub_watcher *w = hub_watch(h, res, &req, &ops, &m, posted, 0, 7);
+    uint64_t t = hub_next_timer(w);
+    ok(t >= 950 && t <= 1050, "first bookmark after about the interval");
+    put(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    publish(h);
+    hub_timer(w, t);
+    char l[8][160];
+    int n = lines(&m, l, 8, true);
+    char want[64];
+    snprintf(want, sizeof want, "BOOKMARK  %llu", (unsigned long long)rv);
+    ok(n == 2 && strcmp(l[1], want) == 0, "a bookmark at the newest rv");
+    ok(strstr(m.buf, "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+                     "\"metadata\":{\"resourceVersion\":") != NULL,
+       "kube's bookmark object");
+    struct hub_watch_req r2 = {.rv = rv, .bookmarks = true, .deadline_ms = 2500};
+    struct hub_watcher *w2 = hub_watch(h, res, &r2, &ops, &quiet, posted, 0, 7);
+    is_int(hub_next_timer(w2), 500, "a bookmark 2 s before the deadline when that comes first");
+    hub_timer(w2, 500);
+    is_int(hub_next_timer(w2), 2500, "then only the deadline");
+    hub_timer(w2, 2500);
+    ok(quiet.ended && quiet.why == HUB_END_TIMEOUT, "the deadline ends the stream");
+    struct hub_watch_req r3 = {.initial = true, .rv = rv + 10, .deadline_ms = 100000,
+                               .wait_until_ms = 300,
+                               .too_large_status = xstrdup("{\"kind\":\"Status\",\"code\":504}")};
+    struct hub_watcher *w3 = hub_watch(h, res, &r3, &ops, &waiting, posted, 0, 7);
+    ok(w3 && !hub_pump_wanted(w3), "an rv the cache has not reached: waiting");
+    is_int(hub_next_timer(w3), 300, "until the wait ends");
+    hub_timer(w3, 300);
+    ok(waiting.ended && strstr(waiting.buf, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":504}}"),
+       "then the 504 ERROR event");
+    static struct msink reached;
+    memset(&reached, 0, sizeof reached);
+    struct hub_watch_req r4 = {.initial = true, .rv = rv + 1, .deadline_ms = 100000, .wait_until_ms = 300};
+    struct hub_watcher *w4 = hub_watch(h, res, &r4, &ops, &reached, posted, 0, 7);
+    ok(!hub_pump_wanted(w4), "waiting for rv + 1");
+    put(STORE_ADDED, "ns-1", "b", "a", "n");
+    publish(h);
+    ok(hub_pump_wanted(w4) && reached.wakes > 0, "the batch reaching it starts the initial state");
+    hub_free(h);
+    teardown();
+}
+
+int
+main(void)
+{
+    TAP_RUN(test_encoding_and_transitions);
+    TAP_RUN(test_index_visits);
+    TAP_RUN(test_lag_and_catchup);
+    TAP_RUN(test_initial_state);
+    TAP_RUN(test_too_old_and_reset);
+    TAP_RUN(test_time);
+    return tap_done();
+}
