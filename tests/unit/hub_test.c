@@ -71,7 +71,7 @@ static const struct hub_sink_ops ops = {m_write, m_queued, m_wake, m_end};
 
 /* The event lines in a sink (chunk framing removed), as "TYPE key rv" each. */
 static int
-lines(struct msink *m, char out[][160], int max, bool framed)
+lines(struct msink *m, char out[][200], int max, bool framed)
 {
     char body[1 << 20];
     size_t bl = 0, i = 0;
@@ -105,7 +105,7 @@ lines(struct msink *m, char out[][160], int max, bool framed)
         char *r = md ? strstr(md, "\"resourceVersion\":\"") : NULL;
         if (r)
             sscanf(r + 19, "%31[^\"]", rvs);
-        snprintf(out[n++], 160, "%s %s%s%s %s", type, ns, *ns ? "/" : "", name, rvs);
+        snprintf(out[n++], 200, "%s %s%s%s %s", type, ns, *ns ? "/" : "", name, rvs);
     }
     return n;
 }
@@ -133,7 +133,7 @@ put(enum store_ev_type t, const char *ns, const char *name, const char *flip, co
     char *idx;
     size_t il;
     idx_encode(&m, &idx, &il);
-    char key[160];
+    char key[200];
     snprintf(key, sizeof key, "%s/%s", ns, name);
     struct store_wtxn *w;
     store_wtxn_begin(st, 1, &w);
@@ -243,7 +243,7 @@ test_encoding_and_transitions(void)
            memcmp(all.buf + strlen(head), want, strlen(want)) == 0,
        "an event is its watch line in one chunk, TypeMeta first");
 
-    char l[16][160];
+    char l[16][200];
     int n = lines(&all, l, 16, true);
     is_int(n, 5, "unfiltered: every event");
     is_str(l[2], "MODIFIED ns-2/b 103", "unfiltered: a MODIFIED stays MODIFIED");
@@ -326,7 +326,7 @@ test_lag_and_catchup(void)
     publish(h);
     hub_stats(h, &s);
     is_int(s.lagging, 0, "live again");
-    char a[32][160], b[32][160];
+    char a[32][200], b[32][200];
     int na = lines(&slow, a, 32, true), nb = lines(&fast, b, 32, true);
     is_int(na, 22, "every event once");
     is_int(nb, 22, "the fast watcher too");
@@ -366,7 +366,7 @@ test_initial_state(void)
     while (hub_pump(w, &alive) && alive && steps < 100)
         steps++;
     ok(steps > 1, "in several chunks");
-    char l[40][160];
+    char l[40][200];
     int n = lines(&m, l, 40, true);
     /* ns-1 has odd i; flip=a where i % 3 != 0: 1,5,7,11,13,17,19,23,25,29 */
     is_int(n, 12, "10 objects, the bookmark, the later event");
@@ -429,7 +429,7 @@ test_time(void)
     put(STORE_MODIFIED, "ns-1", "a", "a", "n");
     publish(h);
     hub_timer(w, t);
-    char l[8][160];
+    char l[8][200];
     int n = lines(&m, l, 8, true);
     char want[64];
     snprintf(want, sizeof want, "BOOKMARK  %llu", (unsigned long long)rv);
