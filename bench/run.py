@@ -12,6 +12,11 @@ Scenarios:
   cache        RV=0 lists of 150,000 pods at 1/8/32 listers (GB/s, p50/p99,
                kwc RSS, PNG plot), one node's pods by spec.nodeName, cold
                load, warm restart to the first list, ingest of watch events.
+  watch        fan-out (bench/fanout.c streams): 1 KiB events at 100/s to
+               1,000 and 10,000 watchers through kwc and straight from apisim,
+               write-to-receipt latency p50/p99/max, deliveries/s, kwc CPU
+               and RSS; the kubelet pattern (5,000 node-pinned watchers over
+               150,000 pods at 500 events/s); idle watchers' memory.
 """
 import argparse
 import datetime
@@ -267,6 +272,117 @@ def bench_cache(args):
         env.close()
 
 
+def fanout(args, port, path, n, seconds, nodes=0, idle=False):
+    argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--path", path, "--watchers", str(n),
+            "--seconds", str(seconds), "--warmup", "2"]
+    if nodes:
+        argv += ["--nodes", str(nodes)]
+    if idle:
+        argv.append("--idle")
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+
+
+def fanout_result(p, timeout):
+    out, _ = p.communicate(timeout=timeout)
+    import json
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def bench_watch(args):
+    """Issue 4: watch fan-out through kwc vs apisim directly, same stream."""
+    import json
+    rows = []
+    plot = []
+    secs = args.duration
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              kwc_args=["--resources", "v1/pods", "--log-level", "warn"], kwc_bin=args.kwc)
+    try:
+        for target, port in (("kwc", env.kwc.port), ("apisim", env.apisim.port)):
+            for n in (1000, 10000):
+                rv = env.stats()["rv"]
+                path = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv
+                env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+                pid = env.kwc.pid()
+                p = fanout(args, port, path, n, secs)
+                # kwc's CPU over the measuring window only (after connect + warm-up)
+                time.sleep(0.5)
+                c0, t0 = cpu_seconds(pid), time.monotonic()
+                r = fanout_result(p, 600)
+                cpu = (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
+                rss = rss_kib(pid) / 1024
+                env.sim("POST", "/apisim/churn", {"rate": 0})
+                rows.append(["full fan-out, 100 ev/s x 1 KiB", target, n, r["streams"], r["per_s"], r["p50_ms"],
+                             r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100) if target == "kwc" else "-",
+                             "%.0f" % rss if target == "kwc" else "-",
+                             "p99 <= %d ms" % (5 if n == 1000 else 20)])
+                plot.append((target, n, r["p50_ms"], r["p99_ms"]))
+                print(rows[-1], flush=True)
+                time.sleep(1)  # let the closed streams go before the next run
+        # saturation: as fast as apisim writes, 10,000 watchers through kwc
+        rv = env.stats()["rv"]
+        env.sim("POST", "/apisim/churn", {"rate": 2000, "resources": ["pods"], "mix": {"update": 1.0}})
+        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
+                   10000, secs)
+        time.sleep(0.5)
+        c0, t0 = cpu_seconds(env.kwc.pid()), time.monotonic()
+        r = fanout_result(p, 600)
+        cpu = (cpu_seconds(env.kwc.pid()) - c0) / (time.monotonic() - t0)
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        rows.append(["saturation, 2,000 ev/s asked", "kwc", 10000, r["streams"], r["per_s"], r["p50_ms"],
+                     r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100), "%.0f" % (rss_kib(env.kwc.pid()) / 1024),
+                     ">= 1,000,000 deliveries/s"])
+        print(rows[-1], flush=True)
+        time.sleep(1)
+        # idle watchers: kwc memory per watcher
+        pid = env.kwc.pid()
+        a0 = rss_kib(pid, "RssAnon")
+        rv = env.stats()["rv"]
+        n_idle = 15000
+        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
+                   n_idle, 1, idle=True)
+        r = fanout_result(p, 300)
+        a1 = rss_kib(pid, "RssAnon")
+        rows.append(["idle watchers", "kwc", n_idle, r["streams"], "-", "-", "-", "-", "-",
+                     "+%.1f MB" % ((a1 - a0) / 1024),
+                     "%.2f KiB/watcher (target <= 2 KiB)" % ((a1 - a0) / n_idle)])
+        print(rows[-1], flush=True)
+    finally:
+        env.close()
+    # kubelet pattern
+    env = Env(apisim_args=["--nodes", "5000", "--history", "2000000"],
+              kwc_args=["--resources", "v1/pods", "--log-level", "warn"], kwc_bin=args.kwc, start_kwc=False)
+    try:
+        env.sim("POST", "/apisim/seed", {"resource": "pods", "count": args.pods, "namespaces": 10,
+                                         "nodes": 5000, "size": 1000})
+        env.start_kwc()
+        rv = env.stats()["rv"]
+        env.sim("POST", "/apisim/churn", {"rate": 500, "resources": ["pods"], "mix": {"update": 1.0}})
+        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
+                   5000, secs, nodes=5000)
+        time.sleep(0.5)
+        c0, t0 = cpu_seconds(env.kwc.pid()), time.monotonic()
+        r = fanout_result(p, 600)
+        cpu = (cpu_seconds(env.kwc.pid()) - c0) / (time.monotonic() - t0)
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        rows.append(["kubelet: fieldSelector=spec.nodeName, %d pods, 500 ev/s" % args.pods, "kwc", 5000,
+                     r["streams"], r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100),
+                     "%.0f" % (rss_kib(env.kwc.pid()) / 1024), "p99, CPU"])
+        print(rows[-1], flush=True)
+    finally:
+        env.close()
+    save("watch", table("Watch fan-out (write-to-receipt latency; kwc CPU as % of one core)",
+                        ["scenario", "server", "watchers", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms",
+                         "kwc CPU", "kwc RSS MB", "target"], rows))
+
+
 def plot_latency(points):
     """PNG: list latency vs listers, direct vs kwc (gnuplot)."""
     data = os.path.join(RESULTS, "cache-latency.dat")
@@ -290,7 +406,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kwc", required=True)
     ap.add_argument("--bin", default=None)
-    ap.add_argument("--only", default="passthrough,large,cache")
+    ap.add_argument("--only", default="passthrough,large,cache,watch")
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--pods", type=int, default=150000)
     args = ap.parse_args()

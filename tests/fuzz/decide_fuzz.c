@@ -1,5 +1,5 @@
 /*
- * decide_fuzz.c — libFuzzer target for decide_read and decide_timeout (the
+ * decide_fuzz.c — libFuzzer target for decide_read, decide_watch and decide_timeout (the
  * resourceVersion, resourceVersionMatch, limit, continue, timeoutSeconds and
  * sendInitialEvents query values straight from clients).
  *
@@ -107,6 +107,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         decide_result_fini(&t);
+    }
+    decide_result_fini(&d);
+
+    /* the same query as a watch */
+    req.verb = DECIDE_WATCH;
+    decide_watch(&req, &cache, &d);
+    if (d.action != DECIDE_SERVE_WATCH && d.action != DECIDE_ERROR && d.action != DECIDE_PASS_THROUGH)
+        abort();
+    if (d.action == DECIDE_PASS_THROUGH && (cache.synced || d.why != DECIDE_WHY_NOT_SYNCED))
+        abort();
+    if (d.action == DECIDE_ERROR) {
+        if (d.code != 400 && d.code != 422 && d.code != 500)
+            abort();
+        check_status(&d);
+    } else if (d.message || d.body) {
+        abort();
+    }
+    if (d.action == DECIDE_SERVE_WATCH) {
+        if (!cache.synced || (d.wait && (!d.initial || d.rv <= cache.current_rv)) ||
+            (d.initial_end && !d.initial) || (!d.initial && d.rv == 0))
+            abort();
     }
     decide_result_fini(&d);
     free(buf);
