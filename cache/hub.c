@@ -716,6 +716,18 @@ visit_bucket(struct hub *h, struct bucket *map, const char *key, size_t kl,
 static void start_initial(struct hub_watcher *w);
 
 static void
+resync(struct hub_watcher *w, uint64_t from)
+{
+    if (w->mode != M_LIVE)
+        return;
+    set_mode(w, M_CATCHUP);
+    if (w->last_rv < from)
+        w->last_rv = from;
+    w->h->stats.lag_events++;
+    wake(w);
+}
+
+static void
 wake(struct hub_watcher *w)
 {
     w->ops->wake(w->sink);
@@ -736,10 +748,34 @@ end_all(struct hres *hr, enum hub_end why)
         end(hr->by_node->head, why);
 }
 
+/* This hub's rv for a resource jumps to rv without the batches in between
+ * (the writer posts batches only to hubs with watchers of it, so a hub that
+ * had none catches up through the rv a new watcher brings). Any watcher that
+ * is live here then owes what it has not seen: it reads it from the history,
+ * so a jump can never become a gap. */
+static void
+advance(struct hres *hr, uint64_t rv)
+{
+    if (rv <= hr->rv)
+        return;
+    for (struct hub_watcher *w = hr->rest; w; w = w->next)
+        resync(w, hr->rv);
+    struct bucket *maps[2] = {hr->by_ns, hr->by_node}, *bk, *tmp;
+    for (int m = 0; m < 2; m++) {
+        HASH_ITER(hh, maps[m], bk, tmp) {
+            for (struct hub_watcher *w = bk->head; w; w = w->next)
+                resync(w, hr->rv);
+        }
+    }
+    hr->rv = rv;
+}
+
 void
 hub_apply(struct hub *h, struct hub_batch *b)
 {
     struct hres *hr = hres_of(h, b->res);
+    if (!b->gap && b->from_rv > hr->rv)
+        advance(hr, b->from_rv);
     if (b->gap) {
         /* the history no longer reaches where this hub is: nobody can be
          * told what happened in between */
@@ -791,8 +827,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
           uint64_t seed)
 {
     struct hres *hr = hres_of(h, r);
-    if (posted_rv > hr->rv)
-        hr->rv = posted_rv;
+    advance(hr, posted_rv);
     struct hub_watcher *w = xcalloc(1, sizeof(*w));
     w->h = h;
     w->hr = hr;

@@ -307,11 +307,13 @@ class WatchModel(unittest.TestCase):
         with Env(apisim_args=["--pods", "120", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                               "--bookmark-interval", "0.5", "--seed", str(SEED)],
                  kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]) as e:
+            failures = len(self._outcome.result.failures) if self._outcome.result else 0
             try:
                 self.run_model(e, rnd)
-            except BaseException:
-                e.dump_logs()
-                raise
+            finally:
+                if not self._outcome.result or len(self._outcome.result.failures) != failures or \
+                        self._outcome.result.errors:
+                    e.dump_logs()
 
     def run_model(self, e, rnd):
         import json

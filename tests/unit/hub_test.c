@@ -339,6 +339,32 @@ test_lag_and_catchup(void)
 }
 
 static void
+test_skipped_batches_are_caught_up(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m;
+    memset(&m, 0, sizeof m);
+    struct hub_watcher *w = watch(h, &m, NULL, NULL, NULL, false, rv);
+    for (int i = 0; i < 3; i++)
+        put(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    posted = rv; /* a batch this hub never got */
+    for (int i = 0; i < 2; i++)
+        put(STORE_MODIFIED, "ns-1", "a", "b", "n");
+    publish(h);
+    ok(hub_pump_wanted(w), "a batch starting past the hub's rv: the watcher reads the history");
+    bool alive = true;
+    for (int i = 0; i < 10 && hub_pump(w, &alive) && alive; i++)
+        ;
+    char l[8][200];
+    is_int(lines(&m, l, 8, true), 5, "nothing lost");
+    is_str(l[0], "MODIFIED ns-1/a 101", "from the first skipped event");
+    is_str(l[4], "MODIFIED ns-1/a 105", "to the last");
+    hub_free(h);
+    teardown();
+}
+
+static void
 test_initial_state(void)
 {
     setup();
@@ -471,6 +497,7 @@ main(void)
     TAP_RUN(test_encoding_and_transitions);
     TAP_RUN(test_index_visits);
     TAP_RUN(test_lag_and_catchup);
+    TAP_RUN(test_skipped_batches_are_caught_up);
     TAP_RUN(test_initial_state);
     TAP_RUN(test_too_old_and_reset);
     TAP_RUN(test_time);
