@@ -106,7 +106,7 @@ IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined build/san/kwc
-	$(Q)KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN)
+	$(Q)KWC_SANITIZED=1 KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN)
 	$(Q)KWC_BIN=$(abspath build/kwc) PYTHON=$(PYTHON) \
 	  KWC_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
 	  KWC_EXTRA_ARGS="--cache-map-size 1073741824" \

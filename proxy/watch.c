@@ -413,8 +413,6 @@ start_watch(struct worker *wk, struct wconn *c)
     event_add(c->io, NULL);
     wk->started++;
     evbuffer_add(c->out, c->head, strlen(c->head));
-    free(c->head);
-    c->head = NULL;
     mark_dirty(c);
     uint64_t now = now_ms();
     if (c->timeout_s < 0)
@@ -425,6 +423,9 @@ start_watch(struct worker *wk, struct wconn *c)
         c->req.wait_until_ms += now;
     c->hw = hub_watch(wk->hub, wk->p->res[c->res].hr, &c->req, &sink_ops, c, c->posted_rv, now,
                       c->seed);
+    free(c->head); /* also held req.ns, which hub_watch has copied */
+    c->head = NULL;
+    c->req.ns = NULL;
     if (c->hw || c->ending)
         arm_timer(c);
 }

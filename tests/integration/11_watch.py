@@ -542,7 +542,9 @@ class WatchFanout(unittest.TestCase):
             pump([fast], lambda: len(fast.events) >= 10000, 60, "10000 events to the fast watcher")
             rss1 = e.kwc.rss_kib("RssAnon")
             final = quiesce(e)
-            self.assertLess(rss1 - rss0, 16 * 1024, "kwc buffered a paused watcher's events in memory")
+            if not os.environ.get("KWC_SANITIZED"):
+                # (ASan's quarantine keeps freed buffers: memory is measured on the plain build)
+                self.assertLess(rss1 - rss0, 16 * 1024, "kwc buffered a paused watcher's events in memory")
             slow.paused = False
             pump([slow, fast], lambda: slow.last_rv() == final and fast.last_rv() == final, 60, "catch-up")
             got = [(ev["type"], obj_rv(ev)) for ev in slow.events]
