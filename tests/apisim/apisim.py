@@ -4310,6 +4310,10 @@ class App:
         while True:
             await asyncio.sleep(tick)
             now = self.loop.time()
+            # kube's bookmark rv never runs ahead of the events a watcher was
+            # sent: deliver what is pending before bookmarking the current rv
+            if cl.pending:
+                cl._flush()
             cur = cl.rv
             for st in cl.stores.values():
                 if not st.watchers:
