@@ -658,6 +658,20 @@ store_rtxn_end(struct store_rtxn *t)
     free(t);
 }
 
+uint64_t
+store_res_rv(struct store *s, struct store_res *r, uint64_t *floor)
+{
+    struct store_rtxn *t;
+    struct store_res_info info = {0};
+    if (store_rtxn_begin(s, &t) == 0) {
+        store_info(t, r, &info);
+        store_rtxn_end(t);
+    }
+    if (floor)
+        *floor = info.floor;
+    return info.rv;
+}
+
 int
 store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out)
 {

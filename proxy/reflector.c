@@ -14,6 +14,7 @@
  * TypeMeta prefix is cut before storing; serving a watch event puts it back.
  */
 #include "kwc/reflector.h"
+#include "kwc/route.h"
 #include "kwc/selector.h"
 
 #include <assert.h>
@@ -1027,4 +1028,16 @@ refl_serves_fields(const struct refl_desc *d, const struct sel *sel)
             return false;
     }
     return true;
+}
+
+int
+refl_find(struct refl *const *refls, size_t n, const struct route_req *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct refl_desc *d = refl_desc(refls[i]);
+        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
+            strcmp(d->resource, r->resource) == 0)
+            return (int)i;
+    }
+    return -1;
 }

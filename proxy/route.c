@@ -272,3 +272,20 @@ route_wants_pretty(const struct route_query *q, const char *user_agent)
     return strncmp(user_agent, "curl", 4) == 0 || strncmp(user_agent, "Wget", 4) == 0 ||
            strncmp(user_agent, "Mozilla/5.0", 11) == 0;
 }
+
+void
+route_decide_req(const struct route_req *r, enum decide_verb verb, bool has_selector,
+                 const char *selector_error, struct decide_req *out)
+{
+    *out = (struct decide_req){
+        .verb = verb,
+        .resource_version = r->q.resource_version,
+        .resource_version_match = r->q.resource_version_match,
+        .limit = r->q.limit,
+        .continue_token = r->q.continue_token,
+        .timeout_seconds = r->q.timeout_seconds,
+        .send_initial_events = r->q.send_initial_events,
+        .has_selector = has_selector,
+        .selector_error = selector_error,
+    };
+}

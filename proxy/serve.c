@@ -461,15 +461,7 @@ serve_list(struct sreq *sr)
 static uint64_t
 cache_rv(struct serve *s, const struct refl_desc *d, uint64_t *floor)
 {
-    struct store_rtxn *t;
-    struct store_res_info info = {0};
-    if (store_rtxn_begin(s->st, &t) == 0) {
-        store_info(t, d->sres, &info);
-        store_rtxn_end(t);
-    }
-    if (floor)
-        *floor = info.floor;
-    return info.rv;
+    return store_res_rv(s->st, d->sres, floor);
 }
 
 static void
@@ -559,25 +551,14 @@ on_complete(evhtp_request_t *req, void *arg)
 
 /* ---- the route stage ---- */
 
-static struct refl *
-find_refl(struct serve *s, const struct route_req *r)
-{
-    for (size_t i = 0; i < s->nrefls; i++) {
-        const struct refl_desc *d = refl_desc(s->refls[i]);
-        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
-            strcmp(d->resource, r->resource) == 0)
-            return s->refls[i];
-    }
-    return NULL;
-}
-
 bool
 serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
 {
     if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
         !r->resource || req->method != htp_method_GET)
         return false;
-    struct refl *rf = find_refl(s, r);
+    int ri = refl_find(s->refls, s->nrefls, r);
+    struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
     if (!rf || !refl_synced(rf))
         return false;
     const struct refl_desc *d = refl_desc(rf);
@@ -599,17 +580,9 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
     }
     uint64_t floor;
     uint64_t cur = cache_rv(s, d, &floor);
-    struct decide_req dq = {
-        .verb = list ? DECIDE_LIST : DECIDE_GET,
-        .resource_version = r->q.resource_version,
-        .resource_version_match = r->q.resource_version_match,
-        .limit = r->q.limit,
-        .continue_token = r->q.continue_token,
-        .timeout_seconds = r->q.timeout_seconds,
-        .send_initial_events = r->q.send_initial_events,
-        .has_selector = sel && !sel_is_everything(sel),
-        .selector_error = sel_err,
-    };
+    struct decide_req dq;
+    route_decide_req(r, list ? DECIDE_LIST : DECIDE_GET, sel && !sel_is_everything(sel), sel_err,
+                     &dq);
     struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
     struct decide_result dec;
     decide_read(&dq, &dc, s->o.too_large, &dec);

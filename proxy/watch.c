@@ -94,7 +94,8 @@ struct watch_pool {
     struct event_base *base;
     struct store *st;
     struct watch_options o;
-    struct pres *res;
+    struct refl *const *refls;
+    struct pres *res; /* res[i] is refls[i] */
     size_t nres;
     struct worker *w;
     unsigned nw;
@@ -514,25 +515,11 @@ post(struct worker *wk, struct msg *m)
 
 /* ---- the writer loop's side ---- */
 
-static uint64_t
-store_rv(struct watch_pool *p, struct store_res *sres, uint64_t *floor)
-{
-    struct store_rtxn *t;
-    struct store_res_info info = {0};
-    if (store_rtxn_begin(p->st, &t) == 0) {
-        store_info(t, sres, &info);
-        store_rtxn_end(t);
-    }
-    if (floor)
-        *floor = info.floor;
-    return info.rv;
-}
-
 static void
 publish(struct watch_pool *p, struct pres *pr)
 {
     const struct refl_desc *d = refl_desc(pr->rf);
-    uint64_t rv = store_rv(p, d->sres, NULL);
+    uint64_t rv = store_res_rv(p->st, d->sres, NULL);
     if (rv == pr->posted_rv)
         return;
     bool any = false;
@@ -580,13 +567,8 @@ watch_committed(void *arg)
 static struct pres *
 find_res(struct watch_pool *p, const struct route_req *r)
 {
-    for (size_t i = 0; i < p->nres; i++) {
-        const struct refl_desc *d = refl_desc(p->res[i].rf);
-        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
-            strcmp(d->resource, r->resource) == 0)
-            return &p->res[i];
-    }
-    return NULL;
+    int i = refl_find(p->refls, p->nres, r);
+    return i >= 0 ? &p->res[i] : NULL;
 }
 
 /* An error before the stream: answered by libevhtp once the request is read. */
@@ -701,18 +683,9 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
         return WATCH_NOT_TAKEN;
     }
     uint64_t floor;
-    uint64_t cur = store_rv(p, d->sres, &floor);
-    struct decide_req dq = {
-        .verb = DECIDE_WATCH,
-        .resource_version = r->q.resource_version,
-        .resource_version_match = r->q.resource_version_match,
-        .limit = r->q.limit,
-        .continue_token = r->q.continue_token,
-        .timeout_seconds = r->q.timeout_seconds,
-        .send_initial_events = r->q.send_initial_events,
-        .has_selector = sel && !sel_is_everything(sel),
-        .selector_error = sel_err,
-    };
+    uint64_t cur = store_res_rv(p->st, d->sres, &floor);
+    struct decide_req dq;
+    route_decide_req(r, DECIDE_WATCH, sel && !sel_is_everything(sel), sel_err, &dq);
     struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
     struct decide_result dec;
     decide_watch(&dq, &dc, &dec);
@@ -837,6 +810,7 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
     if (!p->o.budget)
         p->o.budget = 256 * 1024;
     respond_rng_seed(p->rng);
+    p->refls = refls;
     p->nres = nrefls;
     p->res = xcalloc(nrefls ? nrefls : 1, sizeof(*p->res));
     for (size_t i = 0; i < nrefls; i++) {

@@ -44,6 +44,10 @@ struct refl_desc {
     struct store_res *sres;
 };
 
+/* The index of the discovered reflector serving r's group/version/resource, or -1. */
+struct route_req;
+int refl_find(struct refl *const *refls, size_t n, const struct route_req *r);
+
 /* Every field the selector names is one kwc indexes for the resource (kube
  * would accept it without conversion), so the cache can answer it; else the
  * upstream answers (it converts the field or refuses it). */

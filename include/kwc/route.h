@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kwc/decide.h"
+
 #define ROUTE_MAX_TARGET (64 * 1024) /* path + query bytes accepted */
 
 #define ROUTE_VERBS(X)                                                                             \
@@ -92,5 +94,9 @@ bool route_accepts_plain_json(const char *accept);
  * User-Agent starting with "curl", "Wget" or "Mozilla/5.0" gets indented JSON.
  */
 bool route_wants_pretty(const struct route_query *q, const char *user_agent);
+
+/* The decision table's view (decide.h) of a routed list, get or watch. */
+void route_decide_req(const struct route_req *r, enum decide_verb verb, bool has_selector,
+                      const char *selector_error, struct decide_req *out);
 
 #endif

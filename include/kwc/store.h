@@ -140,6 +140,9 @@ int store_rtxn_begin(struct store *s, struct store_rtxn **out);
 void store_rtxn_end(struct store_rtxn *t);
 
 int store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out);
+/* The resource's rv (and floor, when asked) from a read transaction of its
+ * own; 0 when the store cannot be read. */
+uint64_t store_res_rv(struct store *s, struct store_res *r, uint64_t *floor);
 /* One object by key at the latest state. Returns 0, KWC_ENOTFOUND or an error. */
 int store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t key_len,
               struct store_obj *out);
