@@ -188,8 +188,6 @@ sink_wake(void *sink)
         want_pump(c);
 }
 
-static void conn_close(struct wconn *c);
-static void set_io(struct wconn *c, bool want_write);
 
 static void
 sink_end(void *sink, enum hub_end why)
@@ -267,12 +265,6 @@ conn_free(struct wconn *c)
     free(c);
 }
 
-static void
-conn_close(struct wconn *c)
-{
-    conn_free(c);
-}
-
 /* Write what is queued. Returns false when c was closed. */
 static bool
 flush(struct wconn *c)
@@ -283,13 +275,13 @@ flush(struct wconn *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
-        conn_close(c); /* the client is gone */
+        conn_free(c); /* the client is gone */
         return false;
     }
     size_t left = evbuffer_get_length(c->out);
     if (c->ending && left == 0) {
         shutdown(c->fd, SHUT_WR);
-        conn_close(c);
+        conn_free(c);
         return false;
     }
     set_io(c, left > 0);
@@ -306,7 +298,7 @@ on_io(evutil_socket_t fd, short what, void *arg)
         char buf[4096];
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            conn_close(c); /* client closed: nothing more to send */
+            conn_free(c); /* client closed: nothing more to send */
             return;
         }
         /* anything a client sends on a watch is dropped */
@@ -324,7 +316,7 @@ on_timer(evutil_socket_t fd, short what, void *arg)
     uint64_t now = now_ms();
     if (c->ending) {
         if (now >= c->end_by)
-            conn_close(c);
+            conn_free(c);
         else
             arm_timer(c);
         return;
@@ -444,7 +436,7 @@ stop_all(struct worker *wk)
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;
         evbuffer_write(c->out, c->fd);
-        conn_close(c);
+        conn_free(c);
     }
     event_base_loopbreak(wk->base);
 }
