@@ -1,47 +1,88 @@
 /*
  * fanout.c — watch fan-out load generator (libevent). Opens N watch streams
- * to a server (kwc or apisim), and for every event that arrives finds the
- * annotation apisim stamps on each write (apisim.kwc.dev/written-at, wall
- * clock ns) and records now - stamp: the write-to-receipt latency. Prints one
- * line of JSON: streams connected, deliveries, deliveries/s, latency
- * p50/p99/max in ms, over the measuring window.
+ * to a server (kwc, apisim or the etcd bridge), and for every event that
+ * arrives finds the annotation apisim stamps on each write
+ * (apisim.kwc.dev/written-at, wall clock ns) and records now - stamp: the
+ * write-to-receipt latency. Prints one line of JSON: streams connected,
+ * deliveries, deliveries/s, latency p50/p99/max in ms, over the measuring
+ * window.
  *
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
+ *          [--threads T]
+ *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --nodes K: stream i adds fieldSelector=spec.nodeName=node-(i % K) (the
- * kubelet pattern). --idle: connect, wait for every response head, report
- * and exit (memory per idle watcher is measured by the caller).
+ * kubelet pattern). --etcd-prefix KEY: instead of HTTP/1.1 watches, each
+ * stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2, one
+ * connection each, as N separate clients) on the keys under KEY: the same
+ * measurement against etcd or `etcd grpc-proxy` (the bench writes values
+ * carrying the same stamp). --idle: connect, wait for every response head, report,
+ * then hold the streams until killed (the caller measures memory per idle
+ * watcher meanwhile). --threads:
+ * streams are spread over T event loops (default 1).
+ *
+ * The client must cost less than the server it measures: streams are plain
+ * non-blocking sockets with one persistent read event each, one recv into a
+ * per-loop buffer per wakeup, a memmem for the stamp and one clock read per
+ * recv (everything in one recv arrived at the same time). A stamp cut by a
+ * recv boundary is completed from a few bytes kept per stream.
  */
 #include <arpa/inet.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char MARK[] = "\"apisim.kwc.dev/written-at\":\"";
+#define MARKLEN (sizeof(MARK) - 1)
+#define NUMMAX 24 /* digits and the closing quote */
+#define TAILMAX (MARKLEN + NUMMAX)
+#define RBUF (256 * 1024)
 
 struct conn {
-    struct bufferevent *bev;
+    int fd;
     bool head;
+    nghttp2_session *h2; /* --etcd-prefix */
+    size_t req_sent;
+    unsigned char ntail;
+    char tail[TAILMAX];
+    struct loop *lp;
 };
 
-static struct event_base *base;
-static int port, nw, nodes, opened, heads, seconds = 10, warmup = 2;
+struct loop {
+    pthread_t th;
+    struct event_base *base;
+    int first, count; /* the streams this loop owns */
+    char *buf;        /* TAILMAX + RBUF */
+    char *h2buf;      /* RBUF: HTTP/2 bytes before nghttp2 frames them */
+    uint64_t now;     /* when the bytes being read arrived */
+    double *lat;
+    size_t nlat, caplat;
+    uint64_t deliveries;
+};
+
+static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2;
 static bool idle;
-static const char *path;
+static const char *path, *etcd_prefix;
+static char grpc_req[512]; /* the gRPC-framed WatchRequest every etcd stream sends */
+static size_t grpc_req_len;
 static struct conn *conns;
-static uint64_t t_measure, t_end, deliveries;
-static double *lat;
-static size_t nlat, caplat;
+static struct loop *loops;
+static atomic_int heads, failed;
+static _Atomic uint64_t t_measure, t_end;
 
 static uint64_t
 wall_ns(void)
@@ -52,99 +93,279 @@ wall_ns(void)
 }
 
 static void
-record(uint64_t stamp)
+record(struct loop *lp, uint64_t now, uint64_t stamp)
 {
-    uint64_t now = wall_ns();
-    if (now < t_measure || now > t_end)
+    uint64_t from = atomic_load(&t_measure);
+    if (!from || now < from || now > atomic_load(&t_end))
         return;
-    deliveries++;
-    if (nlat == caplat) {
-        caplat = caplat ? caplat * 2 : 1 << 20;
-        lat = realloc(lat, caplat * sizeof(*lat));
+    lp->deliveries++;
+    if (lp->nlat == lp->caplat) {
+        lp->caplat = lp->caplat ? lp->caplat * 2 : 1 << 20;
+        lp->lat = realloc(lp->lat, lp->caplat * sizeof(*lp->lat));
+        if (!lp->lat) {
+            fprintf(stderr, "fanout: out of memory for latencies\n");
+            exit(1);
+        }
     }
-    lat[nlat++] = now > stamp ? (double)(now - stamp) / 1e6 : 0;
+    lp->lat[lp->nlat++] = now > stamp ? (double)(now - stamp) / 1e6 : 0;
 }
 
+/* Scans buf[0, len) for stamps; keeps what may be the start of a cut one. */
 static void
-on_read(struct bufferevent *bev, void *arg)
+scan(struct conn *c, char *buf, size_t len, uint64_t now)
 {
-    struct conn *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t p = 0;
     if (!c->head) {
-        struct evbuffer_ptr p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-        if (p.pos < 0)
-            return;
-        evbuffer_drain(in, (size_t)p.pos + 4);
-        c->head = true;
-        heads++;
-    }
-    for (;;) {
-        struct evbuffer_ptr p = evbuffer_search(in, MARK, sizeof(MARK) - 1, NULL);
-        if (p.pos < 0) {
-            size_t len = evbuffer_get_length(in);
-            if (len > 64)
-                evbuffer_drain(in, len - 64);
+        char *e = memmem(buf, len, "\r\n\r\n", 4);
+        if (!e) {
+            size_t keep = len < 3 ? len : 3;
+            memcpy(c->tail, buf + len - keep, keep);
+            c->ntail = (unsigned char)keep;
             return;
         }
-        size_t at = (size_t)p.pos + sizeof(MARK) - 1;
-        char num[24];
-        if (evbuffer_get_length(in) < at + sizeof(num))
-            return; /* the number may be incomplete */
-        evbuffer_drain(in, at);
-        evbuffer_copyout(in, num, sizeof(num) - 1);
-        num[sizeof(num) - 1] = '\0';
-        record(strtoull(num, NULL, 10));
-        evbuffer_drain(in, 1);
+        c->head = true;
+        atomic_fetch_add(&heads, 1);
+        p = (size_t)(e - buf) + 4;
+    }
+    for (;;) {
+        char *m = memmem(buf + p, len - p, MARK, MARKLEN);
+        if (!m) {
+            size_t rest = len - p, keep = rest < MARKLEN - 1 ? rest : MARKLEN - 1;
+            memcpy(c->tail, buf + len - keep, keep);
+            c->ntail = (unsigned char)keep;
+            return;
+        }
+        size_t at = (size_t)(m - buf) + MARKLEN;
+        char *q = memchr(buf + at, '"', len - at < NUMMAX ? len - at : NUMMAX);
+        if (!q) {
+            size_t keep = len - (size_t)(m - buf);
+            if (keep > TAILMAX) { /* not a stamp we understand: skip it */
+                p = at;
+                continue;
+            }
+            memcpy(c->tail, m, keep);
+            c->ntail = (unsigned char)keep;
+            return;
+        }
+        record(c->lp, now, strtoull(buf + at, NULL, 10));
+        p = (size_t)(q - buf) + 1;
     }
 }
 
+/* ---- etcd: one gRPC Watch per connection (HTTP/2, libnghttp2) ---- */
+
+/* WatchRequest{create_request: WatchCreateRequest{key, range_end}}, framed
+ * as one gRPC message. Protobuf fields are tag (field << 3 | 2: length-
+ * delimited) then a varint length; both strings here are < 128 bytes. */
 static void
-on_event(struct bufferevent *bev, short what, void *arg)
+grpc_watch_request(const char *prefix)
 {
-    (void)bev;
+    size_t kl = strlen(prefix);
+    if (kl == 0 || kl > 100) {
+        fprintf(stderr, "fanout: --etcd-prefix must be 1 to 100 bytes\n");
+        exit(2);
+    }
+    unsigned char create[256], *p = create;
+    *p++ = 1 << 3 | 2, *p++ = (unsigned char)kl;
+    memcpy(p, prefix, kl), p += kl;
+    *p++ = 2 << 3 | 2, *p++ = (unsigned char)kl; /* range_end: the prefix + 1 */
+    memcpy(p, prefix, kl);
+    p[kl - 1]++;
+    p += kl;
+    size_t cl = (size_t)(p - create);
+    unsigned char *q = (unsigned char *)grpc_req + 5;
+    *q++ = 1 << 3 | 2, *q++ = (unsigned char)cl;
+    memcpy(q, create, cl), q += cl;
+    size_t ml = (size_t)(q - (unsigned char *)grpc_req) - 5;
+    grpc_req[0] = 0; /* not compressed */
+    grpc_req[1] = grpc_req[2] = grpc_req[3] = 0;
+    grpc_req[4] = (char)ml;
+    grpc_req_len = ml + 5;
+}
+
+static ssize_t
+h2_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *arg)
+{
+    (void)s;
+    (void)flags;
+    struct conn *c = arg;
+    ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
+    return n;
+}
+
+/* The request body: the one WatchRequest, then nothing; the stream stays
+ * open (a half-closed Watch ends it at the grpc-proxy). */
+static ssize_t
+h2_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+        nghttp2_data_source *src, void *arg)
+{
+    (void)s;
+    (void)id;
+    (void)flags;
+    (void)src;
+    struct conn *c = arg;
+    if (c->req_sent == grpc_req_len)
+        return NGHTTP2_ERR_DEFERRED;
+    size_t n = grpc_req_len - c->req_sent < len ? grpc_req_len - c->req_sent : len;
+    memcpy(buf, grpc_req + c->req_sent, n);
+    c->req_sent += n;
+    return (ssize_t)n;
+}
+
+static int
+h2_headers_done(nghttp2_session *s, const nghttp2_frame *f, void *arg)
+{
+    (void)s;
+    struct conn *c = arg;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_RESPONSE && !c->head) {
+        c->head = true;
+        atomic_fetch_add(&heads, 1);
+    }
+    return 0;
+}
+
+static int
+h2_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *arg)
+{
+    (void)s;
+    (void)flags;
+    (void)id;
+    struct conn *c = arg;
+    struct loop *lp = c->lp;
+    if (len > RBUF)
+        len = RBUF; /* frames are at most 16 KiB unless negotiated */
+    char *at = lp->buf + TAILMAX - c->ntail;
+    memcpy(at, c->tail, c->ntail);
+    memcpy(lp->buf + TAILMAX, data, len);
+    scan(c, at, c->ntail + len, lp->now);
+    return 0;
+}
+
+static int
+h2_closed(nghttp2_session *s, int32_t id, uint32_t code, void *arg)
+{
+    (void)s;
+    (void)id;
     (void)arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        fprintf(stderr, "fanout: a stream ended (%s)\n", what & BEV_EVENT_EOF ? "eof" : "error");
+    fprintf(stderr, "fanout: an etcd watch stream was closed (HTTP/2 error %u)\n", code);
+    exit(1);
+}
+
+/* nghttp2_nv's fields are not const; nghttp2 copies them and writes nothing */
+static uint8_t *
+u8(const char *s)
+{
+    return (uint8_t *)(uintptr_t)s;
+}
+
+static void
+h2_start(struct conn *c)
+{
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_send_callback(cb, h2_send);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2_headers_done);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2_closed);
+    nghttp2_session_client_new(&c->h2, cb, c);
+    nghttp2_session_callbacks_del(cb);
+    /* a 1 MiB window, about what a kernel socket buffer holds for an HTTP/1 stream */
+    nghttp2_settings_entry set[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, set, 1);
+    nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, 1 << 20);
+    char auth[32];
+    snprintf(auth, sizeof auth, "127.0.0.1:%d", port);
+#define NV(n, v) {u8(n), u8(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+    nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"),
+                         NV(":path", "/etcdserverpb.Watch/Watch"), NV(":authority", auth),
+                         NV("content-type", "application/grpc"), NV("te", "trailers")};
+#undef NV
+    nghttp2_data_provider body = {.read_callback = h2_body};
+    if (nghttp2_submit_request(c->h2, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &body, c) < 0 ||
+        nghttp2_session_send(c->h2) != 0) {
+        fprintf(stderr, "fanout: the etcd watch request could not be sent\n");
         exit(1);
     }
 }
 
-static void open_some(evutil_socket_t fd, short what, void *arg);
+static void
+on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct conn *c = arg;
+    struct loop *lp = c->lp;
+    char *data = lp->buf + TAILMAX - c->ntail;
+    char *into = c->h2 ? lp->h2buf : lp->buf + TAILMAX;
+    if (!c->h2)
+        memcpy(data, c->tail, c->ntail);
+    ssize_t n = recv(fd, into, RBUF, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        fprintf(stderr, "fanout: a stream ended (%s)\n", n ? strerror(errno) : "eof");
+        atomic_fetch_add(&failed, 1);
+        exit(1);
+    }
+    lp->now = wall_ns();
+    if (!c->h2) {
+        scan(c, data, c->ntail + (size_t)n, lp->now);
+        return;
+    }
+    if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)into, (size_t)n) < 0 ||
+        nghttp2_session_send(c->h2) != 0) { /* window updates, pings, acks */
+        fprintf(stderr, "fanout: HTTP/2 error on an etcd stream\n");
+        exit(1);
+    }
+}
 
 static void
 open_some(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    struct event *self = arg;
+    struct loop *lp = arg;
+    static _Thread_local int next = -1;
+    static _Thread_local struct event *self;
+    if (next < 0) {
+        next = lp->first;
+        self = evtimer_new(lp->base, open_some, lp);
+    }
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    for (int k = 0; k < 200 && opened < nw; k++, opened++) {
-        struct conn *c = &conns[opened];
-        c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-        bufferevent_setcb(c->bev, on_read, NULL, on_event, c);
-        bufferevent_enable(c->bev, EV_READ);
-        if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
-            fprintf(stderr, "fanout: connect failed at stream %d\n", opened);
+    for (int k = 0; k < 100 && next < lp->first + lp->count; k++, next++) {
+        struct conn *c = &conns[next];
+        c->lp = lp;
+        c->fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+            fprintf(stderr, "fanout: connect failed at stream %d: %s\n", next, strerror(errno));
             exit(1);
         }
-        char sel[64] = "";
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (etcd_prefix) {
+            evutil_make_socket_nonblocking(c->fd);
+            h2_start(c);
+            event_add(event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c), NULL);
+            continue;
+        }
+        char req[2048], sel[64] = "";
         if (nodes)
-            snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", opened % nodes);
-        evbuffer_add_printf(bufferevent_get_output(c->bev), "GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n", path,
-                            sel);
+            snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
+        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n", path, sel);
+        if (send(c->fd, req, (size_t)len, 0) != len) {
+            fprintf(stderr, "fanout: request not sent on stream %d\n", next);
+            exit(1);
+        }
+        evutil_make_socket_nonblocking(c->fd);
+        struct event *ev = event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
+        event_add(ev, NULL);
     }
-    if (opened < nw) {
+    if (next < lp->first + lp->count) {
         struct timeval tv = {0, 2000};
         evtimer_add(self, &tv);
     }
-}
-
-static int
-cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void
@@ -152,31 +373,45 @@ on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    struct event *self = arg;
-    uint64_t now = wall_ns();
-    if (idle && heads == nw) {
-        printf("{\"streams\":%d}\n", heads);
-        fflush(stdout);
-        event_base_loopbreak(base);
+    struct loop *lp = arg;
+    uint64_t now = wall_ns(), end = atomic_load(&t_end);
+    if (idle && atomic_load(&heads) == nw) {
+        event_base_loopbreak(lp->base);
         return;
     }
-    if (!idle && heads == nw && !t_measure) {
-        t_measure = now + (uint64_t)warmup * 1000000000ull;
-        t_end = t_measure + (uint64_t)seconds * 1000000000ull;
-    }
-    if (t_end && now > t_end + 500000000ull) {
-        qsort(lat, nlat, sizeof(*lat), cmp);
-        double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)(nlat * 0.99)] : 0;
-        double mx = nlat ? lat[nlat - 1] : 0;
-        printf("{\"streams\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,\"p99_ms\":%.2f,"
-               "\"max_ms\":%.2f}\n",
-               heads, (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx);
-        fflush(stdout);
-        event_base_loopbreak(base);
+    if (end && now > end + 500000000ull) {
+        event_base_loopbreak(lp->base);
         return;
     }
-    struct timeval tv = {0, 100000};
-    evtimer_add(self, &tv);
+    static bool announced;
+    if (lp == &loops[0] && end && !announced && now >= atomic_load(&t_measure)) {
+        announced = true; /* the caller reads the server's CPU from here to the result */
+        printf("{\"measuring\":%d}\n", seconds);
+        fflush(stdout);
+    }
+    if (lp == &loops[0] && !idle && atomic_load(&heads) == nw && !atomic_load(&t_measure)) {
+        uint64_t from = now + (uint64_t)warmup * 1000000000ull;
+        atomic_store(&t_end, from + (uint64_t)seconds * 1000000000ull);
+        atomic_store(&t_measure, from);
+    }
+}
+
+static void *
+run_loop(void *arg)
+{
+    struct loop *lp = arg;
+    event_base_once(lp->base, -1, EV_TIMEOUT, open_some, lp, NULL);
+    struct timeval tv = {0, 50000};
+    event_add(event_new(lp->base, -1, EV_PERSIST, on_tick, lp), &tv);
+    event_base_dispatch(lp->base);
+    return NULL;
+}
+
+static int
+cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 int
@@ -203,10 +438,16 @@ main(int argc, char **argv)
             seconds = atoi(v);
         else if (!strcmp(a, "--warmup"))
             warmup = atoi(v);
+        else if (!strcmp(a, "--threads"))
+            nthreads = atoi(v);
+        else if (!strcmp(a, "--etcd-prefix"))
+            etcd_prefix = v;
         else
             goto usage;
     }
-    if (!port || !path || nw <= 0)
+    if (etcd_prefix)
+        grpc_watch_request(etcd_prefix);
+    if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 || seconds <= 0)
         goto usage;
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
@@ -217,17 +458,46 @@ main(int argc, char **argv)
                 (unsigned long long)rl.rlim_cur);
         return 2;
     }
-    base = event_base_new();
     conns = calloc((size_t)nw, sizeof(*conns));
-    struct event *opener = evtimer_new(base, open_some, event_self_cbarg());
-    event_active(opener, EV_TIMEOUT, 1);
-    struct event *tick = evtimer_new(base, on_tick, event_self_cbarg());
-    struct timeval tv = {0, 100000};
-    evtimer_add(tick, &tv);
-    event_base_dispatch(base);
+    loops = calloc((size_t)nthreads, sizeof(*loops));
+    for (int t = 0, at = 0; t < nthreads; t++) {
+        struct loop *lp = &loops[t];
+        lp->base = event_base_new();
+        lp->buf = malloc(TAILMAX + RBUF);
+        lp->h2buf = malloc(RBUF);
+        lp->first = at;
+        lp->count = nw / nthreads + (t < nw % nthreads);
+        at += lp->count;
+        pthread_create(&lp->th, NULL, run_loop, lp);
+    }
+    uint64_t deliveries = 0;
+    size_t nlat = 0;
+    for (int t = 0; t < nthreads; t++) {
+        pthread_join(loops[t].th, NULL);
+        deliveries += loops[t].deliveries;
+        nlat += loops[t].nlat;
+    }
+    if (idle) {
+        printf("{\"streams\":%d}\n", atomic_load(&heads));
+        fflush(stdout);
+        pause(); /* the streams stay open until the caller has measured and kills us */
+        return 0;
+    }
+    double *lat = malloc((nlat ? nlat : 1) * sizeof(*lat));
+    for (int t = 0, at = 0; t < nthreads; t++) {
+        memcpy(lat + at, loops[t].lat, loops[t].nlat * sizeof(*lat));
+        at += (int)loops[t].nlat;
+    }
+    qsort(lat, nlat, sizeof(*lat), cmp);
+    double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)((double)nlat * 0.99)] : 0;
+    double mx = nlat ? lat[nlat - 1] : 0;
+    printf("{\"streams\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,\"p99_ms\":%.2f,"
+           "\"max_ms\":%.2f}\n",
+           atomic_load(&heads), (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx);
+    fflush(stdout);
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle]\n");
+                    "[--warmup S] [--idle] [--threads T] [--etcd-prefix KEY]\n");
     return 2;
 }

@@ -26,11 +26,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
-from cluster import Env, http_request  # noqa: E402
+from cluster import Env, http_request, wait_for  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 
@@ -272,9 +273,10 @@ def bench_cache(args):
         env.close()
 
 
-def fanout(args, port, path, n, seconds, nodes=0, idle=False):
-    argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--path", path, "--watchers", str(n),
-            "--seconds", str(seconds), "--warmup", "2"]
+def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False):
+    argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
+            "--seconds", str(seconds or args.duration), "--warmup", "2"]
+    argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
     if nodes:
         argv += ["--nodes", str(nodes)]
     if idle:
@@ -282,10 +284,33 @@ def fanout(args, port, path, n, seconds, nodes=0, idle=False):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
-def fanout_result(p, timeout):
-    out, _ = p.communicate(timeout=timeout)
+def read_line(p, timeout):
+    """The next line fanout prints, within timeout seconds."""
+    import select
+    if timeout <= 0 or not select.select([p.stdout], [], [], timeout)[0]:
+        p.kill()
+        raise RuntimeError("fanout printed nothing in time")
+    line = p.stdout.readline()
+    if not line:
+        raise RuntimeError("fanout ended without a result (exit %s)" % p.wait())
+    return line
+
+
+def fanout_measure(p, server_pid, timeout=600):
+    """Reads fanout's lines: the server's CPU (share of one core) and RSS over
+    the measuring window, and the result."""
     import json
-    return json.loads(out.strip().splitlines()[-1])
+    deadline = time.monotonic() + timeout
+    c0 = t0 = None
+    while True:
+        r = json.loads(read_line(p, deadline - time.monotonic()))
+        if "measuring" in r:
+            c0, t0 = cpu_seconds(server_pid), time.monotonic()
+            continue
+        cpu = (cpu_seconds(server_pid) - c0) / (time.monotonic() - t0) if c0 is not None else 0
+        r["cpu"], r["rss_mb"] = cpu, rss_kib(server_pid) / 1024
+        p.wait()
+        return r
 
 
 def rss_kib(pid, field="VmRSS"):
@@ -296,65 +321,149 @@ def rss_kib(pid, field="VmRSS"):
     return 0
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """etcd (data on tmpfs: the comparison is fan-out, not fsync) and an etcd
+    grpc-proxy in front of it; a writer thread puts ~1 KiB values carrying
+    the same written-at stamp apisim puts on its objects, evenly paced."""
+
+    def __init__(self, workdir):
+        import threading
+        self.dir = tempfile.mkdtemp(prefix="kwc-etcd-", dir="/dev/shm")
+        self.port, peer, self.proxy_port = free_port(), free_port(), free_port()
+        log = open(os.path.join(workdir, "etcd.log"), "w")
+        self.etcd = subprocess.Popen(["etcd", "--data-dir", self.dir, "--listen-client-urls",
+                                      "http://127.0.0.1:%d" % self.port, "--advertise-client-urls",
+                                      "http://127.0.0.1:%d" % self.port, "--listen-peer-urls",
+                                      "http://127.0.0.1:%d" % peer, "--initial-advertise-peer-urls",
+                                      "http://127.0.0.1:%d" % peer, "--initial-cluster",
+                                      "default=http://127.0.0.1:%d" % peer], stdout=log, stderr=log)
+        self.proxy = subprocess.Popen(["etcd", "grpc-proxy", "start", "--endpoints", "127.0.0.1:%d" % self.port,
+                                       "--listen-addr", "127.0.0.1:%d" % self.proxy_port], stdout=log, stderr=log)
+        wait_for(lambda: http_request(self.port, "GET", "/health", timeout=2)[0] == 200, 30, "etcd /health")
+        wait_for(lambda: socket.create_connection(("127.0.0.1", self.proxy_port), 1).close() is None, 30,
+                 "etcd grpc-proxy listening")
+        self.stop_writer = threading.Event()
+        self.writer = None
+        self.written = 0
+
+    def start_writer(self, rate):
+        import threading
+        self.stop_writer.clear()
+        self.writer = threading.Thread(target=self._write, args=(rate,), daemon=True)
+        self.writer.start()
+
+    def _write(self, rate):
+        import base64
+        import http.client
+        import json
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        t0, i = time.monotonic(), 0
+        while not self.stop_writer.is_set():
+            d = t0 + i / rate - time.monotonic()
+            if d > 0:
+                self.stop_writer.wait(d)
+            v = '{"metadata":{"annotations":{"apisim.kwc.dev/written-at":"%d"}},"pad":"' % time.time_ns()
+            v = (v + "x" * (1000 - len(v) - 2) + '"}').encode()
+            body = json.dumps({"key": base64.b64encode(b"/bench/k%d" % (i % 2000)).decode(),
+                               "value": base64.b64encode(v).decode()})
+            c.request("POST", "/v3/kv/put", body)
+            c.getresponse().read()
+            i += 1
+        self.written += i
+
+    def end_writer(self):
+        self.stop_writer.set()
+        if self.writer:
+            self.writer.join(10)
+
+    def close(self):
+        self.end_writer()
+        for p in (self.proxy, self.etcd):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run(["rm", "-rf", self.dir])
+
+
 def bench_watch(args):
-    """Issue 4: watch fan-out through kwc vs apisim directly, same stream."""
-    import json
-    rows = []
-    plot = []
+    """Issue 4: one event stream fanned out by kwc, by apisim directly, by etcd
+    grpc-proxy and by etcd directly; same watchers, same event size."""
+    rows, plot = [], []
     secs = args.duration
+    hdr = ["scenario", "server", "watchers", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms",
+           "server CPU", "server RSS MB", "target"]
+
+    def row(scenario, server, n, r, target):
+        rows.append([scenario, server, n, r["streams"], r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                     "%.0f%%" % (r["cpu"] * 100), "%.0f" % r["rss_mb"], target])
+        print(rows[-1], flush=True)
+
     env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
               kwc_args=["--resources", "v1/pods", "--log-level", "warn"], kwc_bin=args.kwc)
+    etcd = Etcd(env.dir)
     try:
-        for target, port in (("kwc", env.kwc.port), ("apisim", env.apisim.port)):
-            for n in (1000, 10000):
-                rv = env.stats()["rv"]
-                path = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv
-                env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
-                pid = env.kwc.pid()
-                p = fanout(args, port, path, n, secs)
-                # kwc's CPU over the measuring window only (after connect + warm-up)
-                time.sleep(0.5)
-                c0, t0 = cpu_seconds(pid), time.monotonic()
-                r = fanout_result(p, 600)
-                cpu = (cpu_seconds(pid) - c0) / (time.monotonic() - t0)
-                rss = rss_kib(pid) / 1024
-                env.sim("POST", "/apisim/churn", {"rate": 0})
-                rows.append(["full fan-out, 100 ev/s x 1 KiB", target, n, r["streams"], r["per_s"], r["p50_ms"],
-                             r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100) if target == "kwc" else "-",
-                             "%.0f" % rss if target == "kwc" else "-",
-                             "p99 <= %d ms" % (5 if n == 1000 else 20)])
-                plot.append((target, n, r["p50_ms"], r["p99_ms"]))
-                print(rows[-1], flush=True)
-                time.sleep(1)  # let the closed streams go before the next run
-        # saturation: as fast as apisim writes, 10,000 watchers through kwc
+        counts = [int(x) for x in args.watchers.split(",")]
+        for n in counts:
+            target = "p99 <= %d ms" % (5 if n <= 1000 else 20)
+            for server in ("kwc", "apisim", "etcd grpc-proxy", "etcd"):
+                if server in ("kwc", "apisim"):
+                    port, pid = (env.kwc.port, env.kwc.pid()) if server == "kwc" else \
+                        (env.apisim.port, env.apisim.pid())
+                    rv = env.stats()["rv"]
+                    env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+                    p = fanout(args, port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+                    try:
+                        r = fanout_measure(p, pid)
+                    finally:
+                        env.sim("POST", "/apisim/churn", {"rate": 0})
+                else:
+                    port, pid = (etcd.proxy_port, etcd.proxy.pid) if server != "etcd" else (etcd.port, etcd.etcd.pid)
+                    etcd.start_writer(100)
+                    p = fanout(args, port, n, etcd_prefix="/bench/")
+                    try:
+                        r = fanout_measure(p, pid)
+                    finally:
+                        etcd.end_writer()
+                row("full fan-out, 100 ev/s x 1 KiB", server, n, r, target)
+                plot.append((server, n, r["p50_ms"], r["p99_ms"]))
+        # saturation: events as fast as apisim writes them, to 10,000 watchers
         rv = env.stats()["rv"]
         env.sim("POST", "/apisim/churn", {"rate": 2000, "resources": ["pods"], "mix": {"update": 1.0}})
-        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
-                   10000, secs)
-        time.sleep(0.5)
-        c0, t0 = cpu_seconds(env.kwc.pid()), time.monotonic()
-        r = fanout_result(p, 600)
-        cpu = (cpu_seconds(env.kwc.pid()) - c0) / (time.monotonic() - t0)
-        env.sim("POST", "/apisim/churn", {"rate": 0})
-        rows.append(["saturation, 2,000 ev/s asked", "kwc", 10000, r["streams"], r["per_s"], r["p50_ms"],
-                     r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100), "%.0f" % (rss_kib(env.kwc.pid()) / 1024),
-                     ">= 1,000,000 deliveries/s"])
-        print(rows[-1], flush=True)
-        time.sleep(1)
-        # idle watchers: kwc memory per watcher
-        pid = env.kwc.pid()
-        a0 = rss_kib(pid, "RssAnon")
-        rv = env.stats()["rv"]
-        n_idle = 15000
-        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
-                   n_idle, 1, idle=True)
-        r = fanout_result(p, 300)
-        a1 = rss_kib(pid, "RssAnon")
-        rows.append(["idle watchers", "kwc", n_idle, r["streams"], "-", "-", "-", "-", "-",
-                     "+%.1f MB" % ((a1 - a0) / 1024),
-                     "%.2f KiB/watcher (target <= 2 KiB)" % ((a1 - a0) / n_idle)])
-        print(rows[-1], flush=True)
+        p = fanout(args, env.kwc.port, 10000, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+        try:
+            r = fanout_measure(p, env.kwc.pid())
+        finally:
+            env.sim("POST", "/apisim/churn", {"rate": 0})
+        row("saturation: 2,000 ev/s x 1 KiB asked", "kwc", 10000, r, ">= 1,000,000 deliveries/s")
+        # idle watchers: memory per watcher (kwc's heap, the proxy's whole RSS)
+        n_idle = args.idle
+        for server, port, pid, field, kw in (
+                ("kwc", env.kwc.port, env.kwc.pid(), "RssAnon",
+                 {"path": "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=3600" % env.stats()["rv"]}),
+                ("etcd grpc-proxy", etcd.proxy_port, etcd.proxy.pid, "RssAnon", {"etcd_prefix": "/bench/"})):
+            a0 = rss_kib(pid, field)
+            p = fanout(args, port, n_idle, idle=True, **kw)
+            line = read_line(p, 300)
+            a1 = rss_kib(pid, field)
+            p.kill()
+            p.wait()
+            import json
+            got = json.loads(line)["streams"] if line else 0
+            rows.append(["idle watchers", server, n_idle, got, "-", "-", "-", "-", "-",
+                         "+%.1f" % ((a1 - a0) / 1024),
+                         "%.2f KiB per watcher%s" % ((a1 - a0) / max(got, 1),
+                                                     " (target <= 2 KiB)" if server == "kwc" else "")])
+            print(rows[-1], flush=True)
     finally:
+        etcd.close()
         env.close()
     # kubelet pattern
     env = Env(apisim_args=["--nodes", "5000", "--history", "2000000"],
@@ -365,22 +474,47 @@ def bench_watch(args):
         env.start_kwc()
         rv = env.stats()["rv"]
         env.sim("POST", "/apisim/churn", {"rate": 500, "resources": ["pods"], "mix": {"update": 1.0}})
-        p = fanout(args, env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv,
-                   5000, secs, nodes=5000)
-        time.sleep(0.5)
-        c0, t0 = cpu_seconds(env.kwc.pid()), time.monotonic()
-        r = fanout_result(p, 600)
-        cpu = (cpu_seconds(env.kwc.pid()) - c0) / (time.monotonic() - t0)
-        env.sim("POST", "/apisim/churn", {"rate": 0})
-        rows.append(["kubelet: fieldSelector=spec.nodeName, %d pods, 500 ev/s" % args.pods, "kwc", 5000,
-                     r["streams"], r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"], "%.0f%%" % (cpu * 100),
-                     "%.0f" % (rss_kib(env.kwc.pid()) / 1024), "p99, CPU"])
-        print(rows[-1], flush=True)
+        p = fanout(args, env.kwc.port, 5000, nodes=5000,
+                   path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+        try:
+            r = fanout_measure(p, env.kwc.pid())
+        finally:
+            env.sim("POST", "/apisim/churn", {"rate": 0})
+        row("kubelet: fieldSelector=spec.nodeName, %d pods, 500 ev/s" % args.pods, "kwc", 5000, r, "p99, CPU")
     finally:
         env.close()
-    save("watch", table("Watch fan-out (write-to-receipt latency; kwc CPU as % of one core)",
-                        ["scenario", "server", "watchers", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms",
-                         "kwc CPU", "kwc RSS MB", "target"], rows))
+    save("watch", table("Watch fan-out (write-to-receipt latency; server CPU as % of one core)", hdr, rows))
+    plot_fanout(plot)
+
+
+def plot_fanout(points):
+    """PNG: p50/p99 write-to-receipt latency vs watchers, per server (gnuplot)."""
+    servers = []
+    for s, *_ in points:
+        if s not in servers:
+            servers.append(s)
+    data = os.path.join(RESULTS, "watch-latency.dat")
+    with open(data, "w") as f:
+        for s in servers:
+            f.write("# %s\n" % s)
+            for srv, n, p50, p99 in points:
+                if srv == s:
+                    f.write("%d %.3f %.3f\n" % (n, max(p50, 0.01), max(p99, 0.01)))
+            f.write("\n\n")
+    plots = []
+    for i, s in enumerate(servers):
+        plots.append("'%s' index %d using 1:3 with linespoints title '%s p99'" % (data, i, s))
+        plots.append("'%s' index %d using 1:2 with linespoints dashtype 2 title '%s p50'" % (data, i, s))
+    script = """set terminal png size 900,560
+set output '%s'
+set title 'Watch fan-out: 1 KiB events at 100/s, write-to-receipt latency'
+set xlabel 'watchers'
+set ylabel 'ms (log)'
+set logscale xy
+set key left top
+plot %s
+""" % (os.path.join(RESULTS, "watch-latency.png"), ", ".join(plots))
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
 
 
 def plot_latency(points):
@@ -409,6 +543,8 @@ def main():
     ap.add_argument("--only", default="passthrough,large,cache,watch")
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--pods", type=int, default=150000)
+    ap.add_argument("--watchers", default="1000,10000", help="watch fan-out: watcher counts")
+    ap.add_argument("--idle", type=int, default=15000, help="watch fan-out: idle watchers")
     args = ap.parse_args()
     args.kwc = os.path.abspath(args.kwc)
     for name in args.only.split(","):

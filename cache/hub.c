@@ -317,7 +317,7 @@ struct build_ctx {
     const struct hub_res *r;
     uint64_t to_rv;
     struct hub_event **ev;
-    size_t n, cap;
+    size_t n, cap, bytes;
 };
 
 static int
@@ -332,7 +332,7 @@ on_build_hist(void *arg, const struct store_hist *h)
     }
     struct hub_event *e = event_new(c->r, h);
     /* the common variant now, on the writer's thread, off the workers' */
-    event_blob(e, VAR_AS_IS);
+    c->bytes += event_blob(e, VAR_AS_IS)->len + sizeof(*e) + e->key_len;
     c->ev[c->n++] = e;
     return 0;
 }
@@ -358,6 +358,7 @@ hub_batch_build(struct store *st, const struct hub_res *r, uint64_t from_rv, uin
         store_rtxn_end(t);
         b->ev = c.ev;
         b->n = c.n;
+        b->bytes = c.bytes;
         if (rc == KWC_EEXPIRED) {
             b->gap = true;
         } else if (rc) {
@@ -405,6 +406,11 @@ struct hres {
     struct bucket *by_ns, *by_node;
     struct hub_watcher *waiting; /* WAIT: not in any bucket */
     size_t n;
+    /* The window: the batches applied here, oldest first, contiguous: they
+     * hold every event in (win_from, rv]. A ring of win_cap slots. */
+    struct hub_batch **win;
+    size_t win_head, win_n, win_cap, win_bytes;
+    uint64_t win_from;
 };
 
 struct hub {
@@ -463,6 +469,8 @@ hub_new(struct store *st, const struct hub_options *o)
         h->o.chunk_bytes = 64 * 1024;
     if (!h->o.bookmark_ms)
         h->o.bookmark_ms = 60000;
+    if (!h->o.window_bytes)
+        h->o.window_bytes = 16 * 1024 * 1024;
     return h;
 }
 
@@ -748,6 +756,55 @@ end_all(struct hres *hr, enum hub_end why)
         end(hr->by_node->head, why);
 }
 
+/* ---- the window of recent batches ---- */
+
+static struct hub_batch *
+win_at(const struct hres *hr, size_t i)
+{
+    return hr->win[(hr->win_head + i) % hr->win_cap];
+}
+
+/* Empty the window; it covers (rv, hr->rv] from now on. */
+static void
+win_reset(struct hres *hr, uint64_t rv)
+{
+    for (size_t i = 0; i < hr->win_n; i++)
+        hub_batch_unref(win_at(hr, i));
+    hr->win_head = hr->win_n = hr->win_bytes = 0;
+    hr->win_from = rv;
+}
+
+/* b was just applied (the window stays contiguous: every batch after the
+ * last reset reaches this hub). The oldest leave while it holds more than
+ * window_bytes; the variants built on demand are not counted. */
+static void
+win_push(struct hub *h, struct hres *hr, struct hub_batch *b)
+{
+    if (b->n == 0)
+        return; /* only the rv moved */
+    if (hr->win_n == hr->win_cap) {
+        size_t cap = hr->win_cap ? hr->win_cap * 2 : 64;
+        struct hub_batch **nw = xcalloc(cap, sizeof(*nw));
+        for (size_t i = 0; i < hr->win_n; i++)
+            nw[i] = win_at(hr, i);
+        free(hr->win);
+        hr->win = nw;
+        hr->win_cap = cap;
+        hr->win_head = 0;
+    }
+    hub_batch_ref(b);
+    hr->win[(hr->win_head + hr->win_n++) % hr->win_cap] = b;
+    hr->win_bytes += b->bytes;
+    while (hr->win_n > 1 && hr->win_bytes > h->o.window_bytes) {
+        struct hub_batch *old = win_at(hr, 0);
+        hr->win_head = (hr->win_head + 1) % hr->win_cap;
+        hr->win_n--;
+        hr->win_bytes -= old->bytes;
+        hr->win_from = old->rv;
+        hub_batch_unref(old);
+    }
+}
+
 /* This hub's rv for a resource jumps to rv without the batches in between
  * (the writer posts batches only to hubs with watchers of it, so a hub that
  * had none catches up through the rv a new watcher brings). Any watcher that
@@ -768,6 +825,7 @@ advance(struct hres *hr, uint64_t rv)
         }
     }
     hr->rv = rv;
+    win_reset(hr, rv); /* what lies in between never came as batches */
 }
 
 void
@@ -782,6 +840,7 @@ hub_apply(struct hub *h, struct hub_batch *b)
         end_all(hr, HUB_END_RESET);
         if (b->rv > hr->rv)
             hr->rv = b->rv;
+        win_reset(hr, hr->rv);
         return;
     }
     for (size_t i = 0; i < b->n; i++) {
@@ -800,6 +859,7 @@ hub_apply(struct hub *h, struct hub_batch *b)
     }
     if (b->rv > hr->rv)
         hr->rv = b->rv;
+    win_push(h, hr, b);
     /* sendInitialEvents watchers whose rv the cache reached */
     for (struct hub_watcher *w = hr->waiting, *next; w; w = next) {
         next = w->next;
@@ -977,10 +1037,55 @@ on_catchup_hist(void *arg, const struct store_hist *hh)
         pv = &h->scratch[1];
     size_t nsl = ns_len_of(r, hh->obj.key, hh->obj.key_len);
     enum variant v = variant_for(w, hh->type, hh->obj.key, nsl, ov, pv);
-    if (v != VAR_NONE)
+    if (v != VAR_NONE) {
         enc_variant(&c->out, r, hh->type, v, hh->rv, hh->obj.raw, hh->obj.raw_len, hh->prev.raw,
                     hh->prev.raw_len);
+        h->stats.from_store++;
+    }
     return 0;
+}
+
+/* CATCHUP inside the window: what the watcher would have been handed live,
+ * the same shared blobs, up to chunk_bytes per step (an rv's group is never
+ * split). Returns true when more remains. */
+static bool
+pump_window(struct hub_watcher *w)
+{
+    struct hub *h = w->h;
+    struct hres *hr = w->hr;
+    size_t lo = 0, hi = hr->win_n, sent = 0;
+    while (lo < hi) { /* the first batch with events after last_rv */
+        size_t mid = lo + (hi - lo) / 2;
+        if (win_at(hr, mid)->rv <= w->last_rv)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t last = w->last_rv;
+    for (size_t i = lo; i < hr->win_n; i++) {
+        struct hub_batch *b = win_at(hr, i);
+        for (size_t k = 0; k < b->n; k++) {
+            struct hub_event *e = b->ev[k];
+            if (e->rv <= w->last_rv)
+                continue;
+            if (sent >= h->o.chunk_bytes && e->rv != last) {
+                w->last_rv = last;
+                return true;
+            }
+            last = e->rv;
+            enum variant v = variant_for(w, e->type, e->key, e->ns_len,
+                                         e->obj.ok ? &e->obj.v : NULL,
+                                         e->prev.ok ? &e->prev.v : NULL);
+            if (v == VAR_NONE)
+                continue;
+            struct hub_blob *bl = event_blob(e, v);
+            put(w, bl);
+            sent += bl->len;
+            h->stats.from_window++;
+        }
+    }
+    w->last_rv = hr->rv;
+    return false;
 }
 
 bool
@@ -990,6 +1095,12 @@ hub_pump(struct hub_watcher *w, bool *alive)
     *alive = true;
     if (!hub_pump_wanted(w))
         return false;
+    if (w->mode == M_CATCHUP && w->last_rv >= w->hr->win_from) {
+        if (pump_window(w))
+            return true;
+        set_mode(w, M_LIVE);
+        return false;
+    }
     struct store_rtxn *t;
     int rc = store_rtxn_begin(h->st, &t);
     if (rc) {
@@ -1104,6 +1215,8 @@ hub_free(struct hub *h)
         if (!hr)
             continue;
         end_all(hr, HUB_END_SHUTDOWN);
+        win_reset(hr, 0);
+        free(hr->win);
         free(hr);
     }
     free(h->res);

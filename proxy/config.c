@@ -293,6 +293,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     c->watch_workers);
     if (c->watch_budget < 16384)
         return fail(err, errlen, "--watch-budget must be at least 16384 bytes");
+    if (c->watch_window < 65536)
+        return fail(err, errlen, "--watch-window must be at least 65536 bytes (it holds the "
+                                 "recent events lagging watchers catch up from)");
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);

@@ -342,6 +342,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     struct watch_options wo = {
         .workers = (unsigned)cfg->watch_workers,
         .budget = (size_t)cfg->watch_budget,
+        .window_bytes = (size_t)cfg->watch_window,
         .bookmark_ms = (uint64_t)cfg->bookmark_interval * 1000,
         .wait_ms = (int)cfg->rv_wait_ms,
         .too_large = so.too_large,

@@ -810,7 +810,8 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
         p->res[i].count = xcalloc(p->nw, sizeof(atomic_uint));
     }
     p->w = xcalloc(p->nw, sizeof(*p->w));
-    struct hub_options ho = {.budget = p->o.budget, .bookmark_ms = o->bookmark_ms};
+    struct hub_options ho = {
+        .budget = p->o.budget, .bookmark_ms = o->bookmark_ms, .window_bytes = o->window_bytes};
     for (unsigned i = 0; i < p->nw; i++) {
         struct worker *wk = &p->w[i];
         wk->p = p;

@@ -18,11 +18,16 @@
  *   WAIT     (sendInitialEvents with an rv the cache has not reached)
  *   INITIAL  (synthetic ADDED for the state at one snapshot rv, read from the
  *             store in chunks while the sink drains)
- *   CATCHUP  (events after its last rv read from the store's history)
+ *   CATCHUP  (events after its last rv: from the hub's window of recent
+ *             batches when it reaches back that far, by reference to the
+ *             same shared blobs live watchers get; else read from the
+ *             store's history and encoded for this watcher)
  *   LIVE     (events handed over as the batches arrive)
  * and back from LIVE to CATCHUP when its sink holds more than the budget:
- * it then receives nothing live, and when the sink drains it reads the
- * history from where it stopped. A watcher whose rv falls below the history
+ * it then receives nothing live, and when the sink drains it catches up
+ * from where it stopped. The window (hub_options.window_bytes per resource,
+ * kube's watch-cache ring in spirit) makes a lagging watcher as cheap as a
+ * live one; LMDB behind it makes lag beyond the window still lossless. A watcher whose rv falls below the history
  * floor is ended (the client resumes and gets its 410 then), as is every
  * watcher of a resource whose history jumped (a relist reset it).
  *
@@ -86,6 +91,7 @@ struct hub_batch {
     bool gap;             /* the history no longer held (from_rv, rv]: end every watcher */
     size_t n;
     struct hub_event **ev;
+    size_t bytes; /* the events' shared bytes (the window's measure) */
 };
 
 /*
@@ -149,6 +155,7 @@ struct hub_options {
     size_t budget;          /* bytes queued on a sink before the watcher lags */
     size_t chunk_bytes;     /* encoded per pump step (initial state, catch-up) */
     uint64_t bookmark_ms;   /* interval between bookmarks */
+    size_t window_bytes;    /* recent batches kept per resource for catch-up by reference */
 };
 
 struct hub;
@@ -197,6 +204,7 @@ void hub_timer(struct hub_watcher *w, uint64_t now_ms);
 /* Counters of one hub. */
 struct hub_stats {
     unsigned long long watchers, live, lagging, delivered, visits, lag_events, bookmarks;
+    unsigned long long from_window, from_store; /* events sent by catch-up, by source */
 };
 void hub_stats(const struct hub *h, struct hub_stats *out);
 

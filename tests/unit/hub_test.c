@@ -2,8 +2,8 @@
  * hub_test.c — cache/hub.c with a real LMDB store and in-memory sinks: event
  * encoding (TypeMeta, chunk framing, HTTP/1.0), selector transitions as kube
  * sends them, index routing (an event visits only its buckets), the budget
- * (a watcher over it lags, then catches up from history with no gap or
- * duplicate), the initial state in chunks, 410 below the floor, bookmarks,
+ * (a watcher over it lags, then catches up from the window of recent
+ * batches or the store's history with no gap or duplicate), the initial state in chunks, 410 below the floor, bookmarks,
  * deadlines, the sendInitialEvents wait, and a history reset. Time injected.
  */
 #include <stdio.h>
@@ -69,15 +69,14 @@ m_end(void *s, enum hub_end why)
 }
 static const struct hub_sink_ops ops = {m_write, m_queued, m_wake, m_end};
 
-/* The event lines in a sink (chunk framing removed), as "TYPE key rv" each. */
-static int
-lines(struct msink *m, char out[][200], int max, bool framed)
+/* What a sink received with the chunk framing removed (NUL-terminated). */
+static size_t
+body_of(const struct msink *m, char *body, bool framed)
 {
-    char body[1 << 20];
     size_t bl = 0, i = 0;
     while (framed && i < m->len) {
         size_t n = strtoul(m->buf + i, NULL, 16);
-        char *crlf = strstr(m->buf + i, "\r\n");
+        const char *crlf = strstr(m->buf + i, "\r\n");
         i = (size_t)(crlf - m->buf) + 2;
         memcpy(body + bl, m->buf + i, n);
         bl += n;
@@ -88,6 +87,15 @@ lines(struct msink *m, char out[][200], int max, bool framed)
         bl = m->len;
     }
     body[bl] = '\0';
+    return bl;
+}
+
+/* The event lines in a sink (chunk framing removed), as "TYPE key rv" each. */
+static int
+lines(struct msink *m, char out[][200], int max, bool framed)
+{
+    static char body[1 << 20];
+    body_of(m, body, framed);
     int n = 0;
     for (char *p = body, *nl; n < max && (nl = strchr(p, '\n')); p = nl + 1) {
         *nl = '\0';
@@ -338,6 +346,70 @@ test_lag_and_catchup(void)
     teardown();
 }
 
+/* A lagging watcher catches up from the window by reference when it reaches
+ * back that far, from the store (encoded for it) when it does not, and from
+ * the store then the window when it lags across both: the bytes are the
+ * same as a live watcher's each time, selector transitions included. */
+static void
+catchup_from(size_t window_bytes, bool want_window, bool want_store, const char *what)
+{
+    setup();
+    struct hub_options o = hopts;
+    o.window_bytes = window_bytes;
+    struct hub *h = hub_new(st, &o);
+    static struct msink slow, fast;
+    memset(&slow, 0, sizeof slow), memset(&fast, 0, sizeof fast);
+    struct hub_watcher *w = watch(h, &slow, NULL, "flip=a", NULL, false, rv);
+    watch(h, &fast, NULL, "flip=a", NULL, false, rv);
+    put(STORE_ADDED, "ns-1", "a", "a", "n");
+    publish(h);
+    slow.queued = 10000; /* over the budget from here on */
+    for (int b = 0; b < 4; b++) { /* four batches of five: flips in and out of the selector */
+        for (int i = 0; i < 5; i++)
+            put(STORE_MODIFIED, "ns-1", i % 2 ? "b" : "c", i % 3 ? "a" : "b", "n");
+        publish(h);
+    }
+    slow.queued = 0;
+    bool alive = true;
+    for (int i = 0; i < 100 && hub_pump(w, &alive) && alive; i++)
+        ;
+    struct hub_stats s;
+    hub_stats(h, &s);
+    char m[4][200];
+    snprintf(m[0], sizeof m[0], "%s: live again", what);
+    snprintf(m[1], sizeof m[1], "%s: events from the window: %llu", what, s.from_window);
+    snprintf(m[2], sizeof m[2], "%s: events from the store: %llu", what, s.from_store);
+    is_int(s.lagging, 0, m[0]);
+    ok((s.from_window > 0) == want_window, m[1]);
+    ok((s.from_store > 0) == want_store, m[2]);
+    char a[64][200], b[64][200];
+    int na = lines(&slow, a, 64, true), nb = lines(&fast, b, 64, true);
+    bool same = na == nb && na > 5;
+    for (int i = 0; same && i < na; i++)
+        same = strcmp(a[i], b[i]) == 0;
+    snprintf(m[3], sizeof m[3], "%s: the lagging watcher's %d events are the live watcher's %d",
+             what, na, nb);
+    ok(same, m[3]);
+    /* from the store, several events share one chunk; the events' bytes are the same */
+    static char ba[1 << 20], bb[1 << 20];
+    size_t la = body_of(&slow, ba, true), lb = body_of(&fast, bb, true);
+    snprintf(m[0], sizeof m[0], "%s: byte for byte", what);
+    ok(la == lb && memcmp(ba, bb, la) == 0, m[0]);
+    if (!want_store) {
+        snprintf(m[0], sizeof m[0], "%s: the same chunks too (the same shared blobs)", what);
+        ok(slow.len == fast.len && memcmp(slow.buf, fast.buf, slow.len) == 0, m[0]);
+    }
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_catchup_sources(void)
+{
+    catchup_from(16 << 20, true, false, "a window that reaches back");
+    catchup_from(1, true, true, "a window of one batch: the store, then the window");
+}
+
 static void
 test_skipped_batches_are_caught_up(void)
 {
@@ -497,6 +569,7 @@ main(void)
     TAP_RUN(test_encoding_and_transitions);
     TAP_RUN(test_index_visits);
     TAP_RUN(test_lag_and_catchup);
+    TAP_RUN(test_catchup_sources);
     TAP_RUN(test_skipped_batches_are_caught_up);
     TAP_RUN(test_initial_state);
     TAP_RUN(test_too_old_and_reset);
