@@ -332,7 +332,10 @@ on_build_hist(void *arg, const struct store_hist *h)
     }
     struct hub_event *e = event_new(c->r, h);
     /* the common variant now, on the writer's thread, off the workers' */
-    c->bytes += event_blob(e, VAR_AS_IS)->len + sizeof(*e) + e->key_len;
+    /* what the event holds: its bytes on the wire, both objects and their
+     * index bytes (for the variants and the matching) */
+    c->bytes += event_blob(e, VAR_AS_IS)->len + sizeof(*e) + e->key_len + e->obj.raw_len +
+                e->prev.raw_len + h->obj.idx_len + h->prev.idx_len;
     c->ev[c->n++] = e;
     return 0;
 }
@@ -470,7 +473,7 @@ hub_new(struct store *st, const struct hub_options *o)
     if (!h->o.bookmark_ms)
         h->o.bookmark_ms = 60000;
     if (!h->o.window_bytes)
-        h->o.window_bytes = 16 * 1024 * 1024;
+        h->o.window_bytes = 64 * 1024 * 1024;
     return h;
 }
 
@@ -980,6 +983,12 @@ hub_pump_wanted(const struct hub_watcher *w)
     return w->mode == M_INITIAL || w->mode == M_CATCHUP;
 }
 
+bool
+hub_pump_reads_store(const struct hub_watcher *w)
+{
+    return w->mode == M_INITIAL || (w->mode == M_CATCHUP && w->last_rv < w->hr->win_from);
+}
+
 struct pump_ctx {
     struct hub_watcher *w;
     struct gostr_buf out;
@@ -1095,7 +1104,7 @@ hub_pump(struct hub_watcher *w, bool *alive)
     *alive = true;
     if (!hub_pump_wanted(w))
         return false;
-    if (w->mode == M_CATCHUP && w->last_rv >= w->hr->win_from) {
+    if (!hub_pump_reads_store(w)) {
         if (pump_window(w))
             return true;
         set_mode(w, M_LIVE);

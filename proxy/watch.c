@@ -51,6 +51,12 @@
 #define DISCARD_MAX (1024 * 1024)
 #define CLOSE_GRACE_MS 10000 /* an ended stream's last bytes: then the socket closes anyway */
 #define DEFAULT_MIN_TIMEOUT_S 1800 /* kube's minRequestTimeout: deadline in [1x, 2x) */
+/* Bytes encoded from the store for single watchers (initial state, catch-up
+ * behind the window) queued on one worker's sockets at most: beyond it the
+ * next such reads wait for those bytes to leave. Shared blobs do not count.
+ * With thousands of lagging or relisting watchers this, not N x budget,
+ * bounds their memory. */
+#define PRIVATE_MAX (32u << 20)
 
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
 
@@ -77,6 +83,9 @@ struct worker {
     struct wconn *all;   /* every stream this worker owns */
     struct wconn *dirty; /* got bytes since the last flush */
     struct wconn *pumps; /* owed stored events, socket has room */
+    struct wconn *held;  /* ...but would read the store while private_bytes is full */
+    size_t private_bytes; /* store-encoded bytes queued on this worker's sockets */
+    bool pumping_store;   /* sink writes now are such bytes */
     bool stopping;
     struct hub_stats stats; /* published under mu after each round */
     _Atomic unsigned long long started, ended;
@@ -142,6 +151,35 @@ on_blob_sent(const void *data, size_t len, void *arg)
     hub_blob_unref(arg);
 }
 
+/* A store-encoded chunk queued on one socket. */
+struct private_ref {
+    struct hub_blob *b;
+    struct worker *wk;
+    size_t len;
+};
+
+static void
+on_private_sent(const void *data, size_t len, void *arg)
+{
+    (void)data;
+    (void)len;
+    struct private_ref *pr = arg;
+    struct worker *wk = pr->wk;
+    hub_blob_unref(pr->b);
+    wk->private_bytes -= pr->len;
+    free(pr);
+    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping) {
+        /* room again: the held ones go back to pumping */
+        while (wk->held) {
+            struct wconn *c = wk->held;
+            wk->held = c->next_pump;
+            c->next_pump = wk->pumps;
+            wk->pumps = c;
+        }
+        event_active(wk->pump_ev, EV_TIMEOUT, 1);
+    }
+}
+
 static void
 mark_dirty(struct wconn *c)
 {
@@ -156,9 +194,20 @@ static void
 sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
 {
     struct wconn *c = sink;
+    struct worker *wk = c->wk;
     hub_blob_ref(b);
-    if (evbuffer_add_reference(c->out, p, len, on_blob_sent, b) != 0)
+    if (wk->pumping_store) {
+        struct private_ref *pr = xmalloc(sizeof(*pr));
+        *pr = (struct private_ref){b, wk, len};
+        wk->private_bytes += len;
+        if (evbuffer_add_reference(c->out, p, len, on_private_sent, pr) != 0) {
+            wk->private_bytes -= len;
+            hub_blob_unref(b);
+            free(pr);
+        }
+    } else if (evbuffer_add_reference(c->out, p, len, on_blob_sent, b) != 0) {
         hub_blob_unref(b);
+    }
     mark_dirty(c);
 }
 
@@ -239,11 +288,13 @@ conn_free(struct wconn *c)
             *pp = c->next_dirty;
             break;
         }
-    for (struct wconn **pp = &wk->pumps; c->pumping && *pp; pp = &(*pp)->next_pump)
-        if (*pp == c) {
-            *pp = c->next_pump;
-            break;
-        }
+    for (int l = 0; l < 2 && c->pumping; l++)
+        for (struct wconn **pp = l ? &wk->held : &wk->pumps; *pp; pp = &(*pp)->next_pump)
+            if (*pp == c) {
+                *pp = c->next_pump;
+                c->pumping = false;
+                break;
+            }
     if (c->prev_all) {
         *c->prev_all = c->next_all;
         if (c->next_all)
@@ -383,8 +434,17 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         c->pumping = false;
         if (!c->hw)
             continue;
+        bool store = hub_pump_reads_store(c->hw);
+        if (store && wk->private_bytes >= PRIVATE_MAX) {
+            c->pumping = true; /* waits for store-encoded bytes to leave */
+            c->next_pump = wk->held;
+            wk->held = c;
+            continue;
+        }
         bool alive;
+        wk->pumping_store = store;
         hub_pump(c->hw, &alive);
+        wk->pumping_store = false;
         mark_dirty(c);
     }
     flush_dirty(wk);
@@ -432,6 +492,7 @@ stop_all(struct worker *wk)
     /* one last try to send each; whatever does not fit is dropped */
     wk->dirty = NULL;
     wk->pumps = NULL;
+    wk->held = NULL;
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;

@@ -52,7 +52,7 @@
       "threads serving watch streams (0: one per CPU)")                                           \
     X("watch-budget", watch_budget, INT, "262144", "BYTES",                                        \
       "bytes queued per watcher before it stops getting live events and catches up from disk")    \
-    X("watch-window", watch_window, INT, "16777216", "BYTES",                                      \
+    X("watch-window", watch_window, INT, "67108864", "BYTES",                                      \
       "recent events kept in memory per watched resource; lagging watchers inside it catch up "   \
       "without reading LMDB")                                                                     \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \

@@ -192,6 +192,9 @@ void hub_unwatch(struct hub_watcher *w);
  * room: the caller calls hub_pump when the sink drains below budget / 2.
  */
 bool hub_pump_wanted(const struct hub_watcher *w);
+/* The next hub_pump encodes from the store (the initial state, or history
+ * behind the window): bytes of this watcher's own, not shared. */
+bool hub_pump_reads_store(const struct hub_watcher *w);
 /* Encode one chunk of what is owed. Returns true when more remains. May end
  * the watcher (then it is freed: pass *alive to learn it). */
 bool hub_pump(struct hub_watcher *w, bool *alive);
