@@ -56,6 +56,8 @@ struct conn {
     int fd;
     bool head;
     nghttp2_session *h2; /* --etcd-prefix */
+    struct event *ev;
+    bool dead; /* the server ended it: counted, no longer read */
     size_t req_sent;
     unsigned char ntail;
     char tail[TAILMAX];
@@ -81,7 +83,7 @@ static char grpc_req[512]; /* the gRPC-framed WatchRequest every etcd stream sen
 static size_t grpc_req_len;
 static struct conn *conns;
 static struct loop *loops;
-static atomic_int heads, failed;
+static atomic_int heads, ended, ended_headless; /* streams the server ended (before a head) */
 static _Atomic uint64_t t_measure, t_end;
 
 static uint64_t
@@ -243,14 +245,25 @@ h2_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size
     return 0;
 }
 
+/* A server that ends watchers (etcd grpc-proxy cancels one whose send
+ * blocks) is measured, not fatal: the count is reported. */
+static void
+conn_lost(struct conn *c)
+{
+    if (c->dead)
+        return;
+    c->dead = true;
+    atomic_fetch_add(c->head ? &ended : &ended_headless, 1);
+}
+
 static int
 h2_closed(nghttp2_session *s, int32_t id, uint32_t code, void *arg)
 {
     (void)s;
     (void)id;
-    (void)arg;
-    fprintf(stderr, "fanout: an etcd watch stream was closed (HTTP/2 error %u)\n", code);
-    exit(1);
+    (void)code;
+    conn_lost(arg);
+    return 0;
 }
 
 /* nghttp2_nv's fields are not const; nghttp2 copies them and writes nothing */
@@ -303,10 +316,12 @@ on_read(evutil_socket_t fd, short what, void *arg)
     ssize_t n = recv(fd, into, RBUF, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    if (n <= 0) {
-        fprintf(stderr, "fanout: a stream ended (%s)\n", n ? strerror(errno) : "eof");
-        atomic_fetch_add(&failed, 1);
-        exit(1);
+    if (n <= 0)
+        conn_lost(c);
+    if (c->dead) {
+        event_del(c->ev);
+        close(c->fd);
+        return;
     }
     lp->now = wall_ns();
     if (!c->h2) {
@@ -314,9 +329,11 @@ on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)into, (size_t)n) < 0 ||
-        nghttp2_session_send(c->h2) != 0) { /* window updates, pings, acks */
-        fprintf(stderr, "fanout: HTTP/2 error on an etcd stream\n");
-        exit(1);
+        nghttp2_session_send(c->h2) != 0) /* window updates, pings, acks */
+        conn_lost(c);
+    if (c->dead) {
+        event_del(c->ev);
+        close(c->fd);
     }
 }
 
@@ -347,7 +364,8 @@ open_some(evutil_socket_t fd, short what, void *arg)
         if (etcd_prefix) {
             evutil_make_socket_nonblocking(c->fd);
             h2_start(c);
-            event_add(event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c), NULL);
+            c->ev = event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
+            event_add(c->ev, NULL);
             continue;
         }
         char req[2048], sel[64] = "";
@@ -359,8 +377,8 @@ open_some(evutil_socket_t fd, short what, void *arg)
             exit(1);
         }
         evutil_make_socket_nonblocking(c->fd);
-        struct event *ev = event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
-        event_add(ev, NULL);
+        c->ev = event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
+        event_add(c->ev, NULL);
     }
     if (next < lp->first + lp->count) {
         struct timeval tv = {0, 2000};
@@ -375,7 +393,8 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct loop *lp = arg;
     uint64_t now = wall_ns(), end = atomic_load(&t_end);
-    if (idle && atomic_load(&heads) == nw) {
+    int settled = atomic_load(&heads) + atomic_load(&ended_headless);
+    if (idle && settled == nw) {
         event_base_loopbreak(lp->base);
         return;
     }
@@ -389,7 +408,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         printf("{\"measuring\":%d}\n", seconds);
         fflush(stdout);
     }
-    if (lp == &loops[0] && !idle && atomic_load(&heads) == nw && !atomic_load(&t_measure)) {
+    if (lp == &loops[0] && !idle && settled == nw && !atomic_load(&t_measure)) {
         uint64_t from = now + (uint64_t)warmup * 1000000000ull;
         atomic_store(&t_end, from + (uint64_t)seconds * 1000000000ull);
         atomic_store(&t_measure, from);
@@ -478,7 +497,8 @@ main(int argc, char **argv)
         nlat += loops[t].nlat;
     }
     if (idle) {
-        printf("{\"streams\":%d}\n", atomic_load(&heads));
+        printf("{\"streams\":%d,\"ended\":%d}\n", atomic_load(&heads),
+               atomic_load(&ended) + atomic_load(&ended_headless));
         fflush(stdout);
         pause(); /* the streams stay open until the caller has measured and kills us */
         return 0;
@@ -491,9 +511,10 @@ main(int argc, char **argv)
     qsort(lat, nlat, sizeof(*lat), cmp);
     double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)((double)nlat * 0.99)] : 0;
     double mx = nlat ? lat[nlat - 1] : 0;
-    printf("{\"streams\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,\"p99_ms\":%.2f,"
-           "\"max_ms\":%.2f}\n",
-           atomic_load(&heads), (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx);
+    printf("{\"streams\":%d,\"ended\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,"
+           "\"p99_ms\":%.2f,\"max_ms\":%.2f}\n",
+           atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
+           (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx);
     fflush(stdout);
     return 0;
 usage:

@@ -52,10 +52,11 @@
 #define CLOSE_GRACE_MS 10000 /* an ended stream's last bytes: then the socket closes anyway */
 #define DEFAULT_MIN_TIMEOUT_S 1800 /* kube's minRequestTimeout: deadline in [1x, 2x) */
 /* Bytes encoded from the store for single watchers (initial state, catch-up
- * behind the window) queued on one worker's sockets at most: beyond it the
- * next such reads wait for those bytes to leave. Shared blobs do not count.
- * With thousands of lagging or relisting watchers this, not N x budget,
- * bounds their memory. */
+ * behind the window) queued on one worker's sockets: beyond this a watcher
+ * reads the next chunk only once its socket has taken everything queued.
+ * Shared blobs do not count. With thousands of lagging or relisting
+ * watchers this, not N x budget, bounds their memory; a stuck reader keeps
+ * only what it already holds, so it cannot starve one that reads. */
 #define PRIVATE_MAX (32u << 20)
 
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
@@ -83,8 +84,8 @@ struct worker {
     struct wconn *all;   /* every stream this worker owns */
     struct wconn *dirty; /* got bytes since the last flush */
     struct wconn *pumps; /* owed stored events, socket has room */
-    struct wconn *held;  /* ...but would read the store while private_bytes is full */
     size_t private_bytes; /* store-encoded bytes queued on this worker's sockets */
+    unsigned held;        /* streams waiting for private_bytes to fall */
     bool pumping_store;   /* sink writes now are such bytes */
     bool stopping;
     struct hub_stats stats; /* published under mu after each round */
@@ -121,6 +122,7 @@ struct wconn {
     struct evbuffer *out;
     struct event *io, *timer;
     bool want_write, dirty, pumping, ending, http10;
+    bool held; /* owed store reads, waiting for private_bytes to fall */
     struct hub_watcher *hw; /* NULL once the hub let go of it */
     struct wconn *next_dirty, *next_pump;
     struct wconn *next_all, **prev_all;
@@ -168,16 +170,8 @@ on_private_sent(const void *data, size_t len, void *arg)
     hub_blob_unref(pr->b);
     wk->private_bytes -= pr->len;
     free(pr);
-    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping) {
-        /* room again: the held ones go back to pumping */
-        while (wk->held) {
-            struct wconn *c = wk->held;
-            wk->held = c->next_pump;
-            c->next_pump = wk->pumps;
-            wk->pumps = c;
-        }
-        event_active(wk->pump_ev, EV_TIMEOUT, 1);
-    }
+    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
+        event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
 }
 
 static void
@@ -288,13 +282,13 @@ conn_free(struct wconn *c)
             *pp = c->next_dirty;
             break;
         }
-    for (int l = 0; l < 2 && c->pumping; l++)
-        for (struct wconn **pp = l ? &wk->held : &wk->pumps; *pp; pp = &(*pp)->next_pump)
-            if (*pp == c) {
-                *pp = c->next_pump;
-                c->pumping = false;
-                break;
-            }
+    for (struct wconn **pp = &wk->pumps; c->pumping && *pp; pp = &(*pp)->next_pump)
+        if (*pp == c) {
+            *pp = c->next_pump;
+            break;
+        }
+    if (c->held)
+        wk->held--;
     if (c->prev_all) {
         *c->prev_all = c->next_all;
         if (c->next_all)
@@ -423,6 +417,14 @@ on_pump(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct worker *wk = arg;
+    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2) {
+        for (struct wconn *c = wk->all; c; c = c->next_all)
+            if (c->held) {
+                c->held = false;
+                wk->held--;
+                want_pump(c);
+            }
+    }
     /* one step per watcher per round, so one large catch-up does not hold
      * the loop; the ones that still have room and work go again */
     struct wconn *list = wk->pumps;
@@ -435,11 +437,16 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         if (!c->hw)
             continue;
         bool store = hub_pump_reads_store(c->hw);
-        if (store && wk->private_bytes >= PRIVATE_MAX) {
-            c->pumping = true; /* waits for store-encoded bytes to leave */
-            c->next_pump = wk->held;
-            wk->held = c;
+        if (store && wk->private_bytes >= PRIVATE_MAX && evbuffer_get_length(c->out) > 0) {
+            if (!c->held) { /* again when its socket takes it all, or when there is room */
+                c->held = true;
+                wk->held++;
+            }
             continue;
+        }
+        if (c->held) {
+            c->held = false;
+            wk->held--;
         }
         bool alive;
         wk->pumping_store = store;
@@ -492,7 +499,6 @@ stop_all(struct worker *wk)
     /* one last try to send each; whatever does not fit is dropped */
     wk->dirty = NULL;
     wk->pumps = NULL;
-    wk->held = NULL;
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;

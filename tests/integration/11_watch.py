@@ -556,6 +556,39 @@ class WatchFanout(unittest.TestCase):
             slow.close()
             fast.close()
 
+    def test_stuck_relisting_watchers_bounded_and_not_starving(self):
+        # 25 watchers ask for the whole state (resourceVersion=0: 10 MB encoded
+        # for each from LMDB) and read nothing. Past what the kernel's socket
+        # buffers take (up to tcp_wmem's 4 MB each), kwc holds at most its cap
+        # of such bytes (32 MiB per worker), not 25 x budget / 2 = 100 MB; a
+        # watcher that reads still gets its state at once; the stuck ones get
+        # theirs when they read.
+        with Env(apisim_args=["--pods", "200", "--pod-size", "50000"],
+                 kwc_args=["--resources", "v1/pods", "--watch-budget", "8388608", "--watch-workers", "1"]) as e:
+            quiesce(e)
+            rss0 = e.kwc.rss_kib("RssAnon")
+            stuck = []
+            for _ in range(25):
+                st = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0", rcvbuf=4096)
+                st.paused = True
+                stuck.append(st)
+            reader = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0")
+            pump([reader], lambda: len(reader.events) >= 200, 60, "the reading watcher's 200 pods")
+            rss1 = e.kwc.rss_kib("RssAnon")
+            if not os.environ.get("KWC_SANITIZED"):
+                self.assertLess(rss1 - rss0, 64 * 1024,
+                                "kwc queued the whole state for each stuck watcher (no cap)")
+            for st in stuck:
+                st.paused = False
+            pump(stuck, lambda: all(len(st.events) >= 200 for st in stuck), 120, "the stuck watchers' pods")
+            want = sorted(key_of(ev["object"]) for ev in reader.events)
+            self.assertEqual(len(set(want)), 200)
+            for st in stuck:
+                self.assertEqual(sorted(key_of(ev["object"]) for ev in st.events), want)
+                self.assertTrue(all(ev["type"] == "ADDED" for ev in st.events))
+                st.close()
+            reader.close()
+
     def test_sigterm_ends_streams(self):
         with Env(apisim_args=["--pods", "10"], kwc_args=["--resources", "v1/pods"]) as e:
             streams = [Stream(e.kwc.port, "/api/v1/pods?watch=1"),
