@@ -14,7 +14,9 @@
   duplicate or decreasing rv, and its final state equals apisim's.
 - Multiplexing: 500 watchers, one upstream watch.
 - Bookmarks on the wire, a paused watcher over its budget (memory stays bounded,
-  then it catches up), SIGTERM ends every stream with a terminal chunk.
+  then it catches up), stuck watchers relisting the whole state (kwc's cap on
+  store-encoded bytes bounds them and a reading watcher is not starved),
+  SIGTERM ends every stream with a terminal chunk.
 """
 import os
 import random
