@@ -398,6 +398,8 @@ flush_dirty(struct worker *wk)
         c->dirty = false;
         c->next_dirty = NULL;
         bool ending = c->ending;
+        if (c->want_write && !ending)
+            continue; /* its socket was full: the write event sends it (no EAGAIN try) */
         if (flush(c) && ending)
             arm_timer(c);
     }
