@@ -454,7 +454,12 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         wk->pumping_store = store;
         hub_pump(c->hw, &alive);
         wk->pumping_store = false;
-        mark_dirty(c);
+        /* to the socket now: a round over thousands of watchers must not
+         * hold a chunk for each before the first is written (the kernel
+         * takes most; the cap above counts what it does not) */
+        bool ending = c->ending;
+        if (flush(c) && ending)
+            arm_timer(c);
     }
     flush_dirty(wk);
     publish_stats(wk);
