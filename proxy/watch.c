@@ -13,8 +13,10 @@
  *   hub_watch; WMSG_STOP -> end every stream, leave the loop. Then every
  *   watcher that got bytes is flushed once (several events, one writev), and
  *   watchers owed stored events are pumped while their sockets have room.
- * A watcher's socket: evbuffer of references into shared blobs
- * (evbuffer_add_reference), one persistent read event (EOF = client gone;
+ * A watcher's socket: a ring of references into shared blobs (32 bytes an
+ * entry; libevent's evbuffer_add_reference allocates a 1 KiB chain for each,
+ * as much as copying a small event), written with writev, one persistent
+ * read event (EOF = client gone;
  * request bytes are dropped), write interest only while bytes are queued,
  * and one timer (bookmarks, deadline, the sendInitialEvents wait).
  * Hand-off order is what makes a stream gapless: a WMSG_WATCH carries the rv
@@ -35,6 +37,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,7 +62,26 @@
  * only what it already holds, so it cannot starve one that reads. */
 #define PRIVATE_MAX (32u << 20)
 
+#define WRITE_IOV 64 /* entries per writev */
+
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
+
+/* Bytes queued on a stream: a reference into a blob (shared, or private to
+ * it when read from the store: then counted in the worker's private_bytes),
+ * or bytes of its own (the head; freed when sent), or static bytes. */
+struct qent {
+    struct hub_blob *b;
+    char *own;
+    const char *p; /* next byte to send */
+    size_t len;    /* bytes left */
+    size_t acct;   /* private bytes this entry counts for */
+};
+
+struct outq {
+    struct qent *e; /* ring */
+    size_t head, n, cap;
+    size_t bytes;
+};
 
 struct wconn;
 
@@ -119,7 +141,7 @@ struct wconn {
     struct worker *wk;
     unsigned res;
     int fd;
-    struct evbuffer *out;
+    struct outq q;
     struct event *io, *timer;
     bool want_write, dirty, pumping, ending, http10;
     bool held; /* owed store reads, waiting for private_bytes to fall */
@@ -146,32 +168,79 @@ now_ms(void)
 /* ---- the sink a hub writes to ---- */
 
 static void
-on_blob_sent(const void *data, size_t len, void *arg)
+q_push(struct wconn *c, struct hub_blob *b, char *own, const char *p, size_t len, size_t acct)
 {
-    (void)data;
-    (void)len;
-    hub_blob_unref(arg);
+    struct outq *q = &c->q;
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 8;
+        struct qent *ne = xmalloc(cap * sizeof(*ne));
+        for (size_t i = 0; i < q->n; i++)
+            ne[i] = q->e[(q->head + i) % q->cap];
+        free(q->e);
+        q->e = ne;
+        q->cap = cap;
+        q->head = 0;
+    }
+    q->e[(q->head + q->n++) % q->cap] = (struct qent){b, own, p, len, acct};
+    q->bytes += len;
 }
 
-/* A store-encoded chunk queued on one socket. */
-struct private_ref {
-    struct hub_blob *b;
-    struct worker *wk;
-    size_t len;
-};
+/* The first entry was sent (or is dropped). */
+static void
+q_pop(struct wconn *c)
+{
+    struct outq *q = &c->q;
+    struct qent *e = &q->e[q->head];
+    struct worker *wk = c->wk;
+    q->bytes -= e->len;
+    hub_blob_unref(e->b);
+    free(e->own);
+    q->head = (q->head + 1) % q->cap;
+    q->n--;
+    if (e->acct) {
+        wk->private_bytes -= e->acct;
+        if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
+            event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
+    }
+}
 
 static void
-on_private_sent(const void *data, size_t len, void *arg)
+q_clear(struct wconn *c)
 {
-    (void)data;
-    (void)len;
-    struct private_ref *pr = arg;
-    struct worker *wk = pr->wk;
-    hub_blob_unref(pr->b);
-    wk->private_bytes -= pr->len;
-    free(pr);
-    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
-        event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
+    while (c->q.n)
+        q_pop(c);
+    free(c->q.e);
+    c->q.e = NULL;
+    c->q.cap = c->q.head = 0;
+}
+
+/* writev what is queued; returns bytes written, or -1 with errno. */
+static ssize_t
+q_write(struct wconn *c)
+{
+    struct outq *q = &c->q;
+    struct iovec iov[WRITE_IOV];
+    int k = 0;
+    for (size_t i = 0; i < q->n && k < WRITE_IOV; i++, k++) {
+        struct qent *e = &q->e[(q->head + i) % q->cap];
+        iov[k] = (struct iovec){(void *)(uintptr_t)e->p, e->len};
+    }
+    ssize_t n = writev(c->fd, iov, k);
+    if (n <= 0)
+        return n;
+    size_t left = (size_t)n;
+    while (left && q->n) {
+        struct qent *e = &q->e[q->head];
+        if (left < e->len) {
+            e->p += left;
+            e->len -= left;
+            q->bytes -= left;
+            break;
+        }
+        left -= e->len;
+        q_pop(c);
+    }
+    return n;
 }
 
 static void
@@ -190,18 +259,9 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
     struct wconn *c = sink;
     struct worker *wk = c->wk;
     hub_blob_ref(b);
-    if (wk->pumping_store) {
-        struct private_ref *pr = xmalloc(sizeof(*pr));
-        *pr = (struct private_ref){b, wk, len};
-        wk->private_bytes += len;
-        if (evbuffer_add_reference(c->out, p, len, on_private_sent, pr) != 0) {
-            wk->private_bytes -= len;
-            hub_blob_unref(b);
-            free(pr);
-        }
-    } else if (evbuffer_add_reference(c->out, p, len, on_blob_sent, b) != 0) {
-        hub_blob_unref(b);
-    }
+    size_t acct = wk->pumping_store ? len : 0;
+    wk->private_bytes += acct;
+    q_push(c, b, NULL, p, len, acct);
     mark_dirty(c);
 }
 
@@ -209,7 +269,7 @@ static size_t
 sink_queued(void *sink)
 {
     struct wconn *c = sink;
-    return evbuffer_get_length(c->out);
+    return c->q.bytes;
 }
 
 static void
@@ -227,7 +287,7 @@ static void
 sink_wake(void *sink)
 {
     struct wconn *c = sink;
-    if (evbuffer_get_length(c->out) < c->wk->p->o.budget / 2)
+    if (c->q.bytes < c->wk->p->o.budget / 2)
         want_pump(c);
 }
 
@@ -240,7 +300,7 @@ sink_end(void *sink, enum hub_end why)
     c->ending = true;
     c->end_by = now_ms() + CLOSE_GRACE_MS;
     if (!c->http10)
-        evbuffer_add(c->out, "0\r\n\r\n", 5);
+        q_push(c, NULL, NULL, "0\r\n\r\n", 5, 0);
     log_debug("watch: stream ended (%s)", hub_end_name(why));
     mark_dirty(c);
 }
@@ -298,8 +358,7 @@ conn_free(struct wconn *c)
         event_free(c->io);
     if (c->timer)
         event_free(c->timer);
-    if (c->out)
-        evbuffer_free(c->out);
+    q_clear(c);
     if (c->fd >= 0)
         close(c->fd);
     atomic_fetch_sub(&wk->p->res[c->res].count[wk->idx], 1);
@@ -314,8 +373,8 @@ conn_free(struct wconn *c)
 static bool
 flush(struct wconn *c)
 {
-    while (evbuffer_get_length(c->out) > 0) {
-        int n = evbuffer_write(c->out, c->fd);
+    while (c->q.n > 0) {
+        ssize_t n = q_write(c);
         if (n > 0)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -323,7 +382,7 @@ flush(struct wconn *c)
         conn_free(c); /* the client is gone */
         return false;
     }
-    size_t left = evbuffer_get_length(c->out);
+    size_t left = c->q.bytes;
     if (c->ending && left == 0) {
         shutdown(c->fd, SHUT_WR);
         conn_free(c);
@@ -439,7 +498,7 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         if (!c->hw)
             continue;
         bool store = hub_pump_reads_store(c->hw);
-        if (store && wk->private_bytes >= PRIVATE_MAX && evbuffer_get_length(c->out) > 0) {
+        if (store && wk->private_bytes >= PRIVATE_MAX && c->q.n > 0) {
             if (!c->held) { /* again when its socket takes it all, or when there is room */
                 c->held = true;
                 wk->held++;
@@ -474,12 +533,14 @@ start_watch(struct worker *wk, struct wconn *c)
         wk->all->prev_all = &c->next_all;
     c->prev_all = &wk->all;
     wk->all = c;
-    c->out = evbuffer_new();
     c->io = event_new(wk->base, c->fd, EV_READ | EV_PERSIST, on_io, c);
     c->timer = evtimer_new(wk->base, on_timer, c);
     event_add(c->io, NULL);
     wk->started++;
-    evbuffer_add(c->out, c->head, strlen(c->head));
+    size_t hl = strlen(c->head);
+    char *head = xmalloc(hl);
+    memcpy(head, c->head, hl);
+    q_push(c, NULL, head, head, hl, 0);
     mark_dirty(c);
     uint64_t now = now_ms();
     if (c->timeout_s < 0)
@@ -509,7 +570,8 @@ stop_all(struct worker *wk)
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;
-        evbuffer_write(c->out, c->fd);
+        if (c->q.n)
+            (void)q_write(c);
         conn_free(c);
     }
     event_base_loopbreak(wk->base);
