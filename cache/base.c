@@ -155,8 +155,8 @@ kwc_pct_decode(const char *s, size_t len, bool plus_is_space, char *out, size_t 
     return 0;
 }
 
-static int
-b64val(unsigned char c)
+int
+kwc_base64_sextet(unsigned char c, bool url_only)
 {
     if (c >= 'A' && c <= 'Z')
         return c - 'A';
@@ -164,11 +164,23 @@ b64val(unsigned char c)
         return c - 'a' + 26;
     if (c >= '0' && c <= '9')
         return c - '0' + 52;
-    if (c == '+' || c == '-')
+    if (c == '-' || (c == '+' && !url_only))
         return 62;
-    if (c == '/' || c == '_')
+    if (c == '_' || (c == '/' && !url_only))
         return 63;
     return -1;
+}
+
+int
+kwc_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
 }
 
 int
@@ -185,7 +197,7 @@ kwc_base64_decode(const char *s, size_t len, unsigned char **out, size_t *outlen
             break;
         if (c == '\n' || c == '\r' || c == ' ' || c == '\t')
             continue;
-        int v = b64val(c);
+        int v = kwc_base64_sextet(c, false);
         if (v < 0)
             goto bad;
         acc = acc << 6 | (uint32_t)v;

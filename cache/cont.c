@@ -39,22 +39,6 @@
 static const char b64_alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-static int
-b64_val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
 /* Decode into out (len / 4 * 3 + 2 bytes). Bits left over after the last
  * whole byte are ignored, as by Go's (non-strict) decoder; a lone last
  * character carries no whole byte and is an error, as in Go. */
@@ -67,7 +51,7 @@ b64_decode(const char *s, size_t len, unsigned char *out, size_t *outlen)
     if (len % 4 == 1)
         return KWC_EPARSE;
     for (size_t i = 0; i < len; i++) {
-        int v = b64_val((unsigned char)s[i]);
+        int v = kwc_base64_sextet((unsigned char)s[i], true);
         if (v < 0)
             return KWC_EPARSE;
         acc = acc << 6 | (uint32_t)v;

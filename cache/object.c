@@ -34,20 +34,6 @@ _Static_assert(OBJ_MAX_DEPTH == JSON_PARSER_MAX_DEPTH, "object depth follows jan
  * refused and NUL accepted. */
 #define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
 
-static int errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int
-errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* Up to 40 bytes of s for an error message, non-printable bytes as '?'. */
 static const char *
@@ -449,7 +435,7 @@ key_is(const char *p, size_t off, size_t len, const char *want)
 static int
 scan_err(const struct scan *s, char *err, size_t errlen)
 {
-    return errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: %s", s->pos,
+    return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: %s", s->pos,
                 s->what ? s->what : "malformed");
 }
 
@@ -465,7 +451,7 @@ load_object(const char *json, size_t len, int *rc, char *err, size_t errlen)
      * them first, as every other JSON reader does. */
     const char *nul = memchr(json, '\0', len);
     if (nul) {
-        *rc = errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
+        *rc = kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
                    (size_t)(nul - json));
         return NULL;
     }
@@ -475,12 +461,12 @@ load_object(const char *json, size_t len, int *rc, char *err, size_t errlen)
     if (!root && json_error_code(&e) == json_error_numeric_overflow)
         root = json_loadb(json, len, LOAD_FLAGS | JSON_DECODE_INT_AS_REAL, &e);
     if (!root) {
-        *rc = errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %d: %s", e.position, e.text);
+        *rc = kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %d: %s", e.position, e.text);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        *rc = errf(err, errlen, KWC_EPARSE, "not a JSON object");
+        *rc = kwc_errf(err, errlen, KWC_EPARSE, "not a JSON object");
         return NULL;
     }
     return root;
@@ -502,11 +488,11 @@ get_str(json_t *obj, const char *key, const char *what, struct strref *out, char
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_string(v))
-        return errf(err, errlen, KWC_EPARSE, "%s is not a string", what);
+        return kwc_errf(err, errlen, KWC_EPARSE, "%s is not a string", what);
     out->s = json_string_value(v);
     out->len = json_string_length(v);
     if (memchr(out->s, '\0', out->len))
-        return errf(err, errlen, KWC_EPARSE, "%s contains a NUL character", what);
+        return kwc_errf(err, errlen, KWC_EPARSE, "%s contains a NUL character", what);
     return 0;
 }
 
@@ -517,16 +503,16 @@ parse_rv(const struct strref *r, const char *what, uint64_t *out, char *err, siz
     char buf[48];
     uint64_t v = 0;
     if (!r->s || r->len == 0)
-        return errf(err, errlen, KWC_EPARSE, "%s missing", what);
+        return kwc_errf(err, errlen, KWC_EPARSE, "%s missing", what);
     for (size_t i = 0; i < r->len; i++) {
         unsigned d = (unsigned char)r->s[i] - '0';
         if (d > 9 || v > (UINT64_MAX - d) / 10)
-            return errf(err, errlen, KWC_EPARSE, "%s \"%s\" is not a decimal uint64", what,
+            return kwc_errf(err, errlen, KWC_EPARSE, "%s \"%s\" is not a decimal uint64", what,
                         shown(r->s, r->len, buf));
         v = v * 10 + d;
     }
     if (v == 0)
-        return errf(err, errlen, KWC_EPARSE, "%s is 0", what);
+        return kwc_errf(err, errlen, KWC_EPARSE, "%s is 0", what);
     *out = v;
     return 0;
 }
@@ -568,7 +554,7 @@ field_value(json_t *v, char num[static 32], struct strref *out, const char *path
         out->s = json_string_value(v);
         out->len = json_string_length(v);
         if (memchr(out->s, '\0', out->len))
-            return errf(err, errlen, KWC_EPARSE, "field %s contains a NUL character", path);
+            return kwc_errf(err, errlen, KWC_EPARSE, "field %s contains a NUL character", path);
     } else if (json_is_boolean(v)) {
         out->s = json_is_true(v) ? "true" : "false";
         out->len = strlen(out->s);
@@ -621,9 +607,9 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
 
     json_t *md = json_object_get(root, "metadata");
     if (!md || json_is_null(md))
-        return errf(err, errlen, KWC_EPARSE, "metadata missing");
+        return kwc_errf(err, errlen, KWC_EPARSE, "metadata missing");
     if (!json_is_object(md))
-        return errf(err, errlen, KWC_EPARSE, "metadata is not an object");
+        return kwc_errf(err, errlen, KWC_EPARSE, "metadata is not an object");
     if ((rc = get_str(root, "kind", "kind", &fixed[M_KIND], err, errlen)) < 0 ||
         (rc = get_str(root, "apiVersion", "apiVersion", &fixed[M_APIVERSION], err, errlen)) < 0 ||
         (rc = get_str(md, "namespace", "metadata.namespace", &fixed[M_NAMESPACE], err, errlen)) <
@@ -633,7 +619,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
         (rc = get_str(md, "resourceVersion", "metadata.resourceVersion", &rv, err, errlen)) < 0)
         return rc;
     if (!fixed[M_NAME].s || fixed[M_NAME].len == 0)
-        return errf(err, errlen, KWC_EPARSE, "metadata.name missing");
+        return kwc_errf(err, errlen, KWC_EPARSE, "metadata.name missing");
     if ((rc = parse_rv(&rv, "metadata.resourceVersion", &out->rv, err, errlen)) < 0)
         return rc;
     for (int i = M_NAMESPACE; i <= M_UID; i++)
@@ -646,10 +632,10 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
     size_t nl = 0;
     if (labels && !json_is_null(labels)) {
         if (!json_is_object(labels))
-            return errf(err, errlen, KWC_EPARSE, "metadata.labels is not an object");
+            return kwc_errf(err, errlen, KWC_EPARSE, "metadata.labels is not an object");
         nl = json_object_size(labels);
         if (nl > max_labels)
-            return errf(err, errlen, KWC_ETOOBIG, "%zu labels, over the limit of %zu", nl,
+            return kwc_errf(err, errlen, KWC_ETOOBIG, "%zu labels, over the limit of %zu", nl,
                         max_labels);
     }
 
@@ -665,7 +651,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
         {
             char buf[48];
             if (!json_is_string(v) && !json_is_null(v)) {
-                rc = errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] is not a string",
+                rc = kwc_errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] is not a string",
                           shown(k, klen, buf));
                 goto out;
             }
@@ -675,7 +661,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
                                  ? (struct strref){empty, 0}
                                  : (struct strref){json_string_value(v), json_string_length(v)};
             if (memchr(lab[2 * i + 1].s, '\0', lab[2 * i + 1].len)) {
-                rc = errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] contains a NUL",
+                rc = kwc_errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] contains a NUL",
                           shown(k, klen, buf));
                 goto out;
             }
@@ -908,20 +894,20 @@ obj_meta_parse(const char *json, size_t len, const struct obj_fields_spec *spec,
     int rc;
     memset(out, 0, sizeof(*out));
     if (len > max)
-        return errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
+        return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
                     max);
     /* The whole object is checked by the scanner; only the parts kwc reads
      * go through jansson (a typical pod's spec, status and managedFields
      * are most of its bytes and were most of the parse time). */
     if (memchr(json, '\0', len))
-        return errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
+        return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
                     (size_t)((const char *)memchr(json, '\0', len) - json));
     struct scan sc = {.p = (const unsigned char *)json, .len = len};
     if (scan_value(&sc) < 0)
         return scan_err(&sc, err, errlen);
     skip_ws(&sc);
     if (sc.pos != len)
-        return errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: data after the JSON value",
+        return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: data after the JSON value",
                     sc.pos);
     char *pruned = NULL;
     size_t plen = 0;
@@ -1149,7 +1135,7 @@ bookmark(json_t *root, struct wevent *ev, char *err, size_t errlen)
     struct strref rv;
     int rc;
     if (!json_is_object(md))
-        return errf(err, errlen, KWC_EPARSE, "BOOKMARK object has no metadata");
+        return kwc_errf(err, errlen, KWC_EPARSE, "BOOKMARK object has no metadata");
     if ((rc = get_str(md, "resourceVersion", "BOOKMARK metadata.resourceVersion", &rv, err,
                       errlen)) < 0 ||
         (rc = parse_rv(&rv, "BOOKMARK metadata.resourceVersion", &ev->rv, err, errlen)) < 0)
@@ -1202,7 +1188,7 @@ wevent_parse(const char *line, size_t len, struct wevent *out, char *err, size_t
         bool is_type = key_is(line, koff, klen, "type");
         bool is_obj = !is_type && key_is(line, koff, klen, "object");
         if ((is_type && have_type) || (is_obj && have_obj)) {
-            rc = errf(err, errlen, KWC_EPARSE, "duplicate key \"%s\" in watch event",
+            rc = kwc_errf(err, errlen, KWC_EPARSE, "duplicate key \"%s\" in watch event",
                       is_type ? "type" : "object");
             goto fail;
         }
@@ -1221,18 +1207,18 @@ wevent_parse(const char *line, size_t len, struct wevent *out, char *err, size_t
     if (rc < 0)
         goto bad_json;
     if (!have_type || !have_obj) {
-        rc = errf(err, errlen, KWC_EPARSE, "watch event has no \"%s\"",
+        rc = kwc_errf(err, errlen, KWC_EPARSE, "watch event has no \"%s\"",
                   have_type ? "object" : "type");
         goto fail;
     }
     t = decode_string(line + type_off, type_len);
     if (!t || type_from_name(json_string_value(t), json_string_length(t), &out->type) < 0) {
-        rc = errf(err, errlen, KWC_EPARSE, "unknown watch event type %s",
+        rc = kwc_errf(err, errlen, KWC_EPARSE, "unknown watch event type %s",
                   shown(line + type_off, type_len, buf));
         goto fail;
     }
     if (line[obj_off] != '{') {
-        rc = errf(err, errlen, KWC_EPARSE, "watch event object is not a JSON object");
+        rc = kwc_errf(err, errlen, KWC_EPARSE, "watch event object is not a JSON object");
         goto fail;
     }
     out->obj_off = obj_off;
@@ -1340,7 +1326,7 @@ list_meta(struct obj_list *l, const char *p, size_t len, json_t **md, struct str
     struct strref rv;
     int rc;
     if (len > OBJ_LIST_MAX_META)
-        return errf(err, errlen, KWC_ETOOBIG, "list metadata is %zu bytes, over the limit of %u",
+        return kwc_errf(err, errlen, KWC_ETOOBIG, "list metadata is %zu bytes, over the limit of %u",
                     len, OBJ_LIST_MAX_META);
     if (!(*md = load_object(p, len, &rc, err, errlen)))
         return rc;
@@ -1352,7 +1338,7 @@ list_meta(struct obj_list *l, const char *p, size_t len, json_t **md, struct str
     json_t *rem = json_object_get(*md, "remainingItemCount");
     if (rem && !json_is_null(rem)) {
         if (!json_is_integer(rem))
-            return errf(err, errlen, KWC_EPARSE,
+            return kwc_errf(err, errlen, KWC_EPARSE,
                         "list metadata.remainingItemCount is not an integer");
         l->has_remaining = true;
         l->remaining = json_integer_value(rem);
@@ -1382,7 +1368,7 @@ obj_list_init(struct obj_list *l, const char *body, size_t len, char *err, size_
             if (key_is(body, koff, klen, keys[i]))
                 which = i;
         if (which >= 0 && seen[which]) {
-            rc = errf(err, errlen, KWC_EPARSE, "duplicate key \"%s\" in list", keys[which]);
+            rc = kwc_errf(err, errlen, KWC_EPARSE, "duplicate key \"%s\" in list", keys[which]);
             goto fail;
         }
         size_t start = s.pos;
@@ -1408,7 +1394,7 @@ obj_list_init(struct obj_list *l, const char *body, size_t len, char *err, size_
     if (rc < 0)
         goto bad_json;
     if (!set[2]) {
-        rc = errf(err, errlen, KWC_EPARSE, "list has no metadata");
+        rc = kwc_errf(err, errlen, KWC_EPARSE, "list has no metadata");
         goto fail;
     }
     /* kind, apiVersion (strings or null, decoded) and continue, into one arena */
@@ -1424,7 +1410,7 @@ obj_list_init(struct obj_list *l, const char *body, size_t len, char *err, size_
             continue;
         dec[i] = decode_string(body + span[i][0], span[i][1]);
         if (!dec[i] || memchr(json_string_value(dec[i]), '\0', json_string_length(dec[i]))) {
-            rc = errf(err, errlen, KWC_EPARSE, "list %s is not a string", keys[i]);
+            rc = kwc_errf(err, errlen, KWC_EPARSE, "list %s is not a string", keys[i]);
             goto out;
         }
         str[i] = (struct strref){json_string_value(dec[i]), json_string_length(dec[i])};

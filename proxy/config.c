@@ -44,15 +44,7 @@ find_opt(const char *name, size_t len)
     return NULL;
 }
 
-static int
-fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return KWC_ECONFIG;
-}
+#define fail(err, errlen, ...) kwc_errf((err), (errlen), KWC_ECONFIG, __VA_ARGS__)
 
 /* Store one value; src names where it came from for messages ("--listen", "config.yaml: listen"). */
 static int

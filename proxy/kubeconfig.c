@@ -47,22 +47,8 @@ struct ctx {
 
 /* ---- messages ----------------------------------------------------------- */
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
-static int
-fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
-#define CFAIL(c, rc, ...) fail((c)->err, (c)->errlen, (rc), __VA_ARGS__)
+#define CFAIL(c, rc, ...) kwc_errf((c)->err, (c)->errlen, (rc), __VA_ARGS__)
 
 /* Bytes from the file, made safe for a terminal: non-printable and non-ASCII as \xHH. */
 static void
@@ -901,7 +887,7 @@ kcfg_load_file(const char *path, const char *context, struct kcfg **out, char *e
     if (err && errlen)
         err[0] = '\0';
     if ((rc = read_file(path, KCFG_MAX_FILE, false, &text, &len)))
-        return fail(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s, file_reason(rc));
+        return kwc_errf(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s, file_reason(rc));
     const char *slash = strrchr(path, '/');
     if (!slash)
         dir = xstrdup(".");
@@ -964,7 +950,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (!sa_dir)
         sa_dir = KCFG_SA_DIR;
     if (!host || !*host || !port || !*port)
-        return fail(err, errlen, KWC_ECONFIG,
+        return kwc_errf(err, errlen, KWC_ECONFIG,
                     "not running in a Kubernetes cluster: KUBERNETES_SERVICE_HOST and "
                     "KUBERNETES_SERVICE_PORT must be set; or pass a kubeconfig");
     /* An already bracketed IPv6 literal is accepted as is. */
@@ -975,12 +961,12 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     bool v6 = strchr(inner, ':') != NULL;
     if (!ok || (bracketed && !v6)) {
         free(inner);
-        return fail(err, errlen, KWC_ECONFIG,
+        return kwc_errf(err, errlen, KWC_ECONFIG,
                     "KUBERNETES_SERVICE_HOST %s is not a host name or IP address", qs(host).s);
     }
     if (!valid_port(port)) {
         free(inner);
-        return fail(err, errlen, KWC_ECONFIG,
+        return kwc_errf(err, errlen, KWC_ECONFIG,
                     "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)", qs(port).s);
     }
     k = xcalloc(1, sizeof *k);
@@ -994,7 +980,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     /* The token must be there: without it we are not really in a pod. */
     path = xasprintf("%s/token", sa_dir);
     if ((rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len))) {
-        fail(err, errlen, rc,
+        kwc_errf(err, errlen, rc,
              "cannot read the ServiceAccount token %s: %s; is automountServiceAccountToken "
              "disabled for this pod?",
              qs(path).s, file_reason(rc));
@@ -1004,7 +990,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     free(buf);
     buf = NULL;
     if ((rc = abs_path(path, &k->token_file))) {
-        fail(err, errlen, rc, "cannot make %s absolute: %s", qs(path).s, kwc_strerror(rc));
+        kwc_errf(err, errlen, rc, "cannot make %s absolute: %s", qs(path).s, kwc_strerror(rc));
         goto out;
     }
     free(path);
@@ -1015,10 +1001,10 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (rc == -ENOENT) {
         rc = 0;
     } else if (rc) {
-        fail(err, errlen, rc, "cannot read the cluster CA %s: %s", qs(path).s, file_reason(rc));
+        kwc_errf(err, errlen, rc, "cannot read the cluster CA %s: %s", qs(path).s, file_reason(rc));
         goto out;
     } else if (!looks_pem(k->ca_pem, k->ca_pem_len)) {
-        rc = fail(err, errlen, KWC_ECONFIG, "cluster CA %s is not PEM (no -----BEGIN line)",
+        rc = kwc_errf(err, errlen, KWC_ECONFIG, "cluster CA %s is not PEM (no -----BEGIN line)",
                   qs(path).s);
         goto out;
     }
@@ -1029,7 +1015,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (rc == -ENOENT) {
         rc = 0;
     } else if (rc) {
-        fail(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s, file_reason(rc));
+        kwc_errf(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s, file_reason(rc));
         goto out;
     } else {
         const char *s = (const char *)buf, *e = s + len;
@@ -1038,7 +1024,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
         while (e > s && strchr(" \t\r\n", e[-1]))
             e--;
         if (memchr(s, '\0', (size_t)(e - s))) {
-            rc = fail(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte", qs(path).s);
+            rc = kwc_errf(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte", qs(path).s);
             goto out;
         }
         if (e > s)

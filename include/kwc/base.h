@@ -70,8 +70,17 @@ int kwc_pct_decode(const char *s, size_t len, bool plus_is_space, char *out, siz
  * when the byte at s starts none. left > 0 bytes are readable. */
 size_t kwc_utf8_seq(const unsigned char *s, size_t left);
 
+/* The 6-bit value of a base64 character, -1 for none: both alphabets
+ * ('+' '/' and '-' '_'), or only the URL-safe one when url_only. */
+int kwc_base64_sextet(unsigned char c, bool url_only);
+
 /* Base64 (standard alphabet, padding optional) into a new buffer. */
 int kwc_base64_decode(const char *s, size_t len, unsigned char **out, size_t *outlen);
+
+/* Format a message into err (when err and errlen) and return rc: the one
+ * error reporter behind the parsers that fill a caller's buffer. */
+int kwc_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #define KWC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
