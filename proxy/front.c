@@ -218,7 +218,11 @@ on_headers(evhtp_request_t *req, evhtp_headers_t *hdrs, void *arg)
     assert(f->magic == FRONT_MAGIC);
     struct kreq k = {.req = req, .method = htparser_get_methodstr_m(req->method)};
 
-    /* parse */
+    /* parse: a request line without a version leaves libevhtp's uri NULL */
+    if (!req->uri || !req->uri->path || !req->uri->path->full) {
+        reject_early(req, 400, "the request line is not a valid HTTP/1.x request line");
+        goto out;
+    }
     const char *path = req->uri->path->full;
     const char *q = req->uri->query_raw ? (const char *)req->uri->query_raw : NULL;
     char *target = q && *q ? xasprintf("%s?%s", path, q) : xstrdup(path);
