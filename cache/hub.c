@@ -44,26 +44,22 @@ hub_blob_unref(struct hub_blob *b)
         free(b);
 }
 
-/* Frame the lines in lines[0, n) as one chunk in a new blob. */
+/* A new blob holding the event lines in lines[0, n): no framing, which is
+ * the transport's (hub.h). */
 static struct hub_blob *
-frame(const char *lines, size_t n)
+blob_new(const char *lines, size_t n)
 {
-    char hdr[24];
-    int hl = snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
-    struct hub_blob *b = xmalloc(sizeof(*b) + (size_t)hl + n + 2);
+    struct hub_blob *b = xmalloc(sizeof(*b) + n);
     b->refs = 1;
-    b->hdr = (uint32_t)hl;
-    b->len = (size_t)hl + n + 2;
-    memcpy(b->data, hdr, (size_t)hl);
-    memcpy(b->data + hl, lines, n);
-    memcpy(b->data + hl + n, "\r\n", 2);
+    b->len = n;
+    memcpy(b->data, lines, n);
     return b;
 }
 
 static struct hub_blob *
-frame_take(struct gostr_buf *b)
+blob_take(struct gostr_buf *b)
 {
-    struct hub_blob *out = frame(b->p ? b->p : "", b->len);
+    struct hub_blob *out = blob_new(b->p ? b->p : "", b->len);
     free(gostr_take(b));
     return out;
 }
@@ -149,7 +145,7 @@ hub_error_blob(const char *status_json)
     gostr_add(&b, "{\"type\":\"ERROR\",\"object\":");
     gostr_add(&b, status_json);
     gostr_add(&b, "}\n");
-    return frame_take(&b);
+    return blob_take(&b);
 }
 
 static const char *
@@ -303,7 +299,7 @@ event_blob(struct hub_event *e, enum variant v)
     struct gostr_buf g = {0};
     enc_variant(&g, e->res, e->type, v, e->rv, e->obj.raw, e->obj.raw_len, e->prev.raw,
                 e->prev.raw_len);
-    struct hub_blob *nb = frame_take(&g), *expect = NULL;
+    struct hub_blob *nb = blob_take(&g), *expect = NULL;
     if (atomic_compare_exchange_strong_explicit(&e->blob[v], &expect, nb, memory_order_acq_rel,
                                                 memory_order_acquire))
         return nb;
@@ -332,7 +328,7 @@ on_build_hist(void *arg, const struct store_hist *h)
     }
     struct hub_event *e = event_new(c->r, h);
     /* the common variant now, on the writer's thread, off the workers' */
-    /* what the event holds: its bytes on the wire, both objects and their
+    /* what the event holds: its shared bytes, both objects and their
      * index bytes (for the variants and the matching) */
     c->bytes += event_blob(e, VAR_AS_IS)->len + sizeof(*e) + e->key_len + e->obj.raw_len +
                 e->prev.raw_len + h->obj.idx_len + h->prev.idx_len;
@@ -444,7 +440,7 @@ struct hub_watcher {
     uint64_t wait_rv;
     char *from; /* INITIAL: next key (inclusive); NULL: from the start */
     size_t from_len;
-    bool initial_end, bookmarks, http10;
+    bool initial_end, bookmarks;
     uint64_t deadline, wait_until, next_bm;
     uint64_t rng;
     char *too_large_status;
@@ -600,10 +596,7 @@ variant_for(const struct hub_watcher *w, enum store_ev_type type, const char *ke
 static void
 put(struct hub_watcher *w, struct hub_blob *b)
 {
-    if (w->http10)
-        w->ops->write(w->sink, b, b->data + b->hdr, b->len - b->hdr - 2);
-    else
-        w->ops->write(w->sink, b, b->data, b->len);
+    w->ops->write(w->sink, b, b->data, b->len);
 }
 
 static void
@@ -910,7 +903,6 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
     req->sel = NULL;
     w->initial_end = req->initial_end;
     w->bookmarks = req->bookmarks;
-    w->http10 = req->http10;
     w->deadline = req->deadline_ms;
     w->wait_until = req->wait_until_ms;
     w->too_large_status = req->too_large_status;
@@ -1149,7 +1141,7 @@ hub_pump(struct hub_watcher *w, bool *alive)
         w->last_rv = c.last_rv;
     }
     if (c.out.len)
-        put_take(w, frame_take(&c.out));
+        put_take(w, blob_take(&c.out));
     else
         free(gostr_take(&c.out));
     if (w->mode == M_CATCHUP && !c.more) {
@@ -1197,7 +1189,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
         if (w->mode == M_LIVE && w->hr->rv >= w->start_rv) {
             struct gostr_buf b = {0};
             enc_bookmark(&b, w->hr->r, w->hr->rv, false);
-            put_take(w, frame_take(&b));
+            put_take(w, blob_take(&b));
             h->stats.bookmarks++;
             schedule_bookmark(w, now);
         } else {

@@ -13,18 +13,20 @@
  *   hub_watch; WMSG_STOP -> end every stream, leave the loop. Then every
  *   watcher that got bytes is flushed once (several events, one writev), and
  *   watchers owed stored events are pumped while their sockets have room.
- * A watcher's socket: a ring of references into shared blobs (32 bytes an
- * entry; libevent's evbuffer_add_reference allocates a 1 KiB chain for each,
- * as much as copying a small event), written with writev, one persistent
- * read event (EOF = client gone;
- * request bytes are dropped), write interest only while bytes are queued,
- * and one timer (bookmarks, deadline, the sendInitialEvents wait).
+ * A watcher's socket: a ring of references into shared blobs, the chunk
+ * framing inline in each entry (48 bytes an entry; libevent's
+ * evbuffer_add_reference allocates a 1 KiB chain for each, as much as
+ * copying a small event), written with writev, one persistent read event
+ * (EOF = client gone; request bytes are dropped), write interest only while
+ * bytes are queued, and one timer (bookmarks, deadline, the
+ * sendInitialEvents wait).
  * Hand-off order is what makes a stream gapless: a WMSG_WATCH carries the rv
  * up to which batches had been posted, so the worker knows every event up
  * to it is in the store and every later one will come in a batch.
  */
 #include "kwc/watch.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -62,20 +64,38 @@
  * only what it already holds, so it cannot starve one that reads. */
 #define PRIVATE_MAX (32u << 20)
 
-#define WRITE_IOV 64 /* entries per writev */
+#define WRITE_IOV (3 * 64) /* iovecs per writev: 64 entries of up to three */
 
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
 
 /* Bytes queued on a stream: a reference into a blob (shared, or private to
  * it when read from the store: then counted in the worker's private_bytes),
- * or bytes of its own (the head; freed when sent), or static bytes. */
+ * or bytes of its own (the head; freed when sent), or static bytes. The
+ * blobs hold events only (hub.h): on an HTTP/1.1 stream the entry frames its
+ * bytes as one chunk, the header "<hex>\r\n" in hdr and the trailer "\r\n"
+ * static, so no framing is allocated per delivery. Sent in order: hdr, then
+ * p, then the trailer; each field counts what is left of its part. 48 bytes
+ * on LP64 (40 while the blobs carried the framing). */
 struct qent {
     struct hub_blob *b;
     char *own;
-    const char *p; /* next byte to send */
-    size_t len;    /* bytes left */
-    size_t acct;   /* private bytes this entry counts for */
+    const char *p; /* next byte of the data to send */
+    uint32_t len;  /* data bytes left (a blob is far below 4 GiB: OBJ_MAX_BYTES) */
+    uint32_t acct; /* private bytes this entry counts for (framing included) */
+    char hdr[12];  /* chunk header bytes left: hdr[0, hdrlen) ("%x\r\n" of a uint32) */
+    uint8_t hdrlen;
+    uint8_t trail; /* bytes of the trailer "\r\n" left: its last trail bytes */
 };
+_Static_assert(sizeof(struct qent) <= 48, "a queue entry stays small");
+
+static const char CRLF[2] = {'\r', '\n'};
+
+/* Bytes of e still to go on the wire. */
+static size_t
+qent_bytes(const struct qent *e)
+{
+    return (size_t)e->hdrlen + e->len + e->trail;
+}
 
 struct outq {
     struct qent *e; /* ring */
@@ -168,7 +188,7 @@ now_ms(void)
 /* ---- the sink a hub writes to ---- */
 
 static void
-q_push(struct wconn *c, struct hub_blob *b, char *own, const char *p, size_t len, size_t acct)
+q_push(struct wconn *c, struct qent ent)
 {
     struct outq *q = &c->q;
     if (q->n == q->cap) {
@@ -181,8 +201,8 @@ q_push(struct wconn *c, struct hub_blob *b, char *own, const char *p, size_t len
         q->cap = cap;
         q->head = 0;
     }
-    q->e[(q->head + q->n++) % q->cap] = (struct qent){b, own, p, len, acct};
-    q->bytes += len;
+    q->e[(q->head + q->n++) % q->cap] = ent;
+    q->bytes += qent_bytes(&ent);
 }
 
 /* The first entry was sent (or is dropped). */
@@ -192,7 +212,7 @@ q_pop(struct wconn *c)
     struct outq *q = &c->q;
     struct qent *e = &q->e[q->head];
     struct worker *wk = c->wk;
-    q->bytes -= e->len;
+    q->bytes -= qent_bytes(e);
     hub_blob_unref(e->b);
     free(e->own);
     q->head = (q->head + 1) % q->cap;
@@ -221,23 +241,37 @@ q_write(struct wconn *c)
     struct outq *q = &c->q;
     struct iovec iov[WRITE_IOV];
     int k = 0;
-    for (size_t i = 0; i < q->n && k < WRITE_IOV; i++, k++) {
+    for (size_t i = 0; i < q->n && k + 3 <= WRITE_IOV; i++) {
         struct qent *e = &q->e[(q->head + i) % q->cap];
-        iov[k] = (struct iovec){(void *)(uintptr_t)e->p, e->len};
+        if (e->hdrlen)
+            iov[k++] = (struct iovec){e->hdr, e->hdrlen};
+        if (e->len)
+            iov[k++] = (struct iovec){(void *)(uintptr_t)e->p, e->len};
+        if (e->trail)
+            iov[k++] = (struct iovec){(void *)(uintptr_t)(CRLF + 2 - e->trail), e->trail};
     }
     ssize_t n = writev(c->fd, iov, k);
     if (n <= 0)
         return n;
+    /* what was written, entry by entry, part by part: a short write may
+     * stop inside any of the three */
     size_t left = (size_t)n;
     while (left && q->n) {
         struct qent *e = &q->e[q->head];
-        if (left < e->len) {
-            e->p += left;
-            e->len -= left;
-            q->bytes -= left;
-            break;
-        }
-        left -= e->len;
+        size_t before = qent_bytes(e), m = left < e->hdrlen ? left : e->hdrlen;
+        memmove(e->hdr, e->hdr + m, e->hdrlen - m);
+        e->hdrlen = (uint8_t)(e->hdrlen - m);
+        left -= m;
+        m = left < e->len ? left : e->len;
+        e->p += m;
+        e->len -= (uint32_t)m;
+        left -= m;
+        m = left < e->trail ? left : e->trail;
+        e->trail = (uint8_t)(e->trail - m);
+        left -= m;
+        q->bytes -= before - qent_bytes(e);
+        if (qent_bytes(e) > 0)
+            break; /* left is 0 */
         q_pop(c);
     }
     return n;
@@ -258,10 +292,19 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
 {
     struct wconn *c = sink;
     struct worker *wk = c->wk;
+    if (len == 0)
+        return; /* as a chunk it would end the stream */
+    assert(len <= UINT32_MAX - 16);
+    struct qent e = {.b = b, .p = p, .len = (uint32_t)len};
+    if (!c->http10) {
+        /* one write, one chunk */
+        e.hdrlen = (uint8_t)snprintf(e.hdr, sizeof(e.hdr), "%x\r\n", (unsigned)len);
+        e.trail = 2;
+    }
     hub_blob_ref(b);
-    size_t acct = wk->pumping_store ? len : 0;
-    wk->private_bytes += acct;
-    q_push(c, b, NULL, p, len, acct);
+    e.acct = wk->pumping_store ? (uint32_t)qent_bytes(&e) : 0;
+    wk->private_bytes += e.acct;
+    q_push(c, e);
     mark_dirty(c);
 }
 
@@ -300,7 +343,7 @@ sink_end(void *sink, enum hub_end why)
     c->ending = true;
     c->end_by = now_ms() + CLOSE_GRACE_MS;
     if (!c->http10)
-        q_push(c, NULL, NULL, "0\r\n\r\n", 5, 0);
+        q_push(c, (struct qent){.p = "0\r\n\r\n", .len = 5});
     log_debug("watch: stream ended (%s)", hub_end_name(why));
     mark_dirty(c);
 }
@@ -540,7 +583,14 @@ start_watch(struct worker *wk, struct wconn *c)
     size_t hl = strlen(c->head);
     char *head = xmalloc(hl);
     memcpy(head, c->head, hl);
-    q_push(c, NULL, head, head, hl, 0);
+    /* in entries of at most 4 GiB (an earlier response's tail may lead it);
+     * the last one owns the bytes */
+    for (size_t off = 0; off < hl;) {
+        size_t n = hl - off < UINT32_MAX ? hl - off : UINT32_MAX;
+        off += n;
+        struct qent e = {.own = off == hl ? head : NULL, .p = head + off - n, .len = (uint32_t)n};
+        q_push(c, e);
+    }
     mark_dirty(c);
     uint64_t now = now_ms();
     if (c->timeout_s < 0)
@@ -853,7 +903,6 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
         .initial_end = dec.initial_end,
         .bookmarks = r->q.allow_watch_bookmarks &&
                      kwc_query_bool(r->q.allow_watch_bookmarks, strlen(r->q.allow_watch_bookmarks)),
-        .http10 = c->http10,
     };
     if (dec.initial && dec.wait) {
         c->req.wait_until_ms = (uint64_t)p->o.wait_ms;

@@ -3,11 +3,12 @@
  * watchers that match them, each event encoded once and shared.
  *
  * Data path:  store (commit) -> hub_batch_build (the writer loop reads the
- * committed events back from history, encodes each once, chunk framing
- * included, into an immutable reference-counted blob) -> hub_apply on every
+ * committed events back from history, encodes each once into an immutable
+ * reference-counted blob of event bytes, no framing) -> hub_apply on every
  * worker loop's hub (its own watchers, indexed by namespace and by the
  * resource's indexed field, pods' spec.nodeName) -> a sink per watcher
- * (proxy/watch.c: a chunked HTTP response; tests: memory).
+ * (proxy/watch.c: an HTTP response, which frames what it is given; tests:
+ * memory).
  *
  * Threads: a struct hub belongs to one loop thread; blobs, events and batches
  * are immutable once built and shared between threads by atomic reference
@@ -48,13 +49,14 @@ struct sel;
 /* ---- blobs: immutable bytes shared by reference ---- */
 
 /*
- * One HTTP/1.1 chunk holding one or more watch event lines:
- * "<hex>\r\n" line... "\r\n". HTTP/1.0 watchers (no chunked encoding) send
- * data[hdr, len - 2).
+ * The bytes of one or more complete watch events (JSON lines, each
+ * `{"type":...,"object":...}\n`) and nothing else: protocol-neutral, so an
+ * HTTP/1.1 chunk, an HTTP/1.0 body and an HTTP/2 DATA frame all send the
+ * same shared bytes, the transport putting its own framing, if any, in front
+ * (see hub_sink_ops.write).
  */
 struct hub_blob {
     unsigned refs; /* atomic */
-    uint32_t hdr;
     size_t len;
     char data[];
 };
@@ -124,9 +126,14 @@ const char *hub_end_name(enum hub_end e);
 
 struct hub_sink_ops {
     /* Queue len bytes at p, which lie inside b: take a reference (hub_blob_ref)
-     * and drop it when the bytes have been sent or discarded. */
+     * and drop it when the bytes have been sent or discarded. The bytes are
+     * one or more complete events (len > 0), never part of one, and carry no
+     * framing: the transport frames each call as one unit (an HTTP/1.1 chunk,
+     * an HTTP/2 DATA frame) with its own small header in front of the shared
+     * bytes, so one write is one chunk. */
     void (*write)(void *sink, struct hub_blob *b, const char *p, size_t len);
-    /* Bytes queued and not yet sent. */
+    /* Bytes queued and not yet sent, as on the wire (framing included):
+     * what the hub holds against hub_options.budget. */
     size_t (*queued)(void *sink);
     /* Stored state or history is owed (INITIAL, CATCHUP): call hub_pump
      * whenever fewer than budget / 2 bytes are queued, until it says done. */
@@ -145,7 +152,6 @@ struct hub_watch_req {
                             with NotOlderThan N); else: events after rv */
     bool initial_end;    /* a BOOKMARK with k8s.io/initial-events-end after them */
     bool bookmarks;      /* allowWatchBookmarks */
-    bool http10;         /* no chunk framing */
     uint64_t deadline_ms;  /* when the stream ends (caller's clock) */
     uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
     char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken) */
@@ -213,7 +219,8 @@ void hub_stats(const struct hub *h, struct hub_stats *out);
 
 /* ---- encoders (also used for one-off answers) ---- */
 
-/* One ERROR event carrying a Status JSON, framed. New blob (one reference). */
+/* One ERROR event carrying a Status JSON (its line only, no framing). New
+ * blob (one reference). */
 struct hub_blob *hub_error_blob(const char *status_json);
 
 #endif

@@ -1,10 +1,11 @@
 /*
  * hub_test.c — cache/hub.c with a real LMDB store and in-memory sinks: event
- * encoding (TypeMeta, chunk framing, HTTP/1.0), selector transitions as kube
- * sends them, index routing (an event visits only its buckets), the budget
- * (a watcher over it lags, then catches up from the window of recent
- * batches or the store's history with no gap or duplicate), the initial state in chunks, 410 below the floor, bookmarks,
- * deadlines, the sendInitialEvents wait, and a history reset. Time injected.
+ * encoding (TypeMeta; blobs of event lines only, no framing), selector
+ * transitions as kube sends them, index routing (an event visits only its
+ * buckets), the budget (a watcher over it lags, then catches up from the
+ * window of recent batches or the store's history with no gap or duplicate),
+ * the initial state in chunks, 410 below the floor, bookmarks, deadlines, the
+ * sendInitialEvents wait, and a history reset. Time injected.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +32,18 @@ static const char *const field_names[] = {"metadata.name", "metadata.namespace",
 
 /* ---- a memory sink ---- */
 
+/* One write call: the unit a transport frames (one HTTP/1.1 chunk). */
+struct mwrite {
+    const struct hub_blob *b; /* identity only, not held */
+    size_t off, len;          /* its bytes: buf[off, off + len) */
+    bool whole;               /* they were all of b's bytes */
+};
+
 struct msink {
-    char buf[1 << 20];
+    char buf[1 << 20]; /* every byte written, in order */
     size_t len;
+    struct mwrite w[2048];
+    size_t nw;
     size_t queued; /* what the hub is told is still queued */
     int wakes;
     bool ended;
@@ -44,11 +54,11 @@ static void
 m_write(void *s, struct hub_blob *b, const char *p, size_t len)
 {
     struct msink *m = s;
-    (void)b;
-    if (m->len + len < sizeof(m->buf)) {
-        memcpy(m->buf + m->len, p, len);
-        m->len += len;
-    }
+    if (m->len + len >= sizeof(m->buf) || m->nw == sizeof(m->w) / sizeof(m->w[0]))
+        abort(); /* a test outgrew the sink */
+    m->w[m->nw++] = (struct mwrite){b, m->len, len, p == b->data && len == b->len};
+    memcpy(m->buf + m->len, p, len);
+    m->len += len;
 }
 static size_t
 m_queued(void *s)
@@ -69,33 +79,13 @@ m_end(void *s, enum hub_end why)
 }
 static const struct hub_sink_ops ops = {m_write, m_queued, m_wake, m_end};
 
-/* What a sink received with the chunk framing removed (NUL-terminated). */
-static size_t
-body_of(const struct msink *m, char *body, bool framed)
-{
-    size_t bl = 0, i = 0;
-    while (framed && i < m->len) {
-        size_t n = strtoul(m->buf + i, NULL, 16);
-        const char *crlf = strstr(m->buf + i, "\r\n");
-        i = (size_t)(crlf - m->buf) + 2;
-        memcpy(body + bl, m->buf + i, n);
-        bl += n;
-        i += n + 2;
-    }
-    if (!framed) {
-        memcpy(body, m->buf, m->len);
-        bl = m->len;
-    }
-    body[bl] = '\0';
-    return bl;
-}
-
-/* The event lines in a sink (chunk framing removed), as "TYPE key rv" each. */
+/* The event lines in a sink, as "TYPE key rv" each. */
 static int
-lines(struct msink *m, char out[][200], int max, bool framed)
+lines(struct msink *m, char out[][200], int max)
 {
     static char body[1 << 20];
-    body_of(m, body, framed);
+    memcpy(body, m->buf, m->len);
+    body[m->len] = '\0';
     int n = 0;
     for (char *p = body, *nl; n < max && (nl = strchr(p, '\n')); p = nl + 1) {
         *nl = '\0';
@@ -241,23 +231,23 @@ test_encoding_and_transitions(void)
     put(STORE_DELETED, "ns-1", "a", "a", "node-2");  /* 105 */
     publish(h);
 
-    /* the first line, byte for byte: TypeMeta back in front, chunk framed */
+    /* the first write, byte for byte: the event's watch line and nothing
+     * else (framing is the transport's), TypeMeta back in front */
     const char *want = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
                        "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":\"101\","
                        "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n";
-    char head[16];
-    snprintf(head, sizeof head, "%zx\r\n", strlen(want));
-    ok(all.len > strlen(head) + strlen(want) && memcmp(all.buf, head, strlen(head)) == 0 &&
-           memcmp(all.buf + strlen(head), want, strlen(want)) == 0,
-       "an event is its watch line in one chunk, TypeMeta first");
+    is_int(all.nw, 5, "live: one write per event (one chunk each on HTTP/1.1)");
+    is_mem(all.buf + all.w[0].off, all.w[0].len, want, strlen(want),
+           "an event's write is its watch line alone, TypeMeta first");
+    ok(all.w[0].whole, "and that line is the whole blob: no chunk framing in it");
 
     char l[16][200];
-    int n = lines(&all, l, 16, true);
+    int n = lines(&all, l, 16);
     is_int(n, 5, "unfiltered: every event");
     is_str(l[2], "MODIFIED ns-2/b 103", "unfiltered: a MODIFIED stays MODIFIED");
-    n = lines(&ns1, l, 16, true);
+    n = lines(&ns1, l, 16);
     is_int(n, 4, "namespace: its own objects only");
-    n = lines(&flip, l, 16, true);
+    n = lines(&flip, l, 16);
     is_int(n, 5, "label selector: five events");
     is_str(l[0], "ADDED ns-1/a 101", "flip=a: ADDED");
     /* leaving: the previous object (flip=a) stamped with the event's rv */
@@ -267,7 +257,7 @@ test_encoding_and_transitions(void)
     is_str(l[2], "ADDED ns-2/b 103", "a MODIFIED of an object it never had: ADDED");
     is_str(l[3], "ADDED ns-1/a 104", "entering: ADDED");
     is_str(l[4], "DELETED ns-1/a 105", "a DELETED judged by the previous object");
-    n = lines(&node1, l, 16, true);
+    n = lines(&node1, l, 16);
     is_int(n, 3, "field selector: node-1's events");
     is_str(l[2], "DELETED ns-1/a 104", "moving off the node: DELETED");
     hub_free(h);
@@ -335,7 +325,7 @@ test_lag_and_catchup(void)
     hub_stats(h, &s);
     is_int(s.lagging, 0, "live again");
     char a[32][200], b[32][200];
-    int na = lines(&slow, a, 32, true), nb = lines(&fast, b, 32, true);
+    int na = lines(&slow, a, 32), nb = lines(&fast, b, 32);
     is_int(na, 22, "every event once");
     is_int(nb, 22, "the fast watcher too");
     bool same = na == nb;
@@ -383,21 +373,24 @@ catchup_from(size_t window_bytes, bool want_window, bool want_store, const char 
     ok((s.from_window > 0) == want_window, m[1]);
     ok((s.from_store > 0) == want_store, m[2]);
     char a[64][200], b[64][200];
-    int na = lines(&slow, a, 64, true), nb = lines(&fast, b, 64, true);
+    int na = lines(&slow, a, 64), nb = lines(&fast, b, 64);
     bool same = na == nb && na > 5;
     for (int i = 0; same && i < na; i++)
         same = strcmp(a[i], b[i]) == 0;
     snprintf(m[3], sizeof m[3], "%s: the lagging watcher's %d events are the live watcher's %d",
              what, na, nb);
     ok(same, m[3]);
-    /* from the store, several events share one chunk; the events' bytes are the same */
-    static char ba[1 << 20], bb[1 << 20];
-    size_t la = body_of(&slow, ba, true), lb = body_of(&fast, bb, true);
+    /* from the store, several events share one write; the events' bytes are the same */
     snprintf(m[0], sizeof m[0], "%s: byte for byte", what);
-    ok(la == lb && memcmp(ba, bb, la) == 0, m[0]);
+    is_mem(slow.buf, slow.len, fast.buf, fast.len, m[0]);
     if (!want_store) {
-        snprintf(m[0], sizeof m[0], "%s: the same chunks too (the same shared blobs)", what);
-        ok(slow.len == fast.len && memcmp(slow.buf, fast.buf, slow.len) == 0, m[0]);
+        /* the window's batches still hold the fast watcher's blobs */
+        bool same_writes = slow.nw == fast.nw;
+        for (size_t i = 0; same_writes && i < slow.nw; i++)
+            same_writes = slow.w[i].b == fast.w[i].b && slow.w[i].len == fast.w[i].len &&
+                          slow.w[i].whole && fast.w[i].whole;
+        snprintf(m[0], sizeof m[0], "%s: the same writes too (the same shared blobs)", what);
+        ok(same_writes, m[0]);
     }
     hub_free(h);
     teardown();
@@ -429,7 +422,7 @@ test_skipped_batches_are_caught_up(void)
     for (int i = 0; i < 10 && hub_pump(w, &alive) && alive; i++)
         ;
     char l[8][200];
-    is_int(lines(&m, l, 8, true), 5, "nothing lost");
+    is_int(lines(&m, l, 8), 5, "nothing lost");
     is_str(l[0], "MODIFIED ns-1/a 101", "from the first skipped event");
     is_str(l[4], "MODIFIED ns-1/a 105", "to the last");
     hub_free(h);
@@ -465,7 +458,7 @@ test_initial_state(void)
         steps++;
     ok(steps > 1, "in several chunks");
     char l[40][200];
-    int n = lines(&m, l, 40, true);
+    int n = lines(&m, l, 40);
     /* ns-1 has odd i; flip=a where i % 3 != 0: 1,5,7,11,13,17,19,23,25,29 */
     is_int(n, 12, "10 objects, the bookmark, the later event");
     is_str(l[0], "ADDED ns-1/p01 102", "in key order");
@@ -488,27 +481,33 @@ test_too_old_and_reset(void)
         put(STORE_MODIFIED, "ns-1", "a", "a", "n");
     posted = rv;
     struct hub *h = hub_new(st, &hopts);
-    static struct msink m, http10;
-    memset(&m, 0, sizeof m), memset(&http10, 0, sizeof http10);
+    static struct msink m, later;
+    memset(&m, 0, sizeof m), memset(&later, 0, sizeof later);
     ok(watch(h, &m, NULL, NULL, NULL, false, 150) == NULL, "below the floor: no watcher");
     ok(m.ended && m.why == HUB_END_ERROR_EVENT, "the stream ends after its ERROR event");
-    ok(strstr(m.buf, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
-                     "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: "
-                     "150 (300)\",\"reason\":\"Expired\",\"code\":410}}\n") != NULL,
-       "kube's 410 Expired Status");
-    struct hub_watch_req req = {.initial = false, .rv = rv, .http10 = true, .deadline_ms = 100};
-    struct hub_watcher *w = hub_watch(h, res, &req, &ops, &http10, posted, 0, 1);
-    put(STORE_MODIFIED, "ns-1", "a", "b", "n");
+    const char *expired =
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+        "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: "
+        "150 (300)\",\"reason\":\"Expired\",\"code\":410}}\n";
+    is_mem(m.buf, m.len, expired, strlen(expired),
+           "kube's 410 Expired Status, the ERROR event's line alone");
+    ok(m.nw == 1 && m.w[0].whole, "in one write of its whole blob");
+    struct hub_watch_req req = {.initial = false, .rv = rv, .deadline_ms = 100};
+    hub_watch(h, res, &req, &ops, &later, posted, 0, 1);
+    put(STORE_MODIFIED, "ns-1", "a", "b", "n"); /* 1301 */
     publish(h);
-    ok(http10.len > 0 && http10.buf[0] == '{' && http10.buf[http10.len - 1] == '\n',
-       "HTTP/1.0: lines without chunk framing");
-    (void)w;
+    const char *modified =
+        "{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+        "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":\"1301\","
+        "\"labels\":{\"flip\":\"b\"}},\"spec\":{\"nodeName\":\"n\"}}}\n";
+    is_mem(later.buf, later.len, modified, strlen(modified),
+           "a live event: its line and nothing around it");
     struct hub_batch *b;
     hub_batch_build(st, res, rv, rv, false, &b);
     b->gap = true;
     hub_apply(h, b);
     hub_batch_unref(b);
-    ok(http10.ended && http10.why == HUB_END_RESET, "a history reset ends the watchers");
+    ok(later.ended && later.why == HUB_END_RESET, "a history reset ends the watchers");
     hub_free(h);
     teardown();
 }
@@ -528,7 +527,7 @@ test_time(void)
     publish(h);
     hub_timer(w, t);
     char l[8][200];
-    int n = lines(&m, l, 8, true);
+    int n = lines(&m, l, 8);
     char want[64];
     snprintf(want, sizeof want, "BOOKMARK  %llu", (unsigned long long)rv);
     ok(n == 2 && strcmp(l[1], want) == 0, "a bookmark at the newest rv");
@@ -549,8 +548,10 @@ test_time(void)
     ok(w3 && !hub_pump_wanted(w3), "an rv the cache has not reached: waiting");
     is_int(hub_next_timer(w3), 300, "until the wait ends");
     hub_timer(w3, 300);
-    ok(waiting.ended && strstr(waiting.buf, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":504}}"),
-       "then the 504 ERROR event");
+    ok(waiting.ended, "then the stream ends");
+    const char *gave_up = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":504}}\n";
+    is_mem(waiting.buf, waiting.len, gave_up, strlen(gave_up),
+           "after the 504 ERROR event, its line alone");
     static struct msink reached;
     memset(&reached, 0, sizeof reached);
     struct hub_watch_req r4 = {.initial = true, .rv = rv + 1, .deadline_ms = 100000, .wait_until_ms = 300};
