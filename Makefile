@@ -30,7 +30,7 @@ Q =
 say =
 endif
 
-PKGS := evhtp jansson libevent libevent_openssl libevent_pthreads libcurl yaml-0.1 lmdb \
+PKGS := jansson libevent libevent_openssl libevent_pthreads libcurl yaml-0.1 lmdb \
         libprotobuf-c openssl
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
@@ -43,8 +43,8 @@ endif
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -I$(BUILD)/gen \
               $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null) -MMD -MP
-# TRAPS.md: evhtp's .pc lacks its own dependencies; spell them out.
-LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -levent -lssl -lcrypto -lpthread -lm
+# Debian's libhttp-parser ships no .pc file.
+LIBS := $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null) -lhttp_parser -lpthread -lm
 LDFLAGS ?=
 export PKGS LIBS
 

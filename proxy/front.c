@@ -1,15 +1,17 @@
 /*
- * front.c — the libevhtp server and the request stages (see front.h).
+ * front.c — the request stages on kwc's HTTP server (see front.h, http.h).
  *
- * A request is decided in the connection's on_headers hook, before any body
- * byte is read, so a passthrough can stream the body upstream as it arrives.
- * Each stage is one named function; a stage that answers the request ends the
- * pipeline.
+ * A request is decided when its head has been read, before any body byte,
+ * so a passthrough can stream the body upstream as it arrives. Each stage
+ * is one named function; a stage that answers the request ends the pipeline.
  *
  * Authentication and authorization are the "insecure-allow" policy for now:
  * every caller is accepted and every request allowed, and passthrough requests
  * carry kwc's own upstream identity (like `kubectl proxy`). That is why
- * config.c refuses a non-loopback --listen without --insecure-allow-remote.
+ * config.c refuses a non-loopback --listen without --insecure-allow-remote,
+ * why identity headers from callers are dropped before the upstream sees
+ * them, and why a plaintext request must name a loopback Host (a web page
+ * using DNS rebinding would otherwise reach kwc's upstream identity).
  */
 #include "kwc/front.h"
 
@@ -17,20 +19,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <event2/listener.h>
-#include <evhtp/evhtp.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 
 #include "kwc/base.h"
 #include "kwc/config.h"
+#include "kwc/http.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
@@ -42,20 +38,11 @@
 #include "kwc/watch.h"
 
 #define FRONT_MAGIC 0x66726e74u /* "frnt" */
-#define DISCARD_MAX (1024 * 1024) /* body bytes we read and drop before a local answer */
-
-/* A client connection, tracked so that shutdown can close the ones still
- * open (libevhtp frees a connection only when it ends). */
-struct fconn {
-    evhtp_connection_t *c;
-    struct fconn *next, **prev;
-};
 
 struct front {
     uint32_t magic;
-    struct fconn *conns;
     struct event_base *base;
-    evhtp_t *htp;
+    struct http_server *http;
     const struct kwc_config *cfg;
     const struct kcfg *k;
     struct up_client *up;
@@ -66,12 +53,12 @@ struct front {
     struct serve *serve;
     struct watch_pool *watch;
     struct refl_ingest *ing;
-    int port;
+    bool tls;
 };
 
-/* What the stages learned about one request. Lives on the stack of on_headers. */
+/* What the stages learned about one request. Lives on the stack of on_request. */
 struct kreq {
-    evhtp_request_t *req;
+    struct hreq *req;
     const char *method;
     struct route_req route;
     const char *user; /* authenticated identity */
@@ -92,18 +79,75 @@ authz_insecure_allow(struct front *f, struct kreq *k)
     return 0;
 }
 
-/* ---- kwc's own endpoints ---- */
+/* ---- stage: the Host a plaintext request names ---- */
 
-static void
-discard_body(evhtp_request_t *req)
+/* The host part of a Host header value into out (port and brackets off). */
+static bool
+host_only(const char *v, char *out, size_t len)
 {
-    respond_discard_body(req, DISCARD_MAX);
+    size_t n;
+    if (v[0] == '[') {
+        const char *e = strchr(v, ']');
+        if (!e || (e[1] && e[1] != ':'))
+            return false;
+        n = (size_t)(e - v - 1);
+        v++;
+    } else {
+        const char *colon = strchr(v, ':');
+        if (colon && strchr(colon + 1, ':'))
+            return false; /* an IPv6 address must be bracketed */
+        n = colon ? (size_t)(colon - v) : strlen(v);
+    }
+    if (n >= len)
+        return false;
+    memcpy(out, v, n);
+    out[n] = '\0';
+    return true;
 }
+
+static bool
+loopback_host(const char *h)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcasecmp(h, "localhost") == 0 || strcasecmp(h, "localhost.") == 0)
+        return true;
+    if (inet_pton(AF_INET, h, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, h, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return false;
+}
+
+/* 0, or a message for the 403. */
+static const char *
+check_host(struct front *f, struct hreq *r, char *msg, size_t len)
+{
+    if (f->tls)
+        return NULL; /* a rebinding page cannot present kwc's certificate's names */
+    const char *v = hreq_header(r, "Host");
+    if (!v || !*v)
+        return NULL; /* HTTP/1.0 without Host: no browser sends that */
+    char h[256];
+    if (host_only(v, h, sizeof(h))) {
+        if (loopback_host(h))
+            return NULL;
+        if (cfg_accept_hosts_match(f->cfg, h))
+            return NULL;
+    }
+    snprintf(msg, len,
+             "host \"%.200s\" is not allowed: kwc serves plaintext HTTP to loopback names only "
+             "(allow more with --accept-hosts REGEX, or serve TLS)",
+             v);
+    return msg;
+}
+
+/* ---- kwc's own endpoints ---- */
 
 /* /readyz: every cache synced. The verbose form names each check, as
  * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). */
 static void
-readyz(struct front *f, evhtp_request_t *req, bool verbose)
+readyz(struct front *f, struct hreq *req, bool verbose)
 {
     struct evbuffer *b = evbuffer_new();
     bool ready = true;
@@ -126,18 +170,80 @@ readyz(struct front *f, evhtp_request_t *req, bool verbose)
 }
 
 static void
-on_local_complete(evhtp_request_t *req, void *arg)
+local_endpoint(struct front *f, struct kreq *k)
 {
-    struct front *f = arg;
-    const char *path = req->uri->path->full;
-    const char *q = req->uri->query_raw ? (const char *)req->uri->query_raw : "";
-    bool verbose = strstr(q, "verbose") != NULL;
+    const char *path = k->route.path;
+    const char *t = hreq_target(k->req, NULL);
+    const char *q = strchr(t, '?');
+    bool verbose = q && strstr(q, "verbose") != NULL;
     if (strcmp(path, "/readyz") == 0)
-        readyz(f, req, verbose);
+        readyz(f, k->req, verbose);
     else if (strcmp(path, "/healthz") == 0 && verbose)
-        respond_text(req, 200, "[+]ping ok\nhealthz check passed\n");
+        respond_text(k->req, 200, "[+]ping ok\nhealthz check passed\n");
     else
-        respond_text(req, 200, "ok");
+        respond_text(k->req, 200, "ok");
+}
+
+/* An answer kwc gives itself once the request's body (if any) has been
+ * read and dropped: answering first would close the connection. */
+struct later {
+    struct front *f;
+    struct hreq *r;
+    int code; /* a Status answer; 0: kwc's own endpoint */
+    char *reason, *msg;
+    char path[16]; /* endpoint: its path */
+};
+
+static void
+later_answer(struct later *l)
+{
+    if (l->code) {
+        respond_status(l->r, l->code, l->reason, l->msg, 0);
+        return;
+    }
+    struct kreq k = {.req = l->r};
+    k.route.path = l->path;
+    local_endpoint(l->f, &k);
+}
+
+static void
+on_later_complete(void *arg)
+{
+    later_answer(arg);
+}
+
+static void
+on_later_close(void *arg)
+{
+    struct later *l = arg;
+    free(l->reason);
+    free(l->msg);
+    free(l);
+}
+
+static const struct hreq_handler later_handler = {
+    .on_complete = on_later_complete,
+    .on_close = on_later_close,
+};
+
+static void
+answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
+       const char *endpoint)
+{
+    struct later l = {.f = f, .r = r, .code = code};
+    if (endpoint)
+        snprintf(l.path, sizeof(l.path), "%s", endpoint);
+    if (!hreq_has_body(r)) {
+        l.reason = (char *)(uintptr_t)reason;
+        l.msg = (char *)(uintptr_t)msg;
+        later_answer(&l);
+        return;
+    }
+    struct later *p = xcalloc(1, sizeof(*p));
+    *p = l;
+    p->reason = reason ? xstrdup(reason) : NULL;
+    p->msg = msg ? xstrdup(msg) : NULL;
+    hreq_set_handler(r, &later_handler, p);
 }
 
 static bool
@@ -146,17 +252,7 @@ is_local_path(const char *p)
     return strcmp(p, "/healthz") == 0 || strcmp(p, "/livez") == 0 || strcmp(p, "/readyz") == 0;
 }
 
-static void untrack(struct front *f, evhtp_connection_t *c);
-
 /* ---- stage: route ---- */
-
-static bool
-wants_upgrade(evhtp_request_t *req)
-{
-    const char *up = evhtp_header_find(req->headers_in, "Upgrade");
-    const char *conn = evhtp_header_find(req->headers_in, "Connection");
-    return up && conn && strcasestr(conn, "upgrade");
-}
 
 static bool
 long_running(const struct route_req *r)
@@ -173,22 +269,17 @@ long_running(const struct route_req *r)
 static void
 route_request(struct front *f, struct kreq *k)
 {
-    evhtp_request_t *req = k->req;
+    struct hreq *req = k->req;
     if (is_local_path(k->route.path)) {
-        discard_body(req);
-        req->cb = on_local_complete;
-        req->cbarg = f;
+        answer(f, req, 0, NULL, NULL, k->route.path);
         return;
     }
-    if (wants_upgrade(req)) {
-        untrack(f, evhtp_request_get_connection(req)); /* the tunnel takes it over */
+    if (hreq_upgrade(req)) {
         tunnel_start(req, &f->tun);
         return;
     }
     switch (watch_take(f->watch, req, &k->route)) {
     case WATCH_STREAM:
-        untrack(f, evhtp_request_get_connection(req)); /* a worker owns its socket now */
-        return;
     case WATCH_ANSWERED:
         return;
     case WATCH_NOT_TAKEN:
@@ -202,105 +293,42 @@ route_request(struct front *f, struct kreq *k)
 /* ---- the pipeline ---- */
 
 static void
-reject_early(evhtp_request_t *req, int code, const char *msg)
-{
-    /* Answered before the body: never read it as the next request. */
-    respond_no_keepalive(req);
-    discard_body(req);
-    req->cb = NULL;
-    respond_status(req, code, NULL, msg, 0);
-}
-
-static evhtp_res
-on_headers(evhtp_request_t *req, evhtp_headers_t *hdrs, void *arg)
+on_request(void *arg, struct hreq *req)
 {
     struct front *f = arg;
     assert(f->magic == FRONT_MAGIC);
-    struct kreq k = {.req = req, .method = htparser_get_methodstr_m(req->method)};
+    struct kreq k = {.req = req, .method = hreq_method(req)};
 
-    /* parse: a request line without a version leaves libevhtp's uri NULL */
-    if (!req->uri || !req->uri->path || !req->uri->path->full) {
-        reject_early(req, 400, "the request line is not a valid HTTP/1.x request line");
-        goto out;
-    }
-    const char *path = req->uri->path->full;
-    const char *q = req->uri->query_raw ? (const char *)req->uri->query_raw : NULL;
-    char *target = q && *q ? xasprintf("%s?%s", path, q) : xstrdup(path);
-    int rc = route_parse(k.method, target, strlen(target), &k.route);
-    free(target);
+    /* parse */
+    size_t tl;
+    const char *target = hreq_target(req, &tl);
+    int rc = route_parse(k.method, target, tl, &k.route);
     if (rc == KWC_ETOOBIG) {
-        reject_early(req, 414, "the request URI is too long");
+        answer(f, req, 414, NULL, "the request URI is too long", NULL);
         goto out;
     }
     if (rc != 0) {
-        reject_early(req, 400, "the request URI is not a valid path and query");
+        answer(f, req, 400, NULL, "the request URI is not a valid path and query", NULL);
+        goto out;
+    }
+    char msg[400];
+    if (check_host(f, req, msg, sizeof(msg))) {
+        answer(f, req, 403, "Forbidden", msg, NULL);
         goto out;
     }
     /* authenticate, authorize */
     if (authn_insecure_allow(f, &k) != 0) {
-        reject_early(req, 401, "Unauthorized");
+        answer(f, req, 401, NULL, "Unauthorized", NULL);
         goto out;
     }
     if (authz_insecure_allow(f, &k) != 0) {
-        reject_early(req, 403, "forbidden");
+        answer(f, req, 403, NULL, "forbidden", NULL);
         goto out;
     }
     /* route + respond */
     route_request(f, &k);
 out:
     route_fini(&k.route);
-    return EVHTP_RES_OK;
-}
-
-static evhtp_res
-on_conn_fini(evhtp_connection_t *conn, void *arg)
-{
-    struct fconn *fc = arg;
-    *fc->prev = fc->next;
-    if (fc->next)
-        fc->next->prev = fc->prev;
-    free(fc);
-    return EVHTP_RES_OK;
-}
-
-static void
-untrack(struct front *f, evhtp_connection_t *c)
-{
-    for (struct fconn *fc = f->conns; fc; fc = fc->next) {
-        if (fc->c == c) {
-            evhtp_connection_set_hook(c, evhtp_hook_on_connection_fini, NULL, NULL);
-            on_conn_fini(c, fc);
-            return;
-        }
-    }
-}
-
-static evhtp_res
-on_accept(evhtp_connection_t *conn, void *arg)
-{
-    struct front *f = arg;
-    struct fconn *fc = xcalloc(1, sizeof(*fc));
-    fc->c = conn;
-    fc->next = f->conns;
-    if (f->conns)
-        f->conns->prev = &fc->next;
-    fc->prev = &f->conns;
-    f->conns = fc;
-    evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_conn_fini, fc);
-    /* Responses leave in several writes (head, chunks): without NODELAY the
-     * last small segment waits for the client's delayed ACK (40 ms) on a
-     * kept-alive connection. */
-    int one = 1;
-    setsockopt(conn->sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, arg);
-    return EVHTP_RES_OK;
-}
-
-/* Requests evhtp completes without our hooks having taken them (should not happen). */
-static void
-on_unrouted(evhtp_request_t *req, void *arg)
-{
-    respond_status(req, 500, NULL, "kwc: request was not routed", 0);
 }
 
 /* After every store commit: requests waiting for an rv, then watch streams. */
@@ -326,6 +354,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     f->cfg = cfg;
     f->k = k;
     f->up = up;
+    f->tls = cfg->tls_cert_file != NULL;
     f->pt_short = (struct pt_options){
         .max_request_buffer = (size_t)cfg->max_request_buffer,
         .max_response_buffer = (size_t)cfg->max_response_buffer,
@@ -354,29 +383,27 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
     f->ing = ing;
     refl_ingest_on_commit(ing, on_commit, f);
-    f->htp = evhtp_new(base, NULL);
-    evhtp_set_gencb(f->htp, on_unrouted, f);
-    evhtp_set_post_accept_cb(f->htp, on_accept, f);
 
-    char bindaddr[300];
-    snprintf(bindaddr, sizeof(bindaddr), "%s:%s", strchr(cfg->listen_host, ':') ? "ipv6" : "ipv4",
-             cfg->listen_host);
-    if (evhtp_bind_socket(f->htp, bindaddr, (uint16_t)cfg->listen_port, 1024) != 0) {
-        snprintf(err, errlen, "--listen %s: cannot bind: %s (is another process using it?)",
-                 cfg->listen, strerror(errno));
-        evhtp_free(f->htp);
+    struct http_server_options ho = {
+        .addrs = cfg->listen_addrs,
+        .naddrs = cfg->n_listen,
+        .max_header_bytes = (size_t)cfg->max_header_bytes,
+        .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
+        .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
+        .max_connections = (unsigned)cfg->max_connections_resolved,
+        .tls_cert_file = cfg->tls_cert_file,
+        .tls_key_file = cfg->tls_private_key_file,
+        .client_ca_file = cfg->client_ca_file,
+        .tls_min_version = cfg->tls_min_version,
+    };
+    int rc = http_server_new(base, &ho, on_request, f, &f->http, err, errlen);
+    if (rc != 0) {
         refl_ingest_on_commit(ing, NULL, NULL);
         watch_pool_free(f->watch);
         serve_free(f->serve);
         free(f);
-        return -EADDRINUSE;
+        return rc;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    evutil_socket_t fd = evconnlistener_get_fd(f->htp->server);
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-        f->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                 : ((struct sockaddr_in *)&ss)->sin_port);
     *out = f;
     return 0;
 }
@@ -384,7 +411,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
 int
 front_port(const struct front *f)
 {
-    return f->port;
+    return http_server_port(f->http, 0);
 }
 
 void
@@ -393,15 +420,12 @@ front_free(struct front *f)
     if (!f)
         return;
     assert(f->magic == FRONT_MAGIC);
-    evhtp_unbind_socket(f->htp);
     /* watch streams end first (terminal chunks), while the store is open */
     watch_pool_free(f->watch);
     f->watch = NULL;
-    /* close what is still open: each free runs the request and connection
-     * hooks (passthroughs cancel their transfers, cached lists end) */
-    while (f->conns)
-        evhtp_connection_free(f->conns->c);
-    evhtp_free(f->htp);
+    /* close what is still open: each request's on_close runs (passthroughs
+     * cancel their transfers, cached lists end) */
+    http_server_free(f->http);
     refl_ingest_on_commit(f->ing, NULL, NULL);
     serve_free(f->serve);
     f->magic = 0;

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,28 @@ load_upstream(const struct kwc_config *cfg, struct kcfg **k, char *err, size_t e
         return kcfg_load_file(cfg->kubeconfig, cfg->context, k, err, errlen);
     return kcfg_in_cluster(SA_DIR, getenv("KUBERNETES_SERVICE_HOST"),
                            getenv("KUBERNETES_SERVICE_PORT"), k, err, errlen);
+}
+
+/* "127.0.0.1:8001, [::1]:8001" for the log. */
+static void
+listen_text(const struct kwc_config *cfg, int port, char *out, size_t len)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < cfg->n_listen && at < len; i++) {
+        const struct sockaddr_storage *ss = &cfg->listen_addrs[i].ss;
+        char h[INET6_ADDRSTRLEN] = "?";
+        bool v6 = ss->ss_family == AF_INET6;
+        if (v6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, h, sizeof(h));
+        else
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, h, sizeof(h));
+        int n = snprintf(out + at, len - at, "%s%s%s%s:%d", i ? ", " : "", v6 ? "[" : "", h,
+                         v6 ? "]" : "", port);
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
 }
 
 int
@@ -170,8 +193,10 @@ main(int argc, char **argv)
         fprintf(stderr, "kwc: --port-file %s: %s\n", cfg.port_file, kwc_strerror(rc));
         goto out;
     }
-    log_info("kwc %s: serving on %s:%d, upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
-             cfg.listen_host, front_port(front), k->server, k->context ? " context " : "",
+    char where[512];
+    listen_text(&cfg, front_port(front), where, sizeof(where));
+    log_info("kwc %s: serving %s on %s, upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
+             cfg.tls_cert_file ? "https" : "http", where, k->server, k->context ? " context " : "",
              k->context ? k->context : "", cfg.listen_loopback ? " (loopback only)" : " (REMOTE!)");
 
     for (size_t i = 0; i < nrefls; i++)

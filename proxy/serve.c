@@ -2,7 +2,7 @@
  * serve.c — cached list and get (see serve.h).
  *
  * One struct sreq per request taken. Lifecycle:
- *   serve_take (on_headers): match the resource, parse selectors, decide.
+ *   serve_take (head read): match the resource, parse selectors, decide.
  *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
  *     answer starts when the request has been read (on_complete):
  *   ERROR -> the Status kube-apiserver sends;
@@ -13,15 +13,14 @@
  * A chunk is one read transaction: store_scan from the next key at the
  * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
  * (selectors may skip most), then the transaction ends. The next chunk
- * starts from a deferred event while the client's socket buffer is below
- * max_buffer, else when it drains to a quarter of it.
- * evhtp frees the request; its request_fini hook frees the sreq.
+ * starts from a deferred event while the response queue is below
+ * max_buffer, else when it drains to half of it (on_drain).
+ * The request's on_close frees the sreq.
  */
 #include "kwc/serve.h"
 
 #include <assert.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 
 #include "kwc/base.h"
 #include "kwc/cont.h"
+#include "kwc/http.h"
 #include "kwc/index.h"
 #include "kwc/listfmt.h"
 #include "kwc/log.h"
@@ -43,7 +43,6 @@
 #define SREQ_MAGIC 0x73726571u /* "sreq" */
 #define CHUNK_BYTES (64 * 1024)
 #define CHUNK_VISITS 8192
-#define DISCARD_MAX (1024 * 1024)
 
 struct serve {
     struct event_base *base;
@@ -59,7 +58,7 @@ struct serve {
 struct sreq {
     uint32_t magic;
     struct serve *s;
-    evhtp_request_t *req;
+    struct hreq *req;
     const struct refl_desc *d;
     bool list;
     struct sel *sel; /* NULL: everything */
@@ -79,10 +78,8 @@ struct sreq {
     size_t from_len;
     char *end;   /* last key of a limited page, inclusive; NULL: to the end */
     size_t end_len;
-    bool any_item, chunked, started, done;
+    bool any_item, started, done;
     struct evbuffer *chunk;
-    struct evbuffer *out; /* the client's output buffer (borrowed) */
-    struct evbuffer_cb_entry *out_cb;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
@@ -99,9 +96,9 @@ audit_id(struct sreq *sr)
 static void
 common_headers(struct sreq *sr)
 {
-    respond_header(sr->req, "Audit-Id", sr->audit_id);
-    respond_header(sr->req, "Cache-Control", "no-cache, private");
-    respond_header(sr->req, "Content-Type", "application/json");
+    hresp_header(sr->req, "Audit-Id", sr->audit_id);
+    hresp_header(sr->req, "Cache-Control", "no-cache, private");
+    hresp_header(sr->req, "Content-Type", "application/json");
 }
 
 static struct sreq *
@@ -139,8 +136,6 @@ static void
 sreq_free(struct sreq *sr)
 {
     wait_unlink(sr);
-    if (sr->out_cb)
-        evbuffer_remove_cb_entry(sr->out, sr->out_cb);
     if (sr->kick)
         event_free(sr->kick);
     if (sr->timer)
@@ -160,18 +155,18 @@ sreq_free(struct sreq *sr)
     free(sr);
 }
 
-static evhtp_res
-on_request_fini(evhtp_request_t *req, void *arg)
+static void
+on_close(void *arg)
 {
     sreq_free(sreq_of(arg));
-    return EVHTP_RES_OK;
 }
 
-/* Detach sr from req (before handing req to someone else). */
+/* Detach sr from req (before handing req to someone else, who installs its
+ * own hooks). */
 static void
 sreq_release(struct sreq *sr)
 {
-    evhtp_request_set_hook(sr->req, evhtp_hook_on_request_fini, NULL, NULL);
+    hreq_set_handler(sr->req, NULL, NULL);
     sreq_free(sr);
 }
 
@@ -189,9 +184,9 @@ static void
 fail_stream(struct sreq *sr, int rc)
 {
     log_warnx("cache: %s %s: reading the cache failed mid-list: %s; closing the stream",
-              sr->d->resource, sr->req->uri->path->full, kwc_strerror(rc));
+              sr->d->resource, hreq_target(sr->req, NULL), kwc_strerror(rc));
     sr->done = true;
-    respond_end_stream(sr->req, sr->chunked, false);
+    hresp_abort(sr->req);
 }
 
 /* ---- get ---- */
@@ -211,9 +206,8 @@ serve_get(struct sreq *sr)
         size_t n;
         char *body = listfmt_object(&sr->fmt, o.raw, o.raw_len, &n);
         store_rtxn_end(t);
-        evbuffer_add(sr->req->buffer_out, body, n);
+        hresp_simple(sr->req, 200, NULL, body, n);
         free(body);
-        evhtp_send_reply(sr->req, 200);
         return;
     }
     store_rtxn_end(t);
@@ -343,10 +337,7 @@ send_chunk(struct sreq *sr)
 {
     if (evbuffer_get_length(sr->chunk) == 0)
         return;
-    if (sr->chunked)
-        evhtp_send_reply_chunk(sr->req, sr->chunk);
-    else
-        evhtp_send_reply_body(sr->req, sr->chunk);
+    hresp_write_buffer(sr->req, sr->chunk);
 }
 
 static void
@@ -354,14 +345,8 @@ start_stream(struct sreq *sr)
 {
     common_headers(sr);
     sr->started = true;
-    if (sr->req->proto == EVHTP_PROTO_11) {
-        sr->chunked = true;
-        evhtp_send_reply_chunk_start(sr->req, 200);
-    } else {
-        /* HTTP/1.0: no chunked coding, the body ends when kwc closes */
-        respond_no_keepalive(sr->req);
-        evhtp_send_reply_start(sr->req, 200);
-    }
+    /* chunked on HTTP/1.1; HTTP/1.0: the body ends when kwc closes */
+    hresp_start(sr->req, 200, -1);
 }
 
 /* One chunk, or the last one with the tail (sr->done). */
@@ -393,12 +378,13 @@ fill(struct sreq *sr)
         if (!sr->started) {
             /* the whole list in one piece: a plain response with Content-Length */
             common_headers(sr);
-            evbuffer_add_buffer(sr->req->buffer_out, sr->chunk);
-            evhtp_send_reply(sr->req, 200);
+            hresp_start(sr->req, 200, (int64_t)evbuffer_get_length(sr->chunk));
+            hresp_write_buffer(sr->req, sr->chunk);
+            hresp_end(sr->req);
             return;
         }
         send_chunk(sr);
-        respond_end_stream(sr->req, sr->chunked, true);
+        hresp_end(sr->req);
         return;
     }
     if (!sr->started)
@@ -415,7 +401,7 @@ pump(struct sreq *sr)
     fill(sr);
     if (sr->done)
         return;
-    if (evbuffer_get_length(sr->out) < sr->s->o.max_buffer)
+    if (hresp_queued(sr->req) < sr->s->o.max_buffer)
         event_active(sr->kick, EV_TIMEOUT, 1); /* let other work run between chunks */
 }
 
@@ -425,11 +411,12 @@ on_kick(evutil_socket_t fd, short what, void *arg)
     pump(sreq_of(arg));
 }
 
+/* The response queue drained to half of max_buffer. */
 static void
-on_out_drain(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+on_drain(void *arg)
 {
     struct sreq *sr = sreq_of(arg);
-    if (info->n_deleted && !sr->done && evbuffer_get_length(buf) <= sr->s->o.max_buffer / 2)
+    if (!sr->done)
         event_active(sr->kick, EV_TIMEOUT, 1);
 }
 
@@ -449,9 +436,7 @@ serve_list(struct sreq *sr)
     sr->chunk = evbuffer_new();
     evbuffer_add(sr->chunk, head, n);
     free(head);
-    struct bufferevent *bev = evhtp_connection_get_bev(evhtp_request_get_connection(sr->req));
-    sr->out = bufferevent_get_output(bev);
-    sr->out_cb = evbuffer_add_cb(sr->out, on_out_drain, sr);
+    hresp_low_water(sr->req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     pump(sr);
 }
@@ -491,7 +476,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     decide_timeout(&sr->dec, cur, &t);
     if (t.action == DECIDE_ERROR) {
         s->stats.errors++;
-        respond_header(sr->req, "Audit-Id", sr->audit_id);
+        hresp_header(sr->req, "Audit-Id", sr->audit_id);
         respond_status_body(sr->req, t.code, t.body, t.retry_after_seconds);
         decide_result_fini(&t);
         return;
@@ -501,7 +486,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     log_debug("cache %s: rv %llu not reached in %d ms (cache at %llu): asking the upstream",
               sr->d->resource, (unsigned long long)sr->dec.rv, s->o.wait_ms,
               (unsigned long long)cur);
-    evhtp_request_t *req = sr->req;
+    struct hreq *req = sr->req;
     sreq_release(sr);
     pt_forward_read(req, s->o.up, s->o.pt);
 }
@@ -522,15 +507,16 @@ serve_committed(void *arg)
     }
 }
 
-/* evhtp's request callback: the request has been read. */
+/* The request has been read (its body, if any, dropped). */
 static void
-on_complete(evhtp_request_t *req, void *arg)
+on_complete(void *arg)
 {
     struct sreq *sr = sreq_of(arg);
     struct serve *s = sr->s;
+    struct hreq *req = sr->req;
     if (sr->dec.action == DECIDE_ERROR) {
         s->stats.errors++;
-        respond_header(req, "Audit-Id", sr->audit_id);
+        hresp_header(req, "Audit-Id", sr->audit_id);
         respond_status_body(req, sr->dec.code, sr->dec.body, sr->dec.retry_after_seconds);
         return;
     }
@@ -551,11 +537,17 @@ on_complete(evhtp_request_t *req, void *arg)
 
 /* ---- the route stage ---- */
 
+static const struct hreq_handler serve_handler = {
+    .on_complete = on_complete,
+    .on_drain = on_drain,
+    .on_close = on_close,
+};
+
 bool
-serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
+serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
 {
     if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
-        !r->resource || req->method != htp_method_GET)
+        !r->resource || strcmp(hreq_method(req), "GET") != 0)
         return false;
     int ri = refl_find(s->refls, s->nrefls, r);
     struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
@@ -565,8 +557,8 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
     bool list = r->verb == ROUTE_LIST;
     if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
         return false; /* not a path kube serves this resource at: its 404 */
-    if (!route_accepts_plain_json(evhtp_header_find(req->headers_in, "Accept")) ||
-        route_wants_pretty(&r->q, evhtp_header_find(req->headers_in, "User-Agent")))
+    if (!route_accepts_plain_json(hreq_header(req, "Accept")) ||
+        route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
         return false;
 
     struct sel *sel = NULL;
@@ -631,10 +623,7 @@ serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r)
         sr->from[sr->from_len] = '\0';
     }
     audit_id(sr);
-    respond_discard_body(req, DISCARD_MAX);
-    evhtp_request_set_hook(req, evhtp_hook_on_request_fini, (evhtp_hook)on_request_fini, sr);
-    req->cb = on_complete;
-    req->cbarg = sr;
+    hreq_set_handler(req, &serve_handler, sr);
     return true;
 }
 
@@ -657,8 +646,8 @@ serve_free(struct serve *s)
 {
     if (!s)
         return;
-    /* Call after evhtp is freed (its requests' fini hooks free every sreq);
-     * anything left waiting is only detached. */
+    /* Call after the HTTP server is freed (its requests' on_close hooks free
+     * every sreq); anything left waiting is only detached. */
     for (struct sreq *sr = s->waiters, *next; sr; sr = next) {
         next = sr->next_wait;
         evtimer_del(sr->timer);

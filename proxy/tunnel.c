@@ -1,9 +1,8 @@
 /*
  * tunnel.c — HTTP Upgrade passthrough (see tunnel.h).
  *
- * kwc takes the client's socket away from libevhtp
- * (evhtp_connection_take_ownership: evhtp frees its connection struct once
- * the parser returns, leaving us the bufferevent and any bytes past the head),
+ * kwc takes the client's connection from the HTTP server (hreq_take_bev:
+ * the bufferevent, plain or TLS, with any bytes past the head in its input),
  * opens its own connection to the upstream, writes the request head (with
  * kwc's credentials), and from then on only copies bytes. Each direction stops
  * reading when the other side's output holds TUN_HIGH bytes and resumes when it
@@ -33,6 +32,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/status.h"
@@ -220,33 +220,24 @@ tunnel_free(struct tunnel *t)
         event_free(t->connect_timer);
     if (t->up)
         bufferevent_free(t->up);
-    bufferevent_free(t->client);
+    http_bev_free(t->client);
     t->magic = 0;
     free(t);
 }
 
 /* ---- start ---- */
 
-struct head_ctx {
-    struct evbuffer *out;
-    bool strip;
-};
-
-static int
-add_header(evhtp_kv_t *kv, void *arg)
+static bool
+skip_header(const char *k, bool strip)
 {
-    struct head_ctx *h = arg;
-    const char *k = kv->key;
     if (strcasecmp(k, "Host") == 0 || strncasecmp(k, "Proxy-", 6) == 0)
-        return 0;
-    if (h->strip && (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0))
-        return 0;
-    evbuffer_add_printf(h->out, "%s: %s\r\n", k, kv->val);
-    return 0;
+        return true;
+    return strip && (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
+                     strncasecmp(k, "X-Remote-", 9) == 0);
 }
 
 void
-tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
+tunnel_start(struct hreq *req, const struct tunnel_options *o)
 {
     const struct kcfg *k = o->k;
     bool tls;
@@ -256,17 +247,20 @@ tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
     t->magic = TUN_MAGIC;
-    const char *method = htparser_get_methodstr_m(req->method);
-    snprintf(t->desc, sizeof(t->desc), "%s %.140s", method, req->uri->path->full);
+    const char *method = hreq_method(req);
+    size_t tl;
+    const char *target = hreq_target(req, &tl);
+    snprintf(t->desc, sizeof(t->desc), "%s %.*s", method, (int)strcspn(target, "?") > 140 ? 140 : (int)strcspn(target, "?"), target);
 
     /* The request head, replayed to the upstream. */
     struct evbuffer *head = evbuffer_new();
-    const char *q = req->uri->query_raw ? (const char *)req->uri->query_raw : "";
-    evbuffer_add_printf(head, "%s %s%s%s HTTP/1.1\r\nHost: %s%s%s%s%s\r\n", method,
-                        req->uri->path->full, *q ? "?" : "", q, strchr(host, ':') ? "[" : "", host,
-                        strchr(host, ':') ? "]" : "", ":", port);
-    struct head_ctx hc = {.out = head, .strip = o->strip_credentials};
-    evhtp_headers_for_each(req->headers_in, add_header, &hc);
+    evbuffer_add_printf(head, "%s %s HTTP/1.1\r\nHost: %s%s%s%s%s\r\n", method, target,
+                        strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", ":", port);
+    const struct http_header *hs;
+    size_t nh = hreq_headers(req, &hs);
+    for (size_t i = 0; i < nh; i++)
+        if (!skip_header(hs[i].name, o->strip_credentials))
+            evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
     if (o->strip_credentials) {
         int ferr;
         char *tok = kcfg_bearer_token(k, &ferr);
@@ -286,9 +280,13 @@ tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
     }
     evbuffer_add(head, "\r\n", 2);
 
-    /* Take the client socket from libevhtp. It stops parsing this connection. */
-    req->cb = NULL;
-    t->client = evhtp_connection_take_ownership(evhtp_request_get_connection(req));
+    /* Take the client connection from the server: it parses no more of it. */
+    t->client = hreq_take_bev(req);
+    if (!t->client) {
+        evbuffer_free(head);
+        free(t);
+        return;
+    }
 
     if (tls) {
         SSL *ssl = SSL_new(get_tls_ctx(k));
@@ -330,7 +328,7 @@ tunnel_start(evhtp_request_t *req, const struct tunnel_options *o)
     /* Nothing is read from the client until the upstream is connected. */
     bufferevent_disable(t->client, EV_READ);
     if (rc != 0) {
-        /* Report from the loop, not from inside evhtp's parser. */
+        /* Report from the loop, not from inside the server's parser. */
         event_active(t->connect_timer, EV_TIMEOUT, 1);
     }
     log_debug("tunnel: %s -> %s:%s", t->desc, host, port);

@@ -1,10 +1,11 @@
 /*
  * watch.c — watch streams on worker loops (see watch.h).
  *
- * Writer loop (the main thread, which also runs libevhtp and the reflectors):
- *   watch_take: decide (decide_watch), answer errors through libevhtp, or
- *     take the socket (evhtp_connection_take_ownership, then the bufferevent
- *     gives up its fd) and post a WMSG_WATCH to the least loaded worker.
+ * Writer loop (the main thread, which also runs the HTTP server and the
+ * reflectors):
+ *   watch_take: decide (decide_watch), answer errors through the response
+ *     writer, or take the socket (hreq_take_socket: the fd, and with TLS its
+ *     SSL state) and post a WMSG_WATCH to the least loaded worker.
  *   watch_committed: per resource someone watches, the store's new rv; when
  *     it moved, one hub_batch (events read back and encoded once) posted to
  *     each worker that has watchers of it.
@@ -20,6 +21,10 @@
  * (EOF = client gone; request bytes are dropped), write interest only while
  * bytes are queued, and one timer (bookmarks, deadline, the
  * sendInitialEvents wait).
+ * Over TLS the ring feeds an OpenSSL bufferevent on the worker's loop
+ * instead of writev: entries are copied into it (encryption copies anyway)
+ * while it holds less than TLS_OUT_MAX, and its write callback asks for more;
+ * what it holds counts against the watcher's budget like the ring does.
  * Hand-off order is what makes a stream gapless: a WMSG_WATCH carries the rv
  * up to which batches had been posted, so the worker knows every event up
  * to it is in the store and every later one will come in a batch.
@@ -30,7 +35,9 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,6 +51,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/http.h"
 #include "kwc/hub.h"
 #include "kwc/log.h"
 #include "kwc/reflector.h"
@@ -53,7 +61,6 @@
 #include "kwc/status.h"
 #include "kwc/store.h"
 
-#define DISCARD_MAX (1024 * 1024)
 #define CLOSE_GRACE_MS 10000 /* an ended stream's last bytes: then the socket closes anyway */
 #define DEFAULT_MIN_TIMEOUT_S 1800 /* kube's minRequestTimeout: deadline in [1x, 2x) */
 /* Bytes encoded from the store for single watchers (initial state, catch-up
@@ -65,6 +72,7 @@
 #define PRIVATE_MAX (32u << 20)
 
 #define WRITE_IOV (3 * 64) /* iovecs per writev: 64 entries of up to three */
+#define TLS_OUT_MAX (64 * 1024) /* plaintext handed to a TLS stream's bufferevent at a time */
 
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
 
@@ -161,6 +169,8 @@ struct wconn {
     struct worker *wk;
     unsigned res;
     int fd;
+    SSL *ssl;                /* TLS: moved into tls on the worker */
+    struct bufferevent *tls; /* TLS: the stream's OpenSSL bufferevent (worker loop) */
     struct outq q;
     struct event *io, *timer;
     bool want_write, dirty, pumping, ending, http10;
@@ -309,10 +319,15 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
 }
 
 static size_t
+conn_queued(const struct wconn *c)
+{
+    return c->q.bytes + (c->tls ? evbuffer_get_length(bufferevent_get_output(c->tls)) : 0);
+}
+
+static size_t
 sink_queued(void *sink)
 {
-    struct wconn *c = sink;
-    return c->q.bytes;
+    return conn_queued(sink);
 }
 
 static void
@@ -330,7 +345,7 @@ static void
 sink_wake(void *sink)
 {
     struct wconn *c = sink;
-    if (c->q.bytes < c->wk->p->o.budget / 2)
+    if (conn_queued(c) < c->wk->p->o.budget / 2)
         want_pump(c);
 }
 
@@ -357,6 +372,8 @@ static const struct hub_sink_ops sink_ops = {
 
 /* ---- sockets ---- */
 
+static void arm_timer(struct wconn *c);
+
 static void
 set_io(struct wconn *c, bool want_write)
 {
@@ -368,8 +385,6 @@ set_io(struct wconn *c, bool want_write)
                  event_get_callback(c->io), c);
     event_add(c->io, NULL);
 }
-
-static void arm_timer(struct wconn *c);
 
 static void
 conn_free(struct wconn *c)
@@ -402,6 +417,14 @@ conn_free(struct wconn *c)
     if (c->timer)
         event_free(c->timer);
     q_clear(c);
+    if (c->tls) {
+        /* maybe inside its own callback: closed from the next loop turn */
+        http_bev_free(c->tls);
+        c->fd = -1;
+        c->ssl = NULL;
+    }
+    if (c->ssl)
+        SSL_free(c->ssl);
     if (c->fd >= 0)
         close(c->fd);
     atomic_fetch_sub(&wk->p->res[c->res].count[wk->idx], 1);
@@ -412,29 +435,78 @@ conn_free(struct wconn *c)
     free(c);
 }
 
+/* TLS: move queued entries into the bufferevent while it holds little. */
+static void
+tls_feed(struct wconn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->tls);
+    struct outq *q = &c->q;
+    while (q->n && evbuffer_get_length(out) < TLS_OUT_MAX) {
+        struct qent *e = &q->e[q->head];
+        evbuffer_add(out, e->hdr, e->hdrlen);
+        evbuffer_add(out, e->p, e->len);
+        evbuffer_add(out, CRLF + 2 - e->trail, e->trail);
+        q_pop(c);
+    }
+}
+
 /* Write what is queued. Returns false when c was closed. */
 static bool
 flush(struct wconn *c)
 {
-    while (c->q.n > 0) {
-        ssize_t n = q_write(c);
-        if (n > 0)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            break;
-        conn_free(c); /* the client is gone */
-        return false;
+    if (c->tls) {
+        tls_feed(c);
+        if (c->ending && conn_queued(c) == 0) {
+            conn_free(c);
+            return false;
+        }
+    } else {
+        while (c->q.n > 0) {
+            ssize_t n = q_write(c);
+            if (n > 0)
+                continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                break;
+            conn_free(c); /* the client is gone */
+            return false;
+        }
+        if (c->ending && c->q.bytes == 0) {
+            shutdown(c->fd, SHUT_WR);
+            conn_free(c);
+            return false;
+        }
+        set_io(c, c->q.bytes > 0);
     }
-    size_t left = c->q.bytes;
-    if (c->ending && left == 0) {
-        shutdown(c->fd, SHUT_WR);
-        conn_free(c);
-        return false;
-    }
-    set_io(c, left > 0);
+    size_t left = conn_queued(c);
     if (c->hw && hub_pump_wanted(c->hw) && left < c->wk->p->o.budget / 2)
         want_pump(c);
     return true;
+}
+
+/* ---- TLS streams: the bufferevent's callbacks ---- */
+
+static void
+on_tls_read(struct bufferevent *bev, void *arg)
+{
+    /* anything a client sends on a watch is dropped */
+    struct evbuffer *in = bufferevent_get_input(bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+static void
+on_tls_write(struct bufferevent *bev, void *arg)
+{
+    struct wconn *c = arg;
+    bool ending = c->ending;
+    if (flush(c) && ending)
+        arm_timer(c);
+}
+
+static void
+on_tls_event(struct bufferevent *bev, short what, void *arg)
+{
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        conn_free(arg); /* the client is gone */
 }
 
 static void
@@ -502,6 +574,9 @@ flush_dirty(struct worker *wk)
         bool ending = c->ending;
         if (c->want_write && !ending)
             continue; /* its socket was full: the write event sends it (no EAGAIN try) */
+        if (c->tls && !ending &&
+            evbuffer_get_length(bufferevent_get_output(c->tls)) >= TLS_OUT_MAX)
+            continue; /* its write callback feeds it */
         if (flush(c) && ending)
             arm_timer(c);
     }
@@ -568,6 +643,13 @@ on_pump(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
+abort_msg(const char *what, int err)
+{
+    log_warnx("%s: %s", what, strerror(err));
+    abort();
+}
+
+static void
 start_watch(struct worker *wk, struct wconn *c)
 {
     c->wk = wk;
@@ -576,9 +658,20 @@ start_watch(struct worker *wk, struct wconn *c)
         wk->all->prev_all = &c->next_all;
     c->prev_all = &wk->all;
     wk->all = c;
-    c->io = event_new(wk->base, c->fd, EV_READ | EV_PERSIST, on_io, c);
     c->timer = evtimer_new(wk->base, on_timer, c);
-    event_add(c->io, NULL);
+    if (c->ssl) {
+        c->tls = bufferevent_openssl_socket_new(wk->base, c->fd, c->ssl, BUFFEREVENT_SSL_OPEN, 0);
+        if (!c->tls)
+            abort_msg("watch: cannot set up a TLS stream", ENOMEM);
+        c->ssl = NULL; /* the bufferevent's now; http_bev_free frees it and the socket */
+        bufferevent_openssl_set_allow_dirty_shutdown(c->tls, 1);
+        bufferevent_setcb(c->tls, on_tls_read, on_tls_write, on_tls_event, c);
+        bufferevent_setwatermark(c->tls, EV_WRITE, TLS_OUT_MAX / 2, 0);
+        bufferevent_enable(c->tls, EV_READ | EV_WRITE);
+    } else {
+        c->io = event_new(wk->base, c->fd, EV_READ | EV_PERSIST, on_io, c);
+        event_add(c->io, NULL);
+    }
     wk->started++;
     size_t hl = strlen(c->head);
     char *head = xmalloc(hl);
@@ -620,7 +713,7 @@ stop_all(struct worker *wk)
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;
-        if (c->q.n)
+        if (c->q.n && !c->tls)
             (void)q_write(c);
         conn_free(c);
     }
@@ -749,47 +842,18 @@ find_res(struct watch_pool *p, const struct route_req *r)
     return i >= 0 ? &p->res[i] : NULL;
 }
 
-/* An error before the stream: answered by libevhtp once the request is read. */
-struct werr {
-    int code;
-    char *body;
-    char audit_id[RESPOND_AUDIT_ID_LEN];
-};
-
-static evhtp_res
-on_err_fini(evhtp_request_t *req, void *arg)
-{
-    (void)req;
-    struct werr *e = arg;
-    free(e->body);
-    free(e);
-    return EVHTP_RES_OK;
-}
-
+/* An error before the stream: kube's Status, through the response writer. */
 static void
-on_err_complete(evhtp_request_t *req, void *arg)
+answer_error(struct watch_pool *p, struct hreq *req, struct decide_result *dec)
 {
-    struct werr *e = arg;
-    respond_header(req, "Audit-Id", e->audit_id);
-    respond_status_body(req, e->code, e->body, 0);
-}
-
-static void
-answer_error(struct watch_pool *p, evhtp_request_t *req, struct decide_result *dec)
-{
-    struct werr *e = xcalloc(1, sizeof(*e));
-    e->code = dec->code;
-    e->body = dec->body;
-    dec->body = NULL;
-    respond_audit_id(req, p->rng, e->audit_id);
-    respond_discard_body(req, DISCARD_MAX);
-    evhtp_request_set_hook(req, evhtp_hook_on_request_fini, (evhtp_hook)on_err_fini, e);
-    req->cb = on_err_complete;
-    req->cbarg = e;
+    char audit[RESPOND_AUDIT_ID_LEN];
+    respond_audit_id(req, p->rng, audit);
+    hresp_header(req, "Audit-Id", audit);
+    respond_status_body(req, dec->code, dec->body, 0);
 }
 
 static char *
-response_head(struct watch_pool *p, evhtp_request_t *req, bool http10)
+response_head(struct watch_pool *p, struct hreq *req, bool http10)
 {
     char audit[RESPOND_AUDIT_ID_LEN], date[64];
     respond_audit_id(req, p->rng, audit);
@@ -821,28 +885,11 @@ least_loaded(struct watch_pool *p, struct pres *pr)
     return best;
 }
 
-/* The socket leaves libevhtp: the bufferevent gives up its fd (setfd -1, so
- * freeing it does not close it); bytes libevhtp still had queued for an
- * earlier response on this connection go first. */
-static int
-take_socket(evhtp_request_t *req, struct evbuffer *pending)
-{
-    req->cb = NULL;
-    struct bufferevent *bev = evhtp_connection_take_ownership(evhtp_request_get_connection(req));
-    if (!bev)
-        return -1;
-    int fd = bufferevent_getfd(bev);
-    evbuffer_add_buffer(pending, bufferevent_get_output(bev));
-    bufferevent_setfd(bev, -1);
-    bufferevent_free(bev);
-    return fd;
-}
-
 enum watch_took
-watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r)
+watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
 {
     if (!r->is_resource || r->verb != ROUTE_WATCH || r->subresource || !r->resource || r->name ||
-        req->method != htp_method_GET)
+        strcmp(hreq_method(req), "GET") != 0)
         return WATCH_NOT_TAKEN;
     struct pres *pr = find_res(p, r);
     if (!pr || !refl_synced(pr->rf))
@@ -850,8 +897,8 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
     const struct refl_desc *d = refl_desc(pr->rf);
     if (!d->namespaced && r->namespace_)
         return WATCH_NOT_TAKEN; /* not a path kube serves this resource at: its 404 */
-    if (!route_accepts_plain_json(evhtp_header_find(req->headers_in, "Accept")) ||
-        route_wants_pretty(&r->q, evhtp_header_find(req->headers_in, "User-Agent")))
+    if (!route_accepts_plain_json(hreq_header(req, "Accept")) ||
+        route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
         return WATCH_NOT_TAKEN;
 
     struct sel *sel = NULL;
@@ -893,7 +940,7 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
     struct wconn *c = xcalloc(1, sizeof(*c));
     c->fd = -1;
     c->res = (unsigned)(pr - p->res);
-    c->http10 = req->proto == EVHTP_PROTO_10;
+    c->http10 = hreq_http10(req);
     c->head = response_head(p, req, c->http10);
     c->req = (struct hub_watch_req){
         .ns = NULL,
@@ -926,26 +973,17 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
     c->seed = p->rng[0] ^ (p->rng[1] << 1) ^ (uint64_t)(uintptr_t)c;
     decide_result_fini(&dec);
 
-    struct evbuffer *pending = evbuffer_new();
-    c->fd = take_socket(req, pending);
-    if (c->fd < 0) {
-        evbuffer_free(pending);
+    /* the previous response on this connection has left: the socket is ours */
+    struct http_taken tk;
+    if (hreq_take_socket(req, &tk) != 0) {
         free(c->head);
         free(c->req.too_large_status);
         sel_free(sel);
         free(c);
         return WATCH_STREAM; /* gone already */
     }
-    if (evbuffer_get_length(pending)) {
-        /* an earlier response's tail leads the head */
-        size_t n = evbuffer_get_length(pending);
-        char *all = xmalloc(n + strlen(c->head) + 1);
-        evbuffer_remove(pending, all, n);
-        strcpy(all + n, c->head);
-        free(c->head);
-        c->head = all;
-    }
-    evbuffer_free(pending);
+    c->fd = tk.fd;
+    c->ssl = tk.ssl;
     if (r->namespace_ && d->namespaced) {
         /* the namespace must outlive the route request: keep a copy after the head */
         size_t hl = strlen(c->head), nl = strlen(r->namespace_);
@@ -963,13 +1001,6 @@ watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r
 }
 
 /* ---- lifecycle ---- */
-
-static void
-abort_msg(const char *what, int err)
-{
-    log_warnx("%s: %s", what, strerror(err));
-    abort();
-}
 
 struct watch_pool *
 watch_pool_new(struct event_base *base, struct store *st, struct refl *const *refls, size_t nrefls,
@@ -1044,6 +1075,8 @@ watch_pool_free(struct watch_pool *p)
         }
         event_free(wk->wake_ev);
         event_free(wk->pump_ev);
+        /* deferred frees of TLS streams (http_bev_free) still queued */
+        event_base_loop(wk->base, EVLOOP_NONBLOCK);
         event_base_free(wk->base);
         close(wk->efd);
         pthread_mutex_destroy(&wk->mu);

@@ -1,8 +1,9 @@
 /*
- * front.h — the HTTP front end (libevhtp). Every request goes through the same
- * explicit stages, in the connection's on_headers hook, before its body is read:
+ * front.h — the HTTP front end on kwc's HTTP server (http.h). Every request
+ * goes through the same explicit stages once its head is read, before its
+ * body is:
  *
- *   parse (route.h) -> authenticate -> authorize -> route -> respond
+ *   parse (route.h) -> Host check -> authenticate -> authorize -> route -> respond
  *
  * Routes: kwc's own endpoints (/healthz, /livez, /readyz), upgrade tunnels
  * (exec/attach/port-forward), cached lists and gets (serve.h), and

@@ -92,6 +92,10 @@ int http_server_new(struct event_base *base, const struct http_server_options *o
 /* Stop listening, close every connection (each request's on_close runs),
  * free. */
 void http_server_free(struct http_server *s);
+/* Serve a connected socket (non-blocking; the server owns it from now on):
+ * for tests and fuzzing over socketpair(2), or sockets handed over by a
+ * supervisor. sa may be NULL. A server may have no listen address at all. */
+void http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen);
 /* The port bound for the i-th address (useful with port 0). */
 int http_server_port(const struct http_server *s, size_t i);
 

@@ -15,7 +15,7 @@
 
 #include "kwc/decide.h"
 
-#define ROUTE_MAX_TARGET (64 * 1024) /* path + query bytes accepted */
+#define ROUTE_MAX_TARGET (16 * 1024 * 1024) /* path + query bytes accepted (the front end bounds heads by --max-header-bytes first) */
 
 #define ROUTE_VERBS(X)                                                                             \
     X(ROUTE_GET, "get")                                                                            \

@@ -22,7 +22,6 @@
 #ifndef KWC_SERVE_H
 #define KWC_SERVE_H
 
-#include <evhtp/evhtp.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -34,6 +33,7 @@ struct refl;
 struct up_client;
 struct pt_options;
 struct route_req;
+struct hreq;
 struct serve;
 
 struct serve_options {
@@ -49,9 +49,9 @@ struct serve *serve_new(struct event_base *base, struct store *st, struct refl *
                         size_t nrefls, const struct serve_options *o);
 void serve_free(struct serve *s);
 
-/* Route stage (from on_headers): true when s took req (it answers it on
+/* Route stage (head read): true when s took req (it answers it on
  * every path); false: not a cached read, the caller passes it through. */
-bool serve_take(struct serve *s, evhtp_request_t *req, const struct route_req *r);
+bool serve_take(struct serve *s, struct hreq *req, const struct route_req *r);
 
 /* The store committed (refl_ingest_on_commit): wake requests waiting for an rv. */
 void serve_committed(void *s);

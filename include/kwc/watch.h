@@ -4,8 +4,9 @@
  *
  * The front end's route stage offers every watch to watch_take. A watch of a
  * cached, synced resource that asks for plain JSON is decided here (kube's
- * 400/422/500 answers through libevhtp as usual); a stream to serve is taken
- * away from libevhtp with its socket and handed to one of the worker loops,
+ * 400/422/500 answers through the response writer); a stream to serve takes
+ * its connection's socket (and TLS state) from the HTTP server and is handed
+ * to one of the worker loops,
  * which owns it from then on: its cache/hub, its timers, its writes. After
  * every store commit the writer loop (watch_committed) reads the new events
  * back once, encodes each once, and hands the batch to the workers that have
@@ -13,8 +14,8 @@
  *
  * A stream ends at its deadline (timeoutSeconds, else kube's random 30-60
  * minutes) with a terminal chunk, and then kwc closes the connection
- * (`Connection: close` is in the head: the socket has left libevhtp, so it
- * cannot carry another request).
+ * (`Connection: close` is in the head: the socket has left the HTTP server,
+ * so it cannot carry another request).
  *
  * Passed to the upstream: watches of a single object by name
  * (/watch/.../NAME, ?watch on an object path), Table/protobuf/metadata
@@ -24,7 +25,6 @@
 #ifndef KWC_WATCH_H
 #define KWC_WATCH_H
 
-#include <evhtp/evhtp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +35,7 @@ struct event_base;
 struct store;
 struct refl;
 struct route_req;
+struct hreq;
 struct watch_pool;
 
 struct watch_options {
@@ -54,11 +55,11 @@ struct watch_pool *watch_pool_new(struct event_base *base, struct store *st,
  * Call before the store closes. */
 void watch_pool_free(struct watch_pool *p);
 
-/* Route stage (from on_headers): not a watch kwc serves (pass it on); an
- * answer kwc gives through libevhtp (an error Status); or a stream, whose
- * connection has left libevhtp (the caller must forget the connection). */
+/* Route stage (head read): not a watch kwc serves (pass it on); an answer
+ * kwc gives through the response writer (an error Status); or a stream,
+ * whose connection has left the HTTP server. */
 enum watch_took { WATCH_NOT_TAKEN, WATCH_ANSWERED, WATCH_STREAM };
-enum watch_took watch_take(struct watch_pool *p, evhtp_request_t *req, const struct route_req *r);
+enum watch_took watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r);
 
 /* The store committed (refl_ingest_on_commit): hand new events to the workers. */
 void watch_committed(void *p);

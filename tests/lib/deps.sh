@@ -7,7 +7,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 level=${1:-build}
 
-build_pkgs="gcc make pkg-config libevent-dev libevhtp-dev libonig-dev libjansson-dev
+build_pkgs="gcc make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
  libssl-dev uthash-dev python3"
 test_pkgs="python3-kubernetes clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl"
