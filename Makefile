@@ -128,8 +128,10 @@ run:
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(PYTHON) tests/lib/demo.py --kwc $(BUILD)/kwc
 
-# the etcd side of the fan-out bench speaks gRPC over HTTP/2 (libnghttp2)
+# the etcd side of the fan-out bench speaks gRPC over HTTP/2 (libnghttp2);
+# fanout --tls and tlsprobe call OpenSSL themselves
 $(BUILD)/bench/fanout: LIBS += -lnghttp2
+$(BUILD)/bench/fanout $(BUILD)/bench/tlsprobe: LIBS += -lssl -lcrypto
 
 bench:
 	$(Q)tests/lib/deps.sh bench

@@ -9,7 +9,7 @@
  *
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
- *          [--threads T]
+ *          [--threads T] [--tls [--cacert FILE]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --nodes K: stream i adds fieldSelector=spec.nodeName=node-(i % K) (the
@@ -20,7 +20,15 @@
  * carrying the same stamp). --idle: connect, wait for every response head, report,
  * then hold the streams until killed (the caller measures memory per idle
  * watcher meanwhile). --threads:
- * streams are spread over T event loops (default 1).
+ * streams are spread over T event loops (default 1). --tls: the HTTP/1.1
+ * streams speak TLS (OpenSSL): a non-blocking handshake driven by the read
+ * event (and a one-shot write event when OpenSSL wants to write), the request
+ * sent with SSL_write once it completes, then SSL_read in place of recv.
+ * --cacert FILE: the server's certificate must chain to FILE and name
+ * 127.0.0.1 (an IP SAN); without it nothing is verified. Each stream is a new
+ * client: full handshakes, no session resumption. The client keeps no idle TLS
+ * buffers (SSL_MODE_RELEASE_BUFFERS) and reads ahead (one recv for several
+ * records), so it costs little more than the plaintext reader.
  *
  * The client must cost less than the server it measures: streams are plain
  * non-blocking sockets with one persistent read event each, one recv into a
@@ -34,6 +42,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -56,8 +67,13 @@ struct conn {
     int fd;
     bool head;
     nghttp2_session *h2; /* --etcd-prefix */
+    SSL *ssl;            /* --tls */
+    bool handshaken;     /* --tls: the handshake completed */
+    char *req;           /* --tls: the request until SSL_write took it */
+    int req_len;
     struct event *ev;
-    bool dead; /* the server ended it: counted, no longer read */
+    struct event *wev; /* --tls: one-shot, when OpenSSL wants to write */
+    bool dead;         /* the server ended it: counted, no longer read */
     size_t req_sent;
     unsigned char ntail;
     char tail[TAILMAX];
@@ -78,7 +94,10 @@ struct loop {
 
 static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2;
 static bool idle;
-static const char *path, *etcd_prefix;
+static const char *path, *etcd_prefix, *cacert;
+static bool tls;
+static SSL_CTX *tls_ctx;
+static atomic_int tls_failures;
 static char grpc_req[512]; /* the gRPC-framed WatchRequest every etcd stream sends */
 static size_t grpc_req_len;
 static struct conn *conns;
@@ -304,11 +323,138 @@ h2_start(struct conn *c)
 }
 
 static void
+conn_drop(struct conn *c)
+{
+    event_del(c->ev);
+    if (c->wev)
+        event_del(c->wev);
+    if (c->ssl)
+        SSL_free(c->ssl);
+    c->ssl = NULL;
+    free(c->req);
+    c->req = NULL;
+    close(c->fd);
+}
+
+/* ---- --tls: the same stream over OpenSSL on the non-blocking socket ---- */
+
+static SSL_CTX *
+tls_ctx_new(void)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx)
+        goto fail;
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    if (cacert) {
+        if (SSL_CTX_load_verify_locations(ctx, cacert, NULL) != 1)
+            goto fail;
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    }
+    return ctx;
+fail:
+    fprintf(stderr, "fanout: TLS setup failed (--cacert %s):\n", cacert ? cacert : "none");
+    ERR_print_errors_fp(stderr);
+    exit(2);
+}
+
+/* OpenSSL's answer r from an SSL call: true to wait (read or write event),
+ * false when the stream is over (closed, reset or a TLS error). */
+static bool
+tls_wait(struct conn *c, int r)
+{
+    switch (SSL_get_error(c->ssl, r)) {
+    case SSL_ERROR_WANT_READ:
+        return true; /* the persistent read event is armed */
+    case SSL_ERROR_WANT_WRITE:
+        event_add(c->wev, NULL);
+        return true;
+    case SSL_ERROR_ZERO_RETURN:
+        return false;
+    default:
+        if (!c->handshaken && atomic_fetch_add(&tls_failures, 1) == 0) {
+            const char *why = ERR_reason_error_string(ERR_peek_error());
+            fprintf(stderr, "fanout: a TLS handshake failed (the first; more are counted): %s\n",
+                    why ? why : "connection closed");
+        }
+        ERR_clear_error();
+        return false;
+    }
+}
+
+/* Handshake, then the request: true once both are done. */
+static bool
+tls_ready(struct conn *c)
+{
+    if (!c->handshaken) {
+        int r = SSL_do_handshake(c->ssl);
+        if (r != 1) {
+            if (!tls_wait(c, r))
+                conn_lost(c);
+            return false;
+        }
+        c->handshaken = true;
+    }
+    if (c->req) {
+        int r = SSL_write(c->ssl, c->req, c->req_len);
+        if (r <= 0) {
+            if (!tls_wait(c, r))
+                conn_lost(c);
+            return false;
+        }
+        free(c->req);
+        c->req = NULL;
+    }
+    return true;
+}
+
+/* Every record OpenSSL can give without blocking, up to RBUF, scanned as one
+ * arrival; whatever OpenSSL still holds is read in the next loop turn. */
+static void
+tls_read(struct conn *c)
+{
+    struct loop *lp = c->lp;
+    if (!tls_ready(c)) {
+        if (c->dead)
+            conn_drop(c);
+        return;
+    }
+    char *data = lp->buf + TAILMAX - c->ntail;
+    memcpy(data, c->tail, c->ntail);
+    size_t got = 0;
+    bool over = false;
+    while (got < RBUF) {
+        int n = SSL_read(c->ssl, lp->buf + TAILMAX + got, (int)(RBUF - got));
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        over = !tls_wait(c, n);
+        break;
+    }
+    if (got) {
+        lp->now = wall_ns();
+        scan(c, data, c->ntail + got, lp->now);
+    }
+    if (over) {
+        conn_lost(c);
+        conn_drop(c);
+        return;
+    }
+    if (got == RBUF && SSL_has_pending(c->ssl))
+        event_active(c->ev, EV_READ, 0);
+}
+
+static void
 on_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct conn *c = arg;
     struct loop *lp = c->lp;
+    if (c->ssl) {
+        tls_read(c);
+        return;
+    }
     char *data = lp->buf + TAILMAX - c->ntail;
     char *into = c->h2 ? lp->h2buf : lp->buf + TAILMAX;
     if (!c->h2)
@@ -319,8 +465,7 @@ on_read(evutil_socket_t fd, short what, void *arg)
     if (n <= 0)
         conn_lost(c);
     if (c->dead) {
-        event_del(c->ev);
-        close(c->fd);
+        conn_drop(c);
         return;
     }
     lp->now = wall_ns();
@@ -331,10 +476,8 @@ on_read(evutil_socket_t fd, short what, void *arg)
     if (nghttp2_session_mem_recv(c->h2, (const uint8_t *)into, (size_t)n) < 0 ||
         nghttp2_session_send(c->h2) != 0) /* window updates, pings, acks */
         conn_lost(c);
-    if (c->dead) {
-        event_del(c->ev);
-        close(c->fd);
-    }
+    if (c->dead)
+        conn_drop(c);
 }
 
 static void
@@ -372,6 +515,24 @@ open_some(evutil_socket_t fd, short what, void *arg)
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
         int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n", path, sel);
+        if (tls) {
+            evutil_make_socket_nonblocking(c->fd);
+            c->req = strdup(req);
+            c->req_len = len;
+            c->ssl = SSL_new(tls_ctx);
+            if (!c->req || !c->ssl || SSL_set_fd(c->ssl, c->fd) != 1) {
+                fprintf(stderr, "fanout: out of memory for TLS stream %d\n", next);
+                exit(1);
+            }
+            if (cacert)
+                X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), "127.0.0.1");
+            SSL_set_connect_state(c->ssl);
+            c->ev = event_new(lp->base, c->fd, EV_READ | EV_PERSIST, on_read, c);
+            c->wev = event_new(lp->base, c->fd, EV_WRITE, on_read, c);
+            event_add(c->ev, NULL);
+            tls_read(c); /* the ClientHello */
+            continue;
+        }
         if (send(c->fd, req, (size_t)len, 0) != len) {
             fprintf(stderr, "fanout: request not sent on stream %d\n", next);
             exit(1);
@@ -442,6 +603,10 @@ main(int argc, char **argv)
             idle = true;
             continue;
         }
+        if (!strcmp(a, "--tls")) {
+            tls = true;
+            continue;
+        }
         if (!v)
             goto usage;
         i++;
@@ -461,13 +626,18 @@ main(int argc, char **argv)
             nthreads = atoi(v);
         else if (!strcmp(a, "--etcd-prefix"))
             etcd_prefix = v;
+        else if (!strcmp(a, "--cacert"))
+            cacert = v;
         else
             goto usage;
     }
     if (etcd_prefix)
         grpc_watch_request(etcd_prefix);
-    if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 || seconds <= 0)
+    if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
+        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls))
         goto usage;
+    if (tls)
+        tls_ctx = tls_ctx_new();
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;
@@ -497,8 +667,8 @@ main(int argc, char **argv)
         nlat += loops[t].nlat;
     }
     if (idle) {
-        printf("{\"streams\":%d,\"ended\":%d}\n", atomic_load(&heads),
-               atomic_load(&ended) + atomic_load(&ended_headless));
+        printf("{\"streams\":%d,\"ended\":%d,\"tls_failures\":%d}\n", atomic_load(&heads),
+               atomic_load(&ended) + atomic_load(&ended_headless), atomic_load(&tls_failures));
         fflush(stdout);
         pause(); /* the streams stay open until the caller has measured and kills us */
         return 0;
@@ -512,13 +682,15 @@ main(int argc, char **argv)
     double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)((double)nlat * 0.99)] : 0;
     double mx = nlat ? lat[nlat - 1] : 0;
     printf("{\"streams\":%d,\"ended\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,"
-           "\"p99_ms\":%.2f,\"max_ms\":%.2f}\n",
+           "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"tls_failures\":%d}\n",
            atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
-           (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx);
+           (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx,
+           atomic_load(&tls_failures));
     fflush(stdout);
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle] [--threads T] [--etcd-prefix KEY]\n");
+                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] | "
+                    "[--etcd-prefix KEY]\n");
     return 2;
 }

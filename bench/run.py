@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """kwc benchmarks. Each scenario runs kwc and its baseline side by side in one
-run, prints a table and appends it to bench/results/<scenario>.md.
+run, prints a table and appends it to bench/results/<scenario>.md (only at
+the full run's sizes; --small and other sizes print without saving).
 
-  bench/run.py --kwc build/kwc [--only passthrough,large] [--duration 5]
+  bench/run.py [--kwc build/kwc] [--only passthrough,large] [--duration 5] [--small]
 
 Scenarios:
   passthrough  small GETs (one pod) with wrk at 1/8/32 connections, directly
@@ -17,6 +18,26 @@ Scenarios:
                write-to-receipt latency p50/p99/max, deliveries/s, kwc CPU
                and RSS; the kubelet pattern (5,000 node-pinned watchers over
                150,000 pods at 500 events/s); idle watchers' memory.
+
+Before vs after (kwc's HTTP front end: libevhtp, then its own layer with
+TLS), all into bench/results/front.md. BEFORE is kwc built from
+--baseline-commit (git archive into build/baseline/<sha>/, its own deps.sh
+and Makefile), AFTER is --kwc, plaintext and over TLS (an EC P-256 test CA
+and server certificate made with the openssl CLI). A row whose binary lacks
+a flag it needs says "n/a (flag unsupported: ...)".
+  front        GET one pod from the cache (wrk, keep-alive, 1/8/32
+               connections) and RV=0 lists of --pods pods (curl, 1/8/32
+               listers): throughput, latency, kwc CPU per request or per GB.
+  watch-tls    the watch fan-out (100 ev/s x 1 KiB) to --watchers watchers
+               through kwc: p50/p99, deliveries/s, CPU us per delivery.
+  idle-tls     --idle-conns connections idle after a handshake and one GET:
+               kwc RssAnon per connection, plaintext and TLS, against what
+               OpenSSL alone keeps (bench/tlsprobe).
+  slowloris    --slowloris connections that never finish their head, then
+               a flood of --flood connections over --max-connections, while
+               a normal client GETs one pod: its success and latency, how
+               long kwc holds the attackers, how fast it refuses, its RSS and
+               fds.
 """
 import argparse
 import datetime
@@ -31,7 +52,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
-from cluster import Env, http_request, wait_for  # noqa: E402
+from cluster import ROOT, Env, Proc, http_request, wait_for  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 
@@ -42,9 +63,11 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wrk(port, path, conns, duration):
+def wrk(port, path, conns, duration, scheme="http"):
+    """(req/s, p50 ms, p99 ms, non-2xx responses, socket errors). Over https
+    wrk does not verify the server's certificate."""
     out = subprocess.run(["wrk", "-t", str(min(conns, 2)), "-c", str(conns), "-d", "%ds" % duration,
-                          "--latency", "http://127.0.0.1:%d%s" % (port, path)],
+                          "--latency", "%s://127.0.0.1:%d%s" % (scheme, port, path)],
                          capture_output=True, text=True, timeout=duration + 30).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
@@ -53,7 +76,9 @@ def wrk(port, path, conns, duration):
         v, u = float(m.group(1)), m.group(2)
         return v / 1000 if u == "us" else v * 1000 if u == "s" else v
     errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return rps, lat("50"), lat("99"), int(errs.group(1)) if errs else 0
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return (rps, lat("50"), lat("99"), int(errs.group(1)) if errs else 0,
+            sum(int(x) for x in sock.groups()) if sock else 0)
 
 
 def table(title, header, rows):
@@ -63,7 +88,15 @@ def table(title, header, rows):
     return "\n".join(lines) + "\n"
 
 
+SAVE = True  # main(): False unless every size is the full run's
+NOTE = ""  # main(): what an unsaved table's reader must know
+
+
 def save(name, text):
+    if not SAVE:
+        print(text)
+        print("(not saved to bench/results/%s.md: %s)\n" % (name, NOTE))
+        return
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, name + ".md"), "a") as f:
         f.write(text + "\n")
@@ -132,12 +165,13 @@ def rss_sampler(pid, stop, out):
         stop.wait(0.02)
 
 
-def curl_lists(port, path, conc, per_client):
+def curl_lists(port, path, conc, per_client, cacert=None):
     """conc curl processes, each reading per_client lists in sequence. Returns
-    (wall seconds, total bytes, [seconds per list])."""
-    url = "http://127.0.0.1:%d%s" % (port, path)
+    (wall seconds, total bytes, [seconds per list]). cacert: over https,
+    verifying the server against that CA."""
+    url = "%s://127.0.0.1:%d%s" % ("https" if cacert else "http", port, path)
     cmd = ["curl", "-s", "-A", "kwc-bench", "-H", "Accept: application/json",
-           "-w", "%{http_code} %{time_total} %{size_download}\n"]
+           "-w", "%{http_code} %{time_total} %{size_download}\n"] + (["--cacert", cacert] if cacert else [])
     for _ in range(per_client):
         cmd += ["-o", "/dev/null", url]
     t0 = time.monotonic()
@@ -273,7 +307,7 @@ def bench_cache(args):
         env.close()
 
 
-def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False):
+def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
             "--seconds", str(seconds or args.duration), "--warmup", "2"]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
@@ -281,6 +315,8 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv += ["--nodes", str(nodes)]
     if idle:
         argv.append("--idle")
+    if tls:
+        argv += ["--tls", "--cacert", certs(args)["ca"]]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -298,16 +334,17 @@ def read_line(p, timeout):
 
 def fanout_measure(p, server_pid, timeout=600):
     """Reads fanout's lines: the server's CPU (share of one core) and RSS over
-    the measuring window, and the result."""
+    the measuring window, and the result; the client's CPU too."""
     import json
     deadline = time.monotonic() + timeout
     c0 = t0 = None
     while True:
         r = json.loads(read_line(p, deadline - time.monotonic()))
         if "measuring" in r:
-            c0, t0 = cpu_seconds(server_pid), time.monotonic()
+            c0, t0, cc0 = cpu_seconds(server_pid), time.monotonic(), cpu_seconds(p.pid)
             continue
         cpu = (cpu_seconds(server_pid) - c0) / (time.monotonic() - t0) if c0 is not None else 0
+        r["client_cpu"] = (cpu_seconds(p.pid) - cc0) / (time.monotonic() - t0) if c0 is not None else 0
         # anonymous memory: kwc's VmRSS also counts the LMDB pages it mapped (page cache)
         r["cpu"], r["rss_mb"] = cpu, rss_kib(server_pid, "RssAnon") / 1024
         p.wait()
@@ -494,13 +531,15 @@ def bench_watch(args):
     plot_fanout(plot)
 
 
-def plot_fanout(points):
+def plot_fanout(points, name="watch-latency", title="Watch fan-out: 1 KiB events at 100/s, write-to-receipt latency"):
     """PNG: p50/p99 write-to-receipt latency vs watchers, per server (gnuplot)."""
+    if not SAVE:
+        return
     servers = []
     for s, *_ in points:
         if s not in servers:
             servers.append(s)
-    data = os.path.join(RESULTS, "watch-latency.dat")
+    data = os.path.join(RESULTS, name + ".dat")
     with open(data, "w") as f:
         for s in servers:
             f.write("# %s\n" % s)
@@ -514,18 +553,20 @@ def plot_fanout(points):
         plots.append("'%s' index %d using 1:2 with linespoints dashtype 2 title '%s p50'" % (data, i, s))
     script = """set terminal png size 900,560
 set output '%s'
-set title 'Watch fan-out: 1 KiB events at 100/s, write-to-receipt latency'
+set title '%s'
 set xlabel 'watchers'
 set ylabel 'ms (log)'
 set logscale xy
 set key left top
 plot %s
-""" % (os.path.join(RESULTS, "watch-latency.png"), ", ".join(plots))
+""" % (os.path.join(RESULTS, name + ".png"), title, ", ".join(plots))
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
 
 
 def plot_latency(points):
     """PNG: list latency vs listers, direct vs kwc (gnuplot)."""
+    if not SAVE:
+        return
     data = os.path.join(RESULTS, "cache-latency.dat")
     with open(data, "w") as f:
         for c, d50, d99, k50, k99 in points:
@@ -543,19 +584,639 @@ plot '%s' using 1:2 with linespoints title 'apisim p50', '' using 1:3 with lines
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
 
 
+# ---- before vs after: kwc's HTTP front end (libevhtp -> its own layer + TLS) ----
+#
+# Three servers in every scenario, in one run: BEFORE is kwc built from
+# --baseline-commit (the last libevhtp build), AFTER is --kwc, plaintext and
+# over TLS (--tls-cert-file/--tls-private-key-file, an EC P-256 certificate
+# from a CA made with the openssl CLI for this run). A server whose binary
+# lacks a flag the row needs is reported as n/a, not run.
+
+BEFORE, AFTER, AFTER_TLS = "before (libevhtp), plain", "after, plain", "after, TLS"
+TLS_FLAGS = ("--tls-cert-file", "--tls-private-key-file")
+
+
+class Unavailable(Exception):
+    """This server cannot run the row: str() is what the row says instead."""
+
+
+class Unsupported(Unavailable):
+    """The binary does not know a flag the row needs."""
+
+    def __str__(self):
+        return "n/a (flag unsupported: %s)" % ", ".join(self.args[0])
+
+
+def git(*argv):
+    return subprocess.run(["git", "-C", ROOT] + list(argv), capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def build_baseline(commit):
+    """kwc as of commit: its tree (git archive) in build/baseline/<sha>/, its
+    Debian packages (its own tests/lib/deps.sh build: libevhtp-dev for the
+    libevhtp builds) and its own Makefile. Reused while the binary is there."""
+    sha = git("rev-parse", "--verify", commit + "^{commit}")
+    top = os.path.join(ROOT, "build", "baseline", sha)
+    kwc = os.path.join(top, "build", "kwc")
+    if os.path.exists(os.path.join(top, ".built")) and os.path.exists(kwc):
+        return kwc
+    print("baseline: building kwc %s (%s) in %s" % (commit, git("log", "-1", "--format=%h %s", sha)[:70], top),
+          file=sys.stderr, flush=True)
+    subprocess.run(["rm", "-rf", top], check=True)
+    os.makedirs(top)
+    archive = subprocess.Popen(["git", "-C", ROOT, "archive", sha], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", top], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise RuntimeError("git archive %s failed" % sha)
+    subprocess.run(["bash", os.path.join(top, "tests", "lib", "deps.sh"), "build"], check=True)
+    subprocess.run(["make", "-C", top, "-j%d" % (os.cpu_count() or 2), "WERROR=0", "all"], check=True,
+                   stdout=subprocess.DEVNULL)
+    open(os.path.join(top, ".built"), "w").close()
+    return kwc
+
+
+_help = {}
+
+
+def missing_flags(binary, flags):
+    """The flags binary's --help does not list."""
+    if binary not in _help:
+        r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+        _help[binary] = r.stdout + r.stderr
+    return [f for f in flags if not re.search(re.escape(f) + r"(?![\w-])", _help[binary])]
+
+
+def certs(args):
+    """A CA and a server certificate for 127.0.0.1 (EC P-256), made once per
+    run with the openssl CLI in a temporary directory."""
+    if getattr(args, "tls", None):
+        return args.tls
+    d = tempfile.mkdtemp(prefix="kwc-bench-tls-")
+    f = {k: os.path.join(d, k + ext) for k, ext in
+         (("ca", ".crt"), ("ca_key", ".key"), ("cert", ".crt"), ("key", ".key"), ("csr", ".csr"), ("ext", ".cnf"))}
+    with open(f["ext"], "w") as o:
+        o.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:false\n")
+    for cmd in (
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f["ca_key"]],
+            ["req", "-x509", "-new", "-key", f["ca_key"], "-subj", "/CN=kwc-bench-ca", "-days", "7", "-out", f["ca"],
+             "-addext", "basicConstraints=critical,CA:true", "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f["key"]],
+            ["req", "-new", "-key", f["key"], "-subj", "/CN=127.0.0.1", "-out", f["csr"]],
+            ["x509", "-req", "-in", f["csr"], "-CA", f["ca"], "-CAkey", f["ca_key"], "-CAcreateserial",
+             "-days", "7", "-out", f["cert"], "-extfile", f["ext"]]):
+        subprocess.run(["openssl"] + cmd, check=True, capture_output=True)
+    args.tls = f
+    return f
+
+
+class Variant:
+    def __init__(self, label, binary, tls):
+        self.label, self.binary, self.tls = label, binary, tls
+
+
+def variants(args):
+    return [Variant(BEFORE, args.baseline_kwc, False), Variant(AFTER, args.kwc, False),
+            Variant(AFTER_TLS, args.kwc, True)]
+
+
+class Kwc:
+    """One kwc against env's apisim, its own data directory and log. TLS: the
+    variant's certificate flags, readiness probed over https (verifying the
+    test CA). flags: what the row needs ((flag, value)...; Unsupported if the
+    binary lacks one); optional: passed only where the binary knows them."""
+
+    def __init__(self, args, env, v, tag, flags=(), optional=(), base=("--resources", "v1/pods", "--log-level", "warn"),
+                 ready_timeout=900):
+        self.v, self.args, self.shim = v, args, None
+        need = [f for f, _ in flags] + (list(TLS_FLAGS) if v.tls and not args.tls_shim else [])
+        miss = missing_flags(v.binary, need)
+        if miss:
+            raise Unsupported(miss)
+        argv = [v.binary, "--upstream", "http://127.0.0.1:%d" % env.apisim.port, "--listen", "127.0.0.1:0",
+                "--data-dir", os.path.join(env.dir, "data-" + tag)] + list(base)
+        for f, val in list(flags) + [o for o in optional if not missing_flags(v.binary, [o[0]])]:
+            argv += [f, str(val)]
+        if v.tls and not args.tls_shim:
+            argv += ["--tls-cert-file", certs(args)["cert"], "--tls-private-key-file", certs(args)["key"]]
+        self.proc = Proc("kwc-" + tag, argv, env.dir)
+        try:
+            self.proc.start()
+            self.port = self.proc.port
+            if v.tls and args.tls_shim:
+                self.shim = Proc("tlsshim-" + tag, [sys.executable, os.path.join(HERE, "tlsshim.py"), "--cert",
+                                                    certs(args)["cert"], "--key", certs(args)["key"],
+                                                    "--upstream-port", str(self.proc.port)], env.dir).start()
+                self.port = self.shim.port
+            wait_for(lambda: self.get("/readyz", timeout=5)[0] == 200, ready_timeout, "%s /readyz" % tag)
+        except Exception as e:  # the row reports it; the other servers and scenarios still run
+            print("%s did not start: %s\n%s" % (tag, e, self.proc.logs(20)), file=sys.stderr, flush=True)
+            self.stop()
+            raise Unavailable("failed to start: %s" % str(e).split("\n")[0][:120])
+
+    @property
+    def pid(self):
+        return self.proc.pid()
+
+    def ssl_context(self):
+        import ssl
+        return ssl.create_default_context(cafile=certs(self.args)["ca"]) if self.v.tls else None
+
+    def connection(self, timeout):
+        import http.client
+        if self.v.tls:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.ssl_context())
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path, timeout=30):
+        c = self.connection(timeout)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def stop(self):
+        for p in (self.shim, self.proc):
+            if p and p.p:
+                try:
+                    p.stop(timeout=30)
+                except RuntimeError as e:
+                    print("warning: %s" % e, file=sys.stderr)
+
+
+def proc_fds(pid):
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return 0
+
+
+class Sampler:
+    """Peak RssAnon, VmRSS (KiB) and open fds of a process until stopped."""
+
+    def __init__(self, pid, every=0.05):
+        import threading
+        self.pid, self.every, self.peak = pid, every, {"RssAnon": 0, "VmRSS": 0, "fds": 0}
+        self.stop_ev = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.stop_ev.is_set():
+            for k in ("RssAnon", "VmRSS"):
+                self.peak[k] = max(self.peak[k], rss_kib(self.pid, k))
+            self.peak["fds"] = max(self.peak["fds"], proc_fds(self.pid))
+            self.stop_ev.wait(self.every)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.th.join()
+        return self.peak
+
+
+def seeded_env(args, pods, size, extra=()):
+    env = Env(apisim_args=["--nodes", "1000", "--history", "1000000"] + list(extra), start_kwc=False)
+    if pods:
+        r = env.sim("POST", "/apisim/seed", {"resource": "pods", "count": pods, "namespaces": 10, "nodes": 1000,
+                                             "size": size})
+        print("apisim seeded %d pods in %.1f s" % (r["created"], r["seconds"]), flush=True)
+    return env
+
+
+def one_pod_path(env):
+    """GET one pod, answered from kwc's cache (resourceVersion=0, as the
+    watch cache would)."""
+    it = env.sim("GET", "/api/v1/pods?limit=1")["items"][0]["metadata"]
+    return "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % (it["namespace"], it["name"])
+
+
+def start_all(args, env, tag, **kw):
+    """{label: Kwc or Unsupported} for the three variants."""
+    out = {}
+    for v in variants(args):
+        try:
+            out[v.label] = Kwc(args, env, v, tag + "-" + v.label.split()[0] + ("-tls" if v.tls else ""), **kw)
+        except Unavailable as e:
+            out[v.label] = e
+            print("%s: %s" % (v.label, e), flush=True)
+    return out
+
+
+def stop_all(servers):
+    for k in servers.values():
+        if isinstance(k, Kwc):
+            k.stop()
+
+
+def ratio(label, value, base):
+    """The row's share of what it is compared with: after vs before, TLS vs
+    after plain."""
+    ref = base.get(AFTER if label == AFTER_TLS else BEFORE) if label != BEFORE else None
+    if ref is None or not value or not ref:
+        return "-"
+    return "%.0f%% of %s" % (100 * value / ref, "after plain" if label == AFTER_TLS else "before")
+
+
+def bench_front(args):
+    """GET one pod (cached, keep-alive, wrk) and RV=0 lists of all pods
+    (curl): before vs after plaintext, after over TLS."""
+    env = seeded_env(args, args.pods, 4096)
+    servers = {}
+    try:
+        servers = start_all(args, env, "front")
+        path = one_pod_path(env)
+        target = {BEFORE: "-", AFTER: ">= 100% of before", AFTER_TLS: ">= 75% of after plain"}
+        rows = []
+        for conns in (1, 8, 32):
+            rps = {}
+            for label, k in servers.items():
+                if not isinstance(k, Kwc):
+                    rows.append([conns, label, str(k)] + ["-"] * 5 + [target[label]])
+                    continue
+                c0, t0 = cpu_seconds(k.pid), time.monotonic()
+                r = wrk(k.port, path, conns, args.duration, "https" if k.v.tls else "http")
+                cpu = cpu_seconds(k.pid) - c0
+                el = time.monotonic() - t0
+                rps[label] = r[0]
+                rows.append([conns, label, "%.0f" % r[0], ratio(label, r[0], rps), "%.2f / %.2f" % (r[1], r[2]),
+                             "%.0f%%" % (100 * cpu / el), "%.1f" % (cpu / max(r[0] * el, 1) * 1e6),
+                             "%d / %d" % (r[3], r[4]), target[label]])
+                print(rows[-1], flush=True)
+        text = table("GET one pod from the cache (~4 KiB, resourceVersion=0), wrk %ds per cell, keep-alive: "
+                     "before vs after, plaintext and TLS" % args.duration,
+                     ["conns", "server", "req/s", "vs", "p50 / p99 ms", "kwc CPU", "kwc CPU us/req",
+                      "non-2xx / socket errors", "target"], rows)
+        lpath = "/api/v1/pods?resourceVersion=0"
+        rows = []
+        for conc, per in ((1, 3), (8, 1), (32, 1)):
+            gbs = {}
+            for label, k in servers.items():
+                if not isinstance(k, Kwc):
+                    rows.append([conc, label, str(k)] + ["-"] * 5 + [target[label]])
+                    continue
+                smp = Sampler(k.pid)
+                c0 = cpu_seconds(k.pid)
+                wall, nbytes, times = curl_lists(k.port, lpath, conc, per, certs(args)["ca"] if k.v.tls else None)
+                cpu = cpu_seconds(k.pid) - c0
+                peak = smp.stop()
+                gbs[label] = nbytes / wall / 1e9
+                rows.append([conc, label, "%.2f" % gbs[label], ratio(label, gbs[label], gbs),
+                             "%.0f / %.0f" % (pct(times, 50) * 1000, pct(times, 99) * 1000),
+                             "%.0f%%" % (100 * cpu / wall), "%.2f" % (cpu / (nbytes / 1e9)),
+                             "%.1f / %.0f MB" % (peak["RssAnon"] / 1024, peak["VmRSS"] / 1024), target[label]])
+                print(rows[-1], flush=True)
+        text += "\n" + table("RV=0 list of %d pods (~4 KiB each) from the cache, curl listers: before vs after, "
+                             "plaintext and TLS" % args.pods,
+                             ["listers", "server", "GB/s", "vs", "p50 / p99 ms per list", "kwc CPU",
+                              "kwc CPU s/GB", "kwc peak RssAnon / VmRSS", "target"], rows)
+        save("front", text)
+    finally:
+        stop_all(servers)
+        env.close()
+
+
+def bench_watch_tls(args):
+    """The watch scenario's full fan-out (1 KiB events at 100/s) through kwc
+    only: before vs after plaintext, after over TLS (fanout --tls)."""
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    rows, plot = [], []
+    try:
+        for v in variants(args):
+            try:
+                k = Kwc(args, env, v, "watch-" + v.label.split()[0] + ("-tls" if v.tls else ""),
+                        optional=(("--max-connections", max(int(x) for x in args.watchers.split(",")) + 1000),))
+            except Unavailable as e:
+                for n in (int(x) for x in args.watchers.split(",")):
+                    rows.append([n, v.label, str(e)] + ["-"] * 9)
+                continue
+            try:
+                for n in (int(x) for x in args.watchers.split(",")):
+                    rv = env.stats()["rv"]
+                    env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+                    p = fanout(args, k.port, n, tls=v.tls,
+                               path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+                    try:
+                        r = fanout_measure(p, k.pid)
+                    finally:
+                        env.sim("POST", "/apisim/churn", {"rate": 0})
+                    streams = "%d" % r["streams"] + (" (%d ended by kwc)" % r["ended"] if r.get("ended") else "") + \
+                        (" (%d TLS handshakes failed)" % r["tls_failures"] if r.get("tls_failures") else "")
+                    rows.append([n, v.label, streams, r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                                 "%.0f%%" % (r["cpu"] * 100), "%.2f" % (r["cpu"] / max(r["per_s"], 1) * 1e6),
+                                 "%.0f%%" % (r["client_cpu"] * 100), "%.0f" % r["rss_mb"],
+                                 "p99 <= %d ms" % (5 if n <= 1000 else 20)])
+                    print(rows[-1], flush=True)
+                    plot.append((v.label, n, r["p50_ms"], r["p99_ms"]))
+            finally:
+                k.stop()
+    finally:
+        env.close()
+    save("front", table("Watch fan-out through kwc, 1 KiB events at 100/s: before vs after, plaintext and TLS "
+                        "(write-to-receipt latency; CPU as % of one core; fanout --tls verifies the test CA)",
+                        ["watchers", "server", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms", "kwc CPU",
+                         "kwc CPU us/delivery", "client CPU", "kwc RssAnon MB", "target"], rows))
+    plot_fanout(plot, "front-watch-latency", "Watch fan-out through kwc before/after, plaintext and TLS: 1 KiB "
+                "events at 100/s")
+
+
+def tlsprobe(args, n):
+    """bench/tlsprobe: OpenSSL's own heap per idle server connection."""
+    import json
+    exe = os.path.join(args.bin, "tlsprobe")
+    if not os.path.exists(exe):
+        return None
+    out = subprocess.run([exe, "--cert", certs(args)["cert"], "--key", certs(args)["key"], "--conns", str(n)],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    return json.loads(out)
+
+
+def bench_idle_tls(args):
+    """Memory per idle connection (one handshake, one GET, then nothing):
+    kwc's RssAnon growth over N connections held by fanout --idle."""
+    import json
+    n = args.idle_conns
+    probe = tlsprobe(args, n)
+    rows, per = [], {}
+    env = Env(apisim_args=["--pods", "100", "--nodes", "4"], start_kwc=False)
+    try:
+        path = one_pod_path(env)
+        for v in variants(args):
+            try:
+                k = Kwc(args, env, v, "idle-" + v.label.split()[0] + ("-tls" if v.tls else ""),
+                        optional=(("--idle-timeout", 3600), ("--request-header-timeout", 600),
+                                  ("--max-connections", n + 1000)))
+            except Unavailable as e:
+                rows.append([v.label, str(e)] + ["-"] * 6)
+                continue
+            try:
+                for _ in range(20):  # one-time costs (the first handshake, lazily built tables) before a0
+                    k.get(path)
+                time.sleep(0.5)
+                a0, f0 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+                p = fanout(args, k.port, n, path=path, idle=True, tls=v.tls)
+                try:
+                    r = json.loads(read_line(p, 300))
+                    time.sleep(1)
+                    a1, f1 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+                finally:
+                    p.kill()
+                    p.wait()
+            finally:
+                k.stop()
+            got = max(r["streams"], 1)
+            per[v.label] = (a1 - a0) / got
+            share = beyond = delta = "-"
+            if v.tls:
+                if probe:
+                    floor = probe["release_buffers"]["idle_heap"] / 1024
+                    share = "%.2f (%.2f with OpenSSL's default buffers)" % (
+                        floor, probe["default"]["idle_heap"] / 1024)
+                    beyond = "%.2f" % (per[v.label] - floor)
+                if AFTER in per:
+                    delta = "%+.2f" % (per[v.label] - per[AFTER])
+            else:
+                beyond = "%.2f" % per[v.label]
+            rows.append([v.label, "%d%s" % (r["streams"], " (%d ended)" % r["ended"] if r.get("ended") else ""),
+                         "+%.1f" % ((a1 - a0) / 1024), "%.2f" % per[v.label], share, delta, beyond,
+                         "+%d" % (f1 - f0)])
+            print(rows[-1], flush=True)
+    finally:
+        env.close()
+    for r in rows:
+        r.append("<= 4 KiB beyond OpenSSL's minimum" if r[0] == AFTER_TLS else "<= 4 KiB")
+    text = table("Idle connections: %d held after one handshake and one GET (fanout --idle), kwc RssAnon growth "
+                 "per connection (KiB)" % n,
+                 ["server", "connections", "kwc RssAnon MB", "KiB per conn", "OpenSSL's own KiB per conn "
+                  "(bench/tlsprobe)", "TLS - plain KiB", "kwc KiB beyond OpenSSL", "kwc fds", "target"], rows)
+    if probe:
+        d, rb = probe["default"], probe["release_buffers"]
+        text += ("\nbench/tlsprobe (%s, %s %s, %d server/client pairs on socketpairs, OpenSSL's allocations counted "
+                 "through CRYPTO_set_mem_functions, glibc chunk rounding): a server SSL object after SSL_new %.2f KiB; "
+                 "idle after the handshake and one request/response %.2f KiB in %.0f blocks with OpenSSL's default "
+                 "buffers, %.2f KiB in %.0f blocks with SSL_MODE_RELEASE_BUFFERS (the minimum, subtracted above). "
+                 "The kernel's socket memory is not in RssAnon.\n" % (
+                     probe["openssl"], d["protocol"], d["cipher"], probe["conns"], d["ssl_new_heap"] / 1024,
+                     d["idle_heap"] / 1024, d["idle_blocks"], rb["idle_heap"] / 1024, rb["idle_blocks"]))
+    save("front", text)
+
+
+class Prober:
+    """A normal client: GET one pod every `every` seconds, on one keep-alive
+    connection (reconnecting after a failure) or on a new connection each
+    time. Records latency of successes and the kind of each failure."""
+
+    def __init__(self, k, path, keepalive, every):
+        import threading
+        self.k, self.path, self.keepalive, self.every = k, path, keepalive, every
+        self.lat, self.fail = [], {}
+        self.stop_ev = threading.Event()
+        self.conn = k.connection(5) if keepalive else None
+        if self.conn:
+            try:
+                self.conn.connect()
+            except OSError as e:
+                self.fail["connect: " + type(e).__name__] = 1
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _once(self):
+        c = self.conn or self.k.connection(5)
+        try:
+            c.request("GET", self.path, headers={} if self.keepalive else {"Connection": "close"})
+            r = c.getresponse()
+            r.read()
+            return None if r.status == 200 else "HTTP %d" % r.status
+        except Exception as e:  # every failure is a result here
+            if self.keepalive:
+                c.close()
+                self.conn = self.k.connection(5)
+            return type(e).__name__
+        finally:
+            if not self.keepalive:
+                c.close()
+
+    def _run(self):
+        while not self.stop_ev.is_set():
+            t0 = time.monotonic()
+            err = self._once()
+            if err:
+                self.fail[err] = self.fail.get(err, 0) + 1
+            else:
+                self.lat.append((time.monotonic() - t0) * 1000)
+            self.stop_ev.wait(max(0, self.every - (time.monotonic() - t0)))
+
+    def stop(self):
+        self.stop_ev.set()
+        self.th.join(30)
+        if self.conn:
+            self.conn.close()
+        lat = sorted(self.lat)
+        ok = "%d ok" % len(lat) + "".join(", %d %s" % (n, e) for e, n in sorted(self.fail.items()))
+        if not lat:
+            return ok, "-"
+        return ok, "%.1f / %.1f / %.1f" % (pct(lat, 50), pct(lat, 99), lat[-1])
+
+
+def attack(args, k, mode, n, seconds):
+    import json
+    argv = [sys.executable, os.path.join(HERE, "slowloris.py"), "--port", str(k.port), "--mode", mode,
+            "--conns", str(n), "--seconds", str(seconds)]
+    if k.v.tls:
+        argv += ["--tls", "--cacert", certs(args)["ca"]]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    ready = json.loads(read_line(p, 180))
+    res = json.loads(read_line(p, seconds + 60))
+    p.wait()
+    res["ready"] = ready
+    return res
+
+
+def kinds(answers):
+    c = {}
+    for _, k in answers:
+        c[k] = c.get(k, 0) + 1
+    return ", ".join("%d %s" % (n, k) for k, n in sorted(c.items(), key=lambda x: -x[1])) or "-"
+
+
+def bench_slowloris(args):
+    """Slowloris (N connections trickling a head that never ends) and a flood
+    of M connections over --max-connections, while a normal client GETs one
+    pod on a keep-alive connection and on new connections."""
+    t = args.header_timeout
+    hold = 2 * t + 2
+    srows, frows = [], []
+    env = Env(apisim_args=["--pods", "1000", "--nodes", "10"], start_kwc=False)
+    try:
+        path = one_pod_path(env)
+        for v in variants(args):
+            for mode in ("slowloris", "flood"):
+                n = args.slowloris if mode == "slowloris" else args.flood
+                limit = args.slowloris + 1024 if mode == "slowloris" else args.max_connections
+                flags = () if v.label == BEFORE else (("--request-header-timeout", t), ("--max-connections", limit))
+                rows = srows if mode == "slowloris" else frows
+                try:
+                    k = Kwc(args, env, v, "%s-%s%s" % (mode, v.label.split()[0], "-tls" if v.tls else ""),
+                            flags=flags)
+                except Unavailable as e:
+                    rows.append([v.label, str(e)] + ["-"] * 10)
+                    continue
+                try:
+                    smp = Sampler(k.pid)
+                    ka = Prober(k, path, True, 0.01)
+                    fresh = Prober(k, path, False, 0.05)
+                    res = attack(args, k, mode, n, hold)
+                    ka_ok, ka_lat = ka.stop()
+                    fr_ok, fr_lat = fresh.stop()
+                    peak = smp.stop()
+                finally:
+                    k.stop()
+                ans = res["answers"]
+                cf = sum(res["connect_failed"].values())
+                opened = "%d%s" % (res["established"], " (%d failed to connect: %s)" % (cf, res["connect_failed"])
+                                   if cf else "")
+                mem = "%.1f / %d" % (peak["RssAnon"] / 1024, peak["fds"])
+                tcol = "%d s" % t if flags else "none (no flag)"
+                if mode == "slowloris":
+                    hs = sorted(h for h, _ in ans)
+                    rows.append([v.label, opened, tcol, "%d closed, %d open at the end (%.0f s)" % (
+                        len(ans), res["open_at_end"], res["held_to_end_s"]),
+                        "%.1f / %.1f" % (pct(hs, 50), hs[-1]) if hs else "-", kinds(ans), ka_ok, ka_lat,
+                        fr_ok, fr_lat, mem, "closed by ~%d s; normal GETs all ok" % (t + 1) if flags else "-"])
+                else:
+                    fast = sorted(h * 1000 for h, _ in ans if h < t / 2)
+                    slow = sorted(h for h, _ in ans if h >= t / 2)
+                    rows.append([v.label, "%d" % limit if flags else "none (no flag)", opened,
+                                 "%d: %.1f / %.1f / %.1f ms" % (len(fast), pct(fast, 50), pct(fast, 99), fast[-1])
+                                 if fast else "0", kinds([a for a in ans if a[0] < t / 2]),
+                                 "%d, after %.1f / %.1f s" % (len(slow), pct(slow, 50), slow[-1]) if slow else "0",
+                                 "%d" % (res["open_at_end"] + res["connecting_at_end"]), ka_ok, ka_lat,
+                                 fr_ok + (" " + fr_lat if fr_lat != "-" else ""), mem,
+                                 "over the limit refused in ms; keep-alive GETs all ok" if flags else "-"])
+                print(rows[-1], flush=True)
+    finally:
+        env.close()
+    text = table("Slowloris: N connections send a request line and a header, then a header line a second, never "
+                 "the end of the head; held %d s; meanwhile GET one pod every 10 ms on a keep-alive connection and "
+                 "every 50 ms on a new one (p50 / p99 / max ms)" % hold,
+                 ["server", "slowloris conns", "--request-header-timeout", "slowloris conns after", "held p50 / max s",
+                  "kwc's answer", "keep-alive GETs", "keep-alive ms", "new-conn GETs", "new-conn ms",
+                  "kwc peak RssAnon MB / fds", "target"], srows)
+    text += "\n" + table("Connection flood: M connections opened at once, sending nothing (over TLS no ClientHello "
+                         "either), header timeout %d s; 'refused' = answered within %.1f s; the same normal client "
+                         "(its keep-alive connection opened before the flood)" % (t, t / 2),
+                         ["server", "--max-connections", "flood conns", "refused: n, p50 / p99 / max",
+                          "kwc's answer to refused", "held then closed", "unanswered at the end", "keep-alive GETs",
+                          "keep-alive ms", "new-conn GETs (ms)", "kwc peak RssAnon MB / fds", "target"], frows)
+    save("front", text)
+
+
+# The full run's sizes: results are saved (and plots drawn) only at these.
+FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
+        "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10}
+# --small: every scenario in well under a minute, to check the script itself.
+SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
+         "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris"}
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kwc", required=True)
-    ap.add_argument("--bin", default=None)
-    ap.add_argument("--only", default="passthrough,large,cache,watch")
-    ap.add_argument("--duration", type=int, default=5)
-    ap.add_argument("--pods", type=int, default=150000)
-    ap.add_argument("--watchers", default="1000,10000", help="watch fan-out: watcher counts")
-    ap.add_argument("--idle", type=int, default=15000, help="watch fan-out: idle watchers")
+    global SAVE, NOTE
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kwc", default=os.path.join(ROOT, "build", "kwc"),
+                    help="the kwc under test (AFTER in the before/after scenarios; default build/kwc)")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bench"), help="bench/*.c built (fanout, ...)")
+    ap.add_argument("--baseline-commit", default="8af2294",
+                    help="BEFORE: kwc built from this commit (default: the last with libevhtp)")
+    ap.add_argument("--baseline-kwc", default=None, help="BEFORE: this binary instead of building one")
+    ap.add_argument("--only", default=SCENARIOS, help="comma-separated scenarios (default: all, %s)" % SCENARIOS)
+    ap.add_argument("--small", action="store_true", help="small sizes (%s); nothing saved. The watch scenario's "
+                    "fixed 10,000-watcher runs stay full size" % ", ".join("%s=%s" % kv for kv in SMALL.items()))
+    ap.add_argument("--duration", type=int, default=FULL["duration"])
+    ap.add_argument("--pods", type=int, default=FULL["pods"])
+    ap.add_argument("--watchers", default=FULL["watchers"], help="watch fan-out: watcher counts")
+    ap.add_argument("--idle", type=int, default=FULL["idle"], help="watch fan-out: idle watchers")
+    ap.add_argument("--idle-conns", type=int, default=FULL["idle_conns"], help="idle-tls: connections held")
+    ap.add_argument("--slowloris", type=int, default=FULL["slowloris"], help="slowloris: connections")
+    ap.add_argument("--flood", type=int, default=FULL["flood"], help="slowloris: flood connections")
+    ap.add_argument("--max-connections", type=int, default=FULL["max_connections"],
+                    help="slowloris: kwc --max-connections during the flood")
+    ap.add_argument("--header-timeout", type=int, default=FULL["header_timeout"],
+                    help="slowloris: kwc --request-header-timeout (seconds)")
+    ap.add_argument("--tls-shim", action="store_true",
+                    help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
+                         "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
     args = ap.parse_args()
+    if args.small:
+        for k, v in SMALL.items():
+            setattr(args, k, v)
+    SAVE = all(getattr(args, k) == v for k, v in FULL.items()) and not args.tls_shim
+    NOTE = "'after, TLS' is the plaintext kwc behind bench/tlsshim.py: validation only" if args.tls_shim else \
+        "sizes below the full run"
     args.kwc = os.path.abspath(args.kwc)
-    for name in args.only.split(","):
-        globals()["bench_" + name](args)
+    args.bin = os.path.abspath(args.bin)
+    names = args.only.split(",")
+    for name in names:
+        if "bench_" + name.replace("-", "_") not in globals():
+            ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls"} & set(names) else set()
+    tools |= {"ingest"} if "cache" in names else set()
+    missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
+    if missing:
+        ap.error("%s not built in %s (make bench builds them, or make %s)" % (
+            ", ".join(missing), args.bin, " ".join("build/bench/" + t for t in missing)))
+    if NEEDS_BASELINE & set(names):
+        args.baseline_kwc = os.path.abspath(args.baseline_kwc or build_baseline(args.baseline_commit))
+        print("before: %s\nafter:  %s" % (args.baseline_kwc, args.kwc), flush=True)
+    try:
+        for name in names:
+            globals()["bench_" + name.replace("-", "_")](args)
+    finally:
+        if getattr(args, "tls", None):
+            subprocess.run(["rm", "-rf", os.path.dirname(args.tls["ca"])])
 
 
 if __name__ == "__main__":
