@@ -514,7 +514,7 @@ open_some(evutil_socket_t fd, short what, void *arg)
         char req[2048], sel[64] = "";
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
-        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: x\r\n\r\n", path, sel);
+        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path, sel);
         if (tls) {
             evutil_make_socket_nonblocking(c->fd);
             c->req = strdup(req);

@@ -128,7 +128,7 @@ def slow_read(port, path):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     s.connect(("127.0.0.1", port))
-    s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path).encode())
+    s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path).encode())
     n, t0 = 0, time.monotonic()
     while True:
         d = s.recv(16384)
