@@ -1708,6 +1708,7 @@ STATUS_REASON = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: 
                  503: "ServiceUnavailable", 504: "Timeout"}
 MAX_HEADER = 1 << 20
 MAX_BODY = 64 << 20
+RECENT_REQUESTS = 200   # request heads kept for GET /apisim/requests
 _audit_rng = random.Random()
 _date_cache = [0, b""]
 # apiserver/pkg/server/filters/priority-and-fairness.go setResponseHeaders: the UIDs of
@@ -1952,6 +1953,7 @@ class Conn(asyncio.Protocol):
             try:
                 req = self._parse()
             except HttpError as e:
+                self.app.stats["http %d" % e.code] += 1
                 body = b"%d %s" % (e.code, REASONS.get(e.code, b"Error"))
                 self.transport.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                                      b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -2875,6 +2877,10 @@ class App:
         self.watchlist_enabled = wl in ("on", "accept")
         self.watchlist_defaulting = wl == "on"
         self.started = time.time()
+        # GET /apisim/requests: the heads of the latest non-/apisim requests, so a
+        # test can check what a proxy in front passed on (or did not)
+        self.seen = collections.deque(maxlen=RECENT_REQUESTS)
+        self.seen_seq = 0
 
     def log(self, msg):
         sys.stderr.write("apisim: %s\n" % msg)
@@ -2887,6 +2893,9 @@ class App:
         path = req.path
         if path.startswith("/apisim/"):
             return self.control(req, conn)
+        self.seen_seq += 1
+        self.seen.append({"seq": self.seen_seq, "method": req.method, "target": req.target,
+                          "version": req.version, "headers": dict(req.headers)})
         if not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
             # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
             conn.apf = False
@@ -4080,6 +4089,8 @@ class App:
                     "objects": {p: len(s.objs) for p, s in cl.stores.items() if s.objs},
                     "events": cl.events_total, "connections": len(self.conns),
                     "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}
+        if path == "/apisim/requests" and m == "GET":
+            return {"seq": self.seen_seq, "requests": list(self.seen)}
         if path == "/apisim/reset-stats" and m == "POST":
             self.stats.clear()
             return {"ok": True}

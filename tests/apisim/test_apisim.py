@@ -1087,6 +1087,47 @@ class TestControls(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_recent_request_heads(self):
+        s = Sim("--pods", "2")
+        try:
+            st, out = s.get("/apisim/requests")
+            self.assertEqual((st, out), (200, {"seq": 0, "requests": []}))
+            st, _, _ = s.req("GET", "/api/v1/namespaces/default/pods/pod-1?x=%41",
+                             headers={"X-Remote-User": "admin", "Authorization": "Bearer t"})
+            self.assertEqual(st, 200)
+            s.req("GET", "/apisim/stats")  # /apisim/* is not recorded
+            # an Upgrade request is recorded with its head, like any other
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            sock.sendall(b"POST /api/v1/namespaces/default/pods/pod-0/exec?command=true&stdout=1 HTTP/1.1\r\n"
+                         b"Host: h\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                         b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\nImpersonate-User: u\r\n\r\n")
+            self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 101 "))
+            sock.close()
+            st, out = s.get("/apisim/requests")
+            self.assertEqual(out["seq"], 2)
+            a, b = out["requests"]
+            self.assertEqual((a["seq"], a["method"], a["target"], a["version"]),
+                             (1, "GET", "/api/v1/namespaces/default/pods/pod-1?x=%41", "HTTP/1.1"))
+            self.assertEqual(a["headers"]["x-remote-user"], "admin")
+            self.assertEqual(a["headers"]["authorization"], "Bearer t")
+            self.assertEqual((b["seq"], b["method"]), (2, "POST"))
+            self.assertEqual((b["headers"]["upgrade"], b["headers"]["impersonate-user"]), ("SPDY/3.1", "u"))
+            # a head apisim cannot parse is never dispatched, but it is counted
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            sock.sendall(b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n")
+            self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 400 "))
+            sock.close()
+            st, stats = s.get("/apisim/stats")
+            self.assertEqual(stats["requests"].get("http 400"), 1)
+            self.assertEqual(s.get("/apisim/requests")[1]["seq"], 2)
+            for i in range(205):  # only the latest 200 are kept
+                s.req("GET", "/version")
+            out = s.get("/apisim/requests")[1]
+            self.assertEqual((out["seq"], len(out["requests"])), (207, 200))
+            self.assertEqual((out["requests"][0]["seq"], out["requests"][-1]["seq"]), (8, 207))
+        finally:
+            s.stop()
+
     def test_echo_upgrade(self):
         sock = socket.create_connection(("127.0.0.1", SIM.port), timeout=5)
         sock.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n")

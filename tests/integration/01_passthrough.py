@@ -74,7 +74,7 @@ class PassthroughTest(EnvTestCase):
 
     def test_http10_client_gets_no_chunking(self):
         s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=20)
-        s.sendall(b"GET /api/v1/nodes?watch=true&timeoutSeconds=1 HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        s.sendall(b"GET /api/v1/nodes?watch=true&timeoutSeconds=1 HTTP/1.0\r\nHost: localhost\r\n\r\n")
         data = b""
         while True:
             chunk = s.recv(65536)
@@ -124,14 +124,14 @@ class PassthroughTest(EnvTestCase):
     def test_bad_query_pairs_forwarded_like_the_upstream_sees_them(self):
         # Go's net/http drops query pairs with bad escapes; kwc forwards the
         # query untouched, so both paths give the upstream's own answer.
-        req = b"GET /api/v1/nodes?limit=%zz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        req = b"GET /api/v1/nodes?limit=%zz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
         d = self.raw(self.env.apisim.port, req)
         k = self.raw(self.env.kwc.port, req)
         self.assertEqual(d.split(b"\r\n", 1)[0], k.split(b"\r\n", 1)[0])
         self.assertEqual(d.split(b"\r\n\r\n", 1)[1], k.split(b"\r\n\r\n", 1)[1])
 
     def test_bad_path_escape_is_a_400_status(self):
-        data = self.raw(self.env.kwc.port, b"GET /api/v1/pods/%zz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        data = self.raw(self.env.kwc.port, b"GET /api/v1/pods/%zz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:200])
         body = data.split(b"\r\n\r\n", 1)[1]
         self.assertEqual(json.loads(body)["reason"], "BadRequest")

@@ -29,7 +29,7 @@ class LargeTest(EnvTestCase):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         s.settimeout(120)
         s.connect(("127.0.0.1", port))
-        s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path).encode())
+        s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % path).encode())
         h = hashlib.sha256()
         head = b""
         while b"\r\n\r\n" not in head:

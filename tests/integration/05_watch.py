@@ -15,7 +15,7 @@ class WatchStream:
 
     def __init__(self, port, path):
         self.s = socket.create_connection(("127.0.0.1", port), timeout=20)
-        self.s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % path).encode())
+        self.s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
             self.buf += self._recv()

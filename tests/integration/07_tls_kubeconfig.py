@@ -92,7 +92,7 @@ class TlsTest(unittest.TestCase):
                     self.assertEqual(len(json.loads(b)["items"]), 2)
                     # upgrade tunnel over TLS
                     s = socket.create_connection(("127.0.0.1", k.port), timeout=10)
-                    s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                    s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
                               b"Upgrade: kwc-echo\r\n\r\n")
                     buf = b""
                     while b"\r\n\r\n" not in buf:

@@ -13,7 +13,7 @@ class UpgradeTest(EnvTestCase):
     def test_raw_tunnel_echo_5mb(self):
         payload = os.urandom(5 * 1024 * 1024)
         s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=20)
-        s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n")
+        s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n")
         buf = b""
         while b"\r\n\r\n" not in buf:
             buf += s.recv(4096)

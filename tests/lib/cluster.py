@@ -147,9 +147,16 @@ class Env:
         self.kwc_bin = kwc_bin or KWC_BIN
         self.kwc_args = list(kwc_args)
         self.wait_ready = wait_ready  # False: the caches cannot sync (e.g. no credentials)
-        self.apisim.start()
-        if start_kwc:
-            self.start_kwc()
+        try:
+            self.apisim.start()
+            if start_kwc:
+                self.start_kwc()
+        except BaseException:
+            # kwc refused its flags or never got ready: stop what did start
+            # (nobody gets this Env to close it), then report
+            self.dump_logs()
+            self.close()
+            raise
 
     def start_kwc(self, extra=()):
         self.kwc = Proc("kwc", KWC_WRAP + [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,

@@ -20,7 +20,8 @@ class Stream:
         self.s.settimeout(10)
         self.s.connect(("127.0.0.1", port))
         hdrs = "".join("%s: %s\r\n" % h for h in headers)
-        self.s.sendall(("GET %s HTTP/1.%d\r\nHost: 127.0.0.1\r\n%s\r\n" % (path, 0 if http10 else 1, hdrs)).encode())
+        self.s.sendall(("GET %s HTTP/1.%d\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
+                        % (path, 0 if http10 else 1, port, hdrs)).encode())
         self.s.setblocking(False)
         self.buf = b""
         self.body = b""
