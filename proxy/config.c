@@ -1,20 +1,37 @@
 /*
  * config.c — flags and the --config YAML file into struct kwc_config.
- * Order: defaults, then the config file, then flags (flags win). Every
- * message says what is wrong and how to fix it.
+ * Order: defaults, then the config file, then flags (flags win), then the
+ * checks and the resolved fields (listen addresses, the connection cap, the
+ * TLS version, the compiled --accept-hosts). Every message says what is
+ * wrong and how to fix it.
  */
 #include "kwc/config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <regex.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "kwc/base.h"
 
 #define CFG_FILE_MAX (1024 * 1024)
+/* Descriptors --max-connections 0 leaves for LMDB, upstream connections,
+ * listeners and logs; and the least it resolves to. */
+#define CFG_FD_RESERVE 512
+#define CFG_MIN_AUTO_CONNS 64
+/* Timeouts become int milliseconds in the server. */
+#define CFG_MAX_TIMEOUT_S 86400
 
 enum opt_type { T_STR, T_INT, T_BOOL };
 
@@ -159,7 +176,7 @@ void
 cfg_usage(FILE *f)
 {
     fprintf(f, "usage: kwc (--upstream URL | --kubeconfig FILE [--context NAME]) --data-dir DIR\n"
-               "           [--listen ADDR:PORT] [--resources LIST] [--config FILE] [options]\n\n"
+               "           [--listen HOST:PORT] [--resources LIST] [--config FILE] [options]\n\n"
                "kwc is a watch-cache reverse proxy for the Kubernetes API.\n\n");
     for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++) {
         char left[64];
@@ -174,28 +191,265 @@ cfg_usage(FILE *f)
             "show the version");
 }
 
+/* The port of --listen: 1 to 5 digits, 0-65535 (strtol would allow "+1", " 1"). */
+static int
+parse_port(const char *p, int *out)
+{
+    long v = 0;
+    size_t n = 0;
+    for (; p[n] >= '0' && p[n] <= '9' && n < 6; n++)
+        v = v * 10 + (p[n] - '0');
+    if (n == 0 || p[n] || v > 65535)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Append sa with port set, unless the same address is there already. */
+static void
+add_listen(struct kwc_config *c, const struct sockaddr *sa, int port)
+{
+    struct http_listen_addr a;
+    memset(&a, 0, sizeof(a));
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&a.ss;
+        const struct sockaddr_in *src = (const struct sockaddr_in *)sa;
+        in->sin_family = AF_INET;
+        in->sin_addr = src->sin_addr;
+        in->sin_port = htons((uint16_t)port);
+        a.len = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a.ss;
+        const struct sockaddr_in6 *src = (const struct sockaddr_in6 *)sa;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_addr = src->sin6_addr;
+        in6->sin6_scope_id = src->sin6_scope_id;
+        in6->sin6_port = htons((uint16_t)port);
+        a.len = sizeof(*in6);
+    }
+    /* Only the fields set above differ: a is zeroed, so bytes compare. */
+    for (size_t i = 0; i < c->n_listen; i++)
+        if (c->listen_addrs[i].len == a.len && memcmp(&c->listen_addrs[i].ss, &a.ss, a.len) == 0)
+            return;
+    c->listen_addrs = xrealloc(c->listen_addrs, (c->n_listen + 1) * sizeof(*c->listen_addrs));
+    c->listen_addrs[c->n_listen++] = a;
+}
+
+static bool
+is_loopback(const struct http_listen_addr *a)
+{
+    if (a->ss.ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24) == 127;
+    return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)&a->ss)->sin6_addr);
+}
+
+/* host is a literal (numeric) or a name (resolved); adds every IPv4/IPv6 address. */
+static int
+resolve_host(struct kwc_config *c, const char *host, bool numeric, int family, int port, char *err,
+             size_t errlen)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = family;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = numeric ? AI_NUMERICHOST : 0;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0) {
+        if (numeric)
+            return fail(err, errlen,
+                        "--listen \"%s\": \"%s\" is not an IPv6 address (brackets are for IPv6 "
+                        "literals, e.g. [::1]:8001)",
+                        c->listen, host);
+        return fail(err, errlen,
+                    "--listen \"%s\": cannot resolve \"%s\": %s (use an IP address, or a name "
+                    "in /etc/hosts or DNS)",
+                    c->listen, host, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+    }
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
+            add_listen(c, ai->ai_addr, port);
+    freeaddrinfo(res);
+    if (c->n_listen == 0)
+        return fail(err, errlen, "--listen \"%s\": \"%s\" has no IPv4 or IPv6 address", c->listen,
+                    host);
+    return 0;
+}
+
+/*
+ * listen -> listen_addrs, listen_host, listen_port, listen_loopback.
+ * "[V6]:PORT" one IPv6 literal; ":PORT" 0.0.0.0 and [::]; "HOST:PORT" an
+ * IPv4 literal or a name, every distinct address it resolves to.
+ */
 static int
 resolve_listen(struct kwc_config *c, char *err, size_t errlen)
 {
-    const char *l = c->listen;
-    const char *colon = strrchr(l, ':');
-    if (!colon)
-        return fail(err, errlen, "--listen \"%s\": expected ADDR:PORT, e.g. 127.0.0.1:8001", l);
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || port < 0 || port > 65535)
-        return fail(err, errlen, "--listen \"%s\": port must be 0-65535", l);
-    size_t hl = (size_t)(colon - l);
-    if (hl >= 2 && l[0] == '[' && l[hl - 1] == ']')
-        c->listen_host = xstrndup(l + 1, hl - 2);
-    else if (hl == 0)
-        c->listen_host = xstrdup("0.0.0.0");
+    const char *l = c->listen, *colon;
+    const char *form = "expected HOST:PORT, [IPV6]:PORT or :PORT (e.g. 127.0.0.1:8001)";
+    char *host;
+    if (l[0] == '[') {
+        const char *close = strchr(l, ']');
+        if (!close || close[1] != ':')
+            return fail(err, errlen, "--listen \"%s\": %s", l, form);
+        colon = close + 1;
+        host = xstrndup(l + 1, (size_t)(close - l - 1));
+    } else {
+        colon = strrchr(l, ':');
+        if (!colon)
+            return fail(err, errlen, "--listen \"%s\": %s", l, form);
+        host = xstrndup(l, (size_t)(colon - l));
+        if (strchr(host, ':')) {
+            free(host);
+            return fail(err, errlen,
+                        "--listen \"%s\": put an IPv6 address in brackets, e.g. [::1]:8001", l);
+        }
+    }
+    if (parse_port(colon + 1, &c->listen_port) != 0) {
+        free(host);
+        return fail(err, errlen,
+                    "--listen \"%s\": the port must be a number from 0 to 65535 (0 picks a free "
+                    "one), e.g. 127.0.0.1:8001",
+                    l);
+    }
+    int rc = 0;
+    if (l[0] == '[') {
+        rc = resolve_host(c, host, true, AF_INET6, c->listen_port, err, errlen);
+    } else if (!*host) {
+        struct sockaddr_in any4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+        struct sockaddr_in6 any6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+        add_listen(c, (struct sockaddr *)&any4, c->listen_port);
+        add_listen(c, (struct sockaddr *)&any6, c->listen_port);
+        free(host);
+        host = xstrdup("0.0.0.0");
+    } else {
+        struct in_addr a4;
+        bool literal = inet_pton(AF_INET, host, &a4) == 1;
+        rc = resolve_host(c, host, literal, literal ? AF_INET : AF_UNSPEC, c->listen_port, err,
+                          errlen);
+    }
+    c->listen_host = host;
+    if (rc != 0)
+        return rc;
+    c->listen_loopback = true;
+    for (size_t i = 0; i < c->n_listen; i++)
+        c->listen_loopback = c->listen_loopback && is_loopback(&c->listen_addrs[i]);
+    return 0;
+}
+
+/* The first listen address that is not loopback, as text (for a message). */
+static void
+first_remote(const struct kwc_config *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "?");
+    for (size_t i = 0; i < c->n_listen; i++) {
+        const struct http_listen_addr *a = &c->listen_addrs[i];
+        if (is_loopback(a))
+            continue;
+        if (a->ss.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)&a->ss)->sin_addr, buf,
+                      (socklen_t)len);
+        else
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)&a->ss)->sin6_addr, buf,
+                      (socklen_t)len);
+        return;
+    }
+}
+
+/* --max-connections 0: the open-file soft limit minus the reserve, at least the minimum. */
+static unsigned
+auto_connections(void)
+{
+    struct rlimit rl;
+    rlim_t soft = 1024; /* the usual default, should getrlimit fail */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        soft = rl.rlim_cur;
+    if (soft == RLIM_INFINITY || soft > UINT32_MAX)
+        soft = UINT32_MAX;
+    if (soft < CFG_FD_RESERVE + CFG_MIN_AUTO_CONNS)
+        return CFG_MIN_AUTO_CONNS;
+    return (unsigned)(soft - CFG_FD_RESERVE);
+}
+
+/* "" means not given: free it and leave NULL. */
+static void
+empty_is_unset(char **s)
+{
+    if (*s && !**s) {
+        free(*s);
+        *s = NULL;
+    }
+}
+
+static int
+check_readable(const char *flag, const char *path, char *err, size_t errlen)
+{
+    if (access(path, R_OK) != 0)
+        return fail(err, errlen, "--%s %s: cannot read it: %s (give a readable PEM file)", flag,
+                    path, strerror(errno));
+    return 0;
+}
+
+/* TLS files, version and the client CA. */
+static int
+check_tls(struct kwc_config *c, char *err, size_t errlen)
+{
+    const char *v = c->tls_min_version_s;
+    if (strcmp(v, "VersionTLS12") == 0 || strcmp(v, "1.2") == 0)
+        c->tls_min_version = TLS1_2_VERSION;
+    else if (strcmp(v, "VersionTLS13") == 0 || strcmp(v, "1.3") == 0)
+        c->tls_min_version = TLS1_3_VERSION;
+    else if (strcmp(v, "VersionTLS10") == 0 || strcmp(v, "VersionTLS11") == 0 ||
+             strcmp(v, "1.0") == 0 || strcmp(v, "1.1") == 0)
+        return fail(err, errlen,
+                    "--tls-min-version %s: TLS 1.0 and 1.1 are not supported; use VersionTLS12 "
+                    "or VersionTLS13",
+                    v);
     else
-        c->listen_host = xstrndup(l, hl);
-    c->listen_port = (int)port;
-    c->listen_loopback = strncmp(c->listen_host, "127.", 4) == 0 ||
-                         strcmp(c->listen_host, "::1") == 0 ||
-                         strcmp(c->listen_host, "localhost") == 0;
+        return fail(err, errlen,
+                    "--tls-min-version \"%s\": use VersionTLS12 or VersionTLS13 (or 1.2, 1.3)", v);
+
+    if (c->tls_cert_file && !c->tls_private_key_file)
+        return fail(err, errlen,
+                    "--tls-cert-file given without --tls-private-key-file: pass both (or "
+                    "neither, for plain HTTP)");
+    if (c->tls_private_key_file && !c->tls_cert_file)
+        return fail(err, errlen,
+                    "--tls-private-key-file given without --tls-cert-file: pass both (or "
+                    "neither, for plain HTTP)");
+    if (c->client_ca_file && !c->tls_cert_file)
+        return fail(err, errlen,
+                    "--client-ca-file needs TLS: add --tls-cert-file and --tls-private-key-file");
+    if (c->tls_cert_file && check_readable("tls-cert-file", c->tls_cert_file, err, errlen))
+        return KWC_ECONFIG;
+    if (c->tls_private_key_file &&
+        check_readable("tls-private-key-file", c->tls_private_key_file, err, errlen))
+        return KWC_ECONFIG;
+    if (c->client_ca_file && check_readable("client-ca-file", c->client_ca_file, err, errlen))
+        return KWC_ECONFIG;
+    return 0;
+}
+
+/* Opaque in config.h: see cfg_accept_hosts_match. */
+struct cfg_regex {
+    regex_t re;
+};
+
+static int
+compile_accept_hosts(struct kwc_config *c, char *err, size_t errlen)
+{
+    if (!c->accept_hosts)
+        return 0;
+    struct cfg_regex *re = xmalloc(sizeof(*re));
+    int rc = regcomp(&re->re, c->accept_hosts, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[256];
+        regerror(rc, &re->re, msg, sizeof(msg));
+        free(re);
+        return fail(err, errlen,
+                    "--accept-hosts \"%s\": not a POSIX extended regex: %s (e.g. "
+                    "'^kwc\\.example\\.com$')",
+                    c->accept_hosts, msg);
+    }
+    c->accept_hosts_re = re;
     return 0;
 }
 
@@ -291,13 +545,42 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);
+    if (c->max_header_bytes < 4096)
+        return fail(err, errlen,
+                    "--max-header-bytes %ld: at least 4096 (the request line and headers must "
+                    "fit; Go's default is 1048576)",
+                    c->max_header_bytes);
+    if (c->request_header_timeout > CFG_MAX_TIMEOUT_S)
+        return fail(err, errlen, "--request-header-timeout %ld: use 0 (none) to %d seconds",
+                    c->request_header_timeout, CFG_MAX_TIMEOUT_S);
+    if (c->idle_timeout > CFG_MAX_TIMEOUT_S)
+        return fail(err, errlen, "--idle-timeout %ld: use 0 (none) to %d seconds", c->idle_timeout,
+                    CFG_MAX_TIMEOUT_S);
+    if (c->max_connections > (long)UINT32_MAX)
+        return fail(err, errlen,
+                    "--max-connections %ld: at most %lu (0 picks from the open-file limit)",
+                    c->max_connections, (unsigned long)UINT32_MAX);
+    c->max_connections_resolved =
+        c->max_connections ? (unsigned)c->max_connections : auto_connections();
+    empty_is_unset(&c->accept_hosts);
+    empty_is_unset(&c->tls_cert_file);
+    empty_is_unset(&c->tls_private_key_file);
+    empty_is_unset(&c->client_ca_file);
+    if (check_tls(c, err, errlen) != 0)
+        return KWC_ECONFIG;
+    if (compile_accept_hosts(c, err, errlen) != 0)
+        return KWC_ECONFIG;
     if (resolve_listen(c, err, errlen) != 0)
         return KWC_ECONFIG;
-    if (!c->listen_loopback && !c->insecure_allow_remote)
+    if (!c->listen_loopback && !c->insecure_allow_remote) {
+        char addr[INET6_ADDRSTRLEN];
+        first_remote(c, addr, sizeof(addr));
         return fail(err, errlen,
-                    "--listen %s: kwc has no authentication yet, so it only serves loopback; "
+                    "--listen %s: %s is not a loopback address, and kwc has no client "
+                    "authentication yet (TLS does not add any), so it serves loopback only; "
                     "add --insecure-allow-remote to serve other hosts anyway",
-                    c->listen);
+                    c->listen, addr);
+    }
     return 0;
 }
 
@@ -313,5 +596,15 @@ cfg_fini(struct kwc_config *c)
     CFG_OPTIONS(CFG_FREE)
 #undef CFG_FREE
     free(c->listen_host);
+    free(c->listen_addrs);
+    if (c->accept_hosts_re)
+        regfree(&c->accept_hosts_re->re);
+    free(c->accept_hosts_re);
     memset(c, 0, sizeof(*c));
+}
+
+bool
+cfg_accept_hosts_match(const struct kwc_config *c, const char *host)
+{
+    return c->accept_hosts_re && regexec(&c->accept_hosts_re->re, host, 0, NULL, 0) == 0;
 }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "kwc/http.h"
 #include "kwc/log.h"
 
 /*
@@ -23,7 +24,9 @@
     X("kubeconfig", kubeconfig, STR, NULL, "FILE",                                                 \
       "kubeconfig with the upstream server and credentials")                                       \
     X("context", context, STR, NULL, "NAME", "kubeconfig context (default: current-context)")     \
-    X("listen", listen, STR, "127.0.0.1:8001", "ADDR:PORT", "address to serve on (port 0: pick)") \
+    X("listen", listen, STR, "127.0.0.1:8001", "HOST:PORT",                                        \
+      "address to serve on: IP:PORT, [IPV6]:PORT, :PORT (every address) or NAME:PORT (each "       \
+      "address the name resolves to); port 0 picks one")                                           \
     X("data-dir", data_dir, STR, NULL, "DIR", "directory for the LMDB cache (created if missing)") \
     X("resources", resources, STR, NULL, "LIST",                                                   \
       "comma-separated group/version/resource to cache (default: common kinds)")                   \
@@ -35,7 +38,28 @@
     X("upstream-timeout", upstream_timeout, INT, "60", "SECONDS",                                  \
       "time allowed for the upstream's response headers (0: none)")                               \
     X("insecure-allow-remote", insecure_allow_remote, BOOL, "false", "",                           \
-      "serve without authentication on a non-loopback address (unsafe)")                          \
+      "serve on a non-loopback address although kwc has no client authentication yet, "            \
+      "TLS or not (unsafe)")                                                                       \
+    X("max-header-bytes", max_header_bytes, INT, "1048576", "BYTES",                               \
+      "largest request head (request line + headers) accepted; at least 4096")                     \
+    X("request-header-timeout", request_header_timeout, INT, "32", "SECONDS",                      \
+      "time allowed from connect to the end of a request head, TLS handshake included (0: none)")  \
+    X("idle-timeout", idle_timeout, INT, "90", "SECONDS",                                          \
+      "how long a keep-alive connection may wait for its next request (0: none)")                  \
+    X("max-connections", max_connections, INT, "0", "N",                                           \
+      "open client connections at most (0: the open-file soft limit at start minus 512 kept for "  \
+      "LMDB, upstream connections and listeners, at least 64)")                                    \
+    X("accept-hosts", accept_hosts, STR, NULL, "REGEX",                                            \
+      "without TLS, requests must name a loopback Host (localhost, 127.0.0.0/8, ::1) unless "      \
+      "this POSIX extended regex matches the Host without its port (unanchored: use ^...$)")       \
+    X("tls-cert-file", tls_cert_file, STR, NULL, "FILE",                                           \
+      "serve HTTPS with this PEM certificate (chain); needs --tls-private-key-file")               \
+    X("tls-private-key-file", tls_private_key_file, STR, NULL, "FILE",                             \
+      "PEM private key for --tls-cert-file")                                                       \
+    X("tls-min-version", tls_min_version_s, STR, "VersionTLS12", "VERSION",                        \
+      "oldest TLS version accepted: VersionTLS12 or VersionTLS13 (or 1.2, 1.3)")                   \
+    X("client-ca-file", client_ca_file, STR, NULL, "FILE",                                         \
+      "verify client certificates presented against these PEM CAs (needs TLS)")                    \
     X("max-response-buffer", max_response_buffer, INT, "1048576", "BYTES",                         \
       "bytes buffered per client before reading from the upstream pauses")                        \
     X("max-request-buffer", max_request_buffer, INT, "1048576", "BYTES",                           \
@@ -64,6 +88,8 @@
     X("history-max-age", history_max_age, INT, "3600", "SECONDS",                                  \
       "age of the oldest history event kept")
 
+struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
+
 struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;
 #define CFG_FIELD_INT(flag, field, type, def, meta, help) long field;
@@ -75,10 +101,26 @@ struct kwc_config {
 #undef CFG_FIELD_INT
 #undef CFG_FIELD_BOOL
     enum log_level log_level;
-    /* resolved from listen */
+    /*
+     * Resolved from listen, in the order to bind: one address for an IP
+     * literal, 0.0.0.0 then [::] for ":PORT" (bind [::] with IPV6_V6ONLY),
+     * every distinct address getaddrinfo gives for a name. n_listen >= 1
+     * after a successful parse; every entry carries the port.
+     */
+    struct http_listen_addr *listen_addrs;
+    size_t n_listen;
+    /* The host part of listen without brackets ("0.0.0.0" for ":PORT"; a
+     * name as written) and the port: for the old front end and logs. */
     char *listen_host;
     int listen_port;
-    bool listen_loopback;
+    bool listen_loopback; /* every listen address is in 127.0.0.0/8 or is ::1 */
+    /* max_connections, with 0 resolved at parse time (see its help). */
+    unsigned max_connections_resolved;
+    /* tls_min_version_s as OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION. */
+    int tls_min_version;
+    /* accept_hosts compiled at parse time; NULL when not given (or given
+     * empty). Owned by the config; match with cfg_accept_hosts_match. */
+    struct cfg_regex *accept_hosts_re;
 };
 
 #define CFG_SHOW_HELP 1    /* cfg_parse: --help was asked for (printed) */
@@ -87,10 +129,22 @@ struct kwc_config {
 /*
  * Parse argv (and the --config file it names). Returns 0, CFG_SHOW_HELP,
  * CFG_SHOW_VERSION, or KWC_ECONFIG with a one-line message for a person in err
- * (what is wrong and how to fix it).
+ * (what is wrong and how to fix it). Empty --accept-hosts, --tls-cert-file,
+ * --tls-private-key-file and --client-ca-file are as if not given (NULL).
+ * May block: a --listen name is resolved (getaddrinfo), TLS files are checked
+ * with access(R_OK) but not opened. Call cfg_fini on every return.
  */
 int cfg_parse(int argc, char **argv, struct kwc_config *out, char *err, size_t errlen);
 void cfg_fini(struct kwc_config *c);
+
+/*
+ * Whether --accept-hosts matches host (the Host header without its port,
+ * NUL-terminated); false when --accept-hosts was not given. The regex is
+ * opaque and matched here because evhtp's <onigposix.h> #defines regex_t and
+ * regexec to oniguruma's: a glibc regex_t must not reach such a file.
+ * Thread-safe (glibc's regexec on a shared compiled regex).
+ */
+bool cfg_accept_hosts_match(const struct kwc_config *c, const char *host);
 void cfg_usage(FILE *f);
 
 #endif

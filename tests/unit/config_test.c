@@ -7,16 +7,31 @@
  * loopback only unless --insecure-allow-remote, bools as Go's strconv.ParseBool.
  * Config files live in a fresh mkdtemp directory per test. The environment's
  * KUBERNETES_SERVICE_HOST (read by cfg_parse) is unset first.
+ * --listen names are resolved through the system resolver: only "localhost"
+ * (which /etc/hosts answers) and a name under .invalid (RFC 6761: never
+ * resolves) are used. Expected addresses are checked against the address
+ * families' own rules (127.0.0.0/8, ::1) and an independent getaddrinfo
+ * call, the TLS versions against OpenSSL's constants, regex messages
+ * against libc's own regerror, and the automatic connection cap against
+ * getrlimit with the documented reserve of 512 and floor of 64.
  */
 #include "kwc/config.h"
 
 #include "kwc/base.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static char err[512];
@@ -288,57 +303,507 @@ test_log_level(void)
     }
 }
 
+/* ---- listen addresses ---------------------------------------------------- */
+
+static int
+addr_port(const struct http_listen_addr *a)
+{
+    if (a->ss.ss_family == AF_INET)
+        return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+    return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+}
+
+/* The address as text ("127.0.0.1", "::1"); buf is returned. */
+static const char *
+addr_text(const struct http_listen_addr *a, char *buf, size_t len)
+{
+    const void *p = a->ss.ss_family == AF_INET
+                        ? (const void *)&((const struct sockaddr_in *)&a->ss)->sin_addr
+                        : (const void *)&((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+    if (!inet_ntop(a->ss.ss_family, p, buf, (socklen_t)len))
+        snprintf(buf, len, "(family %d)", a->ss.ss_family);
+    return buf;
+}
+
+/* 127.0.0.0/8 or ::1, decided from the bytes. */
+static int
+addr_loopback(const struct http_listen_addr *a)
+{
+    if (a->ss.ss_family == AF_INET) {
+        const unsigned char *b =
+            (const unsigned char *)&((const struct sockaddr_in *)&a->ss)->sin_addr;
+        return b[0] == 127;
+    }
+    static const unsigned char one[16] = {[15] = 1};
+    return a->ss.ss_family == AF_INET6 &&
+           memcmp(&((const struct sockaddr_in6 *)&a->ss)->sin6_addr, one, 16) == 0;
+}
+
+/* The only address is text, of the right family and length, with port. */
+static void
+one_addr_at(const struct kwc_config *c, int family, const char *text, int port, const char *what,
+            const char *file, int line)
+{
+    char buf[INET6_ADDRSTRLEN + 16], w[160];
+    snprintf(w, sizeof w, "%s: one address", what);
+    if (!tap_ok(c->n_listen == 1, file, line, w)) {
+        printf("#   got %zu addresses\n", c->n_listen);
+        return;
+    }
+    const struct http_listen_addr *a = &c->listen_addrs[0];
+    snprintf(w, sizeof w, "%s: family", what);
+    tap_ok(a->ss.ss_family == family, file, line, w);
+    snprintf(w, sizeof w, "%s: sockaddr length", what);
+    tap_ok(a->len == (family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)),
+           file, line, w);
+    snprintf(w, sizeof w, "%s: address %s", what, text);
+    if (!tap_ok(strcmp(addr_text(a, buf, sizeof buf), text) == 0, file, line, w))
+        printf("#   got %s\n", buf);
+    snprintf(w, sizeof w, "%s: port %d", what, port);
+    tap_ok(addr_port(a) == port, file, line, w);
+}
+#define one_addr(c, family, text, port, what)                                                      \
+    one_addr_at((c), (family), (text), (port), (what), __FILE__, __LINE__)
+
 static void
 test_listen(void)
 {
     struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "default listen");
+    one_addr(&c, AF_INET, "127.0.0.1", 8001, "default 127.0.0.1:8001");
+    cfg_fini(&c);
+    ok(c.listen_addrs == NULL && c.n_listen == 0, "cfg_fini clears the addresses");
+
     is_int(parse(&c, UP, DD, "--listen", "[::1]:0", NULL), 0, "[::1]:0");
     is_str(c.listen_host, "::1", "host ::1 without brackets");
     is_int(c.listen_port, 0, "port 0");
     ok(c.listen_loopback, "::1 is loopback");
+    one_addr(&c, AF_INET6, "::1", 0, "[::1]:0");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--listen", "[::1]:8001", NULL), 0, "[::1]:8001");
+    one_addr(&c, AF_INET6, "::1", 8001, "[::1]:8001");
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, "--listen", "127.1.2.3:65535", NULL), 0, "127/8 address");
     is_str(c.listen_host, "127.1.2.3", "host");
     is_int(c.listen_port, 65535, "port 65535");
     ok(c.listen_loopback, "127.1.2.3 is loopback");
+    one_addr(&c, AF_INET, "127.1.2.3", 65535, "127.1.2.3:65535");
     cfg_fini(&c);
 
-    is_int(parse(&c, UP, DD, "--listen", "localhost:9", NULL), 0, "localhost");
-    ok(c.listen_loopback, "localhost is loopback");
-    cfg_fini(&c);
-
-    /* Anything else needs --insecure-allow-remote. */
-    static const char *const remote[] = {"0.0.0.0:8001", ":8001",         "[::]:8001",
-                                         "10.1.2.3:80",  "192.168.0.1:0", "example.com:80"};
-    char what[96];
+    /* Anything else needs --insecure-allow-remote; the message names the address. */
+    static const struct {
+        const char *listen, *addr;
+    } remote[] = {{"0.0.0.0:8001", "0.0.0.0"},
+                  {":8001", "0.0.0.0"},
+                  {"[::]:8001", "::"},
+                  {"10.1.2.3:80", "10.1.2.3"},
+                  {"192.168.0.1:0", "192.168.0.1"},
+                  /* not a dotted quad, so resolved as a name: glibc's
+                   * getaddrinfo reads it as inet_aton does, without DNS */
+                  {"10.1:80", "10.0.0.1"}};
+    char what[160];
     for (size_t i = 0; i < KWC_ARRAY_LEN(remote); i++) {
-        snprintf(what, sizeof what, "--listen %s refused", remote[i]);
-        rejected(parse(&c, UP, DD, "--listen", remote[i], NULL), "--insecure-allow-remote", what);
+        snprintf(what, sizeof what, "--listen %s refused", remote[i].listen);
+        rejected(parse(&c, UP, DD, "--listen", remote[i].listen, NULL), "--insecure-allow-remote",
+                 what);
+        ok(err_has(remote[i].addr), "message names the non-loopback address");
+        ok(err_has("authentication"), "message says why");
         cfg_fini(&c);
-        snprintf(what, sizeof what, "--listen %s with --insecure-allow-remote", remote[i]);
-        is_int(parse(&c, UP, DD, "--listen", remote[i], "--insecure-allow-remote", NULL), 0, what);
+        snprintf(what, sizeof what, "--listen %s with --insecure-allow-remote", remote[i].listen);
+        is_int(parse(&c, UP, DD, "--listen", remote[i].listen, "--insecure-allow-remote", NULL), 0,
+               what);
         ok(!c.listen_loopback, "not loopback");
         cfg_fini(&c);
     }
 
-    is_int(parse(&c, UP, DD, "--listen", ":8001", "--insecure-allow-remote", NULL), 0, ":8001");
-    is_str(c.listen_host, "0.0.0.0", "empty host is every interface");
-    is_int(c.listen_port, 8001, "port");
+    /* A remote literal is one address, as given. */
+    is_int(parse(&c, UP, DD, "--listen", "10.1.2.3:80", "--insecure-allow-remote", NULL), 0,
+           "remote with the flag");
+    one_addr(&c, AF_INET, "10.1.2.3", 80, "10.1.2.3:80");
     cfg_fini(&c);
 
-    static const char *const bad[] = {"127.0.0.1",
-                                      "127.0.0.1:",
-                                      "127.0.0.1:65536",
-                                      "127.0.0.1:-1",
-                                      "127.0.0.1:http",
-                                      "127.0.0.1:80x",
-                                      ""};
-    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
-        snprintf(what, sizeof what, "--listen \"%s\" rejected", bad[i]);
-        rejected(parse(&c, UP, DD, "--listen", bad[i], NULL), "--listen", what);
+    /* ":PORT" is every address: 0.0.0.0 then [::]. */
+    static const char *const every[] = {":8001", ":0"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(every); i++) {
+        int port = atoi(every[i] + 1);
+        is_int(parse(&c, UP, DD, "--listen", every[i], "--insecure-allow-remote", NULL), 0,
+               every[i]);
+        is_str(c.listen_host, "0.0.0.0", "empty host is every interface");
+        is_int(c.listen_port, port, "port");
+        char buf[INET6_ADDRSTRLEN];
+        if (ok(c.n_listen == 2, "two addresses")) {
+            ok(c.listen_addrs[0].ss.ss_family == AF_INET, "IPv4 first");
+            is_str(addr_text(&c.listen_addrs[0], buf, sizeof buf), "0.0.0.0", "0.0.0.0");
+            is_int(addr_port(&c.listen_addrs[0]), port, "its port");
+            ok(c.listen_addrs[1].ss.ss_family == AF_INET6, "then IPv6");
+            is_str(addr_text(&c.listen_addrs[1], buf, sizeof buf), "::", "::");
+            is_int(addr_port(&c.listen_addrs[1]), port, "its port");
+            is_int(c.listen_addrs[1].len, sizeof(struct sockaddr_in6), "IPv6 length");
+        }
+        ok(!c.listen_loopback, "not loopback");
         cfg_fini(&c);
     }
+
+    static const struct {
+        const char *listen, *says;
+    } bad[] = {{"127.0.0.1", "HOST:PORT"},
+               {"", "HOST:PORT"},
+               {"foo", "[IPV6]:PORT"},
+               {"[::1]", "[IPV6]:PORT"},
+               {"[::1]80", "HOST:PORT"},
+               {"[::1", "HOST:PORT"},
+               {"127.0.0.1:", "65535"},
+               {"127.0.0.1:65536", "65535"},
+               {"127.0.0.1:-1", "65535"},
+               {"127.0.0.1:http", "65535"},
+               {"127.0.0.1:80x", "65535"},
+               {"127.0.0.1:+80", "65535"},
+               {"127.0.0.1: 80", "65535"},
+               {"127.0.0.1:0000080", "65535"},
+               {"[::1]:99999999999", "65535"},
+               {"::1:80", "brackets"},
+               {"::1", "brackets"},
+               {"[127.0.0.1]:80", "not an IPv6 address"},
+               {"[zz]:80", "not an IPv6 address"}};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
+        snprintf(what, sizeof what, "--listen \"%s\" rejected", bad[i].listen);
+        rejected(parse(&c, UP, DD, "--listen", bad[i].listen, NULL), "--listen", what);
+        ok(err_has(bad[i].says), "message says how");
+        cfg_fini(&c);
+    }
+    /* Leading zeros within five digits are still a port. */
+    is_int(parse(&c, UP, DD, "--listen", "127.0.0.1:08001", NULL), 0, "port 08001");
+    is_int(c.listen_port, 8001, "8001");
+    cfg_fini(&c);
+
+    /* A name that does not resolve: the name and the resolver's word. */
+    rejected(parse(&c, UP, DD, "--listen", "kwc-test.invalid:8001", NULL), "kwc-test.invalid",
+             "unresolvable name");
+    ok(err_has("cannot resolve"), "message says it did not resolve");
+    cfg_fini(&c);
+
+    /* From the config file too. */
+    const char *p = write_yaml("listen: \"[::1]:7000\"\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "listen from file");
+    one_addr(&c, AF_INET6, "::1", 7000, "[::1]:7000 from file");
+    cfg_fini(&c);
+    cleanup_files();
+}
+
+/* Regression: libevhtp bound 255.255.255.255 for "localhost". The name must
+ * resolve to loopback addresses only, each once, every one getaddrinfo has. */
+static void
+test_listen_localhost(void)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (!ok(getaddrinfo("localhost", NULL, &hints, &res) == 0, "the system resolves localhost"))
+        return;
+    size_t distinct = 0;
+    char seen[8][INET6_ADDRSTRLEN];
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        char buf[INET6_ADDRSTRLEN];
+        const void *a = ai->ai_family == AF_INET
+                            ? (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr
+                            : (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+        if ((ai->ai_family != AF_INET && ai->ai_family != AF_INET6) ||
+            !inet_ntop(ai->ai_family, a, buf, sizeof buf))
+            continue;
+        size_t j = 0;
+        while (j < distinct && strcmp(seen[j], buf) != 0)
+            j++;
+        if (j == distinct && distinct < KWC_ARRAY_LEN(seen))
+            strcpy(seen[distinct++], buf);
+    }
+    freeaddrinfo(res);
+
+    static const char *const forms[] = {"localhost:0", "localhost:8001"};
+    for (size_t f = 0; f < KWC_ARRAY_LEN(forms); f++) {
+        struct kwc_config c;
+        int port = atoi(strchr(forms[f], ':') + 1);
+        is_int(parse(&c, UP, DD, "--listen", forms[f], NULL), 0, forms[f]);
+        is_str(c.listen_host, "localhost", "listen_host as given");
+        is_int(c.listen_port, port, "listen_port");
+        ok(c.listen_loopback, "localhost is loopback");
+        ok(c.n_listen >= 1, "at least one address");
+        is_int(c.n_listen, distinct, "every distinct address the resolver gives, once");
+        for (size_t i = 0; i < c.n_listen; i++) {
+            char buf[INET6_ADDRSTRLEN], w[96];
+            addr_text(&c.listen_addrs[i], buf, sizeof buf);
+            snprintf(w, sizeof w, "%s: %s is loopback", forms[f], buf);
+            ok(addr_loopback(&c.listen_addrs[i]), w);
+            ok(strcmp(buf, "255.255.255.255") != 0, "not the broadcast address");
+            is_int(addr_port(&c.listen_addrs[i]), port, "port on every address");
+            for (size_t j = 0; j < i; j++) {
+                char other[INET6_ADDRSTRLEN];
+                ok(strcmp(buf, addr_text(&c.listen_addrs[j], other, sizeof other)) != 0,
+                   "no address twice");
+            }
+        }
+        cfg_fini(&c);
+    }
+}
+
+/* ---- the front end's limits ------------------------------------------------ */
+
+/* The documented rule for --max-connections 0. */
+static unsigned
+expected_auto(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        perror("getrlimit");
+        exit(2);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 0xffffffffu)
+        rl.rlim_cur = 0xffffffffu;
+    return rl.rlim_cur < 512 + 64 ? 64 : (unsigned)(rl.rlim_cur - 512);
+}
+
+static void
+test_limits(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.max_header_bytes, 1048576, "max-header-bytes: Go's DefaultMaxHeaderBytes");
+    is_int(c.request_header_timeout, 32, "request-header-timeout: kube's ReadHeaderTimeout");
+    is_int(c.idle_timeout, 90, "idle-timeout: kube's IdleTimeout");
+    is_int(c.max_connections, 0, "max-connections: automatic");
+    is_int(c.max_connections_resolved, expected_auto(), "resolved from RLIMIT_NOFILE");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--max-header-bytes", "4096", "--request-header-timeout", "0",
+                 "--idle-timeout", "0", "--max-connections", "10", NULL),
+           0, "limits set");
+    is_int(c.max_header_bytes, 4096, "max-header-bytes 4096");
+    is_int(c.request_header_timeout, 0, "request-header-timeout 0: none");
+    is_int(c.idle_timeout, 0, "idle-timeout 0: none");
+    is_int(c.max_connections, 10, "max-connections 10");
+    is_int(c.max_connections_resolved, 10, "an explicit cap is kept");
+    cfg_fini(&c);
+
+    rejected(parse(&c, UP, DD, "--max-header-bytes", "4095", NULL), "--max-header-bytes",
+             "max-header-bytes below 4096");
+    ok(err_has("4096"), "message gives the minimum");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-header-bytes", "-1", NULL), "--max-header-bytes",
+             "negative max-header-bytes");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--request-header-timeout", "86401", NULL),
+             "--request-header-timeout", "request-header-timeout over a day");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--idle-timeout", "99999999999", NULL), "--idle-timeout",
+             "idle-timeout too long");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--idle-timeout", "soon", NULL), "--idle-timeout",
+             "idle-timeout not a number");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-connections", "4294967296", NULL), "--max-connections",
+             "max-connections past 32 bits");
+    cfg_fini(&c);
+
+    /* The automatic cap follows the soft limit in force when parsing. */
+    struct rlimit saved;
+    if (getrlimit(RLIMIT_NOFILE, &saved) != 0) {
+        perror("getrlimit");
+        exit(2);
+    }
+    static const struct {
+        rlim_t soft;
+        unsigned want;
+    } lim[] = {{1024, 1024 - 512}, {577, 65}, {576, 64}, {575, 64}, {100, 64}};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(lim); i++) {
+        if (lim[i].soft > saved.rlim_max)
+            continue;
+        struct rlimit rl = {.rlim_cur = lim[i].soft, .rlim_max = saved.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            perror("setrlimit");
+            exit(2);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "soft limit %lu", (unsigned long)lim[i].soft);
+        is_int(parse(&c, UP, DD, NULL), 0, what);
+        is_int(c.max_connections_resolved, lim[i].want, "soft limit - 512, at least 64");
+        cfg_fini(&c);
+    }
+    if (setrlimit(RLIMIT_NOFILE, &saved) != 0) {
+        perror("setrlimit");
+        exit(2);
+    }
+
+    const char *p = write_yaml("max-header-bytes: 8192\nrequest-header-timeout: 5\n"
+                               "idle-timeout: 7\nmax-connections: 3\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "limits from file");
+    is_int(c.max_header_bytes, 8192, "max-header-bytes from file");
+    is_int(c.request_header_timeout, 5, "request-header-timeout from file");
+    is_int(c.idle_timeout, 7, "idle-timeout from file");
+    is_int(c.max_connections_resolved, 3, "max-connections from file");
+    cfg_fini(&c);
+    cleanup_files();
+}
+
+static void
+test_accept_hosts(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "no --accept-hosts");
+    ok(c.accept_hosts == NULL && c.accept_hosts_re == NULL, "none by default");
+    ok(!cfg_accept_hosts_match(&c, "localhost"), "nothing matches without a regex");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--accept-hosts", "^(kwc|proxy)\\.example\\.com$", NULL), 0,
+           "extended regex");
+    ok(c.accept_hosts_re != NULL, "compiled at parse time");
+    ok(cfg_accept_hosts_match(&c, "kwc.example.com"), "matches kwc.example.com");
+    ok(cfg_accept_hosts_match(&c, "proxy.example.com"), "alternation (extended syntax)");
+    ok(!cfg_accept_hosts_match(&c, "kwcXexample.com"), "escaped dot is literal");
+    ok(!cfg_accept_hosts_match(&c, "evil.kwc.example.com"), "anchored by the regex");
+    cfg_fini(&c);
+    ok(c.accept_hosts_re == NULL, "cfg_fini frees the regex");
+
+    is_int(parse(&c, UP, DD, "--accept-hosts", "example", NULL), 0, "unanchored regex");
+    ok(cfg_accept_hosts_match(&c, "www.example.org"), "unanchored matches inside");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--accept-hosts=", NULL), 0, "empty --accept-hosts");
+    ok(c.accept_hosts == NULL && c.accept_hosts_re == NULL, "empty is as if not given");
+    ok(!cfg_accept_hosts_match(&c, "anything"), "and matches nothing");
+    cfg_fini(&c);
+
+    static const char *const bad[] = {"(", "a{2,1}", "[z-a]", "*x\\"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
+        regex_t re;
+        int rc = regcomp(&re, bad[i], REG_EXTENDED | REG_NOSUB);
+        if (rc == 0) {
+            regfree(&re);
+            printf("# libc accepts \"%s\": skipped\n", bad[i]);
+            continue;
+        }
+        char msg[256];
+        regerror(rc, &re, msg, sizeof msg);
+        char what[96];
+        snprintf(what, sizeof what, "bad regex \"%s\" rejected", bad[i]);
+        rejected(parse(&c, UP, DD, "--accept-hosts", bad[i], NULL), "--accept-hosts", what);
+        ok(err_has(msg), "message carries regerror's words");
+        cfg_fini(&c);
+    }
+}
+
+/* ---- TLS ------------------------------------------------------------------- */
+
+static void
+test_tls(void)
+{
+    struct kwc_config c;
+    const char *cert = write_yaml("not really a PEM: config.c does not open it\n");
+    const char *key = write_yaml("nor this\n");
+    const char *ca = write_yaml("nor this\n");
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/missing.pem", tmpdir);
+
+    is_int(parse(&c, UP, DD, NULL), 0, "plaintext by default");
+    ok(!c.tls_cert_file && !c.tls_private_key_file && !c.client_ca_file, "no TLS files");
+    is_str(c.tls_min_version_s, "VersionTLS12", "min version text");
+    is_int(c.tls_min_version, TLS1_2_VERSION, "TLS 1.2 minimum by default");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, NULL), 0,
+           "both TLS files");
+    is_str(c.tls_cert_file, cert, "cert file");
+    is_str(c.tls_private_key_file, key, "key file");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key,
+                 "--client-ca-file", ca, NULL),
+           0, "TLS with a client CA");
+    is_str(c.client_ca_file, ca, "client CA file");
+    cfg_fini(&c);
+
+    rejected(parse(&c, UP, DD, "--tls-cert-file", cert, NULL), "--tls-private-key-file",
+             "cert without key: names the missing key");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--tls-private-key-file", key, NULL), "--tls-cert-file",
+             "key without cert: names the missing cert");
+    ok(err_has("without --tls-cert-file"), "says which is missing");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file=", NULL),
+             "--tls-private-key-file", "an empty key file is a missing one");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--tls-cert-file=", "--tls-private-key-file=", NULL), 0,
+           "both empty: plaintext");
+    ok(!c.tls_cert_file && !c.tls_private_key_file, "empty is as if not given");
+    cfg_fini(&c);
+
+    rejected(parse(&c, UP, DD, "--client-ca-file", ca, NULL), "--client-ca-file",
+             "client CA without TLS");
+    ok(err_has("TLS"), "message says TLS is needed");
+    cfg_fini(&c);
+
+    /* Unreadable files are named, with the system's reason. */
+    rejected(parse(&c, UP, DD, "--tls-cert-file", missing, "--tls-private-key-file", key, NULL),
+             missing, "missing cert file");
+    ok(err_has("--tls-cert-file"), "names the flag");
+    ok(err_has(strerror(ENOENT)), "says why");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", missing, NULL),
+             missing, "missing key file");
+    ok(err_has("--tls-private-key-file"), "names the flag");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key,
+                   "--client-ca-file", missing, NULL),
+             missing, "missing client CA file");
+    ok(err_has("--client-ca-file"), "names the flag");
+    cfg_fini(&c);
+
+    static const struct {
+        const char *name;
+        int version;
+    } good[] = {{"VersionTLS12", TLS1_2_VERSION},
+                {"VersionTLS13", TLS1_3_VERSION},
+                {"1.2", TLS1_2_VERSION},
+                {"1.3", TLS1_3_VERSION}};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(good); i++) {
+        is_int(parse(&c, UP, DD, "--tls-min-version", good[i].name, NULL), 0, good[i].name);
+        is_int(c.tls_min_version, good[i].version, "OpenSSL's constant");
+        cfg_fini(&c);
+    }
+    static const char *const old[] = {"VersionTLS10", "VersionTLS11", "1.0", "1.1"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(old); i++) {
+        rejected(parse(&c, UP, DD, "--tls-min-version", old[i], NULL), "--tls-min-version", old[i]);
+        ok(err_has("not supported"), "old versions: not supported");
+        cfg_fini(&c);
+    }
+    static const char *const bad[] = {"", "tls13", "VersionTLS14", "versiontls12", "1.2 "};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
+        char what[64];
+        snprintf(what, sizeof what, "--tls-min-version \"%s\"", bad[i]);
+        rejected(parse(&c, UP, DD, "--tls-min-version", bad[i], NULL), "--tls-min-version", what);
+        ok(err_has("VersionTLS12") && err_has("VersionTLS13"), "message lists the names");
+        cfg_fini(&c);
+    }
+
+    char text[512];
+    snprintf(text, sizeof text,
+             "tls-cert-file: %s\ntls-private-key-file: %s\nclient-ca-file: %s\n"
+             "tls-min-version: VersionTLS13\n",
+             cert, key, ca);
+    const char *p = write_yaml(text);
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "TLS from file");
+    is_str(c.tls_cert_file, cert, "cert from file");
+    is_int(c.tls_min_version, TLS1_3_VERSION, "min version from file");
+    cfg_fini(&c);
+
+    /* TLS does not stand in for authentication. */
+    rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8443", "--tls-cert-file", cert,
+                   "--tls-private-key-file", key, NULL),
+             "--insecure-allow-remote", "remote with TLS still needs the flag");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--listen", "0.0.0.0:8443", "--tls-cert-file", cert,
+                 "--tls-private-key-file", key, "--insecure-allow-remote", NULL),
+           0, "remote with TLS and the flag");
+    cfg_fini(&c);
+    cleanup_files();
 }
 
 static void
@@ -375,10 +840,27 @@ test_args(void)
     FILE *f = open_memstream(&buf, &len);
     cfg_usage(f);
     fclose(f);
-    static const char *const flags[] = {
-        "--upstream",  "--kubeconfig", "--context",   "--listen",    "--data-dir",
-        "--resources", "--config",     "--log-level", "--port-file", "--insecure-allow-remote",
-        "--help",      "--version"};
+    static const char *const flags[] = {"--upstream",
+                                        "--kubeconfig",
+                                        "--context",
+                                        "--listen",
+                                        "--data-dir",
+                                        "--resources",
+                                        "--config",
+                                        "--log-level",
+                                        "--port-file",
+                                        "--insecure-allow-remote",
+                                        "--max-header-bytes",
+                                        "--request-header-timeout",
+                                        "--idle-timeout",
+                                        "--max-connections",
+                                        "--accept-hosts",
+                                        "--tls-cert-file",
+                                        "--tls-private-key-file",
+                                        "--tls-min-version",
+                                        "--client-ca-file",
+                                        "--help",
+                                        "--version"};
     char what[64];
     for (size_t i = 0; i < KWC_ARRAY_LEN(flags); i++) {
         snprintf(what, sizeof what, "usage lists %s", flags[i]);
@@ -516,6 +998,10 @@ main(void)
     TAP_RUN(test_upstream_rules);
     TAP_RUN(test_log_level);
     TAP_RUN(test_listen);
+    TAP_RUN(test_listen_localhost);
+    TAP_RUN(test_limits);
+    TAP_RUN(test_accept_hosts);
+    TAP_RUN(test_tls);
     TAP_RUN(test_args);
     TAP_RUN(test_config_file);
     TAP_RUN(test_config_file_errors);
