@@ -1310,12 +1310,25 @@ http_server_new(struct event_base *base, const struct http_server_options *o,
     int first_port = 0;
     for (size_t i = 0; i < o->naddrs; i++) {
         /* with port 0 on several addresses, they all share the first one's port */
-        if ((rc = listen_one(s, &o->addrs[i], first_port, &s->ls[i], err, errlen)) != 0)
+        char e1[256];
+        rc = listen_one(s, &o->addrs[i], first_port, &s->ls[s->nls], e1, sizeof(e1));
+        if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT) {
+            /* a name's address this host cannot bind (::1 without IPv6):
+             * the others serve; none at all is an error below */
+            log_warnx("%s: skipped", e1);
+            snprintf(err, errlen, "%s", e1);
+            continue;
+        }
+        if (rc != 0) {
+            snprintf(err, errlen, "%s", e1);
             goto fail;
-        s->nls++;
-        if (i == 0)
+        }
+        if (s->nls++ == 0)
             first_port = s->ls[0].port;
     }
+    if (o->naddrs && !s->nls)
+        goto fail; /* err says why the last one failed */
+    rc = 0;
 
     *out = s;
     return 0;

@@ -102,6 +102,7 @@ main(int argc, char **argv)
 {
     struct kwc_config cfg;
     char err[1024] = "";
+    raise_fd_limit(); /* first: --max-connections 0 is derived from the limit */
     int rc = cfg_parse(argc, argv, &cfg, err, sizeof(err));
     if (rc == CFG_SHOW_HELP) {
         cfg_usage(stdout);
@@ -131,7 +132,6 @@ main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit();
 
     struct event_base *base = event_base_new();
     struct up_options uo = {
@@ -195,8 +195,8 @@ main(int argc, char **argv)
     }
     char where[512];
     listen_text(&cfg, front_port(front), where, sizeof(where));
-    log_info("kwc %s: serving %s on %s, upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
-             cfg.tls_cert_file ? "https" : "http", where, k->server, k->context ? " context " : "",
+    log_info("kwc %s: serving on %s (%s), upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
+             where, cfg.tls_cert_file ? "https" : "http", k->server, k->context ? " context " : "",
              k->context ? k->context : "", cfg.listen_loopback ? " (loopback only)" : " (REMOTE!)");
 
     for (size_t i = 0; i < nrefls; i++)
