@@ -33,6 +33,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -159,6 +160,11 @@ struct http_server {
     struct http_server_stats stats;
     http_parser_settings ps;
 };
+
+/* Connections taken from the server (watch streams on worker loops,
+ * tunnels): they count against max_connections until released. One server
+ * per process (like the parser's head limit), so one counter. */
+static atomic_uint taken_conns;
 
 static void conn_close(struct hconn *c);
 static void conn_close_graceful(struct hconn *c);
@@ -989,7 +995,7 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
 {
     assert(s->magic == SRV_MAGIC);
     s->stats.accepted++;
-    if (s->o.max_connections && s->nconns >= s->o.max_connections) {
+    if (s->o.max_connections && s->nconns + atomic_load(&taken_conns) >= s->o.max_connections) {
         refuse(s, fd);
         return;
     }
@@ -1347,6 +1353,7 @@ void
 http_server_stats(const struct http_server *s, struct http_server_stats *out)
 {
     *out = s->stats;
+    out->taken = atomic_load(&taken_conns);
 }
 
 void
@@ -1684,6 +1691,7 @@ hreq_take_socket(struct hreq *r, struct http_taken *out)
     out->fd = c->fd;
     out->ssl = c->ssl;
     r->ended = true;
+    atomic_fetch_add(&taken_conns, 1);
     conn_detach(c);
     return 0;
 }
@@ -1695,6 +1703,7 @@ hreq_take_bev(struct hreq *r)
     if (c->state == C_DEAD)
         return NULL;
     struct bufferevent *bev = c->bev;
+    atomic_fetch_add(&taken_conns, 1);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
     c->bev = NULL;
@@ -1727,10 +1736,17 @@ on_bev_free(evutil_socket_t fd_, short what, void *arg)
 }
 
 void
+http_taken_release(void)
+{
+    atomic_fetch_sub(&taken_conns, 1);
+}
+
+void
 http_bev_free(struct bufferevent *bev)
 {
     if (!bev)
         return;
+    http_taken_release();
     /* The caller may be inside one of bev's callbacks, which may still use
      * the SSL when it returns: the socket and SSL go from the next loop turn. */
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);

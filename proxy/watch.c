@@ -418,15 +418,18 @@ conn_free(struct wconn *c)
         event_free(c->timer);
     q_clear(c);
     if (c->tls) {
-        /* maybe inside its own callback: closed from the next loop turn */
+        /* maybe inside its own callback: closed from the next loop turn
+         * (and released from the connection cap) */
         http_bev_free(c->tls);
         c->fd = -1;
         c->ssl = NULL;
     }
     if (c->ssl)
         SSL_free(c->ssl);
-    if (c->fd >= 0)
+    if (c->fd >= 0) {
         close(c->fd);
+        http_taken_release();
+    }
     atomic_fetch_sub(&wk->p->res[c->res].count[wk->idx], 1);
     wk->ended++;
     free(c->head);

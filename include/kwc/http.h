@@ -102,6 +102,7 @@ int http_server_port(const struct http_server *s, size_t i);
 struct http_server_stats {
     unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests,
         header_timeouts, idle_timeouts, requests, tls_reloads;
+    unsigned long long taken; /* connections taken (watch streams, tunnels), still open */
 };
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
@@ -199,7 +200,9 @@ bool hresp_started(const struct hreq *r);
  * Take the connection away from the server (a watch stream served by a
  * worker loop): the socket and, with TLS, its SSL state. Nothing was queued
  * on the connection (the previous response has left). The server forgets
- * the connection; r's on_close runs before this returns. Returns 0, or -1
+ * the connection; r's on_close runs before this returns. The connection
+ * still counts against max_connections until the taker calls
+ * http_taken_release (any thread) when it closes it. Returns 0, or -1
  * when the connection is already gone.
  * HTTP/2 (later): a stream cannot take its connection's socket; a watch
  * there gets a writer bound to the stream instead.
@@ -219,7 +222,10 @@ int hreq_take_socket(struct hreq *r, struct http_taken *out);
  */
 struct bufferevent *hreq_take_bev(struct hreq *r);
 /* Free a bufferevent taken with hreq_take_bev: closes its socket and frees
- * its SSL. */
+ * its SSL (from the next loop turn: safe inside its own callbacks), and
+ * releases it (http_taken_release). */
 void http_bev_free(struct bufferevent *bev);
+/* A socket taken with hreq_take_socket has been closed. Thread-safe. */
+void http_taken_release(void);
 
 #endif
