@@ -747,6 +747,39 @@ class ConnectionCapTest(FrontCase):
                 c.close()
 
 
+    def refused(self):
+        port = self.env.kwc.port
+        c = Client(port, timeout=10)
+        try:
+            try:
+                c.send(head(port, "GET", "/healthz"))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return c.read_response().status in (429, 503)
+        except EOFError:
+            return False
+        finally:
+            c.close()
+
+    def test_watch_streams_count(self):
+        # Watch streams leave the HTTP server for worker loops; their sockets
+        # still count: 20 open watches fill the cap of 20.
+        port = self.env.kwc.port
+        watches = []
+        try:
+            for _ in range(20):
+                c = Client(port, timeout=10)
+                watches.append(c)
+                c.send(head(port, "GET", "/api/v1/pods?watch=1&timeoutSeconds=120"))
+                self.assertEqual(c._line().split(b" ")[1], b"200")
+            self.assertTrue(self.refused(), "a 21st connection was served while 20 watches were open")
+            watches.pop().close()
+            self.open_served().close()  # a closed watch frees its place
+        finally:
+            for c in watches:
+                c.close()
+
+
 class LoopbackListenTest(FrontCase):
     apisim_args = ["--pods", "5"]
 
