@@ -1150,7 +1150,14 @@ ctx_build(const struct http_server_options *o, char *err, size_t errlen)
         goto fail;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, o->tls_key_file, SSL_FILETYPE_PEM) != 1) {
-        ssl_err(err, errlen, "--tls-private-key-file: cannot load", o->tls_key_file);
+        if (ERR_GET_REASON(ERR_peek_last_error()) != X509_R_KEY_VALUES_MISMATCH) {
+            ssl_err(err, errlen, "--tls-private-key-file: cannot load", o->tls_key_file);
+            goto fail;
+        }
+        ERR_clear_error();
+        snprintf(err, errlen,
+                 "--tls-private-key-file %s does not match the certificate in --tls-cert-file %s",
+                 o->tls_key_file, o->tls_cert_file);
         goto fail;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {

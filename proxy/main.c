@@ -187,6 +187,7 @@ main(int argc, char **argv)
     }
     if ((rc = front_new(base, &cfg, k, up, st, ing, refls, nrefls, &front, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
+        exit_code = 2; /* a listen address or TLS file that cannot be used */
         goto out;
     }
     if (cfg.port_file && (rc = write_port_file(cfg.port_file, front_port(front))) != 0) {
