@@ -2,15 +2,14 @@
 with the right status and a Kubernetes Status body (or closes the
 connection), never a crash, a hang or a silently changed request."""
 import json
-import socket
 import unittest
 
-from cluster import EnvTestCase, http_request
+from cluster import EnvTestCase, connect, http_request
 
 
 def raw(port, data, timeout=10.0):
     """Send bytes on a fresh connection, read until the server closes."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s = connect(port, timeout=timeout)
     try:
         s.sendall(data)
         out = b""
