@@ -1,6 +1,8 @@
 # kwc — watch-cache reverse proxy for the Kubernetes API.
 #   make            build build/kwc
 #   make test       deps, unit tests, integration tests (the CI command)
+#   make integration [IT="01_ 05_"]       integration tests (kwc serves plain HTTP)
+#   make integration-tls [IT=...]         the same with kwc serving TLS (KWC_TLS=1)
 #   make run        demo: apisim with a demo cluster and kwc in front
 #   make bench      benchmarks (results in bench/results/)
 #   make asan       ASan+UBSan build in build/asan and the unit tests under it
@@ -62,7 +64,8 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-test deps-bench test unit integration integration-checked run bench asan fuzz fuzz-smoke clean \
+.PHONY: all deps deps-test deps-bench test unit integration integration-tls integration-checked run bench asan \
+        fuzz fuzz-smoke clean \
         check-layering
 .DEFAULT_GOAL := all
 
@@ -99,6 +102,11 @@ unit: $(UNIT_BIN)
 integration: $(BUILD)/kwc
 	$(Q)KWC_BIN=$(abspath $(BUILD)/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT)
 
+# The same suite with kwc serving TLS (test certificates from tests/lib/certs.py)
+# and every client on https; tests marked only_in_plaintext_run are left out.
+integration-tls: $(BUILD)/kwc
+	$(Q)KWC_TLS=1 KWC_BIN=$(abspath $(BUILD)/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT)
+
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
@@ -121,6 +129,7 @@ test:
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
 	$(Q)$(PYTHON) tests/apisim/test_apisim.py
 	$(Q)$(MAKE) --no-print-directory integration
+	$(Q)$(MAKE) --no-print-directory integration-tls
 	$(Q)$(MAKE) --no-print-directory integration-checked
 
 run:

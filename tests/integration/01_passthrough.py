@@ -1,10 +1,9 @@
 """Passthrough basics: kwc forwards any request and its answer faithfully."""
 import hashlib
 import json
-import socket
 import unittest
 
-from cluster import EnvTestCase, Env, http_request, wait_for
+from cluster import EnvTestCase, Env, connect, http_connection, http_request, wait_for
 
 
 def norm_headers(h):
@@ -73,7 +72,7 @@ class PassthroughTest(EnvTestCase):
         self.assertEqual(k[2], b"")
 
     def test_http10_client_gets_no_chunking(self):
-        s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=20)
+        s = connect(self.env.kwc.port, timeout=20)
         s.sendall(b"GET /api/v1/nodes?watch=true&timeoutSeconds=1 HTTP/1.0\r\nHost: localhost\r\n\r\n")
         data = b""
         while True:
@@ -98,8 +97,7 @@ class PassthroughTest(EnvTestCase):
             self.assertEqual((st, b), (200, b"ok"))
 
     def test_keepalive_connection_reused(self):
-        import http.client
-        c = http.client.HTTPConnection("127.0.0.1", self.env.kwc.port, timeout=10)
+        c = http_connection(self.env.kwc.port, timeout=10)
         bodies = []
         for _ in range(5):
             c.request("GET", "/api/v1/nodes/node-1")
@@ -110,7 +108,7 @@ class PassthroughTest(EnvTestCase):
         self.assertEqual(len(set(bodies)), 1)
 
     def raw(self, port, request):
-        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s = connect(port, timeout=10)
         s.sendall(request)
         data = b""
         while True:

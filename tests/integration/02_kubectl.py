@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from cluster import EnvTestCase, Env, kubectl, kubectl_binaries, wait_for
+from cluster import EnvTestCase, Env, kubectl, kubectl_binaries, kubectl_server_args, wait_for
 
 
 class KubectlTest(EnvTestCase):
@@ -66,8 +66,8 @@ class KubectlTest(EnvTestCase):
     def test_watch_events(self):
         b = self.bins["default"]
         env = dict(os.environ, KUBECONFIG="/dev/null", HOME=tempfile.gettempdir())
-        p = subprocess.Popen([b, "--server", "http://127.0.0.1:%d" % self.env.kwc.port, "get",
-                              "configmaps", "-n", "ns-2", "-w", "--output-watch-events"],
+        p = subprocess.Popen([b] + kubectl_server_args(self.env.kwc.port) +
+                             ["get", "configmaps", "-n", "ns-2", "-w", "--output-watch-events"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         out = bytearray()
         lines = []

@@ -2,10 +2,9 @@
 and a >100 MB response, read slowly."""
 import hashlib
 import json
-import socket
 import unittest
 
-from cluster import EnvTestCase, Env, http_request
+from cluster import EnvTestCase, Env, connect, http_request
 
 
 class LargeTest(EnvTestCase):
@@ -25,10 +24,7 @@ class LargeTest(EnvTestCase):
 
     def read_slowly(self, port, path):
         """Read a response with a small receive buffer in small pieces."""
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-        s.settimeout(120)
-        s.connect(("127.0.0.1", port))
+        s = connect(port, timeout=120, rcvbuf=64 * 1024)
         s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % path).encode())
         h = hashlib.sha256()
         head = b""

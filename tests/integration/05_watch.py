@@ -7,14 +7,14 @@ import socket
 import time
 import unittest
 
-from cluster import EnvTestCase, Env, http_request, wait_for
+from cluster import EnvTestCase, Env, connect, http_request, wait_for
 
 
 class WatchStream:
     """Reads newline-delimited watch events from a raw HTTP/1.1 chunked response."""
 
     def __init__(self, port, path):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.s = connect(port, timeout=20)
         self.s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:

@@ -1,15 +1,15 @@
 """kwc reaches an HTTPS upstream with the kubeconfig's CA, client certificate
 and bearer token (apisim requires all three), for plain requests and for
-upgrade tunnels; a wrong CA is refused with a clear Status."""
+upgrade tunnels; a wrong CA is refused with a clear Status. (In the TLS run
+the client side is TLS too.)"""
 import base64
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import unittest
 
-from cluster import Env, Proc, KWC_BIN, http_request, wait_for
+from cluster import Env, connect, http_request, kwc_proc, wait_for
 
 
 def openssl(*args, cwd):
@@ -62,8 +62,8 @@ def kubeconfig(d, server, ca="ca.crt", tls_server_name=None, token="sekret", cer
 
 class TlsTest(unittest.TestCase):
     def start_kwc(self, env, kc):
-        p = Proc("kwc-%d" % len(os.listdir(env.dir)), [KWC_BIN, "--kubeconfig", kc, "--listen", "127.0.0.1:0",
-                                                       "--data-dir", os.path.join(env.dir, "data")], env.dir)
+        p = kwc_proc("kwc-%d" % len(os.listdir(env.dir)), ["--kubeconfig", kc, "--listen", "127.0.0.1:0",
+                                                           "--data-dir", os.path.join(env.dir, "data")], env.dir)
         p.start()
         self.procs.append(p)
         return p
@@ -91,7 +91,7 @@ class TlsTest(unittest.TestCase):
                     self.assertEqual(st, 200, b[:300])
                     self.assertEqual(len(json.loads(b)["items"]), 2)
                     # upgrade tunnel over TLS
-                    s = socket.create_connection(("127.0.0.1", k.port), timeout=10)
+                    s = connect(k.port, timeout=10)
                     s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
                               b"Upgrade: kwc-echo\r\n\r\n")
                     buf = b""

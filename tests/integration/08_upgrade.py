@@ -1,10 +1,39 @@
 """HTTP Upgrade through kwc: raw byte tunnel both ways, and kubectl exec
 (WebSocket, kubectl >= 1.30) against apisim's fake exec."""
 import os
-import socket
+import select
+import ssl
+import time
 import unittest
 
-from cluster import EnvTestCase, Env, kubectl, kubectl_dir, http_request
+from cluster import EnvTestCase, Env, connect, kubectl, kubectl_dir, http_request
+
+
+def echo(s, payload, got, timeout):
+    """Send payload on s while reading the echo into got, from one thread (a TLS
+    socket must not be read and written by two threads at once)."""
+    s.setblocking(False)
+    deadline = time.monotonic() + timeout
+    sent = 0
+    while len(got) < len(payload):
+        if time.monotonic() > deadline:
+            raise TimeoutError("echo: sent %d, got %d of %d bytes" % (sent, len(got), len(payload)))
+        r, w, _ = select.select([s], [s] if sent < len(payload) else [], [], 1)
+        if w:
+            try:
+                # a TLS write retried after "want write" must offer the same bytes
+                sent += s.send(payload[sent:sent + 65536])
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                pass
+        while r:
+            try:
+                d = s.recv(1 << 20)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break
+            if not d:
+                return
+            got += d
+            r = isinstance(s, ssl.SSLSocket) and s.pending()
 
 
 class UpgradeTest(EnvTestCase):
@@ -12,22 +41,14 @@ class UpgradeTest(EnvTestCase):
 
     def test_raw_tunnel_echo_5mb(self):
         payload = os.urandom(5 * 1024 * 1024)
-        s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=20)
+        s = connect(self.env.kwc.port, timeout=20)
         s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n")
         buf = b""
         while b"\r\n\r\n" not in buf:
             buf += s.recv(4096)
         self.assertTrue(buf.startswith(b"HTTP/1.1 101"), buf)
         got = bytearray(buf.split(b"\r\n\r\n", 1)[1])
-        import threading
-        t = threading.Thread(target=s.sendall, args=(payload,))
-        t.start()
-        while len(got) < len(payload):
-            d = s.recv(1 << 20)
-            if not d:
-                break
-            got += d
-        t.join()
+        echo(s, payload, got, 60)
         s.close()
         self.assertEqual(bytes(got), payload)
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import unittest
 
-from cluster import PYTHON, Env, kubectl_binaries, wait_for
+from cluster import PYTHON, Env, kubeconfig, kubectl_binaries, kubectl_server_args, tls_client, url, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = os.path.join(HERE, "clients")
@@ -59,15 +59,6 @@ class Reader:
             return ""
 
 
-def kubeconfig(port, d):
-    path = os.path.join(d, "kubeconfig-%d" % port)
-    with open(path, "w") as f:
-        f.write("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:%d\n    insecure-skip-tls-verify: true\n"
-                "contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
-                "users:\n- name: u\n  user: {}\n" % port)
-    return path
-
-
 class WatchClients(unittest.TestCase):
     def setUp(self):
         self.env = Env(apisim_args=["--pods", "60", "--namespaces", "3", "--nodes", "3", "--history", "100000",
@@ -104,8 +95,12 @@ class WatchClients(unittest.TestCase):
         before = self.pods_watches()
         py = os.path.join(CLIENTS, "py_watch.py")
         args = ["--rv", str(rv), "--until", "ns-0/sentinel-py"]
-        via = self.start([PYTHON, py, "--server", "http://127.0.0.1:%d" % e.kwc.port] + args)
-        direct = self.start([PYTHON, py, "--server", "http://127.0.0.1:%d" % e.apisim.port] + args)
+
+        def server(port):
+            t = tls_client(port)
+            return ["--server", url(port)] + (["--ca", t.ca, "--cert", t.cert, "--key", t.key] if t else [])
+        via = self.start([PYTHON, py] + server(e.kwc.port) + args)
+        direct = self.start([PYTHON, py] + server(e.apisim.port) + args)
         self.churn_then_sentinel("sentinel-py")
         self.assertEqual(via.wait(60), 0, via.stderr())
         self.assertEqual(direct.wait(60), 0, direct.stderr())
@@ -144,8 +139,8 @@ class WatchClients(unittest.TestCase):
         bins = kubectl_binaries()
         kubectl = bins.get("1.33", bins["default"])
         before = self.pods_watches()
-        argv = lambda port: [kubectl, "--server", "http://127.0.0.1:%d" % port, "get", "pods", "-A", "-w",
-                             "--output-watch-events", "-o", "json"]
+        argv = lambda port: [kubectl] + kubectl_server_args(port) + ["get", "pods", "-A", "-w",
+                                                                     "--output-watch-events", "-o", "json"]
         via = self.start(argv(e.kwc.port), env=dict(os.environ, KUBECONFIG="/dev/null"))
         direct = self.start(argv(e.apisim.port), env=dict(os.environ, KUBECONFIG="/dev/null"))
 

@@ -28,7 +28,7 @@ import unittest
 import uuid
 from urllib.parse import quote
 
-from cluster import EnvTestCase, Env, http_request, kubectl, wait_for
+from cluster import EnvTestCase, Env, http_request, kubectl, only_in_plaintext_run, wait_for
 from watchstream import Stream, pump
 
 POD_PATH = "/api/v1/namespaces/default/pods"
@@ -266,6 +266,8 @@ def listening(pid):
     return out
 
 
+@only_in_plaintext_run("raw-socket HTTP/1.1 matrix (plaintext Host rule, 429 bytes before a "
+                       "handshake); the same parser serves TLS, and 14_tls covers TLS itself")
 class FrontCase(EnvTestCase):
     """Shared assertions."""
 

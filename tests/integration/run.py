@@ -4,6 +4,10 @@ complex). Each module holds unittest TestCases that start their own apisim and
 kwc on ephemeral loopback ports. Ends with the line "N passed, N failed".
 
   run.py [PATTERN...]   only modules whose name contains a pattern
+
+With KWC_TLS=1 (make integration-tls) kwc serves TLS and every client reaches
+it over https (tests/lib/cluster.py); the tests marked
+@only_in_plaintext_run(reason) are left out of that run, and listed.
 """
 import importlib.util
 import os
@@ -19,6 +23,20 @@ class Result(unittest.TextTestResult):
     pass
 
 
+def flatten(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from flatten(t)
+        else:
+            yield t
+
+
+def plaintext_only(test):
+    """The reason a test is marked only_in_plaintext_run (class or method), or None."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    return getattr(method, "only_in_plaintext_run", None) or getattr(test, "only_in_plaintext_run", None)
+
+
 def main():
     pats = sys.argv[1:]
     mods = sorted(f for f in os.listdir(HERE) if f[:2].isdigit() and f.endswith(".py"))
@@ -31,14 +49,25 @@ def main():
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         suite.addTests(loader.loadTestsFromModule(mod))
+    tls = os.environ.get("KWC_TLS", "") == "1"
+    if tls:
+        kept = []
+        for t in flatten(suite):
+            why = plaintext_only(t)
+            if why:
+                print("TLS run leaves out %s: %s" % (t.id(), why))
+            else:
+                kept.append(t)
+        suite = unittest.TestSuite(kept)
     t0 = time.monotonic()
     runner = unittest.TextTestRunner(verbosity=2, resultclass=Result, stream=sys.stdout)
     res = runner.run(suite)
     failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
     skipped = len(res.skipped)
     passed = max(0, res.testsRun - failed - skipped)
-    print("integration (%.0fs): %d passed, %d failed%s" % (
-        time.monotonic() - t0, passed, failed, ", %d skipped" % skipped if skipped else ""))
+    print("integration%s (%.0fs): %d passed, %d failed%s" % (
+        " (TLS)" if tls else "", time.monotonic() - t0, passed, failed,
+        ", %d skipped" % skipped if skipped else ""))
     # A skipped test is not a pass: it fails the run too.
     sys.exit(1 if failed or skipped or res.testsRun == 0 else 0)
 

@@ -4,15 +4,37 @@ Starts apisim and kwc on ephemeral loopback ports (each writes its bound port
 to a --port-file), waits for readiness by polling with a deadline (never a
 fixed sleep), stops only the processes it started, and keeps their logs so a
 failing test can print them.
+
+TLS mode (KWC_TLS=1, `make integration-tls`): every kwc the tests start
+through kwc_proc() (Env does) serves https with the test certificates of
+certs.py. A Proc records, under the port it listens on, whether it speaks TLS
+and what a client trusts; every way a test reaches a server goes through the
+helpers below, which look the port up, so the same test talks https to kwc
+and plain HTTP to apisim:
+  url(port)              "http(s)://127.0.0.1:PORT"
+  connect(port)          a connected socket, TLS-wrapped for a TLS port
+  http_connection(port)  http.client.HTTP(S)Connection
+  http_request(port,..)  one request on a fresh connection
+  kubectl(bin, port,..), kubectl_server_args(port), kubeconfig(port, dir)
+  tls_client(port)       the ClientTLS of a port (CA, client cert), or None
+In TLS mode kwc also verifies client certificates (--client-ca-file) and
+every client presents one (kwc_tls_client()).
+A test about plaintext-only behaviour carries @only_in_plaintext_run(reason);
+run.py leaves it out of the TLS run (it is not run as a skip).
 """
 import http.client
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+import certs
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
@@ -22,6 +44,93 @@ KWC_WRAP = os.environ.get("KWC_WRAP", "").split()
 # Extra kwc flags for every test, e.g. a smaller LMDB map under valgrind.
 KWC_EXTRA_ARGS = os.environ.get("KWC_EXTRA_ARGS", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
+# KWC_TLS=1: kwc serves https (--tls-cert-file, --tls-private-key-file, --client-ca-file).
+TLS = os.environ.get("KWC_TLS", "") == "1"
+
+
+def only_in_plaintext_run(reason):
+    """Marks a TestCase class or test method that is about plaintext-only
+    behaviour: run.py leaves it out of the TLS run (KWC_TLS=1)."""
+    def mark(obj):
+        obj.only_in_plaintext_run = reason
+        return obj
+    return mark
+
+
+class ClientTLS:
+    """What a client of one TLS server uses: the CA it trusts and, optionally,
+    the certificate it presents. context() is one shared ssl.SSLContext."""
+
+    def __init__(self, ca, cert=None, key=None):
+        self.ca, self.cert, self.key = ca, cert, key
+        self._ctx = None
+        self._lock = threading.Lock()
+
+    def context(self):
+        with self._lock:
+            if self._ctx is None:
+                ctx = ssl.create_default_context(cafile=self.ca)  # hostname (IP SAN) checked
+                if self.cert:
+                    ctx.load_cert_chain(self.cert, self.key)
+                self._ctx = ctx
+            return self._ctx
+
+
+# port -> ClientTLS (or None for plain HTTP) of the last Proc that listened on
+# it: a port a stopped server leaves is taken by the next one that binds it.
+_listeners = {}
+
+
+def tls_client(port):
+    """The ClientTLS for a server this process started on port, None if it
+    speaks plain HTTP."""
+    return _listeners.get(port)
+
+
+def kwc_tls_args():
+    """The TLS mode's serving flags: the test server certificate, and client
+    certificates from the test client CA verified when presented."""
+    p = certs.pki()
+    return ["--tls-cert-file", p.server.crt, "--tls-private-key-file", p.server.key,
+            "--client-ca-file", p.client_ca.crt]
+
+
+def kwc_tls_client():
+    """How the tests reach a kwc in TLS mode: trusting the test CA and
+    presenting alice's client certificate. (kubectl needs some credential for
+    an https server: without one it prompts for a username on stdin and
+    fails. Connections without a certificate are 14_tls's business.)"""
+    p = certs.pki()
+    return ClientTLS(p.ca.crt, p.client.crt, p.client.key)
+
+
+def url(port, host="127.0.0.1"):
+    return "%s://%s:%d" % ("https" if tls_client(port) else "http", "[%s]" % host if ":" in host else host, port)
+
+
+def connect(port, timeout=10.0, rcvbuf=None, host="127.0.0.1"):
+    """A connected blocking socket (TLS handshake done on a TLS port).
+    rcvbuf: SO_RCVBUF, set before connecting."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if rcvbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(timeout)
+        s.connect((host, port))
+        t = tls_client(port)
+        if t:
+            s = t.context().wrap_socket(s, server_hostname=host)
+        return s
+    except BaseException:
+        s.close()
+        raise
+
+
+def http_connection(port, timeout=30.0, host="127.0.0.1"):
+    t = tls_client(port)
+    if t:
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=t.context())
+    return http.client.HTTPConnection(host, port, timeout=timeout)
 
 
 class Fatal(Exception):
@@ -49,13 +158,15 @@ def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
 class Proc:
     """A child process with a port file and a log file."""
 
-    def __init__(self, name, argv, workdir, env=None):
+    def __init__(self, name, argv, workdir, env=None, tls=None):
+        """tls: a ClientTLS if the process serves TLS on its port."""
         self.name = name
         self.workdir = workdir
         self.port_file = os.path.join(workdir, name + ".port")
         self.log_path = os.path.join(workdir, name + ".log")
         self.argv = argv + ["--port-file", self.port_file]
         self.env = env
+        self.tls = tls
         self.p = None
         self.port = None
         self.exit_code = None
@@ -74,6 +185,7 @@ class Proc:
                 s = f.read().strip()
             return int(s) if s else None
         self.port = wait_for(ready, timeout, "%s to listen" % self.name)
+        _listeners[self.port] = self.tls
         return self
 
     def logs(self, tail=80):
@@ -118,7 +230,7 @@ class Proc:
 
 def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
     """One request on a fresh connection. Returns (status, headers dict, body bytes)."""
-    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    c = http_connection(port, timeout=timeout, host=host)
     try:
         h = dict(headers or {})
         if isinstance(body, (dict, list)):
@@ -135,6 +247,14 @@ def http_request(port, method, path, body=None, headers=None, timeout=30.0, host
 def get_json(port, path, **kw):
     st, h, b = http_request(port, "GET", path, **kw)
     return st, json.loads(b) if b else None
+
+
+def kwc_proc(name, args, workdir, kwc_bin=None):
+    """A Proc for kwc as the tests run it: under KWC_WRAP, with KWC_EXTRA_ARGS,
+    serving TLS in TLS mode; args (the test's own flags) come last."""
+    tls = kwc_tls_args() if TLS else []
+    return Proc(name, KWC_WRAP + [kwc_bin or KWC_BIN] + KWC_EXTRA_ARGS + tls + list(args), workdir,
+                tls=kwc_tls_client() if TLS else None)
 
 
 class Env:
@@ -159,9 +279,9 @@ class Env:
             raise
 
     def start_kwc(self, extra=()):
-        self.kwc = Proc("kwc", KWC_WRAP + [self.kwc_bin, "--upstream", "http://127.0.0.1:%d" % self.apisim.port,
-                                "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.dir, "data")]
-                        + KWC_EXTRA_ARGS + self.kwc_args + list(extra), self.dir)
+        self.kwc = kwc_proc("kwc", ["--upstream", "http://127.0.0.1:%d" % self.apisim.port, "--listen", "127.0.0.1:0",
+                                    "--data-dir", os.path.join(self.dir, "data")] + self.kwc_args + list(extra),
+                            self.dir, self.kwc_bin)
         self.kwc.start()
         probe = "/readyz" if self.wait_ready else "/healthz"
         wait_for(lambda: http_request(self.kwc.port, "GET", probe, timeout=2)[0] == 200, 30, "kwc " + probe)
@@ -214,12 +334,44 @@ def kubectl_binaries():
     return out
 
 
+def kubectl_server_args(port):
+    """kubectl flags to reach port: --server; for a TLS port the CA and the
+    client certificate."""
+    t = tls_client(port)
+    args = ["--server", url(port)]
+    if t:
+        args += ["--certificate-authority", t.ca]
+    if t and t.cert:
+        args += ["--client-certificate", t.cert, "--client-key", t.key]
+    return args
+
+
+def kubeconfig(port, d):
+    """A kubeconfig file in d for port; for a TLS port the server is https://,
+    certificate-authority the CA's file and the user the client certificate
+    (if the port's ClientTLS has one). Returns its path."""
+    t = tls_client(port)
+    if t:
+        cluster = {"server": url(port), "certificate-authority": t.ca}
+    else:  # client-node refuses http:// unless told to skip TLS verification
+        cluster = {"server": url(port), "insecure-skip-tls-verify": True}
+    user = {"client-certificate": t.cert, "client-key": t.key} if t and t.cert else {}
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+           "clusters": [{"name": "c", "cluster": cluster}],
+           "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+           "users": [{"name": "u", "user": user}]}
+    path = os.path.join(d, "kubeconfig-%d" % port)
+    with open(path, "w") as f:
+        json.dump(cfg, f)  # JSON is YAML
+    return path
+
+
 def kubectl(binary, port, *args, input=None, timeout=60, check=True):
-    """Run kubectl against http://127.0.0.1:port with an empty kubeconfig."""
+    """Run kubectl against port (http or https) with an empty kubeconfig."""
     env = dict(os.environ)
     env["KUBECONFIG"] = "/dev/null"
     env["HOME"] = tempfile.gettempdir()  # no cache dir shared between runs
-    cmd = [binary, "--server", "http://127.0.0.1:%d" % port, "--cache-dir",
+    cmd = [binary] + kubectl_server_args(port) + ["--cache-dir",
            os.path.join(tempfile.gettempdir(), "kwc-kubectl-cache-%d" % port)] + list(args)
     r = subprocess.run(cmd, input=input, capture_output=True, timeout=timeout, env=env)
     if check and r.returncode != 0:

@@ -4,21 +4,20 @@ stop reading one of them (a slow client) while the others go on.
 
 Each stream keeps the event lines exactly as they arrived (bytes) and their
 parsed form; chunked (HTTP/1.1) and close-delimited (HTTP/1.0) bodies both work.
+A stream to a TLS port (cluster's TLS mode) is a TLS connection.
 """
 import json
 import selectors
-import socket
+import ssl
 import time
+
+from cluster import connect
 
 
 class Stream:
     def __init__(self, port, path, http10=False, rcvbuf=None, headers=()):
         self.path = path
-        self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf:
-            self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.s.settimeout(10)
-        self.s.connect(("127.0.0.1", port))
+        self.s = connect(port, timeout=10, rcvbuf=rcvbuf)
         hdrs = "".join("%s: %s\r\n" % h for h in headers)
         self.s.sendall(("GET %s HTTP/1.%d\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
                         % (path, 0 if http10 else 1, port, hdrs)).encode())
@@ -78,18 +77,22 @@ class Stream:
             self.events.append(json.loads(line))
 
     def read_some(self):
-        try:
-            d = self.s.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return
-        except ConnectionError:
-            d = b""
-        if not d:
-            self.closed = True
-            if self.head is not None and not self.chunked:
-                self.ended = True
-            return
-        self.feed(d)
+        while True:
+            try:
+                d = self.s.recv(1 << 20)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except ConnectionError:
+                d = b""
+            if not d:
+                self.closed = True
+                if self.head is not None and not self.chunked:
+                    self.ended = True
+                return
+            self.feed(d)
+            # TLS: bytes already decrypted are not readable on the fd: take them now
+            if not isinstance(self.s, ssl.SSLSocket) or not self.s.pending():
+                return
 
     def close(self):
         try:

@@ -4,7 +4,7 @@ server timeout, resuming from the last rv the client saw each time the stream
 ends, until the pod named by --until appears. Prints one JSON line per event
 ("type", "key", "rv") and a last line with the bookmark count.
 
-  /usr/bin/python3 py_watch.py --server URL --rv N --until NS/NAME
+  /usr/bin/python3 py_watch.py --server URL [--ca CA.crt --cert C.crt --key C.key] --rv N --until NS/NAME
 """
 import argparse
 import json
@@ -16,12 +16,19 @@ from kubernetes import client, watch
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
+    ap.add_argument("--ca", help="the CA file an https server's certificate chains to")
+    ap.add_argument("--cert", help="a client certificate to present (with --key)")
+    ap.add_argument("--key")
     ap.add_argument("--rv", required=True)
     ap.add_argument("--until", required=True)
     ap.add_argument("--timeout", type=int, default=3)
     a = ap.parse_args()
     cfg = client.Configuration()
     cfg.host = a.server
+    if a.ca:
+        cfg.ssl_ca_cert = a.ca
+    if a.cert:
+        cfg.cert_file, cfg.key_file = a.cert, a.key
     v1 = client.CoreV1Api(client.ApiClient(cfg))
     w = watch.Watch()
     rv = a.rv
