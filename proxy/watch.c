@@ -33,6 +33,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -453,6 +454,27 @@ tls_feed(struct wconn *c)
     }
 }
 
+/* Shutdown: one last try to send what is queued (the terminal chunk) and
+ * close_notify, without the loop (it stops). Whatever does not fit is
+ * dropped, as on a plaintext socket. */
+static void
+tls_last_write(struct wconn *c)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(c->tls);
+    struct evbuffer *out = bufferevent_get_output(c->tls);
+    for (int rounds = 0; rounds < 64 && (c->q.n || evbuffer_get_length(out)); rounds++) {
+        tls_feed(c);
+        size_t n = evbuffer_get_length(out);
+        if (!n)
+            break;
+        int w = SSL_write(ssl, evbuffer_pullup(out, (ev_ssize_t)n), n > INT_MAX ? INT_MAX : (int)n);
+        if (w <= 0)
+            return; /* full, or a write libevent had begun: give up */
+        evbuffer_drain(out, (size_t)w);
+    }
+    SSL_shutdown(ssl);
+}
+
 /* Write what is queued. Returns false when c was closed. */
 static bool
 flush(struct wconn *c)
@@ -716,7 +738,9 @@ stop_all(struct worker *wk)
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;
-        if (c->q.n && !c->tls)
+        if (c->tls)
+            tls_last_write(c);
+        else if (c->q.n)
             (void)q_write(c);
         conn_free(c);
     }
