@@ -253,6 +253,16 @@ class Differential(unittest.TestCase):
                 self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True)
 
     def chains(self):
+        # the label chain below needs more than one page of app=moved pods;
+        # churn (label flips, deletes) may have left fewer: label more
+        self.quiesce()
+        e = self.env
+        pods = e.sim("GET", "/api/v1/pods")["items"]
+        moved = [p for p in pods if p["metadata"].get("labels", {}).get("app") == "moved"]
+        for p in [p for p in pods if p not in moved][:max(0, 12 - len(moved))]:
+            e.sim("POST", "/apisim/write", {"verb": "update", "resource": "pods",
+                                            "namespace": p["metadata"]["namespace"],
+                                            "name": p["metadata"]["name"], "labels": {"app": "moved"}})
         cur = self.quiesce()
         for first in ("/api/v1/pods?limit=7", "/api/v1/pods?limit=7&resourceVersion=%d" % self.rv_mid,
                       "/api/v1/namespaces/ns-2/pods?limit=4&resourceVersion=%d&resourceVersionMatch=NotOlderThan" % cur,
