@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/gostr.h"
 #include "kwc/log.h"
 #include "kwc/status.h"
 
@@ -76,8 +77,7 @@ struct hreq {
     uint32_t magic;
     struct hconn *c;
     /* head */
-    char *arena; /* target, then header names and values, NUL-separated */
-    size_t alen, acap;
+    struct gostr_buf arena; /* target, then header names and values, NUL-separated */
     size_t target_len;
     struct http_header *hdrs; /* pointers into arena once the head is complete */
     size_t nh;
@@ -270,23 +270,14 @@ token_has(const char *v, const char *tok)
 static void
 arena_add(struct hreq *r, const char *p, size_t n)
 {
-    if (r->alen + n + 1 > r->acap) {
-        size_t cap = r->acap ? r->acap : 256;
-        while (cap < r->alen + n + 1)
-            cap *= 2;
-        r->arena = xrealloc(r->arena, cap);
-        r->acap = cap;
-    }
-    memcpy(r->arena + r->alen, p, n);
-    r->alen += n;
-    r->arena[r->alen] = '\0';
+    gostr_addn(&r->arena, p, n);
 }
 
 /* End the current string: its NUL stays in the arena. */
 static void
 arena_nul(struct hreq *r)
 {
-    arena_add(r, "", 1);
+    gostr_addn(&r->arena, "", 1);
 }
 
 static struct hreq *
@@ -304,7 +295,7 @@ req_free(struct hreq *r)
 {
     if (!r)
         return;
-    free(r->arena);
+    free(r->arena.p);
     free(r->hdrs);
     free(r->hoff);
     if (r->head_out)
@@ -358,8 +349,8 @@ on_header_field(http_parser *p, const char *at, size_t n)
             r->hcap = r->hcap ? r->hcap * 2 : 16;
             r->hoff = xrealloc(r->hoff, 2 * r->hcap * sizeof(size_t));
         }
-        r->hoff[2 * r->nh] = r->alen;
-        r->hoff[2 * r->nh + 1] = r->alen; /* set again when the value starts */
+        r->hoff[2 * r->nh] = r->arena.len;
+        r->hoff[2 * r->nh + 1] = r->arena.len; /* set again when the value starts */
         r->nh++;
         r->hs = H_FIELD;
     }
@@ -373,7 +364,7 @@ on_header_value(http_parser *p, const char *at, size_t n)
     struct hreq *r = ((struct hconn *)p->data)->req;
     if (r->hs != H_VALUE) {
         arena_nul(r); /* end of the name */
-        r->hoff[2 * (r->nh - 1) + 1] = r->alen;
+        r->hoff[2 * (r->nh - 1) + 1] = r->arena.len;
         r->hs = H_VALUE;
     }
     arena_add(r, at, n);
@@ -388,7 +379,7 @@ on_headers_complete(http_parser *p)
     if (r->hs == H_FIELD) {
         /* a name without a value: an empty value */
         arena_nul(r);
-        r->hoff[2 * (r->nh - 1) + 1] = r->alen;
+        r->hoff[2 * (r->nh - 1) + 1] = r->arena.len;
     }
     arena_nul(r);
     c->head_ready = true;
@@ -466,7 +457,7 @@ target_ok(const struct hreq *r)
     if (r->target_len == 0)
         return false;
     for (size_t i = 0; i < r->target_len; i++) {
-        unsigned char ch = (unsigned char)r->arena[i];
+        unsigned char ch = (unsigned char)r->arena.p[i];
         if (ch <= 0x20 || ch == 0x7f)
             return false;
     }
@@ -491,8 +482,8 @@ check_head(struct hconn *c, struct hreq *r, const char **msg)
     bool host = false;
     int te = 0, cl = 0;
     for (size_t i = 0; i < r->nh; i++) {
-        r->hdrs[i].name = r->arena + r->hoff[2 * i];
-        r->hdrs[i].value = r->arena + r->hoff[2 * i + 1];
+        r->hdrs[i].name = r->arena.p + r->hoff[2 * i];
+        r->hdrs[i].value = r->arena.p + r->hoff[2 * i + 1];
         const char *n = r->hdrs[i].name;
         if (!*n) {
             *msg = "invalid header name";
@@ -1406,7 +1397,7 @@ hreq_target(const struct hreq *r, size_t *len)
 {
     if (len)
         *len = r->target_len;
-    return r->arena;
+    return r->arena.p;
 }
 
 bool
