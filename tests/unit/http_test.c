@@ -1,0 +1,1491 @@
+/*
+ * http_test.c — proxy/http.c: kwc's HTTP/1.1 server (include/kwc/http.h),
+ * without a network: every test builds a server with no listen address on a
+ * fresh event_base, adopts one end of a socketpair(AF_UNIX) and plays the
+ * client on the other.
+ *
+ * Request bytes are written in one piece or one byte at a time with a loop
+ * turn after each (so the server reads them apart); both must give the same
+ * answer. The loop runs with EVLOOP_NONBLOCK until nothing moves (no byte
+ * read by either side, no handler hook), bounded. Timeouts are configured
+ * short and the loop runs with EVLOOP_ONCE until the client sees what it
+ * waits for, bounded by a guard timer that only fires when the server never
+ * acts. Never a sleep.
+ *
+ * Expected bytes are written from RFC 9112 and http.h (status line, the
+ * headers the contract names, chunk framing); the Date header's value is
+ * the clock's, so it is checked for shape once and then cut out before
+ * comparing. A small response splitter below (independent of http.c) reads
+ * Content-Length and chunked bodies.
+ *
+ * A socketpair is the one socket here: it is how the server's own reads and
+ * writes are driven; nothing listens and nothing leaves the process.
+ */
+#include "kwc/http.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/sockios.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "tap.h"
+
+#define RUN_MAX 200000 /* loop turns before "the server never goes quiet" */
+#define QUIET_TURNS 3  /* turns without progress that count as quiet */
+#define GUARD_MS 3000  /* bound on waiting for a timer; never reached when all is well */
+#define MAX_PEERS 8
+#define MAX_REQS 256
+
+/* ---- a growable byte string ---- */
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+};
+
+static void
+sb_add(struct sbuf *b, const void *p, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        b->p = xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->n, p, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_addf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+sb_addf(struct sbuf *b, const char *fmt, ...)
+{
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        abort(); /* a test outgrew the buffer */
+    sb_add(b, tmp, (size_t)n);
+}
+
+static void
+sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void
+sb_reset(struct sbuf *b)
+{
+    b->n = 0;
+    if (b->p)
+        b->p[0] = '\0';
+}
+
+static void
+sb_free(struct sbuf *b)
+{
+    free(b->p);
+    *b = (struct sbuf){0};
+}
+
+/* ---- the test handler ----
+ *
+ * What it does depends on the target's path:
+ *   /stream  read the body; on_complete: a streamed response (hresp_start
+ *            -1) with the pieces "a" and "bb", left open for the test;
+ *   /early   answer "early" from on_request, without reading the body;
+ *   /defer   hooks only: the test turns body reading on; echo on_complete;
+ *   /take    hreq_take_socket from on_request;
+ *   anything else: echo (read the body unless the target has "noread";
+ *            with "pause", turn reading off inside the first on_body).
+ * The echo body: "<method> <target>\n", "host=<v>\n" and "x-echo=<v>\n"
+ * when present, then "body=" and the body bytes.
+ * Every hook is logged in order ("req <id> <method> <target>", "body <id>
+ * <n>", "complete <id>", "close <id>").
+ */
+
+struct th;
+
+struct treq {
+    struct th *t;
+    struct hreq *r;
+    int id;
+    bool stream, pause, echo;
+    struct sbuf body;
+};
+
+struct th {
+    struct sbuf log;
+    unsigned long long hooks; /* every hook, for "has anything moved" */
+    int nreq, ncomplete, nclose;
+    struct treq *reqs[MAX_REQS]; /* by id; NULL once closed */
+    struct http_taken taken;
+    int take_rc;
+};
+
+static void th_log(struct th *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+th_log(struct th *t, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    sb_str(&t->log, tmp);
+    sb_add(&t->log, "\n", 1);
+    t->hooks++;
+}
+
+static void
+echo_answer(struct treq *q)
+{
+    struct hreq *r = q->r;
+    struct sbuf o = {0};
+    size_t tl;
+    const char *target = hreq_target(r, &tl);
+    sb_str(&o, hreq_method(r));
+    sb_add(&o, " ", 1);
+    sb_add(&o, target, tl);
+    sb_add(&o, "\n", 1);
+    const char *v;
+    if ((v = hreq_header(r, "Host")))
+        sb_addf(&o, "host=%s\n", v);
+    if ((v = hreq_header(r, "X-Echo")))
+        sb_addf(&o, "x-echo=%s\n", v);
+    sb_str(&o, "body=");
+    sb_add(&o, q->body.p, q->body.n);
+    hresp_start(r, 200, (int64_t)o.n);
+    hresp_write(r, o.p, o.n);
+    hresp_end(r);
+    sb_free(&o);
+}
+
+static void
+h_body(void *arg, const char *p, size_t n)
+{
+    struct treq *q = arg;
+    sb_add(&q->body, p, n);
+    th_log(q->t, "body %d %zu", q->id, n);
+    if (q->pause) {
+        q->pause = false;
+        hreq_body_read(q->r, false);
+    }
+}
+
+static void
+h_complete(void *arg)
+{
+    struct treq *q = arg;
+    th_log(q->t, "complete %d", q->id);
+    q->t->ncomplete++;
+    if (q->stream) {
+        hresp_start(q->r, 200, -1);
+        hresp_write(q->r, "a", 1);
+        hresp_write(q->r, "bb", 2);
+    } else if (q->echo) {
+        echo_answer(q);
+    }
+}
+
+static void
+h_close(void *arg)
+{
+    struct treq *q = arg;
+    th_log(q->t, "close %d", q->id);
+    q->t->nclose++;
+    q->t->reqs[q->id] = NULL;
+    sb_free(&q->body);
+    free(q);
+}
+
+static const struct hreq_handler hooks = {
+    .on_body = h_body,
+    .on_complete = h_complete,
+    .on_close = h_close,
+};
+
+static void
+on_request(void *arg, struct hreq *r)
+{
+    struct th *t = arg;
+    size_t tl;
+    const char *target = hreq_target(r, &tl);
+    if (t->nreq >= MAX_REQS)
+        abort();
+    struct treq *q = xcalloc(1, sizeof(*q));
+    q->t = t;
+    q->r = r;
+    q->id = t->nreq++;
+    t->reqs[q->id] = q;
+    th_log(t, "req %d %s %.*s", q->id, hreq_method(r), tl > 64 ? 64 : (int)tl, target);
+    hreq_set_handler(r, &hooks, q);
+    if (strncmp(target, "/stream", 7) == 0) {
+        q->stream = true;
+        hreq_body_read(r, true);
+    } else if (strncmp(target, "/early", 6) == 0) {
+        hresp_simple(r, 200, NULL, "early", 5);
+    } else if (strncmp(target, "/defer", 6) == 0) {
+        q->echo = true;
+    } else if (strncmp(target, "/take", 5) == 0) {
+        t->take_rc = hreq_take_socket(r, &t->taken);
+        th_log(t, "taken %d", t->take_rc);
+    } else {
+        q->echo = true;
+        q->pause = strstr(target, "pause") != NULL;
+        if (!strstr(target, "noread"))
+            hreq_body_read(r, true);
+    }
+}
+
+/* ---- the fixture: a server, its loop and the client ends ---- */
+
+struct peer {
+    int fd;
+    struct sbuf in; /* every byte the server sent */
+    bool eof;
+};
+
+struct fx {
+    struct event_base *base;
+    struct http_server *s;
+    struct th t;
+    struct peer p[MAX_PEERS];
+    int np;
+    struct event *guard;
+    bool guard_fired;
+};
+
+static void
+on_guard(evutil_socket_t fd, short what, void *arg)
+{
+    struct fx *f = arg;
+    f->guard_fired = true;
+}
+
+static void
+fx_init(struct fx *f, const struct http_server_options *o)
+{
+    *f = (struct fx){0};
+    f->base = event_base_new();
+    struct http_server_options none = {0};
+    char err[256] = "";
+    int rc = http_server_new(f->base, o ? o : &none, on_request, &f->t, &f->s, err, sizeof(err));
+    if (rc != 0) {
+        printf("# http_server_new: %d %s\n", rc, err);
+        abort();
+    }
+    f->guard = evtimer_new(f->base, on_guard, f);
+    f->t.taken.fd = -1;
+}
+
+/* A new client connection; returns its index. */
+static int
+fx_connect(struct fx *f)
+{
+    int sv[2];
+    if (f->np == MAX_PEERS ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    struct peer *p = &f->p[f->np];
+    *p = (struct peer){.fd = sv[0]};
+    http_server_adopt(f->s, sv[1], NULL, 0);
+    return f->np++;
+}
+
+/* Read what the server sent to every client. */
+static void
+peers_read(struct fx *f)
+{
+    for (int i = 0; i < f->np; i++) {
+        struct peer *p = &f->p[i];
+        if (p->fd < 0 || p->eof)
+            continue;
+        for (;;) {
+            char buf[65536];
+            ssize_t n = recv(p->fd, buf, sizeof(buf), 0);
+            if (n > 0) {
+                sb_add(&p->in, buf, (size_t)n);
+                continue;
+            }
+            if (n == 0 || (errno != EAGAIN && errno != EINTR))
+                p->eof = true; /* EOF, or a reset after the last byte */
+            break;
+        }
+    }
+}
+
+/* Something that changes whenever either side does anything. */
+static unsigned long long
+progress(const struct fx *f)
+{
+    unsigned long long v = f->t.hooks;
+    for (int i = 0; i < f->np; i++) {
+        const struct peer *p = &f->p[i];
+        v += p->in.n + p->eof;
+        int q = 0;
+        if (p->fd >= 0 && ioctl(p->fd, SIOCOUTQ, &q) == 0)
+            v += (unsigned)q * 7919u; /* bytes the server has not read yet */
+    }
+    return v;
+}
+
+/* One non-blocking loop turn; returns whether anything moved. */
+static bool
+turn(struct fx *f)
+{
+    unsigned long long before = progress(f);
+    event_base_loop(f->base, EVLOOP_NONBLOCK);
+    peers_read(f);
+    return progress(f) != before;
+}
+
+/* Run until quiet. */
+static void
+run(struct fx *f)
+{
+    int idle = 0, i;
+    for (i = 0; i < RUN_MAX && idle < QUIET_TURNS; i++)
+        idle = turn(f) ? 0 : idle + 1;
+    if (i == RUN_MAX)
+        ok(0, "the loop goes quiet");
+}
+
+/* Write bytes from client i: whole (piece 0) or in pieces of that size,
+ * with a loop turn after each piece; then run until quiet. */
+static void
+send_bytes(struct fx *f, int i, const void *data, size_t len, size_t piece)
+{
+    const char *d = data;
+    size_t off = 0;
+    int stuck = 0;
+    while (off < len) {
+        size_t n = piece ? piece : len - off;
+        if (n > len - off)
+            n = len - off;
+        ssize_t w = send(f->p[i].fd, d + off, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            off += (size_t)w;
+            stuck = 0;
+        } else if (w < 0 && errno == EAGAIN) {
+            if (++stuck > 1000)
+                break; /* the server stopped reading: what is sent is sent */
+        } else {
+            break; /* the server closed */
+        }
+        turn(f);
+    }
+    run(f);
+}
+
+static void
+send_str(struct fx *f, int i, const char *s, size_t piece)
+{
+    send_bytes(f, i, s, strlen(s), piece);
+}
+
+/* Run with EVLOOP_ONCE until client i sees EOF (or the guard fires). */
+static bool
+run_until_eof(struct fx *f, int i)
+{
+    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
+    f->guard_fired = false;
+    evtimer_add(f->guard, &tv);
+    peers_read(f);
+    for (int n = 0; n < 100000 && !f->p[i].eof && !f->guard_fired; n++) {
+        event_base_loop(f->base, EVLOOP_ONCE);
+        peers_read(f);
+    }
+    evtimer_del(f->guard);
+    return f->p[i].eof;
+}
+
+/* Client i closes its end. */
+static void
+fx_hangup(struct fx *f, int i)
+{
+    if (f->p[i].fd >= 0)
+        close(f->p[i].fd);
+    f->p[i].fd = -1;
+}
+
+/* Every client closes, the server goes; every request was closed once. */
+static void
+fx_fini(struct fx *f)
+{
+    for (int i = 0; i < f->np; i++)
+        fx_hangup(f, i);
+    run(f);
+    http_server_free(f->s);
+    is_int(f->t.nclose, f->t.nreq, "every request's on_close ran once");
+    for (int i = 0; i < f->np; i++)
+        sb_free(&f->p[i].in);
+    if (f->t.taken.fd >= 0)
+        close(f->t.taken.fd);
+    sb_free(&f->t.log);
+    event_free(f->guard);
+    event_base_free(f->base);
+}
+
+/* ---- reading responses ---- */
+
+/* The client's bytes with every "Date: ...\r\n" header line cut out. */
+static void
+undated(const struct sbuf *in, struct sbuf *out)
+{
+    sb_reset(out);
+    const char *p = in->p ? in->p : "", *end = p + in->n;
+    while (p < end) {
+        const char *d = memmem(p, (size_t)(end - p), "\r\nDate: ", 8);
+        if (!d) {
+            sb_add(out, p, (size_t)(end - p));
+            break;
+        }
+        const char *eol = memmem(d + 2, (size_t)(end - d - 2), "\r\n", 2);
+        if (!eol) {
+            sb_add(out, p, (size_t)(end - p));
+            break;
+        }
+        sb_add(out, p, (size_t)(d - p));
+        p = eol; /* keep the CRLF that ended the previous line */
+    }
+}
+
+/* Check the bytes client i got, Date lines aside. */
+static void
+is_got(struct fx *f, int i, const char *want, const char *what)
+{
+    struct sbuf u = {0};
+    undated(&f->p[i].in, &u);
+    is_mem(u.p ? u.p : "", u.n, want, strlen(want), what);
+    sb_free(&u);
+}
+
+struct resp {
+    bool complete;
+    int status;
+    char version[16];
+    struct sbuf head; /* the header lines, each ending in CRLF */
+    struct sbuf body; /* decoded */
+    bool chunked;
+    size_t raw_len; /* bytes this response took on the wire */
+};
+
+static void
+resp_free(struct resp *r)
+{
+    sb_free(&r->head);
+    sb_free(&r->body);
+}
+
+/* A header's value (first of that name, case-insensitive), or NULL; into buf. */
+static const char *
+resp_header(const struct resp *r, const char *name, char *buf, size_t cap)
+{
+    size_t nl = strlen(name);
+    for (const char *p = r->head.p; p && *p;) {
+        const char *eol = strstr(p, "\r\n");
+        if (!eol)
+            break;
+        if ((size_t)(eol - p) > nl && p[nl] == ':' && strncasecmp(p, name, nl) == 0) {
+            const char *v = p + nl + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(buf, cap, "%.*s", (int)(eol - v), v);
+            return buf;
+        }
+        p = eol + 2;
+    }
+    return NULL;
+}
+
+/*
+ * Parse one response from p (RFC 9112: status line, fields, a body framed
+ * by Content-Length, chunked coding or the close). eof: the connection
+ * closed after these bytes. head_req: the response answers a HEAD (no body).
+ */
+static void
+resp_parse(const char *p, size_t n, bool eof, bool head_req, struct resp *r)
+{
+    *r = (struct resp){0};
+    const char *end = p + n;
+    const char *he = memmem(p, n, "\r\n\r\n", 4);
+    if (!he)
+        return;
+    const char *sl = memmem(p, n, "\r\n", 2);
+    if (sscanf(p, "%15s %d", r->version, &r->status) != 2)
+        return;
+    sb_add(&r->head, sl + 2, (size_t)(he + 2 - (sl + 2)));
+    const char *b = he + 4;
+    char v[64];
+    if (head_req || r->status == 204 || r->status == 304 || r->status / 100 == 1) {
+        r->complete = true;
+        r->raw_len = (size_t)(b - p);
+        return;
+    }
+    if (resp_header(r, "Transfer-Encoding", v, sizeof(v))) {
+        r->chunked = true;
+        for (;;) {
+            const char *le = memmem(b, (size_t)(end - b), "\r\n", 2);
+            if (!le)
+                return;
+            unsigned long sz = strtoul(b, NULL, 16);
+            if (sz == 0) {
+                if ((size_t)(end - le) < 4 || memcmp(le, "\r\n\r\n", 4) != 0)
+                    return;
+                r->complete = true;
+                r->raw_len = (size_t)(le + 4 - p);
+                return;
+            }
+            if ((size_t)(end - (le + 2)) < sz + 2)
+                return;
+            sb_add(&r->body, le + 2, sz);
+            b = le + 2 + sz + 2;
+        }
+    }
+    if (resp_header(r, "Content-Length", v, sizeof(v))) {
+        size_t cl = strtoul(v, NULL, 10);
+        if ((size_t)(end - b) < cl)
+            return;
+        sb_add(&r->body, b, cl);
+        r->complete = true;
+        r->raw_len = (size_t)(b + cl - p);
+        return;
+    }
+    sb_add(&r->body, b, (size_t)(end - b)); /* close-delimited */
+    r->complete = eof;
+    r->raw_len = n;
+}
+
+static const char *
+jstr(const json_t *j, const char *key)
+{
+    const char *v = json_string_value(json_object_get(j, key));
+    return v ? v : "";
+}
+
+/* Client i's bytes hold exactly one response, a Status for code, then EOF. */
+static void
+is_status_answer(struct fx *f, int i, int code, const char *what)
+{
+    char m[200];
+    struct peer *p = &f->p[i];
+    struct resp r;
+    resp_parse(p->in.p ? p->in.p : "", p->in.n, p->eof, false, &r);
+    snprintf(m, sizeof(m), "%s: a complete response", what);
+    ok(r.complete, m);
+    snprintf(m, sizeof(m), "%s: HTTP/1.1 %d", what, code);
+    ok(strcmp(r.version, "HTTP/1.1") == 0, m);
+    is_int(r.status, code, m);
+    snprintf(m, sizeof(m), "%s: nothing after it", what);
+    is_int(r.raw_len, p->in.n, m);
+    char v[64];
+    snprintf(m, sizeof(m), "%s: Connection: close", what);
+    is_str(resp_header(&r, "Connection", v, sizeof(v)), "close", m);
+    snprintf(m, sizeof(m), "%s: Content-Type: application/json", what);
+    is_str(resp_header(&r, "Content-Type", v, sizeof(v)), "application/json", m);
+    json_error_t je;
+    json_t *j = json_loadb(r.body.p ? r.body.p : "", r.body.n, 0, &je);
+    snprintf(m, sizeof(m), "%s: a Status body, kind Status, status Failure, code %d", what, code);
+    ok(j && json_is_object(j) && strcmp(jstr(j, "kind"), "Status") == 0 &&
+           strcmp(jstr(j, "apiVersion"), "v1") == 0 && strcmp(jstr(j, "status"), "Failure") == 0 &&
+           json_integer_value(json_object_get(j, "code")) == code && *jstr(j, "message"),
+       m);
+    json_decref(j);
+    snprintf(m, sizeof(m), "%s: the connection closes", what);
+    ok(p->eof, m);
+    resp_free(&r);
+}
+
+/* The response the echo handler gives (Date aside). */
+static void
+want_echo(struct sbuf *w, const char *version, const char *conn, const char *method,
+          const char *target, const char *host, const char *xecho, const char *body, size_t blen)
+{
+    struct sbuf e = {0};
+    sb_str(&e, method);
+    sb_str(&e, " ");
+    sb_str(&e, target);
+    sb_str(&e, "\n");
+    if (host)
+        sb_addf(&e, "host=%s\n", host);
+    if (xecho)
+        sb_addf(&e, "x-echo=%s\n", xecho);
+    sb_str(&e, "body=");
+    sb_add(&e, body, blen);
+    sb_addf(w, "%s 200 OK\r\nContent-Length: %zu\r\n", version, e.n);
+    if (conn)
+        sb_addf(w, "Connection: %s\r\n", conn);
+    sb_str(w, "\r\n");
+    sb_add(w, e.p, e.n);
+    sb_free(&e);
+}
+
+/* The same request bytes whole and one byte at a time. */
+static const size_t pieces[] = {0, 1};
+
+static const char *
+piece_name(size_t piece)
+{
+    return piece ? "byte by byte" : "in one write";
+}
+
+/* ---- tests ---- */
+
+static void
+test_simple_get(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        char m[128];
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET /a?b=c HTTP/1.1\r\nHost: h\r\nX-Echo: x y\r\n\r\n", pieces[k]);
+        struct sbuf w = {0};
+        want_echo(&w, "HTTP/1.1", NULL, "GET", "/a?b=c", "h", "x y", "", 0);
+        snprintf(m, sizeof(m), "%s: the echo, exact bytes", piece_name(pieces[k]));
+        is_got(&f, c, w.p, m);
+        /* Date: IMF-fixdate (RFC 9110 5.6.7) */
+        const char *d = f.p[c].in.p ? strstr(f.p[c].in.p, "\r\nDate: ") : NULL;
+        int dd, yy, hh, mi, ss;
+        char wd[4], mo[4];
+        snprintf(m, sizeof(m), "%s: Date is an IMF-fixdate", piece_name(pieces[k]));
+        ok(d &&
+               sscanf(d, "\r\nDate: %3[A-Za-z], %2d %3[A-Za-z] %4d %2d:%2d:%2d GMT", wd, &dd, mo,
+                      &yy, &hh, &mi, &ss) == 7 &&
+               strstr(d + 2, "GMT\r\n") == d + 2 + 32,
+           m);
+        snprintf(m, sizeof(m), "%s: kept open", piece_name(pieces[k]));
+        ok(!f.p[c].eof, m);
+        is_str(f.t.log.p, "req 0 GET /a?b=c\ncomplete 0\nclose 0\n",
+               "hooks: request, complete, close");
+        struct http_server_stats st;
+        http_server_stats(f.s, &st);
+        is_int(st.accepted, 1, "stats: accepted");
+        is_int(st.open, 1, "stats: open");
+        is_int(st.requests, 1, "stats: requests");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+}
+
+static void
+test_head(void)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    send_str(&f, c, "HEAD /h HTTP/1.1\r\nHost: h\r\n\r\nGET /g HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    struct sbuf w = {0};
+    /* HEAD: the Content-Length a GET would have, no body (RFC 9110 9.3.2) */
+    sb_str(&w, "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n");
+    want_echo(&w, "HTTP/1.1", NULL, "GET", "/g", "h", NULL, "", 0);
+    is_got(&f, c, w.p, "HEAD answered without a body, then the next request");
+    sb_free(&w);
+    fx_fini(&f);
+}
+
+static void
+test_keepalive(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        struct sbuf w = {0};
+        send_str(&f, c, "GET /1 HTTP/1.1\r\nHost: h\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", "/1", "h", NULL, "", 0);
+        is_got(&f, c, w.p, "first answer");
+        send_str(&f, c, "GET /2 HTTP/1.1\r\nHost: h\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", "/2", "h", NULL, "", 0);
+        is_got(&f, c, w.p, "second answer on the same connection");
+        ok(!f.p[c].eof, "still open");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+}
+
+static void
+test_http10(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        struct sbuf w = {0};
+        fx_init(&f, NULL);
+        /* 1.0 without keep-alive: answered "Connection: close", then EOF */
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET /a HTTP/1.0\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.0", "close", "GET", "/a", NULL, NULL, "", 0);
+        is_got(&f, c, w.p, "HTTP/1.0: Connection: close");
+        ok(f.p[c].eof, "HTTP/1.0: the connection closes");
+
+        /* 1.0 with keep-alive: stays open, a second request works */
+        int d = fx_connect(&f);
+        sb_reset(&w);
+        send_str(&f, d, "GET /b HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.0", "keep-alive", "GET", "/b", NULL, NULL, "", 0);
+        is_got(&f, d, w.p, "HTTP/1.0 keep-alive: Connection: keep-alive");
+        ok(!f.p[d].eof, "HTTP/1.0 keep-alive: open");
+        send_str(&f, d, "GET /c HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.0", "keep-alive", "GET", "/c", NULL, NULL, "", 0);
+        is_got(&f, d, w.p, "HTTP/1.0 keep-alive: second answer");
+
+        /* 1.1 with Connection: close */
+        int e = fx_connect(&f);
+        sb_reset(&w);
+        send_str(&f, e, "GET /d HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", pieces[k]);
+        want_echo(&w, "HTTP/1.1", "close", "GET", "/d", "h", NULL, "", 0);
+        is_got(&f, e, w.p, "HTTP/1.1 Connection: close: answered with Connection: close");
+        ok(f.p[e].eof, "HTTP/1.1 Connection: close: the connection closes");
+
+        /* 1.0: a streamed body is close-delimited, never chunked */
+        int g = fx_connect(&f);
+        send_str(&f, g, "GET /stream HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", pieces[k]);
+        struct treq *q = f.t.reqs[f.t.nreq - 1];
+        ok(q && q->stream, "HTTP/1.0 stream: in progress");
+        if (q) {
+            hresp_write(q->r, "ccc", 3);
+            hresp_end(q->r);
+        }
+        run(&f);
+        is_got(&f, g, "HTTP/1.0 200 OK\r\nConnection: close\r\n\r\nabbccc",
+               "HTTP/1.0 stream: close-delimited");
+        ok(f.p[g].eof, "HTTP/1.0 stream: the close ends it");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+}
+
+/* n requests in one write, the middle one streamed and finished later. */
+static void
+pipeline(size_t n, size_t piece)
+{
+    char m[160];
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    struct sbuf req = {0}, w = {0};
+    size_t slow = n / 2;
+    for (size_t i = 0; i < n; i++) {
+        if (i == slow)
+            sb_str(&req, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n");
+        else
+            sb_addf(&req, "GET /r%zu HTTP/1.1\r\nHost: h\r\nX-Echo: %zu\r\n\r\n", i, i);
+    }
+    /* the answers before the slow one, and its beginning */
+    for (size_t i = 0; i < slow; i++) {
+        char t[32], x[32];
+        snprintf(t, sizeof(t), "/r%zu", i);
+        snprintf(x, sizeof(x), "%zu", i);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", t, "h", x, "", 0);
+    }
+    sb_str(&w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n");
+    send_bytes(&f, c, req.p, req.n, piece);
+    snprintf(m, sizeof(m), "%zu pipelined, %s: answered in order up to the slow one", n,
+             piece_name(piece));
+    is_got(&f, c, w.p, m);
+    snprintf(m, sizeof(m), "%zu pipelined, %s: nothing after the slow one is dispatched", n,
+             piece_name(piece));
+    is_int(f.t.nreq, slow + 1, m);
+    /* finished from a later loop turn */
+    struct treq *q = f.t.reqs[slow];
+    if (q) {
+        hresp_write(q->r, "ccc", 3);
+        hresp_end(q->r);
+    }
+    run(&f);
+    sb_str(&w, "3\r\nccc\r\n0\r\n\r\n");
+    for (size_t i = slow + 1; i < n; i++) {
+        char t[32], x[32];
+        snprintf(t, sizeof(t), "/r%zu", i);
+        snprintf(x, sizeof(x), "%zu", i);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", t, "h", x, "", 0);
+    }
+    snprintf(m, sizeof(m), "%zu pipelined, %s: every answer, in order, complete", n,
+             piece_name(piece));
+    is_got(&f, c, w.p, m);
+    snprintf(m, sizeof(m), "%zu pipelined, %s: every request handled", n, piece_name(piece));
+    is_int(f.t.nreq, n, m);
+    ok(!f.p[c].eof, "still open");
+    sb_free(&req);
+    sb_free(&w);
+    fx_fini(&f);
+}
+
+static void
+test_pipelining(void)
+{
+    pipeline(3, 0);
+    pipeline(3, 1);
+    pipeline(50, 0);
+    pipeline(50, 7);
+}
+
+static void
+test_bodies(void)
+{
+    static const struct {
+        const char *what, *req, *body;
+    } cases[] = {
+        {"Content-Length", "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world",
+         "hello world"},
+        {"chunked",
+         "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "5\r\nhello\r\n1;ext=1\r\n \r\nA\r\n0123456789\r\n0\r\n\r\n",
+         "hello 0123456789"},
+        {"Content-Length: 0", "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", ""},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(cases); i++) {
+        for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+            char m[160];
+            struct fx f;
+            fx_init(&f, NULL);
+            int c = fx_connect(&f);
+            /* the request twice: the connection is reusable after a body */
+            struct sbuf req = {0}, w = {0};
+            sb_str(&req, cases[i].req);
+            sb_str(&req, cases[i].req);
+            send_bytes(&f, c, req.p, req.n, pieces[k]);
+            want_echo(&w, "HTTP/1.1", NULL, "POST", "/p", "h", NULL, cases[i].body,
+                      strlen(cases[i].body));
+            want_echo(&w, "HTTP/1.1", NULL, "POST", "/p", "h", NULL, cases[i].body,
+                      strlen(cases[i].body));
+            snprintf(m, sizeof(m), "%s, %s: the body delivered exactly, twice", cases[i].what,
+                     piece_name(pieces[k]));
+            is_got(&f, c, w.p, m);
+            snprintf(m, sizeof(m), "%s, %s: on_complete once per request", cases[i].what,
+                     piece_name(pieces[k]));
+            is_int(f.t.ncomplete, 2, m);
+            sb_free(&req);
+            sb_free(&w);
+            fx_fini(&f);
+        }
+    }
+
+    /* a body of 200 KB in pieces of 1000 bytes: nothing lost or repeated */
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    size_t bl = 200 * 1024;
+    char *body = xmalloc(bl);
+    for (size_t i = 0; i < bl; i++)
+        body[i] = (char)('a' + (i * 7 + i / 251) % 26);
+    struct sbuf req = {0}, w = {0};
+    sb_addf(&req, "PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: %zu\r\n\r\n", bl);
+    sb_add(&req, body, bl);
+    send_bytes(&f, c, req.p, req.n, 1000);
+    want_echo(&w, "HTTP/1.1", NULL, "PUT", "/big", "h", NULL, body, bl);
+    is_got(&f, c, w.p, "200 KB body in 1000-byte writes: echoed exactly");
+    is_int(f.t.ncomplete, 1, "200 KB body: on_complete once");
+    free(body);
+    sb_free(&req);
+    sb_free(&w);
+    fx_fini(&f);
+}
+
+static void
+test_expect_continue(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c,
+                 "POST /defer HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n"
+                 "Content-Length: 4\r\n\r\n",
+                 pieces[k]);
+        ok(f.p[c].in.n == 0, "no 100 Continue before the handler reads");
+        struct treq *q = f.t.reqs[0];
+        ok(q != NULL, "the request is in progress");
+        if (!q) {
+            fx_fini(&f);
+            continue;
+        }
+        hreq_body_read(q->r, true);
+        run(&f);
+        is_got(&f, c, "HTTP/1.1 100 Continue\r\n\r\n", "100 Continue when reading starts");
+        send_str(&f, c, "abcd", pieces[k]);
+        struct sbuf w = {0};
+        sb_str(&w, "HTTP/1.1 100 Continue\r\n\r\n");
+        want_echo(&w, "HTTP/1.1", NULL, "POST", "/defer", "h", NULL, "abcd", 4);
+        is_got(&f, c, w.p, "then the final response, once");
+        ok(!f.p[c].eof, "kept open");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+
+    /* answered without reading: no 100 Continue, Connection: close */
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    send_str(&f, c,
+             "POST /early HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+             0);
+    is_got(&f, c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nearly",
+           "answered before reading: no 100 Continue, Connection: close");
+    ok(f.p[c].eof, "answered before reading: closed");
+    fx_fini(&f);
+}
+
+static void
+test_early_answer(void)
+{
+    /* Answered from on_request while the body is still coming: the response
+     * is complete, and the rest of the body is never parsed as a request. */
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "POST /early HTTP/1.1\r\nHost: h\r\nContent-Length: 40\r\n\r\n", pieces[k]);
+        send_str(&f, c, "GET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n", pieces[k]);
+        struct resp r;
+        resp_parse(f.p[c].in.p ? f.p[c].in.p : "", f.p[c].in.n, f.p[c].eof, false, &r);
+        ok(r.complete && r.status == 200 && r.body.n == 5 && memcmp(r.body.p, "early", 5) == 0,
+           "the early answer");
+        is_int(r.raw_len, f.p[c].in.n, "nothing after it");
+        ok(f.p[c].eof, "the connection closes");
+        is_int(f.t.nreq, 1, "the body bytes were not a request");
+        resp_free(&r);
+        fx_fini(&f);
+    }
+}
+
+struct reject_case {
+    const char *what, *req;
+    size_t len;
+    int code;
+};
+
+/* A string literal and its length (some hold a NUL). */
+#define REQ(lit) lit, sizeof(lit) - 1
+
+static void
+rejects(const struct reject_case *cases, size_t n, const struct http_server_options *o)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+            char m[200];
+            struct fx f;
+            fx_init(&f, o);
+            int c = fx_connect(&f);
+            /* a pipelined request after the bad one is never answered */
+            struct sbuf req = {0};
+            sb_add(&req, cases[i].req, cases[i].len);
+            sb_str(&req, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n");
+            send_bytes(&f, c, req.p, req.n, pieces[k]);
+            if (!f.p[c].eof)
+                run_until_eof(&f, c);
+            snprintf(m, sizeof(m), "%s (%s)", cases[i].what, piece_name(pieces[k]));
+            is_status_answer(&f, c, cases[i].code, m);
+            snprintf(m, sizeof(m), "%s (%s): the handler never saw it", cases[i].what,
+                     piece_name(pieces[k]));
+            is_int(f.t.nreq, 0, m);
+            struct http_server_stats st;
+            http_server_stats(f.s, &st);
+            snprintf(m, sizeof(m), "%s (%s): counted as a bad request", cases[i].what,
+                     piece_name(pieces[k]));
+            is_int(st.bad_requests, 1, m);
+            sb_free(&req);
+            fx_fini(&f);
+        }
+    }
+}
+
+static void
+test_framing_errors(void)
+{
+    static const struct reject_case cases[] = {
+        {"Transfer-Encoding with Content-Length",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+             "0\r\n\r\n"),
+         400},
+        {"Content-Length with Transfer-Encoding",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "0\r\n\r\n"),
+         400},
+        {"two different Content-Lengths",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
+         400},
+        {"a Content-Length list",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 6\r\n\r\nhello!"), 400},
+        {"a negative Content-Length",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n"), 400},
+        {"Transfer-Encoding: gzip",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n"), 501},
+        {"Transfer-Encoding: gzip, chunked",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+         501},
+        {"Transfer-Encoding: gzip with Content-Length",
+         REQ("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nContent-Length: 1\r\n\r\nx"),
+         400},
+        {"NUL in the target", REQ("GET /a\0b HTTP/1.1\r\nHost: h\r\n\r\n"), 400},
+        {"\\x01 in the target",
+         REQ("GET /a\x01"
+             "b HTTP/1.1\r\nHost: h\r\n\r\n"),
+         400},
+        {"\\x7f in the target",
+         REQ("GET /a\x7f"
+             "b HTTP/1.1\r\nHost: h\r\n\r\n"),
+         400},
+        {"TAB in the target", REQ("GET /a\tb HTTP/1.1\r\nHost: h\r\n\r\n"), 400},
+        {"space in the target", REQ("GET /a b HTTP/1.1\r\nHost: h\r\n\r\n"), 400},
+        {"a request line without a version", REQ("GET /\r\n\r\n"), 400},
+        {"HTTP/2.0", REQ("GET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505},
+        {"HTTP/3.0", REQ("GET / HTTP/3.0\r\nHost: h\r\n\r\n"), 505},
+        {"HTTP/1.1 without Host", REQ("GET / HTTP/1.1\r\nX-Echo: 1\r\n\r\n"), 400},
+        {"two Host headers", REQ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400},
+        {"a header name with a space", REQ("GET / HTTP/1.1\r\nHost: h\r\nBad Name: v\r\n\r\n"),
+         400},
+        {"a space before the colon", REQ("GET / HTTP/1.1\r\nHost: h\r\nX-Echo : v\r\n\r\n"), 400},
+        {"an empty header name", REQ("GET / HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n"), 400},
+        {"a control byte in a header value",
+         REQ("GET / HTTP/1.1\r\nHost: h\r\nX-Echo: a\x01"
+             "b\r\n\r\n"),
+         400},
+        {"an unknown method", REQ("FROB / HTTP/1.1\r\nHost: h\r\n\r\n"), 400},
+        {"an unsupported Expect", REQ("GET / HTTP/1.1\r\nHost: h\r\nExpect: 200-ok\r\n\r\n"), 417},
+    };
+    rejects(cases, KWC_ARRAY_LEN(cases), NULL);
+}
+
+/* obs-fold (RFC 9112 5.2): rejected with 400, or the fold replaced by
+ * spaces; never the two lines glued together. */
+static void
+test_obs_fold(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET /f HTTP/1.1\r\nHost: h\r\nX-Echo: a\r\n b\r\n\r\n", pieces[k]);
+        struct resp r;
+        resp_parse(f.p[c].in.p ? f.p[c].in.p : "", f.p[c].in.n, f.p[c].eof, false, &r);
+        ok(r.complete, "obs-fold: a complete answer");
+        if (r.status == 400) {
+            ok(f.p[c].eof, "obs-fold rejected: the connection closes");
+        } else {
+            is_int(r.status, 200, "obs-fold accepted");
+            /* the value: "a", one or more spaces, "b" */
+            const char *v = r.body.p ? strstr(r.body.p, "x-echo=a ") : NULL;
+            if (v)
+                v += 8 + strspn(v + 8, " ");
+            ok(v && strncmp(v, "b\n", 2) == 0, "obs-fold accepted: the fold becomes spaces");
+        }
+        resp_free(&r);
+        fx_fini(&f);
+    }
+}
+
+static void
+test_limits(void)
+{
+    struct http_server_options o = {.max_header_bytes = 8192};
+    char m[160];
+
+    /* 9000-byte target: 414; 9000-byte header: 431 (as the first header or
+     * after others, in the name or the value) */
+    struct sbuf t9 = {0}, h9 = {0}, n9 = {0}, f9 = {0};
+    sb_str(&t9, "GET /");
+    for (int i = 0; i < 9000; i++)
+        sb_add(&t9, "t", 1);
+    sb_str(&t9, " HTTP/1.1\r\nHost: h\r\n\r\n");
+    sb_str(&h9, "GET / HTTP/1.1\r\nHost: h\r\nX-Big: ");
+    for (int i = 0; i < 9000; i++)
+        sb_add(&h9, "v", 1);
+    sb_str(&h9, "\r\n\r\n");
+    sb_str(&n9, "GET / HTTP/1.1\r\nX-");
+    for (int i = 0; i < 9000; i++)
+        sb_add(&n9, "n", 1);
+    sb_str(&n9, ": v\r\nHost: h\r\n\r\n");
+    sb_str(&f9, "GET / HTTP/1.1\r\nX-Big: ");
+    for (int i = 0; i < 9000; i++)
+        sb_add(&f9, "v", 1);
+    sb_str(&f9, "\r\nHost: h\r\n\r\n");
+    const struct reject_case cases[] = {
+        {"9000-byte target", t9.p, t9.n, 414},
+        {"9000-byte header value", h9.p, h9.n, 431},
+        {"9000-byte first header name", n9.p, n9.n, 431},
+        {"9000-byte first header value", f9.p, f9.n, 431},
+    };
+    rejects(cases, KWC_ARRAY_LEN(cases), &o);
+
+    sb_free(&t9);
+    sb_free(&h9);
+    sb_free(&n9);
+    sb_free(&f9);
+
+    /* a head of exactly 8000 bytes: accepted, the target intact */
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        static const char pre[] = "GET /", post[] = " HTTP/1.1\r\nHost: h\r\n\r\n";
+        size_t tl = 8000 - (sizeof(pre) - 1) - (sizeof(post) - 1);
+        struct sbuf req = {0}, target = {0}, w = {0};
+        sb_str(&target, "/");
+        for (size_t i = 0; i < tl; i++)
+            sb_add(&target, &"0123456789abcdefghijklmnopqrstuvwxyz"[(i * 7) % 36], 1);
+        sb_str(&req, "GET ");
+        sb_add(&req, target.p, target.n);
+        sb_str(&req, post);
+        is_int(req.n, 8000, "the head is 8000 bytes");
+        send_bytes(&f, c, req.p, req.n, pieces[k]);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", target.p, "h", NULL, "", 0);
+        snprintf(m, sizeof(m), "8000-byte head, %s: accepted, the target byte-identical",
+                 piece_name(pieces[k]));
+        is_got(&f, c, w.p, m);
+        sb_free(&req);
+        sb_free(&target);
+        sb_free(&w);
+        fx_fini(&f);
+    }
+
+    /* a 100 KB target at the default limit: delivered intact */
+    for (size_t piece = 0; piece <= 1000; piece += 1000) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        struct sbuf req = {0}, target = {0}, w = {0};
+        sb_str(&target, "/api/v1/pods?labelSelector=");
+        while (target.n < 100 * 1024)
+            sb_addf(&target, "k%zu%%3Dv,", target.n);
+        sb_str(&req, "GET ");
+        sb_add(&req, target.p, target.n);
+        sb_str(&req, " HTTP/1.1\r\nHost: h\r\n\r\n");
+        send_bytes(&f, c, req.p, req.n, piece);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", target.p, "h", NULL, "", 0);
+        snprintf(m, sizeof(m), "100 KB target, %s: delivered intact",
+                 piece ? "1000-byte writes" : "one write");
+        is_got(&f, c, w.p, m);
+        sb_free(&req);
+        sb_free(&target);
+        sb_free(&w);
+        fx_fini(&f);
+    }
+}
+
+static void
+test_timeouts(void)
+{
+    struct http_server_stats st;
+
+    /* a partial head: closed by the head timeout, nothing answered */
+    {
+        struct http_server_options o = {.request_header_timeout_ms = 50, .idle_timeout_ms = 50};
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET / HTTP/1.1\r\nHo", 1);
+        ok(!f.p[c].eof, "partial head: open at first");
+        ok(run_until_eof(&f, c), "partial head: closed by the server");
+        is_int(f.p[c].in.n, 0, "partial head: no answer");
+        http_server_stats(f.s, &st);
+        is_int(st.header_timeouts, 1, "partial head: a header timeout");
+        is_int(st.idle_timeouts, 0, "partial head: no idle timeout");
+        is_int(st.open, 0, "partial head: not open any more");
+        fx_fini(&f);
+    }
+    /* an idle kept-alive connection: the idle timeout */
+    {
+        struct http_server_options o = {.idle_timeout_ms = 50};
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+        ok(f.p[c].in.n > 0 && !f.p[c].eof, "idle: answered, open");
+        ok(run_until_eof(&f, c), "idle: closed by the server");
+        http_server_stats(f.s, &st);
+        is_int(st.idle_timeouts, 1, "idle: an idle timeout");
+        is_int(st.header_timeouts, 0, "idle: no header timeout");
+        fx_fini(&f);
+    }
+    /* a request in progress is not idle: b has a streamed response open
+     * before a's idle timer starts; when a is closed, b is still open */
+    {
+        struct http_server_options o = {.request_header_timeout_ms = 50, .idle_timeout_ms = 50};
+        struct fx f;
+        fx_init(&f, &o);
+        int b = fx_connect(&f);
+        send_str(&f, b, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+        int a = fx_connect(&f);
+        send_str(&f, a, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+        ok(run_until_eof(&f, a), "in progress: the idle one closed");
+        ok(!f.p[b].eof, "in progress: the busy one still open");
+        http_server_stats(f.s, &st);
+        is_int(st.idle_timeouts, 1, "in progress: one idle timeout");
+        is_int(st.header_timeouts, 0, "in progress: no header timeout");
+        struct treq *q = f.t.reqs[0];
+        ok(q && q->stream, "in progress: the stream is there");
+        if (q) {
+            hresp_write(q->r, "ccc", 3);
+            hresp_end(q->r);
+        }
+        run(&f);
+        is_got(&f, b,
+               "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n"
+               "3\r\nccc\r\n0\r\n\r\n",
+               "in progress: the stream complete");
+        ok(run_until_eof(&f, b), "in progress: idle after its end, then closed");
+        http_server_stats(f.s, &st);
+        is_int(st.idle_timeouts, 2, "in progress: then an idle timeout");
+        fx_fini(&f);
+    }
+}
+
+static void
+test_max_connections(void)
+{
+    struct http_server_options o = {.max_connections = 2};
+    struct fx f;
+    fx_init(&f, &o);
+    int a = fx_connect(&f), b = fx_connect(&f), c = fx_connect(&f);
+    run(&f);
+    ok(f.p[c].eof, "the third: closed");
+    ok(f.p[c].in.p && strncmp(f.p[c].in.p, "HTTP/1.1 429 ", 13) == 0, "the third: HTTP/1.1 429");
+    struct resp r;
+    resp_parse(f.p[c].in.p ? f.p[c].in.p : "", f.p[c].in.n, true, false, &r);
+    char v[64];
+    is_str(resp_header(&r, "Retry-After", v, sizeof(v)), "1", "the third: Retry-After: 1");
+    resp_free(&r);
+    is_status_answer(&f, c, 429, "the third");
+    ok(!f.p[a].eof && !f.p[b].eof, "the first two: open");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.refused, 1, "stats: refused");
+    is_int(st.accepted, 3, "stats: accepted");
+    is_int(st.open, 2, "stats: open");
+    send_str(&f, b, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[b].in.n > 0 && strncmp(f.p[b].in.p, "HTTP/1.1 200 ", 13) == 0, "the second: served");
+    /* a closes: room for another */
+    fx_hangup(&f, a);
+    run(&f);
+    int d = fx_connect(&f);
+    send_str(&f, d, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[d].in.n > 0 && strncmp(f.p[d].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "after a close: a new one is served");
+    http_server_stats(f.s, &st);
+    is_int(st.refused, 1, "stats: still one refused");
+    fx_fini(&f);
+}
+
+static void
+test_body_flow_control(void)
+{
+    /* reading off inside the first on_body: nothing more until it is on */
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "POST /pause HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n", 0);
+        send_str(&f, c, "01234", 0);
+        send_str(&f, c, "56789", pieces[k]);
+        struct treq *q = f.t.reqs[0];
+        ok(q && q->body.n == 5, "paused: only the first on_body's bytes");
+        is_int(f.t.ncomplete, 0, "paused: not complete");
+        is_int(f.p[c].in.n, 0, "paused: no answer yet");
+        if (q) {
+            hreq_body_read(q->r, true);
+            run(&f);
+        }
+        struct sbuf w = {0};
+        want_echo(&w, "HTTP/1.1", NULL, "POST", "/pause", "h", NULL, "0123456789", 10);
+        is_got(&f, c, w.p, "resumed: the whole body, once, in order");
+        is_int(f.t.ncomplete, 1, "resumed: complete once");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+
+    /* a body never read: discarded up to max_discard_bytes, then on_complete
+     * (and the connection is reusable); past it, the connection closes */
+    struct http_server_options o = {.max_discard_bytes = 100};
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        struct sbuf req = {0}, w = {0};
+        sb_str(&req, "POST /noread HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n");
+        for (int i = 0; i < 100; i++)
+            sb_add(&req, "x", 1);
+        sb_str(&req, "GET /next HTTP/1.1\r\nHost: h\r\n\r\n");
+        send_bytes(&f, c, req.p, req.n, pieces[k]);
+        want_echo(&w, "HTTP/1.1", NULL, "POST", "/noread", "h", NULL, "", 0);
+        want_echo(&w, "HTTP/1.1", NULL, "GET", "/next", "h", NULL, "", 0);
+        is_got(&f, c, w.p, "100 unread bytes: discarded, answered, the next request too");
+        ok(!f.p[c].eof, "100 unread bytes: open");
+
+        int d = fx_connect(&f);
+        sb_reset(&req);
+        sb_str(&req, "POST /noread HTTP/1.1\r\nHost: h\r\nContent-Length: 1000\r\n\r\n");
+        for (int i = 0; i < 1000; i++)
+            sb_add(&req, "x", 1);
+        send_bytes(&f, d, req.p, req.n, pieces[k]);
+        if (!f.p[d].eof)
+            run_until_eof(&f, d);
+        ok(f.p[d].eof, "1000 unread bytes: the connection closes");
+        is_int(f.p[d].in.n, 0, "1000 unread bytes: no answer");
+        is_int(f.t.ncomplete, 2, "1000 unread bytes: never complete");
+        is_int(f.t.nclose, 3, "1000 unread bytes: on_close ran");
+        sb_free(&req);
+        sb_free(&w);
+        fx_fini(&f);
+    }
+}
+
+static void
+test_abort_and_end(void)
+{
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n", pieces[k]);
+        struct treq *q = f.t.reqs[0];
+        is_got(&f, c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n",
+               "streamed: the head and two chunks");
+        if (q)
+            hresp_abort(q->r);
+        run(&f);
+        is_got(&f, c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n",
+               "aborted: no terminal chunk");
+        ok(f.p[c].eof, "aborted: closed");
+        is_int(f.t.nclose, 1, "aborted: on_close ran");
+
+        int d = fx_connect(&f);
+        send_str(&f, d, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n", pieces[k]);
+        q = f.t.reqs[1];
+        if (q)
+            hresp_end(q->r);
+        run(&f);
+        is_got(
+            &f, d,
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n0\r\n\r\n",
+            "ended: the terminal chunk 0\\r\\n\\r\\n");
+        ok(!f.p[d].eof, "ended: open");
+        is_int(f.t.nclose, 2, "ended: on_close ran");
+        fx_fini(&f);
+    }
+}
+
+static void
+test_take_socket(void)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    send_str(&f, c, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    is_int(f.t.take_rc, 0, "taken: 0");
+    ok(f.t.taken.fd >= 0, "taken: an fd");
+    ok(f.t.taken.ssl == NULL, "taken: no SSL without TLS");
+    is_str(f.t.log.p, "req 0 GET /take\nclose 0\ntaken 0\n",
+           "taken: on_close ran before it returned");
+    is_int(f.p[c].in.n, 0, "taken: the server sent nothing");
+    ok(!f.p[c].eof, "taken: the client's connection stays");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.open, 0, "taken: the server forgot it");
+    /* the server reads nothing more from it: the taker gets the bytes */
+    send_str(&f, c, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    is_int(f.t.nreq, 1, "taken: no request read after it");
+    char buf[128];
+    ssize_t n = f.t.taken.fd >= 0 ? recv(f.t.taken.fd, buf, sizeof(buf), 0) : -1;
+    is_mem(n > 0 ? buf : "", n > 0 ? (size_t)n : 0, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n", 32,
+           "taken: the taker reads the next bytes");
+    ok(f.t.taken.fd >= 0 && send(f.t.taken.fd, "hi", 2, MSG_NOSIGNAL) == 2, "taken: writable");
+    run(&f);
+    is_got(&f, c, "hi", "taken: the client gets the taker's bytes");
+    ok(f.t.taken.fd < 0 || (fcntl(f.t.taken.fd, F_GETFL) & O_NONBLOCK), "taken: non-blocking");
+    close(f.t.taken.fd);
+    f.t.taken.fd = -1;
+    run(&f);
+    ok(f.p[c].eof, "taken: the taker's close is the client's EOF");
+    fx_fini(&f);
+}
+
+/* Is the server's end of client i's socketpair closed?  Writing then fails
+ * with EPIPE (a shut-down-for-writing end still accepts the bytes). */
+static bool
+server_end_closed(struct fx *f, int i)
+{
+    return send(f->p[i].fd, "x", 1, MSG_NOSIGNAL) < 0 && errno == EPIPE;
+}
+
+static void
+test_server_free(void)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    int idle = fx_connect(&f);
+    send_str(&f, idle, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    int busy = fx_connect(&f);
+    send_str(&f, busy, "POST /stream HTTP/1.1\r\nHost: h\r\nContent-Length: 9\r\n\r\nabc", 0);
+    int partial = fx_connect(&f);
+    send_str(&f, partial, "GET / HTTP/1.1\r\nHo", 0);
+    is_int(f.t.nreq - f.t.nclose, 1, "one request open");
+
+    http_server_free(f.s);
+    f.s = NULL;
+    is_int(f.t.nclose, f.t.nreq, "freed: every on_close ran");
+    is_str(f.t.log.p + f.t.log.n - 8, "close 1\n", "freed: the busy request closed last");
+    for (int i = 0; i < f.np; i++) {
+        char m[64];
+        peers_read(&f);
+        snprintf(m, sizeof(m), "freed: client %d sees EOF", i);
+        ok(f.p[i].eof, m);
+        snprintf(m, sizeof(m), "freed: client %d's server end is closed", i);
+        ok(server_end_closed(&f, i), m);
+    }
+    /* the loop runs on without the server */
+    for (int i = 0; i < f.np; i++)
+        fx_hangup(&f, i);
+    for (int i = 0; i < 10; i++)
+        event_base_loop(f.base, EVLOOP_NONBLOCK);
+    for (int i = 0; i < f.np; i++)
+        sb_free(&f.p[i].in);
+    sb_free(&f.t.log);
+    event_free(f.guard);
+    event_base_free(f.base);
+}
+
+int
+main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    TAP_RUN(test_simple_get);
+    TAP_RUN(test_head);
+    TAP_RUN(test_keepalive);
+    TAP_RUN(test_http10);
+    TAP_RUN(test_pipelining);
+    TAP_RUN(test_bodies);
+    TAP_RUN(test_expect_continue);
+    TAP_RUN(test_early_answer);
+    TAP_RUN(test_framing_errors);
+    TAP_RUN(test_obs_fold);
+    TAP_RUN(test_limits);
+    TAP_RUN(test_timeouts);
+    TAP_RUN(test_max_connections);
+    TAP_RUN(test_body_flow_control);
+    TAP_RUN(test_abort_and_end);
+    TAP_RUN(test_take_socket);
+    TAP_RUN(test_server_free);
+    return tap_done();
+}
