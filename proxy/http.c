@@ -340,6 +340,9 @@ static int
 on_header_field(http_parser *p, const char *at, size_t n)
 {
     struct hreq *r = ((struct hconn *)p->data)->req;
+    if (r->hdrs)
+        return 0; /* a trailer after a chunked body: dropped (the head has been handed
+                   * out: hdrs point into the arena, hoff is freed) */
     if (r->hs != H_FIELD) {
         /* a new header line: end the target or the previous value */
         arena_nul(r);
@@ -362,6 +365,8 @@ static int
 on_header_value(http_parser *p, const char *at, size_t n)
 {
     struct hreq *r = ((struct hconn *)p->data)->req;
+    if (r->hdrs)
+        return 0; /* a trailer field: dropped */
     if (r->hs != H_VALUE) {
         arena_nul(r); /* end of the name */
         r->hoff[2 * (r->nh - 1) + 1] = r->arena.len;

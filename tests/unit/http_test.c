@@ -852,6 +852,10 @@ test_bodies(void)
          "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
          "5\r\nhello\r\n1;ext=1\r\n \r\nA\r\n0123456789\r\n0\r\n\r\n",
          "hello 0123456789"},
+        {"chunked with a trailer",
+         "POST /p HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n",
+         "abc"},
         {"Content-Length: 0", "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", ""},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(cases); i++) {
