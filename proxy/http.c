@@ -1500,6 +1500,8 @@ hreq_body_read(struct hreq *r, bool on)
     if (c->state == C_DEAD || r->reading == on)
         return;
     r->reading = on;
+    if (!on)
+        c->parse_paused_body = true; /* held in the input buffer, not discarded */
     if (on) {
         if (r->expect_continue && !r->sent_continue && !r->started) {
             r->sent_continue = true;

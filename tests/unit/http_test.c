@@ -1318,6 +1318,34 @@ test_body_flow_control(void)
         fx_fini(&f);
     }
 
+    /* reading off from outside the hooks (a consumer's buffer filled up):
+     * the same, bytes held and not dropped */
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        struct fx f;
+        fx_init(&f, NULL);
+        int c = fx_connect(&f);
+        send_str(&f, c, "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123", 0);
+        struct treq *q = f.t.reqs[0];
+        ok(q && q->body.n == 4, "off later: the first bytes");
+        if (!q) {
+            fx_fini(&f);
+            continue;
+        }
+        hreq_body_read(q->r, false);
+        send_str(&f, c, "456789", pieces[k]);
+        q = f.t.reqs[0];
+        ok(q && q->body.n == 4, "off later: no more bytes while off");
+        is_int(f.t.ncomplete, 0, "off later: not complete");
+        if (q)
+            hreq_body_read(q->r, true);
+        run(&f);
+        struct sbuf w = {0};
+        want_echo(&w, "HTTP/1.1", NULL, "POST", "/p", "h", NULL, "0123456789", 10);
+        is_got(&f, c, w.p, "off later, on again: the whole body");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+
     /* a body never read: discarded up to max_discard_bytes, then on_complete
      * (and the connection is reusable); past it, the connection closes */
     struct http_server_options o = {.max_discard_bytes = 100};
