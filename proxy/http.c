@@ -323,7 +323,12 @@ on_message_begin(http_parser *p)
     struct hconn *c = p->data;
     assert(!c->req);
     c->req = req_new(c);
-    c->head_byte = true;
+    if (!c->head_byte) {
+        /* a pipelined head, read before the previous response ended: its
+         * first byte is in, so the idle timer becomes the head timer */
+        c->head_byte = true;
+        conn_arm_timer(c);
+    }
     return 0;
 }
 

@@ -1222,6 +1222,20 @@ test_timeouts(void)
         is_int(st.header_timeouts, 0, "idle: no header timeout");
         fx_fini(&f);
     }
+    /* a pipelined head left partial after an answer: the head timeout
+     * (its first byte came in), even with no idle timeout */
+    {
+        struct http_server_options o = {.request_header_timeout_ms = 50};
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        send_str(&f, c, "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHo", 0);
+        is_int(f.t.nreq, 1, "pipelined partial head: the first answered");
+        ok(run_until_eof(&f, c), "pipelined partial head: closed by the server");
+        http_server_stats(f.s, &st);
+        is_int(st.header_timeouts, 1, "pipelined partial head: a header timeout");
+        fx_fini(&f);
+    }
     /* a request in progress is not idle: b has a streamed response open
      * before a's idle timer starts; when a is closed, b is still open */
     {
