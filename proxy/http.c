@@ -113,6 +113,7 @@ struct hconn {
     struct event *timer;
     struct event *kick; /* deferred: continue parsing / finish a response */
     bool head_byte;     /* a byte of the current head arrived */
+    bool timer_idle;    /* the timer is the idle timeout, not the head timeout */
     bool handshake_done;
     bool parse_paused_body; /* the handler stopped body reading */
     bool head_ready;        /* on_headers_complete ran: dispatch */
@@ -809,10 +810,10 @@ on_timer(evutil_socket_t fd, short what, void *arg)
     struct hconn *c = conn_of(arg);
     if (c->state != C_IDLE)
         return;
-    if (c->head_byte || !c->handshake_done)
-        c->s->stats.header_timeouts++;
-    else
+    if (c->timer_idle)
         c->s->stats.idle_timeouts++;
+    else
+        c->s->stats.header_timeouts++;
     conn_close(c);
 }
 
@@ -820,8 +821,8 @@ static void
 conn_arm_timer(struct hconn *c)
 {
     const struct http_server_options *o = &c->s->o;
-    int ms = (c->head_byte || !c->handshake_done) ? o->request_header_timeout_ms
-                                                   : o->idle_timeout_ms;
+    c->timer_idle = !c->head_byte && c->handshake_done;
+    int ms = c->timer_idle ? o->idle_timeout_ms : o->request_header_timeout_ms;
     event_del(c->timer);
     if (ms > 0) {
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};

@@ -1208,6 +1208,17 @@ test_timeouts(void)
         is_int(st.open, 0, "partial head: not open any more");
         fx_fini(&f);
     }
+    /* a connection that never sends: the head timeout too */
+    {
+        struct http_server_options o = {.request_header_timeout_ms = 50};
+        struct fx f;
+        fx_init(&f, &o);
+        int c = fx_connect(&f);
+        ok(run_until_eof(&f, c), "silent connection: closed");
+        http_server_stats(f.s, &st);
+        is_int(st.header_timeouts, 1, "silent connection: a header timeout");
+        fx_fini(&f);
+    }
     /* an idle kept-alive connection: the idle timeout */
     {
         struct http_server_options o = {.idle_timeout_ms = 50};
