@@ -156,6 +156,7 @@ struct http_server {
     struct hconn *reap;
     struct event *reap_ev;
     unsigned nlinger;
+    struct refused *lingering; /* closed by http_server_free if still there */
     time_t date_sec;
     char date[40];
     struct http_server_stats stats;
@@ -901,7 +902,20 @@ struct refused {
     struct http_server *s;
     int fd;
     struct event *ev;
+    struct refused *next, **prev;
 };
+
+static void
+linger_end(struct refused *l)
+{
+    *l->prev = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->s->nlinger--;
+    event_free(l->ev);
+    close(l->fd);
+    free(l);
+}
 
 static void
 on_linger(evutil_socket_t fd, short what, void *arg)
@@ -913,10 +927,7 @@ on_linger(evutil_socket_t fd, short what, void *arg)
         if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
             return;
     }
-    l->s->nlinger--;
-    event_free(l->ev);
-    close(l->fd);
-    free(l);
+    linger_end(l);
 }
 
 /* Close fd once the client has stopped sending (or after LINGER_MS): an
@@ -937,6 +948,11 @@ linger_close(struct http_server *s, int fd)
     struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
     event_add(l->ev, &tv);
     s->nlinger++;
+    l->next = s->lingering;
+    if (l->next)
+        l->next->prev = &l->next;
+    l->prev = &s->lingering;
+    s->lingering = l;
 }
 
 /* Over the connection cap: a fast 429 and close, never a hang. */
@@ -1377,6 +1393,8 @@ http_server_free(struct http_server *s)
     while (s->conns)
         conn_close(s->conns);
     on_reap(-1, 0, s);
+    while (s->lingering)
+        linger_end(s->lingering);
     if (s->reload_timer)
         event_free(s->reload_timer);
     if (s->reap_ev)

@@ -1488,14 +1488,29 @@ server_end_closed(struct fx *f, int i)
 static void
 test_server_free(void)
 {
+    struct http_server_options o = {.max_connections = 3};
     struct fx f;
-    fx_init(&f, NULL);
+    fx_init(&f, &o);
     int idle = fx_connect(&f);
     send_str(&f, idle, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
     int busy = fx_connect(&f);
     send_str(&f, busy, "POST /stream HTTP/1.1\r\nHost: h\r\nContent-Length: 9\r\n\r\nabc", 0);
+    /* answered and closed, the client still there: the server lingers on
+     * the socket (reading what the client may still send) */
+    int closing = fx_connect(&f);
+    send_str(&f, closing, "GET / HTTP/1.0\r\n\r\n", 0);
+    ok(f.p[closing].eof, "the HTTP/1.0 one: answered and closed");
+    int bad = fx_connect(&f);
+    send_str(&f, bad, "GET /\x01 HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[bad].eof, "the bad one: answered and closed");
     int partial = fx_connect(&f);
     send_str(&f, partial, "GET / HTTP/1.1\r\nHo", 0);
+    int refused = fx_connect(&f);
+    run(&f);
+    ok(f.p[refused].eof, "the one over the cap: answered and closed");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.refused, 1, "the one over the cap: refused");
     is_int(f.t.nreq - f.t.nclose, 1, "one request open");
 
     http_server_free(f.s);
