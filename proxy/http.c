@@ -79,6 +79,7 @@ struct hreq {
     /* head */
     struct gostr_buf arena; /* target, then header names and values, NUL-separated */
     size_t target_len;
+    bool target_done; /* the parser passed the target's end */
     struct http_header *hdrs; /* pointers into arena once the head is complete */
     size_t nh;
     size_t *hoff; /* while parsing: name offset, value offset per header */
@@ -119,6 +120,7 @@ struct hconn {
     bool head_ready;        /* on_headers_complete ran: dispatch */
     bool msg_complete;      /* on_message_complete ran */
     bool overflow_in_line;  /* the head overflowed before its first header */
+    const char *feed_end;   /* the end of the bytes being parsed */
     bool close_when_flushed;
     bool discard_overflow;  /* an unread body went past max_discard_bytes */
     struct sockaddr_storage peer;
@@ -340,6 +342,10 @@ on_url(http_parser *p, const char *at, size_t n)
     struct hconn *c = p->data;
     arena_add(c->req, at, n);
     c->req->target_len += n;
+    /* called before the end of the input: at the byte after the target
+     * (data callbacks are otherwise flushed at the end of each execute) */
+    if (at + n < c->feed_end)
+        c->req->target_done = true;
     return 0;
 }
 
@@ -605,6 +611,7 @@ conn_parse(struct hconn *c)
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             return;
         size_t len = v.iov_len < READ_CHUNK ? v.iov_len : READ_CHUNK;
+        c->feed_end = (const char *)v.iov_base + len;
         size_t n = http_parser_execute(&c->p, &c->s->ps, v.iov_base, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
         if (e != HPE_OK && e != HPE_PAUSED) {
@@ -617,7 +624,8 @@ conn_parse(struct hconn *c)
                 return;
             }
             if (e == HPE_HEADER_OVERFLOW) {
-                bool line = !c->req || c->req->hs == H_URL;
+                /* the header callbacks of this execute have not run yet */
+                bool line = !c->req || !c->req->target_done;
                 conn_reject(c, line ? 414 : 431,
                             line ? "the request URI is too long (over --max-header-bytes)"
                                  : "the request headers are too large (over --max-header-bytes)");

@@ -1132,6 +1132,29 @@ test_limits(void)
     };
     rejects(cases, KWC_ARRAY_LEN(cases), &o);
 
+    /* a target that fits, then a header name that does not: 431, wherever
+     * the reads split the head (at 5000 bytes, the overflow is found in the
+     * same read as the target's end) */
+    struct http_server_options o5 = {.max_header_bytes = 5000};
+    struct sbuf tn = {0}, t6 = {0};
+    sb_str(&tn, "GET /");
+    sb_str(&t6, "GET /");
+    for (int i = 0; i < 4500; i++)
+        sb_add(&tn, "t", 1);
+    for (int i = 0; i < 6000; i++)
+        sb_add(&t6, "t", 1);
+    sb_str(&tn, " HTTP/1.1\r\nX-");
+    for (int i = 0; i < 6000; i++)
+        sb_add(&tn, "n", 1);
+    sb_str(&tn, ": v\r\nHost: h\r\n\r\n");
+    sb_str(&t6, " HTTP/1.1\r\nHost: h\r\n\r\n");
+    const struct reject_case cases5[] = {
+        {"4500-byte target, 6000-byte header name (max 5000)", tn.p, tn.n, 431},
+        {"6000-byte target (max 5000)", t6.p, t6.n, 414},
+    };
+    rejects(cases5, KWC_ARRAY_LEN(cases5), &o5);
+    sb_free(&tn);
+    sb_free(&t6);
     sb_free(&t9);
     sb_free(&h9);
     sb_free(&n9);
