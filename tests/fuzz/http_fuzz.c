@@ -1,0 +1,436 @@
+/*
+ * http_fuzz.c — libFuzzer target for proxy/http.c: raw bytes from a client.
+ *
+ * Each input gets a fresh event_base and server (no listen address, small
+ * limits so they are reached: 2 KiB heads, 256 discarded body bytes) and
+ * two adopted socketpair connections: one gets the input in one write, the
+ * other in pieces cut at up to three positions derived from the input's
+ * hash, with loop turns between the pieces, then a half-close. The loop runs
+ * (EVLOOP_NONBLOCK) until nothing moves, bounded; the clients read all the
+ * server sends. One input in 16 (by its hash) caps the server at one
+ * connection, so the second is refused (429) instead.
+ *
+ * The handler does what the request target's second byte says, so mutations
+ * reach every path of the response writer and the body reader:
+ *   /s streamed answer finished from later loop turns   /a stream, then abort
+ *   /x answer from on_request, body unread               /p read, pause, resume
+ *   /d body discarded, answer on_complete                /t hreq_take_socket
+ *   /b hreq_take_bev                                     /c hresp_close_after
+ *   /w body reading turned on later (100-continue)       /k abort inside on_body
+ *   /h large streamed answer paced by on_drain           /q stream while the body
+ *   anything else: echo (method, target, body length)       is still being read
+ * At the end the server is freed with whatever is still open; every request
+ * handed to the handler must have had exactly one on_close. ASan, UBSan and
+ * LeakSanitizer (per input: a fresh base, so anything not freed is lost)
+ * catch the rest; a loop that never goes quiet aborts.
+ */
+#include "kwc/http.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <linux/sockios.h>
+#include <openssl/ssl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/log.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#define TURNS_MAX 20000 /* loop turns for one phase before "it never goes quiet" */
+#define QUIET 3
+
+struct fz {
+    struct event_base *base;
+    struct http_server *s;
+    int fd[2];     /* client ends; -1 when closed */
+    size_t got[2]; /* bytes the server sent to each */
+    bool eof[2];
+    unsigned long long hooks;
+    int nreq, nclose;
+};
+
+struct fq {
+    struct fz *z;
+    struct hreq *r;
+    struct event *ev; /* deferred steps */
+    char mode;
+    int step;
+    size_t body;
+    bool paused;
+};
+
+static void
+fq_later(struct fq *q)
+{
+    struct timeval zero = {0, 0};
+    evtimer_add(q->ev, &zero);
+}
+
+static void
+answer(struct fq *q, int status)
+{
+    char buf[128];
+    int n = snprintf(buf, sizeof(buf), "%s %zu\n", hreq_method(q->r), q->body);
+    hresp_simple(q->r, status, "text/plain", buf, (size_t)n);
+}
+
+static void
+stream_start(struct fq *q)
+{
+    hresp_header(q->r, "Content-Type", "text/plain");
+    hresp_start(q->r, 200, -1);
+    hresp_write(q->r, "x", 1);
+}
+
+/* Deferred steps; anything that can end r (and free q) comes last. */
+static void
+on_step(evutil_socket_t fd, short what, void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    q->step++;
+    switch (q->mode) {
+    case 's':
+        if (q->step == 1) {
+            hresp_write(q->r, "yy", 2);
+            fq_later(q);
+        } else if (q->step == 2) {
+            struct evbuffer *b = evbuffer_new();
+            evbuffer_add(b, "zzz", 3);
+            hresp_write_buffer(q->r, b);
+            evbuffer_free(b);
+            fq_later(q);
+        } else {
+            hresp_end(q->r);
+        }
+        break;
+    case 'a':
+        hresp_abort(q->r);
+        break;
+    case 'p':
+        hreq_body_read(q->r, true);
+        break;
+    case 'w':
+        hreq_body_read(q->r, true);
+        break;
+    case 'q':
+        if (q->step < 3) {
+            hresp_write(q->r, "q", 1);
+            fq_later(q);
+        } else {
+            hresp_end(q->r);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void
+h_body(void *arg, const char *p, size_t n)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    q->body += n;
+    if (q->mode == 'p' && !q->paused) {
+        q->paused = true;
+        hreq_body_read(q->r, false);
+        fq_later(q);
+    } else if (q->mode == 'k') {
+        hresp_abort(q->r); /* q is gone */
+    }
+}
+
+static void
+h_complete(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    switch (q->mode) {
+    case 's':
+        stream_start(q);
+        fq_later(q);
+        break;
+    case 'a':
+    case 'q':
+    case 'x':
+    case 'h':
+        break; /* answered or answering already */
+    case 'c':
+        hresp_close_after(q->r);
+        answer(q, 201);
+        break;
+    case 'd':
+        answer(q, 404);
+        break;
+    default:
+        answer(q, 200);
+        break;
+    }
+}
+
+static void
+h_drain(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    if (q->mode != 'h' || !hresp_started(q->r))
+        return;
+    if (++q->step > 4) {
+        hresp_end(q->r);
+        return;
+    }
+    static char blob[16384];
+    memset(blob, 'h', sizeof(blob));
+    hresp_write(q->r, blob, sizeof(blob));
+}
+
+static void
+h_close(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    q->z->nclose++;
+    event_free(q->ev);
+    free(q);
+}
+
+static const struct hreq_handler hooks = {
+    .on_body = h_body,
+    .on_complete = h_complete,
+    .on_drain = h_drain,
+    .on_close = h_close,
+};
+
+static void
+on_request(void *arg, struct hreq *r)
+{
+    struct fz *z = arg;
+    z->hooks++;
+    z->nreq++;
+    size_t tl;
+    const char *t = hreq_target(r, &tl);
+    if (strlen(t) != tl)
+        abort(); /* the target is NUL-terminated at its length, with no NUL inside */
+    const struct http_header *hs;
+    size_t nh = hreq_headers(r, &hs);
+    for (size_t i = 0; i < nh; i++)
+        if (!hs[i].name || !hs[i].value || !*hs[i].name)
+            abort();
+    (void)hreq_header(r, "Host");
+    (void)hreq_content_length(r);
+    (void)hreq_http10(r);
+    (void)hreq_upgrade(r);
+    (void)hreq_peer(r, NULL);
+    if (hreq_tls(r) || hreq_client_cert(r))
+        abort();
+
+    struct fq *q = xcalloc(1, sizeof(*q));
+    q->z = z;
+    q->r = r;
+    q->mode = tl >= 2 ? t[1] : 'e';
+    q->ev = evtimer_new(z->base, on_step, q);
+    hreq_set_handler(r, &hooks, q);
+    switch (q->mode) {
+    case 'x':
+        hresp_header(r, "X-Early", "1\r\nInjected: no"); /* cut at the line break */
+        answer(q, 200);
+        break;
+    case 'a':
+        hreq_body_read(r, true);
+        stream_start(q);
+        fq_later(q);
+        break;
+    case 't': {
+        struct http_taken tk;
+        if (hreq_take_socket(r, &tk) == 0) { /* q is gone */
+            if (tk.ssl)
+                abort();
+            close(tk.fd);
+        }
+        break;
+    }
+    case 'b': {
+        struct bufferevent *bev = hreq_take_bev(r); /* q is gone */
+        http_bev_free(bev);
+        break;
+    }
+    case 'd':
+        break; /* discarded */
+    case 'w':
+        fq_later(q);
+        break;
+    case 'h':
+        hresp_low_water(r, 1024);
+        hresp_start(r, 200, -1);
+        hresp_write(r, "h", 1);
+        break;
+    case 'q':
+        hreq_body_read(r, true);
+        stream_start(q);
+        fq_later(q);
+        break;
+    default:
+        hreq_body_read(r, true);
+        break;
+    }
+}
+
+/* ---- driving the loop ---- */
+
+static void
+clients_read(struct fz *z)
+{
+    for (int i = 0; i < 2; i++) {
+        while (z->fd[i] >= 0 && !z->eof[i]) {
+            char buf[65536];
+            ssize_t n = recv(z->fd[i], buf, sizeof(buf), 0);
+            if (n > 0) {
+                z->got[i] += (size_t)n;
+                continue;
+            }
+            if (n == 0 || (errno != EAGAIN && errno != EINTR))
+                z->eof[i] = true;
+            break;
+        }
+    }
+}
+
+static unsigned long long
+progress(const struct fz *z)
+{
+    unsigned long long v = z->hooks;
+    for (int i = 0; i < 2; i++) {
+        v += z->got[i] + z->eof[i];
+        int q = 0;
+        if (z->fd[i] >= 0 && ioctl(z->fd[i], SIOCOUTQ, &q) == 0)
+            v += (unsigned)q * 7919u;
+    }
+    return v;
+}
+
+static bool
+turn(struct fz *z)
+{
+    unsigned long long before = progress(z);
+    event_base_loop(z->base, EVLOOP_NONBLOCK);
+    clients_read(z);
+    return progress(z) != before;
+}
+
+static void
+run(struct fz *z)
+{
+    int idle = 0;
+    for (int i = 0; idle < QUIET; i++) {
+        if (i == TURNS_MAX)
+            abort(); /* the server never goes quiet */
+        idle = turn(z) ? 0 : idle + 1;
+    }
+}
+
+static void
+send_piece(struct fz *z, int i, const uint8_t *p, size_t n)
+{
+    int stuck = 0;
+    while (n && z->fd[i] >= 0) {
+        ssize_t w = send(z->fd[i], p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            stuck = 0;
+        } else if (w < 0 && errno == EAGAIN && ++stuck < 1000) {
+            turn(z);
+        } else {
+            return; /* the server closed, or stopped reading */
+        }
+    }
+    turn(z);
+}
+
+static uint64_t
+fnv1a(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int
+cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    log_set_level(LOG_ERROR);
+    return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    uint64_t h = fnv1a(data, size);
+    struct fz z = {.fd = {-1, -1}};
+    z.base = event_base_new();
+    if (!z.base)
+        abort();
+    struct http_server_options o = {
+        .max_header_bytes = 2048,
+        .max_discard_bytes = 256,
+        .max_connections = (h >> 60) == 0 ? 1 : 0,
+    };
+    char err[256];
+    if (http_server_new(z.base, &o, on_request, &z, &z.s, err, sizeof(err)) != 0)
+        abort();
+    for (int i = 0; i < 2; i++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+            abort();
+        z.fd[i] = sv[0];
+        http_server_adopt(z.s, sv[1], NULL, 0);
+    }
+
+    /* connection 0: the input whole */
+    send_piece(&z, 0, data, size);
+    run(&z);
+
+    /* connection 1: in pieces, then a half-close */
+    size_t cut[5] = {0, h % (size + 1), (h >> 20) % (size + 1), (h >> 40) % (size + 1), size};
+    qsort(cut, 5, sizeof(cut[0]), cmp_size);
+    for (int k = 0; k < 4; k++) {
+        send_piece(&z, 1, data + cut[k], cut[k + 1] - cut[k]);
+        run(&z);
+    }
+    shutdown(z.fd[1], SHUT_WR);
+    run(&z);
+
+    /* the server goes with connection 0 still open */
+    http_server_free(z.s);
+    if (z.nclose != z.nreq)
+        abort(); /* a request without its on_close, or with two */
+    for (int i = 0; i < 2; i++)
+        close(z.fd[i]);
+    /* callbacks queued with event_base_once (http_bev_free) */
+    for (int i = 0; i < QUIET; i++)
+        event_base_loop(z.base, EVLOOP_NONBLOCK);
+    event_base_free(z.base);
+    return 0;
+}
