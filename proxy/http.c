@@ -119,7 +119,6 @@ struct hconn {
     bool parse_paused_body; /* the handler stopped body reading */
     bool head_ready;        /* on_headers_complete ran: dispatch */
     bool msg_complete;      /* on_message_complete ran */
-    bool overflow_in_line;  /* the head overflowed before its first header */
     const char *feed_end;   /* the end of the bytes being parsed */
     bool close_when_flushed;
     bool discard_overflow;  /* an unread body went past max_discard_bytes */
@@ -1580,8 +1579,8 @@ hresp_start(struct hreq *r, int status, int64_t content_length)
         return;
     /* a request answered before its body was read: the rest of the body must
      * never be parsed as a request (unless it can be discarded in full) */
-    if (r->has_body && !r->complete && (r->expect_continue && !r->sent_continue))
-        r->close_after = true;
+    if (r->has_body && !r->complete && !r->reading)
+        r->close_after = true; /* said in the head: Connection: close */
     r->no_body = r->head_method || status == 204 || status == 304 || (status >= 100 && status < 200);
     bool streamed = content_length < 0 && !r->no_body;
     if (streamed && r->http10)

@@ -259,6 +259,7 @@ on_request(void *arg, struct hreq *r)
             if (tk.ssl)
                 abort();
             close(tk.fd);
+            http_taken_release();
         }
         break;
     }

@@ -439,8 +439,10 @@ fx_fini(struct fx *f)
     is_int(f->t.nclose, f->t.nreq, "every request's on_close ran once");
     for (int i = 0; i < f->np; i++)
         sb_free(&f->p[i].in);
-    if (f->t.taken.fd >= 0)
+    if (f->t.taken.fd >= 0) {
         close(f->t.taken.fd);
+        http_taken_release();
+    }
     sb_free(&f->t.log);
     event_free(f->guard);
     event_base_free(f->base);
@@ -1494,6 +1496,7 @@ test_take_socket(void)
     is_got(&f, c, "hi", "taken: the client gets the taker's bytes");
     ok(f.t.taken.fd < 0 || (fcntl(f.t.taken.fd, F_GETFL) & O_NONBLOCK), "taken: non-blocking");
     close(f.t.taken.fd);
+    http_taken_release(); /* the taker's close: off the connection count */
     f.t.taken.fd = -1;
     run(&f);
     ok(f.p[c].eof, "taken: the taker's close is the client's EOF");
