@@ -110,11 +110,13 @@ integration-tls: $(BUILD)/kwc
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
-IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_
+IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_
+IT_SAN_TLS ?= 05_ 08_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined build/san/kwc
 	$(Q)KWC_SANITIZED=1 KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN)
+	$(Q)KWC_TLS=1 KWC_SANITIZED=1 KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN_TLS)
 	$(Q)KWC_BIN=$(abspath build/kwc) PYTHON=$(PYTHON) \
 	  KWC_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
 	  KWC_EXTRA_ARGS="--cache-map-size 1073741824" \
