@@ -4120,9 +4120,12 @@ class App:
                 gc.freeze()
             return {"created": made, "rv": cl.rv, "seconds": round(time.monotonic() - t0, 3)}
         if path == "/apisim/churn":
-            self.set_churn(float(body.get("rate", 0)), body.get("resources") or ["pods"],
-                           body.get("mix") or {"update": 0.8, "create": 0.1, "delete": 0.1},
-                           float(body.get("label_flip", 0.0)), body.get("namespace"))
+            args = (body.get("resources") or ["pods"],
+                    body.get("mix") or {"update": 0.8, "create": 0.1, "delete": 0.1},
+                    float(body.get("label_flip", 0.0)), body.get("namespace"))
+            if "count" in body:
+                return self.churn_burst(int(body["count"]), *args)
+            self.set_churn(float(body.get("rate", 0)), *args)
             return self.churn_info()
         if path == "/apisim/write":
             return self.scripted_write(body)
@@ -4223,21 +4226,38 @@ class App:
         return {"rate": c["rate"], "resources": c["resources"], "mix": c["mix"], "label_flip": c["label_flip"],
                 "done": c["done"]}
 
-    def set_churn(self, rate, resources, mix, label_flip, namespace=None):
+    def churn_spec(self, rate, resources, mix, label_flip, namespace):
         for r in resources:
             if r not in self.cluster.stores:
                 raise ValueError("unknown resource %r" % r)
+        tot = sum(float(v) for v in mix.values()) or 1.0
+        return {"rate": rate, "resources": list(resources),
+                "mix": {k: float(v) / tot for k, v in mix.items()}, "label_flip": label_flip,
+                "namespace": namespace, "done": 0}
+
+    def set_churn(self, rate, resources, mix, label_flip, namespace=None):
+        spec = self.churn_spec(rate, resources, mix, label_flip, namespace)
         if self.churn_task is not None:
             self.churn_task.cancel()
             self.churn_task = None
         if rate <= 0:
             self.churn = None
             return
-        tot = sum(float(v) for v in mix.values()) or 1.0
-        self.churn = {"rate": rate, "resources": list(resources),
-                      "mix": {k: float(v) / tot for k, v in mix.items()}, "label_flip": label_flip,
-                      "namespace": namespace, "done": 0}
+        self.churn = spec
         self.churn_task = self.loop.create_task(self._churn_loop(self.churn))
+
+    def churn_burst(self, count, resources, mix, label_flip, namespace=None):
+        """count churn writes at once (a running churn goes on): a test that
+        waits for its watchers to reach the answer's rv before the next burst
+        knows how far any of them can lag."""
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        c = self.churn_spec(0, resources, mix, label_flip, namespace)
+        rng = random.Random(self.cluster.rng.random())
+        ops = list(c["mix"].items())
+        for _ in range(count):
+            self.churn_one(c, rng, ops)
+        return {"done": count, "rv": self.cluster.rv}
 
     async def _churn_loop(self, c):
         loop = self.loop

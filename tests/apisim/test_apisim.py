@@ -1054,6 +1054,25 @@ class TestControls(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_churn_burst(self):
+        s = Sim("--pods", "20")
+        try:
+            r0 = s.rv()
+            w = Stream(s, "/api/v1/pods?watch=1&resourceVersion=%d" % r0)
+            st, out = s.json("POST", "/apisim/churn", {"count": 300, "resources": ["pods"], "mix": {"update": 1.0}})
+            self.assertEqual(st, 200, out)
+            self.assertEqual(out, {"done": 300, "rv": r0 + 300})
+            self.assertEqual(s.rv(), r0 + 300)
+            self.assertEqual(s.get("/apisim/stats")[1]["churn"], {"rate": 0}, "a burst starts no churn")
+            evs = w.collect(300, timeout=5)
+            self.assertEqual([e["type"] for e in evs], ["MODIFIED"] * 300)
+            self.assertEqual([int(e["object"]["metadata"]["resourceVersion"]) for e in evs],
+                             list(range(r0 + 1, r0 + 301)))
+            self.assertEqual(s.json("POST", "/apisim/churn", {"count": -1})[0], 400)
+            w.close()
+        finally:
+            s.stop()
+
     def test_fail_modes(self):
         s = Sim("--pods", "3")
         try:
