@@ -35,6 +35,27 @@ def echo(s, payload, got, timeout):
             got += d
             r = isinstance(s, ssl.SSLSocket) and s.pending()
 
+# kubectl's WebSocket executor up to 1.33 starts reading frames in one
+# goroutine while another is still creating the streams they belong to
+# (client-go tools/remotecommand/websocket.go; fixed upstream by
+# kubernetes/kubernetes#131203, after 1.33.1). A frame that wins the race is
+# dropped with this line on stderr: apisim's fake process answers at once, so on
+# a loaded machine that happens now and then, kwc in between or not. The frame
+# did reach the client, which says so; such a run is repeated, a few times at
+# most, and any other outcome is the test's.
+CLIENT_RACE = b"Unknown stream id"
+
+
+def kubectl_exec(binary, port, *args, input=None):
+    for _ in range(5):
+        r = kubectl(binary, port, "exec", *args, input=input, check=False)
+        if CLIENT_RACE not in r.stderr:
+            break
+    if r.returncode != 0:
+        raise AssertionError("kubectl exec %s failed (%d): %s" % (" ".join(args), r.returncode,
+                                                                  r.stderr.decode()[-2000:]))
+    return r
+
 
 class UpgradeTest(EnvTestCase):
     apisim_args = ["--pods", "3", "--nodes", "1"]
@@ -58,10 +79,9 @@ class UpgradeTest(EnvTestCase):
         for ver in ("1.30", "1.33"):
             b = os.path.join(kubectl_dir(), "kubectl." + ver)
             with self.subTest(kubectl=ver):
-                r = kubectl(b, self.env.kwc.port, "exec", "-n", ns, name, "--", "echo", "hello", "kwc")
+                r = kubectl_exec(b, self.env.kwc.port, "-n", ns, name, "--", "echo", "hello", "kwc")
                 self.assertEqual(r.stdout, b"hello kwc\n")
-                r = kubectl(b, self.env.kwc.port, "exec", "-i", "-n", ns, name, "--", "cat",
-                            input=b"from stdin\n")
+                r = kubectl_exec(b, self.env.kwc.port, "-i", "-n", ns, name, "--", "cat", input=b"from stdin\n")
                 self.assertEqual(r.stdout, b"from stdin\n")
 
 
