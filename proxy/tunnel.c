@@ -164,6 +164,10 @@ on_relay_event(struct bufferevent *bev, short what, void *arg)
             evtimer_del(t->connect_timer);
         bufferevent_enable(t->up, EV_READ);
         bufferevent_enable(t->client, EV_READ);
+        /* Bytes the client sent behind the request head are already in its
+         * input buffer: no read event will announce them. */
+        if (evbuffer_get_length(bufferevent_get_input(t->client)))
+            on_relay_read(t->client, t);
         return;
     }
     if (bev == t->up && !t->connected) {

@@ -73,6 +73,22 @@ class UpgradeTest(EnvTestCase):
         s.close()
         self.assertEqual(bytes(got), payload)
 
+    def test_raw_tunnel_bytes_behind_the_head(self):
+        # bytes sent in the same write as the upgrade request reach the
+        # upstream without the client sending more
+        s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=10)
+        s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n"
+                  b"early bytes")
+        buf = b""
+        while b"\r\n\r\n" not in buf or not buf.endswith(b"early bytes"):
+            d = s.recv(4096)
+            if not d:
+                break
+            buf += d
+        s.close()
+        self.assertTrue(buf.startswith(b"HTTP/1.1 101"), buf)
+        self.assertEqual(buf.split(b"\r\n\r\n", 1)[1], b"early bytes")
+
     def test_kubectl_exec(self):
         pod = self.env.sim("GET", "/apisim/state?resource=pods")["items"][0]
         ns, name = pod["key"].split("/")
