@@ -76,9 +76,9 @@ class UpgradeTest(EnvTestCase):
     def test_raw_tunnel_bytes_behind_the_head(self):
         # bytes sent in the same write as the upgrade request reach the
         # upstream without the client sending more
-        s = socket.create_connection(("127.0.0.1", self.env.kwc.port), timeout=10)
-        s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: kwc-echo\r\n\r\n"
-                  b"early bytes")
+        s = connect(self.env.kwc.port, timeout=10)
+        s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
+                  b"Upgrade: kwc-echo\r\n\r\nearly bytes")
         buf = b""
         while b"\r\n\r\n" not in buf or not buf.endswith(b"early bytes"):
             d = s.recv(4096)
