@@ -1166,6 +1166,10 @@ ctx_build(const struct http_server_options *o, char *err, size_t errlen)
     SSL_CTX_set_min_proto_version(ctx, o->tls_min_version ? o->tls_min_version : TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
                                  SSL_OP_NO_COMPRESSION);
+    /* TLS 1.3 suites in Go's order (kube-apiserver's): AES-128-GCM first, it
+     * costs ~30 % less per byte than OpenSSL's default AES-256-GCM */
+    SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
+                                  "TLS_AES_256_GCM_SHA384");
     /* memory per idle connection: OpenSSL frees its record buffers when idle */
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);

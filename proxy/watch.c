@@ -73,7 +73,11 @@
 #define PRIVATE_MAX (32u << 20)
 
 #define WRITE_IOV (3 * 64) /* iovecs per writev: 64 entries of up to three */
-#define TLS_OUT_MAX (64 * 1024) /* plaintext handed to a TLS stream's bufferevent at a time */
+/* Plaintext handed to a TLS stream's bufferevent at a time: about one TLS
+ * record. Copies of shared events live only here, so this (not the budget,
+ * which the shared ring mostly holds) is what 10,000 lagging TLS watchers
+ * cost; refilled when it drains below half. */
+#define TLS_OUT_MAX (16 * 1024)
 
 enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
 
