@@ -13,50 +13,14 @@ through kwc (kwc's own reflector watch is the only one).
 """
 import json
 import os
-import subprocess
 import tempfile
-import threading
 import unittest
 
-from cluster import PYTHON, Env, kubeconfig, kubectl_binaries, kubectl_server_args, tls_client, url, wait_for
+from cluster import PYTHON, Env, Reader, kubeconfig, kubectl_binaries, kubectl_server_args, tls_client, url, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = os.path.join(HERE, "clients")
 
-
-class Reader:
-    """A client process whose stdout lines are collected by a thread."""
-
-    def __init__(self, argv, env=None):
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-        self.lines = []
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait(self, timeout):
-        try:
-            self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            raise
-        self.t.join(5)
-        return self.p.returncode
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(10)
-        self.t.join(5)
-
-    def stderr(self):
-        try:
-            return self.p.stderr.read()[-3000:]
-        except (ValueError, OSError):
-            return ""
 
 
 class WatchClients(unittest.TestCase):

@@ -25,11 +25,10 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import threading
 import unittest
 
 import certs
-from cluster import KWC_BIN, PYTHON, ClientTLS, Env, Fatal, Proc, http_request, kubeconfig, kubectl_binaries, wait_for
+from cluster import KWC_BIN, PYTHON, ClientTLS, Env, Fatal, Proc, Reader, http_request, kubeconfig, kubectl_binaries, wait_for
 from watchstream import Stream, pump
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,34 +99,6 @@ def presented(port):
         return s.getpeercert(binary_form=True)
     finally:
         s.close()
-
-
-class Reader:
-    """A client process whose stdout lines a thread collects."""
-
-    def __init__(self, argv):
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.lines = []
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait(self, timeout):
-        rc = self.p.wait(timeout)
-        self.t.join(10)
-        return rc
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait(10)
-        self.t.join(10)
-
-    def stderr(self):
-        return self.p.stderr.read()[-3000:]
 
 
 def install(crt, key, cert_of, key_of=None):

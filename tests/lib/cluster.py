@@ -406,3 +406,38 @@ class EnvTestCase(unittest.TestCase):
         if result and len(result.failures) + len(result.errors) > before:
             self.env.dump_logs()
         return r
+
+
+class Reader:
+    """A client process whose stdout lines are collected by a thread."""
+
+    def __init__(self, argv, env=None):
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        self.lines = []
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait(self, timeout):
+        try:
+            self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            raise
+        self.t.join(5)
+        return self.p.returncode
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait(10)
+        self.t.join(5)
+
+    def stderr(self):
+        try:
+            return self.p.stderr.read()[-3000:]
+        except (ValueError, OSError):
+            return ""
