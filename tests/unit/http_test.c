@@ -60,7 +60,7 @@ sb_add(struct sbuf *b, const void *p, size_t n)
 {
     /* kwc's string builder, under the short field names the tests use */
     struct gostr_buf g = {.p = b->p, .len = b->n, .cap = b->cap};
-    gostr_addn(&g, p, n);
+    gostr_addn(&g, n ? p : "", n);
     b->p = g.p;
     b->n = g.len;
     b->cap = g.cap;
