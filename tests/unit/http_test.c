@@ -963,6 +963,8 @@ test_early_answer(void)
         resp_parse(f.p[c].in.p ? f.p[c].in.p : "", f.p[c].in.n, f.p[c].eof, false, &r);
         ok(r.complete && r.status == 200 && r.body.n == 5 && memcmp(r.body.p, "early", 5) == 0,
            "the early answer");
+        ok(r.head.p && strstr(r.head.p, "Connection: close\r\n"),
+           "the early answer says Connection: close (it closes after)");
         is_int(r.raw_len, f.p[c].in.n, "nothing after it");
         ok(f.p[c].eof, "the connection closes");
         is_int(f.t.nreq, 1, "the body bytes were not a request");
