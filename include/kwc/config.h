@@ -139,10 +139,9 @@ void cfg_fini(struct kwc_config *c);
 
 /*
  * Whether --accept-hosts matches host (the Host header without its port,
- * NUL-terminated); false when --accept-hosts was not given. The regex is
- * opaque and matched here because evhtp's <onigposix.h> #defines regex_t and
- * regexec to oniguruma's: a glibc regex_t must not reach such a file.
- * Thread-safe (glibc's regexec on a shared compiled regex).
+ * NUL-terminated); false when --accept-hosts was not given. The compiled
+ * regex stays opaque behind this call (config owns it, no <regex.h> in this
+ * header). Thread-safe (glibc's regexec on a shared compiled regex).
  */
 bool cfg_accept_hosts_match(const struct kwc_config *c, const char *host);
 void cfg_usage(FILE *f);
