@@ -3,7 +3,7 @@ import hashlib
 import json
 import unittest
 
-from cluster import EnvTestCase, Env, connect, http_connection, http_request, wait_for
+from cluster import EnvTestCase, Env, connect, http_connection, http_request, read_to_eof, wait_for
 
 
 def norm_headers(h):
@@ -110,14 +110,7 @@ class PassthroughTest(EnvTestCase):
     def raw(self, port, request):
         s = connect(port, timeout=10)
         s.sendall(request)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        s.close()
-        return data
+        return read_to_eof(s)
 
     def test_bad_query_pairs_forwarded_like_the_upstream_sees_them(self):
         # Go's net/http drops query pairs with bad escapes; kwc forwards the

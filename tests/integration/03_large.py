@@ -4,7 +4,7 @@ import hashlib
 import json
 import unittest
 
-from cluster import EnvTestCase, Env, connect, http_request
+from cluster import EnvTestCase, Env, connect, dechunk, http_request
 
 
 class LargeTest(EnvTestCase):
@@ -48,16 +48,7 @@ class LargeTest(EnvTestCase):
         head, body = self.read_slowly(kwc.port, "/api/v1/pods")
         self.assertIn(b" 200 ", head.split(b"\r\n")[0])
         if b"chunked" in head.lower():
-            # de-chunk
-            out, i = bytearray(), 0
-            while True:
-                j = body.index(b"\r\n", i)
-                n = int(body[i:j], 16)
-                if n == 0:
-                    break
-                out += body[j + 2:j + 2 + n]
-                i = j + 2 + n + 2
-            body = bytes(out)
+            body = dechunk(body)
         self.assertGreater(len(body), 100 * 1024 * 1024)
         direct = http_request(self.env.apisim.port, "GET", "/api/v1/pods", timeout=120)[2]
         self.assertEqual(hashlib.sha256(body).hexdigest(), hashlib.sha256(direct).hexdigest())

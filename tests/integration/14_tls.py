@@ -28,7 +28,7 @@ import tempfile
 import unittest
 
 import certs
-from cluster import KWC_BIN, PYTHON, ClientTLS, Env, Fatal, Proc, Reader, http_request, kubeconfig, kubectl_binaries, wait_for
+from cluster import KWC_BIN, PYTHON, ClientTLS, Env, Fatal, Proc, Reader, dechunk, http_request, kubeconfig, kubectl_binaries, read_to_eof, wait_for
 from watchstream import Stream, pump
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,24 +67,9 @@ def tls_connect(port, ctx, timeout=10):
 def get(s, path):
     """One GET with Connection: close on a connected socket: (status, body bytes)."""
     s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path).encode())
-    data = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-    s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = read_to_eof(s).partition(b"\r\n\r\n")
     if b"transfer-encoding: chunked" in head.lower():
-        out, i = b"", 0
-        while True:
-            j = body.index(b"\r\n", i)
-            n = int(body[i:j], 16)
-            if n == 0:
-                break
-            out += body[j + 2:j + 2 + n]
-            i = j + 2 + n + 2
-        body = out
+        body = dechunk(body)
     return int(head.split()[1]), body
 
 

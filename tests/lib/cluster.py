@@ -108,6 +108,31 @@ def url(port, host="127.0.0.1"):
     return "%s://%s:%d" % ("https" if tls_client(port) else "http", "[%s]" % host if ":" in host else host, port)
 
 
+def read_to_eof(s):
+    """Every byte a socket delivers until the peer closes; closes s."""
+    data = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    return data
+
+
+def dechunk(body):
+    """The payload of an HTTP/1.1 chunked body (trailers ignored)."""
+    out, i = bytearray(), 0
+    while True:
+        j = body.index(b"\r\n", i)
+        n = int(body[i:j], 16)
+        if n == 0:
+            break
+        out += body[j + 2:j + 2 + n]
+        i = j + 2 + n + 2
+    return bytes(out)
+
+
 def connect(port, timeout=10.0, rcvbuf=None, host="127.0.0.1"):
     """A connected blocking socket (TLS handshake done on a TLS port).
     rcvbuf: SO_RCVBUF, set before connecting."""
