@@ -195,21 +195,23 @@ struct later {
 };
 
 static void
-later_answer(struct later *l)
+answer_now(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
+           const char *path)
 {
-    if (l->code) {
-        respond_status(l->r, l->code, l->reason, l->msg, 0);
+    if (code) {
+        respond_status(r, code, reason, msg, 0);
         return;
     }
-    struct kreq k = {.req = l->r};
-    k.route.path = l->path;
-    local_endpoint(l->f, &k);
+    struct kreq k = {.req = r};
+    k.route.path = path;
+    local_endpoint(f, &k);
 }
 
 static void
 on_later_complete(void *arg)
 {
-    later_answer(arg);
+    struct later *l = arg;
+    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path);
 }
 
 static void
@@ -230,20 +232,19 @@ static void
 answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
        const char *endpoint)
 {
-    struct later l = {.f = f, .r = r, .code = code};
-    if (endpoint)
-        snprintf(l.path, sizeof(l.path), "%s", endpoint);
     if (!hreq_has_body(r)) {
-        l.reason = (char *)(uintptr_t)reason;
-        l.msg = (char *)(uintptr_t)msg;
-        later_answer(&l);
+        answer_now(f, r, code, reason, msg, endpoint);
         return;
     }
-    struct later *p = xcalloc(1, sizeof(*p));
-    *p = l;
-    p->reason = reason ? xstrdup(reason) : NULL;
-    p->msg = msg ? xstrdup(msg) : NULL;
-    hreq_set_handler(r, &later_handler, p);
+    struct later *l = xcalloc(1, sizeof(*l));
+    l->f = f;
+    l->r = r;
+    l->code = code;
+    l->reason = reason ? xstrdup(reason) : NULL;
+    l->msg = msg ? xstrdup(msg) : NULL;
+    if (endpoint)
+        snprintf(l->path, sizeof(l->path), "%s", endpoint);
+    hreq_set_handler(r, &later_handler, l);
 }
 
 static bool
