@@ -534,6 +534,16 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->history_max_events < 1 || c->history_max_bytes < 1 || c->history_max_age < 1)
         return fail(err, errlen, "--history-max-events, --history-max-bytes and --history-max-age "
                                  "must be at least 1 (they bound how far back watches resume)");
+    if (strcmp(c->on_corrupt_cache, "rebuild") != 0 && strcmp(c->on_corrupt_cache, "move-aside") != 0 &&
+        strcmp(c->on_corrupt_cache, "fail") != 0)
+        return fail(err, errlen,
+                    "--on-corrupt-cache \"%s\": use rebuild (wipe a damaged data dir and list "
+                    "again), move-aside (keep it as data.mdb.corrupt-TIME) or fail (exit 2)",
+                    c->on_corrupt_cache);
+    if (c->max_staleness < 0 || c->max_staleness > 86400)
+        return fail(err, errlen, "--max-staleness %ld: use 0 (off) to 86400 seconds; upstreams "
+                                 "send a bookmark about every 60 s, so pick more than 60",
+                    c->max_staleness);
     if (c->watch_workers > 256)
         return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
                     c->watch_workers);

@@ -86,7 +86,13 @@
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
       "bytes of history kept per resource")                                                        \
     X("history-max-age", history_max_age, INT, "3600", "SECONDS",                                  \
-      "age of the oldest history event kept")
+      "age of the oldest history event kept")                                                     \
+    X("on-corrupt-cache", on_corrupt_cache, STR, "rebuild", "rebuild|move-aside|fail",            \
+      "a damaged --data-dir at start: wipe it, keep it as data.mdb.corrupt-TIME, or exit 2; "     \
+      "the first two rebuild from the upstream")                                                  \
+    X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
+      "a cache whose upstream watch sent no event or bookmark for this long leaves service "      \
+      "(its requests pass through) until one arrives; 0: never")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 
