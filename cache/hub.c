@@ -284,6 +284,11 @@ enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type typ
 {
     if (v == VAR_DELETED)
         enc_event(b, r, "DELETED", prev, prev_len, rv);
+    else if (type == STORE_DELETED)
+        /* the object's last state, at the rv it went away: kube's DELETED.
+         * From the upstream's watch the two rvs are the same; a relist
+         * records a deletion it found at an rv of its own. */
+        enc_event(b, r, "DELETED", obj, obj_len, rv);
     else
         enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0);
 }

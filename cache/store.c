@@ -108,7 +108,7 @@ mdb_err(int rc)
     case MDB_NOTFOUND:
         return KWC_ENOTFOUND;
     case MDB_MAP_FULL:
-        return -ENOSPC;
+        return KWC_EMAPFULL;
     default:
         return rc > 0 ? -rc : KWC_ESTORE; /* errno values come back positive */
     }

@@ -155,9 +155,12 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     for (size_t i = 0; i < f->nrefls; i++) {
         char st[256];
         refl_status(f->refls[i], st, sizeof(st));
-        bool ok = refl_synced(f->refls[i]);
+        bool ok = refl_serving(f->refls[i]);
         ready &= ok;
-        evbuffer_add_printf(b, "[%c]cache %s %s\n", ok ? '+' : '-', st, ok ? "ok" : "failed: not synced");
+        evbuffer_add_printf(b, "[%c]cache %s %s\n", ok ? '+' : '-', st,
+                            ok                          ? "ok"
+                            : refl_synced(f->refls[i]) ? "failed: out of service"
+                                                        : "failed: not synced");
     }
     evbuffer_add_printf(b, "readyz check %s\n", ready ? "passed" : "failed");
     size_t n = evbuffer_get_length(b);
@@ -332,6 +335,16 @@ out:
     route_fini(&k.route);
 }
 
+/* A cache left service: its watch streams end, so that their clients resume
+ * from the upstream while it is out (lists and gets check at each request). */
+static void
+on_service(void *arg, const struct refl *r, bool serving)
+{
+    struct front *f = arg;
+    if (!serving && f->watch)
+        watch_out_of_service(f->watch, r);
+}
+
 /* After every store commit: requests waiting for an rv, then watch streams. */
 static void
 on_commit(void *arg)
@@ -384,6 +397,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
     f->ing = ing;
     refl_ingest_on_commit(ing, on_commit, f);
+    refl_ingest_on_service(ing, on_service, f);
 
     struct http_server_options ho = {
         .addrs = cfg->listen_addrs,
@@ -400,6 +414,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     int rc = http_server_new(base, &ho, on_request, f, &f->http, err, errlen);
     if (rc != 0) {
         refl_ingest_on_commit(ing, NULL, NULL);
+        refl_ingest_on_service(ing, NULL, NULL);
         watch_pool_free(f->watch);
         serve_free(f->serve);
         free(f);
@@ -428,6 +443,7 @@ front_free(struct front *f)
      * cancel their transfers, cached lists end) */
     http_server_free(f->http);
     refl_ingest_on_commit(f->ing, NULL, NULL);
+    refl_ingest_on_service(f->ing, NULL, NULL);
     serve_free(f->serve);
     f->magic = 0;
     free(f);

@@ -166,7 +166,10 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    refl_ingest_new(base, st, &ing);
+    struct refl_ingest_options io = {.data_dir = cfg.data_dir,
+                                     .map_size = (uint64_t)cfg.cache_map_size,
+                                     .max_staleness = (unsigned)cfg.max_staleness};
+    refl_ingest_new(base, st, &io, &ing);
     {
         char *list = xstrdup(cfg.resources ? cfg.resources : KINDS_DEFAULT), *save = NULL;
         for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

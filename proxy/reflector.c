@@ -5,6 +5,19 @@
  *   DISCOVER -> (warm and same upstream ? WATCH : LIST) ; LIST pages -> WATCH ;
  *   WATCH end -> WATCH (immediately if clean, else after backoff) ;
  *   410 -> LIST in diff mode ; other failures -> backoff, same state again.
+ * Retries back off from 0.5 s, doubling, with ±50 % jitter, never past 30 s;
+ * the delay starts over once a watch has stayed open for 10 s (or a list
+ * completes), so one outage does not slow every later reconnect.
+ *
+ * Service: a synced cache answers requests unless it is out of service:
+ *   write   a commit failed (disk full, I/O error, map full): the events are
+ *           dropped, the watch resumes from the store's rv, and every second
+ *           a small write probes the disk; the first commit that succeeds
+ *           brings the cache back.
+ *   damaged a stored value failed its checksum (store_res_damaged): the cache
+ *           starts over from a fresh list and is back when it completes.
+ *   stale   --max-staleness passed without an upstream event or bookmark;
+ *           back at the next one.
  * Nothing is freed inside curl's callbacks: an xfer ends in on_done, and the
  * next step starts from a zero-delay timer.
  *
@@ -19,12 +32,14 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "kwc/base.h"
@@ -40,7 +55,10 @@
 #define DISCOVERY_MAX_BYTES ((size_t)16 << 20)
 #define PENDING_MAX_BYTES ((size_t)64 << 20) /* commit at once past this */
 #define BACKOFF_MIN_MS 500
-#define BACKOFF_MAX_MS 30000
+#define BACKOFF_MAX_MS 30000   /* the cap on any retry delay, jitter included */
+#define HEALTHY_S 10.0         /* a watch open this long resets the backoff */
+#define TICK_MS 250            /* damage and staleness checks; write probes */
+#define PROBE_MS 1000          /* a write probe while out of service for a write */
 
 enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
 
@@ -56,12 +74,19 @@ struct pend {
 struct refl_ingest {
     struct event_base *base;
     struct store *st;
+    char *data_dir;
+    uint64_t map_size;
+    unsigned max_staleness;
     struct event *commit_ev;
     struct pend *p;
     size_t n, cap, bytes;
     void (*on_commit)(void *arg);
     void *on_commit_arg;
+    void (*on_service)(void *arg, const struct refl *r, bool serving);
+    void *on_service_arg;
 };
+
+enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
 
 struct refl {
     uint32_t magic;
@@ -96,9 +121,19 @@ struct refl {
     struct timespec watch_t0;
     bool synced;
     uint64_t events_in;
+    /* service */
+    enum refl_out out;
+    char out_why[512];
+    struct timespec last_heard; /* the last upstream event or bookmark, or list end */
+    struct timespec last_probe;
+    struct event *tick;
 };
 
 static void step(struct refl *r, int delay_ms);
+static void backoff(struct refl *r, const char *why);
+static void set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_in(struct refl *r, enum refl_out out);
 static void start_list(struct refl *r, bool diff);
 static void start_watch(struct refl *r);
 
@@ -129,6 +164,57 @@ pend_free(struct pend *p)
     free(p->idx);
 }
 
+/* What a failed write means, for a person: the cause and what fixes it.
+ * LMDB reports a short write as EIO, so a full disk is told apart by the
+ * space left on the data dir's filesystem. */
+static void
+write_cause(const struct refl_ingest *ing, int rc, char *buf, size_t len)
+{
+    struct statvfs sv;
+    bool full = rc == -ENOSPC || rc == -EDQUOT ||
+                (rc == -EIO && statvfs(ing->data_dir, &sv) == 0 &&
+                 (uint64_t)sv.f_bavail * sv.f_frsize < ((uint64_t)1 << 20));
+    if (rc == KWC_EMAPFULL)
+        snprintf(buf, len,
+                 "the cache reached --cache-map-size (%llu bytes) in %s: raise --cache-map-size, "
+                 "or lower --history-max-bytes",
+                 (unsigned long long)ing->map_size, ing->data_dir);
+    else if (full)
+        snprintf(buf, len,
+                 "no space left on device in %s: free space there, or move --data-dir to a "
+                 "larger volume",
+                 ing->data_dir);
+    else
+        snprintf(buf, len, "writing to %s failed: %s (check the disk and the kernel log)",
+                 ing->data_dir, kwc_strerror(rc));
+}
+
+/* A commit carrying r's events failed: they are lost, so the cache leaves
+ * service and the watch resumes from what the store holds. */
+static void
+write_failed(struct refl *r, const char *why)
+{
+    set_out(r, OUT_WRITE, "%s", why);
+    if (r->state == R_WATCH && r->x) {
+        up_xfer_cancel(r->x);
+        r->x = NULL;
+        r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
+        backoff(r, "its events could not be stored");
+    }
+}
+
+/* A write of r's own (a list page, a relist's events) failed with rc: out
+ * of service if it was the disk or the map, not the data. */
+static void
+store_failed(struct refl *r, int rc)
+{
+    if (rc == KWC_EMAPFULL || (rc < 0 && rc > -KWC_ERRBASE)) {
+        char why[512];
+        write_cause(r->ing, rc, why, sizeof(why));
+        set_out(r, OUT_WRITE, "%s", why);
+    }
+}
+
 static void
 ingest_commit(struct refl_ingest *ing)
 {
@@ -153,19 +239,15 @@ ingest_commit(struct refl_ingest *ing)
     else
         store_wtxn_abort(w);
     if (rc) {
-        /* Log once here; every resource with pending events starts over from a list. */
-        log_error("cache: committing %zu events failed: %s; relisting the affected resources", ing->n,
-                  kwc_strerror(rc));
-        for (size_t j = 0; j < ing->n; j++) {
-            struct refl *r = ing->p[j].r;
-            if (r->state == R_WATCH) {
-                up_xfer_cancel(r->x);
-                r->x = NULL;
-                r->state = R_IDLE;
-                r->got_410 = true;
-                step(r, BACKOFF_MIN_MS);
-            }
-        }
+        char why[512];
+        write_cause(ing, rc, why, sizeof(why));
+        log_error("cache: committing %zu events failed: %s", ing->n, why);
+        for (size_t j = 0; j < ing->n; j++)
+            write_failed(ing->p[j].r, why);
+    } else {
+        for (size_t j = 0; j < ing->n; j++)
+            if (ing->p[j].r->out == OUT_WRITE)
+                set_in(ing->p[j].r, OUT_WRITE);
     }
     for (size_t j = 0; j < ing->n; j++)
         pend_free(&ing->p[j]);
@@ -196,11 +278,15 @@ ingest_push(struct refl_ingest *ing)
 }
 
 int
-refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out)
+refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ingest_options *o,
+                struct refl_ingest **out)
 {
     struct refl_ingest *ing = xcalloc(1, sizeof(*ing));
     ing->base = base;
     ing->st = st;
+    ing->data_dir = xstrdup(o && o->data_dir ? o->data_dir : ".");
+    ing->map_size = o ? o->map_size : 0;
+    ing->max_staleness = o ? o->max_staleness : 0;
     ing->commit_ev = event_new(base, -1, 0, on_commit, ing);
     *out = ing;
     return 0;
@@ -214,12 +300,21 @@ refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg)
 }
 
 void
+refl_ingest_on_service(struct refl_ingest *ing,
+                       void (*cb)(void *arg, const struct refl *r, bool serving), void *arg)
+{
+    ing->on_service = cb;
+    ing->on_service_arg = arg;
+}
+
+void
 refl_ingest_free(struct refl_ingest *ing)
 {
     if (!ing)
         return;
     ingest_commit(ing);
     event_free(ing->commit_ev);
+    free(ing->data_dir);
     free(ing->p);
     free(ing);
 }
@@ -345,10 +440,55 @@ static void
 backoff(struct refl *r, const char *why)
 {
     int base = r->backoff_ms ? r->backoff_ms : BACKOFF_MIN_MS;
-    int jitter = base / 2 + rand() % (base + 1); /* [0.5, 1.5) x base */
-    log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, jitter / 1000.0);
+    int delay = base / 2 + rand() % (base + 1); /* [0.5, 1.5] x base */
+    if (delay > BACKOFF_MAX_MS)
+        delay = BACKOFF_MAX_MS;
+    log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, delay / 1000.0);
     r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
-    step(r, jitter);
+    step(r, delay);
+}
+
+/* Out of service for a cause at least as strong as the current one. */
+static void
+set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
+{
+    if (r->out > out)
+        return;
+    char why[sizeof(r->out_why)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    bool was_serving = r->out == OUT_NONE;
+    if (was_serving || strcmp(why, r->out_why) != 0)
+        log_error("cache %s: out of service: %s; its requests pass through to the upstream",
+                  r->d.resource, why);
+    r->out = out;
+    memcpy(r->out_why, why, sizeof(why));
+    if (was_serving && r->ing->on_service)
+        r->ing->on_service(r->ing->on_service_arg, r, false);
+}
+
+/* Back in service, if what kept it out was out. */
+static void
+set_in(struct refl *r, enum refl_out out)
+{
+    if (r->out != out)
+        return;
+    r->out = OUT_NONE;
+    r->out_why[0] = '\0';
+    log_info("cache %s: back in service", r->d.resource);
+    if (r->ing->on_service)
+        r->ing->on_service(r->ing->on_service_arg, r, true);
+}
+
+/* The upstream answered: the cache is not stale (and a stale one is back). */
+static void
+heard(struct refl *r)
+{
+    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
+    if (r->out == OUT_STALE)
+        set_in(r, OUT_STALE);
 }
 
 /* ---- DISCOVER ---- */
@@ -497,7 +637,66 @@ on_stored_obj(void *arg, const struct store_obj *o)
     return 0;
 }
 
-/* Record the relist's differences as events, in rv order, in one transaction. */
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Give each deletion found by a relist an rv of its own. Every deleted object
+ * went away at some rv in (from_rv, list_rv] that no surviving object of the
+ * resource holds as its own rv (one write, one rv), so there are as many such
+ * rvs as deletions: take the highest, counting down from the list's rv. A
+ * watcher then sees every event of the relist at an rv of its own, in order,
+ * and resuming from any of them misses none of the rest. An upstream whose
+ * rvs do not work that way leaves the remainder at the list's rv (logged).
+ */
+static void
+place_deletions(struct refl *r, uint64_t from_rv)
+{
+    uint64_t *used = xmalloc((r->ndiff + 1) * sizeof(*used));
+    size_t nu = 0, crowded = 0;
+    for (size_t i = 0; i < r->ndiff; i++)
+        if (r->dpend[i].type != STORE_DELETED)
+            used[nu++] = r->dpend[i].rv;
+    if (nu > 1)
+        qsort(used, nu, sizeof(*used), cmp_u64);
+    uint64_t slot = r->list_rv;
+    size_t u = nu;
+    for (size_t i = 0; i < r->ndiff; i++) {
+        struct pend *p = &r->dpend[i];
+        if (p->type != STORE_DELETED)
+            continue;
+        while (slot > from_rv) {
+            while (u > 0 && used[u - 1] > slot)
+                u--;
+            if (u > 0 && used[u - 1] == slot) {
+                slot--;
+                continue;
+            }
+            break;
+        }
+        if (slot > from_rv) {
+            p->rv = slot--;
+        } else {
+            p->rv = r->list_rv;
+            crowded++;
+        }
+    }
+    free(used);
+    if (crowded)
+        log_warnx("cache %s: %zu deletions found by the relist at rv %llu share that rv: the "
+                  "upstream's rvs left no room between %llu and it",
+                  r->d.resource, crowded, (unsigned long long)r->list_rv,
+                  (unsigned long long)from_rv);
+}
+
+#define DIFF_DIVERGED 1 /* finish_diff: the cache's history is not the upstream's */
+
+/* Record the relist's differences as events, in rv order, in one transaction.
+ * Returns 0, DIFF_DIVERGED or an error. */
 static int
 finish_diff(struct refl *r)
 {
@@ -514,14 +713,25 @@ finish_diff(struct refl *r)
     store_rtxn_end(t);
     if (rc)
         return rc;
-    /* History only moves forward: an object changed at an rv the cache had
-     * already passed cannot be placed there; it is recorded at the list's rv. */
+    /* An object the list has at an rv the cache had already passed, other
+     * than the cache has it (a restored etcd, an event the cache never got):
+     * that change cannot be told to watchers in rv order, and the cache's
+     * history is not the upstream's. Start over from a fresh list. */
+    if (r->list_rv < info.rv) {
+        log_warnx("cache %s: the upstream listed at rv %llu, behind the cache's rv %llu",
+                  r->d.resource, (unsigned long long)r->list_rv, (unsigned long long)info.rv);
+        return DIFF_DIVERGED;
+    }
     for (size_t i = 0; i < r->ndiff; i++) {
-        if (r->dpend[i].rv <= info.rv) {
-            r->dpend[i].obj_rv = r->dpend[i].rv;
-            r->dpend[i].rv = r->list_rv;
+        if (r->dpend[i].type != STORE_DELETED && r->dpend[i].rv <= info.rv) {
+            log_warnx("cache %s: the upstream has %.*s at rv %llu, which the cache passed (rv "
+                      "%llu) with another state of it",
+                      r->d.resource, (int)r->dpend[i].key_len, r->dpend[i].key,
+                      (unsigned long long)r->dpend[i].rv, (unsigned long long)info.rv);
+            return DIFF_DIVERGED;
         }
     }
+    place_deletions(r, info.rv);
     if (r->ndiff > 1) /* qsort(NULL, 0, ...) is undefined */
         qsort(r->dpend, r->ndiff, sizeof(*r->dpend), cmp_pend_rv);
     ingest_commit(r->ing); /* keep order with anything already pending */
@@ -652,6 +862,7 @@ on_list_done(void *arg, int err, const char *msg)
     if (rc) {
         snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
         free(next);
+        store_failed(r, rc);
         backoff(r, why);
         return;
     }
@@ -668,9 +879,19 @@ on_list_done(void *arg, int err, const char *msg)
         return;
     }
     /* The list is complete. */
-    if (r->diff && (rc = finish_diff(r)) != 0) {
+    if (r->diff && (rc = finish_diff(r)) == DIFF_DIVERGED) {
+        log_warnx("cache %s: its history does not match the upstream's: starting over from a "
+                  "fresh list (its watchers end and resume from the upstream)",
+                  r->d.resource);
+        diff_reset(r);
+        r->synced = false; /* not served until the new list is complete */
+        start_list(r, false);
+        return;
+    }
+    if (r->diff && rc != 0) {
         snprintf(why, sizeof(why), "recording the relist of %s: %s", r->d.path, kwc_strerror(rc));
         diff_reset(r);
+        store_failed(r, rc);
         backoff(r, why);
         return;
     }
@@ -691,6 +912,8 @@ on_list_done(void *arg, int err, const char *msg)
     r->synced = true;
     r->diff = false;
     r->backoff_ms = 0;
+    heard(r);
+    set_in(r, OUT_DAMAGED); /* rebuilt */
     if (r->ing->on_commit)
         r->ing->on_commit(r->ing->on_commit_arg);
     start_watch(r);
@@ -741,6 +964,8 @@ on_watch_data(void *arg, const char *data, size_t n)
     const char *line;
     size_t ll;
     int rc;
+    if (r->backoff_ms && secs_since(&r->watch_t0) >= HEALTHY_S)
+        r->backoff_ms = 0; /* healthy: the next drop retries at once */
     while ((rc = wframe_next(&r->wf, &data, &n, &line, &ll)) == 1) {
         struct wevent ev;
         char err[256] = "";
@@ -767,6 +992,7 @@ on_watch_data(void *arg, const char *data, size_t n)
             push_event(r, t, &d);
             decoded_fini(&d);
             r->events_in++;
+            heard(r);
             break;
         }
         case WEVENT_BOOKMARK: {
@@ -776,6 +1002,7 @@ on_watch_data(void *arg, const char *data, size_t n)
             p->rv = ev.rv;
             if (ev.rv > r->rv)
                 r->rv = ev.rv;
+            heard(r);
             break;
         }
         case WEVENT_ERROR:
@@ -819,7 +1046,7 @@ on_watch_done(void *arg, int err, const char *msg)
         return;
     }
     /* A clean end (timeoutSeconds): watch again from where we are. */
-    if (secs_since(&r->watch_t0) > 30)
+    if (secs_since(&r->watch_t0) >= HEALTHY_S)
         r->backoff_ms = 0;
     step(r, r->backoff_ms ? r->backoff_ms : 0);
 }
@@ -844,6 +1071,59 @@ start_watch(struct refl *r)
 }
 
 /* ---- driving ---- */
+bool store_res_damaged(struct store_res *r, char *key, size_t keylen); /* TODO(merge wt-crc) */
+__attribute__((weak)) bool
+store_res_damaged(struct store_res *r, char *key, size_t keylen)
+{
+    return false;
+}
+
+/* A small write of r's meta: does the disk take writes again? */
+static void
+probe_write(struct refl *r)
+{
+    clock_gettime(CLOCK_MONOTONIC, &r->last_probe);
+    struct store_wtxn *w;
+    int rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w);
+    if (rc == 0 && (rc = store_wtxn_rv(w, r->d.sres, 0)) == 0)
+        rc = store_wtxn_commit(w);
+    else if (rc == 0)
+        store_wtxn_abort(w);
+    if (rc != 0)
+        return;
+    set_in(r, OUT_WRITE);
+    if (!r->x && evtimer_pending(r->timer, NULL)) {
+        r->backoff_ms = 0;
+        step(r, 0); /* resume the watch now, not at the end of the backoff */
+    }
+}
+
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct refl *r = arg;
+    char key[256];
+    if (r->synced && r->out != OUT_DAMAGED && store_res_damaged(r->d.sres, key, sizeof(key))) {
+        set_out(r, OUT_DAMAGED, "a stored value failed its checksum (%s); rebuilding it from a "
+                                "fresh list",
+                key);
+        up_xfer_cancel(r->x);
+        r->x = NULL;
+        evtimer_del(r->timer);
+        free(r->cont);
+        r->cont = NULL;
+        r->backoff_ms = 0;
+        start_list(r, false);
+        return;
+    }
+    if (r->out == OUT_WRITE && secs_since(&r->last_probe) * 1000 >= PROBE_MS)
+        probe_write(r);
+    unsigned max = r->ing->max_staleness;
+    if (max && r->synced && r->out == OUT_NONE && secs_since(&r->last_heard) > max)
+        set_out(r, OUT_STALE,
+                "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %u)",
+                secs_since(&r->last_heard), max);
+}
 
 static void
 on_step(evutil_socket_t fd, short what, void *arg)
@@ -937,6 +1217,8 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     }
     r->body = evbuffer_new();
     r->timer = evtimer_new(base, on_step, r);
+    r->tick = event_new(base, -1, EV_PERSIST, on_tick, r);
+    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
     wframe_init(&r->wf, 0);
     *out = r;
     return 0;
@@ -964,6 +1246,9 @@ refl_start(struct refl *r)
         r->d.kind = xstrndup(info.list_kind, kl - 4);
     }
     r->state = R_DISCOVER;
+    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
+    struct timeval tick = {0, TICK_MS * 1000};
+    event_add(r->tick, &tick);
     step(r, 0);
 }
 
@@ -976,6 +1261,8 @@ refl_free(struct refl *r)
     up_xfer_cancel(r->x);
     if (r->timer)
         event_free(r->timer);
+    if (r->tick)
+        event_free(r->tick);
     if (r->body)
         evbuffer_free(r->body);
     wframe_fini(&r->wf);
@@ -1001,6 +1288,12 @@ refl_synced(const struct refl *r)
     return r->synced;
 }
 
+bool
+refl_serving(const struct refl *r)
+{
+    return r->synced && r->out == OUT_NONE;
+}
+
 const struct refl_desc *
 refl_desc(const struct refl *r)
 {
@@ -1011,9 +1304,13 @@ void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching"};
-    snprintf(buf, len, "%s: %s, %s, rv %llu, %llu events in", r->d.api_version[0] ? r->d.path : "",
-             r->synced ? "synced" : "not synced", states[r->state], (unsigned long long)r->rv,
-             (unsigned long long)r->events_in);
+    int n = snprintf(buf, len, "%s: %s, %s, rv %llu, %llu events in, last upstream event or "
+                               "bookmark %.0f s ago",
+                     r->d.api_version[0] ? r->d.path : "", r->synced ? "synced" : "not synced",
+                     states[r->state], (unsigned long long)r->rv, (unsigned long long)r->events_in,
+                     secs_since(&r->last_heard));
+    if (r->out != OUT_NONE && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", out of service: %s", r->out_why);
 }
 
 bool

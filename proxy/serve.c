@@ -551,7 +551,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
         return false;
     int ri = refl_find(s->refls, s->nrefls, r);
     struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
-    if (!rf || !refl_synced(rf))
+    if (!rf || !refl_serving(rf))
         return false;
     const struct refl_desc *d = refl_desc(rf);
     bool list = r->verb == ROUTE_LIST;

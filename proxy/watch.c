@@ -858,6 +858,31 @@ publish(struct watch_pool *p, struct pres *pr)
 }
 
 void
+watch_out_of_service(struct watch_pool *p, const struct refl *r)
+{
+    for (size_t i = 0; i < p->nres; i++) {
+        struct pres *pr = &p->res[i];
+        if (pr->rf != r || !pr->hr)
+            continue;
+        /* a gap batch at the rv already posted: every watcher ends (clean) */
+        struct hub_batch *b;
+        if (hub_batch_build(p->st, pr->hr, pr->posted_rv, pr->posted_rv, false, &b) != 0)
+            return;
+        b->gap = true;
+        for (unsigned w = 0; w < p->nw; w++) {
+            if (atomic_load(&pr->count[w]) == 0)
+                continue;
+            struct msg *m = xcalloc(1, sizeof(*m));
+            m->type = WMSG_BATCH;
+            hub_batch_ref(b);
+            m->batch = b;
+            post(&p->w[w], m);
+        }
+        hub_batch_unref(b);
+    }
+}
+
+void
 watch_committed(void *arg)
 {
     struct watch_pool *p = arg;
@@ -923,7 +948,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         strcmp(hreq_method(req), "GET") != 0)
         return WATCH_NOT_TAKEN;
     struct pres *pr = find_res(p, r);
-    if (!pr || !refl_synced(pr->rf))
+    if (!pr || !refl_serving(pr->rf))
         return WATCH_NOT_TAKEN;
     const struct refl_desc *d = refl_desc(pr->rf);
     if (!d->namespaced && r->namespace_)
@@ -946,7 +971,11 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     struct decide_result dec;
     decide_watch(&dq, &dc, &dec);
     free(sel_err);
-    if (dec.action == DECIDE_PASS_THROUGH ||
+    /* Below the history floor (kwc started or rebuilt after the client's
+     * rv): the upstream may still hold those events, as kube's own window
+     * does; it answers, and sends the 410 itself if it has them not either. */
+    bool below_floor = dec.action == DECIDE_SERVE_WATCH && !dec.initial && dec.rv < floor;
+    if (dec.action == DECIDE_PASS_THROUGH || below_floor ||
         (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         decide_result_fini(&dec);
         sel_free(sel);

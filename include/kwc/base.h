@@ -26,7 +26,8 @@
     X(KWC_EEXPIRED, 7, "resource version is older than the kept history")                          \
     X(KWC_ESTORE, 8, "cache storage error")                                                        \
     X(KWC_ECORRUPT, 9, "the cache's data is damaged (checksum or structure)")                      \
-    X(KWC_EFORMAT, 10, "the cache's data was written by another kwc format")
+    X(KWC_EFORMAT, 10, "the cache's data was written by another kwc format")                      \
+    X(KWC_EMAPFULL, 11, "the cache reached its map size")
 
 enum kwc_err {
 #define KWC_ERR_ENUM(name, n, text) name = -(KWC_ERRBASE + (n)),

@@ -54,11 +54,27 @@ int refl_find(struct refl *const *refls, size_t n, const struct route_req *r);
 struct sel;
 bool refl_serves_fields(const struct refl_desc *d, const struct sel *sel);
 
+/* What the reflectors of one loop share beyond the store. */
+struct refl_ingest_options {
+    const char *data_dir;    /* for messages (statvfs of a failed write) */
+    uint64_t map_size;       /* --cache-map-size, for messages */
+    unsigned max_staleness;  /* seconds without an upstream event or bookmark
+                                before a cache leaves service; 0: never */
+};
+
 /* Shared by all reflectors of one loop: the batched store writer. */
-int refl_ingest_new(struct event_base *base, struct store *st, struct refl_ingest **out);
+int refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ingest_options *o,
+                    struct refl_ingest **out);
 void refl_ingest_free(struct refl_ingest *ing);
 /* Call cb after every successful commit (the store's rv may have moved). */
 void refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg);
+/* Call cb when a cache leaves service (serving false) or comes back. A cache
+ * leaves service when a write fails (disk full, I/O error, map full), when a
+ * stored value fails its checksum (it then rebuilds from a fresh list), or
+ * when it is stale (--max-staleness); its requests pass through meanwhile and
+ * its watchers should be ended so that they resume from the upstream. */
+void refl_ingest_on_service(struct refl_ingest *ing,
+                            void (*cb)(void *arg, const struct refl *r, bool serving), void *arg);
 
 /* Parse "g/v/r" or "v/r" (core) into a new reflector (not started). Returns 0
  * or KWC_ECONFIG with a message for a person in err. */
@@ -68,9 +84,12 @@ void refl_start(struct refl *r);
 void refl_free(struct refl *r);
 
 bool refl_synced(const struct refl *r);
+/* Synced and in service: the cache may answer r's requests. */
+bool refl_serving(const struct refl *r);
 /* Valid while r lives; NULL fields until discovery succeeded. */
 const struct refl_desc *refl_desc(const struct refl *r);
-/* "pods: synced, 2000 objects, rv 4711" etc. into buf. */
+/* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream
+ * event or bookmark 3 s ago" (and ", out of service: WHY") into buf. */
 void refl_status(const struct refl *r, char *buf, size_t len);
 
 #endif

@@ -63,6 +63,9 @@ enum watch_took watch_take(struct watch_pool *p, struct hreq *req, const struct 
 
 /* The store committed (refl_ingest_on_commit): hand new events to the workers. */
 void watch_committed(void *p);
+/* The cache of r left service (refl_ingest_on_service): end its streams
+ * cleanly, so their clients resume from the upstream while it is out. */
+void watch_out_of_service(struct watch_pool *p, const struct refl *r);
 
 struct watch_stats {
     unsigned long long watchers, live, lagging, delivered, bookmarks, started, ended, batches;
