@@ -156,11 +156,14 @@ readyz(struct front *f, struct hreq *req, bool verbose)
         char st[256];
         refl_status(f->refls[i], st, sizeof(st));
         bool ok = refl_serving(f->refls[i]);
+        const char *out = refl_out_why(f->refls[i]);
         ready &= ok;
-        evbuffer_add_printf(b, "[%c]cache %s %s\n", ok ? '+' : '-', st,
-                            ok                          ? "ok"
-                            : refl_synced(f->refls[i]) ? "failed: out of service"
-                                                        : "failed: not synced");
+        if (ok)
+            evbuffer_add_printf(b, "[+]cache %s ok\n", st);
+        else if (out)
+            evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
+        else
+            evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
     }
     evbuffer_add_printf(b, "readyz check %s\n", ready ? "passed" : "failed");
     size_t n = evbuffer_get_length(b);

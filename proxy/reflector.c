@@ -11,9 +11,9 @@
  *
  * Service: a synced cache answers requests unless it is out of service:
  *   write   a commit failed (disk full, I/O error, map full): the events are
- *           dropped, the watch resumes from the store's rv, and every second
- *           a small write probes the disk; the first commit that succeeds
- *           brings the cache back.
+ *           dropped and the watch resumes from the store's rv after a
+ *           backoff, or at once when free space on the data dir grows; the
+ *           first commit of its events that succeeds brings the cache back.
  *   damaged a stored value failed its checksum (store_res_damaged): the cache
  *           starts over from a fresh list and is back when it completes.
  *   stale   --max-staleness passed without an upstream event or bookmark;
@@ -58,7 +58,6 @@
 #define BACKOFF_MAX_MS 30000   /* the cap on any retry delay, jitter included */
 #define HEALTHY_S 10.0         /* a watch open this long resets the backoff */
 #define TICK_MS 250            /* damage and staleness checks; write probes */
-#define PROBE_MS 1000          /* a write probe while out of service for a write */
 
 enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
 
@@ -125,12 +124,13 @@ struct refl {
     enum refl_out out;
     char out_why[512];
     struct timespec last_heard; /* the last upstream event or bookmark, or list end */
-    struct timespec last_probe;
+    uint64_t free_at_fail;      /* free bytes on the data dir when a write failed */
     struct event *tick;
 };
 
 static void step(struct refl *r, int delay_ms);
 static void backoff(struct refl *r, const char *why);
+static uint64_t free_bytes(const struct refl_ingest *ing);
 static void set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_in(struct refl *r, enum refl_out out);
@@ -195,6 +195,7 @@ static void
 write_failed(struct refl *r, const char *why)
 {
     set_out(r, OUT_WRITE, "%s", why);
+    r->free_at_fail = free_bytes(r->ing);
     if (r->state == R_WATCH && r->x) {
         up_xfer_cancel(r->x);
         r->x = NULL;
@@ -212,6 +213,7 @@ store_failed(struct refl *r, int rc)
         char why[512];
         write_cause(r->ing, rc, why, sizeof(why));
         set_out(r, OUT_WRITE, "%s", why);
+        r->free_at_fail = free_bytes(r->ing);
     }
 }
 
@@ -1078,24 +1080,29 @@ store_res_damaged(struct store_res *r, char *key, size_t keylen)
     return false;
 }
 
-/* A small write of r's meta: does the disk take writes again? */
-static void
-probe_write(struct refl *r)
+/* Free bytes for unprivileged writers on the data dir's filesystem. */
+static uint64_t
+free_bytes(const struct refl_ingest *ing)
 {
-    clock_gettime(CLOCK_MONOTONIC, &r->last_probe);
-    struct store_wtxn *w;
-    int rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w);
-    if (rc == 0 && (rc = store_wtxn_rv(w, r->d.sres, 0)) == 0)
-        rc = store_wtxn_commit(w);
-    else if (rc == 0)
-        store_wtxn_abort(w);
-    if (rc != 0)
+    struct statvfs sv;
+    return statvfs(ing->data_dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : 0;
+}
+
+/* Out for a write: once space has come back, retry now rather than at the
+ * end of the backoff. Only a commit of r's events brings it back (LMDB
+ * reuses freed pages, so a small write can succeed on a full disk). */
+static void
+retry_write(struct refl *r)
+{
+    if (r->x || !evtimer_pending(r->timer, NULL))
         return;
-    set_in(r, OUT_WRITE);
-    if (!r->x && evtimer_pending(r->timer, NULL)) {
-        r->backoff_ms = 0;
-        step(r, 0); /* resume the watch now, not at the end of the backoff */
-    }
+    if (free_bytes(r->ing) < r->free_at_fail + ((uint64_t)1 << 20))
+        return;
+    log_info("cache %s: space is back in %s; resuming the watch", r->d.resource, r->ing->data_dir);
+    r->free_at_fail = free_bytes(r->ing);
+    r->backoff_ms = 0;
+    evtimer_del(r->timer);
+    step(r, 0);
 }
 
 static void
@@ -1116,8 +1123,8 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         start_list(r, false);
         return;
     }
-    if (r->out == OUT_WRITE && secs_since(&r->last_probe) * 1000 >= PROBE_MS)
-        probe_write(r);
+    if (r->out == OUT_WRITE)
+        retry_write(r);
     unsigned max = r->ing->max_staleness;
     if (max && r->synced && r->out == OUT_NONE && secs_since(&r->last_heard) > max)
         set_out(r, OUT_STALE,
@@ -1304,13 +1311,17 @@ void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching"};
-    int n = snprintf(buf, len, "%s: %s, %s, rv %llu, %llu events in, last upstream event or "
-                               "bookmark %.0f s ago",
-                     r->d.api_version[0] ? r->d.path : "", r->synced ? "synced" : "not synced",
-                     states[r->state], (unsigned long long)r->rv, (unsigned long long)r->events_in,
-                     secs_since(&r->last_heard));
-    if (r->out != OUT_NONE && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", out of service: %s", r->out_why);
+    snprintf(buf, len,
+             "%s: %s, %s, rv %llu, %llu events in, last upstream event or bookmark %.0f s ago",
+             r->d.api_version[0] ? r->d.path : "", r->synced ? "synced" : "not synced",
+             states[r->state], (unsigned long long)r->rv, (unsigned long long)r->events_in,
+             secs_since(&r->last_heard));
+}
+
+const char *
+refl_out_why(const struct refl *r)
+{
+    return r->out == OUT_NONE ? NULL : r->out_why;
 }
 
 bool

@@ -79,6 +79,7 @@ struct sreq {
     char *end;   /* last key of a limited page, inclusive; NULL: to the end */
     size_t end_len;
     bool any_item, started, done;
+    int failed; /* a read failed before the answer started: pass it on */
     struct evbuffer *chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
@@ -180,6 +181,21 @@ matches(struct sreq *sr, const struct store_obj *o)
     return sel_matches(sr->sel, &sr->iv.labels, &sr->iv.fields);
 }
 
+/* Reading the cache failed before anything was sent (a damaged value, a
+ * store error): the upstream answers this one. A checksum mismatch has also
+ * marked the resource damaged; its reflector takes it out of service. */
+static void
+read_failed(struct sreq *sr, int rc)
+{
+    struct serve *s = sr->s;
+    log_warnx("cache %s: %s: reading the cache failed: %s; asking the upstream", sr->d->resource,
+              hreq_target(sr->req, NULL), kwc_strerror(rc));
+    s->stats.errors++;
+    struct hreq *req = sr->req;
+    sreq_release(sr);
+    pt_forward_read(req, s->o.up, s->o.pt);
+}
+
 static void
 fail_stream(struct sreq *sr, int rc)
 {
@@ -200,6 +216,11 @@ serve_get(struct sreq *sr)
     int rc = store_rtxn_begin(s->st, &t);
     if (rc == 0)
         rc = store_get(t, sr->d->sres, sr->key, strlen(sr->key), &o);
+    if (rc != 0 && rc != KWC_ENOTFOUND) {
+        store_rtxn_end(t);
+        read_failed(sr, rc);
+        return;
+    }
     common_headers(sr);
     s->stats.gets++;
     if (rc == 0) {
@@ -211,21 +232,16 @@ serve_get(struct sreq *sr)
         return;
     }
     store_rtxn_end(t);
-    if (rc == KWC_ENOTFOUND) {
-        /* errors.NewNotFound(qualifiedResource, name) */
-        const struct refl_desc *d = sr->d;
-        char *msg = d->group[0] ? xasprintf("%s.%s \"%s\" not found", d->resource, d->group, sr->name)
-                                : xasprintf("%s \"%s\" not found", d->resource, sr->name);
-        struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
-                                     .kind = d->resource};
-        char *body = status_failure_json(404, "NotFound", msg, &det);
-        respond_status_body(sr->req, 404, body, 0);
-        free(body);
-        free(msg);
-        return;
-    }
-    s->stats.errors++;
-    respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+    /* errors.NewNotFound(qualifiedResource, name) */
+    const struct refl_desc *d = sr->d;
+    char *msg = d->group[0] ? xasprintf("%s.%s \"%s\" not found", d->resource, d->group, sr->name)
+                            : xasprintf("%s \"%s\" not found", d->resource, sr->name);
+    struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
+                                 .kind = d->resource};
+    char *body = status_failure_json(404, "NotFound", msg, &det);
+    respond_status_body(sr->req, 404, body, 0);
+    free(body);
+    free(msg);
 }
 
 /* ---- list ---- */
@@ -362,8 +378,7 @@ fill(struct sreq *sr)
     if (rc) {
         if (!sr->started) {
             sr->done = true;
-            sr->s->stats.errors++;
-            respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+            sr->failed = rc; /* pump hands it upstream: sr goes with it */
             return;
         }
         fail_stream(sr, rc);
@@ -399,6 +414,10 @@ pump(struct sreq *sr)
     if (sr->done)
         return;
     fill(sr);
+    if (sr->failed) {
+        read_failed(sr, sr->failed);
+        return;
+    }
     if (sr->done)
         return;
     if (hresp_queued(sr->req) < sr->s->o.max_buffer)
@@ -427,8 +446,7 @@ serve_list(struct sreq *sr)
     s->stats.lists++;
     int rc = 0;
     if (sr->dec.limit > 0 && (rc = plan_page(sr)) != 0) {
-        s->stats.errors++;
-        respond_status(sr->req, 500, "", "kwc: reading the cache failed", 0);
+        read_failed(sr, rc);
         return;
     }
     size_t n;

@@ -86,10 +86,13 @@ void refl_free(struct refl *r);
 bool refl_synced(const struct refl *r);
 /* Synced and in service: the cache may answer r's requests. */
 bool refl_serving(const struct refl *r);
+/* Why the cache is out of service ("no space left on device in DIR: ..."),
+ * NULL when it is not. Valid until the reflector's next step. */
+const char *refl_out_why(const struct refl *r);
 /* Valid while r lives; NULL fields until discovery succeeded. */
 const struct refl_desc *refl_desc(const struct refl *r);
 /* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream
- * event or bookmark 3 s ago" (and ", out of service: WHY") into buf. */
+ * event or bookmark 3 s ago" into buf. */
 void refl_status(const struct refl *r, char *buf, size_t len);
 
 #endif
