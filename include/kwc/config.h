@@ -23,20 +23,20 @@
       "API server to front, e.g. http://127.0.0.1:8080 (or use --kubeconfig)")                     \
     X("kubeconfig", kubeconfig, STR, NULL, "FILE",                                                 \
       "kubeconfig with the upstream server and credentials")                                       \
-    X("context", context, STR, NULL, "NAME", "kubeconfig context (default: current-context)")     \
+    X("context", context, STR, NULL, "NAME", "kubeconfig context (default: current-context)")      \
     X("listen", listen, STR, "127.0.0.1:8001", "HOST:PORT",                                        \
       "address to serve on: IP:PORT, [IPV6]:PORT, :PORT (every address) or NAME:PORT (each "       \
       "address the name resolves to); port 0 picks one")                                           \
     X("data-dir", data_dir, STR, NULL, "DIR", "directory for the LMDB cache (created if missing)") \
     X("resources", resources, STR, NULL, "LIST",                                                   \
       "comma-separated group/version/resource to cache (default: common kinds)")                   \
-    X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")         \
-    X("log-level", log_level_s, STR, "info", "LEVEL", "debug, info, warn or error")               \
-    X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")      \
+    X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")          \
+    X("log-level", log_level_s, STR, "info", "LEVEL", "debug, info, warn or error")                \
+    X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")       \
     X("upstream-connect-timeout", upstream_connect_timeout, INT, "5", "SECONDS",                   \
       "time allowed to connect to the upstream")                                                   \
     X("upstream-timeout", upstream_timeout, INT, "60", "SECONDS",                                  \
-      "time allowed for the upstream's response headers (0: none)")                               \
+      "time allowed for the upstream's response headers (0: none)")                                \
     X("insecure-allow-remote", insecure_allow_remote, BOOL, "false", "",                           \
       "serve on a non-loopback address although kwc has no client authentication yet, "            \
       "TLS or not (unsafe)")                                                                       \
@@ -61,37 +61,37 @@
     X("client-ca-file", client_ca_file, STR, NULL, "FILE",                                         \
       "verify client certificates presented against these PEM CAs (needs TLS)")                    \
     X("max-response-buffer", max_response_buffer, INT, "1048576", "BYTES",                         \
-      "bytes buffered per client before reading from the upstream pauses")                        \
+      "bytes buffered per client before reading from the upstream pauses")                         \
     X("max-request-buffer", max_request_buffer, INT, "1048576", "BYTES",                           \
-      "request-body bytes buffered before reading from the client pauses")                        \
+      "request-body bytes buffered before reading from the client pauses")                         \
     X("cache-map-size", cache_map_size, INT, "68719476736", "BYTES",                               \
-      "address space reserved for the LMDB cache; the largest it can grow")                       \
+      "address space reserved for the LMDB cache; the largest it can grow")                        \
     X("too-large-rv", too_large_rv, STR, "pass", "pass|504",                                       \
-      "a list/get rv the cache has not reached after the wait: pass it upstream or answer 504")   \
+      "a list/get rv the cache has not reached after the wait: pass it upstream or answer 504")    \
     X("rv-wait-ms", rv_wait_ms, INT, "3000", "MS",                                                 \
-      "how long a list/get waits for the cache to reach its resourceVersion")                     \
+      "how long a list/get waits for the cache to reach its resourceVersion")                      \
     X("max-list-buffer", max_list_buffer, INT, "262144", "BYTES",                                  \
-      "bytes of a cached list queued per client before kwc waits for it to read")                 \
+      "bytes of a cached list queued per client before kwc waits for it to read")                  \
     X("watch-workers", watch_workers, INT, "0", "N",                                               \
-      "threads serving watch streams (0: one per CPU)")                                           \
+      "threads serving watch streams (0: one per CPU)")                                            \
     X("watch-budget", watch_budget, INT, "262144", "BYTES",                                        \
-      "bytes queued per watcher before it stops getting live events and catches up from disk")    \
+      "bytes queued per watcher before it stops getting live events and catches up from disk")     \
     X("watch-window", watch_window, INT, "67108864", "BYTES",                                      \
-      "recent events kept in memory per watched resource; lagging watchers inside it catch up "   \
-      "without reading LMDB")                                                                     \
+      "recent events kept in memory per watched resource; lagging watchers inside it catch up "    \
+      "without reading LMDB")                                                                      \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
-      "how often watchers that allow bookmarks get one")                                          \
+      "how often watchers that allow bookmarks get one")                                           \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \
-      "events kept per resource for watch resumes and exact reads (oldest dropped first)")        \
+      "events kept per resource for watch resumes and exact reads (oldest dropped first)")         \
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
       "bytes of history kept per resource")                                                        \
     X("history-max-age", history_max_age, INT, "3600", "SECONDS",                                  \
-      "age of the oldest history event kept")                                                     \
-    X("on-corrupt-cache", on_corrupt_cache, STR, "rebuild", "rebuild|move-aside|fail",            \
-      "a damaged --data-dir at start: wipe it, keep it as data.mdb.corrupt-TIME, or exit 2; "     \
-      "the first two rebuild from the upstream")                                                  \
+      "age of the oldest history event kept")                                                      \
+    X("on-corrupt-cache", on_corrupt_cache, STR, "rebuild", "POLICY",                              \
+      "a damaged --data-dir at start: rebuild (wipe it), move-aside (keep it as "                  \
+      "data.mdb.corrupt-TIME) or fail (exit 2); the first two list again from the upstream")       \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
-      "a cache whose upstream watch sent no event or bookmark for this long leaves service "      \
+      "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
       "(its requests pass through) until one arrives; 0: never")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
@@ -100,7 +100,8 @@ struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;
 #define CFG_FIELD_INT(flag, field, type, def, meta, help) long field;
 #define CFG_FIELD_BOOL(flag, field, type, def, meta, help) bool field;
-#define CFG_FIELD(flag, field, type, def, meta, help) CFG_FIELD_##type(flag, field, type, def, meta, help)
+#define CFG_FIELD(flag, field, type, def, meta, help)                                              \
+    CFG_FIELD_##type(flag, field, type, def, meta, help)
     CFG_OPTIONS(CFG_FIELD)
 #undef CFG_FIELD
 #undef CFG_FIELD_STR
