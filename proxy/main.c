@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
@@ -118,6 +120,11 @@ main(int argc, char **argv)
         return 2;
     }
     log_set_level(cfg.log_level);
+    /* rand() jitters upstream retries: kwc replicas must not retry in step */
+    unsigned seed;
+    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+        seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+    srand(seed);
 
     struct kcfg *k = NULL;
     if ((rc = load_upstream(&cfg, &k, err, sizeof(err))) != 0) {
