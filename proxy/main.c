@@ -17,6 +17,7 @@
 
 #include "kwc/base.h"
 #include "kwc/config.h"
+#include "kwc/datadir.h"
 #include "kwc/front.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
@@ -132,12 +133,6 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
-    if (mkdir(cfg.data_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "kwc: --data-dir %s: %s\n", cfg.data_dir, strerror(errno));
-        kcfg_free(k);
-        cfg_fini(&cfg);
-        return 2;
-    }
     signal(SIGPIPE, SIG_IGN);
 
     struct event_base *base = event_base_new();
@@ -149,6 +144,7 @@ main(int argc, char **argv)
     struct up_client *up = NULL;
     struct front *front = NULL;
     struct store *st = NULL;
+    struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
     struct refl **refls = NULL;
     size_t nrefls = 0;
@@ -164,15 +160,13 @@ main(int argc, char **argv)
     so.history_max_events = (uint64_t)cfg.history_max_events;
     so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
     so.history_max_age = (uint64_t)cfg.history_max_age;
-    if ((rc = store_open(cfg.data_dir, &so, &st)) != 0) {
-        fprintf(stderr, "kwc: --data-dir %s: cannot open the cache: %s%s\n", cfg.data_dir,
-                kwc_strerror(rc),
-                rc == -EINVAL || rc == -ENOMEM
-                    ? " (the address space for --cache-map-size may be unavailable: lower it)"
-                    : "");
+    if ((rc = datadir_open(cfg.data_dir, &so, datadir_policy(cfg.on_corrupt_cache), &dd, err,
+                           sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2;
         goto out;
     }
+    st = dd.st;
     struct refl_ingest_options io = {.data_dir = cfg.data_dir,
                                      .map_size = (uint64_t)cfg.cache_map_size,
                                      .max_staleness = (unsigned)cfg.max_staleness};
@@ -227,7 +221,7 @@ out:
         refl_free(refls[i]);
     free(refls);
     up_client_free(up);
-    store_close(st);
+    datadir_close(&dd); /* the store, then the lock */
     event_base_free(base);
     kcfg_free(k);
     cfg_fini(&cfg);
