@@ -6,9 +6,14 @@
  *   object:  u32 crc | u32 idx_len | u64 rv | idx | raw
  *            crc = CRC-32C of the object key, then every value byte after crc
  *   history: key = u64 rv (big-endian) | u32 seq (big-endian), so keys sort by rv
- *            value = struct hist_head | key | idx | obj | prev_idx | prev
+ *            value = struct hist_head | key | obj | prev
  *            hist_head.crc (its first field) = CRC-32C of the 12 key bytes, then
- *            every value byte after crc
+ *            the rest of the head and the object key; obj and prev are object
+ *            values (layout and crc as above, over the same key): obj as it
+ *            is put in objects, prev (when has_prev) the stored value copied
+ *            verbatim after its crc was checked. So an event computes one
+ *            object crc (and a small head crc), not two: the history entry
+ *            reuses the checksums of the values it carries.
  *   meta:    key = resource name -> struct meta_rec; version first (in every
  *            format, so an older one is told apart: KWC_EFORMAT), then crc =
  *            CRC-32C of the resource name, then every byte after crc
@@ -71,15 +76,14 @@ struct meta_rec {
 _Static_assert(sizeof(struct meta_rec) == 584, "meta_rec has no padding");
 
 struct hist_head {
-    uint32_t crc; /* over the history key, then every value byte after this field */
+    uint32_t crc; /* over the history key, the rest of the head, the object key */
     uint8_t type;
     uint8_t has_prev;
     uint16_t key_len;
-    uint32_t idx_len, obj_len, prev_idx_len, prev_len;
+    uint32_t obj_len, prev_len; /* bytes of the obj and prev object values */
     uint64_t time;
-    uint64_t prev_rv;
 };
-_Static_assert(sizeof(struct hist_head) == 40, "hist_head has no padding");
+_Static_assert(sizeof(struct hist_head) == 24, "hist_head has no padding");
 
 struct store_res {
     struct store *s;
@@ -365,68 +369,67 @@ hist_key_rv(const MDB_val *k)
     return rv;
 }
 
+/* The head crc: history key, then the head after crc and the object key
+ * (contiguous in the value). */
 static uint32_t
-hist_crc(const void *hk, const char *v, size_t vl)
+hist_crc(const void *hk, const char *v, size_t key_len)
 {
-    return crc32c(crc32c(0, hk, HIST_KEY), v + 4, vl - 4);
+    return crc32c(crc32c(0, hk, HIST_KEY), v + 4, sizeof(struct hist_head) - 4 + key_len);
 }
 
-/* Check a history value's layout (and crc) and point h into it. 0 or KWC_ECORRUPT. */
+/* Check a history value's head: its layout and (checksums on) its crc. Enough
+ * for trim, which reads only the time. 0 or KWC_ECORRUPT. */
+static int
+hist_head_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct hist_head *hh)
+{
+    if (k->mv_size != HIST_KEY || v->mv_size < sizeof(*hh))
+        return KWC_ECORRUPT;
+    memcpy(hh, v->mv_data, sizeof(*hh));
+    uint64_t sum = sizeof(*hh) + (uint64_t)hh->key_len + hh->obj_len + hh->prev_len;
+    if (sum != v->mv_size || hh->key_len == 0 || hh->key_len > KEY_MAX || hh->type < STORE_ADDED ||
+        hh->type > STORE_DELETED || hh->has_prev > 1 || hh->obj_len < OBJ_HEAD ||
+        (hh->has_prev ? hh->prev_len < OBJ_HEAD : hh->prev_len != 0))
+        return KWC_ECORRUPT;
+    if (s->o.checksums && hh->crc != hist_crc(k->mv_data, v->mv_data, hh->key_len))
+        return KWC_ECORRUPT;
+    return 0;
+}
+
+/* Check a whole history value (head and both object values) and point h
+ * into it. 0 or KWC_ECORRUPT. */
 static int
 hist_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_hist *h)
 {
     struct hist_head hh;
-    if (k->mv_size != HIST_KEY || v->mv_size < sizeof(hh))
+    if (hist_head_check(s, k, v, &hh))
         return KWC_ECORRUPT;
-    const char *p = v->mv_data;
-    memcpy(&hh, p, sizeof(hh));
-    uint64_t sum =
-        sizeof(hh) + (uint64_t)hh.key_len + hh.idx_len + hh.obj_len + hh.prev_idx_len + hh.prev_len;
-    if (sum != v->mv_size || hh.key_len == 0 || hh.key_len > KEY_MAX || hh.type < STORE_ADDED ||
-        hh.type > STORE_DELETED || hh.has_prev > 1 ||
-        (!hh.has_prev && (hh.prev_idx_len || hh.prev_len)))
-        return KWC_ECORRUPT;
-    if (s->o.checksums && hh.crc != hist_crc(k->mv_data, p, v->mv_size))
-        return KWC_ECORRUPT;
-    p += sizeof(hh);
+    const char *p = (const char *)v->mv_data + sizeof(hh);
+    MDB_val key = {hh.key_len, (void *)(uintptr_t)p};
+    MDB_val ov = {hh.obj_len, (void *)(uintptr_t)(p + hh.key_len)};
+    MDB_val pv = {hh.prev_len, (void *)(uintptr_t)(p + hh.key_len + hh.obj_len)};
     memset(h, 0, sizeof(*h));
+    if (obj_check(s, &key, &ov, &h->obj) || (hh.has_prev && obj_check(s, &key, &pv, &h->prev)))
+        return KWC_ECORRUPT;
     h->type = (enum store_ev_type)hh.type;
     h->rv = hist_key_rv(k);
     h->time = hh.time;
-    h->obj.key = p;
-    h->obj.key_len = hh.key_len;
-    h->obj.rv = h->rv;
-    p += hh.key_len;
-    h->obj.idx = p;
-    h->obj.idx_len = hh.idx_len;
-    p += hh.idx_len;
-    h->obj.raw = p;
-    h->obj.raw_len = hh.obj_len;
-    p += hh.obj_len;
-    if (hh.has_prev) {
-        h->prev.key = h->obj.key;
-        h->prev.key_len = h->obj.key_len;
-        h->prev.rv = hh.prev_rv;
-        h->prev.idx = p;
-        h->prev.idx_len = hh.prev_idx_len;
-        p += hh.prev_idx_len;
-        h->prev.raw = p;
-        h->prev.raw_len = hh.prev_len;
-    }
+    h->obj.rv = h->rv; /* the event's rv (the value holds the object's own) */
     return 0;
+}
+
+static int
+hist_damaged(struct store_res *r, const MDB_val *k)
+{
+    char what[64];
+    int n = snprintf(what, sizeof(what), "history rv %llu",
+                     k->mv_size == HIST_KEY ? (unsigned long long)hist_key_rv(k) : 0ULL);
+    return mark_damaged(r, what, (size_t)n);
 }
 
 static int
 decode_hist(struct store_res *r, const MDB_val *k, const MDB_val *v, struct store_hist *h)
 {
-    int rc = hist_check(r->s, k, v, h);
-    if (rc) {
-        char what[64];
-        int n = snprintf(what, sizeof(what), "history rv %llu",
-                         k->mv_size == HIST_KEY ? (unsigned long long)hist_key_rv(k) : 0ULL);
-        return mark_damaged(r, what, (size_t)n);
-    }
-    return 0;
+    return hist_check(r->s, k, v, h) ? hist_damaged(r, k) : 0;
 }
 
 /* ---- meta ---- */
@@ -554,17 +557,16 @@ fidx_update(struct store_wtxn *w, struct store_res *r, const struct store_event 
     return rc;
 }
 
-static int
-put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
-        bool is_new)
+static size_t
+obj_value_len(const struct store_event *ev)
 {
-    MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key};
-    size_t vl = OBJ_HEAD + ev->idx_len + ev->obj_len;
-    MDB_val v = {vl, NULL};
-    int rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE);
-    if (rc)
-        return mdb_err(rc);
-    char *d = v.mv_data;
+    return OBJ_HEAD + ev->idx_len + ev->obj_len;
+}
+
+/* ev's object value, crc included, into d (obj_value_len bytes). */
+static void
+obj_value(const struct store_wtxn *w, const struct store_event *ev, char *d)
+{
     uint32_t il = (uint32_t)ev->idx_len;
     uint64_t orv = ev->obj_rv ? ev->obj_rv : ev->rv;
     memcpy(d + 4, &il, 4);
@@ -573,8 +575,26 @@ put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const str
         memcpy(d + OBJ_HEAD, ev->idx, ev->idx_len);
     if (ev->obj_len)
         memcpy(d + OBJ_HEAD + ev->idx_len, ev->obj, ev->obj_len);
+    size_t vl = obj_value_len(ev);
     uint32_t crc = w->s->o.checksums ? obj_crc(ev->key, ev->key_len, d, vl) : 0;
     memcpy(d, &crc, 4);
+}
+
+/* Put ev's object: built (its value, already in the history entry) copied,
+ * or made in place when NULL. */
+static int
+put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
+        bool is_new, const char *built)
+{
+    MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key};
+    MDB_val v = {obj_value_len(ev), NULL};
+    int rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE);
+    if (rc)
+        return mdb_err(rc);
+    if (built)
+        memcpy(v.mv_data, built, v.mv_size);
+    else
+        obj_value(w, ev, v.mv_data);
     if (is_new)
         m->objects++;
     return 0;
@@ -610,27 +630,20 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
         .type = (uint8_t)ev->type,
         .has_prev = has_prev,
         .key_len = (uint16_t)ev->key_len,
-        .idx_len = (uint32_t)ev->idx_len,
-        .obj_len = (uint32_t)ev->obj_len,
-        .prev_idx_len = has_prev ? (uint32_t)prev.idx_len : 0,
-        .prev_len = has_prev ? (uint32_t)prev.raw_len : 0,
-        .prev_rv = has_prev ? prev.rv : 0,
+        .obj_len = (uint32_t)obj_value_len(ev),
+        .prev_len = has_prev ? (uint32_t)cur.mv_size : 0,
         .time = w->now,
     };
-    size_t hl = sizeof(h) + ev->key_len + ev->idx_len + ev->obj_len + h.prev_idx_len + h.prev_len;
-    char *hv = scratch(w, hl), *p = hv;
+    if (h.prev_len != (has_prev ? cur.mv_size : 0))
+        return KWC_ETOOBIG;
+    size_t hl = sizeof(h) + ev->key_len + h.obj_len + h.prev_len;
+    char *hv = scratch(w, hl), *p = hv, *built;
     memcpy(p, &h, sizeof(h)), p += sizeof(h);
     memcpy(p, ev->key, ev->key_len), p += ev->key_len;
-    if (ev->idx_len)
-        memcpy(p, ev->idx, ev->idx_len), p += ev->idx_len;
-    if (ev->obj_len)
-        memcpy(p, ev->obj, ev->obj_len), p += ev->obj_len;
-    if (has_prev) {
-        if (prev.idx_len)
-            memcpy(p, prev.idx, prev.idx_len), p += prev.idx_len;
-        memcpy(p, prev.raw, prev.raw_len), p += prev.raw_len;
-    }
-    h.crc = w->s->o.checksums ? hist_crc(hk, hv, hl) : 0;
+    obj_value(w, ev, built = p), p += h.obj_len;
+    if (has_prev) /* checked above: its crc stays valid */
+        memcpy(p, cur.mv_data, cur.mv_size), p += cur.mv_size;
+    h.crc = w->s->o.checksums ? hist_crc(hk, hv, ev->key_len) : 0;
     memcpy(hv, &h.crc, sizeof(h.crc));
     /* prev is copied: from here on the map may change under it */
     if ((rc = fidx_update(w, r, ev, has_prev ? &prev : NULL, ev->type != STORE_DELETED)))
@@ -651,7 +664,7 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
                 return mdb_err(rc);
             m->objects--;
         }
-    } else if ((rc = put_obj(w, r, m, ev, !has_prev))) {
+    } else if ((rc = put_obj(w, r, m, ev, !has_prev, built))) {
         return rc;
     }
     if (ev->rv > m->rv)
@@ -676,7 +689,7 @@ store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_ev
         return rc;
     if ((rc = fidx_update(w, r, ev, is_new ? NULL : &prev, true)))
         return rc;
-    return put_obj(w, r, m, ev, is_new);
+    return put_obj(w, r, m, ev, is_new, NULL);
 }
 
 int
@@ -765,10 +778,12 @@ trim(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, uint64_t now
     MDB_val k, v;
     while (*budget > 0 && m->hist_events > 0 &&
            (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
-        struct store_hist h;
-        if ((rc = decode_hist(r, &k, &v, &h)))
+        struct hist_head h;
+        if (hist_head_check(w->s, &k, &v, &h)) {
+            rc = hist_damaged(r, &k);
             break;
-        uint64_t rv = h.rv;
+        }
+        uint64_t rv = hist_key_rv(&k);
         /* events at the floor's rv (several at one rv, some trimmed) can no
          * longer be read: history is read from floor + 1 */
         bool over = m->hist_events > o->history_max_events ||

@@ -335,7 +335,33 @@ test_history_damaged(void)
     store_rtxn_end(t);
     store_close(s);
 
-    /* trim reads the oldest entry's time: damaged, the commit fails */
+    /* trim reads only the head (the time) of what it deletes: damaged object
+     * bytes in it are dropped, never handed on */
+    s = open_store(true, 1);
+    store_res(s, RES, &r);
+    struct store_wtxn *w;
+    store_wtxn_begin(s, 5, &w);
+    store_wtxn_rv(w, r, 20);
+    is_int(store_wtxn_commit(w), 0, "a commit that trims the damaged rv 10");
+    is_int(store_verify(s, NULL, NULL, why, sizeof why), KWC_ECORRUPT,
+           "the kept rv 11 is still damaged");
+    ok(strstr(why, "history rv 11") != NULL, "...and named");
+    store_close(s);
+    rm_dir();
+}
+
+/* A damaged history head (here its object key) fails the trim that reads it. */
+static void
+test_history_head_damaged(void)
+{
+    fresh_dir();
+    struct store *s = open_store(true, 0);
+    struct store_res *r;
+    store_res(s, RES, &r);
+    is_int(put_event(s, r, STORE_ADDED, 10, "ns/TRIMMARK", "{}"), 0, "added");
+    is_int(put_event(s, r, STORE_DELETED, 11, "ns/TRIMMARK", "{}"), 0, "deleted");
+    store_close(s);
+    ok(flip_marker("TRIMMARK") >= 2, "one byte of the key flipped in both history heads");
     s = open_store(true, 1);
     store_res(s, RES, &r);
     struct store_wtxn *w;
@@ -343,8 +369,12 @@ test_history_damaged(void)
     store_wtxn_rv(w, r, 20);
     is_int(store_wtxn_commit(w), KWC_ECORRUPT,
            "a commit that trims the damaged entry: KWC_ECORRUPT");
+    char key[64];
     ok(store_res_damaged(r, key, sizeof key), "marked damaged by the trim");
     is_str(key, "history rv 10", "...naming the oldest entry");
+    char why[256];
+    is_int(store_verify(s, NULL, NULL, why, sizeof why), KWC_ECORRUPT, "store_verify fails");
+    ok(strstr(why, "history rv 10") != NULL, "...naming it");
     store_close(s);
     rm_dir();
 }
@@ -485,7 +515,7 @@ test_bad_layouts(void)
     hv[4] = STORE_ADDED;
     hv[6] = 4; /* key_len */
     uint32_t big = 0x7fffffff;
-    memcpy(hv + 12, &big, 4); /* obj_len */
+    memcpy(hv + 8, &big, 4); /* obj_len */
     raw_put("hist:" RES, hk, 12, hv, sizeof hv);
 
     s = open_store(false, 0);
@@ -518,6 +548,7 @@ main(void)
     TAP_RUN(test_untouched_store_verifies);
     TAP_RUN(test_object_damaged);
     TAP_RUN(test_history_damaged);
+    TAP_RUN(test_history_head_damaged);
     TAP_RUN(test_meta_damaged);
     TAP_RUN(test_meta_counter_inconsistent);
     TAP_RUN(test_old_format);
