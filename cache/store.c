@@ -3,12 +3,29 @@
  *
  * Value layouts (little-endian host order; the data dir is not portable across
  * architectures, and meta records a format version):
- *   object:  u64 rv | u32 idx_len | idx | raw
+ *   object:  u32 crc | u32 idx_len | u64 rv | idx | raw
+ *            crc = CRC-32C of the object key, then every value byte after crc
  *   history: key = u64 rv (big-endian) | u32 seq (big-endian), so keys sort by rv
- *            value = struct hist_head | key | idx | obj | prev_idx | prev
- *   meta:    key = resource name -> struct meta_rec
+ *            value = struct hist_head | key | obj | prev
+ *            hist_head.crc (its first field) = CRC-32C of the 12 key bytes, then
+ *            the rest of the head and the object key; obj and prev are object
+ *            values (layout and crc as above, over the same key): obj as it
+ *            is put in objects, prev (when has_prev) the stored value copied
+ *            verbatim after its crc was checked. So an event computes one
+ *            object crc (and a small head crc), not two: the history entry
+ *            reuses the checksums of the values it carries.
+ *   meta:    key = resource name -> struct meta_rec; version first (in every
+ *            format, so an older one is told apart: KWC_EFORMAT), then crc =
+ *            CRC-32C of the resource name, then every byte after crc
  *   field:   (optional, one indexed field per resource) key = value NUL
  *            object key -> empty; maintained with every object write
+ *
+ * Integrity: every read that hands bytes on (to a caller, or into a new
+ * history entry) checks the value's layout (lengths add up to its size) and,
+ * with store_options.checksums, its crc; a mismatch is KWC_ECORRUPT and marks
+ * the resource damaged (store_res_damaged), never an out-of-bounds read or
+ * served bytes the upstream did not send. LMDB's own page structure is
+ * checked elsewhere (at start); store_verify walks every value once.
  *
  * Invariants: meta.rv >= every history rv; every event with rv > meta.floor is
  * in history; objects hold exactly the state at meta.rv (bookmarks aside).
@@ -20,40 +37,53 @@
 #include <assert.h>
 #include <errno.h>
 #include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kwc/base.h"
+#include "kwc/crc32c.h"
 #include "kwc/index.h"
 
 #define STORE_MAX_RES 64
-#define META_VERSION 1
+/* 1: no checksums. 2: crc in every value and in meta. */
+#define META_VERSION 2
+#define OBJ_HEAD 16  /* u32 crc | u32 idx_len | u64 rv */
+#define KEY_MAX 1024 /* object keys, as bounded on write */
+#define HIST_KEY 12
+#define VERIFY_REPORT ((uint64_t)64 << 20)
 #define META_NAMESPACED 1u
 #define TRIM_MAX_PER_COMMIT 200000
 
+/* No implicit padding in either struct: every byte under a crc is written. */
 struct meta_rec {
-    uint32_t version;
-    uint32_t synced;
+    uint32_t version; /* first in every format */
+    uint32_t crc;     /* over the resource name, then every byte after this field */
     uint64_t rv, floor;
     uint64_t objects, hist_events, hist_bytes;
     uint64_t last_hist_rv;
     uint32_t last_seq;
     uint32_t flags; /* META_* */
+    uint32_t synced;
+    uint32_t pad; /* 0 */
     char list_kind[128];
     char api_version[128];
     char identity[256];
 };
+_Static_assert(sizeof(struct meta_rec) == 584, "meta_rec has no padding");
 
 struct hist_head {
+    uint32_t crc; /* over the history key, the rest of the head, the object key */
     uint8_t type;
     uint8_t has_prev;
     uint16_t key_len;
-    uint32_t idx_len, obj_len, prev_idx_len, prev_len;
-    uint32_t pad;
+    uint32_t obj_len, prev_len; /* bytes of the obj and prev object values */
     uint64_t time;
-    uint64_t prev_rv;
 };
+_Static_assert(sizeof(struct hist_head) == 24, "hist_head has no padding");
 
 struct store_res {
     struct store *s;
@@ -62,6 +92,12 @@ struct store_res {
     MDB_dbi objs, hist;
     int ifield;  /* index field number (idx_field), -1: none */
     MDB_dbi fidx;
+    /* A checksum or layout mismatch seen by any thread's read (set once,
+     * cleared when a store_wtxn_reset of the resource commits); bad_key,
+     * under mu, names the first bad value. */
+    atomic_bool damaged;
+    pthread_mutex_t mu;
+    char bad_key[256];
 };
 
 struct store {
@@ -77,7 +113,7 @@ struct store_wtxn {
     MDB_txn *txn;
     uint64_t now;
     struct meta_rec meta[STORE_MAX_RES];
-    bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES];
+    bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES], reset[STORE_MAX_RES];
     char *buf; /* scratch for history values */
     size_t cap;
     char *fbuf; /* scratch for field index keys */
@@ -124,6 +160,7 @@ store_options_default(struct store_options *o)
     o->history_max_events = 2000000;
     o->history_max_bytes = (uint64_t)4 << 30;
     o->history_max_age = 3600;
+    o->checksums = true;
 }
 
 int
@@ -169,6 +206,7 @@ store_close(struct store *s)
     if (!s)
         return;
     for (unsigned i = 0; i < s->nres; i++) {
+        pthread_mutex_destroy(&s->res[i]->mu);
         free(s->res[i]->name);
         free(s->res[i]);
     }
@@ -207,6 +245,7 @@ store_res(struct store *s, const char *name, struct store_res **out)
         goto abort;
     if ((rc = mdb_txn_commit(txn)))
         goto fail;
+    pthread_mutex_init(&r->mu, NULL);
     s->res[s->nres++] = r;
     *out = r;
     return 0;
@@ -216,6 +255,181 @@ fail:
     free(r->name);
     free(r);
     return mdb_err(rc);
+}
+
+/* ---- integrity ---- */
+
+/* Record a mismatch in what (a key or "history rv N", len bytes) and return
+ * KWC_ECORRUPT. The first one is kept: readers on several threads may race. */
+static int
+mark_damaged(struct store_res *r, const void *what, size_t len)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!atomic_load_explicit(&r->damaged, memory_order_relaxed)) {
+        size_t n = len < sizeof(r->bad_key) - 1 ? len : sizeof(r->bad_key) - 1;
+        memcpy(r->bad_key, what, n);
+        r->bad_key[n] = '\0';
+        atomic_store_explicit(&r->damaged, true, memory_order_release);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return KWC_ECORRUPT;
+}
+
+bool
+store_res_damaged(struct store_res *r, char *key, size_t keylen)
+{
+    if (!atomic_load_explicit(&r->damaged, memory_order_acquire))
+        return false;
+    pthread_mutex_lock(&r->mu);
+    if (key && keylen)
+        snprintf(key, keylen, "%s", r->bad_key);
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+static void
+clear_damaged(struct store_res *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->bad_key[0] = '\0';
+    atomic_store_explicit(&r->damaged, false, memory_order_release);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static uint32_t
+meta_crc(const char *name, const struct meta_rec *m)
+{
+    size_t off = offsetof(struct meta_rec, crc) + sizeof(m->crc);
+    return crc32c(crc32c(0, name, strlen(name)), (const char *)m + off, sizeof(*m) - off);
+}
+
+/* v, the meta record of resource name, into m. 0, KWC_EFORMAT (another
+ * format's record) or KWC_ECORRUPT. */
+static int
+meta_check(const struct store *s, const char *name, const MDB_val *v, struct meta_rec *m)
+{
+    uint32_t version;
+    if (v->mv_size < sizeof(version))
+        return KWC_ECORRUPT;
+    memcpy(&version, v->mv_data, sizeof(version));
+    if (version != META_VERSION)
+        return KWC_EFORMAT;
+    if (v->mv_size != sizeof(*m))
+        return KWC_ECORRUPT;
+    memcpy(m, v->mv_data, sizeof(*m));
+    if (s->o.checksums && m->crc != meta_crc(name, m))
+        return KWC_ECORRUPT;
+    return 0;
+}
+
+static uint32_t
+obj_crc(const void *key, size_t kl, const char *v, size_t vl)
+{
+    return crc32c(crc32c(0, key, kl), v + 4, vl - 4);
+}
+
+/* Check an object value's layout (and crc) and point o into it. 0 or KWC_ECORRUPT. */
+static int
+obj_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    const char *p = v->mv_data;
+    uint32_t crc, il;
+    if (v->mv_size < OBJ_HEAD || k->mv_size == 0 || k->mv_size > KEY_MAX)
+        return KWC_ECORRUPT;
+    memcpy(&crc, p, 4);
+    memcpy(&il, p + 4, 4);
+    if (il > v->mv_size - OBJ_HEAD)
+        return KWC_ECORRUPT;
+    if (s->o.checksums && crc != obj_crc(k->mv_data, k->mv_size, p, v->mv_size))
+        return KWC_ECORRUPT;
+    memcpy(&o->rv, p + 8, 8);
+    o->key = k->mv_data;
+    o->key_len = k->mv_size;
+    o->idx = p + OBJ_HEAD;
+    o->idx_len = il;
+    o->raw = p + OBJ_HEAD + il;
+    o->raw_len = v->mv_size - OBJ_HEAD - il;
+    return 0;
+}
+
+static int
+decode_obj(struct store_res *r, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    int rc = obj_check(r->s, k, v, o);
+    return rc ? mark_damaged(r, k->mv_data, k->mv_size < KEY_MAX ? k->mv_size : KEY_MAX) : 0;
+}
+
+static uint64_t
+hist_key_rv(const MDB_val *k)
+{
+    const unsigned char *p = k->mv_data;
+    uint64_t rv = 0;
+    for (int i = 0; i < 8; i++)
+        rv = rv << 8 | p[i];
+    return rv;
+}
+
+/* The head crc: history key, then the head after crc and the object key
+ * (contiguous in the value). */
+static uint32_t
+hist_crc(const void *hk, const char *v, size_t key_len)
+{
+    return crc32c(crc32c(0, hk, HIST_KEY), v + 4, sizeof(struct hist_head) - 4 + key_len);
+}
+
+/* Check a history value's head: its layout and (checksums on) its crc. Enough
+ * for trim, which reads only the time. 0 or KWC_ECORRUPT. */
+static int
+hist_head_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct hist_head *hh)
+{
+    if (k->mv_size != HIST_KEY || v->mv_size < sizeof(*hh))
+        return KWC_ECORRUPT;
+    memcpy(hh, v->mv_data, sizeof(*hh));
+    uint64_t sum = sizeof(*hh) + (uint64_t)hh->key_len + hh->obj_len + hh->prev_len;
+    if (sum != v->mv_size || hh->key_len == 0 || hh->key_len > KEY_MAX || hh->type < STORE_ADDED ||
+        hh->type > STORE_DELETED || hh->has_prev > 1 || hh->obj_len < OBJ_HEAD ||
+        (hh->has_prev ? hh->prev_len < OBJ_HEAD : hh->prev_len != 0))
+        return KWC_ECORRUPT;
+    if (s->o.checksums && hh->crc != hist_crc(k->mv_data, v->mv_data, hh->key_len))
+        return KWC_ECORRUPT;
+    return 0;
+}
+
+/* Check a whole history value (head and both object values) and point h
+ * into it. 0 or KWC_ECORRUPT. */
+static int
+hist_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_hist *h)
+{
+    struct hist_head hh;
+    if (hist_head_check(s, k, v, &hh))
+        return KWC_ECORRUPT;
+    const char *p = (const char *)v->mv_data + sizeof(hh);
+    MDB_val key = {hh.key_len, (void *)(uintptr_t)p};
+    MDB_val ov = {hh.obj_len, (void *)(uintptr_t)(p + hh.key_len)};
+    MDB_val pv = {hh.prev_len, (void *)(uintptr_t)(p + hh.key_len + hh.obj_len)};
+    memset(h, 0, sizeof(*h));
+    if (obj_check(s, &key, &ov, &h->obj) || (hh.has_prev && obj_check(s, &key, &pv, &h->prev)))
+        return KWC_ECORRUPT;
+    h->type = (enum store_ev_type)hh.type;
+    h->rv = hist_key_rv(k);
+    h->time = hh.time;
+    h->obj.rv = h->rv; /* the event's rv (the value holds the object's own) */
+    return 0;
+}
+
+static int
+hist_damaged(struct store_res *r, const MDB_val *k)
+{
+    char what[64];
+    int n = snprintf(what, sizeof(what), "history rv %llu",
+                     k->mv_size == HIST_KEY ? (unsigned long long)hist_key_rv(k) : 0ULL);
+    return mark_damaged(r, what, (size_t)n);
+}
+
+static int
+decode_hist(struct store_res *r, const MDB_val *k, const MDB_val *v, struct store_hist *h)
+{
+    return hist_check(r->s, k, v, h) ? hist_damaged(r, k) : 0;
 }
 
 /* ---- meta ---- */
@@ -232,10 +446,8 @@ meta_read(MDB_txn *txn, struct store_res *r, struct meta_rec *m)
     }
     if (rc)
         return mdb_err(rc);
-    if (v.mv_size != sizeof(*m))
-        return KWC_ESTORE;
-    memcpy(m, v.mv_data, sizeof(*m));
-    return m->version == META_VERSION ? 0 : KWC_ESTORE;
+    rc = meta_check(r->s, r->name, &v, m);
+    return rc == KWC_ECORRUPT ? mark_damaged(r, "meta", 4) : rc;
 }
 
 static struct meta_rec *
@@ -277,16 +489,6 @@ hist_key(uint64_t rv, uint32_t seq, unsigned char k[12])
         k[8 + i] = (unsigned char)(seq >> (24 - 8 * i));
 }
 
-static uint64_t
-hist_key_rv(const MDB_val *k)
-{
-    const unsigned char *p = k->mv_data;
-    uint64_t rv = 0;
-    for (int i = 0; i < 8; i++)
-        rv = rv << 8 | p[i];
-    return rv;
-}
-
 static char *
 scratch(struct store_wtxn *w, size_t n)
 {
@@ -297,26 +499,11 @@ scratch(struct store_wtxn *w, size_t n)
     return w->buf;
 }
 
-static void
-decode_obj(const MDB_val *k, const MDB_val *v, struct store_obj *o)
-{
-    const char *p = v->mv_data;
-    uint32_t il;
-    memcpy(&o->rv, p, 8);
-    memcpy(&il, p + 8, 4);
-    o->key = k->mv_data;
-    o->key_len = k->mv_size;
-    o->idx = p + 12;
-    o->idx_len = il;
-    o->raw = p + 12 + il;
-    o->raw_len = v->mv_size - 12 - il;
-}
-
 /* The resource's meta for a write of ev, after bounding ev's sizes. */
 static struct meta_rec *
 event_meta(struct store_wtxn *w, struct store_res *r, const struct store_event *ev, int *err)
 {
-    if (ev->key_len == 0 || ev->key_len > 1024 || ev->idx_len > UINT32_MAX / 2 ||
+    if (ev->key_len == 0 || ev->key_len > KEY_MAX || ev->idx_len > UINT32_MAX / 2 ||
         ev->obj_len > UINT32_MAX / 2) {
         *err = KWC_ETOOBIG;
         return NULL;
@@ -370,25 +557,44 @@ fidx_update(struct store_wtxn *w, struct store_res *r, const struct store_event 
     return rc;
 }
 
+static size_t
+obj_value_len(const struct store_event *ev)
+{
+    return OBJ_HEAD + ev->idx_len + ev->obj_len;
+}
+
+/* ev's object value, crc included, into d (obj_value_len bytes). */
+static void
+obj_value(const struct store_wtxn *w, const struct store_event *ev, char *d)
+{
+    uint32_t il = (uint32_t)ev->idx_len;
+    uint64_t orv = ev->obj_rv ? ev->obj_rv : ev->rv;
+    memcpy(d + 4, &il, 4);
+    memcpy(d + 8, &orv, 8);
+    if (ev->idx_len)
+        memcpy(d + OBJ_HEAD, ev->idx, ev->idx_len);
+    if (ev->obj_len)
+        memcpy(d + OBJ_HEAD + ev->idx_len, ev->obj, ev->obj_len);
+    size_t vl = obj_value_len(ev);
+    uint32_t crc = w->s->o.checksums ? obj_crc(ev->key, ev->key_len, d, vl) : 0;
+    memcpy(d, &crc, 4);
+}
+
+/* Put ev's object: built (its value, already in the history entry) copied,
+ * or made in place when NULL. */
 static int
 put_obj(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, const struct store_event *ev,
-        bool is_new)
+        bool is_new, const char *built)
 {
     MDB_val k = {ev->key_len, (void *)(uintptr_t)ev->key};
-    size_t vl = 12 + ev->idx_len + ev->obj_len;
-    MDB_val v = {vl, NULL};
+    MDB_val v = {obj_value_len(ev), NULL};
     int rc = mdb_put(w->txn, r->objs, &k, &v, MDB_RESERVE);
     if (rc)
         return mdb_err(rc);
-    char *d = v.mv_data;
-    uint32_t il = (uint32_t)ev->idx_len;
-    uint64_t orv = ev->obj_rv ? ev->obj_rv : ev->rv;
-    memcpy(d, &orv, 8);
-    memcpy(d + 8, &il, 4);
-    if (ev->idx_len)
-        memcpy(d + 12, ev->idx, ev->idx_len);
-    if (ev->obj_len)
-        memcpy(d + 12 + ev->idx_len, ev->obj, ev->obj_len);
+    if (built)
+        memcpy(v.mv_data, built, v.mv_size);
+    else
+        obj_value(w, ev, v.mv_data);
     if (is_new)
         m->objects++;
     return 0;
@@ -410,45 +616,41 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
         return mdb_err(rc);
     struct store_obj prev = {0};
     bool has_prev = rc == 0;
-    if (has_prev)
-        decode_obj(&k, &cur, &prev);
+    /* a damaged previous object must not be copied into the new history entry */
+    if (has_prev && (rc = decode_obj(r, &k, &cur, &prev)))
+        return rc;
+    if (ev->rv < m->last_hist_rv)
+        return KWC_EPARSE; /* history must not go back in time */
+    uint32_t seq = ev->rv == m->last_hist_rv ? m->last_seq + 1 : 0;
+    unsigned char hk[HIST_KEY];
+    hist_key(ev->rv, seq, hk);
 
     /* History value first: prev points into the map and may move on the put below. */
     struct hist_head h = {
         .type = (uint8_t)ev->type,
         .has_prev = has_prev,
         .key_len = (uint16_t)ev->key_len,
-        .idx_len = (uint32_t)ev->idx_len,
-        .obj_len = (uint32_t)ev->obj_len,
-        .prev_idx_len = has_prev ? (uint32_t)prev.idx_len : 0,
-        .prev_len = has_prev ? (uint32_t)prev.raw_len : 0,
-        .prev_rv = has_prev ? prev.rv : 0,
+        .obj_len = (uint32_t)obj_value_len(ev),
+        .prev_len = has_prev ? (uint32_t)cur.mv_size : 0,
         .time = w->now,
     };
-    size_t hl = sizeof(h) + ev->key_len + ev->idx_len + ev->obj_len + h.prev_idx_len + h.prev_len;
-    char *hv = scratch(w, hl), *p = hv;
+    if (h.prev_len != (has_prev ? cur.mv_size : 0))
+        return KWC_ETOOBIG;
+    size_t hl = sizeof(h) + ev->key_len + h.obj_len + h.prev_len;
+    char *hv = scratch(w, hl), *p = hv, *built;
     memcpy(p, &h, sizeof(h)), p += sizeof(h);
     memcpy(p, ev->key, ev->key_len), p += ev->key_len;
-    if (ev->idx_len)
-        memcpy(p, ev->idx, ev->idx_len), p += ev->idx_len;
-    if (ev->obj_len)
-        memcpy(p, ev->obj, ev->obj_len), p += ev->obj_len;
-    if (has_prev) {
-        if (prev.idx_len)
-            memcpy(p, prev.idx, prev.idx_len), p += prev.idx_len;
-        memcpy(p, prev.raw, prev.raw_len), p += prev.raw_len;
-    }
+    obj_value(w, ev, built = p), p += h.obj_len;
+    if (has_prev) /* checked above: its crc stays valid */
+        memcpy(p, cur.mv_data, cur.mv_size), p += cur.mv_size;
+    h.crc = w->s->o.checksums ? hist_crc(hk, hv, ev->key_len) : 0;
+    memcpy(hv, &h.crc, sizeof(h.crc));
     /* prev is copied: from here on the map may change under it */
     if ((rc = fidx_update(w, r, ev, has_prev ? &prev : NULL, ev->type != STORE_DELETED)))
         return rc;
-    uint32_t seq = ev->rv == m->last_hist_rv ? m->last_seq + 1 : 0;
-    unsigned char hk[12];
-    hist_key(ev->rv, seq, hk);
-    MDB_val hkv = {12, hk}, hvv = {hl, hv};
+    MDB_val hkv = {HIST_KEY, hk}, hvv = {hl, hv};
     /* rvs only grow: appending keeps LMDB's pages full. */
     unsigned put_flags = ev->rv > m->last_hist_rv || m->hist_events == 0 ? MDB_APPEND : 0;
-    if (ev->rv < m->last_hist_rv)
-        return KWC_EPARSE; /* history must not go back in time */
     if ((rc = mdb_put(w->txn, r->hist, &hkv, &hvv, put_flags)))
         return mdb_err(rc);
     m->last_hist_rv = ev->rv;
@@ -462,7 +664,7 @@ store_wtxn_event(struct store_wtxn *w, struct store_res *r, const struct store_e
                 return mdb_err(rc);
             m->objects--;
         }
-    } else if ((rc = put_obj(w, r, m, ev, !has_prev))) {
+    } else if ((rc = put_obj(w, r, m, ev, !has_prev, built))) {
         return rc;
     }
     if (ev->rv > m->rv)
@@ -483,11 +685,11 @@ store_wtxn_load(struct store_wtxn *w, struct store_res *r, const struct store_ev
         return mdb_err(rc);
     bool is_new = rc == MDB_NOTFOUND;
     struct store_obj prev = {0};
-    if (!is_new)
-        decode_obj(&k, &cur, &prev);
+    if (!is_new && (rc = decode_obj(r, &k, &cur, &prev)))
+        return rc;
     if ((rc = fidx_update(w, r, ev, is_new ? NULL : &prev, true)))
         return rc;
-    return put_obj(w, r, m, ev, is_new);
+    return put_obj(w, r, m, ev, is_new, NULL);
 }
 
 int
@@ -518,6 +720,7 @@ store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv)
     m->last_hist_rv = 0;
     m->last_seq = 0;
     m->synced = 0;
+    w->reset[r->id] = true;
     return 0;
 }
 
@@ -576,12 +779,18 @@ trim(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, uint64_t now
     while (*budget > 0 && m->hist_events > 0 &&
            (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
         struct hist_head h;
-        memcpy(&h, v.mv_data, sizeof(h));
-        bool over = m->hist_events > o->history_max_events || m->hist_bytes > o->history_max_bytes ||
-                    (o->history_max_age && now > h.time + o->history_max_age);
+        if (hist_head_check(w->s, &k, &v, &h)) {
+            rc = hist_damaged(r, &k);
+            break;
+        }
+        uint64_t rv = hist_key_rv(&k);
+        /* events at the floor's rv (several at one rv, some trimmed) can no
+         * longer be read: history is read from floor + 1 */
+        bool over = m->hist_events > o->history_max_events ||
+                    m->hist_bytes > o->history_max_bytes ||
+                    (o->history_max_age && now > h.time + o->history_max_age) || rv <= m->floor;
         if (!over)
             break;
-        uint64_t rv = hist_key_rv(&k);
         size_t sz = v.mv_size;
         if ((rc = mdb_cursor_del(c, 0)))
             break;
@@ -592,7 +801,7 @@ trim(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, uint64_t now
         (*budget)--;
     }
     mdb_cursor_close(c);
-    return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+    return rc == MDB_NOTFOUND || rc == 0 ? 0 : rc == KWC_ECORRUPT ? rc : mdb_err(rc);
 }
 
 int
@@ -608,6 +817,8 @@ store_wtxn_commit(struct store_wtxn *w)
         struct meta_rec *m = &w->meta[i];
         if ((rc = trim(w, r, m, now, &budget)))
             break;
+        m->version = META_VERSION;
+        m->crc = w->s->o.checksums ? meta_crc(r->name, m) : 0;
         MDB_val k = {strlen(r->name), r->name}, v = {sizeof(*m), m};
         rc = mdb_err(mdb_put(w->txn, w->s->meta, &k, &v, 0));
     }
@@ -616,6 +827,11 @@ store_wtxn_commit(struct store_wtxn *w)
         return rc;
     }
     rc = mdb_err(mdb_txn_commit(w->txn));
+    /* the damaged data is gone once a reset commits (not before: an aborted
+     * reset leaves it in place) */
+    for (unsigned i = 0; i < w->s->nres && rc == 0; i++)
+        if (w->reset[i])
+            clear_damaged(w->s->res[i]);
     free(w->buf);
     free(w->fbuf);
     free(w);
@@ -704,41 +920,7 @@ store_get(struct store_rtxn *t, struct store_res *r, const char *key, size_t key
     int rc = mdb_get(t->txn, r->objs, &k, &v);
     if (rc)
         return mdb_err(rc);
-    decode_obj(&k, &v, out);
-    return 0;
-}
-
-static void
-decode_hist(const MDB_val *k, const MDB_val *v, struct store_hist *h)
-{
-    struct hist_head hh;
-    const char *p = v->mv_data;
-    memcpy(&hh, p, sizeof(hh));
-    p += sizeof(hh);
-    memset(h, 0, sizeof(*h));
-    h->type = (enum store_ev_type)hh.type;
-    h->rv = hist_key_rv(k);
-    h->time = hh.time;
-    h->obj.key = p;
-    h->obj.key_len = hh.key_len;
-    h->obj.rv = h->rv;
-    p += hh.key_len;
-    h->obj.idx = p;
-    h->obj.idx_len = hh.idx_len;
-    p += hh.idx_len;
-    h->obj.raw = p;
-    h->obj.raw_len = hh.obj_len;
-    p += hh.obj_len;
-    if (hh.has_prev) {
-        h->prev.key = h->obj.key;
-        h->prev.key_len = h->obj.key_len;
-        h->prev.rv = hh.prev_rv;
-        h->prev.idx = p;
-        h->prev.idx_len = hh.prev_idx_len;
-        p += hh.prev_idx_len;
-        h->prev.raw = p;
-        h->prev.raw_len = hh.prev_len;
-    }
+    return decode_obj(r, &k, &v, out);
 }
 
 int
@@ -754,14 +936,15 @@ store_history(struct store_rtxn *t, struct store_res *r, uint64_t after_rv, stor
     MDB_cursor *c;
     if ((rc = mdb_cursor_open(t->txn, r->hist, &c)))
         return mdb_err(rc);
-    unsigned char hk[12];
+    unsigned char hk[HIST_KEY];
     hist_key(after_rv + 1, 0, hk);
-    MDB_val k = {12, hk}, v;
+    MDB_val k = {HIST_KEY, hk}, v;
     int out = 0;
     for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         struct store_hist h;
-        decode_hist(&k, &v, &h);
+        if ((out = decode_hist(r, &k, &v, &h)))
+            break;
         int r2 = cb(arg, &h);
         if (r2) {
             out = r2 > 0 ? 0 : r2;
@@ -949,7 +1132,8 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
                                       : store_keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
                                                ov.e[oi].key_len);
         if (cmp < 0) { /* unchanged since at_rv */
-            decode_obj(&sc.k, &sc.v, &o);
+            if ((err = decode_obj(r, &sc.k, &sc.v, &o)))
+                break;
             emit = true;
             have_c = src_next(&sc, &err);
         } else { /* changed after at_rv: its state then is the first change's prev */
@@ -990,6 +1174,7 @@ store_scan_field(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, cons
     return scan(t, r, at_rv, value, prefix, from, fl, cb, arg);
 }
 
+/* Returns 0, KWC_ECORRUPT or an MDB_* code. */
 static int
 fidx_rebuild(MDB_txn *txn, struct store_res *r)
 {
@@ -1002,7 +1187,8 @@ fidx_rebuild(MDB_txn *txn, struct store_res *r)
     size_t cap = 0;
     for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         struct store_obj o;
-        decode_obj(&k, &v, &o);
+        if ((rc = decode_obj(r, &k, &v, &o)))
+            break;
         const char *val = idx_field(o.idx, o.idx_len, (size_t)r->ifield);
         if (!val)
             val = "";
@@ -1043,11 +1229,239 @@ store_res_index(struct store_res *r, unsigned field)
     if (fs.ms_entries != os.ms_entries && ((rc = mdb_drop(txn, r->fidx, 0)) || (rc = fidx_rebuild(txn, r)))) {
         mdb_txn_abort(txn);
         r->ifield = -1;
-        return mdb_err(rc);
+        return rc == KWC_ECORRUPT ? rc : mdb_err(rc);
     }
     if ((rc = mdb_txn_commit(txn))) {
         r->ifield = -1;
         return mdb_err(rc);
     }
     return 0;
+}
+
+/* ---- the full pass ---- */
+
+struct verify {
+    struct store *s;
+    void (*progress)(void *arg, uint64_t done_bytes);
+    void *arg;
+    uint64_t done, next_report;
+    char *why;
+    size_t whylen;
+};
+
+static void
+verify_count(struct verify *vf, size_t n)
+{
+    vf->done += n;
+    if (vf->progress && vf->done >= vf->next_report) {
+        vf->progress(vf->arg, vf->done);
+        vf->next_report = vf->done + VERIFY_REPORT;
+    }
+}
+
+/* Open the named database "pfx:name" in txn; false when it does not exist. */
+static int
+verify_dbi(MDB_txn *txn, const char *pfx, const char *name, MDB_dbi *dbi, bool *exists)
+{
+    char dbname[256];
+    snprintf(dbname, sizeof(dbname), "%s:%s", pfx, name);
+    int rc = mdb_dbi_open(txn, dbname, 0, dbi);
+    *exists = rc == 0;
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static int
+verify_res(struct verify *vf, const char *name)
+{
+    struct store *s = vf->s;
+    MDB_txn *txn;
+    MDB_cursor *c = NULL;
+    MDB_dbi objs, hist, fidx;
+    bool has_objs, has_hist, has_fidx;
+    MDB_val k, v;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return mdb_err(rc);
+    struct meta_rec m;
+    MDB_val mk = {strlen(name), (void *)(uintptr_t)name};
+    rc = mdb_get(txn, s->meta, &mk, &v);
+    if (rc == MDB_NOTFOUND) {
+        memset(&m, 0, sizeof(m));
+    } else if (rc) {
+        rc = mdb_err(rc);
+        goto out;
+    } else if ((rc = meta_check(s, name, &v, &m))) {
+        kwc_errf(vf->why, vf->whylen, rc, "resource %s: meta record %s", name,
+                 rc == KWC_EFORMAT ? "written by another kwc format"
+                                   : "damaged (checksum or size mismatch)");
+        goto out;
+    }
+    if ((rc = verify_dbi(txn, "obj", name, &objs, &has_objs)) ||
+        (rc = verify_dbi(txn, "hist", name, &hist, &has_hist)) ||
+        (rc = verify_dbi(txn, "field", name, &fidx, &has_fidx))) {
+        rc = mdb_err(rc);
+        goto out;
+    }
+
+    uint64_t nobj = 0;
+    if (has_objs) {
+        if ((rc = mdb_cursor_open(txn, objs, &c))) {
+            rc = mdb_err(rc);
+            goto out;
+        }
+        for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+            struct store_obj o;
+            if (obj_check(s, &k, &v, &o)) {
+                rc = kwc_errf(vf->why, vf->whylen, KWC_ECORRUPT,
+                              "resource %s: object %.*s damaged (checksum or layout mismatch)",
+                              name, (int)(k.mv_size < KEY_MAX ? k.mv_size : KEY_MAX),
+                              (const char *)k.mv_data);
+                goto out;
+            }
+            nobj++;
+            verify_count(vf, k.mv_size + v.mv_size);
+        }
+        if (rc != MDB_NOTFOUND) {
+            rc = mdb_err(rc);
+            goto out;
+        }
+        mdb_cursor_close(c);
+        c = NULL;
+    }
+
+    uint64_t nhist = 0, hbytes = 0, newest = 0;
+    if (has_hist) {
+        if ((rc = mdb_cursor_open(txn, hist, &c))) {
+            rc = mdb_err(rc);
+            goto out;
+        }
+        for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+            struct store_hist h;
+            unsigned long long hrv = k.mv_size == HIST_KEY ? hist_key_rv(&k) : 0;
+            if (hist_check(s, &k, &v, &h)) {
+                rc = kwc_errf(vf->why, vf->whylen, KWC_ECORRUPT,
+                              "resource %s: history rv %llu damaged (checksum or layout mismatch)",
+                              name, hrv);
+                goto out;
+            }
+            if (h.rv <= m.floor || h.rv > m.rv) {
+                rc = kwc_errf(vf->why, vf->whylen, KWC_ECORRUPT,
+                              "resource %s: history rv %llu outside meta's (floor %llu, rv %llu]",
+                              name, hrv, (unsigned long long)m.floor, (unsigned long long)m.rv);
+                goto out;
+            }
+            nhist++;
+            hbytes += v.mv_size;
+            newest = h.rv;
+            verify_count(vf, k.mv_size + v.mv_size);
+        }
+        if (rc != MDB_NOTFOUND) {
+            rc = mdb_err(rc);
+            goto out;
+        }
+    }
+
+    const char *bad = NULL;
+    uint64_t said = 0, found = 0;
+    MDB_stat fs = {0};
+    if (has_fidx && (rc = mdb_stat(txn, fidx, &fs))) {
+        rc = mdb_err(rc);
+        goto out;
+    }
+    if (m.objects != nobj)
+        bad = "objects", said = m.objects, found = nobj;
+    else if (m.hist_events != nhist)
+        bad = "hist_events", said = m.hist_events, found = nhist;
+    else if (m.hist_bytes != hbytes)
+        bad = "hist_bytes", said = m.hist_bytes, found = hbytes;
+    else if (nhist && m.last_hist_rv != newest)
+        bad = "last_hist_rv", said = m.last_hist_rv, found = newest;
+    else if (m.floor > m.rv)
+        bad = "floor", said = m.floor, found = m.rv;
+    else if (has_fidx && fs.ms_entries != nobj)
+        bad = "field index entries", said = fs.ms_entries, found = nobj;
+    rc = 0;
+    if (bad && strcmp(bad, "floor") == 0)
+        rc = kwc_errf(vf->why, vf->whylen, KWC_ECORRUPT,
+                      "resource %s: meta floor %llu is above its rv %llu", name,
+                      (unsigned long long)said, (unsigned long long)found);
+    else if (bad)
+        rc = kwc_errf(vf->why, vf->whylen, KWC_ECORRUPT,
+                      "resource %s: meta %s is %llu but the data holds %llu", name, bad,
+                      (unsigned long long)said, (unsigned long long)found);
+out:
+    if (c)
+        mdb_cursor_close(c);
+    mdb_txn_abort(txn); /* closes the handles this txn opened */
+    return rc;
+}
+
+static void
+add_name(char ***names, size_t *n, const char *p, size_t len)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (strlen((*names)[i]) == len && memcmp((*names)[i], p, len) == 0)
+            return;
+    *names = xrealloc(*names, (*n + 1) * sizeof(**names));
+    (*names)[(*n)++] = xstrndup(p, len);
+}
+
+int
+store_verify(struct store *s, void (*progress)(void *arg, uint64_t done_bytes), void *arg,
+             char *why, size_t whylen)
+{
+    struct verify vf = {.s = s,
+                        .progress = progress,
+                        .arg = arg,
+                        .next_report = VERIFY_REPORT,
+                        .why = why,
+                        .whylen = whylen};
+    if (why && whylen)
+        why[0] = '\0';
+    char **names = NULL;
+    size_t n = 0;
+    MDB_txn *txn;
+    MDB_cursor *c;
+    MDB_dbi main_dbi;
+    MDB_val k, v;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return mdb_err(rc);
+    /* the resources: the named databases (keys of LMDB's main database), and
+     * the meta records (their keys are resource names) */
+    static const char *const pfx[] = {"obj:", "hist:", "field:"};
+    if ((rc = mdb_dbi_open(txn, NULL, 0, &main_dbi)) || (rc = mdb_cursor_open(txn, main_dbi, &c)))
+        goto done;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        for (size_t i = 0; i < KWC_ARRAY_LEN(pfx); i++) {
+            size_t pl = strlen(pfx[i]);
+            if (k.mv_size > pl && memcmp(k.mv_data, pfx[i], pl) == 0)
+                add_name(&names, &n, (const char *)k.mv_data + pl, k.mv_size - pl);
+        }
+    }
+    mdb_cursor_close(c);
+    if (rc != MDB_NOTFOUND || (rc = mdb_cursor_open(txn, s->meta, &c)))
+        goto done;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        add_name(&names, &n, k.mv_data, k.mv_size);
+    mdb_cursor_close(c);
+done:
+    mdb_txn_abort(txn);
+    rc = rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0 && strlen(names[i]) > 200)
+            rc = kwc_errf(why, whylen, KWC_ECORRUPT, "a resource name of %zu bytes",
+                          strlen(names[i]));
+        if (rc == 0)
+            rc = verify_res(&vf, names[i]);
+        free(names[i]);
+    }
+    free(names);
+    if (rc == 0 && progress)
+        progress(arg, vf.done);
+    return rc;
 }

@@ -41,6 +41,12 @@ struct store_options {
     uint64_t history_max_bytes;
     uint64_t history_max_age;   /* seconds. Each of the three bounds trims the
                                    oldest events; the floor follows them */
+    bool checksums;             /* default true: every value carries a CRC-32C,
+                                   checked on every read. false (writes put 0,
+                                   reads check only layouts) exists only so that
+                                   bench/ can measure the cost in one run; a data
+                                   dir written without checksums reads as damaged
+                                   with them. */
 };
 
 enum store_ev_type { STORE_ADDED = 1, STORE_MODIFIED = 2, STORE_DELETED = 3 };
@@ -101,6 +107,38 @@ void store_close(struct store *s);
 
 /* The resource named name (created on first use; stays valid until store_close). */
 int store_res(struct store *s, const char *name, struct store_res **out);
+
+/*
+ * Integrity. Every read below (and store_wtxn_event's read of the previous
+ * object, trim's, store_res_index's rebuild) checks each value's layout and
+ * checksum; a mismatch returns KWC_ECORRUPT and marks the resource damaged.
+ * A meta record of another kwc format is KWC_EFORMAT (not a damage: the data
+ * dir is to be started over).
+ *
+ * store_res_damaged: whether any thread's read found a mismatch in r since the
+ * last committed store_wtxn_reset of r (the mark is cleared when that reset
+ * commits, since the damaged values are gone then; an aborted reset leaves
+ * it). Copies the first bad value's name into key (keylen bytes, NUL-ended,
+ * may be NULL): "ns/name" for an object, "history rv N" for a history entry,
+ * "meta" for the meta record. Thread-safe, any thread.
+ */
+bool store_res_damaged(struct store_res *r, char *key, size_t keylen);
+
+/*
+ * Read every value of every resource in the environment (found in LMDB's
+ * database names, without store_res) and check it: each object's and history
+ * entry's layout and checksum, each meta record's checksum, and the meta
+ * against the data: objects and hist_events equal the entries, hist_bytes
+ * their sizes, every history rv in (floor, rv], last_hist_rv the newest, floor
+ * <= rv, and the field index (when there is one) one entry per object.
+ * progress (may be NULL) gets the bytes read so far about every 64 MiB.
+ * Returns 0, KWC_ECORRUPT or KWC_EFORMAT with a sentence in why naming the
+ * resource and the key or counter, or an error. Meant for start, after
+ * store_open: not concurrently with store_res / store_res_index (LMDB opens
+ * named databases one thread at a time). Marks nothing damaged.
+ */
+int store_verify(struct store *s, void (*progress)(void *arg, uint64_t done_bytes), void *arg,
+                 char *why, size_t whylen);
 
 /*
  * Index field number `field` of the caller's index bytes (idx_field) so that
