@@ -20,15 +20,6 @@
 #include "kwc/log.h"
 #include "kwc/store.h"
 
-int store_verify(struct store *s, void (*progress)(void *arg, uint64_t done_bytes), void *arg,
-                 char *why, size_t whylen); /* TODO(merge wt-crc) */
-__attribute__((weak)) int
-store_verify(struct store *s, void (*progress)(void *arg, uint64_t done_bytes), void *arg,
-             char *why, size_t whylen)
-{
-    return 0;
-}
-
 int
 datadir_policy(const char *s)
 {

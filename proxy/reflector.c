@@ -1073,12 +1073,6 @@ start_watch(struct refl *r)
 }
 
 /* ---- driving ---- */
-bool store_res_damaged(struct store_res *r, char *key, size_t keylen); /* TODO(merge wt-crc) */
-__attribute__((weak)) bool
-store_res_damaged(struct store_res *r, char *key, size_t keylen)
-{
-    return false;
-}
 
 /* Free bytes for unprivileged writers on the data dir's filesystem. */
 static uint64_t
