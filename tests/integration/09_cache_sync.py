@@ -11,6 +11,8 @@ import struct
 import subprocess
 import unittest
 
+import crc32c
+
 from cluster import Env, Proc, KWC_BIN, http_request, wait_for
 
 DB = "obj:v1/pods:json"
@@ -19,15 +21,18 @@ DB = "obj:v1/pods:json"
 def dump_cache(data_dir, db=DB, raw=False):
     """{key: rv} (raw: {key: object bytes}) of one cached resource, via mdb_dump
     (hex mode: each key and value is one line of hex digits). A value is
-    u64 rv | u32 index length | index | object."""
+    u32 crc32c | u32 index length | u64 rv | index | object, the CRC-32C over
+    the key and then everything after the crc: checked here with Debian's
+    python3-crc32c, an implementation independent of kwc's."""
     out = subprocess.run(["mdb_dump", "-s", db, data_dir], capture_output=True, check=True).stdout
     lines = out.decode().split("\n")
     i = lines.index("HEADER=END") + 1
     res = {}
     while lines[i] != "DATA=END":
         k, v = bytes.fromhex(lines[i].strip()), bytes.fromhex(lines[i + 1].strip())
-        il = struct.unpack("<I", v[8:12])[0]
-        res[k.decode()] = v[12 + il:] if raw else struct.unpack("<Q", v[:8])[0]
+        crc, il = struct.unpack("<II", v[:8])
+        assert crc == crc32c.crc32c(k + v[4:]), "checksum of %r" % k
+        res[k.decode()] = v[16 + il:] if raw else struct.unpack("<Q", v[8:16])[0]
         i += 2
     return res
 
