@@ -33,6 +33,10 @@ a flag it needs says "n/a (flag unsupported: ...)".
   idle-tls     --idle-conns connections idle after a handshake and one GET:
                kwc RssAnon per connection, plaintext and TLS, against what
                OpenSSL alone keeps (bench/tlsprobe).
+  integrity    per-value checksums on vs off in one run (RV=0 list GB/s end
+               to end through two kwcs, store ingest and scan via
+               bench/crcbench), and the seconds from a full disk or a damaged
+               value to /readyz 503, and back to 200.
   slowloris    --slowloris connections that never finish their head, then
                a flood of --flood connections over --max-connections, while
                a normal client GETs one pod: its success and latency, how
@@ -1153,13 +1157,156 @@ def bench_slowloris(args):
     save("front", text)
 
 
+def kwc_log_ms(line):
+    """The wall-clock time of one kwc log line, in seconds since the epoch."""
+    ts = line.split(" ", 1)[0]
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def poll_until(pred, timeout, every=0.005):
+    """Poll pred until true; the time.time() it first was (None: timed out)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return time.time()
+        time.sleep(every)
+    return None
+
+
+def readyz(port):
+    try:
+        return http_request(port, "GET", "/readyz", timeout=2)[0]
+    except OSError:
+        return 0
+
+
+def disk_full_once(args, mnt):
+    """kwc on a small tmpfs under churn: seconds from the first failed commit
+    (kwc's log) to /readyz 503, and from space coming back to 200."""
+    subprocess.run(["umount", mnt], stderr=subprocess.DEVNULL)
+    subprocess.check_call(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt])
+    env = Env(apisim_args=["--pods", "2000"], start_kwc=False, kwc_bin=args.kwc)
+    try:
+        env.start_kwc(["--data-dir", os.path.join(mnt, "data"), "--resources", "v1/pods"])
+        env.sim("POST", "/apisim/churn", {"rate": 3000, "resources": ["pods"]})
+        t_out = poll_until(lambda: readyz(env.kwc.port) == 503, 120)
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        fail = [l for l in env.kwc.logs(2000).split("\n") if "committing" in l and "failed" in l]
+        t_fail = kwc_log_ms(fail[0])
+        subprocess.check_call(["mount", "-o", "remount,size=512m", mnt])
+        t_space = time.time()
+        t_back = poll_until(lambda: readyz(env.kwc.port) == 200, 120)
+        return t_out - t_fail, t_back - t_space
+    finally:
+        env.close()
+        subprocess.run(["umount", mnt])
+
+
+def damage_once(args):
+    """A stored object's bytes overwritten in data.mdb while kwc runs: the
+    first read of it passes through (the upstream's bytes) and the resource
+    leaves service; seconds from that read to /readyz 503, and to 200 again
+    (rebuilt from a fresh list)."""
+    env = Env(apisim_args=["--pods", "2000"], start_kwc=False, kwc_bin=args.kwc)
+    try:
+        env.start_kwc(["--resources", "v1/pods"])
+        marker = "MARKER-%d-%d" % (os.getpid(), time.monotonic_ns())
+        obj = {"metadata": {"name": "damaged", "namespace": "default", "annotations": {"m": marker}},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "default",
+                                          "name": "damaged", "object": obj})
+        path = "/api/v1/namespaces/default/pods/damaged?resourceVersion=0"
+        wait_for(lambda: marker.encode() in http_request(env.kwc.port, "GET", path)[2], 30, "kwc has the pod")
+        data = os.path.join(env.dir, "data", "data.mdb")
+        fd = os.open(data, os.O_RDWR)
+        try:
+            blob = os.pread(fd, os.fstat(fd).st_size, 0)
+            at = blob.find(marker.encode())
+            while at >= 0:
+                os.pwrite(fd, b"#", at + 2)
+                at = blob.find(marker.encode(), at + 1)
+        finally:
+            os.close(fd)
+        t_read = time.time()
+        st, _, body = http_request(env.kwc.port, "GET", path)
+        if st != 200 or marker.encode() not in body:
+            raise RuntimeError("the damaged pod's answer: %d %r" % (st, body[:200]))
+        t_out = poll_until(lambda: readyz(env.kwc.port) == 503, 30)
+        t_back = poll_until(lambda: readyz(env.kwc.port) == 200, 60)
+        return t_out - t_read, t_back - t_read
+    finally:
+        env.close()
+
+
+def bench_integrity(args):
+    """Issue 11: what per-value checksums cost (RV=0 list GB/s end to end and
+    store ingest, on vs off in one run), and how fast a damaged value or a full
+    disk takes a cache out of service and back."""
+    pods = args.pods
+    env = seeded_env(args, pods, 3000)
+    servers = {}
+    rows = []
+    try:
+        for label, extra_env in (("on", {}), ("off", {"KWC_BENCH_NO_CHECKSUMS": "1"})):
+            p = Proc("kwc-" + label, [args.kwc, "--upstream", "http://127.0.0.1:%d" % env.apisim.port,
+                                      "--listen", "127.0.0.1:0", "--resources", "v1/pods",
+                                      "--data-dir", os.path.join(env.dir, "data-" + label)],
+                     env.dir, env=dict(os.environ, **extra_env))
+            p.start()
+            servers[label] = p
+        for p in servers.values():
+            wait_for(lambda: readyz(p.port) == 200, 600, "kwc ready")
+        path = "/api/v1/pods?resourceVersion=0"
+        gbs = {"on": {1: [], 2: []}, "off": {1: [], 2: []}}
+        for _ in range(3):
+            for label, p in servers.items():
+                for conc in (1, 2):
+                    wall, total, _ = curl_lists(p.port, path, conc, 3)
+                    gbs[label][conc].append(total / wall / 1e9)
+        for conc in (1, 2):
+            on = sorted(gbs["on"][conc])[1]
+            off = sorted(gbs["off"][conc])[1]
+            rows.append(["RV=0 list of %d pods, %d lister%s (GB/s, median of 3)" % (pods, conc, "s" if conc > 1 else ""),
+                         "%.2f" % on, "%.2f" % off, "%.1f %%" % (100 * (off - on) / off), "within 5 %"])
+    finally:
+        for p in servers.values():
+            p.stop()
+        env.close()
+    scratch = tempfile.mkdtemp(prefix="kwc-crcbench-")
+    try:
+        out = subprocess.run([os.path.join(args.bin, "crcbench"), scratch, "3000", "100000"],
+                             capture_output=True, text=True, check=True, timeout=1800).stdout
+    finally:
+        subprocess.run(["rm", "-rf", scratch])
+    text = table("Checksums on vs off, same run (kwc with KWC_BENCH_NO_CHECKSUMS=1 as 'off')",
+                 ["measure", "on", "off", "cost", "target"], rows)
+    text += "\nStore ingest and scan (bench/crcbench, store only, no JSON or network):\n\n" + out
+    mnt = tempfile.mkdtemp(prefix="kwc-tmpfs-")
+    trows = []
+    try:
+        full = [disk_full_once(args, mnt) for _ in range(3)]
+        dmg = [damage_once(args) for _ in range(3)]
+    finally:
+        os.rmdir(mnt)
+    trows.append(["full disk (24 MiB tmpfs, 3,000 events/s)", "first failed commit -> /readyz 503",
+                  " / ".join("%.3f" % a for a, _ in full), "<= 1 s"])
+    trows.append(["", "space back (remount 512 MiB) -> /readyz 200", " / ".join("%.3f" % b for _, b in full), "-"])
+    trows.append(["damaged object (bytes overwritten in data.mdb)", "first read of it -> /readyz 503",
+                  " / ".join("%.3f" % a for a, _ in dmg), "<= 1 s"])
+    trows.append(["", "first read -> rebuilt, /readyz 200 (2,000 pods)", " / ".join("%.3f" % b for _, b in dmg), "-"])
+    text += "\n" + table("Out of service and back (seconds, 3 runs; /readyz polled every 5 ms)",
+                          ["fault", "interval", "seconds", "target"], trows)
+    save("integrity", text)
+
+
 # The full run's sizes: results are saved (and plots drawn) only at these.
 FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10}
 # --small: every scenario in well under a minute, to check the script itself.
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris"
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris"}
 
 
@@ -1204,6 +1351,7 @@ def main():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
     tools = {"fanout"} if {"watch", "watch-tls", "idle-tls"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
+    tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
     if missing:
         ap.error("%s not built in %s (make bench builds them, or make %s)" % (

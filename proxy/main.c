@@ -160,6 +160,12 @@ main(int argc, char **argv)
     so.history_max_events = (uint64_t)cfg.history_max_events;
     so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
     so.history_max_age = (uint64_t)cfg.history_max_age;
+    if (getenv("KWC_BENCH_NO_CHECKSUMS")) {
+        /* bench/run.py integrity only: the cost of checksums, measured end
+         * to end. Such a data dir reads as damaged to a normal kwc. */
+        so.checksums = false;
+        log_warnx("KWC_BENCH_NO_CHECKSUMS is set: stored values carry no checksums (benchmarks only)");
+    }
     if ((rc = datadir_open(cfg.data_dir, &so, datadir_policy(cfg.on_corrupt_cache), &dd, err,
                            sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
