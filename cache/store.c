@@ -709,6 +709,14 @@ store_wtxn_reset(struct store_wtxn *w, struct store_res *r, uint64_t rv)
 {
     int err = 0;
     struct meta_rec *m = wmeta(w, r, &err);
+    if (!m && err == KWC_ECORRUPT) {
+        /* a damaged meta is what the reset replaces: kind and identity come
+         * back when the new list completes */
+        m = &w->meta[r->id];
+        memset(m, 0, sizeof(*m));
+        m->version = META_VERSION;
+        w->loaded[r->id] = w->dirty[r->id] = true;
+    }
     if (!m)
         return err;
     int rc;

@@ -411,6 +411,15 @@ test_meta_damaged(void)
            "store_scan reads meta: KWC_ECORRUPT");
     store_rtxn_end(t);
     is_int(store_res_rv(s, r, NULL), 0, "store_res_rv: 0 (cannot be read)");
+    /* the rebuild: a reset replaces the damaged meta (it need not read it) */
+    store_wtxn_begin(s, 2, &w);
+    is_int(store_wtxn_reset(w, r, 50), 0, "store_wtxn_reset over a damaged meta");
+    is_int(store_wtxn_commit(w), 0, "...commits");
+    ok(!store_res_damaged(r, key, sizeof key), "...and the damage mark is cleared");
+    store_rtxn_begin(s, &t);
+    is_int(store_info(t, r, &info), 0, "store_info reads the new meta");
+    is_int((int)info.rv, 50, "...at the reset's rv");
+    store_rtxn_end(t);
     store_close(s);
     rm_dir();
 }
