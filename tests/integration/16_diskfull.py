@@ -12,10 +12,11 @@ A second kwc on a data dir in use exits 2 with "data dir DIR is in use by pid
 N" and the first goes on serving."""
 import os
 import subprocess
+import time
 import unittest
 
 from cluster import Env, KWC_BIN, only_in_plaintext_run, http_request, wait_for
-from faults import (Tmpfs, assert_cache_equals_upstream, get_list, log_text, wait_exit, wait_readyz)
+from faults import (Tmpfs, assert_cache_equals_upstream, get_list, log_text, readyz, wait_exit, wait_readyz)
 
 
 def created_after(env, name):
@@ -40,7 +41,25 @@ class DiskFullTest(unittest.TestCase):
             # history: the cache outgrows 24 MiB within seconds
             env.sim("POST", "/apisim/churn", {"rate": 600, "resources": ["pods"],
                                               "mix": {"update": 0.9, "create": 0.1}})
-            text = wait_readyz(env.kwc.port, 503, 60, contains=("no space left on device",))
+            # watch the log and /readyz together: out of service soon after the failed write
+            seen = {}
+
+            def full():
+                now = time.monotonic()
+                if "no space left on device" in log_text(env.kwc).lower():
+                    seen.setdefault("log", now)
+                st, text = readyz(env.kwc.port)
+                if st == 503 and "no space left on device" in text:
+                    seen.setdefault("503", now)
+                    seen["text"] = text
+                return "log" in seen and "503" in seen
+            try:
+                wait_for(full, 60, "/readyz 503 naming \"no space left on device\"", interval=0.05)
+            except TimeoutError as e:
+                raise AssertionError("%s; seen %r; last /readyz?verbose %r" % (e, seen, readyz(env.kwc.port)))
+            self.assertLess(seen["503"] - seen["log"], 5.0, "out of service within about a second of the "
+                            "failed write")
+            text = seen["text"]
             self.assertIn(data, text, "/readyz?verbose names the data dir")
             self.assertIn("no space left on device in %s" % data, log_text(env.kwc))
             # out of service (churn goes on, the disk stays full): rv=0 lists
