@@ -6,7 +6,6 @@ The contract these tests hold kwc to ("never serve what the cache cannot
 vouch for") is described in each module's docstring."""
 import json
 import os
-
 import signal
 import subprocess
 import tempfile
