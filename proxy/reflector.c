@@ -1040,6 +1040,8 @@ on_watch_done(void *arg, int err, const char *msg)
         start_list(r, r->synced);
         return;
     }
+    if (r->status == 200 && secs_since(&r->watch_t0) >= HEALTHY_S)
+        r->backoff_ms = 0; /* it was healthy: this drop is news, not the outage going on */
     if (err || r->status != 200) {
         char why[512];
         snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path,
@@ -1048,8 +1050,6 @@ on_watch_done(void *arg, int err, const char *msg)
         return;
     }
     /* A clean end (timeoutSeconds): watch again from where we are. */
-    if (secs_since(&r->watch_t0) >= HEALTHY_S)
-        r->backoff_ms = 0;
     step(r, r->backoff_ms ? r->backoff_ms : 0);
 }
 
