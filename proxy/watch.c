@@ -817,6 +817,22 @@ post(struct worker *wk, struct msg *m)
 
 /* ---- the writer loop's side ---- */
 
+/* Hand b to every worker with watchers of pr; takes the caller's reference. */
+static void
+post_batch(struct watch_pool *p, struct pres *pr, struct hub_batch *b)
+{
+    for (unsigned i = 0; i < p->nw; i++) {
+        if (atomic_load(&pr->count[i]) == 0)
+            continue;
+        struct msg *m = xcalloc(1, sizeof(*m));
+        m->type = WMSG_BATCH;
+        hub_batch_ref(b);
+        m->batch = b;
+        post(&p->w[i], m);
+    }
+    hub_batch_unref(b);
+}
+
 static void
 publish(struct watch_pool *p, struct pres *pr)
 {
@@ -842,16 +858,7 @@ publish(struct watch_pool *p, struct pres *pr)
                       kwc_strerror(rc));
             return; /* tried again at the next commit */
         }
-        for (unsigned i = 0; i < p->nw; i++) {
-            if (atomic_load(&pr->count[i]) == 0)
-                continue;
-            struct msg *m = xcalloc(1, sizeof(*m));
-            m->type = WMSG_BATCH;
-            hub_batch_ref(b);
-            m->batch = b;
-            post(&p->w[i], m);
-        }
-        hub_batch_unref(b);
+        post_batch(p, pr, b);
         p->batches++;
     }
     pr->posted_rv = rv;
@@ -869,16 +876,7 @@ watch_out_of_service(struct watch_pool *p, const struct refl *r)
         if (hub_batch_build(p->st, pr->hr, pr->posted_rv, pr->posted_rv, false, &b) != 0)
             return;
         b->gap = true;
-        for (unsigned w = 0; w < p->nw; w++) {
-            if (atomic_load(&pr->count[w]) == 0)
-                continue;
-            struct msg *m = xcalloc(1, sizeof(*m));
-            m->type = WMSG_BATCH;
-            hub_batch_ref(b);
-            m->batch = b;
-            post(&p->w[w], m);
-        }
-        hub_batch_unref(b);
+        post_batch(p, pr, b);
     }
 }
 

@@ -80,9 +80,8 @@ class DiskFullTest(unittest.TestCase):
 
     def test_map_full_out_of_service(self):
         # 2000 pods of ~3.1 KB fit in 16 MiB; their updates' history does not
-        env = Env(apisim_args=["--pods", "2000", "--namespaces", "3", "--history", "100000"],
-                  kwc_args=["--resources", "v1/pods", "--cache-map-size", str(16 << 20)])
-        try:
+        with Env(apisim_args=["--pods", "2000", "--namespaces", "3", "--history", "100000"],
+                 kwc_args=["--resources", "v1/pods", "--cache-map-size", str(16 << 20)]) as env:
             env.sim("POST", "/apisim/churn", {"rate": 600, "resources": ["pods"],
                                               "mix": {"update": 0.9, "create": 0.1}})
             wait_readyz(env.kwc.port, 503, 60, contains=("--cache-map-size",))
@@ -90,18 +89,12 @@ class DiskFullTest(unittest.TestCase):
             env.sim("POST", "/apisim/churn", {"rate": 0})
             self.assertIn("--cache-map-size", log_text(env.kwc))
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
 
 @only_in_plaintext_run("data dir locking; the front end's transport plays no part")
 class DataDirInUseTest(unittest.TestCase):
     def test_second_process_exits_2(self):
-        env = Env(apisim_args=["--pods", "100"], kwc_args=["--resources", "v1/pods"])
-        try:
+        with Env(apisim_args=["--pods", "100"], kwc_args=["--resources", "v1/pods"]) as env:
             data = os.path.join(env.dir, "data")
             p = subprocess.Popen([KWC_BIN, "--upstream", "http://127.0.0.1:%d" % env.apisim.port,
                                   "--listen", "127.0.0.1:0", "--data-dir", data, "--resources", "v1/pods"],
@@ -120,11 +113,6 @@ class DataDirInUseTest(unittest.TestCase):
                      30, "the first kwc to follow the upstream")
             assert_cache_equals_upstream(self, env)
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
 
 if __name__ == "__main__":

@@ -159,8 +159,7 @@ class RelistOrderTest(unittest.TestCase):
 
 class BelowFloorTest(unittest.TestCase):
     def test_watch_below_kwc_floor_passes_through(self):
-        env = Env(apisim_args=["--nodes", "1"], kwc_args=["--resources", "v1/pods"], start_kwc=False)
-        try:
+        with Env(apisim_args=["--nodes", "1"], kwc_args=["--resources", "v1/pods"], start_kwc=False) as env:
             rvs = [write(env, "create", "old-%d" % i) for i in range(6)]
             floor = env.sim("POST", "/apisim/compact", {"rv": rvs[1]})["floor"]
             self.assertEqual(floor, rvs[1])
@@ -192,11 +191,6 @@ class BelowFloorTest(unittest.TestCase):
                 self.assertEqual(st, 410)
             self.assertEqual(http_request(env.kwc.port, "GET", "/readyz")[0], 200)
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
 
 if __name__ == "__main__":

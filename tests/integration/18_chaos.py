@@ -44,8 +44,7 @@ def cache_lines(text):
 @only_in_plaintext_run("the reflector's timing; the front end's transport plays no part")
 class BackoffTest(unittest.TestCase):
     def test_backoff_grows_then_resets_after_healthy_watch(self):
-        env = Env(apisim_args=["--pods", "50"], kwc_args=["--resources", "v1/pods"])
-        try:
+        with Env(apisim_args=["--pods", "50"], kwc_args=["--resources", "v1/pods"]) as env:
             # outage of the pods watch (and lists): every attempt fails
             env.sim("POST", "/apisim/fail", {"count": 10 ** 9, "match": "/api/v1/pods?", "mode": "status",
                                              "status": 503})
@@ -70,19 +69,13 @@ class BackoffTest(unittest.TestCase):
             self.assertLess(d, 1.5, "after a healthy watch the retry is quick again, not the grown %r" % grown[-1])
             wait_for(lambda: env.stats()["open_watches"].get("pods", 0) >= 1, 30, "the watch to reopen")
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
 
 @only_in_plaintext_run("the reflector's timing; the front end's transport plays no part")
 class StalenessTest(unittest.TestCase):
     def test_verbose_reports_last_upstream_event_age(self):
-        env = Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                  kwc_args=["--resources", "v1/pods,v1/nodes"])
-        try:
+        with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
+                 kwc_args=["--resources", "v1/pods,v1/nodes"]) as env:
             st, text = readyz(env.kwc.port)
             self.assertEqual(st, 200, text)
             lines = cache_lines(text)
@@ -101,16 +94,10 @@ class StalenessTest(unittest.TestCase):
             a = ages()
             self.assertLess(a["pods"], a["nodes"], a)
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
     def test_silent_upstream_leaves_service(self):
-        env = Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                  kwc_args=["--resources", "v1/pods", "--max-staleness", "5"])
-        try:
+        with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
+                 kwc_args=["--resources", "v1/pods", "--max-staleness", "5"]) as env:
             ready = time.monotonic()
             text = wait_readyz(env.kwc.port, 503, 60, contains=("stale",))
             self.assertGreaterEqual(time.monotonic() - ready, 4.0, "not stale before --max-staleness")
@@ -121,25 +108,14 @@ class StalenessTest(unittest.TestCase):
             self.assertTrue(m, line[0])
             self.assertGreaterEqual(float(m.group(1)), 4.0)
             self.assertEqual(env.kwc.stop(), 0)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
 
 @only_in_plaintext_run("crash and outage recovery; the front end's transport plays no part")
 class ChaosTest(unittest.TestCase):
     def test_kill9_and_outage_under_churn(self):
-        env = Env(apisim_args=["--pods", "1500", "--namespaces", "3", "--history", "500000"],
-                  kwc_args=["--resources", "v1/pods"])
-        try:
+        with Env(apisim_args=["--pods", "1500", "--namespaces", "3", "--history", "500000"],
+                 kwc_args=["--resources", "v1/pods"]) as env:
             self.chaos(env)
-        except BaseException:
-            env.dump_logs()
-            raise
-        finally:
-            env.close()
 
     def chaos(self, env):
         rng = random.Random(1818)

@@ -339,7 +339,9 @@ class Env:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.dump_logs()  # what the processes said, next to the failure
         self.close()
 
 
