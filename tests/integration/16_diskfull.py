@@ -10,12 +10,13 @@ Once space is freed the resource relists and returns to service by itself.
 
 A second kwc on a data dir in use exits 2 with "data dir DIR is in use by pid
 N" and the first goes on serving."""
+import json
 import os
 import subprocess
 import time
 import unittest
 
-from cluster import Env, KWC_BIN, only_in_plaintext_run, http_request, wait_for
+from cluster import Env, KWC_BIN, connect, only_in_plaintext_run, http_request, read_to_eof, wait_for
 from faults import (Tmpfs, assert_cache_equals_upstream, get_list, log_text, readyz, wait_exit, wait_readyz)
 
 
@@ -37,6 +38,14 @@ class DiskFullTest(unittest.TestCase):
         try:
             fs = Tmpfs(data, "24m")
             env.start_kwc()
+            # a watcher served by the cache: it must end (cleanly) when the
+            # cache leaves service, to resume from the upstream
+            w = connect(env.kwc.port, timeout=60)
+            w.sendall(b"GET /api/v1/pods?watch=1&labelSelector=kwc-test%3Dnothing HTTP/1.1\r\n"
+                      b"Host: localhost\r\n\r\n")
+            head = w.recv(65536)
+            self.assertTrue(head.startswith(b"HTTP/1.1 200"), head)
+            self.assertNotIn("kwc-test", json.dumps(env.sim("GET", "/apisim/requests")), "served by kwc")
             # updates carry the object and its previous version into the
             # history: the cache outgrows 24 MiB within seconds
             env.sim("POST", "/apisim/churn", {"rate": 600, "resources": ["pods"],
@@ -62,6 +71,9 @@ class DiskFullTest(unittest.TestCase):
             text = seen["text"]
             self.assertIn(data, text, "/readyz?verbose names the data dir")
             self.assertIn("no space left on device in %s" % data, log_text(env.kwc))
+            rest = head.split(b"\r\n\r\n", 1)[1] + read_to_eof(w)
+            self.assertTrue(rest.endswith(b"0\r\n\r\n"), "the cache's watch stream ended with its terminal "
+                            "chunk when the cache left service: %r" % rest[-200:])
             # out of service (churn goes on, the disk stays full): rv=0 lists
             # are the upstream's current state
             self.assertTrue(created_after(env, "after-full-1"), "a pod created after the disk filled is listed")
