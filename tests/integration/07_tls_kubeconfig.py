@@ -62,8 +62,10 @@ def kubeconfig(d, server, ca="ca.crt", tls_server_name=None, token="sekret", cer
 
 class TlsTest(unittest.TestCase):
     def start_kwc(self, env, kc):
-        p = kwc_proc("kwc-%d" % len(os.listdir(env.dir)), ["--kubeconfig", kc, "--listen", "127.0.0.1:0",
-                                                           "--data-dir", os.path.join(env.dir, "data")], env.dir)
+        # one data dir each: a data dir has one kwc at a time
+        n = len(os.listdir(env.dir))
+        p = kwc_proc("kwc-%d" % n, ["--kubeconfig", kc, "--listen", "127.0.0.1:0",
+                                    "--data-dir", os.path.join(env.dir, "data-%d" % n)], env.dir)
         p.start()
         self.procs.append(p)
         return p
