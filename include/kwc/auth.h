@@ -1,0 +1,133 @@
+/*
+ * auth.h — who is calling, and may they (DESIGN.md "Security").
+ *
+ * kwc delegates both questions to the upstream, as kube-apiserver's
+ * --authentication-token-webhook and --authorization-mode=Webhook do, and
+ * caches the answers:
+ *
+ *   authentication, in kube-apiserver's order:
+ *     1. a client certificate the TLS layer verified against --client-ca-file:
+ *        user = subject CN, groups = subject O values (+ system:authenticated)
+ *     2. Authorization: Bearer TOKEN -> TokenReview (authentication.k8s.io/v1),
+ *        cached by SHA-256 of the token for token_ttl (kube: 2m), failures for
+ *        token_fail_ttl; the token itself is never logged nor kept
+ *     3. nothing: system:anonymous / system:unauthenticated if allowed, else 401
+ *     A bearer token the upstream rejects is a 401 (kube does not fall back to
+ *     anonymous for a bad token).
+ *   authorization: SubjectAccessReview (authorization.k8s.io/v1) with kube's
+ *     request attributes; allowed answers cached allow_ttl (kube: 5m), denied
+ *     deny_ttl (kube: 30s). Concurrent identical questions are asked upstream
+ *     once (coalesced while in flight).
+ *   impersonation (a caller's own Impersonate-* headers, kubectl --as):
+ *     each asked as verb "impersonate" on users / groups / uids /
+ *     userextras/KEY / serviceaccounts, then the request runs as that user.
+ *
+ * An upstream that cannot answer (down, 5xx, garbage) fails closed, as
+ * kube-apiserver does when its webhook fails: authentication gives 401
+ * (filters/authentication.go: an authenticator error is a failed login),
+ * authorization AUTH_ERROR, which the caller answers 500 InternalError
+ * (filters/authorization.go: an error without an allow). Logged, at most once
+ * a second; a cached answer still serves.
+ *
+ * Loop thread only.
+ */
+#ifndef KWC_AUTH_H
+#define KWC_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct up_client;
+struct x509_st;
+
+struct auth_extra {
+    char *key;
+    char **values;
+    size_t nvalues;
+};
+
+/* An authenticated identity (immutable once made; shared by reference). */
+struct auth_user {
+    unsigned refs;
+    char *name;
+    char *uid;            /* "" when none */
+    char **groups;
+    size_t ngroups;
+    struct auth_extra *extra;
+    size_t nextra;
+    bool from_token;      /* authenticated by a bearer token (forward-token mode) */
+};
+void auth_user_ref(struct auth_user *u);
+void auth_user_unref(struct auth_user *u);
+
+/* kube's authorizer.Attributes, as RequestInfo fills them. Borrowed strings. */
+struct auth_attrs {
+    bool resource_request;
+    const char *verb;        /* get list watch create update patch delete deletecollection impersonate ... */
+    const char *group;       /* "" for core */
+    const char *version;
+    const char *resource;
+    const char *subresource; /* NULL or "" for none */
+    const char *namespace_;  /* NULL or "" for cluster scope / all namespaces */
+    const char *name;        /* NULL or "" for none */
+    const char *path;        /* non-resource requests: the URL path */
+};
+
+struct auth_options {
+    bool anonymous;            /* --anonymous-auth */
+    unsigned token_ttl_s;      /* --authentication-token-webhook-cache-ttl (120) */
+    unsigned token_fail_ttl_s; /* a rejected or failed token review (10) */
+    unsigned allow_ttl_s;      /* --authorization-webhook-cache-authorized-ttl (300) */
+    unsigned deny_ttl_s;       /* --authorization-webhook-cache-unauthorized-ttl (30) */
+    size_t max_entries;        /* per cache; the oldest go first (default 100000) */
+};
+
+/* Counters (for /metrics). */
+struct auth_stats {
+    uint64_t authn_cert, authn_token, authn_anonymous, authn_denied;
+    uint64_t token_cache_hits, token_reviews, token_review_errors;
+    uint64_t authz_allowed, authz_denied, authz_errors;
+    uint64_t sar_cache_hits, sar_sent, sar_coalesced;
+};
+
+struct auth;
+struct auth_wait; /* a pending question; cancel it if the caller goes away first */
+
+int auth_new(struct event_base *base, struct up_client *up, const struct auth_options *o,
+             struct auth **out);
+void auth_free(struct auth *a);
+void auth_stats(const struct auth *a, struct auth_stats *out);
+
+/*
+ * Who is this. cert: the verified client certificate (NULL: none);
+ * authorization: the Authorization header (NULL: none). status: 0 and *u (a
+ * reference for the callback to keep with auth_user_ref) or 401. Answers
+ * from the cache (or from the certificate) call cb before returning and
+ * return NULL; else a wait the caller may cancel until cb runs.
+ */
+typedef void (*auth_user_cb)(void *arg, int status, struct auth_user *u);
+struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
+                                    auth_user_cb cb, void *arg);
+
+enum auth_decision { AUTH_ALLOW, AUTH_DENY, AUTH_ERROR };
+/* reason: the SubjectAccessReview's status.reason (or the error), "" if none;
+ * valid during the callback. */
+typedef void (*auth_decision_cb)(void *arg, enum auth_decision d, const char *reason);
+struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
+                                 const struct auth_attrs *at, auth_decision_cb cb, void *arg);
+void auth_cancel(struct auth_wait *w);
+
+/* ---- pure helpers (unit-tested, fuzzed) ---- */
+
+/* The token of "Bearer TOKEN" (case-insensitive scheme, kube's rules: one
+ * space or more, no further fields); NULL if the header is not a bearer
+ * token. *len is set. */
+const char *auth_bearer_token(const char *authorization, size_t *len);
+/* kube's forbidden message (responsewriters.forbiddenMessage) and the whole
+ * 403 Status JSON kube writes for at and user name (reason appended after
+ * ": " when non-empty). Caller frees. */
+char *auth_forbidden_status(const char *user, const struct auth_attrs *at, const char *reason);
+
+#endif
