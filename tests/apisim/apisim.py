@@ -1737,10 +1737,11 @@ class HttpError(Exception):
 
 class Request:
     __slots__ = ("method", "target", "path", "query", "version", "headers", "body", "keep_alive", "qlist",
-                 "t0", "started")
+                 "t0", "started", "hlist")
 
-    def __init__(self, method, target, version, headers):
+    def __init__(self, method, target, version, headers, hlist=()):
         self.method = method
+        self.hlist = hlist   # [(lower-cased name, value)] in order: repeated headers kept apart
         self.target = target
         self.version = version
         self.headers = headers
@@ -1870,14 +1871,16 @@ class Conn(asyncio.Protocol):
             if not version.startswith("HTTP/1."):
                 raise HttpError(400, "unsupported version")
             headers = {}
+            hlist = []
             for ln in lines[1:]:
                 k, sep, v = ln.partition(b":")
                 if not sep:
                     raise HttpError(400, "malformed header")
                 k = k.strip().lower().decode("latin-1")
                 v = v.strip().decode("latin-1")
+                hlist.append((k, v))
                 headers[k] = headers[k] + ", " + v if k in headers else v
-            req = Request(method, target, version, headers)
+            req = Request(method, target, version, headers, hlist)
             te = headers.get("transfer-encoding", "").lower()
             if "chunked" in te:
                 self.body_mode = "chunked"
@@ -2021,10 +2024,10 @@ class Conn(asyncio.Protocol):
         # JSON watches (handlers/watch.go: ";stream=watch" only for non-JSON media types).
         parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\nContent-Type: %s\r\n"
                  b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), self.audit_id, ctype, http_date())]
+        for k, v in extra:   # before the APF headers: Go writes header names sorted
+            parts.append(b"%s: %s\r\n" % (k, v))
         if self.apf:
             parts.append(PF_HEADERS)
-        for k, v in extra:
-            parts.append(b"%s: %s\r\n" % (k, v))
         if chunked:
             parts.append(b"Transfer-Encoding: chunked\r\n")
         elif length is not None:
@@ -2846,6 +2849,399 @@ def parse_uint_rv(s):
     return int(s), None
 
 
+# ---------------------------------------------------------------------------
+# authentication, authorization, impersonation (only with --policy)
+#
+# The filter chain of k8s.io/apiserver/pkg/server/config.go DefaultBuildHandlerChain,
+# outermost first: authentication (401) -> impersonation -> priority-and-fairness ->
+# authorization (403) -> handler.  So a 401 and an impersonation 403/500 carry no APF
+# headers; an authorization 403 does (except on long-running non-watch requests).
+# ---------------------------------------------------------------------------
+
+ALL_AUTHENTICATED = "system:authenticated"
+ALL_UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
+MASTERS = "system:masters"
+# kube-apiserver's default --api-audiences: the service account issuer (kubeadm/kind)
+DEFAULT_API_AUDIENCES = ["https://kubernetes.default.svc.cluster.local"]
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+# plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go: the ClusterRoles every
+# cluster has, with their ClusterRoleBindings of the same name.  system:discovery is
+# bound to system:authenticated only (since 1.14); system:public-info-viewer to both
+# system:authenticated and system:unauthenticated.
+BUILTIN_RULES = [
+    {"name": "system:public-info-viewer", "groups": [ALL_AUTHENTICATED, ALL_UNAUTHENTICATED], "verbs": ["get"],
+     "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"]},
+    {"name": "system:discovery", "groups": [ALL_AUTHENTICATED], "verbs": ["get"],
+     "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+                         "/readyz", "/version", "/version/"]},
+    {"name": "system:basic-user", "groups": [ALL_AUTHENTICATED], "verbs": ["create"],
+     "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+]
+
+
+def go_quote(s):
+    """strconv.Quote (fmt %q) of a string."""
+    out = ['"']
+    for ch in s:
+        o = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch in "\a\b\f\n\r\t\v":
+            out.append({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                        "\v": "\\v"}[ch])
+        elif o < 0x20 or o == 0x7f:
+            out.append("\\x%02x" % o)
+        elif o >= 0x80 and not ch.isprintable():
+            out.append("\\u%04x" % o if o <= 0xffff else "\\U%08x" % o)
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_GO_VERB = re.compile(r"%([-+# 0]*[0-9]*(?:\.[0-9]*)?)(.?)", re.S)
+
+
+def go_errorf_noargs(s):
+    """fmt.Errorf(s) with no arguments, as responsewriters.Forbidden calls it on its
+    message: %% is %, any other verb prints %!v(MISSING)."""
+    def sub(m):
+        verb = m.group(2)
+        if verb == "%":
+            return "%"
+        if not verb:
+            return "%!(NOVERB)"
+        return "%!" + verb + "(MISSING)"
+    return _GO_VERB.sub(sub, s)
+
+
+def go_bool_flag(v):
+    """A Go bool flag (strconv.ParseBool)."""
+    if v in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if v in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise argparse.ArgumentTypeError("invalid boolean value %r" % v)
+
+
+class UserInfo:
+    __slots__ = ("name", "uid", "groups", "extra")
+
+    def __init__(self, name, uid="", groups=(), extra=None):
+        self.name = name
+        self.uid = uid
+        self.groups = list(groups)
+        self.extra = dict(extra or {})
+
+
+def with_authenticated(u):
+    """authentication/group/authenticated_group_adder.go: system:authenticated added to
+    every user the authenticator chain returns, unless present already."""
+    if ALL_AUTHENTICATED not in u.groups:
+        u.groups.append(ALL_AUTHENTICATED)
+    return u
+
+
+class Attrs:
+    """authorizer.AttributesRecord, from request.RequestInfo for a request."""
+    __slots__ = ("user", "verb", "group", "version", "resource", "sub", "ns", "name", "path", "is_resource")
+
+    def __init__(self, user, verb, path="", group="", version="", resource="", sub="", ns="", name="",
+                 is_resource=True):
+        self.user, self.verb, self.path = user, verb, path
+        self.group, self.version, self.resource, self.sub = group, version, resource, sub
+        self.ns, self.name, self.is_resource = ns, name, is_resource
+
+
+def _valid_path_segment_name(name):
+    # apimachinery/pkg/api/validation/path/name.go IsValidPathSegmentName
+    return name not in (".", "..") and "/" not in name and "%" not in name
+
+
+def request_attrs(req, user):
+    """k8s.io/apiserver/pkg/endpoints/request/requestinfo.go NewRequestInfo."""
+    path = req.path
+    parts = [p for p in path.strip("/").split("/")] if path.strip("/") else []
+    non = Attrs(user, req.method.lower(), path=path, is_resource=False)
+    if len(parts) < 3 or parts[0] not in ("api", "apis"):
+        return non
+    prefix = parts[0]
+    parts = parts[1:]
+    group = ""
+    if prefix == "apis":
+        if len(parts) < 3:
+            return non
+        group = parts[0]
+        parts = parts[1:]
+    version = parts[0]
+    parts = parts[1:]
+    a = Attrs(user, "", path=path, group=group, version=version)
+    if parts[0] in ("proxy", "watch"):          # specialVerbs
+        if len(parts) < 2:
+            return non  # kube: an error, then a non-resource request
+        a.verb = parts[0]
+        parts = parts[1:]
+    else:
+        a.verb = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch",
+                  "DELETE": "delete"}.get(req.method, "")
+    if parts[0] == "namespaces":
+        if len(parts) > 1:
+            a.ns = parts[1]
+            if len(parts) > 2 and parts[2] not in ("status", "finalize"):   # namespaceSubresources
+                parts = parts[2:]
+    if len(parts) >= 3 and a.verb != "proxy":    # specialVerbsNoSubresources
+        a.sub = parts[2]
+    if len(parts) >= 2:
+        a.name = parts[1]
+    if len(parts) >= 1:
+        a.resource = parts[0]
+    if not a.name and a.verb == "get":
+        watch, fname, ok = False, None, True
+        q = req.query
+        try:
+            fs = FieldSelector(q.get("fieldSelector", ""))
+            LabelSelector(q.get("labelSelector", ""))
+            for k in ("limit", "timeoutSeconds"):
+                if k in q:
+                    parse_int64(q[k])
+            fname = fs.name_value()
+            watch = "watch" in q and kube_bool(q["watch"])
+        except (SelectorError, ApiError):
+            ok = False
+            w = req.qall("watch")
+            watch = bool(w) and w[0].lower() not in ("false", "0")
+        a.verb = "watch" if watch else "list"
+        if ok and fname is not None and _valid_path_segment_name(fname):
+            a.name = fname
+    if not a.name and a.verb == "delete":
+        a.verb = "deletecollection"
+    return a
+
+
+def forbidden_error(a, reason=""):
+    """responsewriters/errors.go Forbidden + forbiddenMessage, and apimachinery
+    api/errors/errors.go NewForbidden(GroupResource{APIGroup, Resource}, Name, err)."""
+    uname = a.user.name if a.user is not None else ""
+    if not a.is_resource:
+        msg = "User %s cannot %s path %s" % (go_quote(uname), a.verb, go_quote(a.path))
+    else:
+        res = a.resource + ("/" + a.sub if a.sub else "")
+        if a.ns:
+            msg = "User %s cannot %s resource %s in API group %s in the namespace %s" % (
+                go_quote(uname), a.verb, go_quote(res), go_quote(a.group), go_quote(a.ns))
+        else:
+            msg = "User %s cannot %s resource %s in API group %s at the cluster scope" % (
+                go_quote(uname), a.verb, go_quote(res), go_quote(a.group))
+    msg = msg.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")   # sanitizer
+    err = go_errorf_noargs(msg if not reason else "%s: %s" % (msg, reason))
+    group = a.group if a.is_resource else ""
+    resource = a.resource if a.is_resource else ""
+    name = a.name if a.is_resource else ""
+    if not group and not resource:
+        message = "forbidden: " + err
+    else:
+        qr = resource if not group else "%s.%s" % (resource, group)
+        message = ("%s is forbidden: %s" % (qr, err)) if not name else \
+            ("%s %s is forbidden: %s" % (qr, go_quote(name), err))
+    details = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    if resource:
+        details["kind"] = resource
+    return ApiError(403, "Forbidden", message, details, headers=[(b"X-Content-Type-Options", b"nosniff")])
+
+
+def _list_all(v):
+    return v is None or "*" in v
+
+
+def _url_match(patterns, path):
+    for p in patterns:
+        if p == "*" or p == path or (p.endswith("*") and path.startswith(p[:-1])):
+            return True
+    return False
+
+
+class Policy:
+    """--policy FILE / POST /apisim/policy (see README.md)."""
+
+    def __init__(self, doc):
+        if not isinstance(doc, dict):
+            raise ValueError("policy must be a JSON object")
+        self.tokens = {}
+        for tok, u in (doc.get("tokens") or {}).items():
+            if not isinstance(u, dict) or not u.get("user"):
+                raise ValueError("token entries need a user")
+            self.tokens[tok] = (u["user"], str(u.get("uid", "")), [str(g) for g in u.get("groups") or []],
+                                {str(k): [str(x) for x in v] for k, v in (u.get("extra") or {}).items()})
+        rules = doc.get("rules") or []
+        if not isinstance(rules, list):
+            raise ValueError("rules must be a list")
+        self.rules = []
+        for i, r in enumerate(rules):
+            if not isinstance(r, dict):
+                raise ValueError("rule %d is not an object" % i)
+            r = dict(r)
+            r.setdefault("name", "apisim-rule-%d" % i)
+            self.rules.append(r)
+        self.audiences = list(doc.get("audiences") or DEFAULT_API_AUDIENCES)
+        self.doc = doc
+
+    def token_user(self, tok):
+        t = self.tokens.get(tok)
+        if t is None:
+            return None
+        name, uid, groups, extra = t
+        return UserInfo(name, uid, groups, extra)
+
+    @staticmethod
+    def subject(rule, u):
+        """The RBAC subject (kind, name) through which rule applies to u, or None.
+        users and groups both absent (or "*") = everyone."""
+        users, groups = rule.get("users"), rule.get("groups")
+        if users is None and groups is None:
+            for g in (ALL_AUTHENTICATED, ALL_UNAUTHENTICATED):
+                if g in u.groups:
+                    return ("Group", g)
+            return ("User", u.name)
+        if users is not None and ("*" in users or u.name in users):
+            return ("User", u.name)
+        if groups is not None:
+            if "*" in groups:
+                return ("Group", u.groups[0]) if u.groups else ("User", u.name)
+            for g in groups:
+                if g in u.groups:
+                    return ("Group", g)
+        return None
+
+    @staticmethod
+    def allows(rule, a):
+        """rbac/rbac.go RuleAllows, plus the namespace of the binding."""
+        verbs = rule.get("verbs")
+        if not _list_all(verbs) and a.verb not in verbs:
+            return False
+        urls = rule.get("nonResourceURLs")
+        if not a.is_resource:
+            return urls is not None and _url_match(urls, a.path)
+        if urls is not None:
+            return False
+        if not _list_all(rule.get("apiGroups")) and a.group not in rule["apiGroups"]:
+            return False
+        res = rule.get("resources")
+        if not _list_all(res):
+            combined = a.resource + ("/" + a.sub if a.sub else "")
+            if combined not in res and not (a.sub and "*/" + a.sub in res):
+                return False
+        names = rule.get("resourceNames")
+        if not _list_all(names) and names and a.name not in names:
+            return False
+        nss = rule.get("namespaces")
+        if not _list_all(nss) and a.ns not in nss:
+            return False
+        return True
+
+    def authorize(self, a):
+        """(allowed, reason) as the union authorizer of kube-apiserver --authorization-mode
+        RBAC answers: system:masters first (authorizerfactory.NewPrivilegedGroups, no
+        reason), then the bootstrap roles and the policy's rules, reason
+        `RBAC: allowed by ClusterRoleBinding "N" of ClusterRole "N" to User "u"`
+        (rbac/rbac.go authorizingVisitor; a rule with namespaces is a RoleBinding in it)."""
+        u = a.user
+        if MASTERS in u.groups:
+            return True, ""
+        for rule in BUILTIN_RULES + self.rules:
+            subj = self.subject(rule, u)
+            if subj is None or not self.allows(rule, a):
+                continue
+            nss = rule.get("namespaces")
+            who = "%s %s" % (subj[0], go_quote(subj[1]))
+            if _list_all(nss):
+                src = "ClusterRoleBinding %s of ClusterRole %s to %s" % (go_quote(rule["name"]),
+                                                                         go_quote(rule["name"]), who)
+            else:
+                src = "RoleBinding %s of Role %s to %s" % (go_quote(rule["name"] + "/" + a.ns),
+                                                           go_quote(rule["name"]), who)
+            return True, "RBAC: allowed by " + src
+        return False, ""
+
+
+_IMP_EXTRA = "impersonate-extra-"
+
+
+def split_sa_username(name):
+    """serviceaccount.SplitUsername: system:serviceaccount:NS:NAME -> (NS, NAME) or None."""
+    pfx = "system:serviceaccount:"
+    if not name.startswith(pfx):
+        return None
+    parts = name[len(pfx):].split(":")
+    if len(parts) != 2:
+        return None
+    ns, sa = parts
+    if len(ns) > 63 or not _DNS1123_LABEL.match(ns) or len(sa) > 253 or not _DNS1123_SUB.match(sa):
+        return None
+    return ns, sa
+
+
+def _go_objref(kind, ns="", name="", apiv="", fieldpath=""):
+    # fmt %v of a core/v1 ObjectReference value: {Kind Namespace Name UID APIVersion ResourceVersion FieldPath}
+    return "{%s %s %s %s %s %s %s}" % (kind, ns, name, "", apiv, "", fieldpath)
+
+
+class ImpersonationError(Exception):
+    pass
+
+
+REVIEWS = {("authentication.k8s.io", "v1", "tokenreviews"), ("authorization.k8s.io", "v1", "subjectaccessreviews")}
+
+
+def _user_json(u):
+    """authentication/v1 UserInfo: username, uid, groups, extra (all omitempty)."""
+    d = {"username": u.name}
+    if u.uid:
+        d["uid"] = u.uid
+    if u.groups:
+        d["groups"] = list(u.groups)
+    if u.extra:
+        d["extra"] = {k: u.extra[k] for k in sorted(u.extra)}
+    return d
+
+
+def _fields_v1(spec):
+    """The FieldsV1 set of a review's spec (structured-merge-diff: leaves and atomic
+    lists are {}, an added struct pointer or map also gets "."); keys sorted."""
+    out = {}
+    for k, v in spec.items():
+        if isinstance(v, dict):
+            sub = {".": {}}
+            for kk in v:
+                sub["f:" + kk] = {}
+            out["f:" + k] = {kk: sub[kk] for kk in sorted(sub)}
+        else:
+            out["f:" + k] = {}
+    return {k: out[k] for k in sorted(out)}
+
+
+def _prefix_from_user_agent(ua):
+    """handlers/rest.go prefixFromUserAgent: the User-Agent up to its first "/",
+    printable characters only, at most 128 bytes."""
+    m = ua.split("/")[0]
+    out, n = [], 0
+    for ch in m:
+        if not ch.isprintable():
+            continue
+        if n >= 128:
+            break
+        out.append(ch)
+        n += len(ch.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
 class ListOpts:
     __slots__ = ("watch", "rv", "match", "cont", "limit", "timeout", "bookmarks", "sie", "lsel", "fsel")
 
@@ -2881,6 +3277,11 @@ class App:
         # test can check what a proxy in front passed on (or did not)
         self.seen = collections.deque(maxlen=RECENT_REQUESTS)
         self.seen_seq = 0
+        # --policy: kube's authentication, impersonation and authorization (see Policy)
+        self.policy = None
+        if args.policy:
+            with open(args.policy) as f:
+                self.policy = Policy(json.load(f))
 
     def log(self, msg):
         sys.stderr.write("apisim: %s\n" % msg)
@@ -2894,9 +3295,11 @@ class App:
         if path.startswith("/apisim/"):
             return self.control(req, conn)
         self.seen_seq += 1
-        self.seen.append({"seq": self.seen_seq, "method": req.method, "target": req.target,
-                          "version": req.version, "headers": dict(req.headers)})
-        if not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
+        self.seen.append(self.request_head(req))
+        if self.policy is not None:
+            if not self.guard(req, conn):
+                return None
+        elif not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
             # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
             conn.apf = False
             conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
@@ -2906,6 +3309,157 @@ class App:
             if r is not False:
                 return r
         return self.route(req, conn)
+
+    def request_head(self, req):
+        """What GET /apisim/requests shows of a request: its head, the Authorization
+        value reduced to its scheme (the credential is never kept), whether there was one,
+        and the Impersonate-* headers one by one (a repeated Impersonate-Group apart)."""
+        headers = dict(req.headers)
+        auth = headers.get("authorization")
+        if auth is not None:
+            headers["authorization"] = auth.split(" ", 1)[0] + " <redacted>" if auth.strip() else ""
+        return {"seq": self.seen_seq, "method": req.method, "target": req.target, "version": req.version,
+                "headers": headers, "authorization": auth is not None,
+                "impersonate": [[k, v] for k, v in req.hlist if k.startswith("impersonate-")]}
+
+    # -- --policy: authentication, impersonation, authorization ------------------
+    def guard(self, req, conn):
+        """The filters of DefaultBuildHandlerChain in their order; False when one of them
+        answered the request."""
+        u = self.authn(req, conn)
+        if u is None:
+            # filters/authentication.go Unauthorized: NewUnauthorized("Unauthorized"), before APF
+            conn.apf = False
+            conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
+            return False
+        try:
+            u = self.impersonate(req, conn, u)
+        except ImpersonationError:
+            return False
+        a = request_attrs(req, u)
+        ok, reason = self.policy.authorize(a)
+        if not ok:
+            # filters/authorization.go -> responsewriters.Forbidden; inside APF, which skips
+            # long-running non-watch requests (server/filters/longrunning.go)
+            if a.verb == "proxy" or a.sub in ("log", "exec", "attach", "portforward", "proxy"):
+                conn.apf = False
+            self.stats["forbidden"] += 1
+            conn.respond_error(forbidden_error(a, reason), req)
+            return False
+        return True
+
+    def token_user(self, tok):
+        """The bearer-token authenticators: --token (user admin in system:masters), then
+        the policy's tokens; the group adder puts system:authenticated last."""
+        if self.args.token and tok == self.args.token:
+            return with_authenticated(UserInfo("admin", "", [MASTERS]))
+        u = self.policy.token_user(tok)
+        return with_authenticated(u) if u is not None else None
+
+    def bearer(self, auth):
+        """authentication/request/bearertoken/bearertoken.go: (token or None)."""
+        auth = auth.strip()
+        if not auth:
+            return None
+        parts = auth.split(" ", 2)
+        if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+            return None
+        return parts[1]
+
+    def authn(self, req, conn):
+        """The request authenticator of pkg/kubeapiserver/authenticator/config.go: x509
+        client certificates, then bearer tokens (a token nobody knows is an error: 401,
+        never anonymous), then anonymous when --anonymous-auth."""
+        if self.args.client_ca and conn.peer_cert:
+            # authentication/request/x509/x509.go CommonNameUserConversion
+            cn, orgs = "", []
+            for rdn in conn.peer_cert.get("subject", ()):
+                for k, v in rdn:
+                    if k == "commonName":
+                        cn = v
+                    elif k == "organizationName":
+                        orgs.append(v)
+            if cn:
+                return with_authenticated(UserInfo(cn, "", orgs))
+        first = next((v for k, v in req.hlist if k == "authorization"), "")
+        tok = self.bearer(first)
+        if tok is not None:
+            return self.token_user(tok)
+        if self.args.anonymous_auth:
+            return UserInfo(ANONYMOUS, "", [ALL_UNAUTHENTICATED])
+        return None
+
+    def impersonate(self, req, conn, requestor):
+        """endpoints/filters/impersonation.go WithImpersonation (1.31)."""
+        hl = [(k, v) for k, v in req.hlist if k.startswith("impersonate-")]
+        if not hl:
+            return requestor
+        users = [v for k, v in hl if k == "impersonate-user"]
+        ruser = users[0] if users else ""
+        groups_h = [v for k, v in hl if k == "impersonate-group"]
+        extras = []
+        for k, v in hl:
+            if k.startswith(_IMP_EXTRA):
+                key = k[len(_IMP_EXTRA):]
+                # unescapeExtraKey: url.PathUnescape, the raw key when malformed
+                if not re.search(r"%(?![0-9a-fA-F]{2})", key):
+                    key = unquote(key, errors="replace")
+                extras.append((key, v))
+        uids = [v for k, v in hl if k == "impersonate-uid"]
+        ruid = uids[0] if uids else ""
+        reqs = []
+        if ruser:
+            sa = split_sa_username(ruser)
+            reqs.append(("ServiceAccount", sa[0], sa[1], "", "") if sa else ("User", "", ruser, "", ""))
+        reqs += [("Group", "", g, "", "") for g in groups_h]
+        reqs += [("UserExtra", "", v, "authentication.k8s.io/v1", k) for k, v in extras]
+        if ruid:
+            reqs.append(("UID", "", ruid, "authentication.k8s.io/v1", ""))
+        if not reqs:
+            return requestor
+        if (groups_h or extras or ruid) and not ruser:
+            # buildImpersonationRequests' error -> responsewriters.InternalError: http.Error
+            # (text/plain, nosniff, a newline) of the sanitized
+            # `Internal Server Error: %q: requested %v without impersonating a user`
+            text = "Internal Server Error: %s: requested [%s] without impersonating a user" % (
+                go_quote(req.target), " ".join(_go_objref(*r) for r in reqs))
+            text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            conn.apf = False
+            conn.respond(500, text.encode() + b"\n", req, ctype=b"text/plain; charset=utf-8",
+                         extra=[(b"X-Content-Type-Options", b"nosniff")])
+            raise ImpersonationError()
+        username, groups, extra, uid = "", [], {}, ""
+        for kind, ns, name, apiv, fp in reqs:
+            at = Attrs(requestor, "impersonate", path=req.path, ns=ns, name=name)
+            if kind == "ServiceAccount":
+                at.resource = "serviceaccounts"
+                username = "system:serviceaccount:%s:%s" % (ns, name)
+                if not groups_h:
+                    groups = ["system:serviceaccounts", "system:serviceaccounts:" + ns]
+            elif kind == "User":
+                at.resource = "users"
+                username = name
+            elif kind == "Group":
+                at.resource = "groups"
+                groups.append(name)
+            elif kind == "UserExtra":
+                at.group, at.version, at.resource, at.sub = "authentication.k8s.io", "v1", "userextras", fp
+                extra.setdefault(fp, []).append(name)
+            else:
+                at.group, at.version, at.resource = "authentication.k8s.io", "v1", "uids"
+                uid = name
+            ok, reason = self.policy.authorize(at)
+            if not ok:
+                conn.apf = False   # impersonation runs before APF
+                self.stats["forbidden"] += 1
+                conn.respond_error(forbidden_error(at, reason), req)
+                raise ImpersonationError()
+        if username != ANONYMOUS:
+            if ALL_AUTHENTICATED not in groups and ALL_UNAUTHENTICATED not in groups:
+                groups.append(ALL_AUTHENTICATED)
+        elif ALL_UNAUTHENTICATED not in groups:
+            groups.append(ALL_UNAUTHENTICATED)
+        return UserInfo(username, uid, groups, extra)
 
     def authenticate(self, req, conn):
         a = self.args
@@ -2986,6 +3540,8 @@ class App:
                 return self.reply(req, conn, {"kind": "APIGroupList", "apiVersion": "v1",
                                               "groups": [self.group_info(g) for g in self.groups]})
             g = parts[1]
+            if self.policy is not None and len(parts) == 4 and (g, parts[2], parts[3]) in REVIEWS:
+                return self.review(req, conn, g, parts[3])
             if g not in self.groups:
                 raise ERR_NOT_FOUND_PATH
             if len(parts) == 2:
@@ -4045,6 +4601,135 @@ class App:
             sess.feed(data)
         return sess.run()
 
+    # -- TokenReview / SubjectAccessReview (with --policy) ------------------------
+    def review(self, req, conn, group, plural):
+        """POST /apis/authentication.k8s.io/v1/tokenreviews (pkg/registry/authentication/
+        tokenreview/storage.go) and /apis/authorization.k8s.io/v1/subjectaccessreviews
+        (pkg/registry/authorization/subjectaccessreview/rest.go): 201 with the object
+        echoed as its Go type encodes it and a status."""
+        if req.method != "POST":
+            raise ERR_METHOD
+        kind = "TokenReview" if plural == "tokenreviews" else "SubjectAccessReview"
+        rt = argparse.Namespace(kind=kind, api_version=group + "/v1")
+        d = self.body_obj(req, rt)
+        md = d.get("metadata") or {}
+        spec = d.get("spec") if isinstance(d.get("spec"), dict) else {}
+        if kind == "TokenReview":
+            out_spec, status = self.token_review(spec)
+        else:
+            out_spec, status = self.access_review(spec)
+        meta = {}
+        for k in ("name", "generateName"):
+            if md.get(k):
+                meta[k] = md[k]
+        meta["creationTimestamp"] = None   # a zero metav1.Time encodes as null
+        for k in ("labels", "annotations"):
+            if isinstance(md.get(k), dict) and md[k]:
+                meta[k] = {kk: md[k][kk] for kk in sorted(md[k])}
+        # handlers/create.go runs the field manager on every create: one Update entry
+        # for the fields the request set (spec only here; the empty new object already
+        # has "spec":{}, so spec itself is not "added", a pointer/map under it is: ".")
+        fields = _fields_v1(out_spec)
+        if fields:
+            ent = {}
+            mgr = req.query.get("fieldManager") or _prefix_from_user_agent(req.headers.get("user-agent", ""))
+            if mgr:
+                ent["manager"] = mgr
+            ent.update((("operation", "Update"), ("apiVersion", rt.api_version), ("time", now_rfc3339()),
+                        ("fieldsType", "FieldsV1"), ("fieldsV1", {"f:spec": fields})))
+            meta["managedFields"] = [ent]
+        self.stats["create " + plural] += 1
+        conn.respond_json(201, {"kind": kind, "apiVersion": rt.api_version, "metadata": meta, "spec": out_spec,
+                                "status": status}, req)
+        return None
+
+    def token_review(self, spec):
+        out = {}
+        token = spec.get("token") or ""
+        if token:
+            out["token"] = str(token)
+        if spec.get("audiences"):
+            out["audiences"] = [str(x) for x in spec["audiences"]]
+        if not token:
+            raise err_bad_request("token is required for TokenReview in authentication")
+        # the whole request authenticator on a request with only "Authorization: Bearer
+        # <token>"; token authenticators are audience-agnostic (authenticator/audiences.go):
+        # the wanted audiences (spec, else --api-audiences) must meet the API's.
+        tok = self.bearer("Bearer " + token)
+        apiauds = self.policy.audiences
+        want = out.get("audiences") or apiauds
+        inter = [x for x in want if x in apiauds]
+        if tok is None:
+            if not self.args.anonymous_auth:
+                return out, {"user": {}}
+            # anonymous has no audiences: storage.go's badAuthenticatorAuds
+            raise ApiError(500, "InternalError", "Internal error occurred: error validating audiences",
+                           {"causes": [{"message": "error validating audiences"}]})
+        u = self.token_user(tok) if inter else None
+        if u is None:
+            # bearertoken.go: no authenticator said yes and none failed -> invalidToken
+            return out, {"user": {}, "error": "invalid bearer token"}
+        return out, {"authenticated": True, "user": _user_json(u), "audiences": inter}
+
+    def access_review(self, spec):
+        ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+        ra = ra if isinstance(ra, dict) else None
+        nra = nra if isinstance(nra, dict) else None
+        out = {}
+        if ra is not None:
+            out["resourceAttributes"] = {k: str(ra[k]) for k in ("namespace", "verb", "group", "version", "resource",
+                                                                 "subresource", "name") if ra.get(k)}
+        if nra is not None:
+            out["nonResourceAttributes"] = {k: str(nra[k]) for k in ("path", "verb") if nra.get(k)}
+        user = str(spec.get("user") or "")
+        groups = [str(g) for g in spec.get("groups") or []]
+        extra = {str(k): [str(x) for x in v or []] for k, v in (spec.get("extra") or {}).items()}
+        uid = str(spec.get("uid") or "")
+        if user:
+            out["user"] = user
+        if groups:
+            out["groups"] = groups
+        if extra:
+            out["extra"] = {k: extra[k] for k in sorted(extra)}
+        if uid:
+            out["uid"] = uid
+        # pkg/apis/authorization/validation/validation.go ValidateSubjectAccessReviewSpec (1.31)
+        errs = []
+        if ra is not None and nra is not None:
+            n = out["nonResourceAttributes"]
+            errs.append(("FieldValueInvalid", "spec.nonResourceAttributes",
+                         "Invalid value: authorization.NonResourceAttributes{Path:%s, Verb:%s}: cannot be specified "
+                         "in combination with resourceAttributes" % (go_quote(n.get("path", "")),
+                                                                     go_quote(n.get("verb", "")))))
+        if ra is None and nra is None:
+            errs.append(("FieldValueInvalid", "spec.resourceAttributes", 'Invalid value: "null": exactly one of '
+                         "nonResourceAttributes or resourceAttributes must be specified"))
+        if not user and not groups:
+            errs.append(("FieldValueInvalid", "spec.user",
+                         'Invalid value: "": at least one of user or group must be specified'))
+        if errs:
+            # NewInvalid(authorizationapi.Kind(sar.Kind), "", errs): the internal object's
+            # Kind is empty, so the qualified kind is ".authorization.k8s.io"
+            msgs = ["%s: %s" % (f, b) for (_t, f, b) in errs]
+            agg = msgs[0] if len(msgs) == 1 else "[" + ", ".join(msgs) + "]"
+            raise ApiError(422, "Invalid", '.authorization.k8s.io "" is invalid: ' + agg,
+                           {"group": "authorization.k8s.io",
+                            "causes": [{"reason": t, "message": b, "field": f} for (t, f, b) in errs]})
+        u = UserInfo(user, uid, groups, extra)   # as given: no system:authenticated added
+        if ra is not None:
+            r = out["resourceAttributes"]
+            a = Attrs(u, r.get("verb", ""), group=r.get("group", ""), version=r.get("version") or "*",
+                      resource=r.get("resource", ""), sub=r.get("subresource", ""), ns=r.get("namespace", ""),
+                      name=r.get("name", ""))
+        else:
+            n = out["nonResourceAttributes"]
+            a = Attrs(u, n.get("verb", ""), path=n.get("path", ""), is_resource=False)
+        allowed, reason = self.policy.authorize(a)
+        status = {"allowed": allowed}   # RBAC never says Deny: no "denied"
+        if reason:
+            status["reason"] = reason
+        return out, status
+
     # -- controls (/apisim/...) -------------------------------------------------
     def control(self, req, conn):
         path = req.path.rstrip("/")
@@ -4091,6 +4776,11 @@ class App:
                     "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}
         if path == "/apisim/requests" and m == "GET":
             return {"seq": self.seen_seq, "requests": list(self.seen)}
+        if path == "/apisim/policy" and m == "GET":
+            return {"policy": self.policy.doc if self.policy is not None else None}
+        if path == "/apisim/policy" and m == "POST":
+            self.policy = Policy(body)
+            return {"ok": True, "tokens": len(self.policy.tokens), "rules": len(self.policy.rules)}
         if path == "/apisim/reset-stats" and m == "POST":
             self.stats.clear()
             return {"ok": True}
@@ -4382,7 +5072,12 @@ def parse_args(argv=None):
     p.add_argument("--tls-cert")
     p.add_argument("--tls-key")
     p.add_argument("--client-ca")
-    p.add_argument("--token")
+    p.add_argument("--token", help="a bearer token for an all-powerful user (with --policy: user admin, "
+                                    "group system:masters)")
+    p.add_argument("--policy", help="JSON: tokens and rules; turns on kube's authentication, impersonation and "
+                                    "authorization (README.md)")
+    p.add_argument("--anonymous-auth", type=go_bool_flag, nargs="?", const=True, default=True,
+                   help="with --policy: requests without credentials are system:anonymous (default true)")
     p.add_argument("--log-requests", action="store_true")
     a = p.parse_args(argv)
     if not re.match(r"^1\.(2[7-9]|3[0-3])$", a.version):

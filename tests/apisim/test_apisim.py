@@ -69,13 +69,22 @@ class Sim:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
     def req(self, method, path, body=None, headers=None, timeout=10, ctx=None):
+        """headers: a dict, or a list of (name, value) to send a header more than once."""
         c = self.conn(timeout, ctx)
-        h = dict(headers or {})
+        h = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
-            h.setdefault("Content-Type", "application/json")
+            if not any(k.lower() == "content-type" for k, _ in h):
+                h.append(("Content-Type", "application/json"))
         try:
-            c.request(method, path, body=body, headers=h)
+            if isinstance(body, str):
+                body = body.encode("iso-8859-1")   # as http.client's request() does
+            c.putrequest(method, path)
+            for k, v in h:
+                c.putheader(k, v)
+            if body is not None or method in ("POST", "PUT", "PATCH"):
+                c.putheader("Content-Length", str(len(body or b"")))
+            c.endheaders(body)
             r = c.getresponse()
             data = r.read()
         finally:
@@ -1128,9 +1137,12 @@ class TestControls(unittest.TestCase):
             self.assertEqual((a["seq"], a["method"], a["target"], a["version"]),
                              (1, "GET", "/api/v1/namespaces/default/pods/pod-1?x=%41", "HTTP/1.1"))
             self.assertEqual(a["headers"]["x-remote-user"], "admin")
-            self.assertEqual(a["headers"]["authorization"], "Bearer t")
-            self.assertEqual((b["seq"], b["method"]), (2, "POST"))
+            # whether Authorization was there, and its scheme, never the credential
+            self.assertEqual((a["authorization"], a["headers"]["authorization"]), (True, "Bearer <redacted>"))
+            self.assertNotIn("Bearer t\"", json.dumps(out))
+            self.assertEqual((b["seq"], b["method"], b["authorization"]), (2, "POST", False))
             self.assertEqual((b["headers"]["upgrade"], b["headers"]["impersonate-user"]), ("SPDY/3.1", "u"))
+            self.assertEqual(b["impersonate"], [["impersonate-user", "u"]])
             # a head apisim cannot parse is never dispatched, but it is counted
             sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             sock.sendall(b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n")
@@ -1554,6 +1566,423 @@ class TestWire(unittest.TestCase):
         st, r, data = SIM.req("POST", "/apis/example.com/v1/namespaces/default/widgets",
                               {"metadata": {"name": "esc"}, "spec": {"html": "<b>&"}})
         self.assertIn(b'"spec":{"html":"\\u003cb\\u003e\\u0026"}', data)
+
+
+# ---------------------------------------------------------------------------
+# --policy: authentication, impersonation, authorization, TokenReview, SAR
+# ---------------------------------------------------------------------------
+
+POLICY = {
+    "tokens": {"tok-alice": {"user": "alice", "uid": "u-1", "groups": ["devs"], "extra": {"scopes": ["b", "a"]}},
+               "tok-bob": {"user": "bob"}, "tok-rev": {"user": "reviewer", "groups": ["reviewers"]}},
+    "rules": [
+        {"users": ["alice"], "verbs": ["get", "list", "watch"], "resources": ["pods", "pods/log"],
+         "namespaces": ["default"]},
+        {"groups": ["reviewers"], "verbs": ["create"], "apiGroups": ["authentication.k8s.io", "authorization.k8s.io"],
+         "resources": ["tokenreviews", "subjectaccessreviews"]},
+        {"name": "bob-pod-1", "users": ["bob"], "verbs": ["get", "list", "watch"], "resources": ["pods"],
+         "resourceNames": ["pod-1"]},
+        {"users": ["alice"], "verbs": ["impersonate"], "resources": ["users"], "resourceNames": ["carol"]},
+        {"users": ["alice"], "verbs": ["impersonate"], "resources": ["serviceaccounts"], "namespaces": ["ns1"]},
+        {"groups": ["system:serviceaccounts:ns1"], "verbs": ["list"], "resources": ["configmaps"]},
+        {"users": ["carol"], "verbs": ["list"], "resources": ["nodes"]},
+        {"users": ["bob"], "verbs": ["get"], "nonResourceURLs": ["/metrics", "/debug/*"]},
+    ]}
+
+
+def status_bytes(message, reason, code, details=None):
+    """A Status as kube-apiserver writes it (json.Encoder: compact, HTML-escaped, "\\n")."""
+    st = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+          "reason": reason}
+    if details is not None:
+        st["details"] = details
+    st["code"] = code
+    out = json.dumps(st, separators=(",", ":"), ensure_ascii=False)
+    return (out.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026") + "\n").encode()
+
+
+# apimachinery/pkg/api/errors/errors.go NewUnauthorized("Unauthorized"), written by
+# endpoints/filters/authentication.go Unauthorized (Details nil: no "details")
+UNAUTHORIZED = (b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized",'
+                b'"reason":"Unauthorized","code":401}\n')
+
+
+def policy_sim(*args, policy=None, tls=False):
+    d = tempfile.mkdtemp(dir=TMP)
+    f = os.path.join(d, "policy.json")
+    with open(f, "w") as fh:
+        json.dump(POLICY if policy is None else policy, fh)
+    return Sim("--pods", "3", "--policy", f, "--token", "admintok", *args, tls=tls)
+
+
+def bearer(tok, **more):
+    h = {"Authorization": "Bearer " + tok}
+    h.update(more)
+    return h
+
+
+class TestPolicy(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s = policy_sim()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.stop()
+
+    def forbidden(self, method, path, headers, message, details, pf=True):
+        st, r, data = self.s.req(method, path, headers=headers)
+        self.assertEqual(st, 403, data)
+        # responsewriters/errors.go Forbidden: forbiddenMessage, sanitized, through
+        # fmt.Errorf into apierrors.NewForbidden(GroupResource, Name, err): details
+        # {name, group, kind} in StatusDetails field order, empty ones left out
+        self.assertEqual(data, status_bytes(message, "Forbidden", 403, details))
+        self.assertEqual(r.getheader("Content-Type"), "application/json")
+        self.assertEqual(r.getheader("X-Content-Type-Options"), "nosniff")
+        self.assertTrue(r.getheader("Audit-Id"))
+        self.assertEqual(bool(r.getheader("X-Kubernetes-Pf-Flowschema-Uid")), pf)
+        return r
+
+    def test_unauthorized(self):
+        for h in ({"Authorization": "Bearer nope"}, {"Authorization": "bearer nope"}):
+            st, r, data = self.s.req("GET", "/api/v1/pods", headers=h)
+            self.assertEqual((st, data), (401, UNAUTHORIZED))   # a bad token is never anonymous
+            self.assertIsNone(r.getheader("X-Kubernetes-Pf-Flowschema-Uid"))
+            self.assertEqual(self.s.req("GET", "/version", headers=h)[0], 401)
+        # not a bearer token, or an empty one: no credentials -> anonymous
+        self.forbidden("GET", "/api/v1/pods", {"Authorization": "Basic YTpi"},
+                       'pods is forbidden: User "system:anonymous" cannot list resource "pods" in API group "" at '
+                       'the cluster scope', {"kind": "pods"})
+        self.assertEqual(self.s.req("GET", "/version", headers={"Authorization": "Bearer "})[0], 200)
+
+    def test_forbidden_messages(self):
+        ns = "/api/v1/namespaces/default"
+        self.forbidden("GET", ns + "/pods", bearer("tok-bob"),
+                       'pods is forbidden: User "bob" cannot list resource "pods" in API group "" in the namespace '
+                       '"default"', {"kind": "pods"})
+        self.forbidden("GET", ns + "/pods/pod-2", bearer("tok-bob"),
+                       'pods "pod-2" is forbidden: User "bob" cannot get resource "pods" in API group "" in the '
+                       'namespace "default"', {"name": "pod-2", "kind": "pods"})
+        self.forbidden("GET", "/api/v1/nodes", bearer("tok-alice"),
+                       'nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster '
+                       'scope', {"kind": "nodes"})
+        self.forbidden("GET", "/apis/apps/v1/namespaces/default/deployments/d1", bearer("tok-alice"),
+                       'deployments.apps "d1" is forbidden: User "alice" cannot get resource "deployments" in API '
+                       'group "apps" in the namespace "default"', {"name": "d1", "group": "apps", "kind": "deployments"})
+        self.forbidden("PATCH", "/apis/apps/v1/namespaces/default/deployments/d1/scale", bearer("tok-alice"),
+                       'deployments.apps "d1" is forbidden: User "alice" cannot patch resource "deployments/scale" '
+                       'in API group "apps" in the namespace "default"',
+                       {"name": "d1", "group": "apps", "kind": "deployments"})
+        self.forbidden("DELETE", ns + "/pods", bearer("tok-alice"),
+                       'pods is forbidden: User "alice" cannot deletecollection resource "pods" in API group "" in '
+                       'the namespace "default"', {"kind": "pods"})
+        self.forbidden("POST", ns + "/configmaps", bearer("tok-alice"),
+                       'configmaps is forbidden: User "alice" cannot create resource "configmaps" in API group "" '
+                       'in the namespace "default"', {"kind": "configmaps"})
+        # subresources; log/exec are long-running non-watch requests: no APF headers
+        self.forbidden("GET", ns + "/pods/pod-1/log", bearer("tok-bob"),
+                       'pods "pod-1" is forbidden: User "bob" cannot get resource "pods/log" in API group "" in the '
+                       'namespace "default"', {"name": "pod-1", "kind": "pods"}, pf=False)
+        # exec: POST (SPDY) is create; a websocket GET is get in 1.31 (the create check of
+        # AuthorizePodWebsocketUpgradeCreatePermission came later)
+        self.forbidden("POST", ns + "/pods/pod-1/exec?command=true", bearer("tok-alice"),
+                       'pods "pod-1" is forbidden: User "alice" cannot create resource "pods/exec" in API group "" '
+                       'in the namespace "default"', {"name": "pod-1", "kind": "pods"}, pf=False)
+        self.forbidden("GET", ns + "/pods/pod-1/exec?command=true", bearer("tok-alice", Upgrade="websocket",
+                                                                           Connection="Upgrade"),
+                       'pods "pod-1" is forbidden: User "alice" cannot get resource "pods/exec" in API group "" in '
+                       'the namespace "default"', {"name": "pod-1", "kind": "pods"}, pf=False)
+        # non-resource paths: verb = the lower-cased method, details {}
+        self.forbidden("GET", "/metrics", bearer("tok-alice"),
+                       'forbidden: User "alice" cannot get path "/metrics"', {})
+        self.forbidden("POST", "/version", bearer("tok-alice"),
+                       'forbidden: User "alice" cannot post path "/version"', {})
+        # sanitizer (& < > as entities) and fmt.Errorf on the message (a % verb)
+        self.forbidden("GET", "/a%3Cb%3E%26", bearer("tok-alice"),
+                       'forbidden: User "alice" cannot get path "/a&lt;b&gt;&amp;"', {})
+        self.forbidden("GET", "/a%25d", bearer("tok-alice"),
+                       'forbidden: User "alice" cannot get path "/a%!d(MISSING)"', {})
+
+    def test_allowed(self):
+        ns = "/api/v1/namespaces/default"
+        self.assertEqual(self.s.get(ns + "/pods", headers=bearer("tok-alice"))[0], 200)
+        self.assertEqual(self.s.req("GET", ns + "/pods/pod-1/log", headers=bearer("tok-alice"))[0], 200)
+        self.assertEqual(self.s.get("/api/v1/nodes", headers=bearer("admintok"))[0], 200)   # --token: system:masters
+        self.assertEqual(self.s.json("POST", ns + "/configmaps", {"metadata": {"name": "m"}},
+                                     headers=bearer("admintok"))[0], 201)
+        # a nonResourceURLs rule (a trailing * is a prefix) matches paths only
+        self.assertEqual(self.s.req("GET", "/metrics", headers=bearer("tok-bob"))[0], 404)   # allowed, not served
+        self.assertEqual(self.s.req("GET", "/debug/x/y", headers=bearer("tok-bob"))[0], 404)
+        self.assertEqual(self.s.req("GET", "/debug", headers=bearer("tok-bob"))[0], 403)
+
+    def test_builtin_discovery_rules(self):
+        # system:public-info-viewer (everyone) and system:discovery (authenticated only)
+        for p in ("/version", "/healthz", "/livez", "/readyz"):
+            self.assertEqual(self.s.req("GET", p)[0], 200, p)
+        for p in ("/api", "/apis", "/api/v1", "/apis/apps/v1", "/openapi/v3"):
+            self.assertEqual(self.s.req("GET", p, headers=bearer("tok-bob"))[0], 200, p)
+        self.forbidden("GET", "/apis", {}, 'forbidden: User "system:anonymous" cannot get path "/apis"', {})
+        self.forbidden("GET", "/api/v1", {}, 'forbidden: User "system:anonymous" cannot get path "/api/v1"', {})
+
+    def test_field_selector_name(self):
+        # requestinfo.go: a list/watch without a name takes metadata.name=X as its name
+        pods = "/api/v1/namespaces/default/pods"
+        st, l = self.s.get(pods + "?fieldSelector=metadata.name%3Dpod-1", headers=bearer("tok-bob"))
+        self.assertEqual((st, [i["metadata"]["name"] for i in l["items"]]), (200, ["pod-1"]))
+        self.assertEqual(self.s.get(pods + "?fieldSelector=metadata.name%3D%3Dpod-1%2Cstatus.phase%3DRunning",
+                                    headers=bearer("tok-bob"))[0], 200)
+        self.forbidden("GET", pods + "?fieldSelector=metadata.name%3Dpod-2", bearer("tok-bob"),
+                       'pods "pod-2" is forbidden: User "bob" cannot list resource "pods" in API group "" in the '
+                       'namespace "default"', {"name": "pod-2", "kind": "pods"})
+        self.forbidden("GET", pods + "?fieldSelector=metadata.name!%3Dpod-1", bearer("tok-bob"),
+                       'pods is forbidden: User "bob" cannot list resource "pods" in API group "" in the namespace '
+                       '"default"', {"kind": "pods"})
+        st, r, _ = self.s.req("GET", pods + "?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dpod-1",
+                              headers=bearer("tok-bob"))
+        self.assertEqual(st, 200)
+        self.forbidden("GET", pods + "?watch=true&fieldSelector=metadata.name%3Dpod-2", bearer("tok-bob"),
+                       'pods "pod-2" is forbidden: User "bob" cannot watch resource "pods" in API group "" in the '
+                       'namespace "default"', {"name": "pod-2", "kind": "pods"})
+        # a bad parameter: kube's fallback (list/watch by the watch parameter, no name)
+        self.forbidden("GET", pods + "?watch=1&limit=x&fieldSelector=metadata.name%3Dpod-1", bearer("tok-bob"),
+                       'pods is forbidden: User "bob" cannot watch resource "pods" in API group "" in the namespace '
+                       '"default"', {"kind": "pods"})
+        # /watch/ paths: verb watch from the path; the field selector gives no name there
+        self.forbidden("GET", "/api/v1/watch/namespaces/default/pods?fieldSelector=metadata.name%3Dpod-1",
+                       bearer("tok-bob"), 'pods is forbidden: User "bob" cannot watch resource "pods" in API group '
+                       '"" in the namespace "default"', {"kind": "pods"})
+        st, _, _ = self.s.req("GET", "/api/v1/watch/namespaces/default/pods/pod-1?timeoutSeconds=1",
+                              headers=bearer("tok-bob"))
+        self.assertEqual(st, 200)
+
+    def test_impersonation(self):
+        h = bearer("tok-alice")
+        # allowed to be carol; then authorized as carol (who may list nodes only)
+        self.assertEqual(self.s.get("/api/v1/nodes", headers=dict(h, **{"Impersonate-User": "carol"}))[0], 200)
+        self.forbidden("GET", "/api/v1/namespaces/default/pods", dict(h, **{"Impersonate-User": "carol"}),
+                       'pods is forbidden: User "carol" cannot list resource "pods" in API group "" in the '
+                       'namespace "default"', {"kind": "pods"})
+        # impersonation.go: each impersonated item is authorized with verb impersonate;
+        # denied -> responsewriters.Forbidden before APF (no APF headers)
+        self.forbidden("GET", "/api/v1/nodes", dict(h, **{"Impersonate-User": "dave"}),
+                       'users "dave" is forbidden: User "alice" cannot impersonate resource "users" in API group "" '
+                       'at the cluster scope', {"name": "dave", "kind": "users"}, pf=False)
+        self.forbidden("GET", "/api/v1/nodes", dict(h, **{"Impersonate-User": "carol", "Impersonate-Group": "g1"}),
+                       'groups "g1" is forbidden: User "alice" cannot impersonate resource "groups" in API group "" '
+                       'at the cluster scope', {"name": "g1", "kind": "groups"}, pf=False)
+        self.forbidden("GET", "/api/v1/nodes", dict(h, **{"Impersonate-User": "carol",
+                                                          "Impersonate-Extra-Acme.io%2fScope": "v1"}),
+                       'userextras.authentication.k8s.io "v1" is forbidden: User "alice" cannot impersonate resource '
+                       '"userextras/acme.io/scope" in API group "authentication.k8s.io" at the cluster scope',
+                       {"name": "v1", "group": "authentication.k8s.io", "kind": "userextras"}, pf=False)
+        self.forbidden("GET", "/api/v1/nodes", dict(h, **{"Impersonate-User": "carol", "Impersonate-Uid": "u-9"}),
+                       'uids.authentication.k8s.io "u-9" is forbidden: User "alice" cannot impersonate resource '
+                       '"uids" in API group "authentication.k8s.io" at the cluster scope',
+                       {"name": "u-9", "group": "authentication.k8s.io", "kind": "uids"}, pf=False)
+        self.forbidden("GET", "/api/v1/nodes", dict(h, **{"Impersonate-User": "system:serviceaccount:ns2:sa1"}),
+                       'serviceaccounts "sa1" is forbidden: User "alice" cannot impersonate resource '
+                       '"serviceaccounts" in API group "" in the namespace "ns2"',
+                       {"name": "sa1", "kind": "serviceaccounts"}, pf=False)
+        # a service account gets system:serviceaccounts and system:serviceaccounts:NS
+        sa = dict(h, **{"Impersonate-User": "system:serviceaccount:ns1:sa1"})
+        self.assertEqual(self.s.get("/api/v1/namespaces/default/configmaps", headers=sa)[0], 200)
+        self.forbidden("GET", "/api/v1/nodes", sa, 'nodes is forbidden: User "system:serviceaccount:ns1:sa1" cannot '
+                       'list resource "nodes" in API group "" at the cluster scope', {"kind": "nodes"})
+        # system:masters may impersonate anyone, groups too (repeated headers kept apart)
+        st, r, data = self.s.req("GET", "/api/v1/namespaces/default/configmaps", headers=[
+            ("Authorization", "Bearer admintok"), ("Impersonate-User", "zed"), ("Impersonate-Group", "x"),
+            ("Impersonate-Group", "system:serviceaccounts:ns1")])
+        self.assertEqual(st, 200, data)
+        # groups without a user: buildImpersonationRequests' error -> responsewriters.InternalError
+        # (http.Error: text/plain, nosniff, `Internal Server Error: %q: requested %v without
+        # impersonating a user` with %v of []v1.ObjectReference)
+        st, r, data = self.s.req("GET", "/api/v1/nodes?x=1", headers=[
+            ("Authorization", "Bearer admintok"), ("Impersonate-Group", "g1"), ("Impersonate-Group", "g2"),
+            ("Impersonate-Uid", "u")])
+        self.assertEqual(st, 500)
+        self.assertEqual(data, b'Internal Server Error: "/api/v1/nodes?x=1": requested [{Group  g1    } '
+                               b'{Group  g2    } {UID  u  authentication.k8s.io/v1  }] without impersonating a user\n')
+        self.assertEqual((r.getheader("Content-Type"), r.getheader("X-Content-Type-Options")),
+                         ("text/plain; charset=utf-8", "nosniff"))
+        # /apisim/requests keeps the Impersonate-* headers one by one
+        reqs = self.s.get("/apisim/requests")[1]["requests"]
+        self.assertEqual(reqs[-1]["impersonate"], [["impersonate-group", "g1"], ["impersonate-group", "g2"],
+                                                    ["impersonate-uid", "u"]])
+        self.assertEqual((reqs[-1]["authorization"], reqs[-1]["headers"]["authorization"]),
+                         (True, "Bearer <redacted>"))
+
+    def review(self, kind, spec, tok="tok-rev", ua="kwc-test/1.0", **kw):
+        group = "authentication.k8s.io" if kind == "TokenReview" else "authorization.k8s.io"
+        body = {"apiVersion": group + "/v1", "kind": kind, "spec": spec}
+        body.update(kw)
+        st, r, data = self.s.req("POST", "/apis/%s/v1/%ss" % (group, kind.lower()), body=body,
+                                 headers=bearer(tok, **{"User-Agent": ua}))
+        return st, r, data
+
+    def strip_time(self, data):
+        d = json.loads(data)
+        for mf in d["metadata"].get("managedFields", []):
+            self.assertRegex(mf.pop("time"), r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        return d
+
+    def test_token_review(self):
+        st, r, data = self.review("TokenReview", {"token": "tok-alice"})
+        self.assertEqual(st, 201, data)
+        self.assertTrue(data.endswith(b"}\n"))
+        # pkg/registry/authentication/tokenreview/storage.go: status.authenticated, user
+        # (username, uid, groups incl. system:authenticated from the group adder, extra),
+        # audiences (the API audiences the token authenticator is agnostic to)
+        self.assertEqual(self.strip_time(data), {
+            "kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None, "managedFields": [{
+                "manager": "kwc-test", "operation": "Update", "apiVersion": "authentication.k8s.io/v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:token": {}}}}]},
+            "spec": {"token": "tok-alice"},
+            "status": {"authenticated": True, "user": {"username": "alice", "uid": "u-1",
+                                                       "groups": ["devs", "system:authenticated"],
+                                                       "extra": {"scopes": ["b", "a"]}},
+                       "audiences": ["https://kubernetes.default.svc.cluster.local"]}})
+        self.assertIn(b'"status":{"authenticated":true,"user":{"username":"alice","uid":"u-1",', data)
+        st, r, data = self.review("TokenReview", {"token": "nope"})
+        self.assertEqual(st, 201)
+        self.assertIn(b'"spec":{"token":"nope"},"status":{"user":{},"error":"invalid bearer token"}}\n', data)
+        st, r, data = self.review("TokenReview", {"token": "admintok", "audiences": ["x", "https://kubernetes."
+                                                                                      "default.svc.cluster.local"]})
+        self.assertIn(b'"fieldsV1":{"f:spec":{"f:audiences":{},"f:token":{}}}', data)
+        self.assertIn(b'"status":{"authenticated":true,"user":{"username":"admin","groups":["system:masters",'
+                      b'"system:authenticated"]},"audiences":["https://kubernetes.default.svc.cluster.local"]}}', data)
+        st, r, data = self.review("TokenReview", {"token": "tok-alice", "audiences": ["other"]})
+        self.assertIn(b'"status":{"user":{},"error":"invalid bearer token"}', data)
+        st, r, data = self.review("TokenReview", {})
+        self.assertEqual((st, data), (400, status_bytes("token is required for TokenReview in authentication",
+                                                        "BadRequest", 400)))
+        # the caller needs create on tokenreviews
+        st, r, data = self.review("TokenReview", {"token": "tok-alice"}, tok="tok-bob")
+        self.assertEqual((st, data), (403, status_bytes(
+            'tokenreviews.authentication.k8s.io is forbidden: User "bob" cannot create resource "tokenreviews" in '
+            'API group "authentication.k8s.io" at the cluster scope', "Forbidden", 403,
+            {"group": "authentication.k8s.io", "kind": "tokenreviews"})))
+
+    def test_subject_access_review(self):
+        spec = {"resourceAttributes": {"namespace": "default", "verb": "get", "resource": "pods", "name": "p"},
+                "user": "alice", "groups": ["devs"], "extra": {"k": ["v"]}, "uid": "u-1"}
+        st, r, data = self.review("SubjectAccessReview", spec)
+        self.assertEqual(st, 201, data)
+        self.assertEqual(self.strip_time(data), {
+            "kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None, "managedFields": [{
+                "manager": "kwc-test", "operation": "Update", "apiVersion": "authorization.k8s.io/v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {
+                    "f:extra": {".": {}, "f:k": {}}, "f:groups": {},
+                    "f:resourceAttributes": {".": {}, "f:name": {}, "f:namespace": {}, "f:resource": {}, "f:verb": {}},
+                    "f:uid": {}, "f:user": {}}}}]},
+            "spec": spec,
+            "status": {"allowed": True, "reason": 'RBAC: allowed by RoleBinding "apisim-rule-0/default" of Role '
+                                                  '"apisim-rule-0" to User "alice"'}})
+        self.assertIn(b'"spec":{"resourceAttributes":{"namespace":"default","verb":"get","resource":"pods",'
+                      b'"name":"p"},"user":"alice","groups":["devs"],"extra":{"k":["v"]},"uid":"u-1"}', data)
+        # denied: RBAC has no opinion -> {"allowed":false} only
+        st, r, data = self.review("SubjectAccessReview", {"resourceAttributes": {"verb": "list", "resource": "nodes"},
+                                                          "user": "alice"})
+        self.assertTrue(data.endswith(b'"status":{"allowed":false}}\n'), data)
+        st, r, data = self.review("SubjectAccessReview", {"resourceAttributes": {"verb": "get", "resource": "pods",
+                                                                                 "name": "pod-1"}, "user": "bob"})
+        self.assertIn(b'"status":{"allowed":true,"reason":"RBAC: allowed by ClusterRoleBinding \\"bob-pod-1\\" of '
+                      b'ClusterRole \\"bob-pod-1\\" to User \\"bob\\""}', data)
+        # groups as given (nothing added); system:masters has no reason (privileged groups)
+        st, r, data = self.review("SubjectAccessReview", {"nonResourceAttributes": {"path": "/version", "verb": "get"},
+                                                          "groups": ["system:unauthenticated"]})
+        self.assertIn(b'"spec":{"nonResourceAttributes":{"path":"/version","verb":"get"},"groups":["system:'
+                      b'unauthenticated"]},"status":{"allowed":true,"reason":"RBAC: allowed by ClusterRoleBinding '
+                      b'\\"system:public-info-viewer\\" of ClusterRole \\"system:public-info-viewer\\" to Group '
+                      b'\\"system:unauthenticated\\""}}', data)
+        st, r, data = self.review("SubjectAccessReview", {"nonResourceAttributes": {"path": "/api", "verb": "get"},
+                                                          "user": "x"})
+        self.assertTrue(data.endswith(b'"status":{"allowed":false}}\n'), data)
+        st, r, data = self.review("SubjectAccessReview", {"resourceAttributes": {"verb": "delete", "resource": "x"},
+                                                          "groups": ["system:masters"]})
+        self.assertTrue(data.endswith(b'"status":{"allowed":true}}\n'), data)
+        # validation.go ValidateSubjectAccessReviewSpec; NewInvalid of the internal object
+        # (empty Kind: ".authorization.k8s.io")
+        st, r, data = self.review("SubjectAccessReview", {})
+        self.assertEqual(st, 422)
+        self.assertEqual(data, status_bytes(
+            '.authorization.k8s.io "" is invalid: [spec.resourceAttributes: Invalid value: "null": exactly one of '
+            'nonResourceAttributes or resourceAttributes must be specified, spec.user: Invalid value: "": at least '
+            'one of user or group must be specified]', "Invalid", 422, {"group": "authorization.k8s.io", "causes": [
+                {"reason": "FieldValueInvalid", "message": 'Invalid value: "null": exactly one of '
+                 'nonResourceAttributes or resourceAttributes must be specified', "field": "spec.resourceAttributes"},
+                {"reason": "FieldValueInvalid", "message": 'Invalid value: "": at least one of user or group must be '
+                 'specified', "field": "spec.user"}]}))
+        st, r, data = self.review("SubjectAccessReview", {"resourceAttributes": {"verb": "get"}, "user": "u",
+                                                          "nonResourceAttributes": {"path": "/x", "verb": "get"}})
+        self.assertIn(b'"message":".authorization.k8s.io \\"\\" is invalid: spec.nonResourceAttributes: Invalid '
+                      b'value: authorization.NonResourceAttributes{Path:\\"/x\\", Verb:\\"get\\"}: cannot be '
+                      b'specified in combination with resourceAttributes"', data)
+        st, r, data = self.review("SubjectAccessReview", {"user": "alice"}, tok="tok-alice")
+        self.assertEqual(st, 403)
+        self.assertIn(b'subjectaccessreviews.authorization.k8s.io is forbidden: User \\"alice\\" cannot create', data)
+
+    def test_policy_replaced_at_run_time(self):
+        s = policy_sim()
+        try:
+            pods = "/api/v1/namespaces/default/pods"
+            self.assertEqual(s.get(pods, headers=bearer("tok-alice"))[0], 200)
+            pol = json.loads(json.dumps(POLICY))
+            pol["rules"] = pol["rules"][1:]   # alice's pod rule revoked
+            st, out = s.json("POST", "/apisim/policy", pol)
+            self.assertEqual((st, out), (200, {"ok": True, "tokens": 3, "rules": 7}))
+            self.assertEqual(s.get(pods, headers=bearer("tok-alice"))[0], 403)
+            self.assertEqual(s.get("/apisim/policy")[1]["policy"], pol)
+            del pol["tokens"]["tok-alice"]    # and her token
+            s.json("POST", "/apisim/policy", pol)
+            self.assertEqual(s.get(pods, headers=bearer("tok-alice"))[0], 401)
+            st, out = s.json("POST", "/apisim/policy", {"rules": 5})
+            self.assertEqual(st, 400)
+        finally:
+            s.stop()
+
+    def test_anonymous_auth_false(self):
+        s = policy_sim("--anonymous-auth=false")
+        try:
+            for p in ("/version", "/healthz", "/api/v1/pods"):
+                st, r, data = s.req("GET", p)
+                self.assertEqual((st, data), (401, UNAUTHORIZED), p)
+            self.assertEqual(s.req("GET", "/version", headers=bearer("tok-bob"))[0], 200)
+            self.assertEqual(s.req("GET", "/api/v1/nodes", headers=bearer("admintok"))[0], 200)
+        finally:
+            s.stop()
+
+
+def _pki():
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+    import certs
+    return certs.pki()
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl CLI not found")
+class TestPolicyClientCert(unittest.TestCase):
+    def test_client_certificate_user(self):
+        p = _pki()
+        pol = {"rules": [{"groups": ["devs"], "verbs": ["list"], "resources": ["namespaces"]}]}
+        s = policy_sim("--tls-cert", p.server.crt, "--tls-key", p.server.key, "--client-ca", p.client_ca.crt,
+                       policy=pol, tls=True)
+        try:
+            s.ctx = ssl.create_default_context(cafile=p.ca.crt)
+            cctx = ssl.create_default_context(cafile=p.ca.crt)
+            cctx.load_cert_chain(p.client.crt, p.client.key)   # CN=alice, O=devs
+            self.assertEqual(s.get("/api/v1/namespaces", ctx=cctx)[0], 200)
+            st, r, data = s.req("GET", "/api/v1/nodes", ctx=cctx)
+            self.assertEqual((st, data), (403, status_bytes(
+                'nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope',
+                "Forbidden", 403, {"kind": "nodes"})))
+            # the certificate wins over a bearer token (x509 comes first), even a bad one
+            self.assertEqual(s.get("/api/v1/namespaces", ctx=cctx, headers=bearer("nope"))[0], 200)
+            st, r, data = s.req("GET", "/api/v1/namespaces")   # no certificate: anonymous
+            self.assertIn(b'User \\"system:anonymous\\" cannot list', data)
+            self.assertEqual(s.get("/api/v1/namespaces", headers=bearer("admintok"))[0], 200)
+        finally:
+            s.stop()
 
 
 KUBECTL_DIR = None
