@@ -173,12 +173,12 @@ go_isprint(uint32_t r)
     if (r <= 0xff)
         return (r >= 0x20 && r <= 0x7e) || (r >= 0xa1 && r != 0xad);
     static const uint32_t notprint[][2] = {
-        {0x0600, 0x0605},   {0x061c, 0x061c},   {0x06dd, 0x06dd},   {0x070f, 0x070f},
-        {0x0890, 0x0891},   {0x08e2, 0x08e2},   {0x1680, 0x1680},   {0x180e, 0x180e},
-        {0x2000, 0x200f},   {0x2028, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},
-        {0x3000, 0x3000},   {0xd800, 0xf8ff},   {0xfdd0, 0xfdef},   {0xfeff, 0xfeff},
-        {0xfff9, 0xfffb},   {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x1343f},
-        {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a}, {0xe0001, 0xe0001}, {0xe0020, 0xe007f},
+        {0x0600, 0x0605},    {0x061c, 0x061c},   {0x06dd, 0x06dd},   {0x070f, 0x070f},
+        {0x0890, 0x0891},    {0x08e2, 0x08e2},   {0x1680, 0x1680},   {0x180e, 0x180e},
+        {0x2000, 0x200f},    {0x2028, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},
+        {0x3000, 0x3000},    {0xd800, 0xf8ff},   {0xfdd0, 0xfdef},   {0xfeff, 0xfeff},
+        {0xfff9, 0xfffb},    {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x1343f},
+        {0x1bca0, 0x1bca3},  {0x1d173, 0x1d17a}, {0xe0001, 0xe0001}, {0xe0020, 0xe007f},
         {0xf0000, 0x10ffff},
     };
     if ((r & 0xfffe) == 0xfffe)
@@ -220,7 +220,7 @@ go_quote(struct sb *b, const char *s)
             char e[4] = {'\\', 'x', hex[r >> 4], hex[r & 15]};
             sb_add(b, e, 4);
         } else if (r < 0x10000) {
-            char e[6] = {'\\', 'u', hex[r >> 12], hex[(r >> 8) & 15], hex[(r >> 4) & 15],
+            char e[6] = {'\\',       'u', hex[r >> 12], hex[(r >> 8) & 15], hex[(r >> 4) & 15],
                          hex[r & 15]};
             sb_add(b, e, 6);
         } else {
@@ -517,7 +517,8 @@ auth_token_review_parse(const char *body, size_t len, struct auth_user **out, ch
     json_t *name = json_object_get(ju, "username"), *uid = json_object_get(ju, "uid");
     json_t *groups = json_object_get(ju, "groups"), *extra = json_object_get(ju, "extra");
     if ((ju && !json_is_object(ju)) || (name && !json_is_string(name)) ||
-        (uid && !json_is_string(uid)) || (extra && !json_is_null(extra) && !json_is_object(extra))) {
+        (uid && !json_is_string(uid)) ||
+        (extra && !json_is_null(extra) && !json_is_object(extra))) {
         kwc_errf(err, errlen, rc, "TokenReview: malformed status.user");
         goto out;
     }
@@ -1139,8 +1140,7 @@ token_cache_put(struct auth *a, const unsigned char key[32], int status, struct 
 }
 
 static void
-sar_cache_put(struct auth *a, const unsigned char key[32], enum auth_decision d,
-              const char *reason)
+sar_cache_put(struct auth *a, const unsigned char key[32], enum auth_decision d, const char *reason)
 {
     unsigned ttl = d == AUTH_ALLOW ? a->o.allow_ttl_s : a->o.deny_ttl_s;
     if (ttl == 0)
@@ -1173,8 +1173,10 @@ review_done(struct review *r, int err, const char *msg)
     struct auth_wait w;
     if (r->kind == REVIEW_TOKEN) {
         struct auth_user *u = NULL;
-        if (!why[0] && auth_token_review_parse(r->resp ? r->resp : "", r->resp_len, &u, why,
-                                               sizeof(why)) != 0 && !why[0])
+        if (!why[0] &&
+            auth_token_review_parse(r->resp ? r->resp : "", r->resp_len, &u, why, sizeof(why)) !=
+                0 &&
+            !why[0])
             snprintf(why, sizeof(why), "unparsable TokenReview");
         if (why[0]) {
             a->st.token_review_errors++;
@@ -1285,8 +1287,8 @@ cache_get(struct htab *t, const unsigned char key[32])
 }
 
 struct auth_wait *
-auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
-                  auth_user_cb cb, void *arg)
+auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization, auth_user_cb cb,
+                  void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
     /* 1. x509: a verified certificate with a CN */
