@@ -95,17 +95,23 @@ struct auth_stats {
 struct auth;
 struct auth_wait; /* a pending question; cancel it if the caller goes away first */
 
+/* o is copied. A ttl of 0 caches nothing of that kind; max_entries 0 means
+ * 100000. Returns 0. */
 int auth_new(struct event_base *base, struct up_client *up, const struct auth_options *o,
              struct auth **out);
+/* Pending waits are dropped without their callbacks; their transfers are
+ * cancelled. Not from inside an auth callback. Accepts NULL. */
 void auth_free(struct auth *a);
 void auth_stats(const struct auth *a, struct auth_stats *out);
 
 /*
  * Who is this. cert: the verified client certificate (NULL: none);
- * authorization: the Authorization header (NULL: none). status: 0 and *u (a
- * reference for the callback to keep with auth_user_ref) or 401. Answers
- * from the cache (or from the certificate) call cb before returning and
- * return NULL; else a wait the caller may cancel until cb runs.
+ * authorization: the Authorization header (NULL: none; borrowed, not kept
+ * past the call). status: 0 and u (borrowed for the callback: keep it with
+ * auth_user_ref), or 401 and NULL. An answer known at once (the certificate,
+ * the cache, anonymous, no credentials, a review that could not be started)
+ * calls cb before returning and returns NULL; else a wait the caller may
+ * cancel until cb runs. Identical tokens under review share one TokenReview.
  */
 typedef void (*auth_user_cb)(void *arg, int status, struct auth_user *u);
 struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
@@ -113,21 +119,55 @@ struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const 
 
 enum auth_decision { AUTH_ALLOW, AUTH_DENY, AUTH_ERROR };
 /* reason: the SubjectAccessReview's status.reason (or the error), "" if none;
- * valid during the callback. */
+ * valid during the callback. u and at are borrowed for the call only. Same
+ * synchronous rule as auth_authenticate (a cache hit, a review that could
+ * not be started). */
 typedef void (*auth_decision_cb)(void *arg, enum auth_decision d, const char *reason);
 struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
                                  const struct auth_attrs *at, auth_decision_cb cb, void *arg);
+/*
+ * The caller went away: w's callback never runs and w is freed. The review
+ * it waited on keeps going even when no one else waits for it, and its answer
+ * is cached as usual: the request is already on its way upstream, cancelling
+ * it saves nothing, and the next request with the same token or question
+ * finds the answer. Accepts NULL. Not for a wait whose callback has run.
+ */
 void auth_cancel(struct auth_wait *w);
 
 /* ---- pure helpers (unit-tested, fuzzed) ---- */
 
-/* The token of "Bearer TOKEN" (case-insensitive scheme, kube's rules: one
- * space or more, no further fields); NULL if the header is not a bearer
- * token. *len is set. */
+/* The token of an Authorization header by kube's bearertoken authenticator
+ * (request/bearertoken): the header trimmed of white space (Go's
+ * strings.TrimSpace), split on single spaces; the first field must be
+ * "bearer" in any case and the token is the second field, which must not be
+ * empty (so "Bearer  x", with two spaces, is no token). Fields after the
+ * second are ignored, as kube does. Returns a pointer into authorization and
+ * sets *len, or NULL if the header holds no bearer token. */
 const char *auth_bearer_token(const char *authorization, size_t *len);
 /* kube's forbidden message (responsewriters.forbiddenMessage) and the whole
  * 403 Status JSON kube writes for at and user name (reason appended after
  * ": " when non-empty). Caller frees. */
 char *auth_forbidden_status(const char *user, const struct auth_attrs *at, const char *reason);
+
+/* The user of a verified client certificate (x509.CommonNameUserConversion
+ * plus the authenticated group adder): subject CN (the last one) as name,
+ * each O in order as a group, then system:authenticated. Returns 0 and *out
+ * (new reference), or KWC_ENOTFOUND when the subject has no usable CN. */
+int auth_cert_user(struct x509_st *cert, struct auth_user **out);
+/* The TokenReview request body for a token (new; holds the token: wipe it
+ * with OPENSSL_cleanse before freeing). */
+char *auth_token_review_json(const char *token, size_t len, size_t *outlen);
+/* A TokenReview response body: 0 and *out (new reference, group adder
+ * applied) when status.authenticated, 0 and *out NULL when not,
+ * KWC_EPARSE when the body is not a TokenReview (message in err). */
+int auth_token_review_parse(const char *body, size_t len, struct auth_user **out, char *err,
+                            size_t errlen);
+/* The SubjectAccessReview request body for u doing at (new), as kube's
+ * webhook authorizer fills it. */
+char *auth_sar_json(const struct auth_user *u, const struct auth_attrs *at);
+/* A SubjectAccessReview response body: 0, *d (AUTH_ALLOW or AUTH_DENY) and
+ * *reason (new, "" when none), or KWC_EPARSE (message in err). */
+int auth_sar_parse(const char *body, size_t len, enum auth_decision *d, char **reason, char *err,
+                   size_t errlen);
 
 #endif
