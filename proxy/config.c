@@ -582,13 +582,34 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return KWC_ECONFIG;
     if (resolve_listen(c, err, errlen) != 0)
         return KWC_ECONFIG;
-    if (!c->listen_loopback && !c->insecure_allow_remote) {
+    empty_is_unset(&c->auth_mode);
+    if (!c->auth_mode)
+        c->auth_delegated = c->tls_cert_file != NULL;
+    else if (strcmp(c->auth_mode, "delegated") == 0)
+        c->auth_delegated = true;
+    else if (strcmp(c->auth_mode, "none") != 0)
+        return fail(err, errlen,
+                    "--auth \"%s\": use delegated (the upstream authenticates and authorizes "
+                    "each caller) or none (every caller acts as kwc, loopback only)",
+                    c->auth_mode);
+    if (strcmp(c->passthrough_identity, "impersonate") != 0 &&
+        strcmp(c->passthrough_identity, "forward-token") != 0)
+        return fail(err, errlen,
+                    "--passthrough-identity \"%s\": use impersonate (kwc's credentials with "
+                    "Impersonate-* headers) or forward-token (the caller's own bearer token)",
+                    c->passthrough_identity);
+    c->forward_token = strcmp(c->passthrough_identity, "forward-token") == 0;
+    if (c->token_cache_ttl < 0 || c->authz_allow_ttl < 0 || c->authz_deny_ttl < 0 ||
+        c->token_cache_ttl > 86400 || c->authz_allow_ttl > 86400 || c->authz_deny_ttl > 86400)
+        return fail(err, errlen, "the webhook cache TTLs take 0 (no caching) to 86400 seconds");
+    if (!c->listen_loopback && !c->insecure_allow_remote &&
+        !(c->auth_delegated && c->tls_cert_file)) {
         char addr[INET6_ADDRSTRLEN];
         first_remote(c, addr, sizeof(addr));
         return fail(err, errlen,
-                    "--listen %s: %s is not a loopback address, and kwc has no client "
-                    "authentication yet (TLS does not add any), so it serves loopback only; "
-                    "add --insecure-allow-remote to serve other hosts anyway",
+                    "--listen %s: %s is not a loopback address; kwc serves other hosts only "
+                    "with TLS and delegated authentication (--tls-cert-file, "
+                    "--tls-private-key-file, --auth delegated), or with --insecure-allow-remote",
                     c->listen, addr);
     }
     return 0;

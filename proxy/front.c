@@ -5,18 +5,29 @@
  * so a passthrough can stream the body upstream as it arrives. Each stage
  * is one named function; a stage that answers the request ends the pipeline.
  *
- * Authentication and authorization are the "insecure-allow" policy for now:
- * every caller is accepted and every request allowed, and passthrough requests
- * carry kwc's own upstream identity (like `kubectl proxy`). That is why
- * config.c refuses a non-loopback --listen without --insecure-allow-remote,
- * why identity headers from callers are dropped before the upstream sees
- * them, and why a plaintext request must name a loopback Host (a web page
- * using DNS rebinding would otherwise reach kwc's upstream identity).
+ * Stages: parse -> Host -> authenticate -> impersonate -> authorize -> route.
+ *
+ * --auth delegated (auth.h): the caller is authenticated (client certificate,
+ * TokenReview, anonymous if allowed), its Impersonate-* headers are checked
+ * (verb impersonate) and applied, and a request kwc may answer from its
+ * cache (a get, list or watch of a cached resource) is authorized with a
+ * SubjectAccessReview; everything else goes upstream as the caller
+ * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
+ * and the upstream decides. /healthz, /livez and /readyz need no identity.
+ * The stages that wait for the upstream park the request (a handler whose
+ * on_close cancels the wait).
+ *
+ * --auth none: every caller acts as kwc (like `kubectl proxy`). That is why
+ * config.c refuses a non-loopback --listen then, why identity headers from
+ * callers are always dropped before the upstream sees them, and why a
+ * plaintext request must name a loopback Host (a web page using DNS
+ * rebinding would otherwise reach kwc's upstream identity).
  */
 #include "kwc/front.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <stdio.h>
@@ -24,14 +35,17 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kwc/auth.h"
 #include "kwc/base.h"
 #include "kwc/config.h"
+#include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
+#include "kwc/selector.h"
 #include "kwc/serve.h"
 #include "kwc/tunnel.h"
 #include "kwc/upstream.h"
@@ -53,31 +67,34 @@ struct front {
     struct serve *serve;
     struct watch_pool *watch;
     struct refl_ingest *ing;
+    struct auth *auth; /* NULL: --auth none */
     bool tls;
 };
 
-/* What the stages learned about one request. Lives on the stack of on_request. */
+#define MAX_IMPERSONATE 32 /* Impersonate-* headers checked per request */
+
+/* One "impersonate" question: what a caller's Impersonate-* header asks. */
+struct imp {
+    const char *resource, *subresource, *namespace_, *name;
+};
+
+/* What the stages learned about one request (lives until it is routed). */
 struct kreq {
+    struct front *f;
     struct hreq *req;
     const char *method;
     struct route_req route;
-    const char *user; /* authenticated identity */
+    struct auth_user *caller; /* who authenticated */
+    struct auth_user *user;   /* as whom it acts (caller, or whom it impersonates) */
+    struct auth_wait *wait;   /* the upstream is being asked */
+    struct imp imp[MAX_IMPERSONATE];
+    size_t nimp, at;
+    char *imp_arena;          /* decoded Impersonate-Extra keys */
 };
 
-/* ---- stage: authenticate / authorize (insecure-allow policy) ---- */
-
-static int
-authn_insecure_allow(struct front *f, struct kreq *k)
-{
-    k->user = "system:kwc:insecure-allow";
-    return 0;
-}
-
-static int
-authz_insecure_allow(struct front *f, struct kreq *k)
-{
-    return 0;
-}
+static void stage_impersonate(struct kreq *k);
+static void stage_authorize(struct kreq *k);
+static void stage_route(struct kreq *k);
 
 /* ---- stage: the Host a plaintext request names ---- */
 
@@ -197,18 +214,23 @@ struct later {
     struct hreq *r;
     int code; /* a Status answer; 0: kwc's own endpoint */
     char *reason, *msg;
+    char *body; /* a Status already rendered (code set) */
     char path[16]; /* endpoint: its path */
 };
 
 static void
 answer_now(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-           const char *path)
+           const char *path, const char *body)
 {
+    if (code && body) {
+        respond_status_body(r, code, body, 0);
+        return;
+    }
     if (code) {
         respond_status(r, code, reason, msg, 0);
         return;
     }
-    struct kreq k = {.req = r};
+    struct kreq k = {.f = f, .req = r};
     k.route.path = path;
     local_endpoint(f, &k);
 }
@@ -217,7 +239,7 @@ static void
 on_later_complete(void *arg)
 {
     struct later *l = arg;
-    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path);
+    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body);
 }
 
 static void
@@ -226,6 +248,7 @@ on_later_close(void *arg)
     struct later *l = arg;
     free(l->reason);
     free(l->msg);
+    free(l->body);
     free(l);
 }
 
@@ -235,11 +258,11 @@ static const struct hreq_handler later_handler = {
 };
 
 static void
-answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-       const char *endpoint)
+answer_with(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
+            const char *endpoint, const char *body)
 {
     if (!hreq_has_body(r)) {
-        answer_now(f, r, code, reason, msg, endpoint);
+        answer_now(f, r, code, reason, msg, endpoint, body);
         return;
     }
     struct later *l = xcalloc(1, sizeof(*l));
@@ -248,9 +271,17 @@ answer(struct front *f, struct hreq *r, int code, const char *reason, const char
     l->code = code;
     l->reason = reason ? xstrdup(reason) : NULL;
     l->msg = msg ? xstrdup(msg) : NULL;
+    l->body = body ? xstrdup(body) : NULL;
     if (endpoint)
         snprintf(l->path, sizeof(l->path), "%s", endpoint);
     hreq_set_handler(r, &later_handler, l);
+}
+
+static void
+answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
+       const char *endpoint)
+{
+    answer_with(f, r, code, reason, msg, endpoint, NULL);
 }
 
 static bool
@@ -300,42 +331,501 @@ route_request(struct front *f, struct kreq *k)
 /* ---- the pipeline ---- */
 
 static void
+kreq_free(struct kreq *k)
+{
+    auth_cancel(k->wait);
+    if (k->user)
+        auth_user_unref(k->user);
+    if (k->caller)
+        auth_user_unref(k->caller);
+    free(k->imp_arena);
+    route_fini(&k->route);
+    free(k);
+}
+
+/* The client went away while the upstream was being asked. */
+static void
+on_parked_close(void *arg)
+{
+    kreq_free(arg);
+}
+
+static const struct hreq_handler parked_handler = {.on_close = on_parked_close};
+
+/* Answer now (the request is over for the stages). */
+static void
+finish(struct kreq *k, int code, const char *reason, const char *msg, const char *body)
+{
+    hreq_set_handler(k->req, NULL, NULL);
+    answer_with(k->f, k->req, code, reason, msg, NULL, body);
+    kreq_free(k);
+}
+
+/* kube's 500 for an authorizer error or a bad impersonation request
+ * (filters/authorization.go, impersonation.go: responsewriters.InternalError,
+ * which is http.Error of `Internal Server Error: %q: %v` with & < > escaped):
+ * plain text, not a Status. */
+static void
+finish_internal(struct kreq *k, const char *why)
+{
+    struct gostr_buf b = {0};
+    gostr_add(&b, "Internal Server Error: ");
+    const char *uri = hreq_target(k->req, NULL);
+    gostr_quote(&b, uri, strlen(uri));
+    gostr_add(&b, ": ");
+    gostr_add(&b, why);
+    char *raw = gostr_take(&b);
+    struct gostr_buf out = {0};
+    for (const char *c = raw; *c; c++) {
+        if (*c == '&')
+            gostr_add(&out, "&amp;");
+        else if (*c == '<')
+            gostr_add(&out, "&lt;");
+        else if (*c == '>')
+            gostr_add(&out, "&gt;");
+        else
+            gostr_addc(&out, *c);
+    }
+    gostr_addc(&out, '\n');
+    char *text = gostr_take(&out);
+    hreq_set_handler(k->req, NULL, NULL);
+    respond_text(k->req, 500, text);
+    free(text);
+    free(raw);
+    kreq_free(k);
+}
+
+/* ---- stage: authenticate ---- */
+
+static void
+on_authenticated(void *arg, int status, struct auth_user *u)
+{
+    struct kreq *k = arg;
+    k->wait = NULL;
+    if (status != 0 || !u) {
+        /* kube's 401 (responsewriters/errors.go via filters/authentication.go) */
+        finish(k, 401, "Unauthorized", "Unauthorized", NULL);
+        return;
+    }
+    auth_user_ref(u);
+    k->caller = u;
+    auth_user_ref(u);
+    k->user = u;
+    stage_impersonate(k);
+}
+
+static void
+stage_authenticate(struct kreq *k)
+{
+    hreq_set_handler(k->req, &parked_handler, k);
+    k->wait = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
+                                hreq_header(k->req, "Authorization"), on_authenticated, k);
+}
+
+/* ---- stage: impersonate (kube's filters/impersonation.go) ---- */
+
+static const char *
+hdr_suffix(const char *name, const char *prefix)
+{
+    size_t pl = strlen(prefix);
+    return strncasecmp(name, prefix, pl) == 0 ? name + pl : NULL;
+}
+
+/* The user Impersonate-* asks for, from the request's headers. */
+static struct auth_user *
+impersonated_user(struct kreq *k)
+{
+    const struct http_header *hs;
+    size_t nh = hreq_headers(k->req, &hs);
+    struct auth_user *u = xcalloc(1, sizeof(*u));
+    u->refs = 1;
+    u->uid = xstrdup("");
+    bool sa = false, has_authd = false, has_unauthd = false;
+    for (size_t i = 0; i < nh; i++) {
+        const char *key;
+        if (strcasecmp(hs[i].name, "Impersonate-User") == 0 && !u->name) {
+            u->name = xstrdup(hs[i].value);
+            sa = strncmp(u->name, "system:serviceaccount:", 22) == 0;
+        } else if (strcasecmp(hs[i].name, "Impersonate-Uid") == 0) {
+            free(u->uid);
+            u->uid = xstrdup(hs[i].value);
+        } else if (strcasecmp(hs[i].name, "Impersonate-Group") == 0) {
+            u->groups = xrealloc(u->groups, (u->ngroups + 1) * sizeof(char *));
+            u->groups[u->ngroups++] = xstrdup(hs[i].value);
+            has_authd |= strcmp(hs[i].value, "system:authenticated") == 0;
+            has_unauthd |= strcmp(hs[i].value, "system:unauthenticated") == 0;
+        } else if ((key = hdr_suffix(hs[i].name, "Impersonate-Extra-")) && *key) {
+            /* the key: lower case, percent-decoded (kube's unescapeExtraKey) */
+            char *dk = xstrdup(key);
+            size_t dl;
+            for (char *c = dk; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
+            if (kwc_pct_decode(dk, strlen(dk), false, dk, &dl) == 0)
+                dk[dl] = '\0';
+            size_t e = 0;
+            while (e < u->nextra && strcmp(u->extra[e].key, dk) != 0)
+                e++;
+            if (e == u->nextra) {
+                u->extra = xrealloc(u->extra, (u->nextra + 1) * sizeof(*u->extra));
+                u->extra[e] = (struct auth_extra){.key = dk};
+                u->nextra++;
+            } else {
+                free(dk);
+            }
+            struct auth_extra *x = &u->extra[e];
+            x->values = xrealloc(x->values, (x->nvalues + 1) * sizeof(char *));
+            x->values[x->nvalues++] = xstrdup(hs[i].value);
+        }
+    }
+    if (!u->name)
+        u->name = xstrdup("");
+    /* kube adds the groups every such user has (impersonation.go): a service
+     * account's when no group was asked for, then system:authenticated (or,
+     * for system:anonymous, system:unauthenticated) unless present */
+    const char *add[3] = {0};
+    size_t na = 0;
+    char *sa_group = NULL;
+    bool anonymous = strcmp(u->name, "system:anonymous") == 0;
+    if (sa && u->ngroups == 0) {
+        const char *ns = u->name + 22;
+        size_t nl = strcspn(ns, ":");
+        add[na++] = "system:serviceaccounts";
+        add[na++] = sa_group = xasprintf("system:serviceaccounts:%.*s", (int)nl, ns);
+    }
+    if (anonymous ? !has_unauthd : !(has_authd || has_unauthd))
+        add[na++] = anonymous ? "system:unauthenticated" : "system:authenticated";
+    for (size_t i = 0; i < na; i++) {
+        u->groups = xrealloc(u->groups, (u->ngroups + 1) * sizeof(char *));
+        u->groups[u->ngroups++] = xstrdup(add[i]);
+    }
+    free(sa_group);
+    return u;
+}
+
+/* The questions the headers ask, in kube's order (buildImpersonationRequests:
+ * the user, groups, extras, the uid), or -1 when they ask for something
+ * without a user. */
+static int
+impersonation_questions(struct kreq *k, const struct auth_user *as)
+{
+    const struct http_header *hs;
+    size_t nh = hreq_headers(k->req, &hs);
+    bool any = false, user = false;
+    for (size_t i = 0; i < nh; i++) {
+        if (!hdr_suffix(hs[i].name, "Impersonate-"))
+            continue;
+        any = true;
+        user |= strcasecmp(hs[i].name, "Impersonate-User") == 0;
+    }
+    if (!any)
+        return 0;
+    if (!user)
+        return -1;
+    k->nimp = 0;
+    struct imp *q = &k->imp[k->nimp++];
+    if (strncmp(as->name, "system:serviceaccount:", 22) == 0 && strchr(as->name + 22, ':')) {
+        /* serviceaccounts NAME in NS */
+        const char *ns = as->name + 22, *colon = strchr(ns, ':');
+        k->imp_arena = xstrndup(ns, (size_t)(colon - ns));
+        *q = (struct imp){.resource = "serviceaccounts", .namespace_ = k->imp_arena, .name = colon + 1};
+    } else {
+        *q = (struct imp){.resource = "users", .name = as->name};
+    }
+    for (size_t i = 0; i < nh && k->nimp < MAX_IMPERSONATE; i++)
+        if (strcasecmp(hs[i].name, "Impersonate-Group") == 0)
+            k->imp[k->nimp++] = (struct imp){.resource = "groups", .name = hs[i].value};
+    for (size_t e = 0; e < as->nextra; e++)
+        for (size_t v = 0; v < as->extra[e].nvalues && k->nimp < MAX_IMPERSONATE; v++)
+            k->imp[k->nimp++] = (struct imp){.resource = "userextras", .subresource = as->extra[e].key,
+                                             .name = as->extra[e].values[v]};
+    if (as->uid[0] && k->nimp < MAX_IMPERSONATE)
+        k->imp[k->nimp++] = (struct imp){.resource = "uids", .name = as->uid};
+    return (int)k->nimp;
+}
+
+static void next_impersonation(struct kreq *k);
+
+static void
+imp_attrs(const struct imp *q, struct auth_attrs *at)
+{
+    *at = (struct auth_attrs){.resource_request = true, .verb = "impersonate", .group = "",
+                              .version = "v1", .resource = q->resource,
+                              .subresource = q->subresource, .namespace_ = q->namespace_,
+                              .name = q->name};
+    if (strcmp(q->resource, "userextras") == 0 || strcmp(q->resource, "uids") == 0)
+        at->group = "authentication.k8s.io";
+}
+
+static void
+on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
+{
+    struct kreq *k = arg;
+    k->wait = NULL;
+    if (d == AUTH_ERROR) {
+        finish_internal(k, reason);
+        return;
+    }
+    if (d == AUTH_DENY) {
+        struct auth_attrs at;
+        imp_attrs(&k->imp[k->at], &at);
+        char *body = auth_forbidden_status(k->caller->name, &at, reason);
+        finish(k, 403, NULL, NULL, body);
+        free(body);
+        return;
+    }
+    k->at++;
+    next_impersonation(k);
+}
+
+static void
+next_impersonation(struct kreq *k)
+{
+    if (k->at == k->nimp) {
+        stage_authorize(k);
+        return;
+    }
+    struct auth_attrs at;
+    imp_attrs(&k->imp[k->at], &at);
+    k->wait = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
+}
+
+static void
+stage_impersonate(struct kreq *k)
+{
+    if (!hreq_header(k->req, "Impersonate-User") && !hreq_header(k->req, "Impersonate-Group") &&
+        !hreq_header(k->req, "Impersonate-Uid")) {
+        bool extra = false;
+        const struct http_header *hs;
+        size_t nh = hreq_headers(k->req, &hs);
+        for (size_t i = 0; i < nh; i++)
+            extra |= hdr_suffix(hs[i].name, "Impersonate-Extra-") != NULL;
+        if (!extra) {
+            stage_authorize(k);
+            return;
+        }
+    }
+    struct auth_user *as = impersonated_user(k);
+    if (impersonation_questions(k, as) < 0) {
+        /* kube's error: `requested %v without impersonating a user` of the
+         * requests as core/v1 ObjectReferences ({Kind Namespace Name UID
+         * APIVersion ResourceVersion FieldPath}) */
+        struct gostr_buf b = {0};
+        gostr_add(&b, "requested [");
+        const struct http_header *hs;
+        size_t nh = hreq_headers(k->req, &hs), n = 0;
+        for (size_t i = 0; i < nh; i++)
+            if (strcasecmp(hs[i].name, "Impersonate-Group") == 0) {
+                gostr_add(&b, n++ ? " {Group  " : "{Group  ");
+                gostr_add(&b, hs[i].value);
+                gostr_add(&b, "    }");
+            }
+        for (size_t e = 0; e < as->nextra; e++)
+            for (size_t v = 0; v < as->extra[e].nvalues; v++) {
+                gostr_add(&b, n++ ? " {UserExtra  " : "{UserExtra  ");
+                gostr_add(&b, as->extra[e].values[v]);
+                gostr_add(&b, "  authentication.k8s.io/v1  ");
+                gostr_add(&b, as->extra[e].key);
+                gostr_add(&b, "}");
+            }
+        if (as->uid[0]) {
+            gostr_add(&b, n++ ? " {UID  " : "{UID  ");
+            gostr_add(&b, as->uid);
+            gostr_add(&b, "  authentication.k8s.io/v1  }");
+        }
+        gostr_add(&b, "] without impersonating a user");
+        char *why = gostr_take(&b);
+        auth_user_unref(as);
+        finish_internal(k, why);
+        free(why);
+        return;
+    }
+    auth_user_unref(k->user);
+    k->user = as;
+    k->at = 0;
+    next_impersonation(k);
+}
+
+/* ---- stage: authorize what kwc answers itself ---- */
+
+/* A get, list or watch of a cached resource (or kwc's own endpoint): kwc may
+ * answer it, so kwc decides; all else the upstream decides. */
+static bool
+kwc_may_answer(struct kreq *k)
+{
+    const struct route_req *r = &k->route;
+    if (!r->is_resource || !r->resource)
+        return false;
+    if (strcmp(k->method, "GET") != 0 && strcmp(k->method, "HEAD") != 0)
+        return false;
+    if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
+        return false;
+    return refl_find(k->f->refls, k->f->nrefls, r) >= 0;
+}
+
+/* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */
+static void
+request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
+{
+    const struct route_req *r = &k->route;
+    const char *name = r->name;
+    *sel = NULL;
+    if (!name && r->q.field_selector && (r->verb == ROUTE_LIST || r->verb == ROUTE_WATCH)) {
+        char *err = NULL;
+        if (sel_parse(NULL, r->q.field_selector, sel, &err) == 0)
+            name = sel_requires_exact(*sel, "metadata.name");
+        free(err);
+    }
+    *at = (struct auth_attrs){.resource_request = true, .verb = route_verb_name(r->verb),
+                              .group = r->group, .version = r->version, .resource = r->resource,
+                              .subresource = r->subresource, .namespace_ = r->namespace_,
+                              .name = name};
+}
+
+static void
+on_authorized(void *arg, enum auth_decision d, const char *reason)
+{
+    struct kreq *k = arg;
+    k->wait = NULL;
+    if (d == AUTH_ALLOW) {
+        stage_route(k);
+        return;
+    }
+    if (d == AUTH_ERROR) {
+        finish_internal(k, reason);
+        return;
+    }
+    struct sel *sel;
+    struct auth_attrs at;
+    request_attrs(k, &sel, &at);
+    char *body = auth_forbidden_status(k->user->name, &at, reason);
+    sel_free(sel);
+    finish(k, 403, NULL, NULL, body);
+    free(body);
+}
+
+static void
+stage_authorize(struct kreq *k)
+{
+    if (!kwc_may_answer(k)) {
+        stage_route(k);
+        return;
+    }
+    struct sel *sel;
+    struct auth_attrs at;
+    request_attrs(k, &sel, &at);
+    k->wait = auth_authorize(k->f->auth, k->user, &at, on_authorized, k);
+    sel_free(sel);
+}
+
+/* ---- stage: the caller's identity upstream, then route ---- */
+
+#define MAX_ID_HEADERS 60 /* passthrough.c keeps room for 64 */
+
+/* false: more identity than kwc passes on (it refuses rather than cut it) */
+static bool
+set_identity(struct kreq *k)
+{
+    struct http_header h[MAX_ID_HEADERS];
+    size_t n = 0;
+    const struct auth_user *u = k->user;
+    if (k->f->cfg->forward_token && k->caller->from_token) {
+        /* the caller's own token, and its own Impersonate-* for the upstream to judge */
+        const struct http_header *hs;
+        size_t nh = hreq_headers(k->req, &hs);
+        h[n++] = (struct http_header){"Authorization", hreq_header(k->req, "Authorization")};
+        for (size_t i = 0; i < nh && n < MAX_ID_HEADERS; i++)
+            if (hdr_suffix(hs[i].name, "Impersonate-"))
+                h[n++] = hs[i];
+        if (n == MAX_ID_HEADERS)
+            return false;
+        hreq_set_upstream_headers(k->req, h, n);
+        return true;
+    }
+    size_t want = 1 + u->ngroups + (u->uid[0] != 0);
+    for (size_t e = 0; e < u->nextra; e++)
+        want += u->extra[e].nvalues;
+    if (want > MAX_ID_HEADERS)
+        return false;
+    char *keys[MAX_ID_HEADERS];
+    size_t nk = 0;
+    h[n++] = (struct http_header){"Impersonate-User", u->name};
+    for (size_t i = 0; i < u->ngroups && n < MAX_ID_HEADERS; i++)
+        h[n++] = (struct http_header){"Impersonate-Group", u->groups[i]};
+    if (u->uid[0] && n < MAX_ID_HEADERS)
+        h[n++] = (struct http_header){"Impersonate-Uid", u->uid};
+    for (size_t e = 0; e < u->nextra; e++) {
+        for (size_t v = 0; v < u->extra[e].nvalues && n < MAX_ID_HEADERS; v++) {
+            /* the key percent-encoded, as kube's clients send it */
+            struct gostr_buf b = {0};
+            gostr_add(&b, "Impersonate-Extra-");
+            for (const char *c = u->extra[e].key; *c; c++) {
+                unsigned char ch = (unsigned char)*c;
+                if (isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+                    gostr_addc(&b, (char)ch);
+                } else {
+                    char esc[4];
+                    snprintf(esc, sizeof(esc), "%%%02X", ch);
+                    gostr_add(&b, esc);
+                }
+            }
+            keys[nk] = gostr_take(&b);
+            h[n++] = (struct http_header){keys[nk++], u->extra[e].values[v]};
+        }
+    }
+    hreq_set_upstream_headers(k->req, h, n);
+    for (size_t i = 0; i < nk; i++)
+        free(keys[i]);
+    return true;
+}
+
+static void
+stage_route(struct kreq *k)
+{
+    if (k->f->auth && !set_identity(k)) {
+        finish_internal(k, "the caller's identity has more attributes than kwc passes on");
+        return;
+    }
+    hreq_set_handler(k->req, NULL, NULL);
+    route_request(k->f, k);
+    kreq_free(k);
+}
+
+static void
 on_request(void *arg, struct hreq *req)
 {
     struct front *f = arg;
     assert(f->magic == FRONT_MAGIC);
-    struct kreq k = {.req = req, .method = hreq_method(req)};
+    struct kreq *k = xcalloc(1, sizeof(*k));
+    k->f = f;
+    k->req = req;
+    k->method = hreq_method(req);
 
     /* parse */
     size_t tl;
     const char *target = hreq_target(req, &tl);
-    int rc = route_parse(k.method, target, tl, &k.route);
+    int rc = route_parse(k->method, target, tl, &k->route);
     if (rc == KWC_ETOOBIG) {
         answer(f, req, 414, NULL, "the request URI is too long", NULL);
-        goto out;
+        kreq_free(k);
+        return;
     }
     if (rc != 0) {
         answer(f, req, 400, NULL, "the request URI is not a valid path and query", NULL);
-        goto out;
+        kreq_free(k);
+        return;
     }
     char msg[400];
     if (check_host(f, req, msg, sizeof(msg))) {
         answer(f, req, 403, "Forbidden", msg, NULL);
-        goto out;
+        kreq_free(k);
+        return;
     }
-    /* authenticate, authorize */
-    if (authn_insecure_allow(f, &k) != 0) {
-        answer(f, req, 401, NULL, "Unauthorized", NULL);
-        goto out;
+    if (!f->auth || is_local_path(k->route.path)) {
+        route_request(f, k);
+        kreq_free(k);
+        return;
     }
-    if (authz_insecure_allow(f, &k) != 0) {
-        answer(f, req, 403, NULL, "forbidden", NULL);
-        goto out;
-    }
-    /* route + respond */
-    route_request(f, &k);
-out:
-    route_fini(&k.route);
+    stage_authenticate(k);
 }
 
 /* A cache left service: its watch streams end, so that their clients resume
@@ -399,6 +889,17 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     };
     f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
     f->ing = ing;
+    if (cfg->auth_delegated) {
+        struct auth_options ao = {
+            .anonymous = cfg->anonymous_auth,
+            .token_ttl_s = (unsigned)cfg->token_cache_ttl,
+            .token_fail_ttl_s = 10,
+            .allow_ttl_s = (unsigned)cfg->authz_allow_ttl,
+            .deny_ttl_s = (unsigned)cfg->authz_deny_ttl,
+            .max_entries = 100000,
+        };
+        auth_new(base, up, &ao, &f->auth);
+    }
     refl_ingest_on_commit(ing, on_commit, f);
     refl_ingest_on_service(ing, on_service, f);
 
@@ -418,6 +919,7 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     if (rc != 0) {
         refl_ingest_on_commit(ing, NULL, NULL);
         refl_ingest_on_service(ing, NULL, NULL);
+        auth_free(f->auth);
         watch_pool_free(f->watch);
         serve_free(f->serve);
         free(f);
@@ -448,6 +950,7 @@ front_free(struct front *f)
     refl_ingest_on_commit(f->ing, NULL, NULL);
     refl_ingest_on_service(f->ing, NULL, NULL);
     serve_free(f->serve);
+    auth_free(f->auth);
     f->magic = 0;
     free(f);
 }

@@ -100,6 +100,10 @@ struct hreq {
     bool started, streamed_chunked, no_body, ended, close_after;
     bool has_date; /* the handler set Date (a passthrough keeps the upstream's) */
     size_t low_water;
+    /* headers for the upstream, set by the stages before the handler */
+    struct http_header *up_hdrs;
+    size_t n_up;
+    char *up_arena;
 };
 
 struct hconn {
@@ -301,10 +305,42 @@ req_free(struct hreq *r)
     free(r->arena.p);
     free(r->hdrs);
     free(r->hoff);
+    free(r->up_hdrs);
+    free(r->up_arena);
     if (r->head_out)
         evbuffer_free(r->head_out);
     r->magic = 0;
     free(r);
+}
+
+void
+hreq_set_upstream_headers(struct hreq *r, const struct http_header *h, size_t n)
+{
+    free(r->up_hdrs);
+    free(r->up_arena);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(h[i].name) + strlen(h[i].value) + 2;
+    r->up_arena = xmalloc(bytes ? bytes : 1);
+    r->up_hdrs = n ? xcalloc(n, sizeof(*r->up_hdrs)) : NULL;
+    char *p = r->up_arena;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(h[i].name) + 1, vl = strlen(h[i].value) + 1;
+        memcpy(p, h[i].name, nl);
+        r->up_hdrs[i].name = p;
+        p += nl;
+        memcpy(p, h[i].value, vl);
+        r->up_hdrs[i].value = p;
+        p += vl;
+    }
+    r->n_up = n;
+}
+
+size_t
+hreq_upstream_headers(const struct hreq *r, const struct http_header **out)
+{
+    *out = r->up_hdrs;
+    return r->n_up;
 }
 
 /* The handler's on_close, once. */

@@ -206,9 +206,13 @@ main(int argc, char **argv)
     }
     char where[512];
     listen_text(&cfg, front_port(front), where, sizeof(where));
-    log_info("kwc %s: serving on %s (%s), upstream %s%s%s, auth insecure-allow%s", KWC_VERSION,
-             where, cfg.tls_cert_file ? "https" : "http", k->server, k->context ? " context " : "",
-             k->context ? k->context : "", cfg.listen_loopback ? " (loopback only)" : " (REMOTE!)");
+    log_info("kwc %s: serving on %s (%s), upstream %s%s%s, %s%s", KWC_VERSION, where,
+             cfg.tls_cert_file ? "https" : "http", k->server, k->context ? " context " : "",
+             k->context ? k->context : "",
+             cfg.auth_delegated ? (cfg.forward_token ? "auth delegated, callers' tokens forwarded"
+                                                     : "auth delegated, callers impersonated")
+                                : "auth none: every caller acts as kwc",
+             cfg.listen_loopback ? " (loopback only)" : cfg.auth_delegated ? "" : " (REMOTE!)");
 
     for (size_t i = 0; i < nrefls; i++)
         refl_start(refls[i]);

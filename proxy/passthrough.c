@@ -251,6 +251,7 @@ static const struct hreq_handler pt_handler = {
 struct hdr_collect {
     struct up_header h[PT_MAX_HEADERS];
     size_t n;
+    size_t limit; /* the caller's headers at most: room stays for identity and X-Forwarded-For */
     bool strip_credentials;
     const char *connection; /* the client's Connection header: tokens name more hop-by-hop headers */
     const char *xff;
@@ -287,7 +288,7 @@ collect_header(struct hdr_collect *hc, const char *k, const char *v)
         (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
          strncasecmp(k, "X-Remote-", 9) == 0))
         return;
-    if (hc->n < PT_MAX_HEADERS - 1) { /* one slot kept for X-Forwarded-For */
+    if (hc->n < hc->limit) {
         hc->h[hc->n].name = k;
         hc->h[hc->n].value = v;
         hc->n++;
@@ -325,12 +326,25 @@ pt_start(struct hreq *req, struct up_client *up, const struct pt_options *o, boo
     hreq_set_handler(req, &pt_handler, p);
     hresp_low_water(req, o->max_response_buffer / 4);
 
-    const struct http_header *hs;
-    size_t nh = hreq_headers(req, &hs);
+    const struct http_header *hs, *ids;
+    size_t nh = hreq_headers(req, &hs), nid = hreq_upstream_headers(req, &ids);
+    if (nid > PT_MAX_HEADERS / 2) { /* an identity kwc cannot pass on whole */
+        respond_status(req, 500, "", "kwc cannot pass on an identity with this many attributes", 0);
+        return;
+    }
     struct hdr_collect hc = {.strip_credentials = o->strip_credentials,
-                             .connection = hreq_header(req, "Connection")};
+                             .connection = hreq_header(req, "Connection"),
+                             .limit = PT_MAX_HEADERS - 1 - nid};
     for (size_t i = 0; i < nh; i++)
         collect_header(&hc, hs[i].name, hs[i].value);
+    /* the caller's identity, as the front's stages decided it: added as is
+     * (not through collect_header: a caller's Connection header must not
+     * be able to name them away) */
+    for (size_t i = 0; i < nid; i++) {
+        hc.h[hc.n].name = ids[i].name;
+        hc.h[hc.n].value = ids[i].value;
+        hc.n++;
+    }
     char addr[64], xff[512];
     client_addr(req, addr, sizeof(addr));
     if (addr[0]) {

@@ -265,7 +265,14 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     for (size_t i = 0; i < nh; i++)
         if (!skip_header(hs[i].name, o->strip_credentials))
             evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
-    if (o->strip_credentials) {
+    /* the caller's identity, as the front's stages decided it */
+    bool caller_auth = false;
+    nh = hreq_upstream_headers(req, &hs);
+    for (size_t i = 0; i < nh; i++) {
+        evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
+        caller_auth |= strcasecmp(hs[i].name, "Authorization") == 0;
+    }
+    if (o->strip_credentials && !caller_auth) {
         int ferr;
         char *tok = kcfg_bearer_token(k, &ferr);
         if (tok)

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/queue.h>
 #include <time.h>
 #include <unistd.h>
@@ -568,7 +569,12 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
             curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
         }
     }
-    if (k->username) {
+    /* A caller's own Authorization (--passthrough-identity=forward-token)
+     * replaces kwc's token or basic credentials on this request. */
+    bool caller_auth = false;
+    for (size_t i = 0; i < r->nheaders; i++)
+        caller_auth |= strcasecmp(r->headers[i].name, "Authorization") == 0;
+    if (k->username && !caller_auth) {
         curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
         curl_easy_setopt(h, CURLOPT_USERNAME, k->username);
         curl_easy_setopt(h, CURLOPT_PASSWORD, k->password ? k->password : "");
@@ -581,7 +587,7 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         free(line);
     }
     refresh_bearer(c);
-    if (c->bearer)
+    if (c->bearer && !caller_auth)
         hl = curl_slist_append(hl, c->bearer);
     hl = curl_slist_append(hl, "Expect:"); /* we stream: no 100-continue round trip */
     bool has_accept = false;

@@ -90,6 +90,22 @@
     X("on-corrupt-cache", on_corrupt_cache, STR, "rebuild", "POLICY",                              \
       "a damaged --data-dir at start: rebuild (wipe it), move-aside (keep it as "                  \
       "data.mdb.corrupt-TIME) or fail (exit 2); the first two list again from the upstream")       \
+    X("auth", auth_mode, STR, NULL, "MODE",                                                         \
+      "delegated: callers are authenticated (client certificate, TokenReview) and authorized "    \
+      "(SubjectAccessReview) by the upstream; none: every caller acts as kwc, like kubectl "      \
+      "proxy (loopback only). Default: delegated with TLS, else none")                            \
+    X("anonymous-auth", anonymous_auth, BOOL, "false", "",                                         \
+      "delegated: a request without credentials is system:anonymous instead of a 401")           \
+    X("authentication-token-webhook-cache-ttl", token_cache_ttl, INT, "120", "SECONDS",            \
+      "how long a TokenReview answer is cached (kube: 2m)")                                       \
+    X("authorization-webhook-cache-authorized-ttl", authz_allow_ttl, INT, "300", "SECONDS",        \
+      "how long a SubjectAccessReview allow is cached (kube: 5m)")                                \
+    X("authorization-webhook-cache-unauthorized-ttl", authz_deny_ttl, INT, "30", "SECONDS",        \
+      "how long a SubjectAccessReview deny is cached (kube: 30s)")                                \
+    X("passthrough-identity", passthrough_identity, STR, "impersonate", "MODE",                    \
+      "delegated: who requests kwc passes upstream act as: impersonate (kwc's credentials with "  \
+      "Impersonate-* of the caller) or forward-token (a bearer caller's own token; certificate "  \
+      "callers are impersonated)")                                                                \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
       "(its requests pass through) until one arrives; 0: never")
@@ -125,6 +141,9 @@ struct kwc_config {
     unsigned max_connections_resolved;
     /* tls_min_version_s as OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION. */
     int tls_min_version;
+    /* --auth resolved: delegated authentication and authorization */
+    bool auth_delegated;
+    bool forward_token; /* --passthrough-identity=forward-token */
     /* accept_hosts compiled at parse time; NULL when not given (or given
      * empty). Owned by the config; match with cfg_accept_hosts_match. */
     struct cfg_regex *accept_hosts_re;

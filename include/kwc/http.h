@@ -135,6 +135,15 @@ X509 *hreq_client_cert(const struct hreq *r);
 bool hreq_tls(const struct hreq *r);
 struct event_base *hreq_base(const struct hreq *r);
 
+/*
+ * Headers for the upstream, decided by the stages before the handler (the
+ * caller's identity: Impersonate-*, or its own Authorization). Whoever
+ * forwards r upstream (passthrough, tunnel) sends them after dropping the
+ * caller's own credentials. Copied; r owns them. A new call replaces them.
+ */
+void hreq_set_upstream_headers(struct hreq *r, const struct http_header *h, size_t n);
+size_t hreq_upstream_headers(const struct hreq *r, const struct http_header **out);
+
 /* ---- the handler's hooks ---- */
 
 struct hreq_handler {

@@ -92,7 +92,10 @@ def kwc_tls_args():
     certificates from the test client CA verified when presented."""
     p = certs.pki()
     return ["--tls-cert-file", p.server.crt, "--tls-private-key-file", p.server.key,
-            "--client-ca-file", p.client_ca.crt]
+            "--client-ca-file", p.client_ca.crt,
+            # the TLS run tests the transport: every caller acts as kwc, as
+            # in the plaintext run (the auth modules pass --auth delegated)
+            "--auth", "none"]
 
 
 def kwc_tls_client():
