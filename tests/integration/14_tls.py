@@ -37,7 +37,9 @@ P = certs.pki()
 
 
 def serving(crt=None, key=None):
-    return ["--tls-cert-file", crt or P.server.crt, "--tls-private-key-file", key or P.server.key]
+    # the transport under test; who may do what is 19_auth's (--auth delegated)
+    return ["--tls-cert-file", crt or P.server.crt, "--tls-private-key-file", key or P.server.key,
+            "--auth", "none"]
 
 
 def context(cert=None, max_version=None, min_version=None, alpn=None):

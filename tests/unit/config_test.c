@@ -796,14 +796,69 @@ test_tls(void)
 
     /* TLS does not stand in for authentication. */
     rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8443", "--tls-cert-file", cert,
-                   "--tls-private-key-file", key, NULL),
-             "--insecure-allow-remote", "remote with TLS still needs the flag");
+                   "--tls-private-key-file", key, "--auth", "none", NULL),
+             "--insecure-allow-remote", "remote with TLS but no authentication needs the flag");
     cfg_fini(&c);
     is_int(parse(&c, UP, DD, "--listen", "0.0.0.0:8443", "--tls-cert-file", cert,
                  "--tls-private-key-file", key, "--insecure-allow-remote", NULL),
            0, "remote with TLS and the flag");
     cfg_fini(&c);
     cleanup_files();
+}
+
+static void
+test_auth(void)
+{
+    struct kwc_config c;
+    const char *cert = write_yaml("not a PEM\n");
+    const char *key = write_yaml("nor this\n");
+    is_int(parse(&c, UP, DD, NULL), 0, "plaintext");
+    ok(!c.auth_delegated, "plaintext: --auth none by default");
+    is_int(c.token_cache_ttl, 120, "token TTL 2m as kube");
+    is_int(c.authz_allow_ttl, 300, "allow TTL 5m as kube");
+    is_int(c.authz_deny_ttl, 30, "deny TTL 30s as kube");
+    ok(!c.anonymous_auth, "anonymous off by default");
+    ok(!c.forward_token, "impersonate by default");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, NULL), 0, "TLS");
+    ok(c.auth_delegated, "TLS: --auth delegated by default");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, "--auth", "none",
+                 NULL),
+           0, "TLS with --auth none");
+    ok(!c.auth_delegated, "...is none");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--auth", "delegated", "--passthrough-identity", "forward-token", NULL), 0,
+           "delegated over loopback plaintext");
+    ok(c.auth_delegated && c.forward_token, "...with forward-token");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--auth", "basic", NULL), "--auth \"basic\"", "unknown --auth");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--passthrough-identity", "x", NULL), "--passthrough-identity",
+             "unknown --passthrough-identity");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--authorization-webhook-cache-authorized-ttl", "100000", NULL),
+             "TTLs take 0", "TTL over a day");
+    cfg_fini(&c);
+    /* a remote listener: TLS and delegated auth, or the insecure flag */
+    rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", NULL), "TLS and delegated authentication",
+             "remote plaintext refused");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", "--tls-cert-file", cert,
+                   "--tls-private-key-file", key, "--auth", "none", NULL),
+             "--insecure-allow-remote", "remote TLS without auth refused");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", "--tls-cert-file", cert,
+                 "--tls-private-key-file", key, NULL),
+           0, "remote TLS with delegated auth (the default) accepted");
+    cfg_fini(&c);
+    /* the data dir's policies */
+    is_str((parse(&c, UP, DD, NULL), c.on_corrupt_cache), "rebuild", "--on-corrupt-cache rebuild by default");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--on-corrupt-cache", "wipe", NULL), "rebuild", "unknown policy names the choices");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-staleness", "100000", NULL), "--max-staleness", "staleness over a day");
+    cfg_fini(&c);
 }
 
 static void
@@ -1002,6 +1057,7 @@ main(void)
     TAP_RUN(test_limits);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
+    TAP_RUN(test_auth);
     TAP_RUN(test_args);
     TAP_RUN(test_config_file);
     TAP_RUN(test_config_file_errors);
