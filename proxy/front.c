@@ -950,6 +950,16 @@ front_free(struct front *f)
     refl_ingest_on_commit(f->ing, NULL, NULL);
     refl_ingest_on_service(f->ing, NULL, NULL);
     serve_free(f->serve);
+    if (f->auth) {
+        struct auth_stats as;
+        auth_stats(f->auth, &as);
+        log_info("auth: %llu TokenReviews (%llu answered from the cache), %llu SubjectAccessReviews "
+                 "(%llu from the cache, %llu coalesced); %llu allowed, %llu denied, %llu errors",
+                 (unsigned long long)as.token_reviews, (unsigned long long)as.token_cache_hits,
+                 (unsigned long long)as.sar_sent, (unsigned long long)as.sar_cache_hits,
+                 (unsigned long long)as.sar_coalesced, (unsigned long long)as.authz_allowed,
+                 (unsigned long long)as.authz_denied, (unsigned long long)as.authz_errors);
+    }
     auth_free(f->auth);
     f->magic = 0;
     free(f);
