@@ -122,7 +122,7 @@ class PKI:
         db = tempfile.mkdtemp(prefix="ca-db-", dir=self.dir)
         open(os.path.join(db, "index.txt"), "w").close()
         with open(os.path.join(db, "serial"), "w") as f:
-            f.write("%x\n" % e.serial)
+            f.write("%016x\n" % e.serial)  # an even number of hex digits
         cnf = os.path.join(db, "ca.cnf")
         with open(cnf, "w") as f:
             f.write(CONFIG + CA_CONFIG % {"db": db})
