@@ -487,9 +487,11 @@ class AuthCase(unittest.TestCase):
                               cls.dir, tls=ClientTLS(P.ca.crt))
             cls.apisim.start()
             cls.procs.append(cls.apisim)
+            # kwc first: its history then holds every seed event, so the watches
+            # from rv_mid (before the seed's updates) are the cache's to serve
+            cls.kwc = None if DIRECT_ONLY else cls.start_kwc("kwc", *cls.kwc_flags)
             cls.seed()
             cls.log = RequestLog(cls.apisim.port)
-            cls.kwc = None if DIRECT_ONLY else cls.start_kwc("kwc", *cls.kwc_flags)
             if cls.kwc:
                 cls.wait_synced(cls.kwc)
             cls.log.sync()
