@@ -14,6 +14,11 @@ exit, and returns the same object on every call. Tests that change files
   other_client  CN=mallory, signed by other_ca
 
 Each entity has .crt and .key paths (a CA's key signs only) and .serial.
+
+issue(name, subject, issuer, expired=False) makes a further client
+certificate on demand (once per name), e.g. CN=dave/O=readers from client_ca,
+or one whose validity ended in 2020 (openssl ca -startdate/-enddate: `req
+-x509 -days` takes no past dates).
 """
 import atexit
 import os
@@ -44,6 +49,24 @@ keyUsage = critical,digitalSignature
 extendedKeyUsage = clientAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
+"""
+
+
+# `openssl ca` for a certificate with dates in the past (the [client] extensions)
+CA_CONFIG = """\
+[ca]
+default_ca = testca
+[testca]
+database = %(db)s/index.txt
+new_certs_dir = %(db)s
+serial = %(db)s/serial
+default_md = sha256
+policy = anything
+unique_subject = no
+x509_extensions = client
+[anything]
+organizationName = optional
+commonName = supplied
 """
 
 
@@ -79,6 +102,41 @@ class PKI:
         self.client = self._make("client", "/O=devs/CN=alice", "client", self.client_ca)
         self.other_ca = self._make("other-ca", "/CN=unrelated-ca", "ca")
         self.other_client = self._make("other-client", "/O=devs/CN=mallory", "client", self.other_ca)
+        self._issued = {}
+        self._issue_lock = threading.Lock()
+
+    def issue(self, name, subject, issuer, expired=False):
+        """A client certificate for subject (e.g. "/O=readers/CN=dave") signed
+        by issuer (an Entity); expired: valid 2020-01-01 to 2020-01-08 only.
+        Made on first use; the same Entity for the same name afterwards."""
+        with self._issue_lock:
+            e = self._issued.get(name)
+            if e is None:
+                e = self._make_expired(name, subject, issuer) if expired else \
+                    self._make(name, subject, "client", issuer)
+                self._issued[name] = e
+            return e
+
+    def _make_expired(self, name, subject, issuer):
+        e = Entity(self.dir, name, subject, secrets.randbits(63) | 1)
+        db = tempfile.mkdtemp(prefix="ca-db-", dir=self.dir)
+        open(os.path.join(db, "index.txt"), "w").close()
+        with open(os.path.join(db, "serial"), "w") as f:
+            f.write("%016x\n" % e.serial)  # an even number of hex digits
+        cnf = os.path.join(db, "ca.cnf")
+        with open(cnf, "w") as f:
+            f.write(CONFIG + CA_CONFIG % {"db": db})
+        csr = os.path.join(db, name + ".csr")
+        env = dict(os.environ, OPENSSL_CONF=cnf)
+        for argv in (["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                      "-keyout", e.key, "-out", csr, "-config", cnf, "-subj", subject],
+                     ["openssl", "ca", "-batch", "-config", cnf, "-cert", issuer.crt, "-keyfile", issuer.key,
+                      "-in", csr, "-out", e.crt, "-notext", "-startdate", "20200101000000Z",
+                      "-enddate", "20200108000000Z"]):
+            r = subprocess.run(argv, capture_output=True, env=env)
+            if r.returncode != 0:
+                raise RuntimeError("%s failed (%d): %s" % (" ".join(argv), r.returncode, r.stderr.decode()))
+        return e
 
     def _make(self, name, subject, ext, issuer=None):
         e = Entity(self.dir, name, subject, secrets.randbits(63) | 1)
