@@ -418,6 +418,7 @@ static void
 stage_authenticate(struct kreq *k)
 {
     hreq_set_handler(k->req, &parked_handler, k);
+    hreq_body_hold(k->req); /* for whoever takes the request after the stages */
     k->wait = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
                                 hreq_header(k->req, "Authorization"), on_authenticated, k);
 }

@@ -100,6 +100,9 @@ struct hreq {
     bool started, streamed_chunked, no_body, ended, close_after;
     bool has_date; /* the handler set Date (a passthrough keeps the upstream's) */
     size_t low_water;
+    bool complete_fired;       /* on_complete went to whichever handler was set */
+    bool held;                 /* hreq_body_hold: the body waits for the next handler */
+    struct event *late_complete; /* on_complete for a handler set after that */
     /* headers for the upstream, set by the stages before the handler */
     struct http_header *up_hdrs;
     size_t n_up;
@@ -307,6 +310,8 @@ req_free(struct hreq *r)
     free(r->hoff);
     free(r->up_hdrs);
     free(r->up_arena);
+    if (r->late_complete)
+        event_free(r->late_complete);
     if (r->head_out)
         evbuffer_free(r->head_out);
     r->magic = 0;
@@ -341,6 +346,15 @@ hreq_upstream_headers(const struct hreq *r, const struct http_header **out)
 {
     *out = r->up_hdrs;
     return r->n_up;
+}
+
+/* The whole request has been read: tell the handler, once. */
+static void
+complete_fire(struct hreq *r)
+{
+    r->complete_fired = true;
+    if (!r->ended && r->h && r->h->on_complete)
+        r->h->on_complete(r->harg);
 }
 
 /* The handler's on_close, once. */
@@ -707,8 +721,7 @@ conn_parse(struct hconn *c)
             if (c->state == C_DEAD || c->req != r)
                 return;
             if (r->complete) {
-                if (!r->ended && r->h && r->h->on_complete)
-                    r->h->on_complete(r->harg);
+                complete_fire(r);
                 return;
             }
             continue;
@@ -723,8 +736,7 @@ conn_parse(struct hconn *c)
         if (c->msg_complete && c->req && !c->req->complete) {
             struct hreq *r = c->req;
             r->complete = true;
-            if (!r->ended && r->h && r->h->on_complete)
-                r->h->on_complete(r->harg);
+            complete_fire(r);
             return;
         }
         if (e == HPE_PAUSED && c->parse_paused_body)
@@ -1549,12 +1561,38 @@ hreq_base(const struct hreq *r)
 
 /* ---- handler hooks and the body ---- */
 
+static void kick(struct hconn *c);
+
+static void
+on_late_complete(evutil_socket_t fd, short what, void *arg)
+{
+    complete_fire(arg);
+}
+
 void
 hreq_set_handler(struct hreq *r, const struct hreq_handler *h, void *arg)
 {
     req_of(r);
     r->h = h;
     r->harg = arg;
+    if (r->held) {
+        /* the next handler reads the body (hreq_body_read) before the
+         * deferred parse runs, or lets it be discarded */
+        struct hconn *c = r->c;
+        r->held = false;
+        if (!r->reading && c->state != C_DEAD) {
+            c->parse_paused_body = false;
+            http_parser_pause(&c->p, 0);
+            kick(c);
+        }
+    }
+    /* A handler set after the request completed (the stages waited for the
+     * upstream to authenticate it) still hears of it, from the loop. */
+    if (r->complete_fired && h && h->on_complete && !r->ended) {
+        if (!r->late_complete)
+            r->late_complete = event_new(r->c->s->base, -1, 0, on_late_complete, r);
+        event_active(r->late_complete, EV_TIMEOUT, 1);
+    }
 }
 
 static void
@@ -1562,6 +1600,16 @@ kick(struct hconn *c)
 {
     if (c->state != C_DEAD)
         event_active(c->kick, EV_TIMEOUT, 1);
+}
+
+void
+hreq_body_hold(struct hreq *r)
+{
+    struct hconn *c = req_of(r)->c;
+    if (c->state == C_DEAD || r->reading || r->complete)
+        return;
+    r->held = true;
+    c->parse_paused_body = true; /* conn_parse stops before the body */
 }
 
 void

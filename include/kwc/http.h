@@ -170,6 +170,10 @@ void hreq_set_handler(struct hreq *r, const struct hreq_handler *h, void *arg);
  * gets its body discarded (bounded by max_discard_bytes).
  */
 void hreq_body_read(struct hreq *r, bool on);
+/* Keep the body in the input buffer, neither read nor discarded, until the
+ * next hreq_set_handler (the stages before the handler wait for the
+ * upstream); that handler then reads it or lets it be discarded. */
+void hreq_body_hold(struct hreq *r);
 
 /* ---- the response writer ---- */
 

@@ -220,6 +220,10 @@ static const struct hreq_handler hooks = {
     .on_close = h_close,
 };
 
+/* /park: the stages before a handler wait (for the upstream to
+ * authenticate): a handler that only frees, and the body held. */
+static const struct hreq_handler parked_hooks = {.on_close = h_close};
+
 static void
 on_request(void *arg, struct hreq *r)
 {
@@ -242,6 +246,9 @@ on_request(void *arg, struct hreq *r)
         hresp_simple(r, 200, NULL, "early", 5);
     } else if (strncmp(target, "/defer", 6) == 0) {
         q->echo = true;
+    } else if (strncmp(target, "/park", 5) == 0) {
+        hreq_set_handler(r, &parked_hooks, q);
+        hreq_body_hold(r);
     } else if (strncmp(target, "/take", 5) == 0) {
         t->take_rc = hreq_take_socket(r, &t->taken);
         th_log(t, "taken %d", t->take_rc);
@@ -1339,6 +1346,72 @@ test_max_connections(void)
     fx_fini(&f);
 }
 
+/* The handler is set after the stages waited: it still hears that a
+ * request without a body is complete, and a held body reaches it whole. */
+static void
+test_late_handler(void)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    int c = fx_connect(&f);
+    send_str(&f, c, "GET /park HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    run(&f);
+    struct treq *q = f.t.reqs[0];
+    ok(q != NULL, "parked GET: the request is there");
+    is_int(f.p[c].in.n, 0, "parked GET: no answer yet");
+    if (q) {
+        q->echo = true;
+        hreq_set_handler(q->r, &hooks, q);
+        run(&f);
+    }
+    is_int(f.t.ncomplete, 1, "parked GET: the late handler heard it complete");
+    struct sbuf w = {0};
+    want_echo(&w, "HTTP/1.1", NULL, "GET", "/park", "h", NULL, "", 0);
+    is_got(&f, c, w.p, "parked GET: answered by the late handler");
+    sb_free(&w);
+    fx_fini(&f);
+
+    for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
+        fx_init(&f, NULL);
+        c = fx_connect(&f);
+        send_str(&f, c, "POST /park HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\nhello world",
+                 pieces[k]);
+        run(&f);
+        q = f.t.reqs[0];
+        ok(q != NULL, "parked POST: the request is there");
+        is_int(f.t.ncomplete, 0, "parked POST: the held body is not discarded (not complete)");
+        if (q) {
+            q->echo = true;
+            hreq_set_handler(q->r, &hooks, q);
+            hreq_body_read(q->r, true);
+            run(&f);
+        }
+        w = (struct sbuf){0};
+        want_echo(&w, "HTTP/1.1", NULL, "POST", "/park", "h", NULL, "hello world", 11);
+        is_got(&f, c, w.p, "parked POST: the late handler read the whole body");
+        sb_free(&w);
+        fx_fini(&f);
+    }
+
+    /* a late handler that does not read: the body is discarded, then complete */
+    fx_init(&f, NULL);
+    c = fx_connect(&f);
+    send_str(&f, c, "POST /park HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nabcde", 0);
+    run(&f);
+    q = f.t.reqs[0];
+    if (q) {
+        q->echo = true;
+        hreq_set_handler(q->r, &hooks, q);
+        run(&f);
+    }
+    is_int(f.t.ncomplete, 1, "late handler without reading: complete after the discard");
+    w = (struct sbuf){0};
+    want_echo(&w, "HTTP/1.1", NULL, "POST", "/park", "h", NULL, "", 0);
+    is_got(&f, c, w.p, "late handler without reading: answered");
+    sb_free(&w);
+    fx_fini(&f);
+}
+
 static void
 test_body_flow_control(void)
 {
@@ -1580,6 +1653,7 @@ main(void)
     TAP_RUN(test_timeouts);
     TAP_RUN(test_max_connections);
     TAP_RUN(test_body_flow_control);
+    TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
     TAP_RUN(test_take_socket);
     TAP_RUN(test_server_free);
