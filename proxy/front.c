@@ -419,8 +419,11 @@ stage_authenticate(struct kreq *k)
 {
     hreq_set_handler(k->req, &parked_handler, k);
     hreq_body_hold(k->req); /* for whoever takes the request after the stages */
-    k->wait = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
-                                hreq_header(k->req, "Authorization"), on_authenticated, k);
+    /* an answer known at once calls back before this returns, and may free k */
+    struct auth_wait *w = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
+                                            hreq_header(k->req, "Authorization"), on_authenticated, k);
+    if (w)
+        k->wait = w;
 }
 
 /* ---- stage: impersonate (kube's filters/impersonation.go) ---- */
@@ -587,7 +590,9 @@ next_impersonation(struct kreq *k)
     }
     struct auth_attrs at;
     imp_attrs(&k->imp[k->at], &at);
-    k->wait = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
+    struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
+    if (w)
+        k->wait = w; /* else k may be gone already */
 }
 
 static void
@@ -714,8 +719,10 @@ stage_authorize(struct kreq *k)
     struct sel *sel;
     struct auth_attrs at;
     request_attrs(k, &sel, &at);
-    k->wait = auth_authorize(k->f->auth, k->user, &at, on_authorized, k);
+    struct auth_wait *w = auth_authorize(k->f->auth, k->user, &at, on_authorized, k);
     sel_free(sel);
+    if (w)
+        k->wait = w; /* else k may be gone already */
 }
 
 /* ---- stage: the caller's identity upstream, then route ---- */
