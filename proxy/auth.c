@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "kwc/base.h"
+#include "kwc/gostr.h"
 #include "kwc/log.h"
 #include "kwc/status.h"
 #include "kwc/upstream.h"
@@ -73,60 +74,7 @@ nz(const char *s)
     return s ? s : "";
 }
 
-/* A growing byte string (internal sizes only). */
-struct sb {
-    char *p;
-    size_t n, cap;
-};
 
-static void
-sb_add(struct sb *b, const void *p, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void
-sb_str(struct sb *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
-static char *
-sb_take(struct sb *b)
-{
-    if (!b->p)
-        return xstrdup("");
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return p;
-}
-
-/* Decode the UTF-8 sequence of n bytes at s (n from kwc_utf8_seq). */
-static uint32_t
-utf8_decode(const unsigned char *s, size_t n)
-{
-    switch (n) {
-    case 1:
-        return s[0];
-    case 2:
-        return (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
-    case 3:
-        return (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
-    default:
-        return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 |
-               (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
-    }
-}
 
 /* s as Go's encoding/json sees it: each byte that starts no valid UTF-8
  * sequence becomes U+FFFD (new). */
@@ -134,18 +82,18 @@ static char *
 valid_utf8(const char *s)
 {
     size_t len = strlen(s);
-    struct sb b = {0};
+    struct gostr_buf b = {0};
     for (size_t i = 0; i < len;) {
         size_t n = kwc_utf8_seq((const unsigned char *)s + i, len - i);
         if (n == 0) {
-            sb_add(&b, "\xEF\xBF\xBD", 3);
+            gostr_addn(&b, "\xEF\xBF\xBD", 3);
             i++;
         } else {
-            sb_add(&b, s + i, n);
+            gostr_addn(&b, s + i, n);
             i += n;
         }
     }
-    return sb_take(&b);
+    return gostr_take(&b);
 }
 
 /* A JSON string of s (invalid UTF-8 replaced as Go's encoder does). New. */
@@ -159,93 +107,22 @@ jstr(const char *s)
     return j;
 }
 
-/*
- * Go's strconv.IsPrint (what %q leaves unescaped): letters, marks, numbers,
- * punctuation, symbols and the ASCII space. Exact for Latin-1 (strconv's own
- * rule); above it, the control, format, separator, private-use and
- * non-character code points are not printable. Code points Unicode has not
- * assigned are treated as printable here, where Go escapes them — the one
- * place this differs, and only for text no real user name holds.
- */
-static bool
-go_isprint(uint32_t r)
-{
-    if (r <= 0xff)
-        return (r >= 0x20 && r <= 0x7e) || (r >= 0xa1 && r != 0xad);
-    static const uint32_t notprint[][2] = {
-        {0x0600, 0x0605},    {0x061c, 0x061c},   {0x06dd, 0x06dd},   {0x070f, 0x070f},
-        {0x0890, 0x0891},    {0x08e2, 0x08e2},   {0x1680, 0x1680},   {0x180e, 0x180e},
-        {0x2000, 0x200f},    {0x2028, 0x202f},   {0x205f, 0x2064},   {0x2066, 0x206f},
-        {0x3000, 0x3000},    {0xd800, 0xf8ff},   {0xfdd0, 0xfdef},   {0xfeff, 0xfeff},
-        {0xfff9, 0xfffb},    {0x110bd, 0x110bd}, {0x110cd, 0x110cd}, {0x13430, 0x1343f},
-        {0x1bca0, 0x1bca3},  {0x1d173, 0x1d17a}, {0xe0001, 0xe0001}, {0xe0020, 0xe007f},
-        {0xf0000, 0x10ffff},
-    };
-    if ((r & 0xfffe) == 0xfffe)
-        return false; /* U+xxFFFE, U+xxFFFF: non-characters */
-    for (size_t i = 0; i < KWC_ARRAY_LEN(notprint); i++)
-        if (r >= notprint[i][0] && r <= notprint[i][1])
-            return false;
-    return true;
-}
 
 /* Append s quoted as Go's fmt %q (strconv.Quote) writes it. */
-static void
-go_quote(struct sb *b, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t len = strlen(s);
-    sb_add(b, "\"", 1);
-    for (size_t i = 0; i < len;) {
-        const unsigned char *p = (const unsigned char *)s + i;
-        size_t n = kwc_utf8_seq(p, len - i);
-        if (n == 0) { /* a byte of no valid sequence: \xHH */
-            char e[4] = {'\\', 'x', hex[p[0] >> 4], hex[p[0] & 15]};
-            sb_add(b, e, 4);
-            i++;
-            continue;
-        }
-        uint32_t r = utf8_decode(p, n);
-        i += n;
-        if (r == '"' || r == '\\') {
-            char e[2] = {'\\', (char)r};
-            sb_add(b, e, 2);
-        } else if (go_isprint(r)) {
-            sb_add(b, p, n);
-        } else if (r < 0x20 && strchr("\a\b\f\n\r\t\v", (int)r)) {
-            static const char letters[] = "abtnvfr"; /* for \a \b \t \n \v \f \r (7..13) */
-            char e[2] = {'\\', letters[r - '\a']};
-            sb_add(b, e, 2);
-        } else if (r < 0x20 || r == 0x7f) {
-            char e[4] = {'\\', 'x', hex[r >> 4], hex[r & 15]};
-            sb_add(b, e, 4);
-        } else if (r < 0x10000) {
-            char e[6] = {'\\',       'u', hex[r >> 12], hex[(r >> 8) & 15], hex[(r >> 4) & 15],
-                         hex[r & 15]};
-            sb_add(b, e, 6);
-        } else {
-            char e[10] = {'\\', 'U'};
-            for (int k = 0; k < 8; k++)
-                e[2 + k] = hex[(r >> (28 - 4 * k)) & 15];
-            sb_add(b, e, 10);
-        }
-    }
-    sb_add(b, "\"", 1);
-}
 
 /* Append s with responsewriters' sanitizer applied (& < > as HTML entities). */
 static void
-sanitize(struct sb *b, const char *s)
+sanitize(struct gostr_buf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '&')
-            sb_str(b, "&amp;");
+            gostr_add(b, "&amp;");
         else if (*s == '<')
-            sb_str(b, "&lt;");
+            gostr_add(b, "&lt;");
         else if (*s == '>')
-            sb_str(b, "&gt;");
+            gostr_add(b, "&gt;");
         else
-            sb_add(b, s, 1);
+            gostr_addn(b, s, 1);
     }
 }
 
@@ -391,7 +268,8 @@ space_at(const unsigned char *s, size_t n)
     size_t l = kwc_utf8_seq(s, n);
     if (l < 2)
         return 0;
-    uint32_t r = utf8_decode(s, l);
+    size_t w;
+    uint32_t r = gostr_decode_rune(s, l, &w);
     bool sp = r == 0x85 || r == 0xa0 || r == 0x1680 || (r >= 0x2000 && r <= 0x200a) ||
               r == 0x2028 || r == 0x2029 || r == 0x202f || r == 0x205f || r == 0x3000;
     return sp ? l : 0;
@@ -444,30 +322,30 @@ auth_token_review_json(const char *token, size_t len, size_t *outlen)
     /* Built by hand so the token is copied only into this buffer, which the
      * caller wipes. Escaping as Go's encoder: invalid UTF-8 is U+FFFD. */
     static const char hex[] = "0123456789abcdef";
-    struct sb b = {0};
-    sb_str(&b, "{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\","
+    struct gostr_buf b = {0};
+    gostr_add(&b, "{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\","
                "\"spec\":{\"token\":\"");
     for (size_t i = 0; i < len;) {
         const unsigned char *p = (const unsigned char *)token + i;
         size_t n = kwc_utf8_seq(p, len - i);
         if (n == 0) {
-            sb_str(&b, "\\ufffd");
+            gostr_add(&b, "\\ufffd");
             i++;
         } else if (n == 1 && (*p < 0x20 || *p == '"' || *p == '\\')) {
             char e[6] = {'\\', 'u', '0', '0', hex[*p >> 4], hex[*p & 15]};
             if (*p == '"' || *p == '\\')
-                sb_add(&b, (char[]){'\\', (char)*p}, 2);
+                gostr_addn(&b, (char[]){'\\', (char)*p}, 2);
             else
-                sb_add(&b, e, 6);
+                gostr_addn(&b, e, 6);
             i++;
         } else {
-            sb_add(&b, p, n);
+            gostr_addn(&b, (const char *)p, n);
             i += n;
         }
     }
-    sb_str(&b, "\"}}");
-    *outlen = b.n;
-    return sb_take(&b);
+    gostr_add(&b, "\"}}");
+    *outlen = b.len;
+    return gostr_take(&b);
 }
 
 static int
@@ -686,39 +564,39 @@ out:
 char *
 auth_forbidden_status(const char *user, const struct auth_attrs *at, const char *reason)
 {
-    struct sb m = {0}, msg = {0};
+    struct gostr_buf m = {0}, msg = {0};
     const char *resource = at->resource_request ? nz(at->resource) : "";
     const char *group = at->resource_request ? nz(at->group) : "";
     const char *name = at->resource_request ? nz(at->name) : "";
 
     /* responsewriters.forbiddenMessage */
-    sb_str(&m, "User ");
-    go_quote(&m, nz(user));
-    sb_str(&m, " cannot ");
-    sb_str(&m, nz(at->verb));
+    gostr_add(&m, "User ");
+    gostr_quote(&m, nz(user), strlen(nz(user)));
+    gostr_add(&m, " cannot ");
+    gostr_add(&m, nz(at->verb));
     if (!at->resource_request) {
         /* `User %q cannot %s path %q` */
-        sb_str(&m, " path ");
-        go_quote(&m, nz(at->path));
+        gostr_add(&m, " path ");
+        gostr_quote(&m, nz(at->path), strlen(nz(at->path)));
     } else {
         /* `User %q cannot %s resource %q in API group %q` + scope, the
          * resource with "/subresource" when there is one */
-        struct sb res = {0};
-        sb_str(&res, resource);
+        struct gostr_buf res = {0};
+        gostr_add(&res, resource);
         if (at->subresource && *at->subresource) {
-            sb_str(&res, "/");
-            sb_str(&res, at->subresource);
+            gostr_add(&res, "/");
+            gostr_add(&res, at->subresource);
         }
-        sb_str(&m, " resource ");
-        go_quote(&m, res.p ? res.p : "");
+        gostr_add(&m, " resource ");
+        gostr_quote(&m, res.p ? res.p : "", strlen(res.p ? res.p : ""));
         free(res.p);
-        sb_str(&m, " in API group ");
-        go_quote(&m, group);
+        gostr_add(&m, " in API group ");
+        gostr_quote(&m, group, strlen(group));
         if (at->namespace_ && *at->namespace_) {
-            sb_str(&m, " in the namespace ");
-            go_quote(&m, at->namespace_);
+            gostr_add(&m, " in the namespace ");
+            gostr_quote(&m, at->namespace_, strlen(at->namespace_));
         } else {
-            sb_str(&m, " at the cluster scope");
+            gostr_add(&m, " at the cluster scope");
         }
     }
 
@@ -726,26 +604,26 @@ auth_forbidden_status(const char *user, const struct auth_attrs *at, const char 
      * "resource" or "resource.group"; `forbidden: ` when both are empty,
      * `%s is forbidden: ` without a name, `%s %q is forbidden: ` with one. */
     if (!*resource && !*group) {
-        sb_str(&msg, "forbidden: ");
+        gostr_add(&msg, "forbidden: ");
     } else {
-        sb_str(&msg, resource);
+        gostr_add(&msg, resource);
         if (*group) {
-            sb_str(&msg, ".");
-            sb_str(&msg, group);
+            gostr_add(&msg, ".");
+            gostr_add(&msg, group);
         }
         if (*name) {
-            sb_str(&msg, " ");
-            go_quote(&msg, name);
+            gostr_add(&msg, " ");
+            gostr_quote(&msg, name, strlen(name));
         }
-        sb_str(&msg, " is forbidden: ");
+        gostr_add(&msg, " is forbidden: ");
     }
     /* responsewriters.Forbidden: sanitizer.Replace(forbiddenMessage(...)),
      * then `%s: %s` with the reason when it is non-empty. */
     sanitize(&msg, m.p);
     free(m.p);
     if (reason && *reason) {
-        sb_str(&msg, ": ");
-        sb_str(&msg, reason);
+        gostr_add(&msg, ": ");
+        gostr_add(&msg, reason);
     }
     /* NewForbidden's StatusDetails {Name, Group, Kind: resource}, each
      * omitempty; status_failure_json writes the metav1.Status as kube does. */
