@@ -9,12 +9,20 @@
  *
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
- *          [--threads T] [--tls [--cacert FILE]]
+ *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --nodes K: stream i adds fieldSelector=spec.nodeName=node-(i % K) (the
- * kubelet pattern). --etcd-prefix KEY: instead of HTTP/1.1 watches, each
- * stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2, one
+ * kubelet pattern). --token-file FILE: one bearer token per line; stream i
+ * sends `Authorization: Bearer <line i % n>` (each watcher its own identity;
+ * the lines are read once, a stream's request is built as before). A
+ * response head whose status is not 2xx is counted (non2xx; a 401 or 403
+ * watch is not a stream), and heads_ms is the time from the first connect
+ * to the last response head (a burst of requests: when all were answered).
+ * --deadline S: when not every stream has its response head S seconds after
+ * the first connect, stop and report what arrived (unanswered: the streams
+ * still waiting) instead of waiting for ever. --etcd-prefix KEY: instead
+ * of HTTP/1.1 watches, each stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2, one
  * connection each, as N separate clients) on the keys under KEY: the same
  * measurement against etcd or `etcd grpc-proxy` (the bench writes values
  * carrying the same stamp). --idle: connect, wait for every response head, report,
@@ -74,6 +82,7 @@ struct conn {
     struct event *ev;
     struct event *wev; /* --tls: one-shot, when OpenSSL wants to write */
     bool dead;         /* the server ended it: counted, no longer read */
+    bool status_seen;  /* the response's status line was looked at */
     size_t req_sent;
     unsigned char ntail;
     char tail[TAILMAX];
@@ -92,9 +101,9 @@ struct loop {
     uint64_t deliveries;
 };
 
-static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2;
+static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2, deadline;
 static bool idle;
-static const char *path, *etcd_prefix, *cacert;
+static const char *path, *etcd_prefix, *cacert, *token_file;
 static bool tls;
 static SSL_CTX *tls_ctx;
 static atomic_int tls_failures;
@@ -103,7 +112,10 @@ static size_t grpc_req_len;
 static struct conn *conns;
 static struct loop *loops;
 static atomic_int heads, ended, ended_headless; /* streams the server ended (before a head) */
-static _Atomic uint64_t t_measure, t_end;
+static atomic_int non2xx;                       /* heads with a status other than 2xx */
+static _Atomic uint64_t t_measure, t_end, t_start, t_last_head;
+static char **tokens; /* --token-file: its lines */
+static int ntokens;
 
 static uint64_t
 wall_ns(void)
@@ -136,6 +148,11 @@ static void
 scan(struct conn *c, char *buf, size_t len, uint64_t now)
 {
     size_t p = 0;
+    if (!c->status_seen && !c->h2) { /* the first bytes of the answer: "HTTP/1.1 200" */
+        c->status_seen = true;
+        if (len < 10 || memcmp(buf, "HTTP/1.", 7) != 0 || buf[9] != '2')
+            atomic_fetch_add(&non2xx, 1);
+    }
     if (!c->head) {
         char *e = memmem(buf, len, "\r\n\r\n", 4);
         if (!e) {
@@ -146,6 +163,7 @@ scan(struct conn *c, char *buf, size_t len, uint64_t now)
         }
         c->head = true;
         atomic_fetch_add(&heads, 1);
+        atomic_store(&t_last_head, wall_ns());
         p = (size_t)(e - buf) + 4;
     }
     for (;;) {
@@ -514,7 +532,13 @@ open_some(evutil_socket_t fd, short what, void *arg)
         char req[2048], sel[64] = "";
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
-        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path, sel);
+        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s\r\n", path, sel,
+                           ntokens ? "Authorization: Bearer " : "", ntokens ? tokens[next % ntokens] : "",
+                           ntokens ? "\r\n" : "");
+        if (len < 0 || len >= (int)sizeof req) {
+            fprintf(stderr, "fanout: the request of stream %d is over %zu bytes\n", next, sizeof req);
+            exit(1);
+        }
         if (tls) {
             evutil_make_socket_nonblocking(c->fd);
             c->req = strdup(req);
@@ -559,6 +583,10 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(lp->base);
         return;
     }
+    if (deadline && settled < nw && now > atomic_load(&t_start) + (uint64_t)deadline * 1000000000ull) {
+        event_base_loopbreak(lp->base); /* reported as unanswered */
+        return;
+    }
     if (end && now > end + 500000000ull) {
         event_base_loopbreak(lp->base);
         return;
@@ -585,6 +613,37 @@ run_loop(void *arg)
     event_add(event_new(lp->base, -1, EV_PERSIST, on_tick, lp), &tv);
     event_base_dispatch(lp->base);
     return NULL;
+}
+
+/* --token-file: every non-empty line, without its line end */
+static void
+read_tokens(const char *file)
+{
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "fanout: --token-file %s: %s\n", file, strerror(errno));
+        exit(2);
+    }
+    char line[1024];
+    int cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0])
+            continue;
+        if (ntokens == cap) {
+            cap = cap ? cap * 2 : 1024;
+            tokens = realloc(tokens, (size_t)cap * sizeof(*tokens));
+        }
+        if (!tokens || !(tokens[ntokens++] = strdup(line))) {
+            fprintf(stderr, "fanout: out of memory for tokens\n");
+            exit(1);
+        }
+    }
+    fclose(f);
+    if (!ntokens) {
+        fprintf(stderr, "fanout: --token-file %s has no tokens\n", file);
+        exit(2);
+    }
 }
 
 static int
@@ -628,14 +687,20 @@ main(int argc, char **argv)
             etcd_prefix = v;
         else if (!strcmp(a, "--cacert"))
             cacert = v;
+        else if (!strcmp(a, "--token-file"))
+            token_file = v;
+        else if (!strcmp(a, "--deadline"))
+            deadline = atoi(v);
         else
             goto usage;
     }
     if (etcd_prefix)
         grpc_watch_request(etcd_prefix);
     if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
-        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls))
+        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls) || (token_file && etcd_prefix))
         goto usage;
+    if (token_file)
+        read_tokens(token_file);
     if (tls)
         tls_ctx = tls_ctx_new();
     struct rlimit rl;
@@ -649,6 +714,7 @@ main(int argc, char **argv)
     }
     conns = calloc((size_t)nw, sizeof(*conns));
     loops = calloc((size_t)nthreads, sizeof(*loops));
+    atomic_store(&t_start, wall_ns());
     for (int t = 0, at = 0; t < nthreads; t++) {
         struct loop *lp = &loops[t];
         lp->base = event_base_new();
@@ -666,9 +732,14 @@ main(int argc, char **argv)
         deliveries += loops[t].deliveries;
         nlat += loops[t].nlat;
     }
+    uint64_t t_heads = atomic_load(&t_last_head), t0 = atomic_load(&t_start);
+    double heads_ms = t_heads > t0 ? (double)(t_heads - t0) / 1e6 : 0;
+    int unanswered = nw - atomic_load(&heads) - atomic_load(&ended_headless);
     if (idle) {
-        printf("{\"streams\":%d,\"ended\":%d,\"tls_failures\":%d}\n", atomic_load(&heads),
-               atomic_load(&ended) + atomic_load(&ended_headless), atomic_load(&tls_failures));
+        printf("{\"streams\":%d,\"ended\":%d,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
+               "\"unanswered\":%d}\n",
+               atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
+               atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered);
         fflush(stdout);
         pause(); /* the streams stay open until the caller has measured and kills us */
         return 0;
@@ -682,15 +753,16 @@ main(int argc, char **argv)
     double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)((double)nlat * 0.99)] : 0;
     double mx = nlat ? lat[nlat - 1] : 0;
     printf("{\"streams\":%d,\"ended\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,"
-           "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"tls_failures\":%d}\n",
+           "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
+           "\"unanswered\":%d}\n",
            atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
            (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx,
-           atomic_load(&tls_failures));
+           atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered);
     fflush(stdout);
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] | "
+                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S] | "
                     "[--etcd-prefix KEY]\n");
     return 2;
 }

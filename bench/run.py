@@ -42,6 +42,20 @@ a flag it needs says "n/a (flag unsupported: ...)".
                a normal client GETs one pod: its success and latency, how
                long kwc holds the attackers, how fast it refuses, its RSS and
                fds.
+
+  auth         kwc over TLS with --auth none vs --auth delegated (TokenReview
+               and SubjectAccessReview against apisim --policy: kwc's own
+               token, and a token per caller): GET one pod from the cache
+               (wrk, one bearer token, 1/8/32 connections; req/s, p50/p99,
+               CPU per request); watch fan-out with a token per watcher
+               (--auth-watchers at 100 ev/s x 1 KiB, and --auth-kubelet
+               node-pinned watchers over --pods pods at 500 ev/s): p50/p99,
+               kwc CPU, reviews sent and the SubjectAccessReview cache hit
+               rate from kwc's shutdown line; a burst of --auth-burst
+               distinct tokens (new TLS connection, one list each) at once:
+               reviews that reached apisim and the time until all were
+               answered, then the same burst again (cached). All in
+               bench/results/auth.md.
 """
 import argparse
 import datetime
@@ -67,11 +81,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wrk(port, path, conns, duration, scheme="http"):
+def wrk(port, path, conns, duration, scheme="http", headers=()):
     """(req/s, p50 ms, p99 ms, non-2xx responses, socket errors). Over https
-    wrk does not verify the server's certificate."""
-    out = subprocess.run(["wrk", "-t", str(min(conns, 2)), "-c", str(conns), "-d", "%ds" % duration,
-                          "--latency", "%s://127.0.0.1:%d%s" % (scheme, port, path)],
+    wrk does not verify the server's certificate. headers: "Name: value"
+    sent with every request."""
+    out = subprocess.run(["wrk", "-t", str(min(conns, 2)), "-c", str(conns), "-d", "%ds" % duration, "--latency"] +
+                         [a for h in headers for a in ("-H", h)] + ["%s://127.0.0.1:%d%s" % (scheme, port, path)],
                          capture_output=True, text=True, timeout=duration + 30).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
@@ -311,9 +326,10 @@ def bench_cache(args):
         env.close()
 
 
-def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False):
+def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False,
+           token_file=None, warmup=2, deadline=0):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
-            "--seconds", str(seconds or args.duration), "--warmup", "2"]
+            "--seconds", str(seconds or args.duration), "--warmup", str(warmup)]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
     if nodes:
         argv += ["--nodes", str(nodes)]
@@ -321,6 +337,10 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv.append("--idle")
     if tls:
         argv += ["--tls", "--cacert", certs(args)["ca"]]
+    if token_file:
+        argv += ["--token-file", token_file]
+    if deadline:
+        argv += ["--deadline", str(deadline)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -688,17 +708,20 @@ class Kwc:
     """One kwc against env's apisim, its own data directory and log. TLS: the
     variant's certificate flags, readiness probed over https (verifying the
     test CA). flags: what the row needs ((flag, value)...; Unsupported if the
-    binary lacks one); optional: passed only where the binary knows them."""
+    binary lacks one); optional: passed only where the binary knows them.
+    kubeconfig: the upstream and kwc's credentials from it instead of
+    --upstream (an apisim with --policy)."""
 
     def __init__(self, args, env, v, tag, flags=(), optional=(), base=("--resources", "v1/pods", "--log-level", "warn"),
-                 ready_timeout=900):
+                 ready_timeout=900, kubeconfig=None):
         self.v, self.args, self.shim = v, args, None
         need = [f for f, _ in flags] + (list(TLS_FLAGS) if v.tls and not args.tls_shim else [])
         miss = missing_flags(v.binary, need)
         if miss:
             raise Unsupported(miss)
-        argv = [v.binary, "--upstream", "http://127.0.0.1:%d" % env.apisim.port, "--listen", "127.0.0.1:0",
-                "--data-dir", os.path.join(env.dir, "data-" + tag)] + list(base)
+        up = ["--kubeconfig", kubeconfig] if kubeconfig else ["--upstream", "http://127.0.0.1:%d" % env.apisim.port]
+        argv = [v.binary] + up + ["--listen", "127.0.0.1:0",
+                                  "--data-dir", os.path.join(env.dir, "data-" + tag)] + list(base)
         for f, val in list(flags) + [o for o in optional if not missing_flags(v.binary, [o[0]])]:
             argv += [f, str(val)]
         if v.tls and not args.tls_shim:
@@ -1300,13 +1323,300 @@ def bench_integrity(args):
     save("integrity", text)
 
 
+class AuthSetup:
+    """An apisim policy (POST /apisim/policy or --policy) for the auth
+    scenario: kwc's own token (get/list/watch pods, create tokenreviews and
+    subjectaccessreviews, impersonate) and n caller tokens, user-i in group
+    bench-callers, which may get/list/watch pods (one rule on the group, as
+    kubelets' rights come through system:nodes: apisim then does not scan a
+    list of n users per SubjectAccessReview). Files in d: the policy, kwc's
+    kubeconfig and the callers' tokens (one a line, fanout --token-file)."""
+
+    def __init__(self, d, n):
+        import json
+        import secrets
+        self.kwc_token = "kwc-" + secrets.token_hex(16)
+        self.tokens = ["user%d-%s" % (i, secrets.token_hex(12)) for i in range(n)]
+        pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        doc = {"tokens": dict([(self.kwc_token, {"user": "kwc-bench", "uid": "kwc"})] +
+                              [(t, {"user": "user-%d" % i, "uid": "u-%d" % i, "groups": ["bench-callers"]})
+                               for i, t in enumerate(self.tokens)]),
+               "rules": [dict(pods, name="kwc-pods", users=["kwc-bench"]),
+                         {"name": "kwc-reviews", "users": ["kwc-bench"], "verbs": ["create"],
+                          "apiGroups": ["authentication.k8s.io", "authorization.k8s.io"],
+                          "resources": ["tokenreviews", "subjectaccessreviews"]},
+                         {"name": "kwc-impersonate", "users": ["kwc-bench"], "verbs": ["impersonate"]},
+                         dict(pods, name="bench-callers", groups=["bench-callers"])]}
+        self.policy = os.path.join(d, "policy.json")
+        with open(self.policy, "w") as f:
+            json.dump(doc, f)
+        self.token_file = os.path.join(d, "tokens")
+        with open(self.token_file, "w") as f:
+            f.write("\n".join(self.tokens) + "\n")
+        self.d = d
+
+    def kubeconfig(self, port):
+        import json
+        path = os.path.join(self.d, "kubeconfig-%d" % port)
+        with open(path, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "bench",
+                       "clusters": [{"name": "sim", "cluster": {"server": "http://127.0.0.1:%d" % port}}],
+                       "users": [{"name": "kwc", "user": {"token": self.kwc_token}}],
+                       "contexts": [{"name": "bench", "context": {"cluster": "sim", "user": "kwc"}}]}, f)
+        return path
+
+
+AUTH_LOG = re.compile(r"auth: (\d+) TokenReviews \((\d+) answered from the cache\), (\d+) SubjectAccessReviews "
+                      r"\((\d+) from the cache, (\d+) coalesced\)")
+
+
+def auth_counts(k):
+    """Stops kwc k and reads its shutdown line: {tr, tr_hits, sar, sar_hits,
+    sar_coalesced}, or None (no line: --auth none)."""
+    k.stop()
+    m = None
+    for m in AUTH_LOG.finditer(k.proc.logs(200)):
+        pass
+    if not m:
+        return None
+    return dict(zip(("tr", "tr_hits", "sar", "sar_hits", "sar_coalesced"), (int(x) for x in m.groups())))
+
+
+def reviews_text(c):
+    """TokenReviews and SubjectAccessReviews from a kwc's shutdown line."""
+    if not c:
+        return "-", "-"
+    asked = c["sar"] + c["sar_hits"] + c["sar_coalesced"]
+    return ("%d sent, %d from cache" % (c["tr"], c["tr_hits"]),
+            "%d sent, %d from cache, %d coalesced (hit rate %.1f%%)" % (
+                c["sar"], c["sar_hits"], c["sar_coalesced"], 100 * c["sar_hits"] / max(asked, 1)))
+
+
+def sim_reviews(env):
+    """(TokenReviews, SubjectAccessReviews) apisim answered since its stats
+    were last reset."""
+    r = env.stats()["requests"]
+    return r.get("create tokenreviews", 0), r.get("create subjectaccessreviews", 0)
+
+
+def auth_kwcs(args, env, setup, tag, watchers=0):
+    """kwc over TLS, --auth none and --auth delegated, both with kwc's token
+    from setup's kubeconfig; --log-level info for the shutdown line."""
+    out = {}
+    kc = setup.kubeconfig(env.apisim.port)
+    for mode in ("none", "delegated"):
+        v = Variant("TLS, --auth " + mode, args.kwc, True)
+        try:
+            out[mode] = Kwc(args, env, v, "%s-%s" % (tag, mode), flags=(("--auth", mode),), kubeconfig=kc,
+                            base=("--resources", "v1/pods", "--log-level", "info"),
+                            optional=(("--max-connections", watchers + 1000),) if watchers else ())
+        except Unavailable as e:
+            out[mode] = e
+            print("--auth %s: %s" % (mode, e), flush=True)
+    return out
+
+
+BURST_DEADLINE = 60  # seconds fanout waits for the burst's answers
+
+
+def prime(k, path, token, timeout=5):
+    """One GET with token on a new TLS connection: "answered STATUS in S s"
+    or "unanswered after S s"."""
+    import http.client
+    c = k.connection(timeout)
+    t0 = time.monotonic()
+    try:
+        c.request("GET", path, headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        r.read()
+        return "answered %d in %.3f s" % (r.status, time.monotonic() - t0)
+    except (OSError, http.client.HTTPException) as e:
+        return "unanswered after %.1f s (%s)" % (time.monotonic() - t0, type(e).__name__)
+    finally:
+        c.close()
+
+
+def bench_auth(args):
+    """kwc over TLS with --auth none vs --auth delegated (TokenReview and
+    SubjectAccessReview against apisim --policy, with kwc's caches): cached
+    GETs (wrk), watch fan-out with a token per watcher (fanout --token-file),
+    and a cold burst of distinct identities."""
+    import json
+    d = tempfile.mkdtemp(prefix="kwc-bench-auth-")
+    n_tokens = max(args.auth_watchers, args.auth_kubelet, args.auth_burst)
+    setup = AuthSetup(d, n_tokens)
+    pol = ["--policy", setup.policy, "--anonymous-auth", "false"]
+    text = ""
+    # 1. GET one pod from the cache, wrk, one bearer token; both kwcs up, ABBA order
+    env = Env(apisim_args=["--pods", "100", "--nodes", "4"] + pol, start_kwc=False)
+    servers = {}
+    try:
+        servers = auth_kwcs(args, env, setup, "get")
+        key = env.sim("GET", "/apisim/state?resource=pods")["items"][0]["key"].split("/")
+        path = "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % tuple(key)
+        hdr = ("Authorization: Bearer " + setup.tokens[0],)
+        # one GET per kwc first (the delegated one reviews the token then): wrk measures the cached state
+        primed = {m: prime(k, path, setup.tokens[0]) for m, k in servers.items() if isinstance(k, Kwc)}
+        rows = []
+        for conns in (1, 8, 32):
+            acc = {m: [] for m in servers}
+            for m in ("none", "delegated", "delegated", "none"):
+                k = servers[m]
+                if not isinstance(k, Kwc):
+                    continue
+                c0, t0 = cpu_seconds(k.pid), time.monotonic()
+                r = wrk(k.port, path, conns, args.duration, "https", hdr)
+                acc[m].append((r, cpu_seconds(k.pid) - c0, time.monotonic() - t0))
+            rps = {}
+            for m in ("none", "delegated"):
+                if not acc[m]:
+                    rows.append([conns, "--auth " + m, str(servers[m])] + ["-"] * 5 + ["-"])
+                    continue
+                runs = acc[m]
+                rps[m] = sum(r[0] for r, _, _ in runs) / len(runs)
+                cpu, el = sum(c for _, c, _ in runs), sum(e for _, _, e in runs)
+                reqs = sum(r[0] * e for (r, _, e) in runs)
+                rows.append([conns, "--auth " + m, "%.0f" % rps[m],
+                             "%.0f%% of none" % (100 * rps[m] / rps["none"]) if m != "none" and rps.get("none") else "-",
+                             "%.2f / %.2f" % (sum(r[1] for r, _, _ in runs) / len(runs),
+                                              sum(r[2] for r, _, _ in runs) / len(runs)),
+                             "%.0f%%" % (100 * cpu / el), "%.1f" % (cpu / max(reqs, 1) * 1e6),
+                             "%d / %d" % (sum(r[3] for r, _, _ in runs), sum(r[4] for r, _, _ in runs)),
+                             ">= 90% of none" if m == "delegated" else "-"])
+                print(rows[-1], flush=True)
+        counts = auth_counts(servers["delegated"]) if isinstance(servers.get("delegated"), Kwc) else None
+        tr, sar = reviews_text(counts)
+        text += table("GET one pod from the cache (resourceVersion=0) over TLS, wrk %ds per cell, keep-alive, one "
+                      "bearer token: kwc --auth none vs --auth delegated (mean of 2 runs each, order none, delegated, "
+                      "delegated, none)" % args.duration,
+                      ["conns", "kwc", "req/s", "vs", "p50 / p99 ms", "kwc CPU", "kwc CPU us/req",
+                       "non-2xx / socket errors", "target"], rows)
+        text += "\nFirst GET (cold token) before the cells: %s. --auth delegated over all GET cells: TokenReviews " \
+            "%s; SubjectAccessReviews %s.\n" % ("; ".join("--auth %s %s" % kv for kv in primed.items()), tr, sar)
+    finally:
+        stop_all(servers)
+        env.close()
+
+    # 2. watch fan-out, a token (identity) per watcher; the kubelet pattern
+    rows = []
+    hdr = ["pattern", "watchers", "kwc", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms", "kwc CPU",
+           "kwc CPU us/delivery", "TokenReviews", "SubjectAccessReviews", "apisim saw TR / SAR", "target"]
+
+    def fan(env, label, n, rate, nodes, target):
+        for mode in ("none", "delegated"):
+            v = Variant("TLS, --auth " + mode, args.kwc, True)
+            try:
+                k = Kwc(args, env, v, "watch-%d-%s" % (n, mode), flags=(("--auth", mode),),
+                        kubeconfig=setup.kubeconfig(env.apisim.port),
+                        base=("--resources", "v1/pods", "--log-level", "info"),
+                        optional=(("--max-connections", n + 1000),))
+            except Unavailable as e:
+                rows.append([label, n, "--auth " + mode, str(e)] + ["-"] * 9 + [target])
+                continue
+            counts = None
+            try:
+                env.sim("POST", "/apisim/reset-stats")
+                rv = env.stats()["rv"]
+                env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+                p = fanout(args, k.port, n, tls=True, nodes=nodes, token_file=setup.token_file,
+                           path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+                try:
+                    r = fanout_measure(p, k.pid)
+                finally:
+                    env.sim("POST", "/apisim/churn", {"rate": 0})
+                sim = sim_reviews(env)
+            finally:
+                counts = auth_counts(k)
+            tr, sar = reviews_text(counts)
+            streams = "%d" % r["streams"] + (" (%d ended by kwc)" % r["ended"] if r.get("ended") else "") + \
+                (" (%d not 2xx)" % r["non2xx"] if r.get("non2xx") else "") + \
+                (" (%d TLS handshakes failed)" % r["tls_failures"] if r.get("tls_failures") else "")
+            rows.append([label, n, "--auth " + mode, streams, r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                         "%.0f%%" % (r["cpu"] * 100), "%.2f" % (r["cpu"] / max(r["per_s"], 1) * 1e6), tr, sar,
+                         "%d / %d" % sim, target])
+            print(rows[-1], flush=True)
+
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"] + pol,
+              start_kwc=False)
+    try:
+        fan(env, "full fan-out, 100 ev/s x 1 KiB", args.auth_watchers, 100, 0, "p99 <= 5 ms")
+    finally:
+        env.close()
+    if args.auth_kubelet:
+        env = Env(apisim_args=["--nodes", "5000", "--history", "2000000"] + pol, start_kwc=False)
+        try:
+            r = env.sim("POST", "/apisim/seed", {"resource": "pods", "count": args.pods, "namespaces": 10,
+                                                 "nodes": 5000, "size": 1000})
+            print("apisim seeded %d pods in %.1f s" % (r["created"], r["seconds"]), flush=True)
+            fan(env, "kubelet: fieldSelector=spec.nodeName, %d pods, 500 ev/s" % args.pods, args.auth_kubelet,
+                500, 5000, "p99, CPU")
+        finally:
+            env.close()
+    text += "\n" + table("Watch fan-out through kwc over TLS, each watcher its own bearer token (fanout "
+                         "--token-file; --auth none drops it): --auth none vs --auth delegated (write-to-receipt "
+                         "latency; CPU as % of one core; reviews from kwc's shutdown line and apisim's counters)",
+                         hdr, rows)
+
+    # 3. cold burst: n distinct identities at once, then the same again (cached)
+    n = args.auth_burst
+    env = Env(apisim_args=["--pods", "5", "--nodes", "1", "--pod-size", "1000"] + pol, start_kwc=False)
+    servers, rows, unanswered = {}, [], 0
+    try:
+        servers = auth_kwcs(args, env, setup, "burst", watchers=n)
+        for mode, what in (("none", "reference"), ("delegated", "cold (no identity cached)"),
+                           ("delegated", "again (all cached)")):
+            k = servers[mode]
+            if not isinstance(k, Kwc):
+                rows.append([what, "--auth " + mode, str(k)] + ["-"] * 5)
+                continue
+            env.sim("POST", "/apisim/reset-stats")
+            c0 = cpu_seconds(k.pid)
+            p = fanout(args, k.port, n, seconds=1, warmup=0, tls=True, token_file=setup.token_file,
+                       path="/api/v1/pods?resourceVersion=0", deadline=BURST_DEADLINE)
+            r = None
+            deadline = time.monotonic() + 300
+            while r is None or "measuring" in r:
+                r = json.loads(read_line(p, deadline - time.monotonic()))
+            p.wait()
+            cpu = cpu_seconds(k.pid) - c0
+            sim = sim_reviews(env)
+            unanswered += r.get("unanswered", 0)
+            answered = "%d of %d" % (r["streams"], n) + (" (%d not 2xx)" % r["non2xx"] if r.get("non2xx") else "") + \
+                (" (%d unanswered after %d s)" % (r["unanswered"], BURST_DEADLINE) if r.get("unanswered") else "") + \
+                (" (%d TLS handshakes failed)" % r["tls_failures"] if r.get("tls_failures") else "")
+            target = "-" if mode == "none" else "%d TR / %d SAR" % ((n, n) if "cold" in what else (0, 0))
+            rows.append([what, "--auth " + mode, answered, "%.0f" % r["heads_ms"] if r["streams"] else "-", "%.2f" % cpu,
+                         sim[0], sim[1],
+                         target])
+            print(rows[-1], flush=True)
+        counts = auth_counts(servers["delegated"]) if isinstance(servers.get("delegated"), Kwc) else None
+        tr, sar = reviews_text(counts)
+        text += "\n" + table("Burst: %d distinct bearer tokens, each a new TLS connection and one RV=0 list of 5 "
+                             "pods, all at once (fanout --watchers %d: connects 100 per 2 ms, one client thread)"
+                             % (n, n),
+                             ["burst", "kwc", "answered", "first connect to last answer ms", "kwc CPU s",
+                              "TokenReviews at apisim", "SubjectAccessReviews at apisim", "target"], rows)
+        text += "\n--auth delegated over both bursts (shutdown line): TokenReviews %s; SubjectAccessReviews %s.\n" % (
+            tr, sar)
+        if unanswered:
+            text += ("\nkwc never answered %d of these requests although apisim answered their reviews (a cached read "
+                     "that waited for a TokenReview or SubjectAccessReview).\n" % unanswered)
+    finally:
+        stop_all(servers)
+        env.close()
+        subprocess.run(["rm", "-rf", d])
+    save("auth", text)
+
+
 # The full run's sizes: results are saved (and plots drawn) only at these.
 FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
-        "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10}
+        "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
+        "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000}
 # --small: every scenario in well under a minute, to check the script itself.
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
-         "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity"
+         "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
+         "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris"}
 
 
@@ -1333,6 +1643,12 @@ def main():
                     help="slowloris: kwc --max-connections during the flood")
     ap.add_argument("--header-timeout", type=int, default=FULL["header_timeout"],
                     help="slowloris: kwc --request-header-timeout (seconds)")
+    ap.add_argument("--auth-watchers", type=int, default=FULL["auth_watchers"],
+                    help="auth: watchers (each its own token) in the 100 ev/s fan-out")
+    ap.add_argument("--auth-kubelet", type=int, default=FULL["auth_kubelet"],
+                    help="auth: node-pinned watchers (each its own token) over --pods pods at 500 ev/s (0: skip)")
+    ap.add_argument("--auth-burst", type=int, default=FULL["auth_burst"],
+                    help="auth: distinct identities in the cold burst")
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
@@ -1349,7 +1665,7 @@ def main():
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
-    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls"} & set(names) else set()
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
