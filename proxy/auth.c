@@ -500,6 +500,67 @@ sar_spec(const struct auth_user *u, const struct auth_attrs *at)
     return spec;
 }
 
+/* One length-prefixed field of a question's key. */
+static void
+key_field(struct gostr_buf *b, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    gostr_addu(b, n);
+    gostr_addc(b, ':');
+    gostr_addn(b, s ? s : "", n);
+}
+
+/*
+ * The cache key of a question: SHA-256 of every field of the spec, each
+ * length-prefixed (so distinct questions never share a key), in the spec's
+ * order with extra keys sorted as the spec marshals them. It stands for
+ * webhook.go's key (the marshalled spec) without building the JSON on every
+ * request: a cached answer is the hot path of every read kwc serves.
+ * Strings are taken raw, so two spellings the JSON would make equal (invalid
+ * UTF-8) are two entries: never the other way round.
+ */
+static void
+question_key(const struct auth_user *u, const struct auth_attrs *at, unsigned char key[32])
+{
+    struct gostr_buf b = {0};
+    gostr_addc(&b, at->resource_request ? 'R' : 'N');
+    if (at->resource_request) {
+        key_field(&b, at->namespace_);
+        key_field(&b, at->verb);
+        key_field(&b, at->group);
+        key_field(&b, at->version);
+        key_field(&b, at->resource);
+        key_field(&b, at->subresource);
+        key_field(&b, at->name);
+    } else {
+        key_field(&b, at->path);
+        key_field(&b, at->verb);
+    }
+    if (u) {
+        key_field(&b, u->name);
+        key_field(&b, u->uid);
+        gostr_addu(&b, u->ngroups);
+        for (size_t i = 0; i < u->ngroups; i++)
+            key_field(&b, u->groups[i]);
+        size_t ne = u->nextra;
+        const struct auth_extra **ex = xmalloc((ne ? ne : 1) * sizeof(*ex));
+        for (size_t i = 0; i < ne; i++)
+            ex[i] = &u->extra[i];
+        if (ne > 1)
+            qsort(ex, ne, sizeof(*ex), cmp_extra);
+        gostr_addu(&b, u->nextra);
+        for (size_t i = 0; i < ne; i++) {
+            key_field(&b, ex[i]->key);
+            gostr_addu(&b, ex[i]->nvalues);
+            for (size_t j = 0; j < ex[i]->nvalues; j++)
+                key_field(&b, ex[i]->values[j]);
+        }
+        free(ex);
+    }
+    sha256(b.p, b.len, key);
+    free(b.p);
+}
+
 static char *
 dump(const json_t *j)
 {
@@ -1236,16 +1297,13 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
                auth_decision_cb cb, void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
-    /* webhook.go: the cache key is the marshalled SubjectAccessReviewSpec. */
-    json_t *spec = sar_spec(u, at);
-    char *key_json = dump(spec);
+    /* webhook.go keys its cache by the marshalled SubjectAccessReviewSpec;
+     * question_key is the same question, without the JSON */
     unsigned char key[32];
-    sha256(key_json, strlen(key_json), key);
-    free(key_json);
+    question_key(u, at, key);
 
     struct sar_ent *e = (struct sar_ent *)cache_get(&a->sars, key);
     if (e) {
-        json_decref(spec);
         a->st.sar_cache_hits++;
         if (e->d == AUTH_ALLOW)
             a->st.authz_allowed++;
@@ -1256,10 +1314,10 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     }
     struct review *r = (struct review *)htab_get(&a->pending[REVIEW_SAR], key);
     if (r) {
-        json_decref(spec);
         a->st.sar_coalesced++;
         return wait_add(r, NULL, cb, arg);
     }
+    json_t *spec = sar_spec(u, at);
     json_t *doc = sar_doc(spec);
     char *body = dump(doc);
     json_decref(doc);
