@@ -726,6 +726,10 @@ class Kwc:
             argv += [f, str(val)]
         if v.tls and not args.tls_shim:
             argv += ["--tls-cert-file", certs(args)["cert"], "--tls-private-key-file", certs(args)["key"]]
+            if not any(f == "--auth" for f, _ in flags) and not missing_flags(v.binary, ["--auth"]):
+                # TLS turns on --auth delegated by default; the transport
+                # scenarios measure TLS alone (the auth scenario sets --auth)
+                argv += ["--auth", "none"]
         self.proc = Proc("kwc-" + tag, argv, env.dir)
         try:
             self.proc.start()
