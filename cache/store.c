@@ -133,6 +133,7 @@ scratch_fidx(struct store_wtxn *w, size_t n)
 struct store_rtxn {
     struct store *s;
     MDB_txn *txn;
+    bool defer_raw; /* store_rtxn_defer_raw_check */
 };
 
 static int
@@ -349,13 +350,55 @@ obj_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct stor
     o->idx_len = il;
     o->raw = p + OBJ_HEAD + il;
     o->raw_len = v->mv_size - OBJ_HEAD - il;
+    o->raw_unchecked = false;
     return 0;
+}
+
+/* obj_check, except that the raw bytes are left for store_obj_check_raw. */
+static int
+obj_check_head(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    if (!s->o.checksums)
+        return obj_check(s, k, v, o);
+    const char *p = v->mv_data;
+    uint32_t il;
+    if (v->mv_size < OBJ_HEAD || k->mv_size == 0 || k->mv_size > KEY_MAX)
+        return KWC_ECORRUPT;
+    memcpy(&o->crc_want, p, 4);
+    memcpy(&il, p + 4, 4);
+    if (il > v->mv_size - OBJ_HEAD)
+        return KWC_ECORRUPT;
+    o->crc_rest = crc32c(crc32c(0, k->mv_data, k->mv_size), p + 4, OBJ_HEAD - 4 + il);
+    o->raw_unchecked = true;
+    memcpy(&o->rv, p + 8, 8);
+    o->key = k->mv_data;
+    o->key_len = k->mv_size;
+    o->idx = p + OBJ_HEAD;
+    o->idx_len = il;
+    o->raw = p + OBJ_HEAD + il;
+    o->raw_len = v->mv_size - OBJ_HEAD - il;
+    return 0;
+}
+
+int
+store_obj_check_raw(struct store_res *r, const struct store_obj *o, const void *copy)
+{
+    if (!o->raw_unchecked || crc32c(o->crc_rest, copy, o->raw_len) == o->crc_want)
+        return 0;
+    return mark_damaged(r, o->key, o->key_len < KEY_MAX ? o->key_len : KEY_MAX);
 }
 
 static int
 decode_obj(struct store_res *r, const MDB_val *k, const MDB_val *v, struct store_obj *o)
 {
     int rc = obj_check(r->s, k, v, o);
+    return rc ? mark_damaged(r, k->mv_data, k->mv_size < KEY_MAX ? k->mv_size : KEY_MAX) : 0;
+}
+
+static int
+decode_obj_head(struct store_res *r, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    int rc = obj_check_head(r->s, k, v, o);
     return rc ? mark_damaged(r, k->mv_data, k->mv_size < KEY_MAX ? k->mv_size : KEY_MAX) : 0;
 }
 
@@ -874,6 +917,12 @@ store_rtxn_begin(struct store *s, struct store_rtxn **out)
 }
 
 void
+store_rtxn_defer_raw_check(struct store_rtxn *t)
+{
+    t->defer_raw = true;
+}
+
+void
 store_rtxn_end(struct store_rtxn *t)
 {
     if (!t)
@@ -1140,7 +1189,9 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
                                       : store_keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
                                                ov.e[oi].key_len);
         if (cmp < 0) { /* unchanged since at_rv */
-            if ((err = decode_obj(r, &sc.k, &sc.v, &o)))
+            memset(&o, 0, sizeof(o));
+            if ((err = t->defer_raw ? decode_obj_head(r, &sc.k, &sc.v, &o)
+                                    : decode_obj(r, &sc.k, &sc.v, &o)))
                 break;
             emit = true;
             have_c = src_next(&sc, &err);

@@ -133,6 +133,18 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
+    if (cfg.auth_delegated && cfg.forward_token && k->cert_pem) {
+        /* kube authenticates a client certificate before a bearer token: the
+         * upstream would see kwc, not the caller whose token kwc forwards */
+        fprintf(stderr,
+                "kwc: --passthrough-identity=forward-token needs kwc's upstream credentials to be a "
+                "token or basic auth: the client certificate of %s would authenticate kwc instead "
+                "of the caller (use a token user, or --passthrough-identity=impersonate)\n",
+                cfg.kubeconfig ? cfg.kubeconfig : "the upstream settings");
+        kcfg_free(k);
+        cfg_fini(&cfg);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
 
     struct event_base *base = event_base_new();

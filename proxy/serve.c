@@ -335,9 +335,22 @@ on_fill_obj(void *arg, const struct store_obj *o)
     if (sr->end && store_keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
         return 1; /* past the page */
     if (matches(sr, o)) {
+        /* the object's bytes read once, from the map into the answer, and
+         * their checksum checked there (store_rtxn_defer_raw_check) */
+        struct evbuffer_iovec v;
+        size_t need = o->raw_len + 1;
+        if (evbuffer_reserve_space(sr->chunk, (ev_ssize_t)need, &v, 1) != 1)
+            return KWC_ETOOBIG;
+        char *d = v.iov_base;
+        size_t n = 0;
         if (sr->any_item)
-            evbuffer_add(sr->chunk, ",", 1);
-        evbuffer_add(sr->chunk, o->raw, o->raw_len);
+            d[n++] = ',';
+        memcpy(d + n, o->raw, o->raw_len);
+        int rc = store_obj_check_raw(sr->d->sres, o, d + n);
+        if (rc)
+            return rc; /* nothing committed: the chunk is as before */
+        v.iov_len = n + o->raw_len;
+        evbuffer_commit_space(sr->chunk, &v, 1);
         sr->any_item = true;
     }
     if (++f->visits >= CHUNK_VISITS || evbuffer_get_length(sr->chunk) >= CHUNK_BYTES) {
@@ -372,8 +385,10 @@ fill(struct sreq *sr)
     struct fill f = {.sr = sr};
     struct store_rtxn *t;
     int rc = store_rtxn_begin(sr->s->st, &t);
-    if (rc == 0)
+    if (rc == 0) {
+        store_rtxn_defer_raw_check(t); /* on_fill_obj checks each copy */
         rc = scan(sr, t, on_fill_obj, &f);
+    }
     store_rtxn_end(t);
     if (rc) {
         if (!sr->started) {

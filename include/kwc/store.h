@@ -75,6 +75,10 @@ struct store_obj {
     size_t idx_len;
     const void *raw;
     size_t raw_len;
+    /* store_rtxn_defer_raw_check: raw is not checked yet; crc_rest covers
+     * everything before it, crc_want is the value's crc */
+    bool raw_unchecked;
+    uint32_t crc_rest, crc_want;
 };
 
 /* A history entry (valid during the callback). prev.raw is NULL for ADDED. */
@@ -176,6 +180,17 @@ void store_wtxn_abort(struct store_wtxn *w);
 /* ---- reading ---- */
 int store_rtxn_begin(struct store *s, struct store_rtxn **out);
 void store_rtxn_end(struct store_rtxn *t);
+/*
+ * Objects that store_scan / store_scan_field hand out from t come with their
+ * raw bytes not yet checked (all else is): the caller copies raw out and
+ * checks the copy with store_obj_check_raw. Reading the bytes once, from the
+ * map into the answer, and checking them where they landed (in the CPU's
+ * cache) is what keeps checksums cheap for a list, whose cost is that copy.
+ */
+void store_rtxn_defer_raw_check(struct store_rtxn *t);
+/* Check the copy of o->raw (o->raw_len bytes at copy) against o's crc: 0, or
+ * KWC_ECORRUPT with r marked damaged. 0 when o->raw_unchecked is false. */
+int store_obj_check_raw(struct store_res *r, const struct store_obj *o, const void *copy);
 
 int store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out);
 /* The resource's rv (and floor, when asked) from a read transaction of its

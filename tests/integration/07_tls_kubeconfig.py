@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cluster import Env, connect, http_request, kwc_proc, wait_for
+from cluster import KWC_BIN, Env, connect, http_request, kwc_proc, wait_for
 
 
 def openssl(*args, cwd):
@@ -76,6 +76,19 @@ class TlsTest(unittest.TestCase):
     def tearDown(self):
         for p in self.procs:
             self.assertEqual(p.stop(), 0, p.logs())
+
+    def test_forward_token_refuses_a_certificate_identity(self):
+        # kube authenticates a client certificate before a token: with kwc's
+        # certificate on every request, a forwarded caller token would not count
+        d = tempfile.mkdtemp(prefix="kwc-pki-")
+        make_pki(d)
+        kc = kubeconfig(d, "https://127.0.0.1:1", token=None)
+        r = subprocess.run([KWC_BIN, "--kubeconfig", kc, "--data-dir", os.path.join(d, "data"), "--listen",
+                            "127.0.0.1:0", "--auth", "delegated", "--passthrough-identity", "forward-token"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--passthrough-identity=forward-token needs kwc's upstream credentials to be a token",
+                      r.stderr)
 
     def test_tls_client_cert_and_token(self):
         d = tempfile.mkdtemp(prefix="kwc-pki-")

@@ -238,6 +238,71 @@ test_untouched_store_verifies(void)
     rm_dir();
 }
 
+/* A list's callback: copy each object out and check the copy. */
+struct copy_check {
+    struct store_res *r;
+    int n, deferred;
+};
+
+static int
+copy_and_check(void *arg, const struct store_obj *o)
+{
+    struct copy_check *c = arg;
+    char *copy = malloc(o->raw_len ? o->raw_len : 1);
+    memcpy(copy, o->raw, o->raw_len);
+    c->deferred += o->raw_unchecked;
+    int rc = store_obj_check_raw(c->r, o, copy);
+    free(copy);
+    if (rc)
+        return rc;
+    c->n++;
+    return 0;
+}
+
+/* store_rtxn_defer_raw_check: the raw bytes are checked on the caller's copy. */
+static void
+test_deferred_raw_check(void)
+{
+    fresh_dir();
+    struct store *s = open_store(true, 0);
+    struct store_res *r;
+    store_res(s, RES, &r);
+    struct store_wtxn *w;
+    store_wtxn_begin(s, 1, &w);
+    store_wtxn_reset(w, r, 50);
+    struct store_event a = {
+        .rv = 40, .key = "ns/a", .key_len = 4, .obj = "{\"m\":\"RAWMARK-a\"}", .obj_len = 17};
+    struct store_event b = {.rv = 41, .key = "ns/b", .key_len = 4, .obj = "{}", .obj_len = 2};
+    store_wtxn_load(w, r, &a);
+    store_wtxn_load(w, r, &b);
+    is_int(store_wtxn_commit(w), 0, "two objects loaded");
+    struct store_rtxn *t;
+    struct copy_check c = {.r = r};
+    store_rtxn_begin(s, &t);
+    store_rtxn_defer_raw_check(t);
+    is_int(store_scan(t, r, 0, "", NULL, 0, copy_and_check, &c), 0, "intact: a deferred scan passes");
+    store_rtxn_end(t);
+    is_int(c.n, 2, "...both objects");
+    is_int(c.deferred, 2, "...each handed out with its raw bytes unchecked");
+    store_close(s);
+    ok(flip_marker("RAWMARK-a") >= 1, "one byte of the object's raw bytes flipped");
+
+    s = open_store(true, 0);
+    store_res(s, RES, &r);
+    c = (struct copy_check){.r = r};
+    store_rtxn_begin(s, &t);
+    store_rtxn_defer_raw_check(t);
+    is_int(store_scan(t, r, 0, "", NULL, 0, copy_and_check, &c), KWC_ECORRUPT,
+           "damaged: the check of the copy fails the scan");
+    store_rtxn_end(t);
+    is_int(c.n, 0, "...before the damaged object is counted");
+    char key[64];
+    ok(store_res_damaged(r, key, sizeof key), "...and marks the resource");
+    is_str(key, "ns/a", "...naming the object");
+    store_close(s);
+    rm_dir();
+}
+
 static void
 test_object_damaged(void)
 {
@@ -556,6 +621,7 @@ main(void)
 {
     TAP_RUN(test_untouched_store_verifies);
     TAP_RUN(test_object_damaged);
+    TAP_RUN(test_deferred_raw_check);
     TAP_RUN(test_history_damaged);
     TAP_RUN(test_history_head_damaged);
     TAP_RUN(test_meta_damaged);
