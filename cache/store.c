@@ -329,19 +329,18 @@ obj_crc(const void *key, size_t kl, const char *v, size_t vl)
     return crc32c(crc32c(0, key, kl), v + 4, vl - 4);
 }
 
-/* Check an object value's layout (and crc) and point o into it. 0 or KWC_ECORRUPT. */
+/* Check an object value's layout and point o into it (its crc in
+ * o->crc_want). 0 or KWC_ECORRUPT. */
 static int
-obj_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+obj_layout(const MDB_val *k, const MDB_val *v, struct store_obj *o)
 {
     const char *p = v->mv_data;
-    uint32_t crc, il;
+    uint32_t il;
     if (v->mv_size < OBJ_HEAD || k->mv_size == 0 || k->mv_size > KEY_MAX)
         return KWC_ECORRUPT;
-    memcpy(&crc, p, 4);
+    memcpy(&o->crc_want, p, 4);
     memcpy(&il, p + 4, 4);
     if (il > v->mv_size - OBJ_HEAD)
-        return KWC_ECORRUPT;
-    if (s->o.checksums && crc != obj_crc(k->mv_data, k->mv_size, p, v->mv_size))
         return KWC_ECORRUPT;
     memcpy(&o->rv, p + 8, 8);
     o->key = k->mv_data;
@@ -354,29 +353,28 @@ obj_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct stor
     return 0;
 }
 
+/* Check an object value's layout and crc, and point o into it. 0 or KWC_ECORRUPT. */
+static int
+obj_check(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_obj *o)
+{
+    if (obj_layout(k, v, o))
+        return KWC_ECORRUPT;
+    if (s->o.checksums && o->crc_want != obj_crc(k->mv_data, k->mv_size, v->mv_data, v->mv_size))
+        return KWC_ECORRUPT;
+    return 0;
+}
+
 /* obj_check, except that the raw bytes are left for store_obj_check_raw. */
 static int
 obj_check_head(const struct store *s, const MDB_val *k, const MDB_val *v, struct store_obj *o)
 {
     if (!s->o.checksums)
         return obj_check(s, k, v, o);
+    if (obj_layout(k, v, o))
+        return KWC_ECORRUPT;
     const char *p = v->mv_data;
-    uint32_t il;
-    if (v->mv_size < OBJ_HEAD || k->mv_size == 0 || k->mv_size > KEY_MAX)
-        return KWC_ECORRUPT;
-    memcpy(&o->crc_want, p, 4);
-    memcpy(&il, p + 4, 4);
-    if (il > v->mv_size - OBJ_HEAD)
-        return KWC_ECORRUPT;
-    o->crc_rest = crc32c(crc32c(0, k->mv_data, k->mv_size), p + 4, OBJ_HEAD - 4 + il);
+    o->crc_rest = crc32c(crc32c(0, k->mv_data, k->mv_size), p + 4, OBJ_HEAD - 4 + o->idx_len);
     o->raw_unchecked = true;
-    memcpy(&o->rv, p + 8, 8);
-    o->key = k->mv_data;
-    o->key_len = k->mv_size;
-    o->idx = p + OBJ_HEAD;
-    o->idx_len = il;
-    o->raw = p + OBJ_HEAD + il;
-    o->raw_len = v->mv_size - OBJ_HEAD - il;
     return 0;
 }
 
