@@ -112,6 +112,26 @@ struct progress {
     const char *dir;
 };
 
+/* mkdir -p, 0700: missing parents too (errno set on failure). */
+static int
+mkdir_parents(const char *dir)
+{
+    char *p = xstrdup(dir);
+    int rc = 0;
+    for (char *s = p + 1; *s && rc == 0; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            rc = -1;
+        *s = '/';
+    }
+    if (rc == 0 && mkdir(p, 0700) != 0 && errno != EEXIST)
+        rc = -1;
+    free(p);
+    return rc;
+}
+
 static void
 on_check_progress(uint64_t done, uint64_t total, void *arg)
 {
@@ -153,7 +173,7 @@ datadir_open(const char *dir, const struct store_options *so, enum datadir_on_co
 {
     d->lock_fd = -1;
     d->st = NULL;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    if (mkdir_parents(dir) != 0)
         return fail(err, errlen, "--data-dir %s: cannot create it: %s", dir, strerror(errno));
     int rc = take_lock(dir, &d->lock_fd, err, errlen);
     if (rc)

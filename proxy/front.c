@@ -179,6 +179,9 @@ readyz(struct front *f, struct hreq *req, bool verbose)
             evbuffer_add_printf(b, "[+]cache %s ok\n", st);
         else if (out)
             evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
+        else if (refl_last_error(f->refls[i]))
+            evbuffer_add_printf(b, "[-]cache %s failed: not synced: %s\n", st,
+                                refl_last_error(f->refls[i]));
         else
             evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
     }

@@ -125,6 +125,7 @@ struct refl {
     char out_why[512];
     struct timespec last_heard; /* the last upstream event or bookmark, or list end */
     uint64_t free_at_fail;      /* free bytes on the data dir when a write failed */
+    char last_err[512];         /* why the last attempt failed, for /readyz */
     struct event *tick;
 };
 
@@ -446,6 +447,7 @@ backoff(struct refl *r, const char *why)
     if (delay > BACKOFF_MAX_MS)
         delay = BACKOFF_MAX_MS;
     log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, delay / 1000.0);
+    snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
     step(r, delay);
 }
@@ -1310,6 +1312,12 @@ refl_status(const struct refl *r, char *buf, size_t len)
              r->d.api_version[0] ? r->d.path : "", r->synced ? "synced" : "not synced",
              states[r->state], (unsigned long long)r->rv, (unsigned long long)r->events_in,
              secs_since(&r->last_heard));
+}
+
+const char *
+refl_last_error(const struct refl *r)
+{
+    return r->last_err[0] ? r->last_err : NULL;
 }
 
 const char *

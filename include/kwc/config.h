@@ -27,7 +27,8 @@
     X("listen", listen, STR, "127.0.0.1:8001", "HOST:PORT",                                        \
       "address to serve on: IP:PORT, [IPV6]:PORT, :PORT (every address) or NAME:PORT (each "       \
       "address the name resolves to); port 0 picks one")                                           \
-    X("data-dir", data_dir, STR, NULL, "DIR", "directory for the LMDB cache (created if missing)") \
+    X("data-dir", data_dir, STR, NULL, "DIR",                                                      \
+      "directory for the LMDB cache (created with its parents if missing)")                        \
     X("resources", resources, STR, NULL, "LIST",                                                   \
       "comma-separated group/version/resource to cache (default: common kinds)")                   \
     X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")          \
@@ -90,22 +91,22 @@
     X("on-corrupt-cache", on_corrupt_cache, STR, "rebuild", "POLICY",                              \
       "a damaged --data-dir at start: rebuild (wipe it), move-aside (keep it as "                  \
       "data.mdb.corrupt-TIME) or fail (exit 2); the first two list again from the upstream")       \
-    X("auth", auth_mode, STR, NULL, "MODE",                                                         \
-      "delegated: callers are authenticated (client certificate, TokenReview) and authorized "    \
-      "(SubjectAccessReview) by the upstream; none: every caller acts as kwc, like kubectl "      \
-      "proxy (loopback only). Default: delegated with TLS, else none")                            \
+    X("auth", auth_mode, STR, NULL, "MODE",                                                        \
+      "delegated: callers are authenticated (client certificate, TokenReview) and authorized "     \
+      "(SubjectAccessReview) by the upstream; none: every caller acts as kwc, like kubectl "       \
+      "proxy (loopback only). Default: delegated with TLS, else none")                             \
     X("anonymous-auth", anonymous_auth, BOOL, "false", "",                                         \
-      "delegated: a request without credentials is system:anonymous instead of a 401")           \
+      "delegated: a request without credentials is system:anonymous instead of a 401")             \
     X("authentication-token-webhook-cache-ttl", token_cache_ttl, INT, "120", "SECONDS",            \
-      "how long a TokenReview answer is cached (kube: 2m)")                                       \
+      "how long a TokenReview answer is cached (kube: 2m)")                                        \
     X("authorization-webhook-cache-authorized-ttl", authz_allow_ttl, INT, "300", "SECONDS",        \
-      "how long a SubjectAccessReview allow is cached (kube: 5m)")                                \
+      "how long a SubjectAccessReview allow is cached (kube: 5m)")                                 \
     X("authorization-webhook-cache-unauthorized-ttl", authz_deny_ttl, INT, "30", "SECONDS",        \
-      "how long a SubjectAccessReview deny is cached (kube: 30s)")                                \
+      "how long a SubjectAccessReview deny is cached (kube: 30s)")                                 \
     X("passthrough-identity", passthrough_identity, STR, "impersonate", "MODE",                    \
-      "delegated: who requests kwc passes upstream act as: impersonate (kwc's credentials with "  \
-      "Impersonate-* of the caller) or forward-token (a bearer caller's own token; certificate "  \
-      "callers are impersonated)")                                                                \
+      "delegated: who requests kwc passes upstream act as: impersonate (kwc's credentials with "   \
+      "Impersonate-* of the caller) or forward-token (a bearer caller's own token; certificate "   \
+      "callers are impersonated)")                                                                 \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
       "(its requests pass through) until one arrives; 0: never")

@@ -89,6 +89,9 @@ bool refl_serving(const struct refl *r);
 /* Why the cache is out of service ("no space left on device in DIR: ..."),
  * NULL when it is not. Valid until the reflector's next step. */
 const char *refl_out_why(const struct refl *r);
+/* Why the last upstream attempt failed ("the upstream does not serve
+ * v1/foos", "LIST /api/v1/pods answered 403"), NULL before any failed. */
+const char *refl_last_error(const struct refl *r);
 /* Valid while r lives; NULL fields until discovery succeeded. */
 const struct refl_desc *refl_desc(const struct refl *r);
 /* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream

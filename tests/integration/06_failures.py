@@ -1,9 +1,10 @@
 """Upstream failures become quick Kubernetes Status answers, never hangs."""
 import json
+import os
 import time
 import unittest
 
-from cluster import Env, http_request
+from cluster import Env, http_request, wait_for
 
 
 class FailureTest(unittest.TestCase):
@@ -16,6 +17,20 @@ class FailureTest(unittest.TestCase):
         if reason is not None:
             self.assertEqual(s.get("reason", ""), reason)
         return s
+
+    def test_unknown_resource_named_in_readyz_and_data_dir_parents_made(self):
+        with Env(apisim_args=["--nodes", "1"], start_kwc=False, wait_ready=False) as env:
+            data = os.path.join(env.dir, "a", "b", "data")  # parents missing
+            env.start_kwc(["--data-dir", data, "--resources", "v1/nodes,v1/foos"])
+            self.assertTrue(os.path.exists(os.path.join(data, "data.mdb")), "--data-dir made with its parents")
+
+            def reason():
+                st, _, b = http_request(env.kwc.port, "GET", "/readyz?verbose")
+                return st == 503 and b"the upstream does not serve v1/foos" in b and b
+            text = wait_for(reason, 30, "/readyz to say why foos does not sync").decode()
+            self.assertRegex(text, r"\[-\]cache [^\n]*: not synced, [^\n]* failed: not synced: "
+                                   r"the upstream does not serve v1/foos")
+            self.assertRegex(text, r"\[\+\]cache /api/v1/nodes: synced")
 
     def test_upstream_down(self):
         with Env(apisim_args=["--nodes", "1"]) as env:
