@@ -18,6 +18,7 @@
 
 #include "kwc/base.h"
 #include "kwc/dbcheck.h"
+#include "lmdbdir.h"
 #include "tap.h"
 
 #define NDBS 4
@@ -28,16 +29,6 @@ static unsigned char *file;
 static size_t file_len;
 static uint64_t want_entries;
 
-static void
-rm_dir(const char *d)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/data.mdb", d);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", d);
-    unlink(p);
-    rmdir(d);
-}
 
 static void
 must(int rc, const char *what)
@@ -269,7 +260,7 @@ test_new_dir(void)
     write_file(p, file, 100);
     is_int(dbcheck_dir(d, NULL, NULL, &st, why, sizeof why), KWC_ECORRUPT, "100 bytes: damaged");
     ok(strstr(why, "too short") != NULL, "the reason says the file is too short");
-    rm_dir(d);
+    lmdbdir_rm(d);
 }
 
 static void
@@ -285,7 +276,7 @@ test_truncated(void)
     is_int(rc, KWC_ECORRUPT, "half the file is damaged");
     ok(strstr(why, "truncated") != NULL, "the reason names the truncation");
     printf("#   %s\n", why);
-    rm_dir(d);
+    lmdbdir_rm(d);
 }
 
 static void
@@ -456,7 +447,7 @@ test_churn(void)
         printf("#   %s\n", why);
     is_int(st.entries, live, "the records left are counted");
     ok(st.free_pages > 0, "with a free list");
-    rm_dir(d);
+    lmdbdir_rm(d);
 }
 
 int
@@ -480,6 +471,6 @@ main(void)
     TAP_RUN(test_older_meta_damaged);
 
     free(file);
-    rm_dir(dir);
+    lmdbdir_rm(dir);
     return tap_done();
 }

@@ -18,6 +18,7 @@
 #include "kwc/base.h"
 #include "kwc/crc32c.h"
 #include "kwc/store.h"
+#include "lmdbdir.h"
 #include "tap.h"
 
 static char dir[256];
@@ -25,20 +26,13 @@ static char dir[256];
 static void
 fresh_dir(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/kwc-integrity-test-XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
+    lmdbdir_make(dir, sizeof dir, "integrity-test");
 }
 
 static void
 rm_dir(void)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/data.mdb", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", dir);
-    unlink(p);
-    rmdir(dir);
+    lmdbdir_rm(dir);
 }
 
 static struct store *

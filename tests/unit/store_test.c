@@ -12,6 +12,7 @@
 
 #include "kwc/base.h"
 #include "kwc/store.h"
+#include "lmdbdir.h"
 #include "tap.h"
 
 #define NKEYS 24
@@ -22,20 +23,13 @@ static char dir[256];
 static void
 fresh_dir(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/kwc-store-test-XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
+    lmdbdir_make(dir, sizeof dir, "store-test");
 }
 
 static void
 rm_dir(void)
 {
-    char p[512];
-    snprintf(p, sizeof p, "%s/data.mdb", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", dir);
-    unlink(p);
-    rmdir(dir);
+    lmdbdir_rm(dir);
 }
 
 static struct store *
