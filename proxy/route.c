@@ -231,32 +231,87 @@ route_parse(const char *method, const char *target, size_t len, struct route_req
     return 0;
 }
 
+/* One clause of an Accept header: type/subtype and whether it has parameters. */
+struct media_clause {
+    const char *type, *sub;
+    size_t type_len, sub_len;
+    bool params;
+};
+
+static bool
+clause_is(const struct media_clause *c, const char *type, const char *sub)
+{
+    return c->type_len == strlen(type) && memcmp(c->type, type, c->type_len) == 0 &&
+           c->sub_len == strlen(sub) && memcmp(c->sub, sub, c->sub_len) == 0;
+}
+
+/* The clause's serializer: JSON, protobuf, OTHER for one kwc leaves to the
+ * upstream (YAML, parameters), or -1 for none kube has. */
+static int
+clause_media(const struct media_clause *c, bool protobuf)
+{
+    bool json = clause_is(c, "application", "json") || clause_is(c, "application", "*") ||
+                clause_is(c, "*", "*");
+    bool pb = protobuf && clause_is(c, "application", "vnd.kubernetes.protobuf");
+    bool yaml = clause_is(c, "application", "yaml");
+    if (!json && !pb && !yaml)
+        return -1;
+    if (yaml || c->params)
+        return ROUTE_MEDIA_OTHER;
+    return json ? ROUTE_MEDIA_JSON : ROUTE_MEDIA_PROTOBUF;
+}
+
+enum route_media
+route_negotiate(const char *accept, bool protobuf)
+{
+    if (!accept)
+        return ROUTE_MEDIA_JSON;
+    struct media_clause cl[32];
+    size_t n = 0;
+    for (const char *s = accept; *s && n < KWC_ARRAY_LEN(cl);) {
+        size_t l = strcspn(s, ",");
+        const char *e = s + l;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        const char *semi = memchr(s, ';', (size_t)(e - s));
+        const char *te = semi ? semi : e;
+        while (te > s && (te[-1] == ' ' || te[-1] == '\t'))
+            te--;
+        const char *slash = memchr(s, '/', (size_t)(te - s));
+        bool star = te == s + 1 && *s == '*'; /* goautoneg reads "*" as \*\/\* */
+        if (slash || star) {                /* else goautoneg skips the clause */
+            struct media_clause *c = &cl[n++];
+            c->type = s;
+            c->type_len = star ? 1 : (size_t)(slash - s);
+            c->sub = star ? s : slash + 1;
+            c->sub_len = star ? 1 : (size_t)(te - slash - 1);
+            c->params = semi != NULL;
+        }
+        s = *e ? e + 1 : e;
+    }
+    if (n == KWC_ARRAY_LEN(cl))
+        return ROUTE_MEDIA_OTHER; /* an odd header: the upstream negotiates */
+    if (n == 0)
+        return ROUTE_MEDIA_JSON; /* an empty header counts as absent */
+    /* goautoneg's order: specific types, then type/\*, then \*\/\* (stable) */
+    for (int rank = 0; rank < 3; rank++) {
+        for (size_t i = 0; i < n; i++) {
+            bool wt = cl[i].type_len == 1 && cl[i].type[0] == '*';
+            bool ws = cl[i].sub_len == 1 && cl[i].sub[0] == '*';
+            if ((wt ? 2 : ws ? 1 : 0) != rank)
+                continue;
+            int m = clause_media(&cl[i], protobuf);
+            if (m >= 0)
+                return (enum route_media)m;
+        }
+    }
+    return ROUTE_MEDIA_OTHER; /* kube's 406: the upstream says it */
+}
+
 bool
 route_accepts_plain_json(const char *accept)
 {
-    if (!accept)
-        return true;
-    for (const char *s = accept; *s;) {
-        while (*s == ' ' || *s == '\t')
-            s++;
-        size_t l = strcspn(s, ",");
-        size_t e = l;
-        while (e > 0 && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-            e--;
-        if (e > 0) {
-            static const char *const ok[] = {"application/json", "application/*", "*/*"};
-            bool match = false;
-            for (size_t i = 0; i < KWC_ARRAY_LEN(ok); i++)
-                if (strlen(ok[i]) == e && strncasecmp(s, ok[i], e) == 0)
-                    match = true;
-            if (!match)
-                return false; /* another type, or parameters (as=Table, q=, ...) */
-        }
-        s += l;
-        if (*s == ',')
-            s++;
-    }
-    return true; /* an empty header counts as absent, as in Go's negotiation */
+    return route_negotiate(accept, false) == ROUTE_MEDIA_JSON;
 }
 
 bool

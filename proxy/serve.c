@@ -31,6 +31,7 @@
 #include "kwc/http.h"
 #include "kwc/index.h"
 #include "kwc/listfmt.h"
+#include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
@@ -590,7 +591,8 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     bool list = r->verb == ROUTE_LIST;
     if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
         return false; /* not a path kube serves this resource at: its 404 */
-    if (!route_accepts_plain_json(hreq_header(req, "Accept")) ||
+    if (route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(d->group)) !=
+            ROUTE_MEDIA_JSON ||
         route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
         return false;
 

@@ -54,6 +54,7 @@
 #include "kwc/base.h"
 #include "kwc/http.h"
 #include "kwc/hub.h"
+#include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
@@ -951,7 +952,8 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     const struct refl_desc *d = refl_desc(pr->rf);
     if (!d->namespaced && r->namespace_)
         return WATCH_NOT_TAKEN; /* not a path kube serves this resource at: its 404 */
-    if (!route_accepts_plain_json(hreq_header(req, "Accept")) ||
+    if (route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(d->group)) !=
+            ROUTE_MEDIA_JSON ||
         route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
         return WATCH_NOT_TAKEN;
 

@@ -80,12 +80,22 @@ void route_fini(struct route_req *r);
 const char *route_verb_name(enum route_verb v);
 
 /*
- * Would kube-apiserver answer this request with plain compact JSON? True when
- * the Accept header (NULL: absent) names only application/json or the
- * wildcards application/\* and \*\/\* without parameters (no Table, no PartialObjectMetadata, no
- * protobuf, no q-values to weigh), so whatever order kube's negotiation
- * picks, the answer is JSON. Anything else is for the upstream to negotiate.
+ * The encoding kube-apiserver would answer in, by its negotiation
+ * (apiserver/pkg/endpoints/handlers/negotiation + goautoneg): an absent or
+ * empty Accept gets JSON; else the clauses are tried most specific first
+ * (type and subtype before wildcards, in the header's order otherwise) and
+ * the first that names a serializer wins: application/json, then
+ * application/vnd.kubernetes.protobuf when `protobuf` (built-in kinds; custom
+ * resources have none and fall through to the next clause), application/\*
+ * and \*\/\* meaning JSON. Types are compared as Go compares them (exactly).
+ * ROUTE_MEDIA_OTHER: anything kwc leaves to the upstream's negotiation — a
+ * clause with parameters (as=Table, q=, stream=, pretty=), YAML, or no clause
+ * kube would accept (its 406).
  */
+enum route_media { ROUTE_MEDIA_JSON, ROUTE_MEDIA_PROTOBUF, ROUTE_MEDIA_OTHER };
+enum route_media route_negotiate(const char *accept, bool protobuf);
+
+/* route_negotiate(accept, false) == ROUTE_MEDIA_JSON. */
 bool route_accepts_plain_json(const char *accept);
 
 /*

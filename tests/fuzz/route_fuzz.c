@@ -79,8 +79,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(h, target, len);
     h[len] = '\0';
     bool json = route_accepts_plain_json(h);
-    if (json && strchr(h, ';'))
-        abort(); /* parameters are never plain JSON */
+    enum route_media m = route_negotiate(h, true);
+    if ((json || m != ROUTE_MEDIA_OTHER) && strchr(h, ';') && !strchr(h, ','))
+        abort(); /* a clause with parameters is left to the upstream */
+    if (m == ROUTE_MEDIA_PROTOBUF && !strstr(h, "application/vnd.kubernetes.protobuf"))
+        abort();
     struct route_query empty = {0};
     (void)route_wants_pretty(&empty, h);
     free(h);

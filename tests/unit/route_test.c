@@ -418,26 +418,44 @@ test_verb_names(void)
 static void
 test_accept_and_pretty(void)
 {
+    /* kube's answer for a built-in kind (protobuf) and a custom resource */
+    enum { J = ROUTE_MEDIA_JSON, P = ROUTE_MEDIA_PROTOBUF, O = ROUTE_MEDIA_OTHER };
     static const struct {
         const char *accept;
-        bool json;
+        int builtin, custom;
     } a[] = {
-        {NULL, true},
-        {"", true},
-        {"application/json", true},
-        {"application/json, */*", true},
-        {"APPLICATION/JSON", true},
-        {" application/json ,application/* , */*", true},
-        {"*/*", true},
-        {"application/vnd.kubernetes.protobuf, */*", false},
-        {"application/json;as=Table;v=v1;g=meta.k8s.io,application/json", false},
-        {"application/json;q=0.5, */*", false},
-        {"application/yaml", false},
-        {"application/json, application/yaml", false},
-        {"text/html", false},
+        {NULL, J, J},
+        {"", J, J},
+        {"application/json", J, J},
+        {"application/json, */*", J, J},
+        {"APPLICATION/JSON", O, O}, /* Go compares media types exactly: kube's 406 */
+        {" application/json ,application/* , */*", J, J},
+        {"*/*", J, J},
+        {"*", J, J},
+        {"application/*", J, J},
+        {"application/vnd.kubernetes.protobuf, application/json", P, J},
+        {"application/vnd.kubernetes.protobuf,application/json", P, J},
+        {"application/json, application/vnd.kubernetes.protobuf", J, J},
+        {"application/vnd.kubernetes.protobuf", P, O},
+        {"application/vnd.kubernetes.protobuf, */*", P, J},
+        {"*/*, application/vnd.kubernetes.protobuf", P, J}, /* specific before wildcards */
+        {"application/*, application/vnd.kubernetes.protobuf", P, J},
+        {"text/html, application/vnd.kubernetes.protobuf", P, O},
+        {"application/vnd.kubernetes.protobuf;stream=watch", O, O},
+        {"application/json;as=Table;v=v1;g=meta.k8s.io,application/json", O, O},
+        {"application/json;q=0.5, */*", O, O},
+        {"application/yaml", O, O},
+        {"application/json, application/yaml", J, J},
+        {"application/yaml, application/json", O, O},
+        {"text/html", O, O},
+        {"bogus, application/json", J, J},
     };
-    for (size_t i = 0; i < KWC_ARRAY_LEN(a); i++)
-        is_int(route_accepts_plain_json(a[i].accept), a[i].json, a[i].accept ? a[i].accept : "(absent)");
+    for (size_t i = 0; i < KWC_ARRAY_LEN(a); i++) {
+        const char *name = a[i].accept ? a[i].accept : "(absent)";
+        is_int(route_negotiate(a[i].accept, true), a[i].builtin, name);
+        is_int(route_negotiate(a[i].accept, false), a[i].custom, name);
+        is_int(route_accepts_plain_json(a[i].accept), a[i].custom == J, name);
+    }
 
     static const struct {
         const char *target, *ua;
