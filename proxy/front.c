@@ -668,7 +668,7 @@ kwc_may_answer(struct kreq *k)
         return false;
     if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
         return false;
-    return refl_find(k->f->refls, k->f->nrefls, r) >= 0;
+    return refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_JSON) >= 0;
 }
 
 /* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */

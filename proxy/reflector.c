@@ -1341,13 +1341,19 @@ refl_serves_fields(const struct refl_desc *d, const struct sel *sel)
 }
 
 int
-refl_find(struct refl *const *refls, size_t n, const struct route_req *r)
+refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum kwc_enc enc)
 {
     for (size_t i = 0; i < n; i++) {
         const struct refl_desc *d = refl_desc(refls[i]);
-        if (d->kind && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
+        if (d->kind && d->enc == enc && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
             strcmp(d->resource, r->resource) == 0)
             return (int)i;
     }
     return -1;
+}
+
+void
+refl_want(struct refl *r)
+{
+    (void)r; /* TODO(issue 13): lazy protobuf caches */
 }

@@ -583,7 +583,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
         !r->resource || strcmp(hreq_method(req), "GET") != 0)
         return false;
-    int ri = refl_find(s->refls, s->nrefls, r);
+    int ri = refl_find(s->refls, s->nrefls, r, KWC_ENC_JSON);
     struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
     if (!rf || !refl_serving(rf))
         return false;

@@ -893,7 +893,7 @@ watch_committed(void *arg)
 static struct pres *
 find_res(struct watch_pool *p, const struct route_req *r)
 {
-    int i = refl_find(p->refls, p->nres, r);
+    int i = refl_find(p->refls, p->nres, r, KWC_ENC_JSON);
     return i >= 0 ? &p->res[i] : NULL;
 }
 

@@ -29,8 +29,14 @@ struct store_res;
 struct refl;
 struct refl_ingest;
 
+/* The encoding a cache holds: one reflector per resource and encoding, each
+ * with its own store databases and history in the same rv space (DESIGN.md
+ * "Encodings"). */
+enum kwc_enc { KWC_ENC_JSON, KWC_ENC_PB };
+
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
+    enum kwc_enc enc;
     char *group, *version, *resource; /* from --resources */
     char *path;        /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
     char *api_version; /* "v1" or "apps/v1" */
@@ -44,9 +50,15 @@ struct refl_desc {
     struct store_res *sres;
 };
 
-/* The index of the discovered reflector serving r's group/version/resource, or -1. */
+/* The index of the discovered reflector serving r's group/version/resource in
+ * encoding enc, or -1. */
 struct route_req;
-int refl_find(struct refl *const *refls, size_t n, const struct route_req *r);
+int refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum kwc_enc enc);
+
+/* A request wanted this cache: start it if it has not started (protobuf
+ * caches outside --protobuf-resources start on their first request, which
+ * passes through meanwhile). */
+void refl_want(struct refl *r);
 
 /* Every field the selector names is one kwc indexes for the resource (kube
  * would accept it without conversion), so the cache can answer it; else the
