@@ -147,7 +147,7 @@ void pb_list_fini(struct pb_list *l);
  * that many bytes). Only a frame that spans chunks is copied, into a buffer
  * bounded by max_frame (0: PB_MAX_FRAME); a length over max_frame fails
  * before anything is allocated for it. Same contract as wframe_next in
- * object.h: returns 1 with *frame/*frame_len (valid until the next call),
+ * object.h: returns 1 with *frame and *frame_len (valid until the next call),
  * 0 when the chunk is used up, KWC_ETOOBIG (sticky) when a frame is over the
  * bound.
  */
