@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kwc/enc.h"
 #include "kwc/object.h"
 
 struct event_base;
@@ -28,11 +29,6 @@ struct store;
 struct store_res;
 struct refl;
 struct refl_ingest;
-
-/* The encoding a cache holds: one reflector per resource and encoding, each
- * with its own store databases and history in the same rv space (DESIGN.md
- * "Encodings"). */
-enum kwc_enc { KWC_ENC_JSON, KWC_ENC_PB };
 
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
