@@ -1222,16 +1222,19 @@ on_watch_done(void *arg, int err, const char *msg)
         refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
         return;
     }
-    size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
-    if (r->status == 200 && part)
-        log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it); "
-                  "resuming from rv %llu",
-                  r->label, part, (unsigned long long)r->rv);
     if (r->status == 410 || r->got_410) {
         log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->label,
                  (unsigned long long)r->rv);
         ingest_commit(r->ing);
         start_list(r, r->synced);
+        return;
+    }
+    size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
+    if (r->status == 200 && part && !err) {
+        /* not the clean end of a watch: the upstream cut an event */
+        log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it)",
+                  r->label, part);
+        backoff(r, "the upstream's watch stopped inside an event");
         return;
     }
     if (r->status == 200 && secs_since(&r->watch_t0) >= HEALTHY_S)
