@@ -1399,7 +1399,8 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->d.path = r->d.group[0] ? xasprintf("/apis/%s/%s/%s", r->d.group, r->d.version, r->d.resource)
                               : xasprintf("/api/%s/%s", r->d.version, r->d.resource);
     r->d.enc = enc;
-    r->label = enc == KWC_ENC_PB ? xasprintf("%s (protobuf)", r->d.resource) : xstrdup(r->d.resource);
+    r->label =
+        enc == KWC_ENC_PB ? xasprintf("%s (protobuf)", r->d.resource) : xstrdup(r->d.resource);
     r->d.typed_items = !kinds_builtin_group(r->d.group);
     if (enc == KWC_ENC_PB && r->d.typed_items) {
         snprintf(err, errlen, "%s is a custom resource: custom resources have no protobuf", gvr);

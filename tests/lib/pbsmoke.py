@@ -14,6 +14,11 @@ what kwc answers in protobuf with apisim's own answer, byte for byte:
   - a protobuf watch from rv 0 (synthetic ADDED of the state: each object
     message is the item apisim's protobuf list has);
   - a protobuf list through kwc equals apisim's;
+  - sendInitialEvents: the state, then a BOOKMARK carrying
+    k8s.io/initial-events-end;
+  - an upstream 410 (watch held off, writes, compaction): the protobuf cache
+    relists and a watch open across it ends in apisim's state, byte for
+    byte, its rvs never going back;
   - the first protobuf watch of configmaps passes through and starts its
     cache, which then syncs and serves the next one.
 The frames are split and read with a decoder of this file's own.
@@ -75,8 +80,13 @@ def frames(body):
 
 
 def meta(obj):
+    """(name, rv, annotations) of an object message."""
     m = fields(fields(obj)[1][0])
-    return m.get(1, [b""])[0].decode(), m.get(6, [b""])[0].decode()
+    ann = {}
+    for e in m.get(12, []):
+        f = fields(e)
+        ann[f.get(1, [b""])[0].decode()] = f.get(2, [b""])[0].decode()
+    return m.get(1, [b""])[0].decode(), int(m.get(6, [b"0"])[0] or 0), ann
 
 
 def get(port, path, accept=PB):
@@ -163,6 +173,46 @@ def main():
         st, h, kl = get(kp, "/api/v1/pods")
         check(st == 200 and h.get("content-type") == PB and kl == lst,
               "a protobuf list through kwc is apisim's (%s, %d bytes)" % (h.get("content-type"), len(kl)))
+
+        wi = Watch(kp, "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                       "&allowWatchBookmarks=true&timeoutSeconds=1")
+        wi.join(30)
+        fi = frames(wi.body)
+        check(len(fi) == len(items) + 1 and all(t == "ADDED" for t, _, _ in fi[:-1]) and fi[-1][0] == "BOOKMARK"
+              and meta(fi[-1][1])[2].get("k8s.io/initial-events-end") == "true",
+              "sendInitialEvents: %d ADDED, then the initial-events-end BOOKMARK" % len(items))
+
+        # a 410 relist of the protobuf cache under an open watch
+        wr = Watch(kp, "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=12")
+        time.sleep(1)
+        env.sim("POST", "/apisim/fail", {"count": 10 ** 9, "match": "/api/v1/pods?", "mode": "status", "status": 503})
+        env.sim("POST", "/apisim/drop-watches", {"resource": "pods"})
+        for i in range(3):
+            env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "ns-1",
+                                              "name": "relist-%d" % i})
+        env.sim("POST", "/apisim/write", {"verb": "update", "resource": "pods", "namespace": "ns-0",
+                                          "name": "smoke-0", "labels": {"smoke": "later"}})
+        env.sim("POST", "/apisim/write", {"verb": "delete", "resource": "pods", "namespace": "ns-0",
+                                          "name": "smoke-3"})
+        floor = env.sim("POST", "/apisim/compact", {})["floor"]
+        env.sim("POST", "/apisim/fail", {"clear": True})
+        wr.join(60)
+        state, last, back = {}, 0, False
+        for j, (t, o, _) in enumerate(frames(wr.body)):
+            name, rv, _ = meta(o)
+            if j >= len(items):  # after the initial ADDED (in key order)
+                back |= rv < last
+                last = max(last, rv)
+            if t == "DELETED":
+                state.pop(name, None)
+            elif t in ("ADDED", "MODIFIED"):
+                state[name] = o
+        st, h, lst = get(ap, "/api/v1/pods")
+        want = {meta(o)[0]: o for o in fields(fields(lst[4:])[2][0]).get(2, [])}
+        check(last >= floor and not back, "the open watch got the relist's events (to rv %d >= %d), rvs in order"
+              % (last, floor))
+        check(state == want, "and ends in apisim's state, byte for byte (%d objects)" % len(want))
+        check("pods (protobuf): relisted at rv" in env.kwc.logs(), "kwc's log: the protobuf cache relisted")
 
         cm = "/api/v1/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1"
         w1 = Watch(kp, cm)

@@ -813,8 +813,8 @@ pb_lines(struct msink *m, char out[][200], int max)
     static struct pbev ev[256];
     int n = frames(m->buf, m->len, ev, max < 256 ? max : 256);
     for (int i = 0; i < n; i++)
-        snprintf(out[i], 200, "%.15s %.63s%s%.63s %.31s", ev[i].type, ev[i].ns, *ev[i].ns ? "/" : "",
-                 ev[i].name, ev[i].rv);
+        snprintf(out[i], 200, "%.15s %.63s%s%.63s %.31s", ev[i].type, ev[i].ns,
+                 *ev[i].ns ? "/" : "", ev[i].name, ev[i].rv);
     return n;
 }
 
