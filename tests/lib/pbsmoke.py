@@ -139,6 +139,8 @@ def main():
         sel = "/api/v1/namespaces/ns-0/pods?watch=1&resourceVersion=%d&timeoutSeconds=3&labelSelector=smoke%%3Dyes" % rv
         wk, wa = Watch(kp, q), Watch(ap, q)
         sk, sa = Watch(kp, sel), Watch(ap, sel)
+        node = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=3&fieldSelector=spec.nodeName%%3Dnode-1" % rv
+        nk, na = Watch(kp, node), Watch(ap, node)
         wj = Watch(kp, q, accept="application/json")
         for i in range(4):
             env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "ns-0",
@@ -147,18 +149,22 @@ def main():
                                           "name": "smoke-1", "labels": {"smoke": "no"}})
         env.sim("POST", "/apisim/write", {"verb": "delete", "resource": "pods", "namespace": "ns-0",
                                           "name": "smoke-2"})
-        for w in (wk, wa, sk, sa, wj):
+        env.sim("POST", "/apisim/write", {"verb": "update", "resource": "pods", "namespace": "ns-0",
+                                          "name": "smoke-0", "spec": {"nodeName": "node-1"}})
+        for w in (wk, wa, sk, sa, wj, nk, na):
             w.join(30)
         check(wk.status == 200 and wk.ctype == PB + ";stream=watch",
               "kwc's protobuf watch: 200, %s (got %s %s)" % (PB + ";stream=watch", wk.status, wk.ctype))
         fk, fa = frames(wk.body), frames(wa.body)
-        check(len(fk) == 6, "six events (%d)" % len(fk))
+        check(len(fk) == 7, "seven events (%d)" % len(fk))
         check([f[2] for f in fk] == [f[2] for f in fa], "the frames are apisim's, byte for byte")
         check([f[0] for f in frames(sk.body)] == [f[0] for f in frames(sa.body)],
               "with a label selector: the same event types as apisim (%s)" % [f[0] for f in frames(sk.body)])
         check(sk.body == sa.body, "with a label selector: the same bytes")
-        check(wj.ctype == "application/json" and wj.body.count(b"\n") == 6,
-              "a JSON watcher of the same resource: its six lines")
+        check(wj.ctype == "application/json" and wj.body.count(b"\n") == 7,
+              "a JSON watcher of the same resource: its seven lines")
+        check(nk.ctype == PB + ";stream=watch" and nk.body == na.body and frames(nk.body),
+              "with spec.nodeName=node-1 (the indexed field): apisim's bytes (%s)" % [f[0] for f in frames(nk.body)])
 
         ws = Watch(kp, "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=1")
         ws.join(30)
