@@ -203,25 +203,56 @@ ld_size(uint64_t n)
 
 /*
  * A path of field numbers from a message down to a value. prune() keeps a
- * field when it lies on an active path: the whole field when a path ends
- * there or the schema's field is no message, else the field with its
- * message pruned in turn (tag and length re-encoded). Every path is
- * declared in the descriptor it is pruned under (resolves(), or by
+ * field when it lies on an active path: the whole field, as it is, when a
+ * path ends there or the schema's field is no message; else one field
+ * holding the message pruned in turn, tag and length re-encoded. Every path
+ * is declared in the descriptor it is pruned under (resolves(), or by
  * construction for the internal paths).
+ *
+ * Repeated occurrences of a message on a path are merged here, by
+ * concatenating their contents (protobuf's definition of a merge), rather
+ * than left to protobuf-c: its merge keeps an earlier bytes value when a
+ * later occurrence sets it empty, where Go's decoders take the later one.
+ * Within one message protobuf-c keeps the last occurrence of a scalar, as
+ * Go does.
  */
 struct path {
     const uint32_t *nums;
     unsigned n;
 };
 
+/* A message field on an active path at one level: its occurrences. */
+struct cont {
+    uint32_t num;
+    size_t count, first_off, voff, vlen;
+};
+
 struct pruner {
     const struct path *paths;
     size_t npaths;
-    size_t *scratch; /* PATH_MAX_DEPTH + 1 lists of path indices */
-    size_t *count;   /* per path: whole fields kept where it ends */
+    size_t *scratch;    /* PATH_MAX_DEPTH + 1 lists of path indices */
+    struct cont *conts; /* PATH_MAX_DEPTH lists of npaths */
+    size_t *count;      /* per path: whole fields kept where it ends */
     struct gostr_buf out;
-    size_t err_at; /* where a malformed field starts */
+    size_t err_at; /* where a malformed field starts (in the message pruned) */
 };
+
+/* The wire type of a field of kwc's schema (no packed repeated scalars). */
+static unsigned
+wire_of(const ProtobufCFieldDescriptor *fd)
+{
+    switch (fd->type) {
+    case PROTOBUF_C_TYPE_BOOL:
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_INT64:
+        return WT_VARINT;
+    case PROTOBUF_C_TYPE_BYTES:
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return WT_LEN;
+    default:
+        abort(); /* k8s_min.proto declares no other type */
+    }
+}
 
 static int
 prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
@@ -229,11 +260,13 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
 {
     struct walk w = {p, len, 0};
     struct fld f;
+    struct cont *conts = pr->conts + (size_t)depth * pr->npaths;
+    size_t nconts = 0;
     int rc;
     assert(depth < PATH_MAX_DEPTH);
+    /* whole fields as they come; message fields on a longer path noted */
     while ((rc = next_field(&w, &f)) == 1) {
-        size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths, nsub = 0;
-        bool whole = false;
+        bool whole = false, deeper = false;
         for (size_t i = 0; i < nact; i++) {
             const struct path *pa = &pr->paths[act[i]];
             if (pa->nums[depth] != f.num)
@@ -242,27 +275,61 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
                 whole = true;
                 pr->count[act[i]]++;
             } else {
-                sub[nsub++] = act[i];
+                deeper = true;
             }
         }
-        if (!whole && nsub == 0)
+        if (!whole && !deeper)
             continue;
         const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
         assert(fd);
+        if (f.wire != wire_of(fd)) { /* Go's decoders refuse it: "wrong wireType" */
+            pr->err_at = at + f.off;
+            return KWC_EPARSE;
+        }
         if (whole || fd->type != PROTOBUF_C_TYPE_MESSAGE) {
             gostr_addn(&pr->out, (const char *)p + f.off, f.end - f.off);
             continue;
         }
-        if (f.wire != WT_LEN) { /* a message that is no message (protobuf-c refuses it too) */
-            pr->err_at = at + f.off;
-            return KWC_EPARSE;
+        size_t c = 0;
+        while (c < nconts && conts[c].num != f.num)
+            c++;
+        if (c == nconts)
+            conts[nconts++] = (struct cont){f.num, 0, at + f.off, f.voff, f.vlen};
+        conts[c].count++;
+    }
+    if (rc < 0) {
+        pr->err_at = at + f.off;
+        return KWC_EPARSE;
+    }
+    /* each message once: its occurrences concatenated, then pruned */
+    for (size_t c = 0; c < nconts; c++) {
+        const ProtobufCFieldDescriptor *fd =
+            protobuf_c_message_descriptor_get_field(d, conts[c].num);
+        size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths, nsub = 0;
+        for (size_t i = 0; i < nact; i++) {
+            const struct path *pa = &pr->paths[act[i]];
+            if (pa->nums[depth] == conts[c].num && pa->n > depth + 1)
+                sub[nsub++] = act[i];
         }
-        /* the tag, then room for the length, fixed once the content is known */
-        add_varint(&pr->out, (uint64_t)f.num << 3 | WT_LEN);
+        const uint8_t *mp = p + conts[c].voff;
+        size_t ml = conts[c].vlen, mat = at + conts[c].voff;
+        struct gostr_buf cat = {0};
+        if (conts[c].count > 1) {
+            w.pos = 0;
+            while (next_field(&w, &f) == 1)
+                if (f.num == conts[c].num)
+                    add_bytes(&cat, p + f.voff, f.vlen);
+            mp = (const uint8_t *)cat.p;
+            ml = cat.len;
+            mat = conts[c].first_off; /* errors: somewhere in these occurrences */
+        }
+        add_varint(&pr->out, (uint64_t)conts[c].num << 3 | WT_LEN);
         size_t lat = pr->out.len;
-        gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10);
-        if ((rc = prune(pr, p + f.voff, f.vlen, at + f.voff, fd->descriptor, sub, nsub,
-                        depth + 1)) < 0)
+        gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10); /* the length, fixed below */
+        rc =
+            prune(pr, mp ? mp : (const uint8_t *)"", ml, mat, fd->descriptor, sub, nsub, depth + 1);
+        free(cat.p);
+        if (rc < 0)
             return rc;
         size_t clen = pr->out.len - lat - 10;
         uint8_t tmp[10];
@@ -270,10 +337,6 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
         memcpy(pr->out.p + lat, tmp, vl);
         memmove(pr->out.p + lat + vl, pr->out.p + lat + 10, clen);
         pr->out.len = lat + vl + clen;
-    }
-    if (rc < 0) {
-        pr->err_at = at + f.off;
-        return KWC_EPARSE;
     }
     return 0;
 }
@@ -303,10 +366,11 @@ unpack_pruned(const struct unpack_req *rq, const uint8_t *msg, size_t len, Proto
     int rc;
     *out = NULL;
     pr.scratch = xmalloc((PATH_MAX_DEPTH + 1) * rq->npaths * sizeof(size_t));
+    pr.conts = xmalloc(PATH_MAX_DEPTH * rq->npaths * sizeof(*pr.conts));
     pr.count = xcalloc(rq->npaths, sizeof(size_t));
     for (size_t i = 0; i < rq->npaths; i++)
         pr.scratch[i] = i;
-    /* the pruned message is never longer than msg (plus one reserved length) */
+    /* the pruned message is never longer than msg, plus reserved lengths */
     pr.out.cap = len + 16;
     pr.out.p = xmalloc(pr.out.cap);
     if ((rc = prune(&pr, msg, len, 0, rq->desc, pr.scratch, rq->npaths, 0)) < 0) {
@@ -325,6 +389,7 @@ unpack_pruned(const struct unpack_req *rq, const uint8_t *msg, size_t len, Proto
 out:
     free(pr.out.p);
     free(pr.scratch);
+    free(pr.conts);
     free(pr.count);
     return rc;
 }
@@ -407,8 +472,9 @@ member(const ProtobufCMessage *m, unsigned offset)
 /* ------------------------------------------------------------------------ */
 /* Objects: metadata and field paths                                         */
 
-#define PB_META                                                                                    \
-    {"metadata.name", NULL, 2, {1, 1}, false}, {"metadata.namespace", NULL, 2, {1, 3}, false}
+/* clang-format off */
+#define PB_META {"metadata.name", NULL, 2, {1, 1}, false}, {"metadata.namespace", NULL, 2, {1, 3}, false}
+/* clang-format on */
 
 static const struct pb_field pf_meta[] = {PB_META};
 /* the order of kinds.c's f_pods, so that an index into one is one into the other */
@@ -479,19 +545,11 @@ resolves(const ProtobufCMessageDescriptor *d, const struct pb_field *f)
     }
 }
 
-static bool
-resolves_all(const ProtobufCMessageDescriptor *d, const struct pb_field *fields, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!resolves(d, &fields[i]))
-            return false;
-    return true;
-}
-
 /*
  * The object message to read fields with: the kind's own when fields lie in
- * one of pb_fields' tables, else the first kind whose schema declares every
- * path, else Object (metadata only: the other paths read as missing).
+ * one of pb_fields' tables, else the first kind whose schema declares the
+ * most of their paths (Object, metadata only, when none declares any). A
+ * path the chosen schema does not declare reads as missing.
  */
 static const ProtobufCMessageDescriptor *
 object_desc(const struct pb_field *fields, size_t n)
@@ -512,10 +570,18 @@ object_desc(const struct pb_field *fields, size_t n)
         if (a >= lo && a + n * sizeof(*fields) <= lo + kinds[k].n * sizeof(*fields))
             return kinds[k].desc;
     }
-    for (size_t k = 0; k < KWC_ARRAY_LEN(kinds); k++)
-        if (resolves_all(kinds[k].desc, fields, n))
-            return kinds[k].desc;
-    return &kwcpb__object__descriptor;
+    const ProtobufCMessageDescriptor *best = &kwcpb__object__descriptor;
+    size_t most = 0;
+    for (size_t k = 0; k < KWC_ARRAY_LEN(kinds); k++) {
+        size_t r = 0;
+        for (size_t i = 0; i < n; i++)
+            r += resolves(kinds[k].desc, &fields[i]) != NULL;
+        if (r > most) {
+            most = r;
+            best = kinds[k].desc;
+        }
+    }
+    return best;
 }
 
 static const uint32_t P_NAME[] = {1, 1}, P_NS[] = {1, 3}, P_UID[] = {1, 5}, P_RV[] = {1, 6},
@@ -765,8 +831,8 @@ pb_meta_parse(const void *obj, size_t len, const struct pb_field *fields, size_t
 
     memset(out, 0, sizeof(*out));
     if (len > max)
-        return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu",
-                        len, max);
+        return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
+                        max);
     resolved = xcalloc(n_fields + 1, sizeof(*resolved));
     rc = decode_object(obj, len, fields, n_fields, false, max_labels ? max_labels : OBJ_MAX_LABELS,
                        &dc, resolved, err, errlen);
@@ -848,8 +914,8 @@ pb_with_rv(const void *obj, size_t len, uint64_t rv, char **out, size_t *out_len
 int
 pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *err, size_t errlen)
 {
-    static const uint32_t P_TM[] = {1}, P_CE[] = {3}, P_CT[] = {4};
-    static const struct path paths[] = {{P_TM, 1}, {P_CE, 1}, {P_CT, 1}};
+    static const uint32_t P_AV[] = {1, 1}, P_KIND[] = {1, 2}, P_CE[] = {3}, P_CT[] = {4};
+    static const struct path paths[] = {{P_AV, 2}, {P_KIND, 2}, {P_CE, 1}, {P_CT, 1}};
     const uint8_t *p = buf;
     struct walk w = {p, len, PB_MAGIC_LEN};
     struct fld f, g;
@@ -889,8 +955,11 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         return malformed(err, errlen, "the envelope", f.off);
 
     /* the values, decoded */
-    struct unpack_req rq = {&kwcpb__unknown__descriptor, paths, KWC_ARRAY_LEN(paths),
-                            "the envelope", PB_MAGIC_LEN, 0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__unknown__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the envelope",
+                            .base = PB_MAGIC_LEN};
     if ((rc = unpack_pruned(&rq, p + PB_MAGIC_LEN, len - PB_MAGIC_LEN, &m, err, errlen)) < 0)
         return rc;
     const Kwcpb__Unknown *u = (const Kwcpb__Unknown *)m;
@@ -929,8 +998,8 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
 int
 pb_list_parse(const void *body, size_t len, struct pb_list *l, char *err, size_t errlen)
 {
-    static const uint32_t P_LM[] = {1};
-    static const struct path paths[] = {{P_LM, 1}};
+    static const uint32_t L_RV[] = {1, 2}, L_CONT[] = {1, 3}, L_REM[] = {1, 4};
+    static const struct path paths[] = {{L_RV, 2}, {L_CONT, 2}, {L_REM, 2}};
     const uint8_t *p = body;
     struct pb_envelope env;
     struct fld f;
@@ -975,8 +1044,11 @@ pb_list_parse(const void *body, size_t len, struct pb_list *l, char *err, size_t
         }
     assert(l->n_items == n);
 
-    struct unpack_req rq = {&kwcpb__list__descriptor, paths, 1, "the list", env.raw_off,
-                            0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__list__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the list",
+                            .base = env.raw_off};
     if ((rc = unpack_pruned(&rq, raw, env.raw_len, &m, err, errlen)) < 0)
         goto fail;
     const Kwcpb__ListMeta *lm = ((const Kwcpb__List *)m)->metadata;
@@ -1188,8 +1260,11 @@ error_status(const uint8_t *obj, size_t len, size_t base, struct wevent *ev, cha
 {
     static const uint32_t P_MSG[] = {3}, P_REASON[] = {4}, P_CODE[] = {6};
     static const struct path paths[] = {{P_MSG, 1}, {P_REASON, 1}, {P_CODE, 1}};
-    struct unpack_req rq = {&kwcpb__status__descriptor, paths, KWC_ARRAY_LEN(paths), "Status",
-                            base, 0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__status__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "Status",
+                            .base = base};
     ProtobufCMessage *m;
     int rc = unpack_pruned(&rq, obj, len, &m, err, errlen);
     if (rc < 0)
@@ -1248,8 +1323,10 @@ pb_wevent_parse(const void *frame, size_t len, struct wevent *out, struct pb_env
     if (rc < 0)
         return malformed(err, errlen, "the watch event", f.off);
 
-    struct unpack_req rq = {&kwcpb__watch_event__descriptor, paths, 1, "the watch event", 0,
-                            0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__watch_event__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the watch event"};
     if ((rc = unpack_pruned(&rq, p, len, &m, err, errlen)) < 0)
         return rc;
     const Kwcpb__WatchEvent *we = (const Kwcpb__WatchEvent *)m;
@@ -1308,11 +1385,10 @@ pb_envelope_head(char *buf, const char *api_version, const char *kind, uint64_t 
 }
 
 char *
-pb_envelope(const char *api_version, const char *kind, const void *obj, size_t len,
-            size_t *out_len)
+pb_envelope(const char *api_version, const char *kind, const void *obj, size_t len, size_t *out_len)
 {
-    char *buf = xmalloc(PB_HEAD_MAX + strlen(api_version) + strlen(kind) + len +
-                        PB_ENVELOPE_TAIL_LEN);
+    char *buf =
+        xmalloc(PB_HEAD_MAX + strlen(api_version) + strlen(kind) + len + PB_ENVELOPE_TAIL_LEN);
     size_t n = pb_envelope_head(buf, api_version, kind, len);
     if (len)
         memcpy(buf + n, obj, len);
