@@ -315,10 +315,23 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
         size_t ml = conts[c].vlen, mat = at + conts[c].voff;
         struct gostr_buf cat = {0};
         if (conts[c].count > 1) {
+            /* each occurrence must be a message on its own, as Go decodes
+             * each on its own: fields may not straddle two of them */
             w.pos = 0;
-            while (next_field(&w, &f) == 1)
-                if (f.num == conts[c].num)
-                    add_bytes(&cat, p + f.voff, f.vlen);
+            while (next_field(&w, &f) == 1) {
+                if (f.num != conts[c].num)
+                    continue;
+                struct walk ow = {p, f.end, f.voff};
+                struct fld g;
+                while ((rc = next_field(&ow, &g)) == 1)
+                    ;
+                if (rc < 0) {
+                    free(cat.p);
+                    pr->err_at = at + g.off;
+                    return KWC_EPARSE;
+                }
+                add_bytes(&cat, p + f.voff, f.vlen);
+            }
             mp = (const uint8_t *)cat.p;
             ml = cat.len;
             mat = conts[c].first_off; /* errors: somewhere in these occurrences */
@@ -919,7 +932,7 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
     const uint8_t *p = buf;
     struct walk w = {p, len, PB_MAGIC_LEN};
     struct fld f, g;
-    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0;
+    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0, raw_off = len, raw_len = 0;
     ProtobufCMessage *m;
     char b1[48], b2[48];
     int rc;
@@ -929,7 +942,6 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         return kwc_errf(err, errlen, KWC_EPARSE,
                         "not a Kubernetes protobuf message (no \"k8s\\x00\" prefix)");
     /* spans: typeMeta's strings and raw, the last of each as decoders keep them */
-    out->raw_off = len;
     while ((rc = next_field(&w, &f)) == 1) {
         if (f.num == 1 && f.wire == WT_LEN) {
             struct walk tw = {p, f.end, f.voff};
@@ -947,8 +959,8 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         } else if (f.num == 2) {
             if (f.wire != WT_LEN)
                 return malformed(err, errlen, "the envelope", f.off);
-            out->raw_off = f.voff;
-            out->raw_len = f.vlen;
+            raw_off = f.voff;
+            raw_len = f.vlen;
         }
     }
     if (rc < 0)
@@ -981,10 +993,10 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
     else if ((rc = no_nul(av, "the envelope's apiVersion", err, errlen)) == 0)
         rc = no_nul(kind, "the envelope's kind", err, errlen);
     protobuf_c_message_free_unpacked(m, NULL);
-    if (rc < 0) {
-        memset(out, 0, sizeof(*out));
+    if (rc < 0)
         return rc;
-    }
+    out->raw_off = raw_off;
+    out->raw_len = raw_len;
     out->api_version = (const char *)p + av_off;
     out->api_version_len = av_len;
     out->kind = (const char *)p + k_off;

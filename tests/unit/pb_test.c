@@ -535,6 +535,10 @@ test_meta_hand(void)
         {"metadata overruns", "\x0a\x07" "\x0a\x01" "a" "\x32\x01" "1", 8, KWC_EPARSE},
         {"a group inside metadata", "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x13\x00", 10, KWC_EPARSE},
         {"a group at the top", "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x23\x24", 10, KWC_EPARSE},
+        /* metadata{6: 1 byte, missing} metadata{"5", name "a"}: concatenated,
+         * the two would read rv "5"; Go decodes each part on its own */
+        {"a field straddling two metadata parts",
+         "\x0a\x02" "\x32\x01" "\x0a\x04" "5" "\x0a\x01" "a", 10, KWC_EPARSE},
         {"a group inside a top-level field kwc does not read: not walked",
          "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x22\x02" "\x13\x00", 12, 0},
         {"a bad field inside managedFields: skipped whole",
