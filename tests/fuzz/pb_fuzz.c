@@ -38,7 +38,7 @@ static char err[256];
 #define check(cond)                                                                                \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "pb_fuzz.c:%d: check failed: %s\n", __LINE__, #cond);                 \
+            fprintf(stderr, "pb_fuzz.c:%d: check failed: %s\n", __LINE__, #cond);                  \
             abort();                                                                               \
         }                                                                                          \
     } while (0)
