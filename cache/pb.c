@@ -14,12 +14,12 @@
  *    build directory), decodes every value kwc reads. Before it runs, the
  *    walker copies out only the fields on the paths being read (prune()),
  *    so protobuf-c never sees, copies or allocates for the rest of an object
- *    (managedFields, containers, ...), and every allocation it makes is
- *    backed by input bytes already bounds-checked.
- * Repeated occurrences of a field are kept in order, so the decoded values
- * follow protobuf's merge rules as Go's decoders do (the last scalar wins,
- * messages merge, repeated fields and map entries append; a map key seen
- * twice keeps its last value).
+ *    (managedFields, containers, ...), and what it decodes is bounded by
+ *    the paths and the label limit, not by the input.
+ * Repeated occurrences follow protobuf's merge rules as Go's decoders apply
+ * them (the last scalar wins, messages merge, map entries append and a key
+ * seen twice keeps its last value); prune() applies them itself where
+ * protobuf-c differs (README, traps).
  *
  * Writing follows kube-apiserver's gogo-generated marshallers byte for byte:
  * ascending field numbers, every non-pointer field written (empty strings
@@ -526,7 +526,7 @@ span_is(struct span v, const char *s)
     return v.s && v.len == strlen(s) && memcmp(v.s, s, v.len) == 0;
 }
 
-/* The member of m described by fd (a field of m's own descriptor). */
+/* The member at offset (a field descriptor's offset or quantifier_offset) of m. */
 static const void *
 member(const ProtobufCMessage *m, unsigned offset)
 {
