@@ -14,12 +14,12 @@
  *    build directory), decodes every value kwc reads. Before it runs, the
  *    walker copies out only the fields on the paths being read (prune()),
  *    so protobuf-c never sees, copies or allocates for the rest of an object
- *    (managedFields, containers, ...), and every allocation it makes is
- *    backed by input bytes already bounds-checked.
- * Repeated occurrences of a field are kept in order, so the decoded values
- * follow protobuf's merge rules as Go's decoders do (the last scalar wins,
- * messages merge, repeated fields and map entries append; a map key seen
- * twice keeps its last value).
+ *    (managedFields, containers, ...), and what it decodes is bounded by
+ *    the paths and the label limit, not by the input.
+ * Repeated occurrences follow protobuf's merge rules as Go's decoders apply
+ * them (the last scalar wins, messages merge, map entries append and a key
+ * seen twice keeps its last value); prune() applies them itself where
+ * protobuf-c differs (README, traps).
  *
  * Writing follows kube-apiserver's gogo-generated marshallers byte for byte:
  * ascending field numbers, every non-pointer field written (empty strings
@@ -202,26 +202,119 @@ ld_size(uint64_t n)
 /* Pruning, then protobuf-c                                                  */
 
 /*
- * A path of field numbers from a message down to a value. prune() keeps a
- * field when it lies on an active path: the whole field when a path ends
- * there or the schema's field is no message, else the field with its
- * message pruned in turn (tag and length re-encoded). Every path is
- * declared in the descriptor it is pruned under (resolves(), or by
- * construction for the internal paths).
+ * A path of field numbers from a message down to a scalar. prune() copies
+ * out only the fields on active paths, so that protobuf-c decodes a message
+ * whose size is bounded by the paths (and the entry limit), never by how
+ * many fields the input repeats:
+ *  - a scalar: only its last occurrence, the one Go and protobuf-c keep;
+ *  - a message: its occurrences merged into one by concatenating their
+ *    contents (protobuf's definition of a merge; protobuf-c's own merge
+ *    keeps an earlier bytes value when a later occurrence sets it empty,
+ *    where Go takes the later one), each occurrence first checked to be a
+ *    message on its own as Go decodes each; then pruned in turn;
+ *  - a repeated message (map entries): each entry pruned on its own, and
+ *    counted against the request's limit before anything is decoded.
+ * Every field kept must have its schema's wire type (Go refuses others).
+ * Every path is declared in the descriptor it is pruned under (resolves(),
+ * or by construction for the internal paths).
  */
 struct path {
     const uint32_t *nums;
     unsigned n;
 };
 
+/* A field on an active path at one level: a message's occurrences, or a
+ * scalar's last occurrence [off, end). */
+struct cont {
+    uint32_t num;
+    bool message;
+    size_t count, first_off, off, end;
+};
+
 struct pruner {
     const struct path *paths;
     size_t npaths;
-    size_t *scratch; /* PATH_MAX_DEPTH + 1 lists of path indices */
-    size_t *count;   /* per path: whole fields kept where it ends */
+    size_t *scratch;    /* PATH_MAX_DEPTH + 1 lists of path indices */
+    struct cont *conts; /* PATH_MAX_DEPTH lists of npaths */
     struct gostr_buf out;
-    size_t err_at; /* where a malformed field starts */
+    const uint32_t *limit_nums; /* entries of the repeated field there are limited */
+    unsigned limit_n;
+    size_t limit, count;
+    size_t err_at; /* where a malformed field starts (in the message pruned) */
 };
+
+/* The wire type of a field of kwc's schema (no packed repeated scalars). */
+static unsigned
+wire_of(const ProtobufCFieldDescriptor *fd)
+{
+    switch (fd->type) {
+    case PROTOBUF_C_TYPE_BOOL:
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_INT64:
+        return WT_VARINT;
+    case PROTOBUF_C_TYPE_BYTES:
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return WT_LEN;
+    default:
+        abort(); /* k8s_min.proto declares no other type */
+    }
+}
+
+static int prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
+                 const ProtobufCMessageDescriptor *d, const size_t *act, size_t nact,
+                 unsigned depth);
+
+/* The active paths going below field num at depth, into sub. */
+static size_t
+below(const struct pruner *pr, const size_t *act, size_t nact, uint32_t num, unsigned depth,
+      size_t *sub)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nact; i++) {
+        const struct path *pa = &pr->paths[act[i]];
+        if (pa->nums[depth] == num && pa->n > depth + 1)
+            sub[n++] = act[i];
+    }
+    return n;
+}
+
+/* Field num holding msg (len bytes at offset at) pruned under fd. */
+static int
+emit_message(struct pruner *pr, uint32_t num, const uint8_t *msg, size_t len, size_t at,
+             const ProtobufCFieldDescriptor *fd, const size_t *act, size_t nact, unsigned depth)
+{
+    size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths;
+    size_t nsub = below(pr, act, nact, num, depth, sub);
+    add_varint(&pr->out, (uint64_t)num << 3 | WT_LEN);
+    size_t lat = pr->out.len;
+    gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10); /* the length, fixed below */
+    int rc =
+        prune(pr, len ? msg : (const uint8_t *)"", len, at, fd->descriptor, sub, nsub, depth + 1);
+    if (rc < 0)
+        return rc;
+    size_t clen = pr->out.len - lat - 10;
+    uint8_t tmp[10];
+    size_t vl = put_varint(tmp, clen);
+    memcpy(pr->out.p + lat, tmp, vl);
+    memmove(pr->out.p + lat + vl, pr->out.p + lat + 10, clen);
+    pr->out.len = lat + vl + clen;
+    return 0;
+}
+
+/* Is the field num at depth, under the active paths, the limited one? */
+static bool
+limited(const struct pruner *pr, const size_t *act, size_t nact, uint32_t num, unsigned depth)
+{
+    if (!pr->limit_nums || depth + 1 != pr->limit_n || pr->limit_nums[depth] != num)
+        return false;
+    for (size_t i = 0; i < nact; i++) {
+        const struct path *pa = &pr->paths[act[i]];
+        if (pa->n >= pr->limit_n &&
+            memcmp(pa->nums, pr->limit_nums, pr->limit_n * sizeof(uint32_t)) == 0)
+            return true;
+    }
+    return false;
+}
 
 static int
 prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
@@ -229,51 +322,79 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
 {
     struct walk w = {p, len, 0};
     struct fld f;
+    struct cont *conts = pr->conts + (size_t)depth * pr->npaths;
+    size_t nconts = 0;
     int rc;
     assert(depth < PATH_MAX_DEPTH);
     while ((rc = next_field(&w, &f)) == 1) {
-        size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths, nsub = 0;
-        bool whole = false;
-        for (size_t i = 0; i < nact; i++) {
-            const struct path *pa = &pr->paths[act[i]];
-            if (pa->nums[depth] != f.num)
-                continue;
-            if (pa->n == depth + 1) {
-                whole = true;
-                pr->count[act[i]]++;
-            } else {
-                sub[nsub++] = act[i];
-            }
-        }
-        if (!whole && nsub == 0)
+        size_t i = 0;
+        while (i < nact && pr->paths[act[i]].nums[depth] != f.num)
+            i++;
+        if (i == nact)
             continue;
         const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
         assert(fd);
-        if (whole || fd->type != PROTOBUF_C_TYPE_MESSAGE) {
-            gostr_addn(&pr->out, (const char *)p + f.off, f.end - f.off);
-            continue;
-        }
-        if (f.wire != WT_LEN) { /* a message that is no message (protobuf-c refuses it too) */
+        if (f.wire != wire_of(fd)) { /* Go's decoders refuse it: "wrong wireType" */
             pr->err_at = at + f.off;
             return KWC_EPARSE;
         }
-        /* the tag, then room for the length, fixed once the content is known */
-        add_varint(&pr->out, (uint64_t)f.num << 3 | WT_LEN);
-        size_t lat = pr->out.len;
-        gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10);
-        if ((rc = prune(pr, p + f.voff, f.vlen, at + f.voff, fd->descriptor, sub, nsub,
-                        depth + 1)) < 0)
-            return rc;
-        size_t clen = pr->out.len - lat - 10;
-        uint8_t tmp[10];
-        size_t vl = put_varint(tmp, clen);
-        memcpy(pr->out.p + lat, tmp, vl);
-        memmove(pr->out.p + lat + vl, pr->out.p + lat + 10, clen);
-        pr->out.len = lat + vl + clen;
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            assert(fd->type == PROTOBUF_C_TYPE_MESSAGE);
+            if (limited(pr, act, nact, f.num, depth) && ++pr->count > pr->limit)
+                return KWC_ETOOBIG;
+            if ((rc = emit_message(pr, f.num, p + f.voff, f.vlen, at + f.voff, fd, act, nact,
+                                   depth)) < 0)
+                return rc;
+            continue;
+        }
+        size_t c = 0;
+        while (c < nconts && conts[c].num != f.num)
+            c++;
+        if (c == nconts)
+            conts[nconts++] = (struct cont){
+                f.num, fd->type == PROTOBUF_C_TYPE_MESSAGE, 0, at + f.off, f.off, f.end};
+        conts[c].count++;
+        conts[c].off = f.off;
+        conts[c].end = f.end;
     }
     if (rc < 0) {
         pr->err_at = at + f.off;
         return KWC_EPARSE;
+    }
+    for (size_t c = 0; c < nconts; c++) {
+        struct cont *k = &conts[c];
+        if (!k->message) {
+            gostr_addn(&pr->out, (const char *)p + k->off, k->end - k->off);
+            continue;
+        }
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, k->num);
+        if (k->count == 1) {
+            w = (struct walk){p, k->end, k->off};
+            next_field(&w, &f);
+            rc = emit_message(pr, k->num, p + f.voff, f.vlen, at + f.voff, fd, act, nact, depth);
+        } else {
+            struct gostr_buf cat = {0};
+            rc = 0;
+            w.pos = 0;
+            while (rc == 0 && next_field(&w, &f) == 1) {
+                if (f.num != k->num)
+                    continue;
+                struct walk ow = {p, f.end, f.voff};
+                struct fld g;
+                while ((rc = next_field(&ow, &g)) == 1)
+                    ;
+                if (rc < 0)
+                    pr->err_at = at + g.off;
+                else
+                    add_bytes(&cat, p + f.voff, f.vlen);
+            }
+            if (rc == 0) /* errors below: somewhere in these occurrences */
+                rc = emit_message(pr, k->num, (const uint8_t *)cat.p, cat.len, k->first_off, fd,
+                                  act, nact, depth);
+            free(cat.p);
+        }
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -285,9 +406,11 @@ struct unpack_req {
     size_t npaths;
     const char *what; /* for errors: "the envelope", "object", ... */
     size_t base;      /* offset of the message in the caller's input, for errors */
-    /* optional bound (limit_what not NULL): how many whole fields path
-     * limit_path may keep, checked before protobuf-c allocates for them */
-    size_t limit_path, limit;
+    /* optional bound (limit_what not NULL): at most limit entries of the
+     * repeated field at limit_nums (limit_n deep) */
+    const uint32_t *limit_nums;
+    unsigned limit_n;
+    size_t limit;
     const char *limit_what;
 };
 
@@ -299,23 +422,29 @@ static int
 unpack_pruned(const struct unpack_req *rq, const uint8_t *msg, size_t len, ProtobufCMessage **out,
               char *err, size_t errlen)
 {
-    struct pruner pr = {.paths = rq->paths, .npaths = rq->npaths};
+    struct pruner pr = {
+        .paths = rq->paths,
+        .npaths = rq->npaths,
+        .limit_nums = rq->limit_what ? rq->limit_nums : NULL,
+        .limit_n = rq->limit_n,
+        .limit = rq->limit,
+    };
     int rc;
     *out = NULL;
     pr.scratch = xmalloc((PATH_MAX_DEPTH + 1) * rq->npaths * sizeof(size_t));
-    pr.count = xcalloc(rq->npaths, sizeof(size_t));
+    pr.conts = xmalloc(PATH_MAX_DEPTH * rq->npaths * sizeof(*pr.conts));
     for (size_t i = 0; i < rq->npaths; i++)
         pr.scratch[i] = i;
-    /* the pruned message is never longer than msg (plus one reserved length) */
-    pr.out.cap = len + 16;
+    /* the pruned message is rarely more than a few hundred bytes */
+    pr.out.cap = len < 1024 ? len + 16 : 1024;
     pr.out.p = xmalloc(pr.out.cap);
-    if ((rc = prune(&pr, msg, len, 0, rq->desc, pr.scratch, rq->npaths, 0)) < 0) {
-        rc = malformed(err, errlen, rq->what, rq->base + pr.err_at);
+    rc = prune(&pr, msg, len, 0, rq->desc, pr.scratch, rq->npaths, 0);
+    if (rc == KWC_ETOOBIG) {
+        rc = kwc_errf(err, errlen, KWC_ETOOBIG, "over %zu %s", rq->limit, rq->limit_what);
         goto out;
     }
-    if (rq->limit_what && pr.count[rq->limit_path] > rq->limit) {
-        rc = kwc_errf(err, errlen, KWC_ETOOBIG, "%zu %s, over the limit of %zu",
-                      pr.count[rq->limit_path], rq->limit_what, rq->limit);
+    if (rc < 0) {
+        rc = malformed(err, errlen, rq->what, rq->base + pr.err_at);
         goto out;
     }
     *out = protobuf_c_message_unpack(rq->desc, NULL, pr.out.len, (const uint8_t *)pr.out.p);
@@ -325,7 +454,7 @@ unpack_pruned(const struct unpack_req *rq, const uint8_t *msg, size_t len, Proto
 out:
     free(pr.out.p);
     free(pr.scratch);
-    free(pr.count);
+    free(pr.conts);
     return rc;
 }
 
@@ -397,7 +526,7 @@ span_is(struct span v, const char *s)
     return v.s && v.len == strlen(s) && memcmp(v.s, s, v.len) == 0;
 }
 
-/* The member of m described by fd (a field of m's own descriptor). */
+/* The member at offset (a field descriptor's offset or quantifier_offset) of m. */
 static const void *
 member(const ProtobufCMessage *m, unsigned offset)
 {
@@ -407,8 +536,9 @@ member(const ProtobufCMessage *m, unsigned offset)
 /* ------------------------------------------------------------------------ */
 /* Objects: metadata and field paths                                         */
 
-#define PB_META                                                                                    \
-    {"metadata.name", NULL, 2, {1, 1}, false}, {"metadata.namespace", NULL, 2, {1, 3}, false}
+/* clang-format off */
+#define PB_META {"metadata.name", NULL, 2, {1, 1}, false}, {"metadata.namespace", NULL, 2, {1, 3}, false}
+/* clang-format on */
 
 static const struct pb_field pf_meta[] = {PB_META};
 /* the order of kinds.c's f_pods, so that an index into one is one into the other */
@@ -479,19 +609,11 @@ resolves(const ProtobufCMessageDescriptor *d, const struct pb_field *f)
     }
 }
 
-static bool
-resolves_all(const ProtobufCMessageDescriptor *d, const struct pb_field *fields, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!resolves(d, &fields[i]))
-            return false;
-    return true;
-}
-
 /*
  * The object message to read fields with: the kind's own when fields lie in
- * one of pb_fields' tables, else the first kind whose schema declares every
- * path, else Object (metadata only: the other paths read as missing).
+ * one of pb_fields' tables, else the first kind whose schema declares the
+ * most of their paths (Object, metadata only, when none declares any). A
+ * path the chosen schema does not declare reads as missing.
  */
 static const ProtobufCMessageDescriptor *
 object_desc(const struct pb_field *fields, size_t n)
@@ -512,14 +634,23 @@ object_desc(const struct pb_field *fields, size_t n)
         if (a >= lo && a + n * sizeof(*fields) <= lo + kinds[k].n * sizeof(*fields))
             return kinds[k].desc;
     }
-    for (size_t k = 0; k < KWC_ARRAY_LEN(kinds); k++)
-        if (resolves_all(kinds[k].desc, fields, n))
-            return kinds[k].desc;
-    return &kwcpb__object__descriptor;
+    const ProtobufCMessageDescriptor *best = &kwcpb__object__descriptor;
+    size_t most = 0;
+    for (size_t k = 0; k < KWC_ARRAY_LEN(kinds); k++) {
+        size_t r = 0;
+        for (size_t i = 0; i < n; i++)
+            r += resolves(kinds[k].desc, &fields[i]) != NULL;
+        if (r > most) {
+            most = r;
+            best = kinds[k].desc;
+        }
+    }
+    return best;
 }
 
 static const uint32_t P_NAME[] = {1, 1}, P_NS[] = {1, 3}, P_UID[] = {1, 5}, P_RV[] = {1, 6},
-                      P_DEL[] = {1, 9}, P_LABELS[] = {1, 11}, P_ANN[] = {1, 12};
+                      P_DEL_S[] = {1, 9, 1}, P_DEL_N[] = {1, 9, 2}, P_LABEL_K[] = {1, 11, 1},
+                      P_LABEL_V[] = {1, 11, 2}, P_ANN_K[] = {1, 12, 1}, P_ANN_V[] = {1, 12, 2};
 
 /* An object decoded for its metadata (and the fields' paths that resolved). */
 struct object_dec {
@@ -539,24 +670,25 @@ decode_object(const uint8_t *obj, size_t len, const struct pb_field *fields, siz
               bool bookmark, size_t max_entries, struct object_dec *dc, bool *resolved, char *err,
               size_t errlen)
 {
-    struct path *paths = xmalloc((7 + nf) * sizeof(*paths));
-    size_t np = 0, limit_path;
+    struct path *paths = xmalloc((8 + nf) * sizeof(*paths));
+    size_t np = 0;
     int rc;
 
     memset(dc, 0, sizeof(*dc));
     dc->desc = object_desc(fields, nf);
     if (bookmark) {
         paths[np++] = (struct path){P_RV, 2};
-        limit_path = np;
-        paths[np++] = (struct path){P_ANN, 2};
+        paths[np++] = (struct path){P_ANN_K, 3};
+        paths[np++] = (struct path){P_ANN_V, 3};
     } else {
         paths[np++] = (struct path){P_NAME, 2};
         paths[np++] = (struct path){P_NS, 2};
         paths[np++] = (struct path){P_UID, 2};
         paths[np++] = (struct path){P_RV, 2};
-        paths[np++] = (struct path){P_DEL, 2};
-        limit_path = np;
-        paths[np++] = (struct path){P_LABELS, 2};
+        paths[np++] = (struct path){P_DEL_S, 3};
+        paths[np++] = (struct path){P_DEL_N, 3};
+        paths[np++] = (struct path){P_LABEL_K, 3};
+        paths[np++] = (struct path){P_LABEL_V, 3};
     }
     for (size_t i = 0; i < nf; i++) {
         resolved[i] = resolves(dc->desc, &fields[i]) != NULL;
@@ -568,7 +700,8 @@ decode_object(const uint8_t *obj, size_t len, const struct pb_field *fields, siz
         .paths = paths,
         .npaths = np,
         .what = "object",
-        .limit_path = limit_path,
+        .limit_nums = bookmark ? P_ANN_K : P_LABEL_K,
+        .limit_n = 2,
         .limit = max_entries,
         .limit_what = bookmark ? "annotations" : "labels",
     };
@@ -765,8 +898,8 @@ pb_meta_parse(const void *obj, size_t len, const struct pb_field *fields, size_t
 
     memset(out, 0, sizeof(*out));
     if (len > max)
-        return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu",
-                        len, max);
+        return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
+                        max);
     resolved = xcalloc(n_fields + 1, sizeof(*resolved));
     rc = decode_object(obj, len, fields, n_fields, false, max_labels ? max_labels : OBJ_MAX_LABELS,
                        &dc, resolved, err, errlen);
@@ -848,12 +981,12 @@ pb_with_rv(const void *obj, size_t len, uint64_t rv, char **out, size_t *out_len
 int
 pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *err, size_t errlen)
 {
-    static const uint32_t P_TM[] = {1}, P_CE[] = {3}, P_CT[] = {4};
-    static const struct path paths[] = {{P_TM, 1}, {P_CE, 1}, {P_CT, 1}};
+    static const uint32_t P_AV[] = {1, 1}, P_KIND[] = {1, 2}, P_CE[] = {3}, P_CT[] = {4};
+    static const struct path paths[] = {{P_AV, 2}, {P_KIND, 2}, {P_CE, 1}, {P_CT, 1}};
     const uint8_t *p = buf;
     struct walk w = {p, len, PB_MAGIC_LEN};
     struct fld f, g;
-    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0;
+    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0, raw_off = len, raw_len = 0;
     ProtobufCMessage *m;
     char b1[48], b2[48];
     int rc;
@@ -863,7 +996,6 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         return kwc_errf(err, errlen, KWC_EPARSE,
                         "not a Kubernetes protobuf message (no \"k8s\\x00\" prefix)");
     /* spans: typeMeta's strings and raw, the last of each as decoders keep them */
-    out->raw_off = len;
     while ((rc = next_field(&w, &f)) == 1) {
         if (f.num == 1 && f.wire == WT_LEN) {
             struct walk tw = {p, f.end, f.voff};
@@ -881,16 +1013,19 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         } else if (f.num == 2) {
             if (f.wire != WT_LEN)
                 return malformed(err, errlen, "the envelope", f.off);
-            out->raw_off = f.voff;
-            out->raw_len = f.vlen;
+            raw_off = f.voff;
+            raw_len = f.vlen;
         }
     }
     if (rc < 0)
         return malformed(err, errlen, "the envelope", f.off);
 
     /* the values, decoded */
-    struct unpack_req rq = {&kwcpb__unknown__descriptor, paths, KWC_ARRAY_LEN(paths),
-                            "the envelope", PB_MAGIC_LEN, 0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__unknown__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the envelope",
+                            .base = PB_MAGIC_LEN};
     if ((rc = unpack_pruned(&rq, p + PB_MAGIC_LEN, len - PB_MAGIC_LEN, &m, err, errlen)) < 0)
         return rc;
     const Kwcpb__Unknown *u = (const Kwcpb__Unknown *)m;
@@ -912,10 +1047,10 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
     else if ((rc = no_nul(av, "the envelope's apiVersion", err, errlen)) == 0)
         rc = no_nul(kind, "the envelope's kind", err, errlen);
     protobuf_c_message_free_unpacked(m, NULL);
-    if (rc < 0) {
-        memset(out, 0, sizeof(*out));
+    if (rc < 0)
         return rc;
-    }
+    out->raw_off = raw_off;
+    out->raw_len = raw_len;
     out->api_version = (const char *)p + av_off;
     out->api_version_len = av_len;
     out->kind = (const char *)p + k_off;
@@ -929,8 +1064,8 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
 int
 pb_list_parse(const void *body, size_t len, struct pb_list *l, char *err, size_t errlen)
 {
-    static const uint32_t P_LM[] = {1};
-    static const struct path paths[] = {{P_LM, 1}};
+    static const uint32_t L_RV[] = {1, 2}, L_CONT[] = {1, 3}, L_REM[] = {1, 4};
+    static const struct path paths[] = {{L_RV, 2}, {L_CONT, 2}, {L_REM, 2}};
     const uint8_t *p = body;
     struct pb_envelope env;
     struct fld f;
@@ -975,8 +1110,11 @@ pb_list_parse(const void *body, size_t len, struct pb_list *l, char *err, size_t
         }
     assert(l->n_items == n);
 
-    struct unpack_req rq = {&kwcpb__list__descriptor, paths, 1, "the list", env.raw_off,
-                            0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__list__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the list",
+                            .base = env.raw_off};
     if ((rc = unpack_pruned(&rq, raw, env.raw_len, &m, err, errlen)) < 0)
         goto fail;
     const Kwcpb__ListMeta *lm = ((const Kwcpb__List *)m)->metadata;
@@ -1188,8 +1326,11 @@ error_status(const uint8_t *obj, size_t len, size_t base, struct wevent *ev, cha
 {
     static const uint32_t P_MSG[] = {3}, P_REASON[] = {4}, P_CODE[] = {6};
     static const struct path paths[] = {{P_MSG, 1}, {P_REASON, 1}, {P_CODE, 1}};
-    struct unpack_req rq = {&kwcpb__status__descriptor, paths, KWC_ARRAY_LEN(paths), "Status",
-                            base, 0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__status__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "Status",
+                            .base = base};
     ProtobufCMessage *m;
     int rc = unpack_pruned(&rq, obj, len, &m, err, errlen);
     if (rc < 0)
@@ -1248,8 +1389,10 @@ pb_wevent_parse(const void *frame, size_t len, struct wevent *out, struct pb_env
     if (rc < 0)
         return malformed(err, errlen, "the watch event", f.off);
 
-    struct unpack_req rq = {&kwcpb__watch_event__descriptor, paths, 1, "the watch event", 0,
-                            0, 0, NULL};
+    struct unpack_req rq = {.desc = &kwcpb__watch_event__descriptor,
+                            .paths = paths,
+                            .npaths = KWC_ARRAY_LEN(paths),
+                            .what = "the watch event"};
     if ((rc = unpack_pruned(&rq, p, len, &m, err, errlen)) < 0)
         return rc;
     const Kwcpb__WatchEvent *we = (const Kwcpb__WatchEvent *)m;
@@ -1308,11 +1451,10 @@ pb_envelope_head(char *buf, const char *api_version, const char *kind, uint64_t 
 }
 
 char *
-pb_envelope(const char *api_version, const char *kind, const void *obj, size_t len,
-            size_t *out_len)
+pb_envelope(const char *api_version, const char *kind, const void *obj, size_t len, size_t *out_len)
 {
-    char *buf = xmalloc(PB_HEAD_MAX + strlen(api_version) + strlen(kind) + len +
-                        PB_ENVELOPE_TAIL_LEN);
+    char *buf =
+        xmalloc(PB_HEAD_MAX + strlen(api_version) + strlen(kind) + len + PB_ENVELOPE_TAIL_LEN);
     size_t n = pb_envelope_head(buf, api_version, kind, len);
     if (len)
         memcpy(buf + n, obj, len);
