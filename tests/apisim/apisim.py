@@ -4906,6 +4906,8 @@ class App:
                             out = []
                             size = 0
                             await conn.drain()
+                            if w.enc == "pb":
+                                await asyncio.sleep(0)   # objects encoded on first use: let others run
                             if w.closed:
                                 break
                 if out:

@@ -2514,6 +2514,19 @@ class TestProtobuf(unittest.TestCase):
                                       sp["strategy"]["rollingUpdate"]["maxSurge"]))
                     self.assertEqual(pi.spec.template.spec.containers[0].image, sp["template"]["spec"]["containers"][0]["image"])
 
+    def test_large_list_is_streamed(self):
+        # more than 2000 objects not encoded yet (encoded in batches) and over 1 MiB (chunked)
+        self.sim.json("POST", "/apisim/seed", {"resource": "configmaps", "namespace": "big", "count": 2100,
+                                               "size": 700})
+        path = "/api/v1/namespaces/big/configmaps"
+        st, r, data = self.sim.req("GET", path, headers={"Accept": PB})
+        self.assertEqual((st, r.getheader("Content-Type"), r.getheader("Transfer-Encoding")), (200, PB, "chunked"))
+        self.assertGreater(len(data), 1 << 20)
+        u, lst = pbt().obj(data)
+        self.assert_roundtrip(lst, u.raw)
+        self.assertEqual([i.metadata.name for i in lst.items], names(self.sim.get(path)[1]["items"]))
+        self.assertEqual(self.get_pb(path)[1], data)   # the second time from the kept encodings
+
     def test_selectors_limit_continue(self):
         base = "/api/v1/namespaces/ns-0/pods"
         for q in ["?labelSelector=tier%3Dfrontend", "?fieldSelector=metadata.name%3Dpod-2",
