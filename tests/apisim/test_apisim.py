@@ -2586,8 +2586,10 @@ class TestProtobuf(unittest.TestCase):
         try:
             self.assertEqual((w.status, w.headers["content-type"]), (200, PB + ";stream=watch"))
             self.assertEqual(wj.headers["content-type"], "application/json")
-            enc = self.sim.get("/apisim/stats")[1]["open_watches_by_encoding"]
-            self.assertEqual(enc["configmaps"], {"json": 1, "protobuf": 1})
+            stats = self.sim.get("/apisim/stats")[1]
+            self.assertEqual(stats["open_watches_by_encoding"]["configmaps"], {"json": 1, "protobuf": 1})
+            self.assertEqual(stats["watches_open"], stats["open_watches_by_encoding"])
+            self.assertEqual(stats["open_watches"]["configmaps"], 2)
             self.sim.write(verb="create", resource="configmaps", namespace="ns-1", name="cm-w1")
             self.sim.write(verb="update", resource="configmaps", namespace="ns-1", name="cm-w1", labels={"x": "y"})
             self.sim.write(verb="delete", resource="configmaps", namespace="ns-1", name="cm-w1")
