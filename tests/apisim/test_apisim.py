@@ -2249,8 +2249,8 @@ class PbTypes:
                     entry.options.map_entry = True
                     field(entry, "key", 1, "string", F.LABEL_OPTIONAL)
                     field(entry, "value", 2, typ[1:-1], F.LABEL_OPTIONAL)
-                    f = m.field.add(name=fname, number=int(num), label=F.LABEL_REPEATED, type=F.TYPE_MESSAGE,
-                                    type_name=".t.%s.%s" % (mname, entry.name))
+                    m.field.add(name=fname, number=int(num), label=F.LABEL_REPEATED, type=F.TYPE_MESSAGE,
+                                type_name=".t.%s.%s" % (mname, entry.name))
                 elif typ.startswith("*"):
                     field(m, fname, int(num), typ[1:], F.LABEL_REPEATED)
                 else:
