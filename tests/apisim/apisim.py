@@ -4906,6 +4906,8 @@ class App:
                             out = []
                             size = 0
                             await conn.drain()
+                            if w.enc == "pb":
+                                await asyncio.sleep(0)   # objects encoded on first use: let others run
                             if w.closed:
                                 break
                 if out:
@@ -5547,11 +5549,13 @@ class App:
     def control_op(self, path, m, body, req):
         cl = self.cluster
         if path == "/apisim/stats" and m == "GET":
+            by_enc = self.open_watches_by_encoding()
             return {"rv": cl.rv, "floor": cl.compacted,
                     "floors": {p: cl.floor(s) for p, s in cl.stores.items()},
                     "requests": dict(self.stats),
                     "open_watches": {p: n for p, n in self.watch_counts.items() if n},
-                    "open_watches_by_encoding": self.open_watches_by_encoding(),
+                    "open_watches_by_encoding": by_enc,
+                    "watches_open": by_enc,   # the same (the name kwc's 20_protobuf reads)
                     "objects": {p: len(s.objs) for p, s in cl.stores.items() if s.objs},
                     "events": cl.events_total, "connections": len(self.conns),
                     "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}

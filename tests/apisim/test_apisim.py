@@ -2249,8 +2249,8 @@ class PbTypes:
                     entry.options.map_entry = True
                     field(entry, "key", 1, "string", F.LABEL_OPTIONAL)
                     field(entry, "value", 2, typ[1:-1], F.LABEL_OPTIONAL)
-                    f = m.field.add(name=fname, number=int(num), label=F.LABEL_REPEATED, type=F.TYPE_MESSAGE,
-                                    type_name=".t.%s.%s" % (mname, entry.name))
+                    m.field.add(name=fname, number=int(num), label=F.LABEL_REPEATED, type=F.TYPE_MESSAGE,
+                                type_name=".t.%s.%s" % (mname, entry.name))
                 elif typ.startswith("*"):
                     field(m, fname, int(num), typ[1:], F.LABEL_REPEATED)
                 else:
@@ -2514,6 +2514,19 @@ class TestProtobuf(unittest.TestCase):
                                       sp["strategy"]["rollingUpdate"]["maxSurge"]))
                     self.assertEqual(pi.spec.template.spec.containers[0].image, sp["template"]["spec"]["containers"][0]["image"])
 
+    def test_large_list_is_streamed(self):
+        # more than 2000 objects not encoded yet (encoded in batches) and over 1 MiB (chunked)
+        self.sim.json("POST", "/apisim/seed", {"resource": "configmaps", "namespace": "big", "count": 2100,
+                                               "size": 700})
+        path = "/api/v1/namespaces/big/configmaps"
+        st, r, data = self.sim.req("GET", path, headers={"Accept": PB})
+        self.assertEqual((st, r.getheader("Content-Type"), r.getheader("Transfer-Encoding")), (200, PB, "chunked"))
+        self.assertGreater(len(data), 1 << 20)
+        u, lst = pbt().obj(data)
+        self.assert_roundtrip(lst, u.raw)
+        self.assertEqual([i.metadata.name for i in lst.items], names(self.sim.get(path)[1]["items"]))
+        self.assertEqual(self.get_pb(path)[1], data)   # the second time from the kept encodings
+
     def test_selectors_limit_continue(self):
         base = "/api/v1/namespaces/ns-0/pods"
         for q in ["?labelSelector=tier%3Dfrontend", "?fieldSelector=metadata.name%3Dpod-2",
@@ -2573,8 +2586,10 @@ class TestProtobuf(unittest.TestCase):
         try:
             self.assertEqual((w.status, w.headers["content-type"]), (200, PB + ";stream=watch"))
             self.assertEqual(wj.headers["content-type"], "application/json")
-            enc = self.sim.get("/apisim/stats")[1]["open_watches_by_encoding"]
-            self.assertEqual(enc["configmaps"], {"json": 1, "protobuf": 1})
+            stats = self.sim.get("/apisim/stats")[1]
+            self.assertEqual(stats["open_watches_by_encoding"]["configmaps"], {"json": 1, "protobuf": 1})
+            self.assertEqual(stats["watches_open"], stats["open_watches_by_encoding"])
+            self.assertEqual(stats["open_watches"]["configmaps"], 2)
             self.sim.write(verb="create", resource="configmaps", namespace="ns-1", name="cm-w1")
             self.sim.write(verb="update", resource="configmaps", namespace="ns-1", name="cm-w1", labels={"x": "y"})
             self.sim.write(verb="delete", resource="configmaps", namespace="ns-1", name="cm-w1")
