@@ -18,6 +18,9 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +414,83 @@ refresh_bearer(struct up_client *c)
     free(tok);
 }
 
+/* ---- credentials checked at start ---- */
+
+/* OpenSSL's last error as text ("" when none). */
+static const char *
+ssl_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    return r ? r : "not PEM";
+}
+
+/*
+ * The kubeconfig's CA, client certificate and key, read as libcurl will read
+ * them, so that a broken file is one clear error at start instead of an
+ * OpenSSL message on every request ("unable to set private key file: memory
+ * blob"): the certificate and key must parse and belong together.
+ */
+static int
+check_tls_material(const struct kcfg *k, char *err, size_t errlen)
+{
+    int rc = 0;
+    X509 *cert = NULL;
+    EVP_PKEY *key = NULL;
+    BIO *b;
+    ERR_clear_error();
+    if (k->ca_pem) {
+        b = BIO_new_mem_buf(k->ca_pem, (int)k->ca_pem_len);
+        X509 *ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        if (!ca) {
+            snprintf(err, errlen, "the certificate-authority data in KUBECONFIG is not a PEM certificate (%s)",
+                     ssl_reason());
+            return KWC_ECONFIG;
+        }
+        X509_free(ca);
+    }
+    if (!k->cert_pem && !k->key_pem)
+        return 0;
+    if (!k->cert_pem || !k->key_pem) {
+        snprintf(err, errlen, "KUBECONFIG has a client %s but no client %s: give both "
+                 "client-certificate(-data) and client-key(-data), or neither",
+                 k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
+        return KWC_ECONFIG;
+    }
+    b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
+    cert = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!cert) {
+        snprintf(err, errlen, "the client certificate in KUBECONFIG is not a PEM certificate (%s)",
+                 ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
+    key = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!key) {
+        snprintf(err, errlen, "the client key in KUBECONFIG is not a PEM private key (%s; an encrypted "
+                 "key is not supported)", ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        char subj[256] = "";
+        X509_NAME_oneline(X509_get_subject_name(cert), subj, sizeof(subj));
+        snprintf(err, errlen, "the client key in KUBECONFIG does not match its client certificate "
+                 "(%s): give the key the certificate was issued for",
+                 subj);
+        rc = KWC_ECONFIG;
+    }
+out:
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    ERR_clear_error();
+    return rc;
+}
+
 /* ---- public API ---- */
 
 int
@@ -430,6 +510,9 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
                  k->server ? k->server : "");
         return KWC_ECONFIG;
     }
+    int rc = check_tls_material(k, err, errlen);
+    if (rc)
+        return rc;
     struct up_client *c = xcalloc(1, sizeof(*c));
     c->magic = UP_MAGIC;
     c->base = base;
