@@ -8,9 +8,11 @@
 #   make asan       ASan+UBSan build in build/asan and the unit tests under it
 #   make fuzz       libFuzzer targets (clang) in build/fuzz
 #   make deps       install Debian/npm packages (as root) or say how
+#   make image      container image from the Dockerfile (podman; CONTAINER=buildah|docker)
 #   make check-layering   cache/ must not do I/O
 # Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
-# PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen).
+# PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen),
+# IMAGE=name:tag and CONTAINER=podman|buildah|docker for make image.
 
 CC ?= gcc
 PROTOC_C ?= protoc-c
@@ -71,7 +73,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-test deps-bench test unit integration integration-tls integration-checked run bench asan \
+.PHONY: all deps deps-test deps-bench image test unit integration integration-tls integration-checked run bench asan \
         fuzz fuzz-smoke clean \
         check-layering
 .DEFAULT_GOAL := all
@@ -84,6 +86,20 @@ deps-test:
 	$(Q)tests/lib/deps.sh test
 deps-bench:
 	$(Q)tests/lib/deps.sh bench
+
+# The container image (Dockerfile: bookworm build stage, bookworm-slim runtime,
+# non-root). podman is Debian's container tool (tests/lib/deps.sh image installs
+# it); buildah and docker take the same arguments. --network host: the RUN
+# steps only fetch Debian packages, and a rootful podman then needs no CNI
+# bridge or iptables.
+KWC_VERSION := $(shell sed -n 's/^\#define KWC_VERSION "\(.*\)"/\1/p' proxy/main.c)
+CONTAINER ?= podman
+IMAGE ?= kwc:$(KWC_VERSION)
+image:
+ifeq ($(notdir $(CONTAINER)),podman)
+	$(Q)tests/lib/deps.sh image
+endif
+	$(Q)$(CONTAINER) build --network host -f Dockerfile -t $(IMAGE) .
 
 $(BUILD)/kwc: $(LIB_OBJ) $(MAIN_OBJ)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
