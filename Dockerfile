@@ -45,8 +45,8 @@ RUN apt-get update \
       libssl3 \
       libyaml-0-2 \
  && rm -rf /var/lib/apt/lists/* \
- && groupadd --system --gid 10001 kwc \
- && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/kwc --no-create-home \
+ && groupadd --gid 10001 kwc \
+ && useradd --uid 10001 --gid 10001 --home-dir /var/lib/kwc --no-create-home --no-log-init \
       --shell /usr/sbin/nologin kwc \
  && install -d -o 10001 -g 10001 -m 0700 /var/lib/kwc
 COPY --from=build /out/kwc /usr/local/bin/kwc

@@ -8,7 +8,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 level=${1:-build}
 
-build_pkgs="gcc make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
+build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
  libssl-dev uthash-dev python3"
 # python3-yaml, systemd (systemd-analyze), util-linux (unshare, setpriv) and
