@@ -9,6 +9,7 @@
 #   make fuzz       libFuzzer targets (clang) in build/fuzz
 #   make deps       install Debian/npm packages (as root) or say how
 #   make image      container image from the Dockerfile (podman; CONTAINER=buildah|docker)
+#   make image-test build the image and run it as the Deployment does (part of make test)
 #   make check-layering   cache/ must not do I/O
 # Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
 # PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen),
@@ -73,7 +74,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-test deps-bench image test unit integration integration-tls integration-checked run bench asan \
+.PHONY: all deps deps-test deps-bench image image-test test unit integration integration-tls integration-checked run bench asan \
         fuzz fuzz-smoke clean \
         check-layering
 .DEFAULT_GOAL := all
@@ -92,14 +93,23 @@ deps-bench:
 # it); buildah and docker take the same arguments. --network host: the RUN
 # steps only fetch Debian packages, and a rootful podman then needs no CNI
 # bridge or iptables.
+# IMAGE_BUILD_ARGS: more build flags (--build-arg DEBIAN_IMAGE=..., --ulimit ...).
 KWC_VERSION := $(shell sed -n 's/^\#define KWC_VERSION "\(.*\)"/\1/p' proxy/main.c)
 CONTAINER ?= podman
 IMAGE ?= kwc:$(KWC_VERSION)
+IMAGE_BUILD_ARGS ?=
 image:
-ifeq ($(notdir $(CONTAINER)),podman)
+ifeq ($(notdir $(firstword $(CONTAINER))),podman)
 	$(Q)tests/lib/deps.sh image
 endif
-	$(Q)$(CONTAINER) build --network host -f Dockerfile -t $(IMAGE) .
+	$(Q)$(CONTAINER) build --network host $(IMAGE_BUILD_ARGS) -f Dockerfile -t $(IMAGE) .
+
+# Builds the image with podman and runs it like the Deployment does
+# (tests/image/test_image.py; see there for what this machine needs).
+image-test:
+	$(Q)tests/lib/deps.sh image-test
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)KWC_BIN=$(abspath $(BUILD)/kwc) $(PYTHON) tests/image/test_image.py
 
 $(BUILD)/kwc: $(LIB_OBJ) $(MAIN_OBJ)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -163,6 +173,7 @@ test:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
 	$(Q)$(PYTHON) tests/apisim/test_apisim.py
+	$(Q)$(MAKE) --no-print-directory image-test
 	$(Q)$(MAKE) --no-print-directory integration
 	$(Q)$(MAKE) --no-print-directory integration-tls
 	$(Q)$(MAKE) --no-print-directory integration-checked

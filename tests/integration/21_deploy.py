@@ -49,13 +49,15 @@ Dockerfile and `make image`.
      and CMD flags are ones `kwc --help` knows; `make image` runs the
      container tool with the Dockerfile and the manifests' image name.
 
-     An image build does not run here: no container registry is reachable
-     from this machine (DNS resolves deb.debian.org only, so the bookworm
-     base images cannot be pulled), and Debian's podman 4.3 with its
-     default crun cannot start containers on this kernel's hybrid cgroup
-     v1/v2 layout ("cgroups in hybrid mode not supported"); with runc it
-     fails to raise RLIMIT_NOFILE/NPROC above the sandbox's hard limits
-     unless --ulimit is lowered. The checks above stop at the tool.
+     The image build itself is `make image-test` (tests/image/test_image.py,
+     part of make test): it takes a minute or more, so not here. On this
+     machine it needs three workarounds, which that test applies: no
+     container registry is reachable (DNS resolves the Debian mirror only),
+     so the bookworm base images are bootstrapped from Debian's packages;
+     Debian's podman 4.3 with its default crun cannot start containers on
+     this kernel's hybrid cgroup v1/v2 layout ("cgroups in hybrid mode not
+     supported"), so it uses runc; and runc fails to raise RLIMIT_NOFILE/
+     NPROC above the sandbox's hard limits, so --ulimit is lowered.
 
 Needs root (mount namespaces, as 15_/16_ need tmpfs) and the packages of
 tests/lib/deps.sh test (python3-yaml, python3-kubernetes, systemd,

@@ -4,6 +4,7 @@
 # packages the integration tests use, into tests/integration/node_modules.
 #   deps.sh build|test|bench   (each includes the ones before it)
 #   deps.sh image              the container tool for `make image` (podman) only
+#   deps.sh image-test         that, runc and debootstrap (make image-test) and the test packages
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 level=${1:-build}
@@ -18,14 +19,18 @@ test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang libclang-rt-
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
 image_pkgs="podman"
+# runc: Debian's podman picks crun, which cannot run on a hybrid cgroup v1/v2
+# host; debootstrap: the bookworm base images when no registry is reachable
+image_test_pkgs="$image_pkgs runc debootstrap"
 
 pkgs=$build_pkgs
 case $level in
 build) ;;
 image) pkgs=$image_pkgs ;;
+image-test) pkgs="$pkgs $test_pkgs $image_test_pkgs" ;;
 test) pkgs="$pkgs $test_pkgs" ;;
 bench) pkgs="$pkgs $test_pkgs $bench_pkgs" ;;
-*) echo "deps.sh: unknown level '$level' (use build, test, bench or image)" >&2; exit 2 ;;
+*) echo "deps.sh: unknown level '$level' (use build, test, bench, image or image-test)" >&2; exit 2 ;;
 esac
 
 missing=""
