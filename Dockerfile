@@ -30,8 +30,9 @@ FROM ${DEBIAN_IMAGE}:bookworm-slim
 #   libcurl4 libcurl.so.4 (the OpenSSL flavour: kwc builds with libcurl4-openssl-dev)
 #   libevent-2.1-7 libevent-2.1.so.7      libevent-openssl-2.1-7 libevent_openssl-2.1.so.7
 #   libhttp-parser2.9 libhttp_parser.so.2.9   libjansson4 libjansson.so.4
-#   liblmdb0 liblmdb.so.0                 libssl3 libssl.so.3, libcrypto.so.3
-#   libyaml-0-2 libyaml-0.so.2            (libc6 is in the base image)
+#   liblmdb0 liblmdb.so.0                 libprotobuf-c1 libprotobuf-c.so.1
+#   libssl3 libssl.so.3, libcrypto.so.3   libyaml-0-2 libyaml-0.so.2
+#   (libc6 is in the base image)
 # A uid, not a name: Kubernetes' runAsNonRoot can only verify a numeric USER.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
@@ -42,6 +43,7 @@ RUN apt-get update \
       libhttp-parser2.9 \
       libjansson4 \
       liblmdb0 \
+      libprotobuf-c1 \
       libssl3 \
       libyaml-0-2 \
  && rm -rf /var/lib/apt/lists/* \
