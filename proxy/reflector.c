@@ -443,12 +443,12 @@ start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bo
 static void
 backoff(struct refl *r, const char *why)
 {
+    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
     int base = r->backoff_ms ? r->backoff_ms : BACKOFF_MIN_MS;
     int delay = base / 2 + rand() % (base + 1); /* [0.5, 1.5] x base */
     if (delay > BACKOFF_MAX_MS)
         delay = BACKOFF_MAX_MS;
     log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, delay / 1000.0);
-    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
     step(r, delay);
@@ -1041,10 +1041,10 @@ on_watch_done(void *arg, int err, const char *msg)
     struct refl *r = arg;
     r->x = NULL;
     if (r->status == 410 || r->got_410) {
-        r->ctr.expired++;
         log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->d.resource,
                  (unsigned long long)r->rv);
         ingest_commit(r->ing);
+        r->ctr.expired++;
         start_list(r, r->synced);
         return;
     }
