@@ -320,6 +320,7 @@ series_key(const struct metrics_family *f, const char *const *values, size_t *le
 static struct series *
 series_of(struct metrics_family *f, const char *const *values, bool create)
 {
+    const char *ov[32]; /* the overflow series' values: used below this block's end */
     size_t len;
     char *key = series_key(f, values, &len);
     struct series *s = NULL;
@@ -331,7 +332,6 @@ series_of(struct metrics_family *f, const char *const *values, bool create)
     if (f->n >= METRICS_MAX_SERIES) {
         /* bounded: one overflow series takes the rest */
         free(key);
-        const char *ov[32];
         assert(f->nlabels <= KWC_ARRAY_LEN(ov));
         for (size_t i = 0; i < f->nlabels; i++)
             ov[i] = METRICS_OVERFLOW;
