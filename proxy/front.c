@@ -13,7 +13,13 @@
  * cache (a get, list or watch of a cached resource) is authorized with a
  * SubjectAccessReview; everything else goes upstream as the caller
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
- * and the upstream decides. /healthz, /livez and /readyz need no identity.
+ * and the upstream decides. /healthz, /livez and /readyz need no identity;
+ * /metrics is authorized as kube authorizes its own (a non-resource URL:
+ * nonResourceAttributes {path, verb}).
+ *
+ * Every request carries a record (access.h) from its head on: the stages
+ * fill in the route, the caller and the handler that took it; the HTTP
+ * server's done callback finishes it (metrics, the access log).
  * The stages that wait for the upstream park the request (a handler whose
  * on_close cancels the wait).
  *
