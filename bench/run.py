@@ -56,6 +56,15 @@ a flag it needs says "n/a (flag unsupported: ...)".
                reviews that reached apisim and the time until all were
                answered, then the same burst again (cached). All in
                bench/results/auth.md.
+
+  metrics      the cost of /metrics on the fan-out path: 1 KiB events at
+               100/s to --watchers watchers (bench/fanout.c, as in watch)
+               through kwc without metrics (BEFORE: pass the commit this
+               branch started from, --baseline-commit) and with them (--kwc,
+               scraped every second meanwhile, as a Prometheus would), in
+               one run, ABBA order, each cell the mean of its two runs:
+               deliveries/s, kwc CPU per delivery, p99, and the difference
+               in % (target: within 2 %). bench/results/metrics.md.
 """
 import argparse
 import datetime
@@ -955,6 +964,76 @@ def bench_watch_tls(args):
                 "events at 100/s")
 
 
+def bench_metrics(args):
+    """Fan-out with and without the metrics counters (BEFORE = the commit
+    before them): deliveries/s and kwc CPU per delivery, ABBA, same run."""
+    import json
+    import threading
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    counts = [int(x) for x in args.watchers.split(",")]
+    base, after = Variant("before (no metrics)", args.baseline_kwc, False), Variant("after (metrics)", args.kwc, False)
+    servers = {}
+    rows = []
+    try:
+        for v, tag in ((base, "metrics-before"), (after, "metrics-after")):
+            servers[v.label] = Kwc(args, env, v, tag, optional=(("--max-connections", max(counts) + 1000),))
+        stop_scrape = threading.Event()
+        scrapes = [0, 0]
+
+        def scraper():
+            k = servers[after.label]
+            while not stop_scrape.wait(1.0):
+                try:
+                    st, body = k.get("/metrics", timeout=10)
+                    scrapes[0] += st == 200
+                    scrapes[1] = len(body)
+                except OSError:
+                    pass
+        th = threading.Thread(target=scraper, daemon=True)
+        th.start()
+        try:
+            for n in counts:
+                got = {base.label: [], after.label: []}
+                for v in (base, after, after, base):  # ABBA: drift over the run hits both alike
+                    k = servers[v.label]
+                    rv = env.stats()["rv"]
+                    env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+                    p = fanout(args, k.port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+                    try:
+                        r = fanout_measure(p, k.pid)
+                    finally:
+                        env.sim("POST", "/apisim/churn", {"rate": 0})
+                    got[v.label].append(r)
+                    print(json.dumps({"watchers": n, "server": v.label, "per_s": r["per_s"], "cpu": r["cpu"],
+                                      "p99_ms": r["p99_ms"]}), flush=True)
+                mean = {}
+                for label, rs in got.items():
+                    per_s = sum(r["per_s"] for r in rs) / len(rs)
+                    us = sum(r["cpu"] / max(r["per_s"], 1) * 1e6 for r in rs) / len(rs)
+                    p99 = sum(r["p99_ms"] for r in rs) / len(rs)
+                    mean[label] = (per_s, us, p99)
+                b, a = mean[base.label], mean[after.label]
+                for label, (per_s, us, p99) in mean.items():
+                    diff = "-" if label == base.label else "%+.1f%% / %+.1f%%" % (
+                        100 * (per_s - b[0]) / max(b[0], 1), 100 * (us - b[1]) / max(b[1], 1e-9))
+                    rows.append([n, label, "%.0f" % per_s, "%.2f" % us, "%.1f" % p99, diff,
+                                 "within 2 %" if label == after.label else "-"])
+                    print(rows[-1], flush=True)
+        finally:
+            stop_scrape.set()
+            th.join(15)
+        note = "after scraped every second (%d scrapes of ~%d KB)" % (scrapes[0], scrapes[1] // 1024)
+    finally:
+        for k in servers.values():
+            k.stop()
+        env.close()
+    save("metrics", table("Fan-out with and without metrics, 1 KiB events at 100/s (fanout.c), ABBA, mean of two "
+                          "runs per cell; %s" % note,
+                          ["watchers", "server", "deliveries/s", "kwc CPU us/delivery", "p99 ms",
+                           "vs before: deliveries/s / CPU per delivery", "target"], rows))
+
+
 def tlsprobe(args, n):
     """bench/tlsprobe: OpenSSL's own heap per idle server connection."""
     import json
@@ -1726,8 +1805,8 @@ def bench_protobuf(args):
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris"}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics"}
 
 
 def main():
@@ -1777,7 +1856,7 @@ def main():
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
-    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf"} & set(names) else set()
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]

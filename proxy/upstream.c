@@ -32,6 +32,7 @@
 #include "kwc/base.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
+#include "kwc/metrics.h"
 
 #define UP_MAGIC 0x75706331u   /* "upc1" */
 #define XFER_MAGIC 0x75707831u /* "upx1" */
@@ -56,6 +57,8 @@ struct up_xfer {
     size_t nhdrs;
     char errbuf[CURL_ERROR_SIZE];
     TAILQ_ENTRY(up_xfer) pending; /* on c->to_add or c->to_cancel */
+    unsigned method_i;  /* up_method_names */
+    uint64_t t0_ns;     /* started (CLOCK_MONOTONIC) */
 };
 TAILQ_HEAD(xfer_list, up_xfer);
 
@@ -73,6 +76,7 @@ struct up_client {
     int depth;          /* > 0 while inside curl */
     struct xfer_list to_add, to_cancel;
     struct up_stats stats;
+    struct up_metrics m;
 };
 
 struct sock {
@@ -159,10 +163,23 @@ on_curl_timer(CURLM *m, long timeout_ms, void *userp)
 
 /* ---- transfer lifecycle ---- */
 
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void
 xfer_free(struct up_xfer *x)
 {
     struct up_client *c = x->c;
+    /* every transfer ends here once: counted by method and code */
+    unsigned code = x->headers_done && x->status >= 100 && x->status <= 599
+                        ? (unsigned)x->status - 100
+                        : x->cancelled && !x->done ? UP_CODE_CANCELLED : UP_CODE_ERROR;
+    c->m.requests[x->method_i][code]++;
     if (x->h) {
         if (x->added)
             curl_multi_remove_handle(c->multi, x->h);
@@ -312,6 +329,8 @@ on_header_line(char *p, size_t size, size_t n, void *arg)
         if (x->status < 200)
             return len; /* 100 Continue and friends: the real head follows */
         x->headers_done = true;
+        metrics_hist_observe(&x->c->m.latency[x->method_i],
+                             (double)(mono_ns() - x->t0_ns) / 1e9);
         if (x->hdr_timer)
             evtimer_del(x->hdr_timer);
         if (x->cbs->on_headers(x->arg, x->status, x->hdrs, x->nhdrs) != 0 || x->cancelled)
@@ -539,6 +558,8 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
         c->bearer = xasprintf("Authorization: Bearer %s", k->token);
     refresh_bearer(c);
 
+    for (size_t i = 0; i < UP_NMETHODS; i++)
+        metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
     c->multi = curl_multi_init();
     c->timer = evtimer_new(base, on_timer, c);
     curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
@@ -565,6 +586,8 @@ up_client_free(struct up_client *c)
         xfer_free(x);
     }
     curl_multi_cleanup(c->multi);
+    for (size_t i = 0; i < UP_NMETHODS; i++)
+        metrics_hist_fini(&c->m.latency[i]);
     event_free(c->timer);
     free(c->url_base);
     free(c->connect_to);
@@ -585,6 +608,15 @@ up_client_stats(const struct up_client *c, struct up_stats *out)
     *out = c->stats;
 }
 
+const char *const up_method_names[UP_NMETHODS] = {"GET",    "HEAD",    "POST", "PUT",
+                                                  "PATCH", "DELETE", "OPTIONS", "other"};
+
+const struct up_metrics *
+up_client_metrics(const struct up_client *c)
+{
+    return &c->m;
+}
+
 static struct curl_blob
 blob(const unsigned char *p, size_t n)
 {
@@ -603,6 +635,11 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     x->c = c;
     x->cbs = cbs;
     x->arg = arg;
+    x->t0_ns = mono_ns();
+    x->method_i = UP_NMETHODS - 1;
+    for (unsigned i = 0; i + 1 < UP_NMETHODS; i++)
+        if (strcmp(r->method, up_method_names[i]) == 0)
+            x->method_i = i;
     x->h = curl_easy_init();
     CURL *h = x->h;
     char *url = xasprintf("%s%s", c->url_base, r->target);
