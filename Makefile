@@ -8,9 +8,12 @@
 #   make asan       ASan+UBSan build in build/asan and the unit tests under it
 #   make fuzz       libFuzzer targets (clang) in build/fuzz
 #   make deps       install Debian/npm packages (as root) or say how
+#   make image      container image from the Dockerfile (podman; CONTAINER=buildah|docker)
+#   make image-test build the image and run it as the Deployment does (part of make test)
 #   make check-layering   cache/ must not do I/O
 # Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
-# PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen).
+# PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen),
+# IMAGE=name:tag and CONTAINER=podman|buildah|docker for make image.
 
 CC ?= gcc
 PROTOC_C ?= protoc-c
@@ -71,7 +74,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-.PHONY: all deps deps-test deps-bench test unit integration integration-tls integration-checked run bench asan \
+.PHONY: all deps deps-test deps-bench image image-test test unit integration integration-tls integration-checked run bench asan \
         fuzz fuzz-smoke clean \
         check-layering
 .DEFAULT_GOAL := all
@@ -84,6 +87,29 @@ deps-test:
 	$(Q)tests/lib/deps.sh test
 deps-bench:
 	$(Q)tests/lib/deps.sh bench
+
+# The container image (Dockerfile: bookworm build stage, bookworm-slim runtime,
+# non-root). podman is Debian's container tool (tests/lib/deps.sh image installs
+# it); buildah and docker take the same arguments. --network host: the RUN
+# steps only fetch Debian packages, and a rootful podman then needs no CNI
+# bridge or iptables.
+# IMAGE_BUILD_ARGS: more build flags (--build-arg DEBIAN_IMAGE=..., --ulimit ...).
+KWC_VERSION := $(shell sed -n 's/^\#define KWC_VERSION "\(.*\)"/\1/p' proxy/main.c)
+CONTAINER ?= podman
+IMAGE ?= kwc:$(KWC_VERSION)
+IMAGE_BUILD_ARGS ?=
+image:
+ifeq ($(notdir $(firstword $(CONTAINER))),podman)
+	$(Q)tests/lib/deps.sh image
+endif
+	$(Q)$(CONTAINER) build --network host $(IMAGE_BUILD_ARGS) -f Dockerfile -t $(IMAGE) .
+
+# Builds the image with podman and runs it like the Deployment does
+# (tests/image/test_image.py; see there for what this machine needs).
+image-test:
+	$(Q)tests/lib/deps.sh image-test
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)KWC_BIN=$(abspath $(BUILD)/kwc) $(PYTHON) tests/image/test_image.py
 
 $(BUILD)/kwc: $(LIB_OBJ) $(MAIN_OBJ)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -127,7 +153,7 @@ integration-tls: $(BUILD)/kwc
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
-IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_
+IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_ 22_
 IT_SAN_TLS ?= 05_ 08_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:
@@ -147,6 +173,7 @@ test:
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
 	$(Q)$(PYTHON) tests/apisim/test_apisim.py
+	$(Q)$(MAKE) --no-print-directory image-test
 	$(Q)$(MAKE) --no-print-directory integration
 	$(Q)$(MAKE) --no-print-directory integration-tls
 	$(Q)$(MAKE) --no-print-directory integration-checked

@@ -10,8 +10,12 @@
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
+ *          [--protobuf]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
+ * --protobuf: the streams ask for protobuf (Accept: application/vnd.kubernetes.
+ * protobuf, application/json) and the stamp is read from the annotation's
+ * protobuf map entry (key bytes, value tag, length byte, digits).
  * --nodes K: stream i adds fieldSelector=spec.nodeName=node-(i % K) (the
  * kubelet pattern). --token-file FILE: one bearer token per line; stream i
  * sends `Authorization: Bearer <line i % n>` (each watcher its own identity;
@@ -65,10 +69,15 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char MARK[] = "\"apisim.kwc.dev/written-at\":\"";
-#define MARKLEN (sizeof(MARK) - 1)
-#define NUMMAX 24 /* digits and the closing quote */
-#define TAILMAX (MARKLEN + NUMMAX)
+/* The stamp in JSON, and in protobuf (the annotation's map entry: the key's
+ * bytes, then the value's tag and one length byte, then the digits). */
+static const char MARK_JSON[] = "\"apisim.kwc.dev/written-at\":\"";
+static const char MARK_PB[] = "apisim.kwc.dev/written-at\x12";
+static const char *MARK = MARK_JSON;
+static size_t MARKLEN = sizeof(MARK_JSON) - 1;
+static size_t mark_skip; /* bytes between the mark and the digits */
+#define NUMMAX 24 /* digits and the byte after them */
+#define TAILMAX (sizeof(MARK_JSON) - 1 + NUMMAX)
 #define RBUF (256 * 1024)
 
 struct conn {
@@ -174,8 +183,13 @@ scan(struct conn *c, char *buf, size_t len, uint64_t now)
             c->ntail = (unsigned char)keep;
             return;
         }
-        size_t at = (size_t)(m - buf) + MARKLEN;
-        char *q = memchr(buf + at, '"', len - at < NUMMAX ? len - at : NUMMAX);
+        size_t at = (size_t)(m - buf) + MARKLEN + mark_skip;
+        char *q = NULL;
+        for (size_t e = at; e < len && e - at < NUMMAX; e++)
+            if (buf[e] < '0' || buf[e] > '9') {
+                q = buf + e; /* the closing quote, or the protobuf field after the value */
+                break;
+            }
         if (!q) {
             size_t keep = len - (size_t)(m - buf);
             if (keep > TAILMAX) { /* not a stamp we understand: skip it */
@@ -532,9 +546,12 @@ open_some(evutil_socket_t fd, short what, void *arg)
         char req[2048], sel[64] = "";
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
-        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s\r\n", path, sel,
-                           ntokens ? "Authorization: Bearer " : "", ntokens ? tokens[next % ntokens] : "",
-                           ntokens ? "\r\n" : "");
+        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s%s\r\n", path,
+                           sel, ntokens ? "Authorization: Bearer " : "",
+                           ntokens ? tokens[next % ntokens] : "", ntokens ? "\r\n" : "",
+                           MARK == MARK_PB ? "Accept: application/vnd.kubernetes.protobuf, "
+                                             "application/json\r\n"
+                                           : "");
         if (len < 0 || len >= (int)sizeof req) {
             fprintf(stderr, "fanout: the request of stream %d is over %zu bytes\n", next, sizeof req);
             exit(1);
@@ -666,6 +683,12 @@ main(int argc, char **argv)
             tls = true;
             continue;
         }
+        if (!strcmp(a, "--protobuf")) {
+            MARK = MARK_PB;
+            MARKLEN = sizeof(MARK_PB) - 1;
+            mark_skip = 1;
+            continue;
+        }
         if (!v)
             goto usage;
         i++;
@@ -762,7 +785,7 @@ main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S] | "
+                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S] [--protobuf] | "
                     "[--etcd-prefix KEY]\n");
     return 2;
 }

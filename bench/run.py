@@ -56,6 +56,15 @@ a flag it needs says "n/a (flag unsupported: ...)".
                reviews that reached apisim and the time until all were
                answered, then the same burst again (cached). All in
                bench/results/auth.md.
+
+  metrics      the cost of /metrics on the fan-out path: 1 KiB events at
+               100/s to --watchers watchers (bench/fanout.c, as in watch)
+               through kwc without metrics (BEFORE: pass the commit this
+               branch started from, --baseline-commit) and with them (--kwc,
+               scraped every second meanwhile, as a Prometheus would), in
+               one run, ABBA order, each cell the mean of its two runs:
+               deliveries/s, kwc CPU per delivery, p99, and the difference
+               in % (target: within 2 %). bench/results/metrics.md.
 """
 import argparse
 import datetime
@@ -184,12 +193,12 @@ def rss_sampler(pid, stop, out):
         stop.wait(0.02)
 
 
-def curl_lists(port, path, conc, per_client, cacert=None):
+def curl_lists(port, path, conc, per_client, cacert=None, accept="application/json"):
     """conc curl processes, each reading per_client lists in sequence. Returns
     (wall seconds, total bytes, [seconds per list]). cacert: over https,
     verifying the server against that CA."""
     url = "%s://127.0.0.1:%d%s" % ("https" if cacert else "http", port, path)
-    cmd = ["curl", "-s", "-A", "kwc-bench", "-H", "Accept: application/json",
+    cmd = ["curl", "-s", "-A", "kwc-bench", "-H", "Accept: " + accept,
            "-w", "%{http_code} %{time_total} %{size_download}\n"] + (["--cacert", cacert] if cacert else [])
     for _ in range(per_client):
         cmd += ["-o", "/dev/null", url]
@@ -327,7 +336,7 @@ def bench_cache(args):
 
 
 def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False,
-           token_file=None, warmup=2, deadline=0):
+           token_file=None, warmup=2, deadline=0, protobuf=False):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
             "--seconds", str(seconds or args.duration), "--warmup", str(warmup)]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
@@ -341,6 +350,8 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv += ["--token-file", token_file]
     if deadline:
         argv += ["--deadline", str(deadline)]
+    if protobuf:
+        argv.append("--protobuf")
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -951,6 +962,76 @@ def bench_watch_tls(args):
                          "kwc CPU us/delivery", "client CPU", "kwc RssAnon MB", "target"], rows))
     plot_fanout(plot, "front-watch-latency", "Watch fan-out through kwc before/after, plaintext and TLS: 1 KiB "
                 "events at 100/s")
+
+
+def bench_metrics(args):
+    """Fan-out with and without the metrics counters (BEFORE = the commit
+    before them): deliveries/s and kwc CPU per delivery, ABBA, same run."""
+    import json
+    import threading
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    counts = [int(x) for x in args.watchers.split(",")]
+    base, after = Variant("before (no metrics)", args.baseline_kwc, False), Variant("after (metrics)", args.kwc, False)
+    servers = {}
+    rows = []
+    try:
+        for v, tag in ((base, "metrics-before"), (after, "metrics-after")):
+            servers[v.label] = Kwc(args, env, v, tag, optional=(("--max-connections", max(counts) + 1000),))
+        stop_scrape = threading.Event()
+        scrapes = [0, 0]
+
+        def scraper():
+            k = servers[after.label]
+            while not stop_scrape.wait(1.0):
+                try:
+                    st, body = k.get("/metrics", timeout=10)
+                    scrapes[0] += st == 200
+                    scrapes[1] = len(body)
+                except OSError:
+                    pass
+        th = threading.Thread(target=scraper, daemon=True)
+        th.start()
+        try:
+            for n in counts:
+                got = {base.label: [], after.label: []}
+                for v in (base, after, after, base):  # ABBA: drift over the run hits both alike
+                    k = servers[v.label]
+                    rv = env.stats()["rv"]
+                    env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+                    p = fanout(args, k.port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+                    try:
+                        r = fanout_measure(p, k.pid)
+                    finally:
+                        env.sim("POST", "/apisim/churn", {"rate": 0})
+                    got[v.label].append(r)
+                    print(json.dumps({"watchers": n, "server": v.label, "per_s": r["per_s"], "cpu": r["cpu"],
+                                      "p99_ms": r["p99_ms"]}), flush=True)
+                mean = {}
+                for label, rs in got.items():
+                    per_s = sum(r["per_s"] for r in rs) / len(rs)
+                    us = sum(r["cpu"] / max(r["per_s"], 1) * 1e6 for r in rs) / len(rs)
+                    p99 = sum(r["p99_ms"] for r in rs) / len(rs)
+                    mean[label] = (per_s, us, p99)
+                b, a = mean[base.label], mean[after.label]
+                for label, (per_s, us, p99) in mean.items():
+                    diff = "-" if label == base.label else "%+.1f%% / %+.1f%%" % (
+                        100 * (per_s - b[0]) / max(b[0], 1), 100 * (us - b[1]) / max(b[1], 1e-9))
+                    rows.append([n, label, "%.0f" % per_s, "%.2f" % us, "%.1f" % p99, diff,
+                                 "within 2 %" if label == after.label else "-"])
+                    print(rows[-1], flush=True)
+        finally:
+            stop_scrape.set()
+            th.join(15)
+        note = "after scraped every second (%d scrapes of ~%d KB)" % (scrapes[0], scrapes[1] // 1024)
+    finally:
+        for k in servers.values():
+            k.stop()
+        env.close()
+    save("metrics", table("Fan-out with and without metrics, 1 KiB events at 100/s (fanout.c), ABBA, mean of two "
+                          "runs per cell; %s" % note,
+                          ["watchers", "server", "deliveries/s", "kwc CPU us/delivery", "p99 ms",
+                           "vs before: deliveries/s / CPU per delivery", "target"], rows))
 
 
 def tlsprobe(args, n):
@@ -1615,13 +1696,117 @@ def bench_auth(args):
 # The full run's sizes: results are saved (and plots drawn) only at these.
 FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
-        "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000}
+        "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000}
 # --small: every scenario in well under a minute, to check the script itself.
+PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
+
+
+def pb_served(env, hdr):
+    """kwc answers ?resourceVersion=0 of pods itself in the encoding hdr asks
+    for (apisim saw no list for it)."""
+    def lists():
+        return sum(v for k, v in env.stats()["requests"].items() if k == "list pods")
+    n = lists()
+    st, _, b = http_request(env.kwc.port, "GET", "/api/v1/pods?resourceVersion=0&limit=1",
+                            headers={"Accept": hdr}, timeout=120)
+    return st == 200 and lists() == n
+
+
+def data_mb(env):
+    """Disk blocks the LMDB file holds (it is sparse up to the map size)."""
+    st = os.stat(os.path.join(env.dir, "data", "data.mdb"))
+    return st.st_blocks * 512 / 1e6
+
+
+def upstream_watches(env):
+    """Watches open on apisim, by encoding (apisim's own count)."""
+    st = env.stats()
+    w = st.get("watches_open") or {}
+    return ", ".join("%s %s" % (enc, n) for enc, n in sorted((w.get("pods") or {}).items())) or "?"
+
+
+def bench_protobuf(args):
+    """Issue 13: the protobuf cache next to the JSON one, same run: the kubelet
+    pattern, RV=0 lists, and what the second encoding costs."""
+    import threading
+    pods = args.pods
+    env = Env(apisim_args=["--nodes", "5000", "--history", "2000000"],
+              kwc_args=["--resources", "v1/pods", "--log-level", "warn", "--protobuf-resources", "none"],
+              kwc_bin=args.kwc, start_kwc=False)
+    rows, lrows, krows = [], [], []
+    try:
+        env.sim("POST", "/apisim/seed", {"resource": "pods", "count": pods, "namespaces": 10,
+                                         "nodes": 5000, "size": 1000})
+        # -- what the second encoding costs: JSON only, then both
+        env.start_kwc()
+        wait_for(lambda: pb_served(env, "application/json"), 600, "the JSON cache")
+        time.sleep(1)  # quiet: let the last commit and the page cache settle
+        disk_json, anon_json = data_mb(env), rss_kib(env.kwc.pid(), "RssAnon") / 1024
+        env.kwc.stop()
+        env.kwc_args = ["--resources", "v1/pods", "--log-level", "info", "--protobuf-resources", "v1/pods"]
+        t0 = time.monotonic()
+        env.start_kwc()
+        wait_for(lambda: pb_served(env, PB_ACCEPT), 600, "the protobuf cache")
+        t_pb = time.monotonic() - t0
+        time.sleep(1)
+        disk_both, anon_both = data_mb(env), rss_kib(env.kwc.pid(), "RssAnon") / 1024
+        m = re.search(r"synced (\d+) objects \(([\d.]+) MB\)[^\n]*protobuf|protobuf[^\n]*synced (\d+) objects \(([\d.]+) MB\)",
+                      env.kwc.logs(200))
+        pb_mb = (m.group(2) or m.group(4)) if m else "?"
+        rows.append(["disk (LMDB blocks)", "%.0f MB" % disk_json, "%.0f MB" % disk_both,
+                     "+%.0f MB (%.0f B per pod)" % (disk_both - disk_json, (disk_both - disk_json) * 1e6 / pods)])
+        rows.append(["kwc RssAnon, idle after sync", "%.0f MB" % anon_json, "%.0f MB" % anon_both,
+                     "+%.0f MB" % (anon_both - anon_json)])
+        rows.append(["upstream bytes per full list", "-", "%s MB protobuf" % pb_mb,
+                     "protobuf cache synced %.1f s after exec (warm JSON cache)" % t_pb])
+        # -- RV=0 lists, one lister, three in a row, each encoding
+        path = "/api/v1/pods?resourceVersion=0"
+        for name, accept in (("JSON", "application/json"), ("protobuf", PB_ACCEPT)):
+            for conc, per in ((1, 3), (4, 1)):
+                stop, peak = threading.Event(), {}
+                base = rss_kib(env.kwc.pid(), "RssAnon")
+                th = threading.Thread(target=rss_sampler, args=(env.kwc.pid(), stop, peak))
+                th.start()
+                c0 = cpu_seconds(env.kwc.pid())
+                w, b, t = curl_lists(env.kwc.port, path, conc, per, accept=accept)
+                cpu = (cpu_seconds(env.kwc.pid()) - c0) / w
+                stop.set()
+                th.join()
+                lrows.append([name, conc, "%.1f MB" % (b / (conc * per) / 1e6), "%.2f" % (b / w / 1e9),
+                              "%.0f / %.0f" % (pct(t, 50) * 1000, pct(t, 99) * 1000), "%.0f%%" % (cpu * 100),
+                              "%.1f MB" % ((peak.get("RssAnon", base) - base) / 1024 / conc)])
+                print(lrows[-1], flush=True)
+        # -- the kubelet pattern, each encoding
+        for name, pb in (("JSON", False), ("protobuf", True)):
+            rv = env.stats()["rv"]
+            env.sim("POST", "/apisim/churn", {"rate": 500, "resources": ["pods"], "mix": {"update": 1.0}})
+            p = fanout(args, env.kwc.port, args.pb_kubelet, nodes=5000, protobuf=pb,
+                       path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+            try:
+                r = fanout_measure(p, env.kwc.pid())
+            finally:
+                env.sim("POST", "/apisim/churn", {"rate": 0})
+            krows.append([name, args.pb_kubelet, r["streams"], r["per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+                          "%.0f%%" % (r["cpu"] * 100), "%.0f" % r["rss_mb"], upstream_watches(env)])
+            print(krows[-1], flush=True)
+    finally:
+        env.close()
+    text = table("The kubelet pattern: node-pinned watchers (fieldSelector=spec.nodeName) over %d pods, 500 ev/s" % pods,
+                 ["encoding", "watchers", "streams", "deliveries/s", "p50 ms", "p99 ms", "max ms", "kwc CPU",
+                  "kwc RssAnon MB", "upstream watches open (pods)"], krows)
+    text += "\n" + table("RV=0 list of %d pods (~1 KiB each in JSON) from kwc's cache, curl readers" % pods,
+                         ["encoding", "listers", "bytes per list", "GB/s", "p50 / p99 ms", "kwc CPU",
+                          "kwc peak RssAnon per list"], lrows)
+    text += "\n" + table("The second encoding's cost (%d pods)" % pods,
+                         ["measure", "JSON cache only", "JSON + protobuf", "difference"], rows)
+    save("protobuf", text)
+
+
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
-         "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris"}
+         "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics"}
 
 
 def main():
@@ -1653,6 +1838,8 @@ def main():
                     help="auth: node-pinned watchers (each its own token) over --pods pods at 500 ev/s (0: skip)")
     ap.add_argument("--auth-burst", type=int, default=FULL["auth_burst"],
                     help="auth: distinct identities in the cold burst")
+    ap.add_argument("--pb-kubelet", type=int, default=FULL["pb_kubelet"],
+                    help="protobuf: node-pinned watchers in the kubelet pattern, each encoding")
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
@@ -1669,7 +1856,7 @@ def main():
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
-    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth"} & set(names) else set()
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]

@@ -512,7 +512,13 @@ struct hres {
     struct hub_batch **win;
     size_t win_head, win_n, win_cap, win_bytes;
     uint64_t win_from;
+    struct hub_res_stats *st, own_st; /* the caller's counters for it, or own_st */
 };
+
+/* A per-resource counter: written by this hub's thread only (hub.h). */
+#define RS_ADD(hr, f, n)                                                                           \
+    __atomic_store_n(&(hr)->st->f, __atomic_load_n(&(hr)->st->f, __ATOMIC_RELAXED) + (uint64_t)(n), \
+                     __ATOMIC_RELAXED)
 
 struct hub {
     struct store *st;
@@ -587,6 +593,7 @@ hres_of(struct hub *h, const struct hub_res *r)
     if (!h->res[r->id]) {
         h->res[r->id] = xcalloc(1, sizeof(struct hres));
         h->res[r->id]->r = r;
+        h->res[r->id]->st = r->id < h->o.n_res_stats ? &h->o.res_stats[r->id] : &h->res[r->id]->own_st;
     }
     return h->res[r->id];
 }
@@ -723,6 +730,7 @@ watcher_free(struct hub_watcher *w)
         st->live--;
     else if (w->mode == M_CATCHUP)
         st->lagging--;
+    RS_ADD(hr, lagging, -(int64_t)(w->mode == M_CATCHUP));
     sel_free(w->sel);
     free(w->ns);
     free(w->from);
@@ -745,6 +753,7 @@ set_mode(struct hub_watcher *w, enum mode m)
         st->live--;
     else if (w->mode == M_CATCHUP)
         st->lagging--;
+    RS_ADD(w->hr, lagging, (int64_t)(m == M_CATCHUP) - (int64_t)(w->mode == M_CATCHUP));
     w->mode = m;
     if (m == M_LIVE)
         st->live++;
@@ -795,9 +804,12 @@ deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_gro
         wake(w);
         return;
     }
-    put(w, event_blob(e, v));
+    struct hub_blob *bl = event_blob(e, v);
+    put(w, bl);
     w->last_rv = e->rv;
     h->stats.delivered++;
+    RS_ADD(w->hr, live, 1);
+    RS_ADD(w->hr, live_bytes, bl->len);
 }
 
 static void
@@ -1034,6 +1046,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
         }
         w->mode = M_CATCHUP;
         h->stats.lagging++;
+        RS_ADD(hr, lagging, 1);
         index_add(w);
         if (rc) {
             end(w, HUB_END_STORE);
@@ -1113,7 +1126,10 @@ on_initial_obj(void *arg, const struct store_obj *o)
             !sel_matches(w->sel, &v->labels, &v->fields))
             return 0;
     }
+    size_t before = c->out.len;
     enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0);
+    RS_ADD(w->hr, initial, 1);
+    RS_ADD(w->hr, initial_bytes, c->out.len - before);
     return 0;
 }
 
@@ -1141,9 +1157,12 @@ on_catchup_hist(void *arg, const struct store_hist *hh)
     size_t nsl = ns_len_of(r, hh->obj.key, hh->obj.key_len);
     enum variant v = variant_for(w, hh->type, hh->obj.key, nsl, ov, pv);
     if (v != VAR_NONE) {
+        size_t before = c->out.len;
         enc_variant(&c->out, r, hh->type, v, hh->rv, hh->obj.raw, hh->obj.raw_len, hh->prev.raw,
                     hh->prev.raw_len);
         h->stats.from_store++;
+        RS_ADD(w->hr, store, 1);
+        RS_ADD(w->hr, store_bytes, c->out.len - before);
     }
     return 0;
 }
@@ -1185,6 +1204,8 @@ pump_window(struct hub_watcher *w)
             put(w, bl);
             sent += bl->len;
             h->stats.from_window++;
+            RS_ADD(hr, window, 1);
+            RS_ADD(hr, window_bytes, bl->len);
         }
     }
     w->last_rv = hr->rv;
@@ -1233,8 +1254,10 @@ hub_pump(struct hub_watcher *w, bool *alive)
         return false;
     }
     if (w->mode == M_INITIAL && !c.more) {
-        if (w->initial_end && w->bookmarks)
+        if (w->initial_end && w->bookmarks) {
             enc_bookmark(&c.out, r, w->last_rv, true);
+            RS_ADD(w->hr, bookmarks, 1);
+        }
         free(w->from);
         w->from = NULL;
         set_mode(w, M_CATCHUP);
@@ -1293,6 +1316,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
             enc_bookmark(&b, w->hr->r, w->hr->rv, false);
             put_take(w, blob_take(&b));
             h->stats.bookmarks++;
+            RS_ADD(w->hr, bookmarks, 1);
             schedule_bookmark(w, now);
         } else {
             w->next_bm = now + 1000;
@@ -1339,4 +1363,21 @@ hub_end_name(enum hub_end e)
 #undef HUB_END_CASE
     }
     return "?";
+}
+
+void
+hub_res_stats_read(const struct hub_res_stats *s, struct hub_res_stats *out)
+{
+#define RS_READ(f) out->f = __atomic_load_n(&s->f, __ATOMIC_RELAXED)
+    RS_READ(lagging);
+    RS_READ(live);
+    RS_READ(live_bytes);
+    RS_READ(window);
+    RS_READ(window_bytes);
+    RS_READ(store);
+    RS_READ(store_bytes);
+    RS_READ(initial);
+    RS_READ(initial_bytes);
+    RS_READ(bookmarks);
+#undef RS_READ
 }

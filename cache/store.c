@@ -1535,3 +1535,22 @@ done:
         progress(arg, vf.done);
     return rc;
 }
+
+int
+store_env_info(struct store *s, struct store_env_info *out)
+{
+    MDB_envinfo ei;
+    MDB_stat st;
+    int rc = mdb_env_info(s->env, &ei);
+    if (rc == 0)
+        rc = mdb_env_stat(s->env, &st);
+    if (rc != 0)
+        return mdb_err(rc);
+    out->map_size = (uint64_t)ei.me_mapsize;
+    out->page_size = st.ms_psize;
+    /* pages in use: up to the last one written (freed pages stay in the file for reuse) */
+    out->used_bytes = ((uint64_t)ei.me_last_pgno + 1) * st.ms_psize;
+    out->readers = ei.me_numreaders;
+    out->max_readers = ei.me_maxreaders;
+    return 0;
+}

@@ -506,6 +506,8 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (log_level_parse(c->log_level_s, &c->log_level) != 0)
         return fail(err, errlen, "--log-level \"%s\": use debug, info, warn or error",
                     c->log_level_s);
+    if (log_format_parse(c->log_format_s, &c->log_format) != 0)
+        return fail(err, errlen, "--log-format \"%s\": use text or json", c->log_format_s);
     if (c->upstream && c->kubeconfig)
         return fail(err, errlen, "--upstream and --kubeconfig both given: pass only one");
     if (c->context && !c->kubeconfig)

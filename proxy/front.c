@@ -13,7 +13,13 @@
  * cache (a get, list or watch of a cached resource) is authorized with a
  * SubjectAccessReview; everything else goes upstream as the caller
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
- * and the upstream decides. /healthz, /livez and /readyz need no identity.
+ * and the upstream decides. /healthz, /livez and /readyz need no identity;
+ * /metrics is authorized as kube authorizes its own (a non-resource URL:
+ * nonResourceAttributes {path, verb}).
+ *
+ * Every request carries a record (access.h) from its head on: the stages
+ * fill in the route, the caller and the handler that took it; the HTTP
+ * server's done callback finishes it (metrics, the access log).
  * The stages that wait for the upstream park the request (a handler whose
  * on_close cancels the wait).
  *
@@ -35,12 +41,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/collect.h"
 #include "kwc/config.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
+#include "kwc/metrics.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
@@ -69,6 +78,8 @@ struct front {
     struct refl_ingest *ing;
     struct auth *auth; /* NULL: --auth none */
     bool tls;
+    struct metrics *metrics; /* /metrics */
+    struct access *access;   /* request records: metrics, the access log */
 };
 
 #define MAX_IMPERSONATE 32 /* Impersonate-* headers checked per request */
@@ -90,6 +101,7 @@ struct kreq {
     struct imp imp[MAX_IMPERSONATE];
     size_t nimp, at;
     char *imp_arena;          /* decoded Impersonate-Extra keys */
+    char nr_verb[16];         /* a non-resource request's verb (the lower-case method) */
 };
 
 static void stage_impersonate(struct kreq *k);
@@ -204,6 +216,17 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     free(text);
 }
 
+/* /metrics: the Prometheus text format (metrics.h). */
+static void
+metrics_endpoint(struct front *f, struct hreq *req)
+{
+    size_t n;
+    char *text = metrics_render(f->metrics, &n);
+    hresp_header(req, "Cache-Control", "no-cache, private");
+    hresp_simple(req, 200, METRICS_CONTENT_TYPE, text, n);
+    free(text);
+}
+
 static void
 local_endpoint(struct front *f, struct kreq *k)
 {
@@ -211,7 +234,9 @@ local_endpoint(struct front *f, struct kreq *k)
     const char *t = hreq_target(k->req, NULL);
     const char *q = strchr(t, '?');
     bool verbose = q && strstr(q, "verbose") != NULL;
-    if (strcmp(path, "/readyz") == 0)
+    if (strcmp(path, "/metrics") == 0)
+        metrics_endpoint(f, k->req);
+    else if (strcmp(path, "/readyz") == 0)
         readyz(f, k->req, verbose);
     else if (strcmp(path, "/healthz") == 0 && verbose)
         respond_text(k->req, 200, "[+]ping ok\nhealthz check passed\n");
@@ -302,6 +327,14 @@ is_local_path(const char *p)
     return strcmp(p, "/healthz") == 0 || strcmp(p, "/livez") == 0 || strcmp(p, "/readyz") == 0;
 }
 
+/* kwc's endpoint that needs an identity (authorized as kube's
+ * nonResourceURLs: ["/metrics"]). */
+static bool
+is_metrics_path(const char *p)
+{
+    return strcmp(p, "/metrics") == 0;
+}
+
 /* ---- stage: route ---- */
 
 static bool
@@ -320,14 +353,17 @@ static void
 route_request(struct front *f, struct kreq *k)
 {
     struct hreq *req = k->req;
-    if (is_local_path(k->route.path)) {
+    if (is_local_path(k->route.path) || is_metrics_path(k->route.path)) {
         answer(f, req, 0, NULL, NULL, k->route.path);
         return;
     }
     if (hreq_upgrade(req)) {
+        access_set_source(req, ACCESS_UPSTREAM);
         tunnel_start(req, &f->tun);
         return;
     }
+    /* the cache's, unless neither takes it (passthrough marks its own) */
+    access_set_source(req, ACCESS_CACHE);
     switch (watch_take(f->watch, req, &k->route)) {
     case WATCH_STREAM:
     case WATCH_ANSWERED:
@@ -423,6 +459,7 @@ on_authenticated(void *arg, int status, struct auth_user *u)
     k->caller = u;
     auth_user_ref(u);
     k->user = u;
+    access_set_user(hreq_note(k->req), u->name);
     stage_impersonate(k);
 }
 
@@ -692,6 +729,15 @@ request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
     const struct route_req *r = &k->route;
     const char *name = r->name;
     *sel = NULL;
+    if (is_metrics_path(r->path)) {
+        /* kube's RequestInfo for a non-resource URL: the path, the method in lower case */
+        size_t i = 0;
+        for (; k->method[i] && i + 1 < sizeof(k->nr_verb); i++)
+            k->nr_verb[i] = (char)tolower((unsigned char)k->method[i]);
+        k->nr_verb[i] = '\0';
+        *at = (struct auth_attrs){.resource_request = false, .verb = k->nr_verb, .path = r->path};
+        return;
+    }
     if (!name && r->q.field_selector && (r->verb == ROUTE_LIST || r->verb == ROUTE_WATCH)) {
         char *err = NULL;
         if (sel_parse(NULL, r->q.field_selector, sel, &err) == 0)
@@ -729,7 +775,7 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
 static void
 stage_authorize(struct kreq *k)
 {
-    if (!kwc_may_answer(k)) {
+    if (!kwc_may_answer(k) && !is_metrics_path(k->route.path)) {
         stage_route(k);
         return;
     }
@@ -824,11 +870,14 @@ on_request(void *arg, struct hreq *req)
     k->f = f;
     k->req = req;
     k->method = hreq_method(req);
+    struct access_rec *acc = access_begin(f->access);
+    hreq_set_note(req, acc);
 
     /* parse */
     size_t tl;
     const char *target = hreq_target(req, &tl);
     int rc = route_parse(k->method, target, tl, &k->route);
+    access_set_route(acc, k->method, rc == 0 ? &k->route : NULL, hreq_upgrade(req));
     if (rc == KWC_ETOOBIG) {
         answer(f, req, 414, NULL, "the request URI is too long", NULL);
         kreq_free(k);
@@ -851,6 +900,13 @@ on_request(void *arg, struct hreq *req)
         return;
     }
     stage_authenticate(k);
+}
+
+/* A request left the HTTP server: its record is counted and logged. */
+static void
+on_request_done(void *arg, const struct hreq_done *d, void *note)
+{
+    access_finish(note, d);
 }
 
 /* A cache left service: its watch streams end, so that their clients resume
@@ -914,6 +970,10 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     };
     f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
     f->ing = ing;
+    f->metrics = metrics_new();
+    struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
+                                 .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
+    f->access = access_new(f->metrics, &aco);
     if (cfg->auth_delegated) {
         struct auth_options ao = {
             .anonymous = cfg->anonymous_auth,
@@ -947,9 +1007,15 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
         auth_free(f->auth);
         watch_pool_free(f->watch);
         serve_free(f->serve);
+        access_free(f->access);
+        metrics_free(f->metrics);
         free(f);
         return rc;
     }
+    http_server_on_done(f->http, on_request_done, f);
+    struct collect_sources cs = {.refls = refls, .nrefls = nrefls, .st = st, .watch = f->watch,
+                                 .up = up, .auth = f->auth, .http = f->http, .access = f->access};
+    collect_register(f->metrics, &cs);
     *out = f;
     return 0;
 }
@@ -986,6 +1052,8 @@ front_free(struct front *f)
                  (unsigned long long)as.authz_denied, (unsigned long long)as.authz_errors);
     }
     auth_free(f->auth);
+    access_free(f->access);
+    metrics_free(f->metrics);
     f->magic = 0;
     free(f);
 }

@@ -107,6 +107,11 @@ struct hreq {
     struct http_header *up_hdrs;
     size_t n_up;
     char *up_arena;
+    /* what the done callback reports (hreq_done) */
+    void *note;
+    bool dispatched, taken;
+    int status;
+    uint64_t bytes, start_ns, head_ns;
 };
 
 struct hconn {
@@ -169,6 +174,8 @@ struct http_server {
     char date[40];
     struct http_server_stats stats;
     http_parser_settings ps;
+    http_done_cb on_done;
+    void *done_arg;
 };
 
 /* Connections taken from the server (watch streams on worker loops,
@@ -357,15 +364,57 @@ complete_fire(struct hreq *r)
         r->h->on_complete(r->harg);
 }
 
-/* The handler's on_close, once. */
+uint64_t
+http_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The server's done callback, then the handler's on_close: once. */
 static void
-req_closed(struct hreq *r)
+req_closed(struct hreq *r, enum hreq_end how)
 {
     if (r->closed_cb)
         return;
     r->closed_cb = true;
+    struct http_server *s = r->c->s;
+    if (r->dispatched && s->on_done) {
+        struct hreq_done d = {.method = r->method, .target = r->arena.p ? r->arena.p : "",
+                              .status = r->status, .bytes = r->bytes, .start_ns = r->start_ns,
+                              .head_ns = r->head_ns, .end_ns = http_now_ns(), .how = how};
+        void *note = r->note;
+        r->note = NULL;
+        s->on_done(s->done_arg, &d, note);
+    }
     if (r->h && r->h->on_close)
         r->h->on_close(r->harg);
+}
+
+void
+http_server_on_done(struct http_server *s, http_done_cb cb, void *arg)
+{
+    s->on_done = cb;
+    s->done_arg = arg;
+}
+
+void
+hreq_set_note(struct hreq *r, void *note)
+{
+    r->note = note;
+}
+
+void *
+hreq_note(const struct hreq *r)
+{
+    return r->note;
+}
+
+uint64_t
+hreq_start_ns(const struct hreq *r)
+{
+    return r->start_ns;
 }
 
 /* ---- parser callbacks: only record; act after execute returns ---- */
@@ -507,7 +556,7 @@ conn_reject(struct hconn *c, int code, const char *message)
     evbuffer_add(out, "\n", 1);
     free(body);
     if (c->req) {
-        req_closed(c->req);
+        req_closed(c->req, HREQ_END_CLOSED);
         req_free(c->req);
         c->req = NULL;
     }
@@ -634,6 +683,8 @@ dispatch(struct hconn *c)
     c->head_byte = false;
     event_del(c->timer);
     s->stats.requests++;
+    r->dispatched = true;
+    r->start_ns = http_now_ns();
     s->on_request(s->arg, r);
 }
 
@@ -750,7 +801,7 @@ conn_finish_req(struct hconn *c)
 {
     struct hreq *r = c->req;
     bool close = r->close_after || !r->keepalive || !r->complete;
-    req_closed(r);
+    req_closed(r, HREQ_END_DONE);
     req_free(r);
     c->req = NULL;
     c->msg_complete = false;
@@ -938,7 +989,7 @@ conn_close(struct hconn *c)
         return;
     c->state = C_DEAD;
     if (c->req)
-        req_closed(c->req);
+        req_closed(c->req, c->req->taken ? HREQ_END_TAKEN : HREQ_END_CLOSED);
     conn_unlink(c);
     event_del(c->timer);
     event_del(c->kick);
@@ -1144,6 +1195,7 @@ on_accept_error(struct evconnlistener *l, void *arg)
     int e = EVUTIL_SOCKET_ERROR();
     if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
         /* out of descriptors: stop accepting for a moment instead of spinning */
+        s->stats.accept_errors++;
         log_warnx("http: accept: %s; pausing accepts for %d ms (raise the fd limit or lower "
                   "--max-connections)",
                   strerror(e), ACCEPT_RETRY_MS);
@@ -1676,6 +1728,9 @@ hresp_start(struct hreq *r, int status, int64_t content_length)
     r->streamed_chunked = streamed && !r->http10;
     bool keep = r->keepalive && !r->close_after;
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t before = evbuffer_get_length(out);
+    r->status = status;
+    r->head_ns = http_now_ns();
     evbuffer_add_printf(out, "HTTP/1.%d %d %s\r\n", r->http10 ? 0 : 1, status, reason_phrase(status));
     if (r->head_out) {
         evbuffer_add_buffer(out, r->head_out);
@@ -1693,6 +1748,7 @@ hresp_start(struct hreq *r, int status, int64_t content_length)
     else if (r->http10)
         evbuffer_add(out, "Connection: keep-alive\r\n", 24);
     evbuffer_add(out, "\r\n", 2);
+    r->bytes += evbuffer_get_length(out) - before;
     if (!keep)
         r->close_after = true;
 }
@@ -1705,6 +1761,7 @@ hresp_write(struct hreq *r, const void *p, size_t n)
     if (c->state == C_DEAD || n == 0 || r->no_body)
         return;
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t before = evbuffer_get_length(out);
     if (r->streamed_chunked) {
         evbuffer_add_printf(out, "%zx\r\n", n);
         evbuffer_add(out, p, n);
@@ -1712,6 +1769,7 @@ hresp_write(struct hreq *r, const void *p, size_t n)
     } else {
         evbuffer_add(out, p, n);
     }
+    r->bytes += evbuffer_get_length(out) - before;
 }
 
 void
@@ -1724,6 +1782,7 @@ hresp_write_buffer(struct hreq *r, struct evbuffer *buf)
         return;
     }
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    size_t before = evbuffer_get_length(out);
     if (r->streamed_chunked) {
         evbuffer_add_printf(out, "%zx\r\n", n);
         evbuffer_add_buffer(out, buf);
@@ -1731,6 +1790,7 @@ hresp_write_buffer(struct hreq *r, struct evbuffer *buf)
     } else {
         evbuffer_add_buffer(out, buf);
     }
+    r->bytes += evbuffer_get_length(out) - before;
 }
 
 size_t
@@ -1761,8 +1821,10 @@ hresp_end(struct hreq *r)
     r->ended = true;
     if (c->state == C_DEAD)
         return;
-    if (r->streamed_chunked)
+    if (r->streamed_chunked) {
         evbuffer_add(bufferevent_get_output(c->bev), "0\r\n\r\n", 5);
+        r->bytes += 5;
+    }
     if (!r->complete)
         r->close_after = true; /* the body was not read to its end */
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
@@ -1814,7 +1876,10 @@ hreq_take_socket(struct hreq *r, struct http_taken *out)
     assert(evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 || !r->started);
     out->fd = c->fd;
     out->ssl = c->ssl;
+    out->note = r->note;
+    r->note = NULL;
     r->ended = true;
+    r->taken = true;
     atomic_fetch_add(&taken_conns, 1);
     conn_detach(c);
     return 0;
@@ -1836,7 +1901,7 @@ hreq_take_bev(struct hreq *r)
     c->fd = -1;
     c->ssl = NULL;
     c->state = C_DEAD;
-    req_closed(r);
+    req_closed(r, HREQ_END_TAKEN);
     conn_unlink(c);
     event_del(c->timer);
     event_del(c->kick);

@@ -231,6 +231,7 @@ main(int argc, char **argv)
         return 2;
     }
     log_set_level(cfg.log_level);
+    log_set_format(cfg.log_format);
     /* rand() jitters upstream retries: kwc replicas must not retry in step */
     unsigned seed;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))

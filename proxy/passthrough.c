@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kwc/access.h"
 #include "kwc/base.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
@@ -325,6 +326,7 @@ pt_start(struct hreq *req, struct up_client *up, const struct pt_options *o, boo
     p->path = xstrndup(target, strcspn(target, "?"));
     hreq_set_handler(req, &pt_handler, p);
     hresp_low_water(req, o->max_response_buffer / 4);
+    access_set_source(req, ACCESS_UPSTREAM);
 
     const struct http_header *hs, *ids;
     size_t nh = hreq_headers(req, &hs), nid = hreq_upstream_headers(req, &ids);

@@ -151,6 +151,7 @@ struct refl {
     uint64_t free_at_fail;      /* free bytes on the data dir when a write failed */
     char last_err[512];         /* why the last attempt failed, for /readyz */
     struct event *tick;
+    struct refl_counters ctr;   /* for /metrics (refl_counters) */
 };
 
 static void step(struct refl *r, int delay_ms);
@@ -504,6 +505,7 @@ start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bo
 static void
 backoff(struct refl *r, const char *why)
 {
+    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
     int base = r->backoff_ms ? r->backoff_ms : BACKOFF_MIN_MS;
     int delay = base / 2 + rand() % (base + 1); /* [0.5, 1.5] x base */
     if (delay > BACKOFF_MAX_MS)
@@ -1011,6 +1013,7 @@ on_list_done(void *arg, int err, const char *msg)
         return;
     }
     if (r->status == 410) {
+        r->ctr.expired++;
         /* the continue token expired: start the list again */
         log_warnx("cache %s: continue token expired; restarting the list", r->label);
         free(r->cont);
@@ -1100,6 +1103,8 @@ start_list(struct refl *r, bool diff)
 {
     r->state = R_LIST;
     if (!r->cont) {
+        r->ctr.lists++;
+        r->ctr.relists += r->synced || diff;
         r->diff = diff;
         diff_reset(r);
         r->listed = r->listed_bytes = 0;
@@ -1226,6 +1231,7 @@ on_watch_done(void *arg, int err, const char *msg)
         log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->label,
                  (unsigned long long)r->rv);
         ingest_commit(r->ing);
+        r->ctr.expired++;
         start_list(r, r->synced);
         return;
     }
@@ -1258,6 +1264,7 @@ start_watch(struct refl *r)
 {
     r->state = R_WATCH;
     r->got_410 = false;
+    r->ctr.watch_restarts += r->ctr.watches++ > 0;
     wframe_fini(&r->wf);
     wframe_init(&r->wf, 0);
     pb_split_fini(&r->pf);
@@ -1616,4 +1623,11 @@ refl_want(struct refl *r)
              "has synced)",
              r->label);
     refl_start(r);
+}
+
+void
+refl_counters(const struct refl *r, struct refl_counters *out)
+{
+    *out = r->ctr;
+    out->events_in = r->events_in;
 }

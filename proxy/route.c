@@ -291,8 +291,10 @@ route_negotiate(const char *accept, bool protobuf)
     }
     if (n == KWC_ARRAY_LEN(cl))
         return ROUTE_MEDIA_OTHER; /* an odd header: the upstream negotiates */
-    if (n == 0)
+    if (!accept[0])
         return ROUTE_MEDIA_JSON; /* an empty header counts as absent */
+    if (n == 0)
+        return ROUTE_MEDIA_OTHER; /* no clause goautoneg reads: kube's 406 */
     /* goautoneg's order: specific types, then type/\*, then \*\/\* (stable) */
     for (int rank = 0; rank < 3; rank++) {
         for (size_t i = 0; i < n; i++) {

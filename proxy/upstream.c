@@ -18,6 +18,9 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +32,7 @@
 #include "kwc/base.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
+#include "kwc/metrics.h"
 
 #define UP_MAGIC 0x75706331u   /* "upc1" */
 #define XFER_MAGIC 0x75707831u /* "upx1" */
@@ -53,6 +57,8 @@ struct up_xfer {
     size_t nhdrs;
     char errbuf[CURL_ERROR_SIZE];
     TAILQ_ENTRY(up_xfer) pending; /* on c->to_add or c->to_cancel */
+    unsigned method_i;  /* up_method_names */
+    uint64_t t0_ns;     /* started (CLOCK_MONOTONIC) */
 };
 TAILQ_HEAD(xfer_list, up_xfer);
 
@@ -70,6 +76,7 @@ struct up_client {
     int depth;          /* > 0 while inside curl */
     struct xfer_list to_add, to_cancel;
     struct up_stats stats;
+    struct up_metrics m;
 };
 
 struct sock {
@@ -156,10 +163,23 @@ on_curl_timer(CURLM *m, long timeout_ms, void *userp)
 
 /* ---- transfer lifecycle ---- */
 
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void
 xfer_free(struct up_xfer *x)
 {
     struct up_client *c = x->c;
+    /* every transfer ends here once: counted by method and code */
+    unsigned code = x->headers_done && x->status >= 100 && x->status <= 599
+                        ? (unsigned)x->status - 100
+                        : x->cancelled && !x->done ? UP_CODE_CANCELLED : UP_CODE_ERROR;
+    c->m.requests[x->method_i][code]++;
     if (x->h) {
         if (x->added)
             curl_multi_remove_handle(c->multi, x->h);
@@ -309,6 +329,8 @@ on_header_line(char *p, size_t size, size_t n, void *arg)
         if (x->status < 200)
             return len; /* 100 Continue and friends: the real head follows */
         x->headers_done = true;
+        metrics_hist_observe(&x->c->m.latency[x->method_i],
+                             (double)(mono_ns() - x->t0_ns) / 1e9);
         if (x->hdr_timer)
             evtimer_del(x->hdr_timer);
         if (x->cbs->on_headers(x->arg, x->status, x->hdrs, x->nhdrs) != 0 || x->cancelled)
@@ -411,6 +433,83 @@ refresh_bearer(struct up_client *c)
     free(tok);
 }
 
+/* ---- credentials checked at start ---- */
+
+/* OpenSSL's last error as text ("" when none). */
+static const char *
+ssl_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    return r ? r : "not PEM";
+}
+
+/*
+ * The kubeconfig's CA, client certificate and key, read as libcurl will read
+ * them, so that a broken file is one clear error at start instead of an
+ * OpenSSL message on every request ("unable to set private key file: memory
+ * blob"): the certificate and key must parse and belong together.
+ */
+static int
+check_tls_material(const struct kcfg *k, char *err, size_t errlen)
+{
+    int rc = 0;
+    X509 *cert = NULL;
+    EVP_PKEY *key = NULL;
+    BIO *b;
+    ERR_clear_error();
+    if (k->ca_pem) {
+        b = BIO_new_mem_buf(k->ca_pem, (int)k->ca_pem_len);
+        X509 *ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        if (!ca) {
+            snprintf(err, errlen, "the certificate-authority data in KUBECONFIG is not a PEM certificate (%s)",
+                     ssl_reason());
+            return KWC_ECONFIG;
+        }
+        X509_free(ca);
+    }
+    if (!k->cert_pem && !k->key_pem)
+        return 0;
+    if (!k->cert_pem || !k->key_pem) {
+        snprintf(err, errlen, "KUBECONFIG has a client %s but no client %s: give both "
+                 "client-certificate(-data) and client-key(-data), or neither",
+                 k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
+        return KWC_ECONFIG;
+    }
+    b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
+    cert = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!cert) {
+        snprintf(err, errlen, "the client certificate in KUBECONFIG is not a PEM certificate (%s)",
+                 ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
+    key = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!key) {
+        snprintf(err, errlen, "the client key in KUBECONFIG is not a PEM private key (%s; an encrypted "
+                 "key is not supported)", ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        char subj[256] = "";
+        X509_NAME_oneline(X509_get_subject_name(cert), subj, sizeof(subj));
+        snprintf(err, errlen, "the client key in KUBECONFIG does not match its client certificate "
+                 "(%s): give the key the certificate was issued for",
+                 subj);
+        rc = KWC_ECONFIG;
+    }
+out:
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    ERR_clear_error();
+    return rc;
+}
+
 /* ---- public API ---- */
 
 int
@@ -430,6 +529,9 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
                  k->server ? k->server : "");
         return KWC_ECONFIG;
     }
+    int rc = check_tls_material(k, err, errlen);
+    if (rc)
+        return rc;
     struct up_client *c = xcalloc(1, sizeof(*c));
     c->magic = UP_MAGIC;
     c->base = base;
@@ -456,6 +558,8 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
         c->bearer = xasprintf("Authorization: Bearer %s", k->token);
     refresh_bearer(c);
 
+    for (size_t i = 0; i < UP_NMETHODS; i++)
+        metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
     c->multi = curl_multi_init();
     c->timer = evtimer_new(base, on_timer, c);
     curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
@@ -482,6 +586,8 @@ up_client_free(struct up_client *c)
         xfer_free(x);
     }
     curl_multi_cleanup(c->multi);
+    for (size_t i = 0; i < UP_NMETHODS; i++)
+        metrics_hist_fini(&c->m.latency[i]);
     event_free(c->timer);
     free(c->url_base);
     free(c->connect_to);
@@ -502,6 +608,15 @@ up_client_stats(const struct up_client *c, struct up_stats *out)
     *out = c->stats;
 }
 
+const char *const up_method_names[UP_NMETHODS] = {"GET",    "HEAD",    "POST", "PUT",
+                                                  "PATCH", "DELETE", "OPTIONS", "other"};
+
+const struct up_metrics *
+up_client_metrics(const struct up_client *c)
+{
+    return &c->m;
+}
+
 static struct curl_blob
 blob(const unsigned char *p, size_t n)
 {
@@ -520,6 +635,11 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     x->c = c;
     x->cbs = cbs;
     x->arg = arg;
+    x->t0_ns = mono_ns();
+    x->method_i = UP_NMETHODS - 1;
+    for (unsigned i = 0; i + 1 < UP_NMETHODS; i++)
+        if (strcmp(r->method, up_method_names[i]) == 0)
+            x->method_i = i;
     x->h = curl_easy_init();
     CURL *h = x->h;
     char *url = xasprintf("%s%s", c->url_base, r->target);

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kwc/access.h"
 #include "kwc/base.h"
 #include "kwc/http.h"
 #include "kwc/hub.h"
@@ -147,6 +148,7 @@ struct worker {
     bool stopping;
     struct hub_stats stats; /* published under mu after each round */
     _Atomic unsigned long long started, ended;
+    struct hub_res_stats *rstats; /* per resource, written by this worker's hub (hub.h) */
 };
 
 /* One resource as the writer loop tracks it. */
@@ -192,6 +194,8 @@ struct wconn {
     uint64_t posted_rv;
     int64_t timeout_s;
     uint64_t seed;
+    struct access_rec *acc; /* the request's record, finished when the stream ends */
+    uint64_t pushed;        /* bytes queued over the stream's life */
 };
 
 static uint64_t
@@ -220,6 +224,7 @@ q_push(struct wconn *c, struct qent ent)
     }
     q->e[(q->head + q->n++) % q->cap] = ent;
     q->bytes += qent_bytes(&ent);
+    c->pushed += qent_bytes(&ent);
 }
 
 /* The first entry was sent (or is dropped). */
@@ -397,6 +402,7 @@ static void
 conn_free(struct wconn *c)
 {
     struct worker *wk = c->wk;
+    access_stream_end(c->acc, c->pushed - conn_queued(c));
     if (c->hw) {
         hub_unwatch(c->hw);
         c->hw = NULL;
@@ -1067,6 +1073,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     }
     c->fd = tk.fd;
     c->ssl = tk.ssl;
+    c->acc = access_stream(tk.note, req, 200);
     if (r->namespace_ && d->namespaced) {
         /* the namespace must outlive the route request: keep a copy after the head */
         size_t hl = strlen(c->head), nl = strlen(r->namespace_);
@@ -1121,6 +1128,9 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
             abort_msg("watch: cannot create worker loop", errno);
         pthread_mutex_init(&wk->mu, NULL);
         wk->tail = &wk->head;
+        wk->rstats = xcalloc(nrefls ? nrefls : 1, sizeof(*wk->rstats));
+        ho.res_stats = wk->rstats;
+        ho.n_res_stats = nrefls;
         wk->hub = hub_new(st, &ho);
         wk->wake_ev = event_new(wk->base, wk->efd, EV_READ | EV_PERSIST, on_wake, wk);
         wk->pump_ev = event_new(wk->base, -1, 0, on_pump, wk);
@@ -1163,6 +1173,7 @@ watch_pool_free(struct watch_pool *p)
         event_base_free(wk->base);
         close(wk->efd);
         pthread_mutex_destroy(&wk->mu);
+        free(wk->rstats);
     }
     for (size_t i = 0; i < p->nres; i++) {
         hub_res_free(p->res[i].hr);
@@ -1190,4 +1201,27 @@ watch_stats(struct watch_pool *p, struct watch_stats *out)
         pthread_mutex_unlock(&wk->mu);
     }
     out->batches = p->batches;
+}
+
+void
+watch_res_stats(struct watch_pool *p, size_t i, struct watch_res_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (i >= p->nres)
+        return;
+    for (unsigned k = 0; k < p->nw; k++) {
+        struct hub_res_stats s;
+        hub_res_stats_read(&p->w[k].rstats[i], &s);
+        out->watchers += atomic_load_explicit(&p->res[i].count[k], memory_order_relaxed);
+        out->hub.lagging += s.lagging;
+        out->hub.live += s.live;
+        out->hub.live_bytes += s.live_bytes;
+        out->hub.window += s.window;
+        out->hub.window_bytes += s.window_bytes;
+        out->hub.store += s.store;
+        out->hub.store_bytes += s.store_bytes;
+        out->hub.initial += s.initial;
+        out->hub.initial_bytes += s.initial_bytes;
+        out->hub.bookmarks += s.bookmarks;
+    }
 }

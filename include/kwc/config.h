@@ -39,6 +39,11 @@
       "namespaces, persistentvolumes, persistentvolumeclaims)")                                    \
     X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")          \
     X("log-level", log_level_s, STR, "info", "LEVEL", "debug, info, warn or error")                \
+    X("log-format", log_format_s, STR, "text", "FORMAT",                                           \
+      "text (one line per event) or json (one JSON object per line: time, level, msg, fields)")    \
+    X("access-log", access_log, BOOL, "false", "",                                                 \
+      "log one line per request (method, path, user, code, bytes, duration, source) at info; "     \
+      "--log-level debug logs them too")                                                           \
     X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")       \
     X("upstream-connect-timeout", upstream_connect_timeout, INT, "5", "SECONDS",                   \
       "time allowed to connect to the upstream")                                                   \
@@ -131,6 +136,7 @@ struct kwc_config {
 #undef CFG_FIELD_INT
 #undef CFG_FIELD_BOOL
     enum log_level log_level;
+    enum log_format log_format;
     /*
      * Resolved from listen, in the order to bind: one address for an IP
      * literal, 0.0.0.0 then [::] for ":PORT" (bind [::] with IPV6_V6ONLY),

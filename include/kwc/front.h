@@ -5,7 +5,7 @@
  *
  *   parse (route.h) -> Host check -> authenticate -> authorize -> route -> respond
  *
- * Routes: kwc's own endpoints (/healthz, /livez, /readyz), upgrade tunnels
+ * Routes: kwc's own endpoints (/healthz, /livez, /readyz, /metrics), upgrade tunnels
  * (exec/attach/port-forward), cached lists and gets (serve.h), and
  * passthrough to the upstream for everything else.
  */

@@ -103,6 +103,7 @@ struct http_server_stats {
     unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests,
         header_timeouts, idle_timeouts, requests, tls_reloads;
     unsigned long long taken; /* connections taken (watch streams, tunnels), still open */
+    unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
 };
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
@@ -223,8 +224,12 @@ bool hresp_started(const struct hreq *r);
 struct http_taken {
     int fd;   /* non-blocking; the taker closes it */
     SSL *ssl; /* NULL for plaintext; the taker frees it */
+    void *note; /* the request's note (hreq_set_note), now the taker's: no
+                   http_done_cb runs for it (the taker reports the request's end) */
 };
 int hreq_take_socket(struct hreq *r, struct http_taken *out);
+/* (r itself, and its head, stay readable until the loop callback that took
+ * the socket returns: the server frees it from its next turn.) */
 
 /*
  * Take the connection's bufferevent (plain or OpenSSL) for an Upgrade
@@ -240,5 +245,44 @@ struct bufferevent *hreq_take_bev(struct hreq *r);
 void http_bev_free(struct bufferevent *bev);
 /* A socket taken with hreq_take_socket has been closed. Thread-safe. */
 void http_taken_release(void);
+
+/* ---- when a request leaves the server (metrics, the access log) ---- */
+
+/*
+ * The front end attaches a note of its own to each request (who asked, what
+ * it addressed, which handler took it); the server completes the picture
+ * with what only it sees — the status, the bytes, the times — and hands
+ * both to one server-level callback when the request leaves it:
+ *   HREQ_END_DONE    the response ended and left the connection
+ *   HREQ_END_CLOSED  the connection closed first (client gone, an aborted
+ *                    response, the server shutting down)
+ *   HREQ_END_TAKEN   the connection left the server: an Upgrade tunnel
+ *                    (hreq_take_bev: status 0, as kube records a hijacked
+ *                    connection); hreq_take_socket moves the note to its
+ *                    taker (http_taken.note) instead, with no callback.
+ * Called once per request handed to on_request, just before the request's
+ * own on_close, with note NULL when none was attached.
+ */
+enum hreq_end { HREQ_END_DONE, HREQ_END_CLOSED, HREQ_END_TAKEN };
+
+struct hreq_done {
+    const char *method, *target; /* borrowed for the call */
+    int status;        /* hresp_start's; 0: no response head was sent */
+    uint64_t bytes;    /* response bytes queued on the connection: head, body, framing */
+    uint64_t start_ns; /* CLOCK_MONOTONIC: the head was read and handed to on_request */
+    uint64_t head_ns;  /* the response head was queued; 0: never */
+    uint64_t end_ns;
+    enum hreq_end how;
+};
+typedef void (*http_done_cb)(void *arg, const struct hreq_done *d, void *note);
+void http_server_on_done(struct http_server *s, http_done_cb cb, void *arg);
+/* Attach the front end's note (borrowed by the server, handed back once to
+ * the http_done_cb, or to the taker of the socket). */
+void hreq_set_note(struct hreq *r, void *note);
+void *hreq_note(const struct hreq *r);
+/* When r's head was handed to on_request (http_now_ns's clock). */
+uint64_t hreq_start_ns(const struct hreq *r);
+/* CLOCK_MONOTONIC nanoseconds, the clock of struct hreq_done. */
+uint64_t http_now_ns(void);
 
 #endif

@@ -179,6 +179,9 @@ struct hub_options {
     size_t chunk_bytes;     /* encoded per pump step (initial state, catch-up) */
     uint64_t bookmark_ms;   /* interval between bookmarks */
     size_t window_bytes;    /* recent batches kept per resource for catch-up by reference */
+    struct hub_res_stats *res_stats; /* per resource id (< n_res_stats): counted there; the
+                                        caller's memory, outliving the hub (may be NULL) */
+    size_t n_res_stats;
 };
 
 struct hub;
@@ -243,5 +246,24 @@ struct hub_blob *hub_error_blob(const char *status_json);
  * Status (as status_failure_json writes it: code, reason, message,
  * details) in protobuf. New blob (one reference). */
 struct hub_blob *hub_error_event(const struct hub_res *r, const char *status_json);
+
+/* ---- per-resource counters (for /metrics) ---- */
+
+/*
+ * One hub's counts for one resource, in memory the caller hands over
+ * (hub_options.res_stats[id]). Only the hub's loop thread writes them, each
+ * update a relaxed atomic load and store (a plain move on x86: no lock, no
+ * shared cache line per delivery); any thread reads them with
+ * hub_res_stats_read (relaxed loads) and sums the hubs.
+ */
+struct hub_res_stats {
+    uint64_t lagging;              /* gauge: watchers in CATCHUP (over budget, or resuming) */
+    uint64_t live, live_bytes;     /* events handed over live, and their bytes (no framing) */
+    uint64_t window, window_bytes; /* catch-up events from the window (shared blobs) */
+    uint64_t store, store_bytes;   /* catch-up events read from the store's history */
+    uint64_t initial, initial_bytes; /* initial-state ADDED events (read from the store) */
+    uint64_t bookmarks;            /* BOOKMARK events (periodic and initial-events-end) */
+};
+void hub_res_stats_read(const struct hub_res_stats *s, struct hub_res_stats *out);
 
 #endif

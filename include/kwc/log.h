@@ -1,6 +1,10 @@
 /*
- * log.h — structured one-line logs on stderr:
+ * log.h — structured one-line logs on stderr, as text:
  *   2026-11-21T06:00:00.123Z info  upstream: connected server=https://...
+ * or as JSON lines (--log-format json), one object per line:
+ *   {"time":"2026-11-21T06:00:00.123Z","level":"info","msg":"upstream: ..."}
+ * with a line's fields (log_fields) as further keys. Strings are escaped as
+ * JSON needs; bytes that are not UTF-8 become U+FFFD.
  * Log once, where the decision is made, with the context that explains it.
  * log_warn* append strerror(errno) like OpenBSD's log_warn; log_warnx does not.
  */
@@ -8,8 +12,29 @@
 #define KWC_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+enum log_format { LOG_TEXT, LOG_JSON };
+
+/* Parse "text|json". Returns 0 or -1. */
+int log_format_parse(const char *s, enum log_format *out);
+void log_set_format(enum log_format f);
+
+/* One key and value of a log line: a string (NULL: left out) or a number. */
+struct log_field {
+    const char *key;
+    const char *str;
+    double num;
+    bool is_num;
+};
+#define LOG_STR(k, v) ((struct log_field){.key = (k), .str = (v)})
+#define LOG_NUM(k, v) ((struct log_field){.key = (k), .num = (double)(v), .is_num = true})
+
+/* A line with fields: text "msg k=v k=v" (values with spaces or quotes
+ * quoted), JSON {"time","level","msg",k:v...}. */
+void log_fields(enum log_level l, const char *msg, const struct log_field *f, size_t n);
 
 /* Parse "debug|info|warn|error". Returns 0 or -1. */
 int log_level_parse(const char *s, enum log_level *out);

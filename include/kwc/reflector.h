@@ -125,4 +125,18 @@ const struct refl_desc *refl_desc(const struct refl *r);
  * " (protobuf)". */
 void refl_status(const struct refl *r, char *buf, size_t len);
 
+/* Counters for /metrics (loop thread). */
+struct refl_counters {
+    uint64_t lists;          /* LISTs started from their first page (initial, relists, retries) */
+    uint64_t relists;        /* ...of a cache that had synced: after a 410, a rebuild */
+    uint64_t expired;        /* upstream 410s: a watch too old (a relist follows), a continue
+                                token expired (the list restarts) */
+    uint64_t watches;        /* upstream WATCHes started */
+    uint64_t watch_restarts; /* ...after the first */
+    uint64_t errors[3];      /* failed attempts, each followed by a backoff: discovery, list,
+                                watch (a failed write of the watch's events counts as watch) */
+    uint64_t events_in;      /* ADDED/MODIFIED/DELETED events from the upstream watch */
+};
+void refl_counters(const struct refl *r, struct refl_counters *out);
+
 #endif

@@ -236,4 +236,13 @@ typedef int (*store_hist_cb)(void *arg, const struct store_hist *h);
 int store_history(struct store_rtxn *t, struct store_res *r, uint64_t after_rv, store_hist_cb cb,
                   void *arg);
 
+/* The LMDB environment's size (for /metrics): map size, bytes of the map in
+ * use (the pages up to the last one written, free pages included), page
+ * size, reader slots used and allowed. Returns 0 or an error. Any thread. */
+struct store_env_info {
+    uint64_t map_size, used_bytes, page_size;
+    unsigned readers, max_readers;
+};
+int store_env_info(struct store *s, struct store_env_info *out);
+
 #endif

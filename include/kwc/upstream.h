@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kwc/metrics.h"
+
 struct event_base;
 struct kcfg;
 struct up_client;
@@ -83,5 +85,18 @@ struct up_stats {
     uint64_t started, failed, active;
 };
 void up_client_stats(const struct up_client *c, struct up_stats *out);
+
+/* Requests to the upstream by method and status code, and the time from
+ * the start to the response head (client-go's rest_client_request_*
+ * metrics in spirit), for /metrics. Loop thread. */
+#define UP_NMETHODS 8 /* GET HEAD POST PUT PATCH DELETE OPTIONS other */
+#define UP_CODE_ERROR 500     /* requests[m][code - 100] for 100..599; then: no response */
+#define UP_CODE_CANCELLED 501 /* cancelled before a response (the client went away) */
+extern const char *const up_method_names[UP_NMETHODS];
+struct up_metrics {
+    uint64_t requests[UP_NMETHODS][502];
+    struct metrics_hist latency[UP_NMETHODS];
+};
+const struct up_metrics *up_client_metrics(const struct up_client *c);
 
 #endif

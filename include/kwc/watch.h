@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "kwc/decide.h"
+#include "kwc/hub.h"
 
 struct event_base;
 struct store;
@@ -75,5 +76,14 @@ struct watch_stats {
     unsigned long long watchers, live, lagging, delivered, bookmarks, started, ended, batches;
 };
 void watch_stats(struct watch_pool *p, struct watch_stats *out);
+
+/* Per cached resource (refls[i]), summed over the workers: open streams
+ * (from the hand-off to the close) and the hubs' counters (hub.h). Any
+ * thread; no lock (relaxed loads of single-writer counters). */
+struct watch_res_stats {
+    uint64_t watchers;
+    struct hub_res_stats hub;
+};
+void watch_res_stats(struct watch_pool *p, size_t i, struct watch_res_stats *out);
 
 #endif

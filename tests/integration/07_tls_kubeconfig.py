@@ -90,6 +90,41 @@ class TlsTest(unittest.TestCase):
         self.assertIn("--passthrough-identity=forward-token needs kwc's upstream credentials to be a token",
                       r.stderr)
 
+    def test_broken_client_credentials_refused_at_start(self):
+        # a key that is not the certificate's, a certificate that is not PEM,
+        # a CA that is not PEM: one clear error and exit 2 before any request
+        d = tempfile.mkdtemp(prefix="kwc-pki-")
+        make_pki(d)
+        good = json.load(open(kubeconfig(d, "https://127.0.0.1:1")))
+
+        def variant(**user):
+            cfg = json.loads(json.dumps(good))
+            for k, v in user.items():
+                if k == "ca":
+                    cfg["clusters"][0]["cluster"]["certificate-authority-data"] = v
+                else:
+                    cfg["users"][0]["user"][k] = v
+            path = os.path.join(d, "kc-%d" % len(os.listdir(d)))
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            return path
+
+        junk = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n").decode()
+        cases = [
+            (variant(**{"client-key-data": b64(os.path.join(d, "server.key"))}),
+             "the client key in KUBECONFIG does not match its client certificate (/CN=kwc/O=system:masters)"),
+            (variant(**{"client-certificate-data": junk}), "the client certificate in KUBECONFIG is not a PEM certificate"),
+            (variant(**{"client-key-data": junk}), "the client key in KUBECONFIG is not a PEM private key"),
+            (variant(ca=junk), "the certificate-authority data in KUBECONFIG is not a PEM certificate"),
+        ]
+        for kc, want in cases:
+            with self.subTest(want=want):
+                r = subprocess.run([KWC_BIN, "--kubeconfig", kc, "--data-dir", os.path.join(d, "data"),
+                                    "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(want, r.stderr)
+                self.assertEqual(len(r.stderr.strip().split("\n")), 1, r.stderr)
+
     def test_tls_client_cert_and_token(self):
         d = tempfile.mkdtemp(prefix="kwc-pki-")
         make_pki(d)

@@ -25,6 +25,7 @@ import re
 import unittest
 import urllib.parse
 
+import kpb
 from cluster import Env, http_request, wait_for
 
 RESOURCES = "v1/pods,v1/nodes,v1/namespaces,apps/v1/deployments,example.com/v1/widgets"
@@ -35,8 +36,13 @@ def q(**kw):
     return urllib.parse.urlencode({k: v for k, v in kw.items() if v is not None})
 
 
+def decode(b):
+    """A JSON or protobuf body (kpb decodes protobuf independently of kwc)."""
+    return kpb.decode_body(b) if b[:4] == kpb.MAGIC else json.loads(b)
+
+
 def body_rv(b):
-    return int(json.loads(b)["metadata"]["resourceVersion"])
+    return int(decode(b)["metadata"]["resourceVersion"])
 
 
 def with_query(path, **changes):
@@ -54,16 +60,25 @@ def with_query(path, **changes):
 def norm_status(b):
     """A Status body with the part that legitimately differs (the current rv
     in 'Too large resource version: N, current: M') blanked."""
+    if b[:4] == kpb.MAGIC:
+        d = kpb.decode_body(b)
+        d["message"] = re.sub(r"current: \d+", "current: M", d["message"])
+        return json.dumps(d, sort_keys=True).encode()
     return re.sub(rb"current: \d+", b"current: M", b)
 
 
 class Differential(unittest.TestCase):
     memo = {}  # exact request -> apisim's 200 body (an exact state never changes)
+    ACCEPT = JSON  # what every request of the matrix asks for
+    CT = "application/json"  # what kwc must answer built-in kinds with
+    KWC_ARGS = []
+
     @classmethod
     def setUpClass(cls):
+        cls.memo = {}
         cls.env = Env(apisim_args=["--pods", "90", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                                    "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", RESOURCES, "--rv-wait-ms", "300"])
+                      kwc_args=["--resources", RESOURCES, "--rv-wait-ms", "300"] + cls.KWC_ARGS)
         e = cls.env
         e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 8, "namespaces": 2})
         e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 9, "namespaces": 2})
@@ -105,25 +120,33 @@ class Differential(unittest.TestCase):
             # rv=0 is always the cache's own answer (an rv=N the cache has not
             # reached would be passed upstream and prove nothing)
             def reached(path=path):
-                st, _, b = http_request(e.kwc.port, "GET", path + "?resourceVersion=0", headers=JSON)
-                return st == 200 and body_rv(b) >= rv
+                lists = cls.lists_upstream_of(e)
+                st, _, b = http_request(e.kwc.port, "GET", path + "?resourceVersion=0", headers=cls.ACCEPT)
+                return st == 200 and body_rv(b) >= rv and cls.lists_upstream_of(e) == lists
             wait_for(reached, 30, "kwc to reach rv %d on %s" % (rv, path))
         return rv
 
+    @staticmethod
+    def lists_upstream_of(env):
+        return sum(v for k, v in env.stats()["requests"].items() if k.startswith("list "))
+
     def lists_upstream(self):
-        return sum(v for k, v in self.env.stats()["requests"].items() if k.startswith("list "))
+        return self.lists_upstream_of(self.env)
+
+    def ct_for(self, path):
+        return "application/json" if "/apis/example.com/" in path else self.CT
 
     def check(self, path, exact=False, served=None):
         """Compare one request; returns kwc's response. served: True/False asserts
         whether kwc answered it from its cache (apisim saw no list)."""
         before = self.lists_upstream() if served is not None else 0
         e = self.env
-        k = http_request(e.kwc.port, "GET", path, headers=JSON)
+        k = http_request(e.kwc.port, "GET", path, headers=self.ACCEPT)
         if served is not None:
             n = self.lists_upstream() - before
             self.assertEqual(n == 0, served, "%s: %s by kwc (upstream saw %d lists)" % (
                 path, "expected to be served" if served else "expected to be passed on", n))
-        s = http_request(e.apisim.port, "GET", path, headers=JSON)
+        s = http_request(e.apisim.port, "GET", path, headers=self.ACCEPT)
         if exact and s[0] == 200:
             Differential.memo[path] = s[2]
         if exact and k[0] == 200 and s[0] == 410 and path in self.memo:
@@ -138,7 +161,7 @@ class Differential(unittest.TestCase):
             self.assertEqual(norm_status(k[2]), norm_status(s[2]), path)
             self.assertEqual(k[1].get("retry-after"), s[1].get("retry-after"), path)
             return k
-        self.assertEqual(k[1].get("content-type"), "application/json", path)
+        self.assertEqual(k[1].get("content-type"), self.ct_for(path), path)
         if exact or k[2] == s[2]:
             self.assertEqual(k[2], s[2], path)
             return k
@@ -152,7 +175,7 @@ class Differential(unittest.TestCase):
         pinned = with_query(path, resourceVersion=str(krv), resourceVersionMatch="Exact")
         if asked == "0":
             pinned = with_query(pinned, limit=None)
-        p = http_request(e.apisim.port, "GET", pinned, headers=JSON)
+        p = http_request(e.apisim.port, "GET", pinned, headers=self.ACCEPT)
         self.assertEqual(p[0], 200, "%s: apisim %d for %s: %s" % (path, p[0], pinned, p[2][:300]))
         self.assertEqual(k[2], p[2], "%s: kwc's list at rv %d differs from apisim's at that rv" % (path, krv))
         return k
@@ -164,9 +187,9 @@ class Differential(unittest.TestCase):
         names, path, pages = [], first, 0
         while True:
             port = port_for_page(pages)
-            st, _, b = http_request(port, "GET", path, headers=JSON)
+            st, _, b = http_request(port, "GET", path, headers=self.ACCEPT)
             self.assertEqual(st, 200, "%s page %d: %s" % (first, pages, b[:300]))
-            d = json.loads(b)
+            d = decode(b)
             names += ["%s/%s" % (i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in d["items"]]
             pages += 1
             c = d["metadata"].get("continue")
@@ -269,7 +292,7 @@ class Differential(unittest.TestCase):
                       "/api/v1/pods?limit=5&labelSelector=app%%3Dmoved&resourceVersion=%d" % cur,
                       "/apis/example.com/v1/widgets?limit=2&resourceVersion=%d" % cur):
             via_kwc = self.chain(first, lambda i: self.env.kwc.port)
-            if http_request(self.env.apisim.port, "GET", first, headers=JSON)[0] == 410:
+            if http_request(self.env.apisim.port, "GET", first, headers=self.ACCEPT)[0] == 410:
                 # compacted upstream: kwc's longer history still has the chain
                 self.assertEqual(via_kwc, self.memo[first], first + " (compacted upstream)")
                 continue
@@ -283,13 +306,13 @@ class Differential(unittest.TestCase):
             self.assertGreater(via_kwc[1], 1, first + " is more than one page")
         # a chain through kwc never touches the upstream once it has a token
         st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&resourceVersion=%d" % cur,
-                                headers=JSON)
+                                headers=self.ACCEPT)
         before = self.lists_upstream()
-        c = json.loads(b)["metadata"]["continue"]
+        c = decode(b)["metadata"]["continue"]
         while c:
-            st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&continue=" + c, headers=JSON)
+            st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&continue=" + c, headers=self.ACCEPT)
             self.assertEqual(st, 200)
-            c = json.loads(b)["metadata"].get("continue")
+            c = decode(b)["metadata"].get("continue")
         self.assertEqual(self.lists_upstream(), before, "kwc passed a page of its own chain upstream")
 
     # -- the tests (in name order) ------------------------------------------------
@@ -345,24 +368,24 @@ class Differential(unittest.TestCase):
         for path in ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
                      "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved"):
             full = path + ("&" if "?" in path else "?") + "resourceVersion=%d&resourceVersionMatch=Exact" % cur
-            st, _, b = http_request(e.apisim.port, "GET", full, headers=JSON)
+            st, _, b = http_request(e.apisim.port, "GET", full, headers=self.ACCEPT)
             self.assertEqual(st, 200)
             want[path] = b
         e.apisim.stop()
         try:
             for path, b in want.items():
                 full = path + ("&" if "?" in path else "?") + "resourceVersion=0"
-                st, _, got = http_request(e.kwc.port, "GET", full, headers=JSON)
+                st, _, got = http_request(e.kwc.port, "GET", full, headers=self.ACCEPT)
                 self.assertEqual(st, 200, "%s with the upstream down: %s" % (full, got[:300]))
                 self.assertEqual(got, b, full)
-            st, _, got = http_request(e.kwc.port, "GET", "/api/v1/pods", headers=JSON)
+            st, _, got = http_request(e.kwc.port, "GET", "/api/v1/pods", headers=self.ACCEPT)
             self.assertEqual(st, 503, "a quorum read cannot be served with the upstream down")
             # a warm restart while the upstream is down serves the same at once
             self.assertEqual(e.kwc.stop(), 0, e.kwc.logs())
             e.start_kwc()
             for path, b in want.items():
                 full = path + ("&" if "?" in path else "?") + "resourceVersion=0"
-                st, _, got = http_request(e.kwc.port, "GET", full, headers=JSON)
+                st, _, got = http_request(e.kwc.port, "GET", full, headers=self.ACCEPT)
                 self.assertEqual(st, 200, "%s after a restart, upstream down: %s" % (full, got[:300]))
                 self.assertEqual(got, b, full + " after a restart")
         finally:

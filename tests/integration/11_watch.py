@@ -25,6 +25,7 @@ import time
 import unittest
 import urllib.parse
 
+import kpb
 from cluster import Env, http_request, wait_for
 from watchstream import Stream, pump, read_until_end
 
@@ -45,17 +46,27 @@ def key_of(o):
     return "%s/%s" % (md.get("namespace", ""), md["name"]) if md.get("namespace") else md["name"]
 
 
-def kwc_rv(env, path):
-    st, _, b = http_request(env.kwc.port, "GET", path + "?resourceVersion=0", headers={"Accept": "application/json"})
+def lists_upstream(env):
+    return sum(v for k, v in env.stats()["requests"].items() if k.startswith("list "))
+
+
+def kwc_rv(env, path, accept="application/json"):
+    """The rv of kwc's cache (in the encoding accept selects) for path; 0 while
+    kwc passes the list upstream (that cache is not serving yet)."""
+    n = lists_upstream(env)
+    st, _, b = http_request(env.kwc.port, "GET", path + "?resourceVersion=0", headers={"Accept": accept})
+    if st != 200 or lists_upstream(env) != n:
+        return 0
     import json
-    return int(json.loads(b)["metadata"]["resourceVersion"]) if st == 200 else 0
+    d = kpb.decode_body(b) if b[:4] == kpb.MAGIC else json.loads(b)
+    return int(d["metadata"]["resourceVersion"])
 
 
-def quiesce(env, paths=("/api/v1/pods",)):
+def quiesce(env, paths=("/api/v1/pods",), accept="application/json"):
     env.sim("POST", "/apisim/churn", {"rate": 0})
     rv = env.stats()["rv"]
     for p in paths:
-        wait_for(lambda p=p: kwc_rv(env, p) >= rv, 30, "kwc to reach rv %d on %s" % (rv, p))
+        wait_for(lambda p=p: kwc_rv(env, p, accept) >= rv, 30, "kwc to reach rv %d on %s" % (rv, p))
     return rv
 
 
@@ -135,14 +146,35 @@ def state_at(ref, state0, rv):
 
 
 class WatchDifferential(unittest.TestCase):
+    ACCEPT = "application/json"  # what every watch asks for
+    CT = "application/json"  # kwc's answer for built-in kinds
+    KWC_ARGS = []
+
     @classmethod
     def setUpClass(cls):
         cls.env = Env(apisim_args=["--pods", "40", "--namespaces", "3", "--nodes", "3", "--history", "100000",
                                    "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1", "--rv-wait-ms", "500"])
+                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1", "--rv-wait-ms", "500"]
+                      + cls.KWC_ARGS)
         e = cls.env
         e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 6, "namespaces": 2})
         e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 7, "namespaces": 2})
+
+    def stream(self, port, path, **kw):
+        return Stream(port, path, headers=[("Accept", self.ACCEPT)], **kw)
+
+    def ct_for(self, path):
+        return "application/json" if "/apis/example.com/" in path else self.CT
+
+    @staticmethod
+    def bookmark_key(line, ev):
+        """What must be identical in an initial-events-end bookmark: its bytes
+        in JSON; in protobuf its decoded rv and annotations (kwc's object
+        carries only metadata, kube's also the zero-valued spec and status)."""
+        if line[:1] == b"{":
+            return line
+        md = ev["object"]["metadata"]
+        return (ev["object"]["kind"], md.get("resourceVersion"), md.get("annotations"))
 
     @classmethod
     def tearDownClass(cls):
@@ -167,11 +199,11 @@ class WatchDifferential(unittest.TestCase):
     def test_modes_match_apisim(self):
         e = self.env
         paths = ("/api/v1/pods", "/apis/apps/v1/deployments", "/apis/example.com/v1/widgets")
-        r0 = quiesce(e, paths)
+        r0 = quiesce(e, paths, self.ACCEPT)
         # some history behind r0 for the rv=N cases
         e.sim("POST", "/apisim/write", {"verb": "update", "namespace": "ns-0", "name": "pod-0",
                                         "labels": {"app": "app-0", "flip": "b"}})
-        r1 = quiesce(e, paths)
+        r1 = quiesce(e, paths, self.ACCEPT)
         T = dict(timeoutSeconds=4)
         sie = dict(sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true")
         cases = [
@@ -205,9 +237,10 @@ class WatchDifferential(unittest.TestCase):
         before = watches_upstream(e)
         pairs = []
         for p in cases:
-            pairs.append((p, False, Stream(e.kwc.port, p), Stream(e.apisim.port, p)))
+            pairs.append((p, False, self.stream(e.kwc.port, p), self.stream(e.apisim.port, p)))
         for p in cases[:4]:
-            pairs.append((p, True, Stream(e.kwc.port, p, http10=True), Stream(e.apisim.port, p, http10=True)))
+            pairs.append((p, True, self.stream(e.kwc.port, p, http10=True),
+                          self.stream(e.apisim.port, p, http10=True)))
         # every stream has its head (and its initial events) before the writes
         streams = [s for _, _, a, b in pairs for s in (a, b)]
         pump(streams, lambda: all(s.head is not None for s in streams), 10, "stream heads")
@@ -220,14 +253,15 @@ class WatchDifferential(unittest.TestCase):
                 self.assertEqual(k.status, 200)
                 self.assertEqual(a.status, 200)
                 self.assertTrue(k.ended, "kwc's stream did not end cleanly")
-                self.assertEqual(k.headers.get("content-type"), "application/json")
+                self.assertEqual(k.headers.get("content-type"), self.ct_for(p))
+                self.assertEqual(a.headers.get("content-type"), self.ct_for(p))
                 self.assertEqual("transfer-encoding" in k.headers, not http10)
                 got, want = k.non_bookmarks(), a.non_bookmarks()
                 self.assertGreater(len(want), 0)
                 self.assertEqual(got, want)
                 # initial-events-end bookmarks are part of the contract: identical too
-                ie = lambda s: [l for l, ev in zip(s.lines, s.events) if ev["type"] == "BOOKMARK" and
-                                (ev["object"]["metadata"].get("annotations") or {})]
+                ie = lambda s: [self.bookmark_key(l, ev) for l, ev in zip(s.lines, s.events)
+                                if ev["type"] == "BOOKMARK" and (ev["object"]["metadata"].get("annotations") or {})]
                 self.assertEqual(ie(k), ie(a))
                 if "sendInitialEvents=true" in p:
                     self.assertEqual(len(ie(k)), 1)
@@ -247,8 +281,8 @@ class WatchDifferential(unittest.TestCase):
         ]
         for p in cases:
             with self.subTest(path=p):
-                k = http_request(e.kwc.port, "GET", p)
-                a = http_request(e.apisim.port, "GET", p)
+                k = http_request(e.kwc.port, "GET", p, headers={"Accept": self.ACCEPT})
+                a = http_request(e.apisim.port, "GET", p, headers={"Accept": self.ACCEPT})
                 self.assertEqual(k[0], a[0])
                 self.assertGreaterEqual(k[0], 400)
                 self.assertEqual(k[2], a[2])
@@ -258,8 +292,9 @@ class WatchDifferential(unittest.TestCase):
         # with the upstream compacted past it too, the answer is kube's 410.
         e = self.env
         e.sim("POST", "/apisim/compact", {})
-        s = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=1")
+        s = self.stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=1")
         read_until_end([s], 10)
+        self.assertEqual(s.headers.get("content-type"), self.ct_for("/api/v1/pods"))
         self.assertEqual(s.status, 200)
         self.assertTrue(s.ended)
         self.assertEqual(len(s.events), 1)
@@ -270,34 +305,36 @@ class WatchDifferential(unittest.TestCase):
         self.assertRegex(st["message"], r"^too old resource version: 1 \(\d+\)$")
 
     def test_negative_timeout_ends_at_once(self):
-        s = Stream(self.env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=-1")
+        s = self.stream(self.env.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0&timeoutSeconds=-1")
         read_until_end([s], 5)
         self.assertEqual(s.status, 200)
         self.assertTrue(s.ended)
 
     def test_bookmarks_on_the_wire(self):
         e = self.env
-        r = quiesce(e)
-        s = Stream(e.kwc.port, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=5" % r)
-        n = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=5" % r)
+        r = quiesce(e, accept=self.ACCEPT)
+        s = self.stream(e.kwc.port, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=5" % r)
+        n = self.stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=5" % r)
         read_until_end([s, n], 15)
         bms = [ev for ev in s.events if ev["type"] == "BOOKMARK"]
         # every ~1 s (jittered) and one 2 s before the 5 s deadline
         self.assertGreaterEqual(len(bms), 2, s.lines)
         for b in bms:
-            self.assertEqual(set(b["object"]), {"kind", "apiVersion", "metadata"})
+            self.assertEqual(set(b["object"]) - {"raw"}, {"kind", "apiVersion", "metadata"})
             self.assertEqual(b["object"]["kind"], "Pod")
             self.assertGreaterEqual(int(b["object"]["metadata"]["resourceVersion"]), r)
         self.assertEqual([ev for ev in n.events if ev["type"] == "BOOKMARK"], [], "bookmarks not asked for")
 
     def test_sie_waits_then_504_error_event(self):
-        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504",
-                                                        "--rv-wait-ms", "300"]) as env:
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-ms", "300"]
+                 + self.KWC_ARGS) as env:
+            quiesce(env, accept=self.ACCEPT)
             cur = env.stats()["rv"]
             p = "/api/v1/pods?" + q(watch=1, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
                                     allowWatchBookmarks=1, resourceVersion=cur + 1000)
-            s = Stream(env.kwc.port, p)
+            s = self.stream(env.kwc.port, p)
             read_until_end([s], 10)
+            self.assertEqual(s.headers.get("content-type"), self.CT)
             self.assertEqual([ev["type"] for ev in s.events], ["ERROR"])
             st = s.events[0]["object"]
             self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
@@ -306,12 +343,15 @@ class WatchDifferential(unittest.TestCase):
 
 class WatchModel(unittest.TestCase):
     """Seeded random watchers against apisim's own event stream."""
+    ACCEPT = "application/json"  # kwc's watchers; the reference stream is JSON
+    KWC_ARGS = []
 
     def test_random_watchers_under_churn(self):
         rnd = random.Random(SEED)
         with Env(apisim_args=["--pods", "120", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                               "--bookmark-interval", "0.5", "--seed", str(SEED)],
-                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]) as e:
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]
+                 + self.KWC_ARGS) as e:
             failures = len(self._outcome.result.failures) if self._outcome.result else 0
             try:
                 self.run_model(e, rnd)
@@ -322,7 +362,7 @@ class WatchModel(unittest.TestCase):
 
     def run_model(self, e, rnd):
         import json
-        r0 = quiesce(e)
+        r0 = quiesce(e, accept=self.ACCEPT)
         st, _, b = http_request(e.apisim.port, "GET", "/api/v1/pods?resourceVersion=%d" % r0)
         lst = json.loads(b)
         self.assertEqual(int(lst["metadata"]["resourceVersion"]), r0)
@@ -361,7 +401,8 @@ class WatchModel(unittest.TestCase):
                 d["resourceVersion"] = "0"
             elif rv_mode == "sie":
                 d.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
-            s = Stream(e.kwc.port, base + "?" + urllib.parse.urlencode(d), rcvbuf=4096 if w.slow else None)
+            s = Stream(e.kwc.port, base + "?" + urllib.parse.urlencode(d), rcvbuf=4096 if w.slow else None,
+                       headers=[("Accept", self.ACCEPT)])
             s.mode, s.start = rv_mode, rv
             w.segments.append(s)
             streams.append(s)
@@ -406,7 +447,7 @@ class WatchModel(unittest.TestCase):
             pump(streams, lambda: True, 1)  # one pass
             sel_wait = time.monotonic() + 0.02
             pump(streams, lambda: time.monotonic() > sel_wait, 1)
-        final = quiesce(e)
+        final = quiesce(e, accept=self.ACCEPT)
         for w in watchers:
             w.segments[-1].paused = False
         # every watcher has everything up to final once it shows a bookmark at >= final

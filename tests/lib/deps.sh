@@ -3,22 +3,35 @@
 # apt-get (as root; otherwise prints the exact command and fails) and the npm
 # packages the integration tests use, into tests/integration/node_modules.
 #   deps.sh build|test|bench   (each includes the ones before it)
+#   deps.sh image              the container tool for `make image` (podman) only
+#   deps.sh image-test         that, runc and debootstrap (make image-test) and the test packages
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 level=${1:-build}
 
-build_pkgs="gcc make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
+build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
  libssl-dev uthash-dev python3"
-test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl"
+# python3-yaml, systemd (systemd-analyze), util-linux (unshare, setpriv) and
+# openssl: tests/integration/21_deploy.py (manifests, unit file, a pod-like sandbox);
+# prometheus: promtool and a real server for tests/integration/22_metrics.py
+test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
+ python3-yaml systemd util-linux openssl prometheus"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
+
+image_pkgs="podman"
+# runc: Debian's podman picks crun, which cannot run on a hybrid cgroup v1/v2
+# host; debootstrap: the bookworm base images when no registry is reachable
+image_test_pkgs="$image_pkgs runc debootstrap"
 
 pkgs=$build_pkgs
 case $level in
 build) ;;
+image) pkgs=$image_pkgs ;;
+image-test) pkgs="$pkgs $test_pkgs $image_test_pkgs" ;;
 test) pkgs="$pkgs $test_pkgs" ;;
 bench) pkgs="$pkgs $test_pkgs $bench_pkgs" ;;
-*) echo "deps.sh: unknown level '$level' (use build, test or bench)" >&2; exit 2 ;;
+*) echo "deps.sh: unknown level '$level' (use build, test, bench, image or image-test)" >&2; exit 2 ;;
 esac
 
 missing=""
@@ -44,7 +57,7 @@ if [ -n "$missing" ]; then
 	apt-get install -y -qq --no-install-recommends $missing >&2
 fi
 
-if [ "$level" != build ]; then
+if [ "$level" = test ] || [ "$level" = bench ]; then
 	nm="$top/tests/integration/node_modules/@kubernetes/client-node/package.json"
 	if [ ! -f "$nm" ]; then
 		echo "kwc: installing npm packages into tests/integration/node_modules" >&2

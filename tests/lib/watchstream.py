@@ -4,6 +4,9 @@ stop reading one of them (a slow client) while the others go on.
 
 Each stream keeps the event lines exactly as they arrived (bytes) and their
 parsed form; chunked (HTTP/1.1) and close-delimited (HTTP/1.0) bodies both work.
+A protobuf watch (Content-Type application/vnd.kubernetes.protobuf;stream=watch)
+keeps its frames (without the length prefix) in `lines` and their decoded form
+(tests/lib/kpb.py, JSON-shaped) in `events`.
 A stream to a TLS port (cluster's TLS mode) is a TLS connection.
 """
 import json
@@ -11,6 +14,7 @@ import selectors
 import ssl
 import time
 
+import kpb
 from cluster import connect
 
 
@@ -68,6 +72,12 @@ class Stream:
         else:
             self.body += self.buf
             self.buf = b""
+        if self.headers.get("content-type") == kpb.CT_WATCH:
+            fr, self.body = kpb.frames(self.body)
+            for f in fr:
+                self.lines.append(f)
+                self.events.append(kpb.watch_event(f))
+            return
         while True:
             j = self.body.find(b"\n")
             if j < 0:

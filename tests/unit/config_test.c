@@ -181,6 +181,14 @@ test_flag_forms(void)
 
     is_int(parse(&c, UP, DD, "--log-level", "error", NULL), 0, "error level");
     is_int(c.log_level, LOG_ERROR, "error");
+    is_int(c.log_format, LOG_TEXT, "text logs by default");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--log-format", "json", NULL), 0, "json logs");
+    is_int(c.log_format, LOG_JSON, "json");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-format", "yaml", NULL), KWC_ECONFIG, "--log-format yaml");
+    ok(strstr(err, "--log-format \"yaml\": use text or json") != NULL, "says what to use");
     cfg_fini(&c);
 
     /* The last of a repeated flag wins. */

@@ -135,6 +135,7 @@ struct th {
     struct treq *reqs[MAX_REQS]; /* by id; NULL once closed */
     struct http_taken taken;
     int take_rc;
+    bool notes; /* test_done: each request gets a note (http_server_on_done) */
 };
 
 static void th_log(struct th *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -239,6 +240,8 @@ on_request(void *arg, struct hreq *r)
     t->reqs[q->id] = q;
     th_log(t, "req %d %s %.*s", q->id, hreq_method(r), tl > 64 ? 64 : (int)tl, target);
     hreq_set_handler(r, &hooks, q);
+    if (t->notes)
+        hreq_set_note(r, (void *)(uintptr_t)(0x1000 + q->id));
     if (strncmp(target, "/stream", 7) == 0) {
         q->stream = true;
         hreq_body_read(r, true);
@@ -1574,6 +1577,78 @@ test_take_socket(void)
     fx_fini(&f);
 }
 
+/* ---- the request-done seam (metrics, the access log) ---- */
+
+static void
+on_done(void *arg, const struct hreq_done *d, void *note)
+{
+    struct th *t = arg;
+    static const char *const how[] = {"done", "closed", "taken"};
+    th_log(t, "done %s %s %s %d %llu note=%lx%s", how[d->how], d->method, d->target, d->status,
+           (unsigned long long)d->bytes, (unsigned long)(uintptr_t)note,
+           d->start_ns && d->end_ns >= d->start_ns &&
+                   (!d->head_ns || (d->head_ns >= d->start_ns && d->end_ns >= d->head_ns))
+               ? ""
+               : " (times out of order)");
+}
+
+static void
+test_done(void)
+{
+    struct fx f;
+    fx_init(&f, NULL);
+    f.t.notes = true;
+    http_server_on_done(f.s, on_done, &f.t);
+    int c = fx_connect(&f);
+    send_str(&f, c, "GET /a?b=c HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "req 0 GET /a?b=c\ncomplete 0\ndone done GET /a?b=c 200 %zu note=1000\nclose 0\n",
+             f.p[c].in.n);
+    is_str(f.t.log.p, want, "answered: once, before on_close, every byte the client got, the note back");
+
+    /* a streamed answer cut short: closed, the head and two chunks counted */
+    sb_reset(&f.t.log);
+    int d = fx_connect(&f);
+    send_str(&f, d, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    size_t got = f.p[d].in.n;
+    if (f.t.reqs[1])
+        hresp_abort(f.t.reqs[1]->r);
+    run(&f);
+    snprintf(want, sizeof(want),
+             "req 1 GET /stream\ncomplete 1\ndone closed GET /stream 200 %zu note=1001\nclose 1\n",
+             got);
+    is_str(f.t.log.p, want, "aborted: closed, with what was queued");
+
+    /* the client leaves before any answer: status 0 */
+    sb_reset(&f.t.log);
+    int e = fx_connect(&f);
+    send_str(&f, e, "GET /defer HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", 0);
+    close(f.p[e].fd);
+    f.p[e].fd = -1;
+    run(&f);
+    is_str(f.t.log.p, "req 2 GET /defer\ndone closed GET /defer 0 0 note=1002\nclose 2\n",
+           "the client left first: status 0, no bytes");
+
+    /* a taken socket: the note goes to the taker, the callback gets none */
+    sb_reset(&f.t.log);
+    int g = fx_connect(&f);
+    send_str(&f, g, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    is_str(f.t.log.p, "req 3 GET /take\ndone taken GET /take 0 0 note=0\nclose 3\ntaken 0\n",
+           "taken: the callback without the note");
+    ok(f.t.taken.note == (void *)(uintptr_t)0x1003, "taken: the taker has the note");
+    close(f.t.taken.fd);
+    http_taken_release();
+    f.t.taken.fd = -1;
+
+    /* a head refused before any handler: no callback at all */
+    sb_reset(&f.t.log);
+    int h = fx_connect(&f);
+    send_str(&f, h, "GET /x HTTP/1.1\r\n\r\n", 0);
+    ok(!strstr(f.t.log.p ? f.t.log.p : "", "done"), "a 400 at the head: not a request of the handler's");
+    fx_fini(&f);
+}
+
 /* Is the server's end of client i's socketpair closed?  Writing then fails
  * with EPIPE (a shut-down-for-writing end still accepts the bytes). */
 static bool
@@ -1656,6 +1731,7 @@ main(void)
     TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
     TAP_RUN(test_take_socket);
+    TAP_RUN(test_done);
     TAP_RUN(test_server_free);
     return tap_done();
 }

@@ -449,6 +449,8 @@ test_accept_and_pretty(void)
         {"application/yaml, application/json", O, O},
         {"text/html", O, O},
         {"bogus, application/json", J, J},
+        {"a;b/json", O, O}, /* no clause: 406 */
+        {" ", O, O},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(a); i++) {
         const char *name = a[i].accept ? a[i].accept : "(absent)";

@@ -1,0 +1,436 @@
+/*
+ * metrics.c — the registry and the text exposition format (see metrics.h).
+ *
+ * A stored family keeps its series in a hash keyed by the label values
+ * (each value followed by a NUL, so "a","bc" and "ab","c" differ). One mutex
+ * per registry guards every stored family: they are updated once per request
+ * (the front end, and watch streams ending on worker threads), never per
+ * watch event — the fan-out path counts in per-worker memory that collectors
+ * read at scrape time.
+ */
+#include "kwc/metrics.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+
+#include "kwc/base.h"
+
+const double metrics_request_buckets[] = {0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8,
+                                          1.0,   1.25,  1.5,  2,   3,   4,   5,   6,
+                                          8,     10,    15,   20,  30,  45,  60};
+const size_t metrics_request_nbuckets = KWC_ARRAY_LEN(metrics_request_buckets);
+const double metrics_client_buckets[] = {0.005, 0.025, 0.1, 0.25, 0.5, 1.0,
+                                         2.0,   4.0,   8.0, 15.0, 30.0, 60.0};
+const size_t metrics_client_nbuckets = KWC_ARRAY_LEN(metrics_client_buckets);
+
+/* ---- histograms ---- */
+
+void
+metrics_hist_init(struct metrics_hist *h, const double *bounds, size_t n)
+{
+    *h = (struct metrics_hist){.bounds = bounds, .n = n};
+    h->counts = xcalloc(n + 1, sizeof(*h->counts));
+}
+
+void
+metrics_hist_fini(struct metrics_hist *h)
+{
+    free(h->counts);
+    h->counts = NULL;
+}
+
+void
+metrics_hist_observe(struct metrics_hist *h, double v)
+{
+    /* the first bound >= v (le is inclusive); NaN lands in +Inf only */
+    size_t lo = 0, hi = h->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v <= h->bounds[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (isnan(v))
+        lo = h->n;
+    h->counts[lo]++;
+    h->count++;
+    h->sum += v;
+}
+
+void
+metrics_hist_add(struct metrics_hist *dst, const struct metrics_hist *src)
+{
+    assert(dst->n == src->n);
+    for (size_t i = 0; i <= dst->n; i++)
+        dst->counts[i] += src->counts[i];
+    dst->count += src->count;
+    dst->sum += src->sum;
+}
+
+/* ---- the writer ---- */
+
+void
+metrics_write_value(struct gostr_buf *b, double v)
+{
+    char t[40];
+    if (isnan(v)) {
+        gostr_add(b, "NaN");
+        return;
+    }
+    if (isinf(v)) {
+        gostr_add(b, v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    if (v == 0) {
+        gostr_add(b, "0");
+        return;
+    }
+    if (fabs(v) < 1e15 && v == (double)(long long)v) {
+        snprintf(t, sizeof(t), "%lld", (long long)v);
+        gostr_add(b, t);
+        return;
+    }
+    /* the shortest %g that reads back as v (Go's strconv 'g', -1) */
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof(t), "%.*g", p, v);
+        if (strtod(t, NULL) == v)
+            break;
+    }
+    gostr_add(b, t);
+}
+
+void
+metrics_write_escaped(struct gostr_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\')
+            gostr_add(b, "\\\\");
+        else if (*s == '"')
+            gostr_add(b, "\\\"");
+        else if (*s == '\n')
+            gostr_add(b, "\\n");
+        else
+            gostr_addc(b, *s);
+    }
+}
+
+void
+metrics_write_family(struct metrics_writer *w, const char *name, const char *help,
+                     enum metrics_type t)
+{
+    gostr_add(&w->b, "# HELP ");
+    gostr_add(&w->b, name);
+    gostr_addc(&w->b, ' ');
+    for (const char *s = help; *s; s++) {
+        if (*s == '\\')
+            gostr_add(&w->b, "\\\\");
+        else if (*s == '\n')
+            gostr_add(&w->b, "\\n");
+        else
+            gostr_addc(&w->b, *s);
+    }
+    gostr_add(&w->b, "\n# TYPE ");
+    gostr_add(&w->b, name);
+    gostr_add(&w->b, t == METRICS_COUNTER ? " counter\n"
+                     : t == METRICS_GAUGE ? " gauge\n"
+                                          : " histogram\n");
+}
+
+static void
+write_labels(struct gostr_buf *b, const char *const *labels, const char *const *values, size_t n,
+             const char *le)
+{
+    if (n == 0 && !le)
+        return;
+    gostr_addc(b, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            gostr_addc(b, ',');
+        gostr_add(b, labels[i]);
+        gostr_add(b, "=\"");
+        metrics_write_escaped(b, values[i] ? values[i] : "");
+        gostr_addc(b, '"');
+    }
+    if (le) {
+        if (n)
+            gostr_addc(b, ',');
+        gostr_add(b, "le=\"");
+        gostr_add(b, le);
+        gostr_addc(b, '"');
+    }
+    gostr_addc(b, '}');
+}
+
+void
+metrics_write_sample(struct metrics_writer *w, const char *name, const char *const *labels,
+                     const char *const *values, size_t n, double v)
+{
+    gostr_add(&w->b, name);
+    write_labels(&w->b, labels, values, n, NULL);
+    gostr_addc(&w->b, ' ');
+    metrics_write_value(&w->b, v);
+    gostr_addc(&w->b, '\n');
+}
+
+static void
+write_suffixed(struct metrics_writer *w, const char *name, const char *suffix,
+               const char *const *labels, const char *const *values, size_t n, const char *le,
+               double v)
+{
+    gostr_add(&w->b, name);
+    gostr_add(&w->b, suffix);
+    write_labels(&w->b, labels, values, n, le);
+    gostr_addc(&w->b, ' ');
+    metrics_write_value(&w->b, v);
+    gostr_addc(&w->b, '\n');
+}
+
+void
+metrics_write_hist(struct metrics_writer *w, const char *name, const char *const *labels,
+                   const char *const *values, size_t n, const struct metrics_hist *h)
+{
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        cum += h->counts[i];
+        struct gostr_buf le = {0};
+        metrics_write_value(&le, h->bounds[i]);
+        write_suffixed(w, name, "_bucket", labels, values, n, le.p, (double)cum);
+        free(gostr_take(&le));
+    }
+    write_suffixed(w, name, "_bucket", labels, values, n, "+Inf", (double)h->count);
+    write_suffixed(w, name, "_sum", labels, values, n, NULL, h->sum);
+    write_suffixed(w, name, "_count", labels, values, n, NULL, (double)h->count);
+}
+
+/* ---- the registry ---- */
+
+struct series {
+    UT_hash_handle hh;
+    char **values;
+    double v;
+    struct metrics_hist hist;
+    char *key;
+    size_t key_len;
+};
+
+struct metrics_family {
+    struct metrics *m;
+    enum metrics_type type;
+    const char *name, *help;
+    const char *const *labels;
+    size_t nlabels;
+    const double *bounds;
+    size_t nbounds;
+    struct series *series; /* uthash */
+    struct series **order; /* in creation order, for a stable exposition */
+    size_t n, cap;
+    struct metrics_family *next;
+};
+
+struct collector {
+    metrics_collect_cb cb;
+    void *arg;
+    void (*free_arg)(void *arg);
+    struct collector *next;
+};
+
+struct metrics {
+    pthread_mutex_t mu;
+    struct metrics_family *families, **ftail;
+    struct collector *collectors, **ctail;
+};
+
+struct metrics *
+metrics_new(void)
+{
+    struct metrics *m = xcalloc(1, sizeof(*m));
+    pthread_mutex_init(&m->mu, NULL);
+    m->ftail = &m->families;
+    m->ctail = &m->collectors;
+    return m;
+}
+
+void
+metrics_free(struct metrics *m)
+{
+    if (!m)
+        return;
+    for (struct metrics_family *f = m->families, *fn; f; f = fn) {
+        fn = f->next;
+        HASH_CLEAR(hh, f->series);
+        for (size_t i = 0; i < f->n; i++) {
+            struct series *s = f->order[i];
+            for (size_t k = 0; k < f->nlabels; k++)
+                free(s->values[k]);
+            free(s->values);
+            free(s->key);
+            metrics_hist_fini(&s->hist);
+            free(s);
+        }
+        free(f->order);
+        free(f);
+    }
+    for (struct collector *c = m->collectors, *cn; c; c = cn) {
+        cn = c->next;
+        if (c->free_arg)
+            c->free_arg(c->arg);
+        free(c);
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+struct metrics_family *
+metrics_family_new(struct metrics *m, enum metrics_type t, const char *name, const char *help,
+                   const char *const *labels, size_t nlabels, const double *bounds, size_t nbounds)
+{
+    struct metrics_family *f = xcalloc(1, sizeof(*f));
+    *f = (struct metrics_family){.m = m, .type = t, .name = name, .help = help, .labels = labels,
+                                 .nlabels = nlabels, .bounds = bounds, .nbounds = nbounds};
+    pthread_mutex_lock(&m->mu);
+    *m->ftail = f;
+    m->ftail = &f->next;
+    pthread_mutex_unlock(&m->mu);
+    return f;
+}
+
+static char *
+series_key(const struct metrics_family *f, const char *const *values, size_t *len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->nlabels; i++)
+        n += strlen(values[i] ? values[i] : "") + 1;
+    char *k = xmalloc(n ? n : 1), *p = k;
+    for (size_t i = 0; i < f->nlabels; i++) {
+        size_t l = strlen(values[i] ? values[i] : "") + 1;
+        memcpy(p, values[i] ? values[i] : "", l);
+        p += l;
+    }
+    *len = n;
+    return k;
+}
+
+/* The series of values, created when missing (mu held). */
+static struct series *
+series_of(struct metrics_family *f, const char *const *values, bool create)
+{
+    const char *ov[32]; /* the overflow series' values: used below this block's end */
+    size_t len;
+    char *key = series_key(f, values, &len);
+    struct series *s = NULL;
+    HASH_FIND(hh, f->series, key, len, s);
+    if (s || !create) {
+        free(key);
+        return s;
+    }
+    if (f->n >= METRICS_MAX_SERIES) {
+        /* bounded: one overflow series takes the rest */
+        free(key);
+        assert(f->nlabels <= KWC_ARRAY_LEN(ov));
+        for (size_t i = 0; i < f->nlabels; i++)
+            ov[i] = METRICS_OVERFLOW;
+        key = series_key(f, ov, &len);
+        HASH_FIND(hh, f->series, key, len, s);
+        if (s) {
+            free(key);
+            return s;
+        }
+        values = ov;
+    }
+    s = xcalloc(1, sizeof(*s));
+    s->key = key;
+    s->key_len = len;
+    s->values = xcalloc(f->nlabels ? f->nlabels : 1, sizeof(char *));
+    for (size_t i = 0; i < f->nlabels; i++)
+        s->values[i] = xstrdup(values[i] ? values[i] : "");
+    if (f->type == METRICS_HISTOGRAM)
+        metrics_hist_init(&s->hist, f->bounds, f->nbounds);
+    HASH_ADD_KEYPTR(hh, f->series, s->key, s->key_len, s);
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 16;
+        f->order = xrealloc(f->order, f->cap * sizeof(*f->order));
+    }
+    f->order[f->n++] = s;
+    return s;
+}
+
+void
+metrics_add(struct metrics_family *f, const char *const *values, double v)
+{
+    pthread_mutex_lock(&f->m->mu);
+    series_of(f, values, true)->v += v;
+    pthread_mutex_unlock(&f->m->mu);
+}
+
+void
+metrics_set(struct metrics_family *f, const char *const *values, double v)
+{
+    pthread_mutex_lock(&f->m->mu);
+    series_of(f, values, true)->v = v;
+    pthread_mutex_unlock(&f->m->mu);
+}
+
+void
+metrics_observe(struct metrics_family *f, const char *const *values, double v)
+{
+    assert(f->type == METRICS_HISTOGRAM);
+    pthread_mutex_lock(&f->m->mu);
+    metrics_hist_observe(&series_of(f, values, true)->hist, v);
+    pthread_mutex_unlock(&f->m->mu);
+}
+
+double
+metrics_get(struct metrics_family *f, const char *const *values)
+{
+    pthread_mutex_lock(&f->m->mu);
+    struct series *s = series_of(f, values, false);
+    double v = s ? s->v : 0;
+    pthread_mutex_unlock(&f->m->mu);
+    return v;
+}
+
+void
+metrics_collector_add(struct metrics *m, metrics_collect_cb cb, void *arg,
+                      void (*free_arg)(void *arg))
+{
+    struct collector *c = xcalloc(1, sizeof(*c));
+    c->cb = cb;
+    c->arg = arg;
+    c->free_arg = free_arg;
+    pthread_mutex_lock(&m->mu);
+    *m->ctail = c;
+    m->ctail = &c->next;
+    pthread_mutex_unlock(&m->mu);
+}
+
+char *
+metrics_render(struct metrics *m, size_t *len)
+{
+    struct metrics_writer w = {0};
+    pthread_mutex_lock(&m->mu);
+    for (struct metrics_family *f = m->families; f; f = f->next) {
+        metrics_write_family(&w, f->name, f->help, f->type);
+        for (size_t i = 0; i < f->n; i++) {
+            struct series *s = f->order[i];
+            const char *const *vals = (const char *const *)s->values;
+            if (f->type == METRICS_HISTOGRAM)
+                metrics_write_hist(&w, f->name, f->labels, vals, f->nlabels, &s->hist);
+            else
+                metrics_write_sample(&w, f->name, f->labels, vals, f->nlabels, s->v);
+        }
+    }
+    struct collector *cs = m->collectors;
+    pthread_mutex_unlock(&m->mu);
+    /* collectors take their own locks: not under the registry's */
+    for (struct collector *c = cs; c; c = c->next)
+        c->cb(c->arg, &w);
+    if (len)
+        *len = w.b.len;
+    return gostr_take(&w.b);
+}

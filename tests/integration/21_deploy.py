@@ -1,0 +1,1308 @@
+"""The deployable artefacts work: conf/kubernetes/, conf/kwc.service, the
+Dockerfile and `make image`.
+
+  1. Manifests: `kubectl apply --dry-run=client` of conf/kubernetes/ (and of
+     each file, and of the node-local variant) with every kubectl installed
+     side by side (1.27-1.33). Every version insists on a server even with
+     --dry-run=client: it maps kinds to resources through discovery, and
+     apply GETs the live object to decide between create and patch. So
+     kubectl talks to a stub here that serves discovery for the kinds the
+     manifests use (kube's real group/version/resource/kind table, below)
+     and 404 for every object; it serves no OpenAPI document (none is on
+     this machine), hence --validate=false. The field check kubectl would
+     have made is done against python3-kubernetes's models (the API types,
+     independent of kwc and of these files): no unknown field, the right
+     JSON types, required fields present.
+  2. The manifests agree with kwc and with each other: every flag is one
+     `kwc --help` knows, the probes are kwc's /livez and /readyz over HTTPS,
+     the pod runs as it must (non-root, read-only root, no capabilities,
+     RuntimeDefault seccomp), the memory request is above the watch windows
+     (--watch-window x the cached resources), --cache-map-size fits the
+     volume, the Service, PVC, Secret and ServiceAccount names line up, the
+     client kubeconfig names the Service.
+  3. The RBAC is exactly what kwc calls: apisim --policy gets the
+     ClusterRole's rules, one per group/resource/verb, for the bound
+     ServiceAccount; kwc runs with the Deployment's args (ports and paths
+     adapted) in a pod-like sandbox: a private mount namespace with the
+     service account token and CA at /var/run/secrets/kubernetes.io/
+     serviceaccount and KUBERNETES_SERVICE_HOST/PORT (in-cluster
+     credentials), the root filesystem read-only, only the volumes
+     writable, uid 10001 without capabilities and with no_new_privs. kwc
+     must sync every cache (/readyz 200, probed like the kubelet: HTTPS, no
+     credentials), hold a watch on each, answer a cached list for a caller
+     with a bearer token (TokenReview + SubjectAccessReview, not passed
+     upstream), pass writes through impersonating the caller (a user with
+     uid, groups and extras; a service account) and serve kubectl using the
+     example client kubeconfig; what kwc asked upstream as itself and as
+     whom it impersonated must be exactly what the rules grant. Then each
+     single rule is removed in turn and something must fail. The node-local
+     DaemonSet runs the same way (its init container's chown included).
+  4. conf/kwc.service: `systemd-analyze verify` (on a copy whose ExecStart
+     names the kwc under test), `systemd-analyze security --offline`, and
+     the ExecStart command line run with its specifiers (%d credentials,
+     %S state, %E configuration) pointing at temporary directories, as an
+     unprivileged user on a read-only root, against apisim.
+  5. The Dockerfile: every COPY source is in the build context
+     (.dockerignore applied) and that context builds kwc (`make -n`), the
+     runtime stage's packages provide every library `ldd kwc` lists and
+     each provides one kwc links, USER is numeric and not root, ENTRYPOINT
+     and CMD flags are ones `kwc --help` knows; `make image` runs the
+     container tool with the Dockerfile and the manifests' image name.
+
+     The image build itself is `make image-test` (tests/image/test_image.py,
+     part of make test): it takes a minute or more, so not here. On this
+     machine it needs three workarounds, which that test applies: no
+     container registry is reachable (DNS resolves the Debian mirror only),
+     so the bookworm base images are bootstrapped from Debian's packages;
+     Debian's podman 4.3 with its default crun cannot start containers on
+     this kernel's hybrid cgroup v1/v2 layout ("cgroups in hybrid mode not
+     supported"), so it uses runc; and runc fails to raise RLIMIT_NOFILE/
+     NPROC above the sandbox's hard limits, so --ulimit is lowered.
+
+Needs root (mount namespaces, as 15_/16_ need tmpfs) and the packages of
+tests/lib/deps.sh test (python3-yaml, python3-kubernetes, systemd,
+util-linux, openssl).
+"""
+import concurrent.futures
+import http.server
+import json
+import os
+import re
+import shlex
+import shutil
+import ssl
+import stat
+import subprocess
+import tempfile
+import threading
+import unittest
+import urllib.parse
+
+import yaml
+
+import certs
+from cluster import APISIM, KWC_BIN, PYTHON, ROOT, Fatal, Proc, kubectl_dir, only_in_plaintext_run, wait_for
+
+K8S = os.path.join(ROOT, "conf", "kubernetes")
+MAIN_FILES = sorted(os.path.join(K8S, f) for f in os.listdir(K8S) if f.endswith((".yaml", ".yml", ".json")))
+NODE_LOCAL = os.path.join(K8S, "node-local", "kwc-node-local.yaml")
+CLIENT_KUBECONFIG = os.path.join(K8S, "clients", "client-kubeconfig.example.yaml")
+UNIT = os.path.join(ROOT, "conf", "kwc.service")
+DOCKERFILE = os.path.join(ROOT, "Dockerfile")
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+POD_UID = 10001  # the Dockerfile's USER, the manifests' runAsUser
+P = certs.pki()
+
+
+# ---- reading the artefacts ----------------------------------------------
+
+def load_docs(*paths):
+    docs = []
+    for p in paths:
+        with open(p) as f:
+            docs += [d for d in yaml.safe_load_all(f) if d]
+    return docs
+
+
+def find(docs, kind, name=None):
+    out = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    if not out:
+        raise AssertionError("no %s %s in the manifests" % (kind, name or ""))
+    return out[0]
+
+
+def kwc_help():
+    r = subprocess.run([KWC_BIN, "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def kwc_flags():
+    """{flag: default or None} from `kwc --help`."""
+    flags = {}
+    for line in kwc_help().splitlines():
+        m = re.match(r"^\s+(--[a-z0-9-]+)(.*?)(?:\[([^\]]*)\])?\s*$", line)
+        if m:
+            flags[m.group(1)] = m.group(3)
+    return flags
+
+
+def split_args(args):
+    """[(flag, value or None)] of a kwc argument list (--flag=value or --flag value)."""
+    out, i = [], 0
+    boolean = {"--insecure-allow-remote", "--anonymous-auth", "--help", "--version"}
+    while i < len(args):
+        a = args[i]
+        if "=" in a:
+            f, v = a.split("=", 1)
+            out.append((f, v))
+        elif a in boolean:
+            out.append((a, None))
+        else:
+            out.append((a, args[i + 1] if i + 1 < len(args) else None))
+            i += 1
+        i += 1
+    return out
+
+
+def default_resources():
+    """kwc's default --resources: KINDS_DEFAULT in include/kwc/kinds.h."""
+    with open(os.path.join(ROOT, "include", "kwc", "kinds.h")) as f:
+        text = f.read()
+    m = re.search(r"#define KINDS_DEFAULT((?:.*\\\n)*.*)", text)
+    joined = "".join(re.findall(r'"([^"]*)"', m.group(1)))
+    out = []
+    for gvr in joined.split(","):
+        parts = gvr.split("/")
+        out.append(("" if len(parts) == 2 else parts[0], parts[-1]))
+    return out
+
+
+def quantity(q):
+    """Bytes of a Kubernetes memory/storage quantity."""
+    m = re.match(r"^([0-9.]+)([KMGTE]i?)?$", str(q))
+    units = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    return int(float(m.group(1)) * units[m.group(2)])
+
+
+def workload_container(w):
+    c = [c for c in w["spec"]["template"]["spec"]["containers"] if c["name"] == "kwc"]
+    assert c, "no container kwc in %s" % w["metadata"]["name"]
+    return c[0]
+
+
+# ---- 1. kubectl against a discovery stub --------------------------------
+
+# kube's real mapping (group, version) -> [(resource, kind, namespaced)] for
+# the kinds the manifests use (and their neighbours)
+DISCOVERY = {
+    ("", "v1"): [("namespaces", "Namespace", False), ("serviceaccounts", "ServiceAccount", True),
+                 ("services", "Service", True), ("secrets", "Secret", True), ("configmaps", "ConfigMap", True),
+                 ("persistentvolumeclaims", "PersistentVolumeClaim", True), ("pods", "Pod", True)],
+    ("apps", "v1"): [("deployments", "Deployment", True), ("daemonsets", "DaemonSet", True),
+                     ("statefulsets", "StatefulSet", True), ("replicasets", "ReplicaSet", True)],
+    ("rbac.authorization.k8s.io", "v1"): [("clusterroles", "ClusterRole", False),
+                                          ("clusterrolebindings", "ClusterRoleBinding", False),
+                                          ("roles", "Role", True), ("rolebindings", "RoleBinding", True)],
+    ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True)],
+}
+
+
+class DiscoveryStub:
+    """Discovery for DISCOVERY, 404 NotFound for everything else (every
+    object: kubectl apply then prints "created (dry run)")."""
+
+    def __init__(self):
+        stub = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                path = urllib.parse.urlsplit(self.path).path.rstrip("/")
+                doc = stub.answer(path)
+                if doc is None:
+                    code, doc = 404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                      "message": "the server could not find the requested resource",
+                                      "reason": "NotFound", "details": {}, "code": 404}
+                else:
+                    code = 200
+                body = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):  # a dry run must never write
+                stub.writes.append(self.path)
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_PUT = do_PATCH = do_DELETE = do_POST
+
+        self.writes = []
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.port = self.srv.server_address[1]
+        self.t = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.t.start()
+
+    def answer(self, path):
+        if path == "/version":
+            return {"major": "1", "minor": "31", "gitVersion": "v1.31.0", "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        if path == "/apis":
+            groups = [{"name": g, "versions": [{"groupVersion": "%s/%s" % (g, v), "version": v}],
+                       "preferredVersion": {"groupVersion": "%s/%s" % (g, v), "version": v}}
+                      for (g, v) in DISCOVERY if g]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        for (g, v), res in DISCOVERY.items():
+            gv = "%s/%s" % (g, v) if g else v
+            if path == ("/apis/" + gv if g else "/api/" + v):
+                return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                        "resources": [{"name": r, "singularName": "", "namespaced": ns, "kind": k,
+                                       "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
+                                      for r, k, ns in res]}
+        return None
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def kubectl_versions():
+    d = kubectl_dir()
+    vs = sorted((f[len("kubectl."):] for f in os.listdir(d) if re.match(r"^kubectl\.1\.\d+$", f)),
+                key=lambda v: tuple(map(int, v.split("."))))
+    return [(v, os.path.join(d, "kubectl." + v)) for v in vs]
+
+
+def model_check(obj, errors):
+    """obj against python3-kubernetes's model of its kind: unknown fields,
+    JSON types, then the models' own required-field checks."""
+    import kubernetes.client as kc
+    from kubernetes.client.api_client import ApiClient
+    group_version = obj["apiVersion"].split("/")[-1]
+    cls_name = group_version.capitalize() + obj["kind"]
+    where = "%s %s" % (obj["kind"], obj["metadata"]["name"])
+    if not hasattr(kc, cls_name):
+        errors.append("%s: python3-kubernetes has no model %s" % (where, cls_name))
+        return
+
+    def value(v, t, path):
+        if t == "object":
+            return
+        m = re.match(r"^list\[(.*)\]$", t)
+        if m:
+            if not isinstance(v, list):
+                errors.append("%s: %s is not a list" % (where, path))
+                return
+            for i, x in enumerate(v):
+                value(x, m.group(1), "%s[%d]" % (path, i))
+            return
+        m = re.match(r"^dict\(str, (.*)\)$", t)
+        if m:
+            if not isinstance(v, dict):
+                errors.append("%s: %s is not a map" % (where, path))
+                return
+            for k, x in v.items():
+                value(x, m.group(1), "%s.%s" % (path, k))
+            return
+        simple = {"str": str, "int": int, "bool": bool, "float": (int, float), "datetime": str, "date": str}
+        if t in simple:
+            if not isinstance(v, simple[t]) or (t == "int" and isinstance(v, bool)):
+                errors.append("%s: %s is %r, not a %s" % (where, path, v, t))
+            return
+        cls = getattr(kc, t)
+        if not isinstance(v, dict):
+            errors.append("%s: %s is not an object (%s)" % (where, path, t))
+            return
+        by_json = {j: a for a, j in cls.attribute_map.items()}
+        for k, x in v.items():
+            if k not in by_json:
+                errors.append("%s: unknown field %s.%s (%s)" % (where, path, k, t))
+            else:
+                value(x, cls.openapi_types[by_json[k]], "%s.%s" % (path, k))
+
+    value(obj, cls_name, "")
+    try:
+        ApiClient()._ApiClient__deserialize(obj, cls_name)
+    except (ValueError, TypeError) as e:
+        errors.append("%s: %s" % (where, e))
+
+
+@only_in_plaintext_run("static checks of the deployment files; nothing about the test transport")
+class ManifestTest(unittest.TestCase):
+    def test_kubectl_apply_dry_run_every_version(self):
+        versions = kubectl_versions()
+        self.assertGreaterEqual(len(versions), 2, "kubectl 1.27-1.33 side by side: %s" % versions)
+        stub = DiscoveryStub()
+        home = tempfile.mkdtemp(prefix="kwc-kubectl-")
+        cases = [("conf/kubernetes/", [K8S], load_docs(*MAIN_FILES))]
+        cases += [(os.path.relpath(f, ROOT), [f], load_docs(f)) for f in MAIN_FILES]
+        cases.append(("node-local", [os.path.join(K8S, "10-rbac.yaml"), os.path.dirname(NODE_LOCAL)],
+                      load_docs(os.path.join(K8S, "10-rbac.yaml"), NODE_LOCAL)))
+
+        def run(v, binary, what, paths, docs):
+            env = dict(os.environ, KUBECONFIG="/dev/null", HOME=home)
+            cmd = [binary, "--server", "http://127.0.0.1:%d" % stub.port, "--cache-dir",
+                   os.path.join(home, "cache-" + v), "apply", "--dry-run=client", "--validate=false"]
+            for p in paths:
+                cmd += ["-f", p]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+            problems = []
+            if r.returncode != 0:
+                problems.append("kubectl %s apply %s: exit %d: %s" % (v, what, r.returncode, r.stderr[-1500:]))
+            done = [l for l in r.stdout.splitlines() if l.endswith("(dry run)")]
+            if len(done) != len(docs):
+                problems.append("kubectl %s apply %s: %d objects in the files, %d applied:\n%s" % (
+                    v, what, len(docs), len(done), r.stdout))
+            for d in docs:
+                if not any(l.split(" ")[0].split("/", 1)[-1] == d["metadata"]["name"] and
+                           l.split("/")[0].split(".")[0] == d["kind"].lower() for l in done):
+                    problems.append("kubectl %s apply %s: %s %s missing from:\n%s" % (
+                        v, what, d["kind"], d["metadata"]["name"], r.stdout))
+            return problems
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                futs = [ex.submit(run, v, b, *c) for v, b in versions for c in cases]
+                problems = [p for f in futs for p in f.result()]
+        finally:
+            stub.close()
+            shutil.rmtree(home, ignore_errors=True)
+        self.assertEqual(problems, [])
+        self.assertEqual(stub.writes, [], "a client-side dry run wrote to the server")
+
+    def test_fields_match_the_api_types(self):
+        errors = []
+        for d in load_docs(*MAIN_FILES, NODE_LOCAL):
+            model_check(d, errors)
+        self.assertEqual(errors, [])
+
+    def test_client_kubeconfig_names_the_service(self):
+        docs = load_docs(*MAIN_FILES)
+        svc = find(docs, "Service", "kwc")
+        with open(CLIENT_KUBECONFIG) as f:
+            kc = yaml.safe_load(f)
+        self.assertEqual(kc["kind"], "Config")
+        port = svc["spec"]["ports"][0]["port"]
+        names = {"%s.%s.svc" % (svc["metadata"]["name"], svc["metadata"]["namespace"]),
+                 "%s.%s.svc.cluster.local" % (svc["metadata"]["name"], svc["metadata"]["namespace"])}
+        servers = [c["cluster"] for c in kc["clusters"]]
+        in_cluster = [c for c in servers if urllib.parse.urlsplit(c["server"]).hostname in names]
+        self.assertTrue(in_cluster, "no cluster entry names the Service (%s): %s" % (names, servers))
+        for c in in_cluster:
+            u = urllib.parse.urlsplit(c["server"])
+            self.assertEqual((u.scheme, u.port or 443), ("https", port))
+        for c in servers:
+            if "tls-server-name" in c:
+                self.assertIn(c["tls-server-name"], names)
+        # every kubectl reads it
+        for v, b in kubectl_versions():
+            r = subprocess.run([b, "config", "view", "--kubeconfig", CLIENT_KUBECONFIG, "-o", "json"],
+                               capture_output=True, text=True, timeout=30, env=dict(os.environ, HOME="/tmp"))
+            self.assertEqual(r.returncode, 0, "kubectl %s: %s" % (v, r.stderr))
+            self.assertEqual(len(json.loads(r.stdout)["contexts"]), len(kc["contexts"]))
+
+    def check_workload(self, docs, w, pod_uid_from):
+        flags = kwc_flags()
+        c = workload_container(w)
+        spec = w["spec"]["template"]["spec"]
+        args = split_args(c.get("command", [])[1:] + c.get("args", []))
+        unknown = [f for f, _ in args if f not in flags]
+        self.assertEqual(unknown, [], "flags kwc --help does not know")
+        a = dict(args)
+        # TLS + delegated auth on every address; data dir on the cache volume
+        self.assertRegex(a["--listen"], r"^(0\.0\.0\.0)?:\d+$")
+        self.assertIn(a.get("--auth", "delegated"), ("delegated",))
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        vols = {v["name"]: v for v in spec["volumes"]}
+        self.assertIn(a["--data-dir"], mounts)
+        tls_dir = os.path.dirname(a["--tls-cert-file"])
+        self.assertEqual(tls_dir, os.path.dirname(a["--tls-private-key-file"]))
+        self.assertIn(tls_dir, mounts)
+        self.assertEqual(vols[mounts[tls_dir]]["secret"]["secretName"], "kwc-tls")
+        # probes: kwc's own endpoints, HTTPS, on the container's port
+        port = int(a["--listen"].rsplit(":", 1)[1])
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz"), ("startupProbe", "/livez")):
+            g = c[probe]["httpGet"]
+            self.assertEqual((g["path"], g["scheme"]), (path, "HTTPS"), probe)
+            self.assertEqual(ports.get(g["port"], g["port"]), port, probe)
+        # the pod security the brief asks for
+        psc = spec.get("securityContext", {})
+        csc = c["securityContext"]
+        self.assertTrue(csc.get("runAsNonRoot", psc.get("runAsNonRoot")))
+        self.assertEqual(csc.get("runAsUser", psc.get("runAsUser")), pod_uid_from)
+        self.assertTrue(csc["readOnlyRootFilesystem"])
+        self.assertFalse(csc["allowPrivilegeEscalation"])
+        self.assertEqual(csc["capabilities"]["drop"], ["ALL"])
+        self.assertNotIn("add", csc["capabilities"])
+        self.assertEqual(csc.get("seccompProfile", psc.get("seccompProfile"))["type"], "RuntimeDefault")
+        # memory above the watch windows: one per cached resource
+        window = int(a.get("--watch-window", flags["--watch-window"]))
+        nres = len(a["--resources"].split(",")) if "--resources" in a else len(default_resources())
+        req = quantity(c["resources"]["requests"]["memory"])
+        self.assertGreater(req, window * nres, "memory request vs --watch-window x %d resources" % nres)
+        self.assertGreaterEqual(quantity(c["resources"]["limits"]["memory"]), req)
+        # watch workers: set, and not above the CPUs asked for
+        cpu = c["resources"]["requests"]["cpu"]
+        cpus = float(cpu[:-1]) / 1000 if str(cpu).endswith("m") else float(cpu)
+        self.assertGreaterEqual(int(a["--watch-workers"]), 1)
+        self.assertLessEqual(int(a["--watch-workers"]), max(1, round(cpus)) + 1)
+        # the service account is the one the ClusterRole is bound to
+        sa = spec["serviceAccountName"]
+        ns = w["metadata"]["namespace"]
+        bound = [s for b in docs if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "kwc"
+                 for s in b["subjects"]]
+        self.assertIn({"kind": "ServiceAccount", "name": sa, "namespace": ns}, bound)
+        find(docs, "ServiceAccount", sa)
+        self.assertNotEqual(spec.get("automountServiceAccountToken"), False)
+        # a Service selecting the pods, on the named port
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        svcs = [s for s in docs if s["kind"] == "Service" and s["metadata"]["namespace"] == ns]
+        self.assertTrue(svcs)
+        for s in svcs:
+            self.assertTrue(all(labels.get(k) == v for k, v in s["spec"]["selector"].items()))
+            for p in s["spec"]["ports"]:
+                self.assertEqual(ports.get(p["targetPort"], p["targetPort"]), port)
+        # the image `make image` tags by default
+        r = subprocess.run(["make", "-s", "-n", "image", "CONTAINER=true"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=30)
+        tag = re.search(r" -t (\S+) ", r.stdout)
+        self.assertTrue(tag, r.stdout + r.stderr)
+        for x in [c] + spec.get("initContainers", []):
+            self.assertEqual(x["image"], tag.group(1), "%s: the image make image builds" % x["name"])
+        return a, mounts, vols
+
+    def test_deployment_agrees_with_kwc(self):
+        docs = load_docs(*MAIN_FILES)
+        d = find(docs, "Deployment", "kwc")
+        a, mounts, vols = self.check_workload(docs, d, POD_UID)
+        # one kwc per data dir: a RWO claim, one replica, no overlap on rollout
+        self.assertEqual(d["spec"]["replicas"], 1)
+        self.assertEqual(d["spec"]["strategy"]["type"], "Recreate")
+        claim = vols[mounts[a["--data-dir"]]]["persistentVolumeClaim"]["claimName"]
+        pvc = find(docs, "PersistentVolumeClaim", claim)
+        self.assertEqual(pvc["metadata"]["namespace"], d["metadata"]["namespace"])
+        size = quantity(pvc["spec"]["resources"]["requests"]["storage"])
+        self.assertLess(int(a["--cache-map-size"]), size, "--cache-map-size must fill before the volume does")
+        ns = find(docs, "Namespace", d["metadata"]["namespace"])
+        self.assertEqual(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
+        # apply order: the namespace's file sorts first
+        first = load_docs(MAIN_FILES[0])
+        self.assertEqual([x["kind"] for x in first], ["Namespace"])
+
+    def test_node_local_daemonset_agrees_with_kwc(self):
+        docs = load_docs(os.path.join(K8S, "10-rbac.yaml"), NODE_LOCAL)
+        ds = find(docs, "DaemonSet", "kwc")
+        a, mounts, vols = self.check_workload(docs, ds, POD_UID)
+        host = vols[mounts[a["--data-dir"]]]["hostPath"]
+        self.assertEqual(host["type"], "DirectoryOrCreate")
+        init = ds["spec"]["template"]["spec"]["initContainers"][0]
+        self.assertEqual(init["securityContext"]["capabilities"], {"drop": ["ALL"], "add": ["CHOWN"]})
+        self.assertIn("%d:%d" % (POD_UID, POD_UID), init["command"])
+        self.assertLess(int(a["--cache-map-size"]), 64 << 30)
+        svc = find(docs, "Service", "kwc")
+        self.assertEqual(svc["spec"]["internalTrafficPolicy"], "Local")
+
+
+# ---- 3. RBAC against what kwc calls, in a pod-like sandbox ---------------
+
+SANDBOX = r"""
+set -eu
+if [ -n "${SB_SA:-}" ]; then
+  # the service account volume, where the kubelet mounts it (/var/run -> /run)
+  mount -t tmpfs -o mode=0755,size=1m kwc-sa /run
+  install -d -m 0755 /run/secrets/kubernetes.io/serviceaccount
+  install -m 0644 "$SB_SA"/token "$SB_SA"/ca.crt "$SB_SA"/namespace /run/secrets/kubernetes.io/serviceaccount/
+fi
+for d in $SB_RW; do mount --bind "$d" "$d"; done          # the writable volumes
+if [ -n "${SB_CHOWN:-}" ]; then                          # an init container: root with CAP_CHOWN alone
+  setpriv --bounding-set=-all,+chown --inh-caps=-all -- $SB_CHOWN
+fi
+mount -o remount,bind,ro /                               # readOnlyRootFilesystem
+exec setpriv --reuid "$SB_UID" --regid "$SB_UID" --clear-groups --bounding-set=-all --inh-caps=-all \
+  --no-new-privs -- "$@"
+"""
+
+
+def sandbox_proc(name, workdir, argv, env, rw_dirs, sa_dir=None, chown=None, uid=POD_UID):
+    """A Proc running argv (kwc) like a pod's container: see the module doc.
+    workdir (port file) and rw_dirs stay writable; everything else is
+    read-only. The Proc appends --port-file to argv."""
+    for d in [workdir] + list(rw_dirs):
+        if chown is None or d != chown.split()[-1]:
+            os.chown(d, uid, uid)
+    e = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SB_UID": str(uid),
+         "SB_RW": " ".join([workdir] + list(rw_dirs)), "SB_SA": sa_dir or "", "SB_CHOWN": chown or ""}
+    e.update(env)
+    wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c", SANDBOX, "kwc-sandbox"] + argv
+    return Proc(name, wrapped, workdir, env=e, tls=None)
+
+
+def sa_user(ns, name):
+    return "system:serviceaccount:%s:%s" % (ns, name)
+
+
+def atoms_of(docs, binding_name):
+    """The ClusterRole bound by binding_name, one apisim rule per
+    (apiGroup, resource, verb) (or nonResourceURL, verb), for the binding's
+    subjects."""
+    b = find(docs, "ClusterRoleBinding", binding_name)
+    role = find(docs, "ClusterRole", b["roleRef"]["name"])
+    users, groups = [], []
+    for s in b["subjects"]:
+        if s["kind"] == "ServiceAccount":
+            users.append(sa_user(s["namespace"], s["name"]))
+        elif s["kind"] == "User":
+            users.append(s["name"])
+        else:
+            groups.append(s["name"])
+    atoms = []
+    for r in role["rules"]:
+        subj = {"users": users} if users else {}
+        if groups:
+            subj["groups"] = groups
+        for v in r["verbs"]:
+            if "nonResourceURLs" in r:
+                for u in r["nonResourceURLs"]:
+                    atoms.append(dict(subj, name="%s get %s" % (v, u), verbs=[v], nonResourceURLs=[u]))
+                continue
+            for g in r["apiGroups"]:
+                for res in r["resources"]:
+                    a = dict(subj, name="%s %s/%s" % (v, g or "core", res), verbs=[v], apiGroups=[g],
+                             resources=[res])
+                    if r.get("resourceNames"):
+                        a["resourceNames"] = r["resourceNames"]
+                    atoms.append(a)
+    return atoms
+
+
+TOKENS = {"kwc": "tok-kwc-sa-3c1f", "kwc-node": "tok-kwc-node-sa-77ab", "kwc-systemd": "tok-kwc-systemd-51e0",
+          "alice": "tok-alice-8d2e", "app": "tok-app-sa-90b4"}
+APP = sa_user("ns-0", "app")
+CALLERS = {
+    # a user with a uid, groups and an extra: every Impersonate-* header
+    TOKENS["alice"]: {"user": "alice", "uid": "uid-alice", "groups": ["devs"], "extra": {"scopes": ["deploy"]}},
+    # a bound service account token, as the API server's TokenReview tells it
+    TOKENS["app"]: {"user": APP, "uid": "uid-app",
+                    "groups": ["system:serviceaccounts", "system:serviceaccounts:ns-0"],
+                    "extra": {"authentication.kubernetes.io/pod-name": ["app-6d4f9-xk2lp"]}},
+}
+CALLER_RULES = [
+    {"name": "alice-read", "users": ["alice"], "verbs": ["get", "list", "watch"], "apiGroups": [""],
+     "resources": ["pods"], "namespaces": ["ns-0"]},
+    {"name": "writers", "users": ["alice", APP], "verbs": ["create"], "apiGroups": [""],
+     "resources": ["configmaps"], "namespaces": ["ns-0"]},
+]
+
+
+def policy(atoms):
+    tokens = dict(CALLERS)
+    tokens[TOKENS["kwc"]] = {"user": sa_user("kwc", "kwc"),
+                             "groups": ["system:serviceaccounts", "system:serviceaccounts:kwc"]}
+    tokens[TOKENS["kwc-node"]] = {"user": sa_user("kwc-node", "kwc"),
+                                  "groups": ["system:serviceaccounts", "system:serviceaccounts:kwc-node"]}
+    tokens[TOKENS["kwc-systemd"]] = {"user": "kwc-systemd"}
+    return {"tokens": tokens, "rules": list(atoms) + CALLER_RULES}
+
+
+def target_attrs(method, target):
+    """(apiGroup, resource, verb) of one of kwc's own upstream requests, or
+    ("nonresource", path, verb)."""
+    u = urllib.parse.urlsplit(target)
+    q = urllib.parse.parse_qs(u.query)
+    parts = u.path.strip("/").split("/")
+    if parts[0] == "api" and len(parts) >= 3:
+        g, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        g, rest = parts[1], parts[3:]
+    else:
+        return ("nonresource", u.path, method.lower())
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    if method == "POST":
+        return (g, rest[0], "create")
+    if len(rest) >= 2:
+        return (g, rest[0], "get")
+    return (g, rest[0], "watch" if q.get("watch", ["false"])[0] not in ("0", "false") else "list")
+
+
+def granted(atoms, g, res, verb):
+    return [a for a in atoms if "resources" in a and verb in a["verbs"] and g in a["apiGroups"] and
+            (res in a["resources"] or "*" in a["resources"])]
+
+
+@only_in_plaintext_run("the deployment test serves TLS itself, as the manifests configure kwc")
+class RbacSandboxTest(unittest.TestCase):
+    """kwc with the manifests' args, identity and RBAC (see the module doc)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.geteuid() != 0:
+            raise AssertionError("21_deploy runs kwc in mount namespaces: run it as root, as CI does")
+        cls.docs = load_docs(*MAIN_FILES, NODE_LOCAL)
+        cls.dir = tempfile.mkdtemp(prefix="kwc-deploy-")
+        os.chmod(cls.dir, 0o755)
+        cls.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--tls-cert", P.server.crt,
+                                     "--tls-key", P.server.key, "--pods", "30", "--nodes", "3",
+                                     "--namespaces", "2", "--policy", cls.write_json("policy.json", policy([]))],
+                          cls.dir)
+        cls.apisim.start()
+        cls.ctx = ssl.create_default_context(cafile=P.ca.crt)
+        cls.runs = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.apisim.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def write_json(cls, name, doc):
+        p = os.path.join(cls.dir, name)
+        with open(p, "w") as f:
+            json.dump(doc, f)
+        return p
+
+    # -- talking to apisim and kwc --
+
+    def sim(self, method, path, body=None):
+        import http.client
+        c = http.client.HTTPSConnection("127.0.0.1", self.apisim.port, context=self.ctx, timeout=10)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            assert r.status < 300, "apisim %s %s: %d %s" % (method, path, r.status, data[:300])
+            return json.loads(data)
+        finally:
+            c.close()
+
+    def kwc_req(self, port, method, path, token=None, body=None, timeout=10):
+        import http.client
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=self.ctx, timeout=timeout)
+        try:
+            h = {"Accept": "application/json", "User-Agent": "kwc-deploytest"}
+            if token:
+                h["Authorization"] = "Bearer " + token
+            if body is not None:
+                h["Content-Type"] = "application/json"
+            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def requests_since(self, seq0):
+        r = self.sim("GET", "/apisim/requests")
+        reqs = [x for x in r["requests"] if x["seq"] > seq0]
+        assert not reqs or reqs[0]["seq"] == seq0 + 1 or seq0 == 0, "apisim's request log overflowed"
+        return reqs
+
+    # -- kwc as the workload runs it --
+
+    def start_kwc(self, workload, sa_token, atoms):
+        """kwc with workload's args (ports and paths adapted), in-cluster as the
+        service account whose token is sa_token, apisim holding atoms."""
+        self.sim("POST", "/apisim/policy", policy(atoms))
+        seq0 = self.sim("GET", "/apisim/requests")["seq"]
+        self.__class__.runs += 1
+        run = os.path.join(self.dir, "run-%d" % self.runs)
+        os.makedirs(run)
+        c = workload_container(workload)
+        spec = workload["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in spec["volumes"]}
+        host_of, rw, chown = {}, [], None
+        for m in c["volumeMounts"]:
+            d = os.path.join(run, "vol-" + m["name"])
+            os.makedirs(d)
+            os.chmod(d, 0o755)
+            host_of[m["mountPath"]] = d
+            v = vols[m["name"]]
+            if "secret" in v:
+                assert v["secret"]["secretName"] == "kwc-tls"
+                mode = v["secret"].get("defaultMode", 0o644)
+                group = spec.get("securityContext", {}).get("fsGroup", 0)
+                for src, dst in ((P.server.crt, "tls.crt"), (P.server.key, "tls.key")):
+                    shutil.copy(src, os.path.join(d, dst))
+                    os.chown(os.path.join(d, dst), 0, group)
+                    os.chmod(os.path.join(d, dst), mode)
+            elif "hostPath" in v:
+                rw.append(d)  # root-owned: the init container hands it over
+                init = spec["initContainers"][0]
+                assert [x["mountPath"] for x in init["volumeMounts"]] == [m["mountPath"]]
+                chown = " ".join(init["command"][:-1] + [d])
+            else:
+                rw.append(d)
+        args = []
+        for f, v in split_args(c.get("args", [])):
+            if f == "--listen":
+                v = v.rsplit(":", 1)[0] + ":0"
+            elif v is not None:
+                for mp, d in host_of.items():
+                    if v == mp or v.startswith(mp + "/"):
+                        v = d + v[len(mp):]
+            args += [f] + ([v] if v is not None else [])
+        sa = os.path.join(run, "sa")
+        os.makedirs(sa)
+        with open(os.path.join(sa, "token"), "w") as fh:
+            fh.write(sa_token)
+        shutil.copy(P.ca.crt, os.path.join(sa, "ca.crt"))
+        with open(os.path.join(sa, "namespace"), "w") as fh:
+            fh.write(workload["metadata"]["namespace"])
+        env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.apisim.port)}
+        for e in c.get("env", []):
+            env[e["name"]] = e["value"]
+        p = sandbox_proc("kwc", run, [KWC_BIN] + args, env, rw, sa_dir=sa, chown=chown)
+        p.start()
+        return p, seq0, run
+
+    def outcome_ready(self, port):
+        """'ok' once /readyz is 200 (asked like the kubelet: HTTPS, no
+        credentials); a failure text once a cache reports an error."""
+        def probe():
+            st, body = self.kwc_req(port, "GET", "/readyz?verbose", timeout=3)
+            if st == 200:
+                return "ok"
+            bad = [l for l in body.decode().splitlines()
+                   if l.startswith("[-]") and ("not synced:" in l or "out of service" in l)]
+            return "not ready: " + "; ".join(bad) if bad else None
+        return wait_for(probe, 20, "kwc /readyz, or a cache's error")
+
+    def outcome_watching(self, seq0, resources):
+        """'ok' once apisim has a watch open on every cached resource; a
+        failure text once kwc has retried a watch (it failed) and none is open."""
+        def probe():
+            opened = self.sim("GET", "/apisim/stats")["open_watches"]
+            tries = {}
+            for r in self.requests_since(seq0):
+                if not r["impersonate"] and r["method"] == "GET":
+                    g, res, verb = target_attrs(r["method"], r["target"])
+                    if verb == "watch":
+                        tries[res] = tries.get(res, 0) + 1
+            failing = [res for _, res in resources if not opened.get(res) and tries.get(res, 0) >= 2]
+            if failing:
+                return "watch retried and not open: " + ", ".join(failing)
+            return "ok" if all(opened.get(res) for _, res in resources) else None
+        return wait_for(probe, 20, "kwc's upstream watches, or their retries")
+
+    def scenario(self, kwc, seq0, name):
+        """What a deployed kwc must do; [failure texts]."""
+        fails = []
+        port = kwc.port
+        ready = self.outcome_ready(port)
+        if ready != "ok":
+            fails.append(ready)
+        # a resource that never synced never watches: its failure is told already
+        watching = self.outcome_watching(seq0, [(g, r) for g, r in default_resources()
+                                                if ready == "ok" or r not in ready])
+        if watching != "ok":
+            fails.append(watching)
+        # a cached list for a caller with a bearer token
+        path = "/api/v1/namespaces/ns-0/pods?resourceVersion=0"
+        st, body = self.kwc_req(port, "GET", path, TOKENS["alice"])
+        if st != 200:
+            fails.append("alice's cached list: %d %s" % (st, body[:200]))
+        elif not json.loads(body)["items"]:
+            fails.append("alice's cached list is empty")
+        # writes pass through as the caller
+        for who in ("alice", "app"):
+            st, body = self.kwc_req(port, "POST", "/api/v1/namespaces/ns-0/configmaps", TOKENS[who],
+                                    {"apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": "cm-%s-%s" % (name, who)}, "data": {"k": "v"}})
+            if st != 201:
+                fails.append("%s's write through kwc: %d %s" % (who, st, body[:300]))
+        reqs = self.requests_since(seq0)
+        upstream_lists = [r for r in reqs if r["target"] == path]
+        if upstream_lists and ready == "ok":
+            fails.append("alice's list of a synced cache went upstream")
+        for who, user in (("alice", "alice"), ("app", APP)):
+            posts = [r for r in reqs if r["method"] == "POST" and "/configmaps" in r["target"]
+                     and ["impersonate-user", user] in r["impersonate"]]
+            if not posts and not any(f.startswith(who + "'s write") for f in fails):
+                fails.append("%s's write did not reach apisim as %s" % (who, user))
+        return fails, reqs
+
+    def check_calls_match_rules(self, reqs, atoms):
+        """What kwc asked upstream as itself, and whom it impersonated, is
+        what the rules grant, and every rule was used."""
+        used, ungranted = set(), []
+        for r in reqs:
+            if r["impersonate"]:
+                for h, v in r["impersonate"]:
+                    if h == "impersonate-user":
+                        want = ("", "serviceaccounts", "impersonate") if v.startswith("system:serviceaccount:") \
+                            else ("", "users", "impersonate")
+                    elif h == "impersonate-group":
+                        want = ("", "groups", "impersonate")
+                    elif h == "impersonate-uid":
+                        want = ("authentication.k8s.io", "uids", "impersonate")
+                    else:
+                        want = ("authentication.k8s.io", "userextras", "impersonate")
+                    hit = granted(atoms, *want)
+                    used.update(a["name"] for a in hit)
+                    if not hit:
+                        ungranted.append("%s: %s" % (h, want))
+                continue
+            if not r["authorization"]:
+                continue
+            g, res, verb = target_attrs(r["method"], r["target"])
+            if g == "nonresource":
+                # discovery: the built-in system:discovery role (every authenticated user)
+                if not re.match(r"^/apis?(/|$)", res):
+                    ungranted.append("%s %s" % (verb, res))
+                continue
+            hit = granted(atoms, g, res, verb)
+            used.update(a["name"] for a in hit)
+            if not hit:
+                ungranted.append("%s %s %s (%s)" % (verb, g or "core", res, r["target"]))
+        self.assertEqual(ungranted, [], "kwc called what the ClusterRole does not grant")
+        self.assertEqual(sorted(a["name"] for a in atoms if a["name"] not in used), [],
+                         "ClusterRole rules kwc never used")
+
+    def stop_kwc(self, p):
+        code = p.stop()
+        if code != 0:
+            raise AssertionError("kwc exited %r:\n%s" % (code, p.logs()))
+
+    def full_run(self, workload, sa_token, binding):
+        atoms = atoms_of(self.docs, binding)
+        p, seq0, run = self.start_kwc(workload, sa_token, atoms)
+        try:
+            fails, reqs = self.scenario(p, seq0, "full-%d" % self.runs)
+            self.assertEqual(fails, [], "kwc under the manifests' RBAC")
+            self.check_calls_match_rules(reqs, atoms)
+            return p, run, atoms
+        except BaseException:
+            print(p.logs())
+            p.kill()
+            raise
+
+    def test_deployment_rbac_is_exactly_what_kwc_calls(self):
+        d = find(self.docs, "Deployment", "kwc")
+        p, run, atoms = self.full_run(d, TOKENS["kwc"], "kwc")
+        try:
+            # kwc did its writing on the volumes alone (the root is read-only)
+            data = [v for v in os.listdir(run) if v.startswith("vol-cache")]
+            self.assertTrue(os.path.exists(os.path.join(run, data[0], "data.mdb")))
+            # a client with the example kubeconfig (server and CA adapted to here)
+            self.kubectl_with_example_kubeconfig(p.port, run)
+        finally:
+            self.stop_kwc(p)
+        # each rule left out: something fails
+        silent = []
+        for atom in atoms:
+            rest = [a for a in atoms if a is not atom]
+            p, seq0, _ = self.start_kwc(d, TOKENS["kwc"], rest)
+            try:
+                fails, _ = self.scenario(p, seq0, "no-%d" % self.runs)
+            finally:
+                self.stop_kwc(p)
+            if not fails:
+                silent.append(atom["name"])
+            else:
+                res = atom.get("resources", [""])[0]
+                if atom["verbs"][0] in ("list", "watch"):
+                    self.assertTrue(any(res in f for f in fails), "%s: %s" % (atom["name"], fails))
+        self.assertEqual(silent, [], "rules whose absence nothing noticed (unused)")
+
+    def test_node_local_daemonset_runs(self):
+        ds = find(self.docs, "DaemonSet", "kwc")
+        p, run, _ = self.full_run(ds, TOKENS["kwc-node"], "kwc-node")
+        try:
+            cache = os.path.join(run, "vol-cache")
+            self.assertEqual(os.stat(cache).st_uid, POD_UID, "the init container's chown")
+            self.assertTrue(os.path.exists(os.path.join(cache, "data.mdb")))
+        finally:
+            self.stop_kwc(p)
+
+    def kubectl_with_example_kubeconfig(self, port, run):
+        with open(CLIENT_KUBECONFIG) as f:
+            kc = yaml.safe_load(f)
+        for c in kc["clusters"]:
+            c["cluster"]["server"] = "https://127.0.0.1:%d" % port
+            c["cluster"]["certificate-authority"] = P.ca.crt
+            c["cluster"].pop("tls-server-name", None)  # the test certificate names 127.0.0.1
+        tok = os.path.join(run, "alice.token")
+        with open(tok, "w") as f:
+            f.write(TOKENS["alice"])
+        for u in kc["users"]:
+            if "tokenFile" in u["user"]:
+                u["user"]["tokenFile"] = tok
+        path = os.path.join(run, "client-kubeconfig.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(kc, f)
+        v, b = kubectl_versions()[-1]
+        r = subprocess.run([b, "--kubeconfig", path, "--context", kc["current-context"], "-n", "ns-0",
+                            "get", "pods", "-o", "name"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, HOME=run))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("pod/", r.stdout)
+
+
+# ---- 4. the systemd unit --------------------------------------------------
+
+def unit_lines(path):
+    """[(section, key, value)] of a unit file, continuation lines joined."""
+    out, section, buf = [], None, ""
+    with open(path) as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if buf:
+                line = buf + " " + line.lstrip()
+                buf = ""
+            if line.endswith("\\"):
+                buf = line[:-1].rstrip()
+                continue
+            s = line.strip()
+            if not s or s[0] in "#;":
+                continue
+            if s.startswith("["):
+                section = s.strip("[]")
+                continue
+            k, v = s.split("=", 1)
+            out.append((section, k.strip(), v.strip()))
+    return out
+
+
+@only_in_plaintext_run("the unit's own TLS flags; nothing about the test transport")
+class SystemdUnitTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kwc-unit-")
+        os.chmod(self.dir, 0o755)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def local_unit(self):
+        """A copy of the unit whose ExecStart names the kwc under test."""
+        with open(UNIT) as f:
+            text = f.read()
+        self.assertIn("ExecStart=/usr/local/bin/kwc ", text)
+        p = os.path.join(self.dir, "kwc.service")
+        with open(p, "w") as f:
+            f.write(text.replace("ExecStart=/usr/local/bin/kwc ", "ExecStart=%s " % KWC_BIN))
+        return p
+
+    def test_systemd_analyze_verify(self):
+        r = subprocess.run(["systemd-analyze", "verify", self.local_unit()], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+
+    def test_hardening(self):
+        keys = {(k, v) for _, k, v in unit_lines(UNIT)}
+        for kv in (("Restart", "on-failure"), ("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"),
+                   ("DynamicUser", "yes"), ("StateDirectory", "kwc"), ("CapabilityBoundingSet", "")):
+            self.assertIn(kv, keys)
+        creds = {v.split(":", 1)[0] for k, v in keys if k == "LoadCredential"}
+        self.assertEqual(creds, {"kubeconfig", "tls.crt", "tls.key"})
+        nofile = [int(v) for k, v in keys if k == "LimitNOFILE"]
+        self.assertTrue(nofile and nofile[0] >= 65536, "LimitNOFILE sized for watchers")
+        r = subprocess.run(["systemd-analyze", "security", "--offline=yes", self.local_unit()],
+                           capture_output=True, text=True, timeout=60)
+        m = re.search(r"Overall exposure level for kwc.service: ([0-9.]+)", r.stdout)
+        self.assertTrue(m, r.stdout[-2000:] + r.stderr)
+        self.assertLessEqual(float(m.group(1)), 2.0, r.stdout)
+
+    def test_execstart_runs(self):
+        """ExecStart with %d (credentials), %S (state) and %E (configuration)
+        in temporary directories, kwc unprivileged on a read-only root."""
+        flags = kwc_flags()
+        (execstart,) = [v for s, k, v in unit_lines(UNIT) if k == "ExecStart"]
+        argv = shlex.split(execstart)
+        self.assertEqual(argv[0], "/usr/local/bin/kwc")
+        unknown = [f for f, _ in split_args(argv[1:]) if f not in flags]
+        self.assertEqual(unknown, [])
+        creds, state, etc, run = (os.path.join(self.dir, n) for n in ("creds", "state", "etc", "run"))
+        for d in (creds, state, etc, run, os.path.join(state, "kwc"), os.path.join(etc, "kwc")):
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o755)
+        # the policy: the ClusterRole, bound to the unit's user (kwc-systemd)
+        docs = load_docs(os.path.join(K8S, "10-rbac.yaml"))
+        b = find(docs, "ClusterRoleBinding", "kwc")
+        b["subjects"] = [{"kind": "User", "name": "kwc-systemd"}]
+        pol = os.path.join(run, "policy.json")
+        with open(pol, "w") as f:
+            json.dump(policy(atoms_of(docs, "kwc")), f)
+        apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--tls-cert", P.server.crt,
+                                 "--tls-key", P.server.key, "--pods", "10", "--policy", pol], run)
+        apisim.start()
+        kwc = None
+        try:
+            with open(P.ca.crt, "rb") as f:
+                import base64
+                ca = base64.b64encode(f.read()).decode()
+            kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "up",
+                          "clusters": [{"name": "up", "cluster": {"server": "https://127.0.0.1:%d" % apisim.port,
+                                                                  "certificate-authority-data": ca}}],
+                          "contexts": [{"name": "up", "context": {"cluster": "up", "user": "kwc"}}],
+                          "users": [{"name": "kwc", "user": {"token": TOKENS["kwc-systemd"]}}]}
+            with open(os.path.join(creds, "kubeconfig"), "w") as f:
+                yaml.safe_dump(kubeconfig, f)
+            shutil.copy(P.server.crt, os.path.join(creds, "tls.crt"))
+            shutil.copy(P.server.key, os.path.join(creds, "tls.key"))
+            uid = 61184  # DynamicUser's range starts here
+            for n in os.listdir(creds):  # systemd: owned by the service's user, 0400
+                os.chown(os.path.join(creds, n), uid, uid)
+                os.chmod(os.path.join(creds, n), 0o400)
+            with open(os.path.join(ROOT, "conf", "kwc.yaml")) as f:
+                conf = f.read()
+            adapted = re.sub(r"^listen: (.*):\d+$", r"listen: \1:0", conf, flags=re.M)
+            self.assertNotEqual(adapted, conf, "conf/kwc.yaml has a listen: line")
+            with open(os.path.join(etc, "kwc", "kwc.yaml"), "w") as f:
+                f.write(adapted)
+            spec = {"%d": creds, "%S": state, "%E": etc, "%%": "%"}
+            args = [re.sub(r"%[dSE%]", lambda m: spec[m.group(0)], a) for a in argv[1:]]
+            self.assertFalse([a for a in args if "%" in a], "specifiers the test does not provide")
+            kwc = sandbox_proc("kwc", run, [KWC_BIN] + args, {}, [os.path.join(state, "kwc")], uid=uid)
+            kwc.start()
+            ctx = ssl.create_default_context(cafile=P.ca.crt)
+            import http.client
+
+            def ready():
+                c = http.client.HTTPSConnection("127.0.0.1", kwc.port, context=ctx, timeout=3)
+                try:
+                    c.request("GET", "/readyz")
+                    return c.getresponse().status == 200
+                finally:
+                    c.close()
+            wait_for(ready, 20, "kwc /readyz from the unit's command line")
+            self.assertTrue(os.path.exists(os.path.join(state, "kwc", "data.mdb")))
+            self.assertEqual(kwc.stop(), 0, kwc.logs())
+        except BaseException:
+            if kwc:
+                print(kwc.logs())
+                kwc.kill()
+            print(apisim.logs())
+            raise
+        finally:
+            apisim.stop()
+
+
+# ---- 5. the Dockerfile and make image -------------------------------------
+
+def dockerfile():
+    """[(instruction, args text)] with continuations joined, comments dropped."""
+    out, buf = [], ""
+    with open(DOCKERFILE) as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not buf and line.lstrip().startswith("#"):
+                continue
+            if buf and line.lstrip().startswith("#"):
+                continue
+            buf += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+            if line.endswith("\\"):
+                continue
+            if buf.strip():
+                ins, _, rest = buf.strip().partition(" ")
+                out.append((ins.upper(), rest.strip()))
+            buf = ""
+    return out
+
+
+def stages():
+    """[{name, from, ins: [(instruction, args)]}] with ARG defaults substituted."""
+    args, out = {}, []
+    for ins, rest in dockerfile():
+        if ins == "ARG" and not out:
+            k, _, v = rest.partition("=")
+            args[k] = v
+            continue
+        rest = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), rest)
+        if ins == "FROM":
+            parts = rest.split()
+            out.append({"from": parts[0], "name": parts[2] if len(parts) > 2 else None, "ins": []})
+        else:
+            out[-1]["ins"].append((ins, rest))
+    return out
+
+
+def exec_form(rest):
+    return json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+
+
+def dockerignore_context(dst):
+    """Copy the files the build context holds (.dockerignore applied: later
+    patterns win, ! re-includes) into dst."""
+    import fnmatch
+    rules = []
+    with open(os.path.join(ROOT, ".dockerignore")) as f:
+        for line in f:
+            s = line.strip()
+            if s and not s.startswith("#"):
+                rules.append((s.startswith("!"), s.lstrip("!").strip("/")))
+
+    def ignored(rel):
+        out = False
+        for neg, pat in rules:
+            pat_re = pat.replace("**/", "")
+            parts = rel.split("/")
+            hit = any(fnmatch.fnmatch("/".join(parts[:i]), pat) for i in range(1, len(parts) + 1)) or \
+                (pat != pat_re and any(fnmatch.fnmatch(p, pat_re) for p in parts))
+            if hit:
+                out = not neg
+        return out
+
+    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    kept = []
+    for rel in tracked:
+        if os.path.isfile(os.path.join(ROOT, rel)) and not ignored(rel):
+            os.makedirs(os.path.join(dst, os.path.dirname(rel)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, rel), os.path.join(dst, rel))
+            kept.append(rel)
+    return kept
+
+
+def owner_packages(lib):
+    """Installed (non -dev) packages shipping a file named lib."""
+    r = subprocess.run(["dpkg", "-S", "*/" + os.path.basename(lib)], capture_output=True, text=True)
+    pk = set()
+    for line in r.stdout.splitlines():
+        names, path = line.split(": ", 1)
+        if os.path.basename(path) == os.path.basename(lib):
+            pk.update(n.strip().split(":")[0] for n in names.split(","))
+    return {p for p in pk if not p.endswith("-dev")}
+
+
+def dependency_closure(roots):
+    """roots and everything they depend on, among installed packages."""
+    r = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${Pre-Depends}, ${Depends}\n"],
+                       capture_output=True, text=True, check=True)
+    deps = {}
+    for line in r.stdout.splitlines():
+        name, _, d = line.partition("\t")
+        alts = []
+        for item in d.split(","):
+            names = [re.sub(r"\(.*?\)|:\w+", "", a).strip() for a in item.split("|")]
+            names = [n for n in names if n]
+            if names:
+                alts.append(names)
+        deps[name] = alts
+    seen, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for alts in deps.get(p, []):
+            got = [a for a in alts if a in deps]
+            todo.extend(got[:1])
+    return seen
+
+
+@only_in_plaintext_run("static checks of the image build; nothing about the test transport")
+class DockerfileTest(unittest.TestCase):
+    def test_stages(self):
+        st = stages()
+        self.assertEqual(len(st), 2, "a build stage and a runtime stage")
+        self.assertRegex(st[0]["from"], r"debian:bookworm$")
+        self.assertRegex(st[1]["from"], r"debian:bookworm-slim$")
+        runs = " ".join(r for i, r in st[0]["ins"] if i == "RUN")
+        self.assertIn("make", runs)
+        self.assertIn("build/kwc", runs)
+        self.assertIn("tests/lib/deps.sh build", runs)
+
+    def test_copy_sources_are_in_the_context_and_it_builds(self):
+        ctx = tempfile.mkdtemp(prefix="kwc-ctx-")
+        try:
+            kept = dockerignore_context(ctx)
+            self.assertFalse([k for k in kept if k.startswith(("build/", ".git/"))])
+            for s in stages():
+                for ins, rest in s["ins"]:
+                    if ins not in ("COPY", "ADD"):
+                        continue
+                    words = exec_form(rest)
+                    if any(w.startswith("--from") for w in words):
+                        continue
+                    srcs = [w for w in words if not w.startswith("--")][:-1]
+                    for src in srcs:
+                        self.assertTrue(os.path.exists(os.path.join(ctx, src)),
+                                        "COPY %s: not in the build context (.dockerignore)" % src)
+            r = subprocess.run(["make", "-n", "WERROR=0", "build/kwc"], cwd=ctx, capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, "make build/kwc in the build context:\n" + r.stderr[-2000:])
+            self.assertIn("-o build/kwc", r.stdout)
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
+
+    def runtime_packages(self):
+        final = stages()[-1]
+        pkgs = []
+        for ins, rest in final["ins"]:
+            if ins != "RUN" or "apt-get install" not in rest:
+                continue
+            for part in rest.split("&&"):
+                if "apt-get install" in part:
+                    words = shlex.split(part)
+                    pkgs += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+        self.assertTrue(pkgs, "the runtime stage installs its libraries with apt-get install")
+        return pkgs
+
+    def test_runtime_packages_provide_what_kwc_links(self):
+        pkgs = self.runtime_packages()
+        r = subprocess.run(["ldd", KWC_BIN], capture_output=True, text=True, check=True)
+        libs = re.findall(r"=> (/\S+)", r.stdout)
+        self.assertTrue(libs)
+        # what a bookworm-slim image has before any install: the required set
+        q = subprocess.run(["dpkg-query", "-W", "-f", "${Package}\t${Priority}\t${Essential}\n"],
+                           capture_output=True, text=True, check=True).stdout
+        base = {l.split("\t")[0] for l in q.splitlines() if "\trequired\t" in l or l.endswith("\tyes")}
+        have = dependency_closure(set(pkgs) | base)
+        missing = []
+        for lib in libs:
+            owners = owner_packages(lib)
+            if not owners & have:
+                missing.append("%s (%s)" % (lib, ", ".join(sorted(owners)) or "no package"))
+        self.assertEqual(missing, [], "libraries ldd lists that the runtime stage does not install")
+        # and only those: each package ships a library kwc links directly
+        needed = re.findall(r"NEEDED\s+(\S+)", subprocess.run(["objdump", "-p", KWC_BIN], capture_output=True,
+                                                               text=True, check=True).stdout)
+        direct = set()
+        for n in needed:
+            direct |= owner_packages(n)
+        extra = [p for p in pkgs if p not in direct and p != "ca-certificates"]
+        self.assertEqual(extra, [], "runtime packages that ship no library kwc links")
+
+    def test_user_and_entrypoint(self):
+        final = stages()[-1]["ins"]
+        users = [r for i, r in final if i == "USER"]
+        self.assertTrue(users)
+        uid = users[-1].split(":")[0]
+        self.assertTrue(uid.isdigit() and int(uid) != 0, "USER must be a numeric non-root uid: %s" % uid)
+        self.assertEqual(int(uid), POD_UID, "the uid the manifests run as")
+        last_user = max(n for n, (i, _) in enumerate(final) if i == "USER")
+        self.assertFalse([r for i, r in final[last_user:] if i == "RUN"], "RUN after USER")
+        (entry,) = [exec_form(r) for i, r in final if i == "ENTRYPOINT"]
+        (cmd,) = [exec_form(r) for i, r in final if i == "CMD"]
+        self.assertEqual(entry[0], "/usr/local/bin/kwc")
+        copies = [exec_form(r)[-1] for i, r in final if i == "COPY"]
+        self.assertIn(entry[0], copies)
+        flags = kwc_flags()
+        unknown = [f for f, _ in split_args(entry[1:] + cmd) if f not in flags]
+        self.assertEqual(unknown, [], "ENTRYPOINT/CMD flags kwc --help does not know")
+        # the image's defaults are the Deployment's paths
+        d = dict(split_args(entry[1:] + cmd))
+        dep = dict(split_args(workload_container(find(load_docs(*MAIN_FILES), "Deployment", "kwc"))["args"]))
+        for f in ("--data-dir", "--tls-cert-file", "--tls-private-key-file", "--listen"):
+            self.assertEqual(d[f], dep[f], f)
+
+    def test_make_image_runs_the_container_tool(self):
+        d = tempfile.mkdtemp(prefix="kwc-image-")
+        try:
+            # a stand-in for the tool (not named podman: make image would
+            # install Debian's podman first, deps.sh image)
+            tool = os.path.join(d, "container-tool")
+            log = os.path.join(d, "argv")
+            with open(tool, "w") as f:
+                f.write('#!/bin/sh\n{ pwd; for a in "$@"; do echo "$a"; done; } > %s\n' % log)
+            os.chmod(tool, 0o755)
+            r = subprocess.run(["make", "-s", "image", "CONTAINER=" + tool, "IMAGE=test.local/kwc:t1"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(log) as f:
+                lines = f.read().splitlines()
+            self.assertEqual(lines[0], ROOT, "run from the repository root (the build context)")
+            argv = lines[1:]
+            self.assertEqual(argv[0], "build")
+            self.assertEqual(argv[argv.index("-f") + 1], "Dockerfile")
+            self.assertEqual(argv[argv.index("-t") + 1], "test.local/kwc:t1")
+            self.assertEqual(argv[-1], ".")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
