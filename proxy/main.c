@@ -161,12 +161,13 @@ make_caches(const struct kwc_config *cfg, struct event_base *base, struct up_cli
                  "--resources: more caches than kwc holds (%d; a built-in resource takes two, "
                  "JSON and protobuf)",
                  STORE_MAX_RESOURCES);
+    /* like the default, a list may name more than --resources caches: one
+     * list for several kwc with different --resources */
     for (size_t j = 0; j < np && rc == 0 && explicit_pb; j++)
         if (!used[j])
-            rc = kwc_errf(err, errlen, KWC_ECONFIG,
-                          "--protobuf-resources: \"%s\" names no built-in resource of --resources "
-                          "(give its name, e.g. pods, or its --resources entry; or none)",
-                          pb[j]);
+            log_warnx("--protobuf-resources: \"%s\" names no built-in resource of --resources "
+                      "(a name such as pods, or a --resources entry): no protobuf cache for it",
+                      pb[j]);
     free_list(res);
     free_list(pb);
     free(used);
