@@ -222,12 +222,12 @@ serve_get(struct sreq *sr)
         read_failed(sr, rc);
         return;
     }
-    common_headers(sr);
     s->stats.gets++;
     if (rc == 0) {
         size_t n;
         char *body = listfmt_object(&sr->fmt, o.raw, o.raw_len, &n);
         store_rtxn_end(t);
+        common_headers(sr);
         hresp_simple(sr->req, 200, NULL, body, n);
         free(body);
         return;
@@ -240,7 +240,8 @@ serve_get(struct sreq *sr)
     struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
                                  .kind = d->resource};
     char *body = status_failure_json(404, "NotFound", msg, &det);
-    respond_status_body(sr->req, 404, body, 0);
+    hresp_header(sr->req, "Audit-Id", sr->audit_id);
+    respond_status_body(sr->req, 404, body, 0); /* its own Content-Type and Cache-Control */
     free(body);
     free(msg);
 }
