@@ -8,8 +8,10 @@
  *   ERROR -> the Status kube-apiserver sends;
  *   SERVE_AT_LEAST not yet reached -> waiters list + timer; serve_committed
  *     starts it, the timer hands it upstream (pt_forward_read) or answers 504;
- *   SERVE_* -> get: one object; list: page bounds first when limited (the
- *     ListMeta of a typed list precedes its items), then chunks of items.
+ *   SERVE_* -> get: one object; list: planned first when limited (the
+ *     ListMeta of a typed list precedes its items) or when the encoding's
+ *     head states the items' length (plan_list), then chunks of items
+ *     between the encoding's head and tail (struct encoding).
  * A chunk is one read transaction: store_scan from the next key at the
  * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
  * (selectors may skip most), then the transaction ends. The next chunk
@@ -44,6 +46,7 @@
 #define SREQ_MAGIC 0x73726571u /* "sreq" */
 #define CHUNK_BYTES (64 * 1024)
 #define CHUNK_VISITS 8192
+#define ITEM_PREFIX_MAX 11 /* what an encoding writes in front of an item */
 
 struct serve {
     struct event_base *base;
@@ -56,11 +59,14 @@ struct serve {
     struct serve_stats stats;
 };
 
+struct encoding;
+
 struct sreq {
     uint32_t magic;
     struct serve *s;
     struct hreq *req;
     const struct refl_desc *d;
+    const struct encoding *enc;
     bool list;
     struct sel *sel; /* NULL: everything */
     const char *by_field; /* read through the store's field index: this value */
@@ -80,11 +86,87 @@ struct sreq {
     char *end;   /* last key of a limited page, inclusive; NULL: to the end */
     size_t end_len;
     bool any_item, started, done;
+    uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
+    uint64_t items_sent;    /* item bytes written so far, prefixes included */
     int failed; /* a read failed before the answer started: pass it on */
     struct evbuffer *chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
+};
+
+/* ---- encodings: the bytes around the stored items ---- */
+
+/*
+ * The list pipeline and the get are the same for every encoding; an encoding
+ * only says what its bytes around the items are (DESIGN.md "Encodings").
+ */
+struct encoding {
+    const char *content_type;
+    /* Append what precedes the first item / follows the last. */
+    void (*head)(const struct sreq *sr, struct evbuffer *out);
+    void (*tail)(const struct sreq *sr, struct evbuffer *out);
+    /* Write what precedes an item of len bytes into buf (at most
+     * ITEM_PREFIX_MAX bytes) and return its length. */
+    size_t (*item_prefix)(const struct sreq *sr, char *buf, size_t len);
+    /* Bytes an item of len bytes takes in the list, its prefix included, for
+     * an encoding whose head states the length of everything after it (so
+     * every list is planned before its first byte, not only a limited page);
+     * NULL when the head does not. */
+    uint64_t (*item_size)(size_t len);
+    /* A get: the stored item as the object answered (new), and the 404. */
+    char *(*object)(const struct sreq *sr, const void *item, size_t len, size_t *n);
+    void (*not_found)(struct sreq *sr, const char *message, const struct status_details *det);
+};
+
+static void
+json_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = listfmt_head(&sr->fmt, &sr->meta, &n);
+    evbuffer_add(out, head, n);
+    free(head);
+}
+
+static void
+json_tail(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *tail = listfmt_tail(&sr->fmt, &sr->meta, &n);
+    evbuffer_add(out, tail, n);
+    free(tail);
+}
+
+static size_t
+json_item_prefix(const struct sreq *sr, char *buf, size_t len)
+{
+    if (!sr->any_item)
+        return 0;
+    buf[0] = ',';
+    return 1;
+}
+
+static char *
+json_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    return listfmt_object(&sr->fmt, item, len, n);
+}
+
+static void
+json_not_found(struct sreq *sr, const char *message, const struct status_details *det)
+{
+    char *body = status_failure_json(404, "NotFound", message, det);
+    respond_status_body(sr->req, 404, body, 0);
+    free(body);
+}
+
+static const struct encoding enc_json = {
+    .content_type = "application/json",
+    .head = json_head,
+    .tail = json_tail,
+    .item_prefix = json_item_prefix,
+    .object = json_object,
+    .not_found = json_not_found,
 };
 
 /* ---- helpers ---- */
@@ -100,7 +182,7 @@ common_headers(struct sreq *sr)
 {
     hresp_header(sr->req, "Audit-Id", sr->audit_id);
     hresp_header(sr->req, "Cache-Control", "no-cache, private");
-    hresp_header(sr->req, "Content-Type", "application/json");
+    hresp_header(sr->req, "Content-Type", sr->enc->content_type);
 }
 
 static struct sreq *
@@ -225,7 +307,7 @@ serve_get(struct sreq *sr)
     s->stats.gets++;
     if (rc == 0) {
         size_t n;
-        char *body = listfmt_object(&sr->fmt, o.raw, o.raw_len, &n);
+        char *body = sr->enc->object(sr, o.raw, o.raw_len, &n);
         store_rtxn_end(t);
         common_headers(sr);
         hresp_simple(sr->req, 200, NULL, body, n);
@@ -239,10 +321,8 @@ serve_get(struct sreq *sr)
                             : xasprintf("%s \"%s\" not found", d->resource, sr->name);
     struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
                                  .kind = d->resource};
-    char *body = status_failure_json(404, "NotFound", msg, &det);
     hresp_header(sr->req, "Audit-Id", sr->audit_id);
-    respond_status_body(sr->req, 404, body, 0); /* its own Content-Type and Cache-Control */
-    free(body);
+    sr->enc->not_found(sr, msg, &det); /* its own Content-Type and Cache-Control */
     free(msg);
 }
 
@@ -257,31 +337,39 @@ scan(struct sreq *sr, struct store_rtxn *t, store_obj_cb cb, void *arg)
     return store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, cb, arg);
 }
 
-/* Page bounds of a limited list: the last key of the page, whether more keys
- * follow it, and (without selectors) how many keys remain after the page. */
-struct page_scan {
+/*
+ * What a list will send, found before its first byte in one read transaction
+ * at the list's rv (every chunk's transaction reads that same state): for a
+ * limited page its last key, whether keys follow it and (without selectors)
+ * how many; for an encoding whose head states the items' length, that
+ * length.
+ */
+struct plan {
     struct sreq *sr;
     int64_t limit, matched, count;
     bool more;
+    uint64_t items_bytes;
 };
 
 static int
-on_page_obj(void *arg, const struct store_obj *o)
+on_plan_obj(void *arg, const struct store_obj *o)
 {
-    struct page_scan *ps = arg;
-    struct sreq *sr = ps->sr;
-    if (ps->matched == ps->limit) {
+    struct plan *p = arg;
+    struct sreq *sr = p->sr;
+    if (p->limit > 0 && p->matched == p->limit) {
         /* kube's etcd store: more = some key follows the page's last */
-        ps->more = true;
+        p->more = true;
         if (sr->sel)
             return 1;
-        ps->count++;
+        p->count++;
         return 0;
     }
     if (!matches(sr, o))
         return 0;
-    ps->matched++;
-    if (ps->matched == ps->limit)
+    p->matched++;
+    if (sr->enc->item_size)
+        p->items_bytes += sr->enc->item_size(o->raw_len);
+    if (p->matched == p->limit)
         set_key(&sr->end, &sr->end_len, o->key, o->key_len, false);
     return 0;
 }
@@ -294,24 +382,25 @@ on_any_obj(void *arg, const struct store_obj *o)
 }
 
 static int
-plan_page(struct sreq *sr)
+plan_list(struct sreq *sr)
 {
-    struct page_scan ps = {.sr = sr, .limit = sr->dec.limit};
+    struct plan p = {.sr = sr, .limit = sr->dec.limit};
     struct store_rtxn *t;
     int rc = store_rtxn_begin(sr->s->st, &t);
     if (rc)
         return rc;
-    rc = scan(sr, t, on_page_obj, &ps);
-    if (rc == 0 && sr->by_field && ps.matched == ps.limit && !ps.more) {
+    rc = scan(sr, t, on_plan_obj, &p);
+    if (rc == 0 && sr->by_field && p.limit > 0 && p.matched == p.limit && !p.more) {
         /* the index saw no further candidate, but kube's "more" is about any
          * key in the range after the page's last */
         rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->end, sr->end_len + 1,
-                        on_any_obj, &ps.more);
+                        on_any_obj, &p.more);
     }
     store_rtxn_end(t);
     if (rc)
         return rc;
-    if (!ps.more)
+    sr->items_planned = p.items_bytes;
+    if (!p.more)
         return 0;
     size_t pl = strlen(sr->prefix);
     rc = cont_encode((int64_t)sr->meta.rv, sr->end + pl, sr->end_len - pl, &sr->cont);
@@ -319,7 +408,7 @@ plan_page(struct sreq *sr)
         return rc;
     sr->meta.cont = sr->cont;
     if (!sr->sel && sr->dec.remaining_count)
-        sr->meta.remaining = ps.count;
+        sr->meta.remaining = p.count;
     return 0;
 }
 
@@ -340,13 +429,11 @@ on_fill_obj(void *arg, const struct store_obj *o)
         /* the object's bytes read once, from the map into the answer, and
          * their checksum checked there (store_rtxn_defer_raw_check) */
         struct evbuffer_iovec v;
-        size_t need = o->raw_len + 1;
+        size_t need = ITEM_PREFIX_MAX + o->raw_len;
         if (evbuffer_reserve_space(sr->chunk, (ev_ssize_t)need, &v, 1) != 1)
             return KWC_ETOOBIG;
         char *d = v.iov_base;
-        size_t n = 0;
-        if (sr->any_item)
-            d[n++] = ',';
+        size_t n = sr->enc->item_prefix(sr, d, o->raw_len);
         memcpy(d + n, o->raw, o->raw_len);
         int rc = store_obj_check_raw(sr->d->sres, o, d + n);
         if (rc)
@@ -354,6 +441,7 @@ on_fill_obj(void *arg, const struct store_obj *o)
         v.iov_len = n + o->raw_len;
         evbuffer_commit_space(sr->chunk, &v, 1);
         sr->any_item = true;
+        sr->items_sent += v.iov_len;
     }
     if (++f->visits >= CHUNK_VISITS || evbuffer_get_length(sr->chunk) >= CHUNK_BYTES) {
         set_key(&sr->from, &sr->from_len, o->key, o->key_len, true);
@@ -402,10 +490,7 @@ fill(struct sreq *sr)
         return;
     }
     if (!f.more) {
-        size_t n;
-        char *tail = listfmt_tail(&sr->fmt, &sr->meta, &n);
-        evbuffer_add(sr->chunk, tail, n);
-        free(tail);
+        sr->enc->tail(sr, sr->chunk);
         sr->done = true;
         if (!sr->started) {
             /* the whole list in one piece: a plain response with Content-Length */
@@ -462,15 +547,12 @@ serve_list(struct sreq *sr)
     struct serve *s = sr->s;
     s->stats.lists++;
     int rc = 0;
-    if (sr->dec.limit > 0 && (rc = plan_page(sr)) != 0) {
+    if ((sr->dec.limit > 0 || sr->enc->item_size) && (rc = plan_list(sr)) != 0) {
         read_failed(sr, rc);
         return;
     }
-    size_t n;
-    char *head = listfmt_head(&sr->fmt, &sr->meta, &n);
     sr->chunk = evbuffer_new();
-    evbuffer_add(sr->chunk, head, n);
-    free(head);
+    sr->enc->head(sr, sr->chunk);
     hresp_low_water(sr->req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     pump(sr);
@@ -629,6 +711,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->s = s;
     sr->req = req;
     sr->d = d;
+    sr->enc = &enc_json;
     sr->list = list;
     sr->dec = dec;
     if (sel && !sel_is_everything(sel))
