@@ -342,7 +342,9 @@ scan(struct sreq *sr, struct store_rtxn *t, store_obj_cb cb, void *arg)
  * at the list's rv (every chunk's transaction reads that same state): for a
  * limited page its last key, whether keys follow it and (without selectors)
  * how many; for an encoding whose head states the items' length, that
- * length.
+ * length. The pass reads keys, value heads and (with selectors) index bytes,
+ * never an item's bytes: their checksums are checked on the copies the
+ * chunks make, as for every list (store_rtxn_defer_raw_check).
  */
 struct plan {
     struct sreq *sr;
@@ -389,6 +391,7 @@ plan_list(struct sreq *sr)
     int rc = store_rtxn_begin(sr->s->st, &t);
     if (rc)
         return rc;
+    store_rtxn_defer_raw_check(t); /* no item's bytes are read here */
     rc = scan(sr, t, on_plan_obj, &p);
     if (rc == 0 && sr->by_field && p.limit > 0 && p.matched == p.limit && !p.more) {
         /* the index saw no further candidate, but kube's "more" is about any
