@@ -9,9 +9,11 @@
 #   make fuzz       libFuzzer targets (clang) in build/fuzz
 #   make deps       install Debian/npm packages (as root) or say how
 #   make check-layering   cache/ must not do I/O
-# Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined.
+# Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
+# PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen).
 
 CC ?= gcc
+PROTOC_C ?= protoc-c
 PKG_CONFIG ?= pkg-config
 PYTHON ?= /usr/bin/python3
 WERROR ?= 1
@@ -57,7 +59,12 @@ endif
 
 CACHE_SRC := $(sort $(wildcard cache/*.c))
 PROXY_SRC := $(filter-out proxy/main.c,$(sort $(wildcard proxy/*.c)))
-LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CACHE_SRC) $(PROXY_SRC))
+# kwc's own protobuf schema (cache/pb.c decodes with it), compiled by protoc-c
+# into $(BUILD)/gen: k8s_min.pb-c.h is included as "k8s_min.pb-c.h".
+GEN_C := $(BUILD)/gen/k8s_min.pb-c.c
+GEN_H := $(BUILD)/gen/k8s_min.pb-c.h
+GEN_OBJ := $(BUILD)/gen/k8s_min.pb-c.o
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(CACHE_SRC) $(PROXY_SRC)) $(GEN_OBJ)
 MAIN_OBJ := $(BUILD)/proxy/main.o
 UNIT_SRC := $(sort $(wildcard tests/unit/*_test.c))
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
@@ -87,6 +94,16 @@ $(BUILD)/libkwc.a: $(LIB_OBJ)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# protoc-c writes both files in one run (a pattern rule with two targets).
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: cache/%.proto
+	@mkdir -p $(dir $@)
+	$(call say,PROTOC,$<)$(PROTOC_C) --proto_path=cache --c_out=$(dir $@) $<
+# Generated code: the same warnings, but never fatal (a newer protoc-c's
+# output is not ours to fix).
+$(GEN_OBJ): $(GEN_C)
+	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -Wno-error -c -o $@ $<
+$(BUILD)/cache/pb.o: $(GEN_H)
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/libkwc.a tests/unit/tap.h
 	@mkdir -p $(dir $@)

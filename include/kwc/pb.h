@@ -52,11 +52,17 @@
 /* Fields kwc can read from an object's protobuf bytes                      */
 
 /*
- * A selectable field readable without the kind's schema: `path` as in
- * kinds.h (obj_field), `nums` the field numbers leading to it from the
- * object message ("spec.nodeName" of a Pod: {2, 10}). A length-delimited
- * value is taken as its bytes; a varint as "true"/"false" when `boolean`,
- * else decimal.
+ * A selectable field: `path` as in kinds.h (obj_field), `nums` the field
+ * numbers leading to it from the object message ("spec.nodeName" of a Pod:
+ * {2, 10}). A bytes value is taken as it is; a bool ("true"/"false") only
+ * when `boolean`, an integer (decimal) only when not.
+ *
+ * Values are decoded with kwc's schema (cache/k8s_min.proto): the path must
+ * be declared there, in the object message of the fields' kind (Pod,
+ * Secret, Node, Namespace: the kind whose table pb_fields returned, or for
+ * a caller's own array the kind declaring most of its paths), with the
+ * leaf's type matching `boolean`. A path it does not declare reads as
+ * `missing`, like a field selector kube does not offer for the kind.
  */
 struct pb_field {
     const char *path;
@@ -81,7 +87,13 @@ const struct pb_field *pb_fields(const char *group, const char *resource, size_t
  * repeated key keeps its last value as Go's map decoding does; fields[i] is
  * the value of fields[i] or its missing value). metadata.name non-empty,
  * metadata.resourceVersion a decimal uint64 > 0; no NUL byte in any string
- * extracted. max_bytes 0: OBJ_MAX_BYTES; max_labels 0: OBJ_MAX_LABELS.
+ * extracted. max_bytes 0: OBJ_MAX_BYTES; max_labels 0: OBJ_MAX_LABELS,
+ * counted in map entries as sent (before a repeated key collapses) so that
+ * the bound holds before anything is decoded. Repeated occurrences of a
+ * field follow protobuf's merge rules as Go's decoders do. Only the
+ * messages on the paths read are checked (top level, ObjectMeta, the
+ * messages fields[] go through): bytes kwc never looks into (containers,
+ * managedFields...) are only skipped over.
  * Returns 0, KWC_EPARSE or KWC_ETOOBIG; *out zeroed on failure,
  * obj_meta_fini is safe either way.
  */
@@ -91,8 +103,12 @@ int pb_meta_parse(const void *obj, size_t len, const struct pb_field *fields, si
 
 /*
  * A copy of the object with metadata.resourceVersion set to rv (the other
- * bytes unchanged, lengths re-encoded). New buffer in *out (caller frees).
- * Returns 0 or KWC_EPARSE.
+ * bytes unchanged, lengths re-encoded): the rv field of the last metadata
+ * occurrence is replaced (its tag bytes kept), or, when it has none, one is
+ * inserted before its first field numbered above 6. New buffer in *out
+ * (caller frees; NULL on failure). Returns 0 or KWC_EPARSE: rv 0, or an
+ * object pb_meta_parse refuses (at any size and label count), so that the
+ * copy always parses to rv with the same name, namespace and labels.
  */
 int pb_with_rv(const void *obj, size_t len, uint64_t rv, char **out, size_t *out_len);
 
@@ -109,7 +125,8 @@ struct pb_envelope {
 /*
  * "k8s\0" + Unknown. contentEncoding and contentType must be absent or empty
  * (kube writes them empty; anything else is an encoding kwc cannot vouch
- * for). Returns 0 or KWC_EPARSE.
+ * for). An absent apiVersion, kind or raw has length 0 (raw_off is then
+ * len). No NUL in apiVersion or kind. Returns 0 or KWC_EPARSE.
  */
 int pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *err,
                       size_t errlen);
@@ -147,9 +164,11 @@ void pb_list_fini(struct pb_list *l);
  * that many bytes). Only a frame that spans chunks is copied, into a buffer
  * bounded by max_frame (0: PB_MAX_FRAME); a length over max_frame fails
  * before anything is allocated for it. Same contract as wframe_next in
- * object.h: returns 1 with *frame/*frame_len (valid until the next call),
+ * object.h: returns 1 with *frame and *frame_len (valid until the next call),
  * 0 when the chunk is used up, KWC_ETOOBIG (sticky) when a frame is over the
- * bound.
+ * bound. A zero-length frame is returned as one (pb_wevent_parse refuses
+ * it). While a frame is incomplete its buffer grows with the bytes that
+ * arrive (doubling, up to the announced size), not to the announced size.
  */
 struct pb_splitter {
     char *buf;
@@ -172,6 +191,9 @@ size_t pb_split_pending(const struct pb_splitter *s);
  * k8s.io/initial-events-end = "true") are read from its ObjectMeta; for ERROR
  * code, reason and message from the Status. An unknown type is KWC_EPARSE.
  * kind/api_version of the envelope go to *env when env is not NULL.
+ * Returns 0, KWC_EPARSE or KWC_ETOOBIG (a bookmark with over
+ * OBJ_MAX_LABELS annotations); *out zeroed on failure, wevent_fini is safe
+ * either way.
  */
 int pb_wevent_parse(const void *frame, size_t len, struct wevent *out, struct pb_envelope *env,
                     char *err, size_t errlen);
