@@ -30,12 +30,14 @@
 
 #include "kwc/base.h"
 #include "kwc/cont.h"
+#include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/index.h"
 #include "kwc/listfmt.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
+#include "kwc/pb.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
@@ -88,7 +90,7 @@ struct sreq {
     bool any_item, started, done;
     uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
     uint64_t items_sent;    /* item bytes written so far, prefixes included */
-    int failed; /* a read failed before the answer started: pass it on */
+    bool pass_on; /* the cache failed this one before the answer started */
     struct evbuffer *chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
@@ -117,6 +119,10 @@ struct encoding {
     /* A get: the stored item as the object answered (new), and the 404. */
     char *(*object)(const struct sreq *sr, const void *item, size_t len, size_t *n);
     void (*not_found)(struct sreq *sr, const char *message, const struct status_details *det);
+    /* The decision table's errors (400, 422, 500, 504: JSON Status bodies,
+     * decide.h) are answered in this encoding; else the request goes
+     * upstream instead (see serve_take). */
+    bool table_errors;
 };
 
 static void
@@ -167,6 +173,60 @@ static const struct encoding enc_json = {
     .item_prefix = json_item_prefix,
     .object = json_object,
     .not_found = json_not_found,
+    .table_errors = true,
+};
+
+/* Protobuf (pb.h): b"k8s\0" + Unknown{typeMeta, raw = XxxList{1 ListMeta,
+ * 2 item, 2 item, ...}, "", ""}. The envelope's raw length comes before the
+ * first item, hence item_size: every protobuf list is planned. */
+static void
+protobuf_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = pb_list_head(sr->fmt.api_version, sr->fmt.list_kind, sr->meta.rv, sr->meta.cont,
+                              sr->meta.remaining, sr->items_planned, &n);
+    evbuffer_add(out, head, n);
+    free(head);
+}
+
+static void
+protobuf_tail(const struct sreq *sr, struct evbuffer *out)
+{
+    evbuffer_add(out, PB_ENVELOPE_TAIL, PB_ENVELOPE_TAIL_LEN);
+}
+
+static size_t
+protobuf_item_prefix(const struct sreq *sr, char *buf, size_t len)
+{
+    return pb_item_prefix(buf, len);
+}
+
+static char *
+protobuf_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    return pb_envelope(sr->fmt.api_version, sr->fmt.kind, item, len, n);
+}
+
+static void
+protobuf_not_found(struct sreq *sr, const char *message, const struct status_details *det)
+{
+    struct gostr_buf b = {0};
+    pb_status(&b, 404, "NotFound", message, det);
+    size_t n = b.len;
+    char *body = gostr_take(&b);
+    hresp_header(sr->req, "Cache-Control", "no-cache, private");
+    hresp_simple(sr->req, 404, PB_CONTENT_TYPE, body, n);
+    free(body);
+}
+
+static const struct encoding enc_protobuf = {
+    .content_type = PB_CONTENT_TYPE,
+    .head = protobuf_head,
+    .tail = protobuf_tail,
+    .item_prefix = protobuf_item_prefix,
+    .item_size = pb_item_size,
+    .object = protobuf_object,
+    .not_found = protobuf_not_found,
 };
 
 /* ---- helpers ---- */
@@ -264,19 +324,33 @@ matches(struct sreq *sr, const struct store_obj *o)
     return sel_matches(sr->sel, &sr->iv.labels, &sr->iv.fields);
 }
 
-/* Reading the cache failed before anything was sent (a damaged value, a
- * store error): the upstream answers this one. A checksum mismatch has also
- * marked the resource damaged; its reflector takes it out of service. */
+/* The cache cannot give this answer and nothing of it has been sent: the
+ * upstream answers it (sr is released). */
 static void
-read_failed(struct sreq *sr, int rc)
+pass_on(struct sreq *sr)
 {
     struct serve *s = sr->s;
-    log_warnx("cache %s: %s: reading the cache failed: %s; asking the upstream", sr->d->resource,
-              hreq_target(sr->req, NULL), kwc_strerror(rc));
-    s->stats.errors++;
     struct hreq *req = sr->req;
     sreq_release(sr);
     pt_forward_read(req, s->o.up, s->o.pt);
+}
+
+/* Reading the cache failed before anything was sent (a damaged value, a
+ * store error). A checksum mismatch has also marked the resource damaged;
+ * its reflector takes it out of service. */
+static void
+log_read_failed(struct sreq *sr, int rc)
+{
+    log_warnx("cache %s: %s: reading the cache failed: %s; asking the upstream", sr->d->resource,
+              hreq_target(sr->req, NULL), kwc_strerror(rc));
+    sr->s->stats.errors++;
+}
+
+static void
+read_failed(struct sreq *sr, int rc)
+{
+    log_read_failed(sr, rc);
+    pass_on(sr);
 }
 
 static void
@@ -485,11 +559,32 @@ fill(struct sreq *sr)
     store_rtxn_end(t);
     if (rc) {
         if (!sr->started) {
+            log_read_failed(sr, rc);
             sr->done = true;
-            sr->failed = rc; /* pump hands it upstream: sr goes with it */
+            sr->pass_on = true; /* pump hands it upstream: sr goes with it */
             return;
         }
         fail_stream(sr, rc);
+        return;
+    }
+    if (sr->enc->item_size && (sr->items_sent > sr->items_planned ||
+                               (!f.more && sr->items_sent != sr->items_planned))) {
+        /* Never expected: the plan and the chunks read one state (at_rv).
+         * But a message whose length disagrees with its envelope must not
+         * leave: before the answer started the upstream answers instead;
+         * after, the stream is cut so that the client sees it incomplete. */
+        log_warnx("cache %s: %s: the items came to %llu bytes where the plan at rv %llu counted "
+                  "%llu; %s",
+                  sr->d->resource, hreq_target(sr->req, NULL),
+                  (unsigned long long)sr->items_sent, (unsigned long long)sr->at_rv,
+                  (unsigned long long)sr->items_planned,
+                  sr->started ? "closing the stream" : "asking the upstream");
+        sr->s->stats.errors++;
+        sr->done = true;
+        if (sr->started)
+            hresp_abort(sr->req);
+        else
+            sr->pass_on = true;
         return;
     }
     if (!f.more) {
@@ -519,8 +614,8 @@ pump(struct sreq *sr)
     if (sr->done)
         return;
     fill(sr);
-    if (sr->failed) {
-        read_failed(sr, sr->failed);
+    if (sr->pass_on) {
+        pass_on(sr);
         return;
     }
     if (sr->done)
@@ -594,7 +689,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     }
     struct decide_result t;
     decide_timeout(&sr->dec, cur, &t);
-    if (t.action == DECIDE_ERROR) {
+    if (t.action == DECIDE_ERROR && sr->enc->table_errors) {
         s->stats.errors++;
         hresp_header(sr->req, "Audit-Id", sr->audit_id);
         respond_status_body(sr->req, t.code, t.body, t.retry_after_seconds);
@@ -606,9 +701,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     log_debug("cache %s: rv %llu not reached in %d ms (cache at %llu): asking the upstream",
               sr->d->resource, (unsigned long long)sr->dec.rv, s->o.wait_ms,
               (unsigned long long)cur);
-    struct hreq *req = sr->req;
-    sreq_release(sr);
-    pt_forward_read(req, s->o.up, s->o.pt);
+    pass_on(sr);
 }
 
 void
@@ -669,18 +762,28 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
         !r->resource || strcmp(hreq_method(req), "GET") != 0)
         return false;
-    int ri = refl_find(s->refls, s->nrefls, r, KWC_ENC_JSON);
-    struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
-    if (!rf || !refl_serving(rf))
+    /* kube's protobuf serializer has no pretty form: ?pretty and a curl
+     * User-Agent indent JSON only */
+    enum route_media media =
+        route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(r->group));
+    if (media == ROUTE_MEDIA_OTHER ||
+        (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, hreq_header(req, "User-Agent"))))
         return false;
+    bool pb = media == ROUTE_MEDIA_PROTOBUF;
+    /* each encoding has its own cache: protobuf answers come from the
+     * upstream's protobuf bytes, never converted from JSON */
+    int ri = refl_find(s->refls, s->nrefls, r, pb ? KWC_ENC_PB : KWC_ENC_JSON);
+    struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
+    if (!rf || !refl_serving(rf)) {
+        if (rf && pb)
+            refl_want(rf); /* a lazily started protobuf cache starts now */
+        return false;
+    }
     const struct refl_desc *d = refl_desc(rf);
+    const struct encoding *enc = pb ? &enc_protobuf : &enc_json;
     bool list = r->verb == ROUTE_LIST;
     if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
         return false; /* not a path kube serves this resource at: its 404 */
-    if (route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(d->group)) !=
-            ROUTE_MEDIA_JSON ||
-        route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
-        return false;
 
     struct sel *sel = NULL;
     char *sel_err = NULL;
@@ -700,10 +803,20 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     struct decide_result dec;
     decide_read(&dq, &dc, s->o.too_large, &dec);
     free(sel_err);
-    if (dec.action == DECIDE_PASS_THROUGH ||
+    /*
+     * An error of the decision table for an encoding kwc does not write them
+     * in (protobuf: kube sends its Status as protobuf) goes upstream: those
+     * cells depend on the request alone (its parameters, or an rv the
+     * upstream issued), so the upstream reaches the same answer and encodes
+     * it as the client asked. A get's 404 is kwc's own (enc->not_found).
+     */
+    bool upstream_error = dec.action == DECIDE_ERROR && !enc->table_errors;
+    if (dec.action == DECIDE_PASS_THROUGH || upstream_error ||
         (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
-                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why) : "field selector");
+                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why)
+                  : upstream_error                  ? "an error in protobuf"
+                                                    : "field selector");
         decide_result_fini(&dec);
         sel_free(sel);
         return false;
@@ -714,7 +827,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->s = s;
     sr->req = req;
     sr->d = d;
-    sr->enc = &enc_json;
+    sr->enc = enc;
     sr->list = list;
     sr->dec = dec;
     if (sel && !sel_is_everything(sel))
