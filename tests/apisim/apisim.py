@@ -16,9 +16,11 @@ import asyncio
 import base64
 import bisect
 import collections
+import datetime
 import gc
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -735,7 +737,7 @@ SORTED_MAPS = ("data", "binaryData", "stringData")
 class Obj:
     """One stored object: its key, selector attributes and canonical JSON bytes."""
 
-    __slots__ = ("key", "ns", "name", "rv", "labels", "fields", "data", "uid")
+    __slots__ = ("key", "ns", "name", "rv", "labels", "fields", "data", "uid", "pb")
 
     def __init__(self, key, ns, name, rv, labels, fields, data, uid=""):
         self.key = key
@@ -746,6 +748,7 @@ class Obj:
         self.fields = fields
         self.data = data
         self.uid = uid
+        self.pb = None      # the protobuf message (no envelope), encoded when first asked for
 
     def with_rv(self, rv):
         """The same object re-stamped with another resourceVersion (DELETED events)."""
@@ -1167,6 +1170,502 @@ TABLES = {
 DEFAULT_TABLE = ([NAME_COL, AGE_COL], default_row)
 
 
+# ---------------------------------------------------------------------------
+# Kubernetes protobuf (application/vnd.kubernetes.protobuf), apisim's own encoder
+# ---------------------------------------------------------------------------
+#
+# What kube-apiserver's gogo-generated marshallers (k8s.io/api/*/generated.pb.go,
+# MarshalToSizedBuffer) write: fields in ascending field-number order; every
+# non-pointer field always (strings as tag + length 0, numbers and bools as varint
+# 0, embedded non-pointer messages always); pointer fields only when set; map
+# fields as one {1 key, 2 value} entry per key, keys sorted; repeated fields one
+# entry per element (proto2: varints unpacked).  metav1.Time is Timestamp{1
+# seconds, 2 nanos} with nanos always 0 and an empty message for the zero time
+# (apimachinery meta/v1/time_proto.go); resource.Quantity is {1 string} with its
+# canonical string (api/resource/quantity_proto.go, here: the JSON string as
+# stored); intstr.IntOrString is {1 type, 2 intVal, 3 strVal}, all written.
+#
+# The schema: "Message: N jsonName KIND[:Sub][@minor], ..." with the field numbers of
+# staging/src/k8s.io/api/{core,apps,autoscaling}/v1/generated.proto and
+# apimachinery/pkg/apis/meta/v1/generated.proto; KIND says how the Go field is
+# declared (the .proto cannot: proto2 makes everything optional):
+#   S string     I int32/int64   B bool   T metav1.Time   Q resource.Quantity
+#   IOS intstr.IntOrString   M message (non-pointer: always written)
+#   IN an embedded struct inlined in JSON (`json:",inline"`, e.g. Volume.VolumeSource)
+#   a trailing "?" = a Go pointer (written only when the JSON value is present, not null)
+#   RS / RI / RM repeated string / varint / message
+#   MSS / MSB / MSQ map<string,string> / map<string,bytes> (base64 in JSON) / map<string,Quantity>
+#   F? *metav1.FieldsV1 ({1 Raw}: the field's compact JSON)
+#   @N: the field exists since 1.N (non-pointer fields added later change the bytes)
+# A JSON field the schema does not name is not encoded (README: "Protobuf").
+
+PB_SCHEMA = """
+ListMeta: 1 selfLink S, 2 resourceVersion S, 3 continue S, 4 remainingItemCount I?
+ObjectMeta: 1 name S, 2 generateName S, 3 namespace S, 4 selfLink S, 5 uid S, 6 resourceVersion S,
+  7 generation I, 8 creationTimestamp T, 9 deletionTimestamp T?, 10 deletionGracePeriodSeconds I?,
+  11 labels MSS, 12 annotations MSS, 13 ownerReferences RM:OwnerReference, 14 finalizers RS,
+  17 managedFields RM:ManagedFieldsEntry
+OwnerReference: 1 kind S, 3 name S, 4 uid S, 5 apiVersion S, 6 controller B?, 7 blockOwnerDeletion B?
+ManagedFieldsEntry: 1 manager S, 2 operation S, 3 apiVersion S, 4 time T?, 6 fieldsType S, 7 fieldsV1 F?,
+  8 subresource S
+LabelSelector: 1 matchLabels MSS, 2 matchExpressions RM:LabelSelectorRequirement
+LabelSelectorRequirement: 1 key S, 2 operator S, 3 values RS
+Condition: 1 type S, 2 status S, 3 observedGeneration I, 4 lastTransitionTime T, 5 reason S, 6 message S
+Status: 1 metadata M:ListMeta, 2 status S, 3 message S, 4 reason S, 5 details M?:StatusDetails, 6 code I
+StatusDetails: 1 name S, 2 group S, 3 kind S, 4 causes RM:StatusCause, 5 retryAfterSeconds I, 6 uid S
+StatusCause: 1 reason S, 2 message S, 3 field S
+PartialObjectMetadata: 1 metadata M:ObjectMeta
+
+Pod: 1 metadata M:ObjectMeta, 2 spec M:PodSpec, 3 status M:PodStatus
+PodTemplateSpec: 1 metadata M:ObjectMeta, 2 spec M:PodSpec
+PodSpec: 1 volumes RM:Volume, 2 containers RM:Container, 3 restartPolicy S, 4 terminationGracePeriodSeconds I?,
+  5 activeDeadlineSeconds I?, 6 dnsPolicy S, 7 nodeSelector MSS, 8 serviceAccountName S, 9 serviceAccount S,
+  10 nodeName S, 11 hostNetwork B, 12 hostPID B, 13 hostIPC B, 14 securityContext M?:PodSecurityContext,
+  15 imagePullSecrets RM:LocalObjectReference, 16 hostname S, 17 subdomain S, 18 affinity M?:Affinity,
+  19 schedulerName S, 20 initContainers RM:Container, 21 automountServiceAccountToken B?,
+  22 tolerations RM:Toleration, 23 hostAliases RM:HostAlias, 24 priorityClassName S, 25 priority I?,
+  26 dnsConfig M?:PodDNSConfig, 27 shareProcessNamespace B?, 28 readinessGates RM:PodReadinessGate,
+  29 runtimeClassName S?, 30 enableServiceLinks B?, 31 preemptionPolicy S?, 32 overhead MSQ,
+  33 topologySpreadConstraints RM:TopologySpreadConstraint, 35 setHostnameAsFQDN B?, 36 os M?:PodOS,
+  37 hostUsers B?, 38 schedulingGates RM:PodSchedulingGate, 40 resources M?:ResourceRequirements
+Volume: 1 name S, 2 volumeSource IN:VolumeSource
+VolumeSource: 1 hostPath M?:HostPathVolumeSource, 2 emptyDir M?:EmptyDirVolumeSource, 6 secret M?:SecretVolumeSource,
+  10 persistentVolumeClaim M?:PersistentVolumeClaimVolumeSource, 16 downwardAPI M?:DownwardAPIVolumeSource,
+  19 configMap M?:ConfigMapVolumeSource, 26 projected M?:ProjectedVolumeSource
+HostPathVolumeSource: 1 path S, 2 type S?
+EmptyDirVolumeSource: 1 medium S, 2 sizeLimit Q?
+SecretVolumeSource: 1 secretName S, 2 items RM:KeyToPath, 3 defaultMode I?, 4 optional B?
+PersistentVolumeClaimVolumeSource: 1 claimName S, 2 readOnly B
+DownwardAPIVolumeSource: 1 items RM:DownwardAPIVolumeFile, 2 defaultMode I?
+ConfigMapVolumeSource: 1 localObjectReference IN:LocalObjectReference, 2 items RM:KeyToPath, 3 defaultMode I?,
+  4 optional B?
+ProjectedVolumeSource: 1 sources RM:VolumeProjection, 2 defaultMode I?
+VolumeProjection: 1 secret M?:SecretProjection, 2 downwardAPI M?:DownwardAPIProjection,
+  3 configMap M?:ConfigMapProjection, 4 serviceAccountToken M?:ServiceAccountTokenProjection
+SecretProjection: 1 localObjectReference IN:LocalObjectReference, 2 items RM:KeyToPath, 4 optional B?
+ConfigMapProjection: 1 localObjectReference IN:LocalObjectReference, 2 items RM:KeyToPath, 4 optional B?
+DownwardAPIProjection: 1 items RM:DownwardAPIVolumeFile
+DownwardAPIVolumeFile: 1 path S, 2 fieldRef M?:ObjectFieldSelector, 3 resourceFieldRef M?:ResourceFieldSelector,
+  4 mode I?
+ServiceAccountTokenProjection: 1 audience S, 2 expirationSeconds I?, 3 path S
+KeyToPath: 1 key S, 2 path S, 3 mode I?
+LocalObjectReference: 1 name S
+ObjectFieldSelector: 1 apiVersion S, 2 fieldPath S
+ResourceFieldSelector: 1 containerName S, 2 resource S, 3 divisor Q
+Container: 1 name S, 2 image S, 3 command RS, 4 args RS, 5 workingDir S, 6 ports RM:ContainerPort,
+  7 env RM:EnvVar, 8 resources M:ResourceRequirements, 9 volumeMounts RM:VolumeMount, 10 livenessProbe M?:Probe,
+  11 readinessProbe M?:Probe, 12 lifecycle M?:Lifecycle, 13 terminationMessagePath S, 14 imagePullPolicy S,
+  15 securityContext M?:SecurityContext, 16 stdin B, 17 stdinOnce B, 18 tty B, 19 envFrom RM:EnvFromSource,
+  20 terminationMessagePolicy S, 21 volumeDevices RM:VolumeDevice, 22 startupProbe M?:Probe,
+  23 resizePolicy RM:ContainerResizePolicy, 24 restartPolicy S?
+ContainerPort: 1 name S, 2 hostPort I, 3 containerPort I, 4 protocol S, 5 hostIP S
+EnvVar: 1 name S, 2 value S, 3 valueFrom M?:EnvVarSource
+EnvVarSource: 1 fieldRef M?:ObjectFieldSelector, 2 resourceFieldRef M?:ResourceFieldSelector,
+  3 configMapKeyRef M?:ConfigMapKeySelector, 4 secretKeyRef M?:SecretKeySelector
+ConfigMapKeySelector: 1 localObjectReference IN:LocalObjectReference, 2 key S, 3 optional B?
+SecretKeySelector: 1 localObjectReference IN:LocalObjectReference, 2 key S, 3 optional B?
+EnvFromSource: 1 prefix S, 2 configMapRef M?:ConfigMapEnvSource, 3 secretRef M?:SecretEnvSource
+ConfigMapEnvSource: 1 localObjectReference IN:LocalObjectReference, 2 optional B?
+SecretEnvSource: 1 localObjectReference IN:LocalObjectReference, 2 optional B?
+ResourceRequirements: 1 limits MSQ, 2 requests MSQ, 3 claims RM:ResourceClaim
+ResourceClaim: 1 name S, 2 request S@31
+VolumeMount: 1 name S, 2 readOnly B, 3 mountPath S, 4 subPath S, 5 mountPropagation S?, 6 subPathExpr S,
+  7 recursiveReadOnly S?
+VolumeDevice: 1 name S, 2 devicePath S
+ContainerResizePolicy: 1 resourceName S, 2 restartPolicy S
+Probe: 1 handler IN:ProbeHandler, 2 initialDelaySeconds I, 3 timeoutSeconds I, 4 periodSeconds I,
+  5 successThreshold I, 6 failureThreshold I, 7 terminationGracePeriodSeconds I?
+ProbeHandler: 1 exec M?:ExecAction, 2 httpGet M?:HTTPGetAction, 3 tcpSocket M?:TCPSocketAction,
+  4 grpc M?:GRPCAction
+ExecAction: 1 command RS
+HTTPGetAction: 1 path S, 2 port IOS, 3 host S, 4 scheme S, 5 httpHeaders RM:HTTPHeader
+HTTPHeader: 1 name S, 2 value S
+TCPSocketAction: 1 port IOS, 2 host S
+GRPCAction: 1 port I, 2 service S?
+Lifecycle: 1 postStart M?:LifecycleHandler, 2 preStop M?:LifecycleHandler, 3 stopSignal S?
+LifecycleHandler: 1 exec M?:ExecAction, 2 httpGet M?:HTTPGetAction, 3 tcpSocket M?:TCPSocketAction,
+  4 sleep M?:SleepAction
+SleepAction: 1 seconds I
+SecurityContext: 1 capabilities M?:Capabilities, 2 privileged B?, 3 seLinuxOptions M?:SELinuxOptions,
+  4 runAsUser I?, 5 runAsNonRoot B?, 6 readOnlyRootFilesystem B?, 7 allowPrivilegeEscalation B?,
+  8 runAsGroup I?, 9 procMount S?, 11 seccompProfile M?:SeccompProfile, 12 appArmorProfile M?:AppArmorProfile
+Capabilities: 1 add RS, 2 drop RS
+SELinuxOptions: 1 user S, 2 role S, 3 type S, 4 level S
+SeccompProfile: 1 type S, 2 localhostProfile S?
+AppArmorProfile: 1 type S, 2 localhostProfile S?
+PodSecurityContext: 1 seLinuxOptions M?:SELinuxOptions, 2 runAsUser I?, 3 runAsNonRoot B?,
+  4 supplementalGroups RI, 5 fsGroup I?, 6 runAsGroup I?, 7 sysctls RM:Sysctl, 9 fsGroupChangePolicy S?,
+  10 seccompProfile M?:SeccompProfile, 11 appArmorProfile M?:AppArmorProfile, 12 supplementalGroupsPolicy S?,
+  13 seLinuxChangePolicy S?
+Sysctl: 1 name S, 2 value S
+Toleration: 1 key S, 2 operator S, 3 value S, 4 effect S, 5 tolerationSeconds I?
+HostAlias: 1 ip S, 2 hostnames RS
+PodReadinessGate: 1 conditionType S
+PodOS: 1 name S
+PodSchedulingGate: 1 name S
+PodDNSConfig: 1 nameservers RS, 2 searches RS, 3 options RM:PodDNSConfigOption
+PodDNSConfigOption: 1 name S, 2 value S?
+Affinity: 1 nodeAffinity M?:NodeAffinity, 2 podAffinity M?:PodAffinity, 3 podAntiAffinity M?:PodAffinity
+NodeAffinity: 1 requiredDuringSchedulingIgnoredDuringExecution M?:NodeSelector,
+  2 preferredDuringSchedulingIgnoredDuringExecution RM:PreferredSchedulingTerm
+NodeSelector: 1 nodeSelectorTerms RM:NodeSelectorTerm
+NodeSelectorTerm: 1 matchExpressions RM:NodeSelectorRequirement, 2 matchFields RM:NodeSelectorRequirement
+NodeSelectorRequirement: 1 key S, 2 operator S, 3 values RS
+PreferredSchedulingTerm: 1 weight I, 2 preference M:NodeSelectorTerm
+PodAffinity: 1 requiredDuringSchedulingIgnoredDuringExecution RM:PodAffinityTerm,
+  2 preferredDuringSchedulingIgnoredDuringExecution RM:WeightedPodAffinityTerm
+PodAffinityTerm: 1 labelSelector M?:LabelSelector, 2 namespaces RS, 3 topologyKey S,
+  4 namespaceSelector M?:LabelSelector, 5 matchLabelKeys RS, 6 mismatchLabelKeys RS
+WeightedPodAffinityTerm: 1 weight I, 2 podAffinityTerm M:PodAffinityTerm
+TopologySpreadConstraint: 1 maxSkew I, 2 topologyKey S, 3 whenUnsatisfiable S, 4 labelSelector M?:LabelSelector,
+  5 minDomains I?, 6 nodeAffinityPolicy S?, 7 nodeTaintsPolicy S?, 8 matchLabelKeys RS
+PodStatus: 1 phase S, 2 conditions RM:PodCondition, 3 message S, 4 reason S, 5 hostIP S, 6 podIP S,
+  7 startTime T?, 8 containerStatuses RM:ContainerStatus, 9 qosClass S, 10 initContainerStatuses RM:ContainerStatus,
+  11 nominatedNodeName S, 12 podIPs RM:PodIP, 13 ephemeralContainerStatuses RM:ContainerStatus, 14 resize S,
+  16 hostIPs RM:HostIP, 17 observedGeneration I@33
+PodCondition: 1 type S, 2 status S, 3 lastProbeTime T, 4 lastTransitionTime T, 5 reason S, 6 message S,
+  7 observedGeneration I@33
+PodIP: 1 ip S
+HostIP: 1 ip S
+ContainerStatus: 1 name S, 2 state M:ContainerState, 3 lastState M:ContainerState, 4 ready B, 5 restartCount I,
+  6 image S, 7 imageID S, 8 containerID S, 9 started B?, 10 allocatedResources MSQ,
+  11 resources M?:ResourceRequirements, 12 volumeMounts RM:VolumeMountStatus, 15 stopSignal S?
+VolumeMountStatus: 1 name S, 2 mountPath S, 3 readOnly B, 4 recursiveReadOnly S?
+ContainerState: 1 waiting M?:ContainerStateWaiting, 2 running M?:ContainerStateRunning,
+  3 terminated M?:ContainerStateTerminated
+ContainerStateWaiting: 1 reason S, 2 message S
+ContainerStateRunning: 1 startedAt T
+ContainerStateTerminated: 1 exitCode I, 2 signal I, 3 reason S, 4 message S, 5 startedAt T, 6 finishedAt T,
+  7 containerID S
+
+Node: 1 metadata M:ObjectMeta, 2 spec M:NodeSpec, 3 status M:NodeStatus
+NodeSpec: 1 podCIDR S, 2 externalID S, 3 providerID S, 4 unschedulable B, 5 taints RM:Taint, 7 podCIDRs RS
+Taint: 1 key S, 2 value S, 3 effect S, 4 timeAdded T?
+NodeStatus: 1 capacity MSQ, 2 allocatable MSQ, 3 phase S, 4 conditions RM:NodeCondition,
+  5 addresses RM:NodeAddress, 6 daemonEndpoints M:NodeDaemonEndpoints, 7 nodeInfo M:NodeSystemInfo,
+  8 images RM:ContainerImage, 9 volumesInUse RS, 10 volumesAttached RM:AttachedVolume
+NodeCondition: 1 type S, 2 status S, 3 lastHeartbeatTime T, 4 lastTransitionTime T, 5 reason S, 6 message S
+NodeAddress: 1 type S, 2 address S
+NodeDaemonEndpoints: 1 kubeletEndpoint M:DaemonEndpoint
+DaemonEndpoint: 1 Port I
+NodeSystemInfo: 1 machineID S, 2 systemUUID S, 3 bootID S, 4 kernelVersion S, 5 osImage S,
+  6 containerRuntimeVersion S, 7 kubeletVersion S, 8 kubeProxyVersion S, 9 operatingSystem S, 10 architecture S
+ContainerImage: 1 names RS, 2 sizeBytes I
+AttachedVolume: 1 name S, 2 devicePath S
+
+Namespace: 1 metadata M:ObjectMeta, 2 spec M:NamespaceSpec, 3 status M:NamespaceStatus
+NamespaceSpec: 1 finalizers RS
+NamespaceStatus: 1 phase S, 2 conditions RM:NamespaceCondition
+NamespaceCondition: 1 type S, 2 status S, 4 lastTransitionTime T, 5 reason S, 6 message S
+
+ConfigMap: 1 metadata M:ObjectMeta, 2 data MSS, 3 binaryData MSB, 4 immutable B?
+Secret: 1 metadata M:ObjectMeta, 2 data MSB, 3 type S, 4 stringData MSS, 5 immutable B?
+
+Service: 1 metadata M:ObjectMeta, 2 spec M:ServiceSpec, 3 status M:ServiceStatus
+ServiceSpec: 1 ports RM:ServicePort, 2 selector MSS, 3 clusterIP S, 4 type S, 5 externalIPs RS,
+  7 sessionAffinity S, 8 loadBalancerIP S, 9 loadBalancerSourceRanges RS, 10 externalName S,
+  11 externalTrafficPolicy S, 12 healthCheckNodePort I, 13 publishNotReadyAddresses B,
+  14 sessionAffinityConfig M?:SessionAffinityConfig, 17 ipFamilyPolicy S?, 18 clusterIPs RS, 19 ipFamilies RS,
+  20 allocateLoadBalancerNodePorts B?, 21 loadBalancerClass S?, 22 internalTrafficPolicy S?,
+  23 trafficDistribution S?
+ServicePort: 1 name S, 2 protocol S, 3 port I, 4 targetPort IOS, 5 nodePort I, 6 appProtocol S?
+SessionAffinityConfig: 1 clientIP M?:ClientIPConfig
+ClientIPConfig: 1 timeoutSeconds I?
+ServiceStatus: 1 loadBalancer M:LoadBalancerStatus, 2 conditions RM:Condition
+LoadBalancerStatus: 1 ingress RM:LoadBalancerIngress
+LoadBalancerIngress: 1 ip S, 2 hostname S, 3 ipMode S?, 4 ports RM:PortStatus
+PortStatus: 1 port I, 2 protocol S, 3 error S?
+
+Endpoints: 1 metadata M:ObjectMeta, 2 subsets RM:EndpointSubset
+EndpointSubset: 1 addresses RM:EndpointAddress, 2 notReadyAddresses RM:EndpointAddress, 3 ports RM:EndpointPort
+EndpointAddress: 1 ip S, 2 targetRef M?:ObjectReference, 3 hostname S, 4 nodeName S?
+EndpointPort: 1 name S, 2 port I, 3 protocol S, 4 appProtocol S?
+ObjectReference: 1 kind S, 2 namespace S, 3 name S, 4 uid S, 5 apiVersion S, 6 resourceVersion S, 7 fieldPath S
+
+Deployment: 1 metadata M:ObjectMeta, 2 spec M:DeploymentSpec, 3 status M:DeploymentStatus
+DeploymentSpec: 1 replicas I?, 2 selector M?:LabelSelector, 3 template M:PodTemplateSpec,
+  4 strategy M:DeploymentStrategy, 5 minReadySeconds I, 6 revisionHistoryLimit I?, 7 paused B,
+  9 progressDeadlineSeconds I?
+DeploymentStrategy: 1 type S, 2 rollingUpdate M?:RollingUpdateDeployment
+RollingUpdateDeployment: 1 maxUnavailable IOS?, 2 maxSurge IOS?
+DeploymentStatus: 1 observedGeneration I, 2 replicas I, 3 updatedReplicas I, 4 availableReplicas I,
+  5 unavailableReplicas I, 6 conditions RM:DeploymentCondition, 7 readyReplicas I, 8 collisionCount I?,
+  9 terminatingReplicas I?
+DeploymentCondition: 1 type S, 2 status S, 4 reason S, 5 message S, 6 lastUpdateTime T, 7 lastTransitionTime T
+ReplicaSet: 1 metadata M:ObjectMeta, 2 spec M:ReplicaSetSpec, 3 status M:ReplicaSetStatus
+ReplicaSetSpec: 1 replicas I?, 2 selector M?:LabelSelector, 3 template M:PodTemplateSpec, 4 minReadySeconds I
+ReplicaSetStatus: 1 replicas I, 2 fullyLabeledReplicas I, 3 observedGeneration I, 4 readyReplicas I,
+  5 availableReplicas I, 6 conditions RM:AppsCondition, 7 terminatingReplicas I?
+AppsCondition: 1 type S, 2 status S, 3 lastTransitionTime T, 4 reason S, 5 message S
+DaemonSet: 1 metadata M:ObjectMeta, 2 spec M:DaemonSetSpec, 3 status M:DaemonSetStatus
+DaemonSetSpec: 1 selector M?:LabelSelector, 2 template M:PodTemplateSpec, 3 updateStrategy M:DaemonSetUpdateStrategy,
+  4 minReadySeconds I, 6 revisionHistoryLimit I?
+DaemonSetUpdateStrategy: 1 type S, 2 rollingUpdate M?:RollingUpdateDaemonSet
+RollingUpdateDaemonSet: 1 maxUnavailable IOS?, 2 maxSurge IOS?
+DaemonSetStatus: 1 currentNumberScheduled I, 2 numberMisscheduled I, 3 desiredNumberScheduled I, 4 numberReady I,
+  5 observedGeneration I, 6 updatedNumberScheduled I, 7 numberAvailable I, 8 numberUnavailable I,
+  9 collisionCount I?, 10 conditions RM:AppsCondition
+StatefulSet: 1 metadata M:ObjectMeta, 2 spec M:StatefulSetSpec, 3 status M:StatefulSetStatus
+StatefulSetSpec: 1 replicas I?, 2 selector M?:LabelSelector, 3 template M:PodTemplateSpec, 5 serviceName S,
+  6 podManagementPolicy S, 7 updateStrategy M:StatefulSetUpdateStrategy, 8 revisionHistoryLimit I?,
+  9 minReadySeconds I, 10 persistentVolumeClaimRetentionPolicy M?:StatefulSetPersistentVolumeClaimRetentionPolicy,
+  11 ordinals M?:StatefulSetOrdinals
+StatefulSetUpdateStrategy: 1 type S, 2 rollingUpdate M?:RollingUpdateStatefulSetStrategy
+RollingUpdateStatefulSetStrategy: 1 partition I?, 2 maxUnavailable IOS?
+StatefulSetPersistentVolumeClaimRetentionPolicy: 1 whenDeleted S, 2 whenScaled S
+StatefulSetOrdinals: 1 start I
+StatefulSetStatus: 1 observedGeneration I, 2 replicas I, 3 readyReplicas I, 4 currentReplicas I,
+  5 updatedReplicas I, 6 currentRevision S, 7 updateRevision S, 9 collisionCount I?,
+  10 conditions RM:AppsCondition, 11 availableReplicas I
+
+Scale: 1 metadata M:ObjectMeta, 2 spec M:ScaleSpec, 3 status M:ScaleStatus
+ScaleSpec: 1 replicas I
+ScaleStatus: 1 replicas I, 2 selector S
+"""
+
+PB_CT = b"application/vnd.kubernetes.protobuf"
+PB_WATCH_CT = b"application/vnd.kubernetes.protobuf;stream=watch"
+PB_MAGIC = b"k8s\x00"   # runtime/serializer/protobuf/protobuf.go protoEncodingPrefix
+
+_VARINT = [bytes([n]) if n < 0x80 else bytes([(n & 0x7f) | 0x80, n >> 7]) for n in range(1 << 14)]
+
+
+def pb_varint(n):
+    if 0 <= n < 16384:
+        return _VARINT[n]
+    if n < 0:
+        n += 1 << 64   # int32/int64 negatives: sign-extended to 64 bits, 10 bytes
+    out = bytearray()
+    while n > 0x7f:
+        out.append((n & 0x7f) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def pb_bytes(tag, b):
+    """A length-delimited field: tag byte(s), length, payload."""
+    n = len(b)
+    return tag + (_VARINT[n] if n < 16384 else pb_varint(n)) + b
+
+
+def pb_tag(num, wire):
+    return pb_varint((num << 3) | wire)
+
+
+def _pb_int(v):
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    try:
+        return int(float(v)) if isinstance(v, (float, str)) else 0
+    except (ValueError, OverflowError):
+        return 0
+
+
+def _pb_str(v):
+    if isinstance(v, str):
+        return _utf8(v)
+    if v is None:
+        return b""
+    if isinstance(v, bool):
+        return b"true" if v else b"false"
+    return str(v).encode()
+
+
+_TIME_CACHE = {}
+
+
+def pb_time_seconds(s):
+    """Unix seconds of an RFC 3339 time (metav1.Time keeps whole seconds)."""
+    r = _TIME_CACHE.get(s)
+    if r is None:
+        try:
+            t = s.strip()
+            if t.endswith("Z") or t.endswith("z"):
+                t = t[:-1] + "+00:00"
+            dt = datetime.datetime.fromisoformat(t)
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=datetime.timezone.utc)
+            r = math.floor(dt.timestamp())
+        except (ValueError, AttributeError, TypeError):
+            r = None
+        if len(_TIME_CACHE) > 100000:
+            _TIME_CACHE.clear()
+        _TIME_CACHE[s] = r
+    return r
+
+
+def pb_time(v):
+    """metav1.Time's message (time_proto.go): {1 seconds, 2 nanos 0}; the zero time
+    (JSON null, absent or unparsable) is an empty message."""
+    if not v or not isinstance(v, str):
+        return b""
+    secs = pb_time_seconds(v)
+    if secs is None:
+        return b""
+    return b"\x08" + pb_varint(secs) + b"\x10\x00"
+
+
+def pb_quantity(v):
+    """resource.Quantity {1 string}: its canonical string; the zero Quantity is "0"."""
+    if v is None or v == "":
+        s = b"0"
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        s = str(int(v) if float(v).is_integer() else v).encode()
+    else:
+        s = _pb_str(v)
+    return pb_bytes(b"\x0a", s)
+
+
+def pb_intorstr(v):
+    """intstr.IntOrString {1 type, 2 intVal, 3 strVal}, every field written."""
+    if isinstance(v, str):
+        return b"\x08\x01\x10\x00" + pb_bytes(b"\x1a", _utf8(v))
+    return b"\x08\x00\x10" + pb_varint(_pb_int(v)) + b"\x1a\x00"
+
+
+class PbSchema:
+    """The messages of PB_SCHEMA, compiled into per-message field lists."""
+
+    KINDS = ("S", "S?", "I", "I?", "B", "B?", "T", "T?", "Q", "Q?", "IOS", "IOS?", "M", "M?", "IN",
+             "RS", "RI", "RM", "MSS", "MSB", "MSQ", "F?")
+
+    def __init__(self, text, minor):
+        self.msgs = {}
+        body = re.sub(r"\n[ \t]+", " ", text.strip())
+        for line in body.split("\n"):
+            line = line.strip()
+            if not line:
+                continue
+            name, _, rest = line.partition(":")
+            fields = []
+            for f in rest.split(","):
+                num, key, kind = f.split()
+                since = 0
+                if "@" in kind:
+                    kind, _, s = kind.partition("@")
+                    since = int(s)
+                sub = None
+                if ":" in kind:
+                    kind, _, sub = kind.partition(":")
+                if kind not in self.KINDS:
+                    raise ValueError("PB_SCHEMA %s.%s: kind %s" % (name, key, kind))
+                if since and minor < since:
+                    continue
+                num = int(num)
+                wire = 0 if kind in ("I", "I?", "B", "B?", "RI") else 2
+                fields.append((num, key, kind, sub, pb_tag(num, wire)))
+            fields.sort()
+            self.msgs[name.strip()] = fields
+        for name, fields in self.msgs.items():
+            for f in fields:
+                if f[3] is not None and f[3] not in self.msgs:
+                    raise ValueError("PB_SCHEMA %s.%s: no message %s" % (name, f[1], f[3]))
+
+    def encode(self, name, d):
+        """The message `name` for the JSON value d (a dict; None/absent = all zero)."""
+        if not isinstance(d, dict):
+            d = {}
+        out = []
+        app = out.append
+        for _num, key, kind, sub, tag in self.msgs[name]:
+            v = d.get(key)
+            if kind == "S":
+                app(pb_bytes(tag, _pb_str(v)))
+            elif kind == "M":
+                app(pb_bytes(tag, self.encode(sub, v)))
+            elif kind == "I":
+                app(tag + pb_varint(_pb_int(v)))
+            elif kind == "B":
+                app(tag + (b"\x01" if v else b"\x00"))
+            elif kind == "T":
+                app(pb_bytes(tag, pb_time(v)))
+            elif kind == "IN":
+                app(pb_bytes(tag, self.encode(sub, d)))
+            elif kind == "Q":
+                app(pb_bytes(tag, pb_quantity(v)))
+            elif kind == "IOS":
+                app(pb_bytes(tag, pb_intorstr(v)))
+            elif v is None:
+                continue
+            elif kind == "RM":
+                if isinstance(v, list):
+                    for x in v:
+                        app(pb_bytes(tag, self.encode(sub, x)))
+            elif kind == "RS":
+                if isinstance(v, list):
+                    for x in v:
+                        app(pb_bytes(tag, _pb_str(x)))
+            elif kind == "MSS":
+                if isinstance(v, dict):
+                    for k in sorted(v):
+                        app(pb_bytes(tag, pb_bytes(b"\x0a", _utf8(k)) + pb_bytes(b"\x12", _pb_str(v[k]))))
+            elif kind == "S?":
+                app(pb_bytes(tag, _pb_str(v)))
+            elif kind == "M?":
+                app(pb_bytes(tag, self.encode(sub, v)))
+            elif kind == "I?":
+                app(tag + pb_varint(_pb_int(v)))
+            elif kind == "B?":
+                app(tag + (b"\x01" if v else b"\x00"))
+            elif kind == "T?":
+                app(pb_bytes(tag, pb_time(v)))
+            elif kind == "MSQ":
+                if isinstance(v, dict):
+                    for k in sorted(v):
+                        app(pb_bytes(tag, pb_bytes(b"\x0a", _utf8(k)) + pb_bytes(b"\x12", pb_quantity(v[k]))))
+            elif kind == "MSB":
+                # map<string, bytes>: a JSON null value is a nil []byte, its value field left out
+                if isinstance(v, dict):
+                    for k in sorted(v):
+                        e = pb_bytes(b"\x0a", _utf8(k))
+                        if v[k] is not None:
+                            try:
+                                raw = base64.b64decode(v[k]) if isinstance(v[k], str) else b""
+                            except ValueError:
+                                raw = b""
+                            e += pb_bytes(b"\x12", raw)
+                        app(pb_bytes(tag, e))
+            elif kind == "Q?":
+                app(pb_bytes(tag, pb_quantity(v)))
+            elif kind == "IOS?":
+                app(pb_bytes(tag, pb_intorstr(v)))
+            elif kind == "RI":
+                if isinstance(v, list):
+                    for x in v:
+                        app(tag + pb_varint(_pb_int(x)))
+            elif kind == "F?":
+                app(pb_bytes(tag, pb_bytes(b"\x0a", dumpb_sorted(v))))
+        return b"".join(out)
+
+
+def pb_typemeta(api_version, kind):
+    """runtime.TypeMeta {1 apiVersion, 2 kind} (apimachinery/pkg/runtime/generated.proto)."""
+    return pb_bytes(b"\x0a", api_version.encode()) + pb_bytes(b"\x12", kind.encode())
+
+
+def pb_envelope_parts(typemeta, raw_len):
+    """(head, tail) of the envelope around a raw message of raw_len bytes: the magic
+    then runtime.Unknown {1 typeMeta, 2 raw, 3 contentEncoding "", 4 contentType ""}
+    (runtime/types_proto.go NestedMarshalTo: every field written)."""
+    return PB_MAGIC + pb_bytes(b"\x0a", typemeta) + b"\x12" + pb_varint(raw_len), b"\x1a\x00\x22\x00"
+
+
+def pb_envelope(typemeta, raw):
+    head, tail = pb_envelope_parts(typemeta, len(raw))
+    return head + raw + tail
+
+
+def pb_watch_event(etype, envelope):
+    """One protobuf watch frame: a 4-byte big-endian length, then metav1.WatchEvent
+    {1 type, 2 object RawExtension {1 raw = the object's envelope}}
+    (runtime/serializer/protobuf RawSerializer + LengthDelimitedFramer)."""
+    ev = pb_bytes(b"\x0a", etype.encode()) + pb_bytes(b"\x12", pb_bytes(b"\x0a", envelope))
+    return struct.pack(">I", len(ev)) + ev
+
+
 class RType:
     """A served resource type."""
 
@@ -1195,6 +1694,9 @@ class RType:
         # inline struct comes first); a list item is the same object with it left out.
         self.tm_prefix = b'{"kind":"%s","apiVersion":"%s",' % (kind.encode(), self.api_version.encode())
         self.table = TABLES.get(plural, DEFAULT_TABLE)
+        # protobuf: built-in kinds only (custom resources have no protobuf form)
+        self.pb_tm = pb_typemeta(self.api_version, kind)
+        self.pb_list_tm = pb_typemeta(self.api_version, self.list_kind)
         self.storage_hash = base64.b64encode(hashlib.sha256(("%s/%s" % (self.api_version, kind)).encode())
                                              .digest()[:8]).decode()
 
@@ -1369,7 +1871,7 @@ def fast_uid(rng):
 # ---------------------------------------------------------------------------
 
 class Event:
-    __slots__ = ("rv", "type", "obj", "prev", "_line", "_framed", "_left")
+    __slots__ = ("rv", "type", "obj", "prev", "_line", "_framed", "_left", "_pb", "_pbf")
 
     def __init__(self, rv, etype, obj, prev):
         self.rv = rv
@@ -1379,6 +1881,22 @@ class Event:
         self._line = None
         self._framed = None
         self._left = None
+        self._pb = None
+        self._pbf = None
+
+    def pb_frame(self, app, rt):
+        """The event's protobuf watch frame (length + WatchEvent), encoded once."""
+        if self._pb is None:
+            self._pb = pb_watch_event(self.type, pb_envelope(rt.pb_tm, app.pb_raw(rt, self.obj)))
+        return self._pb
+
+    def pb_chunk(self, w):
+        if w.conn.http10:
+            return self.pb_frame(w.app, w.st.rt)
+        if self._pbf is None:
+            f = self.pb_frame(w.app, w.st.rt)
+            self._pbf = b"%x\r\n%s\r\n" % (len(f), f)
+        return self._pbf
 
     def line(self):
         if self._line is None:
@@ -2055,7 +2573,16 @@ class Conn(asyncio.Protocol):
         self.respond(code, dumpb(obj), req, extra=extra, nl=nl)
 
     def respond_error(self, e, req):
-        self.respond(e.code, dumpb(e.status()), req, extra=e.headers, nl=True)
+        """A Status error as responsewriters.ErrorNegotiated writes it: in the encoding
+        the Accept header negotiates (App.error_encoding); when none fits,
+        WriteObjectNegotiated falls back to WriteRawJSON (2-space indented, no newline)."""
+        enc = self.app.error_encoding(req)
+        if enc == "pb":
+            self.respond(e.code, self.app.pb_status(e.status()), req, ctype=PB_CT, extra=e.headers)
+        elif enc is None:
+            self.respond(e.code, dumpb_indent(e.status()), req, extra=e.headers)
+        else:
+            self.respond(e.code, dumpb(e.status()), req, extra=e.headers, nl=True)
 
     def start_stream(self, req, code=200, ctype=JSON_CT, extra=()):
         """Start a streamed (chunked) response; HTTP/1.0 gets a close-delimited body."""
@@ -2093,7 +2620,7 @@ WATCH_BUFFER_LIMIT = 64 << 20   # a watcher this far behind is closed (kube clos
 
 
 class Watcher:
-    def __init__(self, app, conn, st, ns, lsel, fsel, mode, table_ver, include_obj, bookmarks, deadline):
+    def __init__(self, app, conn, st, ns, lsel, fsel, mode, table_ver, include_obj, bookmarks, deadline, enc="json"):
         self.app = app
         self.conn = conn
         self.st = st
@@ -2101,9 +2628,12 @@ class Watcher:
         self.lsel = lsel
         self.fsel = fsel
         self.mode = mode                  # "json" | "table" | "meta"
+        self.enc = enc                    # "json" | "pb"
         self.table_ver = table_ver
         self.include_obj = include_obj
-        self.simple = mode == "json" and ns is None and lsel is None and fsel is None
+        unfiltered = mode == "json" and ns is None and lsel is None and fsel is None
+        self.simple = unfiltered and enc == "json"
+        self.simple_pb = unfiltered and enc == "pb"
         self.live = False
         self.queue = []
         self.start_rv = 0
@@ -2137,9 +2667,14 @@ class Watcher:
                  "metadata": meta_order(d.get("metadata", {}))}
         return b'{"type":"%s","object":%s}\n' % (etype.encode(), dumpb(o))
 
+    def pb_frame(self, etype, obj):
+        return pb_watch_event(etype, self.app.pb_object(self.st.rt, (self.mode, self.table_ver, "pb"), obj=obj))
+
     def chunk_for(self, ev):
         if self.simple:
             return ev.line() if self.conn.http10 else ev.framed()
+        if self.simple_pb:
+            return ev.pb_chunk(self)
         t = ev.type
         if t == "ADDED":
             if not self.match(ev.obj):
@@ -2160,6 +2695,10 @@ class Watcher:
                 t, o = "DELETED", ev.left_obj()
             else:
                 return None
+        if self.enc == "pb":
+            if self.mode == "json" and t == ev.type:
+                return ev.pb_chunk(self)
+            return self.conn.frame(self.pb_frame(t, o))
         if self.mode == "json":
             if t == ev.type:
                 return ev.line() if self.conn.http10 else ev.framed()
@@ -2167,6 +2706,8 @@ class Watcher:
         return self.conn.frame(self.encode(t, o))
 
     def initial_chunk(self, obj):
+        if self.enc == "pb":
+            return self.conn.frame(self.pb_frame("ADDED", obj))
         if self.mode == "json":
             return self.conn.frame(b'{"type":"ADDED","object":%s}\n' % obj.data)
         return self.conn.frame(self.encode("ADDED", obj))
@@ -2209,6 +2750,15 @@ class Watcher:
 
     def bookmark_line(self, rv, initial_end=False):
         rt = self.st.rt
+        if self.enc == "pb":
+            # the cacher's bookmark: an empty object of the kind (every non-pointer
+            # field at its zero value, as the marshaller writes them) with only
+            # resourceVersion (and the initial-events-end annotation) set
+            md = {"resourceVersion": str(rv)}
+            if initial_end:
+                md["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return pb_watch_event("BOOKMARK", self.app.pb_object(rt, (self.mode, self.table_ver, "pb"),
+                                                                  d={"metadata": md}))
         if self.mode == "table":
             o = {"kind": "Table", "apiVersion": "meta.k8s.io/" + self.table_ver,
                  "metadata": {"resourceVersion": str(rv)}, "columnDefinitions": None, "rows": []}
@@ -2254,6 +2804,7 @@ class Watcher:
         self.st.watchers.discard(self)
         self.conn.watchers.discard(self)
         self.app.watch_counts[self.st.rt.plural] -= 1
+        self.app.watch_enc_counts[(self.st.rt.plural, "protobuf" if self.enc == "pb" else "json")] -= 1
         if self.timer is not None:
             self.timer.cancel()
         if not self.done.done():
@@ -3242,6 +3793,92 @@ def _prefix_from_user_agent(ua):
     return "".join(out)
 
 
+def parse_accept(header):
+    """github.com/munnerz/goautoneg ParseAccept, which kube's negotiation uses: the
+    comma-separated clauses as (type, subtype, q, params) -- case kept, "*" read as
+    "*/*", a clause without one "/" skipped, q parsed apart (unparsable: 0) -- then
+    sorted by its Less (higher q first, then a specific type before "*", a specific
+    subtype before "*"); Go's sort.Sort on so few elements is an insertion sort."""
+    out = []
+    for part in header.split(","):
+        part = part.strip(" ")
+        mrp = part.split(";")
+        sp = mrp[0].split("/")
+        typ = sp[0].strip(" ")
+        if len(sp) == 1 and typ == "*":
+            sub = "*"
+        elif len(sp) == 2:
+            sub = sp[1].strip(" ")
+        else:
+            continue
+        q = 1.0
+        params = {}
+        for prm in mrp[1:]:
+            kv = prm.split("=", 1)
+            if len(kv) != 2:
+                continue
+            tok = kv[0].strip(" ")
+            if tok == "q":
+                try:
+                    q = float(kv[1]) if kv[1] == kv[1].strip() and "_" not in kv[1] else 0.0
+                except ValueError:
+                    q = 0.0
+            else:
+                params[tok] = kv[1].strip(" ")
+        out.append((typ, sub, q, params))
+
+    def less(a, b):
+        if a[2] > b[2]:
+            return True
+        if a[0] != "*" and b[0] == "*":
+            return True
+        return a[1] != "*" and b[1] == "*"
+    for i in range(1, len(out)):
+        j = i
+        while j > 0 and less(out[j], out[j - 1]):
+            out[j], out[j - 1] = out[j - 1], out[j]
+            j -= 1
+    return out
+
+
+# The serializers of kube's CodecFactory, in order (JSON, YAML, protobuf).  apisim
+# writes no YAML: a clause only YAML fits is passed over.
+SERIALIZERS = (("application", "json", "json"), ("application", "yaml", None),
+               ("application", "vnd.kubernetes.protobuf", "pb"))
+META_GV = ("v1", "v1beta1")
+
+
+def negotiate_accept(header, rt):
+    """(mode, version, encoding) for an Accept header, or None (406).  rt None: the
+    DefaultEndpointRestrictions of error answers (no conversion; any kind)."""
+    for typ, sub, _q, params in parse_accept(header):
+        for st, ss, enc in SERIALIZERS:
+            if not ((typ == st and (sub == ss or sub == "*")) or (typ == "*" and sub == "*")):
+                continue
+            # negotiate.go acceptMediaTypeOptions
+            conv = None
+            ok = True
+            for k, v in params.items():
+                if k in ("as", "g", "v"):
+                    conv = conv or {"as": "", "g": "", "v": ""}
+                    conv[k] = v
+                elif k == "stream" and v and (enc is None or v != "watch"):
+                    ok = False
+            if not ok or enc is None:
+                continue
+            if conv is None:
+                if rt is not None and rt.unstructured and enc == "pb":
+                    continue   # StandardSerializers of a custom resource: JSON, YAML
+                return ("json", None, enc)
+            if rt is None or conv["g"] != "meta.k8s.io" or conv["v"] not in META_GV:
+                continue
+            if conv["as"] == "Table" and enc == "json":
+                return ("table", conv["v"], "json")
+            if conv["as"] in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                return ("meta", conv["v"], enc)
+    return None
+
+
 class ListOpts:
     __slots__ = ("watch", "rv", "match", "cont", "limit", "timeout", "bookmarks", "sie", "lsel", "fsel")
 
@@ -3255,6 +3892,11 @@ class App:
         self.conns = set()
         self.stats = collections.Counter()
         self.watch_counts = collections.Counter()
+        self.watch_enc_counts = collections.Counter()   # (plural, "json"|"protobuf") -> open watches
+        # protobuf: the schema of the kube version emulated (fields added in later
+        # releases are left out)
+        self.pb = PbSchema(PB_SCHEMA, int(args.version.split(".")[1]))
+        self.status_tm = pb_typemeta("v1", "Status")
         self.fails = []
         self.churn = None
         self.churn_task = None
@@ -3685,13 +4327,13 @@ class App:
                 raise ERR_NOT_FOUND_PATH
             if m not in ("GET", "HEAD"):
                 raise ERR_METHOD
-            accept = self.negotiate(req)
+            accept = self.negotiate(req, rt)
             o = self.parse_opts(req, rt, force_watch=True)
             self.stats["watch " + rt.plural] += 1
             return self.do_watch(req, conn, rt, st, ns, name, accept, o)
         if name is None:
             if m in ("GET", "HEAD"):
-                accept = self.negotiate(req)
+                accept = self.negotiate(req, rt)
                 o = self.parse_opts(req, rt)
                 if o.watch:
                     self.stats["watch " + rt.plural] += 1
@@ -3713,7 +4355,7 @@ class App:
         if sub is None:
             if m in ("GET", "HEAD"):
                 self.stats["get " + rt.plural] += 1
-                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req))
+                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req, rt))
             if m == "PUT":
                 self.stats["update " + rt.plural] += 1
                 return self.do_update(req, conn, rt, st, ns, key, name, None)
@@ -3731,8 +4373,8 @@ class App:
             if m in ("GET", "HEAD"):
                 self.stats["get " + sr] += 1
                 if sub == "scale":
-                    return self.reply(req, conn, self.scale_of(rt, self.must_get(rt, st, key, name)))
-                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req))
+                    return self.respond_scale(req, conn, rt, self.scale_of(rt, self.must_get(rt, st, key, name)))
+                return self.do_get(req, conn, rt, st, key, name, self.negotiate(req, rt))
             if m == "PUT":
                 self.stats["update " + sr] += 1
                 return self.do_update(req, conn, rt, st, ns, key, name, sub)
@@ -3750,39 +4392,105 @@ class App:
             return self.do_update(req, conn, rt, st, ns, key, name, "finalize")
         raise ERR_METHOD
 
+    # -- protobuf ---------------------------------------------------------------
+    def pb_raw(self, rt, obj):
+        """The protobuf message of a stored built-in object (no envelope), encoded from
+        its JSON on first use and kept with it."""
+        r = obj.pb
+        if r is None:
+            r = obj.pb = self.pb.encode(rt.kind, json.loads(obj.data))
+        return r
+
+    def pb_status(self, status):
+        """A metav1.Status dict as its protobuf envelope {apiVersion v1, kind Status}."""
+        return pb_envelope(self.status_tm, self.pb.encode("Status", status))
+
+    def pb_object(self, rt, accept, obj=None, d=None):
+        """One object's protobuf envelope: the kind's own message, or in meta mode a
+        PartialObjectMetadata (meta.k8s.io/<version>) of its metadata."""
+        if accept[0] == "meta":
+            if d is None:
+                d = obj.dict()
+            return pb_envelope(pb_typemeta("meta.k8s.io/" + accept[1], "PartialObjectMetadata"),
+                               self.pb.encode("PartialObjectMetadata", {"metadata": d.get("metadata")}))
+        raw = self.pb_raw(rt, obj) if obj is not None else self.pb.encode(rt.kind, d)
+        return pb_envelope(rt.pb_tm, raw)
+
+    @staticmethod
+    def pb_listmeta(rv, cont, remaining):
+        """ListMeta {1 selfLink, 2 resourceVersion, 3 continue, 4 remainingItemCount (a
+        pointer: only when set)}, as field 1 of an XxxList."""
+        lm = b"\x0a\x00" + pb_bytes(b"\x12", str(rv).encode()) + pb_bytes(b"\x1a", (cont or "").encode())
+        if remaining is not None:
+            lm += b"\x20" + pb_varint(remaining)
+        return pb_bytes(b"\x0a", lm)
+
+    def write_enc(self, req, rt):
+        """Writes (create, update, patch, delete) answer in protobuf when the Accept
+        header negotiates it for rt; otherwise in JSON, as before (apisim answers no
+        write with 406 or a Table).  Request bodies are JSON only."""
+        acc = req.headers.get("accept", "")
+        if not acc or rt.unstructured:
+            return "json"
+        r = negotiate_accept(acc, rt)
+        return "pb" if r is not None and r[0] == "json" and r[2] == "pb" else "json"
+
+    def respond_write(self, req, conn, rt, code, obj=None, data=None):
+        """A write's answer: the stored object (obj) or an encoded one (data)."""
+        if self.write_enc(req, rt) == "pb":
+            if obj is not None:
+                body = pb_envelope(rt.pb_tm, self.pb_raw(rt, obj))
+            else:
+                body = pb_envelope(rt.pb_tm, self.pb.encode(rt.kind, json.loads(data)))
+            conn.respond(code, body, req, ctype=PB_CT)
+        else:
+            conn.respond(code, obj.data if obj is not None else data, req, nl=True)
+
+    def respond_scale(self, req, conn, rt, scale):
+        """The scale subresource's autoscaling/v1 Scale, in protobuf when negotiated."""
+        if req.method not in ("GET", "HEAD", "PUT", "PATCH"):
+            raise ERR_METHOD
+        if self.write_enc(req, rt) == "pb":
+            conn.respond(200, pb_envelope(pb_typemeta("autoscaling/v1", "Scale"), self.pb.encode("Scale", scale)),
+                         req, ctype=PB_CT)
+        else:
+            conn.respond_json(200, scale, req)
+        return None
+
     # -- content negotiation --------------------------------------------------
-    def negotiate(self, req):
+    def negotiate(self, req, rt):
+        """The answer's form for a get, list or watch of rt: (mode, version, encoding)
+        with mode "json" (the object itself), "table" or "meta" (PartialObjectMetadata
+        in meta.k8s.io/version), encoding "json" or "pb".  kube-apiserver's
+        endpoints/handlers/negotiation/negotiate.go NegotiateMediaTypeOptions with the
+        RequestScope's restrictions (handlers/rest.go AllowsMediaTypeTransform): an
+        absent or empty Accept is JSON; else the first clause, in goautoneg's order
+        (parse_accept), that a serializer (JSON, YAML, protobuf, in that order; apisim
+        writes no YAML and skips it) accepts with its parameters: protobuf for built-in
+        kinds only (a custom resource's StandardSerializers leave it out), as=Table
+        only in JSON, as=PartialObjectMetadata[List] in JSON or protobuf, for custom
+        resources too.  None fits: 406."""
         acc = req.headers.get("accept", "")
         if not acc:
-            return ("json", None)
-        clauses = []
-        for i, part in enumerate(acc.split(",")):
-            fields = [f.strip() for f in part.split(";")]
-            mt = fields[0].lower()
-            params = {}
-            for f in fields[1:]:
-                k, _, v = f.partition("=")
-                params[k.strip().lower()] = v.strip().strip('"')
-            try:
-                q = float(params.get("q", "1") or 1)
-            except ValueError:
-                q = 1.0
-            clauses.append((-q, i, mt, params))
-        clauses.sort()
-        for _q, _i, mt, params in clauses:
-            if mt not in ("application/json", "*/*", "application/*"):
-                continue
-            as_ = params.get("as")
-            if not as_:
-                return ("json", None)
-            if params.get("g") == "meta.k8s.io" and params.get("v") in ("v1", "v1beta1"):
-                if as_ == "Table":
-                    return ("table", params["v"])
-                if as_ in ("PartialObjectMetadata", "PartialObjectMetadataList"):
-                    return ("meta", params["v"])
-        # k8s.io/apiserver/pkg/endpoints/handlers/negotiation/errors.go NewNotAcceptableError
-        raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
-                                             "application/yaml, application/vnd.kubernetes.protobuf")
+            return ("json", None, "json")
+        r = negotiate_accept(acc, rt)
+        if r is None:
+            # k8s.io/apiserver/pkg/endpoints/handlers/negotiation/errors.go NewNotAcceptableError
+            # (the negotiated serializer's media types: a custom resource's include protobuf)
+            raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                                                 "application/yaml, application/vnd.kubernetes.protobuf")
+        return r
+
+    def error_encoding(self, req):
+        """The encoding of a Status error (responsewriters.ErrorNegotiated: negotiated
+        again with DefaultEndpointRestrictions, no conversion allowed, protobuf allowed
+        for every kind): "json", "pb", or None when nothing fits (then kube writes the
+        Status with WriteRawJSON)."""
+        acc = req.headers.get("accept", "")
+        if not acc:
+            return "json"
+        r = negotiate_accept(acc, None)
+        return None if r is None else r[2]
 
     # -- list options ---------------------------------------------------------
     def parse_opts(self, req, rt, force_watch=False):
@@ -3969,6 +4677,8 @@ class App:
             rel = last_key[len(ns) + 1:] if ns is not None else last_key
             cont = encode_continue(rel + "\x00", read_rv)
         mode = accept[0]
+        if accept[2] == "pb":
+            return self.pb_list(req, conn, rt, accept, items, read_rv, cont, remaining)
         if mode == "json":
             head, tail = rt.list_frame(read_rv, cont, remaining)
             total = len(head) + sum([len(x.data) for x in items]) + len(items) + len(tail)  # ~ (items: +1 -tm)
@@ -3994,8 +4704,52 @@ class App:
         conn.respond_json(200, out, req)
         return None
 
-    async def _stream_list(self, req, conn, head, items, tail):
-        conn.start_stream(req)
+    def pb_list(self, req, conn, rt, accept, items, rv, cont, remaining):
+        """A list in protobuf: the envelope {apiVersion, kind XxxList} around XxxList
+        {1 ListMeta, 2 items: each object's message, no envelope}; in meta mode a
+        PartialObjectMetadataList.  Objects not encoded yet are encoded first (in
+        batches between which the loop runs on, when there are many)."""
+        todo = len(items) if accept[0] == "meta" else sum(1 for x in items if x.pb is None)
+        if todo > 2000:
+            return self._pb_list_async(req, conn, rt, accept, items, rv, cont, remaining)
+        return self._pb_list_send(req, conn, rt, accept, self._pb_items(rt, accept, items), rv, cont, remaining)
+
+    def _pb_items(self, rt, accept, items):
+        if accept[0] == "meta":
+            enc = self.pb.encode
+            return [enc("PartialObjectMetadata", {"metadata": json.loads(x.data).get("metadata")}) for x in items]
+        return [self.pb_raw(rt, x) for x in items]
+
+    async def _pb_list_async(self, req, conn, rt, accept, items, rv, cont, remaining):
+        raws = []
+        for i in range(0, len(items), 1000):
+            raws.extend(self._pb_items(rt, accept, items[i:i + 1000]))
+            await asyncio.sleep(0)
+            if conn.closed:
+                return
+        r = self._pb_list_send(req, conn, rt, accept, raws, rv, cont, remaining)
+        if r is not None:
+            await r
+
+    def _pb_list_send(self, req, conn, rt, accept, raws, rv, cont, remaining):
+        tm = rt.pb_list_tm if accept[0] != "meta" else \
+            pb_typemeta("meta.k8s.io/" + accept[1], "PartialObjectMetadataList")
+        parts = [self.pb_listmeta(rv, cont, remaining)]
+        for r in raws:
+            n = len(r)
+            parts.append(b"\x12" + (_VARINT[n] if n < 16384 else pb_varint(n)))
+            parts.append(r)
+        raw_len = sum(map(len, parts))
+        head, tail = pb_envelope_parts(tm, raw_len)
+        if raw_len > (1 << 20) and req.method != "HEAD":
+            return self._stream_list(req, conn, head, parts, tail, PB_CT)
+        parts.insert(0, head)
+        parts.append(tail)
+        conn.respond(200, b"".join(parts), req, ctype=PB_CT)
+        return None
+
+    async def _stream_list(self, req, conn, head, items, tail, ctype=JSON_CT):
+        conn.start_stream(req, ctype=ctype)
         parts = [head]
         size = len(head)
         for p in items:
@@ -4026,6 +4780,9 @@ class App:
 
     def respond_obj(self, req, conn, rt, obj, accept, code=200):
         mode = accept[0]
+        if accept[2] == "pb":
+            conn.respond(code, self.pb_object(rt, accept, obj=obj), req, ctype=PB_CT)
+            return
         if mode == "json":
             conn.respond(code, obj.data, req, nl=True)
             return
@@ -4089,11 +4846,13 @@ class App:
             timeout = 1800.0 * (random.random() + 1.0)
         deadline = loop.time() + timeout
         w = Watcher(self, conn, st, ns, o.lsel, o.fsel, accept[0], accept[1] or "v1",
-                    req.query.get("includeObject", "Metadata"), o.bookmarks, deadline)
-        conn.start_stream(req)
+                    req.query.get("includeObject", "Metadata"), o.bookmarks, deadline, accept[2])
+        # handlers/watch.go: ";stream=watch" is added to every media type but JSON's
+        conn.start_stream(req, ctype=PB_WATCH_CT if accept[2] == "pb" else JSON_CT)
         st.watchers.add(w)
         conn.watchers.add(w)
         self.watch_counts[rt.plural] += 1
+        self.watch_enc_counts[(rt.plural, "protobuf" if accept[2] == "pb" else "json")] += 1
         w.timer = loop.call_at(deadline, w.finish, True)
         try:
             initial = None
@@ -4147,6 +4906,8 @@ class App:
                             out = []
                             size = 0
                             await conn.drain()
+                            if w.enc == "pb":
+                                await asyncio.sleep(0)   # objects encoded on first use: let others run
                             if w.closed:
                                 break
                 if out:
@@ -4174,7 +4935,10 @@ class App:
         return lo
 
     def _watch_error(self, w, e):
-        w.write(w.conn.frame(b'{"type":"ERROR","object":%s}\n' % dumpb(e.status())))
+        if w.enc == "pb":
+            w.write(w.conn.frame(pb_watch_event("ERROR", self.pb_status(e.status()))))
+        else:
+            w.write(w.conn.frame(b'{"type":"ERROR","object":%s}\n' % dumpb(e.status())))
         w.finish(clean=True)
         w.conn.end_stream()
 
@@ -4258,10 +5022,10 @@ class App:
         self.defaults(rt, d)
         if self.dry_run(req):
             md.pop("resourceVersion", None)
-            conn.respond(201, rt.encode(d), req, nl=True)
+            self.respond_write(req, conn, rt, 201, data=rt.encode(d))
             return None
         obj = cl.store_new(st, d)
-        self.respond_obj(req, conn, rt, obj, ("json", None), 201)
+        self.respond_write(req, conn, rt, 201, obj=obj)
         return None
 
     def defaults(self, rt, d):
@@ -4341,10 +5105,13 @@ class App:
         data = rt.encode(d)
         if data == prev.data or self.dry_run(req):
             # etcd3 GuaranteedUpdate: an unchanged object is not written (no new rv)
-            conn.respond(200, data if self.dry_run(req) else prev.data, req, nl=True)
+            if self.dry_run(req):
+                self.respond_write(req, conn, rt, 200, data=data)
+            else:
+                self.respond_write(req, conn, rt, 200, obj=prev)
             return None
         obj = cl.store_update(st, d, prev)
-        conn.respond(200, obj.data, req, nl=True)
+        self.respond_write(req, conn, rt, 200, obj=obj)
         return None
 
     def write_scale(self, req, conn, rt, st, key, name, patch_ct=None):
@@ -4376,7 +5143,7 @@ class App:
         d.setdefault("spec", {})["replicas"] = reps
         d["metadata"]["generation"] = int(d["metadata"].get("generation", 1)) + (1 if reps != cur["spec"]["replicas"] else 0)
         obj = self.cluster.store_update(st, d, prev) if reps != cur["spec"]["replicas"] else prev
-        conn.respond_json(200, self.scale_of(rt, obj), req)
+        return self.respond_scale(req, conn, rt, self.scale_of(rt, obj))
         return None
 
     def do_update(self, req, conn, rt, st, ns, key, name, sub):
@@ -4477,7 +5244,7 @@ class App:
                         for k in list(ost.keys[lo:hi]):
                             cl.store_delete(ost, ost.objs[k])
         if rt.returns_obj:
-            conn.respond(200, deleted.data, req, nl=True)
+            self.respond_write(req, conn, rt, 200, obj=deleted)
         else:
             # registry/generic/registry/store.go finalizeDelete: Status Success with details
             details = {"name": name}
@@ -4485,8 +5252,11 @@ class App:
                 details["group"] = rt.group
             details["kind"] = rt.plural
             details["uid"] = prev.uid
-            conn.respond_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                    "details": details}, req)
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+            if self.write_enc(req, rt) == "pb":
+                conn.respond(200, self.pb_status(status), req, ctype=PB_CT)
+            else:
+                conn.respond_json(200, status, req)
         return None
 
     def do_deletecollection(self, req, conn, rt, st, ns):
@@ -4501,6 +5271,9 @@ class App:
                 out.append(self.cluster.store_delete(st, ob))
         else:
             out = victims
+        if self.write_enc(req, rt) == "pb":
+            return self._pb_list_send(req, conn, rt, ("json", None, "pb"), [self.pb_raw(rt, x) for x in out],
+                                      self.cluster.rv, None, None)
         head, tail = rt.list_frame(self.cluster.rv)
         conn.respond(200, b"".join([head] + rt.item_parts(out) + [tail]), req)
         return None
@@ -4764,13 +5537,25 @@ class App:
             conn.respond_json(200, out, req, nl=False)
         return None
 
+    def open_watches_by_encoding(self):
+        """{resource: {"json": n, "protobuf": m}} of the watches open now (resources
+        with none left out, both encodings always named)."""
+        out = {}
+        for (plural, enc), n in sorted(self.watch_enc_counts.items()):
+            if n:
+                out.setdefault(plural, {"json": 0, "protobuf": 0})[enc] = n
+        return out
+
     def control_op(self, path, m, body, req):
         cl = self.cluster
         if path == "/apisim/stats" and m == "GET":
+            by_enc = self.open_watches_by_encoding()
             return {"rv": cl.rv, "floor": cl.compacted,
                     "floors": {p: cl.floor(s) for p, s in cl.stores.items()},
                     "requests": dict(self.stats),
                     "open_watches": {p: n for p, n in self.watch_counts.items() if n},
+                    "open_watches_by_encoding": by_enc,
+                    "watches_open": by_enc,   # the same (the name kwc's 20_protobuf reads)
                     "objects": {p: len(s.objs) for p, s in cl.stores.items() if s.objs},
                     "events": cl.events_total, "connections": len(self.conns),
                     "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}

@@ -10,7 +10,7 @@ level=${1:-build}
 build_pkgs="gcc make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
  libssl-dev uthash-dev python3"
-test_pkgs="python3-kubernetes python3-crc32c clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl"
+test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
 pkgs=$build_pkgs
