@@ -13,9 +13,17 @@
  * the object matches now and did not before -> ADDED; matched before and not
  * now -> DELETED carrying the previous object stamped with the event's rv; a
  * DELETED is judged by the previous object.
+ *
+ * Encoders: enc_event and enc_bookmark write one event in the resource's
+ * encoding. JSON: a line, TypeMeta put back in front of the stored item.
+ * Protobuf: a frame (pb_frame_event) around the stored object message; the
+ * envelope names the kind, so the item needs no change, and a DELETED at
+ * another rv carries a copy with that rv (pb_with_rv), as JSON swaps the
+ * rv's digits (obj_rv_span).
  */
 #include "kwc/hub.h"
 
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +34,7 @@
 #include "kwc/gostr.h"
 #include "kwc/index.h"
 #include "kwc/object.h"
+#include "kwc/pb.h"
 #include "kwc/selector.h"
 #include "kwc/status.h"
 
@@ -66,13 +75,33 @@ blob_take(struct gostr_buf *b)
 
 /* ---- encoding ---- */
 
+/* One protobuf frame of type around obj (an object message); with rv set,
+ * the object's metadata.resourceVersion is rv. */
+static void
+enc_event_pb(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
+             size_t len, uint64_t rv)
+{
+    char *copy = NULL;
+    size_t clen = 0;
+    if (rv && pb_with_rv(obj, len, rv, &copy, &clen) == 0) {
+        obj = copy;
+        len = clen;
+    }
+    pb_frame_event(b, type, r->api_version, r->kind, obj, len);
+    free(copy);
+}
+
 /* `{"type":T,"object":OBJ}\n` with OBJ in its watch form: built-in kinds get
  * their TypeMeta back (stored items are in list-item form); with rv set, the
- * object's metadata.resourceVersion is replaced by it. */
+ * object's metadata.resourceVersion is replaced by it. Protobuf: a frame. */
 static void
 enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
           size_t len, uint64_t rv)
 {
+    if (r->enc == KWC_ENC_PB) {
+        enc_event_pb(b, r, type, obj, len, rv);
+        return;
+    }
     gostr_add(b, "{\"type\":\"");
     gostr_add(b, type);
     gostr_add(b, "\",\"object\":");
@@ -108,6 +137,13 @@ static void
 enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end)
 {
     static const char ann[] = "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}";
+    if (r->enc == KWC_ENC_PB) {
+        struct gostr_buf o = {0};
+        pb_bookmark_obj(&o, rv, initial_end);
+        pb_frame_event(b, "BOOKMARK", r->api_version, r->kind, o.p ? o.p : "", o.len);
+        free(gostr_take(&o));
+        return;
+    }
     gostr_add(b, "{\"type\":\"BOOKMARK\",\"object\":{");
     if (r->unstructured) {
         gostr_add(b, "\"apiVersion\":\"");
@@ -148,6 +184,57 @@ hub_error_blob(const char *status_json)
     return blob_take(&b);
 }
 
+#define STATUS_MAX_CAUSES 64
+
+/* A failure Status as status_failure_json writes it, in protobuf (pb_status),
+ * appended to b as an ERROR frame. The JSON is kwc's own; a field it lacks
+ * is written empty, as kube writes an unset one. */
+static void
+enc_error_pb(struct gostr_buf *b, const char *status_json)
+{
+    json_t *st = json_loads(status_json, 0, NULL);
+    json_t *det = json_object_get(st, "details");
+    struct status_cause causes[STATUS_MAX_CAUSES];
+    struct status_details d = {0};
+    if (json_is_object(det)) {
+        d.name = json_string_value(json_object_get(det, "name"));
+        d.group = json_string_value(json_object_get(det, "group"));
+        d.kind = json_string_value(json_object_get(det, "kind"));
+        d.retry_after_seconds = (int)json_integer_value(json_object_get(det, "retryAfterSeconds"));
+        size_t i;
+        json_t *c;
+        json_array_foreach(json_object_get(det, "causes"), i, c) {
+            if (d.ncauses == STATUS_MAX_CAUSES)
+                break;
+            causes[d.ncauses++] = (struct status_cause){
+                json_string_value(json_object_get(c, "reason")),
+                json_string_value(json_object_get(c, "message")),
+                json_string_value(json_object_get(c, "field"))};
+        }
+        d.causes = causes;
+    }
+    struct gostr_buf env = {0};
+    pb_status(&env, (int)json_integer_value(json_object_get(st, "code")),
+              json_string_value(json_object_get(st, "reason")),
+              json_string_value(json_object_get(st, "message")), json_is_object(det) ? &d : NULL);
+    json_decref(st);
+    /* pb_status writes the envelope; the frame wants the Status message */
+    struct pb_envelope e;
+    if (pb_envelope_parse(env.p, env.len, &e, NULL, 0) == 0)
+        pb_frame_event(b, "ERROR", "v1", "Status", env.p + e.raw_off, e.raw_len);
+    free(gostr_take(&env));
+}
+
+struct hub_blob *
+hub_error_event(const struct hub_res *r, const char *status_json)
+{
+    if (r->enc != KWC_ENC_PB)
+        return hub_error_blob(status_json);
+    struct gostr_buf b = {0};
+    enc_error_pb(&b, status_json);
+    return blob_take(&b);
+}
+
 static const char *
 type_name(enum store_ev_type t)
 {
@@ -157,12 +244,13 @@ type_name(enum store_ev_type t)
 /* ---- resources ---- */
 
 struct hub_res *
-hub_res_new(unsigned id, struct store_res *sres, const char *kind, const char *api_version,
-            bool unstructured, bool namespaced, const char *const *field_names, size_t n_fields,
-            int index_field)
+hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res *sres, const char *kind,
+                const char *api_version, bool unstructured, bool namespaced,
+                const char *const *field_names, size_t n_fields, int index_field)
 {
     struct hub_res *r = xcalloc(1, sizeof(*r));
     r->id = id;
+    r->enc = enc;
     r->sres = sres;
     r->kind = xstrdup(kind);
     r->api_version = xstrdup(api_version);
@@ -174,6 +262,15 @@ hub_res_new(unsigned id, struct store_res *sres, const char *kind, const char *a
         r->field_names[i] = xstrdup(field_names[i]);
     r->index_field = index_field;
     return r;
+}
+
+struct hub_res *
+hub_res_new(unsigned id, struct store_res *sres, const char *kind, const char *api_version,
+            bool unstructured, bool namespaced, const char *const *field_names, size_t n_fields,
+            int index_field)
+{
+    return hub_res_new_enc(KWC_ENC_JSON, id, sres, kind, api_version, unstructured, namespaced,
+                           field_names, n_fields, index_field);
 }
 
 void
@@ -948,7 +1045,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
             char *msg = xasprintf("too old resource version: %llu (%llu)",
                                   (unsigned long long)req->rv, (unsigned long long)info.floor);
             char *st = status_failure_json(410, "Expired", msg, NULL);
-            put_take(w, hub_error_blob(st));
+            put_take(w, hub_error_event(r, st));
             free(st);
             free(msg);
             end(w, HUB_END_ERROR_EVENT);
@@ -1181,7 +1278,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
     }
     if (w->mode == M_WAIT && w->wait_until && now >= w->wait_until) {
         if (w->too_large_status) {
-            put_take(w, hub_error_blob(w->too_large_status));
+            put_take(w, hub_error_event(w->hr->r, w->too_large_status));
             end(w, HUB_END_ERROR_EVENT);
         } else {
             start_initial(w); /* no answer configured: serve what the cache has */

@@ -48,7 +48,7 @@
 #include "kwc/crc32c.h"
 #include "kwc/index.h"
 
-#define STORE_MAX_RES 64
+#define STORE_MAX_RES STORE_MAX_RESOURCES
 /* 1: no checksums. 2: crc in every value and in meta. */
 #define META_VERSION 2
 #define OBJ_HEAD 16  /* u32 crc | u32 idx_len | u64 rv */
@@ -56,6 +56,7 @@
 #define HIST_KEY 12
 #define VERIFY_REPORT ((uint64_t)64 << 20)
 #define META_NAMESPACED 1u
+#define META_UNSERVED 2u /* store_wtxn_set_unserved */
 #define TRIM_MAX_PER_COMMIT 200000
 
 /* No implicit padding in either struct: every byte under a crc is written. */
@@ -798,7 +799,7 @@ store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_
     struct meta_rec *m = wmeta(w, r, &err);
     if (!m)
         return err;
-    m->flags = namespaced ? META_NAMESPACED : 0;
+    m->flags = (m->flags & ~META_NAMESPACED) | (namespaced ? META_NAMESPACED : 0);
     copy_field(m->list_kind, sizeof(m->list_kind), list_kind);
     copy_field(m->api_version, sizeof(m->api_version), api_version);
     return 0;
@@ -812,6 +813,17 @@ store_wtxn_set_identity(struct store_wtxn *w, struct store_res *r, const char *i
     if (!m)
         return err;
     copy_field(m->identity, sizeof(m->identity), identity);
+    return 0;
+}
+
+int
+store_wtxn_set_unserved(struct store_wtxn *w, struct store_res *r, bool unserved)
+{
+    int err = 0;
+    struct meta_rec *m = wmeta(w, r, &err);
+    if (!m)
+        return err;
+    m->flags = (m->flags & ~META_UNSERVED) | (unserved ? META_UNSERVED : 0);
     return 0;
 }
 
@@ -958,6 +970,7 @@ store_info(struct store_rtxn *t, struct store_res *r, struct store_res_info *out
     out->hist_bytes = m.hist_bytes;
     out->synced = m.synced != 0;
     out->namespaced = (m.flags & META_NAMESPACED) != 0;
+    out->unserved = (m.flags & META_UNSERVED) != 0;
     memcpy(out->list_kind, m.list_kind, sizeof(out->list_kind));
     memcpy(out->api_version, m.api_version, sizeof(out->api_version));
     memcpy(out->identity, m.identity, sizeof(out->identity));

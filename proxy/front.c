@@ -162,7 +162,9 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
 /* ---- kwc's own endpoints ---- */
 
 /* /readyz: every cache synced. The verbose form names each check, as
- * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). */
+ * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). A
+ * protobuf cache nobody asked for yet (not started) is not a check; one the
+ * upstream does not serve in protobuf is listed but holds nothing back. */
 static void
 readyz(struct front *f, struct hreq *req, bool verbose)
 {
@@ -171,7 +173,14 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     evbuffer_add_printf(b, "[+]ping ok\n");
     for (size_t i = 0; i < f->nrefls; i++) {
         char st[256];
+        if (!refl_started(f->refls[i]))
+            continue;
         refl_status(f->refls[i], st, sizeof(st));
+        if (!refl_counts_ready(f->refls[i])) {
+            evbuffer_add_printf(b, "[+]cache %s ok: its requests pass through (%s)\n", st,
+                                refl_last_error(f->refls[i]) ? refl_last_error(f->refls[i]) : "");
+            continue;
+        }
         bool ok = refl_serving(f->refls[i]);
         const char *out = refl_out_why(f->refls[i]);
         ready &= ok;
@@ -668,7 +677,12 @@ kwc_may_answer(struct kreq *k)
         return false;
     if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
         return false;
-    return refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_JSON) >= 0;
+    /* the JSON cache decides for a protobuf request too (kwc may answer it
+     * from the protobuf cache): a protobuf cache has a JSON one beside it */
+    if (refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_JSON) >= 0)
+        return true;
+    int i = refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_PB);
+    return i >= 0 && refl_desc(k->f->refls[i])->kind != NULL;
 }
 
 /* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */

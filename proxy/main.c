@@ -78,6 +78,116 @@ load_upstream(const struct kwc_config *cfg, struct kcfg **k, char *err, size_t e
                            getenv("KUBERNETES_SERVICE_PORT"), k, err, errlen);
 }
 
+/* Entries of a comma-separated flag value, spaces around them dropped (new
+ * array of new strings, NULL-terminated). */
+static char **
+split_list(const char *list, size_t *n)
+{
+    char *copy = xstrdup(list), *save = NULL;
+    char **out = xcalloc(1, sizeof(*out));
+    *n = 0;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        size_t l = strlen(t);
+        while (l > 0 && t[l - 1] == ' ')
+            t[--l] = '\0';
+        if (!*t)
+            continue;
+        out = xrealloc(out, (*n + 2) * sizeof(*out));
+        out[(*n)++] = xstrdup(t);
+        out[*n] = NULL;
+    }
+    free(copy);
+    return out;
+}
+
+static void
+free_list(char **l)
+{
+    for (size_t i = 0; l && l[i]; i++)
+        free(l[i]);
+    free(l);
+}
+
+/* Does a --protobuf-resources entry name this cached resource: its name
+ * ("pods") or its --resources entry ("v1/pods")? */
+static bool
+pb_entry_names(const char *entry, const char *gvr, const struct refl_desc *d)
+{
+    return strcmp(entry, gvr) == 0 || strcmp(entry, d->resource) == 0;
+}
+
+/*
+ * The caches: one JSON cache per --resources entry, and for a built-in
+ * resource a protobuf cache too (refls gets the JSON ones first, then the
+ * protobuf ones); *start[i] says whether refls[i] starts with kwc (a protobuf
+ * cache --protobuf-resources does not name waits for its first request).
+ * Returns 0 or an error with a message in err.
+ */
+static int
+make_caches(const struct kwc_config *cfg, struct event_base *base, struct up_client *up,
+            struct refl_ingest *ing, const char *identity, struct refl ***refls, size_t *nrefls,
+            bool **start, char *err, size_t errlen)
+{
+    size_t nr, np = 0;
+    char **res = split_list(cfg->resources ? cfg->resources : KINDS_DEFAULT, &nr);
+    bool explicit_pb = cfg->protobuf_resources != NULL;
+    const char *pbl = explicit_pb ? cfg->protobuf_resources : KINDS_PB_DEFAULT;
+    char **pb = strcmp(pbl, "none") == 0 ? xcalloc(1, sizeof(char *)) : split_list(pbl, &np);
+    bool *used = xcalloc(np + 1, sizeof(bool));
+    int rc = 0;
+    struct refl **r = xcalloc(2 * nr + 1, sizeof(*r));
+    bool *st = xcalloc(2 * nr + 1, sizeof(bool));
+    size_t n = 0;
+    for (size_t i = 0; i < nr && rc == 0; i++) {
+        if ((rc = refl_new(base, up, ing, res[i], KWC_ENC_JSON, identity, &r[n], err, errlen)) == 0)
+            st[n++] = true;
+    }
+    size_t njson = n;
+    for (size_t i = 0; i < njson && rc == 0; i++) {
+        const struct refl_desc *d = refl_desc(r[i]);
+        if (!kinds_builtin_group(d->group))
+            continue;
+        bool named = false;
+        for (size_t j = 0; j < np; j++)
+            if (pb_entry_names(pb[j], res[i], d))
+                named = used[j] = true;
+        if ((rc = refl_new(base, up, ing, res[i], KWC_ENC_PB, identity, &r[n], err, errlen)) == 0)
+            st[n++] = named;
+    }
+    if (rc == KWC_ETOOBIG)
+        snprintf(err, errlen,
+                 "--resources: more caches than kwc holds (%d; a built-in resource takes two, "
+                 "JSON and protobuf)",
+                 STORE_MAX_RESOURCES);
+    for (size_t j = 0; j < np && rc == 0 && explicit_pb; j++)
+        if (!used[j])
+            rc = kwc_errf(err, errlen, KWC_ECONFIG,
+                          "--protobuf-resources: \"%s\" names no built-in resource of --resources "
+                          "(give its name, e.g. pods, or its --resources entry; or none)",
+                          pb[j]);
+    free_list(res);
+    free_list(pb);
+    free(used);
+    *refls = r;
+    *nrefls = n;
+    *start = st;
+    return rc;
+}
+
+/* How many caches make_caches can create: the store's named databases. */
+static unsigned
+max_caches(const struct kwc_config *cfg)
+{
+    size_t n;
+    free_list(split_list(cfg->resources ? cfg->resources : KINDS_DEFAULT, &n));
+    size_t want = 2 * n; /* at most: every one built-in */
+    if (want < 32)
+        want = 32;
+    return want > STORE_MAX_RESOURCES ? STORE_MAX_RESOURCES : (unsigned)want;
+}
+
 /* "127.0.0.1:8001, [::1]:8001" for the log. */
 static void
 listen_text(const struct kwc_config *cfg, int port, char *out, size_t len)
@@ -159,6 +269,7 @@ main(int argc, char **argv)
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
     struct refl **refls = NULL;
+    bool *start = NULL;
     size_t nrefls = 0;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
@@ -172,6 +283,7 @@ main(int argc, char **argv)
     so.history_max_events = (uint64_t)cfg.history_max_events;
     so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
     so.history_max_age = (uint64_t)cfg.history_max_age;
+    so.max_resources = max_caches(&cfg);
     if (getenv("KWC_BENCH_NO_CHECKSUMS")) {
         /* bench/run.py integrity only: the cost of checksums, measured end
          * to end. Such a data dir reads as damaged to a normal kwc. */
@@ -189,23 +301,11 @@ main(int argc, char **argv)
                                      .map_size = (uint64_t)cfg.cache_map_size,
                                      .max_staleness = (unsigned)cfg.max_staleness};
     refl_ingest_new(base, st, &io, &ing);
-    {
-        char *list = xstrdup(cfg.resources ? cfg.resources : KINDS_DEFAULT), *save = NULL;
-        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            while (*t == ' ')
-                t++;
-            if (!*t)
-                continue;
-            refls = xrealloc(refls, (nrefls + 1) * sizeof(*refls));
-            if ((rc = refl_new(base, up, ing, t, k->server, &refls[nrefls], err, sizeof(err))) != 0) {
-                fprintf(stderr, "kwc: %s\n", err);
-                free(list);
-                exit_code = 2;
-                goto out;
-            }
-            nrefls++;
-        }
-        free(list);
+    if ((rc = make_caches(&cfg, base, up, ing, k->server, &refls, &nrefls, &start, err,
+                          sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        exit_code = 2;
+        goto out;
     }
     if ((rc = front_new(base, &cfg, k, up, st, ing, refls, nrefls, &front, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
@@ -227,7 +327,8 @@ main(int argc, char **argv)
              cfg.listen_loopback ? " (loopback only)" : cfg.auth_delegated ? "" : " (REMOTE!)");
 
     for (size_t i = 0; i < nrefls; i++)
-        refl_start(refls[i]);
+        if (start[i])
+            refl_start(refls[i]);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);
@@ -242,6 +343,7 @@ out:
     for (size_t i = 0; i < nrefls; i++)
         refl_free(refls[i]);
     free(refls);
+    free(start);
     up_client_free(up);
     datadir_close(&dd); /* the store, then the lock */
     event_base_free(base);

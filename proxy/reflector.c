@@ -25,6 +25,18 @@
  * sends `{"kind":"Pod","apiVersion":"v1",...}` while lists send
  * `{"metadata":...}` (kube omits TypeMeta on list items), so the watch's
  * TypeMeta prefix is cut before storing; serving a watch event puts it back.
+ *
+ * Encodings: a reflector fills one cache in one encoding (DESIGN.md
+ * "Encodings"). A protobuf cache (built-in kinds only) asks for
+ * application/vnd.kubernetes.protobuf on LIST and WATCH (discovery stays
+ * JSON) and stores each object message as the upstream sent it (a list item,
+ * or an event's Unknown.raw: the same bytes); everything else — the state
+ * machine, relists, service, warm starts — is the one path both share. An
+ * upstream that answers such a request in another type (or 406) does not
+ * serve the resource in protobuf: the cache says so (refl_last_error), asks
+ * again only after PB_REFUSED_RETRY_MS, and its requests pass through.
+ * Protobuf caches outside --protobuf-resources start on their first request
+ * (refl_want).
  */
 #include "kwc/reflector.h"
 #include "kwc/route.h"
@@ -46,6 +58,7 @@
 #include "kwc/index.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
+#include "kwc/pb.h"
 #include "kwc/store.h"
 #include "kwc/upstream.h"
 
@@ -58,6 +71,9 @@
 #define BACKOFF_MAX_MS 30000   /* the cap on any retry delay, jitter included */
 #define HEALTHY_S 10.0         /* a watch open this long resets the backoff */
 #define TICK_MS 250            /* damage and staleness checks; write probes */
+/* An upstream without protobuf for a resource is asked again this late: it
+ * may be upgraded, but not every few seconds. */
+#define PB_REFUSED_RETRY_MS (10 * 60 * 1000)
 
 enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
 
@@ -93,6 +109,13 @@ struct refl {
     struct up_client *up;
     struct refl_ingest *ing;
     struct refl_desc d;
+    char *label;             /* "pods", "pods (protobuf)": logs */
+    const struct pb_field *pbf; /* protobuf: the fields read (d.fields mirrors them) */
+    struct obj_field *own_fields;
+    bool started;            /* refl_start ran (protobuf caches may wait for a request) */
+    bool refused;            /* protobuf: the upstream does not serve it so (last_err) */
+    bool wrong_type;         /* this transfer's 200 came in another Content-Type */
+    char got_type[96];       /* ...which one, for the message */
     char *identity;
     char *typemeta;          /* `{"kind":K,"apiVersion":V,` as the watch writes it */
     size_t typemeta_len;
@@ -114,7 +137,8 @@ struct refl {
     uint64_t listed, listed_bytes;
     struct timespec list_t0, last_progress;
     /* WATCH */
-    struct wframe_splitter wf;
+    struct wframe_splitter wf; /* JSON */
+    struct pb_splitter pf;     /* protobuf */
     uint64_t rv;             /* last rv seen (events, bookmarks, list) */
     bool got_410;
     struct timespec watch_t0;
@@ -344,14 +368,20 @@ decoded_fini(struct decoded *d)
     free(d->own);
 }
 
+/* One object in r's encoding: JSON text, or a protobuf object message. */
 static int
 decode_obj(struct refl *r, const char *json, size_t len, bool from_watch, struct decoded *out,
            char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
-    struct obj_fields_spec spec = {.fields = r->d.fields, .n_fields = r->d.n_fields};
     struct obj_meta m;
-    int rc = obj_meta_parse(json, len, &spec, &m, err, errlen);
+    int rc;
+    if (r->d.enc == KWC_ENC_PB) {
+        rc = pb_meta_parse(json, len, r->pbf, r->d.n_fields, 0, 0, &m, err, errlen);
+    } else {
+        struct obj_fields_spec spec = {.fields = r->d.fields, .n_fields = r->d.n_fields};
+        rc = obj_meta_parse(json, len, &spec, &m, err, errlen);
+    }
     if (rc)
         return rc;
     if (r->d.namespaced)
@@ -370,7 +400,7 @@ decode_obj(struct refl *r, const char *json, size_t len, bool from_watch, struct
     out->obj = json;
     out->obj_len = len;
     size_t pl = r->typemeta_len;
-    if (from_watch && !r->d.typed_items && r->typemeta && len > pl &&
+    if (from_watch && r->d.enc == KWC_ENC_JSON && !r->d.typed_items && r->typemeta && len > pl &&
         memcmp(json, r->typemeta, pl) == 0) {
         /* cut the TypeMeta kube writes first on typed objects */
         out->own = xmalloc(len - pl + 1);
@@ -404,12 +434,42 @@ push_event(struct refl *r, enum store_ev_type type, struct decoded *d)
 
 /* ---- transfers ---- */
 
+/* Is a Content-Type protobuf's ("application/vnd.kubernetes.protobuf",
+ * parameters such as ";stream=watch" aside)? */
+static bool
+is_pb_type(const char *ct)
+{
+    size_t l = strlen(PB_CONTENT_TYPE);
+    if (!ct || strncasecmp(ct, PB_CONTENT_TYPE, l) != 0)
+        return false;
+    ct += l;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+static void set_refused(struct refl *r, bool refused);
+
 static int
 on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
 {
     struct refl *r = arg;
     r->status = status;
-    return 0;
+    r->wrong_type = false;
+    if (r->d.enc != KWC_ENC_PB || r->state == R_DISCOVER || status != 200)
+        return 0;
+    const char *ct = NULL;
+    for (size_t i = 0; i < n && !ct; i++)
+        if (strcasecmp(h[i].name, "Content-Type") == 0)
+            ct = h[i].value;
+    if (is_pb_type(ct)) {
+        set_refused(r, false);
+        return 0;
+    }
+    /* JSON (or anything) for a protobuf request: none to be had here */
+    r->wrong_type = true;
+    snprintf(r->got_type, sizeof(r->got_type), "%s", ct ? ct : "no Content-Type");
+    return 1; /* abort: on_done says so */
 }
 
 static int
@@ -427,9 +487,11 @@ on_body_data(void *arg, const char *p, size_t n)
 static void
 start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bool long_running)
 {
-    static const struct up_header accept = {"Accept", "application/json"};
-    struct up_request req = {.method = "GET", .target = target, .headers = &accept, .nheaders = 1,
-                             .long_running = long_running};
+    static const struct up_header json = {"Accept", "application/json"};
+    static const struct up_header pb = {"Accept", PB_CONTENT_TYPE};
+    bool want_pb = r->d.enc == KWC_ENC_PB && r->state != R_DISCOVER;
+    struct up_request req = {.method = "GET", .target = target, .headers = want_pb ? &pb : &json,
+                             .nheaders = 1, .long_running = long_running};
     r->status = 0;
     r->too_big = false;
     evbuffer_drain(r->body, evbuffer_get_length(r->body));
@@ -446,7 +508,7 @@ backoff(struct refl *r, const char *why)
     int delay = base / 2 + rand() % (base + 1); /* [0.5, 1.5] x base */
     if (delay > BACKOFF_MAX_MS)
         delay = BACKOFF_MAX_MS;
-    log_warnx("cache %s: %s; retrying in %.1f s", r->d.resource, why, delay / 1000.0);
+    log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
     step(r, delay);
@@ -466,7 +528,7 @@ set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
     bool was_serving = r->out == OUT_NONE;
     if (was_serving || strcmp(why, r->out_why) != 0)
         log_error("cache %s: out of service: %s; its requests pass through to the upstream",
-                  r->d.resource, why);
+                  r->label, why);
     r->out = out;
     memcpy(r->out_why, why, sizeof(why));
     if (was_serving && r->ing->on_service)
@@ -481,7 +543,7 @@ set_in(struct refl *r, enum refl_out out)
         return;
     r->out = OUT_NONE;
     r->out_why[0] = '\0';
-    log_info("cache %s: back in service", r->d.resource);
+    log_info("cache %s: back in service", r->label);
     if (r->ing->on_service)
         r->ing->on_service(r->ing->on_service_arg, r, true);
 }
@@ -493,6 +555,59 @@ heard(struct refl *r)
     clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
     if (r->out == OUT_STALE)
         set_in(r, OUT_STALE);
+}
+
+/* Protobuf: whether the upstream serves the resource so. A cache it stops
+ * serving in protobuf leaves service like one out for a write (its watchers
+ * end and resume from the upstream), but does not hold /readyz back: kwc
+ * cannot fix it, and its requests pass through (refl_counts_ready). The
+ * store keeps the answer, so that a restart while the upstream is away does
+ * not wait for this cache either. */
+static void
+set_refused(struct refl *r, bool refused)
+{
+    if (r->refused == refused)
+        return;
+    bool was = refl_serving(r);
+    r->refused = refused;
+    if (refused) {
+        /* what it holds is not served again: a fresh list when it is back */
+        r->synced = false;
+        free(r->cont);
+        r->cont = NULL;
+        r->diff = false;
+        r->state = R_LIST;
+    }
+    struct store_wtxn *w;
+    if (store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w) == 0) {
+        if (refused) {
+            store_wtxn_set_synced(w, r->d.sres, false);
+            store_wtxn_set_identity(w, r->d.sres, r->identity);
+        }
+        store_wtxn_set_unserved(w, r->d.sres, refused);
+        if (store_wtxn_commit(w) != 0)
+            log_warnx("cache %s: could not record whether the upstream serves it", r->label);
+    }
+    if (!refused)
+        log_info("cache %s: the upstream serves it in protobuf", r->label);
+    if (was != refl_serving(r) && r->ing->on_service)
+        r->ing->on_service(r->ing->on_service_arg, r, !was);
+}
+
+/* A LIST or WATCH asked for protobuf got another type (got) or a 406: stop
+ * asking for a long while. */
+static void
+refuse(struct refl *r, const char *got)
+{
+    bool news = !r->refused;
+    snprintf(r->last_err, sizeof(r->last_err), "the upstream does not serve %s/%s in protobuf (%s)",
+             r->d.api_version, r->d.resource, got);
+    set_refused(r, true);
+    if (news)
+        log_warnx("cache %s: %s; its protobuf requests pass through; asking again every %d "
+                  "minutes",
+                  r->label, r->last_err, PB_REFUSED_RETRY_MS / 60000);
+    step(r, PB_REFUSED_RETRY_MS);
 }
 
 /* ---- DISCOVER ---- */
@@ -564,12 +679,12 @@ on_discovery_done(void *arg, int err, const char *msg)
         r->rv = info.rv;
         r->synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch",
-                 r->d.resource, (unsigned long long)info.objects, (unsigned long long)info.rv);
+                 r->label, (unsigned long long)info.objects, (unsigned long long)info.rv);
         start_watch(r);
     } else {
         if (info.synced)
             log_warnx("cache %s: data dir was filled from \"%s\", not \"%s\": starting over",
-                      r->d.resource, info.identity, r->identity);
+                      r->label, info.identity, r->identity);
         start_list(r, false);
     }
 }
@@ -693,7 +808,7 @@ place_deletions(struct refl *r, uint64_t from_rv)
     if (crowded)
         log_warnx("cache %s: %zu deletions found by the relist at rv %llu share that rv: the "
                   "upstream's rvs left no room between %llu and it",
-                  r->d.resource, crowded, (unsigned long long)r->list_rv,
+                  r->label, crowded, (unsigned long long)r->list_rv,
                   (unsigned long long)from_rv);
 }
 
@@ -723,14 +838,14 @@ finish_diff(struct refl *r)
      * history is not the upstream's. Start over from a fresh list. */
     if (r->list_rv < info.rv) {
         log_warnx("cache %s: the upstream listed at rv %llu, behind the cache's rv %llu",
-                  r->d.resource, (unsigned long long)r->list_rv, (unsigned long long)info.rv);
+                  r->label, (unsigned long long)r->list_rv, (unsigned long long)info.rv);
         return DIFF_DIVERGED;
     }
     for (size_t i = 0; i < r->ndiff; i++) {
         if (r->dpend[i].type != STORE_DELETED && r->dpend[i].rv <= info.rv) {
             log_warnx("cache %s: the upstream has %.*s at rv %llu, which the cache passed (rv "
                       "%llu) with another state of it",
-                      r->d.resource, (int)r->dpend[i].key_len, r->dpend[i].key,
+                      r->label, (int)r->dpend[i].key_len, r->dpend[i].key,
                       (unsigned long long)r->dpend[i].rv, (unsigned long long)info.rv);
             return DIFF_DIVERGED;
         }
@@ -756,13 +871,62 @@ finish_diff(struct refl *r)
     else
         store_wtxn_abort(w);
     if (rc == 0)
-        log_info("cache %s: relisted at rv %llu: %zu changes recorded as events", r->d.resource,
+        log_info("cache %s: relisted at rv %llu: %zu changes recorded as events", r->label,
                  (unsigned long long)r->list_rv, r->ndiff);
     return rc;
 }
 
+/* One LIST page in either encoding: its rv, continue token and items. */
+struct page {
+    enum kwc_enc enc;
+    uint64_t rv;
+    const char *cont; /* "" when none */
+    struct obj_list jl;
+    struct pb_list pl;
+    size_t next; /* protobuf: the next item */
+};
+
 static int
-load_page(struct refl *r, struct obj_list *l, char *err, size_t errlen)
+page_init(struct page *pg, enum kwc_enc enc, const char *body, size_t len, char *err,
+          size_t errlen)
+{
+    memset(pg, 0, sizeof(*pg));
+    pg->enc = enc;
+    int rc;
+    if (enc == KWC_ENC_PB) {
+        rc = pb_list_parse(body, len, &pg->pl, err, errlen);
+        pg->rv = pg->pl.rv;
+        pg->cont = pg->pl.continue_ ? pg->pl.continue_ : "";
+    } else {
+        rc = obj_list_init(&pg->jl, body, len, err, errlen);
+        pg->rv = pg->jl.rv;
+        pg->cont = pg->jl.continue_ ? pg->jl.continue_ : "";
+    }
+    return rc;
+}
+
+static int
+page_next(struct page *pg, size_t *off, size_t *len)
+{
+    if (pg->enc == KWC_ENC_JSON)
+        return obj_list_next(&pg->jl, off, len);
+    if (pg->next >= pg->pl.n_items)
+        return 0;
+    *off = pg->pl.off[pg->next];
+    *len = pg->pl.len[pg->next];
+    pg->next++;
+    return 1;
+}
+
+static void
+page_fini(struct page *pg)
+{
+    obj_list_fini(&pg->jl);
+    pb_list_fini(&pg->pl);
+}
+
+static int
+load_page(struct refl *r, struct page *l, char *err, size_t errlen)
 {
     const char *body = (const char *)evbuffer_pullup(r->body, -1);
     struct store_wtxn *w = NULL;
@@ -782,8 +946,8 @@ load_page(struct refl *r, struct obj_list *l, char *err, size_t errlen)
     }
     size_t off, len;
     bool first_item = true;
-    while (obj_list_next(l, &off, &len) == 1) {
-        if (first_item && first) {
+    while (page_next(l, &off, &len) == 1) {
+        if (first_item && first && r->d.enc == KWC_ENC_JSON) {
             /* Custom resources keep their TypeMeta on list items. */
             r->d.typed_items = len > 8 && (memcmp(body + off, "{\"kind\":", 8) == 0 ||
                                            memcmp(body + off, "{\"apiVersion\":", 14) == 0);
@@ -837,6 +1001,10 @@ on_list_done(void *arg, int err, const char *msg)
     struct refl *r = arg;
     r->x = NULL;
     char why[512];
+    if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
+        refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
+        return;
+    }
     if (err || r->too_big) {
         snprintf(why, sizeof(why), "LIST %s failed: %s", r->d.path, err ? msg : "page too large");
         backoff(r, why);
@@ -844,7 +1012,7 @@ on_list_done(void *arg, int err, const char *msg)
     }
     if (r->status == 410) {
         /* the continue token expired: start the list again */
-        log_warnx("cache %s: continue token expired; restarting the list", r->d.resource);
+        log_warnx("cache %s: continue token expired; restarting the list", r->label);
         free(r->cont);
         r->cont = NULL;
         start_list(r, r->diff);
@@ -856,13 +1024,14 @@ on_list_done(void *arg, int err, const char *msg)
         return;
     }
     size_t len = evbuffer_get_length(r->body);
-    struct obj_list l;
+    struct page l;
     char perr[256] = "";
-    int rc = obj_list_init(&l, (const char *)evbuffer_pullup(r->body, -1), len, perr, sizeof(perr));
+    int rc = page_init(&l, r->d.enc, (const char *)evbuffer_pullup(r->body, -1), len, perr,
+                       sizeof(perr));
     if (rc == 0)
         rc = load_page(r, &l, perr, sizeof(perr));
-    char *next = rc == 0 && l.continue_[0] ? xstrdup(l.continue_) : NULL;
-    obj_list_fini(&l);
+    char *next = rc == 0 && l.cont[0] ? xstrdup(l.cont) : NULL;
+    page_fini(&l);
     if (rc) {
         snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
         free(next);
@@ -872,7 +1041,7 @@ on_list_done(void *arg, int err, const char *msg)
     }
     if (secs_since(&r->last_progress) >= 2.0) {
         double s = secs_since(&r->list_t0);
-        log_info("cache %s: listed %llu objects (%.1f MB) in %.1f s, %.0f objects/s", r->d.resource,
+        log_info("cache %s: listed %llu objects (%.1f MB) in %.1f s, %.0f objects/s", r->label,
                  (unsigned long long)r->listed, r->listed_bytes / 1e6, s, r->listed / (s > 0 ? s : 1));
         clock_gettime(CLOCK_MONOTONIC, &r->last_progress);
     }
@@ -886,7 +1055,7 @@ on_list_done(void *arg, int err, const char *msg)
     if (r->diff && (rc = finish_diff(r)) == DIFF_DIVERGED) {
         log_warnx("cache %s: its history does not match the upstream's: starting over from a "
                   "fresh list (its watchers end and resume from the upstream)",
-                  r->d.resource);
+                  r->label);
         diff_reset(r);
         r->synced = false; /* not served until the new list is complete */
         start_list(r, false);
@@ -906,11 +1075,11 @@ on_list_done(void *arg, int err, const char *msg)
         store_wtxn_set_identity(w, r->d.sres, r->identity);
         store_wtxn_set_synced(w, r->d.sres, true);
         if (store_wtxn_commit(w) != 0)
-            log_error("cache %s: could not record the synced state", r->d.resource);
+            log_error("cache %s: could not record the synced state", r->label);
     }
     double s = secs_since(&r->list_t0);
     log_info("cache %s: synced %llu objects (%.1f MB) at rv %llu in %.2f s (%.0f objects/s)",
-             r->d.resource, (unsigned long long)r->listed, r->listed_bytes / 1e6,
+             r->label, (unsigned long long)r->listed, r->listed_bytes / 1e6,
              (unsigned long long)r->list_rv, s, r->listed / (s > 0 ? s : 1));
     r->rv = r->list_rv;
     r->synced = true;
@@ -959,6 +1128,15 @@ start_list(struct refl *r, bool diff)
 
 /* ---- WATCH ---- */
 
+/* The next event of the watch stream: a JSON line, or a protobuf frame. */
+static int
+next_event(struct refl *r, const char **data, size_t *n, const char **ev, size_t *len)
+{
+    if (r->d.enc == KWC_ENC_PB)
+        return pb_split_next(&r->pf, data, n, ev, len);
+    return wframe_next(&r->wf, data, n, ev, len);
+}
+
 static int
 on_watch_data(void *arg, const char *data, size_t n)
 {
@@ -970,12 +1148,14 @@ on_watch_data(void *arg, const char *data, size_t n)
     int rc;
     if (r->backoff_ms && secs_since(&r->watch_t0) >= HEALTHY_S)
         r->backoff_ms = 0; /* healthy: the next drop retries at once */
-    while ((rc = wframe_next(&r->wf, &data, &n, &line, &ll)) == 1) {
+    while ((rc = next_event(r, &data, &n, &line, &ll)) == 1) {
         struct wevent ev;
         char err[256] = "";
-        if (wevent_parse(line, ll, &ev, err, sizeof(err)) != 0) {
+        int prc = r->d.enc == KWC_ENC_PB ? pb_wevent_parse(line, ll, &ev, NULL, err, sizeof(err))
+                                         : wevent_parse(line, ll, &ev, err, sizeof(err));
+        if (prc != 0) {
             log_warnx("cache %s: bad watch event from the upstream (%s); restarting the watch",
-                      r->d.resource, err);
+                      r->label, err);
             up_xfer_cancel(r->x);
             r->x = NULL;
             backoff(r, "bad watch event");
@@ -987,7 +1167,7 @@ on_watch_data(void *arg, const char *data, size_t n)
         case WEVENT_DELETED: {
             struct decoded d;
             if (decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) != 0) {
-                log_warnx("cache %s: watch event object rejected: %s", r->d.resource, err);
+                log_warnx("cache %s: watch event object rejected: %s", r->label, err);
                 break;
             }
             enum store_ev_type t = ev.type == WEVENT_ADDED      ? STORE_ADDED
@@ -1013,13 +1193,16 @@ on_watch_data(void *arg, const char *data, size_t n)
             if (ev.code == 410)
                 r->got_410 = true;
             else
-                log_warnx("cache %s: watch error from the upstream: %d %s", r->d.resource, ev.code,
+                log_warnx("cache %s: watch error from the upstream: %d %s", r->label, ev.code,
                           ev.message ? ev.message : "");
             break;
         }
         wevent_fini(&ev);
     }
     if (rc < 0) {
+        log_warnx("cache %s: a watch event from the upstream is larger than the limit (%u "
+                  "bytes); restarting the watch",
+                  r->label, r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
         up_xfer_cancel(r->x);
         r->x = NULL;
         backoff(r, "watch event larger than the line limit");
@@ -1035,11 +1218,23 @@ on_watch_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
+    if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
+        refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
+        return;
+    }
     if (r->status == 410 || r->got_410) {
-        log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->d.resource,
+        log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->label,
                  (unsigned long long)r->rv);
         ingest_commit(r->ing);
         start_list(r, r->synced);
+        return;
+    }
+    size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
+    if (r->status == 200 && part && !err) {
+        /* not the clean end of a watch: the upstream cut an event */
+        log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it)",
+                  r->label, part);
+        backoff(r, "the upstream's watch stopped inside an event");
         return;
     }
     if (r->status == 200 && secs_since(&r->watch_t0) >= HEALTHY_S)
@@ -1065,6 +1260,8 @@ start_watch(struct refl *r)
     r->got_410 = false;
     wframe_fini(&r->wf);
     wframe_init(&r->wf, 0);
+    pb_split_fini(&r->pf);
+    pb_split_init(&r->pf, 0);
     clock_gettime(CLOCK_MONOTONIC, &r->watch_t0);
     /* Like client-go: a random timeout in [5, 10) minutes spreads re-watches. */
     int timeout = 300 + rand() % 300;
@@ -1094,7 +1291,7 @@ retry_write(struct refl *r)
         return;
     if (free_bytes(r->ing) < r->free_at_fail + ((uint64_t)1 << 20))
         return;
-    log_info("cache %s: space is back in %s; resuming the watch", r->d.resource, r->ing->data_dir);
+    log_info("cache %s: space is back in %s; resuming the watch", r->label, r->ing->data_dir);
     r->free_at_fail = free_bytes(r->ing);
     r->backoff_ms = 0;
     evtimer_del(r->timer);
@@ -1122,7 +1319,7 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     if (r->out == OUT_WRITE)
         retry_write(r);
     unsigned max = r->ing->max_staleness;
-    if (max && r->synced && r->out == OUT_NONE && secs_since(&r->last_heard) > max)
+    if (max && r->synced && r->out == OUT_NONE && !r->refused && secs_since(&r->last_heard) > max)
         set_out(r, OUT_STALE,
                 "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %u)",
                 secs_since(&r->last_heard), max);
@@ -1168,7 +1365,7 @@ step(struct refl *r, int delay_ms)
 
 int
 refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing, const char *gvr,
-         const char *identity, struct refl **out, char *err, size_t errlen)
+         enum kwc_enc enc, const char *identity, struct refl **out, char *err, size_t errlen)
 {
     char *parts[3] = {0};
     int n = 0;
@@ -1201,15 +1398,42 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->d.api_version = r->d.group[0] ? xasprintf("%s/%s", r->d.group, r->d.version) : xstrdup(r->d.version);
     r->d.path = r->d.group[0] ? xasprintf("/apis/%s/%s/%s", r->d.group, r->d.version, r->d.resource)
                               : xasprintf("/api/%s/%s", r->d.version, r->d.resource);
+    r->d.enc = enc;
+    r->label = enc == KWC_ENC_PB ? xasprintf("%s (protobuf)", r->d.resource) : xstrdup(r->d.resource);
     r->d.typed_items = !kinds_builtin_group(r->d.group);
-    r->d.fields = kinds_fields(r->d.group, r->d.resource, &r->d.n_fields);
-    r->d.field_names = xcalloc(r->d.n_fields, sizeof(char *));
+    if (enc == KWC_ENC_PB && r->d.typed_items) {
+        snprintf(err, errlen, "%s is a custom resource: custom resources have no protobuf", gvr);
+        refl_free(r);
+        return KWC_ECONFIG;
+    }
+    size_t nk;
+    const struct obj_field *kf = kinds_fields(r->d.group, r->d.resource, &nk);
+    int kidx = kinds_index_field(r->d.group, r->d.resource);
+    r->d.index_field = kidx;
+    if (enc == KWC_ENC_PB) {
+        /* the fields pb.c can read without the schema; a selector on another
+         * passes through (refl_serves_fields), and so does the index when
+         * pb.c cannot read its field */
+        r->pbf = pb_fields(r->d.group, r->d.resource, &r->d.n_fields);
+        r->own_fields = xcalloc(r->d.n_fields ? r->d.n_fields : 1, sizeof(*r->own_fields));
+        r->d.index_field = -1;
+        for (size_t i = 0; i < r->d.n_fields; i++) {
+            r->own_fields[i] = (struct obj_field){r->pbf[i].path, r->pbf[i].missing};
+            if (kidx >= 0 && strcmp(r->pbf[i].path, kf[kidx].path) == 0)
+                r->d.index_field = (int)i;
+        }
+        r->d.fields = r->own_fields;
+    } else {
+        r->d.fields = kf;
+        r->d.n_fields = nk;
+    }
+    r->d.field_names = xcalloc(r->d.n_fields ? r->d.n_fields : 1, sizeof(char *));
     for (size_t i = 0; i < r->d.n_fields; i++)
         r->d.field_names[i] = r->d.fields[i].path;
     char name[300];
-    snprintf(name, sizeof(name), "%s/%s:json", r->d.api_version, r->d.resource);
+    snprintf(name, sizeof(name), "%s/%s:%s", r->d.api_version, r->d.resource,
+             enc == KWC_ENC_PB ? "pb" : "json");
     int rc = store_res(ing->st, name, &r->d.sres);
-    r->d.index_field = kinds_index_field(r->d.group, r->d.resource);
     if (rc == 0 && r->d.index_field >= 0)
         rc = store_res_index(r->d.sres, (unsigned)r->d.index_field);
     if (rc) {
@@ -1223,6 +1447,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->tick = event_new(base, -1, EV_PERSIST, on_tick, r);
     clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
     wframe_init(&r->wf, 0);
+    pb_split_init(&r->pf, 0);
     *out = r;
     return 0;
 }
@@ -1230,6 +1455,9 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
 void
 refl_start(struct refl *r)
 {
+    if (r->started)
+        return;
+    r->started = true;
     /* A warm cache from the same upstream is served at once, even while the
      * upstream is unreachable; discovery then resumes the watch. */
     struct store_rtxn *t;
@@ -1239,6 +1467,16 @@ refl_start(struct refl *r)
         store_rtxn_end(t);
     }
     size_t kl = strlen(info.list_kind);
+    if (info.unserved && strcmp(info.identity, r->identity) == 0) {
+        /* known from the last run: not waited for until the upstream says
+         * otherwise (discovery and the list ask it again) */
+        r->refused = true;
+        snprintf(r->last_err, sizeof(r->last_err),
+                 "the upstream did not serve %s/%s in protobuf when last asked", r->d.api_version,
+                 r->d.resource);
+        log_info("cache %s: %s; its requests pass through; asking it again", r->label,
+                 r->last_err);
+    }
     if (info.synced && strcmp(info.identity, r->identity) == 0 && kl > 4 &&
         strcmp(info.list_kind + kl - 4, "List") == 0 && strcmp(info.api_version, r->d.api_version) == 0) {
         /* what discovery said last time: serve before it answers again */
@@ -1269,6 +1507,7 @@ refl_free(struct refl *r)
     if (r->body)
         evbuffer_free(r->body);
     wframe_fini(&r->wf);
+    pb_split_fini(&r->pf);
     diff_reset(r);
     free(r->cont);
     free(r->identity);
@@ -1281,6 +1520,8 @@ refl_free(struct refl *r)
     free(r->d.kind);
     free(r->d.list_kind);
     free(r->d.field_names);
+    free(r->own_fields);
+    free(r->label);
     r->magic = 0;
     free(r);
 }
@@ -1294,7 +1535,19 @@ refl_synced(const struct refl *r)
 bool
 refl_serving(const struct refl *r)
 {
-    return r->synced && r->out == OUT_NONE;
+    return r->synced && r->out == OUT_NONE && !r->refused;
+}
+
+bool
+refl_started(const struct refl *r)
+{
+    return r->started;
+}
+
+bool
+refl_counts_ready(const struct refl *r)
+{
+    return r->started && !r->refused;
 }
 
 const struct refl_desc *
@@ -1308,10 +1561,11 @@ refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching"};
     snprintf(buf, len,
-             "%s: %s, %s, rv %llu, %llu events in, last upstream event or bookmark %.0f s ago",
-             r->d.api_version[0] ? r->d.path : "", r->synced ? "synced" : "not synced",
-             states[r->state], (unsigned long long)r->rv, (unsigned long long)r->events_in,
-             secs_since(&r->last_heard));
+             "%s%s: %s, %s, rv %llu, %llu events in, last upstream event or bookmark %.0f s ago",
+             r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
+             !r->started ? "not started" : r->synced ? "synced" : "not synced",
+             r->refused ? "not served in protobuf" : states[r->state], (unsigned long long)r->rv,
+             (unsigned long long)r->events_in, secs_since(&r->last_heard));
 }
 
 const char *
@@ -1345,8 +1599,8 @@ refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum k
 {
     for (size_t i = 0; i < n; i++) {
         const struct refl_desc *d = refl_desc(refls[i]);
-        if (d->kind && d->enc == enc && strcmp(d->group, r->group) == 0 && strcmp(d->version, r->version) == 0 &&
-            strcmp(d->resource, r->resource) == 0)
+        if ((d->kind || !refls[i]->started) && d->enc == enc && strcmp(d->group, r->group) == 0 &&
+            strcmp(d->version, r->version) == 0 && strcmp(d->resource, r->resource) == 0)
             return (int)i;
     }
     return -1;
@@ -1355,5 +1609,10 @@ refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum k
 void
 refl_want(struct refl *r)
 {
-    (void)r; /* TODO(issue 13): lazy protobuf caches */
+    if (r->started)
+        return;
+    log_info("cache %s: asked for by a request; starting it (requests pass through until it "
+             "has synced)",
+             r->label);
+    refl_start(r);
 }

@@ -56,6 +56,7 @@
 #include "kwc/hub.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
+#include "kwc/pb.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
@@ -890,11 +891,20 @@ watch_committed(void *arg)
             publish(p, &p->res[i]);
 }
 
+/* The cache of r in encoding enc, if it serves; a protobuf cache that does
+ * not is asked to start (the request passes through meanwhile). */
 static struct pres *
-find_res(struct watch_pool *p, const struct route_req *r)
+find_res(struct watch_pool *p, const struct route_req *r, enum kwc_enc enc)
 {
-    int i = refl_find(p->refls, p->nres, r, KWC_ENC_JSON);
-    return i >= 0 ? &p->res[i] : NULL;
+    int i = refl_find(p->refls, p->nres, r, enc);
+    if (i < 0)
+        return NULL;
+    if (!refl_serving(p->refls[i])) {
+        if (enc == KWC_ENC_PB)
+            refl_want(p->refls[i]);
+        return NULL;
+    }
+    return &p->res[i];
 }
 
 /* An error before the stream: kube's Status, through the response writer. */
@@ -908,7 +918,7 @@ answer_error(struct watch_pool *p, struct hreq *req, struct decide_result *dec)
 }
 
 static char *
-response_head(struct watch_pool *p, struct hreq *req, bool http10)
+response_head(struct watch_pool *p, struct hreq *req, bool http10, enum kwc_enc enc)
 {
     char audit[RESPOND_AUDIT_ID_LEN], date[64];
     respond_audit_id(req, p->rng, audit);
@@ -919,11 +929,13 @@ response_head(struct watch_pool *p, struct hreq *req, bool http10)
     return xasprintf("HTTP/1.%d 200 OK\r\n"
                      "Audit-Id: %s\r\n"
                      "Cache-Control: no-cache, private\r\n"
-                     "Content-Type: application/json\r\n"
+                     "Content-Type: %s\r\n"
                      "Date: %s\r\n"
                      "%s"
                      "Connection: close\r\n\r\n",
-                     http10 ? 0 : 1, audit, date, http10 ? "" : "Transfer-Encoding: chunked\r\n");
+                     http10 ? 0 : 1, audit,
+                     enc == KWC_ENC_PB ? PB_WATCH_CONTENT_TYPE : "application/json", date,
+                     http10 ? "" : "Transfer-Encoding: chunked\r\n");
 }
 
 static unsigned
@@ -946,16 +958,21 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     if (!r->is_resource || r->verb != ROUTE_WATCH || r->subresource || !r->resource || r->name ||
         strcmp(hreq_method(req), "GET") != 0)
         return WATCH_NOT_TAKEN;
-    struct pres *pr = find_res(p, r);
-    if (!pr || !refl_serving(pr->rf))
+    /* JSON from the JSON cache, protobuf (built-in kinds) from the protobuf
+     * one; anything else (Table, YAML, a 406) is the upstream's. Pretty
+     * printing is JSON's only: kube ignores it for protobuf. */
+    enum route_media media =
+        route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(r->group));
+    if (media == ROUTE_MEDIA_OTHER ||
+        (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, hreq_header(req, "User-Agent"))))
+        return WATCH_NOT_TAKEN;
+    enum kwc_enc enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
+    struct pres *pr = find_res(p, r, enc);
+    if (!pr)
         return WATCH_NOT_TAKEN;
     const struct refl_desc *d = refl_desc(pr->rf);
     if (!d->namespaced && r->namespace_)
         return WATCH_NOT_TAKEN; /* not a path kube serves this resource at: its 404 */
-    if (route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(d->group)) !=
-            ROUTE_MEDIA_JSON ||
-        route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
-        return WATCH_NOT_TAKEN;
 
     struct sel *sel = NULL;
     char *sel_err = NULL;
@@ -981,6 +998,12 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         sel_free(sel);
         return WATCH_NOT_TAKEN;
     }
+    if (dec.action == DECIDE_ERROR && enc == KWC_ENC_PB) {
+        /* kube answers in protobuf: the upstream gives the same error so */
+        decide_result_fini(&dec);
+        sel_free(sel);
+        return WATCH_NOT_TAKEN;
+    }
     if (dec.action == DECIDE_ERROR) {
         answer_error(p, req, &dec);
         decide_result_fini(&dec);
@@ -989,9 +1012,9 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     }
 
     if (!pr->hr) {
-        pr->hr = hub_res_new((unsigned)(pr - p->res), d->sres, d->kind, d->api_version,
-                             d->typed_items, d->namespaced, d->field_names, d->n_fields,
-                             d->index_field);
+        pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind,
+                                 d->api_version, d->typed_items, d->namespaced, d->field_names,
+                                 d->n_fields, d->index_field);
         pr->posted_rv = cur;
     } else {
         publish(p, pr); /* anything committed since the last hook goes first */
@@ -1001,7 +1024,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     c->fd = -1;
     c->res = (unsigned)(pr - p->res);
     c->http10 = hreq_http10(req);
-    c->head = response_head(p, req, c->http10);
+    c->head = response_head(p, req, c->http10, d->enc);
     c->req = (struct hub_watch_req){
         .ns = NULL,
         .sel = sel,

@@ -31,6 +31,12 @@
       "directory for the LMDB cache (created with its parents if missing)")                        \
     X("resources", resources, STR, NULL, "LIST",                                                   \
       "comma-separated group/version/resource to cache (default: common kinds)")                   \
+    X("protobuf-resources", protobuf_resources, STR, NULL, "LIST",                                 \
+      "built-in resources of --resources whose protobuf cache (for clients that ask for "          \
+      "application/vnd.kubernetes.protobuf) starts with kwc, by name (pods) or as in "             \
+      "--resources; the other built-in ones start at their first protobuf request; none: all "     \
+      "wait (default: pods, nodes, services, endpoints, endpointslices, configmaps, secrets, "     \
+      "namespaces, persistentvolumes, persistentvolumeclaims)")                                    \
     X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")          \
     X("log-level", log_level_s, STR, "info", "LEVEL", "debug, info, warn or error")                \
     X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")       \

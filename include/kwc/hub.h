@@ -32,6 +32,12 @@
  * floor is ended (the client resumes and gets its 410 then), as is every
  * watcher of a resource whose history jumped (a relist reset it).
  *
+ * Encodings: a hub_res is one cache in one encoding (DESIGN.md "Encodings"):
+ * JSON lines, or protobuf watch frames (4-byte big-endian length + a
+ * WatchEvent whose object is the stored object message in kube's envelope).
+ * Everything above is the same for both; only the encoders differ, and
+ * watchers of the two caches of one resource never meet.
+ *
  * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
  * now_ms), no randomness of its own (the caller seeds the bookmark jitter).
  */
@@ -42,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kwc/enc.h"
 #include "kwc/store.h"
 
 struct sel;
@@ -50,7 +57,8 @@ struct sel;
 
 /*
  * The bytes of one or more complete watch events (JSON lines, each
- * `{"type":...,"object":...}\n`) and nothing else: protocol-neutral, so an
+ * `{"type":...,"object":...}\n`, or protobuf frames, each a 4-byte length
+ * and a WatchEvent) and nothing else: protocol-neutral, so an
  * HTTP/1.1 chunk, an HTTP/1.0 body and an HTTP/2 DATA frame all send the
  * same shared bytes, the transport putting its own framing, if any, in front
  * (see hub_sink_ops.write).
@@ -68,6 +76,7 @@ void hub_blob_unref(struct hub_blob *b);
 
 struct hub_res {
     unsigned id;             /* index among the cached resources */
+    enum kwc_enc enc;        /* how its events are written: JSON lines, protobuf frames */
     struct store_res *sres;
     char *kind, *api_version;
     bool unstructured;       /* custom resource: items keep TypeMeta, sorted maps */
@@ -77,6 +86,13 @@ struct hub_res {
     int index_field;         /* watchers pinned to one value of it are indexed */
 };
 
+/* A resource whose store holds objects in encoding enc (JSON text, or
+ * protobuf object messages in list-item form). */
+struct hub_res *hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res *sres,
+                                const char *kind, const char *api_version, bool unstructured,
+                                bool namespaced, const char *const *field_names, size_t n_fields,
+                                int index_field);
+/* hub_res_new_enc(KWC_ENC_JSON, ...). */
 struct hub_res *hub_res_new(unsigned id, struct store_res *sres, const char *kind,
                             const char *api_version, bool unstructured, bool namespaced,
                             const char *const *field_names, size_t n_fields, int index_field);
@@ -154,7 +170,8 @@ struct hub_watch_req {
     bool bookmarks;      /* allowWatchBookmarks */
     uint64_t deadline_ms;  /* when the stream ends (caller's clock) */
     uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
-    char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken) */
+    char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken); a
+                               protobuf resource's ERROR carries it as a protobuf Status */
 };
 
 struct hub_options {
@@ -222,5 +239,9 @@ void hub_stats(const struct hub *h, struct hub_stats *out);
 /* One ERROR event carrying a Status JSON (its line only, no framing). New
  * blob (one reference). */
 struct hub_blob *hub_error_blob(const char *status_json);
+/* The same in r's encoding: for protobuf, one frame whose object is the
+ * Status (as status_failure_json writes it: code, reason, message,
+ * details) in protobuf. New blob (one reference). */
+struct hub_blob *hub_error_event(const struct hub_res *r, const char *status_json);
 
 #endif

@@ -17,6 +17,12 @@
     "v1/pods,v1/nodes,v1/namespaces,v1/services,v1/endpoints,v1/configmaps,v1/secrets,"          \
     "apps/v1/deployments,apps/v1/replicasets,apps/v1/daemonsets,apps/v1/statefulsets"
 
+/* Default --protobuf-resources: the protobuf caches that start with kwc (the
+ * kinds kubelets and kube-proxy read in protobuf), of those in --resources. */
+#define KINDS_PB_DEFAULT                                                                           \
+    "pods,nodes,services,endpoints,endpointslices,configmaps,secrets,namespaces,"                \
+    "persistentvolumes,persistentvolumeclaims"
+
 /*
  * The selectable fields of group/resource, metadata.name and
  * metadata.namespace first. Unknown resources get those two only. The array

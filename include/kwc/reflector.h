@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kwc/enc.h"
 #include "kwc/object.h"
 
 struct event_base;
@@ -29,20 +30,18 @@ struct store_res;
 struct refl;
 struct refl_ingest;
 
-/* The encoding a cache holds: one reflector per resource and encoding, each
- * with its own store databases and history in the same rv space (DESIGN.md
- * "Encodings"). */
-enum kwc_enc { KWC_ENC_JSON, KWC_ENC_PB };
-
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
-    enum kwc_enc enc;
+    enum kwc_enc enc;  /* the cache's encoding: JSON text or protobuf object messages */
     char *group, *version, *resource; /* from --resources */
     char *path;        /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
     char *api_version; /* "v1" or "apps/v1" */
     char *kind, *list_kind;
     bool namespaced;
     bool typed_items;  /* list items carry kind/apiVersion (custom resources) */
+    /* The selectable fields the cache's index bytes hold: kinds_fields for
+     * JSON; for protobuf the ones pb.c can read (pb_fields), so a selector
+     * on any other passes through (refl_serves_fields). */
     const struct obj_field *fields;
     const char **field_names;
     size_t n_fields;
@@ -50,14 +49,16 @@ struct refl_desc {
     struct store_res *sres;
 };
 
-/* The index of the discovered reflector serving r's group/version/resource in
- * encoding enc, or -1. */
+/* The index of the reflector serving r's group/version/resource in encoding
+ * enc, or -1: a discovered one, or one not started yet (a protobuf cache
+ * waiting for its first request: its desc has no kind and refl_serving is
+ * false, so the request passes through after refl_want). */
 struct route_req;
 int refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum kwc_enc enc);
 
 /* A request wanted this cache: start it if it has not started (protobuf
  * caches outside --protobuf-resources start on their first request, which
- * passes through meanwhile). */
+ * passes through meanwhile). Loop thread. */
 void refl_want(struct refl *r);
 
 /* Every field the selector names is one kwc indexes for the resource (kube
@@ -88,26 +89,40 @@ void refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void 
 void refl_ingest_on_service(struct refl_ingest *ing,
                             void (*cb)(void *arg, const struct refl *r, bool serving), void *arg);
 
-/* Parse "g/v/r" or "v/r" (core) into a new reflector (not started). Returns 0
- * or KWC_ECONFIG with a message for a person in err. */
+/* Parse "g/v/r" or "v/r" (core) into a new reflector (not started) filling
+ * the cache of that resource in encoding enc (store resource "v1/pods:json",
+ * "v1/pods:pb"). Returns 0, KWC_ECONFIG with a message for a person in err
+ * (a malformed gvr; protobuf for a custom resource), or the store's error
+ * (KWC_ETOOBIG: more resources than the store was opened for). */
 int refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
-             const char *gvr, const char *identity, struct refl **out, char *err, size_t errlen);
+             const char *gvr, enum kwc_enc enc, const char *identity, struct refl **out,
+             char *err, size_t errlen);
+/* Start discovery, list and watch (a warm cache serves at once). Once. */
 void refl_start(struct refl *r);
 void refl_free(struct refl *r);
 
 bool refl_synced(const struct refl *r);
-/* Synced and in service: the cache may answer r's requests. */
+/* Synced and in service: the cache may answer r's requests. A protobuf cache
+ * the upstream does not serve in protobuf is not. */
 bool refl_serving(const struct refl *r);
+/* refl_start ran (at kwc's start, or on a request: refl_want). */
+bool refl_started(const struct refl *r);
+/* /readyz waits for this cache: started, and not a protobuf cache the
+ * upstream does not serve in protobuf (kwc cannot fix that; its requests
+ * pass through, and refl_last_error says why). */
+bool refl_counts_ready(const struct refl *r);
 /* Why the cache is out of service ("no space left on device in DIR: ..."),
  * NULL when it is not. Valid until the reflector's next step. */
 const char *refl_out_why(const struct refl *r);
 /* Why the last upstream attempt failed ("the upstream does not serve
- * v1/foos", "LIST /api/v1/pods answered 403"), NULL before any failed. */
+ * v1/foos", "LIST /api/v1/pods answered 403", "the upstream does not serve
+ * v1/pods in protobuf (application/json)"), NULL before any failed. */
 const char *refl_last_error(const struct refl *r);
 /* Valid while r lives; NULL fields until discovery succeeded. */
 const struct refl_desc *refl_desc(const struct refl *r);
 /* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream
- * event or bookmark 3 s ago" into buf. */
+ * event or bookmark 3 s ago" into buf; a protobuf cache's path is followed by
+ * " (protobuf)". */
 void refl_status(const struct refl *r, char *buf, size_t len);
 
 #endif

@@ -31,9 +31,13 @@ struct store_res;
 struct store_wtxn;
 struct store_rtxn;
 
+/* The most resources (store_res names) one store holds. */
+#define STORE_MAX_RESOURCES 64
+
 struct store_options {
     uint64_t map_size;          /* bytes of address space for the map (sparse file) */
-    unsigned max_resources;     /* named databases: 2 per resource + meta */
+    unsigned max_resources;     /* resources opened at most (<= STORE_MAX_RESOURCES; 0: 32): a
+                                   JSON and a protobuf cache are one each */
     bool durable;               /* fsync at every commit; off: a crash may lose the
                                    last commits but never leaves the cache
                                    inconsistent with its recorded rv */
@@ -98,6 +102,8 @@ struct store_res_info {
     uint64_t hist_bytes;
     bool synced;       /* an initial list has completed */
     bool namespaced;   /* as recorded with the kind */
+    bool unserved;     /* the upstream (identity) said it does not serve the resource in the
+                          cache's encoding (store_wtxn_set_unserved) */
     char list_kind[128];
     char api_version[128];
     char identity[256]; /* upstream identity recorded with the data */
@@ -172,6 +178,10 @@ int store_wtxn_set_synced(struct store_wtxn *w, struct store_res *r, bool synced
 int store_wtxn_set_kind(struct store_wtxn *w, struct store_res *r, const char *list_kind,
                         const char *api_version, bool namespaced);
 int store_wtxn_set_identity(struct store_wtxn *w, struct store_res *r, const char *identity);
+/* Whether the upstream serves the resource in this cache's encoding (a
+ * protobuf cache of an upstream without protobuf for it): kept so that a
+ * restart knows it before the upstream answers again. */
+int store_wtxn_set_unserved(struct store_wtxn *w, struct store_res *r, bool unserved);
 /* Trim history (bounds from the options, age against the begin's now), commit,
  * free w (also on failure). */
 int store_wtxn_commit(struct store_wtxn *w);

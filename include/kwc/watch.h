@@ -3,7 +3,9 @@
  * worker threads (DESIGN.md "Fan-out"; the rules in "Serving rules").
  *
  * The front end's route stage offers every watch to watch_take. A watch of a
- * cached, synced resource that asks for plain JSON is decided here (kube's
+ * cached, synced resource that asks for plain JSON, or for protobuf
+ * (application/vnd.kubernetes.protobuf, built-in kinds: served from the
+ * resource's protobuf cache, as ;stream=watch frames), is decided here (kube's
  * 400/422/500 answers through the response writer); a stream to serve takes
  * its connection's socket (and TLS state) from the HTTP server and is handed
  * to one of the worker loops,
@@ -18,9 +20,11 @@
  * so it cannot carry another request).
  *
  * Passed to the upstream: watches of a single object by name
- * (/watch/.../NAME, ?watch on an object path), Table/protobuf/metadata
- * Accept headers, pretty output, field selectors on fields kwc does not
- * index, and everything while the cache is not synced.
+ * (/watch/.../NAME, ?watch on an object path), Table/metadata/YAML Accept
+ * headers, pretty JSON, field selectors on fields kwc does not index, and
+ * everything while the cache is not synced; protobuf also while its cache
+ * does not serve (the request starts it: refl_want), and a protobuf request
+ * kube would refuse (its error Status is the upstream's, in protobuf).
  */
 #ifndef KWC_WATCH_H
 #define KWC_WATCH_H

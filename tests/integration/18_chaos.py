@@ -18,6 +18,9 @@ upstream outage of ~5 s (apisim cannot restart with its state, so the outage
 is every request failing with 503 and the watches dropped): then, with the
 churn stopped, kwc's rv=0 list has the upstream's items byte for byte at the
 same rv, and a watch resumed from an early rv replays to the upstream's state.
+
+Backoff and staleness run kwc with --protobuf-resources none: they time one
+reflector per resource (the JSON one), and a protobuf cache is a second.
 """
 import json
 import random
@@ -44,7 +47,7 @@ def cache_lines(text):
 @only_in_plaintext_run("the reflector's timing; the front end's transport plays no part")
 class BackoffTest(unittest.TestCase):
     def test_backoff_grows_then_resets_after_healthy_watch(self):
-        with Env(apisim_args=["--pods", "50"], kwc_args=["--resources", "v1/pods"]) as env:
+        with Env(apisim_args=["--pods", "50"], kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods"]) as env:
             # outage of the pods watch (and lists): every attempt fails
             env.sim("POST", "/apisim/fail", {"count": 10 ** 9, "match": "/api/v1/pods?", "mode": "status",
                                              "status": 503})
@@ -75,7 +78,7 @@ class BackoffTest(unittest.TestCase):
 class StalenessTest(unittest.TestCase):
     def test_verbose_reports_last_upstream_event_age(self):
         with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                 kwc_args=["--resources", "v1/pods,v1/nodes"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods,v1/nodes"]) as env:
             st, text = readyz(env.kwc.port)
             self.assertEqual(st, 200, text)
             lines = cache_lines(text)
@@ -97,7 +100,7 @@ class StalenessTest(unittest.TestCase):
 
     def test_silent_upstream_leaves_service(self):
         with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                 kwc_args=["--resources", "v1/pods", "--max-staleness", "5"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods", "--max-staleness", "5"]) as env:
             ready = time.monotonic()
             text = wait_readyz(env.kwc.port, 503, 60, contains=("stale",))
             self.assertGreaterEqual(time.monotonic() - ready, 4.0, "not stale before --max-staleness")

@@ -5,7 +5,9 @@
  * buckets), the budget (a watcher over it lags, then catches up from the
  * window of recent batches or the store's history with no gap or duplicate),
  * the initial state in chunks, 410 below the floor, bookmarks, deadlines, the
- * sendInitialEvents wait, and a history reset. Time injected.
+ * sendInitialEvents wait, and a history reset. Time injected. The same for a
+ * protobuf cache: length-prefixed WatchEvent frames (read back with a decoder
+ * of the test's own), Status objects in protobuf.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/gostr.h"
 #include "kwc/hub.h"
 #include "kwc/index.h"
 #include "kwc/object.h"
@@ -564,6 +567,503 @@ test_time(void)
     teardown();
 }
 
+/* ---- protobuf: the same fan-out, frames instead of lines ---- */
+
+/* A second cache of the same pods in protobuf (its own store resource, rv
+ * space shared), written with an encoder of the test's own. */
+static struct store_res *sres_pb;
+static struct hub_res *res_pb;
+static uint64_t posted_pb;
+
+static void
+w_varint(struct gostr_buf *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        gostr_addc(b, (char)(v | 0x80));
+        v >>= 7;
+    }
+    gostr_addc(b, (char)v);
+}
+
+static void
+w_bytes(struct gostr_buf *b, unsigned num, const char *p, size_t n)
+{
+    w_varint(b, (uint64_t)num << 3 | 2);
+    w_varint(b, n);
+    gostr_addn(b, p, n);
+}
+
+/* Pod{1 metadata{1 name, 3 namespace, 6 resourceVersion, 11 labels{flip}},
+ * 2 spec{10 nodeName}}, the object message kwc stores. */
+static char *
+pod_pb(const char *ns, const char *name, const char *flip, const char *node, uint64_t r,
+       size_t *len)
+{
+    struct gostr_buf md = {0}, lab = {0}, spec = {0}, pod = {0};
+    char rvs[24];
+    snprintf(rvs, sizeof rvs, "%llu", (unsigned long long)r);
+    w_bytes(&lab, 1, "flip", 4);
+    w_bytes(&lab, 2, flip, strlen(flip));
+    w_bytes(&md, 1, name, strlen(name));
+    w_bytes(&md, 3, ns, strlen(ns));
+    w_bytes(&md, 6, rvs, strlen(rvs));
+    w_bytes(&md, 11, lab.p, lab.len);
+    w_bytes(&spec, 10, node, strlen(node));
+    w_bytes(&pod, 1, md.p, md.len);
+    w_bytes(&pod, 2, spec.p, spec.len);
+    free(gostr_take(&md)), free(gostr_take(&lab)), free(gostr_take(&spec));
+    *len = pod.len;
+    return gostr_take(&pod);
+}
+
+/* Write one protobuf event at the next rv (index bytes from the same pod in
+ * JSON: the index does not depend on the encoding). */
+static uint64_t
+put_pb(enum store_ev_type t, const char *ns, const char *name, const char *flip, const char *node)
+{
+    rv++;
+    char *j = pod(ns, name, flip, node, rv);
+    struct obj_fields_spec spec = {.fields = fields, .n_fields = 3};
+    struct obj_meta m;
+    if (obj_meta_parse(j, strlen(j), &spec, &m, NULL, 0) != 0)
+        abort();
+    char *idx;
+    size_t il, ol;
+    idx_encode(&m, &idx, &il);
+    char *o = pod_pb(ns, name, flip, node, rv, &ol);
+    char key[200];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    struct store_wtxn *w;
+    store_wtxn_begin(st, 1, &w);
+    struct store_event ev = {.type = t, .rv = rv, .key = key, .key_len = strlen(key),
+                             .obj = o, .obj_len = ol, .idx = idx, .idx_len = il};
+    if (store_wtxn_event(w, sres_pb, &ev) != 0 || store_wtxn_commit(w) != 0)
+        abort();
+    free(idx), free(o), free(j);
+    obj_meta_fini(&m);
+    return rv;
+}
+
+static void
+publish_pb(struct hub *h)
+{
+    struct hub_batch *b;
+    if (hub_batch_build(st, res_pb, posted_pb, rv, true, &b) != 0)
+        abort();
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    posted_pb = rv;
+}
+
+static void
+setup_pb(void)
+{
+    setup();
+    if (store_res(st, "v1/pods:pb", &sres_pb) != 0)
+        abort();
+    struct store_wtxn *w;
+    store_wtxn_begin(st, 1, &w);
+    store_wtxn_reset(w, sres_pb, rv);
+    store_wtxn_set_synced(w, sres_pb, true);
+    store_wtxn_commit(w);
+    posted_pb = rv;
+    res_pb = hub_res_new_enc(KWC_ENC_PB, 1, sres_pb, "Pod", "v1", false, true, field_names, 3, 2);
+}
+
+static void
+teardown_pb(void)
+{
+    hub_res_free(res_pb);
+    res_pb = NULL;
+    teardown();
+}
+
+/* One protobuf field: tag, and a length-delimited value's span or a varint. */
+static bool
+r_field(const unsigned char **p, const unsigned char *end, unsigned *num, int *wt,
+        const unsigned char **v, size_t *vl, uint64_t *x)
+{
+    uint64_t t = 0, l = 0;
+    int s = 0;
+    do {
+        if (*p >= end || s > 63)
+            return false;
+        t |= (uint64_t)(**p & 0x7f) << s, s += 7;
+    } while (*(*p)++ & 0x80);
+    *num = (unsigned)(t >> 3);
+    *wt = (int)(t & 7);
+    if (*wt != 0 && *wt != 2)
+        return false;
+    s = 0;
+    do {
+        if (*p >= end || s > 63)
+            return false;
+        l |= (uint64_t)(**p & 0x7f) << s, s += 7;
+    } while (*(*p)++ & 0x80);
+    if (*wt == 0) {
+        *x = l;
+        return true;
+    }
+    if (l > (uint64_t)(end - *p))
+        return false;
+    *v = *p;
+    *vl = (size_t)l;
+    *p += l;
+    return true;
+}
+
+/* The value of field num in msg (the last one, as protobuf reads it). */
+static bool
+r_get(const unsigned char *msg, size_t len, unsigned want, const unsigned char **v, size_t *vl,
+      uint64_t *x)
+{
+    const unsigned char *p = msg, *end = msg + len;
+    bool found = false;
+    while (p < end) {
+        unsigned num;
+        int wt;
+        const unsigned char *fv = NULL;
+        size_t fl = 0;
+        uint64_t fx = 0;
+        if (!r_field(&p, end, &num, &wt, &fv, &fl, &fx))
+            return false;
+        if (num == want)
+            *v = fv, *vl = fl, *x = fx, found = true;
+    }
+    return found;
+}
+
+struct pbev {
+    char type[16], kind[32], api[16];
+    char name[64], ns[64], rv[32];
+    const unsigned char *obj; /* the envelope's raw: the object message */
+    size_t obj_len;
+    bool initial_end;
+    bool frame_whole; /* the frame's length matched its bytes */
+};
+
+static void
+cpy(char *dst, size_t cap, const unsigned char *v, size_t l)
+{
+    snprintf(dst, cap, "%.*s", (int)l, (const char *)v);
+}
+
+/* Every frame of a protobuf watch stream: 4-byte big-endian length, then a
+ * WatchEvent{1 type, 2 RawExtension{1 raw: "k8s\0" + Unknown{1 typeMeta{1
+ * apiVersion, 2 kind}, 2 raw, 3 contentEncoding, 4 contentType}}}. Returns
+ * the count, -1 when the bytes are not that. */
+static int
+frames(const char *buf, size_t len, struct pbev *out, int max)
+{
+    const unsigned char *p = (const unsigned char *)buf, *end = p + len;
+    int n = 0;
+    while (p < end && n < max) {
+        if (end - p < 4)
+            return -1;
+        size_t fl = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+        p += 4;
+        if (fl > (size_t)(end - p))
+            return -1;
+        struct pbev *e = &out[n++];
+        memset(e, 0, sizeof(*e));
+        const unsigned char *v, *re, *env, *raw, *tm, *md;
+        size_t vl, rel, envl, rawl, tml, mdl;
+        uint64_t x;
+        if (!r_get(p, fl, 1, &v, &vl, &x) || !r_get(p, fl, 2, &re, &rel, &x) ||
+            !r_get(re, rel, 1, &env, &envl, &x))
+            return -1;
+        cpy(e->type, sizeof e->type, v, vl);
+        if (envl < 4 || memcmp(env, "k8s\0", 4) != 0)
+            return -1;
+        env += 4, envl -= 4;
+        if (!r_get(env, envl, 1, &tm, &tml, &x) || !r_get(env, envl, 2, &raw, &rawl, &x))
+            return -1;
+        if ((r_get(env, envl, 3, &v, &vl, &x) && vl) || (r_get(env, envl, 4, &v, &vl, &x) && vl))
+            return -1; /* contentEncoding, contentType: empty */
+        if (r_get(tm, tml, 1, &v, &vl, &x))
+            cpy(e->api, sizeof e->api, v, vl);
+        if (r_get(tm, tml, 2, &v, &vl, &x))
+            cpy(e->kind, sizeof e->kind, v, vl);
+        e->obj = raw;
+        e->obj_len = rawl;
+        if (r_get(raw, rawl, 1, &md, &mdl, &x)) {
+            if (r_get(md, mdl, 1, &v, &vl, &x))
+                cpy(e->name, sizeof e->name, v, vl);
+            if (r_get(md, mdl, 3, &v, &vl, &x))
+                cpy(e->ns, sizeof e->ns, v, vl);
+            if (r_get(md, mdl, 6, &v, &vl, &x))
+                cpy(e->rv, sizeof e->rv, v, vl);
+            const unsigned char *a, *ak, *av;
+            size_t al, akl, avl;
+            if (r_get(md, mdl, 12, &a, &al, &x) && r_get(a, al, 1, &ak, &akl, &x) &&
+                r_get(a, al, 2, &av, &avl, &x))
+                e->initial_end = akl == 25 && memcmp(ak, "k8s.io/initial-events-end", 25) == 0 &&
+                                 avl == 4 && memcmp(av, "true", 4) == 0;
+        }
+        e->frame_whole = true;
+        p += fl;
+    }
+    return n;
+}
+
+/* "TYPE ns/name rv" of each frame, as lines() does for JSON. */
+static int
+pb_lines(struct msink *m, char out[][200], int max)
+{
+    static struct pbev ev[256];
+    int n = frames(m->buf, m->len, ev, max < 256 ? max : 256);
+    for (int i = 0; i < n; i++)
+        snprintf(out[i], 200, "%.15s %.63s%s%.63s %.31s", ev[i].type, ev[i].ns, *ev[i].ns ? "/" : "",
+                 ev[i].name, ev[i].rv);
+    return n;
+}
+
+static struct hub_watcher *
+watch_pb(struct hub *h, struct msink *m, const char *ns, const char *lsel, const char *fsel,
+         bool initial, uint64_t from)
+{
+    struct sel *sel = NULL;
+    char *err = NULL;
+    if (sel_parse(lsel, fsel, &sel, &err) != 0)
+        abort();
+    struct hub_watch_req req = {.ns = ns, .sel = sel, .initial = initial, .rv = from,
+                                .deadline_ms = 1000000};
+    return hub_watch(h, res_pb, &req, &ops, m, posted_pb, 0, 1);
+}
+
+static void
+test_pb_encoding_and_transitions(void)
+{
+    setup_pb();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink all, all2, ns1, flip, node1;
+    memset(&all, 0, sizeof all), memset(&all2, 0, sizeof all2), memset(&ns1, 0, sizeof ns1);
+    memset(&flip, 0, sizeof flip), memset(&node1, 0, sizeof node1);
+    uint64_t start = rv;
+    watch_pb(h, &all, NULL, NULL, NULL, false, start);
+    watch_pb(h, &all2, NULL, NULL, NULL, false, start);
+    watch_pb(h, &ns1, "ns-1", NULL, NULL, false, start);
+    watch_pb(h, &flip, NULL, "flip=a", NULL, false, start);
+    watch_pb(h, &node1, NULL, NULL, "spec.nodeName=node-1", false, start);
+    put_pb(STORE_ADDED, "ns-1", "a", "a", "node-1");   /* 101 */
+    put_pb(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
+    put_pb(STORE_MODIFIED, "ns-2", "b", "a", "node-2"); /* 103 */
+    put_pb(STORE_MODIFIED, "ns-1", "a", "a", "node-2"); /* 104: enters flip=a, leaves node-1 */
+    put_pb(STORE_DELETED, "ns-1", "a", "a", "node-2");  /* 105 */
+    publish_pb(h);
+
+    is_int(all.nw, 5, "live: one write per event");
+    struct pbev ev[8];
+    is_int(frames(all.buf + all.w[0].off, all.w[0].len, ev, 8), 1,
+           "an event's write is one length-prefixed WatchEvent frame and nothing else");
+    ok(all.w[0].whole, "the whole blob");
+    is_str(ev[0].type, "ADDED", "its type");
+    ok(strcmp(ev[0].kind, "Pod") == 0 && strcmp(ev[0].api, "v1") == 0,
+       "the envelope names kind and apiVersion");
+    size_t want_len;
+    char *want = pod_pb("ns-1", "a", "a", "node-1", 101, &want_len);
+    is_mem(ev[0].obj, ev[0].obj_len, want, want_len,
+           "the object is the stored object message, byte for byte");
+    free(want);
+    bool shared = all.nw == all2.nw;
+    for (size_t i = 0; shared && i < all.nw; i++)
+        shared = all.w[i].b == all2.w[i].b;
+    ok(shared, "two watchers get the same shared blobs: one encoding per event");
+
+    char l[16][200];
+    int n = pb_lines(&all, l, 16);
+    is_int(n, 5, "unfiltered: every event");
+    is_str(l[2], "MODIFIED ns-2/b 103", "a MODIFIED stays MODIFIED");
+    is_int(pb_lines(&ns1, l, 16), 4, "namespace: its own objects only");
+    n = pb_lines(&flip, l, 16);
+    is_int(n, 5, "label selector: five events");
+    is_str(l[0], "ADDED ns-1/a 101", "flip=a: ADDED");
+    is_str(l[1], "DELETED ns-1/a 102", "leaving: DELETED at the event's rv");
+    frames(flip.buf, flip.len, ev, 8);
+    want = pod_pb("ns-1", "a", "a", "node-1", 102, &want_len);
+    is_mem(ev[1].obj, ev[1].obj_len, want, want_len,
+           "the leaving DELETED is the previous object with the event's rv");
+    free(want);
+    is_str(l[2], "ADDED ns-2/b 103", "a MODIFIED of an object it never had: ADDED");
+    is_str(l[3], "ADDED ns-1/a 104", "entering: ADDED");
+    is_str(l[4], "DELETED ns-1/a 105", "a DELETED judged by the previous object");
+    n = pb_lines(&node1, l, 16);
+    is_int(n, 3, "field selector: node-1's events");
+    is_str(l[2], "DELETED ns-1/a 104", "moving off the node: DELETED at the event's rv");
+    hub_free(h);
+    ok(all.ended && all.why == HUB_END_SHUTDOWN, "hub_free ends the streams");
+    teardown_pb();
+}
+
+/* The JSON and protobuf caches of one resource: each watcher gets its own
+ * encoding only, from its own cache. */
+static void
+test_pb_and_json_side_by_side(void)
+{
+    setup_pb();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink js, pbs;
+    memset(&js, 0, sizeof js), memset(&pbs, 0, sizeof pbs);
+    watch(h, &js, NULL, NULL, NULL, false, rv);
+    watch_pb(h, &pbs, NULL, NULL, NULL, false, rv);
+    put(STORE_ADDED, "ns-1", "a", "a", "n");    /* 101, JSON cache */
+    put_pb(STORE_ADDED, "ns-1", "a", "a", "n"); /* 102, protobuf cache */
+    publish(h);
+    publish_pb(h);
+    char l[4][200];
+    is_int(lines(&js, l, 4), 1, "the JSON watcher: one line");
+    is_str(l[0], "ADDED ns-1/a 101", "from the JSON cache");
+    is_int(pb_lines(&pbs, l, 4), 1, "the protobuf watcher: one frame");
+    is_str(l[0], "ADDED ns-1/a 102", "from the protobuf cache");
+    hub_free(h);
+    teardown_pb();
+}
+
+static void
+test_pb_initial_bookmarks_and_catchup(void)
+{
+    setup_pb();
+    for (int i = 0; i < 20; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%02d", i);
+        put_pb(STORE_ADDED, "ns-1", name, i % 3 ? "a" : "b", "n");
+    }
+    posted_pb = rv;
+    uint64_t snap = rv;
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink init, slow, fast;
+    memset(&init, 0, sizeof init), memset(&slow, 0, sizeof slow), memset(&fast, 0, sizeof fast);
+    struct sel *sel = NULL;
+    char *err = NULL;
+    sel_parse("flip=a", NULL, &sel, &err);
+    struct hub_watch_req req = {.sel = sel, .initial = true, .initial_end = true,
+                                .bookmarks = true, .deadline_ms = 1000000};
+    struct hub_watcher *wi = hub_watch(h, res_pb, &req, &ops, &init, posted_pb, 0, 1);
+    bool alive = true;
+    int steps = 0;
+    while (hub_pump(wi, &alive) && alive && steps < 100)
+        steps++;
+    ok(steps > 0, "the initial state in chunks (512 bytes each)");
+    char l[40][200];
+    int n = pb_lines(&init, l, 40);
+    is_int(n, 14, "13 objects that match, then the bookmark");
+    is_str(l[0], "ADDED ns-1/p01 102", "synthetic ADDED in key order");
+    char want[64];
+    snprintf(want, sizeof want, "BOOKMARK  %llu", (unsigned long long)snap);
+    is_str(l[13], want, "the initial-events-end bookmark at the snapshot rv");
+    struct pbev ev[16];
+    frames(init.buf, init.len, ev, 16);
+    ok(ev[13].initial_end && strcmp(ev[13].kind, "Pod") == 0,
+       "a Pod bookmark carrying k8s.io/initial-events-end: \"true\"");
+
+    /* a lagging watcher catches up from the store: the same frames */
+    struct hub_watcher *ws = watch_pb(h, &slow, NULL, "flip=a", NULL, false, rv);
+    watch_pb(h, &fast, NULL, "flip=a", NULL, false, rv);
+    put_pb(STORE_MODIFIED, "ns-1", "p01", "a", "n");
+    publish_pb(h);
+    slow.queued = 10000;
+    for (int i = 0; i < 10; i++)
+        put_pb(STORE_MODIFIED, "ns-1", i % 2 ? "p01" : "p02", i % 3 ? "a" : "b", "n");
+    publish_pb(h);
+    slow.queued = 0;
+    for (int i = 0; i < 100 && hub_pump(ws, &alive) && alive; i++)
+        ;
+    is_mem(slow.buf, slow.len, fast.buf, fast.len,
+           "a lagging watcher's frames are the live watcher's, byte for byte");
+    ok(pb_lines(&slow, l, 40) > 5, "and they are frames");
+
+    /* bookmarks at the newest rv */
+    static struct msink bm;
+    memset(&bm, 0, sizeof bm);
+    struct hub_watch_req r2 = {.rv = rv, .bookmarks = true, .deadline_ms = 10000};
+    struct hub_watcher *wb = hub_watch(h, res_pb, &r2, &ops, &bm, posted_pb, 0, 7);
+    hub_timer(wb, hub_next_timer(wb));
+    is_int(frames(bm.buf, bm.len, ev, 4), 1, "a bookmark: one frame");
+    snprintf(want, sizeof want, "%llu", (unsigned long long)rv);
+    ok(strcmp(ev[0].type, "BOOKMARK") == 0 && strcmp(ev[0].rv, want) == 0 && !ev[0].initial_end,
+       "BOOKMARK at the newest rv, no annotation");
+    hub_free(h);
+    teardown_pb();
+}
+
+/* A Status in protobuf: {1 metadata, 2 status, 3 message, 4 reason, 5
+ * details{..., 4 causes{1 reason, 2 message}, 5 retryAfterSeconds}, 6 code}. */
+static void
+check_status(const struct pbev *e, int code, const char *reason, const char *message,
+             const char *what)
+{
+    const unsigned char *v;
+    size_t vl;
+    uint64_t x;
+    char got[256], m[300];
+    snprintf(m, sizeof m, "%s: an ERROR frame whose object is a v1 Status", what);
+    ok(strcmp(e->type, "ERROR") == 0 && strcmp(e->kind, "Status") == 0 &&
+           strcmp(e->api, "v1") == 0,
+       m);
+    snprintf(m, sizeof m, "%s: code", what);
+    is_int(r_get(e->obj, e->obj_len, 6, &v, &vl, &x) ? (int)x : -1, code, m);
+    got[0] = '\0';
+    if (r_get(e->obj, e->obj_len, 4, &v, &vl, &x))
+        cpy(got, sizeof got, v, vl);
+    snprintf(m, sizeof m, "%s: reason", what);
+    is_str(got, reason, m);
+    got[0] = '\0';
+    if (r_get(e->obj, e->obj_len, 3, &v, &vl, &x))
+        cpy(got, sizeof got, v, vl);
+    snprintf(m, sizeof m, "%s: message", what);
+    is_str(got, message, m);
+    got[0] = '\0';
+    if (r_get(e->obj, e->obj_len, 2, &v, &vl, &x))
+        cpy(got, sizeof got, v, vl);
+    snprintf(m, sizeof m, "%s: status Failure", what);
+    is_str(got, "Failure", m);
+}
+
+static void
+test_pb_errors(void)
+{
+    setup_pb();
+    for (int i = 0; i < 1200; i++) /* history holds 1000 */
+        put_pb(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    posted_pb = rv;
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m, waiting;
+    memset(&m, 0, sizeof m), memset(&waiting, 0, sizeof waiting);
+    ok(watch_pb(h, &m, NULL, NULL, NULL, false, 150) == NULL, "below the floor: no watcher");
+    ok(m.ended && m.why == HUB_END_ERROR_EVENT, "the stream ends after its ERROR event");
+    struct pbev ev[4];
+    is_int(frames(m.buf, m.len, ev, 4), 1, "one frame");
+    check_status(&ev[0], 410, "Expired", "too old resource version: 150 (300)", "410");
+
+    const char *st504 = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"
+                        "\"Failure\",\"message\":\"Timeout: Too large resource version: 1311, "
+                        "current: 1300\",\"reason\":\"Timeout\",\"details\":{\"causes\":[{"
+                        "\"reason\":\"ResourceVersionTooLarge\",\"message\":\"Too large resource "
+                        "version\"}],\"retryAfterSeconds\":1},\"code\":504}";
+    struct hub_watch_req r3 = {.initial = true, .rv = rv + 10, .deadline_ms = 100000,
+                               .wait_until_ms = 300, .too_large_status = xstrdup(st504)};
+    struct hub_watcher *w3 = hub_watch(h, res_pb, &r3, &ops, &waiting, posted_pb, 0, 7);
+    ok(w3 != NULL, "an rv the cache has not reached: waiting");
+    hub_timer(w3, 300);
+    ok(waiting.ended && waiting.why == HUB_END_ERROR_EVENT, "the wait ends with an ERROR");
+    is_int(frames(waiting.buf, waiting.len, ev, 4), 1, "one frame");
+    check_status(&ev[0], 504, "Timeout", "Timeout: Too large resource version: 1311, current: 1300",
+                 "504");
+    const unsigned char *d, *c, *v;
+    size_t dl, cl, vl;
+    uint64_t x = 0;
+    char cause[64] = "";
+    if (r_get(ev[0].obj, ev[0].obj_len, 5, &d, &dl, &x) && r_get(d, dl, 4, &c, &cl, &x) &&
+        r_get(c, cl, 1, &v, &vl, &x))
+        cpy(cause, sizeof cause, v, vl);
+    is_str(cause, "ResourceVersionTooLarge", "504: details.causes[0].reason");
+    x = 0;
+    ok(r_get(ev[0].obj, ev[0].obj_len, 5, &d, &dl, &x) && r_get(d, dl, 5, &v, &vl, &x) && x == 1,
+       "504: details.retryAfterSeconds 1");
+    hub_free(h);
+    teardown_pb();
+}
+
 int
 main(void)
 {
@@ -575,5 +1075,9 @@ main(void)
     TAP_RUN(test_initial_state);
     TAP_RUN(test_too_old_and_reset);
     TAP_RUN(test_time);
+    TAP_RUN(test_pb_encoding_and_transitions);
+    TAP_RUN(test_pb_and_json_side_by_side);
+    TAP_RUN(test_pb_initial_bookmarks_and_catchup);
+    TAP_RUN(test_pb_errors);
     return tap_done();
 }

@@ -403,6 +403,51 @@ test_trim_by_age_and_reopen(void)
     rm_dir();
 }
 
+/* A protobuf cache of an upstream without protobuf: the answer is kept across
+ * a reopen, apart from the kind (set_kind does not clear it), until cleared. */
+static void
+test_unserved(void)
+{
+    fresh_dir();
+    struct store *s = open_store(0, 0);
+    struct store_res *r, *j;
+    store_res(s, "v1/pods:json", &j);
+    store_res(s, "v1/pods:pb", &r);
+    struct store_wtxn *w;
+    store_wtxn_begin(s, 1, &w);
+    store_wtxn_set_unserved(w, r, true);
+    store_wtxn_set_kind(w, r, "PodList", "v1", true);
+    is_int(store_wtxn_commit(w), 0, "recorded");
+    store_close(s);
+    s = open_store(0, 0);
+    store_res(s, "v1/pods:json", &j);
+    store_res(s, "v1/pods:pb", &r);
+    struct store_rtxn *t;
+    struct store_res_info info;
+    store_rtxn_begin(s, &t);
+    store_info(t, r, &info);
+    ok(info.unserved && info.namespaced, "reopened: unserved, and namespaced beside it");
+    store_info(t, j, &info);
+    ok(!info.unserved, "the other resource is not");
+    store_rtxn_end(t);
+    store_wtxn_begin(s, 2, &w);
+    store_wtxn_set_kind(w, r, "PodList", "v1", false);
+    store_wtxn_commit(w);
+    store_rtxn_begin(s, &t);
+    store_info(t, r, &info);
+    ok(info.unserved && !info.namespaced, "set_kind leaves it");
+    store_rtxn_end(t);
+    store_wtxn_begin(s, 3, &w);
+    store_wtxn_set_unserved(w, r, false);
+    store_wtxn_commit(w);
+    store_rtxn_begin(s, &t);
+    store_info(t, r, &info);
+    ok(!info.unserved, "cleared");
+    store_rtxn_end(t);
+    store_close(s);
+    rm_dir();
+}
+
 static void
 test_same_rv_and_reset(void)
 {
@@ -600,6 +645,7 @@ main(void)
     TAP_RUN(test_history_and_trim);
     TAP_RUN(test_trim_by_age_and_reopen);
     TAP_RUN(test_same_rv_and_reset);
+    TAP_RUN(test_unserved);
     TAP_RUN(test_field_index);
     return tap_done();
 }

@@ -1,0 +1,19 @@
+/*
+ * enc.h — the wire encodings a cache holds (DESIGN.md "Encodings"): one cache
+ * per resource and encoding, each with its own store databases and history in
+ * the same rv space. Shared by the reflector (what it asks the upstream for),
+ * the hub (how it encodes events) and the front end (which cache answers).
+ */
+#ifndef KWC_ENC_H
+#define KWC_ENC_H
+
+enum kwc_enc { KWC_ENC_JSON, KWC_ENC_PB };
+
+/* "json" or "protobuf", for logs and /readyz. */
+static inline const char *
+kwc_enc_name(enum kwc_enc e)
+{
+    return e == KWC_ENC_PB ? "protobuf" : "json";
+}
+
+#endif
