@@ -750,6 +750,19 @@ on_complete(void *arg)
 
 /* ---- the route stage ---- */
 
+/* A cluster-scoped resource is served at <path> and <path>/<name> only. The
+ * route gives "namespaces/X" the namespace X, as kube does, so a Namespace's
+ * own get (/api/v1/namespaces/X) carries one. */
+static bool
+cluster_path(const struct refl_desc *d, const struct route_req *r)
+{
+    if (!r->namespace_)
+        return true;
+    size_t pl = strlen(d->path);
+    return r->name && strncmp(r->path, d->path, pl) == 0 && r->path[pl] == '/' &&
+           strcmp(r->path + pl + 1, r->name) == 0;
+}
+
 static const struct hreq_handler serve_handler = {
     .on_complete = on_complete,
     .on_drain = on_drain,
@@ -782,7 +795,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     const struct refl_desc *d = refl_desc(rf);
     const struct encoding *enc = pb ? &enc_protobuf : &enc_json;
     bool list = r->verb == ROUTE_LIST;
-    if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
+    if (d->namespaced ? (!list && !r->namespace_) : !cluster_path(d, r))
         return false; /* not a path kube serves this resource at: its 404 */
 
     struct sel *sel = NULL;
