@@ -5,9 +5,12 @@
  *   serve_take (head read): match the resource, parse selectors, decide.
  *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
  *     answer starts when the request has been read (on_complete):
- *   ERROR -> the Status kube-apiserver sends;
+ *   ERROR -> the Status kube-apiserver sends (JSON; a protobuf request
+ *     with an error is not taken: the upstream answers it in protobuf);
  *   SERVE_AT_LEAST not yet reached -> waiters list + timer; serve_committed
- *     starts it, the timer hands it upstream (pt_forward_read) or answers 504;
+ *     starts it, the timer hands it upstream (pt_forward_read) or answers 504
+ *     (JSON only, as above);
+ *   get not found -> 404 NotFound in the request's encoding;
  *   SERVE_* -> get: one object; list: planned first when limited (the
  *     ListMeta of a typed list precedes its items) or when the encoding's
  *     head states the items' length (plan_list), then chunks of items
@@ -828,7 +831,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
         (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
                   dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why)
-                  : upstream_error                  ? "an error in protobuf"
+                  : upstream_error                  ? "an error to answer in protobuf"
                                                     : "field selector");
         decide_result_fini(&dec);
         sel_free(sel);
