@@ -93,7 +93,7 @@ struct sreq {
     bool any_item, started, done;
     uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
     uint64_t items_sent;    /* item bytes written so far, prefixes included */
-    bool pass_on; /* the cache failed this one before the answer started */
+    bool pass_on;           /* the cache failed this one before the answer started */
     struct evbuffer *chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
@@ -570,17 +570,16 @@ fill(struct sreq *sr)
         fail_stream(sr, rc);
         return;
     }
-    if (sr->enc->item_size && (sr->items_sent > sr->items_planned ||
-                               (!f.more && sr->items_sent != sr->items_planned))) {
+    if (sr->enc->item_size &&
+        (sr->items_sent > sr->items_planned || (!f.more && sr->items_sent != sr->items_planned))) {
         /* Never expected: the plan and the chunks read one state (at_rv).
          * But a message whose length disagrees with its envelope must not
          * leave: before the answer started the upstream answers instead;
          * after, the stream is cut so that the client sees it incomplete. */
         log_warnx("cache %s: %s: the items came to %llu bytes where the plan at rv %llu counted "
                   "%llu; %s",
-                  sr->d->resource, hreq_target(sr->req, NULL),
-                  (unsigned long long)sr->items_sent, (unsigned long long)sr->at_rv,
-                  (unsigned long long)sr->items_planned,
+                  sr->d->resource, hreq_target(sr->req, NULL), (unsigned long long)sr->items_sent,
+                  (unsigned long long)sr->at_rv, (unsigned long long)sr->items_planned,
                   sr->started ? "closing the stream" : "asking the upstream");
         sr->s->stats.errors++;
         sr->done = true;
