@@ -14,12 +14,12 @@
  *    build directory), decodes every value kwc reads. Before it runs, the
  *    walker copies out only the fields on the paths being read (prune()),
  *    so protobuf-c never sees, copies or allocates for the rest of an object
- *    (managedFields, containers, ...), and every allocation it makes is
- *    backed by input bytes already bounds-checked.
- * Repeated occurrences of a field are kept in order, so the decoded values
- * follow protobuf's merge rules as Go's decoders do (the last scalar wins,
- * messages merge, repeated fields and map entries append; a map key seen
- * twice keeps its last value).
+ *    (managedFields, containers, ...), and what it decodes is bounded by
+ *    the paths and the label limit, not by the input.
+ * Repeated occurrences follow protobuf's merge rules as Go's decoders apply
+ * them (the last scalar wins, messages merge, map entries append and a key
+ * seen twice keeps its last value); prune() applies them itself where
+ * protobuf-c differs (README, traps).
  *
  * Writing follows kube-apiserver's gogo-generated marshallers byte for byte:
  * ascending field numbers, every non-pointer field written (empty strings
@@ -202,29 +202,33 @@ ld_size(uint64_t n)
 /* Pruning, then protobuf-c                                                  */
 
 /*
- * A path of field numbers from a message down to a value. prune() keeps a
- * field when it lies on an active path: the whole field, as it is, when a
- * path ends there or the schema's field is no message; else one field
- * holding the message pruned in turn, tag and length re-encoded. Every path
- * is declared in the descriptor it is pruned under (resolves(), or by
- * construction for the internal paths).
- *
- * Repeated occurrences of a message on a path are merged here, by
- * concatenating their contents (protobuf's definition of a merge), rather
- * than left to protobuf-c: its merge keeps an earlier bytes value when a
- * later occurrence sets it empty, where Go's decoders take the later one.
- * Within one message protobuf-c keeps the last occurrence of a scalar, as
- * Go does.
+ * A path of field numbers from a message down to a scalar. prune() copies
+ * out only the fields on active paths, so that protobuf-c decodes a message
+ * whose size is bounded by the paths (and the entry limit), never by how
+ * many fields the input repeats:
+ *  - a scalar: only its last occurrence, the one Go and protobuf-c keep;
+ *  - a message: its occurrences merged into one by concatenating their
+ *    contents (protobuf's definition of a merge; protobuf-c's own merge
+ *    keeps an earlier bytes value when a later occurrence sets it empty,
+ *    where Go takes the later one), each occurrence first checked to be a
+ *    message on its own as Go decodes each; then pruned in turn;
+ *  - a repeated message (map entries): each entry pruned on its own, and
+ *    counted against the request's limit before anything is decoded.
+ * Every field kept must have its schema's wire type (Go refuses others).
+ * Every path is declared in the descriptor it is pruned under (resolves(),
+ * or by construction for the internal paths).
  */
 struct path {
     const uint32_t *nums;
     unsigned n;
 };
 
-/* A message field on an active path at one level: its occurrences. */
+/* A field on an active path at one level: a message's occurrences, or a
+ * scalar's last occurrence [off, end). */
 struct cont {
     uint32_t num;
-    size_t count, first_off, voff, vlen;
+    bool message;
+    size_t count, first_off, off, end;
 };
 
 struct pruner {
@@ -232,8 +236,10 @@ struct pruner {
     size_t npaths;
     size_t *scratch;    /* PATH_MAX_DEPTH + 1 lists of path indices */
     struct cont *conts; /* PATH_MAX_DEPTH lists of npaths */
-    size_t *count;      /* per path: whole fields kept where it ends */
     struct gostr_buf out;
+    const uint32_t *limit_nums; /* entries of the repeated field there are limited */
+    unsigned limit_n;
+    size_t limit, count;
     size_t err_at; /* where a malformed field starts (in the message pruned) */
 };
 
@@ -254,6 +260,62 @@ wire_of(const ProtobufCFieldDescriptor *fd)
     }
 }
 
+static int prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
+                 const ProtobufCMessageDescriptor *d, const size_t *act, size_t nact,
+                 unsigned depth);
+
+/* The active paths going below field num at depth, into sub. */
+static size_t
+below(const struct pruner *pr, const size_t *act, size_t nact, uint32_t num, unsigned depth,
+      size_t *sub)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nact; i++) {
+        const struct path *pa = &pr->paths[act[i]];
+        if (pa->nums[depth] == num && pa->n > depth + 1)
+            sub[n++] = act[i];
+    }
+    return n;
+}
+
+/* Field num holding msg (len bytes at offset at) pruned under fd. */
+static int
+emit_message(struct pruner *pr, uint32_t num, const uint8_t *msg, size_t len, size_t at,
+             const ProtobufCFieldDescriptor *fd, const size_t *act, size_t nact, unsigned depth)
+{
+    size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths;
+    size_t nsub = below(pr, act, nact, num, depth, sub);
+    add_varint(&pr->out, (uint64_t)num << 3 | WT_LEN);
+    size_t lat = pr->out.len;
+    gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10); /* the length, fixed below */
+    int rc =
+        prune(pr, len ? msg : (const uint8_t *)"", len, at, fd->descriptor, sub, nsub, depth + 1);
+    if (rc < 0)
+        return rc;
+    size_t clen = pr->out.len - lat - 10;
+    uint8_t tmp[10];
+    size_t vl = put_varint(tmp, clen);
+    memcpy(pr->out.p + lat, tmp, vl);
+    memmove(pr->out.p + lat + vl, pr->out.p + lat + 10, clen);
+    pr->out.len = lat + vl + clen;
+    return 0;
+}
+
+/* Is the field num at depth, under the active paths, the limited one? */
+static bool
+limited(const struct pruner *pr, const size_t *act, size_t nact, uint32_t num, unsigned depth)
+{
+    if (!pr->limit_nums || depth + 1 != pr->limit_n || pr->limit_nums[depth] != num)
+        return false;
+    for (size_t i = 0; i < nact; i++) {
+        const struct path *pa = &pr->paths[act[i]];
+        if (pa->n >= pr->limit_n &&
+            memcmp(pa->nums, pr->limit_nums, pr->limit_n * sizeof(uint32_t)) == 0)
+            return true;
+    }
+    return false;
+}
+
 static int
 prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
       const ProtobufCMessageDescriptor *d, const size_t *act, size_t nact, unsigned depth)
@@ -264,21 +326,11 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
     size_t nconts = 0;
     int rc;
     assert(depth < PATH_MAX_DEPTH);
-    /* whole fields as they come; message fields on a longer path noted */
     while ((rc = next_field(&w, &f)) == 1) {
-        bool whole = false, deeper = false;
-        for (size_t i = 0; i < nact; i++) {
-            const struct path *pa = &pr->paths[act[i]];
-            if (pa->nums[depth] != f.num)
-                continue;
-            if (pa->n == depth + 1) {
-                whole = true;
-                pr->count[act[i]]++;
-            } else {
-                deeper = true;
-            }
-        }
-        if (!whole && !deeper)
+        size_t i = 0;
+        while (i < nact && pr->paths[act[i]].nums[depth] != f.num)
+            i++;
+        if (i == nact)
             continue;
         const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, f.num);
         assert(fd);
@@ -286,57 +338,63 @@ prune(struct pruner *pr, const uint8_t *p, size_t len, size_t at,
             pr->err_at = at + f.off;
             return KWC_EPARSE;
         }
-        if (whole || fd->type != PROTOBUF_C_TYPE_MESSAGE) {
-            gostr_addn(&pr->out, (const char *)p + f.off, f.end - f.off);
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+            assert(fd->type == PROTOBUF_C_TYPE_MESSAGE);
+            if (limited(pr, act, nact, f.num, depth) && ++pr->count > pr->limit)
+                return KWC_ETOOBIG;
+            if ((rc = emit_message(pr, f.num, p + f.voff, f.vlen, at + f.voff, fd, act, nact,
+                                   depth)) < 0)
+                return rc;
             continue;
         }
         size_t c = 0;
         while (c < nconts && conts[c].num != f.num)
             c++;
         if (c == nconts)
-            conts[nconts++] = (struct cont){f.num, 0, at + f.off, f.voff, f.vlen};
+            conts[nconts++] = (struct cont){
+                f.num, fd->type == PROTOBUF_C_TYPE_MESSAGE, 0, at + f.off, f.off, f.end};
         conts[c].count++;
+        conts[c].off = f.off;
+        conts[c].end = f.end;
     }
     if (rc < 0) {
         pr->err_at = at + f.off;
         return KWC_EPARSE;
     }
-    /* each message once: its occurrences concatenated, then pruned */
     for (size_t c = 0; c < nconts; c++) {
-        const ProtobufCFieldDescriptor *fd =
-            protobuf_c_message_descriptor_get_field(d, conts[c].num);
-        size_t *sub = pr->scratch + (size_t)(depth + 1) * pr->npaths, nsub = 0;
-        for (size_t i = 0; i < nact; i++) {
-            const struct path *pa = &pr->paths[act[i]];
-            if (pa->nums[depth] == conts[c].num && pa->n > depth + 1)
-                sub[nsub++] = act[i];
+        struct cont *k = &conts[c];
+        if (!k->message) {
+            gostr_addn(&pr->out, (const char *)p + k->off, k->end - k->off);
+            continue;
         }
-        const uint8_t *mp = p + conts[c].voff;
-        size_t ml = conts[c].vlen, mat = at + conts[c].voff;
-        struct gostr_buf cat = {0};
-        if (conts[c].count > 1) {
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field(d, k->num);
+        if (k->count == 1) {
+            w = (struct walk){p, k->end, k->off};
+            next_field(&w, &f);
+            rc = emit_message(pr, k->num, p + f.voff, f.vlen, at + f.voff, fd, act, nact, depth);
+        } else {
+            struct gostr_buf cat = {0};
+            rc = 0;
             w.pos = 0;
-            while (next_field(&w, &f) == 1)
-                if (f.num == conts[c].num)
+            while (rc == 0 && next_field(&w, &f) == 1) {
+                if (f.num != k->num)
+                    continue;
+                struct walk ow = {p, f.end, f.voff};
+                struct fld g;
+                while ((rc = next_field(&ow, &g)) == 1)
+                    ;
+                if (rc < 0)
+                    pr->err_at = at + g.off;
+                else
                     add_bytes(&cat, p + f.voff, f.vlen);
-            mp = (const uint8_t *)cat.p;
-            ml = cat.len;
-            mat = conts[c].first_off; /* errors: somewhere in these occurrences */
+            }
+            if (rc == 0) /* errors below: somewhere in these occurrences */
+                rc = emit_message(pr, k->num, (const uint8_t *)cat.p, cat.len, k->first_off, fd,
+                                  act, nact, depth);
+            free(cat.p);
         }
-        add_varint(&pr->out, (uint64_t)conts[c].num << 3 | WT_LEN);
-        size_t lat = pr->out.len;
-        gostr_addn(&pr->out, "\0\0\0\0\0\0\0\0\0\0", 10); /* the length, fixed below */
-        rc =
-            prune(pr, mp ? mp : (const uint8_t *)"", ml, mat, fd->descriptor, sub, nsub, depth + 1);
-        free(cat.p);
         if (rc < 0)
             return rc;
-        size_t clen = pr->out.len - lat - 10;
-        uint8_t tmp[10];
-        size_t vl = put_varint(tmp, clen);
-        memcpy(pr->out.p + lat, tmp, vl);
-        memmove(pr->out.p + lat + vl, pr->out.p + lat + 10, clen);
-        pr->out.len = lat + vl + clen;
     }
     return 0;
 }
@@ -348,9 +406,11 @@ struct unpack_req {
     size_t npaths;
     const char *what; /* for errors: "the envelope", "object", ... */
     size_t base;      /* offset of the message in the caller's input, for errors */
-    /* optional bound (limit_what not NULL): how many whole fields path
-     * limit_path may keep, checked before protobuf-c allocates for them */
-    size_t limit_path, limit;
+    /* optional bound (limit_what not NULL): at most limit entries of the
+     * repeated field at limit_nums (limit_n deep) */
+    const uint32_t *limit_nums;
+    unsigned limit_n;
+    size_t limit;
     const char *limit_what;
 };
 
@@ -362,24 +422,29 @@ static int
 unpack_pruned(const struct unpack_req *rq, const uint8_t *msg, size_t len, ProtobufCMessage **out,
               char *err, size_t errlen)
 {
-    struct pruner pr = {.paths = rq->paths, .npaths = rq->npaths};
+    struct pruner pr = {
+        .paths = rq->paths,
+        .npaths = rq->npaths,
+        .limit_nums = rq->limit_what ? rq->limit_nums : NULL,
+        .limit_n = rq->limit_n,
+        .limit = rq->limit,
+    };
     int rc;
     *out = NULL;
     pr.scratch = xmalloc((PATH_MAX_DEPTH + 1) * rq->npaths * sizeof(size_t));
     pr.conts = xmalloc(PATH_MAX_DEPTH * rq->npaths * sizeof(*pr.conts));
-    pr.count = xcalloc(rq->npaths, sizeof(size_t));
     for (size_t i = 0; i < rq->npaths; i++)
         pr.scratch[i] = i;
-    /* the pruned message is never longer than msg, plus reserved lengths */
-    pr.out.cap = len + 16;
+    /* the pruned message is rarely more than a few hundred bytes */
+    pr.out.cap = len < 1024 ? len + 16 : 1024;
     pr.out.p = xmalloc(pr.out.cap);
-    if ((rc = prune(&pr, msg, len, 0, rq->desc, pr.scratch, rq->npaths, 0)) < 0) {
-        rc = malformed(err, errlen, rq->what, rq->base + pr.err_at);
+    rc = prune(&pr, msg, len, 0, rq->desc, pr.scratch, rq->npaths, 0);
+    if (rc == KWC_ETOOBIG) {
+        rc = kwc_errf(err, errlen, KWC_ETOOBIG, "over %zu %s", rq->limit, rq->limit_what);
         goto out;
     }
-    if (rq->limit_what && pr.count[rq->limit_path] > rq->limit) {
-        rc = kwc_errf(err, errlen, KWC_ETOOBIG, "%zu %s, over the limit of %zu",
-                      pr.count[rq->limit_path], rq->limit_what, rq->limit);
+    if (rc < 0) {
+        rc = malformed(err, errlen, rq->what, rq->base + pr.err_at);
         goto out;
     }
     *out = protobuf_c_message_unpack(rq->desc, NULL, pr.out.len, (const uint8_t *)pr.out.p);
@@ -390,7 +455,6 @@ out:
     free(pr.out.p);
     free(pr.scratch);
     free(pr.conts);
-    free(pr.count);
     return rc;
 }
 
@@ -462,7 +526,7 @@ span_is(struct span v, const char *s)
     return v.s && v.len == strlen(s) && memcmp(v.s, s, v.len) == 0;
 }
 
-/* The member of m described by fd (a field of m's own descriptor). */
+/* The member at offset (a field descriptor's offset or quantifier_offset) of m. */
 static const void *
 member(const ProtobufCMessage *m, unsigned offset)
 {
@@ -585,7 +649,8 @@ object_desc(const struct pb_field *fields, size_t n)
 }
 
 static const uint32_t P_NAME[] = {1, 1}, P_NS[] = {1, 3}, P_UID[] = {1, 5}, P_RV[] = {1, 6},
-                      P_DEL[] = {1, 9}, P_LABELS[] = {1, 11}, P_ANN[] = {1, 12};
+                      P_DEL_S[] = {1, 9, 1}, P_DEL_N[] = {1, 9, 2}, P_LABEL_K[] = {1, 11, 1},
+                      P_LABEL_V[] = {1, 11, 2}, P_ANN_K[] = {1, 12, 1}, P_ANN_V[] = {1, 12, 2};
 
 /* An object decoded for its metadata (and the fields' paths that resolved). */
 struct object_dec {
@@ -605,24 +670,25 @@ decode_object(const uint8_t *obj, size_t len, const struct pb_field *fields, siz
               bool bookmark, size_t max_entries, struct object_dec *dc, bool *resolved, char *err,
               size_t errlen)
 {
-    struct path *paths = xmalloc((7 + nf) * sizeof(*paths));
-    size_t np = 0, limit_path;
+    struct path *paths = xmalloc((8 + nf) * sizeof(*paths));
+    size_t np = 0;
     int rc;
 
     memset(dc, 0, sizeof(*dc));
     dc->desc = object_desc(fields, nf);
     if (bookmark) {
         paths[np++] = (struct path){P_RV, 2};
-        limit_path = np;
-        paths[np++] = (struct path){P_ANN, 2};
+        paths[np++] = (struct path){P_ANN_K, 3};
+        paths[np++] = (struct path){P_ANN_V, 3};
     } else {
         paths[np++] = (struct path){P_NAME, 2};
         paths[np++] = (struct path){P_NS, 2};
         paths[np++] = (struct path){P_UID, 2};
         paths[np++] = (struct path){P_RV, 2};
-        paths[np++] = (struct path){P_DEL, 2};
-        limit_path = np;
-        paths[np++] = (struct path){P_LABELS, 2};
+        paths[np++] = (struct path){P_DEL_S, 3};
+        paths[np++] = (struct path){P_DEL_N, 3};
+        paths[np++] = (struct path){P_LABEL_K, 3};
+        paths[np++] = (struct path){P_LABEL_V, 3};
     }
     for (size_t i = 0; i < nf; i++) {
         resolved[i] = resolves(dc->desc, &fields[i]) != NULL;
@@ -634,7 +700,8 @@ decode_object(const uint8_t *obj, size_t len, const struct pb_field *fields, siz
         .paths = paths,
         .npaths = np,
         .what = "object",
-        .limit_path = limit_path,
+        .limit_nums = bookmark ? P_ANN_K : P_LABEL_K,
+        .limit_n = 2,
         .limit = max_entries,
         .limit_what = bookmark ? "annotations" : "labels",
     };
@@ -919,7 +986,7 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
     const uint8_t *p = buf;
     struct walk w = {p, len, PB_MAGIC_LEN};
     struct fld f, g;
-    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0;
+    size_t av_off = 0, av_len = 0, k_off = 0, k_len = 0, raw_off = len, raw_len = 0;
     ProtobufCMessage *m;
     char b1[48], b2[48];
     int rc;
@@ -929,7 +996,6 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         return kwc_errf(err, errlen, KWC_EPARSE,
                         "not a Kubernetes protobuf message (no \"k8s\\x00\" prefix)");
     /* spans: typeMeta's strings and raw, the last of each as decoders keep them */
-    out->raw_off = len;
     while ((rc = next_field(&w, &f)) == 1) {
         if (f.num == 1 && f.wire == WT_LEN) {
             struct walk tw = {p, f.end, f.voff};
@@ -947,8 +1013,8 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
         } else if (f.num == 2) {
             if (f.wire != WT_LEN)
                 return malformed(err, errlen, "the envelope", f.off);
-            out->raw_off = f.voff;
-            out->raw_len = f.vlen;
+            raw_off = f.voff;
+            raw_len = f.vlen;
         }
     }
     if (rc < 0)
@@ -981,10 +1047,10 @@ pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *er
     else if ((rc = no_nul(av, "the envelope's apiVersion", err, errlen)) == 0)
         rc = no_nul(kind, "the envelope's kind", err, errlen);
     protobuf_c_message_free_unpacked(m, NULL);
-    if (rc < 0) {
-        memset(out, 0, sizeof(*out));
+    if (rc < 0)
         return rc;
-    }
+    out->raw_off = raw_off;
+    out->raw_len = raw_len;
     out->api_version = (const char *)p + av_off;
     out->api_version_len = av_len;
     out->kind = (const char *)p + k_off;

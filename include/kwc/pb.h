@@ -126,7 +126,8 @@ struct pb_envelope {
  * "k8s\0" + Unknown. contentEncoding and contentType must be absent or empty
  * (kube writes them empty; anything else is an encoding kwc cannot vouch
  * for). An absent apiVersion, kind or raw has length 0 (raw_off is then
- * len). No NUL in apiVersion or kind. Returns 0 or KWC_EPARSE.
+ * len). No NUL in apiVersion or kind. Returns 0 or KWC_EPARSE (*out
+ * zeroed).
  */
 int pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char *err,
                       size_t errlen);

@@ -474,6 +474,40 @@ test_meta_hand(void)
     is_str(field(&m, "spec.nodeName"), "", "nodeName emptied by the later part");
     obj_meta_fini(&m);
 
+    /* a name sent 100000 times: the last wins, and only it is decoded */
+    struct gostr_buf big = {0};
+    for (int i = 0; i < 100000; i++)
+        gostr_addn(&big, "\x0a\x01" "x", 3);
+    gostr_addn(&big, "\x0a\x01" "y" "\x32\x01" "1", 6);
+    for (int i = 0; i < 1000; i++)
+        gostr_addn(&big, "\x4a\x02" "\x08\x01", 4); /* deletionTimestamp{seconds 1} */
+    struct gostr_buf obj = {0};
+    gostr_addc(&obj, 0x0a);
+    {
+        char v[10];
+        size_t vl = 0;
+        for (uint64_t x = big.len;; x >>= 7) {
+            v[vl++] = (char)(x >= 0x80 ? (x & 0x7f) | 0x80 : x);
+            if (x < 0x80)
+                break;
+        }
+        gostr_addn(&obj, v, vl);
+    }
+    gostr_addn(&obj, big.p, big.len);
+    is_int(meta_pods(obj.p, obj.len, &m), 0, "a name repeated 100000 times");
+    is_str(m.name, "y", "the last");
+    ok(m.deleting, "deletionTimestamp repeated: merged");
+    obj_meta_fini(&m);
+    free(big.p);
+    free(obj.p);
+    /* a map entry with its key twice: the last */
+    static const char ENTRY2[] = "\x0a\x11" "\x0a\x01" "a" "\x32\x01" "1"
+                                 "\x5a\x09" "\x0a\x01" "a" "\x0a\x01" "b" "\x12\x01" "v";
+    is_int(meta_pods(LIT(ENTRY2), &m), 0, "an entry with two keys");
+    ok(m.n_labels == 1 && strcmp(m.labels[0].key, "b") == 0 && strcmp(m.labels[0].value, "v") == 0,
+       "its last key");
+    obj_meta_fini(&m);
+
     /* deletionTimestamp present but empty: a non-nil *Time in Go */
     static const char DEL0[] = "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x4a\x00";
     is_int(meta_pods(LIT(DEL0), &m), 0, "empty deletionTimestamp");
@@ -535,6 +569,10 @@ test_meta_hand(void)
         {"metadata overruns", "\x0a\x07" "\x0a\x01" "a" "\x32\x01" "1", 8, KWC_EPARSE},
         {"a group inside metadata", "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x13\x00", 10, KWC_EPARSE},
         {"a group at the top", "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x23\x24", 10, KWC_EPARSE},
+        /* metadata{6: 1 byte, missing} metadata{"5", name "a"}: concatenated,
+         * the two would read rv "5"; Go decodes each part on its own */
+        {"a field straddling two metadata parts",
+         "\x0a\x02" "\x32\x01" "\x0a\x04" "5" "\x0a\x01" "a", 10, KWC_EPARSE},
         {"a group inside a top-level field kwc does not read: not walked",
          "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x22\x02" "\x13\x00", 12, 0},
         {"a bad field inside managedFields: skipped whole",
