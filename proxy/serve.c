@@ -5,11 +5,16 @@
  *   serve_take (head read): match the resource, parse selectors, decide.
  *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
  *     answer starts when the request has been read (on_complete):
- *   ERROR -> the Status kube-apiserver sends;
+ *   ERROR -> the Status kube-apiserver sends (JSON; a protobuf request
+ *     with an error is not taken: the upstream answers it in protobuf);
  *   SERVE_AT_LEAST not yet reached -> waiters list + timer; serve_committed
- *     starts it, the timer hands it upstream (pt_forward_read) or answers 504;
- *   SERVE_* -> get: one object; list: page bounds first when limited (the
- *     ListMeta of a typed list precedes its items), then chunks of items.
+ *     starts it, the timer hands it upstream (pt_forward_read) or answers 504
+ *     (JSON only, as above);
+ *   get not found -> 404 NotFound in the request's encoding;
+ *   SERVE_* -> get: one object; list: planned first when limited (the
+ *     ListMeta of a typed list precedes its items) or when the encoding's
+ *     head states the items' length (plan_list), then chunks of items
+ *     between the encoding's head and tail (struct encoding).
  * A chunk is one read transaction: store_scan from the next key at the
  * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
  * (selectors may skip most), then the transaction ends. The next chunk
@@ -28,12 +33,14 @@
 
 #include "kwc/base.h"
 #include "kwc/cont.h"
+#include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/index.h"
 #include "kwc/listfmt.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
+#include "kwc/pb.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
@@ -44,6 +51,7 @@
 #define SREQ_MAGIC 0x73726571u /* "sreq" */
 #define CHUNK_BYTES (64 * 1024)
 #define CHUNK_VISITS 8192
+#define ITEM_PREFIX_MAX 11 /* what an encoding writes in front of an item */
 
 struct serve {
     struct event_base *base;
@@ -56,11 +64,14 @@ struct serve {
     struct serve_stats stats;
 };
 
+struct encoding;
+
 struct sreq {
     uint32_t magic;
     struct serve *s;
     struct hreq *req;
     const struct refl_desc *d;
+    const struct encoding *enc;
     bool list;
     struct sel *sel; /* NULL: everything */
     const char *by_field; /* read through the store's field index: this value */
@@ -80,11 +91,145 @@ struct sreq {
     char *end;   /* last key of a limited page, inclusive; NULL: to the end */
     size_t end_len;
     bool any_item, started, done;
-    int failed; /* a read failed before the answer started: pass it on */
+    uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
+    uint64_t items_sent;    /* item bytes written so far, prefixes included */
+    bool pass_on;           /* the cache failed this one before the answer started */
     struct evbuffer *chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
+};
+
+/* ---- encodings: the bytes around the stored items ---- */
+
+/*
+ * The list pipeline and the get are the same for every encoding; an encoding
+ * only says what its bytes around the items are (DESIGN.md "Encodings").
+ */
+struct encoding {
+    const char *content_type;
+    /* Append what precedes the first item / follows the last. */
+    void (*head)(const struct sreq *sr, struct evbuffer *out);
+    void (*tail)(const struct sreq *sr, struct evbuffer *out);
+    /* Write what precedes an item of len bytes into buf (at most
+     * ITEM_PREFIX_MAX bytes) and return its length. */
+    size_t (*item_prefix)(const struct sreq *sr, char *buf, size_t len);
+    /* Bytes an item of len bytes takes in the list, its prefix included, for
+     * an encoding whose head states the length of everything after it (so
+     * every list is planned before its first byte, not only a limited page);
+     * NULL when the head does not. */
+    uint64_t (*item_size)(size_t len);
+    /* A get: the stored item as the object answered (new), and the 404. */
+    char *(*object)(const struct sreq *sr, const void *item, size_t len, size_t *n);
+    void (*not_found)(struct sreq *sr, const char *message, const struct status_details *det);
+    /* The decision table's errors (400, 422, 500, 504: JSON Status bodies,
+     * decide.h) are answered in this encoding; else the request goes
+     * upstream instead (see serve_take). */
+    bool table_errors;
+};
+
+static void
+json_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = listfmt_head(&sr->fmt, &sr->meta, &n);
+    evbuffer_add(out, head, n);
+    free(head);
+}
+
+static void
+json_tail(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *tail = listfmt_tail(&sr->fmt, &sr->meta, &n);
+    evbuffer_add(out, tail, n);
+    free(tail);
+}
+
+static size_t
+json_item_prefix(const struct sreq *sr, char *buf, size_t len)
+{
+    if (!sr->any_item)
+        return 0;
+    buf[0] = ',';
+    return 1;
+}
+
+static char *
+json_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    return listfmt_object(&sr->fmt, item, len, n);
+}
+
+static void
+json_not_found(struct sreq *sr, const char *message, const struct status_details *det)
+{
+    char *body = status_failure_json(404, "NotFound", message, det);
+    respond_status_body(sr->req, 404, body, 0);
+    free(body);
+}
+
+static const struct encoding enc_json = {
+    .content_type = "application/json",
+    .head = json_head,
+    .tail = json_tail,
+    .item_prefix = json_item_prefix,
+    .object = json_object,
+    .not_found = json_not_found,
+    .table_errors = true,
+};
+
+/* Protobuf (pb.h): b"k8s\0" + Unknown{typeMeta, raw = XxxList{1 ListMeta,
+ * 2 item, 2 item, ...}, "", ""}. The envelope's raw length comes before the
+ * first item, hence item_size: every protobuf list is planned. */
+static void
+protobuf_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = pb_list_head(sr->fmt.api_version, sr->fmt.list_kind, sr->meta.rv, sr->meta.cont,
+                              sr->meta.remaining, sr->items_planned, &n);
+    evbuffer_add(out, head, n);
+    free(head);
+}
+
+static void
+protobuf_tail(const struct sreq *sr, struct evbuffer *out)
+{
+    evbuffer_add(out, PB_ENVELOPE_TAIL, PB_ENVELOPE_TAIL_LEN);
+}
+
+static size_t
+protobuf_item_prefix(const struct sreq *sr, char *buf, size_t len)
+{
+    return pb_item_prefix(buf, len);
+}
+
+static char *
+protobuf_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    return pb_envelope(sr->fmt.api_version, sr->fmt.kind, item, len, n);
+}
+
+static void
+protobuf_not_found(struct sreq *sr, const char *message, const struct status_details *det)
+{
+    struct gostr_buf b = {0};
+    pb_status(&b, 404, "NotFound", message, det);
+    size_t n = b.len;
+    char *body = gostr_take(&b);
+    hresp_header(sr->req, "Cache-Control", "no-cache, private");
+    hresp_simple(sr->req, 404, PB_CONTENT_TYPE, body, n);
+    free(body);
+}
+
+static const struct encoding enc_protobuf = {
+    .content_type = PB_CONTENT_TYPE,
+    .head = protobuf_head,
+    .tail = protobuf_tail,
+    .item_prefix = protobuf_item_prefix,
+    .item_size = pb_item_size,
+    .object = protobuf_object,
+    .not_found = protobuf_not_found,
 };
 
 /* ---- helpers ---- */
@@ -100,7 +245,7 @@ common_headers(struct sreq *sr)
 {
     hresp_header(sr->req, "Audit-Id", sr->audit_id);
     hresp_header(sr->req, "Cache-Control", "no-cache, private");
-    hresp_header(sr->req, "Content-Type", "application/json");
+    hresp_header(sr->req, "Content-Type", sr->enc->content_type);
 }
 
 static struct sreq *
@@ -182,19 +327,33 @@ matches(struct sreq *sr, const struct store_obj *o)
     return sel_matches(sr->sel, &sr->iv.labels, &sr->iv.fields);
 }
 
-/* Reading the cache failed before anything was sent (a damaged value, a
- * store error): the upstream answers this one. A checksum mismatch has also
- * marked the resource damaged; its reflector takes it out of service. */
+/* The cache cannot give this answer and nothing of it has been sent: the
+ * upstream answers it (sr is released). */
 static void
-read_failed(struct sreq *sr, int rc)
+pass_on(struct sreq *sr)
 {
     struct serve *s = sr->s;
-    log_warnx("cache %s: %s: reading the cache failed: %s; asking the upstream", sr->d->resource,
-              hreq_target(sr->req, NULL), kwc_strerror(rc));
-    s->stats.errors++;
     struct hreq *req = sr->req;
     sreq_release(sr);
     pt_forward_read(req, s->o.up, s->o.pt);
+}
+
+/* Reading the cache failed before anything was sent (a damaged value, a
+ * store error). A checksum mismatch has also marked the resource damaged;
+ * its reflector takes it out of service. */
+static void
+log_read_failed(struct sreq *sr, int rc)
+{
+    log_warnx("cache %s: %s: reading the cache failed: %s; asking the upstream", sr->d->resource,
+              hreq_target(sr->req, NULL), kwc_strerror(rc));
+    sr->s->stats.errors++;
+}
+
+static void
+read_failed(struct sreq *sr, int rc)
+{
+    log_read_failed(sr, rc);
+    pass_on(sr);
 }
 
 static void
@@ -222,12 +381,12 @@ serve_get(struct sreq *sr)
         read_failed(sr, rc);
         return;
     }
-    common_headers(sr);
     s->stats.gets++;
     if (rc == 0) {
         size_t n;
-        char *body = listfmt_object(&sr->fmt, o.raw, o.raw_len, &n);
+        char *body = sr->enc->object(sr, o.raw, o.raw_len, &n);
         store_rtxn_end(t);
+        common_headers(sr);
         hresp_simple(sr->req, 200, NULL, body, n);
         free(body);
         return;
@@ -239,9 +398,8 @@ serve_get(struct sreq *sr)
                             : xasprintf("%s \"%s\" not found", d->resource, sr->name);
     struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
                                  .kind = d->resource};
-    char *body = status_failure_json(404, "NotFound", msg, &det);
-    respond_status_body(sr->req, 404, body, 0);
-    free(body);
+    hresp_header(sr->req, "Audit-Id", sr->audit_id);
+    sr->enc->not_found(sr, msg, &det); /* its own Content-Type and Cache-Control */
     free(msg);
 }
 
@@ -256,31 +414,41 @@ scan(struct sreq *sr, struct store_rtxn *t, store_obj_cb cb, void *arg)
     return store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->from, sr->from_len, cb, arg);
 }
 
-/* Page bounds of a limited list: the last key of the page, whether more keys
- * follow it, and (without selectors) how many keys remain after the page. */
-struct page_scan {
+/*
+ * What a list will send, found before its first byte in one read transaction
+ * at the list's rv (every chunk's transaction reads that same state): for a
+ * limited page its last key, whether keys follow it and (without selectors)
+ * how many; for an encoding whose head states the items' length, that
+ * length. The pass reads keys, value heads and (with selectors) index bytes,
+ * never an item's bytes: their checksums are checked on the copies the
+ * chunks make, as for every list (store_rtxn_defer_raw_check).
+ */
+struct plan {
     struct sreq *sr;
     int64_t limit, matched, count;
     bool more;
+    uint64_t items_bytes;
 };
 
 static int
-on_page_obj(void *arg, const struct store_obj *o)
+on_plan_obj(void *arg, const struct store_obj *o)
 {
-    struct page_scan *ps = arg;
-    struct sreq *sr = ps->sr;
-    if (ps->matched == ps->limit) {
+    struct plan *p = arg;
+    struct sreq *sr = p->sr;
+    if (p->limit > 0 && p->matched == p->limit) {
         /* kube's etcd store: more = some key follows the page's last */
-        ps->more = true;
+        p->more = true;
         if (sr->sel)
             return 1;
-        ps->count++;
+        p->count++;
         return 0;
     }
     if (!matches(sr, o))
         return 0;
-    ps->matched++;
-    if (ps->matched == ps->limit)
+    p->matched++;
+    if (sr->enc->item_size)
+        p->items_bytes += sr->enc->item_size(o->raw_len);
+    if (p->matched == p->limit)
         set_key(&sr->end, &sr->end_len, o->key, o->key_len, false);
     return 0;
 }
@@ -293,24 +461,26 @@ on_any_obj(void *arg, const struct store_obj *o)
 }
 
 static int
-plan_page(struct sreq *sr)
+plan_list(struct sreq *sr)
 {
-    struct page_scan ps = {.sr = sr, .limit = sr->dec.limit};
+    struct plan p = {.sr = sr, .limit = sr->dec.limit};
     struct store_rtxn *t;
     int rc = store_rtxn_begin(sr->s->st, &t);
     if (rc)
         return rc;
-    rc = scan(sr, t, on_page_obj, &ps);
-    if (rc == 0 && sr->by_field && ps.matched == ps.limit && !ps.more) {
+    store_rtxn_defer_raw_check(t); /* no item's bytes are read here */
+    rc = scan(sr, t, on_plan_obj, &p);
+    if (rc == 0 && sr->by_field && p.limit > 0 && p.matched == p.limit && !p.more) {
         /* the index saw no further candidate, but kube's "more" is about any
          * key in the range after the page's last */
         rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->end, sr->end_len + 1,
-                        on_any_obj, &ps.more);
+                        on_any_obj, &p.more);
     }
     store_rtxn_end(t);
     if (rc)
         return rc;
-    if (!ps.more)
+    sr->items_planned = p.items_bytes;
+    if (!p.more)
         return 0;
     size_t pl = strlen(sr->prefix);
     rc = cont_encode((int64_t)sr->meta.rv, sr->end + pl, sr->end_len - pl, &sr->cont);
@@ -318,7 +488,7 @@ plan_page(struct sreq *sr)
         return rc;
     sr->meta.cont = sr->cont;
     if (!sr->sel && sr->dec.remaining_count)
-        sr->meta.remaining = ps.count;
+        sr->meta.remaining = p.count;
     return 0;
 }
 
@@ -339,13 +509,11 @@ on_fill_obj(void *arg, const struct store_obj *o)
         /* the object's bytes read once, from the map into the answer, and
          * their checksum checked there (store_rtxn_defer_raw_check) */
         struct evbuffer_iovec v;
-        size_t need = o->raw_len + 1;
+        size_t need = ITEM_PREFIX_MAX + o->raw_len;
         if (evbuffer_reserve_space(sr->chunk, (ev_ssize_t)need, &v, 1) != 1)
             return KWC_ETOOBIG;
         char *d = v.iov_base;
-        size_t n = 0;
-        if (sr->any_item)
-            d[n++] = ',';
+        size_t n = sr->enc->item_prefix(sr, d, o->raw_len);
         memcpy(d + n, o->raw, o->raw_len);
         int rc = store_obj_check_raw(sr->d->sres, o, d + n);
         if (rc)
@@ -353,6 +521,7 @@ on_fill_obj(void *arg, const struct store_obj *o)
         v.iov_len = n + o->raw_len;
         evbuffer_commit_space(sr->chunk, &v, 1);
         sr->any_item = true;
+        sr->items_sent += v.iov_len;
     }
     if (++f->visits >= CHUNK_VISITS || evbuffer_get_length(sr->chunk) >= CHUNK_BYTES) {
         set_key(&sr->from, &sr->from_len, o->key, o->key_len, true);
@@ -393,18 +562,35 @@ fill(struct sreq *sr)
     store_rtxn_end(t);
     if (rc) {
         if (!sr->started) {
+            log_read_failed(sr, rc);
             sr->done = true;
-            sr->failed = rc; /* pump hands it upstream: sr goes with it */
+            sr->pass_on = true; /* pump hands it upstream: sr goes with it */
             return;
         }
         fail_stream(sr, rc);
         return;
     }
+    if (sr->enc->item_size &&
+        (sr->items_sent > sr->items_planned || (!f.more && sr->items_sent != sr->items_planned))) {
+        /* Never expected: the plan and the chunks read one state (at_rv).
+         * But a message whose length disagrees with its envelope must not
+         * leave: before the answer started the upstream answers instead;
+         * after, the stream is cut so that the client sees it incomplete. */
+        log_warnx("cache %s: %s: the items came to %llu bytes where the plan at rv %llu counted "
+                  "%llu; %s",
+                  sr->d->resource, hreq_target(sr->req, NULL), (unsigned long long)sr->items_sent,
+                  (unsigned long long)sr->at_rv, (unsigned long long)sr->items_planned,
+                  sr->started ? "closing the stream" : "asking the upstream");
+        sr->s->stats.errors++;
+        sr->done = true;
+        if (sr->started)
+            hresp_abort(sr->req);
+        else
+            sr->pass_on = true;
+        return;
+    }
     if (!f.more) {
-        size_t n;
-        char *tail = listfmt_tail(&sr->fmt, &sr->meta, &n);
-        evbuffer_add(sr->chunk, tail, n);
-        free(tail);
+        sr->enc->tail(sr, sr->chunk);
         sr->done = true;
         if (!sr->started) {
             /* the whole list in one piece: a plain response with Content-Length */
@@ -430,8 +616,8 @@ pump(struct sreq *sr)
     if (sr->done)
         return;
     fill(sr);
-    if (sr->failed) {
-        read_failed(sr, sr->failed);
+    if (sr->pass_on) {
+        pass_on(sr);
         return;
     }
     if (sr->done)
@@ -461,15 +647,12 @@ serve_list(struct sreq *sr)
     struct serve *s = sr->s;
     s->stats.lists++;
     int rc = 0;
-    if (sr->dec.limit > 0 && (rc = plan_page(sr)) != 0) {
+    if ((sr->dec.limit > 0 || sr->enc->item_size) && (rc = plan_list(sr)) != 0) {
         read_failed(sr, rc);
         return;
     }
-    size_t n;
-    char *head = listfmt_head(&sr->fmt, &sr->meta, &n);
     sr->chunk = evbuffer_new();
-    evbuffer_add(sr->chunk, head, n);
-    free(head);
+    sr->enc->head(sr, sr->chunk);
     hresp_low_water(sr->req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     pump(sr);
@@ -508,7 +691,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     }
     struct decide_result t;
     decide_timeout(&sr->dec, cur, &t);
-    if (t.action == DECIDE_ERROR) {
+    if (t.action == DECIDE_ERROR && sr->enc->table_errors) {
         s->stats.errors++;
         hresp_header(sr->req, "Audit-Id", sr->audit_id);
         respond_status_body(sr->req, t.code, t.body, t.retry_after_seconds);
@@ -520,9 +703,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     log_debug("cache %s: rv %llu not reached in %d ms (cache at %llu): asking the upstream",
               sr->d->resource, (unsigned long long)sr->dec.rv, s->o.wait_ms,
               (unsigned long long)cur);
-    struct hreq *req = sr->req;
-    sreq_release(sr);
-    pt_forward_read(req, s->o.up, s->o.pt);
+    pass_on(sr);
 }
 
 void
@@ -571,6 +752,19 @@ on_complete(void *arg)
 
 /* ---- the route stage ---- */
 
+/* A cluster-scoped resource is served at <path> and <path>/<name> only. The
+ * route gives "namespaces/X" the namespace X, as kube does, so a Namespace's
+ * own get (/api/v1/namespaces/X) carries one. */
+static bool
+cluster_path(const struct refl_desc *d, const struct route_req *r)
+{
+    if (!r->namespace_)
+        return true;
+    size_t pl = strlen(d->path);
+    return r->name && strncmp(r->path, d->path, pl) == 0 && r->path[pl] == '/' &&
+           strcmp(r->path + pl + 1, r->name) == 0;
+}
+
 static const struct hreq_handler serve_handler = {
     .on_complete = on_complete,
     .on_drain = on_drain,
@@ -583,18 +777,28 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
         !r->resource || strcmp(hreq_method(req), "GET") != 0)
         return false;
-    int ri = refl_find(s->refls, s->nrefls, r, KWC_ENC_JSON);
+    /* kube's protobuf serializer has no pretty form: ?pretty and a curl
+     * User-Agent indent JSON only */
+    enum route_media media =
+        route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(r->group));
+    if (media == ROUTE_MEDIA_OTHER ||
+        (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, hreq_header(req, "User-Agent"))))
+        return false;
+    bool pb = media == ROUTE_MEDIA_PROTOBUF;
+    /* each encoding has its own cache: protobuf answers come from the
+     * upstream's protobuf bytes, never converted from JSON */
+    int ri = refl_find(s->refls, s->nrefls, r, pb ? KWC_ENC_PB : KWC_ENC_JSON);
     struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
-    if (!rf || !refl_serving(rf))
+    if (!rf || !refl_serving(rf)) {
+        if (rf && pb)
+            refl_want(rf); /* a lazily started protobuf cache starts now */
         return false;
+    }
     const struct refl_desc *d = refl_desc(rf);
+    const struct encoding *enc = pb ? &enc_protobuf : &enc_json;
     bool list = r->verb == ROUTE_LIST;
-    if (d->namespaced ? (!list && !r->namespace_) : r->namespace_ != NULL)
+    if (d->namespaced ? (!list && !r->namespace_) : !cluster_path(d, r))
         return false; /* not a path kube serves this resource at: its 404 */
-    if (route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(d->group)) !=
-            ROUTE_MEDIA_JSON ||
-        route_wants_pretty(&r->q, hreq_header(req, "User-Agent")))
-        return false;
 
     struct sel *sel = NULL;
     char *sel_err = NULL;
@@ -614,10 +818,20 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     struct decide_result dec;
     decide_read(&dq, &dc, s->o.too_large, &dec);
     free(sel_err);
-    if (dec.action == DECIDE_PASS_THROUGH ||
+    /*
+     * An error of the decision table for an encoding kwc does not write them
+     * in (protobuf: kube sends its Status as protobuf) goes upstream: those
+     * cells depend on the request alone (its parameters, or an rv the
+     * upstream issued), so the upstream reaches the same answer and encodes
+     * it as the client asked. A get's 404 is kwc's own (enc->not_found).
+     */
+    bool upstream_error = dec.action == DECIDE_ERROR && !enc->table_errors;
+    if (dec.action == DECIDE_PASS_THROUGH || upstream_error ||
         (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
-                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why) : "field selector");
+                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why)
+                  : upstream_error                  ? "an error to answer in protobuf"
+                                                    : "field selector");
         decide_result_fini(&dec);
         sel_free(sel);
         return false;
@@ -628,6 +842,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->s = s;
     sr->req = req;
     sr->d = d;
+    sr->enc = enc;
     sr->list = list;
     sr->dec = dec;
     if (sel && !sel_is_everything(sel))

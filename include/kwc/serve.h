@@ -1,9 +1,10 @@
 /*
  * serve.h — list and get of cached resources answered from the LMDB store
  * (DESIGN.md "Serving rules"). Plugs into the front end's route stage: for a
- * GET list/get of a cached, synced resource asking for plain JSON, the
- * decision table (decide.h) says serve, wait, answer an error, or pass to the
- * upstream.
+ * GET list/get of a cached, synced resource asking for plain JSON, or for
+ * protobuf (built-in kinds, from the resource's protobuf cache: DESIGN.md
+ * "Encodings"), the decision table (decide.h) says serve, wait, answer an
+ * error, or pass to the upstream.
  *
  * Lists are streamed from short read transactions, one per chunk, all at
  * the same rv (store_scan rebuilds a past state from history), so memory per
@@ -11,12 +12,21 @@
  * transaction stays open while a client is slow. A NotOlderThan rv the cache
  * has not reached waits for the store's commits up to wait_ms.
  *
+ * A protobuf list is planned before its first byte (its envelope states the
+ * items' length): one read transaction at the list's rv sums what the items
+ * take, reading lengths and index bytes only; the chunks then stream the
+ * items, and a stream whose items would not add up to the plan is cut.
+ *
  * Passed to the upstream rather than answered here (kube's answer could
- * differ from what kwc can build): HEAD, Table/protobuf/metadata-only
- * Accept headers, pretty-printed output (?pretty, curl's User-Agent),
- * field selectors on fields kwc does not index (the upstream converts or
- * rejects them), selectors over kwc's parser bounds, and every cell of the
- * decision table that says so.
+ * differ from what kwc can build): HEAD, Table/metadata-only/YAML Accept
+ * headers, protobuf while the resource's protobuf cache is not serving (the
+ * request starts a lazily started one: refl_want), pretty-printed JSON
+ * (?pretty, curl's User-Agent), field selectors on fields kwc does not index
+ * for the encoding (the upstream converts or rejects them), selectors over
+ * kwc's parser bounds, every cell of the decision table that says so, and
+ * the table's errors (400, 422, 500, 504) for protobuf requests: kwc writes
+ * those Status bodies in JSON, and the upstream answers them the same way in
+ * protobuf. A protobuf get's 404 is kwc's own, in protobuf.
  * Loop thread only.
  */
 #ifndef KWC_SERVE_H

@@ -26,7 +26,7 @@ import unittest
 import urllib.parse
 
 import kpb
-from cluster import Env, http_request, wait_for
+from cluster import Env, http_connection, http_request, wait_for
 
 RESOURCES = "v1/pods,v1/nodes,v1/namespaces,apps/v1/deployments,example.com/v1/widgets"
 JSON = {"Accept": "application/json"}
@@ -55,6 +55,19 @@ def with_query(path, **changes):
         else:
             d[k] = v
     return base + ("?" + urllib.parse.urlencode(d) if d else "")
+
+
+def repeated_headers(port, path):
+    """Header names that occur more than once in the answer to path."""
+    c = http_connection(port)
+    try:
+        c.request("GET", path, headers=JSON)
+        r = c.getresponse()
+        r.read()
+        names = [k.lower() for k, _ in r.getheaders()]
+        return sorted({n for n in names if names.count(n) > 1})
+    finally:
+        c.close()
 
 
 def norm_status(b):
@@ -128,7 +141,8 @@ class Differential(unittest.TestCase):
 
     @staticmethod
     def lists_upstream_of(env):
-        return sum(v for k, v in env.stats()["requests"].items() if k.startswith("list "))
+        """Lists and gets the upstream has answered."""
+        return sum(v for k, v in env.stats()["requests"].items() if k.startswith(("list ", "get ")))
 
     def lists_upstream(self):
         return self.lists_upstream_of(self.env)
@@ -273,7 +287,12 @@ class Differential(unittest.TestCase):
                      "/apis/example.com/v1/namespaces/ns-1/widgets/widget-1",
                      "/apis/example.com/v1/namespaces/ns-0/widgets/nope"):
             for rv in ("0", str(cur), None, "abc"):
-                self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True)
+                # a Namespace's get too, whose path has the form of a namespaced one
+                served = True if rv in ("0", str(cur)) else False if rv is None else None
+                self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True,
+                           served=served)
+            # kwc's own answers (200 and 404) carry each header once, as kube's do
+            self.assertEqual(repeated_headers(self.env.kwc.port, path + "?resourceVersion=0"), [], path)
 
     def chains(self):
         # the label chain below needs more than one page of app=moved pods;
