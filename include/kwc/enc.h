@@ -9,11 +9,4 @@
 
 enum kwc_enc { KWC_ENC_JSON, KWC_ENC_PB };
 
-/* "json" or "protobuf", for logs and /readyz. */
-static inline const char *
-kwc_enc_name(enum kwc_enc e)
-{
-    return e == KWC_ENC_PB ? "protobuf" : "json";
-}
-
 #endif
