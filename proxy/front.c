@@ -189,8 +189,10 @@ readyz(struct front *f, struct hreq *req, bool verbose)
             continue;
         refl_status(f->refls[i], st, sizeof(st));
         if (!refl_counts_ready(f->refls[i])) {
-            evbuffer_add_printf(b, "[+]cache %s ok: its requests pass through (%s)\n", st,
-                                refl_last_error(f->refls[i]) ? refl_last_error(f->refls[i]) : "");
+            const char *why = refl_last_error(f->refls[i]);
+            evbuffer_add_printf(b, "[+]cache %s ok: not counted until it serves; its requests pass "
+                                "through%s%s%s\n",
+                                st, why ? " (" : "", why ? why : "", why ? ")" : "");
             continue;
         }
         bool ok = refl_serving(f->refls[i]);

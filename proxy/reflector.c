@@ -113,6 +113,8 @@ struct refl {
     const struct pb_field *pbf; /* protobuf: the fields read (d.fields mirrors them) */
     struct obj_field *own_fields;
     bool started;            /* refl_start ran (protobuf caches may wait for a request) */
+    bool wanted;             /* started by a request (refl_want), not at kwc's start */
+    bool ever_synced;        /* synced at least once since kwc started */
     bool refused;            /* protobuf: the upstream does not serve it so (last_err) */
     bool wrong_type;         /* this transfer's 200 came in another Content-Type */
     char got_type[96];       /* ...which one, for the message */
@@ -679,7 +681,7 @@ on_discovery_done(void *arg, int err, const char *msg)
     }
     if (info.synced && strcmp(info.identity, r->identity) == 0) {
         r->rv = info.rv;
-        r->synced = true;
+        r->synced = r->ever_synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch",
                  r->label, (unsigned long long)info.objects, (unsigned long long)info.rv);
         start_watch(r);
@@ -1085,7 +1087,7 @@ on_list_done(void *arg, int err, const char *msg)
              r->label, (unsigned long long)r->listed, r->listed_bytes / 1e6,
              (unsigned long long)r->list_rv, s, r->listed / (s > 0 ? s : 1));
     r->rv = r->list_rv;
-    r->synced = true;
+    r->synced = r->ever_synced = true;
     r->diff = false;
     r->backoff_ms = 0;
     heard(r);
@@ -1488,7 +1490,7 @@ refl_start(struct refl *r)
     if (info.synced && strcmp(info.identity, r->identity) == 0 && kl > 4 &&
         strcmp(info.list_kind + kl - 4, "List") == 0 && strcmp(info.api_version, r->d.api_version) == 0) {
         /* what discovery said last time: serve before it answers again */
-        r->synced = true;
+        r->synced = r->ever_synced = true;
         r->rv = info.rv;
         r->d.namespaced = info.namespaced;
         r->d.list_kind = xstrdup(info.list_kind);
@@ -1552,10 +1554,13 @@ refl_started(const struct refl *r)
     return r->started;
 }
 
+/* A cache started by a request joins /readyz once it has synced: kwc was
+ * ready without it, and a client asking for protobuf must not take the
+ * whole replica out of its Service while the new cache lists. */
 bool
 refl_counts_ready(const struct refl *r)
 {
-    return r->started && !r->refused;
+    return r->started && !r->refused && (!r->wanted || r->ever_synced);
 }
 
 const struct refl_desc *
@@ -1622,6 +1627,7 @@ refl_want(struct refl *r)
     log_info("cache %s: asked for by a request; starting it (requests pass through until it "
              "has synced)",
              r->label);
+    r->wanted = true;
     refl_start(r);
 }
 

@@ -392,6 +392,15 @@ serve_get(struct sreq *sr)
         return;
     }
     store_rtxn_end(t);
+    if (sr->enc->table_errors &&
+        route_negotiate(hreq_header(sr->req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF) {
+        /* a custom resource's 404 with protobuf asked for: the upstream's
+         * serializer picks the Status's encoding (see serve_take) */
+        struct hreq *req = sr->req;
+        sreq_release(sr);
+        pt_forward_read(req, s->o.up, s->o.pt);
+        return;
+    }
     /* errors.NewNotFound(qualifiedResource, name) */
     const struct refl_desc *d = sr->d;
     char *msg = d->group[0] ? xasprintf("%s.%s \"%s\" not found", d->resource, d->group, sr->name)
@@ -825,7 +834,13 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
      * upstream issued), so the upstream reaches the same answer and encodes
      * it as the client asked. A get's 404 is kwc's own (enc->not_found).
      */
-    bool upstream_error = dec.action == DECIDE_ERROR && !enc->table_errors;
+    /* A custom resource's error asked for with protobuf in Accept goes
+     * upstream too: which encoding kube writes a Status in for a resource
+     * without protobuf is its serializer's business, not the negotiation
+     * kwc reproduces for the resource's objects. */
+    bool upstream_error = dec.action == DECIDE_ERROR &&
+                          (!enc->table_errors ||
+                           route_negotiate(hreq_header(req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF);
     if (dec.action == DECIDE_PASS_THROUGH || upstream_error ||
         (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
         log_debug("cache %s: %s passed through (%s)", d->resource, r->path,

@@ -1004,8 +1004,11 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         sel_free(sel);
         return WATCH_NOT_TAKEN;
     }
-    if (dec.action == DECIDE_ERROR && enc == KWC_ENC_PB) {
-        /* kube answers in protobuf: the upstream gives the same error so */
+    if (dec.action == DECIDE_ERROR &&
+        (enc == KWC_ENC_PB ||
+         route_negotiate(hreq_header(req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF)) {
+        /* kube answers in protobuf (a custom resource's Status too, when
+         * protobuf is asked for): the upstream gives the same error so */
         decide_result_fini(&dec);
         sel_free(sel);
         return WATCH_NOT_TAKEN;

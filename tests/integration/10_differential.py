@@ -162,7 +162,7 @@ class Differential(unittest.TestCase):
                 path, "expected to be served" if served else "expected to be passed on", n))
         s = http_request(e.apisim.port, "GET", path, headers=self.ACCEPT)
         if exact and s[0] == 200:
-            Differential.memo[path] = s[2]
+            self.memo[path] = s[2]
         if exact and k[0] == 200 and s[0] == 410 and path in self.memo:
             # kwc's history reaches further back than the upstream's: it still
             # answers an exact list the upstream has compacted away, with the
@@ -289,6 +289,8 @@ class Differential(unittest.TestCase):
             for rv in ("0", str(cur), None, "abc"):
                 # a Namespace's get too, whose path has the form of a namespaced one
                 served = True if rv in ("0", str(cur)) else False if rv is None else None
+                if served and self.ACCEPT is not JSON and "widgets/nope" in path:
+                    served = False  # a custom resource's 404 with protobuf asked for: the upstream's
                 self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True,
                            served=served)
             # kwc's own answers (200 and 404) carry each header once, as kube's do
@@ -316,7 +318,7 @@ class Differential(unittest.TestCase):
                 self.assertEqual(via_kwc, self.memo[first], first + " (compacted upstream)")
                 continue
             via_sim = self.chain(first, lambda i: self.env.apisim.port)
-            Differential.memo[first] = via_sim
+            self.memo[first] = via_sim
             cross1 = self.chain(first, lambda i: self.env.kwc.port if i % 2 else self.env.apisim.port)
             cross2 = self.chain(first, lambda i: self.env.apisim.port if i % 2 else self.env.kwc.port)
             self.assertEqual(via_kwc, via_sim, first)
