@@ -242,6 +242,8 @@ local_endpoint(struct front *f, struct kreq *k)
         readyz(f, k->req, verbose);
     else if (strcmp(path, "/healthz") == 0 && verbose)
         respond_text(k->req, 200, "[+]ping ok\nhealthz check passed\n");
+    else if (strcmp(path, "/livez") == 0 && verbose)
+        respond_text(k->req, 200, "[+]ping ok\nlivez check passed\n");
     else
         respond_text(k->req, 200, "ok");
 }

@@ -37,6 +37,24 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(base, NULL);
 }
 
+/* A --resources entry the upstream does not have (a typo): exit 2 naming it. */
+struct unknown_exit {
+    struct event_base *base;
+    bool hit;
+};
+
+static void
+on_unknown_resource(void *arg, const struct refl *r, const char *why)
+{
+    struct unknown_exit *u = arg;
+    const struct refl_desc *d = refl_desc(r);
+    if (!u->hit)
+        fprintf(stderr, "kwc: --resources: %s%s%s/%s: %s (fix or remove the entry)\n", d->group,
+                d->group[0] ? "/" : "", d->version, d->resource, why);
+    u->hit = true;
+    event_base_loopexit(u->base, NULL);
+}
+
 static int
 write_port_file(const char *path, int port)
 {
@@ -303,6 +321,8 @@ main(int argc, char **argv)
                                      .map_size = (uint64_t)cfg.cache_map_size,
                                      .max_staleness = (unsigned)cfg.max_staleness};
     refl_ingest_new(base, st, &io, &ing);
+    struct unknown_exit unknown = {.base = base};
+    refl_ingest_on_unknown(ing, on_unknown_resource, &unknown);
     if ((rc = make_caches(&cfg, base, up, ing, k->server, &refls, &nrefls, &start, err,
                           sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
@@ -338,7 +358,7 @@ main(int argc, char **argv)
     event_base_dispatch(base);
     event_free(sigterm);
     event_free(sigint);
-    exit_code = 0;
+    exit_code = unknown.hit ? 2 : 0;
 out:
     front_free(front);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */

@@ -99,6 +99,8 @@ struct refl_ingest {
     void *on_commit_arg;
     void (*on_service)(void *arg, const struct refl *r, bool serving);
     void *on_service_arg;
+    void (*on_unknown)(void *arg, const struct refl *r, const char *why);
+    void *on_unknown_arg;
 };
 
 enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
@@ -114,6 +116,8 @@ struct refl {
     struct obj_field *own_fields;
     bool started;            /* refl_start ran (protobuf caches may wait for a request) */
     bool wanted;             /* started by a request (refl_want), not at kwc's start */
+    bool discovered;         /* discovery has answered once (found or not) */
+    bool discovery_failed;   /* an attempt failed before any answer (upstream away) */
     bool ever_synced;        /* synced at least once since kwc started */
     bool refused;            /* protobuf: the upstream does not serve it so (last_err) */
     bool wrong_type;         /* this transfer's 200 came in another Content-Type */
@@ -327,6 +331,14 @@ refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg)
 {
     ing->on_commit = cb;
     ing->on_commit_arg = arg;
+}
+
+void
+refl_ingest_on_unknown(struct refl_ingest *ing,
+                       void (*cb)(void *arg, const struct refl *r, const char *why), void *arg)
+{
+    ing->on_unknown = cb;
+    ing->on_unknown_arg = arg;
 }
 
 void
@@ -629,15 +641,84 @@ plain_name(const char *s)
     return true;
 }
 
+/* An upstream answer other than 200 as the operator needs to read it:
+ * credentials and permissions named, everything else with its status. */
+static void
+status_why(const struct refl *r, const char *what, char *buf, size_t len)
+{
+    if (r->status == 401)
+        snprintf(buf, len,
+                 "the upstream rejected kwc's credentials (401) for %s: check the token or "
+                 "certificate in KUBECONFIG (in a pod: the service account's token)",
+                 what);
+    else if (r->status == 403)
+        snprintf(buf, len,
+                 "kwc's identity may not %s (403): grant it get, list and watch of %s%s%s "
+                 "(conf/kubernetes/10-rbac.yaml)",
+                 what, r->d.resource, r->d.group[0] ? "." : "", r->d.group);
+    else
+        snprintf(buf, len, "%s answered %d", what, r->status);
+}
+
+/* Discovery's list of a group version's resources, for a person: "a, b, c"
+ * (subresources left out), at most len bytes. */
+static void
+offered(json_t *res, char *buf, size_t len)
+{
+    size_t i, n = 0;
+    json_t *e;
+    buf[0] = '\0';
+    json_array_foreach(res, i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (!name || strchr(name, '/'))
+            continue;
+        int w = snprintf(buf + n, len - n, "%s%s", n ? ", " : "", name);
+        if (w < 0 || (size_t)w >= len - n) {
+            if (len > 4)
+                snprintf(buf + (n < len - 4 ? n : len - 4), 4, "...");
+            return;
+        }
+        n += (size_t)w;
+    }
+}
+
+/* The resource does not exist upstream: on the first discovery since kwc
+ * started, a configuration error (main exits 2); later, a reason for /readyz. */
+static void
+unknown_resource(struct refl *r, const char *why)
+{
+    /* only what kwc was started with, and only when the upstream answered at
+     * once: an upstream away at start reports it in /readyz once known */
+    bool first = !r->discovered && !r->discovery_failed && !r->wanted &&
+                 r->d.enc == KWC_ENC_JSON;
+    r->discovered = true;
+    if (first && r->ing->on_unknown) {
+        snprintf(r->last_err, sizeof(r->last_err), "%s", why);
+        r->ing->on_unknown(r->ing->on_unknown_arg, r, why);
+        return;
+    }
+    backoff(r, why);
+}
+
 static void
 on_discovery_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
     char why[512];
+    if (r->status == 404 && !err) {
+        snprintf(why, sizeof(why), "the upstream serves no API group version %s (404 on its "
+                 "discovery)", r->d.api_version);
+        unknown_resource(r, why);
+        return;
+    }
     if (err || r->status != 200 || r->too_big) {
+        char st[384];
+        status_why(r, "read discovery", st, sizeof(st));
         snprintf(why, sizeof(why), "discovery of %s failed (%s)", r->d.path,
-                 err ? msg : r->too_big ? "too large" : "unexpected status");
+                 err ? msg : r->too_big ? "too large" : st);
+        if (!r->discovered)
+            r->discovery_failed = true;
         backoff(r, why);
         return;
     }
@@ -664,13 +745,17 @@ on_discovery_done(void *arg, int err, const char *msg)
             break;
         }
     }
-    json_decref(doc);
     if (!found) {
-        snprintf(why, sizeof(why), "the upstream does not serve %s/%s", r->d.api_version,
-                 r->d.resource);
-        backoff(r, why);
+        char names[256];
+        offered(res, names, sizeof(names));
+        snprintf(why, sizeof(why), "the upstream has no resource \"%s\" in %s (it serves: %s)",
+                 r->d.resource, r->d.api_version, names[0] ? names : "nothing");
+        json_decref(doc);
+        unknown_resource(r, why);
         return;
     }
+    json_decref(doc);
+    r->discovered = true;
     /* Warm start: the same upstream's synced cache is served at once and the
      * watch resumes from its rv; anything else starts from a fresh list. */
     struct store_rtxn *t;
@@ -1024,7 +1109,9 @@ on_list_done(void *arg, int err, const char *msg)
         return;
     }
     if (r->status != 200) {
-        snprintf(why, sizeof(why), "LIST %s answered %d", r->d.path, r->status);
+        char what[300];
+        snprintf(what, sizeof(what), "LIST %s", r->d.path);
+        status_why(r, what, why, sizeof(why));
         backoff(r, why);
         return;
     }
@@ -1248,9 +1335,10 @@ on_watch_done(void *arg, int err, const char *msg)
     if (r->status == 200 && secs_since(&r->watch_t0) >= HEALTHY_S)
         r->backoff_ms = 0; /* it was healthy: this drop is news, not the outage going on */
     if (err || r->status != 200) {
-        char why[512];
-        snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path,
-                 err ? msg : "unexpected status");
+        char why[512], st[384], what[300];
+        snprintf(what, sizeof(what), "WATCH %s", r->d.path);
+        status_why(r, what, st, sizeof(st));
+        snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path, err ? msg : st);
         backoff(r, why);
         return;
     }

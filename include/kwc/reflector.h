@@ -89,6 +89,15 @@ void refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void 
 void refl_ingest_on_service(struct refl_ingest *ing,
                             void (*cb)(void *arg, const struct refl *r, bool serving), void *arg);
 
+/* Call cb when the first discovery of a cache since kwc started finds that
+ * the upstream has no such resource (or group version): a typo in
+ * --resources. Without cb, or on later discoveries, it is retried with
+ * backoff and reported by refl_last_error. An upstream that cannot be
+ * reached is not this case. */
+void refl_ingest_on_unknown(struct refl_ingest *ing,
+                            void (*cb)(void *arg, const struct refl *r, const char *why),
+                            void *arg);
+
 /* Parse "g/v/r" or "v/r" (core) into a new reflector (not started) filling
  * the cache of that resource in encoding enc (store resource "v1/pods:json",
  * "v1/pods:pb"). Returns 0, KWC_ECONFIG with a message for a person in err

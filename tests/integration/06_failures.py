@@ -18,19 +18,73 @@ class FailureTest(unittest.TestCase):
             self.assertEqual(s.get("reason", ""), reason)
         return s
 
-    def test_unknown_resource_named_in_readyz_and_data_dir_parents_made(self):
+    def test_unknown_resource_exits_2_naming_what_the_upstream_serves(self):
+        import subprocess
+        from cluster import KWC_BIN
+        with Env(apisim_args=["--nodes", "1"], start_kwc=False) as env:
+            for res, want in (("v1/nodes,v1/foos", r'^kwc: --resources: v1/foos: the upstream has no resource "foos" '
+                                                   r'in v1 \(it serves: [^)]*\bpods\b[^)]*\bnodes\b[^)]*\)'),
+                              ("apps/v2/deployments", r"^kwc: --resources: apps/v2/deployments: the upstream serves "
+                                                      r"no API group version apps/v2")):
+                with self.subTest(resources=res):
+                    r = subprocess.run([KWC_BIN, "--upstream", "http://127.0.0.1:%d" % env.apisim.port,
+                                        "--listen", "127.0.0.1:0", "--resources", res,
+                                        "--data-dir", os.path.join(env.dir, "d-" + res.replace("/", "_"))],
+                                       capture_output=True, text=True, timeout=60)
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    errs = [l for l in r.stderr.splitlines() if l.startswith("kwc: ")]
+                    self.assertEqual(len(errs), 1, r.stderr)
+                    self.assertRegex(errs[0], want)
+
+    def test_unknown_resource_after_an_unreachable_start_named_in_readyz(self):
+        # the upstream is away at start: kwc serves, and says why once it knows
+        import socket
+        from cluster import APISIM, PYTHON, Proc
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
         with Env(apisim_args=["--nodes", "1"], start_kwc=False, wait_ready=False) as env:
+            env.apisim.stop()
+            env.apisim = Proc("apisim2", [PYTHON, APISIM, "--listen", "127.0.0.1:%d" % port, "--nodes", "1"],
+                              env.dir)
             data = os.path.join(env.dir, "a", "b", "data")  # parents missing
-            env.start_kwc(["--data-dir", data, "--resources", "v1/nodes,v1/foos"])
+            from cluster import kwc_proc
+            env.kwc = kwc_proc("kwc", ["--upstream", "http://127.0.0.1:%d" % port, "--listen", "127.0.0.1:0",
+                                       "--data-dir", data, "--resources", "v1/nodes,v1/foos"], env.dir)
+            env.kwc.start()
             self.assertTrue(os.path.exists(os.path.join(data, "data.mdb")), "--data-dir made with its parents")
+            wait_for(lambda: b"Couldn't connect" in http_request(env.kwc.port, "GET", "/readyz?verbose")[2], 30,
+                     "/readyz to say the upstream is away")
+            env.apisim.start()
 
             def reason():
                 st, _, b = http_request(env.kwc.port, "GET", "/readyz?verbose")
-                return st == 503 and b"the upstream does not serve v1/foos" in b and b
+                return st == 503 and b'the upstream has no resource "foos" in v1' in b and \
+                    b"[+]cache /api/v1/nodes: synced" in b and b
             text = wait_for(reason, 30, "/readyz to say why foos does not sync").decode()
-            self.assertRegex(text, r"\[-\]cache [^\n]*: not synced, [^\n]* failed: not synced: "
-                                   r"the upstream does not serve v1/foos")
+            self.assertRegex(text, r'\[-\]cache [^\n]*: not synced, [^\n]* failed: not synced: '
+                                   r'the upstream has no resource "foos" in v1 \(it serves: ')
             self.assertRegex(text, r"\[\+\]cache /api/v1/nodes: synced")
+            self.assertIsNone(env.kwc.p.poll(), "kwc exited")
+
+    def test_rejected_credentials_named(self):
+        with Env(apisim_args=["--nodes", "1", "--token", "right"], start_kwc=False, wait_ready=False) as env:
+            kc = os.path.join(env.dir, "kubeconfig")
+            with open(kc, "w") as f:
+                json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                           "clusters": [{"name": "s", "cluster": {"server": "http://127.0.0.1:%d" % env.apisim.port}}],
+                           "users": [{"name": "u", "user": {"token": "wrong"}}],
+                           "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}]}, f)
+            from cluster import kwc_proc
+            env.kwc = kwc_proc("kwc", ["--kubeconfig", kc, "--listen", "127.0.0.1:0", "--resources", "v1/nodes",
+                                       "--data-dir", os.path.join(env.dir, "data")], env.dir)
+            env.kwc.start()
+            want = b"the upstream rejected kwc's credentials (401) for read discovery: check the token or " \
+                   b"certificate in KUBECONFIG"
+            wait_for(lambda: want in http_request(env.kwc.port, "GET", "/readyz?verbose")[2], 30,
+                     "/readyz to name the rejected credentials")
+            self.assertIn(want.decode(), env.kwc.logs())
+            self.assertNotIn("unexpected status", env.kwc.logs())
 
     def test_upstream_down(self):
         with Env(apisim_args=["--nodes", "1"]) as env:
@@ -40,8 +94,10 @@ class FailureTest(unittest.TestCase):
                                   "ServiceUnavailable")
             self.assertLess(time.monotonic() - t0, 3)
             self.assertIn("unavailable", s["message"])
-            # kwc itself stays healthy
+            # kwc itself stays healthy and live (kube's verbose format)
             self.assertEqual(http_request(env.kwc.port, "GET", "/healthz")[0], 200)
+            self.assertEqual(http_request(env.kwc.port, "GET", "/livez?verbose")[0::2],
+                             (200, b"[+]ping ok\nlivez check passed\n"))
 
     def test_upstream_errors_and_hangs(self):
         with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2"]) as env:
