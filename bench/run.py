@@ -984,6 +984,8 @@ def bench_metrics(args):
                                                                 ("--protobuf-resources", "none")))
         stop_scrape = threading.Event()
         scrapes = [0, 0]
+        series = []  # (seconds, events sent, CPU seconds, watchers, resident bytes) from each scrape
+        t_start = time.monotonic()
 
         def scraper():
             k = servers[after.label]
@@ -992,6 +994,13 @@ def bench_metrics(args):
                     st, body = k.get("/metrics", timeout=10)
                     scrapes[0] += st == 200
                     scrapes[1] = len(body)
+                    if st == 200:
+                        text = body.decode() if isinstance(body, bytes) else body
+                        series.append((time.monotonic() - t_start,
+                                       metric_sum(text, "kwc_watch_events_sent_total"),
+                                       metric_sum(text, "process_cpu_seconds_total"),
+                                       metric_sum(text, "kwc_watchers"),
+                                       metric_sum(text, "process_resident_memory_bytes")))
                 except OSError:
                     pass
         th = threading.Thread(target=scraper, daemon=True)
@@ -1032,10 +1041,51 @@ def bench_metrics(args):
         for k in servers.values():
             k.stop()
         env.close()
+    plot_metrics(series)
     save("metrics", table("Fan-out with and without metrics, 1 KiB events at 100/s (fanout.c), ABBA, mean of two "
                           "runs per cell; %s" % note,
                           ["watchers", "server", "deliveries/s", "kwc CPU us/delivery", "p99 ms",
                            "vs before: deliveries/s / CPU per delivery", "target"], rows))
+
+
+def metric_sum(text, name):
+    """The sum of every sample of one metric in a Prometheus text body."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def plot_metrics(series, name="metrics-scrape"):
+    """PNG: what kwc's own /metrics said during the metrics scenario, one
+    scrape a second: deliveries/s and CPU (rates), watchers, resident memory."""
+    if not SAVE or len(series) < 3:
+        return
+    data = os.path.join(RESULTS, name + ".dat")
+    with open(data, "w") as f:
+        f.write("# seconds deliveries/s cpu-cores watchers resident-MB\n")
+        for (t0, e0, c0, _, _), (t1, e1, c1, w1, r1) in zip(series, series[1:]):
+            dt = max(t1 - t0, 1e-3)
+            f.write("%.1f %.0f %.3f %.0f %.1f\n" % (t1, max(e1 - e0, 0) / dt, max(c1 - c0, 0) / dt, w1, r1 / 1e6))
+    script = """set terminal png size 900,900 noenhanced
+set output '%s'
+set multiplot layout 3,1 title "kwc's /metrics during the metrics scenario (the 'after' kwc, scraped every second)"
+set xlabel 'seconds'
+set ylabel 'deliveries/s'
+set y2label 'CPU (cores)'
+set y2tics
+set ytics nomirror
+plot '%s' using 1:2 with lines title 'rate(kwc_watch_events_sent_total)', '' using 1:3 axes x1y2 with lines title 'rate(process_cpu_seconds_total)'
+unset y2tics
+unset y2label
+set ylabel 'watchers'
+plot '%s' using 1:4 with lines title 'kwc_watchers'
+set ylabel 'MB'
+plot '%s' using 1:5 with lines title 'process_resident_memory_bytes'
+unset multiplot
+""" % (os.path.join(RESULTS, name + ".png"), data, data, data)
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
 
 
 def tlsprobe(args, n):
