@@ -285,11 +285,30 @@ def kwc_proc(name, args, workdir, kwc_bin=None):
                 tls=kwc_tls_client() if TLS else None)
 
 
+# Every Env's directory (data dirs, logs) is removed when the test process
+# exits, after every failure has printed its logs; KWC_KEEP_TMP=1 keeps them.
+_ENV_DIRS = []
+
+
+def _remove_env_dirs():
+    if os.environ.get("KWC_KEEP_TMP"):
+        return
+    import shutil
+    for d in _ENV_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+import atexit  # noqa: E402
+
+atexit.register(_remove_env_dirs)
+
+
 class Env:
     """apisim + kwc for one test class. Use as a context manager or call close()."""
 
     def __init__(self, apisim_args=(), kwc_args=(), start_kwc=True, kwc_bin=None, wait_ready=True):
         self.dir = tempfile.mkdtemp(prefix="kwc-it-")
+        _ENV_DIRS.append(self.dir)
         self.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0"] + list(apisim_args), self.dir)
         self.kwc = None
         self.kwc_bin = kwc_bin or KWC_BIN
