@@ -85,6 +85,7 @@ struct hreq {
     size_t *hoff; /* while parsing: name offset, value offset per header */
     size_t hcap;
     enum { H_URL, H_FIELD, H_VALUE } hs; /* what the parser is delivering */
+    bool fold_ws; /* after an obs-fold: white space is dropped until the value goes on */
     char method[24];
     bool http10, keepalive, upgrade, has_body, chunked, head_method;
     int64_t clen;
@@ -131,7 +132,8 @@ struct hconn {
     bool parse_paused_body; /* the handler stopped body reading */
     bool head_ready;        /* on_headers_complete ran: dispatch */
     bool msg_complete;      /* on_message_complete ran */
-    const char *feed_end;   /* the end of the bytes being parsed */
+    const char *feed_start, *feed_end; /* the bytes being parsed */
+    char feed_prev;                    /* the byte consumed before feed_start ('\0' at first) */
     bool close_when_flushed;
     bool discard_overflow;  /* an unread body went past max_discard_bytes */
     struct sockaddr_storage peer;
@@ -447,6 +449,21 @@ on_url(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* Go's net/textproto reads a header value as kube sees it: leading and
+ * trailing spaces and tabs trimmed, and each obs-fold (a line break followed
+ * by white space, which libhttp-parser hands over as one more piece of the
+ * value, starting at that white space) replaced by one space between the
+ * trimmed pieces. kwc reads values the same way, so what it checks (an
+ * Impersonate-* value, a token) is what kube would have read. */
+static void
+value_trim_end(struct hreq *r)
+{
+    size_t start = r->hoff[2 * (r->nh - 1) + 1];
+    while (r->arena.len > start &&
+           (r->arena.p[r->arena.len - 1] == ' ' || r->arena.p[r->arena.len - 1] == '\t'))
+        r->arena.len--;
+}
+
 static int
 on_header_field(http_parser *p, const char *at, size_t n)
 {
@@ -456,6 +473,8 @@ on_header_field(http_parser *p, const char *at, size_t n)
                    * out: hdrs point into the arena, hoff is freed) */
     if (r->hs != H_FIELD) {
         /* a new header line: end the target or the previous value */
+        if (r->hs == H_VALUE)
+            value_trim_end(r);
         arena_nul(r);
         if (r->nh == MAX_HEADERS)
             return 1;
@@ -475,13 +494,29 @@ on_header_field(http_parser *p, const char *at, size_t n)
 static int
 on_header_value(http_parser *p, const char *at, size_t n)
 {
-    struct hreq *r = ((struct hconn *)p->data)->req;
+    struct hconn *c = p->data;
+    struct hreq *r = c->req;
     if (r->hdrs)
         return 0; /* a trailer field: dropped */
     if (r->hs != H_VALUE) {
         arena_nul(r); /* end of the name */
         r->hoff[2 * (r->nh - 1) + 1] = r->arena.len;
         r->hs = H_VALUE;
+        r->fold_ws = false;
+    }
+    char before = at > c->feed_start ? at[-1] : c->feed_prev;
+    if (n && before == '\n') {
+        /* an obs-fold: this piece starts a continuation line */
+        value_trim_end(r);
+        if (r->arena.len > r->hoff[2 * (r->nh - 1) + 1])
+            arena_add(r, " ", 1);
+        r->fold_ws = true;
+    }
+    if (r->fold_ws) {
+        while (n && (*at == ' ' || *at == '\t'))
+            at++, n--;
+        if (n)
+            r->fold_ws = false;
     }
     arena_add(r, at, n);
     return 0;
@@ -496,6 +531,8 @@ on_headers_complete(http_parser *p)
         /* a name without a value: an empty value */
         arena_nul(r);
         r->hoff[2 * (r->nh - 1) + 1] = r->arena.len;
+    } else if (r->hs == H_VALUE) {
+        value_trim_end(r);
     }
     arena_nul(r);
     c->head_ready = true;
@@ -711,8 +748,11 @@ conn_parse(struct hconn *c)
         if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
             return;
         size_t len = v.iov_len < READ_CHUNK ? v.iov_len : READ_CHUNK;
+        c->feed_start = v.iov_base;
         c->feed_end = (const char *)v.iov_base + len;
         size_t n = http_parser_execute(&c->p, &c->s->ps, v.iov_base, len);
+        if (n)
+            c->feed_prev = ((const char *)v.iov_base)[n - 1];
         enum http_errno e = HTTP_PARSER_ERRNO(&c->p);
         if (e != HPE_OK && e != HPE_PAUSED) {
             bool in_head = c->state == C_IDLE;
