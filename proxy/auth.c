@@ -76,24 +76,38 @@ nz(const char *s)
 
 
 
-/* s as Go's encoding/json sees it: each byte that starts no valid UTF-8
- * sequence becomes U+FFFD (new). */
-static char *
-valid_utf8(const char *s)
+/* s[0..len) as Go's encoding/json sees it: each byte that starts no valid
+ * UTF-8 sequence becomes U+FFFD. Into b (NUL bytes kept). */
+static void
+valid_utf8n(struct gostr_buf *b, const char *s, size_t len)
 {
-    size_t len = strlen(s);
-    struct gostr_buf b = {0};
     for (size_t i = 0; i < len;) {
         size_t n = kwc_utf8_seq((const unsigned char *)s + i, len - i);
         if (n == 0) {
-            gostr_addn(&b, "\xEF\xBF\xBD", 3);
+            gostr_addn(b, "\xEF\xBF\xBD", 3);
             i++;
         } else {
-            gostr_addn(&b, s + i, n);
+            gostr_addn(b, s + i, n);
             i += n;
         }
     }
+}
+
+/* The same for a C string (new). */
+static char *
+valid_utf8(const char *s)
+{
+    struct gostr_buf b = {0};
+    valid_utf8n(&b, s, strlen(s));
     return gostr_take(&b);
+}
+
+/* An extra key or a subresource may hold NUL bytes (Impersonate-Extra-a%00b:
+ * kube's key is "a\x00b", never "a"): their lengths travel with them. */
+static size_t
+sub_len(const struct auth_attrs *at)
+{
+    return at->subresource_len ? at->subresource_len : strlen(nz(at->subresource));
 }
 
 /* A JSON string of s (invalid UTF-8 replaced as Go's encoder does). New. */
@@ -417,7 +431,8 @@ auth_token_review_parse(const char *body, size_t len, struct auth_user **out, ch
             kwc_errf(err, errlen, rc, "TokenReview: status.user.extra is not lists of strings");
             goto out;
         }
-        e->key = xstrdup(k);
+        e->key = xstrdup(k); /* jansson refuses \u0000 in a document: no NUL here */
+        e->keylen = strlen(k);
         u->nextra++;
     }
     add_authenticated_group(u);
@@ -440,8 +455,11 @@ set_nonempty(json_t *o, const char *key, const char *v)
 static int
 cmp_extra(const void *a, const void *b)
 {
-    return strcmp((*(const struct auth_extra *const *)a)->key,
-                  (*(const struct auth_extra *const *)b)->key);
+    /* Go's sort.Strings: bytewise, a prefix first */
+    const struct auth_extra *x = *(const struct auth_extra *const *)a,
+                            *y = *(const struct auth_extra *const *)b;
+    int c = memcmp(x->key, y->key, x->keylen < y->keylen ? x->keylen : y->keylen);
+    return c ? c : (x->keylen > y->keylen) - (x->keylen < y->keylen);
 }
 
 /*
@@ -462,7 +480,12 @@ sar_spec(const struct auth_user *u, const struct auth_attrs *at)
         set_nonempty(ra, "group", at->group);
         set_nonempty(ra, "version", at->version);
         set_nonempty(ra, "resource", at->resource);
-        set_nonempty(ra, "subresource", at->subresource);
+        if (sub_len(at)) {
+            struct gostr_buf sb = {0};
+            valid_utf8n(&sb, at->subresource, sub_len(at));
+            json_object_set_new(ra, "subresource", json_stringn(sb.p, sb.len));
+            free(sb.p);
+        }
         set_nonempty(ra, "name", at->name);
         json_object_set_new(spec, "resourceAttributes", ra);
     } else {
@@ -488,9 +511,10 @@ sar_spec(const struct auth_user *u, const struct auth_attrs *at)
                 json_t *vals = json_array();
                 for (size_t j = 0; j < ex[i]->nvalues; j++)
                     json_array_append_new(vals, jstr(ex[i]->values[j]));
-                char *key = valid_utf8(ex[i]->key);
-                json_object_set_new(eo, key, vals);
-                free(key);
+                struct gostr_buf kb = {0};
+                valid_utf8n(&kb, ex[i]->key, ex[i]->keylen);
+                json_object_setn_new(eo, kb.p ? kb.p : "", kb.len, vals);
+                free(kb.p);
             }
             free(ex);
             json_object_set_new(spec, "extra", eo);
@@ -500,65 +524,98 @@ sar_spec(const struct auth_user *u, const struct auth_attrs *at)
     return spec;
 }
 
-/* One length-prefixed field of a question's key. */
+/* One field of a question's key: its length, ':', its bytes. */
 static void
-key_field(struct gostr_buf *b, const char *s)
+key_fieldn(struct gostr_buf *b, const char *s, size_t n)
 {
-    size_t n = s ? strlen(s) : 0;
     gostr_addu(b, n);
     gostr_addc(b, ':');
     gostr_addn(b, s ? s : "", n);
 }
 
+static void
+key_field(struct gostr_buf *b, const char *s)
+{
+    key_fieldn(b, s, s ? strlen(s) : 0);
+}
+
+/* A count of the fields that follow: the number, then ';' (a field's
+ * length ends in ':'), so a count and the field after it never read as
+ * another count or field. */
+static void
+key_count(struct gostr_buf *b, size_t n)
+{
+    gostr_addu(b, n);
+    gostr_addc(b, ';');
+}
+
 /*
- * The cache key of a question: SHA-256 of every field of the spec, each
- * length-prefixed (so distinct questions never share a key), in the spec's
- * order with extra keys sorted as the spec marshals them. It stands for
+ * The cache key of a question: SHA-256 of every field of the spec in the
+ * spec's order (extra keys sorted as the spec marshals them). Every field is
+ * length-prefixed and every count terminated, so the encoding reads back in
+ * exactly one way and distinct questions never share a key (auth_test has a
+ * pair that collided when counts were bare numbers). It stands for
  * webhook.go's key (the marshalled spec) without building the JSON on every
  * request: a cached answer is the hot path of every read kwc serves.
  * Strings are taken raw, so two spellings the JSON would make equal (invalid
  * UTF-8) are two entries: never the other way round.
  */
 static void
-question_key(const struct auth_user *u, const struct auth_attrs *at, unsigned char key[32])
+question_key_bytes(const struct auth_user *u, const struct auth_attrs *at, struct gostr_buf *b)
 {
-    struct gostr_buf b = {0};
-    gostr_addc(&b, at->resource_request ? 'R' : 'N');
+    gostr_addc(b, at->resource_request ? 'R' : 'N');
     if (at->resource_request) {
-        key_field(&b, at->namespace_);
-        key_field(&b, at->verb);
-        key_field(&b, at->group);
-        key_field(&b, at->version);
-        key_field(&b, at->resource);
-        key_field(&b, at->subresource);
-        key_field(&b, at->name);
+        key_field(b, at->namespace_);
+        key_field(b, at->verb);
+        key_field(b, at->group);
+        key_field(b, at->version);
+        key_field(b, at->resource);
+        key_fieldn(b, at->subresource, sub_len(at));
+        key_field(b, at->name);
     } else {
-        key_field(&b, at->path);
-        key_field(&b, at->verb);
+        key_field(b, at->path);
+        key_field(b, at->verb);
     }
+    gostr_addc(b, u ? 'U' : '-');
     if (u) {
-        key_field(&b, u->name);
-        key_field(&b, u->uid);
-        gostr_addu(&b, u->ngroups);
+        key_field(b, u->name);
+        key_field(b, u->uid);
+        key_count(b, u->ngroups);
         for (size_t i = 0; i < u->ngroups; i++)
-            key_field(&b, u->groups[i]);
+            key_field(b, u->groups[i]);
         size_t ne = u->nextra;
         const struct auth_extra **ex = xmalloc((ne ? ne : 1) * sizeof(*ex));
         for (size_t i = 0; i < ne; i++)
             ex[i] = &u->extra[i];
         if (ne > 1)
             qsort(ex, ne, sizeof(*ex), cmp_extra);
-        gostr_addu(&b, u->nextra);
+        key_count(b, ne);
         for (size_t i = 0; i < ne; i++) {
-            key_field(&b, ex[i]->key);
-            gostr_addu(&b, ex[i]->nvalues);
+            key_fieldn(b, ex[i]->key, ex[i]->keylen);
+            key_count(b, ex[i]->nvalues);
             for (size_t j = 0; j < ex[i]->nvalues; j++)
-                key_field(&b, ex[i]->values[j]);
+                key_field(b, ex[i]->values[j]);
         }
         free(ex);
     }
+}
+
+static void
+question_key(const struct auth_user *u, const struct auth_attrs *at, unsigned char key[32])
+{
+    struct gostr_buf b = {0};
+    question_key_bytes(u, at, &b);
     sha256(b.p, b.len, key);
     free(b.p);
+}
+
+char *
+auth_question_bytes(const struct auth_user *u, const struct auth_attrs *at, size_t *len)
+{
+    struct gostr_buf b = {0};
+    question_key_bytes(u, at, &b);
+    *len = b.len;
+    return b.p ? b.p : xcalloc(1, 1);
 }
 
 static char *
@@ -644,12 +701,12 @@ auth_forbidden_status(const char *user, const struct auth_attrs *at, const char 
          * resource with "/subresource" when there is one */
         struct gostr_buf res = {0};
         gostr_add(&res, resource);
-        if (at->subresource && *at->subresource) {
+        if (sub_len(at)) {
             gostr_add(&res, "/");
-            gostr_add(&res, at->subresource);
+            gostr_addn(&res, at->subresource, sub_len(at));
         }
         gostr_add(&m, " resource ");
-        gostr_quote(&m, res.p ? res.p : "", strlen(res.p ? res.p : ""));
+        gostr_quote(&m, res.p ? res.p : "", res.len);
         free(res.p);
         gostr_add(&m, " in API group ");
         gostr_quote(&m, group, strlen(group));
@@ -1288,7 +1345,7 @@ static size_t
 attr_bytes(const struct auth_attrs *at)
 {
     return strlen(nz(at->namespace_)) + strlen(nz(at->verb)) + strlen(nz(at->group)) +
-           strlen(nz(at->version)) + strlen(nz(at->resource)) + strlen(nz(at->subresource)) +
+           strlen(nz(at->version)) + strlen(nz(at->resource)) + sub_len(at) +
            strlen(nz(at->name)) + strlen(nz(at->path));
 }
 

@@ -48,6 +48,7 @@
 #include "kwc/config.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
+#include "kwc/impersonate.h"
 #include "kwc/log.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
@@ -82,13 +83,6 @@ struct front {
     struct access *access;   /* request records: metrics, the access log */
 };
 
-#define MAX_IMPERSONATE 32 /* Impersonate-* headers checked per request */
-
-/* One "impersonate" question: what a caller's Impersonate-* header asks. */
-struct imp {
-    const char *resource, *subresource, *namespace_, *name;
-};
-
 /* What the stages learned about one request (lives until it is routed). */
 struct kreq {
     struct front *f;
@@ -98,9 +92,8 @@ struct kreq {
     struct auth_user *caller; /* who authenticated */
     struct auth_user *user;   /* as whom it acts (caller, or whom it impersonates) */
     struct auth_wait *wait;   /* the upstream is being asked */
-    struct imp imp[MAX_IMPERSONATE];
-    size_t nimp, at;
-    char *imp_arena;          /* decoded Impersonate-Extra keys */
+    struct imp_plan imp;      /* the Impersonate-* questions, asked in order */
+    size_t at;                /* the question being asked */
     char nr_verb[16];         /* a non-resource request's verb (the lower-case method) */
 };
 
@@ -390,7 +383,7 @@ kreq_free(struct kreq *k)
         auth_user_unref(k->user);
     if (k->caller)
         auth_user_unref(k->caller);
-    free(k->imp_arena);
+    imp_plan_fini(&k->imp);
     route_fini(&k->route);
     free(k);
 }
@@ -481,137 +474,14 @@ stage_authenticate(struct kreq *k)
 
 /* ---- stage: impersonate (kube's filters/impersonation.go) ---- */
 
-static const char *
-hdr_suffix(const char *name, const char *prefix)
-{
-    size_t pl = strlen(prefix);
-    return strncasecmp(name, prefix, pl) == 0 ? name + pl : NULL;
-}
-
-/* The user Impersonate-* asks for, from the request's headers. */
-static struct auth_user *
-impersonated_user(struct kreq *k)
-{
-    const struct http_header *hs;
-    size_t nh = hreq_headers(k->req, &hs);
-    struct auth_user *u = xcalloc(1, sizeof(*u));
-    u->refs = 1;
-    u->uid = xstrdup("");
-    bool sa = false, has_authd = false, has_unauthd = false;
-    for (size_t i = 0; i < nh; i++) {
-        const char *key;
-        if (strcasecmp(hs[i].name, "Impersonate-User") == 0 && !u->name) {
-            u->name = xstrdup(hs[i].value);
-            sa = strncmp(u->name, "system:serviceaccount:", 22) == 0;
-        } else if (strcasecmp(hs[i].name, "Impersonate-Uid") == 0) {
-            free(u->uid);
-            u->uid = xstrdup(hs[i].value);
-        } else if (strcasecmp(hs[i].name, "Impersonate-Group") == 0) {
-            u->groups = xrealloc(u->groups, (u->ngroups + 1) * sizeof(char *));
-            u->groups[u->ngroups++] = xstrdup(hs[i].value);
-            has_authd |= strcmp(hs[i].value, "system:authenticated") == 0;
-            has_unauthd |= strcmp(hs[i].value, "system:unauthenticated") == 0;
-        } else if ((key = hdr_suffix(hs[i].name, "Impersonate-Extra-")) && *key) {
-            /* the key: lower case, percent-decoded (kube's unescapeExtraKey) */
-            char *dk = xstrdup(key);
-            size_t dl;
-            for (char *c = dk; *c; c++)
-                *c = (char)tolower((unsigned char)*c);
-            if (kwc_pct_decode(dk, strlen(dk), false, dk, &dl) == 0)
-                dk[dl] = '\0';
-            size_t e = 0;
-            while (e < u->nextra && strcmp(u->extra[e].key, dk) != 0)
-                e++;
-            if (e == u->nextra) {
-                u->extra = xrealloc(u->extra, (u->nextra + 1) * sizeof(*u->extra));
-                u->extra[e] = (struct auth_extra){.key = dk};
-                u->nextra++;
-            } else {
-                free(dk);
-            }
-            struct auth_extra *x = &u->extra[e];
-            x->values = xrealloc(x->values, (x->nvalues + 1) * sizeof(char *));
-            x->values[x->nvalues++] = xstrdup(hs[i].value);
-        }
-    }
-    if (!u->name)
-        u->name = xstrdup("");
-    /* kube adds the groups every such user has (impersonation.go): a service
-     * account's when no group was asked for, then system:authenticated (or,
-     * for system:anonymous, system:unauthenticated) unless present */
-    const char *add[3] = {0};
-    size_t na = 0;
-    char *sa_group = NULL;
-    bool anonymous = strcmp(u->name, "system:anonymous") == 0;
-    if (sa && u->ngroups == 0) {
-        const char *ns = u->name + 22;
-        size_t nl = strcspn(ns, ":");
-        add[na++] = "system:serviceaccounts";
-        add[na++] = sa_group = xasprintf("system:serviceaccounts:%.*s", (int)nl, ns);
-    }
-    if (anonymous ? !has_unauthd : !(has_authd || has_unauthd))
-        add[na++] = anonymous ? "system:unauthenticated" : "system:authenticated";
-    for (size_t i = 0; i < na; i++) {
-        u->groups = xrealloc(u->groups, (u->ngroups + 1) * sizeof(char *));
-        u->groups[u->ngroups++] = xstrdup(add[i]);
-    }
-    free(sa_group);
-    return u;
-}
-
-/* The questions the headers ask, in kube's order (buildImpersonationRequests:
- * the user, groups, extras, the uid), or -1 when they ask for something
- * without a user. */
-static int
-impersonation_questions(struct kreq *k, const struct auth_user *as)
-{
-    const struct http_header *hs;
-    size_t nh = hreq_headers(k->req, &hs);
-    bool any = false, user = false;
-    for (size_t i = 0; i < nh; i++) {
-        if (!hdr_suffix(hs[i].name, "Impersonate-"))
-            continue;
-        any = true;
-        user |= strcasecmp(hs[i].name, "Impersonate-User") == 0;
-    }
-    if (!any)
-        return 0;
-    if (!user)
-        return -1;
-    k->nimp = 0;
-    struct imp *q = &k->imp[k->nimp++];
-    if (strncmp(as->name, "system:serviceaccount:", 22) == 0 && strchr(as->name + 22, ':')) {
-        /* serviceaccounts NAME in NS */
-        const char *ns = as->name + 22, *colon = strchr(ns, ':');
-        k->imp_arena = xstrndup(ns, (size_t)(colon - ns));
-        *q = (struct imp){.resource = "serviceaccounts", .namespace_ = k->imp_arena, .name = colon + 1};
-    } else {
-        *q = (struct imp){.resource = "users", .name = as->name};
-    }
-    for (size_t i = 0; i < nh && k->nimp < MAX_IMPERSONATE; i++)
-        if (strcasecmp(hs[i].name, "Impersonate-Group") == 0)
-            k->imp[k->nimp++] = (struct imp){.resource = "groups", .name = hs[i].value};
-    for (size_t e = 0; e < as->nextra; e++)
-        for (size_t v = 0; v < as->extra[e].nvalues && k->nimp < MAX_IMPERSONATE; v++)
-            k->imp[k->nimp++] = (struct imp){.resource = "userextras", .subresource = as->extra[e].key,
-                                             .name = as->extra[e].values[v]};
-    if (as->uid[0] && k->nimp < MAX_IMPERSONATE)
-        k->imp[k->nimp++] = (struct imp){.resource = "uids", .name = as->uid};
-    return (int)k->nimp;
-}
+/*
+ * impersonate.h reads the headers into one list of questions; each is asked
+ * in kube's order, the first denial ends the request with kube's 403, and
+ * the identity the request then acts as is built from that same list
+ * (imp_user), so nothing reaches the upstream that was not asked about.
+ */
 
 static void next_impersonation(struct kreq *k);
-
-static void
-imp_attrs(const struct imp *q, struct auth_attrs *at)
-{
-    *at = (struct auth_attrs){.resource_request = true, .verb = "impersonate", .group = "",
-                              .version = "v1", .resource = q->resource,
-                              .subresource = q->subresource, .namespace_ = q->namespace_,
-                              .name = q->name};
-    if (strcmp(q->resource, "userextras") == 0 || strcmp(q->resource, "uids") == 0)
-        at->group = "authentication.k8s.io";
-}
 
 static void
 on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
@@ -624,7 +494,7 @@ on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
     }
     if (d == AUTH_DENY) {
         struct auth_attrs at;
-        imp_attrs(&k->imp[k->at], &at);
+        imp_attrs(&k->imp.q[k->at], &at);
         char *body = auth_forbidden_status(k->caller->name, &at, reason);
         finish(k, 403, NULL, NULL, body);
         free(body);
@@ -637,12 +507,15 @@ on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
 static void
 next_impersonation(struct kreq *k)
 {
-    if (k->at == k->nimp) {
+    if (k->at == k->imp.nq) {
+        /* every question allowed: act as what they make */
+        auth_user_unref(k->user);
+        k->user = imp_user(&k->imp);
         stage_authorize(k);
         return;
     }
     struct auth_attrs at;
-    imp_attrs(&k->imp[k->at], &at);
+    imp_attrs(&k->imp.q[k->at], &at);
     struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
     if (w)
         k->wait = w; /* else k may be gone already */
@@ -651,57 +524,32 @@ next_impersonation(struct kreq *k)
 static void
 stage_impersonate(struct kreq *k)
 {
-    if (!hreq_header(k->req, "Impersonate-User") && !hreq_header(k->req, "Impersonate-Group") &&
-        !hreq_header(k->req, "Impersonate-Uid")) {
-        bool extra = false;
-        const struct http_header *hs;
-        size_t nh = hreq_headers(k->req, &hs);
-        for (size_t i = 0; i < nh; i++)
-            extra |= hdr_suffix(hs[i].name, "Impersonate-Extra-") != NULL;
-        if (!extra) {
-            stage_authorize(k);
-            return;
-        }
+    const struct http_header *hs;
+    size_t nh = hreq_headers(k->req, &hs);
+    switch (imp_plan(hs, nh, &k->imp)) {
+    case IMP_NONE:
+        stage_authorize(k);
+        return;
+    case IMP_TOO_MANY: {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "the request asks to impersonate %zu attributes (user, groups, extra values, "
+                 "uid); kwc checks at most %d per request",
+                 k->imp.asked, IMP_MAX_ATTRS);
+        finish(k, 431, NULL, msg, NULL);
+        return;
     }
-    struct auth_user *as = impersonated_user(k);
-    if (impersonation_questions(k, as) < 0) {
-        /* kube's error: `requested %v without impersonating a user` of the
-         * requests as core/v1 ObjectReferences ({Kind Namespace Name UID
-         * APIVersion ResourceVersion FieldPath}) */
-        struct gostr_buf b = {0};
-        gostr_add(&b, "requested [");
-        const struct http_header *hs;
-        size_t nh = hreq_headers(k->req, &hs), n = 0;
-        for (size_t i = 0; i < nh; i++)
-            if (strcasecmp(hs[i].name, "Impersonate-Group") == 0) {
-                gostr_add(&b, n++ ? " {Group  " : "{Group  ");
-                gostr_add(&b, hs[i].value);
-                gostr_add(&b, "    }");
-            }
-        for (size_t e = 0; e < as->nextra; e++)
-            for (size_t v = 0; v < as->extra[e].nvalues; v++) {
-                gostr_add(&b, n++ ? " {UserExtra  " : "{UserExtra  ");
-                gostr_add(&b, as->extra[e].values[v]);
-                gostr_add(&b, "  authentication.k8s.io/v1  ");
-                gostr_add(&b, as->extra[e].key);
-                gostr_add(&b, "}");
-            }
-        if (as->uid[0]) {
-            gostr_add(&b, n++ ? " {UID  " : "{UID  ");
-            gostr_add(&b, as->uid);
-            gostr_add(&b, "  authentication.k8s.io/v1  }");
-        }
-        gostr_add(&b, "] without impersonating a user");
-        char *why = gostr_take(&b);
-        auth_user_unref(as);
+    case IMP_NO_USER: {
+        char *why = imp_no_user_message(&k->imp);
         finish_internal(k, why);
         free(why);
         return;
     }
-    auth_user_unref(k->user);
-    k->user = as;
-    k->at = 0;
-    next_impersonation(k);
+    case IMP_ASK:
+        k->at = 0;
+        next_impersonation(k);
+        return;
+    }
 }
 
 /* ---- stage: authorize what kwc answers itself ---- */
@@ -794,72 +642,37 @@ stage_authorize(struct kreq *k)
 
 /* ---- stage: the caller's identity upstream, then route ---- */
 
-#define MAX_ID_HEADERS 60 /* passthrough.c keeps room for 64 */
-
-/* false: more identity than kwc passes on (it refuses rather than cut it) */
-static bool
+/* The caller's identity for the upstream (hreq_set_upstream_headers): its
+ * own token and Impersonate-* headers (--passthrough-identity=forward-token,
+ * the upstream judges them), or the identity the stages decided, carried by
+ * impersonate.h's headers on kwc's credentials. */
+static void
 set_identity(struct kreq *k)
 {
-    struct http_header h[MAX_ID_HEADERS];
-    size_t n = 0;
-    const struct auth_user *u = k->user;
     if (k->f->cfg->forward_token && k->caller->from_token) {
-        /* the caller's own token, and its own Impersonate-* for the upstream to judge */
         const struct http_header *hs;
-        size_t nh = hreq_headers(k->req, &hs);
+        size_t nh = hreq_headers(k->req, &hs), n = 0;
+        struct http_header *h = xcalloc(nh + 1, sizeof(*h));
         h[n++] = (struct http_header){"Authorization", hreq_header(k->req, "Authorization")};
-        for (size_t i = 0; i < nh && n < MAX_ID_HEADERS; i++)
-            if (hdr_suffix(hs[i].name, "Impersonate-"))
+        for (size_t i = 0; i < nh; i++)
+            if (strncasecmp(hs[i].name, "Impersonate-", 12) == 0)
                 h[n++] = hs[i];
-        if (n == MAX_ID_HEADERS)
-            return false;
         hreq_set_upstream_headers(k->req, h, n);
-        return true;
+        free(h);
+        return;
     }
-    size_t want = 1 + u->ngroups + (u->uid[0] != 0);
-    for (size_t e = 0; e < u->nextra; e++)
-        want += u->extra[e].nvalues;
-    if (want > MAX_ID_HEADERS)
-        return false;
-    char *keys[MAX_ID_HEADERS];
-    size_t nk = 0;
-    h[n++] = (struct http_header){"Impersonate-User", u->name};
-    for (size_t i = 0; i < u->ngroups && n < MAX_ID_HEADERS; i++)
-        h[n++] = (struct http_header){"Impersonate-Group", u->groups[i]};
-    if (u->uid[0] && n < MAX_ID_HEADERS)
-        h[n++] = (struct http_header){"Impersonate-Uid", u->uid};
-    for (size_t e = 0; e < u->nextra; e++) {
-        for (size_t v = 0; v < u->extra[e].nvalues && n < MAX_ID_HEADERS; v++) {
-            /* the key percent-encoded, as kube's clients send it */
-            struct gostr_buf b = {0};
-            gostr_add(&b, "Impersonate-Extra-");
-            for (const char *c = u->extra[e].key; *c; c++) {
-                unsigned char ch = (unsigned char)*c;
-                if (isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
-                    gostr_addc(&b, (char)ch);
-                } else {
-                    char esc[4];
-                    snprintf(esc, sizeof(esc), "%%%02X", ch);
-                    gostr_add(&b, esc);
-                }
-            }
-            keys[nk] = gostr_take(&b);
-            h[n++] = (struct http_header){keys[nk++], u->extra[e].values[v]};
-        }
-    }
+    struct http_header *h;
+    char **names;
+    size_t n = imp_headers(k->user, &h, &names);
     hreq_set_upstream_headers(k->req, h, n);
-    for (size_t i = 0; i < nk; i++)
-        free(keys[i]);
-    return true;
+    imp_headers_free(h, names);
 }
 
 static void
 stage_route(struct kreq *k)
 {
-    if (k->f->auth && !set_identity(k)) {
-        finish_internal(k, "the caller's identity has more attributes than kwc passes on");
-        return;
-    }
+    if (k->f->auth)
+        set_identity(k);
     hreq_set_handler(k->req, NULL, NULL);
     route_request(k->f, k);
     kreq_free(k);

@@ -33,7 +33,6 @@
 #include "kwc/upstream.h"
 
 #define PT_MAGIC 0x70743031u /* "pt01" */
-#define PT_MAX_HEADERS 128
 
 struct pt {
     uint32_t magic;
@@ -250,9 +249,8 @@ static const struct hreq_handler pt_handler = {
 /* ---- request head -> upstream request ---- */
 
 struct hdr_collect {
-    struct up_header h[PT_MAX_HEADERS];
+    struct up_header *h; /* room for every header of the caller, its identity and X-Forwarded-For */
     size_t n;
-    size_t limit; /* the caller's headers at most: room stays for identity and X-Forwarded-For */
     bool strip_credentials;
     const char *connection; /* the client's Connection header: tokens name more hop-by-hop headers */
     const char *xff;
@@ -289,11 +287,9 @@ collect_header(struct hdr_collect *hc, const char *k, const char *v)
         (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
          strncasecmp(k, "X-Remote-", 9) == 0))
         return;
-    if (hc->n < hc->limit) {
-        hc->h[hc->n].name = k;
-        hc->h[hc->n].value = v;
-        hc->n++;
-    }
+    hc->h[hc->n].name = k;
+    hc->h[hc->n].value = v;
+    hc->n++;
 }
 
 static void
@@ -330,13 +326,9 @@ pt_start(struct hreq *req, struct up_client *up, const struct pt_options *o, boo
 
     const struct http_header *hs, *ids;
     size_t nh = hreq_headers(req, &hs), nid = hreq_upstream_headers(req, &ids);
-    if (nid > PT_MAX_HEADERS / 2) { /* an identity kwc cannot pass on whole */
-        respond_status(req, 500, "", "kwc cannot pass on an identity with this many attributes", 0);
-        return;
-    }
-    struct hdr_collect hc = {.strip_credentials = o->strip_credentials,
-                             .connection = hreq_header(req, "Connection"),
-                             .limit = PT_MAX_HEADERS - 1 - nid};
+    struct hdr_collect hc = {.h = xcalloc(nh + nid + 1, sizeof(*hc.h)),
+                             .strip_credentials = o->strip_credentials,
+                             .connection = hreq_header(req, "Connection")};
     for (size_t i = 0; i < nh; i++)
         collect_header(&hc, hs[i].name, hs[i].value);
     /* the caller's identity, as the front's stages decided it: added as is
@@ -370,6 +362,7 @@ pt_start(struct hreq *req, struct up_client *up, const struct pt_options *o, boo
         .target = target,
     };
     int rc = up_xfer_start(up, &r, &pt_cbs, p, &p->x);
+    free(hc.h);
     if (rc != 0) {
         p->x = NULL;
         respond_status(req, 502, "", "kwc could not start the upstream request", 0);

@@ -702,7 +702,11 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
 
     struct curl_slist *hl = NULL;
     for (size_t i = 0; i < r->nheaders; i++) {
-        char *line = xasprintf("%s: %s", r->headers[i].name, r->headers[i].value);
+        /* "Name:" would tell curl to drop the header: an empty value is
+         * curl's "Name;" (Impersonate-Group "" is a group kube reads) */
+        const char *v = r->headers[i].value;
+        char *line = *v ? xasprintf("%s: %s", r->headers[i].name, v)
+                        : xasprintf("%s;", r->headers[i].name);
         hl = curl_slist_append(hl, line);
         free(line);
     }

@@ -43,7 +43,8 @@ struct up_client;
 struct x509_st;
 
 struct auth_extra {
-    char *key;
+    char *key;     /* NUL-terminated, and keylen bytes long: a key may hold NUL bytes */
+    size_t keylen;
     char **values;
     size_t nvalues;
 };
@@ -70,6 +71,7 @@ struct auth_attrs {
     const char *version;
     const char *resource;
     const char *subresource; /* NULL or "" for none */
+    size_t subresource_len;  /* its bytes when it may hold NUL (an extra key); 0: strlen */
     const char *namespace_;  /* NULL or "" for cluster scope / all namespaces */
     const char *name;        /* NULL or "" for none */
     const char *path;        /* non-resource requests: the URL path */
@@ -162,6 +164,9 @@ char *auth_token_review_json(const char *token, size_t len, size_t *outlen);
  * KWC_EPARSE when the body is not a TokenReview (message in err). */
 int auth_token_review_parse(const char *body, size_t len, struct auth_user **out, char *err,
                             size_t errlen);
+/* The bytes a question's cache key is the SHA-256 of (new; *len set): for
+ * tests of its encoding. */
+char *auth_question_bytes(const struct auth_user *u, const struct auth_attrs *at, size_t *len);
 /* The SubjectAccessReview request body for u doing at (new), as kube's
  * webhook authorizer fills it. */
 char *auth_sar_json(const struct auth_user *u, const struct auth_attrs *at);

@@ -419,7 +419,7 @@ fake_answer(struct fake *f, struct evhttp_request *req)
         else
             evbuffer_add_printf(out, "{\"status\":{\"authenticated\":false,\"error\":\"bad\"}}");
     } else {
-        if (strstr(body, "\"verb\":\"delete\""))
+        if (strstr(body, "\"verb\":\"delete\"") || strstr(body, "8:abcdefgh"))
             evbuffer_add_printf(out, "{\"status\":{\"allowed\":false,\"denied\":true,"
                                      "\"reason\":\"no deleting\"}}");
         else
@@ -919,6 +919,108 @@ test_errors(void)
     free(log);
 }
 
+/* A user with these groups (names copied). */
+static struct auth_user *
+groups_user(const char *const *groups, size_t n)
+{
+    struct auth_user *u = xcalloc(1, sizeof(*u));
+    u->refs = 1;
+    u->name = xstrdup("jane");
+    u->uid = xstrdup("");
+    u->groups = xcalloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        u->groups[u->ngroups++] = xstrdup(groups[i]);
+    return u;
+}
+
+/*
+ * Two questions whose cache keys collided while counts were written as bare
+ * numbers in front of length-prefixed fields: one group of 110 bytes ("1",
+ * "110:", ...) against eleven groups, the first of 10 bytes ("11", "10:",
+ * ...), the rest spelled inside the long group. The fake denies the long
+ * one; answered from the other's cached allow it would be let through.
+ */
+static void
+test_question_key_collision(void)
+{
+    char big[111];
+    snprintf(big, sizeof(big), "0123456789");
+    for (int i = 0; i < 10; i++)
+        strcat(big, "8:abcdefgh");
+    const char *one[] = {big};
+    const char *eleven[] = {"0123456789", "abcdefgh", "abcdefgh", "abcdefgh",
+                            "abcdefgh",   "abcdefgh", "abcdefgh", "abcdefgh",
+                            "abcdefgh",   "abcdefgh", "abcdefgh"};
+    struct auth_user *a = groups_user(one, 1), *b = groups_user(eleven, 11);
+    struct auth_attrs at = {.resource_request = true,
+                            .verb = "get",
+                            .version = "v1",
+                            .resource = "secrets",
+                            .namespace_ = "default"};
+    size_t la, lb;
+    char *ka = auth_question_bytes(a, &at, &la), *kb = auth_question_bytes(b, &at, &lb);
+    ok(la != lb || memcmp(ka, kb, la) != 0, "the two questions' key bytes differ");
+    free(ka);
+    free(kb);
+
+    struct env e;
+    env_init(&e, NULL, false);
+    struct dres rb = {0}, ra = {0};
+    auth_authorize(e.a, b, &at, on_decision, &rb);
+    run_until(&e, &rb.calls, 1);
+    is_int(rb.d, AUTH_ALLOW, "eleven groups: allowed (and cached)");
+    auth_authorize(e.a, a, &at, on_decision, &ra);
+    run_until(&e, &ra.calls, 1);
+    is_int(e.f.sars, 2, "the long group is asked, not answered from the other's entry");
+    is_int(ra.d, AUTH_DENY, "the long group: denied");
+    auth_user_unref(a);
+    auth_user_unref(b);
+    env_fini(&e);
+}
+
+/* An extra key holding a NUL byte is one key, whole, in the review and the
+ * 403 (kube's key of Impersonate-Extra-a%00b is "a\x00b"). */
+static void
+test_extra_key_nul(void)
+{
+    struct auth_user *u = groups_user(NULL, 0);
+    u->extra = xcalloc(1, sizeof(*u->extra));
+    u->extra[0].key = xmalloc(4);
+    memcpy(u->extra[0].key, "a\0b", 4);
+    u->extra[0].keylen = 3;
+    u->extra[0].values = xcalloc(1, sizeof(char *));
+    u->extra[0].values[u->extra[0].nvalues++] = xstrdup("v");
+    u->nextra = 1;
+    struct auth_attrs at = {.resource_request = true,
+                            .verb = "impersonate",
+                            .group = "authentication.k8s.io",
+                            .version = "v1",
+                            .resource = "userextras",
+                            .subresource = "a\0b",
+                            .subresource_len = 3,
+                            .name = "v"};
+    char *j = auth_sar_json(u, &at);
+    ok(strstr(j, "\"subresource\":\"a\\u0000b\"") != NULL, "SAR: the subresource whole");
+    ok(strstr(j, "\"extra\":{\"a\\u0000b\":[\"v\"]}") != NULL, "SAR: the extra key whole");
+    if (!strstr(j, "a\\u0000b"))
+        printf("# %s\n", j);
+    free(j);
+    char *st = auth_forbidden_status("x", &at, "");
+    ok(strstr(st, "userextras/a\\\\x00b") != NULL, "403: the key whole, as Go's %q writes it");
+    if (!strstr(st, "x00b"))
+        printf("# %s\n", st);
+    free(st);
+    struct auth_attrs cut = at;
+    cut.subresource = "a";
+    cut.subresource_len = 1;
+    size_t l1, l2;
+    char *k1 = auth_question_bytes(u, &at, &l1), *k2 = auth_question_bytes(u, &cut, &l2);
+    ok(l1 != l2 || memcmp(k1, k2, l1) != 0, "a key cut at its NUL is another question");
+    free(k1);
+    free(k2);
+    auth_user_unref(u);
+}
+
 int
 main(void)
 {
@@ -934,5 +1036,7 @@ main(void)
     TAP_RUN(test_sar_coalesced);
     TAP_RUN(test_cancel);
     TAP_RUN(test_errors);
+    TAP_RUN(test_question_key_collision);
+    TAP_RUN(test_extra_key_nul);
     return tap_done();
 }
