@@ -61,7 +61,8 @@ VIA_UA = "kwc-authtest/via"
 AUTHENTICATED = "system:authenticated"
 
 TOK = {n: "tok-%s-5f0c2a91" % n for n in
-       ("kwc", "alice", "bob", "sa1", "carol", "impersonator", "admin", "frank", "gina", "hank", "ivy", "judy")}
+       ("kwc", "alice", "bob", "sa1", "carol", "impersonator", "admin", "frank", "gina", "hank", "ivy", "judy",
+        "mallory")}
 SA1 = "system:serviceaccount:ns-a:sa1"
 SA_GROUPS = ["system:serviceaccounts", "system:serviceaccounts:ns-a"]
 CACHED = ("pods", "configmaps", "secrets", "widgets")
@@ -83,7 +84,8 @@ def policy_doc(alice_read=True):
               TOK["sa1"]: {"user": SA1, "uid": "uid-sa1", "groups": SA_GROUPS},
               TOK["carol"]: {"user": "carol"},
               TOK["impersonator"]: {"user": "impersonator"},
-              TOK["admin"]: {"user": "admin", "groups": ["system:masters"]}}
+              TOK["admin"]: {"user": "admin", "groups": ["system:masters"]},
+              TOK["mallory"]: {"user": "mallory"}}
     for n in ("frank", "gina", "hank", "ivy", "judy"):  # fresh identities, one per test
         tokens[TOK[n]] = {"user": n, "groups": ["listers"]}
     rules = [
@@ -110,6 +112,12 @@ def policy_doc(alice_read=True):
          "resources": ["users"], "resourceNames": ["alice"]},
         {"name": "impersonate-groups", "users": ["impersonator"], "verbs": ["impersonate"], "apiGroups": [""],
          "resources": ["groups"]},
+        # issue 19's attacker: may impersonate user x (and a service-account-looking
+        # user without a name) and group g, nothing else
+        {"name": "mallory-users", "users": ["mallory"], "verbs": ["impersonate"], "apiGroups": [""],
+         "resources": ["users"], "resourceNames": ["x", "system:serviceaccount:ns-a"]},
+        {"name": "mallory-groups", "users": ["mallory"], "verbs": ["impersonate"], "apiGroups": [""],
+         "resources": ["groups"], "resourceNames": ["g"]},
         {"name": "listers", "groups": ["listers"], "verbs": ["get", "list", "watch"], "apiGroups": [""],
          "resources": ["pods"], "namespaces": ["ns-a"]},
     ]
@@ -905,6 +913,53 @@ class AuthMatrixTest(AuthCase):
                             cell, imp_user, ident.user or "system:anonymous"))
         self.report(problems, "what reached apisim through kwc")
         self.assertGreater(passed, 10)
+
+    @unittest.skipIf(DIRECT_ONLY, "needs kwc")
+    def test_9_identity_holes(self):
+        """Issue 19's reported holes get kube's answer (apisim's, asked directly),
+        and nothing reaches apisim as an identity the caller may not assume."""
+        problems = []
+        masters = [("Impersonate-User", "x")] + [("Impersonate-Group", "g")] * 31 + \
+            [("Impersonate-Group", "system:masters")]
+        attacker = Ident("mallory-masters", token=TOK["mallory"], imp=masters, fail=403)
+        before = self.log.sync()
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen", "namespace": "ns-a"}}
+        for method, target, body in (("GET", "/api/v1/secrets?resourceVersion=0", None),
+                                     ("GET", "/api/v1/namespaces/ns-b/secrets/sec-b1", None),
+                                     ("POST", "/api/v1/namespaces/ns-a/secrets", secret)):
+            d = exchange(self.apisim.port, attacker, method, target, body=body)
+            v = exchange(self.kwc.port, attacker, method, target, body=body, ua=VIA_UA)
+            if (v.status, v.body) != (d.status, d.body) or d.status != 403:
+                problems.append("system:masters as the 33rd attribute, %s %s: kwc %r, apisim %r" % (
+                    method, target, v, d))
+            elif b'groups \\"system:masters\\" is forbidden' not in v.body:
+                problems.append("%s %s: not kube's message: %r" % (method, target, v.body))
+        self.log.sync()
+        for e in self.log.between(before, self.log.last):
+            if e["headers"].get("user-agent") == VIA_UA and ("impersonate-group", "system:masters") in \
+                    [tuple(x) for x in e["impersonate"]]:
+                problems.append("system:masters reached apisim through kwc: %s %s" % (e["method"], e["target"]))
+            if e["method"] == "POST" and "/secrets" in e["target"] and e["headers"].get("user-agent") == VIA_UA:
+                problems.append("the Secret POST reached apisim through kwc")
+
+        # a service-account-looking user without a name is a plain user: no
+        # service-account groups (kube's SplitUsername), kube's answer either way
+        for user in ("system:serviceaccount:ns-a", "system:serviceaccount:ns-a:a:b"):
+            who = Ident("mallory-sa", token=TOK["mallory"], imp=[("Impersonate-User", user)])
+            before = self.log.sync()
+            target = "/api/v1/namespaces/ns-a/configmaps"  # no resourceVersion: passthrough
+            d = exchange(self.apisim.port, who, "GET", target)
+            v = exchange(self.kwc.port, who, "GET", target, ua=VIA_UA)
+            if (v.status, v.body) != (d.status, d.body):
+                problems.append("%s: kwc %r, apisim %r" % (user, v, d))
+            self.log.sync()
+            for e in self.log.between(before, self.log.last):
+                if e["headers"].get("user-agent") != VIA_UA:
+                    continue
+                groups = [x[1] for x in e["impersonate"] if x[0] == "impersonate-group"]
+                if any(g.startswith("system:serviceaccounts") for g in groups):
+                    problems.append("%s reached apisim with service-account groups %r" % (user, groups))
+        self.report(problems, "issue 19's identity holes")
 
     @unittest.skipIf(DIRECT_ONLY, "needs kwc")
     def test_4_revocation_within_authorized_ttl(self):
