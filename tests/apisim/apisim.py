@@ -3985,7 +3985,7 @@ class App:
         self.started = time.time()
         # GET /apisim/requests: the heads of the latest non-/apisim requests, so a
         # test can check what a proxy in front passed on (or did not)
-        self.seen = collections.deque(maxlen=RECENT_REQUESTS)
+        self.seen = collections.deque(maxlen=max(1, getattr(args, "recent_requests", RECENT_REQUESTS)))
         self.seen_seq = 0
         # --policy: kube's authentication, impersonation and authorization (see Policy)
         self.policy = None
@@ -5950,6 +5950,8 @@ def parse_args(argv=None):
     p.add_argument("--anonymous-auth", type=go_bool_flag, nargs="?", const=True, default=True,
                    help="with --policy: requests without credentials are system:anonymous (default true)")
     p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--recent-requests", type=int, default=RECENT_REQUESTS,
+                   help="request records kept for GET /apisim/requests (default %d)" % RECENT_REQUESTS)
     a = p.parse_args(argv)
     if not re.match(r"^1\.(2[7-9]|3[0-3])$", a.version):
         p.error("--version must be 1.27 .. 1.33")
