@@ -60,6 +60,7 @@ import time
 import unittest
 
 import certs
+import cluster
 from cluster import APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Proc, wait_for
 
 P = certs.pki()
@@ -493,6 +494,7 @@ class IdentityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kwc-identity-")
+        cluster._ENV_DIRS.append(cls.dir)   # removed at exit, as an Env's (KWC_KEEP_TMP=1 keeps it)
         cls.procs = []
         pf = os.path.join(cls.dir, "policy.json")
         with open(pf, "w") as f:
