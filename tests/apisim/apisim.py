@@ -2253,6 +2253,54 @@ class HttpError(Exception):
         self.code = code
 
 
+# net/textproto's header bytes (Go 1.22 reader.go): a field name is a token
+# (validHeaderFieldByte); a value byte is VCHAR, SP, HTAB or obs-text (>= 0x80)
+_TCHAR = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def parse_header_lines(lines):
+    """The header lines of a request head as Go's net/http reads them
+    (textproto.Reader.ReadMIMEHeader, which kube-apiserver's server uses):
+    [(name, value)] in order, names lower-cased (apisim's stand-in for
+    CanonicalMIMEHeaderKey), values latin-1 text of the raw bytes.
+      - an obs-fold line (starting with SP or HTAB) continues the previous
+        line: readContinuedLineSlice joins the lines, each trimmed of SP/HTAB
+        at both ends, with one space; a first header line that starts with
+        SP/HTAB is an error ("malformed MIME header initial line");
+      - the value is what follows the first ':' with leading SP/HTAB removed
+        (TrimLeft) -- trailing SP/HTAB went with the line's trim; no other
+        byte is trimmed (Python's strip() would also take VT, FF, CR);
+      - a name with a byte that is not a token char is an error, except a
+        space (go.dev/issue/34540): such a name is kept as sent and never
+        canonicalized, so it is no known header ("Impersonate-User : x" is
+        not Impersonate-User); an empty name is an error;
+      - a value with a control byte other than HTAB is an error.
+    Errors are HttpError 400, as net/http answers them."""
+    out = []
+    joined = []
+    for ln in lines:
+        if ln[:1] in (b" ", b"\t"):
+            if not joined:
+                raise HttpError(400, "malformed MIME header initial line")
+            joined[-1] += b" " + ln.strip(b" \t")
+        else:
+            joined.append(ln.strip(b" \t"))
+    for kv in joined:
+        k, sep, v = kv.partition(b":")
+        if not sep or not k:
+            raise HttpError(400, "malformed MIME header line")
+        if not all(c in _TCHAR or c == 0x20 for c in k):
+            raise HttpError(400, "malformed MIME header line")
+        if _BAD_VALUE_BYTE.search(v):
+            raise HttpError(400, "malformed MIME header line")
+        name = k.decode("latin-1")
+        if b" " not in k:
+            name = name.lower()
+        out.append((name, v.lstrip(b" \t").decode("latin-1")))
+    return out
+
+
 class Request:
     __slots__ = ("method", "target", "path", "query", "version", "headers", "body", "keep_alive", "qlist",
                  "t0", "started", "hlist")
@@ -2390,12 +2438,7 @@ class Conn(asyncio.Protocol):
                 raise HttpError(400, "unsupported version")
             headers = {}
             hlist = []
-            for ln in lines[1:]:
-                k, sep, v = ln.partition(b":")
-                if not sep:
-                    raise HttpError(400, "malformed header")
-                k = k.strip().lower().decode("latin-1")
-                v = v.strip().decode("latin-1")
+            for k, v in parse_header_lines(lines[1:]):
                 hlist.append((k, v))
                 headers[k] = headers[k] + ", " + v if k in headers else v
             req = Request(method, target, version, headers, hlist)
@@ -3725,6 +3768,30 @@ class Policy:
 _IMP_EXTRA = "impersonate-extra-"
 
 
+def unescape_extra_key(key):
+    """impersonation.go unescapeExtraKey of the lower-cased name suffix:
+    url.PathUnescape, the key as it is when an escape is malformed (a '%' not
+    followed by two hex digits); the bytes decoded as UTF-8 (U+FFFD for an
+    invalid byte), %00 a NUL inside the key."""
+    if re.search(r"%(?![0-9a-fA-F]{2})", key):
+        return key
+    return unquote(key, errors="replace")
+
+
+def go_text(v):
+    """A header value (latin-1 text of its bytes) as the UTF-8 text a Go string
+    of those bytes is."""
+    return v.encode("latin-1").decode("utf-8", "replace")
+
+
+def user_record(u):
+    """A UserInfo as /apisim/requests records it (None stays None)."""
+    if u is None:
+        return None
+    return {"user": u.name, "uid": u.uid, "groups": list(u.groups),
+            "extra": {k: list(v) for k, v in u.extra.items()}}
+
+
 def split_sa_username(name):
     """serviceaccount.SplitUsername: system:serviceaccount:NS:NAME -> (NS, NAME) or None."""
     pfx = "system:serviceaccount:"
@@ -3734,7 +3801,8 @@ def split_sa_username(name):
     if len(parts) != 2:
         return None
     ns, sa = parts
-    if len(ns) > 63 or not _DNS1123_LABEL.match(ns) or len(sa) > 253 or not _DNS1123_SUB.match(sa):
+    # validation.IsDNS1123Label / IsDNS1123Subdomain (Go's $ is the end of text: fullmatch)
+    if len(ns) > 63 or not _DNS1123_LABEL.fullmatch(ns) or len(sa) > 253 or not _DNS1123_SUB.fullmatch(sa):
         return None
     return ns, sa
 
@@ -3917,7 +3985,7 @@ class App:
         self.started = time.time()
         # GET /apisim/requests: the heads of the latest non-/apisim requests, so a
         # test can check what a proxy in front passed on (or did not)
-        self.seen = collections.deque(maxlen=RECENT_REQUESTS)
+        self.seen = collections.deque(maxlen=max(1, getattr(args, "recent_requests", RECENT_REQUESTS)))
         self.seen_seq = 0
         # --policy: kube's authentication, impersonation and authorization (see Policy)
         self.policy = None
@@ -3937,9 +4005,10 @@ class App:
         if path.startswith("/apisim/"):
             return self.control(req, conn)
         self.seen_seq += 1
-        self.seen.append(self.request_head(req))
+        head = self.request_head(req)
+        self.seen.append(head)
         if self.policy is not None:
-            if not self.guard(req, conn):
+            if not self.guard(req, conn, head):
                 return None
         elif not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
             # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
@@ -3965,10 +4034,17 @@ class App:
                 "impersonate": [[k, v] for k, v in req.hlist if k.startswith("impersonate-")]}
 
     # -- --policy: authentication, impersonation, authorization ------------------
-    def guard(self, req, conn):
+    def guard(self, req, conn, head):
         """The filters of DefaultBuildHandlerChain in their order; False when one of them
-        answered the request."""
+        answered the request. head (the request's /apisim/requests record) gets who
+        asked and as whom the request ran: "requestor" (the authenticated user, None
+        after a 401), "user" (the user after impersonation -- the requestor when no
+        Impersonate-* header asks for another --, None when authentication or
+        impersonation refused the request) and "authorized" (the authorization
+        filter's decision, None when it was not reached)."""
+        head["requestor"] = head["user"] = head["authorized"] = None
         u = self.authn(req, conn)
+        head["requestor"] = user_record(u)
         if u is None:
             # filters/authentication.go Unauthorized: NewUnauthorized("Unauthorized"), before APF
             conn.apf = False
@@ -3978,8 +4054,10 @@ class App:
             u = self.impersonate(req, conn, u)
         except ImpersonationError:
             return False
+        head["user"] = user_record(u)
         a = request_attrs(req, u)
         ok, reason = self.policy.authorize(a)
+        head["authorized"] = ok
         if not ok:
             # filters/authorization.go -> responsewriters.Forbidden; inside APF, which skips
             # long-running non-watch requests (server/filters/longrunning.go)
@@ -4033,20 +4111,24 @@ class App:
 
     def impersonate(self, req, conn, requestor):
         """endpoints/filters/impersonation.go WithImpersonation (1.31)."""
-        hl = [(k, v) for k, v in req.hlist if k.startswith("impersonate-")]
+        # Go strings are the header's bytes: UTF-8 text here (what Go's JSON and
+        # fmt show of them; an invalid byte is U+FFFD, as encoding/json writes it)
+        hl = [(k, go_text(v)) for k, v in req.hlist if k.startswith("impersonate-")]
         if not hl:
             return requestor
+        # headers.Get: the first value, even an empty one (then no user / no uid)
         users = [v for k, v in hl if k == "impersonate-user"]
         ruser = users[0] if users else ""
         groups_h = [v for k, v in hl if k == "impersonate-group"]
-        extras = []
+        # `for headerName, values := range headers`: one header name at a time
+        # (Go map order; here the order names first appear), its values in order
+        by_name = {}
         for k, v in hl:
             if k.startswith(_IMP_EXTRA):
-                key = k[len(_IMP_EXTRA):]
-                # unescapeExtraKey: url.PathUnescape, the raw key when malformed
-                if not re.search(r"%(?![0-9a-fA-F]{2})", key):
-                    key = unquote(key, errors="replace")
-                extras.append((key, v))
+                by_name.setdefault(k, []).append(v)
+        extras = []
+        for k, vs in by_name.items():
+            extras += [(unescape_extra_key(k[len(_IMP_EXTRA):]), v) for v in vs]
         uids = [v for k, v in hl if k == "impersonate-uid"]
         ruid = uids[0] if uids else ""
         reqs = []
@@ -5560,7 +5642,11 @@ class App:
                     "events": cl.events_total, "connections": len(self.conns),
                     "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}
         if path == "/apisim/requests" and m == "GET":
-            return {"seq": self.seen_seq, "requests": list(self.seen)}
+            try:
+                since = int(req.query.get("since", "0") or 0)
+            except ValueError:
+                raise ValueError("since: not an integer")
+            return {"seq": self.seen_seq, "requests": [h for h in self.seen if h["seq"] > since]}
         if path == "/apisim/policy" and m == "GET":
             return {"policy": self.policy.doc if self.policy is not None else None}
         if path == "/apisim/policy" and m == "POST":
@@ -5864,6 +5950,8 @@ def parse_args(argv=None):
     p.add_argument("--anonymous-auth", type=go_bool_flag, nargs="?", const=True, default=True,
                    help="with --policy: requests without credentials are system:anonymous (default true)")
     p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--recent-requests", type=int, default=RECENT_REQUESTS,
+                   help="request records kept for GET /apisim/requests (default %d)" % RECENT_REQUESTS)
     a = p.parse_args(argv)
     if not re.match(r"^1\.(2[7-9]|3[0-3])$", a.version):
         p.error("--version must be 1.27 .. 1.33")

@@ -1812,6 +1812,81 @@ class TestPolicy(unittest.TestCase):
         self.assertEqual((reqs[-1]["authorization"], reqs[-1]["headers"]["authorization"]),
                          (True, "Bearer <redacted>"))
 
+    def raw_head(self, lines):
+        """One request written byte for byte (header lines as given, obs-fold and
+        all): (status, the /apisim/requests record of it or None)."""
+        seq = self.s.get("/apisim/requests")[1]["seq"]
+        with socket.create_connection(("127.0.0.1", self.s.port), timeout=10) as c:
+            c.sendall(b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\n" +
+                      b"".join(ln + b"\r\n" for ln in lines) + b"Host: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                data += d
+        recs = self.s.get("/apisim/requests?since=%d" % seq)[1]["requests"]
+        self.assertLessEqual(len(recs), 1)
+        return int(data.split(b" ", 2)[1]), (recs[0] if recs else None)
+
+    def test_identity_record(self):
+        """/apisim/requests records who asked (requestor) and as whom the request
+        ran (user), from kube's impersonation.go and Go's header parsing."""
+        def ident(user, groups, uid="", extra=None):
+            return {"user": user, "uid": uid, "groups": groups, "extra": extra or {}}
+        alice = ident("alice", ["devs", "system:authenticated"], "u-1", {"scopes": ["b", "a"]})
+        admin = ident("admin", ["system:masters", "system:authenticated"])
+        seq = self.s.get("/apisim/requests")[1]["seq"]
+        self.s.get("/api/v1/nodes", headers=dict(bearer("tok-alice"), **{"Impersonate-User": "carol"}))
+        self.s.get("/api/v1/nodes", headers=dict(bearer("tok-alice"), **{"Impersonate-User": "dave"}))
+        self.s.get("/api/v1/nodes", headers=bearer("nope"))
+        self.s.get("/api/v1/nodes", headers=bearer("tok-alice"))
+        recs = self.s.get("/apisim/requests?since=%d" % seq)[1]["requests"]
+        self.assertEqual([r["seq"] for r in recs], list(range(seq + 1, seq + 5)))   # ?since=
+        self.assertEqual([(r["requestor"], r["user"], r["authorized"]) for r in recs], [
+            (alice, ident("carol", ["system:authenticated"]), True),
+            (alice, None, None),            # impersonation refused (403)
+            (None, None, None),             # 401
+            (alice, alice, False)])         # no Impersonate-*: the requestor; then 403
+        adm = b"Authorization: Bearer admintok"
+
+        def ran_as(*lines):
+            st, rec = self.raw_head([adm] + list(lines))
+            self.assertIn(st, (200, 403), lines)   # 403: zed may not list configmaps
+            self.assertEqual(rec["requestor"], admin)
+            return rec["user"]
+        # textproto: values trimmed of SP/HTAB only; obs-fold joined with one space
+        self.assertEqual(ran_as(b"Impersonate-User:\t zed \t", b"Impersonate-Group: a ", b" \t b\t", b"impersonate-group:"),
+                         ident("zed", ["a b", "", "system:authenticated"]))
+        # headers.Get: the first Impersonate-User / -Uid, an empty one is none
+        self.assertEqual(ran_as(b"Impersonate-User: zed", b"Impersonate-User: root", b"Impersonate-Uid: u1",
+                                b"Impersonate-Uid: u2"), ident("zed", ["system:authenticated"], "u1"))
+        self.assertEqual(ran_as(b"Impersonate-User:", b"Impersonate-User: root"), admin)
+        self.assertEqual(ran_as(b"Impersonate-User: zed", b"Impersonate-Uid:", b"Impersonate-Uid: u2"),
+                         ident("zed", ["system:authenticated"]))
+        # a space before the colon: a name never canonicalized (go.dev/issue/34540), so no header kube knows
+        self.assertEqual(ran_as(b"Impersonate-User : root"), admin)
+        # unescapeExtraKey: lower-cased, then url.PathUnescape (raw when malformed); grouped by header name
+        self.assertEqual(ran_as(b"Impersonate-User: zed", b"Impersonate-Extra-A%2Fb: 1", b"impersonate-extra-x%00y: 2",
+                                b"Impersonate-Extra-%zz: 3", b"Impersonate-Extra-%C3%A9: 4", b"Impersonate-Extra-B: 5",
+                                b"IMPERSONATE-EXTRA-a%2fB: 6", b"Impersonate-Extra-%41: 7", b"Impersonate-Extra-: 8"),
+                         ident("zed", ["system:authenticated"], extra={"a/b": ["1", "6"], "x\x00y": ["2"], "%zz": ["3"],
+                                                                       "\u00e9": ["4"], "b": ["5"], "A": ["7"], "": ["8"]}))
+        # values are UTF-8 Go strings
+        self.assertEqual(ran_as("Impersonate-User: zo\u00eb".encode()), ident("zo\u00eb", ["system:authenticated"]))
+        # serviceaccount.SplitUsername: exactly NS:NAME, a DNS-1123 label and subdomain
+        sa_groups = ["system:serviceaccounts", "system:serviceaccounts:ns1", "system:authenticated"]
+        self.assertEqual(ran_as(b"Impersonate-User: system:serviceaccount:ns1:sa.x"),
+                         ident("system:serviceaccount:ns1:sa.x", sa_groups))
+        for bad in (b"ns1", b"ns1:", b":sa", b"ns1:a:b", b"NS1:sa", b"ns1:Sa", b"ns.1:sa"):
+            self.assertEqual(ran_as(b"Impersonate-User: system:serviceaccount:" + bad),
+                             ident("system:serviceaccount:" + bad.decode(), ["system:authenticated"]), bad)
+        # what net/http refuses: a control byte in a value, a non-token byte in a name,
+        # a continuation line first; never dispatched, so not recorded
+        for lines in ([b"Impersonate-User: a\x0b"], [b"Impersonate-\xc3\xa9: x"], [b" Impersonate-User: a"],
+                      [b"Impersonate-User\t: a"], [b": a"]):
+            self.assertEqual(self.raw_head(lines), (400, None), lines)
+
     def review(self, kind, spec, tok="tok-rev", ua="kwc-test/1.0", **kw):
         group = "authentication.k8s.io" if kind == "TokenReview" else "authorization.k8s.io"
         body = {"apiVersion": group + "/v1", "kind": kind, "spec": spec}

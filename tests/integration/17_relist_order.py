@@ -78,7 +78,12 @@ class RelistOrderTest(unittest.TestCase):
         pump([w.s for w in watchers], lambda: len(w0.s.events) >= len(every) and len(w2.s.events) >= len(sel),
              30, "the initial events")
         lists0 = env.stats()["requests"].get("list pods", 0)
-        env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "label_flip": 0.3})
+        # churn only in ns-0 (a seed namespace): the test's own rl-* pods live in
+        # "default" and are updated and deleted below by name; churn that picked
+        # them (its creates follow a random existing pod's namespace, its
+        # updates and deletes any pod) raced those writes into a 400 not found
+        env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "label_flip": 0.3,
+                                          "namespace": "ns-0"})
         deleted, left_sel = [], []
         for rnd in range(3):
             cur = env.stats()["rv"]
