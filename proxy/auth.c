@@ -648,13 +648,44 @@ auth_sar_json(const struct auth_user *u, const struct auth_attrs *at)
     return s;
 }
 
+/* Every \u0000 escape of a JSON text (s, len bytes) becomes \ufffd, in
+ * place (an escaped backslash before "u0000" is not an escape). Returns
+ * whether one was found. */
+static bool
+nul_escapes_replaced(char *s, size_t len)
+{
+    bool found = false;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 6 <= len && memcmp(s + i + 2, "0000", 4) == 0) {
+            memcpy(s + i + 2, "fffd", 4);
+            found = true;
+        }
+        i++; /* the escaped character */
+    }
+    return found;
+}
+
 int
 auth_sar_parse(const char *body, size_t len, enum auth_decision *d, char **reason, char *err,
                size_t errlen)
 {
     *reason = NULL;
     json_error_t je;
-    json_t *doc = json_loadb(body, len, 0, &je);
+    /* the upstream echoes the spec: an extra key or subresource may hold a
+     * NUL (\u0000), which jansson refuses unless told, and in an object key
+     * (spec.extra) refuses whatever it is told: those escapes are read as
+     * U+FFFD instead (only status is read from the answer) */
+    json_t *doc = json_loadb(body, len, JSON_ALLOW_NUL, &je);
+    if (!doc) {
+        char *copy = xmalloc(len + 1);
+        memcpy(copy, body, len);
+        copy[len] = '\0';
+        if (nul_escapes_replaced(copy, len))
+            doc = json_loadb(copy, len, JSON_ALLOW_NUL, &je);
+        free(copy);
+    }
     if (!doc)
         return kwc_errf(err, errlen, KWC_EPARSE, "SubjectAccessReview: not JSON (%s)", je.text);
     int rc = KWC_EPARSE;

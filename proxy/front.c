@@ -411,33 +411,38 @@ finish(struct kreq *k, int code, const char *reason, const char *msg, const char
  * which is http.Error of `Internal Server Error: %q: %v` with & < > escaped):
  * plain text, not a Status. */
 static void
-finish_internal(struct kreq *k, const char *why)
+finish_internal_n(struct kreq *k, const char *why, size_t whylen)
 {
     struct gostr_buf b = {0};
     gostr_add(&b, "Internal Server Error: ");
     const char *uri = hreq_target(k->req, NULL);
     gostr_quote(&b, uri, strlen(uri));
     gostr_add(&b, ": ");
-    gostr_add(&b, why);
-    char *raw = gostr_take(&b);
+    gostr_addn(&b, why, whylen); /* may hold NUL bytes (an extra key), as Go's would */
     struct gostr_buf out = {0};
-    for (const char *c = raw; *c; c++) {
-        if (*c == '&')
+    for (size_t i = 0; i < b.len; i++) {
+        char c = b.p[i];
+        if (c == '&')
             gostr_add(&out, "&amp;");
-        else if (*c == '<')
+        else if (c == '<')
             gostr_add(&out, "&lt;");
-        else if (*c == '>')
+        else if (c == '>')
             gostr_add(&out, "&gt;");
         else
-            gostr_addc(&out, *c);
+            gostr_addc(&out, c);
     }
     gostr_addc(&out, '\n');
-    char *text = gostr_take(&out);
     hreq_set_handler(k->req, NULL, NULL);
-    respond_text(k->req, 500, text);
-    free(text);
-    free(raw);
+    respond_text_n(k->req, 500, out.p, out.len);
+    free(out.p);
+    free(b.p);
     kreq_free(k);
+}
+
+static void
+finish_internal(struct kreq *k, const char *why)
+{
+    finish_internal_n(k, why, strlen(why));
 }
 
 /* ---- stage: authenticate ---- */
@@ -540,8 +545,9 @@ stage_impersonate(struct kreq *k)
         return;
     }
     case IMP_NO_USER: {
-        char *why = imp_no_user_message(&k->imp);
-        finish_internal(k, why);
+        size_t len;
+        char *why = imp_no_user_message(&k->imp, &len);
+        finish_internal_n(k, why, len);
         free(why);
         return;
     }

@@ -328,7 +328,7 @@ imp_user(const struct imp_plan *p)
 }
 
 char *
-imp_no_user_message(const struct imp_plan *p)
+imp_no_user_message(const struct imp_plan *p, size_t *len)
 {
     /* fmt's %v of []v1.ObjectReference: {Kind Namespace Name UID APIVersion
      * ResourceVersion FieldPath}, space-separated */
@@ -362,6 +362,7 @@ imp_no_user_message(const struct imp_plan *p)
         }
     }
     gostr_add(&b, "] without impersonating a user");
+    *len = b.len;
     return gostr_take(&b);
 }
 

@@ -40,11 +40,17 @@ respond_status_body(struct hreq *r, int code, const char *body, int retry_after)
 }
 
 void
-respond_text(struct hreq *r, int code, const char *text)
+respond_text_n(struct hreq *r, int code, const char *text, size_t len)
 {
     hresp_header(r, "Content-Type", "text/plain; charset=utf-8");
     hresp_header(r, "X-Content-Type-Options", "nosniff");
-    hresp_simple(r, code, NULL, text, strlen(text));
+    hresp_simple(r, code, NULL, text, len);
+}
+
+void
+respond_text(struct hreq *r, int code, const char *text)
+{
+    respond_text_n(r, code, text, strlen(text));
 }
 
 void

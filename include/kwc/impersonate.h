@@ -91,8 +91,9 @@ void imp_attrs(const struct imp_question *q, struct auth_attrs *at);
 struct auth_user *imp_user(const struct imp_plan *p);
 
 /* kube's `requested %v without impersonating a user` for an IMP_NO_USER
- * plan: the questions as core/v1 ObjectReferences (new). */
-char *imp_no_user_message(const struct imp_plan *p);
+ * plan: the questions as core/v1 ObjectReferences (new; *len bytes: an
+ * extra key may hold NUL bytes). */
+char *imp_no_user_message(const struct imp_plan *p, size_t *len);
 
 /* serviceaccount.SplitUsername: true and the namespace's length and the
  * name's start when user names a service account. */

@@ -7,6 +7,7 @@
 #define KWC_RESPOND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct hreq;
@@ -19,6 +20,8 @@ void respond_status(struct hreq *r, int code, const char *reason, const char *me
 void respond_status_body(struct hreq *r, int code, const char *body, int retry_after);
 /* Answer with a short text/plain body ("ok"). */
 void respond_text(struct hreq *r, int code, const char *text);
+/* The same for len bytes (which may hold NUL). */
+void respond_text_n(struct hreq *r, int code, const char *text, size_t len);
 
 /* kube-apiserver's WithAuditInit: the client's Audit-ID when it sent a short
  * one, else a new random UUID (rng: the caller's xorshift128+ state, seeded

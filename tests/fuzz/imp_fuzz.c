@@ -162,7 +162,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (p.nq > IMP_MAX_ATTRS || (r == IMP_TOO_MANY && (p.asked <= IMP_MAX_ATTRS || p.nq)))
         abort();
     if (r == IMP_NO_USER) {
-        char *m = imp_no_user_message(&p);
+        size_t ml;
+        char *m = imp_no_user_message(&p, &ml);
         free(m);
     }
     if (r == IMP_ASK) {

@@ -44,7 +44,7 @@ resourceVersion=0), passthrough reads, creates and deletes, a cached and a
 passthrough watch, and an exec upgrade. One case has more than 256
 attributes: kwc must answer 431 with a Status and send nothing upstream.
 
-IDENTITY_SEED=N repeats a run (the seed is printed); IDENTITY_CASES=N sets the
+IDENTITY_SEED=N repeats a run (default 1919; 0 draws a new seed, printed); IDENTITY_CASES=N sets the
 number of generated cases (default 4000, plus the fixed ones); IDENTITY_SHOW=N
 how many failing cases are shown in full (default 30, and every fixed one).
 """
@@ -64,7 +64,9 @@ import cluster
 from cluster import APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Proc, wait_for
 
 P = certs.pki()
-SEED = int(os.environ.get("IDENTITY_SEED", "0") or 0) or random.SystemRandom().randrange(1, 1 << 31)
+# a fixed seed by default (CI runs the same cases every time); IDENTITY_SEED=0
+# draws a new one (printed) to explore
+SEED = int(os.environ.get("IDENTITY_SEED", "1919") or 0) or random.SystemRandom().randrange(1, 1 << 31)
 N_CASES = int(os.environ.get("IDENTITY_CASES", "4000"))
 UA = "kwc-identity-test/1"
 TOK = {"kwc": "tok-kwc-7c1d", "imp": "tok-imp-93ab", "admin": "tok-admin-11fe"}

@@ -211,7 +211,8 @@ test_header_rules(void)
     struct http_header empty_user[] = {H("Impersonate-User", ""), H("Impersonate-User", "b"),
                                        H("Impersonate-Group", "g")};
     is_int(imp_plan(empty_user, 3, &p), IMP_NO_USER, "an empty first user with a group: no user");
-    char *m = imp_no_user_message(&p);
+    size_t ml;
+    char *m = imp_no_user_message(&p, &ml);
     is_str(m, "requested [{Group  g    }] without impersonating a user", "kube's message");
     free(m);
     imp_plan_fini(&p);
@@ -219,7 +220,7 @@ test_header_rules(void)
     struct http_header nouser[] = {H("Impersonate-Group", "g"), H("Impersonate-Extra-K", "v"),
                                    H("Impersonate-Uid", "u")};
     is_int(imp_plan(nouser, 3, &p), IMP_NO_USER, "group, extra, uid without a user");
-    m = imp_no_user_message(&p);
+    m = imp_no_user_message(&p, &ml);
     is_str(m,
            "requested [{Group  g    } {UserExtra  v  authentication.k8s.io/v1  k} {UID  u  "
            "authentication.k8s.io/v1  }] without impersonating a user",
