@@ -88,20 +88,9 @@ extra_suffix(const char *name)
     return strncasecmp(name, EXTRA_PREFIX, pl) == 0 ? name + pl : NULL;
 }
 
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* kube's unescapeExtraKey(strings.ToLower(suffix)) (url.PathUnescape; the
- * lower-cased text itself when an escape is malformed). New, *len set. */
+/* kube's unescapeExtraKey(strings.ToLower(suffix)): url.PathUnescape (a
+ * '+' stays), the lower-cased text itself when an escape is malformed. New,
+ * *len set (the key may hold NUL bytes). */
 static char *
 extra_key(const char *suffix, size_t *len)
 {
@@ -110,25 +99,12 @@ extra_key(const char *suffix, size_t *len)
     for (size_t i = 0; i <= n; i++)
         low[i] = (char)((suffix[i] >= 'A' && suffix[i] <= 'Z') ? suffix[i] + 32 : suffix[i]);
     char *out = xmalloc(n + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (low[i] != '%') {
-            out[o++] = low[i];
-            continue;
-        }
-        int hi = i + 2 < n ? hexval(low[i + 1]) : -1;
-        int lo = i + 2 < n ? hexval(low[i + 2]) : -1;
-        if (hi < 0 || lo < 0) {
-            free(out);
-            *len = n;
-            return low; /* url.EscapeError: the key as it came, lower-cased */
-        }
-        out[o++] = (char)(hi << 4 | lo);
-        i += 2;
+    if (kwc_pct_decode(low, n, false, out, len) != 0) {
+        free(out);
+        *len = n;
+        return low; /* url.EscapeError: the key as it came, lower-cased */
     }
-    out[o] = '\0';
     free(low);
-    *len = o;
     return out;
 }
 
