@@ -1020,7 +1020,8 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[32],
                              .headers = hdrs,
                              .nheaders = KWC_ARRAY_LEN(hdrs),
                              .has_body = true,
-                             .body_len = (int64_t)len};
+                             .body_len = (int64_t)len,
+                             .pool = kind == REVIEW_TOKEN ? UP_POOL_TOKENREVIEW : UP_POOL_SAR};
     int rc = up_xfer_start(a->up, &req, &review_cbs, r, &r->x);
     if (rc != 0) {
         r->x = NULL;
