@@ -64,7 +64,6 @@
 #define READ_CHUNK (64 * 1024)  /* bytes fed to the parser per step */
 #define MAX_HEADERS 1024         /* header lines per request (Go has no count limit; bytes bound it) */
 #define ACCEPT_RETRY_MS 100      /* after EMFILE/ENFILE: stop accepting this long */
-#define LINGER_MAX 256           /* refused connections drained before their close */
 #define LINGER_MS 2000
 
 enum conn_state {
@@ -1043,7 +1042,7 @@ static void
 linger_close(struct http_server *s, int fd)
 {
     shutdown(fd, SHUT_WR);
-    if (s->nlinger >= LINGER_MAX) {
+    if (s->nlinger >= HTTP_LINGER_MAX) {
         close(fd);
         return;
     }

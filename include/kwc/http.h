@@ -53,6 +53,10 @@ struct http_listen_addr {
     socklen_t len;
 };
 
+/* Refused connections (the 429 past max_connections) drained at most at once
+ * before their close: they hold descriptors too (config.h's budget). */
+#define HTTP_LINGER_MAX 256
+
 struct http_server_options {
     const struct http_listen_addr *addrs;
     size_t naddrs;
