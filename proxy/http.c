@@ -1489,6 +1489,7 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
 {
     *out = s->stats;
     out->taken = atomic_load(&taken_conns);
+    out->max_connections = s->o.max_connections;
 }
 
 void

@@ -108,6 +108,7 @@ struct http_server_stats {
         header_timeouts, idle_timeouts, requests, tls_reloads;
     unsigned long long taken; /* connections taken (watch streams, tunnels), still open */
     unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
+    unsigned long long max_connections; /* the cap (0: none) */
 };
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
