@@ -1925,6 +1925,12 @@ on_bev_free(evutil_socket_t fd_, short what, void *arg)
 }
 
 void
+http_taken_hold(void)
+{
+    atomic_fetch_add(&taken_conns, 1);
+}
+
+void
 http_taken_release(void)
 {
     atomic_fetch_sub(&taken_conns, 1);

@@ -250,6 +250,10 @@ struct bufferevent *hreq_take_bev(struct hreq *r);
 void http_bev_free(struct bufferevent *bev);
 /* A socket taken with hreq_take_socket has been closed. Thread-safe. */
 void http_taken_release(void);
+/* Count one more descriptor against max_connections that is no client
+ * connection: a tunnel's upstream socket (the open-file budget, config.h).
+ * Release it with http_taken_release. Thread-safe. */
+void http_taken_hold(void);
 
 /* ---- when a request leaves the server (metrics, the access log) ---- */
 

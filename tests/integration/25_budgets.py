@@ -14,6 +14,8 @@
   2. memory: 300 clients that never read a large passthrough answer hold no
      more than --max-passthrough-buffer (with a margin per connection), not
      300 x --max-response-buffer; the accounting returns to zero when they go.
+  3. a tunnel (Upgrade) counts twice against --max-connections: the
+     client's socket and its own upstream socket.
 
 Every wait polls a condition with a deadline; every load loop is bounded in
 count and time. The bounds compare with the configured caps, never with
@@ -350,6 +352,38 @@ class MemoryBudgetTest(unittest.TestCase):
             wait_for(lambda: metric(metrics(), "kwc_passthrough_buffered_bytes") == 0, 60, "the budget drained")
             self.assertEqual(metric(metrics(), "kwc_passthrough_paused"), 0)
             self.assertEqual(env.close().get("kwc"), 0, "kwc's exit status (LeakSanitizer's verdict)")
+
+
+
+class TunnelCountTest(unittest.TestCase):
+    """A tunnel holds two descriptors (the client's and its own upstream
+    socket): --max-connections counts both."""
+    only_in_plaintext_run = "counts plain connections"
+
+    def test_tunnel_counts_twice(self):
+        with Env(kwc_args=["--resources", "v1/configmaps"]) as env:
+            port = env.kwc.port
+
+            def open_conns():
+                st, h, b = http_request(port, "GET", "/metrics", timeout=20)
+                return metric(b.decode(), "kwc_http_connections_open")
+            base = wait_for(lambda: open_conns() == 1 and 1, 30, "only the scrape open")
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            try:
+                s.sendall(b"GET /apisim/echo-upgrade HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\n"
+                          b"Upgrade: kwc-echo\r\n\r\n")
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    chunk = s.recv(4096)
+                    self.assertTrue(chunk, "closed before the 101")
+                    buf += chunk
+                self.assertTrue(buf.startswith(b"HTTP/1.1 101"), buf)
+                # the scrape's own connection, the tunnel's and its upstream socket
+                self.assertEqual(open_conns(), base + 2)
+            finally:
+                s.close()
+            wait_for(lambda: open_conns() == base, 30, "the tunnel released both")
+            self.assertEqual(env.close().get("kwc"), 0)
 
 
 if __name__ == "__main__":
