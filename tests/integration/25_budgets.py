@@ -355,6 +355,41 @@ class MemoryBudgetTest(unittest.TestCase):
 
 
 
+class PoolQueueTest(unittest.TestCase):
+    """Passthrough requests past --max-upstream-connections wait for a
+    connection and are answered; the pool never opens more."""
+    only_in_plaintext_run = "counts plain connections"
+    N = 20
+
+    def test_requests_past_the_cap_wait(self):
+        import concurrent.futures
+        with Env(kwc_args=["--resources", "v1/configmaps", "--max-upstream-connections", "2"]) as env:
+            port = env.kwc.port
+            env.sim("POST", "/apisim/fail", {"count": self.N, "match": "/api/v1/namespaces/default/pods",
+                                             "mode": "delay", "delay": 0.5})
+
+            def pool():
+                st, h, b = http_request(port, "GET", "/metrics", timeout=20)
+                t = b.decode()
+                return (metric(t, "kwc_upstream_pool_requests_in_flight", pool="passthrough"),
+                        metric(t, "kwc_upstream_connections", pool="passthrough"))
+            with concurrent.futures.ThreadPoolExecutor(self.N) as ex:
+                futs = [ex.submit(http_request, port, "GET", "/api/v1/namespaces/default/pods", timeout=120)
+                        for _ in range(self.N)]
+                seen = wait_for(lambda: (lambda p: p if p[0] >= self.N / 2 else None)(pool()), 60,
+                                "requests queued in the pool")
+                most = 0
+                while not all(f.done() for f in futs):  # bounded: each request has a 120 s timeout
+                    inflight, conns = pool()
+                    most = max(most, conns)
+                    self.assertLessEqual(conns, 2, "the pool's cap")
+                codes = [f.result()[0] for f in futs]
+            self.assertEqual(codes, [200] * self.N)
+            self.assertGreaterEqual(seen[0], self.N / 2)
+            self.assertLessEqual(most, 2)
+            self.assertEqual(env.close().get("kwc"), 0)
+
+
 class TunnelCountTest(unittest.TestCase):
     """A tunnel holds two descriptors (the client's and its own upstream
     socket): --max-connections counts both."""
