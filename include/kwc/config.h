@@ -69,7 +69,7 @@
     X("max-review-connections", max_review_connections, INT, "32", "N",                            \
       "--auth delegated: connections to the upstream for TokenReviews, and as many for "           \
       "SubjectAccessReviews; more reviews wait for one")                                           \
-    X("max-passthrough-buffer", max_passthrough_buffer, INT, "268435456", "BYTES",                 \
+    X("max-passthrough-buffer", max_passthrough_buffer, INT, "134217728", "BYTES",                 \
       "passthrough response bytes queued to all clients together; past it, reading from the "      \
       "upstream pauses for the passthroughs that hold the most")                                   \
     X("accept-hosts", accept_hosts, STR, NULL, "REGEX",                                            \

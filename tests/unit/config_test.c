@@ -632,7 +632,7 @@ test_limits(void)
     is_int(c.max_connections_resolved, 0, "resolved later, by cfg_fd_budget");
     is_int(c.max_upstream_connections, 256, "max-upstream-connections: 256");
     is_int(c.max_review_connections, 32, "max-review-connections: 32");
-    is_int(c.max_passthrough_buffer, 256 << 20, "max-passthrough-buffer: 256 MiB");
+    is_int(c.max_passthrough_buffer, 128 << 20, "max-passthrough-buffer: 128 MiB");
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, "--max-header-bytes", "4096", "--request-header-timeout", "0",
