@@ -949,6 +949,7 @@ struct review {
     struct auth *a;
     enum review_kind kind;
     bool cacheable;
+    bool ending; /* review_done is calling the waiters back */
     struct up_xfer *x;
     char *req; /* the request body (holds the token of a TokenReview) */
     size_t req_len, req_off;
@@ -1108,7 +1109,8 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[32],
                              .headers = hdrs,
                              .nheaders = KWC_ARRAY_LEN(hdrs),
                              .has_body = true,
-                             .body_len = (int64_t)len};
+                             .body_len = (int64_t)len,
+                             .pool = kind == REVIEW_TOKEN ? UP_POOL_TOKENREVIEW : UP_POOL_SAR};
     int rc = up_xfer_start(a->up, &req, &review_cbs, r, &r->x);
     if (rc != 0) {
         r->x = NULL;
@@ -1190,6 +1192,7 @@ review_done(struct review *r, int err, const char *msg)
     assert(r->magic == REVIEW_MAGIC);
     struct auth *a = r->a;
     htab_remove(&a->pending[r->kind], &r->h);
+    r->ending = true; /* a callback that cancels another waiter must not free r */
     /* The token leaves memory as soon as its review is over. */
     OPENSSL_cleanse(r->req, r->req_len);
     char why[256] = "";
@@ -1427,8 +1430,15 @@ auth_cancel(struct auth_wait *w)
     if (!w)
         return;
     assert(w->magic == WAIT_MAGIC);
-    /* The review goes on without w (see auth.h): its answer is cached. */
-    TAILQ_REMOVE(&w->r->waiters, w, link);
+    struct review *r = w->r;
+    TAILQ_REMOVE(&r->waiters, w, link);
     w->magic = 0;
     free(w);
+    if (!TAILQ_EMPTY(&r->waiters) || r->ending)
+        return;
+    /* No one waits any more (see auth.h): end the transfer, cache nothing. */
+    struct auth *a = r->a;
+    htab_remove(&a->pending[r->kind], &r->h);
+    a->st.reviews_cancelled++;
+    review_free(r);
 }

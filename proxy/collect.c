@@ -22,6 +22,7 @@
 #include "kwc/base.h"
 #include "kwc/http.h"
 #include "kwc/metrics.h"
+#include "kwc/passthrough.h"
 #include "kwc/reflector.h"
 #include "kwc/store.h"
 #include "kwc/upstream.h"
@@ -224,6 +225,16 @@ collect_watch(const struct collect_sources *s, struct metrics_writer *w)
     free(st);
 }
 
+static void
+counter1(struct metrics_writer *w, const char *name, const char *help, const char *label,
+         const char *const *vals, const uint64_t *x, size_t n)
+{
+    metrics_write_family(w, name, help, METRICS_COUNTER);
+    for (size_t i = 0; i < n; i++)
+        metrics_write_sample(w, name, label ? &label : NULL, label ? &vals[i] : NULL, label ? 1 : 0,
+                             (double)x[i]);
+}
+
 /* ---- upstream, requests in flight ---- */
 
 static void
@@ -267,6 +278,58 @@ collect_upstream(const struct collect_sources *s, struct metrics_writer *w)
                          "Requests to the upstream in progress (watches included).", METRICS_GAUGE);
     metrics_write_sample(w, "kwc_upstream_requests_in_flight", NULL, NULL, 0, (double)us.active);
 
+    static const char *const pl[] = {"pool"};
+    struct up_pool_stats ps[UP_NPOOLS];
+    for (int p = 0; p < UP_NPOOLS; p++)
+        up_client_pool_stats(s->up, (enum up_pool)p, &ps[p]);
+    metrics_write_family(w, "kwc_upstream_connections",
+                         "Connections to the upstream open now (idle ones included), by pool: "
+                         "passthrough, cache (kwc's lists and watches), tokenreview, "
+                         "subjectaccessreview.",
+                         METRICS_GAUGE);
+    for (int p = 0; p < UP_NPOOLS; p++)
+        metrics_write_sample(w, "kwc_upstream_connections", pl, &up_pool_names[p], 1,
+                             (double)ps[p].conns);
+    metrics_write_family(w, "kwc_upstream_connections_limit",
+                         "The most connections a pool opens (--max-upstream-connections, one per "
+                         "cache, --max-review-connections); its requests past it wait.",
+                         METRICS_GAUGE);
+    for (int p = 0; p < UP_NPOOLS; p++)
+        metrics_write_sample(w, "kwc_upstream_connections_limit", pl, &up_pool_names[p], 1,
+                             (double)ps[p].max_conns);
+    metrics_write_family(w, "kwc_upstream_pool_requests_in_flight",
+                         "Requests to the upstream in progress by pool, those waiting for a "
+                         "connection included.",
+                         METRICS_GAUGE);
+    for (int p = 0; p < UP_NPOOLS; p++)
+        metrics_write_sample(w, "kwc_upstream_pool_requests_in_flight", pl, &up_pool_names[p], 1,
+                             (double)ps[p].active);
+
+    if (s->budget) {
+        struct pt_budget_stats bs;
+        pt_budget_stats(s->budget, &bs);
+        metrics_write_family(w, "kwc_passthrough_buffered_bytes",
+                             "Passthrough response bytes queued to clients, all together.",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_passthrough_buffered_bytes", NULL, NULL, 0, (double)bs.queued);
+        metrics_write_family(w, "kwc_passthrough_buffer_limit_bytes",
+                             "--max-passthrough-buffer: past it, the passthroughs holding the most "
+                             "stop reading from the upstream.",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_passthrough_buffer_limit_bytes", NULL, NULL, 0,
+                             (double)bs.max);
+        metrics_write_family(w, "kwc_passthrough_paused",
+                             "Passthroughs not reading from the upstream now because of "
+                             "--max-passthrough-buffer.",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_passthrough_paused", NULL, NULL, 0, (double)bs.paused);
+        uint64_t np = bs.pauses;
+        counter1(w, "kwc_passthrough_buffer_pauses_total",
+                 "Times a passthrough stopped reading from the upstream because of "
+                 "--max-passthrough-buffer.",
+                 NULL, NULL, &np, 1);
+    }
+
     static const char *const sl[] = {"source"};
     metrics_write_family(w, "kwc_requests_in_flight",
                          "Client requests in progress by source (upstream: passthrough and "
@@ -282,16 +345,6 @@ collect_upstream(const struct collect_sources *s, struct metrics_writer *w)
 /* ---- the HTTP server, authentication, the process ---- */
 
 static void
-counter1(struct metrics_writer *w, const char *name, const char *help, const char *label,
-         const char *const *vals, const uint64_t *x, size_t n)
-{
-    metrics_write_family(w, name, help, METRICS_COUNTER);
-    for (size_t i = 0; i < n; i++)
-        metrics_write_sample(w, name, label ? &label : NULL, label ? &vals[i] : NULL,
-                             label ? 1 : 0, (double)x[i]);
-}
-
-static void
 collect_http(const struct collect_sources *s, struct metrics_writer *w)
 {
     struct http_server_stats hs;
@@ -302,6 +355,11 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
                          METRICS_GAUGE);
     metrics_write_sample(w, "kwc_http_connections_open", NULL, NULL, 0,
                          (double)(hs.open + hs.taken));
+    metrics_write_family(w, "kwc_http_connections_limit",
+                         "--max-connections as resolved against the open-file limit.",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http_connections_limit", NULL, NULL, 0,
+                         (double)hs.max_connections);
     uint64_t acc = hs.accepted;
     counter1(w, "kwc_http_connections_accepted_total", "Client connections accepted.", NULL, NULL,
              &acc, 1);
@@ -351,6 +409,11 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
                  "SubjectAccessReviews: sent to the upstream, answered from the cache, joined to "
                  "an identical one in flight.",
                  "result", sk, sx, 3);
+        uint64_t rc = as.reviews_cancelled;
+        counter1(w, "kwc_reviews_cancelled_total",
+                 "TokenReviews and SubjectAccessReviews cancelled because every request waiting "
+                 "for them went away.",
+                 NULL, NULL, &rc, 1);
     }
 }
 

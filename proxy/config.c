@@ -24,12 +24,10 @@
 #include <yaml.h>
 
 #include "kwc/base.h"
+#include "kwc/kinds.h"
+#include "kwc/upstream.h"
 
 #define CFG_FILE_MAX (1024 * 1024)
-/* Descriptors --max-connections 0 leaves for LMDB, upstream connections,
- * listeners and logs; and the least it resolves to. */
-#define CFG_FD_RESERVE 512
-#define CFG_MIN_AUTO_CONNS 64
 /* Timeouts become int milliseconds in the server. */
 #define CFG_MAX_TIMEOUT_S 86400
 
@@ -354,19 +352,65 @@ first_remote(const struct kwc_config *c, char *buf, size_t len)
     }
 }
 
-/* --max-connections 0: the open-file soft limit minus the reserve, at least the minimum. */
+/* Non-empty entries of a comma-separated list. */
 static unsigned
-auto_connections(void)
+count_entries(const char *list)
 {
-    struct rlimit rl;
-    rlim_t soft = 1024; /* the usual default, should getrlimit fail */
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        soft = rl.rlim_cur;
-    if (soft == RLIM_INFINITY || soft > UINT32_MAX)
-        soft = UINT32_MAX;
-    if (soft < CFG_FD_RESERVE + CFG_MIN_AUTO_CONNS)
-        return CFG_MIN_AUTO_CONNS;
-    return (unsigned)(soft - CFG_FD_RESERVE);
+    unsigned n = 0;
+    for (const char *s = list; *s;) {
+        size_t l = strcspn(s, ",");
+        bool blank = true;
+        for (size_t i = 0; i < l; i++)
+            blank &= s[i] == ' ';
+        n += !blank;
+        s += l + (s[l] == ',');
+    }
+    return n;
+}
+
+int
+cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu, bool upstream_name,
+              struct cfg_fd_budget *out, char *err, size_t errlen)
+{
+    unsigned long loops = 1 + (c->watch_workers > 0 ? (unsigned long)c->watch_workers : ncpu);
+    unsigned long conns = (unsigned long)c->max_upstream_connections + c->cache_conns;
+    if (c->auth_delegated)
+        conns += 2 * (unsigned long)c->max_review_connections;
+    *out = (struct cfg_fd_budget){
+        .limit = limit,
+        .reserve = CFG_FD_FIXED + c->n_listen + CFG_FD_PER_LOOP * loops + HTTP_LINGER_MAX,
+        .upstream = conns * (upstream_name ? 3 : 1) + 2 * UP_NPOOLS,
+    };
+    unsigned long kept = out->reserve + out->upstream;
+    unsigned long left = limit > kept ? limit - kept : 0;
+    if (left > UINT32_MAX)
+        left = UINT32_MAX;
+    if (c->max_connections > 0) {
+        if ((unsigned long)c->max_connections > left)
+            return fail(err, errlen,
+                        "--max-connections %ld does not fit the open-file limit %lu: %lu "
+                        "descriptors are kept for upstream connections (--max-upstream-connections "
+                        "%ld, --max-review-connections %ld, %u for the caches) and %lu for "
+                        "listeners, event loops, LMDB and refused connections; lower "
+                        "--max-connections to %lu or less, or raise the limit (ulimit -n, "
+                        "systemd's LimitNOFILE=)",
+                        c->max_connections, limit, out->upstream, c->max_upstream_connections,
+                        c->max_review_connections, c->cache_conns, out->reserve, left);
+        out->connections = (unsigned long)c->max_connections;
+        return 0;
+    }
+    if (left < CFG_MIN_AUTO_CONNS)
+        return fail(err, errlen,
+                    "the open-file limit %lu leaves %lu client connections (at least %d needed) "
+                    "after %lu descriptors for upstream connections (--max-upstream-connections "
+                    "%ld, --max-review-connections %ld, %u for the caches) and %lu for listeners, "
+                    "event loops, LMDB and refused connections: raise the limit to %lu or more "
+                    "(ulimit -n, systemd's LimitNOFILE=), or lower --max-upstream-connections",
+                    limit, left, CFG_MIN_AUTO_CONNS, out->upstream, c->max_upstream_connections,
+                    c->max_review_connections, c->cache_conns, out->reserve,
+                    kept + CFG_MIN_AUTO_CONNS);
+    out->connections = left;
+    return 0;
 }
 
 /* "" means not given: free it and leave NULL. */
@@ -572,8 +616,22 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--max-connections %ld: at most %lu (0 picks from the open-file limit)",
                     c->max_connections, (unsigned long)UINT32_MAX);
-    c->max_connections_resolved =
-        c->max_connections ? (unsigned)c->max_connections : auto_connections();
+    c->max_connections_resolved = (unsigned)c->max_connections;
+    if (c->max_upstream_connections < 1 || c->max_upstream_connections > 65536)
+        return fail(err, errlen,
+                    "--max-upstream-connections %ld: use 1 to 65536 (requests past it wait for a "
+                    "connection)",
+                    c->max_upstream_connections);
+    if (c->max_review_connections < 1 || c->max_review_connections > 65536)
+        return fail(err, errlen,
+                    "--max-review-connections %ld: use 1 to 65536 (reviews past it wait for a "
+                    "connection)",
+                    c->max_review_connections);
+    if (c->max_passthrough_buffer < 65536)
+        return fail(err, errlen,
+                    "--max-passthrough-buffer %ld: at least 65536 bytes (one upstream read)",
+                    c->max_passthrough_buffer);
+    c->cache_conns = 2 * count_entries(c->resources ? c->resources : KINDS_DEFAULT);
     empty_is_unset(&c->accept_hosts);
     empty_is_unset(&c->tls_cert_file);
     empty_is_unset(&c->tls_private_key_file);

@@ -81,6 +81,7 @@ struct front {
     bool tls;
     struct metrics *metrics; /* /metrics */
     struct access *access;   /* request records: metrics, the access log */
+    struct pt_budget *budget; /* --max-passthrough-buffer */
 };
 
 /* What the stages learned about one request (lives until it is routed). */
@@ -771,6 +772,8 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
         .max_response_buffer = (size_t)cfg->max_response_buffer,
         .strip_credentials = true,
     };
+    f->budget = pt_budget_new((size_t)cfg->max_passthrough_buffer);
+    f->pt_short.budget = f->budget;
     f->pt_long = f->pt_short;
     f->pt_long.long_running = true;
     f->tun = (struct tunnel_options){.k = k, .base = base, .strip_credentials = true,
@@ -832,12 +835,20 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
         serve_free(f->serve);
         access_free(f->access);
         metrics_free(f->metrics);
+        pt_budget_free(f->budget);
         free(f);
         return rc;
     }
     http_server_on_done(f->http, on_request_done, f);
-    struct collect_sources cs = {.refls = refls, .nrefls = nrefls, .st = st, .watch = f->watch,
-                                 .up = up, .auth = f->auth, .http = f->http, .access = f->access};
+    struct collect_sources cs = {.refls = refls,
+                                 .nrefls = nrefls,
+                                 .st = st,
+                                 .watch = f->watch,
+                                 .up = up,
+                                 .auth = f->auth,
+                                 .http = f->http,
+                                 .access = f->access,
+                                 .budget = f->budget};
     collect_register(f->metrics, &cs);
     *out = f;
     return 0;
@@ -877,6 +888,7 @@ front_free(struct front *f)
     auth_free(f->auth);
     access_free(f->access);
     metrics_free(f->metrics);
+    pt_budget_free(f->budget); /* after the server: every passthrough has closed */
     f->magic = 0;
     free(f);
 }

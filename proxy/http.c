@@ -64,7 +64,6 @@
 #define READ_CHUNK (64 * 1024)  /* bytes fed to the parser per step */
 #define MAX_HEADERS 1024         /* header lines per request (Go has no count limit; bytes bound it) */
 #define ACCEPT_RETRY_MS 100      /* after EMFILE/ENFILE: stop accepting this long */
-#define LINGER_MAX 256           /* refused connections drained before their close */
 #define LINGER_MS 2000
 
 enum conn_state {
@@ -1083,7 +1082,7 @@ static void
 linger_close(struct http_server *s, int fd)
 {
     shutdown(fd, SHUT_WR);
-    if (s->nlinger >= LINGER_MAX) {
+    if (s->nlinger >= HTTP_LINGER_MAX) {
         close(fd);
         return;
     }
@@ -1530,6 +1529,7 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
 {
     *out = s->stats;
     out->taken = atomic_load(&taken_conns);
+    out->max_connections = s->o.max_connections;
 }
 
 void
@@ -1962,6 +1962,12 @@ on_bev_free(evutil_socket_t fd_, short what, void *arg)
         SSL_free(ssl);
     if (fd >= 0)
         close(fd);
+}
+
+void
+http_taken_hold(void)
+{
+    atomic_fetch_add(&taken_conns, 1);
 }
 
 void

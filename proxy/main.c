@@ -79,6 +79,41 @@ raise_fd_limit(void)
     }
 }
 
+/* Does connecting to the upstream resolve a name (curl's resolver then holds
+ * descriptors of its own)? */
+static bool
+upstream_is_name(const struct kcfg *k)
+{
+    bool tls;
+    char host[256] = "", port[16];
+    kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
+    unsigned char a[16];
+    return inet_pton(AF_INET, host, a) != 1 && inet_pton(AF_INET6, host, a) != 1;
+}
+
+/* --max-connections against the open-file limit (config.h cfg_fd_budget). */
+static int
+fd_budget(struct kwc_config *cfg, const struct kcfg *k, char *err, size_t errlen)
+{
+    struct rlimit rl;
+    unsigned long limit = 1024; /* the usual default, should getrlimit fail */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        limit = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > UINT32_MAX
+                    ? UINT32_MAX
+                    : (unsigned long)rl.rlim_cur;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct cfg_fd_budget b;
+    int rc = cfg_fd_budget(cfg, limit, ncpu > 0 ? (unsigned)ncpu : 1, upstream_is_name(k), &b, err,
+                           errlen);
+    if (rc != 0)
+        return rc;
+    cfg->max_connections_resolved = (unsigned)b.connections;
+    log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
+             "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
+             b.limit, b.connections, b.upstream, b.reserve);
+    return 0;
+}
+
 static int
 load_upstream(const struct kwc_config *cfg, struct kcfg **k, char *err, size_t errlen)
 {
@@ -275,6 +310,12 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
+    if ((rc = fd_budget(&cfg, k, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        kcfg_free(k);
+        cfg_fini(&cfg);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
 
     struct event_base *base = event_base_new();
@@ -282,6 +323,10 @@ main(int argc, char **argv)
         .connect_timeout_ms = (int)cfg.upstream_connect_timeout * 1000,
         .header_timeout_ms = (int)cfg.upstream_timeout * 1000,
         .max_idle_conns = 64,
+        .max_conns = {[UP_POOL_PASSTHROUGH] = (unsigned)cfg.max_upstream_connections,
+                      [UP_POOL_CACHE] = cfg.cache_conns,
+                      [UP_POOL_TOKENREVIEW] = (unsigned)cfg.max_review_connections,
+                      [UP_POOL_SAR] = (unsigned)cfg.max_review_connections},
     };
     struct up_client *up = NULL;
     struct front *front = NULL;

@@ -8,6 +8,11 @@
  *  - response body: before taking bytes from curl we look at the response
  *    writer's queue; over max_response_buffer the transfer pauses, and the
  *    writer's on_drain (low water: a quarter) resumes it from a deferred event.
+ *  - all responses together (pt_budget): each pt's share, p->held, is its
+ *    queue as last seen (on data, on drain), so the total only lags a queue
+ *    that drains, never one that grows: it errs on the side of pausing. Over
+ *    the budget a pt that holds more than an even share pauses like one over
+ *    its own buffer and resumes the same way, when its client reads.
  * Lifetime: pt lives exactly as long as the request; its on_close hook
  * cancels the transfer and frees pt. Nothing is freed inside curl's
  * callback chain except through that hook.
@@ -45,10 +50,57 @@ struct pt {
     bool client_paused;           /* we stopped reading the body */
     bool want_recv, want_send;    /* what kick should resume */
     bool started, finished;
+    bool budget_paused; /* paused by the budget, not its own buffer */
+    size_t held;        /* bytes counted in the budget */
     char method[24];
     char *path;                   /* for logs */
     uint64_t bytes_out;
 };
+
+#define BUDGET_MAGIC 0x70746275u /* "ptbu" */
+
+struct pt_budget {
+    uint32_t magic;
+    size_t max, total;
+    size_t holders; /* pts with held > 0 */
+    unsigned paused;
+    uint64_t pauses;
+};
+
+struct pt_budget *
+pt_budget_new(size_t max)
+{
+    struct pt_budget *b = xcalloc(1, sizeof(*b));
+    b->magic = BUDGET_MAGIC;
+    b->max = max ? max : 1;
+    return b;
+}
+
+void
+pt_budget_free(struct pt_budget *b)
+{
+    if (!b)
+        return;
+    assert(b->magic == BUDGET_MAGIC && b->total == 0 && b->holders == 0);
+    b->magic = 0;
+    free(b);
+}
+
+void
+pt_budget_stats(const struct pt_budget *b, struct pt_budget_stats *out)
+{
+    *out = (struct pt_budget_stats){
+        .queued = b->total, .max = b->max, .paused = b->paused, .pauses = b->pauses};
+}
+
+bool
+pt_budget_should_pause(size_t total, size_t held, size_t n, size_t holders, size_t max)
+{
+    size_t half = max / 2;
+    if (held == 0 || total + n <= half)
+        return false;
+    return held + n > half / (holders ? holders : 1);
+}
 
 static struct pt *
 pt_of(void *arg)
@@ -56,6 +108,28 @@ pt_of(void *arg)
     struct pt *p = arg;
     assert(p && p->magic == PT_MAGIC);
     return p;
+}
+
+/* p's share of the budget is now `queued` bytes. */
+static void
+budget_set(struct pt *p, size_t queued)
+{
+    struct pt_budget *b = p->o->budget;
+    if (!b || queued == p->held)
+        return;
+    b->total = b->total - p->held + queued;
+    if (!p->held != !queued)
+        b->holders += queued ? 1 : (size_t)-1;
+    p->held = queued;
+}
+
+static void
+budget_unpause(struct pt *p)
+{
+    if (p->budget_paused) {
+        p->budget_paused = false;
+        p->o->budget->paused--;
+    }
 }
 
 static void
@@ -86,6 +160,7 @@ static void
 on_out_drain(void *arg)
 {
     struct pt *p = pt_of(arg);
+    budget_set(p, hresp_queued(p->req));
     if (p->x) {
         p->want_recv = true;
         kick_soon(p);
@@ -130,9 +205,20 @@ static int
 on_up_data(void *arg, const char *data, size_t n)
 {
     struct pt *p = pt_of(arg);
-    if (hresp_queued(p->req) > p->o->max_response_buffer)
+    struct pt_budget *b = p->o->budget;
+    size_t queued = hresp_queued(p->req);
+    budget_set(p, queued);
+    budget_unpause(p);
+    if (queued > p->o->max_response_buffer)
         return UP_PAUSE; /* resumed by on_out_drain */
+    if (b && pt_budget_should_pause(b->total, p->held, n, b->holders, b->max)) {
+        p->budget_paused = true;
+        b->paused++;
+        b->pauses++;
+        return UP_PAUSE; /* resumed by on_out_drain too */
+    }
     hresp_write(p->req, data, n);
+    budget_set(p, hresp_queued(p->req));
     p->bytes_out += n;
     return 0;
 }
@@ -232,6 +318,9 @@ on_request_close(void *arg)
     struct pt *p = pt_of(arg);
     up_xfer_cancel(p->x);
     p->x = NULL;
+    budget_set(p, 0);
+    if (p->o->budget)
+        budget_unpause(p);
     event_free(p->kick);
     evbuffer_free(p->body);
     free(p->path);

@@ -505,8 +505,12 @@ start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bo
     static const struct up_header json = {"Accept", "application/json"};
     static const struct up_header pb = {"Accept", PB_CONTENT_TYPE};
     bool want_pb = r->d.enc == KWC_ENC_PB && r->state != R_DISCOVER;
-    struct up_request req = {.method = "GET", .target = target, .headers = want_pb ? &pb : &json,
-                             .nheaders = 1, .long_running = long_running};
+    struct up_request req = {.method = "GET",
+                             .target = target,
+                             .headers = want_pb ? &pb : &json,
+                             .nheaders = 1,
+                             .long_running = long_running,
+                             .pool = UP_POOL_CACHE};
     r->status = 0;
     r->too_big = false;
     evbuffer_drain(r->body, evbuffer_get_length(r->body));

@@ -182,6 +182,7 @@ on_relay_event(struct bufferevent *bev, short what, void *arg)
                             strlen(st) + 1, st);
         free(st);
         bufferevent_free(t->up);
+        http_taken_release(); /* its hold (tunnel_start) */
         t->up = NULL;
         t->up_eof = true;
         bufferevent_disable(t->client, EV_READ);
@@ -222,8 +223,10 @@ tunnel_free(struct tunnel *t)
     log_debug("tunnel: %s closed", t->desc);
     if (t->connect_timer)
         event_free(t->connect_timer);
-    if (t->up)
+    if (t->up) {
         bufferevent_free(t->up);
+        http_taken_release(); /* its hold (tunnel_start) */
+    }
     http_bev_free(t->client);
     t->magic = 0;
     free(t);
@@ -309,6 +312,9 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     } else {
         t->up = bufferevent_socket_new(o->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     }
+    /* the upstream socket is a descriptor too: --max-connections counts a
+     * tunnel twice (config.h's budget) */
+    http_taken_hold();
     bufferevent_setcb(t->client, on_relay_read, on_relay_write, on_relay_event, t);
     bufferevent_setcb(t->up, on_relay_read, on_relay_write, on_relay_event, t);
     bufferevent_write_buffer(t->up, head);

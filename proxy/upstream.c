@@ -7,8 +7,14 @@
  * our header/write/read callbacks, which forward to the xfer's owner.
  *
  * Re-entrancy rule: curl forbids removing or adding easy handles from inside
- * its callbacks. While the client is inside curl (c->depth > 0), cancels and
- * starts are queued and carried out when curl returns (run_deferred()).
+ * its callbacks. While the client is inside curl (c->depth > 0, whichever
+ * pool's multi handle), cancels and starts are queued and carried out when
+ * curl returns (run_deferred()).
+ *
+ * Pools (upstream.h): one multi handle each, with its own sockets, timer and
+ * cap. Each pool counts its sockets through curl's open/close socket
+ * callbacks; curl keeps the close callback's pointer with the connection, so
+ * the pools are freed only after curl_multi_cleanup has closed them.
  */
 #include "kwc/upstream.h"
 
@@ -26,6 +32,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,9 +46,19 @@
 #define TOKEN_REREAD_S 60
 #define HDR_MAX_COUNT 256
 
+struct pool {
+    struct up_client *c;
+    enum up_pool id;
+    CURLM *multi;
+    struct event *timer;
+    unsigned conns; /* sockets open */
+    uint64_t active;
+};
+
 struct up_xfer {
     uint32_t magic;
     struct up_client *c;
+    struct pool *p;
     CURL *h;
     const struct up_xfer_cbs *cbs;
     void *arg;
@@ -65,8 +82,7 @@ TAILQ_HEAD(xfer_list, up_xfer);
 struct up_client {
     uint32_t magic;
     struct event_base *base;
-    CURLM *multi;
-    struct event *timer;
+    struct pool pools[UP_NPOOLS];
     const struct kcfg *k;
     struct up_options o;
     char *url_base;     /* scheme://host:port used in request URLs */
@@ -80,12 +96,12 @@ struct up_client {
 };
 
 struct sock {
-    struct up_client *c;
+    struct pool *p;
     struct event *ev;
     curl_socket_t fd;
 };
 
-static void check_done(struct up_client *c);
+static void check_done(struct pool *p);
 static void run_deferred(struct up_client *c);
 
 static struct timeval
@@ -101,11 +117,11 @@ static void
 on_sock_event(evutil_socket_t fd, short what, void *arg)
 {
     struct sock *s = arg;
-    struct up_client *c = s->c;
+    struct up_client *c = s->p->c;
     int flags = (what & EV_READ ? CURL_CSELECT_IN : 0) | (what & EV_WRITE ? CURL_CSELECT_OUT : 0);
     int running;
     c->depth++;
-    curl_multi_socket_action(c->multi, fd, flags, &running);
+    curl_multi_socket_action(s->p->multi, fd, flags, &running);
     c->depth--;
     run_deferred(c);
 }
@@ -113,26 +129,26 @@ on_sock_event(evutil_socket_t fd, short what, void *arg)
 static int
 on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-    struct up_client *c = userp;
+    struct pool *p = userp;
     struct sock *s = socketp;
     if (what == CURL_POLL_REMOVE) {
         if (s) {
             event_free(s->ev);
             free(s);
-            curl_multi_assign(c->multi, fd, NULL);
+            curl_multi_assign(p->multi, fd, NULL);
         }
         return 0;
     }
     if (!s) {
         s = xcalloc(1, sizeof(*s));
-        s->c = c;
+        s->p = p;
         s->fd = fd;
-        curl_multi_assign(c->multi, fd, s);
+        curl_multi_assign(p->multi, fd, s);
     } else {
         event_free(s->ev);
     }
     short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0);
-    s->ev = event_new(c->base, fd, ev, on_sock_event, s);
+    s->ev = event_new(p->c->base, fd, ev, on_sock_event, s);
     event_add(s->ev, NULL);
     return 0;
 }
@@ -140,10 +156,11 @@ on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
 static void
 on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    struct up_client *c = arg;
+    struct pool *p = arg;
+    struct up_client *c = p->c;
     int running;
     c->depth++;
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    curl_multi_socket_action(p->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     c->depth--;
     run_deferred(c);
 }
@@ -151,14 +168,34 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 static int
 on_curl_timer(CURLM *m, long timeout_ms, void *userp)
 {
-    struct up_client *c = userp;
+    struct pool *p = userp;
     if (timeout_ms < 0) {
-        evtimer_del(c->timer);
+        evtimer_del(p->timer);
     } else {
         struct timeval tv = ms_tv(timeout_ms);
-        evtimer_add(c->timer, &tv);
+        evtimer_add(p->timer, &tv);
     }
     return 0;
+}
+
+/* Every socket curl opens or closes, counted per pool (up_pool_stats). */
+static curl_socket_t
+on_open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    struct pool *p = clientp;
+    curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
+    if (fd != CURL_SOCKET_BAD)
+        p->conns++;
+    return fd;
+}
+
+static int
+on_close_socket(void *clientp, curl_socket_t fd)
+{
+    struct pool *p = clientp;
+    if (p->conns)
+        p->conns--;
+    return close(fd);
 }
 
 /* ---- transfer lifecycle ---- */
@@ -182,11 +219,15 @@ xfer_free(struct up_xfer *x)
     c->m.requests[x->method_i][code]++;
     if (x->h) {
         if (x->added)
-            curl_multi_remove_handle(c->multi, x->h);
+            curl_multi_remove_handle(x->p->multi, x->h);
         curl_easy_cleanup(x->h);
     }
-    if (x->added && c->stats.active)
-        c->stats.active--;
+    if (x->added) {
+        if (c->stats.active)
+            c->stats.active--;
+        if (x->p->active)
+            x->p->active--;
+    }
     if (x->cancel_queued)
         TAILQ_REMOVE(&c->to_cancel, x, pending);
     curl_slist_free_all(x->req_headers);
@@ -211,10 +252,12 @@ finish(struct up_xfer *x, int err, const char *msg)
         x->c->stats.failed++;
     /* Detach from curl before the callback so the owner may start new xfers. */
     if (x->added) {
-        curl_multi_remove_handle(x->c->multi, x->h);
+        curl_multi_remove_handle(x->p->multi, x->h);
         x->added = false;
         if (x->c->stats.active)
             x->c->stats.active--;
+        if (x->p->active)
+            x->p->active--;
     }
     x->cbs->on_done(x->arg, err, msg);
     xfer_free(x);
@@ -249,11 +292,11 @@ map_curl_error(CURLcode rc)
 }
 
 static void
-check_done(struct up_client *c)
+check_done(struct pool *p)
 {
     CURLMsg *m;
     int left;
-    while ((m = curl_multi_info_read(c->multi, &left))) {
+    while ((m = curl_multi_info_read(p->multi, &left))) {
         if (m->msg != CURLMSG_DONE)
             continue;
         struct up_xfer *x = NULL;
@@ -269,6 +312,15 @@ check_done(struct up_client *c)
 }
 
 static void
+add_handle(struct up_xfer *x)
+{
+    x->added = true;
+    x->c->stats.active++;
+    x->p->active++;
+    curl_multi_add_handle(x->p->multi, x->h);
+}
+
+static void
 run_deferred(struct up_client *c)
 {
     if (c->depth > 0)
@@ -278,11 +330,10 @@ run_deferred(struct up_client *c)
         xfer_free(x); /* unlinks itself */
     while ((x = TAILQ_FIRST(&c->to_add))) {
         TAILQ_REMOVE(&c->to_add, x, pending);
-        x->added = true;
-        c->stats.active++;
-        curl_multi_add_handle(c->multi, x->h);
+        add_handle(x);
     }
-    check_done(c);
+    for (int i = 0; i < UP_NPOOLS; i++)
+        check_done(&c->pools[i]);
     /* Finishing may have queued more work (an on_done that starts a request). */
     if (!TAILQ_EMPTY(&c->to_cancel) || !TAILQ_EMPTY(&c->to_add))
         run_deferred(c);
@@ -560,14 +611,27 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
 
     for (size_t i = 0; i < UP_NMETHODS; i++)
         metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
-    c->multi = curl_multi_init();
-    c->timer = evtimer_new(base, on_timer, c);
-    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
-    curl_multi_setopt(c->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)(o->max_idle_conns > 0 ? o->max_idle_conns : 32));
+    for (int i = 0; i < UP_NPOOLS; i++) {
+        struct pool *p = &c->pools[i];
+        p->c = c;
+        p->id = (enum up_pool)i;
+        p->multi = curl_multi_init();
+        p->timer = evtimer_new(base, on_timer, p);
+        long idle = o->max_idle_conns > 0 ? o->max_idle_conns : 32;
+        if (o->max_conns[i] && idle > (long)o->max_conns[i])
+            idle = (long)o->max_conns[i];
+        curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+        curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+        curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+        curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+        curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+        curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, idle);
+        /* Past the cap a transfer waits for a connection (curl's PENDING
+         * state) rather than failing; with HTTP/2 it multiplexes on the open
+         * ones first (PIPEWAIT). Idle connections count too: curl closes the
+         * oldest idle one to make room. */
+        curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns[i]);
+    }
     *out = c;
     return 0;
 }
@@ -585,10 +649,12 @@ up_client_free(struct up_client *c)
         TAILQ_REMOVE(&c->to_add, x, pending);
         xfer_free(x);
     }
-    curl_multi_cleanup(c->multi);
+    for (int i = 0; i < UP_NPOOLS; i++) {
+        curl_multi_cleanup(c->pools[i].multi); /* closes its sockets: on_close_socket */
+        event_free(c->pools[i].timer);
+    }
     for (size_t i = 0; i < UP_NMETHODS; i++)
         metrics_hist_fini(&c->m.latency[i]);
-    event_free(c->timer);
     free(c->url_base);
     free(c->connect_to);
     free(c->bearer);
@@ -607,6 +673,20 @@ up_client_stats(const struct up_client *c, struct up_stats *out)
 {
     *out = c->stats;
 }
+
+void
+up_client_pool_stats(const struct up_client *c, enum up_pool p, struct up_pool_stats *out)
+{
+    assert((unsigned)p < UP_NPOOLS);
+    *out = (struct up_pool_stats){
+        .conns = c->pools[p].conns, .max_conns = c->o.max_conns[p], .active = c->pools[p].active};
+}
+
+const char *const up_pool_names[UP_NPOOLS] = {
+#define UP_POOL_NAME(e, name) name,
+    UP_POOLS(UP_POOL_NAME)
+#undef UP_POOL_NAME
+};
 
 const char *const up_method_names[UP_NMETHODS] = {"GET",    "HEAD",    "POST", "PUT",
                                                   "PATCH", "DELETE", "OPTIONS", "other"};
@@ -633,6 +713,8 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     struct up_xfer *x = xcalloc(1, sizeof(*x));
     x->magic = XFER_MAGIC;
     x->c = c;
+    assert((unsigned)r->pool < UP_NPOOLS);
+    x->p = &c->pools[r->pool];
     x->cbs = cbs;
     x->arg = arg;
     x->t0_ns = mono_ns();
@@ -657,6 +739,10 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x->p);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, x->p);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     /* PIPEWAIT: wait for a connection that may multiplex rather than open one.
      * Only HTTP/2 (TLS) multiplexes; on plain HTTP/1.1 it would queue requests
@@ -746,9 +832,7 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     if (c->depth == 0) {
         /* Add now, but let curl act on it from the loop (no callback from here). */
         TAILQ_REMOVE(&c->to_add, x, pending);
-        x->added = true;
-        c->stats.active++;
-        curl_multi_add_handle(c->multi, h);
+        add_handle(x);
     }
     return 0;
 }

@@ -92,6 +92,7 @@ struct auth_stats {
     uint64_t token_cache_hits, token_reviews, token_review_errors;
     uint64_t authz_allowed, authz_denied, authz_errors;
     uint64_t sar_cache_hits, sar_sent, sar_coalesced;
+    uint64_t reviews_cancelled; /* no one waited for them any more */
 };
 
 struct auth;
@@ -128,11 +129,13 @@ typedef void (*auth_decision_cb)(void *arg, enum auth_decision d, const char *re
 struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
                                  const struct auth_attrs *at, auth_decision_cb cb, void *arg);
 /*
- * The caller went away: w's callback never runs and w is freed. The review
- * it waited on keeps going even when no one else waits for it, and its answer
- * is cached as usual: the request is already on its way upstream, cancelling
- * it saves nothing, and the next request with the same token or question
- * finds the answer. Accepts NULL. Not for a wait whose callback has run.
+ * The caller went away: w's callback never runs and w is freed. When w was
+ * the last waiter of its review (coalesced or not), the review is cancelled
+ * too: its upstream transfer ends (a connection and a descriptor freed, or
+ * its place in the pool's queue given up) and nothing is cached from it, so
+ * the next request with the same token or question asks again. A review that
+ * hangs upstream therefore lasts no longer than its callers wait. Accepts
+ * NULL. Not for a wait whose callback has run.
  */
 void auth_cancel(struct auth_wait *w);
 

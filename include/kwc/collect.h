@@ -19,6 +19,7 @@ struct up_client;
 struct auth;
 struct http_server;
 struct access;
+struct pt_budget;
 
 /* Everything borrowed; each must outlive the registry's last render. auth
  * may be NULL (--auth none). */
@@ -31,6 +32,7 @@ struct collect_sources {
     struct auth *auth;
     struct http_server *http;
     struct access *access;
+    struct pt_budget *budget; /* passthrough response bytes */
 };
 
 /* Add the collectors to m (src copied). Loop thread of the front end. */

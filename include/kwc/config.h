@@ -59,8 +59,19 @@
     X("idle-timeout", idle_timeout, INT, "90", "SECONDS",                                          \
       "how long a keep-alive connection may wait for its next request (0: none)")                  \
     X("max-connections", max_connections, INT, "0", "N",                                           \
-      "open client connections at most (0: the open-file soft limit at start minus 512 kept for "  \
-      "LMDB, upstream connections and listeners, at least 64)")                                    \
+      "open client connections at most, watch streams and tunnels included (0: what the "          \
+      "open-file limit leaves after the upstream connections and a reserve; see the README's "     \
+      "descriptor budget)")                                                                        \
+    X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
+      "connections to the upstream for the requests kwc passes through (long ones such as "        \
+      "watches and logs included); more wait for one. kwc's own lists and watches and its "        \
+      "reviews have connections of their own")                                                     \
+    X("max-review-connections", max_review_connections, INT, "32", "N",                            \
+      "--auth delegated: connections to the upstream for TokenReviews, and as many for "           \
+      "SubjectAccessReviews; more reviews wait for one")                                           \
+    X("max-passthrough-buffer", max_passthrough_buffer, INT, "134217728", "BYTES",                 \
+      "passthrough response bytes queued to all clients together; past it, reading from the "      \
+      "upstream pauses for the passthroughs that hold the most")                                   \
     X("accept-hosts", accept_hosts, STR, NULL, "REGEX",                                            \
       "without TLS, requests must name a loopback Host (localhost, 127.0.0.0/8, ::1) unless "      \
       "this POSIX extended regex matches the Host without its port (unanchored: use ^...$)")       \
@@ -150,8 +161,12 @@ struct kwc_config {
     char *listen_host;
     int listen_port;
     bool listen_loopback; /* every listen address is in 127.0.0.0/8 or is ::1 */
-    /* max_connections, with 0 resolved at parse time (see its help). */
+    /* max_connections, with 0 resolved by cfg_fd_budget (0 until then). */
     unsigned max_connections_resolved;
+    /* Connections of kwc's own upstream pool: one per cache (each has at
+     * most one request in flight), a built-in resource counting twice
+     * (JSON and protobuf). */
+    unsigned cache_conns;
     /* tls_min_version_s as OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION. */
     int tls_min_version;
     /* --auth resolved: delegated authentication and authorization */
@@ -182,6 +197,37 @@ void cfg_fini(struct kwc_config *c);
  * regex stays opaque behind this call (config owns it, no <regex.h> in this
  * header). Thread-safe (glibc's regexec on a shared compiled regex).
  */
+/*
+ * The open-file budget (README "File descriptors"). kwc may hold at once:
+ *   client connections: --max-connections (watch streams, and tunnels
+ *     twice: their upstream socket counts as a taken connection);
+ *   upstream connections: the pools' caps (--max-upstream-connections,
+ *     cache_conns, 2 x --max-review-connections with --auth delegated),
+ *     x3 when the upstream is a host name (curl's threaded resolver holds a
+ *     socketpair while it resolves for a new connection), + 2 per pool
+ *     (each curl multi handle's wakeup socketpair);
+ *   a reserve: CFG_FD_FIXED (stdio, LMDB's data and lock files, the data
+ *     dir's lock, the main loop's epoll and signal fds, evdns's socket,
+ *     files kwc opens briefly: /proc for /metrics, the TLS files, the port
+ *     file), the listeners, CFG_FD_PER_LOOP per event loop (the main one
+ *     and the watch workers: epoll, wakeup and hand-over fds) and
+ *     HTTP_LINGER_MAX refused connections being drained.
+ * limit: the RLIMIT_NOFILE soft limit (raise it to the hard limit first);
+ * ncpu: what --watch-workers 0 resolves to. Returns 0 with out filled
+ * (out->connections: --max-connections, or what the limit leaves when it is
+ * 0), or KWC_ECONFIG with a message that says what to change: an explicit
+ * --max-connections that does not fit, or a limit leaving fewer than
+ * CFG_MIN_AUTO_CONNS. Pure (no syscalls).
+ */
+#define CFG_FD_FIXED 32
+#define CFG_FD_PER_LOOP 4
+#define CFG_MIN_AUTO_CONNS 64
+struct cfg_fd_budget {
+    unsigned long limit, reserve, upstream, connections;
+};
+int cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu,
+                  bool upstream_name, struct cfg_fd_budget *out, char *err, size_t errlen);
+
 bool cfg_accept_hosts_match(const struct kwc_config *c, const char *host);
 void cfg_usage(FILE *f);
 

@@ -53,6 +53,10 @@ struct http_listen_addr {
     socklen_t len;
 };
 
+/* Refused connections (the 429 past max_connections) drained at most at once
+ * before their close: they hold descriptors too (config.h's budget). */
+#define HTTP_LINGER_MAX 256
+
 struct http_server_options {
     const struct http_listen_addr *addrs;
     size_t naddrs;
@@ -104,6 +108,7 @@ struct http_server_stats {
         header_timeouts, idle_timeouts, requests, tls_reloads;
     unsigned long long taken; /* connections taken (watch streams, tunnels), still open */
     unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
+    unsigned long long max_connections; /* the cap (0: none) */
 };
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
@@ -245,6 +250,10 @@ struct bufferevent *hreq_take_bev(struct hreq *r);
 void http_bev_free(struct bufferevent *bev);
 /* A socket taken with hreq_take_socket has been closed. Thread-safe. */
 void http_taken_release(void);
+/* Count one more descriptor against max_connections that is no client
+ * connection: a tunnel's upstream socket (the open-file budget, config.h).
+ * Release it with http_taken_release. Thread-safe. */
+void http_taken_hold(void);
 
 /* ---- when a request leaves the server (metrics, the access log) ---- */
 

@@ -6,6 +6,16 @@
  * both ways (pause/resume). Over TLS, transfers share HTTP/2 connections; over
  * plain HTTP, idle HTTP/1.1 connections are reused.
  *
+ * Connection pools: each request names its pool (enum up_pool), and each pool
+ * is its own curl multi handle with its own connections and its own cap
+ * (CURLMOPT_MAX_TOTAL_CONNECTIONS). A transfer past its pool's cap waits in
+ * curl for a connection (PENDING; the header timeout keeps counting, the
+ * connect timeout starts when it gets its turn) instead of failing. Separate
+ * pools, not one shared cap, because on an HTTP/1.1 upstream every long
+ * passthrough watch holds a connection: sharing would let them starve the
+ * reviews and kwc's own lists and watches. The caps bound the upstream
+ * sockets kwc can hold, which --max-connections accounts for (config.h).
+ *
  * Loop thread only. No callback is made after up_xfer_cancel() or after
  * on_done, and none from inside up_xfer_start().
  */
@@ -24,10 +34,25 @@ struct kcfg;
 struct up_client;
 struct up_xfer;
 
+/* The connection pools, X(enum, name for /metrics). */
+#define UP_POOLS(X)                                                                                \
+    X(UP_POOL_PASSTHROUGH, "passthrough") /* clients' requests kwc forwards */                     \
+    X(UP_POOL_CACHE, "cache")             /* the reflectors' discovery, LIST and WATCH */          \
+    X(UP_POOL_TOKENREVIEW, "tokenreview") /* authentication: TokenReview */                        \
+    X(UP_POOL_SAR, "subjectaccessreview") /* authorization: SubjectAccessReview */
+enum up_pool {
+#define UP_POOL_ENUM(e, name) e,
+    UP_POOLS(UP_POOL_ENUM)
+#undef UP_POOL_ENUM
+        UP_NPOOLS
+};
+extern const char *const up_pool_names[UP_NPOOLS];
+
 struct up_options {
     int connect_timeout_ms;  /* TCP+TLS connect */
     int header_timeout_ms;   /* request sent -> response headers; 0 = none */
-    int max_idle_conns;      /* idle connections kept for reuse */
+    int max_idle_conns;      /* idle connections kept for reuse, per pool */
+    unsigned max_conns[UP_NPOOLS]; /* open connections per pool; 0: no cap */
 };
 
 struct up_header {
@@ -59,6 +84,7 @@ struct up_request {
     bool has_body;
     int64_t body_len;            /* -1: unknown (chunked) */
     bool long_running;           /* a watch or stream: no header timeout needed */
+    enum up_pool pool;           /* whose connections carry it (0: passthrough) */
 };
 
 /*
@@ -85,6 +111,15 @@ struct up_stats {
     uint64_t started, failed, active;
 };
 void up_client_stats(const struct up_client *c, struct up_stats *out);
+
+/* One pool: its open connections (sockets curl opened and has not closed
+ * yet, idle ones included), its cap (0: none) and its transfers in flight,
+ * those waiting for a connection included. */
+struct up_pool_stats {
+    unsigned conns, max_conns;
+    uint64_t active;
+};
+void up_client_pool_stats(const struct up_client *c, enum up_pool p, struct up_pool_stats *out);
 
 /* Requests to the upstream by method and status code, and the time from
  * the start to the response head (client-go's rest_client_request_*

@@ -3988,6 +3988,7 @@ class App:
         self.seen = collections.deque(maxlen=max(1, getattr(args, "recent_requests", RECENT_REQUESTS)))
         self.seen_seq = 0
         # --policy: kube's authentication, impersonation and authorization (see Policy)
+        self.hanging_reviews = {"started": 0, "open": 0, "closed_by_client": 0}
         self.policy = None
         if args.policy:
             with open(args.policy) as f:
@@ -5469,6 +5470,9 @@ class App:
         d = self.body_obj(req, rt)
         md = d.get("metadata") or {}
         spec = d.get("spec") if isinstance(d.get("spec"), dict) else {}
+        hang = self.args.hang_token_prefix
+        if kind == "TokenReview" and hang and str(spec.get("token") or "").startswith(hang):
+            return self._hanging_review()
         if kind == "TokenReview":
             out_spec, status = self.token_review(spec)
         else:
@@ -5497,6 +5501,18 @@ class App:
         conn.respond_json(201, {"kind": kind, "apiVersion": rt.api_version, "metadata": meta, "spec": out_spec,
                                 "status": status}, req)
         return None
+
+    async def _hanging_review(self):
+        """--hang-token-prefix: a TokenReview that never answers; it ends when its
+        client closes the connection (Conn.connection_lost cancels this task)."""
+        h = self.hanging_reviews
+        h["started"] += 1
+        h["open"] += 1
+        try:
+            await self.loop.create_future()
+        finally:
+            h["open"] -= 1
+            h["closed_by_client"] += 1
 
     def token_review(self, spec):
         out = {}
@@ -5640,7 +5656,8 @@ class App:
                     "watches_open": by_enc,   # the same (the name kwc's 20_protobuf reads)
                     "objects": {p: len(s.objs) for p, s in cl.stores.items() if s.objs},
                     "events": cl.events_total, "connections": len(self.conns),
-                    "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3)}
+                    "churn": self.churn_info(), "uptime": round(time.time() - self.started, 3),
+                    "hanging_reviews": dict(self.hanging_reviews)}
         if path == "/apisim/requests" and m == "GET":
             try:
                 since = int(req.query.get("since", "0") or 0)
@@ -5952,6 +5969,9 @@ def parse_args(argv=None):
     p.add_argument("--log-requests", action="store_true")
     p.add_argument("--recent-requests", type=int, default=RECENT_REQUESTS,
                    help="request records kept for GET /apisim/requests (default %d)" % RECENT_REQUESTS)
+    p.add_argument("--hang-token-prefix", default="",
+                   help="with --policy: a TokenReview of a token starting with this never answers "
+                        "(until its client goes away)")
     a = p.parse_args(argv)
     if not re.match(r"^1\.(2[7-9]|3[0-3])$", a.version):
         p.error("--version must be 1.27 .. 1.33")

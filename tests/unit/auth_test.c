@@ -799,25 +799,43 @@ test_cancel(void)
     is_int(a.calls, 0, "cancelled before the answer: no callback");
     is_int(b.calls, 1, "the other waiter is answered");
 
-    /* the only waiter cancelled: the review completes and is cached */
+    /* the last waiter cancelled: the review is cancelled too (its
+     * connection closed upstream), nothing is cached, the next asks again */
     struct auth_attrs at2 = at;
     at2.namespace_ = "other";
     e.f.hold = true;
-    struct dres c = {0};
-    auth_cancel(auth_authorize(e.a, u, &at2, on_decision, &c));
+    struct dres c = {0}, c2 = {0};
+    struct auth_wait *wc = auth_authorize(e.a, u, &at2, on_decision, &c);
+    struct auth_wait *wc2 = auth_authorize(e.a, u, &at2, on_decision, &c2);
     run_until(&e, &e.f.sars, 2);
-    fake_release(&e.f);
+    struct up_pool_stats ps0, ps1;
+    up_client_pool_stats(e.up, UP_POOL_SAR, &ps0);
+    auth_cancel(wc);
+    struct auth_stats st;
+    auth_stats(e.a, &st);
+    is_int(st.reviews_cancelled, 0, "a coalesced waiter left: the review goes on");
+    auth_cancel(wc2);
+    auth_stats(e.a, &st);
+    is_int(st.reviews_cancelled, 1, "its last waiter left: cancelled");
     run_until_idle(&e);
+    up_client_pool_stats(e.up, UP_POOL_SAR, &ps1);
+    ok(ps0.conns >= 1, "the review had a connection");
+    is_int(ps1.conns, ps0.conns - 1, "its connection was closed");
+    /* (evhttp keeps a request whose client left: the reply just frees it) */
+    fake_release(&e.f);
     struct dres probe = {0};
-    ok(auth_authorize(e.a, u, &at2, on_decision, &probe) == NULL, "its answer was cached");
-    is_int(c.calls, 0, "no callback for the cancelled wait");
-    is_int(e.f.sars, 2, "its review was not repeated");
+    ok(auth_authorize(e.a, u, &at2, on_decision, &probe) != NULL, "nothing was cached from it");
+    run_until(&e, &probe.calls, 1);
+    is_int(probe.d, AUTH_ALLOW, "asked again and answered");
+    is_int(c.calls + c2.calls, 0, "no callback for the cancelled waits");
+    is_int(e.f.sars, 3, "its review was repeated");
 
     /* token reviews too */
     e.f.hold = true;
     struct ures t = {0};
     auth_cancel(auth_authenticate(e.a, NULL, "Bearer good-9", on_user, &t));
-    run_until(&e, &e.f.token_reviews, 1);
+    auth_stats(e.a, &st);
+    is_int(st.reviews_cancelled, 2, "a token review without waiters is cancelled");
     fake_release(&e.f);
     struct ures t2 = {0};
     auth_authenticate(e.a, NULL, "Bearer good-9", on_user, &t2);

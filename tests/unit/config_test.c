@@ -18,6 +18,7 @@
 #include "kwc/config.h"
 
 #include "kwc/base.h"
+#include "kwc/upstream.h"
 #include "tap.h"
 
 #include <arpa/inet.h>
@@ -555,18 +556,68 @@ test_listen_localhost(void)
 
 /* ---- the front end's limits ------------------------------------------------ */
 
-/* The documented rule for --max-connections 0. */
-static unsigned
-expected_auto(void)
+/* The open-file budget, by the rule config.h documents. */
+static void
+test_fd_budget(void)
 {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
-        perror("getrlimit");
-        exit(2);
-    }
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 0xffffffffu)
-        rl.rlim_cur = 0xffffffffu;
-    return rl.rlim_cur < 512 + 64 ? 64 : (unsigned)(rl.rlim_cur - 512);
+    struct kwc_config c;
+    struct cfg_fd_budget b;
+    is_int(parse(&c, UP, DD, "--resources", "v1/pods, v1/configmaps,", "--watch-workers", "2",
+                 "--max-upstream-connections", "10", NULL),
+           0, "budget flags");
+    is_int(c.cache_conns, 4, "two caches per --resources entry (JSON, protobuf)");
+    /* reserve: fixed + 1 listener + 3 loops (main + 2 workers) + lingering refusals */
+    unsigned long reserve = CFG_FD_FIXED + 1 + 3 * CFG_FD_PER_LOOP + HTTP_LINGER_MAX;
+    /* upstream: 10 passthrough + 4 cache connections (no reviews with --auth none), and
+     * each pool's wakeup pair */
+    unsigned long up = 14 + 2 * UP_NPOOLS;
+    is_int(cfg_fd_budget(&c, 1000, 8, false, &b, err, sizeof err), 0, "auto fits");
+    is_int(b.reserve, reserve, "reserve");
+    is_int(b.upstream, up, "upstream connections, an IP upstream");
+    is_int(b.connections, 1000 - reserve - up, "auto: what the limit leaves");
+    is_int(cfg_fd_budget(&c, 1000, 8, true, &b, err, sizeof err), 0, "a named upstream");
+    is_int(b.upstream, 14 * 3 + 2 * UP_NPOOLS, "a resolver socketpair per connection");
+    is_int(cfg_fd_budget(&c, reserve + up + 64, 8, false, &b, err, sizeof err), 0,
+           "the least limit");
+    is_int(b.connections, 64, "at least 64 connections");
+    rejected(cfg_fd_budget(&c, reserve + up + 63, 8, false, &b, err, sizeof err), "open-file limit",
+             "a limit leaving fewer than 64");
+    ok(err_has("ulimit -n"), "says how to raise the limit");
+    ok(err_has("--max-upstream-connections"), "or what to lower");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--resources", "v1/pods,v1/configmaps", "--watch-workers", "2",
+                 "--max-upstream-connections", "10", "--max-connections", "677", "--auth",
+                 "delegated", "--max-review-connections", "5", NULL),
+           0, "explicit --max-connections");
+    up += 2 * 5; /* TokenReview and SubjectAccessReview pools */
+    is_int(cfg_fd_budget(&c, 677 + reserve + up, 8, false, &b, err, sizeof err), 0,
+           "an explicit cap that fits");
+    is_int(b.connections, 677, "kept as asked");
+    is_int(b.upstream, up, "review pools counted with --auth delegated");
+    rejected(cfg_fd_budget(&c, 676 + reserve + up, 8, false, &b, err, sizeof err),
+             "--max-connections 677", "an explicit cap that does not fit");
+    ok(err_has("676 or less"), "names the largest that fits");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--watch-workers", "0", NULL), 0, "workers: one per CPU");
+    unsigned long r1, r2;
+    cfg_fd_budget(&c, 100000, 1, false, &b, err, sizeof err);
+    r1 = b.reserve;
+    cfg_fd_budget(&c, 100000, 5, false, &b, err, sizeof err);
+    r2 = b.reserve;
+    is_int(r2 - r1, 4 * CFG_FD_PER_LOOP, "each worker loop reserved");
+    cfg_fini(&c);
+
+    rejected(parse(&c, UP, DD, "--max-upstream-connections", "0", NULL),
+             "--max-upstream-connections", "no passthrough connection at all");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-review-connections", "0", NULL), "--max-review-connections",
+             "no review connection at all");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-passthrough-buffer", "1000", NULL),
+             "--max-passthrough-buffer", "a passthrough buffer below one read");
+    cfg_fini(&c);
 }
 
 static void
@@ -578,7 +629,10 @@ test_limits(void)
     is_int(c.request_header_timeout, 32, "request-header-timeout: kube's ReadHeaderTimeout");
     is_int(c.idle_timeout, 90, "idle-timeout: kube's IdleTimeout");
     is_int(c.max_connections, 0, "max-connections: automatic");
-    is_int(c.max_connections_resolved, expected_auto(), "resolved from RLIMIT_NOFILE");
+    is_int(c.max_connections_resolved, 0, "resolved later, by cfg_fd_budget");
+    is_int(c.max_upstream_connections, 256, "max-upstream-connections: 256");
+    is_int(c.max_review_connections, 32, "max-review-connections: 32");
+    is_int(c.max_passthrough_buffer, 128 << 20, "max-passthrough-buffer: 128 MiB");
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, "--max-header-bytes", "4096", "--request-header-timeout", "0",
@@ -610,35 +664,6 @@ test_limits(void)
     rejected(parse(&c, UP, DD, "--max-connections", "4294967296", NULL), "--max-connections",
              "max-connections past 32 bits");
     cfg_fini(&c);
-
-    /* The automatic cap follows the soft limit in force when parsing. */
-    struct rlimit saved;
-    if (getrlimit(RLIMIT_NOFILE, &saved) != 0) {
-        perror("getrlimit");
-        exit(2);
-    }
-    static const struct {
-        rlim_t soft;
-        unsigned want;
-    } lim[] = {{1024, 1024 - 512}, {577, 65}, {576, 64}, {575, 64}, {100, 64}};
-    for (size_t i = 0; i < KWC_ARRAY_LEN(lim); i++) {
-        if (lim[i].soft > saved.rlim_max)
-            continue;
-        struct rlimit rl = {.rlim_cur = lim[i].soft, .rlim_max = saved.rlim_max};
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
-            perror("setrlimit");
-            exit(2);
-        }
-        char what[64];
-        snprintf(what, sizeof what, "soft limit %lu", (unsigned long)lim[i].soft);
-        is_int(parse(&c, UP, DD, NULL), 0, what);
-        is_int(c.max_connections_resolved, lim[i].want, "soft limit - 512, at least 64");
-        cfg_fini(&c);
-    }
-    if (setrlimit(RLIMIT_NOFILE, &saved) != 0) {
-        perror("setrlimit");
-        exit(2);
-    }
 
     const char *p = write_yaml("max-header-bytes: 8192\nrequest-header-timeout: 5\n"
                                "idle-timeout: 7\nmax-connections: 3\n");
@@ -1063,6 +1088,7 @@ main(void)
     TAP_RUN(test_listen);
     TAP_RUN(test_listen_localhost);
     TAP_RUN(test_limits);
+    TAP_RUN(test_fd_budget);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
