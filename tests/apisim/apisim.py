@@ -5570,14 +5570,15 @@ class App:
                 conn.buf.clear()
                 conn.upgraded.feed(data)
             return None
-        body = q.get("body", "").encode("latin-1")
+        body = q.get("body", "").encode("latin-1") * int(q.get("repeat", "1"))
         framing = q.get("framing", "length")
         h = b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Apisim-Upgrade-Answer: %d\r\n" % (
             code, REASONS.get(code, b"Unknown"), code)
         if framing == "chunked":
             out = h + b"Transfer-Encoding: chunked\r\n\r\n"
-            for i in range(0, len(body), 3):   # several chunks
-                out += b"%x\r\n%s\r\n" % (len(body[i:i + 3]), body[i:i + 3])
+            step = 3 if len(body) < 64 else 65536   # several chunks
+            for i in range(0, len(body), step):
+                out += b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step])
             out += b"0\r\n\r\n"
         elif framing == "close":
             out = h + b"Connection: close\r\n\r\n" + body

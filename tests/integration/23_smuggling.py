@@ -187,6 +187,20 @@ class SmugglingTest(SeenMixin, EnvTestCase):
                         resp, closed, raw = self.exchange(upgrade_head(target) + smuggled(m, extra))
                         self.check_refused(status, framing, text.encode(), resp, closed, raw, m)
 
+    def test_large_refusal_is_streamed(self):
+        # a refusal body larger than kwc's queue bound (1 MiB) arrives whole
+        for framing in ("length", "chunked", "close"):
+            with self.subTest(framing=framing):
+                m = marker()
+                target = ("/apisim/upgrade-answer?status=500&framing=%s&body=0123456789abcdef&repeat=393216&m=%s"
+                          % (framing, m)).encode()
+                resp, closed, raw = self.exchange(upgrade_head(target) + smuggled(m))
+                self.assertTrue(closed)
+                self.assertEqual(len(resp), 1, raw[:800])
+                self.assertEqual(resp[0][0], 500)
+                self.assertEqual(resp[0][2], b"0123456789abcdef" * 393216)
+                self.assert_never_seen("smuggled=" + m)
+
     def test_refused_upgrade_without_pipelined_request(self):
         m = marker()
         target = ("/apisim/upgrade-answer?status=403&body=no&m=%s" % m).encode()
