@@ -355,6 +355,14 @@ route_request(struct front *f, struct kreq *k)
         answer(f, req, 0, NULL, NULL, k->route.path);
         return;
     }
+    if (strcmp(k->method, "CONNECT") == 0) {
+        /* kube-apiserver has no CONNECT handler (its "connect" subresources
+         * are GET/POST upgrades): go-restful answers 405. kwc never tunnels
+         * or forwards it; the server closes the connection after. */
+        answer(f, req, 405, "MethodNotAllowed",
+               "the server does not allow this method on the requested resource", NULL);
+        return;
+    }
     if (hreq_upgrade(req)) {
         access_set_source(req, ACCESS_UPSTREAM);
         tunnel_start(req, &f->tun);

@@ -15,6 +15,12 @@
  * response has left the connection, which keeps responses in order and lets
  * a handler take the socket with nothing queued on it. Body bytes go to the
  * handler while it reads (hreq_body_read), or are counted and dropped.
+ * An Upgrade request (Connection: upgrade + an Upgrade other than h2c) is
+ * parsed like any other up to the end of its body; the bytes behind it are
+ * never parsed: they wait in the input until the handler takes the
+ * connection (hreq_take_bev, after the upstream switched protocols) or the
+ * connection closes after the answer (an Upgrade or CONNECT request never
+ * keeps its connection alive).
  *
  * Limits: the head (request line + headers) is bounded by
  * http_parser_set_max_header_size (process-wide: one server per process);
@@ -277,6 +283,24 @@ token_has(const char *v, const char *tok)
         while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
             e--;
         if (e == tl && strncasecmp(s, tok, tl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+/* An Upgrade header value names a protocol other than h2c. */
+static bool
+upgrade_names_other(const char *v)
+{
+    for (const char *s = v; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, ",");
+        size_t e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e && !(e == 3 && strncasecmp(s, "h2c", 3) == 0))
             return true;
         s += l;
     }
@@ -696,7 +720,17 @@ check_head(struct hconn *c, struct hreq *r, const char **msg)
     r->has_body = r->chunked || r->clen > 0;
     r->head_method = p->method == HTTP_HEAD;
     const char *conn = hreq_header(r, "Connection");
-    r->upgrade = p->upgrade && hreq_header(r, "Upgrade") && conn && token_has(conn, "upgrade");
+    const char *upg = hreq_header(r, "Upgrade");
+    /* h2c is an upgrade of this server's own protocol, which it does not
+     * speak (neither does Go's net/http without an h2c handler): such a
+     * request is served as an ordinary one. CONNECT is never an upgrade. */
+    r->upgrade = p->upgrade && p->method != HTTP_CONNECT && upg && upgrade_names_other(upg) &&
+                 conn && token_has(conn, "upgrade");
+    /* The connection of an Upgrade request not switched, or of a CONNECT
+     * request, is not reused: what the client sent behind it may be
+     * another protocol's bytes and is never read as a request. */
+    if (r->upgrade || p->method == HTTP_CONNECT)
+        r->keepalive = false;
     const char *exp = hreq_header(r, "Expect");
     if (exp) {
         if (strcasecmp(exp, "100-continue") != 0) {
@@ -737,7 +771,7 @@ conn_parse(struct hconn *c)
         if (c->state == C_REQ) {
             struct hreq *r = c->req;
             /* body bytes flow only while the handler reads (or discards) */
-            if (!r || r->ended || c->msg_complete || c->parse_paused_body || r->upgrade)
+            if (!r || r->ended || c->msg_complete || c->parse_paused_body)
                 return;
         }
         size_t avail = evbuffer_get_length(in);
@@ -794,16 +828,18 @@ conn_parse(struct hconn *c)
                 return;
             }
             struct hreq *r = c->req;
-            if (!r->upgrade) {
-                /* the LF, then the parser waits at the body (or completes
-                 * a request without one) */
-                http_parser_pause(&c->p, 0);
-                http_parser_execute(&c->p, &c->s->ps, "\n", 1);
-                e = HTTP_PARSER_ERRNO(&c->p);
-                if (e != HPE_OK && e != HPE_PAUSED) {
-                    conn_reject(c, 400, "malformed HTTP request");
-                    return;
-                }
+            /* the LF, then the parser waits at the body (or completes a
+             * request without one). An Upgrade request too: its body (the
+             * parser's "upgrade" exit comes after it) is read like any
+             * other, and the parse stops at its end, so that the bytes
+             * behind it stay in the input for whoever takes the
+             * connection (hreq_take_bev), or for nobody. */
+            http_parser_pause(&c->p, 0);
+            http_parser_execute(&c->p, &c->s->ps, "\n", 1);
+            e = HTTP_PARSER_ERRNO(&c->p);
+            if (e != HPE_OK && e != HPE_PAUSED) {
+                conn_reject(c, 400, "malformed HTTP request");
+                return;
             }
             if (c->msg_complete)
                 r->complete = true; /* no body: complete before the handler sees it */

@@ -1,13 +1,60 @@
 /*
  * tunnel.c — HTTP Upgrade passthrough (see tunnel.h).
  *
- * kwc takes the client's connection from the HTTP server (hreq_take_bev:
- * the bufferevent, plain or TLS, with any bytes past the head in its input),
- * opens its own connection to the upstream, writes the request head (with
- * kwc's credentials), and from then on only copies bytes. Each direction stops
- * reading when the other side's output holds TUN_HIGH bytes and resumes when it
- * drains below TUN_LOW (bufferevent write watermark), so memory stays bounded
- * whatever the peers do.
+ * kwc opens its own connection to the upstream, writes the request head
+ * (with kwc's credentials and the caller's identity headers) and the
+ * request's body, and reads the upstream's answer head with libhttp-parser
+ * (HTTP_RESPONSE) while the HTTP server still holds the client's connection
+ * (struct hreq): whatever the client sent behind the request stays unread in
+ * the server's input buffer. Then:
+ *  - 101 Switching Protocols: kwc takes the connection (hreq_take_bev),
+ *    writes the upstream's 101 head byte for byte and whatever followed it,
+ *    and from then on only copies bytes; only now do the client's bytes
+ *    behind the request reach the upstream. Each direction stops reading when
+ *    the other side's output holds TUN_HIGH bytes and resumes when it drains
+ *    below TUN_LOW (bufferevent write watermark), so memory stays bounded.
+ *  - any other answer: relayed as an ordinary response through the response
+ *    writer (status, end-to-end headers, the body decoded by the parser and
+ *    framed by kwc, streamed with backpressure: hresp_queued / on_drain), and
+ *    the connection closes after it (http.c never reuses an Upgrade request's
+ *    connection), as kube's upgrade-aware proxy does after a refused upgrade
+ *    (k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go tryUpgrade). So a
+ *    request pipelined behind a refused upgrade is never read by anybody:
+ *    nothing reaches the upstream without kwc's authentication,
+ *    authorization, identity headers, header stripping and access log.
+ *    (Unlike upgradeaware.go, which answers a generic error for a 2xx/3xx
+ *    refusal from its kubelet backend, kwc relays it: its upstream is the
+ *    apiserver, whose answer is what the client would get without kwc.)
+ *  - the upstream unreachable or timing out: 503 Status (Retry-After 1); a
+ *    TLS failure, a 1xx other than 101, a malformed or oversized head (over
+ *    TUN_HEAD_MAX), or the upstream closing before its head: 502 Status;
+ *    both through respond_status, connection closed.
+ *
+ * Decisions (kube-apiserver's behaviour on the wire):
+ *  - Upgrade: h2c is never tunnelled: kube-apiserver runs Go's net/http
+ *    server without an h2c handler, which serves such a request as an
+ *    ordinary one. http.c does the same (hreq_upgrade is false), so it goes
+ *    through the cache or the passthrough, which drops the hop-by-hop
+ *    Upgrade and HTTP2-Settings headers. An Upgrade listing h2c among other
+ *    protocols is tunnelled with h2c left out; a 101 must name a protocol the
+ *    client asked for (as Go's httputil.ReverseProxy checks), never h2c.
+ *  - CONNECT is never an upgrade (http.c) and never tunnelled or forwarded:
+ *    kube-apiserver has no CONNECT route (its exec/attach/portforward/proxy
+ *    "connect" subresources are GET/POST upgrades) and answers 405 from
+ *    go-restful; front.c answers 405 MethodNotAllowed after authentication,
+ *    and an authority-form CONNECT target is a 400 like any target not in
+ *    origin form. The connection closes after either.
+ *  - absolute-form targets ("GET http://host/api/... HTTP/1.1"): front.c's
+ *    parse stage answers 400 for any target not starting with '/', before
+ *    the tunnel; tunnel_start refuses one too (400), so the upstream only
+ *    ever gets an origin-form target.
+ *  - a body on the upgrade request: forwarded exactly, as Go's net/http
+ *    (the request's body reader stops at its Content-Length or last chunk)
+ *    and upgradeaware.go (dial: req.Write(conn) writes head and body) do; a
+ *    chunked body is re-chunked, trailers dropped, Expect dropped (kwc
+ *    answered 100-continue itself). Bytes after the body are never
+ *    forwarded before the 101; a 101 that arrives before the body was all
+ *    sent is a 502.
  */
 #include "kwc/tunnel.h"
 
@@ -19,7 +66,8 @@
 #include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
-#include <fcntl.h>
+#include <http_parser.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -32,29 +80,58 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
-#include "kwc/status.h"
+#include "kwc/respond.h"
 
 #define TUN_MAGIC 0x74756e31u /* "tun1" */
 #define TUN_HIGH (1024 * 1024)
 #define TUN_LOW (256 * 1024)
+#define TUN_HEAD_MAX (1024 * 1024) /* the upstream's answer head, bytes */
+#define TUN_MAX_HEADERS 1024
+#define TUN_PARSE_CHUNK (64 * 1024)
+
+enum tun_phase {
+    TUN_HEAD,   /* connecting, sending the request, reading the answer head; the server holds
+                   the client's connection (req) */
+    TUN_ANSWER, /* relaying a refusal through req's response writer */
+    TUN_RELAY,  /* after a 101: the connection taken, raw bytes both ways */
+    TUN_DONE,   /* answered (an error, or the refusal's end); waiting for req's on_close */
+};
 
 struct tunnel {
     uint32_t magic;
-    struct bufferevent *client, *up;
-    struct event *connect_timer;
+    enum tun_phase phase;
+    bool dead;                       /* freed from the next loop turn (reap) */
+    struct hreq *req;                /* until its on_close (answered, taken, or the client gone) */
+    bool taking;                     /* inside hreq_take_bev: its on_close is expected */
+    struct bufferevent *client, *up; /* client: TUN_RELAY only */
+    struct event *connect_timer, *reap;
+    const char *connect_err; /* a failure to start connecting, reported from the loop */
     bool connected;
     bool client_eof, up_eof;
-    char desc[160]; /* "GET /api/v1/.../exec" for logs */
+    /* the request's body, forwarded behind its head */
+    bool has_body, body_chunked, body_done, body_paused;
+    /* the upstream's answer */
+    http_parser p;
+    size_t parsed;   /* bytes of the upstream's input already parsed (TUN_HEAD keeps them) */
+    size_t head_len; /* set by on_headers_complete of a 101: the end of the head */
+    bool head_method;
+    bool switching;
+    int status;
+    struct gostr_buf hbuf; /* header names and values, NUL-terminated */
+    size_t *hoff;          /* name offset, value offset per header */
+    size_t nh, hcap;
+    bool in_value;
+    char asked[256]; /* the protocols the client asked for (h2c left out) */
+    char desc[160];  /* "GET /api/v1/.../exec" for logs */
 };
 
 /* One TLS context for all tunnels of the process (settings are immutable). */
 static SSL_CTX *tls_ctx;
 static struct evdns_base *dns;
-
-static void tunnel_free(struct tunnel *t);
 
 static int
 load_pem_certs(X509_STORE *store, const unsigned char *pem, size_t len)
@@ -106,7 +183,116 @@ get_tls_ctx(const struct kcfg *k)
     return ctx;
 }
 
-/* ---- relay ---- */
+static struct tunnel *
+tun_of(void *arg)
+{
+    struct tunnel *t = arg;
+    assert(t->magic == TUN_MAGIC);
+    return t;
+}
+
+/* ---- closing ---- */
+
+static void
+on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    log_debug("tunnel: %s closed", t->desc);
+    if (t->connect_timer)
+        event_free(t->connect_timer);
+    if (t->up) {
+        bufferevent_free(t->up);
+        http_taken_release(); /* its hold (tunnel_start) */
+    }
+    http_bev_free(t->client);
+    free(t->hbuf.p);
+    free(t->hoff);
+    event_free(t->reap);
+    t->magic = 0;
+    free(t);
+}
+
+/* Unhook t from everything that can call it and free it from the next loop
+ * turn (never inside the callback chain that decided it). */
+static void
+tunnel_close(struct tunnel *t)
+{
+    if (t->dead)
+        return;
+    t->dead = true;
+    if (t->connect_timer)
+        evtimer_del(t->connect_timer);
+    if (t->up) {
+        bufferevent_setcb(t->up, NULL, NULL, NULL, NULL);
+        bufferevent_disable(t->up, EV_READ | EV_WRITE);
+    }
+    if (t->client) {
+        bufferevent_setcb(t->client, NULL, NULL, NULL, NULL);
+        bufferevent_disable(t->client, EV_READ | EV_WRITE);
+    }
+    if (t->req) {
+        struct hreq *r = t->req;
+        t->req = NULL;
+        hreq_set_handler(r, NULL, NULL);
+        if (!hresp_started(r))
+            respond_status(r, 500, NULL, "the tunnel ended before answering", 0);
+        else
+            hresp_abort(r);
+    }
+    event_active(t->reap, EV_TIMEOUT, 1);
+}
+
+/* The upstream connection is no longer needed. */
+static void
+drop_up(struct tunnel *t)
+{
+    if (t->up) {
+        bufferevent_free(t->up);
+        http_taken_release(); /* its hold (tunnel_start) */
+        t->up = NULL;
+    }
+    if (t->connect_timer)
+        evtimer_del(t->connect_timer);
+}
+
+/* Answer the client with a Status (or cut a started answer short); the
+ * connection closes after it, then req's on_close frees t. */
+static void
+fail(struct tunnel *t, int code, const char *reason, const char *msg)
+{
+    log_warnx("tunnel: %s: %s (answered %d)", t->desc, msg, code);
+    drop_up(t);
+    t->phase = TUN_DONE;
+    struct hreq *r = t->req;
+    if (!r) {
+        tunnel_close(t);
+        return;
+    }
+    if (hresp_started(r)) {
+        hresp_abort(r); /* on_close: t is closed */
+        return;
+    }
+    hresp_close_after(r);
+    respond_status(r, code, reason, msg, code == 503 ? 1 : 0);
+}
+
+static void
+fail_unavailable(struct tunnel *t, const char *why)
+{
+    char m[512];
+    snprintf(m, sizeof(m), "the upstream API server is unavailable: %s", why);
+    fail(t, 503, "ServiceUnavailable", m);
+}
+
+static void
+fail_bad_gateway(struct tunnel *t, const char *why)
+{
+    char m[512];
+    snprintf(m, sizeof(m), "error talking to the upstream API server: %s", why);
+    fail(t, 502, NULL, m);
+}
+
+/* ---- relay (after a 101) ---- */
 
 static struct bufferevent *
 peer_of(struct tunnel *t, struct bufferevent *bev)
@@ -117,22 +303,19 @@ peer_of(struct tunnel *t, struct bufferevent *bev)
 static void
 maybe_finish(struct tunnel *t)
 {
-    /* Done when both sides ended, or one ended and the other has nothing left to send to it. */
+    /* Done when the upstream ended and the client has everything, or when the
+     * client ended and the upstream has everything (half-close towards the
+     * upstream is not portable through TLS: end both). */
     bool client_drained = evbuffer_get_length(bufferevent_get_output(t->client)) == 0;
-    bool up_drained = !t->up || evbuffer_get_length(bufferevent_get_output(t->up)) == 0;
-    if ((t->up_eof && client_drained) || (t->client_eof && up_drained && t->up_eof) ||
-        (t->client_eof && !t->connected))
-        tunnel_free(t);
-    else if (t->client_eof && up_drained && t->up) {
-        /* Half-close towards the upstream is not portable through TLS: end both. */
-        tunnel_free(t);
-    }
+    bool up_drained = evbuffer_get_length(bufferevent_get_output(t->up)) == 0;
+    if ((t->up_eof && client_drained) || (t->client_eof && up_drained))
+        tunnel_close(t);
 }
 
 static void
 on_relay_read(struct bufferevent *bev, void *arg)
 {
-    struct tunnel *t = arg;
+    struct tunnel *t = tun_of(arg);
     struct bufferevent *peer = peer_of(t, bev);
     struct evbuffer *out = bufferevent_get_output(peer);
     evbuffer_add_buffer(out, bufferevent_get_input(bev));
@@ -145,10 +328,10 @@ on_relay_read(struct bufferevent *bev, void *arg)
 static void
 on_relay_write(struct bufferevent *bev, void *arg)
 {
-    struct tunnel *t = arg;
+    struct tunnel *t = tun_of(arg);
     struct bufferevent *peer = peer_of(t, bev);
     /* bev drained below its low watermark: its producer may read again */
-    if (peer && !(bev == t->up ? t->client_eof : t->up_eof))
+    if (!(bev == t->up ? t->client_eof : t->up_eof))
         bufferevent_enable(peer, EV_READ);
     if (t->client_eof || t->up_eof)
         maybe_finish(t);
@@ -157,96 +340,486 @@ on_relay_write(struct bufferevent *bev, void *arg)
 static void
 on_relay_event(struct bufferevent *bev, short what, void *arg)
 {
-    struct tunnel *t = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        t->connected = true;
-        if (t->connect_timer)
-            evtimer_del(t->connect_timer);
-        bufferevent_enable(t->up, EV_READ);
-        bufferevent_enable(t->client, EV_READ);
-        /* Bytes the client sent behind the request head are already in its
-         * input buffer: no read event will announce them. */
-        if (evbuffer_get_length(bufferevent_get_input(t->client)))
-            on_relay_read(t->client, t);
+    struct tunnel *t = tun_of(arg);
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    if (bev == t->client) {
+        t->client_eof = true;
+    } else {
+        t->up_eof = true;
+        /* Whatever the upstream sent before closing still goes to the client. */
+        struct evbuffer *in = bufferevent_get_input(t->up);
+        if (evbuffer_get_length(in))
+            evbuffer_add_buffer(bufferevent_get_output(t->client), in);
+        bufferevent_setwatermark(t->client, EV_WRITE, 0, 0);
+    }
+    bufferevent_disable(bev, EV_READ);
+    if (what & BEV_EVENT_ERROR)
+        tunnel_close(t);
+    else
+        maybe_finish(t);
+}
+
+/* The upstream answered 101 with a head of head_len bytes at the start of
+ * its input: the connection becomes a tunnel. */
+static void
+switch_protocols(struct tunnel *t, size_t head_len)
+{
+    if (t->has_body && !t->body_done) {
+        fail_bad_gateway(t, "it switched protocols before the request body was sent");
         return;
     }
-    if (bev == t->up && !t->connected) {
-        char body[512];
-        snprintf(body, sizeof(body), "the upstream API server is unavailable: %s",
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-        log_warnx("tunnel: %s: %s", t->desc, body);
-        char *st = status_failure_json(503, "ServiceUnavailable", body, NULL);
-        evbuffer_add_printf(bufferevent_get_output(t->client),
-                            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                            "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
-                            strlen(st) + 1, st);
-        free(st);
-        bufferevent_free(t->up);
-        http_taken_release(); /* its hold (tunnel_start) */
-        t->up = NULL;
-        t->up_eof = true;
-        bufferevent_disable(t->client, EV_READ);
-        bufferevent_setwatermark(t->client, EV_WRITE, 0, 0);
-        return; /* freed when the answer is written (on_relay_write) */
+    t->taking = true;
+    struct bufferevent *c = hreq_take_bev(t->req);
+    t->taking = false;
+    t->req = NULL;
+    if (!c) {
+        tunnel_close(t); /* the client is gone */
+        return;
     }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        if (bev == t->client) {
-            t->client_eof = true;
-        } else {
-            t->up_eof = true;
-            /* Whatever the upstream sent before closing still goes to the client. */
-            struct evbuffer *in = bufferevent_get_input(t->up);
-            if (evbuffer_get_length(in))
-                evbuffer_add_buffer(bufferevent_get_output(t->client), in);
-            bufferevent_setwatermark(t->client, EV_WRITE, 0, 0);
+    t->client = c;
+    t->phase = TUN_RELAY;
+    log_debug("tunnel: %s: switched protocols", t->desc);
+    struct evbuffer *in = bufferevent_get_input(t->up);
+    struct evbuffer *out = bufferevent_get_output(c);
+    evbuffer_remove_buffer(in, out, head_len);
+    bufferevent_setcb(c, on_relay_read, on_relay_write, on_relay_event, t);
+    bufferevent_setcb(t->up, on_relay_read, on_relay_write, on_relay_event, t);
+    bufferevent_setwatermark(t->up, EV_WRITE, 0, 0);
+    bufferevent_enable(c, EV_READ | EV_WRITE);
+    bufferevent_enable(t->up, EV_READ | EV_WRITE);
+    /* Bytes already in either input buffer: no read event will announce them. */
+    if (evbuffer_get_length(in))
+        on_relay_read(t->up, t);
+    if (evbuffer_get_length(bufferevent_get_input(c)))
+        on_relay_read(c, t);
+}
+
+/* ---- the upstream's answer ---- */
+
+static bool
+hop_by_hop(const char *name, const char *connection)
+{
+    static const char *const hop[] = {"Connection",         "Keep-Alive", "Proxy-Connection",
+                                      "Proxy-Authenticate", "Te",         "Trailer",
+                                      "Transfer-Encoding",  "Upgrade",    "Content-Length",
+                                      "Proxy-Authorization"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(hop); i++)
+        if (strcasecmp(name, hop[i]) == 0)
+            return true;
+    /* headers the Connection header names are hop-by-hop too */
+    size_t nl = strlen(name);
+    for (const char *s = connection; s && *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, ","), e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e == nl && strncasecmp(s, name, nl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+static const char *
+hdr_name(const struct tunnel *t, size_t i)
+{
+    return t->hbuf.p + t->hoff[2 * i];
+}
+
+static const char *
+hdr_value(const struct tunnel *t, size_t i)
+{
+    return t->hbuf.p + t->hoff[2 * i + 1];
+}
+
+static const char *
+hdr_get(const struct tunnel *t, const char *name)
+{
+    for (size_t i = 0; i < t->nh; i++)
+        if (strcasecmp(hdr_name(t, i), name) == 0)
+            return hdr_value(t, i);
+    return NULL;
+}
+
+/* token (case-insensitive) is in the comma-separated list */
+static bool
+list_has(const char *list, const char *tok, size_t tl)
+{
+    for (const char *s = list; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, ","), e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e && e == tl && strncasecmp(s, tok, tl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+static int
+on_up_message_begin(http_parser *p)
+{
+    struct tunnel *t = p->data;
+    t->nh = 0;
+    t->in_value = false;
+    t->hbuf.len = 0;
+    return 0;
+}
+
+static int
+on_up_header_field(http_parser *p, const char *at, size_t n)
+{
+    struct tunnel *t = p->data;
+    if (t->nh == 0 || t->in_value) {
+        if (t->nh)
+            gostr_addn(&t->hbuf, "", 1); /* end the previous value */
+        if (t->nh == TUN_MAX_HEADERS)
+            return 1;
+        if (t->nh == t->hcap) {
+            t->hcap = t->hcap ? 2 * t->hcap : 32;
+            t->hoff = xrealloc(t->hoff, 2 * t->hcap * sizeof(*t->hoff));
         }
-        bufferevent_disable(bev, EV_READ);
-        if (what & BEV_EVENT_ERROR)
-            tunnel_free(t);
-        else
-            maybe_finish(t);
+        t->hoff[2 * t->nh] = t->hbuf.len;
+        t->hoff[2 * t->nh + 1] = t->hbuf.len;
+        t->nh++;
+        t->in_value = false;
     }
+    gostr_addn(&t->hbuf, at, n);
+    return 0;
+}
+
+static int
+on_up_header_value(http_parser *p, const char *at, size_t n)
+{
+    struct tunnel *t = p->data;
+    if (!t->in_value) {
+        gostr_addn(&t->hbuf, "", 1); /* end the name */
+        t->hoff[2 * (t->nh - 1) + 1] = t->hbuf.len;
+        t->in_value = true;
+    }
+    gostr_addn(&t->hbuf, at, n);
+    return 0;
+}
+
+static int
+on_up_headers_complete(http_parser *p)
+{
+    struct tunnel *t = p->data;
+    if (t->nh) {
+        if (!t->in_value) {
+            gostr_addn(&t->hbuf, "", 1);
+            t->hoff[2 * (t->nh - 1) + 1] = t->hbuf.len;
+        }
+        gostr_addn(&t->hbuf, "", 1);
+    }
+    t->status = p->status_code;
+    if (t->status == 101) {
+        t->switching = true;
+        return 2; /* neither a body nor another response: the rest is the new protocol */
+    }
+    if (t->status >= 100 && t->status < 200)
+        return 1; /* refused after the parse (502) */
+    const char *conn = hdr_get(t, "Connection");
+    for (size_t i = 0; i < t->nh; i++)
+        if (!hop_by_hop(hdr_name(t, i), conn))
+            hresp_header(t->req, hdr_name(t, i), hdr_value(t, i));
+    int64_t cl = -1; /* chunked or close-delimited: kwc streams it */
+    if (t->head_method || t->status == 204 || t->status == 304)
+        cl = 0;
+    else if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
+             p->content_length <= (uint64_t)INT64_MAX)
+        cl = (int64_t)p->content_length;
+    log_debug("tunnel: %s: the upstream refused the upgrade with %d", t->desc, t->status);
+    t->phase = TUN_ANSWER;
+    hresp_close_after(t->req);
+    hresp_start(t->req, t->status, cl);
+    return t->head_method ? 1 : 0;
+}
+
+static int
+on_up_body(http_parser *p, const char *at, size_t n)
+{
+    struct tunnel *t = p->data;
+    if (t->phase == TUN_ANSWER)
+        hresp_write(t->req, at, n);
+    return 0;
+}
+
+static int
+on_up_message_complete(http_parser *p)
+{
+    struct tunnel *t = p->data;
+    if (t->phase == TUN_ANSWER) {
+        t->phase = TUN_DONE;
+        hresp_end(t->req); /* then the connection closes, and on_close frees t */
+    }
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings up_settings = {
+    .on_message_begin = on_up_message_begin,
+    .on_header_field = on_up_header_field,
+    .on_header_value = on_up_header_value,
+    .on_headers_complete = on_up_headers_complete,
+    .on_body = on_up_body,
+    .on_message_complete = on_up_message_complete,
+};
+
+/* A 101 names a protocol the client asked for, never h2c. */
+static bool
+upgrade_ok(const struct tunnel *t)
+{
+    const char *u = hdr_get(t, "Upgrade");
+    if (!u)
+        return false;
+    size_t l = strcspn(u, ",");
+    while (l && (u[l - 1] == ' ' || u[l - 1] == '\t'))
+        l--;
+    return l && !(l == 3 && strncasecmp(u, "h2c", 3) == 0) && list_has(t->asked, u, l);
+}
+
+/*
+ * Parse what the upstream sent, while its answer head is awaited (the bytes
+ * stay in the input, for a 101 to pass on verbatim) or a refusal is relayed
+ * (the bytes are drained as parsed; stops while the client's queue is over
+ * TUN_HIGH, on_drain resumes). eof: the upstream closed. May close t.
+ */
+static void
+parse_up(struct tunnel *t, bool eof)
+{
+    struct evbuffer *in = bufferevent_get_input(t->up);
+    while (t->phase == TUN_HEAD || t->phase == TUN_ANSWER) {
+        if (t->phase == TUN_ANSWER && hresp_queued(t->req) >= TUN_HIGH) {
+            bufferevent_disable(t->up, EV_READ);
+            hresp_low_water(t->req, TUN_LOW);
+            return;
+        }
+        size_t avail = evbuffer_get_length(in) - t->parsed;
+        size_t n = 0;
+        if (avail == 0) {
+            if (!eof)
+                return;
+            http_parser_execute(&t->p, &up_settings, NULL, 0);
+        } else {
+            struct evbuffer_ptr pos;
+            struct evbuffer_iovec v;
+            if (evbuffer_ptr_set(in, &pos, t->parsed, EVBUFFER_PTR_SET) != 0 ||
+                evbuffer_peek(in, -1, &pos, &v, 1) < 1)
+                return;
+            size_t len = v.iov_len < TUN_PARSE_CHUNK ? v.iov_len : TUN_PARSE_CHUNK;
+            n = http_parser_execute(&t->p, &up_settings, v.iov_base, len);
+        }
+        enum http_errno e = HTTP_PARSER_ERRNO(&t->p);
+        t->parsed += n;
+        if (eof && avail == 0 && t->phase == TUN_HEAD) {
+            fail_bad_gateway(t, "it closed the connection before answering the upgrade request");
+            return;
+        }
+        if (t->switching) {
+            if (!upgrade_ok(t)) {
+                fail_bad_gateway(t, "it switched to a protocol the client did not ask for");
+                return;
+            }
+            switch_protocols(t, t->parsed);
+            return;
+        }
+        if (t->phase == TUN_HEAD && t->status >= 100 && t->status < 200) {
+            char m[80];
+            snprintf(m, sizeof(m), "it answered the upgrade request with %d", t->status);
+            fail_bad_gateway(t, m);
+            return;
+        }
+        if (e != HPE_OK && e != HPE_PAUSED) {
+            char m[200];
+            snprintf(m, sizeof(m), "a malformed answer to the upgrade request: %s",
+                     http_errno_description(e));
+            fail_bad_gateway(t, m);
+            return;
+        }
+        if (t->phase == TUN_HEAD && t->parsed > TUN_HEAD_MAX) {
+            fail_bad_gateway(t, "its answer head to the upgrade request is too large");
+            return;
+        }
+        if (t->phase != TUN_HEAD) {
+            evbuffer_drain(in, t->parsed);
+            t->parsed = 0;
+        }
+        if (t->dead || t->phase == TUN_DONE)
+            return;
+        if (eof && avail == 0) {
+            fail(t, 502, NULL, "the upstream API server closed the connection mid-answer");
+            return;
+        }
+    }
+}
+
+static void
+on_up_read(struct bufferevent *bev, void *arg)
+{
+    parse_up(tun_of(arg), false);
+}
+
+static void
+on_up_write(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    /* the request body's bytes drained below TUN_LOW: read more of them */
+    if (t->body_paused && t->req) {
+        t->body_paused = false;
+        bufferevent_setwatermark(t->up, EV_WRITE, 0, 0);
+        hreq_body_read(t->req, true);
+    }
+}
+
+static void
+on_up_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    if (what & BEV_EVENT_CONNECTED) {
+        t->connected = true;
+        evtimer_del(t->connect_timer);
+        bufferevent_enable(t->up, EV_READ);
+        return;
+    }
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    if (!t->connected) {
+        unsigned long ssl_err = bufferevent_get_openssl_error(bev);
+        if (ssl_err) {
+            char buf[256], m[320];
+            ERR_error_string_n(ssl_err, buf, sizeof(buf));
+            snprintf(m, sizeof(m), "TLS handshake failed: %s", buf);
+            fail_bad_gateway(t, m);
+        } else {
+            int err = EVUTIL_SOCKET_ERROR();
+            fail_unavailable(t, err ? evutil_socket_error_to_string(err) : "connection closed");
+        }
+        return;
+    }
+    if (what & BEV_EVENT_ERROR) {
+        fail_bad_gateway(t, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return;
+    }
+    parse_up(t, true);
 }
 
 static void
 on_connect_timeout(evutil_socket_t fd, short what, void *arg)
 {
-    struct tunnel *t = arg;
-    log_warnx("tunnel: %s: connecting to the upstream timed out", t->desc);
-    on_relay_event(t->up, BEV_EVENT_ERROR, t);
+    struct tunnel *t = tun_of(arg);
+    fail_unavailable(t, t->connect_err ? t->connect_err : "connecting timed out");
+}
+
+/* ---- the client's request, held by the server ---- */
+
+static void
+on_req_body(void *arg, const char *p, size_t n)
+{
+    struct tunnel *t = tun_of(arg);
+    if (!t->up)
+        return;
+    struct evbuffer *out = bufferevent_get_output(t->up);
+    if (t->body_chunked) {
+        evbuffer_add_printf(out, "%zx\r\n", n);
+        evbuffer_add(out, p, n);
+        evbuffer_add(out, "\r\n", 2);
+    } else {
+        evbuffer_add(out, p, n);
+    }
+    if (evbuffer_get_length(out) >= TUN_HIGH && !t->body_paused) {
+        t->body_paused = true;
+        bufferevent_setwatermark(t->up, EV_WRITE, TUN_LOW, 0);
+        hreq_body_read(t->req, false);
+    }
 }
 
 static void
-tunnel_free(struct tunnel *t)
+on_req_complete(void *arg)
 {
-    assert(t->magic == TUN_MAGIC);
-    log_debug("tunnel: %s closed", t->desc);
-    if (t->connect_timer)
-        event_free(t->connect_timer);
-    if (t->up) {
-        bufferevent_free(t->up);
-        http_taken_release(); /* its hold (tunnel_start) */
-    }
-    http_bev_free(t->client);
-    t->magic = 0;
-    free(t);
+    struct tunnel *t = tun_of(arg);
+    if (t->body_done)
+        return;
+    t->body_done = true;
+    if (t->has_body && t->body_chunked && t->up)
+        evbuffer_add(bufferevent_get_output(t->up), "0\r\n\r\n", 5);
 }
+
+static void
+on_req_drain(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    if (t->phase != TUN_ANSWER || !t->up)
+        return;
+    bufferevent_enable(t->up, EV_READ);
+    parse_up(t, false);
+}
+
+static void
+on_req_close(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    t->req = NULL;
+    if (t->taking)
+        return; /* hreq_take_bev: the connection is ours now */
+    tunnel_close(t);
+}
+
+static const struct hreq_handler tun_handler = {
+    .on_body = on_req_body,
+    .on_complete = on_req_complete,
+    .on_drain = on_req_drain,
+    .on_close = on_req_close,
+};
 
 /* ---- start ---- */
 
 static bool
 skip_header(const char *k, bool strip)
 {
-    if (strcasecmp(k, "Host") == 0 || strncasecmp(k, "Proxy-", 6) == 0)
+    if (strcasecmp(k, "Host") == 0 || strncasecmp(k, "Proxy-", 6) == 0 ||
+        strcasecmp(k, "Expect") == 0 || strcasecmp(k, "HTTP2-Settings") == 0 ||
+        strcasecmp(k, "Upgrade") == 0)
         return true;
     return strip && (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
                      strncasecmp(k, "X-Remote-", 9) == 0);
+}
+
+/* The Upgrade header's protocols without h2c, into t->asked. */
+static void
+set_asked(struct tunnel *t, const char *v)
+{
+    size_t used = 0;
+    t->asked[0] = '\0';
+    for (const char *s = v ? v : ""; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, ","), e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e && !(e == 3 && strncasecmp(s, "h2c", 3) == 0) && used + e + 3 < sizeof(t->asked)) {
+            used += (size_t)snprintf(t->asked + used, sizeof(t->asked) - used, "%s%.*s",
+                                     used ? ", " : "", (int)e, s);
+        }
+        s += l;
+    }
 }
 
 void
 tunnel_start(struct hreq *req, const struct tunnel_options *o)
 {
     const struct kcfg *k = o->k;
+    const char *method = hreq_method(req);
+    size_t tl;
+    const char *target = hreq_target(req, &tl);
+    if (target[0] != '/') {
+        respond_status(req, 400, NULL, "the request URI is not a valid path and query", 0);
+        return;
+    }
     bool tls;
     char host[256], port[16];
     kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
@@ -254,15 +827,24 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
     t->magic = TUN_MAGIC;
-    const char *method = hreq_method(req);
-    size_t tl;
-    const char *target = hreq_target(req, &tl);
-    snprintf(t->desc, sizeof(t->desc), "%s %.*s", method, (int)strcspn(target, "?") > 140 ? 140 : (int)strcspn(target, "?"), target);
+    t->phase = TUN_HEAD;
+    t->req = req;
+    int dl = (int)strcspn(target, "?");
+    snprintf(t->desc, sizeof(t->desc), "%s %.*s", method, dl > 140 ? 140 : dl, target);
+    t->head_method = strcmp(method, "HEAD") == 0;
+    t->has_body = hreq_has_body(req);
+    t->body_chunked = hreq_content_length(req) < 0;
+    set_asked(t, hreq_header(req, "Upgrade"));
+    http_parser_init(&t->p, HTTP_RESPONSE);
+    t->p.data = t;
+    t->reap = event_new(o->base, -1, 0, on_reap, t);
+    t->connect_timer = evtimer_new(o->base, on_connect_timeout, t);
 
     /* The request head, replayed to the upstream. */
     struct evbuffer *head = evbuffer_new();
-    evbuffer_add_printf(head, "%s %s HTTP/1.1\r\nHost: %s%s%s%s%s\r\n", method, target,
-                        strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", ":", port);
+    evbuffer_add_printf(head, "%s %s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUpgrade: %s\r\n", method,
+                        target, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+                        port, t->asked);
     const struct http_header *hs;
     size_t nh = hreq_headers(req, &hs);
     for (size_t i = 0; i < nh; i++)
@@ -294,14 +876,6 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     }
     evbuffer_add(head, "\r\n", 2);
 
-    /* Take the client connection from the server: it parses no more of it. */
-    t->client = hreq_take_bev(req);
-    if (!t->client) {
-        evbuffer_free(head);
-        free(t);
-        return;
-    }
-
     if (tls) {
         SSL *ssl = SSL_new(get_tls_ctx(k));
         SSL_set_tlsext_host_name(ssl, sni);
@@ -315,10 +889,15 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     /* the upstream socket is a descriptor too: --max-connections counts a
      * tunnel twice (config.h's budget) */
     http_taken_hold();
-    bufferevent_setcb(t->client, on_relay_read, on_relay_write, on_relay_event, t);
-    bufferevent_setcb(t->up, on_relay_read, on_relay_write, on_relay_event, t);
+    bufferevent_setcb(t->up, on_up_read, on_up_write, on_up_event, t);
     bufferevent_write_buffer(t->up, head);
     evbuffer_free(head);
+
+    /* The server keeps the client's connection until the upstream answers;
+     * the body (if any) follows the head, nothing behind it is read. */
+    hreq_set_handler(req, &tun_handler, t);
+    if (t->has_body)
+        hreq_body_read(req, true);
 
     int rc;
     struct sockaddr_storage ss;
@@ -339,14 +918,13 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
             dns = evdns_base_new(o->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
         rc = bufferevent_socket_connect_hostname(t->up, dns, AF_UNSPEC, host, portn);
     }
-    t->connect_timer = evtimer_new(o->base, on_connect_timeout, t);
-    struct timeval tv = {o->connect_timeout_ms / 1000, (o->connect_timeout_ms % 1000) * 1000};
-    evtimer_add(t->connect_timer, &tv);
-    /* Nothing is read from the client until the upstream is connected. */
-    bufferevent_disable(t->client, EV_READ);
     if (rc != 0) {
         /* Report from the loop, not from inside the server's parser. */
+        t->connect_err = "the connection could not be started";
         event_active(t->connect_timer, EV_TIMEOUT, 1);
+    } else {
+        struct timeval tv = {o->connect_timeout_ms / 1000, (o->connect_timeout_ms % 1000) * 1000};
+        evtimer_add(t->connect_timer, &tv);
     }
     log_debug("tunnel: %s -> %s:%s", t->desc, host, port);
 }

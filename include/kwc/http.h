@@ -131,7 +131,10 @@ size_t hreq_headers(const struct hreq *r, const struct http_header **out);
 bool hreq_has_body(const struct hreq *r);
 /* Content-Length, or -1 (chunked, or no body). */
 int64_t hreq_content_length(const struct hreq *r);
-/* An Upgrade request (Connection: upgrade + Upgrade): see hreq_take_bev. */
+/* An Upgrade request (Connection: upgrade + an Upgrade naming a protocol
+ * other than h2c; never CONNECT): see hreq_take_bev. Its body (if any) is
+ * read like any other; the bytes behind it are never parsed, and an answer
+ * other than taking the connection closes it. */
 bool hreq_upgrade(const struct hreq *r);
 /* The client's address. */
 const struct sockaddr *hreq_peer(const struct hreq *r, socklen_t *len);
@@ -238,7 +241,8 @@ int hreq_take_socket(struct hreq *r, struct http_taken *out);
 
 /*
  * Take the connection's bufferevent (plain or OpenSSL) for an Upgrade
- * tunnel: bytes the client sent after the head are in its input buffer. The
+ * tunnel: bytes the client sent after the request (its head and body) are
+ * in its input buffer, unparsed. No response was started on r. The
  * taker frees it (and, with TLS, the SSL inside: bufferevent_free with
  * BEV_OPT_CLOSE_ON_FREE semantics are the taker's, see http.c). r's on_close
  * runs before this returns. Returns NULL when the connection is gone.

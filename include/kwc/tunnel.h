@@ -1,9 +1,10 @@
 /*
  * tunnel.h — HTTP Upgrade passthrough (exec, attach, port-forward over
- * SPDY or WebSocket): kwc replays the request head to the upstream on a fresh
+ * SPDY or WebSocket): kwc replays the request to the upstream on a fresh
  * connection (TLS with the kubeconfig's CA and client certificate, SNI and
- * hostname checks), then copies bytes both ways until either side closes.
- * Both directions are flow-controlled by bufferevent watermarks.
+ * hostname checks) and, once the upstream switched protocols (101), copies
+ * bytes both ways until either side closes. Both directions are
+ * flow-controlled by bufferevent watermarks.
  */
 #ifndef KWC_TUNNEL_H
 #define KWC_TUNNEL_H
@@ -21,9 +22,13 @@ struct tunnel_options {
     int connect_timeout_ms;
 };
 
-/* Take over req and its connection (once its head is read). Answers a Status
- * 503 if the upstream cannot be reached; otherwise the upstream's own answer
- * (101 or an error) is relayed byte for byte. */
+/* Answer req (an Upgrade request, hreq_upgrade; once its head is read):
+ * replay it to the upstream, and only if the upstream answers 101 take the
+ * connection (hreq_take_bev) and copy bytes both ways; any other answer is
+ * relayed as an ordinary response and the connection closes, so nothing the
+ * client sent behind the request is forwarded before a 101. Upstream
+ * unreachable: a 503 Status; a TLS failure or a broken answer: 502. The
+ * caller never touches req again. */
 void tunnel_start(struct hreq *req, const struct tunnel_options *o);
 
 #endif

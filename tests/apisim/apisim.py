@@ -5617,6 +5617,8 @@ class App:
                 conn.buf.clear()
                 conn.upgraded.feed(data)
             return None
+        if path == "/apisim/upgrade-answer":
+            return self.upgrade_answer(req, conn)
         try:
             body = json.loads(req.body) if req.body else {}
         except ValueError as e:
@@ -5633,6 +5635,55 @@ class App:
             conn.respond_json(404, {"error": "unknown control %s %s" % (m, path)}, req, nl=False)
         else:
             conn.respond_json(200, out, req, nl=False)
+        return None
+
+    def upgrade_answer(self, req, conn):
+        """GET|POST /apisim/upgrade-answer?status=N[&framing=length|chunked|close][&body=T]
+        [&after=T]: an upstream that answers an (Upgrade) request with the status the test
+        chose. 101 (only for a request that asks for an Upgrade other than h2c; else 400)
+        names the requested protocol, then writes `after` and echoes every byte it gets, as
+        /apisim/echo-upgrade. Any other status is an ordinary answer of text/plain `body`
+        framed as asked (close: Connection: close and the connection ends), after which the
+        connection stays open like Go's net/http server after an Upgrade request it did not
+        hijack: bytes pipelined behind the request are read as the next request. Logged in
+        /apisim/requests (unlike the other /apisim endpoints) with the request body."""
+        self.seen_seq += 1
+        head = self.request_head(req)
+        head["body"] = req.body.decode("latin-1")
+        self.seen.append(head)
+        q = req.query
+        code = int(q.get("status", "101"))
+        up = req.headers.get("upgrade", "")
+        asked = [t.strip() for t in up.split(",") if t.strip() and t.strip().lower() != "h2c"]
+        conn_tokens = [t.strip().lower() for t in req.headers.get("connection", "").split(",")]
+        if code == 101:
+            if not asked or "upgrade" not in conn_tokens:
+                conn.respond_json(400, {"error": "not an upgrade request"}, req, nl=False)
+                return None
+            conn.transport.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\n%s"
+                                 % (asked[0].encode("latin-1"), q.get("after", "").encode("latin-1")))
+            conn.upgraded = EchoUpgrade(conn)
+            if conn.buf:
+                data = bytes(conn.buf)
+                conn.buf.clear()
+                conn.upgraded.feed(data)
+            return None
+        body = q.get("body", "").encode("latin-1") * int(q.get("repeat", "1"))
+        framing = q.get("framing", "length")
+        h = b"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nX-Apisim-Upgrade-Answer: %d\r\n" % (
+            code, REASONS.get(code, b"Unknown"), code)
+        if framing == "chunked":
+            out = h + b"Transfer-Encoding: chunked\r\n\r\n"
+            step = 3 if len(body) < 64 else 65536   # several chunks
+            for i in range(0, len(body), step):
+                out += b"%x\r\n%s\r\n" % (len(body[i:i + step]), body[i:i + step])
+            out += b"0\r\n\r\n"
+        elif framing == "close":
+            out = h + b"Connection: close\r\n\r\n" + body
+            conn.keep_alive = False
+        else:
+            out = h + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        conn.transport.write(out)
         return None
 
     def open_watches_by_encoding(self):
