@@ -93,7 +93,8 @@ upstream_is_name(const struct kcfg *k)
 
 /* --max-connections against the open-file limit (config.h cfg_fd_budget). */
 static int
-fd_budget(struct kwc_config *cfg, const struct kcfg *k, char *err, size_t errlen)
+fd_budget(struct kwc_config *cfg, const struct kcfg *k, struct cfg_fd_budget *out, char *err,
+          size_t errlen)
 {
     struct rlimit rl;
     unsigned long limit = 1024; /* the usual default, should getrlimit fail */
@@ -108,9 +109,7 @@ fd_budget(struct kwc_config *cfg, const struct kcfg *k, char *err, size_t errlen
     if (rc != 0)
         return rc;
     cfg->max_connections_resolved = (unsigned)b.connections;
-    log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
-             "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
-             b.limit, b.connections, b.upstream, b.reserve);
+    *out = b;
     return 0;
 }
 
@@ -310,7 +309,8 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
-    if ((rc = fd_budget(&cfg, k, err, sizeof(err))) != 0) {
+    struct cfg_fd_budget fdb;
+    if ((rc = fd_budget(&cfg, k, &fdb, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         kcfg_free(k);
         cfg_fini(&cfg);
@@ -342,6 +342,10 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    /* once the settings are known to be usable (a bad one is the only line) */
+    log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
+             "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
+             fdb.limit, fdb.connections, fdb.upstream, fdb.reserve);
     struct store_options so;
     store_options_default(&so);
     so.map_size = (uint64_t)cfg.cache_map_size;
