@@ -556,6 +556,10 @@ class WatchModel(unittest.TestCase):
 class WatchFanout(unittest.TestCase):
     def test_500_watchers_one_upstream_watch(self):
         with Env(apisim_args=["--pods", "50", "--nodes", "5"], kwc_args=["--resources", "v1/pods"]) as e:
+            # /readyz says the caches listed; their watches may start a moment
+            # later (a slow, sanitized kwc): count from when both are open
+            wait_for(lambda: e.stats()["open_watches_by_encoding"].get("pods") == {"json": 1, "protobuf": 1},
+                     60, "kwc's two upstream pods watches")
             e.sim("POST", "/apisim/reset-stats")
             base = watches_upstream(e)
             streams = []
