@@ -49,7 +49,7 @@ import time
 import unittest
 
 import certs
-from cluster import (APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Fatal, Proc,
+from cluster import (ProcGroup, APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Fatal, Proc,
                      kubectl_binaries, only_in_plaintext_run, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -472,7 +472,7 @@ def write_kubeconfig(d, name, port, ident):
 
 # ---------------------------------------------------------------------------
 
-class AuthCase(unittest.TestCase):
+class AuthCase(ProcGroup, unittest.TestCase):
     """apisim --policy over TLS (--client-ca the test client CA) seeded by
     admin, and kwc --auth=delegated serving TLS with --client-ca-file."""
     only_in_plaintext_run = "sets up TLS on both sides itself: a TLS run would repeat it"
@@ -507,37 +507,6 @@ class AuthCase(unittest.TestCase):
             cls.dump()
             cls.stop_all()
             raise
-
-    @classmethod
-    def tearDownClass(cls):
-        codes = cls.stop_all()
-        bad = {n: c for n, c in codes.items() if c != 0}
-        if bad:
-            cls.dump()
-            raise AssertionError("exit status %r" % bad)
-
-    @classmethod
-    def stop_all(cls):
-        codes = {}
-        for p in reversed(cls.procs):
-            if p.p is not None and p.exit_code is None:
-                try:
-                    codes[p.name] = p.stop()
-                except RuntimeError as e:
-                    codes[p.name] = str(e)
-        return codes
-
-    @classmethod
-    def dump(cls):
-        for p in cls.procs:
-            sys.stderr.write("---- %s log (%s) ----\n%s\n" % (p.name, p.log_path, p.logs()))
-
-    def run(self, result=None):
-        before = len(result.failures) + len(result.errors) if result else 0
-        r = super().run(result)
-        if result and len(result.failures) + len(result.errors) > before:
-            self.dump()
-        return r
 
     # -- set-up ------------------------------------------------------------------
     @classmethod

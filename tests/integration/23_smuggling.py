@@ -39,7 +39,7 @@ import unittest
 import uuid
 
 import certs
-from cluster import (APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, EnvTestCase, Proc, connect,
+from cluster import (ProcGroup, APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, EnvTestCase, Proc, connect,
                      only_in_plaintext_run, wait_for)
 
 DEADLINE = 30.0   # seconds for one exchange to end with the connection closed (loaded machine)
@@ -352,7 +352,7 @@ TOK = {n: "tok-%s-23smuggle" % n for n in ("admin", "carol")}
 
 
 @only_in_plaintext_run("sets up TLS on both sides itself: a TLS run would repeat it")
-class DelegatedTest(unittest.TestCase):
+class DelegatedTest(ProcGroup, unittest.TestCase):
     """apisim --policy over TLS, kwc --auth=delegated serving TLS and
     reaching apisim with a client certificate (CN=kwc): the identity that
     may impersonate anyone."""
@@ -403,37 +403,6 @@ class DelegatedTest(unittest.TestCase):
             cls.dump()
             cls.stop_all()
             raise
-
-    @classmethod
-    def tearDownClass(cls):
-        codes = cls.stop_all()
-        bad = {n: c for n, c in codes.items() if c != 0}
-        if bad:
-            cls.dump()
-            raise AssertionError("exit status %r" % bad)
-
-    @classmethod
-    def stop_all(cls):
-        codes = {}
-        for p in reversed(cls.procs):
-            if p.p is not None and p.exit_code is None:
-                try:
-                    codes[p.name] = p.stop()
-                except RuntimeError as e:
-                    codes[p.name] = str(e)
-        return codes
-
-    @classmethod
-    def dump(cls):
-        for p in cls.procs:
-            sys_stderr.write("---- %s log (%s) ----\n%s\n" % (p.name, p.log_path, p.logs()))
-
-    def run(self, result=None):
-        before = len(result.failures) + len(result.errors) if result else 0
-        r = super().run(result)
-        if result and len(result.failures) + len(result.errors) > before:
-            self.dump()
-        return r
 
     @classmethod
     def request(cls, port, data, ctx_tls=True):

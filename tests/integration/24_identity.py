@@ -61,7 +61,7 @@ import unittest
 
 import certs
 import cluster
-from cluster import APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Proc, wait_for
+from cluster import APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Proc, ProcGroup, wait_for
 
 P = certs.pki()
 # a fixed seed by default (CI runs the same cases every time); IDENTITY_SEED=0
@@ -490,7 +490,8 @@ def normalise(kind, status, body):
     return d
 
 
-class IdentityTest(unittest.TestCase):
+class IdentityTest(ProcGroup, unittest.TestCase):
+    dump_tail = 6000
     only_in_plaintext_run = "sets up TLS on both sides itself: a TLS run would repeat it"
 
     @classmethod
@@ -561,31 +562,6 @@ class IdentityTest(unittest.TestCase):
                                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}})):
             a = cls.control.request("POST", NS + "/" + res, admin, json.dumps(obj).encode())
             assert a.status == 201, a.short()
-
-    @classmethod
-    def tearDownClass(cls):
-        codes = cls.stop_all()
-        bad = {n: c for n, c in codes.items() if c != 0}
-        if bad:
-            cls.dump()
-            raise AssertionError("exit status %r" % bad)
-
-    @classmethod
-    def stop_all(cls):
-        codes = {}
-        for p in reversed(cls.procs):
-            if p.p is not None and p.exit_code is None:
-                try:
-                    codes[p.name] = p.stop()
-                except RuntimeError as e:
-                    codes[p.name] = str(e)
-        return codes
-
-    @classmethod
-    def dump(cls):
-        for p in cls.procs:
-            logs = p.logs()
-            sys.stderr.write("---- %s log (%s), last 6000 bytes ----\n%s\n" % (p.name, p.log_path, logs[-6000:]))
 
     # -- one case ---------------------------------------------------------------
     def sim_write(self, verb, name):

@@ -33,7 +33,7 @@ import time
 import unittest
 
 import certs
-from cluster import (APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Env, Proc,
+from cluster import (ProcGroup, APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Env, Proc,
                      http_request, wait_for)
 
 P = certs.pki()
@@ -140,7 +140,7 @@ def close_all(socks):
             pass
 
 
-class FdBudgetTest(unittest.TestCase):
+class FdBudgetTest(ProcGroup, unittest.TestCase):
     only_in_plaintext_run = "sets up TLS on both sides itself"
 
     @classmethod
@@ -199,29 +199,6 @@ class FdBudgetTest(unittest.TestCase):
         bad = {n: c for n, c in codes.items() if c != 0}
         if bad:
             raise AssertionError("exit status %r" % bad)
-
-    @classmethod
-    def stop_all(cls):
-        codes = {}
-        for p in reversed(cls.procs):
-            if p.p is not None and p.exit_code is None:
-                try:
-                    codes[p.name] = p.stop()
-                except RuntimeError as e:
-                    codes[p.name] = str(e)
-        return codes
-
-    @classmethod
-    def dump(cls):
-        for p in cls.procs:
-            sys.stderr.write("---- %s log (%s) ----\n%s\n" % (p.name, p.log_path, p.logs()))
-
-    def run(self, result=None):
-        before = len(result.failures) + len(result.errors) if result else 0
-        r = super().run(result)
-        if result and len(result.failures) + len(result.errors) > before:
-            self.dump()
-        return r
 
     def sim_stats(self):
         st, h, b = http_request(self.apisim.port, "GET", "/apisim/stats")

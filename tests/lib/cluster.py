@@ -490,3 +490,48 @@ class Reader:
             return self.p.stderr.read()[-3000:]
         except (ValueError, OSError):
             return ""
+
+
+class ProcGroup:
+    """For a TestCase class whose setUpClass starts its own processes into
+    cls.procs (apisim and kwc with settings an Env does not take): stop them
+    all at the end and fail on a bad exit status (sanitizers report there),
+    and print their logs when a test fails. dump_tail: the last bytes of
+    each log only."""
+    dump_tail = None
+
+    @classmethod
+    def stop_all(cls):
+        codes = {}
+        for p in reversed(cls.procs):
+            if p.p is not None and p.exit_code is None:
+                try:
+                    codes[p.name] = p.stop()
+                except RuntimeError as e:
+                    codes[p.name] = str(e)
+        return codes
+
+    @classmethod
+    def dump(cls):
+        for p in cls.procs:
+            logs = p.logs()
+            if cls.dump_tail:
+                sys.stderr.write("---- %s log (%s), last %d bytes ----\n%s\n" % (
+                    p.name, p.log_path, cls.dump_tail, logs[-cls.dump_tail:]))
+            else:
+                sys.stderr.write("---- %s log (%s) ----\n%s\n" % (p.name, p.log_path, logs))
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = cls.stop_all()
+        bad = {n: c for n, c in codes.items() if c != 0}
+        if bad:
+            cls.dump()
+            raise AssertionError("exit status %r" % bad)
+
+    def run(self, result=None):
+        before = len(result.failures) + len(result.errors) if result else 0
+        r = super().run(result)
+        if result and len(result.failures) + len(result.errors) > before:
+            self.dump()
+        return r
