@@ -7,7 +7,7 @@
  * reference-counted blob of event bytes, no framing) -> hub_apply on every
  * worker loop's hub (its own watchers, indexed by namespace and by the
  * resource's indexed field, pods' spec.nodeName) -> a sink per watcher
- * (proxy/watch.c: an HTTP response, which frames what it is given; tests:
+ * (proxy/serve/watch.c: an HTTP response, which frames what it is given; tests:
  * memory).
  *
  * Threads: a struct hub belongs to one loop thread; blobs, events and batches

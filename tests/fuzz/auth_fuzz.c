@@ -1,6 +1,6 @@
 /*
  * auth_fuzz.c — libFuzzer target for the parsers of untrusted bytes in
- * proxy/auth.c: the Authorization header (from clients) and the TokenReview
+ * proxy/identity/auth.c: the Authorization header (from clients) and the TokenReview
  * and SubjectAccessReview response bodies (from the upstream).
  *
  * Input: the first byte picks the parser, the rest is the input, passed with

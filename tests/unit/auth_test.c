@@ -1,5 +1,5 @@
 /*
- * auth_test.c — proxy/auth.c: delegated authentication and authorization.
+ * auth_test.c — proxy/identity/auth.c: delegated authentication and authorization.
  *
  * The pure helpers are checked against what kube-apiserver does, with the
  * expected values written from kube's source: the bearer token rules of

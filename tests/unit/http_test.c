@@ -1,5 +1,5 @@
 /*
- * http_test.c — proxy/http.c: kwc's HTTP/1.1 server (include/kwc/http.h),
+ * http_test.c — proxy/http/http.c: kwc's HTTP/1.1 server (include/kwc/http.h),
  * without a network: every test builds a server with no listen address on a
  * fresh event_base, adopts one end of a socketpair(AF_UNIX) and plays the
  * client on the other.

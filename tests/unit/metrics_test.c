@@ -1,6 +1,6 @@
 /*
- * metrics_test.c — proxy/metrics.c (the Prometheus text format 0.0.4 and
- * histogram math) and the pure helpers of proxy/access.c (query redaction,
+ * metrics_test.c — proxy/ops/metrics.c (the Prometheus text format 0.0.4 and
+ * histogram math) and the pure helpers of proxy/ops/access.c (query redaction,
  * kube's metric verbs, label bounds).
  *
  * Expected texts are written out by hand from the format's rules

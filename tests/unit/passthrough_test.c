@@ -1,5 +1,5 @@
 /*
- * passthrough_test.c — proxy/passthrough.c: the budget of response bytes
+ * passthrough_test.c — proxy/serve/passthrough.c: the budget of response bytes
  * queued to passthrough clients (pt_budget_should_pause), by its contract in
  * passthrough.h, and the bound it gives when many clients never read.
  */

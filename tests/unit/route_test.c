@@ -1,5 +1,5 @@
 /*
- * route_test.c — proxy/route.c: request target -> struct route_req.
+ * route_test.c — proxy/serve/route.c: request target -> struct route_req.
  *
  * The expected values are what kube-apiserver's RequestInfoFactory.NewRequestInfo
  * (k8s.io/apiserver/pkg/endpoints/request/requestinfo.go) assigns to the same
