@@ -11,6 +11,7 @@
 #   make image      container image from the Dockerfile (podman; CONTAINER=buildah|docker)
 #   make image-test build the image and run it as the Deployment does (part of make test)
 #   make check-layering   the rooms and what each may include (tests/lib/layering.py)
+#   make check-format     the C files as clang-format-14 writes them; make format fixes them
 # Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
 # PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen),
 # IMAGE=name:tag and CONTAINER=podman|buildah|docker for make image.
@@ -76,7 +77,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 .PHONY: all deps deps-test deps-bench image image-test test unit integration integration-tls integration-checked run bench asan \
         fuzz fuzz-smoke clean \
-        check-layering
+        check-layering check-format format
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/kwc
@@ -208,6 +209,13 @@ fuzz-smoke:
 # file (LMDB in store.c, dbcheck.c's pread of data.mdb).
 check-layering:
 	$(Q)$(PYTHON) tests/lib/layering.py
+
+# Every C file as Debian's clang-format-14 writes it under .clang-format
+# (tests/lib/check-format.sh; CLANG_FORMAT=... names another clang-format 14).
+check-format:
+	$(Q)tests/lib/check-format.sh check
+format:
+	$(Q)tests/lib/check-format.sh fix
 
 clean:
 	rm -rf build

@@ -14,8 +14,9 @@ build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjan
  libssl-dev uthash-dev python3"
 # python3-yaml, systemd (systemd-analyze), util-linux (unshare, setpriv) and
 # openssl: tests/integration/21_deploy.py (manifests, unit file, a pod-like sandbox);
-# prometheus: promtool and a real server for tests/integration/22_metrics.py
-test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
+# prometheus: promtool and a real server for tests/integration/22_metrics.py;
+# clang-format-14: make check-format (the version the tree is formatted with)
+test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang clang-format-14 libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
  python3-yaml systemd util-linux openssl prometheus"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
