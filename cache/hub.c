@@ -174,8 +174,10 @@ enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool ini
     gostr_add(b, "}}}\n");
 }
 
-struct hub_blob *
-hub_error_blob(const char *status_json)
+/* One ERROR event carrying a Status JSON (its line only, no framing). New
+ * blob (one reference). */
+static struct hub_blob *
+error_blob(const char *status_json)
 {
     struct gostr_buf b = {0};
     gostr_add(&b, "{\"type\":\"ERROR\",\"object\":");
@@ -225,11 +227,14 @@ enc_error_pb(struct gostr_buf *b, const char *status_json)
     free(gostr_take(&env));
 }
 
-struct hub_blob *
-hub_error_event(const struct hub_res *r, const char *status_json)
+/* The same in r's encoding: for protobuf, one frame whose object is the
+ * Status (as status_failure_json writes it: code, reason, message,
+ * details) in protobuf. New blob (one reference). */
+static struct hub_blob *
+error_event(const struct hub_res *r, const char *status_json)
 {
     if (r->enc != KWC_ENC_PB)
-        return hub_error_blob(status_json);
+        return error_blob(status_json);
     struct gostr_buf b = {0};
     enc_error_pb(&b, status_json);
     return blob_take(&b);
@@ -1058,7 +1063,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
             char *msg = xasprintf("too old resource version: %llu (%llu)",
                                   (unsigned long long)req->rv, (unsigned long long)info.floor);
             char *st = status_failure_json(410, "Expired", msg, NULL);
-            put_take(w, hub_error_event(r, st));
+            put_take(w, error_event(r, st));
             free(st);
             free(msg);
             end(w, HUB_END_ERROR_EVENT);
@@ -1301,7 +1306,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
     }
     if (w->mode == M_WAIT && w->wait_until && now >= w->wait_until) {
         if (w->too_large_status) {
-            put_take(w, hub_error_event(w->hr->r, w->too_large_status));
+            put_take(w, error_event(w->hr->r, w->too_large_status));
             end(w, HUB_END_ERROR_EVENT);
         } else {
             start_initial(w); /* no answer configured: serve what the cache has */

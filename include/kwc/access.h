@@ -60,8 +60,6 @@ struct access_rec;
 /* m borrowed, must outlive a. */
 struct access *access_new(struct metrics *m, const struct access_options *o);
 void access_free(struct access *a);
-/* The access log is on. */
-bool access_logging(const struct access *a);
 
 /* A record for a request whose head was just read (new; finished by
  * access_finish or access_stream_end). Source until told otherwise: kwc. */

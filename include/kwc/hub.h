@@ -237,16 +237,6 @@ struct hub_stats {
 };
 void hub_stats(const struct hub *h, struct hub_stats *out);
 
-/* ---- encoders (also used for one-off answers) ---- */
-
-/* One ERROR event carrying a Status JSON (its line only, no framing). New
- * blob (one reference). */
-struct hub_blob *hub_error_blob(const char *status_json);
-/* The same in r's encoding: for protobuf, one frame whose object is the
- * Status (as status_failure_json writes it: code, reason, message,
- * details) in protobuf. New blob (one reference). */
-struct hub_blob *hub_error_event(const struct hub_res *r, const char *status_json);
-
 /* ---- per-resource counters (for /metrics) ---- */
 
 /*

@@ -82,8 +82,6 @@ void metrics_write_hist(struct metrics_writer *w, const char *name, const char *
                         const char *const *values, size_t n, const struct metrics_hist *h);
 /* Append the text form of a sample value (shortest round-trip decimal). */
 void metrics_write_value(struct gostr_buf *b, double v);
-/* Append a label value escaped as the format wants (\\, \", \n). */
-void metrics_write_escaped(struct gostr_buf *b, const char *s);
 
 /* ---- the registry ---- */
 

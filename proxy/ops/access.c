@@ -91,12 +91,6 @@ access_free(struct access *a)
     free(a);
 }
 
-bool
-access_logging(const struct access *a)
-{
-    return a->o.log;
-}
-
 uint64_t
 access_in_flight(const struct access *a, enum access_source s)
 {

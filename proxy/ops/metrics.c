@@ -105,8 +105,9 @@ metrics_write_value(struct gostr_buf *b, double v)
     gostr_add(b, t);
 }
 
-void
-metrics_write_escaped(struct gostr_buf *b, const char *s)
+/* Append a label value escaped as the format wants (\\, \", \n). */
+static void
+write_escaped(struct gostr_buf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\')
@@ -154,7 +155,7 @@ write_labels(struct gostr_buf *b, const char *const *labels, const char *const *
             gostr_addc(b, ',');
         gostr_add(b, labels[i]);
         gostr_add(b, "=\"");
-        metrics_write_escaped(b, values[i] ? values[i] : "");
+        write_escaped(b, values[i] ? values[i] : "");
         gostr_addc(b, '"');
     }
     if (le) {
