@@ -1,6 +1,7 @@
 /*
- * http_test.c — proxy/http/http.c: kwc's HTTP/1.1 server (include/kwc/http.h),
- * without a network: every test builds a server with no listen address on a
+ * http_test.c — proxy/http/ (http.c, h1.c, hreq.c, hresp.c): kwc's HTTP/1.1
+ * server (include/kwc/http.h), without a network: every test builds a
+ * server with no listen address on a
  * fresh event_base, adopts one end of a socketpair(AF_UNIX) and plays the
  * client on the other.
  *
@@ -15,7 +16,7 @@
  * Expected bytes are written from RFC 9112 and http.h (status line, the
  * headers the contract names, chunk framing); the Date header's value is
  * the clock's, so it is checked for shape once and then cut out before
- * comparing. A small response splitter below (independent of http.c) reads
+ * comparing. A small response splitter below (independent of proxy/http/) reads
  * Content-Length and chunked bodies.
  *
  * A socketpair is the one socket here: it is how the server's own reads and
