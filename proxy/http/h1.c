@@ -238,7 +238,7 @@ on_body(http_parser *p, const char *at, size_t n)
     }
     r->discarded += n;
     if (r->discarded > c->s->o.max_discard_bytes) {
-        c->discard_overflow = true; /* conn_parse closes the connection */
+        c->discard_overflow = true; /* h1_parse closes the connection */
         http_parser_pause(p, 1);
     }
     return 0;

@@ -255,7 +255,7 @@ hreq_body_hold(struct hreq *r)
     if (c->state == C_DEAD || r->reading || r->complete)
         return;
     r->held = true;
-    c->parse_paused_body = true; /* conn_parse stops before the body */
+    c->parse_paused_body = true; /* h1_parse stops before the body */
 }
 
 void

@@ -10,7 +10,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>

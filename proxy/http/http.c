@@ -677,7 +677,7 @@ hreq_take_bev(struct hreq *r)
     bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);
     c->bev = NULL;
     r->ended = true;
-    /* the bufferevent keeps the socket and SSL: conn_close must not touch them */
+    /* the bufferevent keeps the socket and SSL: hconn_close must not touch them */
     c->fd = -1;
     c->ssl = NULL;
     c->state = C_DEAD;
