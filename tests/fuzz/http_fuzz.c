@@ -1,5 +1,6 @@
 /*
- * http_fuzz.c — libFuzzer target for proxy/http/http.c: raw bytes from a client.
+ * http_fuzz.c — libFuzzer target for proxy/http/ (http.c, h1.c, hreq.c,
+ * hresp.c): raw bytes from a client.
  *
  * Each input gets a fresh event_base and server (no listen address, small
  * limits so they are reached: 2 KiB heads, 256 discarded body bytes) and

@@ -1,8 +1,9 @@
 /*
- * http_test.c — proxy/http/http.c: kwc's HTTP/1.1 server (include/kwc/http.h),
- * without a network: every test builds a server with no listen address on a
- * fresh event_base, adopts one end of a socketpair(AF_UNIX) and plays the
- * client on the other.
+ * http_test.c — proxy/http/ (http.c, h1.c, hreq.c, hresp.c): kwc's HTTP/1.1
+ * server (include/kwc/http.h), without a network: every test builds a
+ * server with no listen address on a fresh event_base, adopts one end of a
+ * socketpair(AF_UNIX) and plays the client on the other (test_listen alone
+ * listens, on loopback port 0). TLS: htls_test.c.
  *
  * Request bytes are written in one piece or one byte at a time with a loop
  * turn after each (so the server reads them apart); both must give the same
@@ -15,20 +16,25 @@
  * Expected bytes are written from RFC 9112 and http.h (status line, the
  * headers the contract names, chunk framing); the Date header's value is
  * the clock's, so it is checked for shape once and then cut out before
- * comparing. A small response splitter below (independent of http.c) reads
- * Content-Length and chunked bodies.
+ * comparing. A small response splitter below (independent of proxy/http/)
+ * reads Content-Length and chunked bodies.
  *
- * A socketpair is the one socket here: it is how the server's own reads and
- * writes are driven; nothing listens and nothing leaves the process.
+ * A socketpair is the one socket here but for test_listen's (127.0.0.1): it
+ * is how the server's own reads and writes are driven; nothing leaves the
+ * process.
  */
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -110,6 +116,8 @@ sb_free(struct sbuf *b)
  *   /early   answer "early" from on_request, without reading the body;
  *   /defer   hooks only: the test turns body reading on; echo on_complete;
  *   /take    hreq_take_socket from on_request;
+ *   /bev     hreq_take_bev from on_request (kept in th.bev);
+ *   /peer    answer "<address>:<port>" of hreq_peer;
  *   anything else: echo (read the body unless the target has "noread";
  *            with "pause", turn reading off inside the first on_body).
  * The echo body: "<method> <target>\n", "host=<v>\n" and "x-echo=<v>\n"
@@ -135,6 +143,7 @@ struct th {
     struct treq *reqs[MAX_REQS]; /* by id; NULL once closed */
     struct http_taken taken;
     int take_rc;
+    struct bufferevent *bev; /* /bev */
     bool notes; /* test_done: each request gets a note (http_server_on_done) */
 };
 
@@ -255,6 +264,21 @@ on_request(void *arg, struct hreq *r)
     } else if (strncmp(target, "/take", 5) == 0) {
         t->take_rc = hreq_take_socket(r, &t->taken);
         th_log(t, "taken %d", t->take_rc);
+    } else if (strncmp(target, "/bev", 4) == 0) {
+        t->bev = hreq_take_bev(r);
+        th_log(t, "bev %d", t->bev != NULL);
+    } else if (strncmp(target, "/peer", 5) == 0) {
+        socklen_t sl = 0;
+        const struct sockaddr *sa = hreq_peer(r, &sl);
+        char a[INET_ADDRSTRLEN] = "?", b[64];
+        int port = -1;
+        if (sa->sa_family == AF_INET && sl == sizeof(struct sockaddr_in)) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+            inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
+            port = ntohs(in->sin_port);
+        }
+        int n = snprintf(b, sizeof(b), "%s:%d", a, port);
+        hresp_simple(r, 200, NULL, b, (size_t)n);
     } else {
         q->echo = true;
         q->pause = strstr(target, "pause") != NULL;
@@ -1590,6 +1614,188 @@ test_take_socket(void)
     fx_fini(&f);
 }
 
+/* Connections taken away count against max_connections until their taker
+ * releases them (http_taken_release), and so does a descriptor held with
+ * http_taken_hold: past the cap, a 429. */
+static void
+test_taken_count(void)
+{
+    struct http_server_options o = {.max_connections = 2};
+    struct fx f;
+    fx_init(&f, &o);
+    struct http_server_stats st;
+    int a = fx_connect(&f);
+    send_str(&f, a, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    is_int(f.t.take_rc, 0, "taken");
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 1, "stats: one taken");
+    is_int(st.open, 0, "stats: none open");
+    int b = fx_connect(&f);
+    int c = fx_connect(&f);
+    run(&f);
+    ok(!f.p[b].eof, "taken + one open: the second connection open");
+    ok(f.p[c].eof && f.p[c].in.n > 13 && strncmp(f.p[c].in.p, "HTTP/1.1 429 ", 13) == 0,
+       "taken + one open: the third refused with a 429");
+    /* the taker closes: room again */
+    close(f.t.taken.fd);
+    f.t.taken.fd = -1;
+    http_taken_release();
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "released: none taken");
+    int d = fx_connect(&f);
+    send_str(&f, d, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[d].in.n > 13 && strncmp(f.p[d].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "released: a new connection served");
+    fx_hangup(&f, d);
+    run(&f);
+    /* a descriptor held for a tunnel's upstream counts too */
+    http_taken_hold();
+    int e = fx_connect(&f);
+    run(&f);
+    ok(f.p[e].eof && f.p[e].in.n > 13 && strncmp(f.p[e].in.p, "HTTP/1.1 429 ", 13) == 0,
+       "held: refused");
+    http_taken_release();
+    int g = fx_connect(&f);
+    send_str(&f, g, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[g].in.n > 13 && strncmp(f.p[g].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "hold released: served");
+    http_server_stats(f.s, &st);
+    is_int(st.refused, 2, "stats: two refused");
+    is_int(st.max_connections, 2, "stats: the cap");
+    fx_fini(&f);
+}
+
+/* hreq_take_bev: the bytes behind an Upgrade request wait unparsed in the
+ * taken bufferevent's input; the connection counts against the cap until
+ * http_bev_free, which closes it from the next loop turn. */
+static void
+test_take_bev(void)
+{
+    struct http_server_options o = {.max_connections = 1};
+    struct fx f;
+    fx_init(&f, &o);
+    int a = fx_connect(&f);
+    send_str(&f, a,
+             "GET /bev HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n"
+             "GET /not-a-request HTTP/1.1\r\n\r\n",
+             0);
+    ok(f.t.bev != NULL, "taken");
+    is_str(f.t.log.p, "req 0 GET /bev\nclose 0\nbev 1\n", "on_close ran before it returned");
+    struct evbuffer *in = f.t.bev ? bufferevent_get_input(f.t.bev) : NULL;
+    size_t n = in ? evbuffer_get_length(in) : 0;
+    char *p = in ? (char *)evbuffer_pullup(in, -1) : NULL;
+    is_mem(p ? p : "", n, "GET /not-a-request HTTP/1.1\r\n\r\n", 31,
+           "the bytes behind the request: in its input, unparsed");
+    is_int(f.p[a].in.n, 0, "the server answered nothing");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 1, "stats: one taken");
+    is_int(st.open, 0, "stats: none open");
+    int b = fx_connect(&f);
+    run(&f);
+    ok(f.p[b].eof && f.p[b].in.n > 13 && strncmp(f.p[b].in.p, "HTTP/1.1 429 ", 13) == 0,
+       "while taken: a second connection refused");
+    if (f.t.bev) {
+        bufferevent_write(f.t.bev, "pong", 4);
+        run(&f);
+        is_got(&f, a, "pong", "the taker writes to the client");
+        http_bev_free(f.t.bev);
+        f.t.bev = NULL;
+    }
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "freed: released at once");
+    run(&f);
+    ok(f.p[a].eof, "freed: the client sees EOF");
+    int c = fx_connect(&f);
+    send_str(&f, c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[c].in.n > 13 && strncmp(f.p[c].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "freed: a new connection served");
+    is_int(f.t.nreq, 2, "two requests");
+    fx_fini(&f);
+}
+
+/* The head timeout runs from a head's first byte: a head trickled in a
+ * byte per loop turn is cut by it all the same (bytes never re-arm it). */
+static void
+test_trickled_head(void)
+{
+    struct http_server_options o = {.request_header_timeout_ms = 100};
+    struct fx f;
+    fx_init(&f, &o);
+    int c = fx_connect(&f);
+    send_str(&f, c, "GET / HTTP/1.1\r\nHost: h\r\nX-Slow: ", 0);
+    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
+    f.guard_fired = false;
+    evtimer_add(f.guard, &tv);
+    size_t sent = 0;
+    /* bounded: far fewer bytes than the 1 MiB head limit */
+    for (int n = 0; n < 200000 && !f.p[c].eof && !f.guard_fired; n++) {
+        if (send(f.p[c].fd, "a", 1, MSG_NOSIGNAL) == 1)
+            sent++;
+        event_base_loop(f.base, EVLOOP_ONCE);
+        peers_read(&f);
+    }
+    evtimer_del(f.guard);
+    ok(f.p[c].eof, "closed while bytes kept coming");
+    ok(!f.guard_fired, "closed by the head timeout, not the test's guard");
+    ok(sent > 1, "bytes came in several reads");
+    is_int(f.p[c].in.n, 0, "nothing answered");
+    is_int(f.t.nreq, 0, "no request");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.header_timeouts, 1, "a header timeout");
+    fx_fini(&f);
+}
+
+/* A listener on loopback port 0: the port bound, a connection accepted
+ * with its peer address; a second server on that port fails with a message
+ * that names the address. */
+static void
+test_listen(void)
+{
+    struct http_listen_addr la = {.len = sizeof(struct sockaddr_in)};
+    struct sockaddr_in *sin = (struct sockaddr_in *)&la.ss;
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct http_server_options o = {.addrs = &la, .naddrs = 1};
+    struct fx f;
+    fx_init(&f, &o);
+    int port = http_server_port(f.s, 0);
+    ok(port > 0, "a port bound");
+    is_int(http_server_port(f.s, 1), 0, "no second listener");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* a blocking connect on loopback completes from the backlog */
+    ok(fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0, "connected");
+    struct sockaddr_in me;
+    socklen_t ml = sizeof(me);
+    getsockname(fd, (struct sockaddr *)&me, &ml);
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    f.p[f.np] = (struct peer){.fd = fd};
+    int c = f.np++;
+    send_str(&f, c, "GET /peer HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", 0);
+    ok(run_until_eof(&f, c), "answered and closed");
+    char want[64];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", ntohs(me.sin_port));
+    size_t wl = strlen(want);
+    ok(f.p[c].in.n > wl && memcmp(f.p[c].in.p + f.p[c].in.n - wl, want, wl) == 0,
+       "the peer: the client's address and port");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.accepted, 1, "stats: one accepted");
+
+    sin->sin_port = htons((uint16_t)port);
+    struct http_server *s2 = NULL;
+    char err[256] = "", at[64];
+    is_int(http_server_new(f.base, &o, on_request, &f.t, &s2, err, sizeof(err)), -EADDRINUSE,
+           "the same port again: EADDRINUSE");
+    snprintf(at, sizeof(at), "--listen 127.0.0.1:%d: cannot bind", port);
+    ok(strstr(err, at) != NULL, "the message names the address");
+    ok(s2 == NULL, "no second server");
+    fx_fini(&f);
+}
+
 /* ---- the request-done seam (metrics, the access log) ---- */
 
 static void
@@ -1744,6 +1950,10 @@ main(void)
     TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
     TAP_RUN(test_take_socket);
+    TAP_RUN(test_taken_count);
+    TAP_RUN(test_take_bev);
+    TAP_RUN(test_trickled_head);
+    TAP_RUN(test_listen);
     TAP_RUN(test_done);
     TAP_RUN(test_server_free);
     return tap_done();

@@ -1,0 +1,216 @@
+/*
+ * conn.h — the HTTP room's own header (never included from outside
+ * proxy/http/): the server, connection and request structs that the room's
+ * files share, and the internal calls between them. The public seam is
+ * include/kwc/http.h.
+ *
+ * Who does what:
+ *   http.c   the server: listeners and accept, the connection cap (a 429
+ *            and a lingering close past it), a connection's life (the
+ *            bufferevent callbacks, the head and idle timer, the deferred
+ *            kick, close and reap), taking a connection away
+ *   h1.c     HTTP/1.1 on libhttp-parser: the parser callbacks, the checks
+ *            of a complete head, the parse loop, the Status answer to a bad
+ *            head
+ *   hreq.c   the request object: its head as handlers read it, the notes
+ *            and the done callback, the handler's hooks and body flow control
+ *   hresp.c  the response writer (hresp_*): status line, headers, framing
+ *   htls.c   TLS: the SSL_CTX (protocols, suites, ALPN, client CAs), the
+ *            certificate reload timer, a request's TLS identity
+ *
+ * Loop thread only, like http.h. Nothing is freed inside a libevent or
+ * parser callback chain: a closing connection is unlinked, marked C_DEAD
+ * and freed from the server's reap event (hconn_close).
+ */
+#ifndef KWC_HTTP_CONN_H
+#define KWC_HTTP_CONN_H
+
+#include <assert.h>
+#include <http_parser.h>
+#include <openssl/ssl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "kwc/gostr.h"
+#include "kwc/http.h"
+
+struct event;
+struct evconnlistener;
+struct refused;
+
+#define REQ_MAGIC 0x68726571u  /* "hreq" */
+#define READ_CHUNK (64 * 1024) /* bytes fed to the parser per step */
+
+enum conn_state {
+    C_IDLE, /* waiting for (the rest of) a request head */
+    C_REQ,  /* a request was handed to its handler */
+    C_DEAD, /* closed, waiting for the reap */
+};
+
+struct hreq {
+    uint32_t magic;
+    struct hconn *c;
+    /* head */
+    struct gostr_buf arena; /* target, then header names and values, NUL-separated */
+    size_t target_len;
+    bool target_done;         /* the parser passed the target's end */
+    struct http_header *hdrs; /* pointers into arena once the head is complete */
+    size_t nh;
+    size_t *hoff; /* while parsing: name offset, value offset per header */
+    size_t hcap;
+    enum { H_URL, H_FIELD, H_VALUE } hs; /* what the parser is delivering */
+    bool fold_ws; /* after an obs-fold: white space is dropped until the value goes on */
+    char method[24];
+    bool http10, keepalive, upgrade, has_body, chunked, head_method;
+    int64_t clen;
+    /* body */
+    bool reading, sent_continue, expect_continue, complete, body_seen;
+    size_t discarded;
+    /* handler */
+    const struct hreq_handler *h;
+    void *harg;
+    bool closed_cb; /* on_close ran */
+    /* response */
+    struct evbuffer *head_out; /* headers added before hresp_start */
+    bool started, streamed_chunked, no_body, ended, close_after;
+    bool has_date; /* the handler set Date (a passthrough keeps the upstream's) */
+    size_t low_water;
+    bool complete_fired;         /* on_complete went to whichever handler was set */
+    bool held;                   /* hreq_body_hold: the body waits for the next handler */
+    struct event *late_complete; /* on_complete for a handler set after that */
+    /* headers for the upstream, set by the stages before the handler */
+    struct http_header *up_hdrs;
+    size_t n_up;
+    char *up_arena;
+    /* what the done callback reports (hreq_done) */
+    void *note;
+    bool dispatched, taken;
+    int status;
+    uint64_t bytes, start_ns, head_ns;
+};
+
+struct hconn {
+    uint32_t magic;
+    struct http_server *s;
+    struct bufferevent *bev;
+    int fd;
+    SSL *ssl;
+    enum conn_state state;
+    http_parser p;
+    struct hreq *req;
+    struct event *timer;
+    struct event *kick; /* deferred: continue parsing / finish a response */
+    bool head_byte;     /* a byte of the current head arrived */
+    bool timer_idle;    /* the timer is the idle timeout, not the head timeout */
+    bool handshake_done;
+    bool parse_paused_body;            /* the handler stopped body reading */
+    bool head_ready;                   /* on_headers_complete ran: dispatch */
+    bool msg_complete;                 /* on_message_complete ran */
+    const char *feed_start, *feed_end; /* the bytes being parsed */
+    char feed_prev;                    /* the byte consumed before feed_start ('\0' at first) */
+    bool close_when_flushed;
+    bool discard_overflow; /* an unread body went past max_discard_bytes */
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    struct hconn *next, **prev;
+    struct hconn *next_reap;
+};
+
+struct listener {
+    struct evconnlistener *l;
+    int port;
+};
+
+struct tls_stamp {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+
+struct http_server {
+    uint32_t magic;
+    struct event_base *base;
+    struct http_server_options o;
+    http_request_cb on_request;
+    void *arg;
+    struct listener *ls;
+    size_t nls;
+    struct event *accept_retry;
+    SSL_CTX *ctx;
+    struct tls_stamp st_cert, st_key, st_failed_cert, st_failed_key;
+    struct event *reload_timer;
+    struct hconn *conns;
+    unsigned nconns;
+    struct hconn *reap;
+    struct event *reap_ev;
+    unsigned nlinger;
+    struct refused *lingering; /* closed by http_server_free if still there */
+    time_t date_sec;
+    char date[40];
+    struct http_server_stats stats;
+    http_parser_settings ps;
+    http_done_cb on_done;
+    void *done_arg;
+};
+
+/* r, checked (REQ_MAGIC). */
+static inline struct hreq *
+hreq_of(const struct hreq *r)
+{
+    assert(r && r->magic == REQ_MAGIC);
+    return (struct hreq *)(uintptr_t)r;
+}
+
+/* ---- http.c: the connection's life ---- */
+
+/* Close now (the client sees EOF or a reset); freed from the reap event.
+ * The request's done callback and on_close run from here. */
+void hconn_close(struct hconn *c);
+/* Close after a complete answer: plaintext sockets linger until the client
+ * stops sending, TLS ones close. */
+void hconn_close_graceful(struct hconn *c);
+/* (Re)arm the connection's timer: the head timeout once a byte of a head
+ * came in (or before the handshake), else the idle timeout. */
+void hconn_arm_timer(struct hconn *c);
+/* Go on from the next loop turn: parse, or finish a response that left. */
+void hconn_kick(struct hconn *c);
+
+/* ---- h1.c: HTTP/1.1 ---- */
+
+/* libhttp-parser's callbacks for a server's connections. */
+void h1_settings(http_parser_settings *ps);
+/* Feed the input to the parser while the state allows. Returns with the
+ * parser paused (a request in progress, or waiting for the handler to read)
+ * or the input empty. */
+void h1_parse(struct hconn *c);
+
+/* ---- hreq.c: the request object ---- */
+
+/* new: a request on c, its head still to be parsed */
+struct hreq *hreq_new(struct hconn *c);
+/* Accepts NULL. */
+void hreq_free(struct hreq *r);
+/* The server's done callback, then the handler's on_close: once. */
+void hreq_closed(struct hreq *r, enum hreq_end how);
+/* The whole request has been read: tell the handler, once. */
+void hreq_complete_fire(struct hreq *r);
+
+/* ---- hresp.c: the response writer ---- */
+
+/* The reason phrase of an HTTP status ("" for one without). */
+const char *hresp_reason(int code);
+/* The Date header's value for now (valid until the next call). */
+const char *hresp_date(struct http_server *s);
+
+/* ---- htls.c: TLS ---- */
+
+/* With a certificate and key in s->o: the first context, and the reload
+ * timer. 0 (also without TLS), or KWC_ECONFIG with a message in err. */
+int htls_init(struct http_server *s, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,730 @@
+/*
+ * htls_test.c — proxy/http/htls.c and the TLS paths of proxy/http/http.c:
+ * the server's TLS context (handshake, ALPN, client certificates), the
+ * certificate reload (a new certificate for new connections, the old one
+ * kept by connections already open, a pair that fails to load never
+ * replacing the one serving), the configuration errors, and the limits
+ * seen through TLS (a refused connection costs no handshake, a handshake
+ * that never starts meets the head timeout).
+ *
+ * Keys and certificates are made here with OpenSSL (P-256, self-signed or
+ * signed by a CA made here) and written to a fresh directory; replacing a
+ * file is a rename(2) of a new one, as a Secret volume does. The server
+ * adopts one end of a socketpair(AF_UNIX); the test plays the TLS client
+ * on the other with a plain SSL object, pumped between loop turns. The
+ * loop runs with EVLOOP_ONCE until what is awaited is there, bounded by a
+ * guard timer that only fires when the server never acts (a failure, not
+ * a margin). The reload timer is configured short; a failed reload is seen
+ * in its log line (stderr captured through a pipe). Never a sleep.
+ */
+#include "kwc/http.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "tap.h"
+
+#define GUARD_MS 10000 /* bound on waiting; never reached when all is well */
+#define MAX_CL 8
+
+/* ---- keys and certificates ---- */
+
+static char dir[64];
+static long serial = 1;
+
+static EVP_PKEY *
+key_new(void)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    if (!k)
+        abort();
+    return k;
+}
+
+static void
+add_ext(X509 *x, X509 *issuer, int nid, const char *value)
+{
+    X509V3_CTX ctx;
+    X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
+    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    if (!e || !X509_add_ext(x, e, -1))
+        abort();
+    X509_EXTENSION_free(e);
+}
+
+/* A certificate for key with subject CN=cn, signed by (ca, ca_key) or by
+ * itself; a CA when ca_flag. */
+static X509 *
+cert_new(EVP_PKEY *key, const char *cn, X509 *ca, EVP_PKEY *ca_key, bool ca_flag)
+{
+    X509 *x = X509_new();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), serial++);
+    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, key);
+    X509_NAME *n = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
+    X509_set_issuer_name(x, ca ? X509_get_subject_name(ca) : n);
+    if (ca_flag) {
+        add_ext(x, ca ? ca : x, NID_basic_constraints, "critical,CA:TRUE");
+        add_ext(x, ca ? ca : x, NID_key_usage, "critical,keyCertSign,cRLSign");
+    }
+    if (!X509_sign(x, ca_key ? ca_key : key, EVP_sha256()))
+        abort();
+    return x;
+}
+
+static void
+path_of(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* Write name in dir by a rename of a new file (a new inode, as a Secret
+ * volume's update). */
+static void
+write_pem(const char *name, X509 *x, EVP_PKEY *k)
+{
+    char tmp[128], dst[128];
+    path_of(tmp, sizeof(tmp), ".tmp");
+    path_of(dst, sizeof(dst), name);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        abort();
+    if (x && !PEM_write_X509(f, x))
+        abort();
+    if (k && !PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL))
+        abort();
+    if (fclose(f) != 0 || rename(tmp, dst) != 0)
+        abort();
+}
+
+/* A self-signed serving pair as cert.pem and key.pem. */
+static void
+write_pair(const char *cn, EVP_PKEY **keep_key)
+{
+    EVP_PKEY *k = key_new();
+    X509 *x = cert_new(k, cn, NULL, NULL, false);
+    write_pem("cert.pem", x, NULL);
+    write_pem("key.pem", NULL, k);
+    X509_free(x);
+    if (keep_key)
+        *keep_key = k;
+    else
+        EVP_PKEY_free(k);
+}
+
+/* ---- the handler: "<method> <target> tls=<0|1> cn=<client CN or ->" ---- */
+
+struct th {
+    int nreq, nclose;
+    struct bufferevent *bev; /* /bev: taken */
+};
+
+static void
+h_close(void *arg)
+{
+    struct th *t = arg;
+    t->nclose++;
+}
+
+static const struct hreq_handler hooks = {.on_close = h_close};
+
+static void
+on_request(void *arg, struct hreq *r)
+{
+    struct th *t = arg;
+    t->nreq++;
+    hreq_set_handler(r, &hooks, t);
+    size_t tl;
+    const char *target = hreq_target(r, &tl);
+    char cn[64] = "-";
+    X509 *x = hreq_client_cert(r);
+    if (x)
+        X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
+    char body[256];
+    int n = snprintf(body, sizeof(body), "%s %.*s tls=%d cn=%s", hreq_method(r), (int)tl, target,
+                     hreq_tls(r), cn);
+    hresp_simple(r, 200, "text/plain", body, (size_t)n);
+}
+
+/* ---- the client side ---- */
+
+struct cl {
+    int fd;
+    SSL *ssl;
+    bool hs_done, hs_failed, eof;
+    char in[8192];
+    size_t nin;
+    char out[1024];
+    size_t nout;
+};
+
+struct fx {
+    struct event_base *base;
+    struct http_server *s;
+    struct th t;
+    SSL_CTX *cctx;
+    struct cl c[MAX_CL];
+    int nc;
+    struct event *guard;
+    bool guard_fired;
+    int log_r, saved_err; /* stderr captured (fx_capture) */
+    char log[4096];
+    size_t nlog;
+};
+
+static void
+on_guard(evutil_socket_t fd, short what, void *arg)
+{
+    struct fx *f = arg;
+    f->guard_fired = true;
+}
+
+/* The options every TLS test starts from: dir's cert.pem and key.pem. */
+static char cert_path[128], key_path[128], ca_path[128];
+
+static struct http_server_options
+tls_opts(void)
+{
+    path_of(cert_path, sizeof(cert_path), "cert.pem");
+    path_of(key_path, sizeof(key_path), "key.pem");
+    return (struct http_server_options){.tls_cert_file = cert_path, .tls_key_file = key_path};
+}
+
+static void
+fx_init(struct fx *f, const struct http_server_options *o)
+{
+    *f = (struct fx){.log_r = -1, .saved_err = -1};
+    f->base = event_base_new();
+    char err[512] = "";
+    int rc = http_server_new(f->base, o, on_request, &f->t, &f->s, err, sizeof(err));
+    if (rc != 0) {
+        printf("# http_server_new: %d %s\n", rc, err);
+        abort();
+    }
+    f->guard = evtimer_new(f->base, on_guard, f);
+    f->cctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(f->cctx, SSL_VERIFY_NONE, NULL);
+}
+
+/* A new client; tls: with an SSL object (its handshake starts at the next
+ * pump); alpn: the protocols it offers (wire format) or NULL. */
+static int
+fx_connect(struct fx *f, bool tls, const unsigned char *alpn, size_t alpn_len)
+{
+    int sv[2];
+    if (f->nc == MAX_CL || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+        abort();
+    struct cl *c = &f->c[f->nc];
+    *c = (struct cl){.fd = sv[0]};
+    if (tls) {
+        c->ssl = SSL_new(f->cctx);
+        SSL_set_fd(c->ssl, sv[0]);
+        SSL_set_connect_state(c->ssl);
+        if (alpn)
+            SSL_set_alpn_protos(c->ssl, alpn, (unsigned)alpn_len);
+    }
+    http_server_adopt(f->s, sv[1], NULL, 0);
+    return f->nc++;
+}
+
+static void
+cl_send(struct fx *f, int i, const char *s)
+{
+    struct cl *c = &f->c[i];
+    size_t n = strlen(s);
+    if (c->nout + n > sizeof(c->out))
+        abort();
+    memcpy(c->out + c->nout, s, n);
+    c->nout += n;
+}
+
+/* Move what can move on client i's side, without blocking. */
+static void
+cl_pump(struct cl *c)
+{
+    if (c->fd < 0 || c->eof)
+        return;
+    if (!c->ssl) {
+        if (c->nout) {
+            ssize_t w = send(c->fd, c->out, c->nout, MSG_NOSIGNAL);
+            if (w > 0) {
+                memmove(c->out, c->out + w, c->nout - (size_t)w);
+                c->nout -= (size_t)w;
+            }
+        }
+        for (;;) {
+            ssize_t n = recv(c->fd, c->in + c->nin, sizeof(c->in) - 1 - c->nin, 0);
+            if (n > 0) {
+                c->nin += (size_t)n;
+                continue;
+            }
+            if (n == 0 || (errno != EAGAIN && errno != EINTR))
+                c->eof = true;
+            break;
+        }
+        c->in[c->nin] = '\0';
+        return;
+    }
+    if (!c->hs_done) {
+        int rc = SSL_do_handshake(c->ssl);
+        if (rc != 1) {
+            int e = SSL_get_error(c->ssl, rc);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+                c->hs_failed = true;
+                c->eof = true;
+            }
+            ERR_clear_error();
+            return;
+        }
+        c->hs_done = true;
+    }
+    if (c->nout) {
+        int w = SSL_write(c->ssl, c->out, (int)c->nout);
+        if (w > 0) {
+            memmove(c->out, c->out + w, c->nout - (size_t)w);
+            c->nout -= (size_t)w;
+        }
+    }
+    for (;;) {
+        int n = SSL_read(c->ssl, c->in + c->nin, (int)(sizeof(c->in) - 1 - c->nin));
+        if (n > 0) {
+            c->nin += (size_t)n;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            c->eof = true;
+        break;
+    }
+    ERR_clear_error();
+    c->in[c->nin] = '\0';
+}
+
+static void
+log_read(struct fx *f)
+{
+    if (f->log_r < 0)
+        return;
+    for (;;) {
+        ssize_t n = read(f->log_r, f->log + f->nlog, sizeof(f->log) - 1 - f->nlog);
+        if (n <= 0)
+            break;
+        f->nlog += (size_t)n;
+    }
+    f->log[f->nlog] = '\0';
+}
+
+/* Capture stderr (the log) from now until fx_release. */
+static void
+fx_capture(struct fx *f)
+{
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+        abort();
+    fflush(stderr);
+    f->saved_err = dup(STDERR_FILENO);
+    dup2(p[1], STDERR_FILENO);
+    close(p[1]);
+    f->log_r = p[0];
+    f->nlog = 0;
+}
+
+static void
+fx_release(struct fx *f)
+{
+    if (f->saved_err < 0)
+        return;
+    log_read(f);
+    dup2(f->saved_err, STDERR_FILENO);
+    close(f->saved_err);
+    close(f->log_r);
+    f->saved_err = f->log_r = -1;
+    if (f->nlog)
+        printf("# log: %s", f->log);
+}
+
+typedef bool (*pred_fn)(struct fx *f, int i);
+
+/* Pump the clients and run the loop (EVLOOP_ONCE) until pred holds, or the
+ * guard fires. */
+static bool
+run_until(struct fx *f, pred_fn pred, int i)
+{
+    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
+    f->guard_fired = false;
+    evtimer_add(f->guard, &tv);
+    bool ok_ = false;
+    for (int n = 0; n < 200000; n++) {
+        for (int k = 0; k < f->nc; k++)
+            cl_pump(&f->c[k]);
+        log_read(f);
+        if ((ok_ = pred(f, i)) || f->guard_fired)
+            break;
+        event_base_loop(f->base, EVLOOP_ONCE);
+    }
+    evtimer_del(f->guard);
+    return ok_;
+}
+
+static bool
+p_eof(struct fx *f, int i)
+{
+    return f->c[i].eof;
+}
+
+/* One whole answer (its body is the last thing in the input). */
+static bool
+p_answer(struct fx *f, int i)
+{
+    const char *b = strstr(f->c[i].in, "\r\n\r\n");
+    const char *cl = strstr(f->c[i].in, "Content-Length: ");
+    return f->c[i].eof ||
+           (b && cl && f->c[i].in + f->c[i].nin - (b + 4) >= (ptrdiff_t)strtol(cl + 16, NULL, 10));
+}
+
+static bool
+p_reloaded(struct fx *f, int want)
+{
+    struct http_server_stats st;
+    http_server_stats(f->s, &st);
+    return st.tls_reloads >= (unsigned long long)want;
+}
+
+static bool
+p_log_unusable(struct fx *f, int i)
+{
+    return strstr(f->log, "cannot be used") != NULL;
+}
+
+/* GET target on client i, and its answer's body (in c->in, "" when none). */
+static const char *
+get(struct fx *f, int i, const char *target)
+{
+    struct cl *c = &f->c[i];
+    c->nin = 0;
+    c->in[0] = '\0';
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", target);
+    cl_send(f, i, req);
+    run_until(f, p_answer, i);
+    const char *b = strstr(c->in, "\r\n\r\n");
+    return b && strncmp(c->in, "HTTP/1.1 200 OK\r\n", 17) == 0 ? b + 4 : "";
+}
+
+/* The subject CN of the certificate client i was served. */
+static const char *
+served_cn(struct fx *f, int i, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    X509 *x = f->c[i].ssl ? SSL_get0_peer_certificate(f->c[i].ssl) : NULL;
+    if (x)
+        X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, buf, (int)n);
+    return buf;
+}
+
+static void
+fx_fini(struct fx *f)
+{
+    fx_release(f);
+    for (int i = 0; i < f->nc; i++) {
+        if (f->c[i].ssl)
+            SSL_free(f->c[i].ssl);
+        if (f->c[i].fd >= 0)
+            close(f->c[i].fd);
+    }
+    for (int i = 0; i < 20; i++)
+        event_base_loop(f->base, EVLOOP_NONBLOCK);
+    http_server_free(f->s);
+    is_int(f->t.nclose, f->t.nreq, "every request's on_close ran once");
+    SSL_CTX_free(f->cctx);
+    event_free(f->guard);
+    event_base_free(f->base);
+}
+
+/* ---- tests ---- */
+
+static void
+test_handshake(void)
+{
+    write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    struct fx f;
+    fx_init(&f, &o);
+    char cn[64];
+    static const unsigned char both[] = "\x02h2\x08http/1.1";
+    int a = fx_connect(&f, true, both, sizeof(both) - 1);
+    is_str(get(&f, a, "/x"), "GET /x tls=1 cn=-", "served over TLS; no client certificate");
+    is_str(served_cn(&f, a, cn, sizeof(cn)), "one", "the configured certificate");
+    const unsigned char *sel = NULL;
+    unsigned sl = 0;
+    SSL_get0_alpn_selected(f.c[a].ssl, &sel, &sl);
+    is_mem(sel ? (const char *)sel : "", sl, "http/1.1", 8, "ALPN: http/1.1 chosen over h2");
+    ok(SSL_version(f.c[a].ssl) >= TLS1_2_VERSION, "TLS 1.2 or later");
+    is_str(get(&f, a, "/y"), "GET /y tls=1 cn=-", "a second request on the connection");
+
+    /* a client offering only h2: no ALPN, still served */
+    static const unsigned char h2[] = "\x02h2";
+    int b = fx_connect(&f, true, h2, sizeof(h2) - 1);
+    is_str(get(&f, b, "/z"), "GET /z tls=1 cn=-", "h2 only: served");
+    SSL_get0_alpn_selected(f.c[b].ssl, &sel, &sl);
+    is_int(sl, 0, "h2 only: no protocol selected");
+
+    /* a plaintext request on the TLS port: no answer, a failed handshake */
+    int c = fx_connect(&f, false, NULL, 0);
+    cl_send(&f, c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    ok(run_until(&f, p_eof, c), "plaintext on TLS: closed");
+    ok(strstr(f.c[c].in, "HTTP/1.1") == NULL, "plaintext on TLS: no HTTP answer");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.tls_handshake_failed, 1, "plaintext on TLS: a failed handshake");
+    is_int(st.requests, 3, "three requests");
+    is_int(st.open, 2, "the two TLS clients still open");
+    fx_fini(&f);
+}
+
+/* A new pair on disk: new connections get it, connections already open
+ * keep theirs and go on being served; an unusable pair never replaces the
+ * one serving, and a later good one does. */
+static void
+test_reload(void)
+{
+    write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    o.tls_reload_ms = 10;
+    struct fx f;
+    fx_init(&f, &o);
+    char cn[64];
+    struct http_server_stats st;
+
+    int a = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, a, "/a1"), "GET /a1 tls=1 cn=-", "before: served");
+    is_str(served_cn(&f, a, cn, sizeof(cn)), "one", "before: the first certificate");
+
+    EVP_PKEY *k2 = NULL;
+    write_pair("two", &k2);
+    ok(run_until(&f, (pred_fn)p_reloaded, 1), "the new pair is loaded");
+    int b = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, b, "/b1"), "GET /b1 tls=1 cn=-", "after: a new connection served");
+    is_str(served_cn(&f, b, cn, sizeof(cn)), "two", "after: with the new certificate");
+    is_str(get(&f, a, "/a2"), "GET /a2 tls=1 cn=-", "after: the open connection still served");
+    ok(!f.c[a].eof, "after: the open connection not dropped");
+    http_server_stats(f.s, &st);
+    is_int(st.tls_reloads, 1, "one reload");
+    is_int(st.open, 2, "both open");
+
+    /* a certificate whose key is not the one beside it */
+    fx_capture(&f);
+    EVP_PKEY *k3 = key_new();
+    X509 *x3 = cert_new(k3, "three", NULL, NULL, false);
+    write_pem("cert.pem", x3, NULL);
+    ok(run_until(&f, p_log_unusable, 0), "mismatched pair: logged as unusable");
+    fx_release(&f);
+    int c = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, c, "/c1"), "GET /c1 tls=1 cn=-", "mismatched pair: still served");
+    is_str(served_cn(&f, c, cn, sizeof(cn)), "two", "mismatched pair: the previous certificate");
+    http_server_stats(f.s, &st);
+    is_int(st.tls_reloads, 1, "mismatched pair: no reload counted");
+
+    /* its key arrives: loaded */
+    write_pem("key.pem", NULL, k3);
+    ok(run_until(&f, (pred_fn)p_reloaded, 2), "the completed pair is loaded");
+    int d = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, d, "/d1"), "GET /d1 tls=1 cn=-", "completed pair: served");
+    is_str(served_cn(&f, d, cn, sizeof(cn)), "three", "completed pair: the third certificate");
+    is_str(get(&f, b, "/b2"), "GET /b2 tls=1 cn=-", "completed pair: older connections served");
+    is_str(get(&f, a, "/a3"), "GET /a3 tls=1 cn=-", "completed pair: the oldest too");
+    http_server_stats(f.s, &st);
+    is_int(st.open, 4, "every connection open");
+    X509_free(x3);
+    EVP_PKEY_free(k3);
+    EVP_PKEY_free(k2);
+    fx_fini(&f);
+}
+
+/* --client-ca-file: a certificate it signed is the request's identity; no
+ * certificate is no identity (still served); one it did not sign fails
+ * the handshake. */
+static void
+test_client_cert(void)
+{
+    write_pair("server", NULL);
+    EVP_PKEY *cak = key_new(), *other_k = key_new(), *ck = key_new();
+    X509 *ca = cert_new(cak, "test-ca", NULL, NULL, true);
+    X509 *other = cert_new(other_k, "other-ca", NULL, NULL, true);
+    X509 *good = cert_new(ck, "alice", ca, cak, false);
+    X509 *bad = cert_new(ck, "mallory", other, other_k, false);
+    write_pem("ca.pem", ca, NULL);
+    struct http_server_options o = tls_opts();
+    path_of(ca_path, sizeof(ca_path), "ca.pem");
+    o.client_ca_file = ca_path;
+    struct fx f;
+    fx_init(&f, &o);
+
+    int a = fx_connect(&f, true, NULL, 0);
+    SSL_use_certificate(f.c[a].ssl, good);
+    SSL_use_PrivateKey(f.c[a].ssl, ck);
+    is_str(get(&f, a, "/a"), "GET /a tls=1 cn=alice", "a certificate the CA signed: its CN");
+
+    int b = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, b, "/b"), "GET /b tls=1 cn=-", "no certificate: served, no identity");
+
+    int c = fx_connect(&f, true, NULL, 0);
+    SSL_use_certificate(f.c[c].ssl, bad);
+    SSL_use_PrivateKey(f.c[c].ssl, ck);
+    cl_send(&f, c, "GET /c HTTP/1.1\r\nHost: h\r\n\r\n");
+    ok(run_until(&f, p_eof, c), "a certificate another CA signed: closed");
+    ok(strstr(f.c[c].in, "HTTP/1.1") == NULL, "another CA: no answer");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.tls_handshake_failed, 1, "another CA: a failed handshake");
+    is_int(st.requests, 2, "two requests");
+    fx_fini(&f);
+    X509_free(ca);
+    X509_free(other);
+    X509_free(good);
+    X509_free(bad);
+    EVP_PKEY_free(cak);
+    EVP_PKEY_free(other_k);
+    EVP_PKEY_free(ck);
+}
+
+static void
+test_config_errors(void)
+{
+    struct event_base *base = event_base_new();
+    struct http_server *s = NULL;
+    char err[512];
+    struct th t = {0};
+    write_pair("one", NULL);
+
+    struct http_server_options o = tls_opts();
+    o.tls_key_file = NULL;
+    err[0] = '\0';
+    is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
+           "a certificate without a key: KWC_ECONFIG");
+    ok(strstr(err, "--tls-cert-file") && strstr(err, "--tls-private-key-file"),
+       "a certificate without a key: both flags named");
+
+    o = tls_opts();
+    char missing[160];
+    path_of(missing, sizeof(missing), "missing.pem");
+    o.tls_cert_file = missing;
+    err[0] = '\0';
+    is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
+           "a missing certificate file: KWC_ECONFIG");
+    ok(strstr(err, "--tls-cert-file: cannot load") && strstr(err, missing),
+       "a missing certificate file: the flag and the path");
+
+    /* a key that is not the certificate's */
+    EVP_PKEY *k = key_new();
+    char other[160];
+    path_of(other, sizeof(other), "other-key.pem");
+    write_pem("other-key.pem", NULL, k);
+    EVP_PKEY_free(k);
+    o = tls_opts();
+    o.tls_key_file = other;
+    err[0] = '\0';
+    is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
+           "a key of another certificate: KWC_ECONFIG");
+    ok(strstr(err, "does not match the certificate"), "a key of another certificate: said so");
+
+    o = tls_opts();
+    char bad_ca[160];
+    path_of(bad_ca, sizeof(bad_ca), "missing-ca.pem");
+    o.client_ca_file = bad_ca;
+    err[0] = '\0';
+    is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
+           "a missing client CA file: KWC_ECONFIG");
+    ok(strstr(err, "--client-ca-file: cannot load"), "a missing client CA file: the flag");
+    ok(s == NULL, "no server on any error");
+    event_base_free(base);
+}
+
+/* Over the cap a TLS connection is closed before any handshake: no 429
+ * (it would need one), no handshake spent. */
+static void
+test_refused_tls(void)
+{
+    write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    o.max_connections = 1;
+    struct fx f;
+    fx_init(&f, &o);
+    int a = fx_connect(&f, true, NULL, 0);
+    is_str(get(&f, a, "/a"), "GET /a tls=1 cn=-", "the first: served");
+    int b = fx_connect(&f, true, NULL, 0);
+    cl_send(&f, b, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
+    ok(run_until(&f, p_eof, b), "the second: closed");
+    ok(f.c[b].hs_failed, "the second: no handshake");
+    is_int(f.c[b].nin, 0, "the second: nothing answered");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.refused, 1, "one refused");
+    is_int(st.tls_handshake_failed, 0, "no handshake failed on the server");
+    is_int(st.open, 1, "the first still open");
+    is_str(get(&f, a, "/a2"), "GET /a2 tls=1 cn=-", "the first: still served");
+    fx_fini(&f);
+}
+
+/* The head timeout covers the handshake: a client that connects and never
+ * says hello, or stops halfway through its hello, is closed by it. */
+static void
+test_handshake_timeout(void)
+{
+    write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    o.request_header_timeout_ms = 50;
+    struct fx f;
+    fx_init(&f, &o);
+    int a = fx_connect(&f, false, NULL, 0); /* a socket, no SSL: never a ClientHello */
+    int b = fx_connect(&f, false, NULL, 0);
+    cl_send(&f, b, "\x16\x03\x01\x02\x00\x01"); /* a record header and the start of a hello */
+    ok(run_until(&f, p_eof, a), "silent: closed");
+    ok(run_until(&f, p_eof, b), "half a hello: closed");
+    is_int(f.c[a].nin + f.c[b].nin, 0, "nothing sent to either");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.header_timeouts, 2, "two header timeouts");
+    is_int(st.open, 0, "none open");
+    fx_fini(&f);
+}
+
+int
+main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    snprintf(dir, sizeof(dir), "/tmp/htls_test.XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    TAP_RUN(test_handshake);
+    TAP_RUN(test_reload);
+    TAP_RUN(test_client_cert);
+    TAP_RUN(test_config_errors);
+    TAP_RUN(test_refused_tls);
+    TAP_RUN(test_handshake_timeout);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        printf("# could not remove %s\n", dir);
+    return tap_done();
+}
