@@ -1048,6 +1048,78 @@ def bench_metrics(args):
                            "vs before: deliveries/s / CPU per delivery", "target"], rows))
 
 
+def bench_rooms(args):
+    """Issue 20: proxy/ renovated into rooms changes no behaviour and costs
+    nothing. BEFORE = --baseline-commit (the tree before the renovation),
+    AFTER = --kwc; both against one apisim, ABBA in one run (drift over the
+    run hits both alike), each cell the mean of its two runs:
+    watch fan-out (fanout.c: watchers at 100 events/s of ~1 KiB pods:
+    deliveries/s, kwc CPU per delivery, p99), cached answers (wrk: a
+    resourceVersion=0 get, a 500-item page of the pod list, the whole list)
+    and passthrough (wrk: a get with no resourceVersion, which kwc forwards).
+    Each wrk cell: requests/s, p99 and kwc CPU per request."""
+    import json
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    n = int(args.watchers.split(",")[0])
+    before_label = "before (%s)" % git("rev-parse", "--short", args.baseline_commit)
+    base, after = Variant(before_label, args.baseline_kwc, False), Variant("after (rooms)", args.kwc, False)
+    servers, got = {}, {base.label: [], after.label: []}
+    try:
+        for v, tag in ((base, "rooms-before"), (after, "rooms-after")):
+            servers[v.label] = Kwc(args, env, v, tag, optional=(("--max-connections", n + 1000),
+                                                                ("--protobuf-resources", "none")))
+        key = env.sim("GET", "/apisim/state?resource=pods")["items"][0]["key"]
+        ns, name = key.split("/")
+        cells = (("cached get (rv=0), 8 conns", "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % (ns, name), 8),
+                 ("cached page of 500 (rv=0), 2 conns", "/api/v1/pods?resourceVersion=0&limit=500", 2),
+                 ("cached list of 2,000 (rv=0), 2 conns", "/api/v1/pods?resourceVersion=0", 2),
+                 ("passthrough get, 8 conns", "/api/v1/namespaces/%s/pods/%s" % (ns, name), 8))
+        for v in (base, after, after, base):
+            k = servers[v.label]
+            m = {}
+            rv = env.stats()["rv"]
+            env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "mix": {"update": 1.0}})
+            p = fanout(args, k.port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
+            try:
+                r = fanout_measure(p, k.pid)
+            finally:
+                env.sim("POST", "/apisim/churn", {"rate": 0})
+            m["watch"] = (r["per_s"], r["cpu"] / max(r["per_s"], 1) * 1e6, r["p99_ms"])
+            for label, path, conns in cells:
+                c0, t0 = cpu_seconds(k.pid), time.monotonic()
+                w = wrk(k.port, path, conns, args.duration)
+                cpu = (cpu_seconds(k.pid) - c0) / (time.monotonic() - t0)
+                if w[3] or w[4]:
+                    raise RuntimeError("%s: %s answered %d non-2xx, %d socket errors" % (label, v.label, w[3], w[4]))
+                m[label] = (w[0], w[2], cpu / max(w[0], 1) * 1e6)
+            got[v.label].append(m)
+            print(json.dumps({"server": v.label, **{c: [round(x, 2) for x in t] for c, t in m.items()}}), flush=True)
+    finally:
+        for k in servers.values():
+            k.stop()
+        env.close()
+
+    def mean(label, cell, i):
+        return sum(m[cell][i] for m in got[label]) / len(got[label])
+
+    def delta(cell, i):
+        b, a = mean(base.label, cell, i), mean(after.label, cell, i)
+        return "%+.1f%%" % (100 * (a - b) / b) if b else "-"
+
+    rows = []
+    for i, (what, fmt) in enumerate((("deliveries/s", "%.0f"), ("kwc CPU us/delivery", "%.2f"), ("p99 ms", "%.1f"))):
+        rows.append(["watch, %d watchers, 100 ev/s" % n, what, fmt % mean(base.label, "watch", i),
+                     fmt % mean(after.label, "watch", i), delta("watch", i)])
+    for label, _, _ in cells:
+        for i, (what, fmt) in enumerate((("requests/s", "%.0f"), ("p99 ms", "%.2f"), ("kwc CPU us/request", "%.1f"))):
+            rows.append([label, what, fmt % mean(base.label, label, i), fmt % mean(after.label, label, i),
+                         delta(label, i)])
+    save("rooms", table("proxy/ in rooms: %s and after, ABBA in one run, each cell the mean of two runs "
+                        "(wrk %ds per cell)" % (before_label, args.duration),
+                        ["scenario", "measure", base.label, after.label, "after vs before"], rows))
+
+
 def metric_sum(text, name):
     """The sum of every sample of one metric in a Prometheus text body."""
     total = 0.0
@@ -1887,8 +1959,8 @@ def bench_protobuf(args):
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics"}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms"}
 
 
 def main():
@@ -1938,7 +2010,7 @@ def main():
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
-    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics"} & set(names) else set()
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
