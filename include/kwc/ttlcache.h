@@ -54,8 +54,8 @@ size_t ttlc_count(const struct ttlc *c);
  * NULL when there is none or it expired (expires <= now: then dropped). */
 void *ttlc_get(struct ttlc *c, const void *key, size_t klen, double now);
 /* Caches value (taken) under key until now + ttl, replacing an entry under
- * the same key; with ttl <= 0 caches nothing (value freed, nothing
- * evicted). */
+ * the same key. A NULL value or a ttl <= 0 caches nothing (the value freed,
+ * nothing evicted or replaced). */
 void ttlc_put(struct ttlc *c, const void *key, size_t klen, void *value, double ttl, double now);
 
 /* The fetch in flight under key, or NULL. */

@@ -214,7 +214,7 @@ void
 ttlc_put(struct ttlc *c, const void *key, size_t klen, void *value, double ttl, double now)
 {
     assert(c->magic == TTLC_MAGIC);
-    if (ttl <= 0) {
+    if (!value || ttl <= 0) {
         if (c->free_value && value)
             c->free_value(value);
         return;
