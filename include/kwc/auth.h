@@ -51,6 +51,10 @@ struct auth_options {
     unsigned allow_ttl_s;      /* --authorization-webhook-cache-authorized-ttl (300) */
     unsigned deny_ttl_s;       /* --authorization-webhook-cache-unauthorized-ttl (30) */
     size_t max_entries;        /* per cache; the oldest go first (default 100000) */
+    /* The clock of the TTLs and of the failure log's rate, in seconds (any
+     * origin that does not go back); NULL: CLOCK_MONOTONIC. For tests. */
+    double (*clock)(void *arg);
+    void *clock_arg;
 };
 
 /* Counters (for /metrics). */

@@ -151,11 +151,18 @@ struct auth {
     unsigned long suppressed;
 };
 
+/* The TTLs' clock: the caller's, else the monotonic one. */
+static double
+now_of(const struct auth *a)
+{
+    return a->o.clock ? a->o.clock(a->o.clock_arg) : mono_now();
+}
+
 /* Upstream failures are logged at most once a second (never with a token). */
 static void
 log_failure(struct auth *a, const char *what, const char *why)
 {
-    double now = mono_now();
+    double now = now_of(a);
     if (a->last_log && now - a->last_log < 1.0) {
         a->suppressed++;
         return;
@@ -360,7 +367,7 @@ review_done(struct review *r, int err, const char *msg)
         e->u = u;
         if (u)
             auth_user_ref(u);
-        ttlc_fetch_end(r->f, e, status == 0 ? a->o.token_ttl_s : a->o.token_fail_ttl_s, mono_now());
+        ttlc_fetch_end(r->f, e, status == 0 ? a->o.token_ttl_s : a->o.token_fail_ttl_s, now_of(a));
         while (wait_pop(r->f, &w)) {
             if (u)
                 a->st.authn_token++;
@@ -390,7 +397,7 @@ review_done(struct review *r, int err, const char *msg)
             e->reason = xstrdup(reason);
             ttl = d == AUTH_ALLOW ? a->o.allow_ttl_s : a->o.deny_ttl_s;
         }
-        ttlc_fetch_end(r->f, e, ttl, mono_now()); /* errors are not cached */
+        ttlc_fetch_end(r->f, e, ttl, now_of(a)); /* errors are not cached */
         while (wait_pop(r->f, &w)) {
             if (d == AUTH_ALLOW)
                 a->st.authz_allowed++;
@@ -475,7 +482,7 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
     if (tok) {
         unsigned char key[KEY_LEN];
         sha256(tok, tl, key);
-        struct tok_ent *e = ttlc_get(a->tokens, key, KEY_LEN, mono_now());
+        struct tok_ent *e = ttlc_get(a->tokens, key, KEY_LEN, now_of(a));
         if (e) {
             a->st.token_cache_hits++;
             if (e->status == 0)
@@ -525,7 +532,7 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     unsigned char key[KEY_LEN];
     question_key(u, at, key);
 
-    struct sar_ent *e = ttlc_get(a->sars, key, KEY_LEN, mono_now());
+    struct sar_ent *e = ttlc_get(a->sars, key, KEY_LEN, now_of(a));
     if (e) {
         a->st.sar_cache_hits++;
         if (e->d == AUTH_ALLOW)

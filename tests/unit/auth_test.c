@@ -10,8 +10,8 @@
  * only HTTP over TCP). It answers TokenReviews and SubjectAccessReviews,
  * counts them, and can hold answers back until the test releases them. The
  * loop runs with EVLOOP_ONCE until the callbacks the test waits for have
- * run, bounded by a guard timer; the only wait on the clock is a cache TTL
- * running out (1 s).
+ * run, bounded by a guard timer. No test waits on the clock: a TTL runs out
+ * on the test's own (auth_options.clock).
  */
 #include "kwc/auth.h"
 
@@ -243,17 +243,6 @@ run_until(struct env *e, const int *n, int want)
         printf("# timed out waiting (%d of %d)\n", *n, want);
 }
 
-/* Let a TTL of `ms` run out on the loop. */
-static void
-run_for(struct env *e, int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    e->timed_out = false;
-    evtimer_add(e->guard, &tv);
-    while (!e->timed_out)
-        event_base_loop(e->base, EVLOOP_ONCE);
-}
-
 /* Run the loop until the upstream client has no transfer left. */
 static void
 run_until_idle(struct env *e)
@@ -306,12 +295,22 @@ on_decision(void *arg, enum auth_decision d, const char *reason)
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
 }
 
+/* The caches' clock in the tests that let a TTL run out (seconds). */
+static double
+test_clock(void *arg)
+{
+    return *(const double *)arg;
+}
+
 static void
 test_token_cache(void)
 {
+    double now = 1000;
     struct auth_options o = default_opts;
     o.token_ttl_s = 1;
     o.token_fail_ttl_s = 1;
+    o.clock = test_clock;
+    o.clock_arg = &now;
     struct env e;
     env_init(&e, &o, false);
     struct ures r = {0};
@@ -339,18 +338,71 @@ test_token_cache(void)
     is_int(bad.calls, 2, "the rejection is cached");
     is_int(e.f.token_reviews, 2, "one review per token");
 
-    run_for(&e, 1100);
+    now += 0.999;
+    ok(auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r) == NULL && r.calls == 3,
+       "cached until its TTL is out");
+    now += 0.001;
     auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r);
-    run_until(&e, &r.calls, 3);
+    run_until(&e, &r.calls, 4);
     is_int(e.f.token_reviews, 3, "an expired entry is reviewed again");
     is_int(r.status, 0, "and still authenticated");
+    auth_authenticate(e.a, NULL, "Bearer nope", on_user, &bad);
+    run_until(&e, &bad.calls, 3);
+    is_int(e.f.token_reviews, 4, "an expired rejection is reviewed again");
+    is_int(bad.status, 401, "and still rejected");
 
     struct auth_stats st;
     auth_stats(e.a, &st);
-    is_int(st.token_reviews, 3, "stats: 3 reviews");
-    is_int(st.token_cache_hits, 2, "stats: 2 cache hits");
-    is_int(st.authn_token, 3, "stats: 3 token users");
-    is_int(st.authn_denied, 2, "stats: 2 denied");
+    is_int(st.token_reviews, 4, "stats: 4 reviews");
+    is_int(st.token_cache_hits, 3, "stats: 3 cache hits");
+    is_int(st.authn_token, 4, "stats: 4 token users");
+    is_int(st.authn_denied, 3, "stats: 3 denied");
+    env_fini(&e);
+}
+
+/* An allowed answer is cached allow_ttl, a denied one deny_ttl, on the
+ * caches' clock. */
+static void
+test_sar_ttls(void)
+{
+    double now = 5000;
+    struct auth_options o = default_opts; /* allow 300 s, deny 30 s */
+    o.clock = test_clock;
+    o.clock_arg = &now;
+    struct env e;
+    env_init(&e, &o, false);
+    struct auth_user *u = mk_user("jane", "");
+    struct auth_attrs get = {.resource_request = true,
+                             .verb = "get",
+                             .version = "v1",
+                             .resource = "pods",
+                             .namespace_ = "default",
+                             .name = "p1"};
+    struct auth_attrs del = get;
+    del.verb = "delete";
+    struct dres a = {0}, d = {0};
+    auth_authorize(e.a, u, &get, on_decision, &a);
+    auth_authorize(e.a, u, &del, on_decision, &d);
+    run_until(&e, &a.calls, 1);
+    run_until(&e, &d.calls, 1);
+    is_int(a.d, AUTH_ALLOW, "allowed");
+    is_int(d.d, AUTH_DENY, "denied");
+    is_int(e.f.sars, 2, "two questions asked");
+
+    now += 29.999;
+    ok(auth_authorize(e.a, u, &del, on_decision, &d) == NULL, "the denial cached at 29.999 s");
+    now += 0.001;
+    ok(auth_authorize(e.a, u, &del, on_decision, &d) != NULL, "not at 30 s (deny_ttl)");
+    run_until(&e, &d.calls, 3);
+    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow still cached at 30 s");
+    now += 269.999;
+    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow cached at 299.999 s");
+    now += 0.001;
+    ok(auth_authorize(e.a, u, &get, on_decision, &a) != NULL, "not at 300 s (allow_ttl)");
+    run_until(&e, &a.calls, 4);
+    is_int(a.d, AUTH_ALLOW, "asked again: allowed");
+    is_int(e.f.sars, 4, "each asked twice");
+    auth_user_unref(u);
     env_fini(&e);
 }
 
@@ -692,6 +744,7 @@ int
 main(void)
 {
     TAP_RUN(test_token_cache);
+    TAP_RUN(test_sar_ttls);
     TAP_RUN(test_token_coalesced);
     TAP_RUN(test_anonymous_and_cert);
     TAP_RUN(test_sar_coalesced);
