@@ -31,6 +31,8 @@
 
 typedef void (*ttlc_free_cb)(void *value);
 
+/* Keys are klen bytes at key (any bytes; NULL when klen is 0). */
+
 struct ttlc;       /* a cache */
 struct ttlc_fetch; /* a question in flight */
 

@@ -66,7 +66,7 @@ tab_get(const struct tab *t, const void *key, size_t klen)
 {
     uint64_t h = fnv1a(key, klen);
     for (struct node *e = t->b[h & (t->nb - 1)]; e; e = e->next)
-        if (e->hash == h && e->klen == klen && memcmp(e->key, key, klen) == 0)
+        if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->key, key, klen) == 0))
             return e;
     return NULL;
 }
@@ -224,7 +224,8 @@ ttlc_put(struct ttlc *c, const void *key, size_t klen, void *value, double ttl, 
         ent_drop(c, old);
     make_room(c, now);
     struct ent *e = xmalloc(sizeof(*e) + (klen ? klen : 1));
-    memcpy(e->key, key, klen);
+    if (klen)
+        memcpy(e->key, key, klen);
     e->n.hash = fnv1a(key, klen);
     e->n.klen = klen;
     e->n.key = e->key;
@@ -249,7 +250,8 @@ ttlc_fetch_begin(struct ttlc *c, const void *key, size_t klen, void *ctx)
     assert(c->magic == TTLC_MAGIC);
     assert(!tab_get(&c->flight, key, klen));
     struct ttlc_fetch *f = xcalloc(1, sizeof(*f) + (klen ? klen : 1));
-    memcpy(f->key, key, klen);
+    if (klen)
+        memcpy(f->key, key, klen);
     f->n.hash = fnv1a(key, klen);
     f->n.klen = klen;
     f->n.key = f->key;

@@ -88,6 +88,7 @@ test_get_put(void)
     is_int(id_of(ttlc_get(c, "x\0z", 3, 1)), 4, "the same up to its NUL: another key");
     is_int(id_of(ttlc_get(c, "x", 1, 1)), -1, "cut at the NUL: a miss");
     is_int(id_of(ttlc_get(c, "", 0, 1)), 5, "the empty key");
+    is_int(id_of(ttlc_get(c, NULL, 0, 1)), 5, "the empty key, as NULL");
 
     /* the same key again replaces the entry (the old value freed) */
     put(c, "a", 6, 10, 0);
