@@ -1,17 +1,18 @@
 /*
  * auth_fuzz.c — libFuzzer target for the parsers of untrusted bytes in
- * proxy/identity/auth.c: the Authorization header (from clients) and the TokenReview
- * and SubjectAccessReview response bodies (from the upstream).
+ * proxy/identity/authwire.c (the pure half of auth): the Authorization
+ * header (from clients) and the TokenReview and SubjectAccessReview response
+ * bodies (from the upstream).
  *
  * Input: the first byte picks the parser, the rest is the input, passed with
  * its exact length (a NUL-terminated copy for the header, which arrives as a
- * C string). Each result is checked against auth.h's contract: a token lies
- * inside the header, is non-empty and holds no space; a parse returns 0 or
- * KWC_EPARSE; an authenticated user always ends in a group the group adder
+ * C string). Each result is checked against authwire.h's contract: a token
+ * lies inside the header, is non-empty and holds no space; a parse returns 0
+ * or KWC_EPARSE; an authenticated user always ends in a group the group adder
  * leaves it in; a decision is ALLOW or DENY with a reason. The forbidden
  * Status is rendered from the bytes too and must be valid JSON.
  */
-#include "kwc/auth.h"
+#include "kwc/authwire.h"
 
 #include "kwc/base.h"
 
