@@ -183,7 +183,8 @@ test_streaming(void)
             max_queued = q2;
         quiet = w == f.up.written && q == q2 && oq == upstream_fd_outq(&f) ? quiet + 1 : 0;
     }
-    ok(max_queued <= MAX_RESP + ONE_READ, "kwc's queue stays within max_response_buffer and one read");
+    ok(max_queued <= MAX_RESP + ONE_READ,
+       "kwc's queue stays within max_response_buffer and one read");
     if (max_queued > MAX_RESP + ONE_READ)
         printf("#   queued %zu\n", max_queued);
     ok(f.up.big_sent < total, "the upstream is held back");
@@ -208,23 +209,22 @@ test_streaming(void)
     pt_budget_free(c.o.budget); /* asserts every byte was given back */
 }
 
-static const char strip_request[] =
-    "GET /api/v1/namespaces/default/pods?limit=5 HTTP/1.1\r\n"
-    "Host: kwc.example\r\n"
-    "Authorization: Bearer client-token\r\n"
-    "Impersonate-User: mallory\r\n"
-    "Impersonate-Group: system:masters\r\n"
-    "Impersonate-Extra-Scopes: all\r\n"
-    "X-Remote-User: mallory\r\n"
-    "Proxy-Authorization: Basic eDp5\r\n"
-    "Connection: keep-alive, X-Drop\r\n"
-    "X-Drop: 1\r\n"
-    "Te: trailers\r\n"
-    "Keep-Alive: timeout=9\r\n"
-    "X-Keep: 2\r\n"
-    "X-Forwarded-For: 198.51.100.1\r\n"
-    "Accept: application/json\r\n"
-    "\r\n";
+static const char strip_request[] = "GET /api/v1/namespaces/default/pods?limit=5 HTTP/1.1\r\n"
+                                    "Host: kwc.example\r\n"
+                                    "Authorization: Bearer client-token\r\n"
+                                    "Impersonate-User: mallory\r\n"
+                                    "Impersonate-Group: system:masters\r\n"
+                                    "Impersonate-Extra-Scopes: all\r\n"
+                                    "X-Remote-User: mallory\r\n"
+                                    "Proxy-Authorization: Basic eDp5\r\n"
+                                    "Connection: keep-alive, X-Drop\r\n"
+                                    "X-Drop: 1\r\n"
+                                    "Te: trailers\r\n"
+                                    "Keep-Alive: timeout=9\r\n"
+                                    "X-Keep: 2\r\n"
+                                    "X-Forwarded-For: 198.51.100.1\r\n"
+                                    "Accept: application/json\r\n"
+                                    "\r\n";
 
 static void
 test_stripping(void)
@@ -260,7 +260,8 @@ test_stripping(void)
     ok(!uf_up_has(&f, "Keep-Alive: timeout=9"), "hop-by-hop: the caller's Keep-Alive");
     ok(uf_up_has(&f, "X-Keep: 2"), "an end-to-end header forwarded");
     ok(uf_up_has(&f, "Accept: application/json"), "Accept forwarded");
-    ok(uf_up_has(&f, "X-Forwarded-For: 198.51.100.1, 192.0.2.7"), "X-Forwarded-For: the client appended");
+    ok(uf_up_has(&f, "X-Forwarded-For: 198.51.100.1, 192.0.2.7"),
+       "X-Forwarded-For: the client appended");
     char host[64];
     snprintf(host, sizeof(host), "Host: 127.0.0.1:%d", f.up.port);
     ok(uf_up_has(&f, host), "Host: the upstream's");
@@ -310,7 +311,8 @@ test_refused(void)
     is_str(json_string_value(json_object_get(st, "reason")), "ServiceUnavailable", "reason");
     is_int(json_integer_value(json_object_get(st, "code")), 503, "code");
     const char *m = json_string_value(json_object_get(st, "message"));
-    ok(m && strncmp(m, "the upstream API server is unavailable: ", 40) == 0, "the message says why");
+    ok(m && strncmp(m, "the upstream API server is unavailable: ", 40) == 0,
+       "the message says why");
     json_decref(st);
     is_int(f.up.conns, 0, "nothing reached the upstream");
     uf_fini(&f);
