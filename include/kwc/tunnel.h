@@ -1,24 +1,25 @@
 /*
  * tunnel.h — HTTP Upgrade passthrough (exec, attach, port-forward over
  * SPDY or WebSocket): kwc replays the request to the upstream on a fresh
- * connection (TLS with the kubeconfig's CA and client certificate, SNI and
- * hostname checks) and, once the upstream switched protocols (101), copies
- * bytes both ways until either side closes. Both directions are
- * flow-controlled by bufferevent watermarks.
+ * connection (the uplink's TLS, credentials and header policy: the
+ * kubeconfig's CA and client certificate, SNI and hostname checks; uplink.h)
+ * and, once the upstream switched protocols (101), copies bytes both ways
+ * until either side closes. Both directions are flow-controlled by
+ * bufferevent watermarks.
  */
 #ifndef KWC_TUNNEL_H
 #define KWC_TUNNEL_H
 
 #include <stdbool.h>
 
-struct kcfg;
 struct hreq;
+struct uplink;
 struct event_base;
 
 struct tunnel_options {
-    const struct kcfg *k;     /* upstream server and credentials (borrowed) */
+    struct uplink *link;    /* upstream server, TLS, credentials, header policy (borrowed) */
     struct event_base *base;
-    bool strip_credentials;   /* drop the client's Authorization / Impersonate-* / X-Remote-* */
+    bool strip_credentials; /* drop the client's Authorization / Impersonate-* / X-Remote-* */
     int connect_timeout_ms;
 };
 

@@ -33,6 +33,7 @@ struct event_base;
 struct kcfg;
 struct up_client;
 struct up_xfer;
+struct uplink;
 
 /* The connection pools, X(enum, name for /metrics). */
 #define UP_POOLS(X)                                                                                \
@@ -94,6 +95,11 @@ struct up_request {
 int up_client_new(struct event_base *base, const struct kcfg *k, const struct up_options *o,
                   struct up_client **out, char *err, size_t errlen);
 void up_client_free(struct up_client *c);
+
+/* The client's identity towards the upstream (TLS, credentials, header
+ * policy: uplink.h), for the connections kwc opens itself (tunnels); valid
+ * for the client's life. */
+struct uplink *up_client_uplink(const struct up_client *c);
 
 /* The upstream base URL, e.g. "https://10.0.0.1:6443" (valid for the client's life). */
 const char *up_client_server(const struct up_client *c);

@@ -784,7 +784,8 @@ front_new(struct event_base *base, const struct kwc_config *cfg, const struct kc
     f->pt_short.budget = f->budget;
     f->pt_long = f->pt_short;
     f->pt_long.long_running = true;
-    f->tun = (struct tunnel_options){.k = k, .base = base, .strip_credentials = true,
+    f->tun = (struct tunnel_options){.link = up_client_uplink(up), .base = base,
+                                     .strip_credentials = true,
                                      .connect_timeout_ms = (int)cfg->upstream_connect_timeout * 1000};
     struct serve_options so = {
         .too_large = strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,

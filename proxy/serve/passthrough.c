@@ -35,6 +35,7 @@
 #include "kwc/http.h"
 #include "kwc/log.h"
 #include "kwc/respond.h"
+#include "kwc/uplink.h"
 #include "kwc/upstream.h"
 
 #define PT_MAGIC 0x70743031u /* "pt01" */
@@ -169,30 +170,18 @@ on_out_drain(void *arg)
 
 /* ---- upstream callbacks ---- */
 
-static bool
-hop_by_hop(const char *name)
-{
-    static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection",
-                                      "Proxy-Authenticate", "Proxy-Authorization", "Te",
-                                      "Trailer", "Transfer-Encoding", "Upgrade"};
-    for (size_t i = 0; i < KWC_ARRAY_LEN(hop); i++)
-        if (strcasecmp(name, hop[i]) == 0)
-            return true;
-    return false;
-}
-
 static int
 on_up_headers(void *arg, int status, const struct up_header *h, size_t n)
 {
     struct pt *p = pt_of(arg);
     const char *clen = NULL;
     for (size_t i = 0; i < n; i++) {
-        if (hop_by_hop(h[i].name))
-            continue;
         if (strcasecmp(h[i].name, "Content-Length") == 0) {
-            clen = h[i].value;
+            clen = h[i].value; /* kwc's response writer frames the body */
             continue;
         }
+        if (uplink_response_header_dropped(UPLINK_FORWARD, h[i].name, NULL))
+            continue;
         hresp_header(p->req, h[i].name, h[i].value);
     }
     p->started = true;
@@ -345,37 +334,15 @@ struct hdr_collect {
     const char *xff;
 };
 
-static bool
-named_in_connection(const char *conn, const char *name)
-{
-    if (!conn)
-        return false;
-    size_t nl = strlen(name);
-    for (const char *s = conn; *s;) {
-        while (*s == ' ' || *s == ',' || *s == '\t')
-            s++;
-        size_t l = strcspn(s, " ,\t");
-        if (l == nl && strncasecmp(s, name, nl) == 0)
-            return true;
-        s += l;
-    }
-    return false;
-}
-
 static void
 collect_header(struct hdr_collect *hc, const char *k, const char *v)
 {
-    if (hop_by_hop(k) || strcasecmp(k, "Host") == 0 || strcasecmp(k, "Content-Length") == 0 ||
-        strcasecmp(k, "Expect") == 0 || named_in_connection(hc->connection, k))
+    if (uplink_request_header_dropped(UPLINK_FORWARD, k, hc->connection, hc->strip_credentials))
         return;
     if (strcasecmp(k, "X-Forwarded-For") == 0) {
-        hc->xff = v;
+        hc->xff = v; /* kwc appends the client's address */
         return;
     }
-    if (hc->strip_credentials &&
-        (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
-         strncasecmp(k, "X-Remote-", 9) == 0))
-        return;
     hc->h[hc->n].name = k;
     hc->h[hc->n].value = v;
     hc->n++;

@@ -64,15 +64,12 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <http_parser.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +82,7 @@
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/respond.h"
+#include "kwc/uplink.h"
 
 #define TUN_MAGIC 0x74756e31u /* "tun1" */
 #define TUN_HIGH (1024 * 1024)
@@ -128,60 +126,6 @@ struct tunnel {
     char asked[256]; /* the protocols the client asked for (h2c left out) */
     char desc[160];  /* "GET /api/v1/.../exec" for logs */
 };
-
-/* One TLS context for all tunnels of the process (settings are immutable). */
-static SSL_CTX *tls_ctx;
-static struct evdns_base *dns;
-
-static int
-load_pem_certs(X509_STORE *store, const unsigned char *pem, size_t len)
-{
-    BIO *b = BIO_new_mem_buf(pem, (int)len);
-    int n = 0;
-    X509 *x;
-    while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
-        if (X509_STORE_add_cert(store, x) == 1)
-            n++;
-        X509_free(x);
-    }
-    ERR_clear_error();
-    BIO_free(b);
-    return n;
-}
-
-static SSL_CTX *
-get_tls_ctx(const struct kcfg *k)
-{
-    if (tls_ctx)
-        return tls_ctx;
-    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-    static const unsigned char alpn[] = "\x08http/1.1"; /* upgrades need HTTP/1.1 */
-    SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
-    if (k->insecure_skip_tls_verify) {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-    } else {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-        if (!k->ca_pem || load_pem_certs(SSL_CTX_get_cert_store(ctx), k->ca_pem, k->ca_pem_len) == 0)
-            SSL_CTX_set_default_verify_paths(ctx);
-    }
-    if (k->cert_pem && k->key_pem) {
-        BIO *b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
-        X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
-        BIO_free(b);
-        b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
-        EVP_PKEY *pk = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
-        BIO_free(b);
-        if (!x || !pk || SSL_CTX_use_certificate(ctx, x) != 1 || SSL_CTX_use_PrivateKey(ctx, pk) != 1)
-            log_warnx("tunnel: the kubeconfig's client certificate or key could not be loaded");
-        X509_free(x);
-        EVP_PKEY_free(pk);
-    }
-    ERR_clear_error();
-    tls_ctx = ctx;
-    return ctx;
-}
 
 static struct tunnel *
 tun_of(void *arg)
@@ -397,31 +341,6 @@ switch_protocols(struct tunnel *t, size_t head_len)
 
 /* ---- the upstream's answer ---- */
 
-static bool
-hop_by_hop(const char *name, const char *connection)
-{
-    static const char *const hop[] = {"Connection",         "Keep-Alive", "Proxy-Connection",
-                                      "Proxy-Authenticate", "Te",         "Trailer",
-                                      "Transfer-Encoding",  "Upgrade",    "Content-Length",
-                                      "Proxy-Authorization"};
-    for (size_t i = 0; i < KWC_ARRAY_LEN(hop); i++)
-        if (strcasecmp(name, hop[i]) == 0)
-            return true;
-    /* headers the Connection header names are hop-by-hop too */
-    size_t nl = strlen(name);
-    for (const char *s = connection; s && *s;) {
-        while (*s == ' ' || *s == '\t' || *s == ',')
-            s++;
-        size_t l = strcspn(s, ","), e = l;
-        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-            e--;
-        if (e == nl && strncasecmp(s, name, nl) == 0)
-            return true;
-        s += l;
-    }
-    return false;
-}
-
 static const char *
 hdr_name(const struct tunnel *t, size_t i)
 {
@@ -525,7 +444,7 @@ on_up_headers_complete(http_parser *p)
         return 1; /* refused after the parse (502) */
     const char *conn = hdr_get(t, "Connection");
     for (size_t i = 0; i < t->nh; i++)
-        if (!hop_by_hop(hdr_name(t, i), conn))
+        if (!uplink_response_header_dropped(UPLINK_TUNNEL, hdr_name(t, i), conn))
             hresp_header(t->req, hdr_name(t, i), hdr_value(t, i));
     int64_t cl = -1; /* chunked or close-delimited: kwc streams it */
     if (t->head_method || t->status == 204 || t->status == 304)
@@ -778,17 +697,6 @@ static const struct hreq_handler tun_handler = {
 
 /* ---- start ---- */
 
-static bool
-skip_header(const char *k, bool strip)
-{
-    if (strcasecmp(k, "Host") == 0 || strncasecmp(k, "Proxy-", 6) == 0 ||
-        strcasecmp(k, "Expect") == 0 || strcasecmp(k, "HTTP2-Settings") == 0 ||
-        strcasecmp(k, "Upgrade") == 0)
-        return true;
-    return strip && (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
-                     strncasecmp(k, "X-Remote-", 9) == 0);
-}
-
 /* The Upgrade header's protocols without h2c, into t->asked. */
 static void
 set_asked(struct tunnel *t, const char *v)
@@ -812,7 +720,7 @@ set_asked(struct tunnel *t, const char *v)
 void
 tunnel_start(struct hreq *req, const struct tunnel_options *o)
 {
-    const struct kcfg *k = o->k;
+    const struct kcfg *k = uplink_kcfg(o->link);
     const char *method = hreq_method(req);
     size_t tl;
     const char *target = hreq_target(req, &tl);
@@ -823,7 +731,6 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     bool tls;
     char host[256], port[16];
     kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
-    const char *sni = k->tls_server_name ? k->tls_server_name : host;
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
     t->magic = TUN_MAGIC;
@@ -848,7 +755,7 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     const struct http_header *hs;
     size_t nh = hreq_headers(req, &hs);
     for (size_t i = 0; i < nh; i++)
-        if (!skip_header(hs[i].name, o->strip_credentials))
+        if (!uplink_request_header_dropped(UPLINK_TUNNEL, hs[i].name, NULL, o->strip_credentials))
             evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
     /* the caller's identity, as the front's stages decided it */
     bool caller_auth = false;
@@ -858,29 +765,17 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         caller_auth |= strcasecmp(hs[i].name, "Authorization") == 0;
     }
     if (o->strip_credentials && !caller_auth) {
-        int ferr;
-        char *tok = kcfg_bearer_token(k, &ferr);
-        if (tok)
-            evbuffer_add_printf(head, "Authorization: Bearer %s\r\n", tok);
-        free(tok);
-        if (k->username) {
-            /* basic auth for the upgrade request */
-            char *up = xasprintf("%s:%s", k->username, k->password ? k->password : "");
-            size_t ul = strlen(up);
-            char *b64 = xmalloc(4 * ((ul + 2) / 3) + 1);
-            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)up, (int)ul);
-            evbuffer_add_printf(head, "Authorization: Basic %s\r\n", b64);
-            free(b64);
-            free(up);
-        }
+        /* kwc's own credentials (a kubeconfig has a token or basic auth) */
+        const char *bearer = uplink_bearer_line(o->link), *basic = uplink_basic_line(o->link);
+        if (bearer)
+            evbuffer_add_printf(head, "%s\r\n", bearer);
+        if (basic)
+            evbuffer_add_printf(head, "%s\r\n", basic);
     }
     evbuffer_add(head, "\r\n", 2);
 
     if (tls) {
-        SSL *ssl = SSL_new(get_tls_ctx(k));
-        SSL_set_tlsext_host_name(ssl, sni);
-        if (!k->insecure_skip_tls_verify)
-            SSL_set1_host(ssl, sni);
+        SSL *ssl = uplink_ssl_new(o->link);
         t->up = bufferevent_openssl_socket_new(o->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     } else {
@@ -914,9 +809,8 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         s6->sin6_port = htons((uint16_t)portn);
         rc = bufferevent_socket_connect(t->up, (struct sockaddr *)s6, sizeof(*s6));
     } else {
-        if (!dns)
-            dns = evdns_base_new(o->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-        rc = bufferevent_socket_connect_hostname(t->up, dns, AF_UNSPEC, host, portn);
+        rc = bufferevent_socket_connect_hostname(t->up, uplink_dns(o->link), AF_UNSPEC, host,
+                                                 portn);
     }
     if (rc != 0) {
         /* Report from the loop, not from inside the server's parser. */

@@ -24,9 +24,6 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +37,10 @@
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/metrics.h"
+#include "kwc/uplink.h"
 
 #define UP_MAGIC 0x75706331u   /* "upc1" */
 #define XFER_MAGIC 0x75707831u /* "upx1" */
-#define TOKEN_REREAD_S 60
 #define HDR_MAX_COUNT 256
 
 struct pool {
@@ -84,11 +81,10 @@ struct up_client {
     struct event_base *base;
     struct pool pools[UP_NPOOLS];
     const struct kcfg *k;
+    struct uplink *link; /* TLS material and kwc's credentials */
     struct up_options o;
     char *url_base;     /* scheme://host:port used in request URLs */
     char *connect_to;   /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
-    char *bearer;       /* "Authorization: Bearer ..." or NULL */
-    time_t bearer_read_at;
     int depth;          /* > 0 while inside curl */
     struct xfer_list to_add, to_cancel;
     struct up_stats stats;
@@ -461,106 +457,6 @@ on_header_timeout(evutil_socket_t fd, short what, void *arg)
     run_deferred(c);
 }
 
-/* ---- credentials ---- */
-
-static void
-refresh_bearer(struct up_client *c)
-{
-    if (!c->k->token_file)
-        return;
-    time_t now = time(NULL);
-    if (c->bearer && now - c->bearer_read_at < TOKEN_REREAD_S)
-        return;
-    c->bearer_read_at = now;
-    int ferr;
-    char *tok = kcfg_bearer_token(c->k, &ferr);
-    if (!tok) {
-        log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
-                  c->k->token_file, ferr ? strerror(ferr) : "empty");
-        return;
-    }
-    free(c->bearer);
-    c->bearer = xasprintf("Authorization: Bearer %s", tok);
-    free(tok);
-}
-
-/* ---- credentials checked at start ---- */
-
-/* OpenSSL's last error as text ("" when none). */
-static const char *
-ssl_reason(void)
-{
-    unsigned long e = ERR_peek_last_error();
-    const char *r = e ? ERR_reason_error_string(e) : NULL;
-    return r ? r : "not PEM";
-}
-
-/*
- * The kubeconfig's CA, client certificate and key, read as libcurl will read
- * them, so that a broken file is one clear error at start instead of an
- * OpenSSL message on every request ("unable to set private key file: memory
- * blob"): the certificate and key must parse and belong together.
- */
-static int
-check_tls_material(const struct kcfg *k, char *err, size_t errlen)
-{
-    int rc = 0;
-    X509 *cert = NULL;
-    EVP_PKEY *key = NULL;
-    BIO *b;
-    ERR_clear_error();
-    if (k->ca_pem) {
-        b = BIO_new_mem_buf(k->ca_pem, (int)k->ca_pem_len);
-        X509 *ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
-        BIO_free(b);
-        if (!ca) {
-            snprintf(err, errlen, "the certificate-authority data in KUBECONFIG is not a PEM certificate (%s)",
-                     ssl_reason());
-            return KWC_ECONFIG;
-        }
-        X509_free(ca);
-    }
-    if (!k->cert_pem && !k->key_pem)
-        return 0;
-    if (!k->cert_pem || !k->key_pem) {
-        snprintf(err, errlen, "KUBECONFIG has a client %s but no client %s: give both "
-                 "client-certificate(-data) and client-key(-data), or neither",
-                 k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
-        return KWC_ECONFIG;
-    }
-    b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
-    cert = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
-    BIO_free(b);
-    if (!cert) {
-        snprintf(err, errlen, "the client certificate in KUBECONFIG is not a PEM certificate (%s)",
-                 ssl_reason());
-        rc = KWC_ECONFIG;
-        goto out;
-    }
-    b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
-    key = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
-    BIO_free(b);
-    if (!key) {
-        snprintf(err, errlen, "the client key in KUBECONFIG is not a PEM private key (%s; an encrypted "
-                 "key is not supported)", ssl_reason());
-        rc = KWC_ECONFIG;
-        goto out;
-    }
-    if (X509_check_private_key(cert, key) != 1) {
-        char subj[256] = "";
-        X509_NAME_oneline(X509_get_subject_name(cert), subj, sizeof(subj));
-        snprintf(err, errlen, "the client key in KUBECONFIG does not match its client certificate "
-                 "(%s): give the key the certificate was issued for",
-                 subj);
-        rc = KWC_ECONFIG;
-    }
-out:
-    X509_free(cert);
-    EVP_PKEY_free(key);
-    ERR_clear_error();
-    return rc;
-}
-
 /* ---- public API ---- */
 
 int
@@ -580,11 +476,13 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
                  k->server ? k->server : "");
         return KWC_ECONFIG;
     }
-    int rc = check_tls_material(k, err, errlen);
+    struct uplink *link;
+    int rc = uplink_new(base, k, &link, err, errlen);
     if (rc)
         return rc;
     struct up_client *c = xcalloc(1, sizeof(*c));
     c->magic = UP_MAGIC;
+    c->link = link;
     c->base = base;
     c->k = k;
     c->o = *o;
@@ -605,9 +503,6 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
         c->connect_to = xasprintf("%s:%s:%s%s%s:%s", k->tls_server_name, port,
                                   strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
     }
-    if (k->token)
-        c->bearer = xasprintf("Authorization: Bearer %s", k->token);
-    refresh_bearer(c);
 
     for (size_t i = 0; i < UP_NMETHODS; i++)
         metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
@@ -657,9 +552,15 @@ up_client_free(struct up_client *c)
         metrics_hist_fini(&c->m.latency[i]);
     free(c->url_base);
     free(c->connect_to);
-    free(c->bearer);
+    uplink_free(c->link);
     c->magic = 0;
     free(c);
+}
+
+struct uplink *
+up_client_uplink(const struct up_client *c)
+{
+    return c->link;
 }
 
 const char *
@@ -697,19 +598,11 @@ up_client_metrics(const struct up_client *c)
     return &c->m;
 }
 
-static struct curl_blob
-blob(const unsigned char *p, size_t n)
-{
-    struct curl_blob b = {.data = (void *)(uintptr_t)p, .len = n, .flags = CURL_BLOB_NOCOPY};
-    return b;
-}
-
 int
 up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_xfer_cbs *cbs,
               void *arg, struct up_xfer **out)
 {
     assert(c->magic == UP_MAGIC);
-    const struct kcfg *k = c->k;
     struct up_xfer *x = xcalloc(1, sizeof(*x));
     x->magic = XFER_MAGIC;
     x->c = c;
@@ -755,36 +648,12 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         x->connect_to = curl_slist_append(NULL, c->connect_to);
         curl_easy_setopt(h, CURLOPT_CONNECT_TO, x->connect_to);
     }
-    if (strncmp(c->url_base, "https://", 8) == 0) {
-        if (k->insecure_skip_tls_verify) {
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
-        }
-        if (k->ca_pem) {
-            struct curl_blob b = blob(k->ca_pem, k->ca_pem_len);
-            curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
-        }
-        if (k->cert_pem) {
-            struct curl_blob b = blob(k->cert_pem, k->cert_pem_len);
-            curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
-            curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
-        }
-        if (k->key_pem) {
-            struct curl_blob b = blob(k->key_pem, k->key_pem_len);
-            curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
-            curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
-        }
-    }
     /* A caller's own Authorization (--passthrough-identity=forward-token)
      * replaces kwc's token or basic credentials on this request. */
     bool caller_auth = false;
     for (size_t i = 0; i < r->nheaders; i++)
         caller_auth |= strcasecmp(r->headers[i].name, "Authorization") == 0;
-    if (k->username && !caller_auth) {
-        curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-        curl_easy_setopt(h, CURLOPT_USERNAME, k->username);
-        curl_easy_setopt(h, CURLOPT_PASSWORD, k->password ? k->password : "");
-    }
+    uplink_curl_setup(c->link, h, caller_auth);
 
     struct curl_slist *hl = NULL;
     for (size_t i = 0; i < r->nheaders; i++) {
@@ -796,9 +665,9 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         hl = curl_slist_append(hl, line);
         free(line);
     }
-    refresh_bearer(c);
-    if (c->bearer && !caller_auth)
-        hl = curl_slist_append(hl, c->bearer);
+    const char *bearer = uplink_bearer_line(c->link);
+    if (bearer && !caller_auth)
+        hl = curl_slist_append(hl, bearer);
     hl = curl_slist_append(hl, "Expect:"); /* we stream: no 100-continue round trip */
     bool has_accept = false;
     for (size_t i = 0; i < r->nheaders; i++)

@@ -1,0 +1,438 @@
+/*
+ * uplink.c — kwc's identity towards the upstream (see uplink.h): TLS
+ * material checked and loaded once, kwc's credentials, and the one table of
+ * headers never forwarded or relayed.
+ *
+ * Owns the SSL_CTX of kwc's own upstream connections (tunnels) and their DNS
+ * base; curl builds its own TLS contexts from the same kubeconfig blobs
+ * (uplink_curl_setup), so both stacks trust and present the same
+ * certificates. Nothing here is process-wide: everything hangs off the
+ * uplink, freed with it.
+ */
+#include "kwc/uplink.h"
+
+#include <assert.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <event2/dns.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "kwc/base.h"
+#include "kwc/kubeconfig.h"
+#include "kwc/log.h"
+
+#define UPLINK_MAGIC 0x75706c6bu /* "uplk" */
+#define TOKEN_REREAD_S 60
+
+struct uplink {
+    uint32_t magic;
+    struct event_base *base;
+    const struct kcfg *k;
+    SSL_CTX *tls;           /* https:// only */
+    char sni[256];          /* tls-server-name, or the server's host */
+    struct evdns_base *dns; /* on first use */
+    char *bearer;           /* "Authorization: Bearer ..." or NULL */
+    time_t bearer_read_at;
+    char *basic; /* "Authorization: Basic ..." or NULL */
+};
+
+/* ---- TLS material, checked at start ---- */
+
+/* OpenSSL's last error as text ("" when none). */
+static const char *
+ssl_reason(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    return r ? r : "not PEM";
+}
+
+/*
+ * The kubeconfig's CA, client certificate and key, read as libcurl will read
+ * them, so that a broken file is one clear error at start instead of an
+ * OpenSSL message on every request ("unable to set private key file: memory
+ * blob"): the certificate and key must parse and belong together.
+ */
+static int
+check_tls_material(const struct kcfg *k, char *err, size_t errlen)
+{
+    int rc = 0;
+    X509 *cert = NULL;
+    EVP_PKEY *key = NULL;
+    BIO *b;
+    ERR_clear_error();
+    if (k->ca_pem) {
+        b = BIO_new_mem_buf(k->ca_pem, (int)k->ca_pem_len);
+        X509 *ca = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+        BIO_free(b);
+        if (!ca) {
+            snprintf(err, errlen,
+                     "the certificate-authority data in KUBECONFIG is not a PEM certificate (%s)",
+                     ssl_reason());
+            return KWC_ECONFIG;
+        }
+        X509_free(ca);
+    }
+    if (!k->cert_pem && !k->key_pem)
+        return 0;
+    if (!k->cert_pem || !k->key_pem) {
+        snprintf(err, errlen,
+                 "KUBECONFIG has a client %s but no client %s: give both "
+                 "client-certificate(-data) and client-key(-data), or neither",
+                 k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
+        return KWC_ECONFIG;
+    }
+    b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
+    cert = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!cert) {
+        snprintf(err, errlen, "the client certificate in KUBECONFIG is not a PEM certificate (%s)",
+                 ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
+    key = b ? PEM_read_bio_PrivateKey(b, NULL, NULL, NULL) : NULL;
+    BIO_free(b);
+    if (!key) {
+        snprintf(err, errlen,
+                 "the client key in KUBECONFIG is not a PEM private key (%s; an encrypted "
+                 "key is not supported)",
+                 ssl_reason());
+        rc = KWC_ECONFIG;
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        char subj[256] = "";
+        X509_NAME_oneline(X509_get_subject_name(cert), subj, sizeof(subj));
+        snprintf(err, errlen,
+                 "the client key in KUBECONFIG does not match its client certificate "
+                 "(%s): give the key the certificate was issued for",
+                 subj);
+        rc = KWC_ECONFIG;
+    }
+out:
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    ERR_clear_error();
+    return rc;
+}
+
+static int
+load_pem_certs(X509_STORE *store, const unsigned char *pem, size_t len)
+{
+    BIO *b = BIO_new_mem_buf(pem, (int)len);
+    int n = 0;
+    X509 *x;
+    while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+        if (X509_STORE_add_cert(store, x) == 1)
+            n++;
+        X509_free(x);
+    }
+    ERR_clear_error();
+    BIO_free(b);
+    return n;
+}
+
+/* The SSL_CTX of kwc's own connections (settings immutable once built). */
+static SSL_CTX *
+tls_ctx_new(const struct kcfg *k)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    static const unsigned char alpn[] = "\x08http/1.1"; /* upgrades need HTTP/1.1 */
+    SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+    if (k->insecure_skip_tls_verify) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    } else {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        if (!k->ca_pem ||
+            load_pem_certs(SSL_CTX_get_cert_store(ctx), k->ca_pem, k->ca_pem_len) == 0)
+            SSL_CTX_set_default_verify_paths(ctx);
+    }
+    if (k->cert_pem && k->key_pem) {
+        BIO *b = BIO_new_mem_buf(k->cert_pem, (int)k->cert_pem_len);
+        X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+        BIO_free(b);
+        b = BIO_new_mem_buf(k->key_pem, (int)k->key_pem_len);
+        EVP_PKEY *pk = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+        BIO_free(b);
+        if (!x || !pk || SSL_CTX_use_certificate(ctx, x) != 1 ||
+            SSL_CTX_use_PrivateKey(ctx, pk) != 1)
+            log_warnx("tunnel: the kubeconfig's client certificate or key could not be loaded");
+        X509_free(x);
+        EVP_PKEY_free(pk);
+    }
+    ERR_clear_error();
+    return ctx;
+}
+
+/* ---- lifecycle ---- */
+
+int
+uplink_new(struct event_base *base, const struct kcfg *k, struct uplink **out, char *err,
+           size_t errlen)
+{
+    int rc = check_tls_material(k, err, errlen);
+    if (rc)
+        return rc;
+    struct uplink *u = xcalloc(1, sizeof(*u));
+    u->magic = UPLINK_MAGIC;
+    u->base = base;
+    u->k = k;
+    bool tls;
+    char host[256], port[16];
+    kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
+    snprintf(u->sni, sizeof(u->sni), "%s", k->tls_server_name ? k->tls_server_name : host);
+    if (tls)
+        u->tls = tls_ctx_new(k);
+    if (k->token)
+        u->bearer = xasprintf("Authorization: Bearer %s", k->token);
+    if (k->username) {
+        char *up = xasprintf("%s:%s", k->username, k->password ? k->password : "");
+        size_t ul = strlen(up);
+        char *b64 = xmalloc(4 * ((ul + 2) / 3) + 1);
+        EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)up, (int)ul);
+        u->basic = xasprintf("Authorization: Basic %s", b64);
+        free(b64);
+        free(up);
+    }
+    uplink_bearer_line(u); /* a token file unreadable at start: said now */
+    *out = u;
+    return 0;
+}
+
+void
+uplink_free(struct uplink *u)
+{
+    if (!u)
+        return;
+    assert(u->magic == UPLINK_MAGIC);
+    if (u->dns)
+        evdns_base_free(u->dns, 0);
+    SSL_CTX_free(u->tls);
+    free(u->bearer);
+    free(u->basic);
+    u->magic = 0;
+    free(u);
+}
+
+const struct kcfg *
+uplink_kcfg(const struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    return u->k;
+}
+
+/* ---- kwc's own connections ---- */
+
+struct ssl_st *
+uplink_ssl_new(struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    if (!u->tls)
+        return NULL;
+    SSL *ssl = SSL_new(u->tls);
+    SSL_set_tlsext_host_name(ssl, u->sni);
+    if (!u->k->insecure_skip_tls_verify)
+        SSL_set1_host(ssl, u->sni);
+    return ssl;
+}
+
+struct evdns_base *
+uplink_dns(struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    if (!u->dns)
+        u->dns = evdns_base_new(u->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+    return u->dns;
+}
+
+/* ---- curl ---- */
+
+static struct curl_blob
+blob(const unsigned char *p, size_t n)
+{
+    struct curl_blob b = {.data = (void *)(uintptr_t)p, .len = n, .flags = CURL_BLOB_NOCOPY};
+    return b;
+}
+
+void
+uplink_curl_setup(const struct uplink *u, void *easy, bool caller_auth)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    const struct kcfg *k = u->k;
+    CURL *h = easy;
+    if (u->tls) {
+        if (k->insecure_skip_tls_verify) {
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+        }
+        if (k->ca_pem) {
+            struct curl_blob b = blob(k->ca_pem, k->ca_pem_len);
+            curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &b);
+        }
+        if (k->cert_pem) {
+            struct curl_blob b = blob(k->cert_pem, k->cert_pem_len);
+            curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+        }
+        if (k->key_pem) {
+            struct curl_blob b = blob(k->key_pem, k->key_pem_len);
+            curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
+            curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+        }
+    }
+    if (k->username && !caller_auth) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(h, CURLOPT_USERNAME, k->username);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, k->password ? k->password : "");
+    }
+}
+
+/* ---- credentials ---- */
+
+const char *
+uplink_bearer_line(struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    const struct kcfg *k = u->k;
+    if (!k->token_file)
+        return u->bearer;
+    time_t now = time(NULL);
+    if (u->bearer && now - u->bearer_read_at < TOKEN_REREAD_S)
+        return u->bearer;
+    u->bearer_read_at = now;
+    int ferr;
+    char *tok = kcfg_bearer_token(k, &ferr);
+    if (!tok) {
+        log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
+                  k->token_file, ferr ? strerror(ferr) : "empty");
+        return u->bearer;
+    }
+    free(u->bearer);
+    u->bearer = xasprintf("Authorization: Bearer %s", tok);
+    free(tok);
+    return u->bearer;
+}
+
+const char *
+uplink_basic_line(const struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    return u->basic;
+}
+
+/* ---- the header policy ---- */
+
+/* Where a rule applies. */
+#define REQ_FWD 0x01u  /* a forwarded request (passthrough) */
+#define REQ_TUN 0x02u  /* a tunnelled request's replayed head */
+#define RESP_FWD 0x04u /* a forwarded answer */
+#define RESP_TUN 0x08u /* a tunnel's relayed refusal */
+#define CRED 0x10u     /* requests, when kwc's credentials replace the caller's */
+#define HOP (REQ_FWD | RESP_FWD | RESP_TUN)
+
+/*
+ * The one list. Hop-by-hop headers (RFC 9112 and Go's httputil list) never
+ * cross kwc on a forwarded request or answer; a tunnel replays the client's
+ * head as is apart from what kwc writes itself (Host, Upgrade) or answered
+ * itself (Expect), so the handshake (Connection: Upgrade) and the body's
+ * framing travel with it. Content-Length: curl and kwc's response writer frame
+ * bodies themselves (the passthrough hands the answer's value to the
+ * writer); a tunnel forwards the request body exactly, so its length stays.
+ */
+static const struct hdr_rule {
+    const char *name;
+    bool prefix;
+    unsigned where;
+} rules[] = {
+    {"Connection", false, HOP},
+    {"Keep-Alive", false, HOP},
+    {"Proxy-Connection", false, HOP},
+    {"Proxy-Authenticate", false, HOP},
+    {"Proxy-Authorization", false, HOP},
+    {"Te", false, HOP},
+    {"Trailer", false, HOP},
+    {"Transfer-Encoding", false, HOP},
+    {"Upgrade", false, HOP | REQ_TUN},
+    {"Content-Length", false, REQ_FWD | RESP_FWD | RESP_TUN},
+    {"Host", false, REQ_FWD | REQ_TUN},
+    {"Expect", false, REQ_FWD | REQ_TUN},
+    /* the tunnel's head: nothing meant for a proxy, nor HTTP/2's upgrade */
+    {"Proxy-", true, REQ_TUN},
+    {"HTTP2-Settings", false, REQ_TUN},
+    /* the caller's credentials and identity claims */
+    {"Authorization", false, CRED},
+    {"Impersonate-", true, CRED},
+    {"X-Remote-", true, CRED},
+};
+
+/*
+ * name is one of the tokens of a Connection header. Two readings, kept as
+ * they were: a request's tokens end at a comma, space or tab (any word
+ * names a header); an answer's at a comma, trimmed (Go's
+ * httputil.removeHopByHopHeaders). They differ only for a value that is not a
+ * token list ("a b").
+ */
+static bool
+named_in_connection(const char *conn, const char *name, bool words)
+{
+    if (!conn)
+        return false;
+    size_t nl = strlen(name);
+    for (const char *s = conn; *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, words ? " ,\t" : ","), e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e == nl && strncasecmp(s, name, nl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+static bool
+ruled(unsigned where, const char *name)
+{
+    for (size_t i = 0; i < KWC_ARRAY_LEN(rules); i++) {
+        const struct hdr_rule *r = &rules[i];
+        if (!(r->where & where))
+            continue;
+        if (r->prefix ? strncasecmp(name, r->name, strlen(r->name)) == 0
+                      : strcasecmp(name, r->name) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool
+uplink_request_header_dropped(enum uplink_way way, const char *name, const char *connection,
+                              bool strip_credentials)
+{
+    unsigned where = (way == UPLINK_TUNNEL ? REQ_TUN : REQ_FWD) | (strip_credentials ? CRED : 0);
+    if (ruled(where, name))
+        return true;
+    return way == UPLINK_FORWARD && named_in_connection(connection, name, true);
+}
+
+bool
+uplink_response_header_dropped(enum uplink_way way, const char *name, const char *connection)
+{
+    if (ruled(way == UPLINK_TUNNEL ? RESP_TUN : RESP_FWD, name))
+        return true;
+    return way == UPLINK_TUNNEL && named_in_connection(connection, name, false);
+}

@@ -1,0 +1,380 @@
+/*
+ * uplink_test.c — proxy/upstream/uplink.c: kwc's identity towards the
+ * upstream.
+ *
+ * The header policy replaced four predicates that lived in passthrough.c and
+ * tunnel.c (before this module, commit fca5ed1). They are copied here
+ * verbatim as oracles, and the one table must answer exactly as they did for
+ * every header name below (hop-by-hop, framing, credentials, identity claims,
+ * near misses) with and without stripping and under several Connection
+ * headers: no behaviour changed. The differences between the two ways
+ * (forwarded vs tunnelled) are asserted on their own, with the reason.
+ *
+ * Then the uplink's credentials and TLS: the bearer and basic header lines,
+ * a token file read at start, the SSL_CTX only for https, and the start-time
+ * check of the kubeconfig's TLS material.
+ */
+#include "kwc/uplink.h"
+
+#include <event2/event.h>
+#include <openssl/ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/kubeconfig.h"
+#include "tap.h"
+
+/* ---- the predicates as they were (fca5ed1), verbatim but for names ---- */
+
+/* passthrough.c hop_by_hop */
+static bool
+old_pt_hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {"Connection",
+                                      "Keep-Alive",
+                                      "Proxy-Connection",
+                                      "Proxy-Authenticate",
+                                      "Proxy-Authorization",
+                                      "Te",
+                                      "Trailer",
+                                      "Transfer-Encoding",
+                                      "Upgrade"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(hop); i++)
+        if (strcasecmp(name, hop[i]) == 0)
+            return true;
+    return false;
+}
+
+/* passthrough.c named_in_connection */
+static bool
+old_pt_named_in_connection(const char *conn, const char *name)
+{
+    if (!conn)
+        return false;
+    size_t nl = strlen(name);
+    for (const char *s = conn; *s;) {
+        while (*s == ' ' || *s == ',' || *s == '\t')
+            s++;
+        size_t l = strcspn(s, " ,\t");
+        if (l == nl && strncasecmp(s, name, nl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+/* passthrough.c collect_header: true when the header was not forwarded as is
+ * (X-Forwarded-For is not dropped: the passthrough rewrites it) */
+static bool
+old_pt_request_dropped(const char *k, const char *connection, bool strip_credentials)
+{
+    if (old_pt_hop_by_hop(k) || strcasecmp(k, "Host") == 0 ||
+        strcasecmp(k, "Content-Length") == 0 || strcasecmp(k, "Expect") == 0 ||
+        old_pt_named_in_connection(connection, k))
+        return true;
+    if (strcasecmp(k, "X-Forwarded-For") == 0)
+        return false;
+    if (strip_credentials &&
+        (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
+         strncasecmp(k, "X-Remote-", 9) == 0))
+        return true;
+    return false;
+}
+
+/* passthrough.c on_up_headers: Content-Length is taken for the framing */
+static bool
+old_pt_response_dropped(const char *name)
+{
+    return old_pt_hop_by_hop(name) || strcasecmp(name, "Content-Length") == 0;
+}
+
+/* tunnel.c skip_header */
+static bool
+old_tun_skip_header(const char *k, bool strip)
+{
+    if (strcasecmp(k, "Host") == 0 || strncasecmp(k, "Proxy-", 6) == 0 ||
+        strcasecmp(k, "Expect") == 0 || strcasecmp(k, "HTTP2-Settings") == 0 ||
+        strcasecmp(k, "Upgrade") == 0)
+        return true;
+    return strip &&
+           (strcasecmp(k, "Authorization") == 0 || strncasecmp(k, "Impersonate-", 12) == 0 ||
+            strncasecmp(k, "X-Remote-", 9) == 0);
+}
+
+/* tunnel.c hop_by_hop (for the relayed refusal) */
+static bool
+old_tun_hop_by_hop(const char *name, const char *connection)
+{
+    static const char *const hop[] = {"Connection",         "Keep-Alive", "Proxy-Connection",
+                                      "Proxy-Authenticate", "Te",         "Trailer",
+                                      "Transfer-Encoding",  "Upgrade",    "Content-Length",
+                                      "Proxy-Authorization"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(hop); i++)
+        if (strcasecmp(name, hop[i]) == 0)
+            return true;
+    size_t nl = strlen(name);
+    for (const char *s = connection; s && *s;) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        size_t l = strcspn(s, ","), e = l;
+        while (e && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+            e--;
+        if (e == nl && strncasecmp(s, name, nl) == 0)
+            return true;
+        s += l;
+    }
+    return false;
+}
+
+static const char *const names[] = {
+    "Connection",
+    "connection",
+    "Keep-Alive",
+    "Proxy-Connection",
+    "Proxy-Authenticate",
+    "Proxy-Authorization",
+    "proxy-authorization",
+    "Proxy-Foo",
+    "Proxy",
+    "Proxy-",
+    "Te",
+    "TE",
+    "Trailer",
+    "Trailers",
+    "Transfer-Encoding",
+    "Upgrade",
+    "upgrade",
+    "Upgrade-Insecure-Requests",
+    "Content-Length",
+    "Content-Type",
+    "Host",
+    "host",
+    "Expect",
+    "HTTP2-Settings",
+    "Authorization",
+    "authorization",
+    "Authorization2",
+    "Impersonate-User",
+    "impersonate-group",
+    "Impersonate-Extra-Scopes",
+    "Impersonate-",
+    "Impersonate",
+    "X-Remote-User",
+    "x-remote-group",
+    "X-Remote",
+    "X-Forwarded-For",
+    "X-Keep",
+    "X-Drop",
+    "x-drop",
+    "Accept",
+    "Accept-Encoding",
+    "User-Agent",
+    "Cookie",
+    "Date",
+    "Server",
+    "Warning",
+    "Audit-Id",
+    "Sec-WebSocket-Protocol",
+    "X-Stream-Protocol-Version",
+    "A",
+    "B",
+};
+
+static const char *const connections[] = {
+    NULL,
+    "",
+    "close",
+    "keep-alive",
+    "Upgrade",
+    "upgrade, X-Drop",
+    "X-Drop,Keep-Alive",
+    " x-drop , b ",
+    "a b",
+    "A\tb",
+    ",,,",
+    "Upgrade, HTTP2-Settings",
+    "X-Keep x-drop, Accept",
+};
+
+static void
+test_policy_as_before(void)
+{
+    int differ = 0, n = 0;
+    for (size_t c = 0; c < KWC_ARRAY_LEN(connections); c++)
+        for (size_t i = 0; i < KWC_ARRAY_LEN(names); i++)
+            for (int strip = 0; strip < 2; strip++) {
+                const char *nm = names[i], *conn = connections[c];
+                bool want, got;
+                want = old_pt_request_dropped(nm, conn, strip);
+                got = uplink_request_header_dropped(UPLINK_FORWARD, nm, conn, strip);
+                if (want != got && ++differ < 10)
+                    printf("# forward request %s (Connection %s, strip %d): %d, was %d\n", nm,
+                           conn ? conn : "-", strip, got, want);
+                want = old_tun_skip_header(nm, strip);
+                got = uplink_request_header_dropped(UPLINK_TUNNEL, nm, conn, strip);
+                if (want != got && ++differ < 10)
+                    printf("# tunnel request %s (Connection %s, strip %d): %d, was %d\n", nm,
+                           conn ? conn : "-", strip, got, want);
+                want = old_pt_response_dropped(nm);
+                got = uplink_response_header_dropped(UPLINK_FORWARD, nm, conn);
+                if (want != got && ++differ < 10)
+                    printf("# forward answer %s (Connection %s): %d, was %d\n", nm,
+                           conn ? conn : "-", got, want);
+                want = old_tun_hop_by_hop(nm, conn);
+                got = uplink_response_header_dropped(UPLINK_TUNNEL, nm, conn);
+                if (want != got && ++differ < 10)
+                    printf("# tunnel answer %s (Connection %s): %d, was %d\n", nm,
+                           conn ? conn : "-", got, want);
+                n += 4;
+            }
+    ok(n > 4000, "every name, Connection header and strip setting was asked");
+    is_int(differ, 0, "the one table answers as the four predicates it replaced");
+}
+
+/* Where the two ways differ, and why (uplink.h). */
+static void
+test_policy_differences(void)
+{
+    /* both: the caller's credentials and identity claims, when kwc's replace them */
+    const char *cred[] = {"Authorization", "Impersonate-User", "Impersonate-Extra-X",
+                          "X-Remote-User"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(cred); i++) {
+        ok(uplink_request_header_dropped(UPLINK_FORWARD, cred[i], NULL, true), cred[i]);
+        ok(uplink_request_header_dropped(UPLINK_TUNNEL, cred[i], NULL, true), cred[i]);
+        ok(!uplink_request_header_dropped(UPLINK_FORWARD, cred[i], NULL, false), cred[i]);
+        ok(!uplink_request_header_dropped(UPLINK_TUNNEL, cred[i], NULL, false), cred[i]);
+    }
+    /* the tunnel keeps the handshake and the body's framing */
+    const char *kept[] = {"Connection", "Transfer-Encoding", "Content-Length", "Keep-Alive", "Te"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(kept); i++) {
+        ok(!uplink_request_header_dropped(UPLINK_TUNNEL, kept[i], "Upgrade", true), kept[i]);
+        ok(uplink_request_header_dropped(UPLINK_FORWARD, kept[i], NULL, true), kept[i]);
+    }
+    /* Host and Expect are kwc's to write (or answer) either way; Upgrade too */
+    ok(uplink_request_header_dropped(UPLINK_TUNNEL, "Upgrade", NULL, false), "Upgrade rewritten");
+    ok(uplink_request_header_dropped(UPLINK_FORWARD, "Host", NULL, false), "Host");
+    ok(uplink_request_header_dropped(UPLINK_TUNNEL, "expect", NULL, false), "Expect");
+    /* a request's Connection names more hop-by-hop headers when forwarded only */
+    ok(uplink_request_header_dropped(UPLINK_FORWARD, "X-Drop", "keep-alive, x-drop", false),
+       "forwarded: a header the Connection header names");
+    ok(!uplink_request_header_dropped(UPLINK_TUNNEL, "X-Drop", "keep-alive, x-drop", false),
+       "tunnelled: replayed as is");
+    /* the tunnel drops every Proxy-*, the forward only the hop-by-hop three */
+    ok(uplink_request_header_dropped(UPLINK_TUNNEL, "Proxy-Foo", NULL, false), "tunnel: Proxy-*");
+    ok(!uplink_request_header_dropped(UPLINK_FORWARD, "Proxy-Foo", NULL, false),
+       "forward: Proxy-Foo");
+    ok(!uplink_request_header_dropped(UPLINK_FORWARD, "X-Forwarded-For", NULL, true),
+       "X-Forwarded-For is not dropped (the passthrough appends to it)");
+    /* answers: a relayed refusal honours its Connection header */
+    ok(uplink_response_header_dropped(UPLINK_TUNNEL, "X-Hop", "close, X-Hop"), "tunnel answer");
+    ok(!uplink_response_header_dropped(UPLINK_FORWARD, "X-Hop", "close, X-Hop"), "forward answer");
+    ok(!uplink_response_header_dropped(UPLINK_FORWARD, "Content-Type", NULL), "end-to-end kept");
+}
+
+/* ---- credentials and TLS ---- */
+
+static struct kcfg *
+kcfg_of(const char *server, const char *user_yaml)
+{
+    char y[2048];
+    snprintf(y, sizeof(y),
+             "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: %s\n"
+             "users:\n- name: u\n  user:\n%s\ncontexts:\n- name: x\n  context:\n    cluster: c\n"
+             "    user: u\ncurrent-context: x\n",
+             server, user_yaml);
+    struct kcfg *k = NULL;
+    char err[512] = "";
+    int rc = kcfg_parse(y, strlen(y), "/", NULL, &k, err, sizeof(err));
+    if (rc != 0) {
+        printf("# kcfg_parse: %s\n", err);
+        abort();
+    }
+    return k;
+}
+
+static void
+test_credentials(void)
+{
+    struct event_base *base = event_base_new();
+    char err[512];
+    struct uplink *u = NULL;
+
+    struct kcfg *k = kcfg_of("http://127.0.0.1:1", "    token: abc.def");
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "token: made");
+    is_str(uplink_bearer_line(u), "Authorization: Bearer abc.def", "the bearer line");
+    ok(uplink_basic_line(u) == NULL, "no basic auth");
+    ok(uplink_ssl_new(u) == NULL, "plain http: no TLS session");
+    ok(uplink_kcfg(u) == k, "the settings it was made from");
+    uplink_free(u);
+    kcfg_free(k);
+
+    /* Aladdin:open sesame, RFC 7617's example */
+    k = kcfg_of("http://127.0.0.1:1", "    username: Aladdin\n    password: open sesame");
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "basic: made");
+    is_str(uplink_basic_line(u),
+           "Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==", "the basic line (RFC 7617 2)");
+    ok(uplink_bearer_line(u) == NULL, "no token");
+    uplink_free(u);
+    kcfg_free(k);
+
+    char path[] = "/tmp/kwc-uplink-tokenXXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0 && write(fd, "from-file\n", 10) == 10, "a token file");
+    close(fd);
+    char user[600];
+    snprintf(user, sizeof(user), "    tokenFile: %s", path);
+    k = kcfg_of("http://127.0.0.1:1", user);
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "token file: made");
+    is_str(uplink_bearer_line(u), "Authorization: Bearer from-file", "read at start, trimmed");
+    unlink(path);
+    is_str(uplink_bearer_line(u), "Authorization: Bearer from-file",
+           "gone within the minute: the token read stays");
+    uplink_free(u);
+    kcfg_free(k);
+
+    k = kcfg_of("https://kube.example:6443", "    token: t\n");
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "https: made");
+    SSL *ssl = uplink_ssl_new(u);
+    ok(ssl != NULL, "https: a TLS session");
+    if (ssl) {
+        is_str(SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name), "kube.example",
+               "SNI: the server's host");
+        SSL_free(ssl);
+    }
+    uplink_free(u);
+    kcfg_free(k);
+    event_base_free(base);
+}
+
+static void
+test_bad_material(void)
+{
+    /* kcfg_parse takes any bytes as data; the uplink checks them at start */
+    struct kcfg *k = kcfg_of("https://127.0.0.1:1", "    token: t");
+    static unsigned char junk[] = "not a certificate";
+    k->ca_pem = (unsigned char *)xstrdup((const char *)junk);
+    k->ca_pem_len = sizeof(junk) - 1;
+    struct event_base *base = event_base_new();
+    struct uplink *u = NULL;
+    char err[512] = "";
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), KWC_ECONFIG, "a CA that is no PEM: refused");
+    ok(strstr(err, "certificate-authority data in KUBECONFIG is not a PEM certificate") != NULL,
+       "the message says which");
+    ok(u == NULL, "nothing made");
+    kcfg_free(k);
+    event_base_free(base);
+}
+
+int
+main(void)
+{
+    TAP_RUN(test_policy_as_before);
+    TAP_RUN(test_policy_differences);
+    TAP_RUN(test_credentials);
+    TAP_RUN(test_bad_material);
+    return tap_done();
+}
