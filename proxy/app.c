@@ -92,7 +92,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     a->pt_long = a->pt_short;
     a->pt_long.long_running = true;
     struct serve_options so = {
-        .too_large = strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
+        .too_large =
+            strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
         .wait_ms = (int)cfg->rv_wait_ms,
         .max_buffer = (size_t)cfg->max_list_buffer,
         .up = d->up,

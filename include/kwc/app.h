@@ -31,10 +31,10 @@ struct app;
 struct app_deps {
     struct event_base *base;
     const struct kwc_config *cfg;
-    const struct kcfg *k;         /* the upstream and its credentials (tunnels) */
+    const struct kcfg *k; /* the upstream and its credentials (tunnels) */
     struct up_client *up;
     struct store *st;
-    struct refl_ingest *ing;      /* the writer the app subscribes to */
+    struct refl_ingest *ing; /* the writer the app subscribes to */
     struct refl *const *refls;
     size_t nrefls;
 };
