@@ -46,24 +46,24 @@ struct front;
 /* What the stages hand requests to. Everything is borrowed and must outlive
  * the front. */
 struct front_parts {
-    struct event_base *base;      /* the server's loop */
-    struct refl *const *refls;    /* /readyz; which requests kwc may answer */
+    struct event_base *base;   /* the server's loop */
+    struct refl *const *refls; /* /readyz; which requests kwc may answer */
     size_t nrefls;
-    struct serve *serve;          /* cached lists and gets */
-    struct watch_pool *watch;     /* cached watches */
-    struct up_client *up;         /* passthrough */
+    struct serve *serve;                         /* cached lists and gets */
+    struct watch_pool *watch;                    /* cached watches */
+    struct up_client *up;                        /* passthrough */
     const struct pt_options *pt_short, *pt_long; /* passthrough: short, long-running */
-    const struct kcfg *k;         /* tunnels: the upstream and its credentials */
+    const struct kcfg *k;                        /* tunnels: the upstream and its credentials */
     int tunnel_connect_timeout_ms;
-    struct auth *auth;            /* NULL: --auth none (every caller acts as kwc) */
-    bool forward_token;           /* --passthrough-identity=forward-token */
-    bool tls;                     /* served over TLS: no Host check */
+    struct auth *auth;  /* NULL: --auth none (every caller acts as kwc) */
+    bool forward_token; /* --passthrough-identity=forward-token */
+    bool tls;           /* served over TLS: no Host check */
     /* --accept-hosts: may a plaintext request name host (port and brackets
      * off)? NULL: loopback names only. */
     bool (*accept_host)(const void *arg, const char *host);
     const void *accept_host_arg;
-    struct metrics *metrics;      /* /metrics */
-    struct access *access;        /* a record per request (metrics, the access log) */
+    struct metrics *metrics; /* /metrics */
+    struct access *access;   /* a record per request (metrics, the access log) */
 };
 
 /* A new front over p's parts (p copied). */
