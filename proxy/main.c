@@ -1,6 +1,7 @@
 /*
  * main.c — kwc's entry point: flags -> upstream settings -> event loop with the
- * upstream client and the front end; SIGTERM/SIGINT stop it cleanly.
+ * upstream client, the store, the reflectors and the serving side (app.h);
+ * SIGTERM/SIGINT stop it cleanly.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -15,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kwc/app.h"
 #include "kwc/base.h"
 #include "kwc/config.h"
 #include "kwc/datadir.h"
-#include "kwc/front.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -329,7 +330,7 @@ main(int argc, char **argv)
                       [UP_POOL_SAR] = (unsigned)cfg.max_review_connections},
     };
     struct up_client *up = NULL;
-    struct front *front = NULL;
+    struct app *app = NULL;
     struct store *st = NULL;
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
@@ -378,17 +379,25 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    if ((rc = front_new(base, &cfg, k, up, st, ing, refls, nrefls, &front, err, sizeof(err))) != 0) {
+    struct app_deps deps = {.base = base,
+                            .cfg = &cfg,
+                            .k = k,
+                            .up = up,
+                            .st = st,
+                            .ing = ing,
+                            .refls = refls,
+                            .nrefls = nrefls};
+    if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
         goto out;
     }
-    if (cfg.port_file && (rc = write_port_file(cfg.port_file, front_port(front))) != 0) {
+    if (cfg.port_file && (rc = write_port_file(cfg.port_file, app_port(app))) != 0) {
         fprintf(stderr, "kwc: --port-file %s: %s\n", cfg.port_file, kwc_strerror(rc));
         goto out;
     }
     char where[512];
-    listen_text(&cfg, front_port(front), where, sizeof(where));
+    listen_text(&cfg, app_port(app), where, sizeof(where));
     log_info("kwc %s: serving on %s (%s), upstream %s%s%s, %s%s", KWC_VERSION, where,
              cfg.tls_cert_file ? "https" : "http", k->server, k->context ? " context " : "",
              k->context ? k->context : "",
@@ -409,7 +418,7 @@ main(int argc, char **argv)
     event_free(sigint);
     exit_code = unknown.hit ? 2 : 0;
 out:
-    front_free(front);
+    app_free(app);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
     for (size_t i = 0; i < nrefls; i++)
         refl_free(refls[i]);

@@ -1,39 +1,76 @@
 /*
- * front.h — the HTTP front end on kwc's HTTP server (http.h). Every request
- * goes through the same explicit stages once its head is read, before its
- * body is:
+ * front.h — the request stages on kwc's HTTP server (http.h): the hallway
+ * every request walks once its head is read, before its body is. The parts
+ * the stages hand requests to are built and wired by app.h; the front only
+ * borrows them.
  *
- *   parse (route.h) -> Host check -> authenticate -> authorize -> route -> respond
+ *   parse (route.h) -> Host check -> authenticate -> impersonate
+ *     -> authorize -> route -> respond
  *
- * Routes: kwc's own endpoints (/healthz, /livez, /readyz, /metrics), upgrade tunnels
- * (exec/attach/port-forward), cached lists and gets (serve.h), and
- * passthrough to the upstream for everything else.
+ *  - parse: the target into a route_req; a bad one is 400, a long one 414;
+ *  - Host check: a plaintext request must name a loopback Host or one
+ *    --accept-hosts allows (403);
+ *  - with --auth none, and for /healthz, /livez and /readyz, the request
+ *    goes from here straight to route;
+ *  - authenticate (auth.h): client certificate, TokenReview, anonymous if
+ *    allowed; none is 401;
+ *  - impersonate (impersonate.h): every Impersonate-* header asked about
+ *    (verb impersonate) in kube's order; the first denial is kube's 403;
+ *  - authorize: what kwc may answer itself (a get, list or watch of a cached
+ *    resource; /metrics) with a SubjectAccessReview (403 when denied);
+ *    everything else the upstream decides;
+ *  - route: kwc's own endpoints (/healthz, /livez, /readyz, /metrics),
+ *    CONNECT (405), upgrade tunnels (exec/attach/port-forward), cached
+ *    watches (watch.h), lists and gets (serve.h), and passthrough to the
+ *    upstream for everything else.
  */
 #ifndef KWC_FRONT_H
 #define KWC_FRONT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct event_base;
-struct kwc_config;
-struct kcfg;
 struct up_client;
 struct refl;
-struct refl_ingest;
-struct store;
+struct serve;
+struct watch_pool;
+struct pt_options;
+struct auth;
+struct metrics;
+struct access;
+struct hreq;
 struct front;
 
-/*
- * Bind and start serving on base. cfg, k, up and the reflectors are borrowed
- * and must outlive the front. /readyz turns 200 once every reflector has
- * synced. Returns 0 or a negative code with a message in err.
- */
-int front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-              struct up_client *up, struct store *st, struct refl_ingest *ing,
-              struct refl *const *refls, size_t nrefls, struct front **out, char *err,
-              size_t errlen);
-/* The port actually bound (useful with --listen ADDR:0). */
-int front_port(const struct front *f);
+/* What the stages hand requests to. Everything is borrowed and must outlive
+ * the front. */
+struct front_parts {
+    struct event_base *base;   /* the server's loop */
+    struct refl *const *refls; /* /readyz; which requests kwc may answer */
+    size_t nrefls;
+    struct serve *serve;                         /* cached lists and gets */
+    struct watch_pool *watch;                    /* cached watches */
+    struct up_client *up;                        /* passthrough */
+    const struct pt_options *pt_short, *pt_long; /* passthrough: short, long-running */
+    int tunnel_connect_timeout_ms;
+    struct auth *auth;  /* NULL: --auth none (every caller acts as kwc) */
+    bool forward_token; /* --passthrough-identity=forward-token */
+    bool tls;           /* served over TLS: no Host check */
+    /* --accept-hosts: may a plaintext request name host (port and brackets
+     * off)? NULL: loopback names only. */
+    bool (*accept_host)(const void *arg, const char *host);
+    const void *accept_host_arg;
+    struct metrics *metrics; /* /metrics */
+    struct access *access;   /* a record per request (metrics, the access log) */
+};
+
+/* A new front over p's parts (p copied). */
+struct front *front_new(const struct front_parts *p);
 void front_free(struct front *f);
+
+/* The stages for one request: an http_request_cb (http.h) whose arg is the
+ * front. Each request gets an access record as its note (hreq_set_note); the
+ * server's done callback finishes it (access_finish). Loop thread. */
+void front_on_request(void *front, struct hreq *req);
 
 #endif

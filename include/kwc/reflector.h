@@ -79,15 +79,23 @@ struct refl_ingest_options {
 int refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ingest_options *o,
                     struct refl_ingest **out);
 void refl_ingest_free(struct refl_ingest *ing);
-/* Call cb after every successful commit (the store's rv may have moved). */
-void refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg);
-/* Call cb when a cache leaves service (serving false) or comes back. A cache
- * leaves service when a write fails (disk full, I/O error, map full), when a
- * stored value fails its checksum (it then rebuilds from a fresh list), or
- * when it is stale (--max-staleness); its requests pass through meanwhile and
- * its watchers should be ended so that they resume from the upstream. */
-void refl_ingest_on_service(struct refl_ingest *ing,
-                            void (*cb)(void *arg, const struct refl *r, bool serving), void *arg);
+/*
+ * Subscribe to the writer: on_commit(arg) after every successful commit (the
+ * store's rv may have moved), on_service(arg, r, serving) when a cache leaves
+ * service (serving false) or comes back; either may be NULL. A cache leaves
+ * service when a write fails (disk full, I/O error, map full), when a stored
+ * value fails its checksum (it then rebuilds from a fresh list), or when it
+ * is stale (--max-staleness); its requests pass through meanwhile and its
+ * watchers should be ended so that they resume from the upstream.
+ * Subscribers are called in the order they subscribed: whoever must see a
+ * commit first subscribes first (app.c: requests waiting for an rv, then
+ * watch streams). Not from inside a subscriber's callback.
+ */
+void refl_ingest_subscribe(struct refl_ingest *ing, void (*on_commit)(void *arg),
+                           void (*on_service)(void *arg, const struct refl *r, bool serving),
+                           void *arg);
+/* Remove every subscription made with arg: no callback reaches arg after. */
+void refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg);
 
 /* Call cb when the first discovery of a cache since kwc started finds that
  * the upstream has no such resource (or group version): a typo in

@@ -63,7 +63,8 @@ void serve_free(struct serve *s);
  * every path); false: not a cached read, the caller passes it through. */
 bool serve_take(struct serve *s, struct hreq *req, const struct route_req *r);
 
-/* The store committed (refl_ingest_on_commit): wake requests waiting for an rv. */
+/* The store committed (a refl_ingest_subscribe subscriber, s the serve):
+ * wake requests waiting for an rv. */
 void serve_committed(void *s);
 
 /* Counters for logs and tests. */

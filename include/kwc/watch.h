@@ -66,11 +66,13 @@ void watch_pool_free(struct watch_pool *p);
 enum watch_took { WATCH_NOT_TAKEN, WATCH_ANSWERED, WATCH_STREAM };
 enum watch_took watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r);
 
-/* The store committed (refl_ingest_on_commit): hand new events to the workers. */
+/* The store committed (a refl_ingest_subscribe subscriber, p the pool):
+ * hand new events to the workers. */
 void watch_committed(void *p);
-/* The cache of r left service (refl_ingest_on_service): end its streams
- * cleanly, so their clients resume from the upstream while it is out. */
-void watch_out_of_service(struct watch_pool *p, const struct refl *r);
+/* The cache of r left service (serving false; a refl_ingest_subscribe
+ * subscriber, p the pool): end its streams cleanly, so their clients resume
+ * from the upstream while it is out. Back in service: nothing to do. */
+void watch_service_changed(void *p, const struct refl *r, bool serving);
 
 struct watch_stats {
     unsigned long long watchers, live, lagging, delivered, bookmarks, started, ended, batches;

@@ -6,6 +6,9 @@
  * is one named function; a stage that answers the request ends the pipeline.
  *
  * Stages: parse -> Host -> authenticate -> impersonate -> authorize -> route.
+ * The parts the route stage hands requests to (serve, the watch pool,
+ * passthrough, tunnels) and those the stages ask (auth, the access log,
+ * metrics) are built and wired by app.c; the front borrows them (front.h).
  *
  * --auth delegated (auth.h): the caller is authenticated (client certificate,
  * TokenReview, anonymous if allowed), its Impersonate-* headers are checked
@@ -44,12 +47,9 @@
 #include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
-#include "kwc/collect.h"
-#include "kwc/config.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/impersonate.h"
-#include "kwc/log.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
@@ -65,23 +65,20 @@
 
 struct front {
     uint32_t magic;
-    struct event_base *base;
-    struct http_server *http;
-    const struct kwc_config *cfg;
-    const struct kcfg *k;
     struct up_client *up;
-    struct pt_options pt_short, pt_long;
+    const struct pt_options *pt_short, *pt_long;
     struct tunnel_options tun;
     struct refl *const *refls;
     size_t nrefls;
     struct serve *serve;
     struct watch_pool *watch;
-    struct refl_ingest *ing;
     struct auth *auth; /* NULL: --auth none */
     bool tls;
+    bool forward_token; /* --passthrough-identity=forward-token */
+    bool (*accept_host)(const void *arg, const char *host); /* --accept-hosts */
+    const void *accept_host_arg;
     struct metrics *metrics; /* /metrics */
     struct access *access;   /* request records: metrics, the access log */
-    struct pt_budget *budget; /* --max-passthrough-buffer */
 };
 
 /* What the stages learned about one request (lives until it is routed). */
@@ -155,7 +152,7 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
     if (host_only(v, h, sizeof(h))) {
         if (loopback_host(h))
             return NULL;
-        if (cfg_accept_hosts_match(f->cfg, h))
+        if (f->accept_host && f->accept_host(f->accept_host_arg, h))
             return NULL;
     }
     snprintf(msg, len,
@@ -379,7 +376,7 @@ route_request(struct front *f, struct kreq *k)
     }
     if (serve_take(f->serve, req, &k->route))
         return;
-    pt_forward(req, f->up, long_running(&k->route) ? &f->pt_long : &f->pt_short);
+    pt_forward(req, f->up, long_running(&k->route) ? f->pt_long : f->pt_short);
 }
 
 /* ---- the pipeline ---- */
@@ -664,7 +661,7 @@ stage_authorize(struct kreq *k)
 static void
 set_identity(struct kreq *k)
 {
-    if (k->f->cfg->forward_token && k->caller->from_token) {
+    if (k->f->forward_token && k->caller->from_token) {
         const struct http_header *hs;
         size_t nh = hreq_headers(k->req, &hs), n = 0;
         struct http_header *h = xcalloc(nh + 1, sizeof(*h));
@@ -693,8 +690,8 @@ stage_route(struct kreq *k)
     kreq_free(k);
 }
 
-static void
-on_request(void *arg, struct hreq *req)
+void
+front_on_request(void *arg, struct hreq *req)
 {
     struct front *f = arg;
     assert(f->magic == FRONT_MAGIC);
@@ -734,139 +731,31 @@ on_request(void *arg, struct hreq *req)
     stage_authenticate(k);
 }
 
-/* A request left the HTTP server: its record is counted and logged. */
-static void
-on_request_done(void *arg, const struct hreq_done *d, void *note)
-{
-    access_finish(note, d);
-}
-
-/* A cache left service: its watch streams end, so that their clients resume
- * from the upstream while it is out (lists and gets check at each request). */
-static void
-on_service(void *arg, const struct refl *r, bool serving)
-{
-    struct front *f = arg;
-    if (!serving && f->watch)
-        watch_out_of_service(f->watch, r);
-}
-
-/* After every store commit: requests waiting for an rv, then watch streams. */
-static void
-on_commit(void *arg)
-{
-    struct front *f = arg;
-    serve_committed(f->serve);
-    if (f->watch)
-        watch_committed(f->watch);
-}
-
-int
-front_new(struct event_base *base, const struct kwc_config *cfg, const struct kcfg *k,
-          struct up_client *up, struct store *st, struct refl_ingest *ing,
-          struct refl *const *refls, size_t nrefls, struct front **out, char *err, size_t errlen)
+struct front *
+front_new(const struct front_parts *p)
 {
     struct front *f = xcalloc(1, sizeof(*f));
-    f->refls = refls;
-    f->nrefls = nrefls;
+    struct event_base *base = p->base;
     f->magic = FRONT_MAGIC;
-    f->base = base;
-    f->cfg = cfg;
-    f->k = k;
-    f->up = up;
-    f->tls = cfg->tls_cert_file != NULL;
-    f->pt_short = (struct pt_options){
-        .max_request_buffer = (size_t)cfg->max_request_buffer,
-        .max_response_buffer = (size_t)cfg->max_response_buffer,
-        .strip_credentials = true,
-    };
-    f->budget = pt_budget_new((size_t)cfg->max_passthrough_buffer);
-    f->pt_short.budget = f->budget;
-    f->pt_long = f->pt_short;
-    f->pt_long.long_running = true;
-    f->tun = (struct tunnel_options){.link = up_client_uplink(up), .base = base,
+    f->up = p->up;
+    f->pt_short = p->pt_short;
+    f->pt_long = p->pt_long;
+    f->refls = p->refls;
+    f->nrefls = p->nrefls;
+    f->serve = p->serve;
+    f->watch = p->watch;
+    f->auth = p->auth;
+    f->tls = p->tls;
+    f->forward_token = p->forward_token;
+    f->accept_host = p->accept_host;
+    f->accept_host_arg = p->accept_host_arg;
+    f->metrics = p->metrics;
+    f->access = p->access;
+    f->tun = (struct tunnel_options){.link = up_client_uplink(p->up),
+                                     .base = base,
                                      .strip_credentials = true,
-                                     .connect_timeout_ms = (int)cfg->upstream_connect_timeout * 1000};
-    struct serve_options so = {
-        .too_large = strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
-        .wait_ms = (int)cfg->rv_wait_ms,
-        .max_buffer = (size_t)cfg->max_list_buffer,
-        .up = up,
-        .pt = &f->pt_short,
-    };
-    f->serve = serve_new(base, st, refls, nrefls, &so);
-    struct watch_options wo = {
-        .workers = (unsigned)cfg->watch_workers,
-        .budget = (size_t)cfg->watch_budget,
-        .window_bytes = (size_t)cfg->watch_window,
-        .bookmark_ms = (uint64_t)cfg->bookmark_interval * 1000,
-        .wait_ms = (int)cfg->rv_wait_ms,
-        .too_large = so.too_large,
-    };
-    f->watch = watch_pool_new(base, st, refls, nrefls, &wo);
-    f->ing = ing;
-    f->metrics = metrics_new();
-    struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
-                                 .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
-    f->access = access_new(f->metrics, &aco);
-    if (cfg->auth_delegated) {
-        struct auth_options ao = {
-            .anonymous = cfg->anonymous_auth,
-            .token_ttl_s = (unsigned)cfg->token_cache_ttl,
-            .token_fail_ttl_s = 10,
-            .allow_ttl_s = (unsigned)cfg->authz_allow_ttl,
-            .deny_ttl_s = (unsigned)cfg->authz_deny_ttl,
-            .max_entries = 100000,
-        };
-        auth_new(base, up, &ao, &f->auth);
-    }
-    refl_ingest_on_commit(ing, on_commit, f);
-    refl_ingest_on_service(ing, on_service, f);
-
-    struct http_server_options ho = {
-        .addrs = cfg->listen_addrs,
-        .naddrs = cfg->n_listen,
-        .max_header_bytes = (size_t)cfg->max_header_bytes,
-        .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
-        .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
-        .max_connections = (unsigned)cfg->max_connections_resolved,
-        .tls_cert_file = cfg->tls_cert_file,
-        .tls_key_file = cfg->tls_private_key_file,
-        .client_ca_file = cfg->client_ca_file,
-        .tls_min_version = cfg->tls_min_version,
-    };
-    int rc = http_server_new(base, &ho, on_request, f, &f->http, err, errlen);
-    if (rc != 0) {
-        refl_ingest_on_commit(ing, NULL, NULL);
-        refl_ingest_on_service(ing, NULL, NULL);
-        auth_free(f->auth);
-        watch_pool_free(f->watch);
-        serve_free(f->serve);
-        access_free(f->access);
-        metrics_free(f->metrics);
-        pt_budget_free(f->budget);
-        free(f);
-        return rc;
-    }
-    http_server_on_done(f->http, on_request_done, f);
-    struct collect_sources cs = {.refls = refls,
-                                 .nrefls = nrefls,
-                                 .st = st,
-                                 .watch = f->watch,
-                                 .up = up,
-                                 .auth = f->auth,
-                                 .http = f->http,
-                                 .access = f->access,
-                                 .budget = f->budget};
-    collect_register(f->metrics, &cs);
-    *out = f;
-    return 0;
-}
-
-int
-front_port(const struct front *f)
-{
-    return http_server_port(f->http, 0);
+                                     .connect_timeout_ms = p->tunnel_connect_timeout_ms};
+    return f;
 }
 
 void
@@ -875,29 +764,6 @@ front_free(struct front *f)
     if (!f)
         return;
     assert(f->magic == FRONT_MAGIC);
-    /* watch streams end first (terminal chunks), while the store is open */
-    watch_pool_free(f->watch);
-    f->watch = NULL;
-    /* close what is still open: each request's on_close runs (passthroughs
-     * cancel their transfers, cached lists end) */
-    http_server_free(f->http);
-    refl_ingest_on_commit(f->ing, NULL, NULL);
-    refl_ingest_on_service(f->ing, NULL, NULL);
-    serve_free(f->serve);
-    if (f->auth) {
-        struct auth_stats as;
-        auth_stats(f->auth, &as);
-        log_info("auth: %llu TokenReviews (%llu answered from the cache), %llu SubjectAccessReviews "
-                 "(%llu from the cache, %llu coalesced); %llu allowed, %llu denied, %llu errors",
-                 (unsigned long long)as.token_reviews, (unsigned long long)as.token_cache_hits,
-                 (unsigned long long)as.sar_sent, (unsigned long long)as.sar_cache_hits,
-                 (unsigned long long)as.sar_coalesced, (unsigned long long)as.authz_allowed,
-                 (unsigned long long)as.authz_denied, (unsigned long long)as.authz_errors);
-    }
-    auth_free(f->auth);
-    access_free(f->access);
-    metrics_free(f->metrics);
-    pt_budget_free(f->budget); /* after the server: every passthrough has closed */
     f->magic = 0;
     free(f);
 }

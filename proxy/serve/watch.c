@@ -873,8 +873,11 @@ publish(struct watch_pool *p, struct pres *pr)
 }
 
 void
-watch_out_of_service(struct watch_pool *p, const struct refl *r)
+watch_service_changed(void *arg, const struct refl *r, bool serving)
 {
+    struct watch_pool *p = arg;
+    if (serving)
+        return; /* streams of a cache back in service start with new requests */
     for (size_t i = 0; i < p->nres; i++) {
         struct pres *pr = &p->res[i];
         if (pr->rf != r || !pr->hr)

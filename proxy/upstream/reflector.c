@@ -86,6 +86,13 @@ struct pend {
     size_t key_len, obj_len, idx_len;
 };
 
+/* One subscriber of the writer (refl_ingest_subscribe). */
+struct refl_sub {
+    void (*on_commit)(void *arg);
+    void (*on_service)(void *arg, const struct refl *r, bool serving);
+    void *arg;
+};
+
 struct refl_ingest {
     struct event_base *base;
     struct store *st;
@@ -95,13 +102,29 @@ struct refl_ingest {
     struct event *commit_ev;
     struct pend *p;
     size_t n, cap, bytes;
-    void (*on_commit)(void *arg);
-    void *on_commit_arg;
-    void (*on_service)(void *arg, const struct refl *r, bool serving);
-    void *on_service_arg;
+    struct refl_sub *subs; /* refl_ingest_subscribe, called in that order */
+    size_t nsubs;
     void (*on_unknown)(void *arg, const struct refl *r, const char *why);
     void *on_unknown_arg;
 };
+
+/* The store committed: every subscriber, in the order they subscribed. */
+static void
+notify_commit(struct refl_ingest *ing)
+{
+    for (size_t i = 0; i < ing->nsubs; i++)
+        if (ing->subs[i].on_commit)
+            ing->subs[i].on_commit(ing->subs[i].arg);
+}
+
+/* r left service (serving false) or came back: every subscriber, in order. */
+static void
+notify_service(struct refl_ingest *ing, const struct refl *r, bool serving)
+{
+    for (size_t i = 0; i < ing->nsubs; i++)
+        if (ing->subs[i].on_service)
+            ing->subs[i].on_service(ing->subs[i].arg, r, serving);
+}
 
 enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
 
@@ -287,8 +310,8 @@ ingest_commit(struct refl_ingest *ing)
         pend_free(&ing->p[j]);
     ing->n = 0;
     ing->bytes = 0;
-    if (rc == 0 && ing->on_commit)
-        ing->on_commit(ing->on_commit_arg);
+    if (rc == 0)
+        notify_commit(ing);
 }
 
 static void
@@ -327,10 +350,21 @@ refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ing
 }
 
 void
-refl_ingest_on_commit(struct refl_ingest *ing, void (*cb)(void *arg), void *arg)
+refl_ingest_subscribe(struct refl_ingest *ing, void (*commit_cb)(void *arg),
+                      void (*service_cb)(void *arg, const struct refl *r, bool serving), void *arg)
 {
-    ing->on_commit = cb;
-    ing->on_commit_arg = arg;
+    ing->subs = xrealloc(ing->subs, (ing->nsubs + 1) * sizeof(*ing->subs));
+    ing->subs[ing->nsubs++] = (struct refl_sub){commit_cb, service_cb, arg};
+}
+
+void
+refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ing->nsubs; i++)
+        if (ing->subs[i].arg != arg)
+            ing->subs[n++] = ing->subs[i];
+    ing->nsubs = n;
 }
 
 void
@@ -342,14 +376,6 @@ refl_ingest_on_unknown(struct refl_ingest *ing,
 }
 
 void
-refl_ingest_on_service(struct refl_ingest *ing,
-                       void (*cb)(void *arg, const struct refl *r, bool serving), void *arg)
-{
-    ing->on_service = cb;
-    ing->on_service_arg = arg;
-}
-
-void
 refl_ingest_free(struct refl_ingest *ing)
 {
     if (!ing)
@@ -358,6 +384,7 @@ refl_ingest_free(struct refl_ingest *ing)
     event_free(ing->commit_ev);
     free(ing->data_dir);
     free(ing->p);
+    free(ing->subs);
     free(ing);
 }
 
@@ -551,8 +578,8 @@ set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
                   r->label, why);
     r->out = out;
     memcpy(r->out_why, why, sizeof(why));
-    if (was_serving && r->ing->on_service)
-        r->ing->on_service(r->ing->on_service_arg, r, false);
+    if (was_serving)
+        notify_service(r->ing, r, false);
 }
 
 /* Back in service, if what kept it out was out. */
@@ -564,8 +591,7 @@ set_in(struct refl *r, enum refl_out out)
     r->out = OUT_NONE;
     r->out_why[0] = '\0';
     log_info("cache %s: back in service", r->label);
-    if (r->ing->on_service)
-        r->ing->on_service(r->ing->on_service_arg, r, true);
+    notify_service(r->ing, r, true);
 }
 
 /* The upstream answered: the cache is not stale (and a stale one is back). */
@@ -610,8 +636,8 @@ set_refused(struct refl *r, bool refused)
     }
     if (!refused)
         log_info("cache %s: the upstream serves it in protobuf", r->label);
-    if (was != refl_serving(r) && r->ing->on_service)
-        r->ing->on_service(r->ing->on_service_arg, r, !was);
+    if (was != refl_serving(r))
+        notify_service(r->ing, r, !was);
 }
 
 /* A LIST or WATCH asked for protobuf got another type (got) or a 406: stop
@@ -1183,8 +1209,7 @@ on_list_done(void *arg, int err, const char *msg)
     r->backoff_ms = 0;
     heard(r);
     set_in(r, OUT_DAMAGED); /* rebuilt */
-    if (r->ing->on_commit)
-        r->ing->on_commit(r->ing->on_commit_arg);
+    notify_commit(r->ing);
     start_watch(r);
 }
 

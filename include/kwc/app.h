@@ -1,0 +1,52 @@
+/*
+ * app.h — the serving side of the process, wired from the config: the
+ * request stages (front.h) on kwc's HTTP server (http.h), and the parts they
+ * hand requests to (serve, the watch pool, passthrough with its budget,
+ * tunnels, delegated auth, the access log, /metrics and its collectors).
+ * main.c builds what it stands on (the upstream client, the store, the
+ * reflectors and their batched writer) and frees it after app_free.
+ *
+ * The store's commits reach their subscribers straight from the writer
+ * (refl_ingest_subscribe): requests waiting for an rv (serve) first, then
+ * watch streams (the watch pool), so a list that waited for an rv is
+ * answered before the watch events of the same commit go out; a cache
+ * leaving service ends its watch streams.
+ * Loop thread only.
+ */
+#ifndef KWC_APP_H
+#define KWC_APP_H
+
+#include <stddef.h>
+
+struct event_base;
+struct kwc_config;
+struct kcfg;
+struct up_client;
+struct store;
+struct refl;
+struct refl_ingest;
+struct app;
+
+/* What the app stands on; borrowed, must outlive the app. */
+struct app_deps {
+    struct event_base *base;
+    const struct kwc_config *cfg;
+    const struct kcfg *k; /* the upstream and its credentials (tunnels) */
+    struct up_client *up;
+    struct store *st;
+    struct refl_ingest *ing; /* the writer the app subscribes to */
+    struct refl *const *refls;
+    size_t nrefls;
+};
+
+/* Build the parts, bind and start serving. /readyz turns 200 once every
+ * reflector has synced. Returns 0, or the HTTP server's error (a listen
+ * address or TLS file that cannot be used) with a message in err. */
+int app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen);
+/* The port actually bound for the first listen address (--listen ADDR:0). */
+int app_port(const struct app *a);
+/* Ends watch streams (terminal chunks) and closes every connection, then
+ * frees the parts. Before the store closes and the reflectors go. NULL ok. */
+void app_free(struct app *a);
+
+#endif
