@@ -97,6 +97,62 @@ check_order(const struct relist *d, uint64_t cache_rv, uint64_t list_rv, const c
     ok(within, m);
 }
 
+/* A watcher's view: the objects (key -> bytes) after applying events. */
+#define MAX_STATE 32
+struct state {
+    char key[MAX_STATE][64];
+    char obj[MAX_STATE][64];
+    size_t n;
+};
+
+static void
+state_from(struct state *s, const struct tobj *t, size_t n)
+{
+    memset(s, 0, sizeof(*s));
+    for (size_t i = 0; i < n && i < MAX_STATE; i++) {
+        snprintf(s->key[i], sizeof(s->key[i]), "%s", t[i].key);
+        snprintf(s->obj[i], sizeof(s->obj[i]), "%s", t[i].obj);
+    }
+    s->n = n < MAX_STATE ? n : MAX_STATE;
+}
+
+static void
+state_apply(struct state *s, const struct relist_event *ev)
+{
+    size_t i = 0;
+    while (i < s->n &&
+           !(strlen(s->key[i]) == ev->key_len && memcmp(s->key[i], ev->key, ev->key_len) == 0))
+        i++;
+    if (ev->type == STORE_DELETED) {
+        if (i < s->n) {
+            s->n--;
+            memmove(s->key[i], s->key[s->n], sizeof(s->key[i]));
+            memmove(s->obj[i], s->obj[s->n], sizeof(s->obj[i]));
+        }
+        return;
+    }
+    if (i == s->n && s->n < MAX_STATE)
+        snprintf(s->key[s->n++], sizeof(s->key[0]), "%.*s", (int)ev->key_len, ev->key);
+    if (i < s->n)
+        snprintf(s->obj[i], sizeof(s->obj[i]), "%.*s", (int)ev->obj_len, ev->obj);
+}
+
+/* The same objects with the same bytes, in any order. */
+static bool
+state_eq(const struct state *a, const struct state *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++) {
+        size_t j = 0;
+        while (j < b->n && strcmp(a->key[i], b->key[j]) != 0)
+            j++;
+        if (j == b->n || strcmp(a->obj[i], b->obj[j]) != 0)
+            return false;
+    }
+    return true;
+}
+
 static void
 test_added(void)
 {
@@ -261,6 +317,26 @@ test_gap_round(void)
         resume = resume && after == n - 1 - i;
     }
     ok(resume, "a watch resumed from any event's rv replays the events after it, none twice");
+    /* a watcher that had the cache's state ends in the upstream's */
+    struct state have, want;
+    state_from(&have, cached, 6);
+    state_from(&want, listed, 8);
+    for (size_t i = 0; i < n; i++)
+        state_apply(&have, &ev[i]);
+    ok(state_eq(&have, &want), "the cache's state plus the events is the list's state");
+    /* and so does one that resumes from any event's rv: the events up to it,
+     * then only those after it */
+    bool same = true;
+    for (size_t i = 0; i < n; i++) {
+        state_from(&have, cached, 6);
+        for (size_t j = 0; j <= i; j++)
+            state_apply(&have, &ev[j]);
+        for (size_t j = 0; j < n; j++)
+            if (ev[j].rv > ev[i].rv)
+                state_apply(&have, &ev[j]);
+        same = same && state_eq(&have, &want);
+    }
+    ok(same, "a resume from any event's rv ends in the list's state");
     is_int(o.crowded, 0, "room for every deletion");
     relist_free(d);
 }
