@@ -30,6 +30,16 @@ struct store_res;
 struct refl;
 struct refl_ingest;
 
+/* The reflectors' clock and random source: now_ms a monotonic clock in
+ * milliseconds (retry and staleness decisions, ages in messages), rand a
+ * uniform random number (retry jitter, watch timeouts). A NULL function is
+ * the real one: CLOCK_MONOTONIC, rand(). Tests bring their own. */
+struct refl_clock {
+    uint64_t (*now_ms)(void *arg);
+    uint32_t (*rand)(void *arg);
+    void *arg;
+};
+
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
     enum kwc_enc enc;  /* the cache's encoding: JSON text or protobuf object messages */
@@ -66,16 +76,6 @@ void refl_want(struct refl *r);
  * upstream answers (it converts the field or refuses it). */
 struct sel;
 bool refl_serves_fields(const struct refl_desc *d, const struct sel *sel);
-
-/* The reflectors' clock and random source: now_ms a monotonic clock in
- * milliseconds (retry and staleness decisions, ages in messages), rand a
- * uniform random number (retry jitter, watch timeouts). A NULL function is
- * the real one: CLOCK_MONOTONIC, rand(). Tests bring their own. */
-struct refl_clock {
-    uint64_t (*now_ms)(void *arg);
-    uint32_t (*rand)(void *arg);
-    void *arg;
-};
 
 /* What the reflectors of one loop share beyond the store. */
 struct refl_ingest_options {
