@@ -22,10 +22,12 @@
  * Nothing is freed inside curl's callbacks: an xfer ends in on_done, and the
  * next step starts from a zero-delay timer.
  *
- * Rooms of the reflector: this file is the state machine; ingest.c the
- * batched writer every reflector of the loop shares (ingest.h); the relist
- * difference is pure (cache/relist.c). Time and jitter come from the
- * options' refl_clock, so that tests drive them.
+ * Rooms of the reflector: this file is the state machine (discovery, the
+ * watch, service, timers); reflector_list.c the LIST and the relist's glue
+ * (reflector_int.h between the two); ingest.c the batched writer every
+ * reflector of the loop shares (ingest.h); the relist difference itself is
+ * pure (cache/relist.c). Time and jitter come from the options' refl_clock,
+ * so that tests drive them.
  *
  * Objects are stored in their list-item form. For built-in kinds the watch
  * sends `{"kind":"Pod","apiVersion":"v1",...}` while lists send
