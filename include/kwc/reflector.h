@@ -30,6 +30,16 @@ struct store_res;
 struct refl;
 struct refl_ingest;
 
+/* The reflectors' clock and random source: now_ms a monotonic clock in
+ * milliseconds (retry and staleness decisions, ages in messages), rand a
+ * uniform random number (retry jitter, watch timeouts). A NULL function is
+ * the real one: CLOCK_MONOTONIC, rand(). Tests bring their own. */
+struct refl_clock {
+    uint64_t (*now_ms)(void *arg);
+    uint32_t (*rand)(void *arg);
+    void *arg;
+};
+
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
     enum kwc_enc enc;  /* the cache's encoding: JSON text or protobuf object messages */
@@ -73,6 +83,7 @@ struct refl_ingest_options {
     uint64_t map_size;       /* --cache-map-size, for messages */
     unsigned max_staleness;  /* seconds without an upstream event or bookmark
                                 before a cache leaves service; 0: never */
+    struct refl_clock clock; /* zero: the real clock and random source */
 };
 
 /* Shared by all reflectors of one loop: the batched store writer. */
@@ -153,7 +164,31 @@ struct refl_counters {
     uint64_t errors[3];      /* failed attempts, each followed by a backoff: discovery, list,
                                 watch (a failed write of the watch's events counts as watch) */
     uint64_t events_in;      /* ADDED/MODIFIED/DELETED events from the upstream watch */
+    /* Gauges. The base of the next retry's delay after a failure (refl_backoff):
+     * 0 at start and once the cache recovered (a list completed, or the
+     * watch has been open refl_watch_healthy long, so that its drop retries
+     * at once); failures in a row double it. */
+    uint64_t backoff_ms;
+    uint64_t retry_ms;       /* the delay of the last retry after a failure; 0: none yet */
 };
 void refl_counters(const struct refl *r, struct refl_counters *out);
+
+/*
+ * The retry policy (pure; the reflector applies it with its refl_clock).
+ *
+ * refl_backoff: the delay before the retry after a failure, from the base
+ * *backoff_ms (0: the least, 500 ms) with +-50 % jitter from rnd (delay in
+ * [base/2, 3*base/2]), never past 30 s; then doubles *backoff_ms, up to 30 s.
+ *
+ * refl_watch_healthy: a watch open since opened_ms (now now_ms) for 10 s or
+ * more is healthy: it starts the backoff over (its drop is news, not the
+ * outage going on).
+ *
+ * refl_stale: no upstream event or bookmark since heard_ms for more than
+ * max_staleness_s seconds (0: never stale).
+ */
+int refl_backoff(int *backoff_ms, uint32_t rnd);
+bool refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms);
+bool refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s);
 
 #endif

@@ -144,6 +144,18 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
             metrics_write_sample(w, "kwc_reflector_errors_total", cache_labels, v, NCACHE + 1,
                                  (double)rows[i].ctr.errors[p]);
         }
+    metrics_write_family(w, "kwc_reflector_backoff_seconds",
+                         "The base of the delay before the next upstream retry after a failure "
+                         "(jittered +-50 %), doubled by each failure in a row, at most 30 s; 0 "
+                         "once the cache has recovered (a list completed, or its watch has stayed "
+                         "open 10 s): a failure then retries after 0.25-0.75 s.",
+                         METRICS_GAUGE);
+    for (size_t i = 0; i < s->nrefls; i++) {
+        const char *v[NCACHE];
+        cache_values(s->refls[i], v);
+        metrics_write_sample(w, "kwc_reflector_backoff_seconds", cache_labels, v, NCACHE,
+                             (double)rows[i].ctr.backoff_ms / 1000.0);
+    }
     free(rows);
 
     struct store_env_info ei;

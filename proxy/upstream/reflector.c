@@ -7,7 +7,8 @@
  *   410 -> LIST in diff mode ; other failures -> backoff, same state again.
  * Retries back off from 0.5 s, doubling, with ±50 % jitter, never past 30 s;
  * the delay starts over once a watch has stayed open for 10 s (or a list
- * completes), so one outage does not slow every later reconnect.
+ * completes), so one outage does not slow every later reconnect
+ * (refl_backoff, refl_watch_healthy).
  *
  * Service: a synced cache answers requests unless it is out of service:
  *   write   a commit failed (disk full, I/O error, map full): the events are
@@ -20,6 +21,13 @@
  *           back at the next one.
  * Nothing is freed inside curl's callbacks: an xfer ends in on_done, and the
  * next step starts from a zero-delay timer.
+ *
+ * Rooms of the reflector: this file is the state machine (discovery, the
+ * watch, service, timers); reflector_list.c the LIST and the relist's glue
+ * (reflector_int.h between the two); ingest.c the batched writer every
+ * reflector of the loop shares (ingest.h); the relist difference itself is
+ * pure (cache/relist.c). Time and jitter come from the options' refl_clock,
+ * so that tests drive them.
  *
  * Objects are stored in their list-item form. For built-in kinds the watch
  * sends `{"kind":"Pod","apiVersion":"v1",...}` while lists send
@@ -43,7 +51,6 @@
 #include "kwc/selector.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -51,153 +58,43 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
 
 #include "kwc/base.h"
-#include "kwc/index.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/pb.h"
 #include "kwc/store.h"
 #include "kwc/upstream.h"
 
+#include "reflector_int.h"
+
 #define REFL_MAGIC 0x7265666cu /* "refl" */
-#define LIST_PAGE 500
 #define PAGE_MAX_BYTES ((size_t)1 << 30)     /* one LIST page held in memory */
 #define DISCOVERY_MAX_BYTES ((size_t)16 << 20)
 #define PENDING_MAX_BYTES ((size_t)64 << 20) /* commit at once past this */
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 30000   /* the cap on any retry delay, jitter included */
-#define HEALTHY_S 10.0         /* a watch open this long resets the backoff */
+#define HEALTHY_MS 10000       /* a watch open this long resets the backoff */
 #define TICK_MS 250            /* damage and staleness checks; write probes */
 /* An upstream without protobuf for a resource is asked again this late: it
  * may be upgraded, but not every few seconds. */
 #define PB_REFUSED_RETRY_MS (10 * 60 * 1000)
 
-enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
-
-struct pend {
-    struct refl *r;
-    bool bookmark;
-    enum store_ev_type type;
-    uint64_t rv, obj_rv;
-    char *key, *obj, *idx;
-    size_t key_len, obj_len, idx_len;
-};
-
-/* One subscriber of the writer (refl_ingest_subscribe). */
-struct refl_sub {
-    void (*on_commit)(void *arg);
-    void (*on_service)(void *arg, const struct refl *r, bool serving);
-    void *arg;
-};
-
-struct refl_ingest {
-    struct event_base *base;
-    struct store *st;
-    char *data_dir;
-    uint64_t map_size;
-    unsigned max_staleness;
-    struct event *commit_ev;
-    struct pend *p;
-    size_t n, cap, bytes;
-    struct refl_sub *subs; /* refl_ingest_subscribe, called in that order */
-    size_t nsubs;
-    void (*on_unknown)(void *arg, const struct refl *r, const char *why);
-    void *on_unknown_arg;
-};
-
-/* The store committed: every subscriber, in the order they subscribed. */
-static void
-notify_commit(struct refl_ingest *ing)
-{
-    for (size_t i = 0; i < ing->nsubs; i++)
-        if (ing->subs[i].on_commit)
-            ing->subs[i].on_commit(ing->subs[i].arg);
-}
-
-/* r left service (serving false) or came back: every subscriber, in order. */
-static void
-notify_service(struct refl_ingest *ing, const struct refl *r, bool serving)
-{
-    for (size_t i = 0; i < ing->nsubs; i++)
-        if (ing->subs[i].on_service)
-            ing->subs[i].on_service(ing->subs[i].arg, r, serving);
-}
-
-enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
-
-struct refl {
-    uint32_t magic;
-    struct event_base *base;
-    struct up_client *up;
-    struct refl_ingest *ing;
-    struct refl_desc d;
-    char *label;             /* "pods", "pods (protobuf)": logs */
-    const struct pb_field *pbf; /* protobuf: the fields read (d.fields mirrors them) */
-    struct obj_field *own_fields;
-    bool started;            /* refl_start ran (protobuf caches may wait for a request) */
-    bool wanted;             /* started by a request (refl_want), not at kwc's start */
-    bool discovered;         /* discovery has answered once (found or not) */
-    bool discovery_failed;   /* an attempt failed before any answer (upstream away) */
-    bool ever_synced;        /* synced at least once since kwc started */
-    bool refused;            /* protobuf: the upstream does not serve it so (last_err) */
-    bool wrong_type;         /* this transfer's 200 came in another Content-Type */
-    char got_type[96];       /* ...which one, for the message */
-    char *identity;
-    char *typemeta;          /* `{"kind":K,"apiVersion":V,` as the watch writes it */
-    size_t typemeta_len;
-    enum refl_state state;
-    struct up_xfer *x;
-    int status;
-    struct evbuffer *body;   /* discovery / LIST page */
-    bool too_big;
-    struct event *timer;     /* next step */
-    int backoff_ms;
-    /* LIST */
-    bool diff;               /* relist after 410: record differences as events */
-    char *cont;
-    uint64_t list_rv;
-    char **seen;             /* diff: keys in the new list */
-    size_t nseen, capseen;
-    struct pend *dpend;      /* diff: events to record */
-    size_t ndiff, capdiff;
-    uint64_t listed, listed_bytes;
-    struct timespec list_t0, last_progress;
-    /* WATCH */
-    struct wframe_splitter wf; /* JSON */
-    struct pb_splitter pf;     /* protobuf */
-    uint64_t rv;             /* last rv seen (events, bookmarks, list) */
-    bool got_410;
-    struct timespec watch_t0;
-    bool synced;
-    uint64_t events_in;
-    /* service */
-    enum refl_out out;
-    char out_why[512];
-    struct timespec last_heard; /* the last upstream event or bookmark, or list end */
-    uint64_t free_at_fail;      /* free bytes on the data dir when a write failed */
-    char last_err[512];         /* why the last attempt failed, for /readyz */
-    struct event *tick;
-    struct refl_counters ctr;   /* for /metrics (refl_counters) */
-};
-
 static void step(struct refl *r, int delay_ms);
-static void backoff(struct refl *r, const char *why);
-static uint64_t free_bytes(const struct refl_ingest *ing);
 static void set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void set_in(struct refl *r, enum refl_out out);
-static void start_list(struct refl *r, bool diff);
-static void start_watch(struct refl *r);
 
-static double
-secs_since(const struct timespec *t0)
+uint64_t
+refl_now_ms(const struct refl *r)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+    return r->ing->clock.now_ms(r->ing->clock.arg);
+}
+
+double
+refl_secs_since(const struct refl *r, uint64_t t0_ms)
+{
+    return (double)(int64_t)(refl_now_ms(r) - t0_ms) / 1000.0;
 }
 
 static char *
@@ -209,255 +106,47 @@ memdup(const void *p, size_t n)
     return d;
 }
 
-/* ---- the batched writer ---- */
-
-static void
-pend_free(struct pend *p)
-{
-    free(p->key);
-    free(p->obj);
-    free(p->idx);
-}
-
-/* What a failed write means, for a person: the cause and what fixes it.
- * LMDB reports a short write as EIO, so a full disk is told apart by the
- * space left on the data dir's filesystem. */
-static void
-write_cause(const struct refl_ingest *ing, int rc, char *buf, size_t len)
-{
-    struct statvfs sv;
-    bool full = rc == -ENOSPC || rc == -EDQUOT ||
-                (rc == -EIO && statvfs(ing->data_dir, &sv) == 0 &&
-                 (uint64_t)sv.f_bavail * sv.f_frsize < ((uint64_t)1 << 20));
-    if (rc == KWC_EMAPFULL)
-        snprintf(buf, len,
-                 "the cache reached --cache-map-size (%llu bytes) in %s: raise --cache-map-size, "
-                 "or lower --history-max-bytes",
-                 (unsigned long long)ing->map_size, ing->data_dir);
-    else if (full)
-        snprintf(buf, len,
-                 "no space left on device in %s: free space there, or move --data-dir to a "
-                 "larger volume",
-                 ing->data_dir);
-    else
-        snprintf(buf, len, "writing to %s failed: %s (check the disk and the kernel log)",
-                 ing->data_dir, kwc_strerror(rc));
-}
+/* ---- what the batched writer tells (ingest.h) ---- */
 
 /* A commit carrying r's events failed: they are lost, so the cache leaves
  * service and the watch resumes from what the store holds. */
-static void
-write_failed(struct refl *r, const char *why)
+void
+refl_commit_failed(struct refl *r, const char *why)
 {
     set_out(r, OUT_WRITE, "%s", why);
-    r->free_at_fail = free_bytes(r->ing);
+    r->free_at_fail = refl_ingest_free_bytes(r->ing);
     if (r->state == R_WATCH && r->x) {
         up_xfer_cancel(r->x);
         r->x = NULL;
         r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
-        backoff(r, "its events could not be stored");
+        refl_retry(r, "its events could not be stored");
     }
 }
 
 /* A write of r's own (a list page, a relist's events) failed with rc: out
  * of service if it was the disk or the map, not the data. */
-static void
-store_failed(struct refl *r, int rc)
+void
+refl_store_failed(struct refl *r, int rc)
 {
     if (rc == KWC_EMAPFULL || (rc < 0 && rc > -KWC_ERRBASE)) {
         char why[512];
-        write_cause(r->ing, rc, why, sizeof(why));
+        refl_ingest_write_cause(r->ing, rc, why, sizeof(why));
         set_out(r, OUT_WRITE, "%s", why);
-        r->free_at_fail = free_bytes(r->ing);
+        r->free_at_fail = refl_ingest_free_bytes(r->ing);
     }
-}
-
-static void
-ingest_commit(struct refl_ingest *ing)
-{
-    if (ing->n == 0)
-        return;
-    struct store_wtxn *w;
-    int rc = store_wtxn_begin(ing->st, (uint64_t)time(NULL), &w);
-    size_t i = 0;
-    for (; rc == 0 && i < ing->n; i++) {
-        struct pend *p = &ing->p[i];
-        if (p->bookmark) {
-            rc = store_wtxn_rv(w, p->r->d.sres, p->rv);
-        } else {
-            struct store_event ev = {.type = p->type, .rv = p->rv, .key = p->key,
-                                     .key_len = p->key_len, .obj = p->obj, .obj_len = p->obj_len,
-                                     .idx = p->idx, .idx_len = p->idx_len};
-            rc = store_wtxn_event(w, p->r->d.sres, &ev);
-        }
-    }
-    if (rc == 0)
-        rc = store_wtxn_commit(w);
-    else
-        store_wtxn_abort(w);
-    if (rc) {
-        char why[512];
-        write_cause(ing, rc, why, sizeof(why));
-        log_error("cache: committing %zu events failed: %s", ing->n, why);
-        for (size_t j = 0; j < ing->n; j++)
-            write_failed(ing->p[j].r, why);
-    } else {
-        for (size_t j = 0; j < ing->n; j++)
-            if (ing->p[j].r->out == OUT_WRITE)
-                set_in(ing->p[j].r, OUT_WRITE);
-    }
-    for (size_t j = 0; j < ing->n; j++)
-        pend_free(&ing->p[j]);
-    ing->n = 0;
-    ing->bytes = 0;
-    if (rc == 0)
-        notify_commit(ing);
-}
-
-static void
-on_commit(evutil_socket_t fd, short what, void *arg)
-{
-    ingest_commit(arg);
-}
-
-static struct pend *
-ingest_push(struct refl_ingest *ing)
-{
-    if (ing->n == ing->cap) {
-        ing->cap = ing->cap ? 2 * ing->cap : 256;
-        ing->p = xrealloc(ing->p, ing->cap * sizeof(*ing->p));
-    }
-    struct pend *p = &ing->p[ing->n++];
-    memset(p, 0, sizeof(*p));
-    /* One transaction per loop turn: commit after the callbacks of this turn. */
-    event_active(ing->commit_ev, EV_TIMEOUT, 1);
-    return p;
-}
-
-int
-refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ingest_options *o,
-                struct refl_ingest **out)
-{
-    struct refl_ingest *ing = xcalloc(1, sizeof(*ing));
-    ing->base = base;
-    ing->st = st;
-    ing->data_dir = xstrdup(o && o->data_dir ? o->data_dir : ".");
-    ing->map_size = o ? o->map_size : 0;
-    ing->max_staleness = o ? o->max_staleness : 0;
-    ing->commit_ev = event_new(base, -1, 0, on_commit, ing);
-    *out = ing;
-    return 0;
 }
 
 void
-refl_ingest_subscribe(struct refl_ingest *ing, void (*commit_cb)(void *arg),
-                      void (*service_cb)(void *arg, const struct refl *r, bool serving), void *arg)
+refl_commit_done(struct refl *r)
 {
-    ing->subs = xrealloc(ing->subs, (ing->nsubs + 1) * sizeof(*ing->subs));
-    ing->subs[ing->nsubs++] = (struct refl_sub){commit_cb, service_cb, arg};
-}
-
-void
-refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < ing->nsubs; i++)
-        if (ing->subs[i].arg != arg)
-            ing->subs[n++] = ing->subs[i];
-    ing->nsubs = n;
-}
-
-void
-refl_ingest_on_unknown(struct refl_ingest *ing,
-                       void (*cb)(void *arg, const struct refl *r, const char *why), void *arg)
-{
-    ing->on_unknown = cb;
-    ing->on_unknown_arg = arg;
-}
-
-void
-refl_ingest_free(struct refl_ingest *ing)
-{
-    if (!ing)
-        return;
-    ingest_commit(ing);
-    event_free(ing->commit_ev);
-    free(ing->data_dir);
-    free(ing->p);
-    free(ing->subs);
-    free(ing);
-}
-
-/* ---- decoding one object ---- */
-
-/* Key, rv and index bytes of one object, and its list-item form. */
-struct decoded {
-    char *key;
-    size_t key_len;
-    uint64_t rv;
-    char *idx;
-    size_t idx_len;
-    const char *obj;  /* points into the input, or into own */
-    size_t obj_len;
-    char *own;
-};
-
-static void
-decoded_fini(struct decoded *d)
-{
-    free(d->key);
-    free(d->idx);
-    free(d->own);
-}
-
-/* One object in r's encoding: JSON text, or a protobuf object message. */
-static int
-decode_obj(struct refl *r, const char *json, size_t len, bool from_watch, struct decoded *out,
-           char *err, size_t errlen)
-{
-    memset(out, 0, sizeof(*out));
-    struct obj_meta m;
-    int rc;
-    if (r->d.enc == KWC_ENC_PB) {
-        rc = pb_meta_parse(json, len, r->pbf, r->d.n_fields, 0, 0, &m, err, errlen);
-    } else {
-        struct obj_fields_spec spec = {.fields = r->d.fields, .n_fields = r->d.n_fields};
-        rc = obj_meta_parse(json, len, &spec, &m, err, errlen);
-    }
-    if (rc)
-        return rc;
-    if (r->d.namespaced)
-        out->key = xasprintf("%s/%s", m.namespace_, m.name);
-    else
-        out->key = xstrdup(m.name);
-    out->key_len = strlen(out->key);
-    out->rv = m.rv;
-    rc = idx_encode(&m, &out->idx, &out->idx_len);
-    obj_meta_fini(&m);
-    if (rc) {
-        snprintf(err, errlen, "too many labels or fields");
-        decoded_fini(out);
-        return rc;
-    }
-    out->obj = json;
-    out->obj_len = len;
-    size_t pl = r->typemeta_len;
-    if (from_watch && r->d.enc == KWC_ENC_JSON && !r->d.typed_items && r->typemeta && len > pl &&
-        memcmp(json, r->typemeta, pl) == 0) {
-        /* cut the TypeMeta kube writes first on typed objects */
-        out->own = xmalloc(len - pl + 1);
-        out->own[0] = '{';
-        memcpy(out->own + 1, json + pl, len - pl);
-        out->obj = out->own;
-        out->obj_len = len - pl + 1;
-    }
-    return 0;
+    if (r->out == OUT_WRITE)
+        refl_set_in(r, OUT_WRITE);
 }
 
 static void
-push_event(struct refl *r, enum store_ev_type type, struct decoded *d)
+push_event(struct refl *r, enum store_ev_type type, struct refl_decoded *d)
 {
-    struct pend *p = ingest_push(r->ing);
+    struct pend *p = refl_ingest_push(r->ing);
     p->r = r;
     p->type = type;
     p->rv = d->rv;
@@ -492,8 +181,8 @@ is_pb_type(const char *ct)
 
 static void set_refused(struct refl *r, bool refused);
 
-static int
-on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
+int
+refl_on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
 {
     struct refl *r = arg;
     r->status = status;
@@ -514,8 +203,8 @@ on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
     return 1; /* abort: on_done says so */
 }
 
-static int
-on_body_data(void *arg, const char *p, size_t n)
+int
+refl_on_body_data(void *arg, const char *p, size_t n)
 {
     struct refl *r = arg;
     if (evbuffer_get_length(r->body) + n > (r->state == R_DISCOVER ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
@@ -526,8 +215,9 @@ on_body_data(void *arg, const char *p, size_t n)
     return 0;
 }
 
-static void
-start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bool long_running)
+void
+refl_xfer_start(struct refl *r, const char *target, const struct up_xfer_cbs *cbs,
+                bool long_running)
 {
     static const struct up_header json = {"Accept", "application/json"};
     static const struct up_header pb = {"Accept", PB_CONTENT_TYPE};
@@ -547,17 +237,38 @@ start_xfer(struct refl *r, const char *target, const struct up_xfer_cbs *cbs, bo
     }
 }
 
-static void
-backoff(struct refl *r, const char *why)
+int
+refl_backoff(int *backoff_ms, uint32_t rnd)
 {
-    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
-    int base = r->backoff_ms ? r->backoff_ms : BACKOFF_MIN_MS;
-    int delay = base / 2 + rand() % (base + 1); /* [0.5, 1.5] x base */
+    int base = *backoff_ms ? *backoff_ms : BACKOFF_MIN_MS;
+    int delay = base / 2 + (int)(rnd % (uint32_t)(base + 1)); /* [0.5, 1.5] x base */
     if (delay > BACKOFF_MAX_MS)
         delay = BACKOFF_MAX_MS;
+    *backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
+    return delay;
+}
+
+bool
+refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms)
+{
+    return now_ms >= opened_ms && now_ms - opened_ms >= HEALTHY_MS;
+}
+
+bool
+refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
+{
+    return max_staleness_s && now_ms > heard_ms &&
+           now_ms - heard_ms > (uint64_t)max_staleness_s * 1000;
+}
+
+void
+refl_retry(struct refl *r, const char *why)
+{
+    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
+    int delay = refl_backoff(&r->backoff_ms, r->ing->clock.rand(r->ing->clock.arg));
+    r->ctr.retry_ms = (uint64_t)delay;
     log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
-    r->backoff_ms = base * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : base * 2;
     step(r, delay);
 }
 
@@ -579,28 +290,28 @@ set_out(struct refl *r, enum refl_out out, const char *fmt, ...)
     r->out = out;
     memcpy(r->out_why, why, sizeof(why));
     if (was_serving)
-        notify_service(r->ing, r, false);
+        refl_ingest_notify_service(r->ing, r, false);
 }
 
 /* Back in service, if what kept it out was out. */
-static void
-set_in(struct refl *r, enum refl_out out)
+void
+refl_set_in(struct refl *r, enum refl_out out)
 {
     if (r->out != out)
         return;
     r->out = OUT_NONE;
     r->out_why[0] = '\0';
     log_info("cache %s: back in service", r->label);
-    notify_service(r->ing, r, true);
+    refl_ingest_notify_service(r->ing, r, true);
 }
 
 /* The upstream answered: the cache is not stale (and a stale one is back). */
-static void
-heard(struct refl *r)
+void
+refl_heard(struct refl *r)
 {
-    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
+    r->last_heard_ms = refl_now_ms(r);
     if (r->out == OUT_STALE)
-        set_in(r, OUT_STALE);
+        refl_set_in(r, OUT_STALE);
 }
 
 /* Protobuf: whether the upstream serves the resource so. A cache it stops
@@ -637,13 +348,13 @@ set_refused(struct refl *r, bool refused)
     if (!refused)
         log_info("cache %s: the upstream serves it in protobuf", r->label);
     if (was != refl_serving(r))
-        notify_service(r->ing, r, !was);
+        refl_ingest_notify_service(r->ing, r, !was);
 }
 
 /* A LIST or WATCH asked for protobuf got another type (got) or a 406: stop
  * asking for a long while. */
-static void
-refuse(struct refl *r, const char *got)
+void
+refl_refuse(struct refl *r, const char *got)
 {
     bool news = !r->refused;
     snprintf(r->last_err, sizeof(r->last_err), "the upstream does not serve %s/%s in protobuf (%s)",
@@ -673,8 +384,8 @@ plain_name(const char *s)
 
 /* An upstream answer other than 200 as the operator needs to read it:
  * credentials and permissions named, everything else with its status. */
-static void
-status_why(const struct refl *r, const char *what, char *buf, size_t len)
+void
+refl_status_why(const struct refl *r, const char *what, char *buf, size_t len)
 {
     if (r->status == 401)
         snprintf(buf, len,
@@ -727,7 +438,7 @@ unknown_resource(struct refl *r, const char *why)
         r->ing->on_unknown(r->ing->on_unknown_arg, r, why);
         return;
     }
-    backoff(r, why);
+    refl_retry(r, why);
 }
 
 static void
@@ -744,12 +455,12 @@ on_discovery_done(void *arg, int err, const char *msg)
     }
     if (err || r->status != 200 || r->too_big) {
         char st[384];
-        status_why(r, "read discovery", st, sizeof(st));
+        refl_status_why(r, "read discovery", st, sizeof(st));
         snprintf(why, sizeof(why), "discovery of %s failed (%s)", r->d.path,
                  err ? msg : r->too_big ? "too large" : st);
         if (!r->discovered)
             r->discovery_failed = true;
-        backoff(r, why);
+        refl_retry(r, why);
         return;
     }
     size_t len = evbuffer_get_length(r->body);
@@ -799,455 +510,17 @@ on_discovery_done(void *arg, int err, const char *msg)
         r->synced = r->ever_synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch",
                  r->label, (unsigned long long)info.objects, (unsigned long long)info.rv);
-        start_watch(r);
+        refl_watch_start(r);
     } else {
         if (info.synced)
             log_warnx("cache %s: data dir was filled from \"%s\", not \"%s\": starting over",
                       r->label, info.identity, r->identity);
-        start_list(r, false);
+        refl_list_start(r, false);
     }
 }
 
 static const struct up_xfer_cbs discovery_cbs = {
-    .on_headers = on_xfer_headers, .on_data = on_body_data, .on_done = on_discovery_done};
-
-/* ---- LIST ---- */
-
-static int
-cmp_key(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int
-cmp_pend_rv(const void *a, const void *b)
-{
-    const struct pend *x = a, *y = b;
-    return x->rv < y->rv ? -1 : x->rv > y->rv;
-}
-
-static void
-diff_reset(struct refl *r)
-{
-    for (size_t i = 0; i < r->nseen; i++)
-        free(r->seen[i]);
-    free(r->seen);
-    r->seen = NULL;
-    r->nseen = r->capseen = 0;
-    for (size_t i = 0; i < r->ndiff; i++)
-        pend_free(&r->dpend[i]);
-    free(r->dpend);
-    r->dpend = NULL;
-    r->ndiff = r->capdiff = 0;
-}
-
-/* Append a relist difference; it takes key, obj and idx (all new). */
-static void
-diff_add(struct refl *r, enum store_ev_type type, uint64_t rv, char *key, size_t key_len, char *obj,
-         size_t obj_len, char *idx, size_t idx_len)
-{
-    if (r->ndiff == r->capdiff) {
-        r->capdiff = r->capdiff ? 2 * r->capdiff : 64;
-        r->dpend = xrealloc(r->dpend, r->capdiff * sizeof(*r->dpend));
-    }
-    r->dpend[r->ndiff++] = (struct pend){.r = r, .type = type, .rv = rv, .key = key,
-                                         .key_len = key_len, .obj = obj, .obj_len = obj_len,
-                                         .idx = idx, .idx_len = idx_len};
-}
-
-struct del_scan {
-    struct refl *r;
-};
-
-/* diff: a stored object the new list does not have was deleted. */
-static int
-on_stored_obj(void *arg, const struct store_obj *o)
-{
-    struct refl *r = ((struct del_scan *)arg)->r;
-    char *k = xstrndup(o->key, o->key_len);
-    bool seen = bsearch(&k, r->seen, r->nseen, sizeof(char *), cmp_key) != NULL;
-    if (!seen) {
-        diff_add(r, STORE_DELETED, r->list_rv, k, o->key_len, memdup(o->raw, o->raw_len), o->raw_len,
-                 memdup(o->idx, o->idx_len), o->idx_len);
-        return 0;
-    }
-    free(k);
-    return 0;
-}
-
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/*
- * Give each deletion found by a relist an rv of its own. Every deleted object
- * went away at some rv in (from_rv, list_rv] that no surviving object of the
- * resource holds as its own rv (one write, one rv), so there are as many such
- * rvs as deletions: take the highest, counting down from the list's rv. A
- * watcher then sees every event of the relist at an rv of its own, in order,
- * and resuming from any of them misses none of the rest. An upstream whose
- * rvs do not work that way leaves the remainder at the list's rv (logged).
- */
-static void
-place_deletions(struct refl *r, uint64_t from_rv)
-{
-    uint64_t *used = xmalloc((r->ndiff + 1) * sizeof(*used));
-    size_t nu = 0, crowded = 0;
-    for (size_t i = 0; i < r->ndiff; i++)
-        if (r->dpend[i].type != STORE_DELETED)
-            used[nu++] = r->dpend[i].rv;
-    if (nu > 1)
-        qsort(used, nu, sizeof(*used), cmp_u64);
-    uint64_t slot = r->list_rv;
-    size_t u = nu;
-    for (size_t i = 0; i < r->ndiff; i++) {
-        struct pend *p = &r->dpend[i];
-        if (p->type != STORE_DELETED)
-            continue;
-        while (slot > from_rv) {
-            while (u > 0 && used[u - 1] > slot)
-                u--;
-            if (u > 0 && used[u - 1] == slot) {
-                slot--;
-                continue;
-            }
-            break;
-        }
-        if (slot > from_rv) {
-            p->rv = slot--;
-        } else {
-            p->rv = r->list_rv;
-            crowded++;
-        }
-    }
-    free(used);
-    if (crowded)
-        log_warnx("cache %s: %zu deletions found by the relist at rv %llu share that rv: the "
-                  "upstream's rvs left no room between %llu and it",
-                  r->label, crowded, (unsigned long long)r->list_rv,
-                  (unsigned long long)from_rv);
-}
-
-#define DIFF_DIVERGED 1 /* finish_diff: the cache's history is not the upstream's */
-
-/* Record the relist's differences as events, in rv order, in one transaction.
- * Returns 0, DIFF_DIVERGED or an error. */
-static int
-finish_diff(struct refl *r)
-{
-    if (r->nseen > 1) /* qsort(NULL, 0, ...) is undefined */
-        qsort(r->seen, r->nseen, sizeof(char *), cmp_key);
-    struct store_rtxn *t;
-    int rc = store_rtxn_begin(r->ing->st, &t);
-    if (rc)
-        return rc;
-    struct store_res_info info;
-    store_info(t, r->d.sres, &info);
-    struct del_scan ds = {r};
-    rc = store_scan(t, r->d.sres, 0, "", NULL, 0, on_stored_obj, &ds);
-    store_rtxn_end(t);
-    if (rc)
-        return rc;
-    /* An object the list has at an rv the cache had already passed, other
-     * than the cache has it (a restored etcd, an event the cache never got):
-     * that change cannot be told to watchers in rv order, and the cache's
-     * history is not the upstream's. Start over from a fresh list. */
-    if (r->list_rv < info.rv) {
-        log_warnx("cache %s: the upstream listed at rv %llu, behind the cache's rv %llu",
-                  r->label, (unsigned long long)r->list_rv, (unsigned long long)info.rv);
-        return DIFF_DIVERGED;
-    }
-    for (size_t i = 0; i < r->ndiff; i++) {
-        if (r->dpend[i].type != STORE_DELETED && r->dpend[i].rv <= info.rv) {
-            log_warnx("cache %s: the upstream has %.*s at rv %llu, which the cache passed (rv "
-                      "%llu) with another state of it",
-                      r->label, (int)r->dpend[i].key_len, r->dpend[i].key,
-                      (unsigned long long)r->dpend[i].rv, (unsigned long long)info.rv);
-            return DIFF_DIVERGED;
-        }
-    }
-    place_deletions(r, info.rv);
-    if (r->ndiff > 1) /* qsort(NULL, 0, ...) is undefined */
-        qsort(r->dpend, r->ndiff, sizeof(*r->dpend), cmp_pend_rv);
-    ingest_commit(r->ing); /* keep order with anything already pending */
-    struct store_wtxn *w;
-    if ((rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w)))
-        return rc;
-    for (size_t i = 0; i < r->ndiff && rc == 0; i++) {
-        struct pend *p = &r->dpend[i];
-        struct store_event ev = {.type = p->type, .rv = p->rv, .obj_rv = p->obj_rv, .key = p->key,
-                                 .key_len = p->key_len, .obj = p->obj, .obj_len = p->obj_len,
-                                 .idx = p->idx, .idx_len = p->idx_len};
-        rc = store_wtxn_event(w, r->d.sres, &ev);
-    }
-    if (rc == 0)
-        rc = store_wtxn_rv(w, r->d.sres, r->list_rv);
-    if (rc == 0)
-        rc = store_wtxn_commit(w);
-    else
-        store_wtxn_abort(w);
-    if (rc == 0)
-        log_info("cache %s: relisted at rv %llu: %zu changes recorded as events", r->label,
-                 (unsigned long long)r->list_rv, r->ndiff);
-    return rc;
-}
-
-/* One LIST page in either encoding: its rv, continue token and items. */
-struct page {
-    enum kwc_enc enc;
-    uint64_t rv;
-    const char *cont; /* "" when none */
-    struct obj_list jl;
-    struct pb_list pl;
-    size_t next; /* protobuf: the next item */
-};
-
-static int
-page_init(struct page *pg, enum kwc_enc enc, const char *body, size_t len, char *err,
-          size_t errlen)
-{
-    memset(pg, 0, sizeof(*pg));
-    pg->enc = enc;
-    int rc;
-    if (enc == KWC_ENC_PB) {
-        rc = pb_list_parse(body, len, &pg->pl, err, errlen);
-        pg->rv = pg->pl.rv;
-        pg->cont = pg->pl.continue_ ? pg->pl.continue_ : "";
-    } else {
-        rc = obj_list_init(&pg->jl, body, len, err, errlen);
-        pg->rv = pg->jl.rv;
-        pg->cont = pg->jl.continue_ ? pg->jl.continue_ : "";
-    }
-    return rc;
-}
-
-static int
-page_next(struct page *pg, size_t *off, size_t *len)
-{
-    if (pg->enc == KWC_ENC_JSON)
-        return obj_list_next(&pg->jl, off, len);
-    if (pg->next >= pg->pl.n_items)
-        return 0;
-    *off = pg->pl.off[pg->next];
-    *len = pg->pl.len[pg->next];
-    pg->next++;
-    return 1;
-}
-
-static void
-page_fini(struct page *pg)
-{
-    obj_list_fini(&pg->jl);
-    pb_list_fini(&pg->pl);
-}
-
-static int
-load_page(struct refl *r, struct page *l, char *err, size_t errlen)
-{
-    const char *body = (const char *)evbuffer_pullup(r->body, -1);
-    struct store_wtxn *w = NULL;
-    struct store_rtxn *t = NULL;
-    int rc;
-    bool first = r->cont == NULL;
-    if (first)
-        r->list_rv = l->rv;
-    if (r->diff) {
-        if ((rc = store_rtxn_begin(r->ing->st, &t)))
-            return rc;
-    } else {
-        if ((rc = store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w)))
-            return rc;
-        if (first && (rc = store_wtxn_reset(w, r->d.sres, l->rv)))
-            goto out;
-    }
-    size_t off, len;
-    bool first_item = true;
-    while (page_next(l, &off, &len) == 1) {
-        if (first_item && first && r->d.enc == KWC_ENC_JSON) {
-            /* Custom resources keep their TypeMeta on list items. */
-            r->d.typed_items = len > 8 && (memcmp(body + off, "{\"kind\":", 8) == 0 ||
-                                           memcmp(body + off, "{\"apiVersion\":", 14) == 0);
-        }
-        first_item = false;
-        struct decoded d;
-        if ((rc = decode_obj(r, body + off, len, false, &d, err, errlen)))
-            goto out;
-        r->listed++;
-        r->listed_bytes += len;
-        if (!r->diff) {
-            struct store_event ev = {.rv = d.rv, .key = d.key, .key_len = d.key_len, .obj = d.obj,
-                                     .obj_len = d.obj_len, .idx = d.idx, .idx_len = d.idx_len};
-            rc = store_wtxn_load(w, r->d.sres, &ev);
-            decoded_fini(&d);
-            if (rc)
-                goto out;
-            continue;
-        }
-        if (r->nseen == r->capseen) {
-            r->capseen = r->capseen ? 2 * r->capseen : 1024;
-            r->seen = xrealloc(r->seen, r->capseen * sizeof(char *));
-        }
-        r->seen[r->nseen++] = xstrdup(d.key);
-        struct store_obj cur;
-        int g = store_get(t, r->d.sres, d.key, d.key_len, &cur);
-        if (g == 0 && cur.rv == d.rv) {
-            decoded_fini(&d);
-            continue;
-        }
-        diff_add(r, g == 0 ? STORE_MODIFIED : STORE_ADDED, d.rv, d.key, d.key_len,
-                 memdup(d.obj, d.obj_len), d.obj_len, d.idx, d.idx_len);
-        d.key = d.idx = NULL;
-        decoded_fini(&d);
-    }
-    rc = 0;
-out:
-    if (w) {
-        if (rc == 0)
-            rc = store_wtxn_commit(w);
-        else
-            store_wtxn_abort(w);
-    }
-    store_rtxn_end(t);
-    return rc;
-}
-
-static void
-on_list_done(void *arg, int err, const char *msg)
-{
-    struct refl *r = arg;
-    r->x = NULL;
-    char why[512];
-    if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
-        refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
-        return;
-    }
-    if (err || r->too_big) {
-        snprintf(why, sizeof(why), "LIST %s failed: %s", r->d.path, err ? msg : "page too large");
-        backoff(r, why);
-        return;
-    }
-    if (r->status == 410) {
-        r->ctr.expired++;
-        /* the continue token expired: start the list again */
-        log_warnx("cache %s: continue token expired; restarting the list", r->label);
-        free(r->cont);
-        r->cont = NULL;
-        start_list(r, r->diff);
-        return;
-    }
-    if (r->status != 200) {
-        char what[300];
-        snprintf(what, sizeof(what), "LIST %s", r->d.path);
-        status_why(r, what, why, sizeof(why));
-        backoff(r, why);
-        return;
-    }
-    size_t len = evbuffer_get_length(r->body);
-    struct page l;
-    char perr[256] = "";
-    int rc = page_init(&l, r->d.enc, (const char *)evbuffer_pullup(r->body, -1), len, perr,
-                       sizeof(perr));
-    if (rc == 0)
-        rc = load_page(r, &l, perr, sizeof(perr));
-    char *next = rc == 0 && l.cont[0] ? xstrdup(l.cont) : NULL;
-    page_fini(&l);
-    if (rc) {
-        snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
-        free(next);
-        store_failed(r, rc);
-        backoff(r, why);
-        return;
-    }
-    if (secs_since(&r->last_progress) >= 2.0) {
-        double s = secs_since(&r->list_t0);
-        log_info("cache %s: listed %llu objects (%.1f MB) in %.1f s, %.0f objects/s", r->label,
-                 (unsigned long long)r->listed, r->listed_bytes / 1e6, s, r->listed / (s > 0 ? s : 1));
-        clock_gettime(CLOCK_MONOTONIC, &r->last_progress);
-    }
-    free(r->cont);
-    r->cont = next;
-    if (next) {
-        start_list(r, r->diff); /* next page */
-        return;
-    }
-    /* The list is complete. */
-    if (r->diff && (rc = finish_diff(r)) == DIFF_DIVERGED) {
-        log_warnx("cache %s: its history does not match the upstream's: starting over from a "
-                  "fresh list (its watchers end and resume from the upstream)",
-                  r->label);
-        diff_reset(r);
-        r->synced = false; /* not served until the new list is complete */
-        start_list(r, false);
-        return;
-    }
-    if (r->diff && rc != 0) {
-        snprintf(why, sizeof(why), "recording the relist of %s: %s", r->d.path, kwc_strerror(rc));
-        diff_reset(r);
-        store_failed(r, rc);
-        backoff(r, why);
-        return;
-    }
-    diff_reset(r);
-    struct store_wtxn *w;
-    if (store_wtxn_begin(r->ing->st, (uint64_t)time(NULL), &w) == 0) {
-        store_wtxn_set_kind(w, r->d.sres, r->d.list_kind, r->d.api_version, r->d.namespaced);
-        store_wtxn_set_identity(w, r->d.sres, r->identity);
-        store_wtxn_set_synced(w, r->d.sres, true);
-        if (store_wtxn_commit(w) != 0)
-            log_error("cache %s: could not record the synced state", r->label);
-    }
-    double s = secs_since(&r->list_t0);
-    log_info("cache %s: synced %llu objects (%.1f MB) at rv %llu in %.2f s (%.0f objects/s)",
-             r->label, (unsigned long long)r->listed, r->listed_bytes / 1e6,
-             (unsigned long long)r->list_rv, s, r->listed / (s > 0 ? s : 1));
-    r->rv = r->list_rv;
-    r->synced = r->ever_synced = true;
-    r->diff = false;
-    r->backoff_ms = 0;
-    heard(r);
-    set_in(r, OUT_DAMAGED); /* rebuilt */
-    notify_commit(r->ing);
-    start_watch(r);
-}
-
-static const struct up_xfer_cbs list_cbs = {
-    .on_headers = on_xfer_headers, .on_data = on_body_data, .on_done = on_list_done};
-
-static void
-start_list(struct refl *r, bool diff)
-{
-    r->state = R_LIST;
-    if (!r->cont) {
-        r->ctr.lists++;
-        r->ctr.relists += r->synced || diff;
-        r->diff = diff;
-        diff_reset(r);
-        r->listed = r->listed_bytes = 0;
-        clock_gettime(CLOCK_MONOTONIC, &r->list_t0);
-        r->last_progress = r->list_t0;
-    }
-    char *target;
-    if (r->cont) {
-        char *esc = xmalloc(strlen(r->cont) * 3 + 1), *o = esc;
-        for (const char *c = r->cont; *c; c++) {
-            if ((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') ||
-                *c == '-' || *c == '_' || *c == '.' || *c == '~')
-                *o++ = *c;
-            else
-                o += sprintf(o, "%%%02X", (unsigned char)*c);
-        }
-        *o = '\0';
-        target = xasprintf("%s?limit=%d&continue=%s", r->d.path, LIST_PAGE, esc);
-        free(esc);
-    } else {
-        target = xasprintf("%s?limit=%d", r->d.path, LIST_PAGE);
-    }
-    start_xfer(r, target, &list_cbs, false);
-    free(target);
-}
+    .on_headers = refl_on_xfer_headers, .on_data = refl_on_body_data, .on_done = on_discovery_done};
 
 /* ---- WATCH ---- */
 
@@ -1265,11 +538,11 @@ on_watch_data(void *arg, const char *data, size_t n)
 {
     struct refl *r = arg;
     if (r->status != 200)
-        return on_body_data(arg, data, n);
+        return refl_on_body_data(arg, data, n);
     const char *line;
     size_t ll;
     int rc;
-    if (r->backoff_ms && secs_since(&r->watch_t0) >= HEALTHY_S)
+    if (r->backoff_ms && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
         r->backoff_ms = 0; /* healthy: the next drop retries at once */
     while ((rc = next_event(r, &data, &n, &line, &ll)) == 1) {
         struct wevent ev;
@@ -1281,15 +554,16 @@ on_watch_data(void *arg, const char *data, size_t n)
                       r->label, err);
             up_xfer_cancel(r->x);
             r->x = NULL;
-            backoff(r, "bad watch event");
+            refl_retry(r, "bad watch event");
             return 0;
         }
         switch (ev.type) {
         case WEVENT_ADDED:
         case WEVENT_MODIFIED:
         case WEVENT_DELETED: {
-            struct decoded d;
-            if (decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) != 0) {
+            struct refl_decoded d;
+            if (refl_decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err,
+                                sizeof(err)) != 0) {
                 log_warnx("cache %s: watch event object rejected: %s", r->label, err);
                 break;
             }
@@ -1297,19 +571,19 @@ on_watch_data(void *arg, const char *data, size_t n)
                                    : ev.type == WEVENT_MODIFIED ? STORE_MODIFIED
                                                                 : STORE_DELETED;
             push_event(r, t, &d);
-            decoded_fini(&d);
+            refl_decoded_fini(&d);
             r->events_in++;
-            heard(r);
+            refl_heard(r);
             break;
         }
         case WEVENT_BOOKMARK: {
-            struct pend *p = ingest_push(r->ing);
+            struct pend *p = refl_ingest_push(r->ing);
             p->r = r;
             p->bookmark = true;
             p->rv = ev.rv;
             if (ev.rv > r->rv)
                 r->rv = ev.rv;
-            heard(r);
+            refl_heard(r);
             break;
         }
         case WEVENT_ERROR:
@@ -1328,11 +602,11 @@ on_watch_data(void *arg, const char *data, size_t n)
                   r->label, r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
         up_xfer_cancel(r->x);
         r->x = NULL;
-        backoff(r, "watch event larger than the line limit");
+        refl_retry(r, "watch event larger than the line limit");
         return 0;
     }
     if (r->ing->bytes > PENDING_MAX_BYTES)
-        ingest_commit(r->ing);
+        refl_ingest_commit(r->ing);
     return 0;
 }
 
@@ -1342,15 +616,15 @@ on_watch_done(void *arg, int err, const char *msg)
     struct refl *r = arg;
     r->x = NULL;
     if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
-        refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
+        refl_refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
         return;
     }
     if (r->status == 410 || r->got_410) {
         log_info("cache %s: the upstream no longer has rv %llu (410); relisting", r->label,
                  (unsigned long long)r->rv);
-        ingest_commit(r->ing);
+        refl_ingest_commit(r->ing);
         r->ctr.expired++;
-        start_list(r, r->synced);
+        refl_list_start(r, r->synced);
         return;
     }
     size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
@@ -1358,17 +632,17 @@ on_watch_done(void *arg, int err, const char *msg)
         /* not the clean end of a watch: the upstream cut an event */
         log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it)",
                   r->label, part);
-        backoff(r, "the upstream's watch stopped inside an event");
+        refl_retry(r, "the upstream's watch stopped inside an event");
         return;
     }
-    if (r->status == 200 && secs_since(&r->watch_t0) >= HEALTHY_S)
+    if (r->status == 200 && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
         r->backoff_ms = 0; /* it was healthy: this drop is news, not the outage going on */
     if (err || r->status != 200) {
         char why[512], st[384], what[300];
         snprintf(what, sizeof(what), "WATCH %s", r->d.path);
-        status_why(r, what, st, sizeof(st));
+        refl_status_why(r, what, st, sizeof(st));
         snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path, err ? msg : st);
-        backoff(r, why);
+        refl_retry(r, why);
         return;
     }
     /* A clean end (timeoutSeconds): watch again from where we are. */
@@ -1376,10 +650,10 @@ on_watch_done(void *arg, int err, const char *msg)
 }
 
 static const struct up_xfer_cbs watch_cbs = {
-    .on_headers = on_xfer_headers, .on_data = on_watch_data, .on_done = on_watch_done};
+    .on_headers = refl_on_xfer_headers, .on_data = on_watch_data, .on_done = on_watch_done};
 
-static void
-start_watch(struct refl *r)
+void
+refl_watch_start(struct refl *r)
 {
     r->state = R_WATCH;
     r->got_410 = false;
@@ -1388,24 +662,16 @@ start_watch(struct refl *r)
     wframe_init(&r->wf, 0);
     pb_split_fini(&r->pf);
     pb_split_init(&r->pf, 0);
-    clock_gettime(CLOCK_MONOTONIC, &r->watch_t0);
+    r->watch_t0_ms = refl_now_ms(r);
     /* Like client-go: a random timeout in [5, 10) minutes spreads re-watches. */
-    int timeout = 300 + rand() % 300;
+    int timeout = 300 + (int)(r->ing->clock.rand(r->ing->clock.arg) % 300);
     char *target = xasprintf("%s?allowWatchBookmarks=true&resourceVersion=%llu&timeoutSeconds=%d&watch=true",
                              r->d.path, (unsigned long long)r->rv, timeout);
-    start_xfer(r, target, &watch_cbs, true);
+    refl_xfer_start(r, target, &watch_cbs, true);
     free(target);
 }
 
 /* ---- driving ---- */
-
-/* Free bytes for unprivileged writers on the data dir's filesystem. */
-static uint64_t
-free_bytes(const struct refl_ingest *ing)
-{
-    struct statvfs sv;
-    return statvfs(ing->data_dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : 0;
-}
 
 /* Out for a write: once space has come back, retry now rather than at the
  * end of the backoff. Only a commit of r's events brings it back (LMDB
@@ -1415,10 +681,10 @@ retry_write(struct refl *r)
 {
     if (r->x || !evtimer_pending(r->timer, NULL))
         return;
-    if (free_bytes(r->ing) < r->free_at_fail + ((uint64_t)1 << 20))
+    if (refl_ingest_free_bytes(r->ing) < r->free_at_fail + ((uint64_t)1 << 20))
         return;
     log_info("cache %s: space is back in %s; resuming the watch", r->label, r->ing->data_dir);
-    r->free_at_fail = free_bytes(r->ing);
+    r->free_at_fail = refl_ingest_free_bytes(r->ing);
     r->backoff_ms = 0;
     evtimer_del(r->timer);
     step(r, 0);
@@ -1439,16 +705,17 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         free(r->cont);
         r->cont = NULL;
         r->backoff_ms = 0;
-        start_list(r, false);
+        refl_list_start(r, false);
         return;
     }
     if (r->out == OUT_WRITE)
         retry_write(r);
     unsigned max = r->ing->max_staleness;
-    if (max && r->synced && r->out == OUT_NONE && !r->refused && secs_since(&r->last_heard) > max)
+    if (r->synced && r->out == OUT_NONE && !r->refused &&
+        refl_stale(r->last_heard_ms, refl_now_ms(r), max))
         set_out(r, OUT_STALE,
                 "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %u)",
-                secs_since(&r->last_heard), max);
+                refl_secs_since(r, r->last_heard_ms), max);
 }
 
 static void
@@ -1466,18 +733,18 @@ on_step(evutil_socket_t fd, short what, void *arg)
                                      : xasprintf("%s/%s", gv, r->d.version);
         if (r->got_410 && r->d.kind) { /* a failed commit asked for a relist */
             free(target);
-            start_list(r, r->synced);
+            refl_list_start(r, r->synced);
             return;
         }
-        start_xfer(r, target, &discovery_cbs, false);
+        refl_xfer_start(r, target, &discovery_cbs, false);
         free(target);
         break;
     }
     case R_LIST:
-        start_list(r, r->diff);
+        refl_list_start(r, r->diff);
         break;
     case R_WATCH:
-        start_watch(r);
+        refl_watch_start(r);
         break;
     }
 }
@@ -1572,7 +839,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->body = evbuffer_new();
     r->timer = evtimer_new(base, on_step, r);
     r->tick = event_new(base, -1, EV_PERSIST, on_tick, r);
-    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
+    r->last_heard_ms = refl_now_ms(r);
     wframe_init(&r->wf, 0);
     pb_split_init(&r->pf, 0);
     *out = r;
@@ -1614,7 +881,7 @@ refl_start(struct refl *r)
         r->d.kind = xstrndup(info.list_kind, kl - 4);
     }
     r->state = R_DISCOVER;
-    clock_gettime(CLOCK_MONOTONIC, &r->last_heard);
+    r->last_heard_ms = refl_now_ms(r);
     struct timeval tick = {0, TICK_MS * 1000};
     event_add(r->tick, &tick);
     step(r, 0);
@@ -1635,7 +902,7 @@ refl_free(struct refl *r)
         evbuffer_free(r->body);
     wframe_fini(&r->wf);
     pb_split_fini(&r->pf);
-    diff_reset(r);
+    refl_diff_reset(r);
     free(r->cont);
     free(r->identity);
     free(r->typemeta);
@@ -1695,7 +962,7 @@ refl_status(const struct refl *r, char *buf, size_t len)
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
              !r->started ? "not started" : r->synced ? "synced" : "not synced",
              r->refused ? "not served in protobuf" : states[r->state], (unsigned long long)r->rv,
-             (unsigned long long)r->events_in, secs_since(&r->last_heard));
+             (unsigned long long)r->events_in, refl_secs_since(r, r->last_heard_ms));
 }
 
 const char *
@@ -1753,4 +1020,9 @@ refl_counters(const struct refl *r, struct refl_counters *out)
 {
     *out = r->ctr;
     out->events_in = r->events_in;
+    /* a watch open long enough starts the backoff over when it drops
+     * (on_watch_done): say so while it is open */
+    bool healthy = r->state == R_WATCH && r->x && r->status == 200 &&
+                   refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r));
+    out->backoff_ms = healthy ? 0 : (uint64_t)r->backoff_ms;
 }

@@ -3,9 +3,10 @@ kwc killed at any point.
 
 Backoff: during an upstream outage the reflector's log shows growing
 "retrying in X s" delays, never above 30 s (x1.5 jitter); once the upstream
-has been healthy (watch open) for more than 10 s, a dropped watch is retried
-within about a second (the next "retrying in" is under 1.5 s), not at the
-delay the outage grew.
+has been healthy (watch open) for 10 s, kwc says so (the pods cache's
+kwc_reflector_backoff_seconds in /metrics falls back to 0) and a dropped
+watch is retried within about a second (the next "retrying in" is under
+1.5 s), not at the delay the outage grew.
 
 Staleness: /readyz?verbose shows for each cached resource "last upstream event
 or bookmark Ns ago"; with --max-staleness 5 a resource whose upstream watch
@@ -28,16 +29,27 @@ import re
 import time
 import unittest
 
-from cluster import Env, only_in_plaintext_run, wait_for
+from cluster import Env, http_request, only_in_plaintext_run, wait_for
 from faults import (apply_events, assert_cache_equals_upstream, get_list, kill9, log_text, readyz,
                     upstream_state, wait_readyz, watch_until)
 
 RETRY = re.compile(r"retrying in ([0-9]+(?:\.[0-9]+)?) ?s")
 AGE = re.compile(r"last upstream event or bookmark ([0-9]+(?:\.[0-9]+)?) ?s ago")
+BACKOFF = re.compile(r"^kwc_reflector_backoff_seconds\{([^}]*)\} (\S+)$", re.M)
 
 
 def delays(env):
     return [float(m.group(1)) for m in RETRY.finditer(log_text(env.kwc))]
+
+
+def backoff_s(env):
+    """The pods (JSON) cache's kwc_reflector_backoff_seconds from /metrics."""
+    st, _, body = http_request(env.kwc.port, "GET", "/metrics")
+    assert st == 200, st
+    for labels, v in BACKOFF.findall(body.decode()):
+        if 'resource="pods"' in labels and 'encoding="json"' in labels:
+            return float(v)
+    raise AssertionError("no kwc_reflector_backoff_seconds for pods in /metrics")
 
 
 def cache_lines(text):
@@ -60,10 +72,10 @@ class BackoffTest(unittest.TestCase):
             self.assertTrue(all(d <= 45.0 for d in grown), "never above 30 s x 1.5: %r" % grown)
             env.sim("POST", "/apisim/fail", {"clear": True})
             wait_for(lambda: env.stats()["open_watches"].get("pods", 0) >= 1, 60, "kwc's watch to reopen")
-            opened = time.monotonic()
             n = len(delays(env))
-            # healthy for more than 10 s (a scenario duration, not a synchronisation)
-            time.sleep(max(0.0, 11.0 - (time.monotonic() - opened)))
+            self.assertGreater(backoff_s(env), 0.0, "the grown backoff stands while the watch is young")
+            # kwc starts its backoff over once the watch has stayed open (10 s)
+            wait_for(lambda: backoff_s(env) == 0.0, 60, "kwc's backoff to start over", interval=0.25)
             self.assertEqual(env.stats()["open_watches"].get("pods", 0), 1, "the watch stayed open")
             self.assertEqual(len(delays(env)), n, "no retries while healthy")
             env.sim("POST", "/apisim/drop-watches", {"resource": "pods"})

@@ -1,0 +1,138 @@
+/*
+ * reflector_int.h — private to proxy/upstream: one reflector's state (struct
+ * refl) and the steps its two files share. reflector.c holds the lifecycle,
+ * the transfers, discovery, the watch, the service state and the driving
+ * timers; reflector_list.c the LIST pages, the relist's glue to the pure
+ * difference (cache/relist.c) and the decoding of one object. Loop thread
+ * only.
+ */
+#ifndef KWC_UPSTREAM_REFLECTOR_INT_H
+#define KWC_UPSTREAM_REFLECTOR_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kwc/object.h"
+#include "kwc/pb.h"
+#include "kwc/reflector.h"
+#include "kwc/upstream.h"
+
+#include "ingest.h"
+
+struct evbuffer;
+struct event;
+struct relist;
+
+enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
+
+enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
+
+struct refl {
+    uint32_t magic;
+    struct event_base *base;
+    struct up_client *up;
+    struct refl_ingest *ing;
+    struct refl_desc d;
+    char *label;                /* "pods", "pods (protobuf)": logs */
+    const struct pb_field *pbf; /* protobuf: the fields read (d.fields mirrors them) */
+    struct obj_field *own_fields;
+    bool started;          /* refl_start ran (protobuf caches may wait for a request) */
+    bool wanted;           /* started by a request (refl_want), not at kwc's start */
+    bool discovered;       /* discovery has answered once (found or not) */
+    bool discovery_failed; /* an attempt failed before any answer (upstream away) */
+    bool ever_synced;      /* synced at least once since kwc started */
+    bool refused;          /* protobuf: the upstream does not serve it so (last_err) */
+    bool wrong_type;       /* this transfer's 200 came in another Content-Type */
+    char got_type[96];     /* ...which one, for the message */
+    char *identity;
+    char *typemeta; /* `{"kind":K,"apiVersion":V,` as the watch writes it */
+    size_t typemeta_len;
+    enum refl_state state;
+    struct up_xfer *x;
+    int status;
+    struct evbuffer *body; /* discovery / LIST page */
+    bool too_big;
+    struct event *timer; /* next step */
+    int backoff_ms;
+    /* LIST */
+    bool diff; /* relist after 410: record differences as events */
+    char *cont;
+    uint64_t list_rv;
+    struct relist *rl; /* diff: the difference so far (from the first page) */
+    uint64_t listed, listed_bytes;
+    uint64_t list_t0_ms, last_progress_ms;
+    /* WATCH */
+    struct wframe_splitter wf; /* JSON */
+    struct pb_splitter pf;     /* protobuf */
+    uint64_t rv;               /* last rv seen (events, bookmarks, list) */
+    bool got_410;
+    uint64_t watch_t0_ms;
+    bool synced;
+    uint64_t events_in;
+    /* service */
+    enum refl_out out;
+    char out_why[512];
+    uint64_t last_heard_ms; /* the last upstream event or bookmark, or list end */
+    uint64_t free_at_fail;  /* free bytes on the data dir when a write failed */
+    char last_err[512];     /* why the last attempt failed, for /readyz */
+    struct event *tick;
+    struct refl_counters ctr; /* for /metrics (refl_counters) */
+};
+
+/* Key, rv and index bytes of one object, and its list-item form. */
+struct refl_decoded {
+    char *key;
+    size_t key_len;
+    uint64_t rv;
+    char *idx;
+    size_t idx_len;
+    const char *obj; /* points into the input, or into own */
+    size_t obj_len;
+    char *own;
+};
+
+/* ---- reflector.c ---- */
+
+/* The reflectors' clock (refl_clock): now, and seconds since t0_ms. */
+uint64_t refl_now_ms(const struct refl *r);
+double refl_secs_since(const struct refl *r, uint64_t t0_ms);
+/* A failed attempt (why: for a person, logged and kept for /readyz): retry
+ * the same step after the backoff (refl_backoff). */
+void refl_retry(struct refl *r, const char *why);
+/* A LIST or WATCH asked for protobuf got another type (got) or a 406. */
+void refl_refuse(struct refl *r, const char *got);
+/* An upstream answer other than 200 to what (e.g. "LIST /api/v1/pods"), for
+ * a person, into buf. */
+void refl_status_why(const struct refl *r, const char *what, char *buf, size_t len);
+/* A write of r's own failed with rc: out of service if the disk or map. */
+void refl_store_failed(struct refl *r, int rc);
+/* Start a GET of target with cbs (r as their arg); on failure, retry later. */
+void refl_xfer_start(struct refl *r, const char *target, const struct up_xfer_cbs *cbs,
+                     bool long_running);
+/* The up_xfer_cbs every transfer shares: the status and type of the
+ * answer; a body collected into r->body up to its bound. */
+int refl_on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n);
+int refl_on_body_data(void *arg, const char *p, size_t n);
+/* The upstream answered: not stale. */
+void refl_heard(struct refl *r);
+/* Back in service if what kept it out was out. */
+void refl_set_in(struct refl *r, enum refl_out out);
+/* WATCH from r->rv. */
+void refl_watch_start(struct refl *r);
+
+/* ---- reflector_list.c ---- */
+
+/* LIST from the first page (or the next: r->cont); diff: a relist whose
+ * differences are recorded as events. */
+void refl_list_start(struct refl *r, bool diff);
+/* Drop the relist's difference so far. */
+void refl_diff_reset(struct refl *r);
+/* One object in r's encoding (JSON text or a protobuf object message) into
+ * out (refl_decoded_fini it); from_watch: cut the TypeMeta a watch writes
+ * first. Returns 0, or an error with a message in err. */
+int refl_decode_obj(struct refl *r, const char *json, size_t len, bool from_watch,
+                    struct refl_decoded *out, char *err, size_t errlen);
+void refl_decoded_fini(struct refl_decoded *d);
+
+#endif
