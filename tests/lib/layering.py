@@ -37,10 +37,8 @@ FILE_EXCEPTIONS = {
     "proxy/ops/collect.c": {"http", "identity", "upstream", "serve"},
     # the access log records what the front end and the router saw
     "proxy/ops/access.c": {"http", "serve"},
-    # TODO(issue 20): the wiring moves out of front.c, the admission lookup
-    # out of the reflector; these two lines go with them.
+    # TODO(issue 20): the wiring moves out of front.c; this line goes with it.
     "proxy/serve/front.c": {"top"},
-    "proxy/upstream/reflector.c": {"serve"},
 }
 
 # Headers with no .c of the same name.
