@@ -80,8 +80,8 @@ void admit_refls_init(struct admit_refls *ar, struct refl *const *refls, size_t 
 struct admit_req {
     const struct route_req *r;
     const char *method;
-    const char *accept;     /* NULL: no Accept header */
-    const char *user_agent; /* NULL: none */
+    const char *accept;              /* NULL: no Accept header */
+    const char *user_agent;          /* NULL: none */
     enum decide_too_large too_large; /* reads: a NotOlderThan wait that times out */
 };
 
@@ -101,10 +101,10 @@ enum admit_action {
     X(ADMIT_WHY_NOT_SERVING, "not_serving")    /* not synced, out of service, not started */       \
     X(ADMIT_WHY_PATH, "path")                  /* not a path kube serves the resource at */        \
     X(ADMIT_WHY_SELECTOR_BOUNDS, "selector_bounds") /* over the selector parser's bounds */        \
-    X(ADMIT_WHY_TABLE, "decision_table")       /* dec.why says which cell */                       \
-    X(ADMIT_WHY_BELOW_FLOOR, "below_floor")    /* a watch from before the history */               \
-    X(ADMIT_WHY_ERROR_ENCODING, "error_encoding") /* an error kube writes in protobuf */           \
-    X(ADMIT_WHY_FIELDS, "field_selector")      /* a field the cache cannot read */
+    X(ADMIT_WHY_TABLE, "decision_table")            /* dec.why says which cell */                  \
+    X(ADMIT_WHY_BELOW_FLOOR, "below_floor")         /* a watch from before the history */          \
+    X(ADMIT_WHY_ERROR_ENCODING, "error_encoding")   /* an error kube writes in protobuf */         \
+    X(ADMIT_WHY_FIELDS, "field_selector")           /* a field the cache cannot read */
 
 enum admit_why {
 #define ADMIT_WHY_ENUM(e, s) e,

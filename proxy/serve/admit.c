@@ -81,7 +81,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
 {
     const struct route_req *r = q->r;
     *a = (struct admit){.cache = -1};
-    a->verb = r->verb == ROUTE_WATCH ? DECIDE_WATCH
+    a->verb = r->verb == ROUTE_WATCH  ? DECIDE_WATCH
               : r->verb == ROUTE_LIST ? DECIDE_LIST
                                       : DECIDE_GET;
     if (!r->is_resource || !r->resource || r->subresource || strcmp(q->method, "GET") != 0 ||
@@ -124,8 +124,8 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     }
 
     char *sel_err = NULL;
-    if (collection && sel_parse(r->q.label_selector, r->q.field_selector, &a->sel, &sel_err) ==
-                          KWC_ETOOBIG) {
+    if (collection &&
+        sel_parse(r->q.label_selector, r->q.field_selector, &a->sel, &sel_err) == KWC_ETOOBIG) {
         free(sel_err);
         pass(a, ADMIT_WHY_SELECTOR_BOUNDS);
         return;
@@ -133,8 +133,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     a->current_rv = c->rv(c->arg, (size_t)a->cache, &a->floor_rv);
     struct decide_req dq;
     route_decide_req(r, a->verb, a->sel && !sel_is_everything(a->sel), sel_err, &dq);
-    struct decide_cache dc = {.synced = true, .current_rv = a->current_rv,
-                              .floor_rv = a->floor_rv};
+    struct decide_cache dc = {.synced = true, .current_rv = a->current_rv, .floor_rv = a->floor_rv};
     if (a->verb == DECIDE_WATCH)
         decide_watch(&dq, &dc, &a->dec);
     else
@@ -151,8 +150,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * them not either. */
         pass(a, ADMIT_WHY_BELOW_FLOOR);
     } else if (act == DECIDE_ERROR &&
-               (a->enc == KWC_ENC_PB ||
-                route_negotiate(q->accept, true) == ROUTE_MEDIA_PROTOBUF)) {
+               (a->enc == KWC_ENC_PB || route_negotiate(q->accept, true) == ROUTE_MEDIA_PROTOBUF)) {
         /* kwc writes the table's Status bodies in JSON; kube writes them in
          * protobuf when that is asked for (a custom resource's too: which
          * encoding kube writes a Status in for a resource without protobuf
