@@ -358,6 +358,7 @@ read_failed(struct sreq *sr, int rc)
     pass_on(sr);
 }
 
+/* The connection closes at once: sr is freed (on_close) before this returns. */
 static void
 fail_stream(struct sreq *sr, int rc)
 {
@@ -559,8 +560,9 @@ start_stream(struct sreq *sr)
     hresp_start(sr->req, 200, -1);
 }
 
-/* One chunk, or the last one with the tail (sr->done). */
-static void
+/* One chunk, or the last one with the tail (sr->done). False when the
+ * stream was cut: sr is gone (hresp_abort closed the request). */
+static bool
 fill(struct sreq *sr)
 {
     struct fill f = {.sr = sr};
@@ -576,10 +578,10 @@ fill(struct sreq *sr)
             log_read_failed(sr, rc);
             sr->done = true;
             sr->pass_on = true; /* pump hands it upstream: sr goes with it */
-            return;
+            return true;
         }
         fail_stream(sr, rc);
-        return;
+        return false;
     }
     if (sr->enc->item_size &&
         (sr->items_sent > sr->items_planned || (!f.more && sr->items_sent != sr->items_planned))) {
@@ -594,11 +596,12 @@ fill(struct sreq *sr)
                   sr->started ? "closing the stream" : "asking the upstream");
         sr->s->stats.errors++;
         sr->done = true;
-        if (sr->started)
+        if (sr->started) {
             hresp_abort(sr->req);
-        else
-            sr->pass_on = true;
-        return;
+            return false;
+        }
+        sr->pass_on = true;
+        return true;
     }
     if (!f.more) {
         sr->enc->tail(sr, sr->chunk);
@@ -609,15 +612,16 @@ fill(struct sreq *sr)
             hresp_start(sr->req, 200, (int64_t)evbuffer_get_length(sr->chunk));
             hresp_write_buffer(sr->req, sr->chunk);
             hresp_end(sr->req);
-            return;
+            return true;
         }
         send_chunk(sr);
         hresp_end(sr->req);
-        return;
+        return true;
     }
     if (!sr->started)
         start_stream(sr);
     send_chunk(sr);
+    return true;
 }
 
 /* Fill while the client keeps up; else wait for its socket to drain. */
@@ -626,7 +630,8 @@ pump(struct sreq *sr)
 {
     if (sr->done)
         return;
-    fill(sr);
+    if (!fill(sr))
+        return; /* the stream was cut: sr is gone */
     if (sr->pass_on) {
         pass_on(sr);
         return;
