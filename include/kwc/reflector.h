@@ -51,7 +51,7 @@ struct refl_desc {
     bool typed_items;  /* list items carry kind/apiVersion (custom resources) */
     /* The selectable fields the cache's index bytes hold: kinds_fields for
      * JSON; for protobuf the ones pb.c can read (pb_fields), so a selector
-     * on any other passes through (refl_serves_fields). */
+     * on any other passes through (admit_serves_fields). */
     const struct obj_field *fields;
     const char **field_names;
     size_t n_fields;
@@ -59,23 +59,10 @@ struct refl_desc {
     struct store_res *sres;
 };
 
-/* The index of the reflector serving r's group/version/resource in encoding
- * enc, or -1: a discovered one, or one not started yet (a protobuf cache
- * waiting for its first request: its desc has no kind and refl_serving is
- * false, so the request passes through after refl_want). */
-struct route_req;
-int refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum kwc_enc enc);
-
 /* A request wanted this cache: start it if it has not started (protobuf
  * caches outside --protobuf-resources start on their first request, which
  * passes through meanwhile). Loop thread. */
 void refl_want(struct refl *r);
-
-/* Every field the selector names is one kwc indexes for the resource (kube
- * would accept it without conversion), so the cache can answer it; else the
- * upstream answers (it converts the field or refuses it). */
-struct sel;
-bool refl_serves_fields(const struct refl_desc *d, const struct sel *sel);
 
 /* What the reflectors of one loop share beyond the store. */
 struct refl_ingest_options {

@@ -45,6 +45,7 @@
 #include <strings.h>
 
 #include "kwc/access.h"
+#include "kwc/admit.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
 #include "kwc/gostr.h"
@@ -580,9 +581,11 @@ kwc_may_answer(struct kreq *k)
         return false;
     /* the JSON cache decides for a protobuf request too (kwc may answer it
      * from the protobuf cache): a protobuf cache has a JSON one beside it */
-    if (refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_JSON) >= 0)
+    struct admit_refls ar;
+    admit_refls_init(&ar, k->f->refls, k->f->nrefls, NULL);
+    if (admit_find(&ar.c, r, KWC_ENC_JSON) >= 0)
         return true;
-    int i = refl_find(k->f->refls, k->f->nrefls, r, KWC_ENC_PB);
+    int i = admit_find(&ar.c, r, KWC_ENC_PB);
     return i >= 0 && refl_desc(k->f->refls[i])->kind != NULL;
 }
 

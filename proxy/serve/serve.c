@@ -2,7 +2,8 @@
  * serve.c — cached list and get (see serve.h).
  *
  * One struct sreq per request taken. Lifecycle:
- *   serve_take (head read): match the resource, parse selectors, decide.
+ *   serve_take (head read): admit_decide (the cache, the encoding, the
+ *     selectors, the decision table).
  *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
  *     answer starts when the request has been read (on_complete):
  *   ERROR -> the Status kube-apiserver sends (JSON; a protobuf request
@@ -31,13 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kwc/admit.h"
 #include "kwc/base.h"
 #include "kwc/cont.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/index.h"
 #include "kwc/listfmt.h"
-#include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
 #include "kwc/pb.h"
@@ -59,6 +60,7 @@ struct serve {
     struct refl *const *refls;
     size_t nrefls;
     struct serve_options o;
+    struct admit_refls caches; /* admission's view of refls (points to itself) */
     struct sreq *waiters;
     uint64_t rng[2];
     struct serve_stats stats;
@@ -356,6 +358,7 @@ read_failed(struct sreq *sr, int rc)
     pass_on(sr);
 }
 
+/* The connection closes at once: sr is freed (on_close) before this returns. */
 static void
 fail_stream(struct sreq *sr, int rc)
 {
@@ -557,8 +560,9 @@ start_stream(struct sreq *sr)
     hresp_start(sr->req, 200, -1);
 }
 
-/* One chunk, or the last one with the tail (sr->done). */
-static void
+/* One chunk, or the last one with the tail (sr->done). False when the
+ * stream was cut: sr is gone (hresp_abort closed the request). */
+static bool
 fill(struct sreq *sr)
 {
     struct fill f = {.sr = sr};
@@ -574,10 +578,10 @@ fill(struct sreq *sr)
             log_read_failed(sr, rc);
             sr->done = true;
             sr->pass_on = true; /* pump hands it upstream: sr goes with it */
-            return;
+            return true;
         }
         fail_stream(sr, rc);
-        return;
+        return false;
     }
     if (sr->enc->item_size &&
         (sr->items_sent > sr->items_planned || (!f.more && sr->items_sent != sr->items_planned))) {
@@ -592,11 +596,12 @@ fill(struct sreq *sr)
                   sr->started ? "closing the stream" : "asking the upstream");
         sr->s->stats.errors++;
         sr->done = true;
-        if (sr->started)
+        if (sr->started) {
             hresp_abort(sr->req);
-        else
-            sr->pass_on = true;
-        return;
+            return false;
+        }
+        sr->pass_on = true;
+        return true;
     }
     if (!f.more) {
         sr->enc->tail(sr, sr->chunk);
@@ -607,15 +612,16 @@ fill(struct sreq *sr)
             hresp_start(sr->req, 200, (int64_t)evbuffer_get_length(sr->chunk));
             hresp_write_buffer(sr->req, sr->chunk);
             hresp_end(sr->req);
-            return;
+            return true;
         }
         send_chunk(sr);
         hresp_end(sr->req);
-        return;
+        return true;
     }
     if (!sr->started)
         start_stream(sr);
     send_chunk(sr);
+    return true;
 }
 
 /* Fill while the client keeps up; else wait for its socket to drain. */
@@ -624,7 +630,8 @@ pump(struct sreq *sr)
 {
     if (sr->done)
         return;
-    fill(sr);
+    if (!fill(sr))
+        return; /* the stream was cut: sr is gone */
     if (sr->pass_on) {
         pass_on(sr);
         return;
@@ -761,19 +768,6 @@ on_complete(void *arg)
 
 /* ---- the route stage ---- */
 
-/* A cluster-scoped resource is served at <path> and <path>/<name> only. The
- * route gives "namespaces/X" the namespace X, as kube does, so a Namespace's
- * own get (/api/v1/namespaces/X) carries one. */
-static bool
-cluster_path(const struct refl_desc *d, const struct route_req *r)
-{
-    if (!r->namespace_)
-        return true;
-    size_t pl = strlen(d->path);
-    return r->name && strncmp(r->path, d->path, pl) == 0 && r->path[pl] == '/' &&
-           strcmp(r->path + pl + 1, r->name) == 0;
-}
-
 static const struct hreq_handler serve_handler = {
     .on_complete = on_complete,
     .on_drain = on_drain,
@@ -783,87 +777,45 @@ static const struct hreq_handler serve_handler = {
 bool
 serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
 {
-    if (!r->is_resource || (r->verb != ROUTE_GET && r->verb != ROUTE_LIST) || r->subresource ||
-        !r->resource || strcmp(hreq_method(req), "GET") != 0)
+    if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST)
         return false;
-    /* kube's protobuf serializer has no pretty form: ?pretty and a curl
-     * User-Agent indent JSON only */
-    enum route_media media =
-        route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(r->group));
-    if (media == ROUTE_MEDIA_OTHER ||
-        (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, hreq_header(req, "User-Agent"))))
-        return false;
-    bool pb = media == ROUTE_MEDIA_PROTOBUF;
-    /* each encoding has its own cache: protobuf answers come from the
-     * upstream's protobuf bytes, never converted from JSON */
-    int ri = refl_find(s->refls, s->nrefls, r, pb ? KWC_ENC_PB : KWC_ENC_JSON);
-    struct refl *rf = ri >= 0 ? s->refls[ri] : NULL;
-    if (!rf || !refl_serving(rf)) {
-        if (rf && pb)
-            refl_want(rf); /* a lazily started protobuf cache starts now */
-        return false;
-    }
-    const struct refl_desc *d = refl_desc(rf);
-    const struct encoding *enc = pb ? &enc_protobuf : &enc_json;
-    bool list = r->verb == ROUTE_LIST;
-    if (d->namespaced ? (!list && !r->namespace_) : !cluster_path(d, r))
-        return false; /* not a path kube serves this resource at: its 404 */
-
-    struct sel *sel = NULL;
-    char *sel_err = NULL;
-    if (list) {
-        int rc = sel_parse(r->q.label_selector, r->q.field_selector, &sel, &sel_err);
-        if (rc == KWC_ETOOBIG) {
-            free(sel_err);
-            return false;
-        }
-    }
-    uint64_t floor;
-    uint64_t cur = cache_rv(s, d, &floor);
-    struct decide_req dq;
-    route_decide_req(r, list ? DECIDE_LIST : DECIDE_GET, sel && !sel_is_everything(sel), sel_err,
-                     &dq);
-    struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
-    struct decide_result dec;
-    decide_read(&dq, &dc, s->o.too_large, &dec);
-    free(sel_err);
-    /*
-     * An error of the decision table for an encoding kwc does not write them
-     * in (protobuf: kube sends its Status as protobuf) goes upstream: those
-     * cells depend on the request alone (its parameters, or an rv the
-     * upstream issued), so the upstream reaches the same answer and encodes
-     * it as the client asked. A get's 404 is kwc's own (enc->not_found).
-     */
-    /* A custom resource's error asked for with protobuf in Accept goes
-     * upstream too: which encoding kube writes a Status in for a resource
-     * without protobuf is its serializer's business, not the negotiation
-     * kwc reproduces for the resource's objects. */
-    bool upstream_error = dec.action == DECIDE_ERROR &&
-                          (!enc->table_errors ||
-                           route_negotiate(hreq_header(req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF);
-    if (dec.action == DECIDE_PASS_THROUGH || upstream_error ||
-        (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
-        log_debug("cache %s: %s passed through (%s)", d->resource, r->path,
-                  dec.action == DECIDE_PASS_THROUGH ? decide_why_name(dec.why)
-                  : upstream_error                  ? "an error to answer in protobuf"
-                                                    : "field selector");
-        decide_result_fini(&dec);
-        sel_free(sel);
+    struct admit_req q = {.r = r,
+                          .method = hreq_method(req),
+                          .accept = hreq_header(req, "Accept"),
+                          .user_agent = hreq_header(req, "User-Agent"),
+                          .too_large = s->o.too_large};
+    struct admit a;
+    admit_decide(&q, &s->caches.c, &a);
+    if (a.want)
+        refl_want(s->refls[a.cache]);
+    if (a.action == ADMIT_PASS) {
+        if (a.why == ADMIT_WHY_TABLE || a.why == ADMIT_WHY_ERROR_ENCODING ||
+            a.why == ADMIT_WHY_FIELDS)
+            log_debug("cache %s: %s passed through (%s)", refl_desc(s->refls[a.cache])->resource,
+                      r->path,
+                      a.why == ADMIT_WHY_TABLE            ? decide_why_name(a.dec.why)
+                      : a.why == ADMIT_WHY_ERROR_ENCODING ? "an error to answer in protobuf"
+                                                          : "field selector");
+        admit_fini(&a);
         return false;
     }
+    const struct refl_desc *d = refl_desc(s->refls[a.cache]);
+    bool list = a.verb == DECIDE_LIST;
 
     struct sreq *sr = xcalloc(1, sizeof(*sr));
     sr->magic = SREQ_MAGIC;
     sr->s = s;
     sr->req = req;
     sr->d = d;
-    sr->enc = enc;
+    sr->enc = a.enc == KWC_ENC_PB ? &enc_protobuf : &enc_json;
     sr->list = list;
-    sr->dec = dec;
-    if (sel && !sel_is_everything(sel))
-        sr->sel = sel;
-    else
-        sel_free(sel);
+    sr->dec = a.dec;
+    a.dec = (struct decide_result){0};
+    if (a.sel && !sel_is_everything(a.sel)) {
+        sr->sel = a.sel;
+        a.sel = NULL;
+    }
+    admit_fini(&a);
     if (sr->sel && d->index_field >= 0)
         sr->by_field = sel_requires_exact(sr->sel, d->field_names[d->index_field]);
     /* copies: a rediscovery may replace the descriptor's strings mid-stream */
@@ -878,13 +830,13 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
         sr->key = xasprintf("%s%s", sr->prefix, r->name);
         sr->name = sr->key + strlen(sr->prefix);
     }
-    if (dec.start_key) {
+    if (sr->dec.start_key) {
         /* a continue token's start key, relative to the prefix */
         size_t pl = strlen(sr->prefix);
-        sr->from_len = pl + dec.start_key_len;
+        sr->from_len = pl + sr->dec.start_key_len;
         sr->from = xmalloc(sr->from_len + 1);
         memcpy(sr->from, sr->prefix, pl);
-        memcpy(sr->from + pl, dec.start_key, dec.start_key_len);
+        memcpy(sr->from + pl, sr->dec.start_key, sr->dec.start_key_len);
         sr->from[sr->from_len] = '\0';
     }
     audit_id(sr);
@@ -902,6 +854,7 @@ serve_new(struct event_base *base, struct store *st, struct refl *const *refls, 
     s->refls = refls;
     s->nrefls = nrefls;
     s->o = *o;
+    admit_refls_init(&s->caches, refls, nrefls, st);
     respond_rng_seed(s->rng);
     return s;
 }

@@ -3,7 +3,7 @@
  *
  * Writer loop (the main thread, which also runs the HTTP server and the
  * reflectors):
- *   watch_take: decide (decide_watch), answer errors through the response
+ *   watch_take: admit (admit_decide), answer errors through the response
  *     writer, or take the socket (hreq_take_socket: the fd, and with TLS its
  *     SSL state) and post a WMSG_WATCH to the least loaded worker.
  *   watch_committed: per resource someone watches, the store's new rv; when
@@ -52,10 +52,10 @@
 #include <unistd.h>
 
 #include "kwc/access.h"
+#include "kwc/admit.h"
 #include "kwc/base.h"
 #include "kwc/http.h"
 #include "kwc/hub.h"
-#include "kwc/kinds.h"
 #include "kwc/log.h"
 #include "kwc/pb.h"
 #include "kwc/reflector.h"
@@ -164,6 +164,7 @@ struct watch_pool {
     struct store *st;
     struct watch_options o;
     struct refl *const *refls;
+    struct admit_refls caches; /* admission's view of refls (points to itself) */
     struct pres *res; /* res[i] is refls[i] */
     size_t nres;
     struct worker *w;
@@ -900,22 +901,6 @@ watch_committed(void *arg)
             publish(p, &p->res[i]);
 }
 
-/* The cache of r in encoding enc, if it serves; a protobuf cache that does
- * not is asked to start (the request passes through meanwhile). */
-static struct pres *
-find_res(struct watch_pool *p, const struct route_req *r, enum kwc_enc enc)
-{
-    int i = refl_find(p->refls, p->nres, r, enc);
-    if (i < 0)
-        return NULL;
-    if (!refl_serving(p->refls[i])) {
-        if (enc == KWC_ENC_PB)
-            refl_want(p->refls[i]);
-        return NULL;
-    }
-    return &p->res[i];
-}
-
 /* An error before the stream: kube's Status, through the response writer. */
 static void
 answer_error(struct watch_pool *p, struct hreq *req, struct decide_result *dec)
@@ -964,64 +949,29 @@ least_loaded(struct watch_pool *p, struct pres *pr)
 enum watch_took
 watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
 {
-    if (!r->is_resource || r->verb != ROUTE_WATCH || r->subresource || !r->resource || r->name ||
-        strcmp(hreq_method(req), "GET") != 0)
+    if (r->verb != ROUTE_WATCH)
         return WATCH_NOT_TAKEN;
-    /* JSON from the JSON cache, protobuf (built-in kinds) from the protobuf
-     * one; anything else (Table, YAML, a 406) is the upstream's. Pretty
-     * printing is JSON's only: kube ignores it for protobuf. */
-    enum route_media media =
-        route_negotiate(hreq_header(req, "Accept"), kinds_builtin_group(r->group));
-    if (media == ROUTE_MEDIA_OTHER ||
-        (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, hreq_header(req, "User-Agent"))))
+    struct admit_req q = {.r = r,
+                          .method = hreq_method(req),
+                          .accept = hreq_header(req, "Accept"),
+                          .user_agent = hreq_header(req, "User-Agent"),
+                          .too_large = p->o.too_large};
+    struct admit a;
+    admit_decide(&q, &p->caches.c, &a);
+    if (a.want)
+        refl_want(p->refls[a.cache]);
+    if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
-    enum kwc_enc enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
-    struct pres *pr = find_res(p, r, enc);
-    if (!pr)
-        return WATCH_NOT_TAKEN;
-    const struct refl_desc *d = refl_desc(pr->rf);
-    if (!d->namespaced && r->namespace_)
-        return WATCH_NOT_TAKEN; /* not a path kube serves this resource at: its 404 */
-
-    struct sel *sel = NULL;
-    char *sel_err = NULL;
-    if (sel_parse(r->q.label_selector, r->q.field_selector, &sel, &sel_err) == KWC_ETOOBIG) {
-        free(sel_err);
-        return WATCH_NOT_TAKEN;
-    }
-    uint64_t floor;
-    uint64_t cur = store_res_rv(p->st, d->sres, &floor);
-    struct decide_req dq;
-    route_decide_req(r, DECIDE_WATCH, sel && !sel_is_everything(sel), sel_err, &dq);
-    struct decide_cache dc = {.synced = true, .current_rv = cur, .floor_rv = floor};
-    struct decide_result dec;
-    decide_watch(&dq, &dc, &dec);
-    free(sel_err);
-    /* Below the history floor (kwc started or rebuilt after the client's
-     * rv): the upstream may still hold those events, as kube's own window
-     * does; it answers, and sends the 410 itself if it has them not either. */
-    bool below_floor = dec.action == DECIDE_SERVE_WATCH && !dec.initial && dec.rv < floor;
-    if (dec.action == DECIDE_PASS_THROUGH || below_floor ||
-        (dec.action != DECIDE_ERROR && sel && !refl_serves_fields(d, sel))) {
-        decide_result_fini(&dec);
-        sel_free(sel);
-        return WATCH_NOT_TAKEN;
-    }
-    if (dec.action == DECIDE_ERROR &&
-        (enc == KWC_ENC_PB ||
-         route_negotiate(hreq_header(req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF)) {
-        /* kube answers in protobuf (a custom resource's Status too, when
-         * protobuf is asked for): the upstream gives the same error so */
-        decide_result_fini(&dec);
-        sel_free(sel);
-        return WATCH_NOT_TAKEN;
-    }
-    if (dec.action == DECIDE_ERROR) {
-        answer_error(p, req, &dec);
-        decide_result_fini(&dec);
-        sel_free(sel);
+    if (a.action == ADMIT_ERROR) {
+        answer_error(p, req, &a.dec);
+        admit_fini(&a);
         return WATCH_ANSWERED;
     }
+    struct pres *pr = &p->res[a.cache];
+    const struct refl_desc *d = refl_desc(pr->rf);
+    struct decide_result dec = a.dec;
+    uint64_t cur = a.current_rv;
+    struct sel *sel = a.sel;
 
     if (!pr->hr) {
         pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind,
@@ -1043,8 +993,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         .initial = dec.initial,
         .rv = dec.rv,
         .initial_end = dec.initial_end,
-        .bookmarks = r->q.allow_watch_bookmarks &&
-                     kwc_query_bool(r->q.allow_watch_bookmarks, strlen(r->q.allow_watch_bookmarks)),
+        .bookmarks = a.bookmarks,
     };
     if (dec.initial && dec.wait) {
         c->req.wait_until_ms = (uint64_t)p->o.wait_ms;
@@ -1116,6 +1065,7 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
     respond_rng_seed(p->rng);
     p->refls = refls;
     p->nres = nrefls;
+    admit_refls_init(&p->caches, refls, nrefls, st);
     p->res = xcalloc(nrefls ? nrefls : 1, sizeof(*p->res));
     for (size_t i = 0; i < nrefls; i++) {
         p->res[i].rf = refls[i];

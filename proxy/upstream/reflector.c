@@ -47,8 +47,6 @@
  * (refl_want).
  */
 #include "kwc/reflector.h"
-#include "kwc/route.h"
-#include "kwc/selector.h"
 
 #include <assert.h>
 #include <stdarg.h>
@@ -806,7 +804,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->d.index_field = kidx;
     if (enc == KWC_ENC_PB) {
         /* the fields pb.c can read without the schema; a selector on another
-         * passes through (refl_serves_fields), and so does the index when
+         * passes through (admit_serves_fields), and so does the index when
          * pb.c cannot read its field */
         r->pbf = pb_fields(r->d.group, r->d.resource, &r->d.n_fields);
         r->own_fields = xcalloc(r->d.n_fields ? r->d.n_fields : 1, sizeof(*r->own_fields));
@@ -975,32 +973,6 @@ const char *
 refl_out_why(const struct refl *r)
 {
     return r->out == OUT_NONE ? NULL : r->out_why;
-}
-
-bool
-refl_serves_fields(const struct refl_desc *d, const struct sel *sel)
-{
-    for (size_t i = 0; i < sel_field_count(sel); i++) {
-        const char *f = sel_field_name(sel, i);
-        bool found = false;
-        for (size_t j = 0; j < d->n_fields && !found; j++)
-            found = strcmp(f, d->field_names[j]) == 0;
-        if (!found || (!d->namespaced && strcmp(f, "metadata.namespace") == 0))
-            return false;
-    }
-    return true;
-}
-
-int
-refl_find(struct refl *const *refls, size_t n, const struct route_req *r, enum kwc_enc enc)
-{
-    for (size_t i = 0; i < n; i++) {
-        const struct refl_desc *d = refl_desc(refls[i]);
-        if ((d->kind || !refls[i]->started) && d->enc == enc && strcmp(d->group, r->group) == 0 &&
-            strcmp(d->version, r->version) == 0 && strcmp(d->resource, r->resource) == 0)
-            return (int)i;
-    }
-    return -1;
 }
 
 void

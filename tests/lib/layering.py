@@ -37,9 +37,6 @@ FILE_EXCEPTIONS = {
     "proxy/ops/collect.c": {"http", "identity", "upstream", "serve"},
     # the access log records what the front end and the router saw
     "proxy/ops/access.c": {"http", "serve"},
-    # TODO(issue 20): the admission lookup moves out of the reflector; this
-    # line goes with it.
-    "proxy/upstream/reflector.c": {"serve"},
 }
 
 # Headers with no .c of the same name.

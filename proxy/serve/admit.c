@@ -1,0 +1,207 @@
+/*
+ * admit.c — the admission decision for gets, lists and watches (see
+ * admit.h). Reads the request and the caches' state it is given, and
+ * nothing else: the reflectors and the store appear only in the adapter at
+ * the end (admit_refls_init), which serve.c and watch.c hand in.
+ */
+#include "kwc/admit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kwc/base.h"
+#include "kwc/kinds.h"
+#include "kwc/reflector.h"
+#include "kwc/route.h"
+#include "kwc/selector.h"
+#include "kwc/store.h"
+
+static const char *const why_names[] = {
+#define ADMIT_WHY_NAME(e, s) s,
+    ADMIT_WHYS(ADMIT_WHY_NAME)
+#undef ADMIT_WHY_NAME
+};
+
+const char *
+admit_why_name(enum admit_why w)
+{
+    return (unsigned)w < sizeof(why_names) / sizeof(why_names[0]) ? why_names[w] : "?";
+}
+
+int
+admit_find(const struct admit_caches *c, const struct route_req *r, enum kwc_enc enc)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        struct admit_cache ac;
+        c->cache(c->arg, i, &ac);
+        const struct refl_desc *d = ac.d;
+        if ((d->kind || !ac.started) && d->enc == enc && strcmp(d->group, r->group) == 0 &&
+            strcmp(d->version, r->version) == 0 && strcmp(d->resource, r->resource) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+bool
+admit_serves_fields(const struct refl_desc *d, const struct sel *sel)
+{
+    for (size_t i = 0; i < sel_field_count(sel); i++) {
+        const char *f = sel_field_name(sel, i);
+        bool found = false;
+        for (size_t j = 0; j < d->n_fields && !found; j++)
+            found = strcmp(f, d->field_names[j]) == 0;
+        if (!found || (!d->namespaced && strcmp(f, "metadata.namespace") == 0))
+            return false;
+    }
+    return true;
+}
+
+/* A cluster-scoped resource is served at <path> and <path>/<name> only. The
+ * route gives "namespaces/X" the namespace X, as kube does, so a Namespace's
+ * own get (/api/v1/namespaces/X) carries one. */
+static bool
+cluster_path(const struct refl_desc *d, const struct route_req *r)
+{
+    if (!r->namespace_)
+        return true;
+    size_t pl = strlen(d->path);
+    return r->name && strncmp(r->path, d->path, pl) == 0 && r->path[pl] == '/' &&
+           strcmp(r->path + pl + 1, r->name) == 0;
+}
+
+static void
+pass(struct admit *a, enum admit_why why)
+{
+    a->action = ADMIT_PASS;
+    a->why = why;
+}
+
+void
+admit_decide(const struct admit_req *q, const struct admit_caches *c, struct admit *a)
+{
+    const struct route_req *r = q->r;
+    *a = (struct admit){.cache = -1};
+    a->verb = r->verb == ROUTE_WATCH  ? DECIDE_WATCH
+              : r->verb == ROUTE_LIST ? DECIDE_LIST
+                                      : DECIDE_GET;
+    if (!r->is_resource || !r->resource || r->subresource || strcmp(q->method, "GET") != 0 ||
+        (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH) ||
+        (r->verb == ROUTE_WATCH && r->name)) {
+        pass(a, ADMIT_WHY_NOT_READ);
+        return;
+    }
+    /* JSON from the JSON cache, protobuf (built-in kinds) from the protobuf
+     * one; kube's protobuf serializer has no pretty form: ?pretty and a curl
+     * User-Agent indent JSON only */
+    enum route_media media = route_negotiate(q->accept, kinds_builtin_group(r->group));
+    if (media == ROUTE_MEDIA_OTHER) {
+        pass(a, ADMIT_WHY_MEDIA);
+        return;
+    }
+    if (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent)) {
+        pass(a, ADMIT_WHY_PRETTY);
+        return;
+    }
+    a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
+    a->cache = admit_find(c, r, a->enc);
+    if (a->cache < 0) {
+        pass(a, ADMIT_WHY_NOT_CACHED);
+        return;
+    }
+    struct admit_cache ac;
+    c->cache(c->arg, (size_t)a->cache, &ac);
+    if (!ac.serving) {
+        /* a lazily started protobuf cache starts now */
+        a->want = a->enc == KWC_ENC_PB && !ac.started;
+        pass(a, ADMIT_WHY_NOT_SERVING);
+        return;
+    }
+    const struct refl_desc *d = ac.d;
+    bool collection = a->verb != DECIDE_GET;
+    if (d->namespaced ? (!collection && !r->namespace_) : !cluster_path(d, r)) {
+        pass(a, ADMIT_WHY_PATH); /* not a path kube serves this resource at: its 404 */
+        return;
+    }
+
+    char *sel_err = NULL;
+    if (collection &&
+        sel_parse(r->q.label_selector, r->q.field_selector, &a->sel, &sel_err) == KWC_ETOOBIG) {
+        free(sel_err);
+        pass(a, ADMIT_WHY_SELECTOR_BOUNDS);
+        return;
+    }
+    a->current_rv = c->rv(c->arg, (size_t)a->cache, &a->floor_rv);
+    struct decide_req dq;
+    route_decide_req(r, a->verb, a->sel && !sel_is_everything(a->sel), sel_err, &dq);
+    struct decide_cache dc = {.synced = true, .current_rv = a->current_rv, .floor_rv = a->floor_rv};
+    if (a->verb == DECIDE_WATCH)
+        decide_watch(&dq, &dc, &a->dec);
+    else
+        decide_read(&dq, &dc, q->too_large, &a->dec);
+    free(sel_err);
+
+    enum decide_action act = a->dec.action;
+    if (act == DECIDE_PASS_THROUGH) {
+        pass(a, ADMIT_WHY_TABLE);
+    } else if (act == DECIDE_SERVE_WATCH && !a->dec.initial && a->dec.rv < a->floor_rv) {
+        /* Below the history floor (kwc started or rebuilt after the
+         * client's rv): the upstream may still hold those events, as kube's
+         * own window does; it answers, and sends the 410 itself if it has
+         * them not either. */
+        pass(a, ADMIT_WHY_BELOW_FLOOR);
+    } else if (act == DECIDE_ERROR &&
+               (a->enc == KWC_ENC_PB || route_negotiate(q->accept, true) == ROUTE_MEDIA_PROTOBUF)) {
+        /* kwc writes the table's Status bodies in JSON; kube writes them in
+         * protobuf when that is asked for (a custom resource's too: which
+         * encoding kube writes a Status in for a resource without protobuf
+         * is its serializer's business). Those cells depend on the request
+         * alone (its parameters, or an rv the upstream issued), so the
+         * upstream reaches the same answer and encodes it as asked. */
+        pass(a, ADMIT_WHY_ERROR_ENCODING);
+    } else if (act != DECIDE_ERROR && a->sel && !admit_serves_fields(d, a->sel)) {
+        pass(a, ADMIT_WHY_FIELDS);
+    } else {
+        a->action = act == DECIDE_ERROR ? ADMIT_ERROR : ADMIT_SERVE;
+    }
+    if (a->action == ADMIT_PASS) {
+        decide_result_fini(&a->dec);
+        sel_free(a->sel);
+        a->sel = NULL;
+        return;
+    }
+    a->bookmarks = a->verb == DECIDE_WATCH && r->q.allow_watch_bookmarks &&
+                   kwc_query_bool(r->q.allow_watch_bookmarks, strlen(r->q.allow_watch_bookmarks));
+}
+
+void
+admit_fini(struct admit *a)
+{
+    decide_result_fini(&a->dec);
+    sel_free(a->sel);
+    a->sel = NULL;
+}
+
+/* ---- kwc's caches: the reflectors and the store ---- */
+
+static void
+refls_cache(const void *arg, size_t i, struct admit_cache *out)
+{
+    const struct admit_refls *ar = arg;
+    const struct refl *rf = ar->refls[i];
+    *out = (struct admit_cache){
+        .d = refl_desc(rf), .started = refl_started(rf), .serving = refl_serving(rf)};
+}
+
+static uint64_t
+refls_rv(const void *arg, size_t i, uint64_t *floor)
+{
+    const struct admit_refls *ar = arg;
+    return store_res_rv(ar->st, refl_desc(ar->refls[i])->sres, floor);
+}
+
+void
+admit_refls_init(struct admit_refls *ar, struct refl *const *refls, size_t n, struct store *st)
+{
+    *ar = (struct admit_refls){
+        .c = {.n = n, .cache = refls_cache, .rv = refls_rv, .arg = ar}, .refls = refls, .st = st};
+}

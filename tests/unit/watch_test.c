@@ -1,0 +1,372 @@
+/*
+ * watch_test.c — proxy/serve/watch.c: watch streams of the cache on worker
+ * loops (include/kwc/watch.h), through kwc's HTTP server on a socketpair,
+ * from a real store and reflector (cachefx.h).
+ *
+ * The test thread is the writer loop: it writes events to the store and
+ * calls watch_committed, as the reflector's commit hook does. A stream's
+ * socket leaves the HTTP server for a worker thread, so the client reads
+ * its end with poll() until what it waits for has arrived, bounded by a
+ * deadline that is only reached when the stream is broken. The worker's own
+ * state (a watcher freed, a watcher lagging) is read from watch_stats until
+ * it shows, bounded the same way. Bookmarks come from the workers' timers,
+ * with a short --bookmark-interval; nothing sleeps to let time pass.
+ *
+ * Expected events follow kube's watch semantics (k8s-api-concepts "Semantics
+ * for watch", "Watch bookmarks") and the README's "Watches".
+ */
+#include "kwc/watch.h"
+
+#include <jansson.h>
+#include <time.h>
+
+#include "cachefx.h"
+
+#define DEADLINE_MS 20000 /* a broken stream; never reached when all is well */
+
+static void
+take(struct cfx *f, struct hreq *r, const struct route_req *route)
+{
+    if (watch_take(f->arg, r, route) == WATCH_NOT_TAKEN)
+        hresp_simple(r, 599, "text/plain", "passed", 6);
+}
+
+static struct watch_pool *
+pool_open(struct cfx *f, size_t budget, size_t window, uint64_t bookmark_ms)
+{
+    struct watch_options wo = {.workers = 1,
+                               .budget = budget,
+                               .window_bytes = window,
+                               .bookmark_ms = bookmark_ms,
+                               .wait_ms = 3000};
+    struct watch_pool *p = watch_pool_new(f->base, f->st, f->refls, 1, &wo);
+    f->take = take;
+    f->arg = p;
+    return p;
+}
+
+static int
+watch(struct cfx *f, const char *target, int sndbuf)
+{
+    int c = cfx_connect(f, sndbuf);
+    char req[512];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: kwc\r\n\r\n", target);
+    cfx_send(f, c, req);
+    return c;
+}
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the events a client got ---- */
+
+struct ev {
+    char type[16];
+    char name[32];
+    uint64_t rv;
+    bool initial_end; /* a BOOKMARK with k8s.io/initial-events-end */
+};
+
+struct evs {
+    struct ev *e;
+    size_t n;
+    bool bad; /* a line that is not a watch event */
+};
+
+/* Every complete event line in client c's stream so far. */
+static void
+events(struct cfx *f, int c, struct evs *out)
+{
+    free(out->e);
+    *out = (struct evs){0};
+    struct cfx_resp r = {0};
+    cfx_parse(&f->p[c].in, &r);
+    const char *p = r.body.p, *end = p + r.body.len;
+    while (p && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+        json_t *md = json_object_get(json_object_get(j, "object"), "metadata");
+        const char *type = json_string_value(json_object_get(j, "type"));
+        const char *rv = json_string_value(json_object_get(md, "resourceVersion"));
+        if (!type || !rv) {
+            out->bad = true;
+        } else {
+            out->e = xrealloc(out->e, (out->n + 1) * sizeof(*out->e));
+            struct ev *e = &out->e[out->n++];
+            *e = (struct ev){.rv = strtoull(rv, NULL, 10)};
+            snprintf(e->type, sizeof e->type, "%s", type);
+            const char *name = json_string_value(json_object_get(md, "name"));
+            snprintf(e->name, sizeof e->name, "%s", name ? name : "");
+            const char *ie = json_string_value(
+                json_object_get(json_object_get(md, "annotations"), "k8s.io/initial-events-end"));
+            e->initial_end = ie && strcmp(ie, "true") == 0;
+        }
+        json_decref(j);
+        p = nl + 1;
+    }
+    free(r.body.p);
+}
+
+static size_t
+count(const struct evs *v, const char *type)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < v->n; i++)
+        n += strcmp(v->e[i].type, type) == 0;
+    return n;
+}
+
+/* Read client c until it has at least n events of type (NULL: any), or
+ * EOF; false at the deadline. */
+static bool
+wait_events(struct cfx *f, int c, const char *type, size_t n, struct evs *v)
+{
+    uint64_t end = now_ms() + DEADLINE_MS;
+    for (;;) {
+        cfx_read(f, c, 0);
+        events(f, c, v);
+        if ((type ? count(v, type) : v->n) >= n)
+            return true;
+        if (f->p[c].eof || now_ms() > end)
+            return false;
+        struct pollfd pf = {.fd = f->p[c].fd, .events = POLLIN};
+        poll(&pf, 1, 100);
+    }
+}
+
+/* Until the workers' state satisfies cond; false at the deadline. */
+static bool
+wait_for(struct watch_pool *p, bool (*cond)(struct watch_pool *p, const void *arg), const void *arg)
+{
+    uint64_t end = now_ms() + DEADLINE_MS;
+    for (;;) {
+        if (cond(p, arg))
+            return true;
+        if (now_ms() > end)
+            return false;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL); /* another thread's progress: polled, bounded */
+    }
+}
+
+/* Open streams of the pods (the pool's atomic count: a stream is counted
+ * from its hand-off to its close). */
+static bool
+watchers_are(struct watch_pool *p, const void *arg)
+{
+    struct watch_res_stats rs;
+    watch_res_stats(p, 0, &rs);
+    return rs.watchers == *(const unsigned long long *)arg;
+}
+
+/* The workers' counters are published after each of their rounds. */
+static bool
+any_lagging(struct watch_pool *p, const void *arg)
+{
+    struct watch_stats s;
+    watch_stats(p, &s);
+    return s.lagging > 0;
+}
+
+/* Commit an event and hand it to the workers, as the reflector's hook does. */
+static uint64_t
+commit(struct cfx *f, struct watch_pool *p, enum store_ev_type t, const char *name, size_t size)
+{
+    uint64_t rv = cfx_event(f, t, "ns", name, size);
+    watch_committed(p);
+    return rv;
+}
+
+/* ---- open, events, close ---- */
+
+static void
+test_lifecycle(void)
+{
+    struct cfx f;
+    cfx_open(&f, 5, 100, 1000);
+    struct watch_pool *p = pool_open(&f, 256 * 1024, 1 << 20, 60000);
+    struct evs v = {0};
+
+    int c = watch(&f, "/api/v1/namespaces/ns/pods?watch=1", 0);
+    ok(wait_events(&f, c, "ADDED", 5, &v), "rv unset: the state first, as ADDED events");
+    struct cfx_resp r = {0};
+    cfx_parse(&f.p[c].in, &r);
+    is_int(r.status, 200, "200");
+    ok(r.chunked, "chunked");
+    ok(strcasestr(r.head, "\r\nContent-Type: application/json\r\n") != NULL, "JSON");
+    ok(strcasestr(r.head, "\r\nConnection: close\r\n") != NULL, "Connection: close");
+    is_int(v.n, 5, "...one per object");
+    ok(!v.bad, "every line is a watch event");
+
+    struct watch_stats s;
+    watch_stats(p, &s);
+    is_int(s.watchers, 1, "one watcher");
+    struct watch_res_stats rs;
+    watch_res_stats(p, 0, &rs);
+    is_int(rs.watchers, 1, "...of the pods");
+
+    uint64_t a = commit(&f, p, STORE_ADDED, "p0005", 100);
+    uint64_t m = commit(&f, p, STORE_MODIFIED, "p0001", 100);
+    uint64_t d = commit(&f, p, STORE_DELETED, "p0002", 100);
+    ok(wait_events(&f, c, NULL, 8, &v), "then every change, live");
+    if (v.n >= 8) {
+        ok(strcmp(v.e[5].type, "ADDED") == 0 && strcmp(v.e[5].name, "p0005") == 0 && v.e[5].rv == a,
+           "ADDED p0005 at its rv");
+        ok(strcmp(v.e[6].type, "MODIFIED") == 0 && strcmp(v.e[6].name, "p0001") == 0 &&
+               v.e[6].rv == m,
+           "MODIFIED p0001 at its rv");
+        ok(strcmp(v.e[7].type, "DELETED") == 0 && strcmp(v.e[7].name, "p0002") == 0 &&
+               v.e[7].rv == d,
+           "DELETED p0002 at its rv");
+    }
+
+    /* a second watcher from an rv: the events after it, no state */
+    int c2 = watch(&f, "/api/v1/namespaces/ns/pods?watch=1&resourceVersion=100001", 0);
+    ok(wait_events(&f, c2, NULL, 2, &v), "rv=N: every event after N");
+    ok(v.n >= 2 && v.e[0].rv == m && v.e[1].rv == d, "...MODIFIED then DELETED, no ADDED");
+
+    /* errors before the stream: kube's Status through the response writer */
+    int c3 = watch(&f, "/api/v1/pods?watch=1&sendInitialEvents=true", 0);
+    cfx_read(&f, c3, 0);
+    cfx_parse(&f.p[c3].in, &r);
+    is_int(r.status, 422, "sendInitialEvents without resourceVersionMatch: 422");
+    free(r.body.p);
+
+    /* the client goes: its watcher is freed */
+    cfx_hangup(&f, c);
+    unsigned long long one = 1, zero = 0;
+    ok(wait_for(p, watchers_are, &one), "a client that closes frees its watcher");
+    cfx_hangup(&f, c2);
+    ok(wait_for(p, watchers_are, &zero), "...every one");
+    watch_stats(p, &s);
+    is_int(s.ended, 2, "two streams ended");
+    is_int(s.started, 2, "...of two started");
+
+    free(v.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
+/* ---- a watcher that stops reading, then catches up ---- */
+
+static void
+lagging(size_t window, const char *what)
+{
+    struct cfx f;
+    enum { N = 300, SIZE = 1000 };
+    cfx_open(&f, 5, 100, 100000);
+    struct watch_pool *p = pool_open(&f, 4096, window, 60000);
+    struct evs v = {0};
+    int c = watch(&f, "/api/v1/pods?watch=1&resourceVersion=100000", 4096);
+    unsigned long long one = 1;
+    ok(wait_for(p, watchers_are, &one), "the stream is open");
+
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "q%04d", i);
+        commit(&f, p, STORE_ADDED, name, SIZE);
+    }
+    ok(wait_for(p, any_lagging, NULL), "a watcher that does not read lags");
+
+    /* the client reads: it catches up, every event once, in order */
+    ok(wait_events(&f, c, NULL, N, &v), "it gets every event");
+    size_t bad = 0;
+    for (size_t i = 0; i < v.n; i++)
+        bad += v.e[i].rv != 100000 + 1 + i || strcmp(v.e[i].type, "ADDED") != 0;
+    is_int(bad, 0, "...each once, in rv order, no gap");
+    is_int(v.n, N, "...and no more");
+    struct watch_res_stats rs;
+    watch_res_stats(p, 0, &rs);
+    ok(rs.hub.store + rs.hub.window > 0, "...caught up from the history");
+    if (window <= 1)
+        ok(rs.hub.store > 0, what);
+    else
+        ok(rs.hub.window > 0, what);
+
+    /* and is live again */
+    uint64_t rv = commit(&f, p, STORE_MODIFIED, "q0000", 10);
+    ok(wait_events(&f, c, NULL, N + 1, &v) && v.e[N].rv == rv, "...then live again");
+    watch_res_stats(p, 0, &rs);
+    is_int(rs.hub.lagging, 0, "no watcher lags any more");
+
+    free(v.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
+static void
+test_lagging(void)
+{
+    lagging(1, "behind a one-byte window: from the store");
+    lagging(64 << 20, "inside the window: from the window's shared events");
+}
+
+/* ---- bookmarks ---- */
+
+static void
+test_bookmarks(void)
+{
+    struct cfx f;
+    cfx_open(&f, 3, 100, 1000);
+    struct watch_pool *p = pool_open(&f, 256 * 1024, 1 << 20, 100);
+    struct evs v = {0}, w = {0};
+
+    int quiet = watch(&f, "/api/v1/pods?watch=1", 0);
+    int c = watch(&f, "/api/v1/pods?watch=1&allowWatchBookmarks=true", 0);
+    ok(wait_events(&f, c, "BOOKMARK", 3, &v), "allowWatchBookmarks: bookmarks, on the interval");
+    size_t at_rv = 0;
+    for (size_t i = 0; i < v.n; i++)
+        at_rv += strcmp(v.e[i].type, "BOOKMARK") == 0 && v.e[i].rv == CFX_LIST_RV;
+    is_int(at_rv, count(&v, "BOOKMARK"), "...each at the cache's rv");
+    is_int(count(&v, "ADDED"), 3, "...after the state");
+
+    /* an event moves the bookmarks' rv */
+    uint64_t rv = commit(&f, p, STORE_MODIFIED, "p0000", 100);
+    size_t before = count(&v, "BOOKMARK");
+    ok(wait_events(&f, c, "BOOKMARK", before + 1, &v), "another bookmark");
+    ok(v.e[v.n - 1].rv == rv, "...at the newest rv");
+
+    /* the watcher that did not ask got the same time and no bookmark */
+    cfx_read(&f, quiet, 0);
+    events(&f, quiet, &w);
+    is_int(count(&w, "BOOKMARK"), 0, "without allowWatchBookmarks: none");
+    is_int(w.n, 4, "...the state and the event only");
+
+    /* sendInitialEvents: the state, then the bookmark that ends it */
+    int si = watch(&f,
+                   "/api/v1/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+                   "&allowWatchBookmarks=true",
+                   0);
+    ok(wait_events(&f, si, "BOOKMARK", 1, &v), "sendInitialEvents: a bookmark");
+    ok(v.n >= 4 && count(&v, "ADDED") == 3 && strcmp(v.e[3].type, "BOOKMARK") == 0 &&
+           v.e[3].initial_end,
+       "...after the 3 ADDED, with k8s.io/initial-events-end");
+
+    struct watch_res_stats rs;
+    watch_res_stats(p, 0, &rs);
+    ok(rs.hub.bookmarks >= 5, "the pods' bookmarks are counted");
+
+    free(v.e);
+    free(w.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
+int
+main(void)
+{
+    TAP_RUN(test_lifecycle);
+    TAP_RUN(test_lagging);
+    TAP_RUN(test_bookmarks);
+    return tap_done();
+}
