@@ -101,9 +101,6 @@ void up_client_free(struct up_client *c);
  * for the client's life. */
 struct uplink *up_client_uplink(const struct up_client *c);
 
-/* The upstream base URL, e.g. "https://10.0.0.1:6443" (valid for the client's life). */
-const char *up_client_server(const struct up_client *c);
-
 /* Start a request (cbs borrowed, must outlive the xfer). */
 int up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_xfer_cbs *cbs,
                   void *arg, struct up_xfer **out);

@@ -563,12 +563,6 @@ up_client_uplink(const struct up_client *c)
     return c->link;
 }
 
-const char *
-up_client_server(const struct up_client *c)
-{
-    return c->k->server;
-}
-
 void
 up_client_stats(const struct up_client *c, struct up_stats *out)
 {
