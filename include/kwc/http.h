@@ -4,8 +4,12 @@
  * facing the network needs (head size, head and idle timeouts, a connection
  * cap). It replaces libevhtp (DESIGN.md "The front end seam").
  *
- * The seam: handlers (kwc's own endpoints, serve, watch, passthrough,
- * tunnel) never see the protocol. A handler gets a request head (struct
+ * The seam: handlers (kwc's own endpoints, serve, passthrough) never see
+ * the protocol. Two do not keep to it yet: a cached watch takes its socket
+ * (hreq_take_socket) to a worker loop and frames its chunks there itself
+ * (proxy/serve/watch.c), and a tunnel takes the bufferevent once the
+ * upstream answered 101 (hreq_take_bev); the response-stream writer of the
+ * HTTP/2 work ends both. A handler gets a request head (struct
  * hreq: method, target, headers, peer, TLS identity), reads the body through
  * a reader with flow control (hreq_body_read), and answers through a
  * response writer (hresp_*) that frames the bytes for the protocol and tells

@@ -7,8 +7,8 @@
  * reference-counted blob of event bytes, no framing) -> hub_apply on every
  * worker loop's hub (its own watchers, indexed by namespace and by the
  * resource's indexed field, pods' spec.nodeName) -> a sink per watcher
- * (proxy/serve/watch.c: an HTTP response, which frames what it is given; tests:
- * memory).
+ * (proxy/serve/watch.c: a chunked HTTP/1.1 stream on the socket the watch
+ * took to its worker loop; tests: memory).
  *
  * Threads: a struct hub belongs to one loop thread; blobs, events and batches
  * are immutable once built and shared between threads by atomic reference
