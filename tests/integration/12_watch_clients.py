@@ -85,7 +85,7 @@ class WatchClients(unittest.TestCase):
         via = self.start(["node", js, kubeconfig(e.kwc.port, d), "ns-0/sentinel-js"])
         direct = self.start(["node", js, kubeconfig(e.apisim.port, d), "ns-0/sentinel-js"])
         wait_for(lambda: any(l.startswith("synced") for l in via.lines) and
-                 any(l.startswith("synced") for l in direct.lines), 30, "both informers to sync")
+                 any(l.startswith("synced") for l in direct.lines), 120, "both informers to sync")
         self.churn_then_sentinel("sentinel-js")
         self.assertEqual(via.wait(60), 0, via.stderr())
         self.assertEqual(direct.wait(60), 0, direct.stderr())
@@ -112,7 +112,7 @@ class WatchClients(unittest.TestCase):
             # with --output-watch-events -o json kubectl prints one compact event per line
             return [json.loads(line) for line in list(r.lines) if line.startswith("{")]
 
-        wait_for(lambda: len(events(via)) >= 60 and len(events(direct)) >= 60, 30, "the initial lists")
+        wait_for(lambda: len(events(via)) >= 60 and len(events(direct)) >= 60, 120, "the initial lists")
         key = self.churn_then_sentinel("sentinel-kubectl")
         done = lambda r: any(ev["type"] == "ADDED" and
                              "%s/%s" % (ev["object"]["metadata"]["namespace"], ev["object"]["metadata"]["name"]) == key
