@@ -73,6 +73,29 @@ json_str(struct gostr_buf *b, const char *s, size_t n)
     gostr_addc(b, '"');
 }
 
+/* n bytes of a text line's message, kept on one line: a line break or
+ * another control byte (a path, a name or an upstream's text may carry one)
+ * is written as \n, \r or \xNN, so that one call is one line and no text
+ * can forge a line of its own. */
+static void
+text_msg(struct gostr_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') {
+            gostr_add(b, "\\n");
+        } else if (c == '\r') {
+            gostr_add(b, "\\r");
+        } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            char x[5] = {'\\', 'x', hex[c >> 4], hex[c & 15], 0};
+            gostr_add(b, x);
+        } else {
+            gostr_addc(b, (char)c);
+        }
+    }
+}
+
 static void
 stamp(char *out, size_t len)
 {
@@ -137,7 +160,7 @@ line(enum log_level l, const char *msg, size_t msg_len, const struct log_field *
     char lv[8];
     snprintf(lv, sizeof(lv), "%-5s ", names[l]);
     gostr_add(&b, lv);
-    gostr_addn(&b, msg, msg_len);
+    text_msg(&b, msg, msg_len);
     for (size_t i = 0; i < n; i++) {
         if (!f[i].is_num && !f[i].str)
             continue;

@@ -398,11 +398,27 @@ test_default_level(void)
     ok(strstr(o, " info  yes\n") != NULL, "...the info line");
 }
 
+/* A message carrying a line break or another control byte (a path, a name
+ * or an upstream's text may) stays one line: no text forges a line. */
+static void
+test_text_one_line(void)
+{
+    log_set_format(LOG_TEXT);
+    log_set_level(LOG_INFO);
+    cap_begin();
+    log_info("GET %s", "/api\n2026-11-21T06:00:00.000Z error forged\r\x01\x7f\tend");
+    const char *o = cap_end();
+    is_int(count_lines(o), 1, "text: a message with a line break is one line");
+    ok(strstr(o, " info  GET /api\\n2026-11-21T06:00:00.000Z error forged\\r\\x01\\x7f\tend\n") != NULL,
+       "...the break written as \\n, CR as \\r, other control bytes as \\xNN, a tab kept");
+}
+
 int
 main(void)
 {
     TAP_RUN(test_default_level); /* first: before any log_set_level */
     TAP_RUN(test_text_line);
+    TAP_RUN(test_text_one_line);
     TAP_RUN(test_text_fields);
     TAP_RUN(test_levels);
     TAP_RUN(test_parse);
