@@ -31,7 +31,7 @@ struct app;
 struct app_deps {
     struct event_base *base;
     const struct kwc_config *cfg;
-    const struct kcfg *k; /* the upstream and its credentials (tunnels) */
+    const struct kcfg *k; /* not read: tunnels take the uplink from up (up_client_uplink) */
     struct up_client *up;
     struct store *st;
     struct refl_ingest *ing; /* the writer the app subscribes to */

@@ -157,7 +157,8 @@ struct kwc_config {
     struct http_listen_addr *listen_addrs;
     size_t n_listen;
     /* The host part of listen without brackets ("0.0.0.0" for ":PORT"; a
-     * name as written) and the port: for the old front end and logs. */
+     * name as written) and the port. Only the config's tests read them: the
+     * server binds listen_addrs. */
     char *listen_host;
     int listen_port;
     bool listen_loopback; /* every listen address is in 127.0.0.0/8 or is ::1 */
@@ -192,13 +193,7 @@ int cfg_parse(int argc, char **argv, struct kwc_config *out, char *err, size_t e
 void cfg_fini(struct kwc_config *c);
 
 /*
- * Whether --accept-hosts matches host (the Host header without its port,
- * NUL-terminated); false when --accept-hosts was not given. The compiled
- * regex stays opaque behind this call (config owns it, no <regex.h> in this
- * header). Thread-safe (glibc's regexec on a shared compiled regex).
- */
-/*
- * The open-file budget (README "File descriptors"). kwc may hold at once:
+ * The open-file budget (the README's "The descriptor budget"). kwc may hold at once:
  *   client connections: --max-connections (watch streams, and tunnels
  *     twice: their upstream socket counts as a taken connection);
  *   upstream connections: the pools' caps (--max-upstream-connections,
@@ -228,6 +223,12 @@ struct cfg_fd_budget {
 int cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu,
                   bool upstream_name, struct cfg_fd_budget *out, char *err, size_t errlen);
 
+/*
+ * Whether --accept-hosts matches host (the Host header without its port,
+ * NUL-terminated); false when --accept-hosts was not given. The compiled
+ * regex stays opaque behind this call (config owns it, no <regex.h> in this
+ * header). Thread-safe (glibc's regexec on a shared compiled regex).
+ */
 bool cfg_accept_hosts_match(const struct kwc_config *c, const char *host);
 void cfg_usage(FILE *f);
 

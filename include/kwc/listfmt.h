@@ -40,9 +40,9 @@ struct listfmt_meta {
 /*
  * Head (everything before the first item) and tail (everything after the
  * last, newline included) of a list. For built-in kinds the whole ListMeta
- * is in the head, for custom resources in the tail; *need_meta_first says
- * which (the caller must know continue and remainingItemCount before the
- * first byte when it is true). New strings; caller frees.
+ * is in the head, for custom resources in the tail; f->unstructured says
+ * which (for a built-in kind the caller must know continue and
+ * remainingItemCount before the first byte). New strings; caller frees.
  */
 char *listfmt_head(const struct listfmt *f, const struct listfmt_meta *m, size_t *len);
 char *listfmt_tail(const struct listfmt *f, const struct listfmt_meta *m, size_t *len);

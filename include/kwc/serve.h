@@ -67,7 +67,7 @@ bool serve_take(struct serve *s, struct hreq *req, const struct route_req *r);
  * wake requests waiting for an rv. */
 void serve_committed(void *s);
 
-/* Counters for logs and tests. */
+/* Counters for tests (nothing logs them). */
 struct serve_stats {
     unsigned long long lists, gets, errors, waited, passed_after_wait;
 };

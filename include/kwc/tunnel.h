@@ -27,8 +27,9 @@ struct tunnel_options {
  * replay it to the upstream, and only if the upstream answers 101 take the
  * connection (hreq_take_bev) and copy bytes both ways; any other answer is
  * relayed as an ordinary response and the connection closes, so nothing the
- * client sent behind the request is forwarded before a 101. Upstream
- * unreachable: a 503 Status; a TLS failure or a broken answer: 502. The
+ * client sent behind the request is forwarded before a 101. A target not
+ * in origin form: 400; upstream unreachable: a 503 Status; a TLS failure or
+ * a broken answer: 502; the tunnel ending before any answer: 500. The
  * caller never touches req again. */
 void tunnel_start(struct hreq *req, const struct tunnel_options *o);
 

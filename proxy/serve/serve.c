@@ -4,9 +4,9 @@
  * One struct sreq per request taken. Lifecycle:
  *   serve_take (head read): admit_decide (the cache, the encoding, the
  *     selectors, the decision table).
- *     PASS_THROUGH -> not taken. Otherwise the body is discarded and the
+ *     ADMIT_PASS -> not taken. Otherwise the body is discarded and the
  *     answer starts when the request has been read (on_complete):
- *   ERROR -> the Status kube-apiserver sends (JSON; a protobuf request
+ *   ADMIT_ERROR -> the Status kube-apiserver sends (JSON; a protobuf request
  *     with an error is not taken: the upstream answers it in protobuf);
  *   SERVE_AT_LEAST not yet reached -> waiters list + timer; serve_committed
  *     starts it, the timer hands it upstream (pt_forward_read) or answers 504

@@ -59,9 +59,9 @@ struct refl_ingest {
  * push or commit); the commit of this loop turn is scheduled. */
 struct pend *refl_ingest_push(struct refl_ingest *ing);
 /* Write everything pending in one transaction now (nothing pending: no-op).
- * On failure every reflector with a pending write hears refl_commit_failed;
- * on success those out of service for a write hear refl_commit_done, and
- * the subscribers hear of the commit. */
+ * Every reflector with a pending write hears refl_commit_failed or
+ * refl_commit_done (once per pending write); on success the subscribers
+ * then hear of the commit. */
 void refl_ingest_commit(struct refl_ingest *ing);
 /* What a failed write (rc) means, for a person: the cause and what fixes it. */
 void refl_ingest_write_cause(const struct refl_ingest *ing, int rc, char *buf, size_t len);

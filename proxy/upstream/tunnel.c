@@ -16,7 +16,7 @@
  *  - any other answer: relayed as an ordinary response through the response
  *    writer (status, end-to-end headers, the body decoded by the parser and
  *    framed by kwc, streamed with backpressure: hresp_queued / on_drain), and
- *    the connection closes after it (http.c never reuses an Upgrade request's
+ *    the connection closes after it (h1.c never reuses an Upgrade request's
  *    connection), as kube's upgrade-aware proxy does after a refused upgrade
  *    (k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go tryUpgrade). So a
  *    request pipelined behind a refused upgrade is never read by anybody:
@@ -33,12 +33,13 @@
  * Decisions (kube-apiserver's behaviour on the wire):
  *  - Upgrade: h2c is never tunnelled: kube-apiserver runs Go's net/http
  *    server without an h2c handler, which serves such a request as an
- *    ordinary one. http.c does the same (hreq_upgrade is false), so it goes
+ *    ordinary one. h1.c does the same (hreq_upgrade is false), so it goes
  *    through the cache or the passthrough, which drops the hop-by-hop
- *    Upgrade and HTTP2-Settings headers. An Upgrade listing h2c among other
+ *    Upgrade header and HTTP2-Settings (named by the request's Connection
+ *    header, as h2c requires). An Upgrade listing h2c among other
  *    protocols is tunnelled with h2c left out; a 101 must name a protocol the
  *    client asked for (as Go's httputil.ReverseProxy checks), never h2c.
- *  - CONNECT is never an upgrade (http.c) and never tunnelled or forwarded:
+ *  - CONNECT is never an upgrade (h1.c) and never tunnelled or forwarded:
  *    kube-apiserver has no CONNECT route (its exec/attach/portforward/proxy
  *    "connect" subresources are GET/POST upgrades) and answers 405 from
  *    go-restful; front.c answers 405 MethodNotAllowed after authentication,
