@@ -21,7 +21,7 @@
  *   kwc_response_bytes_total{verb,group,resource,source}
  * and kwc_requests_in_flight{source} while it runs. source: "cache" (serve,
  * watch), "upstream" (passthrough, tunnels), "kwc" (its own endpoints and the
- * errors its stages answer: 400/401/403/414/500).
+ * errors its stages answer: 400/401/403/405/414/431/500).
  *
  * The access log (--access-log at info, or any request at --log-level
  * debug): log_fields "request" with method, path (the target with its

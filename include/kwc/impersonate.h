@@ -17,7 +17,7 @@
  *
  * Header rules (Go's net/http and kube, matched exactly):
  *  - names are compared without regard to case (Go canonicalizes them);
- *  - values arrive trimmed and with obs-folds joined (http.c reads them as
+ *  - values arrive trimmed and with obs-folds joined (h1.c reads them as
  *    Go's textproto does);
  *  - Impersonate-User and Impersonate-Uid: the first value only
  *    (http.Header.Get); an empty first value is no user / no uid;

@@ -6,7 +6,8 @@
  * with a line's fields (log_fields) as further keys. Strings are escaped as
  * JSON needs; bytes that are not UTF-8 become U+FFFD.
  * Log once, where the decision is made, with the context that explains it.
- * log_warn* append strerror(errno) like OpenBSD's log_warn; log_warnx does not.
+ * log_warnx is named after OpenBSD's (which does not append strerror(errno));
+ * there is no log_warn that would: a message names its errno itself.
  */
 #ifndef KWC_LOG_H
 #define KWC_LOG_H
