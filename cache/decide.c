@@ -1,9 +1,10 @@
 /*
  * decide.c — the list/get decision table (decide.h).
  *
- * Called by the front end for every list or get of a cached resource, before
- * anything is read from the store; the result says serve (latest, at least N,
- * exactly N from a start key), pass through, or answer an error. Owns only its
+ * Called by admission (proxy/serve/admit.c) for every list or get of a
+ * cached resource, before anything is read from the store; the result says
+ * serve (latest, at least N, exactly N from a start key), pass through, or
+ * answer an error. Owns only its
  * result. Pure: no I/O, no clock (the wait it asks for is the caller's).
  *
  * Order of checks and error texts, all from kube-apiserver:

@@ -2,8 +2,8 @@
  * decide.h — the resourceVersion decision table for list and get on a cached
  * resource: given the raw query values and the cache's state, serve from the
  * cache (and how), pass the request to the upstream, or answer the error
- * kube-apiserver would answer. Sits between route (parse) and the list/get
- * handlers in the front end. Pure: no I/O, no clock, no allocation beyond the
+ * kube-apiserver would answer. Sits between route (parse) and the handlers
+ * of lists, gets and watches: admission (admit.h) asks it. Pure: no I/O, no clock, no allocation beyond the
  * result.
  *
  * Where kube-apiserver serves each cell (k8s.io/apiserver/pkg/storage/cacher
@@ -168,8 +168,10 @@ void decide_read(const struct decide_req *req, const struct decide_cache *cache,
  *   sendInitialEvents=false rv N                       events after N
  *   no sendInitialEvents    rv "" or "0"               initial (current state)
  *   no sendInitialEvents    rv N                       events after N
- * An rv below the history floor is the caller's to answer (a 410 ERROR
- * event on the stream, as kube sends it).
+ * An rv below the history floor is the caller's to answer: admission passes
+ * such a watch to the upstream (it may still hold the events); one that
+ * slips below the floor before its stream starts gets a 410 ERROR event
+ * from the hub, as kube sends it.
  */
 void decide_watch(const struct decide_req *req, const struct decide_cache *cache,
                   struct decide_result *out);

@@ -1,7 +1,7 @@
 /*
  * upstream.c — libcurl multi on libevent (see upstream.h).
  *
- * Data path: the passthrough (and later the reflector) starts an up_xfer; curl
+ * Data path: a passthrough, a reflector or a review starts an up_xfer; curl
  * tells us which sockets to watch (on_curl_socket) and when to wake
  * (on_curl_timer); libevent calls back into curl_multi_socket_action; curl calls
  * our header/write/read callbacks, which forward to the xfer's owner.
