@@ -97,7 +97,7 @@ enum decide_action {
 #undef DECIDE_ACTION_ENUM
 };
 
-/* Why a request is passed through (for logs and metrics). */
+/* Why a request is passed through (for logs: serve.c's debug line). */
 #define DECIDE_WHYS(X)                                                                             \
     X(DECIDE_WHY_NONE, "none")                                                                     \
     X(DECIDE_WHY_MOST_RECENT, "most_recent") /* needs a quorum read */                             \

@@ -6,7 +6,8 @@
  *   list's rv with allowWatchBookmarks -> on a dropped watch, re-watch from
  *   the last rv with jittered backoff -> on 410, relist and record the
  *   difference as ordinary events (ADDED/MODIFIED at each object's rv,
- *   DELETED at the list's rv), so downstream watches continue.
+ *   DELETED at a free rv up to the list's: relist.h), so downstream watches
+ *   continue.
  *
  * Events decoded from the watch are batched: one store write transaction per
  * loop turn for every resource (struct refl_ingest). A warm data dir is
