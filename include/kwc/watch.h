@@ -21,8 +21,9 @@
  *
  * Passed to the upstream: watches of a single object by name
  * (/watch/.../NAME, ?watch on an object path), Table/metadata/YAML Accept
- * headers, pretty JSON, field selectors on fields kwc does not index, and
- * everything while the cache is not synced; protobuf also while its cache
+ * headers, pretty JSON, field selectors on fields kwc does not index, a
+ * resume from below the history floor (the upstream may still hold the
+ * events), and everything while the cache is not synced; protobuf also while its cache
  * does not serve (the request starts it: refl_want), and a protobuf request
  * kube would refuse (its error Status is the upstream's, in protobuf).
  */
