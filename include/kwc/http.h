@@ -247,14 +247,17 @@ int hreq_take_socket(struct hreq *r, struct http_taken *out);
  * Take the connection's bufferevent (plain or OpenSSL) for an Upgrade
  * tunnel: bytes the client sent after the request (its head and body) are
  * in its input buffer, unparsed. No response was started on r. The
- * taker frees it (and, with TLS, the SSL inside: bufferevent_free with
- * BEV_OPT_CLOSE_ON_FREE semantics are the taker's, see http.c). r's on_close
- * runs before this returns. Returns NULL when the connection is gone.
+ * taker frees it with http_bev_free (it was made without
+ * BEV_OPT_CLOSE_ON_FREE: bufferevent_free alone would leave the socket and
+ * the SSL open). r's on_close runs before this returns. Returns NULL when
+ * the connection is gone.
  */
 struct bufferevent *hreq_take_bev(struct hreq *r);
-/* Free a bufferevent taken with hreq_take_bev: closes its socket and frees
- * its SSL (from the next loop turn: safe inside its own callbacks), and
- * releases it (http_taken_release). */
+/* Free a bufferevent over a taken connection (hreq_take_bev's, or one the
+ * taker of hreq_take_socket built on its own loop, as watch.c does over
+ * TLS): closes its socket and frees its SSL (from the next turn of the
+ * bufferevent's loop: safe inside its own callbacks), and releases the
+ * connection (http_taken_release). */
 void http_bev_free(struct bufferevent *bev);
 /* A socket taken with hreq_take_socket has been closed. Thread-safe. */
 void http_taken_release(void);
