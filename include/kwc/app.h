@@ -39,9 +39,10 @@ struct app_deps {
     size_t nrefls;
 };
 
-/* Build the parts, bind and start serving. /readyz turns 200 once every
- * reflector has synced. Returns 0, or the HTTP server's error (a listen
- * address or TLS file that cannot be used) with a message in err. */
+/* Build the parts, bind and start serving. /readyz answers 200 while every
+ * started cache that counts (refl_counts_ready) serves. Returns 0, or the
+ * HTTP server's error (a listen address or TLS file that cannot be used)
+ * with a message in err. */
 int app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen);
 /* The port actually bound for the first listen address (--listen ADDR:0). */
 int app_port(const struct app *a);

@@ -3,8 +3,8 @@
  * resource: given the raw query values and the cache's state, serve from the
  * cache (and how), pass the request to the upstream, or answer the error
  * kube-apiserver would answer. Sits between route (parse) and the handlers
- * of lists, gets and watches: admission (admit.h) asks it. Pure: no I/O, no clock, no allocation beyond the
- * result.
+ * of lists, gets and watches: admission (admit.h) asks it. Pure: no I/O, no
+ * clock, no allocation beyond the result.
  *
  * Where kube-apiserver serves each cell (k8s.io/apiserver/pkg/storage/cacher
  * shouldDelegateList/Get in kube 1.27-1.30; later releases serve more of the

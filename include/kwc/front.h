@@ -50,7 +50,7 @@ struct front_parts {
     size_t nrefls;
     struct serve *serve;                         /* cached lists and gets */
     struct watch_pool *watch;                    /* cached watches */
-    struct up_client *up;                        /* passthrough */
+    struct up_client *up;                        /* passthrough; tunnels use its uplink */
     const struct pt_options *pt_short, *pt_long; /* passthrough: short, long-running */
     int tunnel_connect_timeout_ms;
     struct auth *auth;  /* NULL: --auth none (every caller acts as kwc) */
