@@ -3,8 +3,11 @@
  *   2026-11-21T06:00:00.123Z info  upstream: connected server=https://...
  * or as JSON lines (--log-format json), one object per line:
  *   {"time":"2026-11-21T06:00:00.123Z","level":"info","msg":"upstream: ..."}
- * with a line's fields (log_fields) as further keys. Strings are escaped as
- * JSON needs; bytes that are not UTF-8 become U+FFFD.
+ * with a line's fields (log_fields) as further keys. In JSON, strings are
+ * escaped as JSON needs and bytes that are not UTF-8 become U+FFFD; in text,
+ * the message's line breaks and other control bytes are written as \n, \r,
+ * \xNN. A text line is cut at 4 KiB; a JSON line keeps 4 KiB of message and
+ * drops its fields past 8 KiB.
  * Log once, where the decision is made, with the context that explains it.
  * log_warnx is named after OpenBSD's (which does not append strerror(errno));
  * there is no log_warn that would: a message names its errno itself.
