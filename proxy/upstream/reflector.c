@@ -27,7 +27,8 @@
  * (reflector_int.h between the two); ingest.c the batched writer every
  * reflector of the loop shares (ingest.h); the relist difference itself is
  * pure (cache/relist.c). Time and jitter come from the options' refl_clock,
- * so that tests drive them.
+ * so that tests drive them; only the store's history stamps (for
+ * --history-max-age) are wall-clock seconds, time(NULL).
  *
  * Objects are stored in their list-item form. For built-in kinds the watch
  * sends `{"kind":"Pod","apiVersion":"v1",...}` while lists send
