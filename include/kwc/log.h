@@ -37,7 +37,7 @@ struct log_field {
 #define LOG_NUM(k, v) ((struct log_field){.key = (k), .num = (double)(v), .is_num = true})
 
 /* A line with fields: text "msg k=v k=v" (a value that is empty or holds a
- * space, tab, line feed, quote, = or \ is quoted as strconv.Quote does),
+ * space, a control byte, quote, = or \ is quoted as strconv.Quote does),
  * JSON {"time","level","msg",k:v...}. */
 void log_fields(enum log_level l, const char *msg, const struct log_field *f, size_t n);
 

@@ -96,6 +96,19 @@ text_msg(struct gostr_buf *b, const char *s, size_t n)
     }
 }
 
+/* A text field's value is quoted when it holds a space, '"', '=', '\\' or
+ * any control byte: unquoted, it could end the line or forge a field. */
+static bool
+needs_quote(const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
 static void
 stamp(char *out, size_t len)
 {
@@ -169,7 +182,7 @@ line(enum log_level l, const char *msg, size_t msg_len, const struct log_field *
         gostr_addc(&b, '=');
         if (f[i].is_num) {
             num_text(&b, f[i].num);
-        } else if (!f[i].str[0] || strpbrk(f[i].str, " \"=\\\n\t")) {
+        } else if (!f[i].str[0] || needs_quote(f[i].str)) {
             gostr_quote(&b, f[i].str, strlen(f[i].str));
         } else {
             gostr_add(&b, f[i].str);

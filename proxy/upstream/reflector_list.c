@@ -116,9 +116,10 @@ finish_diff(struct refl *r)
     int rc = store_rtxn_begin(r->ing->st, &t);
     if (rc)
         return rc;
-    struct store_res_info info;
-    store_info(t, r->d.sres, &info);
-    rc = store_scan(t, r->d.sres, 0, "", NULL, 0, on_stored_obj, r->rl);
+    struct store_res_info info = {0};
+    rc = store_info(t, r->d.sres, &info);
+    if (rc == 0)
+        rc = store_scan(t, r->d.sres, 0, "", NULL, 0, on_stored_obj, r->rl);
     store_rtxn_end(t);
     if (rc)
         return rc;
