@@ -95,9 +95,6 @@ const char *route_verb_name(enum route_verb v);
 enum route_media { ROUTE_MEDIA_JSON, ROUTE_MEDIA_PROTOBUF, ROUTE_MEDIA_OTHER };
 enum route_media route_negotiate(const char *accept, bool protobuf);
 
-/* route_negotiate(accept, false) == ROUTE_MEDIA_JSON. */
-bool route_accepts_plain_json(const char *accept);
-
 /*
  * kube-apiserver's isPrettyPrint (handlers/responsewriters): ?pretty= decides
  * when present and non-empty (strconv.ParseBool; unparsable is false), else a

@@ -311,12 +311,6 @@ route_negotiate(const char *accept, bool protobuf)
 }
 
 bool
-route_accepts_plain_json(const char *accept)
-{
-    return route_negotiate(accept, false) == ROUTE_MEDIA_JSON;
-}
-
-bool
 route_wants_pretty(const struct route_query *q, const char *user_agent)
 {
     if (q->pretty && q->pretty[0]) {

@@ -78,9 +78,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(h, target, len);
     h[len] = '\0';
-    bool json = route_accepts_plain_json(h);
+    enum route_media custom = route_negotiate(h, false);
     enum route_media m = route_negotiate(h, true);
-    if ((json || m != ROUTE_MEDIA_OTHER) && strchr(h, ';') && !strchr(h, ','))
+    if (custom == ROUTE_MEDIA_PROTOBUF)
+        abort(); /* custom resources have no protobuf */
+    if ((custom != ROUTE_MEDIA_OTHER || m != ROUTE_MEDIA_OTHER) && strchr(h, ';') &&
+        !strchr(h, ','))
         abort(); /* a clause with parameters is left to the upstream */
     if (m == ROUTE_MEDIA_PROTOBUF && !strstr(h, "application/vnd.kubernetes.protobuf"))
         abort();

@@ -456,7 +456,6 @@ test_accept_and_pretty(void)
         const char *name = a[i].accept ? a[i].accept : "(absent)";
         is_int(route_negotiate(a[i].accept, true), a[i].builtin, name);
         is_int(route_negotiate(a[i].accept, false), a[i].custom, name);
-        is_int(route_accepts_plain_json(a[i].accept), a[i].custom == J, name);
     }
 
     static const struct {
