@@ -269,15 +269,6 @@ hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res *sres, const cha
     return r;
 }
 
-struct hub_res *
-hub_res_new(unsigned id, struct store_res *sres, const char *kind, const char *api_version,
-            bool unstructured, bool namespaced, const char *const *field_names, size_t n_fields,
-            int index_field)
-{
-    return hub_res_new_enc(KWC_ENC_JSON, id, sres, kind, api_version, unstructured, namespaced,
-                           field_names, n_fields, index_field);
-}
-
 void
 hub_res_free(struct hub_res *r)
 {

@@ -92,10 +92,6 @@ struct hub_res *hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res 
                                 const char *kind, const char *api_version, bool unstructured,
                                 bool namespaced, const char *const *field_names, size_t n_fields,
                                 int index_field);
-/* hub_res_new_enc(KWC_ENC_JSON, ...). */
-struct hub_res *hub_res_new(unsigned id, struct store_res *sres, const char *kind,
-                            const char *api_version, bool unstructured, bool namespaced,
-                            const char *const *field_names, size_t n_fields, int index_field);
 void hub_res_free(struct hub_res *r);
 
 /* ---- batches: the events of one commit of one resource ---- */

@@ -180,7 +180,7 @@ setup(void)
     store_wtxn_set_synced(w, sres, true);
     store_wtxn_commit(w);
     posted = rv;
-    res = hub_res_new(0, sres, "Pod", "v1", false, true, field_names, 3, 2);
+    res = hub_res_new_enc(KWC_ENC_JSON, 0, sres, "Pod", "v1", false, true, field_names, 3, 2);
 }
 
 static void
