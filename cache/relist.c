@@ -73,12 +73,6 @@ relist_free(struct relist *d)
     free(d);
 }
 
-uint64_t
-relist_rv(const struct relist *d)
-{
-    return d->list_rv;
-}
-
 static void
 add_event(struct relist *d, enum store_ev_type type, uint64_t rv, const struct relist_obj *o)
 {

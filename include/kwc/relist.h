@@ -97,7 +97,4 @@ enum relist_verdict relist_finish(struct relist *d, uint64_t cache_rv, struct re
  * valid until relist_free. */
 const struct relist_event *relist_events(const struct relist *d, size_t *n);
 
-/* The list's rv, as given to relist_new. */
-uint64_t relist_rv(const struct relist *d);
-
 #endif
