@@ -5,7 +5,7 @@
  * Two kinds of families:
  *  - stored: counters, gauges and histograms with a fixed set of label names,
  *    whose series (one per set of label values) live in the registry and are
- *    updated as things happen (metrics_add / metrics_set / metrics_observe).
+ *    updated as things happen (metrics_add / metrics_observe).
  *    Thread-safe (one mutex per registry): for per-request counts, never for
  *    anything per watch event;
  *  - collected: a collector called at scrape time writes whole families from
@@ -55,8 +55,6 @@ struct metrics_hist {
 void metrics_hist_init(struct metrics_hist *h, const double *bounds, size_t n);
 void metrics_hist_fini(struct metrics_hist *h);
 void metrics_hist_observe(struct metrics_hist *h, double v);
-/* dst += src (same bounds). */
-void metrics_hist_add(struct metrics_hist *dst, const struct metrics_hist *src);
 
 /* kube-apiserver's apiserver_request_duration_seconds buckets (seconds). */
 extern const double metrics_request_buckets[];
@@ -108,7 +106,6 @@ struct metrics_family *metrics_family_new(struct metrics *m, enum metrics_type t
 /* Record into the series of these label values (nlabels strings, copied on
  * first use). Any thread. */
 void metrics_add(struct metrics_family *f, const char *const *values, double v);
-void metrics_set(struct metrics_family *f, const char *const *values, double v);
 void metrics_observe(struct metrics_family *f, const char *const *values, double v);
 /* The value of a counter or gauge series, 0 when it has none (tests). */
 double metrics_get(struct metrics_family *f, const char *const *values);

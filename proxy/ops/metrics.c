@@ -63,16 +63,6 @@ metrics_hist_observe(struct metrics_hist *h, double v)
     h->sum += v;
 }
 
-void
-metrics_hist_add(struct metrics_hist *dst, const struct metrics_hist *src)
-{
-    assert(dst->n == src->n);
-    for (size_t i = 0; i <= dst->n; i++)
-        dst->counts[i] += src->counts[i];
-    dst->count += src->count;
-    dst->sum += src->sum;
-}
-
 /* ---- the writer ---- */
 
 void
@@ -366,14 +356,6 @@ metrics_add(struct metrics_family *f, const char *const *values, double v)
 {
     pthread_mutex_lock(&f->m->mu);
     series_of(f, values, true)->v += v;
-    pthread_mutex_unlock(&f->m->mu);
-}
-
-void
-metrics_set(struct metrics_family *f, const char *const *values, double v)
-{
-    pthread_mutex_lock(&f->m->mu);
-    series_of(f, values, true)->v = v;
     pthread_mutex_unlock(&f->m->mu);
 }
 
