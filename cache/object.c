@@ -932,14 +932,6 @@ obj_meta_fini(struct obj_meta *m)
     memset(m, 0, sizeof(*m));
 }
 
-const char *
-obj_meta_label(const struct obj_meta *m, const char *key)
-{
-    struct obj_label want = {key, NULL};
-    const struct obj_label *l = bsearch(&want, m->labels, m->n_labels, sizeof(want), label_cmp);
-    return l ? l->value : NULL;
-}
-
 int
 obj_rv_span(const char *json, size_t len, size_t *off, size_t *vlen)
 {

@@ -119,9 +119,6 @@ int obj_meta_parse(const char *json, size_t len, const struct obj_fields_spec *s
                    struct obj_meta *out, char *err, size_t errlen);
 void obj_meta_fini(struct obj_meta *m);
 
-/* The value of label key, or NULL (binary search). */
-const char *obj_meta_label(const struct obj_meta *m, const char *key);
-
 /*
  * Where metadata.resourceVersion's string value lies in an object (len bytes
  * of JSON, already validated by obj_meta_parse): json[*off, *off + *vlen),

@@ -50,6 +50,16 @@ field(const struct obj_meta *m, const char *path)
     return NULL;
 }
 
+/* The value of label key as pb_meta_parse left it, or NULL. */
+static const char *
+label(const struct obj_meta *m, const char *key)
+{
+    for (size_t i = 0; i < m->n_labels; i++)
+        if (strcmp(m->labels[i].key, key) == 0)
+            return m->labels[i].value;
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The test's own reading of the wire format, for positions only            */
 
@@ -324,7 +334,7 @@ test_meta_vectors(void)
     ok(!m.deleting, "not deleting");
     ok(m.kind == NULL && m.api_version == NULL, "no kind/apiVersion in list-item form");
     is_int(m.n_labels, 1, "one label");
-    is_str(obj_meta_label(&m, "app"), "web", "app=web");
+    is_str(label(&m, "app"), "web", "app=web");
     is_int(m.n_fields, pods_n, "every field");
     is_str(field(&m, "metadata.name"), "web-0", "metadata.name");
     is_str(field(&m, "metadata.namespace"), "default", "metadata.namespace");
@@ -362,7 +372,7 @@ test_meta_vectors(void)
     is_int(pb_meta_parse(VEC_NODE, sizeof(VEC_NODE), f, n, 0, 0, &m, err, sizeof(err)), 0, "node");
     is_str(m.fields[2], "true", "spec.unschedulable");
     is_str(m.namespace_, "", "cluster-scoped: namespace \"\"");
-    is_str(obj_meta_label(&m, "kubernetes.io/os"), "linux", "label");
+    is_str(label(&m, "kubernetes.io/os"), "linux", "label");
     obj_meta_fini(&m);
     f = pb_fields("", "namespaces", &n);
     is_int(pb_meta_parse(VEC_NAMESPACE, sizeof(VEC_NAMESPACE), f, n, 0, 0, &m, err, sizeof(err)),
@@ -433,10 +443,10 @@ test_meta_hand(void)
                                  "\x5a\x03" "\x12\x01" "v";               /* "" (no key)=v */
     is_int(meta_pods(LIT(LABELS), &m), 0, "labels");
     is_int(m.n_labels, 4, "four keys: a repeated key counts once");
-    is_str(obj_meta_label(&m, "b"), "2", "a repeated key keeps its last value (Go's map)");
-    is_str(obj_meta_label(&m, "a"), "x", "a");
-    is_str(obj_meta_label(&m, "c"), "", "no value: \"\"");
-    is_str(obj_meta_label(&m, ""), "v", "no key: \"\"");
+    is_str(label(&m, "b"), "2", "a repeated key keeps its last value (Go's map)");
+    is_str(label(&m, "a"), "x", "a");
+    is_str(label(&m, "c"), "", "no value: \"\"");
+    is_str(label(&m, ""), "v", "no key: \"\"");
     ok(m.n_labels == 4 && strcmp(m.labels[0].key, "") == 0 && strcmp(m.labels[1].key, "a") == 0 &&
            strcmp(m.labels[2].key, "b") == 0 && strcmp(m.labels[3].key, "c") == 0,
        "sorted by key");
@@ -458,7 +468,7 @@ test_meta_hand(void)
     is_int(meta_pods(LIT(TWO), &m), 0, "metadata twice");
     is_str(m.name, "a", "name from the first");
     is_int(m.rv, 123, "rv from the second");
-    is_str(obj_meta_label(&m, "k"), "", "label from the first");
+    is_str(label(&m, "k"), "", "label from the first");
     obj_meta_fini(&m);
 
     /* a later part setting name "" wins, as in Go (protobuf-c's own merge of
