@@ -381,7 +381,6 @@ main(int argc, char **argv)
     }
     struct app_deps deps = {.base = base,
                             .cfg = &cfg,
-                            .k = k,
                             .up = up,
                             .st = st,
                             .ing = ing,

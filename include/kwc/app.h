@@ -20,7 +20,6 @@
 
 struct event_base;
 struct kwc_config;
-struct kcfg;
 struct up_client;
 struct store;
 struct refl;
@@ -31,7 +30,6 @@ struct app;
 struct app_deps {
     struct event_base *base;
     const struct kwc_config *cfg;
-    const struct kcfg *k; /* not read: tunnels take the uplink from up (up_client_uplink) */
     struct up_client *up;
     struct store *st;
     struct refl_ingest *ing; /* the writer the app subscribes to */
