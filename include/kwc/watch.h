@@ -89,4 +89,10 @@ struct watch_res_stats {
 };
 void watch_res_stats(struct watch_pool *p, size_t i, struct watch_res_stats *out);
 
+/* Store-encoded bytes (initial state, catch-up behind the window) queued on
+ * the workers' streams now, summed over the workers (each caps its own at
+ * 32 MiB before it reads more for a stream that still holds some). Any
+ * thread; relaxed loads. */
+size_t watch_store_queued(struct watch_pool *p);
+
 #endif

@@ -235,6 +235,14 @@ collect_watch(const struct collect_sources *s, struct metrics_writer *w)
                              (double)st[i].hub.bookmarks);
     }
     free(st);
+    metrics_write_family(w, "kwc_watch_store_queued_bytes",
+                         "Bytes read from the store for single watchers (initial state, catch-up "
+                         "behind the window) queued on watch streams, not yet taken by their "
+                         "sockets; past 32 MiB a worker reads more only for a stream that has "
+                         "sent all it holds.",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_watch_store_queued_bytes", NULL, NULL, 0,
+                         (double)watch_store_queued(s->watch));
 }
 
 static void
@@ -335,6 +343,13 @@ collect_upstream(const struct collect_sources *s, struct metrics_writer *w)
                              "--max-passthrough-buffer.",
                              METRICS_GAUGE);
         metrics_write_sample(w, "kwc_passthrough_paused", NULL, NULL, 0, (double)bs.paused);
+        metrics_write_family(w, "kwc_passthrough_client_paused",
+                             "Passthroughs not reading from the upstream now because their client "
+                             "has more than --max-response-buffer queued (it reads slower than the "
+                             "upstream sends).",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_passthrough_client_paused", NULL, NULL, 0,
+                             (double)bs.out_paused);
         uint64_t np = bs.pauses;
         counter1(w, "kwc_passthrough_buffer_pauses_total",
                  "Times a passthrough stopped reading from the upstream because of "

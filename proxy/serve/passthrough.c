@@ -52,6 +52,7 @@ struct pt {
     bool want_recv, want_send;    /* what kick should resume */
     bool started, finished;
     bool budget_paused; /* paused by the budget, not its own buffer */
+    bool out_paused;    /* paused by its own buffer (counted in the budget's stats) */
     size_t held;        /* bytes counted in the budget */
     char method[24];
     char *path;                   /* for logs */
@@ -66,6 +67,7 @@ struct pt_budget {
     size_t holders; /* pts with held > 0 */
     unsigned paused;
     uint64_t pauses;
+    unsigned out_paused; /* pts paused by their own max_response_buffer */
 };
 
 struct pt_budget *
@@ -82,7 +84,7 @@ pt_budget_free(struct pt_budget *b)
 {
     if (!b)
         return;
-    assert(b->magic == BUDGET_MAGIC && b->total == 0 && b->holders == 0);
+    assert(b->magic == BUDGET_MAGIC && b->total == 0 && b->holders == 0 && b->out_paused == 0);
     b->magic = 0;
     free(b);
 }
@@ -91,7 +93,8 @@ void
 pt_budget_stats(const struct pt_budget *b, struct pt_budget_stats *out)
 {
     *out = (struct pt_budget_stats){
-        .queued = b->total, .max = b->max, .paused = b->paused, .pauses = b->pauses};
+        .queued = b->total, .max = b->max, .paused = b->paused, .pauses = b->pauses,
+        .out_paused = b->out_paused};
 }
 
 bool
@@ -130,6 +133,10 @@ budget_unpause(struct pt *p)
     if (p->budget_paused) {
         p->budget_paused = false;
         p->o->budget->paused--;
+    }
+    if (p->out_paused) {
+        p->out_paused = false;
+        p->o->budget->out_paused--;
     }
 }
 
@@ -198,8 +205,13 @@ on_up_data(void *arg, const char *data, size_t n)
     size_t queued = hresp_queued(p->req);
     budget_set(p, queued);
     budget_unpause(p);
-    if (queued > p->o->max_response_buffer)
+    if (queued > p->o->max_response_buffer) {
+        if (b) {
+            p->out_paused = true;
+            b->out_paused++;
+        }
         return UP_PAUSE; /* resumed by on_out_drain */
+    }
     if (b && pt_budget_should_pause(b->total, p->held, n, b->holders, b->max)) {
         p->budget_paused = true;
         b->paused++;

@@ -143,6 +143,7 @@ struct worker {
     struct wconn *dirty; /* got bytes since the last flush */
     struct wconn *pumps; /* owed stored events, socket has room */
     size_t private_bytes; /* store-encoded bytes queued on this worker's sockets */
+    _Atomic size_t private_seen; /* private_bytes for /metrics (relaxed store, read anywhere) */
     unsigned held;        /* streams waiting for private_bytes to fall */
     bool pumping_store;   /* sink writes now are such bytes */
     bool stopping;
@@ -242,6 +243,7 @@ q_pop(struct wconn *c)
     q->n--;
     if (e->acct) {
         wk->private_bytes -= e->acct;
+        atomic_store_explicit(&wk->private_seen, wk->private_bytes, memory_order_relaxed);
         if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
             event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
     }
@@ -327,6 +329,8 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
     hub_blob_ref(b);
     e.acct = wk->pumping_store ? (uint32_t)qent_bytes(&e) : 0;
     wk->private_bytes += e.acct;
+    if (e.acct)
+        atomic_store_explicit(&wk->private_seen, wk->private_bytes, memory_order_relaxed);
     q_push(c, e);
     mark_dirty(c);
 }
@@ -1180,4 +1184,13 @@ watch_res_stats(struct watch_pool *p, size_t i, struct watch_res_stats *out)
         out->hub.initial_bytes += s.initial_bytes;
         out->hub.bookmarks += s.bookmarks;
     }
+}
+
+size_t
+watch_store_queued(struct watch_pool *p)
+{
+    size_t n = 0;
+    for (unsigned k = 0; k < p->nw; k++)
+        n += atomic_load_explicit(&p->w[k].private_seen, memory_order_relaxed);
+    return n;
 }
