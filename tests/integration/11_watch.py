@@ -27,6 +27,7 @@ import urllib.parse
 
 import kpb
 from cluster import Env, http_request, wait_for
+from scrape import scrape, total, value
 from watchstream import Stream, pump, read_until_end
 
 RESOURCES = "v1/pods,apps/v1/deployments,example.com/v1/widgets"
@@ -582,13 +583,13 @@ class WatchFanout(unittest.TestCase):
 
     def test_paused_watcher_over_budget_catches_up(self):
         # ~40 MB of events go by while one watcher reads nothing: kwc holds its
-        # budget (64 KiB) for it, not the 40 MB. The events come in bursts of
-        # 500 (2 MB) and the next burst waits until the fast watcher has read
-        # the last one, so kwc never holds more than a burst in flight between
-        # its loops however slowly a loaded machine runs the reader; memory is
-        # measured at those quiet points, against a baseline taken once the
-        # 4 MiB window of recent events (shared by every watcher, bounded by
-        # its own flag) is full.
+        # budget (64 KiB) for it, not the 40 MB. It turns lagging
+        # (kwc_watchers_lagging) and is handed nothing more until it reads:
+        # what kwc handed it while paused (kwc_watch_sent_bytes_total, less
+        # what the fast watcher read) is what its socket buffers took and
+        # the budget. The events come in bursts of 500 (2 MB) and the next
+        # burst waits until the fast watcher has read the last one. When it
+        # reads again it catches up from the window or the store.
         with Env(apisim_args=["--pods", "30", "--pod-size", "4000"],
                  kwc_args=["--resources", "v1/pods", "--watch-budget", "65536",
                            "--watch-window", "4194304"]) as e:
@@ -603,19 +604,43 @@ class WatchFanout(unittest.TestCase):
                      "the watchers to read up to rv %d" % rv)
                 return rv
 
+            def counts():
+                m = scrape(e.kwc.port)
+                return m, {k: total(m, k, group="", resource="pods", encoding="json")
+                           for k in ("kwc_watch_events_sent_total", "kwc_watch_sent_bytes_total",
+                                     "kwc_watchers_lagging")}
+
             for _ in range(3):  # both read 6 MB: the window is full
                 burst([slow, fast])
             slow.paused = True
-            rss0 = e.kwc.rss_kib("RssAnon")
+            _, c0 = counts()
             for _ in range(20):
                 final = burst([fast])
-            rss1 = e.kwc.rss_kib("RssAnon")
             self.assertEqual(len(fast.events), 23 * 500)
-            if not os.environ.get("KWC_SANITIZED"):
-                # (ASan's quarantine keeps freed buffers: memory is measured on the plain build)
-                self.assertLess(rss1 - rss0, 16 * 1024, "kwc buffered a paused watcher's events in memory")
+            _, c1 = counts()  # the fast watcher has been handed its 10000 events
+            events = c1["kwc_watch_events_sent_total"] - c0["kwc_watch_events_sent_total"]
+            nbytes = c1["kwc_watch_sent_bytes_total"] - c0["kwc_watch_sent_bytes_total"]
+            to_slow = events - 20 * 500  # events kwc handed the paused watcher
+            self.assertGreaterEqual(to_slow, 0)
+            slow_bytes = to_slow * nbytes / events
+            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+                wmem = int(f.read().split()[2])
+            # kwc's socket buffer (at most tcp_wmem's largest), the client's
+            # (4 KiB asked), the budget, and one delivery past it (at most a
+            # burst's 2 MB: the hub hands a batch over in one write)
+            bound = wmem + (1 << 20) + 65536 + (3 << 20)
+            print("\n    paused watcher: kwc handed it %d of the 10000 events (%d KiB; bound %d KiB)"
+                  % (to_slow, slow_bytes // 1024, bound // 1024))
+            self.assertLess(slow_bytes, bound, "kwc kept handing a paused watcher its events")
+            # (the fast one, if it lagged on a slow machine, has caught up)
+            wait_for(lambda: counts()[1]["kwc_watchers_lagging"] == 1, 30,
+                     "the paused watcher, and it alone, to lag")
             slow.paused = False
             pump([slow, fast], lambda: slow.last_rv() == final and fast.last_rv() == final, 60, "catch-up")
+            _, c2 = wait_for(lambda: (lambda mc: mc[1]["kwc_watchers_lagging"] == 0 and mc)(counts()), 30,
+                             "the paused watcher to be live again")
+            self.assertEqual(c2["kwc_watch_events_sent_total"] - c0["kwc_watch_events_sent_total"], 2 * 20 * 500,
+                             "each watcher handed each event once")
             got = [(ev["type"], obj_rv(ev)) for ev in slow.events]
             self.assertEqual(got, [(ev["type"], obj_rv(ev)) for ev in fast.events])
             self.assertEqual(slow.lines, fast.lines)
@@ -625,14 +650,18 @@ class WatchFanout(unittest.TestCase):
     def test_stuck_relisting_watchers_bounded_and_not_starving(self):
         # 25 watchers ask for the whole state (resourceVersion=0: 10 MB encoded
         # for each from LMDB) and read nothing. Past what the kernel's socket
-        # buffers take (up to tcp_wmem's 4 MB each), kwc holds at most its cap
-        # of such bytes (32 MiB per worker), not 25 x budget / 2 = 100 MB; a
-        # watcher that reads still gets its state at once; the stuck ones get
-        # theirs when they read.
+        # buffers take, kwc holds at most its cap of such bytes (32 MiB per
+        # worker, kwc_watch_store_queued_bytes: the cap, and one chunk of at
+        # most 64 KiB and an object more for a stream that had sent all it
+        # held), not 25 x budget / 2 = 100 MB; a watcher that reads still
+        # gets its state at once; the stuck ones get theirs when they read.
+        cap = 32 << 20
+        bound = cap + 26 * (64 << 10) * 2
         with Env(apisim_args=["--pods", "200", "--pod-size", "50000"],
                  kwc_args=["--resources", "v1/pods", "--watch-budget", "8388608", "--watch-workers", "1"]) as e:
             quiesce(e)
-            rss0 = e.kwc.rss_kib("RssAnon")
+            queued = lambda: value(scrape(e.kwc.port), "kwc_watch_store_queued_bytes")
+            self.assertEqual(queued(), 0)
             stuck = []
             for _ in range(25):
                 st = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0", rcvbuf=4096)
@@ -640,10 +669,14 @@ class WatchFanout(unittest.TestCase):
                 stuck.append(st)
             reader = Stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=0")
             pump([reader], lambda: len(reader.events) >= 200, 60, "the reading watcher's 200 pods")
-            rss1 = e.kwc.rss_kib("RssAnon")
-            if not os.environ.get("KWC_SANITIZED"):
-                self.assertLess(rss1 - rss0, 64 * 1024,
-                                "kwc queued the whole state for each stuck watcher (no cap)")
+            # the worker serves its streams in turn: the stuck ones have had as
+            # many chunks as the reader's 10 MB took, enough to reach the cap
+            q = queued()
+            self.assertLessEqual(q, bound, "kwc queued the whole state for each stuck watcher (no cap)")
+            q = wait_for(lambda: (lambda q: q >= cap and q)(queued()), 60,
+                         "the stuck watchers to hold the cap's worth of their state")
+            print("\n    25 stuck watchers: kwc holds %d KiB of their state (cap %d KiB)" % (q // 1024, cap // 1024))
+            self.assertLessEqual(q, bound, "kwc queued past its cap for stuck watchers")
             for st in stuck:
                 st.paused = False
             pump(stuck, lambda: all(len(st.events) >= 200 for st in stuck), 120, "the stuck watchers' pods")
@@ -654,6 +687,7 @@ class WatchFanout(unittest.TestCase):
                 self.assertTrue(all(ev["type"] == "ADDED" for ev in st.events))
                 st.close()
             reader.close()
+            wait_for(lambda: queued() == 0, 30, "every stored byte sent")
 
     def test_sigterm_ends_streams(self):
         with Env(apisim_args=["--pods", "10"], kwc_args=["--resources", "v1/pods"]) as e:
