@@ -1,9 +1,9 @@
 """Never serve what the cache cannot vouch for: a cache that cannot be written.
 
 A full filesystem under --data-dir (a small tmpfs) or an exhausted LMDB map
-(--cache-map-size) takes the resource out of service within about a second of
-the failed write: /readyz answers 503, /readyz?verbose gives the cause ("no
-space left on device" and the data dir; "--cache-map-size"), the log says "no
+(--cache-map-size) takes the resource out of service at the failed write:
+/readyz answers 503, /readyz?verbose gives the cause ("no space left on
+device" and the data dir; "--cache-map-size"), the log says "no
 space left on device in DIR" (not just "Input/output error"), and
 resourceVersion=0 lists pass through to the upstream, so they are current.
 Once space is freed the resource relists and returns to service by itself.
@@ -13,7 +13,6 @@ N" and the first goes on serving."""
 import json
 import os
 import subprocess
-import time
 import unittest
 
 from cluster import Env, KWC_BIN, connect, only_in_plaintext_run, http_request, read_to_eof, wait_for
@@ -50,24 +49,29 @@ class DiskFullTest(unittest.TestCase):
             # history: the cache outgrows 24 MiB within seconds
             env.sim("POST", "/apisim/churn", {"rate": 600, "resources": ["pods"],
                                               "mix": {"update": 0.9, "create": 0.1}})
-            # watch the log and /readyz together: out of service soon after the failed write
+            # watch the log and /readyz together, the log read first in each
+            # poll: out of service from the failed write on
             seen = {}
+            polls = [0]
 
             def full():
-                now = time.monotonic()
+                polls[0] += 1
                 if "no space left on device" in log_text(env.kwc).lower():
-                    seen.setdefault("log", now)
+                    seen.setdefault("log", polls[0])
                 st, text = readyz(env.kwc.port)
                 if st == 503 and "no space left on device" in text:
-                    seen.setdefault("503", now)
+                    seen.setdefault("503", polls[0])
                     seen["text"] = text
                 return "log" in seen and "503" in seen
             try:
                 wait_for(full, 60, "/readyz 503 naming \"no space left on device\"", interval=0.05)
             except TimeoutError as e:
                 raise AssertionError("%s; seen %r; last /readyz?verbose %r" % (e, seen, readyz(env.kwc.port)))
-            self.assertLess(seen["503"] - seen["log"], 5.0, "out of service within about a second of the "
-                            "failed write")
+            # kwc logs the failed commit and takes the cache out of service in
+            # one step of its loop, before it answers anything else: the
+            # /readyz asked after the poll that first read the line says so
+            self.assertLessEqual(seen["503"], seen["log"], "still in service after the failed write was logged "
+                                 "(%r)" % seen)
             text = seen["text"]
             self.assertIn(data, text, "/readyz?verbose names the data dir")
             self.assertIn("no space left on device in %s" % data, log_text(env.kwc))
