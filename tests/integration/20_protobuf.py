@@ -156,16 +156,19 @@ class SameObjects(unittest.TestCase):
             self.assertEqual((s404["kind"], s404["code"], s404["reason"]), ("Status", 404, "NotFound"))
             self.assertEqual(s404["message"], 'pods "nope" not found')
             # the same events in both encodings
-            q = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=4" % r0
+            q = "/api/v1/pods?watch=1&resourceVersion=%d" % r0
             pw = Stream(e.kwc.port, q, headers=[("Accept", PB)])
             jw = Stream(e.kwc.port, q, headers=[("Accept", "application/json")])
             pump([pw, jw], lambda: pw.head is not None and jw.head is not None, 10, "stream heads")
             self.assertEqual(pw.headers.get("content-type"), kpb.CT_WATCH)
-            e.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"], "label_flip": 0.3,
-                                            "mix": {"update": 0.6, "create": 0.2, "delete": 0.2}})
-            time.sleep(1.5)  # churn for a while (the streams are read afterwards)
-            e.sim("POST", "/apisim/churn", {"rate": 0})
-            read_until_end([pw, jw], 20)
+            # 150 writes at once (the streams are read afterwards), then both
+            # streams up to the last one's rv
+            rv = e.sim("POST", "/apisim/churn", {"count": 150, "resources": ["pods"], "label_flip": 0.3,
+                                                 "mix": {"update": 0.6, "create": 0.2, "delete": 0.2}})["rv"]
+            pump([pw, jw], lambda: pw.last_rv() == rv and jw.last_rv() == rv, 60,
+                 "both streams to reach rv %d" % rv)
+            pw.close()
+            jw.close()
             evs = lambda s: [(ev["type"], comparable(ev["object"])) for ev in s.events if ev["type"] != "BOOKMARK"]
             self.assertGreater(len(evs(jw)), 20)
             self.assertEqual(evs(pw), evs(jw))
