@@ -36,7 +36,7 @@ import urllib.parse
 
 import kpb
 from cluster import Env, http_request, wait_for
-from watchstream import Stream, pump, read_until_end
+from watchstream import Stream, pump
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
