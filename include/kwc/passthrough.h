@@ -39,7 +39,8 @@ struct pt_budget_stats {
     size_t queued, max; /* bytes queued to clients now (as last seen), the cap */
     unsigned paused;    /* passthroughs paused by the cap now */
     uint64_t pauses;    /* times one was */
-    unsigned out_paused; /* passthroughs paused by their own max_response_buffer now */
+    /* passthroughs paused by their own max_response_buffer now */
+    unsigned out_paused;
 };
 void pt_budget_stats(const struct pt_budget *b, struct pt_budget_stats *out);
 

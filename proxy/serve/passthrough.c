@@ -52,7 +52,8 @@ struct pt {
     bool want_recv, want_send;    /* what kick should resume */
     bool started, finished;
     bool budget_paused; /* paused by the budget, not its own buffer */
-    bool out_paused;    /* paused by its own buffer (counted in the budget's stats) */
+    /* paused by its own buffer (counted in the budget's stats) */
+    bool out_paused;
     size_t held;        /* bytes counted in the budget */
     char method[24];
     char *path;                   /* for logs */
@@ -67,7 +68,8 @@ struct pt_budget {
     size_t holders; /* pts with held > 0 */
     unsigned paused;
     uint64_t pauses;
-    unsigned out_paused; /* pts paused by their own max_response_buffer */
+    /* pts paused by their own max_response_buffer */
+    unsigned out_paused;
 };
 
 struct pt_budget *
@@ -92,9 +94,11 @@ pt_budget_free(struct pt_budget *b)
 void
 pt_budget_stats(const struct pt_budget *b, struct pt_budget_stats *out)
 {
-    *out = (struct pt_budget_stats){
-        .queued = b->total, .max = b->max, .paused = b->paused, .pauses = b->pauses,
-        .out_paused = b->out_paused};
+    *out = (struct pt_budget_stats){.queued = b->total,
+                                    .max = b->max,
+                                    .paused = b->paused,
+                                    .pauses = b->pauses,
+                                    .out_paused = b->out_paused};
 }
 
 bool

@@ -143,7 +143,8 @@ struct worker {
     struct wconn *dirty; /* got bytes since the last flush */
     struct wconn *pumps; /* owed stored events, socket has room */
     size_t private_bytes; /* store-encoded bytes queued on this worker's sockets */
-    _Atomic size_t private_seen; /* private_bytes for /metrics (relaxed store, read anywhere) */
+    /* private_bytes for /metrics (a relaxed store; read by any thread) */
+    _Atomic size_t private_seen;
     unsigned held;        /* streams waiting for private_bytes to fall */
     bool pumping_store;   /* sink writes now are such bytes */
     bool stopping;
