@@ -570,6 +570,7 @@ static const struct want caches[] = {
     {"kwc_watch_events_sent_total", "counter", "group,resource,encoding,from"},
     {"kwc_watch_sent_bytes_total", "counter", "group,resource,encoding,from"},
     {"kwc_watch_bookmarks_sent_total", "counter", "group,resource,encoding"},
+    {"kwc_watch_store_queued_bytes", "gauge", ""},
     {"kwc_upstream_requests_total", "counter", "method,code"},
     {"kwc_upstream_request_duration_seconds", "histogram", "method"},
     {"kwc_upstream_requests_in_flight", "gauge", ""},
@@ -593,6 +594,7 @@ static const struct want budget_fams[] = {
     {"kwc_passthrough_buffered_bytes", "gauge", ""},
     {"kwc_passthrough_buffer_limit_bytes", "gauge", ""},
     {"kwc_passthrough_paused", "gauge", ""},
+    {"kwc_passthrough_client_paused", "gauge", ""},
     {"kwc_passthrough_buffer_pauses_total", "counter", ""},
 };
 
@@ -833,6 +835,8 @@ check_http(struct env *e, struct expo *x)
         snprintf(s, sizeof s, "kwc_http_connections_closed_total{reason=\"%s\"}", reasons[i]);
         is_val(x, s, 0, "kwc_http_connections_closed_total: each reason, 0");
     }
+    is_val(x, "kwc_watch_store_queued_bytes", (double)watch_store_queued(e->watch),
+           "kwc_watch_store_queued_bytes");
     is_val(x, "kwc_tls_certificate_reloads_total", 0, "kwc_tls_certificate_reloads_total");
 }
 
@@ -843,6 +847,7 @@ check_auth_budget(struct env *e, struct expo *x)
            "kwc_passthrough_buffer_limit_bytes: the budget's cap");
     is_val(x, "kwc_passthrough_buffered_bytes", 0, "kwc_passthrough_buffered_bytes: 0");
     is_val(x, "kwc_passthrough_paused", 0, "kwc_passthrough_paused: 0");
+    is_val(x, "kwc_passthrough_client_paused", 0, "kwc_passthrough_client_paused: 0");
     is_val(x, "kwc_passthrough_buffer_pauses_total", 0, "kwc_passthrough_buffer_pauses_total: 0");
     static const char *const am[] = {"certificate", "token", "anonymous"};
     for (int i = 0; i < 3; i++) {
