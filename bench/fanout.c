@@ -26,14 +26,12 @@
  * --deadline S: when not every stream has its response head S seconds after
  * the first connect, stop and report what arrived (unanswered: the streams
  * still waiting) instead of waiting for ever. --etcd-prefix KEY: instead
- * of HTTP/1.1 watches, each stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2, one
- * connection each, as N separate clients) on the keys under KEY: the same
- * measurement against etcd or `etcd grpc-proxy` (the bench writes values
- * carrying the same stamp). --idle: connect, wait for every response head, report,
- * then hold the streams until killed (the caller measures memory per idle
- * watcher meanwhile). --threads:
- * streams are spread over T event loops (default 1). --tls: the HTTP/1.1
- * streams speak TLS (OpenSSL): a non-blocking handshake driven by the read
+ * of HTTP/1.1 watches, each stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2,
+ * one connection each, as N separate clients) on the keys under KEY: the same measurement against
+ * etcd or `etcd grpc-proxy` (the bench writes values carrying the same stamp). --idle: connect,
+ * wait for every response head, report, then hold the streams until killed (the caller measures
+ * memory per idle watcher meanwhile). --threads: streams are spread over T event loops (default 1).
+ * --tls: the HTTP/1.1 streams speak TLS (OpenSSL): a non-blocking handshake driven by the read
  * event (and a one-shot write event when OpenSSL wants to write), the request
  * sent with SSL_write once it completes, then SSL_read in place of recv.
  * --cacert FILE: the server's certificate must chain to FILE and name
@@ -76,7 +74,7 @@ static const char MARK_PB[] = "apisim.kwc.dev/written-at\x12";
 static const char *MARK = MARK_JSON;
 static size_t MARKLEN = sizeof(MARK_JSON) - 1;
 static size_t mark_skip; /* bytes between the mark and the digits */
-#define NUMMAX 24 /* digits and the byte after them */
+#define NUMMAX 24        /* digits and the byte after them */
 #define TAILMAX (sizeof(MARK_JSON) - 1 + NUMMAX)
 #define RBUF (256 * 1024)
 
@@ -244,7 +242,8 @@ h2_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ar
     struct conn *c = arg;
     ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
     if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
+        return errno == EAGAIN || errno == EINTR ? NGHTTP2_ERR_WOULDBLOCK
+                                                 : NGHTTP2_ERR_CALLBACK_FAILURE;
     return n;
 }
 
@@ -342,9 +341,12 @@ h2_start(struct conn *c)
     char auth[32];
     snprintf(auth, sizeof auth, "127.0.0.1:%d", port);
 #define NV(n, v) {u8(n), u8(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
-    nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"),
-                         NV(":path", "/etcdserverpb.Watch/Watch"), NV(":authority", auth),
-                         NV("content-type", "application/grpc"), NV("te", "trailers")};
+    nghttp2_nv hdrs[] = {NV(":method", "POST"),
+                         NV(":scheme", "http"),
+                         NV(":path", "/etcdserverpb.Watch/Watch"),
+                         NV(":authority", auth),
+                         NV("content-type", "application/grpc"),
+                         NV("te", "trailers")};
 #undef NV
     nghttp2_data_provider body = {.read_callback = h2_body};
     if (nghttp2_submit_request(c->h2, NULL, hdrs, sizeof(hdrs) / sizeof(hdrs[0]), &body, c) < 0 ||
@@ -546,14 +548,15 @@ open_some(evutil_socket_t fd, short what, void *arg)
         char req[2048], sel[64] = "";
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
-        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s%s\r\n", path,
-                           sel, ntokens ? "Authorization: Bearer " : "",
+        int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s%s\r\n",
+                           path, sel, ntokens ? "Authorization: Bearer " : "",
                            ntokens ? tokens[next % ntokens] : "", ntokens ? "\r\n" : "",
                            MARK == MARK_PB ? "Accept: application/vnd.kubernetes.protobuf, "
                                              "application/json\r\n"
                                            : "");
         if (len < 0 || len >= (int)sizeof req) {
-            fprintf(stderr, "fanout: the request of stream %d is over %zu bytes\n", next, sizeof req);
+            fprintf(stderr, "fanout: the request of stream %d is over %zu bytes\n", next,
+                    sizeof req);
             exit(1);
         }
         if (tls) {
@@ -600,7 +603,8 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(lp->base);
         return;
     }
-    if (deadline && settled < nw && now > atomic_load(&t_start) + (uint64_t)deadline * 1000000000ull) {
+    if (deadline && settled < nw &&
+        now > atomic_load(&t_start) + (uint64_t)deadline * 1000000000ull) {
         event_base_loopbreak(lp->base); /* reported as unanswered */
         return;
     }
@@ -785,7 +789,8 @@ main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S] [--protobuf] | "
+                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
+                    "FILE] [--deadline S] [--protobuf] | "
                     "[--etcd-prefix KEY]\n");
     return 2;
 }

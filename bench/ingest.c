@@ -38,7 +38,8 @@ pod_json(char *buf, size_t cap, int i, unsigned long long rv, const char *pad)
         "\"creationTimestamp\":\"2026-11-21T07:00:00Z\",\"labels\":{\"app\":\"app-%d\","
         "\"pod-template-hash\":\"5d8f7c9b%02d\",\"tier\":\"backend\"},\"annotations\":"
         "{\"pad\":\"%s\"},\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\","
-        "\"name\":\"app-%d-5d8f7c9b\",\"uid\":\"9c1d\",\"controller\":true,\"blockOwnerDeletion\":true}]},"
+        "\"name\":\"app-%d-5d8f7c9b\",\"uid\":\"9c1d\",\"controller\":true,\"blockOwnerDeletion\":"
+        "true}]},"
         "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"registry.example.com/app:1.4.2\","
         "\"resources\":{\"requests\":{\"cpu\":\"100m\",\"memory\":\"128Mi\"}}}],\"restartPolicy\":"
         "\"Always\",\"serviceAccountName\":\"default\",\"nodeName\":\"node-%d\",\"schedulerName\":"
@@ -100,8 +101,13 @@ main(int argc, char **argv)
         size_t idxl;
         int kl = snprintf(key, sizeof key, "%s/%s", m.namespace_, m.name);
         idx_encode(&m, &idx, &idxl);
-        struct store_event ev = {.rv = m.rv, .key = key, .key_len = (size_t)kl, .obj = item,
-                                 .obj_len = il, .idx = idx, .idx_len = idxl};
+        struct store_event ev = {.rv = m.rv,
+                                 .key = key,
+                                 .key_len = (size_t)kl,
+                                 .obj = item,
+                                 .obj_len = il,
+                                 .idx = idx,
+                                 .idx_len = idxl};
         if ((rc = store_wtxn_load(w, r, &ev)) != 0)
             return 1;
         bytes += il;
@@ -140,9 +146,14 @@ main(int argc, char **argv)
         idx_encode(&m, &idx, &idxl);
         item[0] = '{';
         memcpy(item + 1, o2 + tml, ol - tml);
-        struct store_event ev = {.type = STORE_MODIFIED, .rv = m.rv, .key = key,
-                                 .key_len = (size_t)kl, .obj = item, .obj_len = ol - tml + 1,
-                                 .idx = idx, .idx_len = idxl};
+        struct store_event ev = {.type = STORE_MODIFIED,
+                                 .rv = m.rv,
+                                 .key = key,
+                                 .key_len = (size_t)kl,
+                                 .obj = item,
+                                 .obj_len = ol - tml + 1,
+                                 .idx = idx,
+                                 .idx_len = idxl};
         if ((rc = store_wtxn_event(w, r, &ev)) != 0) {
             fprintf(stderr, "event: %s\n", kwc_strerror(rc));
             return 1;
@@ -158,8 +169,8 @@ main(int argc, char **argv)
     }
     store_wtxn_commit(w);
     t1 = now_s();
-    printf("ingest: %d events (batches of %d), %.0f MB in %.2f s: %.0f events/s, %.0f MB/s\n", events,
-           batch, bytes / 1e6, t1 - t0, events / (t1 - t0), bytes / 1e6 / (t1 - t0));
+    printf("ingest: %d events (batches of %d), %.0f MB in %.2f s: %.0f events/s, %.0f MB/s\n",
+           events, batch, bytes / 1e6, t1 - t0, events / (t1 - t0), bytes / 1e6 / (t1 - t0));
     free(obj);
     free(line);
     free(item);

@@ -129,8 +129,8 @@ struct ck {
     uint64_t last_pg, txnid;
     uint8_t *seen, *freebm;
     uint8_t *buf[MAX_DEPTH];
-    uint8_t *ov;          /* an overflow page's header, or a page of free-list data */
-    uint64_t ov_pgno;     /* the page in ov, P_INVALID for none */
+    uint8_t *ov;      /* an overflow page's header, or a page of free-list data */
+    uint64_t ov_pgno; /* the page in ov, P_INVALID for none */
     struct named *named;
     size_t n_named, cap_named;
     uint64_t free_pages, reached;
@@ -220,8 +220,10 @@ read_page(struct ck *c, uint64_t pgno, uint8_t *buf, const char *what)
 {
     int rc = read_at(c, pgno * c->psize, buf, c->psize);
     if (rc == 1)
-        return fail(c, "data.mdb ends before page %" PRIu64 " (%s): the file shrank while it was "
-                       "checked or is truncated", pgno, what);
+        return fail(c,
+                    "data.mdb ends before page %" PRIu64 " (%s): the file shrank while it was "
+                    "checked or is truncated",
+                    pgno, what);
     if (rc < 0 && c->why && c->whylen)
         snprintf(c->why, c->whylen, "cannot read page %" PRIu64 " of data.mdb: %s", pgno,
                  strerror(-rc));
@@ -268,22 +270,25 @@ static int
 check_db(struct ck *c, const char *where, const struct db *d, uint64_t last_pg)
 {
     if (d->flags & (DB_DUPSORT | DB_DUPFIXED | DB_INTEGERDUP | DB_REVERSEDUP))
-        return fail(c, "%s has database flags 0x%x (DUPSORT): kwc never writes those, so the "
-                       "header is damaged", where, (unsigned)d->flags);
+        return fail(c,
+                    "%s has database flags 0x%x (DUPSORT): kwc never writes those, so the "
+                    "header is damaged",
+                    where, (unsigned)d->flags);
     if (d->flags & ~(DB_REVERSEKEY | DB_INTEGERKEY))
         return fail(c, "%s has unknown database flags 0x%x", where, (unsigned)d->flags);
     if (d->root == P_INVALID) {
         if (d->depth || d->branch || d->leaf || d->overflow || d->entries)
-            return fail(c, "%s is empty (no root page) but says it has depth %u and %" PRIu64
-                           " entries", where, (unsigned)d->depth, d->entries);
+            return fail(
+                c, "%s is empty (no root page) but says it has depth %u and %" PRIu64 " entries",
+                where, (unsigned)d->depth, d->entries);
         return 0;
     }
     if (d->root < NUM_METAS || d->root > last_pg)
-        return fail(c, "%s has root page %" PRIu64 ", outside pages 2..%" PRIu64 " in use",
-                    where, d->root, last_pg);
+        return fail(c, "%s has root page %" PRIu64 ", outside pages 2..%" PRIu64 " in use", where,
+                    d->root, last_pg);
     if (d->depth < 1 || d->depth > MAX_DEPTH)
-        return fail(c, "%s has depth %u (a tree is 1 to %u levels deep)", where,
-                    (unsigned)d->depth, MAX_DEPTH);
+        return fail(c, "%s has depth %u (a tree is 1 to %u levels deep)", where, (unsigned)d->depth,
+                    MAX_DEPTH);
     return 0;
 }
 
@@ -293,8 +298,10 @@ read_meta(struct ck *c, unsigned i, uint64_t off, struct meta *m)
     uint8_t b[META_OFF + META_SIZE];
     int rc = read_at(c, off, b, sizeof(b));
     if (rc == 1)
-        return fail(c, "data.mdb is %" PRIu64 " bytes: too short to hold meta page %u (at "
-                       "offset %" PRIu64 "): the file is truncated", c->size, i, off);
+        return fail(c,
+                    "data.mdb is %" PRIu64 " bytes: too short to hold meta page %u (at "
+                    "offset %" PRIu64 "): the file is truncated",
+                    c->size, i, off);
     if (rc < 0) {
         if (c->why && c->whylen)
             snprintf(c->why, c->whylen, "cannot read meta page %u of data.mdb: %s", i,
@@ -314,27 +321,39 @@ read_meta(struct ck *c, unsigned i, uint64_t off, struct meta *m)
     m->txnid = ld64(p + 32 + 2 * DB_SIZE);
 
     if (m->magic != MDB_MAGIC)
-        return fail(c, "meta page %u of data.mdb has magic 0x%08" PRIx32 ", not LMDB's "
-                       "0xbeefc0de: it is overwritten or this is not an LMDB file", i, m->magic);
+        return fail(c,
+                    "meta page %u of data.mdb has magic 0x%08" PRIx32 ", not LMDB's "
+                    "0xbeefc0de: it is overwritten or this is not an LMDB file",
+                    i, m->magic);
     if (m->version != MDB_DATA_VERSION)
-        return fail(c, "meta page %u of data.mdb has format version %" PRIu32 ", not LMDB "
-                       "0.9's %u", i, m->version, MDB_DATA_VERSION);
+        return fail(c,
+                    "meta page %u of data.mdb has format version %" PRIu32 ", not LMDB "
+                    "0.9's %u",
+                    i, m->version, MDB_DATA_VERSION);
     if (m->flags != P_META || m->pgno != i)
-        return fail(c, "meta page %u of data.mdb has a damaged page header (page number %" PRIu64
-                       ", flags 0x%x)", i, m->pgno, (unsigned)m->flags);
+        return fail(c,
+                    "meta page %u of data.mdb has a damaged page header (page number %" PRIu64
+                    ", flags 0x%x)",
+                    i, m->pgno, (unsigned)m->flags);
     uint32_t ps = m->dbs[0].pad;
     if (ps < 512 || ps > 65536 || (ps & (ps - 1)))
-        return fail(c, "meta page %u of data.mdb gives page size %" PRIu32 " (LMDB uses a power "
-                       "of two from 512 to 65536)", i, ps);
+        return fail(c,
+                    "meta page %u of data.mdb gives page size %" PRIu32 " (LMDB uses a power "
+                    "of two from 512 to 65536)",
+                    i, ps);
     if (m->address != 0)
-        return fail(c, "meta page %u of data.mdb has map address 0x%" PRIx64 ", but kwc never "
-                       "uses a fixed map", i, m->address);
+        return fail(c,
+                    "meta page %u of data.mdb has map address 0x%" PRIx64 ", but kwc never "
+                    "uses a fixed map",
+                    i, m->address);
     if (m->last_pg < NUM_METAS - 1 || m->last_pg > MAX_LAST_PG)
         return fail(c, "meta page %u of data.mdb says the last page in use is %" PRIu64, i,
                     m->last_pg);
     if (m->mapsize / ps < m->last_pg + 1)
-        return fail(c, "meta page %u of data.mdb has map size %" PRIu64 ", smaller than the %" PRIu64
-                       " pages it says are in use", i, m->mapsize, m->last_pg + 1);
+        return fail(c,
+                    "meta page %u of data.mdb has map size %" PRIu64 ", smaller than the %" PRIu64
+                    " pages it says are in use",
+                    i, m->mapsize, m->last_pg + 1);
     char where[64];
     snprintf(where, sizeof(where), "the free list in meta page %u", i);
     if ((rc = check_db(c, where, &m->dbs[0], m->last_pg)))
@@ -370,8 +389,10 @@ static int
 mark_free(struct ck *c, uint64_t key, uint64_t pg)
 {
     if (pg < NUM_METAS || pg > c->last_pg)
-        return fail(c, "the free list's record for transaction %" PRIu64 " lists page %" PRIu64
-                       ", outside pages 2..%" PRIu64 " in use", key, pg, c->last_pg);
+        return fail(c,
+                    "the free list's record for transaction %" PRIu64 " lists page %" PRIu64
+                    ", outside pages 2..%" PRIu64 " in use",
+                    key, pg, c->last_pg);
     if (bit_get(c->freebm, pg))
         return fail(c, "page %" PRIu64 " is listed free twice (again by transaction %" PRIu64 ")",
                     pg, key);
@@ -402,15 +423,19 @@ free_record(struct ck *c, uint64_t key, const uint8_t *data, uint64_t dsz, uint6
     uint64_t n, pg;
     int rc;
     if (dsz < 8)
-        return fail(c, "the free list's record for transaction %" PRIu64 " is %" PRIu64
-                       " bytes, too short for its count", key, dsz);
+        return fail(c,
+                    "the free list's record for transaction %" PRIu64 " is %" PRIu64
+                    " bytes, too short for its count",
+                    key, dsz);
     if (ovpg == P_INVALID)
         n = ld64(data);
     else if ((rc = ov_u64(c, ovpg, 0, &n)))
         return rc;
     if (n > dsz / 8 - 1)
-        return fail(c, "the free list's record for transaction %" PRIu64 " counts %" PRIu64
-                       " pages in %" PRIu64 " bytes", key, n, dsz);
+        return fail(c,
+                    "the free list's record for transaction %" PRIu64 " counts %" PRIu64
+                    " pages in %" PRIu64 " bytes",
+                    key, n, dsz);
     for (uint64_t j = 1; j <= n; j++) {
         if (ovpg == P_INVALID)
             pg = ld64(data + 8 * j);
@@ -426,8 +451,10 @@ static int
 overflow_run(struct ck *c, struct tree *t, uint64_t leafpg, uint64_t ovpg, uint64_t dsz)
 {
     if (ovpg < NUM_METAS || ovpg > c->last_pg)
-        return fail(c, "a record of %s on page %" PRIu64 " points to overflow page %" PRIu64
-                       ", outside pages 2..%" PRIu64 " in use", t->name, leafpg, ovpg, c->last_pg);
+        return fail(c,
+                    "a record of %s on page %" PRIu64 " points to overflow page %" PRIu64
+                    ", outside pages 2..%" PRIu64 " in use",
+                    t->name, leafpg, ovpg, c->last_pg);
     int rc = read_page(c, ovpg, c->ov, "an overflow page");
     if (rc)
         return rc;
@@ -436,18 +463,22 @@ overflow_run(struct ck *c, struct tree *t, uint64_t leafpg, uint64_t ovpg, uint6
     unsigned flags = ld16(c->ov + 10);
     uint64_t pages = ld32(c->ov + 12);
     if (pgno != ovpg || flags != P_OVERFLOW)
-        return fail(c, "overflow page %" PRIu64 " of %s (from page %" PRIu64 ") has a damaged "
-                       "header (page number %" PRIu64 ", flags 0x%x)", ovpg, t->name, leafpg, pgno,
-                    flags);
+        return fail(c,
+                    "overflow page %" PRIu64 " of %s (from page %" PRIu64 ") has a damaged "
+                    "header (page number %" PRIu64 ", flags 0x%x)",
+                    ovpg, t->name, leafpg, pgno, flags);
     uint64_t need = (PAGEHDRSZ - 1 + dsz) / c->psize + 1;
     if (pages < need || pages > c->last_pg + 1 - ovpg)
-        return fail(c, "overflow run at page %" PRIu64 " of %s says it is %" PRIu64 " pages; the "
-                       "value needs %" PRIu64 " and pages up to %" PRIu64 " are in use", ovpg,
-                    t->name, pages, need, c->last_pg);
+        return fail(c,
+                    "overflow run at page %" PRIu64 " of %s says it is %" PRIu64 " pages; the "
+                    "value needs %" PRIu64 " and pages up to %" PRIu64 " are in use",
+                    ovpg, t->name, pages, need, c->last_pg);
     for (uint64_t i = 0; i < pages; i++) {
         if (bit_get(c->seen, ovpg + i))
-            return fail(c, "page %" PRIu64 " of the overflow run at page %" PRIu64 " in %s is "
-                           "also used elsewhere", ovpg + i, ovpg, t->name);
+            return fail(c,
+                        "page %" PRIu64 " of the overflow run at page %" PRIu64 " in %s is "
+                        "also used elsewhere",
+                        ovpg + i, ovpg, t->name);
         bit_set(c->seen, ovpg + i);
     }
     c->reached += pages;
@@ -485,15 +516,21 @@ leaf_node(struct ck *c, struct tree *t, uint64_t pg, const uint8_t *node, unsign
     int rc;
 
     if (nflags & F_DUPDATA)
-        return fail(c, "page %" PRIu64 " of %s holds a duplicate-data record (DUPSORT): kwc never "
-                       "writes those, so the page is damaged", pg, t->name);
+        return fail(c,
+                    "page %" PRIu64 " of %s holds a duplicate-data record (DUPSORT): kwc never "
+                    "writes those, so the page is damaged",
+                    pg, t->name);
     if (nflags & F_SUBDATA) {
         if (t->kind != TREE_MAIN)
-            return fail(c, "page %" PRIu64 " of %s holds a sub-database record: only the main "
-                           "database has those in kwc", pg, t->name);
+            return fail(c,
+                        "page %" PRIu64 " of %s holds a sub-database record: only the main "
+                        "database has those in kwc",
+                        pg, t->name);
         if ((nflags & F_BIGDATA) || dsz != DB_SIZE)
-            return fail(c, "page %" PRIu64 " of the main database has a database header of %" PRIu64
-                           " bytes (flags 0x%x), not %u", pg, dsz, nflags, DB_SIZE);
+            return fail(c,
+                        "page %" PRIu64 " of the main database has a database header of %" PRIu64
+                        " bytes (flags 0x%x), not %u",
+                        pg, dsz, nflags, DB_SIZE);
         return add_named(c, key, ksize, data, pg);
     }
     if (t->kind == TREE_MAIN)
@@ -506,8 +543,10 @@ leaf_node(struct ck *c, struct tree *t, uint64_t pg, const uint8_t *node, unsign
     if (t->kind == TREE_FREE) {
         uint64_t txn = ld64(key);
         if (txn > c->txnid)
-            return fail(c, "the free list has a record for transaction %" PRIu64 ", after the "
-                           "current one (%" PRIu64 ")", txn, c->txnid);
+            return fail(c,
+                        "the free list has a record for transaction %" PRIu64 ", after the "
+                        "current one (%" PRIu64 ")",
+                        txn, c->txnid);
         return free_record(c, txn, data, dsz, ovpg);
     }
     return 0;
@@ -517,8 +556,10 @@ static int
 walk(struct ck *c, struct tree *t, uint64_t pg, unsigned level, uint64_t parent)
 {
     if (pg < NUM_METAS || pg > c->last_pg)
-        return fail(c, "page %" PRIu64 " of %s points to page %" PRIu64 ", outside pages 2..%" PRIu64
-                       " in use", parent, t->name, pg, c->last_pg);
+        return fail(c,
+                    "page %" PRIu64 " of %s points to page %" PRIu64 ", outside pages 2..%" PRIu64
+                    " in use",
+                    parent, t->name, pg, c->last_pg);
     if (bit_get(c->seen, pg))
         return fail(c, "page %" PRIu64 " is reached twice (again from page %" PRIu64 " of %s)", pg,
                     parent, t->name);
@@ -534,18 +575,25 @@ walk(struct ck *c, struct tree *t, uint64_t pg, unsigned level, uint64_t parent)
     unsigned flags = ld16(p + 10), lower = ld16(p + 12), upper = ld16(p + 14);
     bool leaf = level + 1 == t->db.depth;
     if (pgno != pg)
-        return fail(c, "page %" PRIu64 " of %s says it is page %" PRIu64 ": it is overwritten or "
-                       "misplaced", pg, t->name, pgno);
+        return fail(c,
+                    "page %" PRIu64 " of %s says it is page %" PRIu64 ": it is overwritten or "
+                    "misplaced",
+                    pg, t->name, pgno);
     if (flags & (P_LEAF2 | P_SUBP))
-        return fail(c, "page %" PRIu64 " of %s has flags 0x%x of a DUPSORT page: kwc never "
-                       "writes those, so the page is damaged", pg, t->name, flags);
+        return fail(c,
+                    "page %" PRIu64 " of %s has flags 0x%x of a DUPSORT page: kwc never "
+                    "writes those, so the page is damaged",
+                    pg, t->name, flags);
     if (flags != (leaf ? P_LEAF : P_BRANCH))
-        return fail(c, "page %" PRIu64 " of %s has flags 0x%x, but level %u of a tree %u deep is "
-                       "a %s page", pg, t->name, flags, level + 1, (unsigned)t->db.depth,
-                    leaf ? "leaf" : "branch");
+        return fail(c,
+                    "page %" PRIu64 " of %s has flags 0x%x, but level %u of a tree %u deep is "
+                    "a %s page",
+                    pg, t->name, flags, level + 1, (unsigned)t->db.depth, leaf ? "leaf" : "branch");
     if (lower < PAGEHDRSZ || ((lower - PAGEHDRSZ) & 1) || upper > c->psize || lower > upper)
-        return fail(c, "page %" PRIu64 " of %s has free-space bounds %u..%u, not within its %u "
-                       "bytes", pg, t->name, lower, upper, c->psize);
+        return fail(c,
+                    "page %" PRIu64 " of %s has free-space bounds %u..%u, not within its %u "
+                    "bytes",
+                    pg, t->name, lower, upper, c->psize);
     unsigned n = (lower - PAGEHDRSZ) / 2;
     if (n == 0)
         return fail(c, "%s page %" PRIu64 " of %s has no records", leaf ? "leaf" : "branch", pg,
@@ -560,11 +608,13 @@ walk(struct ck *c, struct tree *t, uint64_t pg, unsigned level, uint64_t parent)
     for (unsigned i = 0; i < n; i++) {
         unsigned off = ld16(p + PAGEHDRSZ + 2 * i);
         if (off < upper || off > c->psize - NODESIZE)
-            return fail(c, "record %u of page %" PRIu64 " (%s) is at offset %u, outside the "
-                           "page's records %u..%u", i, pg, t->name, off, upper, c->psize);
+            return fail(c,
+                        "record %u of page %" PRIu64 " (%s) is at offset %u, outside the "
+                        "page's records %u..%u",
+                        i, pg, t->name, off, upper, c->psize);
         if (off & 1) /* LMDB places nodes at even offsets */
-            return fail(c, "record %u of page %" PRIu64 " (%s) is at odd offset %u", i, pg,
-                        t->name, off);
+            return fail(c, "record %u of page %" PRIu64 " (%s) is at odd offset %u", i, pg, t->name,
+                        off);
         const uint8_t *node = p + off;
         unsigned nflags = ld16(node + 4), ksize = ld16(node + 6);
         uint64_t dsz = ld16(node) | (uint64_t)ld16(node + 2) << 16;
@@ -576,22 +626,30 @@ walk(struct ck *c, struct tree *t, uint64_t pg, unsigned level, uint64_t parent)
             size += (nflags & F_BIGDATA) ? 8 : dsz;
         }
         if (size > c->psize - off)
-            return fail(c, "record %u of page %" PRIu64 " (%s) is %" PRIu64 " bytes at offset %u: "
-                           "it runs past the end of the page", i, pg, t->name, size, off);
+            return fail(c,
+                        "record %u of page %" PRIu64 " (%s) is %" PRIu64 " bytes at offset %u: "
+                        "it runs past the end of the page",
+                        i, pg, t->name, size, off);
         const uint8_t *key = node + NODESIZE;
         if (t->kind == TREE_FREE && (leaf || i > 0) && ksize != 8)
-            return fail(c, "record %u of page %" PRIu64 " of the free list has a %u-byte key, "
-                           "not a transaction id", i, pg, ksize);
+            return fail(c,
+                        "record %u of page %" PRIu64 " of the free list has a %u-byte key, "
+                        "not a transaction id",
+                        i, pg, ksize);
         if (leaf || i > 0) {
             if (t->cmp == CMP_INT && !t->intsize)
                 t->intsize = ksize;
             int r;
             if (t->cmp == CMP_INT && ksize != t->intsize)
-                return fail(c, "record %u of page %" PRIu64 " (%s) has a %u-byte integer key, "
-                               "not %u", i, pg, t->name, ksize, t->intsize);
+                return fail(c,
+                            "record %u of page %" PRIu64 " (%s) has a %u-byte integer key, "
+                            "not %u",
+                            i, pg, t->name, ksize, t->intsize);
             if (prev && (key_cmp(c, t, prev, prevlen, key, ksize, &r) || r >= 0))
-                return fail(c, "records %u and %u of page %" PRIu64 " (%s) are out of key "
-                               "order", i - 1, i, pg, t->name);
+                return fail(c,
+                            "records %u and %u of page %" PRIu64 " (%s) are out of key "
+                            "order",
+                            i - 1, i, pg, t->name);
             prev = key;
             prevlen = ksize;
         }
@@ -621,9 +679,10 @@ check_tree(struct ck *c, struct tree *t)
         return fail(c, "%s says it has %" PRIu64 " records but its leaf pages hold %" PRIu64,
                     t->name, d->entries, t->entries);
     if (t->branch != d->branch || t->leaf != d->leaf || t->overflow != d->overflow)
-        return fail(c, "%s says it has %" PRIu64 "/%" PRIu64 "/%" PRIu64 " branch/leaf/overflow "
-                       "pages but its tree has %" PRIu64 "/%" PRIu64 "/%" PRIu64, t->name,
-                    d->branch, d->leaf, d->overflow, t->branch, t->leaf, t->overflow);
+        return fail(c,
+                    "%s says it has %" PRIu64 "/%" PRIu64 "/%" PRIu64 " branch/leaf/overflow "
+                    "pages but its tree has %" PRIu64 "/%" PRIu64 "/%" PRIu64,
+                    t->name, d->branch, d->leaf, d->overflow, t->branch, t->leaf, t->overflow);
     return 0;
 }
 
@@ -653,14 +712,16 @@ check(struct ck *c, struct dbcheck_stats *st)
     uint64_t hi = m[0].txnid > m[1].txnid ? m[0].txnid : m[1].txnid;
     uint64_t lo = m[0].txnid > m[1].txnid ? m[1].txnid : m[0].txnid;
     if (!fresh && (m[0].txnid % 2 != 0 || m[1].txnid % 2 != 1 || hi - lo != 1))
-        return fail(c, "the meta pages of data.mdb have transaction ids %" PRIu64 " and %" PRIu64
-                       ": LMDB writes them alternately, so one of them is damaged",
+        return fail(c,
+                    "the meta pages of data.mdb have transaction ids %" PRIu64 " and %" PRIu64
+                    ": LMDB writes them alternately, so one of them is damaged",
                     m[0].txnid, m[1].txnid);
     unsigned cur = m[1].txnid > m[0].txnid;
     const struct meta *mc = &m[cur], *mo = &m[!cur];
     if (mo->last_pg > mc->last_pg)
-        return fail(c, "meta page %u of data.mdb (the older) says pages up to %" PRIu64 " are in "
-                       "use, more than the newer meta page's %" PRIu64 ": one is damaged",
+        return fail(c,
+                    "meta page %u of data.mdb (the older) says pages up to %" PRIu64 " are in "
+                    "use, more than the newer meta page's %" PRIu64 ": one is damaged",
                     !cur, mo->last_pg, mc->last_pg);
     c->last_pg = mc->last_pg;
     c->txnid = mc->txnid;
@@ -668,9 +729,10 @@ check(struct ck *c, struct dbcheck_stats *st)
     st->txnid = c->txnid;
     uint64_t need = (c->last_pg + 1) * c->psize;
     if (c->size < need)
-        return fail(c, "data.mdb is %" PRIu64 " bytes but its meta page says pages up to %" PRIu64
-                       " (%" PRIu64 " bytes) are in use: the file is truncated", c->size,
-                    c->last_pg, need);
+        return fail(c,
+                    "data.mdb is %" PRIu64 " bytes but its meta page says pages up to %" PRIu64
+                    " (%" PRIu64 " bytes) are in use: the file is truncated",
+                    c->size, c->last_pg, need);
 
     size_t bmlen = (size_t)((c->last_pg + 1 + 7) / 8);
     c->seen = xcalloc(1, bmlen);
@@ -685,16 +747,20 @@ check(struct ck *c, struct dbcheck_stats *st)
     c->total = need;
     progress(c, NUM_METAS * (uint64_t)c->psize);
 
-    struct tree fr = {.name = "the free list", .kind = TREE_FREE, .cmp = CMP_INT, .intsize = 8,
-                      .db = mc->dbs[0]};
-    struct tree mn = {.name = "the main database", .kind = TREE_MAIN,
-                      .cmp = cmp_of(mc->dbs[1].flags), .db = mc->dbs[1]};
+    struct tree fr = {
+        .name = "the free list", .kind = TREE_FREE, .cmp = CMP_INT, .intsize = 8, .db = mc->dbs[0]};
+    struct tree mn = {.name = "the main database",
+                      .kind = TREE_MAIN,
+                      .cmp = cmp_of(mc->dbs[1].flags),
+                      .db = mc->dbs[1]};
     if ((rc = check_tree(c, &fr)) || (rc = check_tree(c, &mn)))
         return rc;
     st->entries = mn.plain;
     for (size_t i = 0; i < c->n_named; i++) {
-        struct tree t = {.name = c->named[i].name, .kind = TREE_NAMED,
-                         .cmp = cmp_of(c->named[i].db.flags), .db = c->named[i].db};
+        struct tree t = {.name = c->named[i].name,
+                         .kind = TREE_NAMED,
+                         .cmp = cmp_of(c->named[i].db.flags),
+                         .db = c->named[i].db};
         if ((rc = check_tree(c, &t)))
             return rc;
         st->entries += t.entries;
@@ -703,8 +769,10 @@ check(struct ck *c, struct dbcheck_stats *st)
         uint8_t both = c->seen[i] & c->freebm[i];
         if (both) {
             uint64_t pg = 8 * (uint64_t)i + (unsigned)__builtin_ctz(both);
-            return fail(c, "page %" PRIu64 " is listed in the free list but a tree of the current "
-                           "meta page uses it", pg);
+            return fail(c,
+                        "page %" PRIu64 " is listed in the free list but a tree of the current "
+                        "meta page uses it",
+                        pg);
         }
     }
     st->dbs = (unsigned)c->n_named;
@@ -742,8 +810,8 @@ dbcheck_mem(const void *data, size_t len, struct dbcheck_stats *st, char *why, s
 }
 
 int
-dbcheck_dir(const char *dir, dbcheck_progress_cb on_progress, void *arg,
-            struct dbcheck_stats *st, char *why, size_t whylen)
+dbcheck_dir(const char *dir, dbcheck_progress_cb on_progress, void *arg, struct dbcheck_stats *st,
+            char *why, size_t whylen)
 {
     char path[4096];
     struct stat sb;

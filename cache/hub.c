@@ -205,13 +205,14 @@ enc_error_pb(struct gostr_buf *b, const char *status_json)
         d.retry_after_seconds = (int)json_integer_value(json_object_get(det, "retryAfterSeconds"));
         size_t i;
         json_t *c;
-        json_array_foreach(json_object_get(det, "causes"), i, c) {
+        json_array_foreach(json_object_get(det, "causes"), i, c)
+        {
             if (d.ncauses == STATUS_MAX_CAUSES)
                 break;
-            causes[d.ncauses++] = (struct status_cause){
-                json_string_value(json_object_get(c, "reason")),
-                json_string_value(json_object_get(c, "message")),
-                json_string_value(json_object_get(c, "field"))};
+            causes[d.ncauses++] =
+                (struct status_cause){json_string_value(json_object_get(c, "reason")),
+                                      json_string_value(json_object_get(c, "message")),
+                                      json_string_value(json_object_get(c, "field"))};
         }
         d.causes = causes;
     }
@@ -371,9 +372,8 @@ event_unref(struct hub_event *e)
 }
 
 static void
-enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type type,
-            enum variant v, uint64_t rv, const char *obj, size_t obj_len, const char *prev,
-            size_t prev_len)
+enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type type, enum variant v,
+            uint64_t rv, const char *obj, size_t obj_len, const char *prev, size_t prev_len)
 {
     if (v == VAR_DELETED)
         enc_event(b, r, "DELETED", prev, prev_len, rv);
@@ -497,9 +497,9 @@ struct bucket {
 
 struct hres {
     const struct hub_res *r;
-    uint64_t rv;         /* every event up to it has reached this hub (batches or store) */
-    uint64_t last_ev_rv; /* rv of the last event applied (events may share an rv) */
-    struct hub_watcher *rest;    /* watchers in no namespace and no field bucket */
+    uint64_t rv;              /* every event up to it has reached this hub (batches or store) */
+    uint64_t last_ev_rv;      /* rv of the last event applied (events may share an rv) */
+    struct hub_watcher *rest; /* watchers in no namespace and no field bucket */
     struct bucket *by_ns, *by_node;
     struct hub_watcher *waiting; /* WAIT: not in any bucket */
     size_t n;
@@ -513,7 +513,8 @@ struct hres {
 
 /* A per-resource counter: written by this hub's thread only (hub.h). */
 #define RS_ADD(hr, f, n)                                                                           \
-    __atomic_store_n(&(hr)->st->f, __atomic_load_n(&(hr)->st->f, __ATOMIC_RELAXED) + (uint64_t)(n), \
+    __atomic_store_n(&(hr)->st->f,                                                                 \
+                     __atomic_load_n(&(hr)->st->f, __ATOMIC_RELAXED) + (uint64_t)(n),              \
                      __ATOMIC_RELAXED)
 
 struct hub {
@@ -589,7 +590,8 @@ hres_of(struct hub *h, const struct hub_res *r)
     if (!h->res[r->id]) {
         h->res[r->id] = xcalloc(1, sizeof(struct hres));
         h->res[r->id]->r = r;
-        h->res[r->id]->st = r->id < h->o.n_res_stats ? &h->o.res_stats[r->id] : &h->res[r->id]->own_st;
+        h->res[r->id]->st =
+            r->id < h->o.n_res_stats ? &h->o.res_stats[r->id] : &h->res[r->id]->own_st;
     }
     return h->res[r->id];
 }
@@ -809,8 +811,7 @@ deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_gro
 }
 
 static void
-visit_list(struct hub *h, struct hub_watcher *head, struct hub_event *e,
-           bool same_group)
+visit_list(struct hub *h, struct hub_watcher *head, struct hub_event *e, bool same_group)
 {
     for (struct hub_watcher *w = head, *next; w; w = next) {
         next = w->next;
@@ -819,8 +820,8 @@ visit_list(struct hub *h, struct hub_watcher *head, struct hub_event *e,
 }
 
 static void
-visit_bucket(struct hub *h, struct bucket *map, const char *key, size_t kl,
-             struct hub_event *e, bool same_group)
+visit_bucket(struct hub *h, struct bucket *map, const char *key, size_t kl, struct hub_event *e,
+             bool same_group)
 {
     struct bucket *b = bucket_get(&map, key, kl, false);
     if (b)
@@ -925,7 +926,8 @@ advance(struct hres *hr, uint64_t rv)
         resync(w, hr->rv);
     struct bucket *maps[2] = {hr->by_ns, hr->by_node}, *bk, *tmp;
     for (int m = 0; m < 2; m++) {
-        HASH_ITER(hh, maps[m], bk, tmp) {
+        HASH_ITER(hh, maps[m], bk, tmp)
+        {
             for (struct hub_watcher *w = bk->head; w; w = w->next)
                 resync(w, hr->rv);
         }
@@ -1191,9 +1193,9 @@ pump_window(struct hub_watcher *w)
                 return true;
             }
             last = e->rv;
-            enum variant v = variant_for(w, e->type, e->key, e->ns_len,
-                                         e->obj.ok ? &e->obj.v : NULL,
-                                         e->prev.ok ? &e->prev.v : NULL);
+            enum variant v =
+                variant_for(w, e->type, e->key, e->ns_len, e->obj.ok ? &e->obj.v : NULL,
+                            e->prev.ok ? &e->prev.v : NULL);
             if (v == VAR_NONE)
                 continue;
             struct hub_blob *bl = event_blob(e, v);

@@ -9,7 +9,11 @@
 
 #include "kwc/base.h"
 
-#define META {"metadata.name", NULL}, {"metadata.namespace", NULL}
+#define META                                                                                       \
+    {"metadata.name", NULL},                                                                       \
+    {                                                                                              \
+        "metadata.namespace", NULL                                                                 \
+    }
 
 static const struct obj_field f_meta[] = {META};
 static const struct obj_field f_pods[] = {

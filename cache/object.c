@@ -34,7 +34,6 @@ _Static_assert(OBJ_MAX_DEPTH == JSON_PARSER_MAX_DEPTH, "object depth follows jan
  * refused and NUL accepted. */
 #define LOAD_FLAGS (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL)
 
-
 /* Up to 40 bytes of s for an error message, non-printable bytes as '?'. */
 static const char *
 shown(const char *s, size_t len, char buf[static 48])
@@ -436,7 +435,7 @@ static int
 scan_err(const struct scan *s, char *err, size_t errlen)
 {
     return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: %s", s->pos,
-                s->what ? s->what : "malformed");
+                    s->what ? s->what : "malformed");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -452,7 +451,7 @@ load_object(const char *json, size_t len, int *rc, char *err, size_t errlen)
     const char *nul = memchr(json, '\0', len);
     if (nul) {
         *rc = kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
-                   (size_t)(nul - json));
+                       (size_t)(nul - json));
         return NULL;
     }
     json_t *root = json_loadb(json, len, LOAD_FLAGS, &e);
@@ -508,7 +507,7 @@ parse_rv(const struct strref *r, const char *what, uint64_t *out, char *err, siz
         unsigned d = (unsigned char)r->s[i] - '0';
         if (d > 9 || v > (UINT64_MAX - d) / 10)
             return kwc_errf(err, errlen, KWC_EPARSE, "%s \"%s\" is not a decimal uint64", what,
-                        shown(r->s, r->len, buf));
+                            shown(r->s, r->len, buf));
         v = v * 10 + d;
     }
     if (v == 0)
@@ -636,7 +635,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
         nl = json_object_size(labels);
         if (nl > max_labels)
             return kwc_errf(err, errlen, KWC_ETOOBIG, "%zu labels, over the limit of %zu", nl,
-                        max_labels);
+                            max_labels);
     }
 
     lab = xcalloc(nl * 2 + 1, sizeof(*lab));
@@ -652,7 +651,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
             char buf[48];
             if (!json_is_string(v) && !json_is_null(v)) {
                 rc = kwc_errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] is not a string",
-                          shown(k, klen, buf));
+                              shown(k, klen, buf));
                 goto out;
             }
             lab[2 * i] = (struct strref){k, klen};
@@ -662,7 +661,7 @@ meta_from_json(json_t *root, const struct obj_fields_spec *spec, struct obj_meta
                                  : (struct strref){json_string_value(v), json_string_length(v)};
             if (memchr(lab[2 * i + 1].s, '\0', lab[2 * i + 1].len)) {
                 rc = kwc_errf(err, errlen, KWC_EPARSE, "metadata.labels[\"%s\"] contains a NUL",
-                          shown(k, klen, buf));
+                              shown(k, klen, buf));
                 goto out;
             }
             total += klen + lab[2 * i + 1].len + 2;
@@ -843,8 +842,8 @@ prune_object(const char *json, size_t len, const struct obj_fields_spec *spec, c
 {
     struct prune_ctx c;
     memset(&c, 0, sizeof(c));
-    static const char *const md[] = {"name", "namespace", "uid", "resourceVersion",
-                                     "deletionTimestamp", "labels"};
+    static const char *const md[] = {
+        "name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "labels"};
     for (size_t i = 0; i < KWC_ARRAY_LEN(md); i++)
         keep_add(&c.meta, md[i], strlen(md[i]));
     keep_add(&c.top, "kind", 4);
@@ -895,20 +894,20 @@ obj_meta_parse(const char *json, size_t len, const struct obj_fields_spec *spec,
     memset(out, 0, sizeof(*out));
     if (len > max)
         return kwc_errf(err, errlen, KWC_ETOOBIG, "object is %zu bytes, over the limit of %zu", len,
-                    max);
+                        max);
     /* The whole object is checked by the scanner; only the parts kwc reads
      * go through jansson (a typical pod's spec, status and managedFields
      * are most of its bytes and were most of the parse time). */
     if (memchr(json, '\0', len))
         return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: NUL byte",
-                    (size_t)((const char *)memchr(json, '\0', len) - json));
+                        (size_t)((const char *)memchr(json, '\0', len) - json));
     struct scan sc = {.p = (const unsigned char *)json, .len = len};
     if (scan_value(&sc) < 0)
         return scan_err(&sc, err, errlen);
     skip_ws(&sc);
     if (sc.pos != len)
-        return kwc_errf(err, errlen, KWC_EPARSE, "invalid JSON at byte %zu: data after the JSON value",
-                    sc.pos);
+        return kwc_errf(err, errlen, KWC_EPARSE,
+                        "invalid JSON at byte %zu: data after the JSON value", sc.pos);
     char *pruned = NULL;
     size_t plen = 0;
     prune_object(json, len, spec, &pruned, &plen);
@@ -1181,7 +1180,7 @@ wevent_parse(const char *line, size_t len, struct wevent *out, char *err, size_t
         bool is_obj = !is_type && key_is(line, koff, klen, "object");
         if ((is_type && have_type) || (is_obj && have_obj)) {
             rc = kwc_errf(err, errlen, KWC_EPARSE, "duplicate key \"%s\" in watch event",
-                      is_type ? "type" : "object");
+                          is_type ? "type" : "object");
             goto fail;
         }
         if ((rc = scan_value(&s)) < 0)
@@ -1200,13 +1199,13 @@ wevent_parse(const char *line, size_t len, struct wevent *out, char *err, size_t
         goto bad_json;
     if (!have_type || !have_obj) {
         rc = kwc_errf(err, errlen, KWC_EPARSE, "watch event has no \"%s\"",
-                  have_type ? "object" : "type");
+                      have_type ? "object" : "type");
         goto fail;
     }
     t = decode_string(line + type_off, type_len);
     if (!t || type_from_name(json_string_value(t), json_string_length(t), &out->type) < 0) {
         rc = kwc_errf(err, errlen, KWC_EPARSE, "unknown watch event type %s",
-                  shown(line + type_off, type_len, buf));
+                      shown(line + type_off, type_len, buf));
         goto fail;
     }
     if (line[obj_off] != '{') {
@@ -1318,8 +1317,8 @@ list_meta(struct obj_list *l, const char *p, size_t len, json_t **md, struct str
     struct strref rv;
     int rc;
     if (len > OBJ_LIST_MAX_META)
-        return kwc_errf(err, errlen, KWC_ETOOBIG, "list metadata is %zu bytes, over the limit of %u",
-                    len, OBJ_LIST_MAX_META);
+        return kwc_errf(err, errlen, KWC_ETOOBIG,
+                        "list metadata is %zu bytes, over the limit of %u", len, OBJ_LIST_MAX_META);
     if (!(*md = load_object(p, len, &rc, err, errlen)))
         return rc;
     if ((rc = get_str(*md, "resourceVersion", "list metadata.resourceVersion", &rv, err, errlen)) <
@@ -1331,7 +1330,7 @@ list_meta(struct obj_list *l, const char *p, size_t len, json_t **md, struct str
     if (rem && !json_is_null(rem)) {
         if (!json_is_integer(rem))
             return kwc_errf(err, errlen, KWC_EPARSE,
-                        "list metadata.remainingItemCount is not an integer");
+                            "list metadata.remainingItemCount is not an integer");
         l->has_remaining = true;
         l->remaining = json_integer_value(rem);
     }

@@ -91,7 +91,7 @@ struct store_res {
     unsigned id;
     char *name;
     MDB_dbi objs, hist;
-    int ifield;  /* index field number (idx_field), -1: none */
+    int ifield; /* index field number (idx_field), -1: none */
     MDB_dbi fidx;
     /* A checksum or layout mismatch seen by any thread's read (set once,
      * cleared when a store_wtxn_reset of the resource commits); bad_key,
@@ -571,7 +571,7 @@ fidx_op(struct store_wtxn *w, struct store_res *r, const char *val, const char *
     char *k = scratch_fidx(w, vl + 1 + kl);
     memcpy(k, val, vl + 1);
     memcpy(k + vl + 1, key, kl);
-    MDB_val kv = {vl + 1 + kl, k}, dv = {0, (void *)(uintptr_t)""};
+    MDB_val kv = {vl + 1 + kl, k}, dv = {0, (void *)(uintptr_t) ""};
     int rc = put ? mdb_put(w->txn, r->fidx, &kv, &dv, 0) : mdb_del(w->txn, r->fidx, &kv, NULL);
     return rc == MDB_NOTFOUND ? 0 : mdb_err(rc);
 }
@@ -588,7 +588,7 @@ fidx_update(struct store_wtxn *w, struct store_res *r, const struct store_event 
     char *old = prev ? field_copy(r, prev->idx, prev->idx_len) : NULL;
     char *new = present ? field_copy(r, ev->idx ? ev->idx : "", ev->idx_len) : NULL;
     int rc = 0;
-    if (!(old && new && strcmp(old, new) == 0)) {
+    if (!(old && new &&strcmp(old, new) == 0)) {
         if (old)
             rc = fidx_op(w, r, old, ev->key, ev->key_len, false);
         if (rc == 0 && new)
@@ -837,8 +837,7 @@ trim(struct store_wtxn *w, struct store_res *r, struct meta_rec *m, uint64_t now
     if (rc)
         return mdb_err(rc);
     MDB_val k, v;
-    while (*budget > 0 && m->hist_events > 0 &&
-           (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
+    while (*budget > 0 && m->hist_events > 0 && (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
         struct hist_head h;
         if (hist_head_check(w->s, &k, &v, &h)) {
             rc = hist_damaged(r, &k);
@@ -1074,8 +1073,7 @@ collect_overlay(void *arg, const struct store_hist *h)
 }
 
 static bool
-key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char *from,
-             size_t fl)
+key_in_range(const char *k, size_t kl, const char *prefix, size_t pl, const char *from, size_t fl)
 {
     if (kl < pl || memcmp(k, prefix, pl) != 0)
         return false;
@@ -1090,7 +1088,7 @@ struct src {
     MDB_cursor *c;
     const char *fval; /* field value incl. its NUL, or NULL */
     size_t fvl;
-    MDB_val k, v;     /* the current object */
+    MDB_val k, v; /* the current object */
 };
 
 /* Settle on an entry (crc from the cursor): fill k, v; false at the end. */
@@ -1127,7 +1125,8 @@ src_first(struct src *s, const char *start, size_t sl, int *err)
         crc = mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE);
     } else {
         k = (MDB_val){sl, (void *)(uintptr_t)(start ? start : "")};
-        crc = sl ? mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(s->c, &k, &v, MDB_FIRST);
+        crc = sl ? mdb_cursor_get(s->c, &k, &v, MDB_SET_RANGE)
+                 : mdb_cursor_get(s->c, &k, &v, MDB_FIRST);
         s->v = v;
     }
     bool ok = src_settle(s, crc, &k, err);
@@ -1148,8 +1147,8 @@ src_next(struct src *s, int *err)
 }
 
 static int
-scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval, const char *prefix,
-     const char *from, size_t fl, store_obj_cb cb, void *arg)
+scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval,
+     const char *prefix, const char *from, size_t fl, store_obj_cb cb, void *arg)
 {
     struct meta_rec m;
     int rc = meta_read(t->txn, r, &m);
@@ -1168,18 +1167,20 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
         size_t w = 0;
         for (size_t i = 0; i < ov.n; i++)
             if (w == 0 || store_keycmp(ov.e[w - 1].key, ov.e[w - 1].key_len, ov.e[i].key,
-                                 ov.e[i].key_len) != 0)
+                                       ov.e[i].key_len) != 0)
                 ov.e[w++] = ov.e[i];
         ov.n = w;
     }
 
-    struct src sc = {.txn = t->txn, .objs = r->objs, .fval = fval, .fvl = fval ? strlen(fval) + 1 : 0};
+    struct src sc = {
+        .txn = t->txn, .objs = r->objs, .fval = fval, .fvl = fval ? strlen(fval) + 1 : 0};
     if ((rc = mdb_cursor_open(t->txn, fval ? r->fidx : r->objs, &sc.c))) {
         rc = mdb_err(rc);
         goto out;
     }
     /* Position at the first key >= from (or >= prefix). */
-    const char *start = from && store_keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
+    const char *start =
+        from && store_keycmp(from, fl, prefix ? prefix : "", pl) > 0 ? from : prefix;
     size_t sl = start == from ? fl : pl;
     int err = 0;
     bool have_c = src_first(&sc, start, sl, &err);
@@ -1188,17 +1189,18 @@ scan(struct store_rtxn *t, struct store_res *r, uint64_t at_rv, const char *fval
     while (err == 0) {
         if (have_c && (sc.k.mv_size < pl || memcmp(sc.k.mv_data, prefix, pl) != 0))
             have_c = false; /* past the prefix */
-        while (oi < ov.n && !key_in_range(ov.e[oi].key, ov.e[oi].key_len, prefix ? prefix : "",
-                                          pl, from, fl))
+        while (oi < ov.n &&
+               !key_in_range(ov.e[oi].key, ov.e[oi].key_len, prefix ? prefix : "", pl, from, fl))
             oi++;
         bool have_o = oi < ov.n;
         if (!have_c && !have_o)
             break;
         struct store_obj o;
         bool emit;
-        int cmp = !have_c ? 1 : !have_o ? -1
-                                      : store_keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key,
-                                               ov.e[oi].key_len);
+        int cmp = !have_c ? 1
+                  : !have_o
+                      ? -1
+                      : store_keycmp(sc.k.mv_data, sc.k.mv_size, ov.e[oi].key, ov.e[oi].key_len);
         if (cmp < 0) { /* unchanged since at_rv */
             memset(&o, 0, sizeof(o));
             if ((err = t->defer_raw ? decode_obj_head(r, &sc.k, &sc.v, &o)
@@ -1255,7 +1257,8 @@ fidx_rebuild(MDB_txn *txn, struct store_res *r)
     MDB_val k, v;
     char *buf = NULL;
     size_t cap = 0;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         struct store_obj o;
         if ((rc = decode_obj(r, &k, &v, &o)))
             break;
@@ -1267,7 +1270,7 @@ fidx_rebuild(MDB_txn *txn, struct store_res *r)
             buf = xrealloc(buf, cap = n);
         memcpy(buf, val, vl + 1);
         memcpy(buf + vl + 1, k.mv_data, k.mv_size);
-        MDB_val ik = {n, buf}, iv = {0, (void *)(uintptr_t)""};
+        MDB_val ik = {n, buf}, iv = {0, (void *)(uintptr_t) ""};
         if ((rc = mdb_put(txn, r->fidx, &ik, &iv, 0)))
             break;
     }
@@ -1296,7 +1299,8 @@ store_res_index(struct store_res *r, unsigned field)
     r->ifield = (int)field;
     /* a data dir written before the index existed (or for another field):
      * build it from the objects once */
-    if (fs.ms_entries != os.ms_entries && ((rc = mdb_drop(txn, r->fidx, 0)) || (rc = fidx_rebuild(txn, r)))) {
+    if (fs.ms_entries != os.ms_entries &&
+        ((rc = mdb_drop(txn, r->fidx, 0)) || (rc = fidx_rebuild(txn, r)))) {
         mdb_txn_abort(txn);
         r->ifield = -1;
         return rc == KWC_ECORRUPT ? rc : mdb_err(rc);

@@ -61,7 +61,8 @@ find_opt(const char *name, size_t len)
 
 #define fail(err, errlen, ...) kwc_errf((err), (errlen), KWC_ECONFIG, __VA_ARGS__)
 
-/* Store one value; src names where it came from for messages ("--listen", "config.yaml: listen"). */
+/* Store one value; src names where it came from for messages ("--listen", "config.yaml: listen").
+ */
 static int
 set_opt(struct kwc_config *c, const struct opt *o, const char *val, const char *src, char *err,
         size_t errlen)
@@ -133,8 +134,9 @@ load_file(struct kwc_config *c, const char *path, char *err, size_t errlen)
             break;
         case YAML_SEQUENCE_START_EVENT:
         case YAML_ALIAS_EVENT:
-            rc = fail(err, errlen, "--config %s: line %zu: values must be plain scalars (key: value)",
-                      path, ev.start_mark.line + 1);
+            rc = fail(err, errlen,
+                      "--config %s: line %zu: values must be plain scalars (key: value)", path,
+                      ev.start_mark.line + 1);
             break;
         case YAML_SCALAR_EVENT: {
             const char *v = (const char *)ev.data.scalar.value;
@@ -525,7 +527,8 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0)
-            return fail(err, errlen, "unexpected argument \"%s\" (options start with --; see kwc --help)", a);
+            return fail(err, errlen,
+                        "unexpected argument \"%s\" (options start with --; see kwc --help)", a);
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t nl = eq ? (size_t)(eq - name) : strlen(name);
         const struct opt *o = find_opt(name, nl);
@@ -557,8 +560,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->context && !c->kubeconfig)
         return fail(err, errlen, "--context needs --kubeconfig FILE");
     if (!c->upstream && !c->kubeconfig && !getenv("KUBERNETES_SERVICE_HOST"))
-        return fail(err, errlen, "no upstream: pass --upstream URL or --kubeconfig FILE "
-                                 "(in a pod, the service account is used)");
+        return fail(err, errlen,
+                    "no upstream: pass --upstream URL or --kubeconfig FILE "
+                    "(in a pod, the service account is used)");
     if (c->upstream && strncmp(c->upstream, "http://", 7) != 0 &&
         strncmp(c->upstream, "https://", 8) != 0)
         return fail(err, errlen, "--upstream \"%s\": must start with http:// or https://",
@@ -568,27 +572,32 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->upstream_connect_timeout == 0)
         return fail(err, errlen, "--upstream-connect-timeout must be at least 1 second");
     if (c->max_response_buffer < 4096 || c->max_request_buffer < 4096)
-        return fail(err, errlen, "--max-response-buffer and --max-request-buffer must be at least 4096");
+        return fail(err, errlen,
+                    "--max-response-buffer and --max-request-buffer must be at least 4096");
     if (strcmp(c->too_large_rv, "pass") != 0 && strcmp(c->too_large_rv, "504") != 0)
-        return fail(err, errlen, "--too-large-rv \"%s\": use pass (ask the upstream) or 504 "
-                                 "(answer like kube-apiserver's watch cache)", c->too_large_rv);
+        return fail(err, errlen,
+                    "--too-large-rv \"%s\": use pass (ask the upstream) or 504 "
+                    "(answer like kube-apiserver's watch cache)",
+                    c->too_large_rv);
     if (c->rv_wait_ms > 60000)
         return fail(err, errlen, "--rv-wait-ms %ld: at most 60000 (kube-apiserver waits 3000)",
                     c->rv_wait_ms);
     if (c->max_list_buffer < 16384)
         return fail(err, errlen, "--max-list-buffer must be at least 16384");
     if (c->history_max_events < 1 || c->history_max_bytes < 1 || c->history_max_age < 1)
-        return fail(err, errlen, "--history-max-events, --history-max-bytes and --history-max-age "
-                                 "must be at least 1 (they bound how far back watches resume)");
-    if (strcmp(c->on_corrupt_cache, "rebuild") != 0 && strcmp(c->on_corrupt_cache, "move-aside") != 0 &&
-        strcmp(c->on_corrupt_cache, "fail") != 0)
+        return fail(err, errlen,
+                    "--history-max-events, --history-max-bytes and --history-max-age "
+                    "must be at least 1 (they bound how far back watches resume)");
+    if (strcmp(c->on_corrupt_cache, "rebuild") != 0 &&
+        strcmp(c->on_corrupt_cache, "move-aside") != 0 && strcmp(c->on_corrupt_cache, "fail") != 0)
         return fail(err, errlen,
                     "--on-corrupt-cache \"%s\": use rebuild (wipe a damaged data dir and list "
                     "again), move-aside (keep it as data.mdb.corrupt-TIME) or fail (exit 2)",
                     c->on_corrupt_cache);
     if (c->max_staleness < 0 || c->max_staleness > 86400)
-        return fail(err, errlen, "--max-staleness %ld: use 0 (off) to 86400 seconds; upstreams "
-                                 "send a bookmark about every 60 s, so pick more than 60",
+        return fail(err, errlen,
+                    "--max-staleness %ld: use 0 (off) to 86400 seconds; upstreams "
+                    "send a bookmark about every 60 s, so pick more than 60",
                     c->max_staleness);
     if (c->watch_workers > 256)
         return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
@@ -596,8 +605,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->watch_budget < 16384)
         return fail(err, errlen, "--watch-budget must be at least 16384 bytes");
     if (c->watch_window < 65536)
-        return fail(err, errlen, "--watch-window must be at least 65536 bytes (it holds the "
-                                 "recent events lagging watchers catch up from)");
+        return fail(err, errlen,
+                    "--watch-window must be at least 65536 bytes (it holds the "
+                    "recent events lagging watchers catch up from)");
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);

@@ -301,11 +301,12 @@ main(int argc, char **argv)
     if (cfg.auth_delegated && cfg.forward_token && k->cert_pem) {
         /* kube authenticates a client certificate before a bearer token: the
          * upstream would see kwc, not the caller whose token kwc forwards */
-        fprintf(stderr,
-                "kwc: --passthrough-identity=forward-token needs kwc's upstream credentials to be a "
-                "token or basic auth: the client certificate of %s would authenticate kwc instead "
-                "of the caller (use a token user, or --passthrough-identity=impersonate)\n",
-                cfg.kubeconfig ? cfg.kubeconfig : "the upstream settings");
+        fprintf(
+            stderr,
+            "kwc: --passthrough-identity=forward-token needs kwc's upstream credentials to be a "
+            "token or basic auth: the client certificate of %s would authenticate kwc instead "
+            "of the caller (use a token user, or --passthrough-identity=impersonate)\n",
+            cfg.kubeconfig ? cfg.kubeconfig : "the upstream settings");
         kcfg_free(k);
         cfg_fini(&cfg);
         return 2;
@@ -358,7 +359,8 @@ main(int argc, char **argv)
         /* bench/run.py integrity only: the cost of checksums, measured end
          * to end. Such a data dir reads as damaged to a normal kwc. */
         so.checksums = false;
-        log_warnx("KWC_BENCH_NO_CHECKSUMS is set: stored values carry no checksums (benchmarks only)");
+        log_warnx(
+            "KWC_BENCH_NO_CHECKSUMS is set: stored values carry no checksums (benchmarks only)");
     }
     if ((rc = datadir_open(cfg.data_dir, &so, datadir_policy(cfg.on_corrupt_cache), &dd, err,
                            sizeof(err))) != 0) {
@@ -403,7 +405,9 @@ main(int argc, char **argv)
              cfg.auth_delegated ? (cfg.forward_token ? "auth delegated, callers' tokens forwarded"
                                                      : "auth delegated, callers impersonated")
                                 : "auth none: every caller acts as kwc",
-             cfg.listen_loopback ? " (loopback only)" : cfg.auth_delegated ? "" : " (REMOTE!)");
+             cfg.listen_loopback  ? " (loopback only)"
+             : cfg.auth_delegated ? ""
+                                  : " (REMOTE!)");
 
     for (size_t i = 0; i < nrefls; i++)
         if (start[i])

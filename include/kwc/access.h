@@ -50,8 +50,8 @@ struct route_req;
 enum access_source { ACCESS_KWC, ACCESS_CACHE, ACCESS_UPSTREAM, ACCESS_NSOURCES };
 
 struct access_options {
-    bool log;                 /* write the access log */
-    enum log_level level;     /* at this level (info with --access-log, else debug) */
+    bool log;             /* write the access log */
+    enum log_level level; /* at this level (info with --access-log, else debug) */
 };
 
 struct access;

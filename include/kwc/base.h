@@ -22,11 +22,11 @@
     X(KWC_ECONFIG, 3, "invalid configuration")                                                     \
     X(KWC_EUNSUPPORTED, 4, "not supported")                                                        \
     X(KWC_ENOTFOUND, 5, "not found")                                                               \
-    X(KWC_EUPSTREAM, 6, "upstream error")                                                         \
+    X(KWC_EUPSTREAM, 6, "upstream error")                                                          \
     X(KWC_EEXPIRED, 7, "resource version is older than the kept history")                          \
     X(KWC_ESTORE, 8, "cache storage error")                                                        \
     X(KWC_ECORRUPT, 9, "the cache's data is damaged (checksum or structure)")                      \
-    X(KWC_EFORMAT, 10, "the cache's data was written by another kwc format")                      \
+    X(KWC_EFORMAT, 10, "the cache's data was written by another kwc format")                       \
     X(KWC_EMAPFULL, 11, "the cache reached its map size")
 
 enum kwc_err {

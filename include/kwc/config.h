@@ -50,7 +50,7 @@
     X("upstream-timeout", upstream_timeout, INT, "60", "SECONDS",                                  \
       "time allowed for the upstream's response headers (0: none)")                                \
     X("insecure-allow-remote", insecure_allow_remote, BOOL, "false", "",                           \
-      "serve on a non-loopback address without TLS and delegated authentication (unsafe: with "   \
+      "serve on a non-loopback address without TLS and delegated authentication (unsafe: with "    \
       "--auth none every caller acts as kwc)")                                                     \
     X("max-header-bytes", max_header_bytes, INT, "1048576", "BYTES",                               \
       "largest request head (request line + headers) accepted; at least 4096")                     \

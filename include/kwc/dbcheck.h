@@ -50,7 +50,6 @@ int dbcheck_dir(const char *dir, dbcheck_progress_cb on_progress, void *arg,
                 struct dbcheck_stats *st, char *why, size_t whylen);
 
 /* The same over a file's bytes already in memory (borrowed): 0 or KWC_ECORRUPT. */
-int dbcheck_mem(const void *data, size_t len, struct dbcheck_stats *st, char *why,
-                size_t whylen);
+int dbcheck_mem(const void *data, size_t len, struct dbcheck_stats *st, char *why, size_t whylen);
 
 #endif

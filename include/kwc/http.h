@@ -64,20 +64,20 @@ struct http_listen_addr {
 struct http_server_options {
     const struct http_listen_addr *addrs;
     size_t naddrs;
-    int backlog;                  /* listen(2) backlog; 0: 1024 */
-    size_t max_header_bytes;      /* request line + headers; 0: 1 MiB (Go's DefaultMaxHeaderBytes) */
-    size_t max_discard_bytes;     /* body bytes read and dropped for a request answered without
-                                     reading its body; more closes the connection. 0: 1 MiB */
+    int backlog;              /* listen(2) backlog; 0: 1024 */
+    size_t max_header_bytes;  /* request line + headers; 0: 1 MiB (Go's DefaultMaxHeaderBytes) */
+    size_t max_discard_bytes; /* body bytes read and dropped for a request answered without
+                                 reading its body; more closes the connection. 0: 1 MiB */
     int request_header_timeout_ms; /* connection open or first byte -> end of head (and TLS
                                       handshake); 0: none */
-    int idle_timeout_ms;          /* keep-alive connection with no request in progress; 0: none */
-    unsigned max_connections;     /* open client connections; 0: no cap */
+    int idle_timeout_ms;           /* keep-alive connection with no request in progress; 0: none */
+    unsigned max_connections;      /* open client connections; 0: no cap */
     /* TLS: both files set, or neither (plaintext) */
     const char *tls_cert_file;
     const char *tls_key_file;
-    const char *client_ca_file;   /* verify client certificates when presented */
-    int tls_min_version;          /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
-    int tls_reload_ms;            /* how often the cert/key files are checked for change; 0: 1000 */
+    const char *client_ca_file; /* verify client certificates when presented */
+    int tls_min_version;        /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
+    int tls_reload_ms;          /* how often the cert/key files are checked for change; 0: 1000 */
 };
 
 /*
@@ -108,9 +108,9 @@ void http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa,
 int http_server_port(const struct http_server *s, size_t i);
 
 struct http_server_stats {
-    unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests,
-        header_timeouts, idle_timeouts, requests, tls_reloads;
-    unsigned long long taken; /* connections taken (watch streams, tunnels), still open */
+    unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests, header_timeouts,
+        idle_timeouts, requests, tls_reloads;
+    unsigned long long taken;         /* connections taken (watch streams, tunnels), still open */
     unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
     unsigned long long max_connections; /* the cap (0: none) */
 };
@@ -215,8 +215,7 @@ void hresp_end(struct hreq *r);
  * the client sees the body is incomplete. */
 void hresp_abort(struct hreq *r);
 /* A whole response in one call: status, Content-Type, body (copied). */
-void hresp_simple(struct hreq *r, int status, const char *content_type, const void *body,
-                  size_t n);
+void hresp_simple(struct hreq *r, int status, const char *content_type, const void *body, size_t n);
 /* The response has started (hresp_start called). */
 bool hresp_started(const struct hreq *r);
 
@@ -234,8 +233,8 @@ bool hresp_started(const struct hreq *r);
  * there gets a writer bound to the stream instead.
  */
 struct http_taken {
-    int fd;   /* non-blocking; the taker closes it */
-    SSL *ssl; /* NULL for plaintext; the taker frees it */
+    int fd;     /* non-blocking; the taker closes it */
+    SSL *ssl;   /* NULL for plaintext; the taker frees it */
     void *note; /* the request's note (hreq_set_note), now the taker's: no
                    http_done_cb runs for it (the taker reports the request's end) */
 };
@@ -287,10 +286,10 @@ enum hreq_end { HREQ_END_DONE, HREQ_END_CLOSED, HREQ_END_TAKEN };
 
 struct hreq_done {
     const char *method, *target; /* borrowed for the call */
-    int status;        /* hresp_start's; 0: no response head was sent */
-    uint64_t bytes;    /* response bytes queued on the connection: head, body, framing */
-    uint64_t start_ns; /* CLOCK_MONOTONIC: the head was read and handed to on_request */
-    uint64_t head_ns;  /* the response head was queued; 0: never */
+    int status;                  /* hresp_start's; 0: no response head was sent */
+    uint64_t bytes;              /* response bytes queued on the connection: head, body, framing */
+    uint64_t start_ns;           /* CLOCK_MONOTONIC: the head was read and handed to on_request */
+    uint64_t head_ns;            /* the response head was queued; 0: never */
     uint64_t end_ns;
     enum hreq_end how;
 };

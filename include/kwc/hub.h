@@ -28,9 +28,9 @@
  * it then receives nothing live, and when the sink drains it catches up
  * from where it stopped. The window (hub_options.window_bytes per resource,
  * kube's watch-cache ring in spirit) makes a lagging watcher as cheap as a
- * live one; LMDB behind it makes lag beyond the window still lossless. A watcher whose rv falls below the history
- * floor is ended (the client resumes and gets its 410 then), as is every
- * watcher of a resource whose history jumped (a relist reset it).
+ * live one; LMDB behind it makes lag beyond the window still lossless. A watcher whose rv falls
+ * below the history floor is ended (the client resumes and gets its 410 then), as is every watcher
+ * of a resource whose history jumped (a relist reset it).
  *
  * Encodings: a hub_res is one cache in one encoding (DESIGN.md "Encodings"):
  * JSON lines, or protobuf watch frames (4-byte big-endian length + a
@@ -75,15 +75,15 @@ void hub_blob_unref(struct hub_blob *b);
 /* ---- a cached resource as the hub sees it (immutable, shared) ---- */
 
 struct hub_res {
-    unsigned id;             /* index among the cached resources */
-    enum kwc_enc enc;        /* how its events are written: JSON lines, protobuf frames */
+    unsigned id;      /* index among the cached resources */
+    enum kwc_enc enc; /* how its events are written: JSON lines, protobuf frames */
     struct store_res *sres;
     char *kind, *api_version;
-    bool unstructured;       /* custom resource: items keep TypeMeta, sorted maps */
+    bool unstructured; /* custom resource: items keep TypeMeta, sorted maps */
     bool namespaced;
-    char **field_names;      /* the selectable fields, as in the index bytes */
+    char **field_names; /* the selectable fields, as in the index bytes */
     size_t n_fields;
-    int index_field;         /* watchers pinned to one value of it are indexed */
+    int index_field; /* watchers pinned to one value of it are indexed */
 };
 
 /* A resource whose store holds objects in encoding enc (JSON text, or
@@ -122,11 +122,11 @@ void hub_batch_unref(struct hub_batch *b);
 
 /* Why a stream ended (sink end op; also for logs and metrics). */
 #define HUB_ENDS(X)                                                                                \
-    X(HUB_END_TIMEOUT, "timeout")         /* its deadline: a clean end, as kube's */            \
-    X(HUB_END_ERROR_EVENT, "error_event") /* an ERROR event was the last thing written */       \
-    X(HUB_END_EXPIRED, "expired")         /* fell below the history floor while lagging */      \
-    X(HUB_END_RESET, "reset")             /* the resource's history was reset */                \
-    X(HUB_END_STORE, "store_error")       /* reading the store failed */                        \
+    X(HUB_END_TIMEOUT, "timeout")         /* its deadline: a clean end, as kube's */               \
+    X(HUB_END_ERROR_EVENT, "error_event") /* an ERROR event was the last thing written */          \
+    X(HUB_END_EXPIRED, "expired")         /* fell below the history floor while lagging */         \
+    X(HUB_END_RESET, "reset")             /* the resource's history was reset */                   \
+    X(HUB_END_STORE, "store_error")       /* reading the store failed */                           \
     X(HUB_END_SHUTDOWN, "shutdown")
 
 enum hub_end {
@@ -157,24 +157,24 @@ struct hub_sink_ops {
 
 /* What the request asked for (decide_watch's result, in hub terms). */
 struct hub_watch_req {
-    const char *ns;      /* namespace from the path, NULL: all (copied) */
-    struct sel *sel;     /* NULL: everything; the watcher takes it */
-    bool initial;        /* synthetic ADDED for the state at the start, then live */
-    uint64_t rv;         /* initial: wait until the cache reaches rv (sendInitialEvents
-                            with NotOlderThan N); else: events after rv */
-    bool initial_end;    /* a BOOKMARK with k8s.io/initial-events-end after them */
-    bool bookmarks;      /* allowWatchBookmarks */
-    uint64_t deadline_ms;  /* when the stream ends (caller's clock) */
+    const char *ns;         /* namespace from the path, NULL: all (copied) */
+    struct sel *sel;        /* NULL: everything; the watcher takes it */
+    bool initial;           /* synthetic ADDED for the state at the start, then live */
+    uint64_t rv;            /* initial: wait until the cache reaches rv (sendInitialEvents
+                               with NotOlderThan N); else: events after rv */
+    bool initial_end;       /* a BOOKMARK with k8s.io/initial-events-end after them */
+    bool bookmarks;         /* allowWatchBookmarks */
+    uint64_t deadline_ms;   /* when the stream ends (caller's clock) */
     uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
     char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken); a
                                protobuf resource's ERROR carries it as a protobuf Status */
 };
 
 struct hub_options {
-    size_t budget;          /* bytes queued on a sink before the watcher lags */
-    size_t chunk_bytes;     /* encoded per pump step (initial state, catch-up) */
-    uint64_t bookmark_ms;   /* interval between bookmarks */
-    size_t window_bytes;    /* recent batches kept per resource for catch-up by reference */
+    size_t budget;        /* bytes queued on a sink before the watcher lags */
+    size_t chunk_bytes;   /* encoded per pump step (initial state, catch-up) */
+    uint64_t bookmark_ms; /* interval between bookmarks */
+    size_t window_bytes;  /* recent batches kept per resource for catch-up by reference */
     struct hub_res_stats *res_stats; /* per resource id (< n_res_stats): counted there; the
                                         caller's memory, outliving the hub (may be NULL) */
     size_t n_res_stats;
@@ -243,12 +243,12 @@ void hub_stats(const struct hub *h, struct hub_stats *out);
  * hub_res_stats_read (relaxed loads) and sums the hubs.
  */
 struct hub_res_stats {
-    uint64_t lagging;              /* gauge: watchers in CATCHUP (over budget, or resuming) */
-    uint64_t live, live_bytes;     /* events handed over live, and their bytes (no framing) */
-    uint64_t window, window_bytes; /* catch-up events from the window (shared blobs) */
-    uint64_t store, store_bytes;   /* catch-up events read from the store's history */
+    uint64_t lagging;                /* gauge: watchers in CATCHUP (over budget, or resuming) */
+    uint64_t live, live_bytes;       /* events handed over live, and their bytes (no framing) */
+    uint64_t window, window_bytes;   /* catch-up events from the window (shared blobs) */
+    uint64_t store, store_bytes;     /* catch-up events read from the store's history */
     uint64_t initial, initial_bytes; /* initial-state ADDED events (read from the store) */
-    uint64_t bookmarks;            /* BOOKMARK events (periodic and initial-events-end) */
+    uint64_t bookmarks;              /* BOOKMARK events (periodic and initial-events-end) */
 };
 void hub_res_stats_read(const struct hub_res_stats *s, struct hub_res_stats *out);
 

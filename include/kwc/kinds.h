@@ -14,13 +14,13 @@
 
 /* Default --resources: group/version/resource ("" group for core). */
 #define KINDS_DEFAULT                                                                              \
-    "v1/pods,v1/nodes,v1/namespaces,v1/services,v1/endpoints,v1/configmaps,v1/secrets,"          \
+    "v1/pods,v1/nodes,v1/namespaces,v1/services,v1/endpoints,v1/configmaps,v1/secrets,"            \
     "apps/v1/deployments,apps/v1/replicasets,apps/v1/daemonsets,apps/v1/statefulsets"
 
 /* Default --protobuf-resources: the protobuf caches that start with kwc (the
  * kinds kubelets and kube-proxy read in protobuf), of those in --resources. */
 #define KINDS_PB_DEFAULT                                                                           \
-    "pods,nodes,services,endpoints,endpointslices,configmaps,secrets,namespaces,"                \
+    "pods,nodes,services,endpoints,endpointslices,configmaps,secrets,namespaces,"                  \
     "persistentvolumes,persistentvolumeclaims"
 
 /*

@@ -136,14 +136,14 @@ int pb_envelope_parse(const void *buf, size_t len, struct pb_envelope *out, char
 /* Lists                                                                     */
 
 struct pb_list {
-    uint64_t rv;           /* ListMeta.resourceVersion, > 0 */
-    char *continue_;       /* "" when empty or absent; owned */
+    uint64_t rv;     /* ListMeta.resourceVersion, > 0 */
+    char *continue_; /* "" when empty or absent; owned */
     bool has_remaining;
     int64_t remaining;
     size_t n_items;
     /* items[i]: body[off[i], off[i] + len[i]) — spans into the caller's body */
     size_t *off, *len;
-    char kind[128];        /* the envelope's kind ("PodList") */
+    char kind[128]; /* the envelope's kind ("PodList") */
     char api_version[128];
 };
 

@@ -43,20 +43,20 @@ struct refl_clock {
 
 /* What serving needs to know about a cached resource (valid once discovered). */
 struct refl_desc {
-    enum kwc_enc enc;  /* the cache's encoding: JSON text or protobuf object messages */
+    enum kwc_enc enc; /* the cache's encoding: JSON text or protobuf object messages */
     char *group, *version, *resource; /* from --resources */
-    char *path;        /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
-    char *api_version; /* "v1" or "apps/v1" */
+    char *path;                       /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
+    char *api_version;                /* "v1" or "apps/v1" */
     char *kind, *list_kind;
     bool namespaced;
-    bool typed_items;  /* list items carry kind/apiVersion (custom resources) */
+    bool typed_items; /* list items carry kind/apiVersion (custom resources) */
     /* The selectable fields the cache's index bytes hold: kinds_fields for
      * JSON; for protobuf the ones pb.c can read (pb_fields), so a selector
      * on any other passes through (admit_serves_fields). */
     const struct obj_field *fields;
     const char **field_names;
     size_t n_fields;
-    int index_field;   /* field with a store index (store_scan_field), -1: none */
+    int index_field; /* field with a store index (store_scan_field), -1: none */
     struct store_res *sres;
 };
 
@@ -111,8 +111,8 @@ void refl_ingest_on_unknown(struct refl_ingest *ing,
  * (a malformed gvr; protobuf for a custom resource), or the store's error
  * (KWC_ETOOBIG: more resources than the store was opened for). */
 int refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
-             const char *gvr, enum kwc_enc enc, const char *identity, struct refl **out,
-             char *err, size_t errlen);
+             const char *gvr, enum kwc_enc enc, const char *identity, struct refl **out, char *err,
+             size_t errlen);
 /* Start discovery, list and watch (a warm cache serves at once). Once. */
 void refl_start(struct refl *r);
 void refl_free(struct refl *r);
@@ -157,7 +157,7 @@ struct refl_counters {
      * watch has been open refl_watch_healthy long, so that its drop retries
      * at once); failures in a row double it. */
     uint64_t backoff_ms;
-    uint64_t retry_ms;       /* the delay of the last retry after a failure; 0: none yet */
+    uint64_t retry_ms; /* the delay of the last retry after a failure; 0: none yet */
 };
 void refl_counters(const struct refl *r, struct refl_counters *out);
 

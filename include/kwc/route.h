@@ -15,7 +15,9 @@
 
 #include "kwc/decide.h"
 
-#define ROUTE_MAX_TARGET (16 * 1024 * 1024) /* path + query bytes accepted (the front end bounds heads by --max-header-bytes first) */
+#define ROUTE_MAX_TARGET                                                                           \
+    (16 * 1024 * 1024) /* path + query bytes accepted (the front end bounds heads by               \
+                          --max-header-bytes first) */
 
 #define ROUTE_VERBS(X)                                                                             \
     X(ROUTE_GET, "get")                                                                            \
@@ -53,11 +55,11 @@ struct route_query {
 };
 
 struct route_req {
-    bool is_resource;       /* an /api or /apis resource request */
-    enum route_verb verb;   /* meaningful when is_resource */
-    bool legacy_watch;      /* /api/v1/watch/... or /apis/G/V/watch/... */
-    const char *path;       /* decoded path */
-    const char *group;      /* "" for the core group */
+    bool is_resource;     /* an /api or /apis resource request */
+    enum route_verb verb; /* meaningful when is_resource */
+    bool legacy_watch;    /* /api/v1/watch/... or /apis/G/V/watch/... */
+    const char *path;     /* decoded path */
+    const char *group;    /* "" for the core group */
     const char *version;
     const char *resource;   /* NULL for /api/v1 itself etc. */
     const char *namespace_; /* NULL when cluster-wide */

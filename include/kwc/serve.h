@@ -48,9 +48,9 @@ struct serve;
 
 struct serve_options {
     enum decide_too_large too_large;
-    int wait_ms;                 /* NotOlderThan wait (kube: 3000) */
-    size_t max_buffer;           /* response bytes queued per client */
-    struct up_client *up;        /* for reads handed upstream after a wait */
+    int wait_ms;          /* NotOlderThan wait (kube: 3000) */
+    size_t max_buffer;    /* response bytes queued per client */
+    struct up_client *up; /* for reads handed upstream after a wait */
     const struct pt_options *pt;
 };
 

@@ -35,22 +35,22 @@ struct store_rtxn;
 #define STORE_MAX_RESOURCES 64
 
 struct store_options {
-    uint64_t map_size;          /* bytes of address space for the map (sparse file) */
-    unsigned max_resources;     /* resources opened at most (<= STORE_MAX_RESOURCES; 0: 32): a
-                                   JSON and a protobuf cache are one each */
-    bool durable;               /* fsync at every commit; off: a crash may lose the
-                                   last commits but never leaves the cache
-                                   inconsistent with its recorded rv */
+    uint64_t map_size;      /* bytes of address space for the map (sparse file) */
+    unsigned max_resources; /* resources opened at most (<= STORE_MAX_RESOURCES; 0: 32): a
+                               JSON and a protobuf cache are one each */
+    bool durable;           /* fsync at every commit; off: a crash may lose the
+                               last commits but never leaves the cache
+                               inconsistent with its recorded rv */
     uint64_t history_max_events;
     uint64_t history_max_bytes;
-    uint64_t history_max_age;   /* seconds. Each of the three bounds trims the
-                                   oldest events; the floor follows them */
-    bool checksums;             /* default true: every value carries a CRC-32C,
-                                   checked on every read. false (writes put 0,
-                                   reads check only layouts) exists only so that
-                                   bench/ can measure the cost in one run; a data
-                                   dir written without checksums reads as damaged
-                                   with them. */
+    uint64_t history_max_age; /* seconds. Each of the three bounds trims the
+                                 oldest events; the floor follows them */
+    bool checksums;           /* default true: every value carries a CRC-32C,
+                                 checked on every read. false (writes put 0,
+                                 reads check only layouts) exists only so that
+                                 bench/ can measure the cost in one run; a data
+                                 dir written without checksums reads as damaged
+                                 with them. */
 };
 
 enum store_ev_type { STORE_ADDED = 1, STORE_MODIFIED = 2, STORE_DELETED = 3 };
@@ -58,15 +58,15 @@ enum store_ev_type { STORE_ADDED = 1, STORE_MODIFIED = 2, STORE_DELETED = 3 };
 /* One change, as the reflector decoded it. All borrowed for the call. */
 struct store_event {
     enum store_ev_type type;
-    uint64_t rv;          /* the event's place in history */
-    uint64_t obj_rv;      /* the object's own metadata.resourceVersion; 0: rv.
-                             They differ only for a relist difference that
-                             history could not place at the object's rv. */
-    const char *key;      /* "ns/name" or "name" */
+    uint64_t rv;     /* the event's place in history */
+    uint64_t obj_rv; /* the object's own metadata.resourceVersion; 0: rv.
+                        They differ only for a relist difference that
+                        history could not place at the object's rv. */
+    const char *key; /* "ns/name" or "name" */
     size_t key_len;
-    const void *obj;      /* raw object bytes as received (DELETED: the last state) */
+    const void *obj; /* raw object bytes as received (DELETED: the last state) */
     size_t obj_len;
-    const void *idx;      /* caller's index bytes for obj (labels, fields) */
+    const void *idx; /* caller's index bytes for obj (labels, fields) */
     size_t idx_len;
 };
 
@@ -95,15 +95,15 @@ struct store_hist {
 };
 
 struct store_res_info {
-    uint64_t rv;       /* newest rv the cache has reached (events and bookmarks) */
-    uint64_t floor;    /* watches from rv >= floor and exact reads at rv >= floor work */
+    uint64_t rv;    /* newest rv the cache has reached (events and bookmarks) */
+    uint64_t floor; /* watches from rv >= floor and exact reads at rv >= floor work */
     uint64_t objects;
     uint64_t hist_events;
     uint64_t hist_bytes;
-    bool synced;       /* an initial list has completed */
-    bool namespaced;   /* as recorded with the kind */
-    bool unserved;     /* the upstream (identity) said it does not serve the resource in the
-                          cache's encoding (store_wtxn_set_unserved) */
+    bool synced;     /* an initial list has completed */
+    bool namespaced; /* as recorded with the kind */
+    bool unserved;   /* the upstream (identity) said it does not serve the resource in the
+                        cache's encoding (store_wtxn_set_unserved) */
     char list_kind[128];
     char api_version[128];
     char identity[256]; /* upstream identity recorded with the data */

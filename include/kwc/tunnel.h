@@ -17,7 +17,7 @@ struct uplink;
 struct event_base;
 
 struct tunnel_options {
-    struct uplink *link;    /* upstream server, TLS, credentials, header policy (borrowed) */
+    struct uplink *link; /* upstream server, TLS, credentials, header policy (borrowed) */
     struct event_base *base;
     bool strip_credentials; /* drop the client's Authorization / Impersonate-* / X-Remote-* */
     int connect_timeout_ms;

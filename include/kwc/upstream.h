@@ -50,9 +50,9 @@ enum up_pool {
 extern const char *const up_pool_names[UP_NPOOLS];
 
 struct up_options {
-    int connect_timeout_ms;  /* TCP+TLS connect */
-    int header_timeout_ms;   /* request sent -> response headers; 0 = none */
-    int max_idle_conns;      /* idle connections kept for reuse, per pool */
+    int connect_timeout_ms;        /* TCP+TLS connect */
+    int header_timeout_ms;         /* request sent -> response headers; 0 = none */
+    int max_idle_conns;            /* idle connections kept for reuse, per pool */
     unsigned max_conns[UP_NPOOLS]; /* open connections per pool; 0: no cap */
 };
 
@@ -60,7 +60,7 @@ struct up_header {
     const char *name, *value; /* borrowed, valid during the callback */
 };
 
-#define UP_PAUSE 1    /* on_data: not consumed, call again after up_xfer_resume_recv() */
+#define UP_PAUSE 1         /* on_data: not consumed, call again after up_xfer_resume_recv() */
 #define UP_BODY_PAUSE (-2) /* on_body: no bytes now, up_xfer_resume_send() later */
 
 struct up_xfer_cbs {
@@ -79,13 +79,13 @@ struct up_xfer_cbs {
 
 struct up_request {
     const char *method;
-    const char *target;          /* path?query, sent as is */
+    const char *target;              /* path?query, sent as is */
     const struct up_header *headers; /* extra request headers (already filtered) */
     size_t nheaders;
     bool has_body;
-    int64_t body_len;            /* -1: unknown (chunked) */
-    bool long_running;           /* a watch or stream: no header timeout needed */
-    enum up_pool pool;           /* whose connections carry it (0: passthrough) */
+    int64_t body_len;  /* -1: unknown (chunked) */
+    bool long_running; /* a watch or stream: no header timeout needed */
+    enum up_pool pool; /* whose connections carry it (0: passthrough) */
 };
 
 /*
@@ -127,7 +127,7 @@ void up_client_pool_stats(const struct up_client *c, enum up_pool p, struct up_p
 /* Requests to the upstream by method and status code, and the time from
  * the start to the response head (client-go's rest_client_request_*
  * metrics in spirit), for /metrics. Loop thread. */
-#define UP_NMETHODS 8 /* GET HEAD POST PUT PATCH DELETE OPTIONS other */
+#define UP_NMETHODS 8         /* GET HEAD POST PUT PATCH DELETE OPTIONS other */
 #define UP_CODE_ERROR 500     /* requests[m][code - 100] for 100..599; then: no response */
 #define UP_CODE_CANCELLED 501 /* cancelled before a response (the client went away) */
 extern const char *const up_method_names[UP_NMETHODS];

@@ -45,11 +45,11 @@ struct hreq;
 struct watch_pool;
 
 struct watch_options {
-    unsigned workers;       /* 0: one per CPU */
-    size_t budget;          /* bytes queued per watcher before it lags */
-    size_t window_bytes;    /* recent events kept per resource and worker for catch-up */
-    uint64_t bookmark_ms;   /* bookmark interval */
-    int wait_ms;            /* sendInitialEvents: wait for the cache to reach the rv */
+    unsigned workers;                /* 0: one per CPU */
+    size_t budget;                   /* bytes queued per watcher before it lags */
+    size_t window_bytes;             /* recent events kept per resource and worker for catch-up */
+    uint64_t bookmark_ms;            /* bookmark interval */
+    int wait_ms;                     /* sendInitialEvents: wait for the cache to reach the rv */
     enum decide_too_large too_large; /* ...then: 504 ERROR event, or serve what is cached */
 };
 

@@ -47,7 +47,7 @@
 
 #define SRV_MAGIC 0x68737276u  /* "hsrv" */
 #define CONN_MAGIC 0x68636e6eu /* "hcnn" */
-#define ACCEPT_RETRY_MS 100      /* after EMFILE/ENFILE: stop accepting this long */
+#define ACCEPT_RETRY_MS 100    /* after EMFILE/ENFILE: stop accepting this long */
 #define LINGER_MS 2000
 
 /* Connections taken from the server (watch streams on worker loops,
@@ -523,8 +523,9 @@ listen_one(struct http_server *s, const struct http_listen_addr *a, int port_ove
                         ss.ss_family == AF_INET6 ? "]" : "", port, strerror(e),
                         e == EADDRINUSE ? " (is another process using it?)" : "");
     }
-    out->l = evconnlistener_new(s->base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                                s->o.backlog ? s->o.backlog : 1024, fd);
+    out->l =
+        evconnlistener_new(s->base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                           s->o.backlog ? s->o.backlog : 1024, fd);
     if (!out->l) {
         int e = errno;
         close(fd);
@@ -557,9 +558,8 @@ http_server_new(struct event_base *base, const struct http_server_options *o,
         s->o.tls_reload_ms = 1000;
     s->on_request = on_request;
     s->arg = arg;
-    http_parser_set_max_header_size((uint32_t)(s->o.max_header_bytes > UINT32_MAX
-                                                   ? UINT32_MAX
-                                                   : s->o.max_header_bytes));
+    http_parser_set_max_header_size(
+        (uint32_t)(s->o.max_header_bytes > UINT32_MAX ? UINT32_MAX : s->o.max_header_bytes));
     h1_settings(&s->ps);
     s->reap_ev = event_new(base, -1, 0, on_reap, s);
     s->accept_retry = evtimer_new(base, on_accept_retry, s);

@@ -54,9 +54,12 @@ const char *
 access_source_name(enum access_source s)
 {
     switch (s) {
-    case ACCESS_CACHE: return "cache";
-    case ACCESS_UPSTREAM: return "upstream";
-    default: return "kwc";
+    case ACCESS_CACHE:
+        return "cache";
+    case ACCESS_UPSTREAM:
+        return "upstream";
+    default:
+        return "kwc";
     }
 }
 
@@ -134,17 +137,22 @@ access_label_name(const char *s)
 const char *
 access_metric_verb(const char *method, const struct route_req *route, bool upgrade)
 {
-    static const char *const methods[] = {"GET",   "HEAD",   "POST",  "PUT",    "PATCH",
+    static const char *const methods[] = {"GET",    "HEAD",    "POST",    "PUT",  "PATCH",
                                           "DELETE", "OPTIONS", "CONNECT", "TRACE"};
     if (upgrade)
         return "CONNECT";
     if (route && route->is_resource) {
         switch (route->verb) {
-        case ROUTE_WATCH: return "WATCH";
-        case ROUTE_LIST: return "LIST";
-        case ROUTE_GET: return "GET";
-        case ROUTE_PROXY: return "CONNECT";
-        default: break;
+        case ROUTE_WATCH:
+            return "WATCH";
+        case ROUTE_LIST:
+            return "LIST";
+        case ROUTE_GET:
+            return "GET";
+        case ROUTE_PROXY:
+            return "CONNECT";
+        default:
+            break;
         }
         if (route->subresource &&
             (strcmp(route->subresource, "exec") == 0 || strcmp(route->subresource, "attach") == 0 ||

@@ -50,8 +50,9 @@ struct cache_row {
 };
 
 static void
-cache_family(struct metrics_writer *w, const struct collect_sources *s, const struct cache_row *rows,
-             const char *name, const char *help, enum metrics_type t, size_t off, bool info)
+cache_family(struct metrics_writer *w, const struct collect_sources *s,
+             const struct cache_row *rows, const char *name, const char *help, enum metrics_type t,
+             size_t off, bool info)
 {
     metrics_write_family(w, name, help, t);
     for (size_t i = 0; i < s->nrefls; i++) {
@@ -100,9 +101,10 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
     cache_family(w, s, rows, "kwc_cache_history_bytes", "Bytes of the cache's history window.",
                  METRICS_GAUGE, INFO(hist_bytes));
     const char *sh[] = {"kwc_cache_synced", "kwc_cache_in_service"};
-    const char *hh[] = {"1 once the cache's initial list has completed, else 0.",
-                        "1 while the cache answers requests (synced, not out of service for a "
-                        "failed write, a checksum or staleness), else 0: its requests pass through."};
+    const char *hh[] = {
+        "1 once the cache's initial list has completed, else 0.",
+        "1 while the cache answers requests (synced, not out of service for a "
+        "failed write, a checksum or staleness), else 0: its requests pass through."};
     for (int k = 0; k < 2; k++) {
         metrics_write_family(w, sh[k], hh[k], METRICS_GAUGE);
         for (size_t i = 0; i < s->nrefls; i++) {
@@ -125,9 +127,10 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
                  METRICS_COUNTER, CTR(expired));
     cache_family(w, s, rows, "kwc_reflector_watches_total", "Upstream WATCHes started.",
                  METRICS_COUNTER, CTR(watches));
-    cache_family(w, s, rows, "kwc_reflector_watch_restarts_total",
-                 "Upstream WATCHes started after the first (a dropped watch, its timeout, a relist).",
-                 METRICS_COUNTER, CTR(watch_restarts));
+    cache_family(
+        w, s, rows, "kwc_reflector_watch_restarts_total",
+        "Upstream WATCHes started after the first (a dropped watch, its timeout, a relist).",
+        METRICS_COUNTER, CTR(watch_restarts));
     cache_family(w, s, rows, "kwc_reflector_events_total",
                  "ADDED, MODIFIED and DELETED events received from the upstream watch.",
                  METRICS_COUNTER, CTR(events_in));
@@ -467,8 +470,8 @@ collect_process(struct metrics_writer *w)
                                  METRICS_COUNTER);
             metrics_write_sample(w, "process_cpu_seconds_total", NULL, NULL, 0,
                                  (double)(utime + stime) / tick);
-            metrics_write_family(w, "process_resident_memory_bytes", "Resident memory size in bytes.",
-                                 METRICS_GAUGE);
+            metrics_write_family(w, "process_resident_memory_bytes",
+                                 "Resident memory size in bytes.", METRICS_GAUGE);
             metrics_write_sample(w, "process_resident_memory_bytes", NULL, NULL, 0,
                                  (double)rss * (double)sysconf(_SC_PAGESIZE));
         }

@@ -32,8 +32,8 @@ datadir_policy(const char *s)
     return -1;
 }
 
-static int
-fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int
 fail(char *err, size_t errlen, const char *fmt, ...)
@@ -190,8 +190,8 @@ datadir_open(const char *dir, const struct store_options *so, enum datadir_on_co
     }
     if (rc != KWC_ECORRUPT && rc != KWC_EFORMAT) {
         datadir_close(d);
-        return fail(err, errlen,
-                    "--data-dir %s: cannot open the cache: %s%s", dir, why[0] ? why : kwc_strerror(rc),
+        return fail(err, errlen, "--data-dir %s: cannot open the cache: %s%s", dir,
+                    why[0] ? why : kwc_strerror(rc),
                     rc == -ENOMEM ? " (the address space for --cache-map-size may be unavailable: "
                                     "lower it)"
                                   : "");

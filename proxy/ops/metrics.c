@@ -24,7 +24,7 @@ const double metrics_request_buckets[] = {0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6
                                           1.0,   1.25,  1.5,  2,   3,   4,   5,   6,
                                           8,     10,    15,   20,  30,  45,  60};
 const size_t metrics_request_nbuckets = KWC_ARRAY_LEN(metrics_request_buckets);
-const double metrics_client_buckets[] = {0.005, 0.025, 0.1, 0.25, 0.5, 1.0,
+const double metrics_client_buckets[] = {0.005, 0.025, 0.1, 0.25, 0.5,  1.0,
                                          2.0,   4.0,   8.0, 15.0, 30.0, 60.0};
 const size_t metrics_client_nbuckets = KWC_ARRAY_LEN(metrics_client_buckets);
 
@@ -282,8 +282,14 @@ metrics_family_new(struct metrics *m, enum metrics_type t, const char *name, con
                    const char *const *labels, size_t nlabels, const double *bounds, size_t nbounds)
 {
     struct metrics_family *f = xcalloc(1, sizeof(*f));
-    *f = (struct metrics_family){.m = m, .type = t, .name = name, .help = help, .labels = labels,
-                                 .nlabels = nlabels, .bounds = bounds, .nbounds = nbounds};
+    *f = (struct metrics_family){.m = m,
+                                 .type = t,
+                                 .name = name,
+                                 .help = help,
+                                 .labels = labels,
+                                 .nlabels = nlabels,
+                                 .bounds = bounds,
+                                 .nbounds = nbounds};
     pthread_mutex_lock(&m->mu);
     *m->ftail = f;
     m->ftail = &f->next;

@@ -182,7 +182,8 @@ readyz(struct front *f, struct hreq *req, bool verbose)
         refl_status(f->refls[i], st, sizeof(st));
         if (!refl_counts_ready(f->refls[i])) {
             const char *why = refl_last_error(f->refls[i]);
-            evbuffer_add_printf(b, "[+]cache %s ok: not counted until it serves; its requests pass "
+            evbuffer_add_printf(b,
+                                "[+]cache %s ok: not counted until it serves; its requests pass "
                                 "through%s%s%s\n",
                                 st, why ? " (" : "", why ? why : "", why ? ")" : "");
             continue;
@@ -247,7 +248,7 @@ struct later {
     struct hreq *r;
     int code; /* a Status answer; 0: kwc's own endpoint */
     char *reason, *msg;
-    char *body; /* a Status already rendered (code set) */
+    char *body;    /* a Status already rendered (code set) */
     char path[16]; /* endpoint: its path */
 };
 
@@ -478,8 +479,9 @@ stage_authenticate(struct kreq *k)
     hreq_set_handler(k->req, &parked_handler, k);
     hreq_body_hold(k->req); /* for whoever takes the request after the stages */
     /* an answer known at once calls back before this returns, and may free k */
-    struct auth_wait *w = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
-                                            hreq_header(k->req, "Authorization"), on_authenticated, k);
+    struct auth_wait *w =
+        auth_authenticate(k->f->auth, hreq_client_cert(k->req),
+                          hreq_header(k->req, "Authorization"), on_authenticated, k);
     if (w)
         k->wait = w;
 }
@@ -611,9 +613,13 @@ request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
             name = sel_requires_exact(*sel, "metadata.name");
         free(err);
     }
-    *at = (struct auth_attrs){.resource_request = true, .verb = route_verb_name(r->verb),
-                              .group = r->group, .version = r->version, .resource = r->resource,
-                              .subresource = r->subresource, .namespace_ = r->namespace_,
+    *at = (struct auth_attrs){.resource_request = true,
+                              .verb = route_verb_name(r->verb),
+                              .group = r->group,
+                              .version = r->version,
+                              .resource = r->resource,
+                              .subresource = r->subresource,
+                              .namespace_ = r->namespace_,
                               .name = name};
 }
 

@@ -45,18 +45,18 @@ struct pt {
     struct hreq *req;
     struct up_xfer *x;
     const struct pt_options *o;
-    struct evbuffer *body;        /* request body not yet taken by curl */
-    struct event *kick;           /* deferred resume of the transfer */
-    bool body_done;               /* client finished sending the request */
-    bool client_paused;           /* we stopped reading the body */
-    bool want_recv, want_send;    /* what kick should resume */
+    struct evbuffer *body;     /* request body not yet taken by curl */
+    struct event *kick;        /* deferred resume of the transfer */
+    bool body_done;            /* client finished sending the request */
+    bool client_paused;        /* we stopped reading the body */
+    bool want_recv, want_send; /* what kick should resume */
     bool started, finished;
     bool budget_paused; /* paused by the budget, not its own buffer */
     /* paused by its own buffer (counted in the budget's stats) */
     bool out_paused;
-    size_t held;        /* bytes counted in the budget */
+    size_t held; /* bytes counted in the budget */
     char method[24];
-    char *path;                   /* for logs */
+    char *path; /* for logs */
     uint64_t bytes_out;
 };
 
@@ -346,7 +346,8 @@ struct hdr_collect {
     struct up_header *h; /* room for every header of the caller, its identity and X-Forwarded-For */
     size_t n;
     bool strip_credentials;
-    const char *connection; /* the client's Connection header: tokens name more hop-by-hop headers */
+    const char
+        *connection; /* the client's Connection header: tokens name more hop-by-hop headers */
     const char *xff;
 };
 

@@ -279,7 +279,7 @@ route_negotiate(const char *accept, bool protobuf)
             te--;
         const char *slash = memchr(s, '/', (size_t)(te - s));
         bool star = te == s + 1 && *s == '*'; /* goautoneg reads "*" as \*\/\* */
-        if (slash || star) {                /* else goautoneg skips the clause */
+        if (slash || star) {                  /* else goautoneg skips the clause */
             struct media_clause *c = &cl[n++];
             c->type = s;
             c->type_len = star ? 1 : (size_t)(slash - s);

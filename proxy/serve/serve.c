@@ -75,7 +75,7 @@ struct sreq {
     const struct refl_desc *d;
     const struct encoding *enc;
     bool list;
-    struct sel *sel; /* NULL: everything */
+    struct sel *sel;      /* NULL: everything */
     const char *by_field; /* read through the store's field index: this value */
     struct idx_view iv;
     struct decide_result dec;
@@ -88,9 +88,9 @@ struct sreq {
     char *cont;
     /* streaming */
     uint64_t at_rv;
-    char *from;  /* next key, inclusive; NULL: from the prefix */
+    char *from; /* next key, inclusive; NULL: from the prefix */
     size_t from_len;
-    char *end;   /* last key of a limited page, inclusive; NULL: to the end */
+    char *end; /* last key of a limited page, inclusive; NULL: to the end */
     size_t end_len;
     bool any_item, started, done;
     uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
@@ -408,8 +408,8 @@ serve_get(struct sreq *sr)
     const struct refl_desc *d = sr->d;
     char *msg = d->group[0] ? xasprintf("%s.%s \"%s\" not found", d->resource, d->group, sr->name)
                             : xasprintf("%s \"%s\" not found", d->resource, sr->name);
-    struct status_details det = {.name = sr->name, .group = d->group[0] ? d->group : NULL,
-                                 .kind = d->resource};
+    struct status_details det = {
+        .name = sr->name, .group = d->group[0] ? d->group : NULL, .kind = d->resource};
     hresp_header(sr->req, "Audit-Id", sr->audit_id);
     sr->enc->not_found(sr, msg, &det); /* its own Content-Type and Cache-Control */
     free(msg);
@@ -485,8 +485,8 @@ plan_list(struct sreq *sr)
     if (rc == 0 && sr->by_field && p.limit > 0 && p.matched == p.limit && !p.more) {
         /* the index saw no further candidate, but kube's "more" is about any
          * key in the range after the page's last */
-        rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->end, sr->end_len + 1,
-                        on_any_obj, &p.more);
+        rc = store_scan(t, sr->d->sres, sr->at_rv, sr->prefix, sr->end, sr->end_len + 1, on_any_obj,
+                        &p.more);
     }
     store_rtxn_end(t);
     if (rc)
@@ -820,10 +820,11 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
         sr->by_field = sel_requires_exact(sr->sel, d->field_names[d->index_field]);
     /* copies: a rediscovery may replace the descriptor's strings mid-stream */
     sr->kinds = xasprintf("%s%c%s%c%s", d->list_kind, 0, d->kind, 0, d->api_version);
-    sr->fmt = (struct listfmt){.list_kind = sr->kinds,
-                               .kind = sr->kinds + strlen(d->list_kind) + 1,
-                               .api_version = sr->kinds + strlen(d->list_kind) + strlen(d->kind) + 2,
-                               .unstructured = d->typed_items};
+    sr->fmt =
+        (struct listfmt){.list_kind = sr->kinds,
+                         .kind = sr->kinds + strlen(d->list_kind) + 1,
+                         .api_version = sr->kinds + strlen(d->list_kind) + strlen(d->kind) + 2,
+                         .unstructured = d->typed_items};
     sr->meta.remaining = -1;
     sr->prefix = r->namespace_ && d->namespaced ? xasprintf("%s/", r->namespace_) : xstrdup("");
     if (!list) {

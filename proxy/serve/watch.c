@@ -65,7 +65,7 @@
 #include "kwc/status.h"
 #include "kwc/store.h"
 
-#define CLOSE_GRACE_MS 10000 /* an ended stream's last bytes: then the socket closes anyway */
+#define CLOSE_GRACE_MS 10000       /* an ended stream's last bytes: then the socket closes anyway */
 #define DEFAULT_MIN_TIMEOUT_S 1800 /* kube's minRequestTimeout: deadline in [1x, 2x) */
 /* Bytes encoded from the store for single watchers (initial state, catch-up
  * behind the window) queued on one worker's sockets: beyond this a watcher
@@ -139,14 +139,14 @@ struct worker {
     struct msg *head, **tail;
     /* worker-only state */
     struct hub *hub;
-    struct wconn *all;   /* every stream this worker owns */
-    struct wconn *dirty; /* got bytes since the last flush */
-    struct wconn *pumps; /* owed stored events, socket has room */
+    struct wconn *all;    /* every stream this worker owns */
+    struct wconn *dirty;  /* got bytes since the last flush */
+    struct wconn *pumps;  /* owed stored events, socket has room */
     size_t private_bytes; /* store-encoded bytes queued on this worker's sockets */
     /* private_bytes for /metrics (a relaxed store; read by any thread) */
     _Atomic size_t private_seen;
-    unsigned held;        /* streams waiting for private_bytes to fall */
-    bool pumping_store;   /* sink writes now are such bytes */
+    unsigned held;      /* streams waiting for private_bytes to fall */
+    bool pumping_store; /* sink writes now are such bytes */
     bool stopping;
     struct hub_stats stats; /* published under mu after each round */
     _Atomic unsigned long long started, ended;
@@ -167,7 +167,7 @@ struct watch_pool {
     struct watch_options o;
     struct refl *const *refls;
     struct admit_refls caches; /* admission's view of refls (points to itself) */
-    struct pres *res; /* res[i] is refls[i] */
+    struct pres *res;          /* res[i] is refls[i] */
     size_t nres;
     struct worker *w;
     unsigned nw;
@@ -186,7 +186,7 @@ struct wconn {
     struct outq q;
     struct event *io, *timer;
     bool want_write, dirty, pumping, ending, http10;
-    bool held; /* owed store reads, waiting for private_bytes to fall */
+    bool held;              /* owed store reads, waiting for private_bytes to fall */
     struct hub_watcher *hw; /* NULL once the hub let go of it */
     struct wconn *next_dirty, *next_pump;
     struct wconn *next_all, **prev_all;
@@ -366,7 +366,6 @@ sink_wake(void *sink)
     if (conn_queued(c) < c->wk->p->o.budget / 2)
         want_pump(c);
 }
-
 
 static void
 sink_end(void *sink, enum hub_end why)
@@ -617,8 +616,7 @@ flush_dirty(struct worker *wk)
         bool ending = c->ending;
         if (c->want_write && !ending)
             continue; /* its socket was full: the write event sends it (no EAGAIN try) */
-        if (c->tls && !ending &&
-            evbuffer_get_length(bufferevent_get_output(c->tls)) >= TLS_OUT_MAX)
+        if (c->tls && !ending && evbuffer_get_length(bufferevent_get_output(c->tls)) >= TLS_OUT_MAX)
             continue; /* its write callback feeds it */
         if (flush(c) && ending)
             arm_timer(c);
@@ -979,9 +977,9 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     struct sel *sel = a.sel;
 
     if (!pr->hr) {
-        pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind,
-                                 d->api_version, d->typed_items, d->namespaced, d->field_names,
-                                 d->n_fields, d->index_field);
+        pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind, d->api_version,
+                                 d->typed_items, d->namespaced, d->field_names, d->n_fields,
+                                 d->index_field);
         pr->posted_rv = cur;
     } else {
         publish(p, pr); /* anything committed since the last hook goes first */

@@ -47,7 +47,6 @@ struct ctx {
 
 /* ---- messages ----------------------------------------------------------- */
 
-
 #define CFAIL(c, rc, ...) kwc_errf((c)->err, (c)->errlen, (rc), __VA_ARGS__)
 
 /* Bytes from the file, made safe for a terminal: non-printable and non-ASCII as \xHH. */
@@ -887,7 +886,8 @@ kcfg_load_file(const char *path, const char *context, struct kcfg **out, char *e
     if (err && errlen)
         err[0] = '\0';
     if ((rc = read_file(path, KCFG_MAX_FILE, false, &text, &len)))
-        return kwc_errf(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s, file_reason(rc));
+        return kwc_errf(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s,
+                        file_reason(rc));
     const char *slash = strrchr(path, '/');
     if (!slash)
         dir = xstrdup(".");
@@ -951,8 +951,8 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
         sa_dir = KCFG_SA_DIR;
     if (!host || !*host || !port || !*port)
         return kwc_errf(err, errlen, KWC_ECONFIG,
-                    "not running in a Kubernetes cluster: KUBERNETES_SERVICE_HOST and "
-                    "KUBERNETES_SERVICE_PORT must be set; or pass a kubeconfig");
+                        "not running in a Kubernetes cluster: KUBERNETES_SERVICE_HOST and "
+                        "KUBERNETES_SERVICE_PORT must be set; or pass a kubeconfig");
     /* An already bracketed IPv6 literal is accepted as is. */
     size_t hl = strlen(host);
     bool bracketed = hl > 2 && host[0] == '[' && host[hl - 1] == ']';
@@ -962,12 +962,12 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (!ok || (bracketed && !v6)) {
         free(inner);
         return kwc_errf(err, errlen, KWC_ECONFIG,
-                    "KUBERNETES_SERVICE_HOST %s is not a host name or IP address", qs(host).s);
+                        "KUBERNETES_SERVICE_HOST %s is not a host name or IP address", qs(host).s);
     }
     if (!valid_port(port)) {
         free(inner);
         return kwc_errf(err, errlen, KWC_ECONFIG,
-                    "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)", qs(port).s);
+                        "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)", qs(port).s);
     }
     k = xcalloc(1, sizeof *k);
     k->server =
@@ -981,9 +981,9 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     path = xasprintf("%s/token", sa_dir);
     if ((rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len))) {
         kwc_errf(err, errlen, rc,
-             "cannot read the ServiceAccount token %s: %s; is automountServiceAccountToken "
-             "disabled for this pod?",
-             qs(path).s, file_reason(rc));
+                 "cannot read the ServiceAccount token %s: %s; is automountServiceAccountToken "
+                 "disabled for this pod?",
+                 qs(path).s, file_reason(rc));
         goto out;
     }
     explicit_bzero(buf, len);
@@ -1005,7 +1005,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
         goto out;
     } else if (!looks_pem(k->ca_pem, k->ca_pem_len)) {
         rc = kwc_errf(err, errlen, KWC_ECONFIG, "cluster CA %s is not PEM (no -----BEGIN line)",
-                  qs(path).s);
+                      qs(path).s);
         goto out;
     }
     free(path);
@@ -1015,7 +1015,8 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (rc == -ENOENT) {
         rc = 0;
     } else if (rc) {
-        kwc_errf(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s, file_reason(rc));
+        kwc_errf(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s,
+                 file_reason(rc));
         goto out;
     } else {
         const char *s = (const char *)buf, *e = s + len;
@@ -1024,7 +1025,8 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
         while (e > s && strchr(" \t\r\n", e[-1]))
             e--;
         if (memchr(s, '\0', (size_t)(e - s))) {
-            rc = kwc_errf(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte", qs(path).s);
+            rc = kwc_errf(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte",
+                          qs(path).s);
             goto out;
         }
         if (e > s)
@@ -1084,7 +1086,8 @@ kcfg_bearer_token(const struct kcfg *k, int *err_no)
     ssize_t r = read(fd, buf, 65536);
     *err_no = r < 0 ? errno : 0;
     close(fd);
-    while (r > 0 && (buf[r - 1] == '\n' || buf[r - 1] == '\r' || buf[r - 1] == ' ' || buf[r - 1] == '\t'))
+    while (r > 0 &&
+           (buf[r - 1] == '\n' || buf[r - 1] == '\r' || buf[r - 1] == ' ' || buf[r - 1] == '\t'))
         r--;
     if (r <= 0) {
         free(buf);

@@ -68,14 +68,14 @@
 
 #include "reflector_int.h"
 
-#define REFL_MAGIC 0x7265666cu /* "refl" */
-#define PAGE_MAX_BYTES ((size_t)1 << 30)     /* one LIST page held in memory */
+#define REFL_MAGIC 0x7265666cu           /* "refl" */
+#define PAGE_MAX_BYTES ((size_t)1 << 30) /* one LIST page held in memory */
 #define DISCOVERY_MAX_BYTES ((size_t)16 << 20)
 #define PENDING_MAX_BYTES ((size_t)64 << 20) /* commit at once past this */
 #define BACKOFF_MIN_MS 500
-#define BACKOFF_MAX_MS 30000   /* the cap on any retry delay, jitter included */
-#define HEALTHY_MS 10000       /* a watch open this long resets the backoff */
-#define TICK_MS 250            /* damage and staleness checks; write probes */
+#define BACKOFF_MAX_MS 30000 /* the cap on any retry delay, jitter included */
+#define HEALTHY_MS 10000     /* a watch open this long resets the backoff */
+#define TICK_MS 250          /* damage and staleness checks; write probes */
 /* An upstream without protobuf for a resource is asked again this late: it
  * may be upgraded, but not every few seconds. */
 #define PB_REFUSED_RETRY_MS (10 * 60 * 1000)
@@ -206,7 +206,8 @@ int
 refl_on_body_data(void *arg, const char *p, size_t n)
 {
     struct refl *r = arg;
-    if (evbuffer_get_length(r->body) + n > (r->state == R_DISCOVER ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
+    if (evbuffer_get_length(r->body) + n >
+        (r->state == R_DISCOVER ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
         r->too_big = true;
         return 0; /* dropped; on_done reports it */
     }
@@ -408,7 +409,8 @@ offered(json_t *res, char *buf, size_t len)
     size_t i, n = 0;
     json_t *e;
     buf[0] = '\0';
-    json_array_foreach(res, i, e) {
+    json_array_foreach(res, i, e)
+    {
         const char *name = json_string_value(json_object_get(e, "name"));
         if (!name || strchr(name, '/'))
             continue;
@@ -429,8 +431,7 @@ unknown_resource(struct refl *r, const char *why)
 {
     /* only what kwc was started with, and only when the upstream answered at
      * once: an upstream away at start reports it in /readyz once known */
-    bool first = !r->discovered && !r->discovery_failed && !r->wanted &&
-                 r->d.enc == KWC_ENC_JSON;
+    bool first = !r->discovered && !r->discovery_failed && !r->wanted && r->d.enc == KWC_ENC_JSON;
     r->discovered = true;
     if (first && r->ing->on_unknown) {
         snprintf(r->last_err, sizeof(r->last_err), "%s", why);
@@ -447,8 +448,10 @@ on_discovery_done(void *arg, int err, const char *msg)
     r->x = NULL;
     char why[512];
     if (r->status == 404 && !err) {
-        snprintf(why, sizeof(why), "the upstream serves no API group version %s (404 on its "
-                 "discovery)", r->d.api_version);
+        snprintf(why, sizeof(why),
+                 "the upstream serves no API group version %s (404 on its "
+                 "discovery)",
+                 r->d.api_version);
         unknown_resource(r, why);
         return;
     }
@@ -456,7 +459,9 @@ on_discovery_done(void *arg, int err, const char *msg)
         char st[384];
         refl_status_why(r, "read discovery", st, sizeof(st));
         snprintf(why, sizeof(why), "discovery of %s failed (%s)", r->d.path,
-                 err ? msg : r->too_big ? "too large" : st);
+                 err          ? msg
+                 : r->too_big ? "too large"
+                              : st);
         if (!r->discovered)
             r->discovery_failed = true;
         refl_retry(r, why);
@@ -469,7 +474,8 @@ on_discovery_done(void *arg, int err, const char *msg)
     size_t i;
     json_t *e;
     bool found = false;
-    json_array_foreach(res, i, e) {
+    json_array_foreach(res, i, e)
+    {
         const char *name = json_string_value(json_object_get(e, "name"));
         const char *kind = json_string_value(json_object_get(e, "kind"));
         if (name && kind && strcmp(name, r->d.resource) == 0 && plain_name(kind)) {
@@ -479,7 +485,8 @@ on_discovery_done(void *arg, int err, const char *msg)
             r->d.kind = xstrdup(kind);
             r->d.list_kind = xasprintf("%sList", kind);
             free(r->typemeta);
-            r->typemeta = xasprintf("{\"kind\":\"%s\",\"apiVersion\":\"%s\",", kind, r->d.api_version);
+            r->typemeta =
+                xasprintf("{\"kind\":\"%s\",\"apiVersion\":\"%s\",", kind, r->d.api_version);
             r->typemeta_len = strlen(r->typemeta);
             found = true;
             break;
@@ -507,8 +514,8 @@ on_discovery_done(void *arg, int err, const char *msg)
     if (info.synced && strcmp(info.identity, r->identity) == 0) {
         r->rv = info.rv;
         r->synced = r->ever_synced = true;
-        log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch",
-                 r->label, (unsigned long long)info.objects, (unsigned long long)info.rv);
+        log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch", r->label,
+                 (unsigned long long)info.objects, (unsigned long long)info.rv);
         refl_watch_start(r);
     } else {
         if (info.synced)
@@ -561,8 +568,8 @@ on_watch_data(void *arg, const char *data, size_t n)
         case WEVENT_MODIFIED:
         case WEVENT_DELETED: {
             struct refl_decoded d;
-            if (refl_decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err,
-                                sizeof(err)) != 0) {
+            if (refl_decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) !=
+                0) {
                 log_warnx("cache %s: watch event object rejected: %s", r->label, err);
                 break;
             }
@@ -664,8 +671,9 @@ refl_watch_start(struct refl *r)
     r->watch_t0_ms = refl_now_ms(r);
     /* Like client-go: a random timeout in [5, 10) minutes spreads re-watches. */
     int timeout = 300 + (int)(r->ing->clock.rand(r->ing->clock.arg) % 300);
-    char *target = xasprintf("%s?allowWatchBookmarks=true&resourceVersion=%llu&timeoutSeconds=%d&watch=true",
-                             r->d.path, (unsigned long long)r->rv, timeout);
+    char *target =
+        xasprintf("%s?allowWatchBookmarks=true&resourceVersion=%llu&timeoutSeconds=%d&watch=true",
+                  r->d.path, (unsigned long long)r->rv, timeout);
     refl_xfer_start(r, target, &watch_cbs, true);
     free(target);
 }
@@ -695,8 +703,9 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     struct refl *r = arg;
     char key[256];
     if (r->synced && r->out != OUT_DAMAGED && store_res_damaged(r->d.sres, key, sizeof(key))) {
-        set_out(r, OUT_DAMAGED, "a stored value failed its checksum (%s); rebuilding it from a "
-                                "fresh list",
+        set_out(r, OUT_DAMAGED,
+                "a stored value failed its checksum (%s); rebuilding it from a "
+                "fresh list",
                 key);
         up_xfer_cancel(r->x);
         r->x = NULL;
@@ -770,10 +779,11 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
         parts[n++] = t;
     }
     if (n != 2 && n != 3) {
-        snprintf(err, errlen,
-                 "--resources: \"%s\" is not group/version/resource (or version/resource for the core "
-                 "group), e.g. apps/v1/deployments or v1/pods",
-                 gvr);
+        snprintf(
+            err, errlen,
+            "--resources: \"%s\" is not group/version/resource (or version/resource for the core "
+            "group), e.g. apps/v1/deployments or v1/pods",
+            gvr);
         free(copy);
         return KWC_ECONFIG;
     }
@@ -787,7 +797,8 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->d.version = xstrdup(parts[n - 2]);
     r->d.resource = xstrdup(parts[n - 1]);
     free(copy);
-    r->d.api_version = r->d.group[0] ? xasprintf("%s/%s", r->d.group, r->d.version) : xstrdup(r->d.version);
+    r->d.api_version =
+        r->d.group[0] ? xasprintf("%s/%s", r->d.group, r->d.version) : xstrdup(r->d.version);
     r->d.path = r->d.group[0] ? xasprintf("/apis/%s/%s/%s", r->d.group, r->d.version, r->d.resource)
                               : xasprintf("/api/%s/%s", r->d.version, r->d.resource);
     r->d.enc = enc;
@@ -867,11 +878,11 @@ refl_start(struct refl *r)
         snprintf(r->last_err, sizeof(r->last_err),
                  "the upstream did not serve %s/%s in protobuf when last asked", r->d.api_version,
                  r->d.resource);
-        log_info("cache %s: %s; its requests pass through; asking it again", r->label,
-                 r->last_err);
+        log_info("cache %s: %s; its requests pass through; asking it again", r->label, r->last_err);
     }
     if (info.synced && strcmp(info.identity, r->identity) == 0 && kl > 4 &&
-        strcmp(info.list_kind + kl - 4, "List") == 0 && strcmp(info.api_version, r->d.api_version) == 0) {
+        strcmp(info.list_kind + kl - 4, "List") == 0 &&
+        strcmp(info.api_version, r->d.api_version) == 0) {
         /* what discovery said last time: serve before it answers again */
         r->synced = r->ever_synced = true;
         r->rv = info.rv;
@@ -959,7 +970,9 @@ refl_status(const struct refl *r, char *buf, size_t len)
     snprintf(buf, len,
              "%s%s: %s, %s, rv %llu, %llu events in, last upstream event or bookmark %.0f s ago",
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
-             !r->started ? "not started" : r->synced ? "synced" : "not synced",
+             !r->started ? "not started"
+             : r->synced ? "synced"
+                         : "not synced",
              r->refused ? "not served in protobuf" : states[r->state], (unsigned long long)r->rv,
              (unsigned long long)r->events_in, refl_secs_since(r, r->last_heard_ms));
 }

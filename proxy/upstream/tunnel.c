@@ -780,7 +780,8 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         t->up = bufferevent_openssl_socket_new(o->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     } else {
-        t->up = bufferevent_socket_new(o->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        t->up =
+            bufferevent_socket_new(o->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     }
     /* the upstream socket is a descriptor too: --max-connections counts a
      * tunnel twice (config.h's budget) */
@@ -810,8 +811,8 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         s6->sin6_port = htons((uint16_t)portn);
         rc = bufferevent_socket_connect(t->up, (struct sockaddr *)s6, sizeof(*s6));
     } else {
-        rc = bufferevent_socket_connect_hostname(t->up, uplink_dns(o->link), AF_UNSPEC, host,
-                                                 portn);
+        rc =
+            bufferevent_socket_connect_hostname(t->up, uplink_dns(o->link), AF_UNSPEC, host, portn);
     }
     if (rc != 0) {
         /* Report from the loop, not from inside the server's parser. */

@@ -71,8 +71,8 @@ struct up_xfer {
     size_t nhdrs;
     char errbuf[CURL_ERROR_SIZE];
     TAILQ_ENTRY(up_xfer) pending; /* on c->to_add or c->to_cancel */
-    unsigned method_i;  /* up_method_names */
-    uint64_t t0_ns;     /* started (CLOCK_MONOTONIC) */
+    unsigned method_i;            /* up_method_names */
+    uint64_t t0_ns;               /* started (CLOCK_MONOTONIC) */
 };
 TAILQ_HEAD(xfer_list, up_xfer);
 
@@ -83,9 +83,9 @@ struct up_client {
     const struct kcfg *k;
     struct uplink *link; /* TLS material and kwc's credentials */
     struct up_options o;
-    char *url_base;     /* scheme://host:port used in request URLs */
-    char *connect_to;   /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
-    int depth;          /* > 0 while inside curl */
+    char *url_base;   /* scheme://host:port used in request URLs */
+    char *connect_to; /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
+    int depth;        /* > 0 while inside curl */
     struct xfer_list to_add, to_cancel;
     struct up_stats stats;
     struct up_metrics m;
@@ -143,7 +143,8 @@ on_curl_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
     } else {
         event_free(s->ev);
     }
-    short ev = EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0);
+    short ev =
+        EV_PERSIST | (what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0);
     s->ev = event_new(p->c->base, fd, ev, on_sock_event, s);
     event_add(s->ev, NULL);
     return 0;
@@ -211,7 +212,8 @@ xfer_free(struct up_xfer *x)
     /* every transfer ends here once: counted by method and code */
     unsigned code = x->headers_done && x->status >= 100 && x->status <= 599
                         ? (unsigned)x->status - 100
-                        : x->cancelled && !x->done ? UP_CODE_CANCELLED : UP_CODE_ERROR;
+                    : x->cancelled && !x->done ? UP_CODE_CANCELLED
+                                               : UP_CODE_ERROR;
     c->m.requests[x->method_i][code]++;
     if (x->h) {
         if (x->added)
@@ -376,8 +378,7 @@ on_header_line(char *p, size_t size, size_t n, void *arg)
         if (x->status < 200)
             return len; /* 100 Continue and friends: the real head follows */
         x->headers_done = true;
-        metrics_hist_observe(&x->c->m.latency[x->method_i],
-                             (double)(mono_ns() - x->t0_ns) / 1e9);
+        metrics_hist_observe(&x->c->m.latency[x->method_i], (double)(mono_ns() - x->t0_ns) / 1e9);
         if (x->hdr_timer)
             evtimer_del(x->hdr_timer);
         if (x->cbs->on_headers(x->arg, x->status, x->hdrs, x->nhdrs) != 0 || x->cancelled)
@@ -471,7 +472,8 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
         }
         curl_ready = true;
     }
-    if (!k->server || (strncmp(k->server, "http://", 7) != 0 && strncmp(k->server, "https://", 8) != 0)) {
+    if (!k->server ||
+        (strncmp(k->server, "http://", 7) != 0 && strncmp(k->server, "https://", 8) != 0)) {
         snprintf(err, errlen, "upstream server \"%s\" must start with http:// or https://",
                  k->server ? k->server : "");
         return KWC_ECONFIG;
@@ -500,8 +502,9 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
         kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
         free(c->url_base);
         c->url_base = xasprintf("https://%s:%s", k->tls_server_name, port);
-        c->connect_to = xasprintf("%s:%s:%s%s%s:%s", k->tls_server_name, port,
-                                  strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
+        c->connect_to =
+            xasprintf("%s:%s:%s%s%s:%s", k->tls_server_name, port, strchr(host, ':') ? "[" : "",
+                      host, strchr(host, ':') ? "]" : "", port);
     }
 
     for (size_t i = 0; i < UP_NMETHODS; i++)
@@ -583,7 +586,7 @@ const char *const up_pool_names[UP_NPOOLS] = {
 #undef UP_POOL_NAME
 };
 
-const char *const up_method_names[UP_NMETHODS] = {"GET",    "HEAD",    "POST", "PUT",
+const char *const up_method_names[UP_NMETHODS] = {"GET",   "HEAD",   "POST",    "PUT",
                                                   "PATCH", "DELETE", "OPTIONS", "other"};
 
 const struct up_metrics *
@@ -654,8 +657,8 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         /* "Name:" would tell curl to drop the header: an empty value is
          * curl's "Name;" (Impersonate-Group "" is a group kube reads) */
         const char *v = r->headers[i].value;
-        char *line = *v ? xasprintf("%s: %s", r->headers[i].name, v)
-                        : xasprintf("%s;", r->headers[i].name);
+        char *line =
+            *v ? xasprintf("%s: %s", r->headers[i].name, v) : xasprintf("%s;", r->headers[i].name);
         hl = curl_slist_append(hl, line);
         free(line);
     }

@@ -113,7 +113,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the same query as a watch */
     req.verb = DECIDE_WATCH;
     decide_watch(&req, &cache, &d);
-    if (d.action != DECIDE_SERVE_WATCH && d.action != DECIDE_ERROR && d.action != DECIDE_PASS_THROUGH)
+    if (d.action != DECIDE_SERVE_WATCH && d.action != DECIDE_ERROR &&
+        d.action != DECIDE_PASS_THROUGH)
         abort();
     if (d.action == DECIDE_PASS_THROUGH && (cache.synced || d.why != DECIDE_WHY_NOT_SYNCED))
         abort();

@@ -107,8 +107,7 @@ same_user(const struct auth_user *a, const struct auth_user *b)
             return false;
     for (size_t e = 0; e < a->nextra; e++) {
         const struct auth_extra *x = &a->extra[e], *y = &b->extra[e];
-        if (x->keylen != y->keylen || memcmp(x->key, y->key, x->keylen) ||
-            x->nvalues != y->nvalues)
+        if (x->keylen != y->keylen || memcmp(x->key, y->key, x->keylen) || x->nvalues != y->nvalues)
             return false;
         for (size_t v = 0; v < x->nvalues; v++)
             if (strcmp(x->values[v], y->values[v]))
@@ -123,9 +122,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct http_header h[MAX_LINES];
     char *names[MAX_LINES], *values[MAX_LINES];
     size_t n = 0;
-    static const char *const fixed[] = {"Impersonate-User", "impersonate-group", "Impersonate-Uid",
-                                        "IMPERSONATE-GROUP", "Authorization", "impersonate-user",
-                                        "Impersonate-Uid"};
+    static const char *const fixed[] = {
+        "Impersonate-User", "impersonate-group", "Impersonate-Uid", "IMPERSONATE-GROUP",
+        "Authorization",    "impersonate-user",  "Impersonate-Uid"};
     for (size_t i = 0; i < size && n < MAX_LINES;) {
         size_t e = i;
         while (e < size && data[e] != '\n')
@@ -147,8 +146,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (pick % 8 == 7) {
             if (memchr(rest, '\0', kl))
                 continue;
-            names[n] = xasprintf("%s%.*s", pick & 0x80 ? "impersonate-extra-" : "Impersonate-Extra-",
-                                 (int)kl, rest);
+            names[n] = xasprintf(
+                "%s%.*s", pick & 0x80 ? "impersonate-extra-" : "Impersonate-Extra-", (int)kl, rest);
         } else {
             names[n] = xstrdup(fixed[pick % 8]);
         }

@@ -853,16 +853,18 @@ test_auth(void)
     ok(!c.anonymous_auth, "anonymous off by default");
     ok(!c.forward_token, "impersonate by default");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, NULL), 0, "TLS");
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, NULL), 0,
+           "TLS");
     ok(c.auth_delegated, "TLS: --auth delegated by default");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, "--auth", "none",
-                 NULL),
+    is_int(parse(&c, UP, DD, "--tls-cert-file", cert, "--tls-private-key-file", key, "--auth",
+                 "none", NULL),
            0, "TLS with --auth none");
     ok(!c.auth_delegated, "...is none");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--auth", "delegated", "--passthrough-identity", "forward-token", NULL), 0,
-           "delegated over loopback plaintext");
+    is_int(
+        parse(&c, UP, DD, "--auth", "delegated", "--passthrough-identity", "forward-token", NULL),
+        0, "delegated over loopback plaintext");
     ok(c.auth_delegated && c.forward_token, "...with forward-token");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--auth", "basic", NULL), "--auth \"basic\"", "unknown --auth");
@@ -874,8 +876,8 @@ test_auth(void)
              "TTLs take 0", "TTL over a day");
     cfg_fini(&c);
     /* a remote listener: TLS and delegated auth, or the insecure flag */
-    rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", NULL), "TLS and delegated authentication",
-             "remote plaintext refused");
+    rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", NULL),
+             "TLS and delegated authentication", "remote plaintext refused");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", "--tls-cert-file", cert,
                    "--tls-private-key-file", key, "--auth", "none", NULL),
@@ -886,11 +888,14 @@ test_auth(void)
            0, "remote TLS with delegated auth (the default) accepted");
     cfg_fini(&c);
     /* the data dir's policies */
-    is_str((parse(&c, UP, DD, NULL), c.on_corrupt_cache), "rebuild", "--on-corrupt-cache rebuild by default");
+    is_str((parse(&c, UP, DD, NULL), c.on_corrupt_cache), "rebuild",
+           "--on-corrupt-cache rebuild by default");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--on-corrupt-cache", "wipe", NULL), "rebuild", "unknown policy names the choices");
+    rejected(parse(&c, UP, DD, "--on-corrupt-cache", "wipe", NULL), "rebuild",
+             "unknown policy names the choices");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--max-staleness", "100000", NULL), "--max-staleness", "staleness over a day");
+    rejected(parse(&c, UP, DD, "--max-staleness", "100000", NULL), "--max-staleness",
+             "staleness over a day");
     cfg_fini(&c);
 }
 

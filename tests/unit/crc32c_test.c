@@ -80,7 +80,8 @@ test_every_length_and_alignment(void)
     size_t big = 3 * 8192 * 2 + 3 * 1024 * 2 + 3 * 128 * 2 + 64;
     p = lcg_bytes(big + 8, 5);
     bad = 0;
-    size_t lens[] = {383, 384, 385, 767, 768, 3071, 3072, 3073, 3500, 24575, 24576, 24583, 49152, big};
+    size_t lens[] = {383,  384,  385,   767,   768,   3071,  3072,
+                     3073, 3500, 24575, 24576, 24583, 49152, big};
     for (size_t al = 0; al < 8; al++)
         for (size_t i = 0; i < KWC_ARRAY_LEN(lens); i++)
             if (crc32c(0, p + al, lens[i]) != crc32c_sw(0, p + al, lens[i]))

@@ -29,7 +29,6 @@ static unsigned char *file;
 static size_t file_len;
 static uint64_t want_entries;
 
-
 static void
 must(int rc, const char *what)
 {

@@ -144,7 +144,7 @@ struct th {
     struct http_taken taken;
     int take_rc;
     struct bufferevent *bev; /* /bev */
-    bool notes; /* test_done: each request gets a note (http_server_on_done) */
+    bool notes;              /* test_done: each request gets a note (http_server_on_done) */
 };
 
 static void th_log(struct th *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1115,12 +1115,9 @@ test_obs_fold(void)
     static const struct {
         const char *wire, *value;
     } cases[] = {
-        {"X-Echo: a\r\n b\r\n", "a b"},
-        {"X-Echo:  a \t\r\n \t b  c \r\n\t d\r\n", "a b  c d"},
-        {"X-Echo:\r\n  b\r\n", "b"},
-        {"X-Echo: a   \r\n", "a"},
-        {"X-Echo: \t a\tb \t\r\n", "a\tb"},
-        {"X-Echo: a\r\n \r\n b\r\n", "a b"},
+        {"X-Echo: a\r\n b\r\n", "a b"},     {"X-Echo:  a \t\r\n \t b  c \r\n\t d\r\n", "a b  c d"},
+        {"X-Echo:\r\n  b\r\n", "b"},        {"X-Echo: a   \r\n", "a"},
+        {"X-Echo: \t a\tb \t\r\n", "a\tb"}, {"X-Echo: a\r\n \r\n b\r\n", "a b"},
         {"X-Echo: x  y\r\n", "x  y"},
     };
     for (size_t k = 0; k < KWC_ARRAY_LEN(pieces); k++) {
@@ -1138,8 +1135,8 @@ test_obs_fold(void)
             snprintf(want, sizeof(want), "x-echo=%s\n", cases[i].value);
             ok(r.body.p && strstr(r.body.p, want), "obs-fold/trim: the value is Go's");
             if (!(r.body.p && strstr(r.body.p, want)))
-                fprintf(stderr, "# case %zu %s: want [%s], got [%s]", i, piece_name(pieces[k]), cases[i].value,
-                     r.body.p ? r.body.p : "");
+                fprintf(stderr, "# case %zu %s: want [%s], got [%s]", i, piece_name(pieces[k]),
+                        cases[i].value, r.body.p ? r.body.p : "");
             resp_free(&r);
             fx_fini(&f);
         }
@@ -1657,8 +1654,7 @@ test_taken_count(void)
     http_taken_release();
     int g = fx_connect(&f);
     send_str(&f, g, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
-    ok(f.p[g].in.n > 13 && strncmp(f.p[g].in.p, "HTTP/1.1 200 ", 13) == 0,
-       "hold released: served");
+    ok(f.p[g].in.n > 13 && strncmp(f.p[g].in.p, "HTTP/1.1 200 ", 13) == 0, "hold released: served");
     http_server_stats(f.s, &st);
     is_int(st.refused, 2, "stats: two refused");
     is_int(st.max_connections, 2, "stats: the cap");
@@ -1824,7 +1820,8 @@ test_done(void)
     snprintf(want, sizeof(want),
              "req 0 GET /a?b=c\ncomplete 0\ndone done GET /a?b=c 200 %zu note=1000\nclose 0\n",
              f.p[c].in.n);
-    is_str(f.t.log.p, want, "answered: once, before on_close, every byte the client got, the note back");
+    is_str(f.t.log.p, want,
+           "answered: once, before on_close, every byte the client got, the note back");
 
     /* a streamed answer cut short: closed, the head and two chunks counted */
     sb_reset(&f.t.log);
@@ -1864,7 +1861,8 @@ test_done(void)
     sb_reset(&f.t.log);
     int h = fx_connect(&f);
     send_str(&f, h, "GET /x HTTP/1.1\r\n\r\n", 0);
-    ok(!strstr(f.t.log.p ? f.t.log.p : "", "done"), "a 400 at the head: not a request of the handler's");
+    ok(!strstr(f.t.log.p ? f.t.log.p : "", "done"),
+       "a 400 at the head: not a request of the handler's");
     fx_fini(&f);
 }
 

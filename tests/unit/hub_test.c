@@ -116,9 +116,10 @@ lines(struct msink *m, char out[][200], int max)
 static char *
 pod(const char *ns, const char *name, const char *flip, const char *node, uint64_t r)
 {
-    return xasprintf("{\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\",\"resourceVersion\":\"%llu\","
-                     "\"labels\":{\"flip\":\"%s\"}},\"spec\":{\"nodeName\":\"%s\"}}",
-                     name, ns, (unsigned long long)r, flip, node);
+    return xasprintf(
+        "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\",\"resourceVersion\":\"%llu\","
+        "\"labels\":{\"flip\":\"%s\"}},\"spec\":{\"nodeName\":\"%s\"}}",
+        name, ns, (unsigned long long)r, flip, node);
 }
 
 /* Write one event at the next rv; returns that rv. */
@@ -138,8 +139,14 @@ put(enum store_ev_type t, const char *ns, const char *name, const char *flip, co
     snprintf(key, sizeof key, "%s/%s", ns, name);
     struct store_wtxn *w;
     store_wtxn_begin(st, 1, &w);
-    struct store_event ev = {.type = t, .rv = rv, .key = key, .key_len = strlen(key),
-                             .obj = o, .obj_len = strlen(o), .idx = idx, .idx_len = il};
+    struct store_event ev = {.type = t,
+                             .rv = rv,
+                             .key = key,
+                             .key_len = strlen(key),
+                             .obj = o,
+                             .obj_len = strlen(o),
+                             .idx = idx,
+                             .idx_len = il};
     if (store_wtxn_event(w, sres, &ev) != 0 || store_wtxn_commit(w) != 0)
         abort();
     free(idx);
@@ -205,8 +212,8 @@ watch(struct hub *h, struct msink *m, const char *ns, const char *lsel, const ch
     char *err = NULL;
     if (sel_parse(lsel, fsel, &sel, &err) != 0)
         abort();
-    struct hub_watch_req req = {.ns = ns, .sel = sel, .initial = initial, .rv = from,
-                                .deadline_ms = 1000000};
+    struct hub_watch_req req = {
+        .ns = ns, .sel = sel, .initial = initial, .rv = from, .deadline_ms = 1000000};
     return hub_watch(h, res, &req, &ops, m, posted, 0, 1);
 }
 
@@ -227,7 +234,7 @@ test_encoding_and_transitions(void)
     watch(h, &ns1, "ns-1", NULL, NULL, false, start);
     watch(h, &flip, NULL, "flip=a", NULL, false, start);
     watch(h, &node1, NULL, NULL, "spec.nodeName=node-1", false, start);
-    put(STORE_ADDED, "ns-1", "a", "a", "node-1");   /* 101 */
+    put(STORE_ADDED, "ns-1", "a", "a", "node-1");    /* 101 */
     put(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
     put(STORE_MODIFIED, "ns-2", "b", "a", "node-2"); /* 103: never seen before by anyone but all */
     put(STORE_MODIFIED, "ns-1", "a", "a", "node-2"); /* 104: enters flip=a, leaves node-1 */
@@ -236,9 +243,10 @@ test_encoding_and_transitions(void)
 
     /* the first write, byte for byte: the event's watch line and nothing
      * else (framing is the transport's), TypeMeta back in front */
-    const char *want = "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
-                       "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":\"101\","
-                       "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n";
+    const char *want =
+        "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+        "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":\"101\","
+        "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n";
     is_int(all.nw, 5, "live: one write per event (one chunk each on HTTP/1.1)");
     is_mem(all.buf + all.w[0].off, all.w[0].len, want, strlen(want),
            "an event's write is its watch line alone, TypeMeta first");
@@ -255,7 +263,8 @@ test_encoding_and_transitions(void)
     is_str(l[0], "ADDED ns-1/a 101", "flip=a: ADDED");
     /* leaving: the previous object (flip=a) stamped with the event's rv */
     is_str(l[1], "DELETED ns-1/a 102", "flip=a: leaving is DELETED at the event's rv");
-    ok(strstr(flip.buf, "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n") != NULL,
+    ok(strstr(flip.buf, "\"labels\":{\"flip\":\"a\"}},\"spec\":{\"nodeName\":\"node-1\"}}}\n") !=
+           NULL,
        "the leaving DELETED carries the previous object");
     is_str(l[2], "ADDED ns-2/b 103", "a MODIFIED of an object it never had: ADDED");
     is_str(l[3], "ADDED ns-1/a 104", "entering: ADDED");
@@ -356,7 +365,7 @@ catchup_from(size_t window_bytes, bool want_window, bool want_store, const char 
     watch(h, &fast, NULL, "flip=a", NULL, false, rv);
     put(STORE_ADDED, "ns-1", "a", "a", "n");
     publish(h);
-    slow.queued = 10000; /* over the budget from here on */
+    slow.queued = 10000;          /* over the budget from here on */
     for (int b = 0; b < 4; b++) { /* four batches of five: flips in and out of the selector */
         for (int i = 0; i < 5; i++)
             put(STORE_MODIFIED, "ns-1", i % 2 ? "b" : "c", i % 3 ? "a" : "b", "n");
@@ -449,8 +458,12 @@ test_initial_state(void)
     struct sel *sel = NULL;
     char *err = NULL;
     sel_parse("flip=a", NULL, &sel, &err);
-    struct hub_watch_req req = {.ns = "ns-1", .sel = sel, .initial = true, .initial_end = true,
-                                .bookmarks = true, .deadline_ms = 1000000};
+    struct hub_watch_req req = {.ns = "ns-1",
+                                .sel = sel,
+                                .initial = true,
+                                .initial_end = true,
+                                .bookmarks = true,
+                                .deadline_ms = 1000000};
     struct hub_watcher *w = hub_watch(h, res, &req, &ops, &m, posted, 0, 1);
     ok(w && hub_pump_wanted(w), "initial state owed");
     put(STORE_ADDED, "ns-1", "zz", "a", "n"); /* after the snapshot: a live event */
@@ -544,7 +557,9 @@ test_time(void)
     is_int(hub_next_timer(w2), 2500, "then only the deadline");
     hub_timer(w2, 2500);
     ok(quiet.ended && quiet.why == HUB_END_TIMEOUT, "the deadline ends the stream");
-    struct hub_watch_req r3 = {.initial = true, .rv = rv + 10, .deadline_ms = 100000,
+    struct hub_watch_req r3 = {.initial = true,
+                               .rv = rv + 10,
+                               .deadline_ms = 100000,
                                .wait_until_ms = 300,
                                .too_large_status = xstrdup("{\"kind\":\"Status\",\"code\":504}")};
     struct hub_watcher *w3 = hub_watch(h, res, &r3, &ops, &waiting, posted, 0, 7);
@@ -557,7 +572,8 @@ test_time(void)
            "after the 504 ERROR event, its line alone");
     static struct msink reached;
     memset(&reached, 0, sizeof reached);
-    struct hub_watch_req r4 = {.initial = true, .rv = rv + 1, .deadline_ms = 100000, .wait_until_ms = 300};
+    struct hub_watch_req r4 = {
+        .initial = true, .rv = rv + 1, .deadline_ms = 100000, .wait_until_ms = 300};
     struct hub_watcher *w4 = hub_watch(h, res, &r4, &ops, &reached, posted, 0, 7);
     ok(!hub_pump_wanted(w4), "waiting for rv + 1");
     put(STORE_ADDED, "ns-1", "b", "a", "n");
@@ -635,8 +651,14 @@ put_pb(enum store_ev_type t, const char *ns, const char *name, const char *flip,
     snprintf(key, sizeof key, "%s/%s", ns, name);
     struct store_wtxn *w;
     store_wtxn_begin(st, 1, &w);
-    struct store_event ev = {.type = t, .rv = rv, .key = key, .key_len = strlen(key),
-                             .obj = o, .obj_len = ol, .idx = idx, .idx_len = il};
+    struct store_event ev = {.type = t,
+                             .rv = rv,
+                             .key = key,
+                             .key_len = strlen(key),
+                             .obj = o,
+                             .obj_len = ol,
+                             .idx = idx,
+                             .idx_len = il};
     if (store_wtxn_event(w, sres_pb, &ev) != 0 || store_wtxn_commit(w) != 0)
         abort();
     free(idx), free(o), free(j);
@@ -826,8 +848,8 @@ watch_pb(struct hub *h, struct msink *m, const char *ns, const char *lsel, const
     char *err = NULL;
     if (sel_parse(lsel, fsel, &sel, &err) != 0)
         abort();
-    struct hub_watch_req req = {.ns = ns, .sel = sel, .initial = initial, .rv = from,
-                                .deadline_ms = 1000000};
+    struct hub_watch_req req = {
+        .ns = ns, .sel = sel, .initial = initial, .rv = from, .deadline_ms = 1000000};
     return hub_watch(h, res_pb, &req, &ops, m, posted_pb, 0, 1);
 }
 
@@ -845,7 +867,7 @@ test_pb_encoding_and_transitions(void)
     watch_pb(h, &ns1, "ns-1", NULL, NULL, false, start);
     watch_pb(h, &flip, NULL, "flip=a", NULL, false, start);
     watch_pb(h, &node1, NULL, NULL, "spec.nodeName=node-1", false, start);
-    put_pb(STORE_ADDED, "ns-1", "a", "a", "node-1");   /* 101 */
+    put_pb(STORE_ADDED, "ns-1", "a", "a", "node-1");    /* 101 */
     put_pb(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
     put_pb(STORE_MODIFIED, "ns-2", "b", "a", "node-2"); /* 103 */
     put_pb(STORE_MODIFIED, "ns-1", "a", "a", "node-2"); /* 104: enters flip=a, leaves node-1 */
@@ -936,8 +958,11 @@ test_pb_initial_bookmarks_and_catchup(void)
     struct sel *sel = NULL;
     char *err = NULL;
     sel_parse("flip=a", NULL, &sel, &err);
-    struct hub_watch_req req = {.sel = sel, .initial = true, .initial_end = true,
-                                .bookmarks = true, .deadline_ms = 1000000};
+    struct hub_watch_req req = {.sel = sel,
+                                .initial = true,
+                                .initial_end = true,
+                                .bookmarks = true,
+                                .deadline_ms = 1000000};
     struct hub_watcher *wi = hub_watch(h, res_pb, &req, &ops, &init, posted_pb, 0, 1);
     bool alive = true;
     int steps = 0;
@@ -997,8 +1022,7 @@ check_status(const struct pbev *e, int code, const char *reason, const char *mes
     uint64_t x;
     char got[256], m[300];
     snprintf(m, sizeof m, "%s: an ERROR frame whose object is a v1 Status", what);
-    ok(strcmp(e->type, "ERROR") == 0 && strcmp(e->kind, "Status") == 0 &&
-           strcmp(e->api, "v1") == 0,
+    ok(strcmp(e->type, "ERROR") == 0 && strcmp(e->kind, "Status") == 0 && strcmp(e->api, "v1") == 0,
        m);
     snprintf(m, sizeof m, "%s: code", what);
     is_int(r_get(e->obj, e->obj_len, 6, &v, &vl, &x) ? (int)x : -1, code, m);
@@ -1040,8 +1064,11 @@ test_pb_errors(void)
                         "current: 1300\",\"reason\":\"Timeout\",\"details\":{\"causes\":[{"
                         "\"reason\":\"ResourceVersionTooLarge\",\"message\":\"Too large resource "
                         "version\"}],\"retryAfterSeconds\":1},\"code\":504}";
-    struct hub_watch_req r3 = {.initial = true, .rv = rv + 10, .deadline_ms = 100000,
-                               .wait_until_ms = 300, .too_large_status = xstrdup(st504)};
+    struct hub_watch_req r3 = {.initial = true,
+                               .rv = rv + 10,
+                               .deadline_ms = 100000,
+                               .wait_until_ms = 300,
+                               .too_large_status = xstrdup(st504)};
     struct hub_watcher *w3 = hub_watch(h, res_pb, &r3, &ops, &waiting, posted_pb, 0, 7);
     ok(w3 != NULL, "an rv the cache has not reached: waiting");
     hub_timer(w3, 300);

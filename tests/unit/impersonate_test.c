@@ -266,14 +266,10 @@ test_extra_keys(void)
         const char *name, *key;
         size_t keylen;
     } cases[] = {
-        {"Impersonate-Extra-Scopes", "scopes", 6},
-        {"impersonate-extra-Foo%2Fbar", "foo/bar", 7},
-        {"Impersonate-Extra-a%41", "aA", 2},
-        {"Impersonate-Extra-a%00b", "a\0b", 3},
-        {"Impersonate-Extra-A%zz", "a%zz", 4},
-        {"Impersonate-Extra-a%4", "a%4", 3},
-        {"Impersonate-Extra-%C3%A9", "\xc3\xa9", 2},
-        {"Impersonate-Extra-", "", 0},
+        {"Impersonate-Extra-Scopes", "scopes", 6},   {"impersonate-extra-Foo%2Fbar", "foo/bar", 7},
+        {"Impersonate-Extra-a%41", "aA", 2},         {"Impersonate-Extra-a%00b", "a\0b", 3},
+        {"Impersonate-Extra-A%zz", "a%zz", 4},       {"Impersonate-Extra-a%4", "a%4", 3},
+        {"Impersonate-Extra-%C3%A9", "\xc3\xa9", 2}, {"Impersonate-Extra-", "", 0},
         {"Impersonate-Extra-a+b", "a+b", 3},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(cases); i++) {
@@ -281,7 +277,8 @@ test_extra_keys(void)
         struct imp_plan p;
         imp_plan(h, 2, &p);
         is_int(p.nq, 2, cases[i].name);
-        ok(p.q[1].keylen == cases[i].keylen && memcmp(p.q[1].key, cases[i].key, cases[i].keylen) == 0,
+        ok(p.q[1].keylen == cases[i].keylen &&
+               memcmp(p.q[1].key, cases[i].key, cases[i].keylen) == 0,
            cases[i].name);
         struct auth_attrs at;
         imp_attrs(&p.q[1], &at);

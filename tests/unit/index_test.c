@@ -13,7 +13,8 @@
 #include "tap.h"
 
 static const char pod[] =
-    "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"web-1\",\"namespace\":\"prod\","
+    "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"web-1\",\"namespace\":"
+    "\"prod\","
     "\"resourceVersion\":\"42\",\"labels\":{\"tier\":\"web\",\"app\":\"shop\"}},"
     "\"spec\":{\"nodeName\":\"node-7\",\"schedulerName\":\"default-scheduler\"},"
     "\"status\":{\"phase\":\"Running\"}}";
@@ -60,13 +61,16 @@ test_round_trip(void)
 
     ok(matches("app=shop", NULL, &v), "label selector matches");
     ok(!matches("app=shop,tier=db", NULL, &v), "label selector excludes");
-    ok(matches("tier in (web,db),!canary", "spec.nodeName=node-7", &v), "labels and fields together");
+    ok(matches("tier in (web,db),!canary", "spec.nodeName=node-7", &v),
+       "labels and fields together");
     ok(!matches(NULL, "spec.nodeName=node-8", &v), "field mismatch");
     ok(matches(NULL, "spec.restartPolicy=", &v), "an absent field equals empty");
 
     /* An index written before the resource gained a field: the new one reads as "". */
-    is_int(idx_view_load(&v, buf, len, (const char *const[]){"spec.nodeName", "status.phase",
-                                                             "spec.restartPolicy", "type"}, 4),
+    is_int(idx_view_load(
+               &v, buf, len,
+               (const char *const[]){"spec.nodeName", "status.phase", "spec.restartPolicy", "type"},
+               4),
            0, "more names than encoded fields");
     is_str(v.fields.values[3], "", "unencoded field reads as empty");
     idx_view_fini(&v);
@@ -81,13 +85,22 @@ test_malformed(void)
     static const char *const one[] = {"f"};
     is_int(idx_view_load(&v, "\x01", 1, one, 1), KWC_EPARSE, "shorter than the header");
     is_int(idx_view_load(&v, "\x01\x00\x00\x00k", 5, one, 0), KWC_EPARSE, "unterminated label key");
-    is_int(idx_view_load(&v, "\x01\x00\x00\x00k\0v", 7, one, 0), KWC_EPARSE, "unterminated label value");
-    is_int(idx_view_load(&v, "\x00\x00\x01\x00" "abc", 7, one, 1), KWC_EPARSE, "unterminated field");
-    is_int(idx_view_load(&v, "\xff\xff\x00\x00", 4, one, 0), KWC_EPARSE, "counts beyond the buffer");
+    is_int(idx_view_load(&v, "\x01\x00\x00\x00k\0v", 7, one, 0), KWC_EPARSE,
+           "unterminated label value");
+    is_int(idx_view_load(&v,
+                         "\x00\x00\x01\x00"
+                         "abc",
+                         7, one, 1),
+           KWC_EPARSE, "unterminated field");
+    is_int(idx_view_load(&v, "\xff\xff\x00\x00", 4, one, 0), KWC_EPARSE,
+           "counts beyond the buffer");
     is_int(idx_view_load(&v, "\x01\x00\x01\x00k\0v\0f\0", 10, one, 1), 0, "well-formed");
     is_str(v.fields.values[0], "f", "field read");
     idx_view_fini(&v);
-    ok(idx_field("\x00\x00\x02\x00" "a", 5, 1) == NULL, "idx_field on a truncated buffer");
+    ok(idx_field("\x00\x00\x02\x00"
+                 "a",
+                 5, 1) == NULL,
+       "idx_field on a truncated buffer");
 }
 
 int

@@ -815,7 +815,8 @@ test_server_hostport(void)
         bool tls;
         char host[64], port[16];
         kcfg_server_hostport(cases[i].server, &tls, host, sizeof host, port, sizeof port);
-        ok(tls == cases[i].tls && strcmp(host, cases[i].host) == 0 && strcmp(port, cases[i].port) == 0,
+        ok(tls == cases[i].tls && strcmp(host, cases[i].host) == 0 &&
+               strcmp(port, cases[i].port) == 0,
            cases[i].server);
     }
 }

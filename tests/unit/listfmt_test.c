@@ -40,11 +40,12 @@ test_typed(void)
           "typed head, no continue");
     check(listfmt_tail(&pods, &m, &n), &n, "]}\n", "typed tail");
     m = (struct listfmt_meta){.rv = 7, .cont = "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ", .remaining = 0};
-    check(listfmt_head(&deps, &m, &n), &n,
-          "{\"kind\":\"DeploymentList\",\"apiVersion\":\"apps/v1\",\"metadata\":{\"resourceVersion\":"
-          "\"7\",\"continue\":\"eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ\",\"remainingItemCount\":0},"
-          "\"items\":[",
-          "typed head with continue and a zero remainingItemCount (a pointer: 0 is written)");
+    check(
+        listfmt_head(&deps, &m, &n), &n,
+        "{\"kind\":\"DeploymentList\",\"apiVersion\":\"apps/v1\",\"metadata\":{\"resourceVersion\":"
+        "\"7\",\"continue\":\"eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ\",\"remainingItemCount\":0},"
+        "\"items\":[",
+        "typed head with continue and a zero remainingItemCount (a pointer: 0 is written)");
     m = (struct listfmt_meta){.rv = 18446744073709551615ull, .cont = "", .remaining = -1};
     check(listfmt_head(&pods, &m, &n), &n,
           "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"

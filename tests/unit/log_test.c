@@ -409,14 +409,16 @@ test_text_one_line(void)
     log_info("GET %s", "/api\n2026-11-21T06:00:00.000Z error forged\r\x01\x7f\tend");
     const char *o = cap_end();
     is_int(count_lines(o), 1, "text: a message with a line break is one line");
-    ok(strstr(o, " info  GET /api\\n2026-11-21T06:00:00.000Z error forged\\r\\x01\\x7f\tend\n") != NULL,
+    ok(strstr(o, " info  GET /api\\n2026-11-21T06:00:00.000Z error forged\\r\\x01\\x7f\tend\n") !=
+           NULL,
        "...the break written as \\n, CR as \\r, other control bytes as \\xNN, a tab kept");
     cap_begin();
     struct log_field f[] = {LOG_STR("k", "a\rb"), LOG_STR("j", "x\x01y")};
     log_fields(LOG_INFO, "m", f, 2);
     o = cap_end();
     is_int(count_lines(o), 1, "text: field values with CR or a control byte: one line");
-    ok(strstr(o, " info  m k=\"a\\rb\" j=\"x\\x01y\"\n") != NULL, "...each value quoted (strconv.Quote)");
+    ok(strstr(o, " info  m k=\"a\\rb\" j=\"x\\x01y\"\n") != NULL,
+       "...each value quoted (strconv.Quote)");
 }
 
 int

@@ -33,10 +33,19 @@ test_values(void)
         double v;
         const char *want;
     } cases[] = {
-        {0, "0"},          {1, "1"},           {-3, "-3"},           {0.005, "0.005"},
-        {0.1, "0.1"},      {1.25, "1.25"},     {6.365e-05, "6.365e-05"}, {1e20, "1e+20"},
-        {123456789012, "123456789012"},        {0.30000000000000004, "0.30000000000000004"},
-        {INFINITY, "+Inf"}, {-INFINITY, "-Inf"}, {NAN, "NaN"},
+        {0, "0"},
+        {1, "1"},
+        {-3, "-3"},
+        {0.005, "0.005"},
+        {0.1, "0.1"},
+        {1.25, "1.25"},
+        {6.365e-05, "6.365e-05"},
+        {1e20, "1e+20"},
+        {123456789012, "123456789012"},
+        {0.30000000000000004, "0.30000000000000004"},
+        {INFINITY, "+Inf"},
+        {-INFINITY, "-Inf"},
+        {NAN, "NaN"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *t = value_text(cases[i].v);
@@ -143,7 +152,8 @@ test_registry(void)
     static const double b[] = {1, 2};
     struct metrics_family *h =
         metrics_family_new(m, METRICS_HISTOGRAM, "lat_seconds", "Latency.", l1, 1, b, 2);
-    struct metrics_family *g = metrics_family_new(m, METRICS_GAUGE, "g", "A gauge.", NULL, 0, NULL, 0);
+    struct metrics_family *g =
+        metrics_family_new(m, METRICS_GAUGE, "g", "A gauge.", NULL, 0, NULL, 0);
     const char *v1[] = {"200", "cache"}, *v2[] = {"404", "upstream"}, *v3[] = {"20", "0cache"};
     metrics_add(c, v1, 1);
     metrics_add(c, v2, 1);
@@ -263,7 +273,8 @@ test_verbs(void)
     is_str(verb_of("POST", "/api/v1/namespaces/a/pods", false), "POST", "create: the method");
     is_str(verb_of("DELETE", "/api/v1/namespaces/a/pods", false), "DELETE", "deletecollection");
     is_str(verb_of("PATCH", "/apis/apps/v1/namespaces/a/deployments/d", false), "PATCH", "patch");
-    is_str(verb_of("POST", "/api/v1/namespaces/a/pods/p/exec?command=ls", false), "CONNECT", "exec");
+    is_str(verb_of("POST", "/api/v1/namespaces/a/pods/p/exec?command=ls", false), "CONNECT",
+           "exec");
     is_str(verb_of("GET", "/api/v1/namespaces/a/pods/p/exec", true), "CONNECT", "an upgrade");
     is_str(verb_of("GET", "/metrics", false), "GET", "non-resource: the method");
     is_str(verb_of("BREW", "/x", false), "other", "unknown methods are bounded");

@@ -177,12 +177,15 @@ test_varints(void)
 
 /* "k8s\0" + Unknown{typeMeta{v1, Pod}, raw "abc", contentEncoding "", contentType ""} */
 static const char ENV_ABC[] = "k8s\0"
-                              "\x0a\x09"       /* 1 typeMeta, 9 bytes */
-                              "\x0a\x02" "v1"  /*   1 apiVersion */
-                              "\x12\x03" "Pod" /*   2 kind */
-                              "\x12\x03" "abc" /* 2 raw */
-                              "\x1a\x00"       /* 3 contentEncoding "" */
-                              "\x22\x00";      /* 4 contentType "" */
+                              "\x0a\x09" /* 1 typeMeta, 9 bytes */
+                              "\x0a\x02"
+                              "v1" /*   1 apiVersion */
+                              "\x12\x03"
+                              "Pod" /*   2 kind */
+                              "\x12\x03"
+                              "abc"       /* 2 raw */
+                              "\x1a\x00"  /* 3 contentEncoding "" */
+                              "\x22\x00"; /* 4 contentType "" */
 
 static int
 env_parse(const void *p, size_t n, struct pb_envelope *e)
@@ -191,9 +194,9 @@ env_parse(const void *p, size_t n, struct pb_envelope *e)
     int rc = pb_envelope_parse(c, n, e, err, sizeof(err));
     /* spans into the copy: check them here, before it goes */
     if (rc == 0) {
-        ok(e->api_version >= (const char *)c && e->api_version + e->api_version_len <= (char *)c + n &&
-               e->kind >= (const char *)c && e->kind + e->kind_len <= (char *)c + n &&
-               e->raw_off + e->raw_len <= n,
+        ok(e->api_version >= (const char *)c &&
+               e->api_version + e->api_version_len <= (char *)c + n && e->kind >= (const char *)c &&
+               e->kind + e->kind_len <= (char *)c + n && e->raw_off + e->raw_len <= n,
            "spans inside the input");
         e->api_version = (const char *)p + (e->api_version - (const char *)c);
         e->kind = (const char *)p + (e->kind - (const char *)c);
@@ -229,10 +232,13 @@ test_envelope(void)
     /* no contentEncoding/contentType at all, fields out of order, an unknown
      * field 5 (skipped as Go skips it) */
     static const char REORDERED[] = "k8s\0"
-                                    "\x12\x02" "xy"  /* 2 raw */
-                                    "\x2a\x01" "?"   /* 5: unknown */
-                                    "\x0a\x04"       /* 1 typeMeta */
-                                    "\x12\x02" "Ns"; /*   2 kind; no apiVersion */
+                                    "\x12\x02"
+                                    "xy" /* 2 raw */
+                                    "\x2a\x01"
+                                    "?"        /* 5: unknown */
+                                    "\x0a\x04" /* 1 typeMeta */
+                                    "\x12\x02"
+                                    "Ns"; /*   2 kind; no apiVersion */
     is_int(env_parse(LIT(REORDERED), &e), 0, "any field order, unknown field, no tail");
     is_int(e.api_version_len, 0, "absent apiVersion: empty");
     is_mem(e.kind, e.kind_len, "Ns", 2, "kind");
@@ -240,10 +246,16 @@ test_envelope(void)
 
     /* typeMeta twice merges; raw twice: the last */
     static const char TWICE[] = "k8s\0"
-                                "\x0a\x04" "\x0a\x02" "v1" /* typeMeta{apiVersion v1} */
-                                "\x12\x01" "a"             /* raw "a" */
-                                "\x0a\x03" "\x12\x01" "K"  /* typeMeta{kind K} */
-                                "\x12\x01" "b";            /* raw "b" */
+                                "\x0a\x04"
+                                "\x0a\x02"
+                                "v1" /* typeMeta{apiVersion v1} */
+                                "\x12\x01"
+                                "a" /* raw "a" */
+                                "\x0a\x03"
+                                "\x12\x01"
+                                "K" /* typeMeta{kind K} */
+                                "\x12\x01"
+                                "b"; /* raw "b" */
     is_int(env_parse(LIT(TWICE), &e), 0, "repeated fields");
     is_mem(e.api_version, e.api_version_len, "v1", 2, "merged typeMeta: apiVersion of the first");
     is_mem(e.kind, e.kind_len, "K", 1, "kind of the second");
@@ -251,8 +263,11 @@ test_envelope(void)
 
     /* a later typeMeta setting apiVersion "" wins, as in Go */
     static const char AV_EMPTIED[] = "k8s\0"
-                                     "\x0a\x04" "\x0a\x02" "v1"
-                                     "\x0a\x02" "\x0a\x00";
+                                     "\x0a\x04"
+                                     "\x0a\x02"
+                                     "v1"
+                                     "\x0a\x02"
+                                     "\x0a\x00";
     is_int(env_parse(LIT(AV_EMPTIED), &e), 0, "apiVersion emptied by a later typeMeta");
     is_int(e.api_version_len, 0, "empty");
 
@@ -260,20 +275,29 @@ test_envelope(void)
     is_int(e.raw_len, 0, "no raw");
 
     static const char CT[] = "k8s\0"
-                             "\x12\x01" "a"
+                             "\x12\x01"
+                             "a"
                              "\x1a\x00"
-                             "\x22\x10" "application/json"; /* 4 contentType */
+                             "\x22\x10"
+                             "application/json"; /* 4 contentType */
     is_int(env_parse(LIT(CT), &e), KWC_EPARSE, "contentType not empty: refused");
     static const char CE[] = "k8s\0"
-                             "\x12\x01" "a"
-                             "\x1a\x04" "gzip"; /* 3 contentEncoding */
+                             "\x12\x01"
+                             "a"
+                             "\x1a\x04"
+                             "gzip"; /* 3 contentEncoding */
     is_int(env_parse(LIT(CE), &e), KWC_EPARSE, "contentEncoding not empty: refused");
     static const char NUL_KIND[] = "k8s\0"
-                                   "\x0a\x05" "\x12\x03" "P\0d";
+                                   "\x0a\x05"
+                                   "\x12\x03"
+                                   "P\0d";
     is_int(env_parse(LIT(NUL_KIND), &e), KWC_EPARSE, "NUL in kind");
     is_int(env_parse(LIT("k8s"), &e), KWC_EPARSE, "short magic");
     is_int(env_parse(LIT("k8t\0\x12\x00"), &e), KWC_EPARSE, "wrong magic");
-    is_int(env_parse(LIT("k8s\0\x12\x05" "abc"), &e), KWC_EPARSE, "raw overruns");
+    is_int(env_parse(LIT("k8s\0\x12\x05"
+                         "abc"),
+                     &e),
+           KWC_EPARSE, "raw overruns");
     is_int(env_parse(LIT("k8s\0\x10\x05"), &e), KWC_EPARSE, "raw as a varint");
     is_int(env_parse(LIT("k8s\0\x08\x05"), &e), KWC_EPARSE, "typeMeta as a varint");
     is_int(env_parse(LIT("k8s\0\x0a\x02\x08\x01"), &e), KWC_EPARSE, "apiVersion as a varint");
@@ -282,11 +306,14 @@ test_envelope(void)
     is_int(env_parse(LIT("k8s\0\x0f\x00"), &e), KWC_EPARSE, "wire type 7");
     is_int(env_parse(LIT("k8s\0\x2d\x01\x02\x03"), &e), KWC_EPARSE, "fixed32 cut short");
     is_int(env_parse(LIT("k8s\0\x2d\x01\x02\x03\x04"), &e), 0, "fixed32 skipped");
-    is_int(env_parse(LIT("k8s\0\x29" "12345678"), &e), 0, "fixed64 skipped");
+    is_int(env_parse(LIT("k8s\0\x29"
+                         "12345678"),
+                     &e),
+           0, "fixed64 skipped");
     is_int(env_parse(LIT("k8s\0\x28\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), &e), 0,
            "10-byte varint skipped");
-    is_int(env_parse(LIT("k8s\0\x28\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), &e),
-           KWC_EPARSE, "11-byte varint");
+    is_int(env_parse(LIT("k8s\0\x28\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"), &e), KWC_EPARSE,
+           "11-byte varint");
     is_int(env_parse(LIT("k8s\0\x2a\xff\xff\xff\xff\x0f"), &e), KWC_EPARSE,
            "a 4 GB length in a 10-byte input");
 }
@@ -375,8 +402,8 @@ test_meta_vectors(void)
     is_str(label(&m, "kubernetes.io/os"), "linux", "label");
     obj_meta_fini(&m);
     f = pb_fields("", "namespaces", &n);
-    is_int(pb_meta_parse(VEC_NAMESPACE, sizeof(VEC_NAMESPACE), f, n, 0, 0, &m, err, sizeof(err)),
-           0, "namespace");
+    is_int(pb_meta_parse(VEC_NAMESPACE, sizeof(VEC_NAMESPACE), f, n, 0, 0, &m, err, sizeof(err)), 0,
+           "namespace");
     is_str(m.fields[2], "Terminating", "status.phase");
     obj_meta_fini(&m);
     f = pb_fields("", "configmaps", &n);
@@ -420,8 +447,10 @@ test_meta_hand(void)
 
     /* {1 metadata{1 name "a", 6 resourceVersion "5"}} */
     static const char MIN[] = "\x0a\x06"
-                              "\x0a\x01" "a"  /* name */
-                              "\x32\x01" "5"; /* resourceVersion */
+                              "\x0a\x01"
+                              "a" /* name */
+                              "\x32\x01"
+                              "5"; /* resourceVersion */
     is_int(meta_pods(LIT(MIN), &m), 0, "minimal object");
     is_str(m.name, "a", "name");
     is_str(m.namespace_, "", "no namespace: \"\"");
@@ -434,13 +463,31 @@ test_meta_hand(void)
 
     /* labels {b: 1}, {a: x}, {b: 2}, an entry without value, one without key */
     static const char LABELS[] = "\x0a\x28"
-                                 "\x0a\x01" "n"
-                                 "\x32\x01" "7"
-                                 "\x5a\x06" "\x0a\x01" "b" "\x12\x01" "1" /* labels b=1 */
-                                 "\x5a\x06" "\x0a\x01" "a" "\x12\x01" "x" /* a=x */
-                                 "\x5a\x06" "\x0a\x01" "b" "\x12\x01" "2" /* b=2 */
-                                 "\x5a\x03" "\x0a\x01" "c"                /* c (no value) */
-                                 "\x5a\x03" "\x12\x01" "v";               /* "" (no key)=v */
+                                 "\x0a\x01"
+                                 "n"
+                                 "\x32\x01"
+                                 "7"
+                                 "\x5a\x06"
+                                 "\x0a\x01"
+                                 "b"
+                                 "\x12\x01"
+                                 "1" /* labels b=1 */
+                                 "\x5a\x06"
+                                 "\x0a\x01"
+                                 "a"
+                                 "\x12\x01"
+                                 "x" /* a=x */
+                                 "\x5a\x06"
+                                 "\x0a\x01"
+                                 "b"
+                                 "\x12\x01"
+                                 "2" /* b=2 */
+                                 "\x5a\x03"
+                                 "\x0a\x01"
+                                 "c" /* c (no value) */
+                                 "\x5a\x03"
+                                 "\x12\x01"
+                                 "v"; /* "" (no key)=v */
     is_int(meta_pods(LIT(LABELS), &m), 0, "labels");
     is_int(m.n_labels, 4, "four keys: a repeated key counts once");
     is_str(label(&m, "b"), "2", "a repeated key keeps its last value (Go's map)");
@@ -462,9 +509,16 @@ test_meta_hand(void)
            KWC_ETOOBIG, "over max_bytes");
 
     /* metadata in two parts: decoders merge them */
-    static const char TWO[] = "\x0a\x08" "\x0a\x01" "a" "\x5a\x03" "\x0a\x01" "k" /* name, label k */
-                              "\x12\x00"                                          /* spec{} */
-                              "\x0a\x05" "\x32\x03" "123";                        /* rv */
+    static const char TWO[] = "\x0a\x08"
+                              "\x0a\x01"
+                              "a"
+                              "\x5a\x03"
+                              "\x0a\x01"
+                              "k"        /* name, label k */
+                              "\x12\x00" /* spec{} */
+                              "\x0a\x05"
+                              "\x32\x03"
+                              "123"; /* rv */
     is_int(meta_pods(LIT(TWO), &m), 0, "metadata twice");
     is_str(m.name, "a", "name from the first");
     is_int(m.rv, 123, "rv from the second");
@@ -473,13 +527,25 @@ test_meta_hand(void)
 
     /* a later part setting name "" wins, as in Go (protobuf-c's own merge of
      * two messages would keep "a") */
-    static const char EMPTIED[] = "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1"
-                                  "\x0a\x02" "\x0a\x00";
+    static const char EMPTIED[] = "\x0a\x06"
+                                  "\x0a\x01"
+                                  "a"
+                                  "\x32\x01"
+                                  "1"
+                                  "\x0a\x02"
+                                  "\x0a\x00";
     is_int(meta_pods(LIT(EMPTIED), &m), KWC_EPARSE, "name emptied by a later metadata part");
     obj_meta_fini(&m);
-    static const char EMPTIED_NODE[] = "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1"
-                                       "\x12\x04" "\x52\x02" "n1"
-                                       "\x12\x02" "\x52\x00";
+    static const char EMPTIED_NODE[] = "\x0a\x06"
+                                       "\x0a\x01"
+                                       "a"
+                                       "\x32\x01"
+                                       "1"
+                                       "\x12\x04"
+                                       "\x52\x02"
+                                       "n1"
+                                       "\x12\x02"
+                                       "\x52\x00";
     is_int(meta_pods(LIT(EMPTIED_NODE), &m), 0, "spec in two parts");
     is_str(field(&m, "spec.nodeName"), "", "nodeName emptied by the later part");
     obj_meta_fini(&m);
@@ -487,10 +553,21 @@ test_meta_hand(void)
     /* a name sent 100000 times: the last wins, and only it is decoded */
     struct gostr_buf big = {0};
     for (int i = 0; i < 100000; i++)
-        gostr_addn(&big, "\x0a\x01" "x", 3);
-    gostr_addn(&big, "\x0a\x01" "y" "\x32\x01" "1", 6);
+        gostr_addn(&big,
+                   "\x0a\x01"
+                   "x",
+                   3);
+    gostr_addn(&big,
+               "\x0a\x01"
+               "y"
+               "\x32\x01"
+               "1",
+               6);
     for (int i = 0; i < 1000; i++)
-        gostr_addn(&big, "\x4a\x02" "\x08\x01", 4); /* deletionTimestamp{seconds 1} */
+        gostr_addn(&big,
+                   "\x4a\x02"
+                   "\x08\x01",
+                   4); /* deletionTimestamp{seconds 1} */
     struct gostr_buf obj = {0};
     gostr_addc(&obj, 0x0a);
     {
@@ -511,25 +588,46 @@ test_meta_hand(void)
     free(big.p);
     free(obj.p);
     /* a map entry with its key twice: the last */
-    static const char ENTRY2[] = "\x0a\x11" "\x0a\x01" "a" "\x32\x01" "1"
-                                 "\x5a\x09" "\x0a\x01" "a" "\x0a\x01" "b" "\x12\x01" "v";
+    static const char ENTRY2[] = "\x0a\x11"
+                                 "\x0a\x01"
+                                 "a"
+                                 "\x32\x01"
+                                 "1"
+                                 "\x5a\x09"
+                                 "\x0a\x01"
+                                 "a"
+                                 "\x0a\x01"
+                                 "b"
+                                 "\x12\x01"
+                                 "v";
     is_int(meta_pods(LIT(ENTRY2), &m), 0, "an entry with two keys");
     ok(m.n_labels == 1 && strcmp(m.labels[0].key, "b") == 0 && strcmp(m.labels[0].value, "v") == 0,
        "its last key");
     obj_meta_fini(&m);
 
     /* deletionTimestamp present but empty: a non-nil *Time in Go */
-    static const char DEL0[] = "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x4a\x00";
+    static const char DEL0[] = "\x0a\x08"
+                               "\x0a\x01"
+                               "a"
+                               "\x32\x01"
+                               "1"
+                               "\x4a\x00";
     is_int(meta_pods(LIT(DEL0), &m), 0, "empty deletionTimestamp");
     ok(m.deleting, "is deleting");
     obj_meta_fini(&m);
 
     /* spec{10 nodeName "n1", 11 hostNetwork true, 19 schedulerName "s"} */
-    static const char SPEC[] = "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1"
+    static const char SPEC[] = "\x0a\x06"
+                               "\x0a\x01"
+                               "a"
+                               "\x32\x01"
+                               "1"
                                "\x12\x0a"
-                               "\x52\x02" "n1"     /* 10 nodeName */
-                               "\x58\x01"          /* 11 hostNetwork true */
-                               "\x9a\x01\x01" "s"; /* 19 schedulerName: a 2-byte tag */
+                               "\x52\x02"
+                               "n1"       /* 10 nodeName */
+                               "\x58\x01" /* 11 hostNetwork true */
+                               "\x9a\x01\x01"
+                               "s"; /* 19 schedulerName: a 2-byte tag */
     is_int(meta_pods(LIT(SPEC), &m), 0, "hand-made spec");
     is_str(field(&m, "spec.nodeName"), "n1", "nodeName");
     is_str(field(&m, "spec.hostNetwork"), "true", "hostNetwork");
@@ -537,7 +635,13 @@ test_meta_hand(void)
     is_str(field(&m, "spec.restartPolicy"), "", "absent restartPolicy");
     obj_meta_fini(&m);
     /* hostNetwork as a varint of 2 (Go: v != 0) */
-    static const char HN2[] = "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x12\x02" "\x58\x02";
+    static const char HN2[] = "\x0a\x06"
+                              "\x0a\x01"
+                              "a"
+                              "\x32\x01"
+                              "1"
+                              "\x12\x02"
+                              "\x58\x02";
     is_int(meta_pods(LIT(HN2), &m), 0, "bool varint 2");
     is_str(field(&m, "spec.hostNetwork"), "true", "is true");
     obj_meta_fini(&m);
@@ -550,43 +654,198 @@ test_meta_hand(void)
     } bad[] = {
         {"empty input: no metadata", "", 0, KWC_EPARSE},
         {"no metadata", "\x12\x00", 2, KWC_EPARSE},
-        {"no name", "\x0a\x03" "\x32\x01" "1", 5, KWC_EPARSE},
-        {"empty name", "\x0a\x05" "\x0a\x00" "\x32\x01" "1", 7, KWC_EPARSE},
-        {"NUL in name", "\x0a\x07" "\x0a\x02" "a\0" "\x32\x01" "1", 9, KWC_EPARSE},
-        {"NUL in namespace", "\x0a\x0a" "\x0a\x01" "a" "\x1a\x01" "\0" "\x32\x01" "1", 12, KWC_EPARSE},
-        {"NUL in uid", "\x0a\x0a" "\x0a\x01" "a" "\x2a\x01" "\0" "\x32\x01" "1", 12, KWC_EPARSE},
+        {"no name",
+         "\x0a\x03"
+         "\x32\x01"
+         "1",
+         5, KWC_EPARSE},
+        {"empty name",
+         "\x0a\x05"
+         "\x0a\x00"
+         "\x32\x01"
+         "1",
+         7, KWC_EPARSE},
+        {"NUL in name",
+         "\x0a\x07"
+         "\x0a\x02"
+         "a\0"
+         "\x32\x01"
+         "1",
+         9, KWC_EPARSE},
+        {"NUL in namespace",
+         "\x0a\x0a"
+         "\x0a\x01"
+         "a"
+         "\x1a\x01"
+         "\0"
+         "\x32\x01"
+         "1",
+         12, KWC_EPARSE},
+        {"NUL in uid",
+         "\x0a\x0a"
+         "\x0a\x01"
+         "a"
+         "\x2a\x01"
+         "\0"
+         "\x32\x01"
+         "1",
+         12, KWC_EPARSE},
         {"NUL in a label value",
-         "\x0a\x0e" "\x0a\x01" "a" "\x32\x01" "1" "\x5a\x05" "\x0a\x00" "\x12\x01" "\0", 16,
-         KWC_EPARSE},
+         "\x0a\x0e"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x5a\x05"
+         "\x0a\x00"
+         "\x12\x01"
+         "\0",
+         16, KWC_EPARSE},
         {"NUL in a label key",
-         "\x0a\x0b" "\x0a\x01" "a" "\x32\x01" "1" "\x5a\x03" "\x0a\x01" "\0", 13, KWC_EPARSE},
+         "\x0a\x0b"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x5a\x03"
+         "\x0a\x01"
+         "\0",
+         13, KWC_EPARSE},
         {"NUL in spec.nodeName",
-         "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x12\x04" "\x52\x02" "n\0", 14, KWC_EPARSE},
-        {"no rv", "\x0a\x03" "\x0a\x01" "a", 5, KWC_EPARSE},
-        {"rv 0", "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "0", 8, KWC_EPARSE},
-        {"rv not decimal", "\x0a\x07" "\x0a\x01" "a" "\x32\x02" "1x", 9, KWC_EPARSE},
-        {"rv -1", "\x0a\x07" "\x0a\x01" "a" "\x32\x02" "-1", 9, KWC_EPARSE},
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x12\x04"
+         "\x52\x02"
+         "n\0",
+         14, KWC_EPARSE},
+        {"no rv",
+         "\x0a\x03"
+         "\x0a\x01"
+         "a",
+         5, KWC_EPARSE},
+        {"rv 0",
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "0",
+         8, KWC_EPARSE},
+        {"rv not decimal",
+         "\x0a\x07"
+         "\x0a\x01"
+         "a"
+         "\x32\x02"
+         "1x",
+         9, KWC_EPARSE},
+        {"rv -1",
+         "\x0a\x07"
+         "\x0a\x01"
+         "a"
+         "\x32\x02"
+         "-1",
+         9, KWC_EPARSE},
         {"rv over uint64",
-         "\x0a\x19" "\x0a\x01" "a" "\x32\x14" "18446744073709551616", 27, KWC_EPARSE},
-        {"name as a varint", "\x0a\x05" "\x08\x01" "\x32\x01" "1", 7, KWC_EPARSE},
+         "\x0a\x19"
+         "\x0a\x01"
+         "a"
+         "\x32\x14"
+         "18446744073709551616",
+         27, KWC_EPARSE},
+        {"name as a varint",
+         "\x0a\x05"
+         "\x08\x01"
+         "\x32\x01"
+         "1",
+         7, KWC_EPARSE},
         {"metadata as a varint", "\x08\x01", 2, KWC_EPARSE},
-        {"spec as a varint", "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x10\x01", 10, KWC_EPARSE},
+        {"spec as a varint",
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x10\x01",
+         10, KWC_EPARSE},
         {"hostNetwork as bytes",
-         "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x12\x03" "\x5a\x01" "t", 13, KWC_EPARSE},
-        {"labels as a varint", "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x58\x01", 10, KWC_EPARSE},
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x12\x03"
+         "\x5a\x01"
+         "t",
+         13, KWC_EPARSE},
+        {"labels as a varint",
+         "\x0a\x08"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x58\x01",
+         10, KWC_EPARSE},
         {"deletionTimestamp as a varint",
-         "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x48\x01", 10, KWC_EPARSE},
-        {"metadata overruns", "\x0a\x07" "\x0a\x01" "a" "\x32\x01" "1", 8, KWC_EPARSE},
-        {"a group inside metadata", "\x0a\x08" "\x0a\x01" "a" "\x32\x01" "1" "\x13\x00", 10, KWC_EPARSE},
-        {"a group at the top", "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x23\x24", 10, KWC_EPARSE},
+         "\x0a\x08"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x48\x01",
+         10, KWC_EPARSE},
+        {"metadata overruns",
+         "\x0a\x07"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1",
+         8, KWC_EPARSE},
+        {"a group inside metadata",
+         "\x0a\x08"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x13\x00",
+         10, KWC_EPARSE},
+        {"a group at the top",
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x23\x24",
+         10, KWC_EPARSE},
         /* metadata{6: 1 byte, missing} metadata{"5", name "a"}: concatenated,
          * the two would read rv "5"; Go decodes each part on its own */
         {"a field straddling two metadata parts",
-         "\x0a\x02" "\x32\x01" "\x0a\x04" "5" "\x0a\x01" "a", 10, KWC_EPARSE},
+         "\x0a\x02"
+         "\x32\x01"
+         "\x0a\x04"
+         "5"
+         "\x0a\x01"
+         "a",
+         10, KWC_EPARSE},
         {"a group inside a top-level field kwc does not read: not walked",
-         "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "1" "\x22\x02" "\x13\x00", 12, 0},
+         "\x0a\x06"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x22\x02"
+         "\x13\x00",
+         12, 0},
         {"a bad field inside managedFields: skipped whole",
-         "\x0a\x0a" "\x0a\x01" "a" "\x32\x01" "1" "\x8a\x01\x01" "\xff", 12, 0},
+         "\x0a\x0a"
+         "\x0a\x01"
+         "a"
+         "\x32\x01"
+         "1"
+         "\x8a\x01\x01"
+         "\xff",
+         12, 0},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
         unsigned char *c = dup(bad[i].p, bad[i].len);
@@ -779,14 +1038,20 @@ test_list(void)
     /* hand-made: ListMeta{2 rv "9", 4 remainingItemCount -1 (10 bytes)}, an
      * item, an unknown field 3 */
     static const char HAND[] = "k8s\0"
-                               "\x0a\x0b" "\x0a\x02" "v1" "\x12\x05" "XList"
-                               "\x12\x18"                            /* raw, 24 bytes */
-                               "\x0a\x0e"                            /*   1 metadata */
-                               "\x12\x01" "9"                        /*     2 rv */
+                               "\x0a\x0b"
+                               "\x0a\x02"
+                               "v1"
+                               "\x12\x05"
+                               "XList"
+                               "\x12\x18" /* raw, 24 bytes */
+                               "\x0a\x0e" /*   1 metadata */
+                               "\x12\x01"
+                               "9"                                            /*     2 rv */
                                "\x20\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01" /* 4: -1 */
-                               "\x12\x02" "ab"                       /*   2 item */
-                               "\x18\x07"                            /*   3: unknown */
-                               "\x12\x00";                           /*   2 empty item */
+                               "\x12\x02"
+                               "ab"        /*   2 item */
+                               "\x18\x07"  /*   3: unknown */
+                               "\x12\x00"; /*   2 empty item */
     is_int(list_parse(LIT(HAND), &l), 0, "hand-made list");
     ok(l.has_remaining && l.remaining == -1, "negative remainingItemCount");
     is_int(l.n_items, 2, "two items");
@@ -797,17 +1062,35 @@ test_list(void)
     is_str(l.continue_, "", "no continue");
     pb_list_fini(&l);
 
-    static const char NOMETA[] = "k8s\0" "\x12\x04" "\x12\x02" "ab";
+    static const char NOMETA[] = "k8s\0"
+                                 "\x12\x04"
+                                 "\x12\x02"
+                                 "ab";
     is_int(list_parse(LIT(NOMETA), &l), KWC_EPARSE, "no ListMeta: no rv");
     ok(l.off == NULL && l.continue_ == NULL && l.n_items == 0, "zeroed");
     pb_list_fini(&l);
-    static const char NULCONT[] = "k8s\0" "\x12\x0a" "\x0a\x08" "\x12\x01" "9" "\x1a\x03" "a\0b";
+    static const char NULCONT[] = "k8s\0"
+                                  "\x12\x0a"
+                                  "\x0a\x08"
+                                  "\x12\x01"
+                                  "9"
+                                  "\x1a\x03"
+                                  "a\0b";
     is_int(list_parse(LIT(NULCONT), &l), KWC_EPARSE, "NUL in continue");
     pb_list_fini(&l);
-    static const char ITEMVARINT[] = "k8s\0" "\x12\x07" "\x0a\x03" "\x12\x01" "9" "\x10\x01";
+    static const char ITEMVARINT[] = "k8s\0"
+                                     "\x12\x07"
+                                     "\x0a\x03"
+                                     "\x12\x01"
+                                     "9"
+                                     "\x10\x01";
     is_int(list_parse(LIT(ITEMVARINT), &l), KWC_EPARSE, "an item as a varint");
     pb_list_fini(&l);
-    static const char RV0[] = "k8s\0" "\x12\x05" "\x0a\x03" "\x12\x01" "0";
+    static const char RV0[] = "k8s\0"
+                              "\x12\x05"
+                              "\x0a\x03"
+                              "\x12\x01"
+                              "0";
     is_int(list_parse(LIT(RV0), &l), KWC_EPARSE, "rv 0");
     pb_list_fini(&l);
 
@@ -906,13 +1189,19 @@ test_list_encode(void)
 
     /* hand-written: envelope{v1 PodList} around PodList{ListMeta{"", "200", ""}} */
     static const char LIST0[] = "k8s\0"
-                                "\x0a\x0d" "\x0a\x02" "v1" "\x12\x07" "PodList"
-                                "\x12\x0b"                      /* raw, 11 bytes */
-                                "\x0a\x09"                      /*   metadata */
-                                "\x0a\x00"                      /*     selfLink "" */
-                                "\x12\x03" "200"                /*     resourceVersion */
-                                "\x1a\x00"                      /*     continue "" */
-                                "\x1a\x00" "\x22\x00";          /* the tail */
+                                "\x0a\x0d"
+                                "\x0a\x02"
+                                "v1"
+                                "\x12\x07"
+                                "PodList"
+                                "\x12\x0b" /* raw, 11 bytes */
+                                "\x0a\x09" /*   metadata */
+                                "\x0a\x00" /*     selfLink "" */
+                                "\x12\x03"
+                                "200"      /*     resourceVersion */
+                                "\x1a\x00" /*     continue "" */
+                                "\x1a\x00"
+                                "\x22\x00"; /* the tail */
     head = pb_list_head("v1", "PodList", 200, NULL, -1, 0, &hl);
     gostr_addn(&b, head, hl);
     gostr_addn(&b, PB_ENVELOPE_TAIL, PB_ENVELOPE_TAIL_LEN);
@@ -1023,12 +1312,17 @@ test_wevent(void)
     wevent_fini(&ev);
 
     /* hand-made: WatchEvent{1 "DELETED", 2 RawExtension{1 envelope}} */
-    static const char DELETED[] = "\x0a\x07" "DELETED"
-                                  "\x12\x13"                               /* object, 19 bytes */
-                                  "\x0a\x11"                               /*   raw, 17 bytes */
-                                  "k8s\0" "\x0a\x05" "\x12\x03" "Pod"      /*     typeMeta */
-                                  "\x12\x02" "ob"                          /*     raw */
-                                  "\x1a\x00";                              /*     contentEnc. */
+    static const char DELETED[] = "\x0a\x07"
+                                  "DELETED"
+                                  "\x12\x13" /* object, 19 bytes */
+                                  "\x0a\x11" /*   raw, 17 bytes */
+                                  "k8s\0"
+                                  "\x0a\x05"
+                                  "\x12\x03"
+                                  "Pod" /*     typeMeta */
+                                  "\x12\x02"
+                                  "ob"        /*     raw */
+                                  "\x1a\x00"; /*     contentEnc. */
     is_int(wev(LIT(DELETED), &ev, &env), 0, "hand-made DELETED");
     is_int(ev.type, WEVENT_DELETED, "DELETED");
     is_mem(DELETED + ev.obj_off, ev.obj_len, "ob", 2, "object span into the frame");
@@ -1053,10 +1347,18 @@ test_wevent(void)
     free(b.p);
     /* annotations {k8s.io/initial-events-end: "false"} then another key */
     static const char ANN_FALSE[] = "\x0a\x3e"
-                                    "\x32\x01" "7"
-                                    "\x62\x22" "\x0a\x19" "k8s.io/initial-events-end"
-                                    "\x12\x05" "false"
-                                    "\x62\x15" "\x0a\x01" "x" "\x12\x10" "k8s.io/initial-e";
+                                    "\x32\x01"
+                                    "7"
+                                    "\x62\x22"
+                                    "\x0a\x19"
+                                    "k8s.io/initial-events-end"
+                                    "\x12\x05"
+                                    "false"
+                                    "\x62\x15"
+                                    "\x0a\x01"
+                                    "x"
+                                    "\x12\x10"
+                                    "k8s.io/initial-e";
     f = event("BOOKMARK", LIT(ANN_FALSE), &n);
     is_int(wev(f, n, &ev, NULL), 0, "annotation \"false\"");
     ok(ev.rv == 7 && !ev.initial_events_end, "not the end");
@@ -1064,11 +1366,18 @@ test_wevent(void)
     free(f);
     /* the annotation twice: "true" then "false": the last wins */
     static const char ANN_TWICE[] = "\x0a\x4a"
-                                    "\x32\x01" "7"
-                                    "\x62\x21" "\x0a\x19" "k8s.io/initial-events-end"
-                                    "\x12\x04" "true"
-                                    "\x62\x22" "\x0a\x19" "k8s.io/initial-events-end"
-                                    "\x12\x05" "false";
+                                    "\x32\x01"
+                                    "7"
+                                    "\x62\x21"
+                                    "\x0a\x19"
+                                    "k8s.io/initial-events-end"
+                                    "\x12\x04"
+                                    "true"
+                                    "\x62\x22"
+                                    "\x0a\x19"
+                                    "k8s.io/initial-events-end"
+                                    "\x12\x05"
+                                    "false";
     f = event("BOOKMARK", LIT(ANN_TWICE), &n);
     is_int(wev(f, n, &ev, NULL), 0, "annotation twice");
     ok(!ev.initial_events_end, "the last value wins");
@@ -1087,7 +1396,11 @@ test_wevent(void)
     b = (struct gostr_buf){0};
     pb_status(&b, 500, "InternalError", "boom", NULL);
     struct gostr_buf fb = {0};
-    gostr_addn(&fb, "\x0a\x05" "ERROR" "\x12", 8);
+    gostr_addn(&fb,
+               "\x0a\x05"
+               "ERROR"
+               "\x12",
+               8);
     {
         char v[10];
         size_t vl = 0;
@@ -1110,13 +1423,15 @@ test_wevent(void)
         gostr_addn(&fb, b.p, b.len);
     }
     is_int(wev(fb.p, fb.len, &ev, NULL), 0, "ERROR around pb_status");
-    ok(ev.code == 500 && strcmp(ev.reason, "InternalError") == 0 &&
-           strcmp(ev.message, "boom") == 0,
+    ok(ev.code == 500 && strcmp(ev.reason, "InternalError") == 0 && strcmp(ev.message, "boom") == 0,
        "code, reason, message");
     wevent_fini(&ev);
     free(fb.p);
     free(b.p);
-    f = event("ERROR", LIT("\x1a\x02" "m\0"), &n);
+    f = event("ERROR",
+              LIT("\x1a\x02"
+                  "m\0"),
+              &n);
     is_int(wev(f, n, &ev, NULL), KWC_EPARSE, "NUL in the Status message");
     wevent_fini(&ev);
     free(f);
@@ -1145,26 +1460,65 @@ test_wevent(void)
     is_int(wev(f, n, &ev, NULL), 0, "a C string type stops at its NUL (encoder side)");
     wevent_fini(&ev);
     free(f);
-    is_int(wev(LIT("\x0a\x06" "ADDED\0" "\x12\x00"), &ev, NULL), KWC_EPARSE,
-           "NUL inside the type");
-    is_int(wev(LIT("\x0a\x05" "ADDED"), &ev, NULL), KWC_EPARSE, "no object");
-    is_int(wev(LIT("\x0a\x05" "ADDED" "\x12\x00"), &ev, NULL), KWC_EPARSE, "object without raw");
-    is_int(wev(LIT("\x0a\x05" "ADDED" "\x12\x02" "\x0a\x00"), &ev, NULL), KWC_EPARSE,
-           "raw without the k8s magic");
-    is_int(wev(LIT("\x0a\x05" "ADDED" "\x12\x03" "\x0a\x01"), &ev, NULL), KWC_EPARSE,
-           "object overruns");
-    is_int(wev(LIT("\x0a\x05" "ADDED" "\x10\x01"), &ev, NULL), KWC_EPARSE, "object a varint");
-    is_int(wev(LIT("\x08\x01" "\x12\x00"), &ev, NULL), KWC_EPARSE, "type a varint");
+    is_int(wev(LIT("\x0a\x06"
+                   "ADDED\0"
+                   "\x12\x00"),
+               &ev, NULL),
+           KWC_EPARSE, "NUL inside the type");
+    is_int(wev(LIT("\x0a\x05"
+                   "ADDED"),
+               &ev, NULL),
+           KWC_EPARSE, "no object");
+    is_int(wev(LIT("\x0a\x05"
+                   "ADDED"
+                   "\x12\x00"),
+               &ev, NULL),
+           KWC_EPARSE, "object without raw");
+    is_int(wev(LIT("\x0a\x05"
+                   "ADDED"
+                   "\x12\x02"
+                   "\x0a\x00"),
+               &ev, NULL),
+           KWC_EPARSE, "raw without the k8s magic");
+    is_int(wev(LIT("\x0a\x05"
+                   "ADDED"
+                   "\x12\x03"
+                   "\x0a\x01"),
+               &ev, NULL),
+           KWC_EPARSE, "object overruns");
+    is_int(wev(LIT("\x0a\x05"
+                   "ADDED"
+                   "\x10\x01"),
+               &ev, NULL),
+           KWC_EPARSE, "object a varint");
+    is_int(wev(LIT("\x08\x01"
+                   "\x12\x00"),
+               &ev, NULL),
+           KWC_EPARSE, "type a varint");
     is_int(wev(LIT(""), &ev, NULL), KWC_EPARSE, "empty frame");
-    static const char CT_EVENT[] = "\x0a\x05" "ADDED"
-                                   "\x12\x14" "\x0a\x12"
-                                   "k8s\0" "\x12\x01" "o" "\x1a\x00"
-                                   "\x22\x07" "foo/bar";
+    static const char CT_EVENT[] = "\x0a\x05"
+                                   "ADDED"
+                                   "\x12\x14"
+                                   "\x0a\x12"
+                                   "k8s\0"
+                                   "\x12\x01"
+                                   "o"
+                                   "\x1a\x00"
+                                   "\x22\x07"
+                                   "foo/bar";
     is_int(wev(LIT(CT_EVENT), &ev, NULL), KWC_EPARSE, "contentType not empty: refused");
     /* type twice: the last wins */
-    static const char TYPE_TWICE[] = "\x0a\x03" "FOO"
-                                      "\x12\x0d" "\x0a\x0b" "k8s\0" "\x12\x01" "o" "\x1a\x00" "\x22\x00"
-                                      "\x0a\x07" "DELETED";
+    static const char TYPE_TWICE[] = "\x0a\x03"
+                                     "FOO"
+                                     "\x12\x0d"
+                                     "\x0a\x0b"
+                                     "k8s\0"
+                                     "\x12\x01"
+                                     "o"
+                                     "\x1a\x00"
+                                     "\x22\x00"
+                                     "\x0a\x07"
+                                     "DELETED";
     is_int(wev(LIT(TYPE_TWICE), &ev, NULL), 0, "type twice");
     is_int(ev.type, WEVENT_DELETED, "the last");
     wevent_fini(&ev);
@@ -1215,14 +1569,21 @@ test_frame_encode(void)
     free(b.p);
 
     /* hand-written: a frame of "ADDED" around envelope(v1, Pod, "ob") */
-    static const char FRAME[] = "\x00\x00\x00\x22"                     /* 34 bytes follow */
-                                "\x0a\x05" "ADDED"                     /* 1 type */
-                                "\x12\x19"                             /* 2 object */
-                                "\x0a\x17"                             /*   1 raw: 23 bytes */
+    static const char FRAME[] = "\x00\x00\x00\x22" /* 34 bytes follow */
+                                "\x0a\x05"
+                                "ADDED"    /* 1 type */
+                                "\x12\x19" /* 2 object */
+                                "\x0a\x17" /*   1 raw: 23 bytes */
                                 "k8s\0"
-                                "\x0a\x09" "\x0a\x02" "v1" "\x12\x03" "Pod"
-                                "\x12\x02" "ob"
-                                "\x1a\x00" "\x22\x00";
+                                "\x0a\x09"
+                                "\x0a\x02"
+                                "v1"
+                                "\x12\x03"
+                                "Pod"
+                                "\x12\x02"
+                                "ob"
+                                "\x1a\x00"
+                                "\x22\x00";
     b = (struct gostr_buf){0};
     pb_frame_event(&b, "ADDED", "v1", "Pod", "ob", 2);
     is_mem(b.p, b.len, FRAME, sizeof(FRAME) - 1, "hand-written frame");
@@ -1231,16 +1592,24 @@ test_frame_encode(void)
     b = (struct gostr_buf){0};
     pb_bookmark_obj(&b, 300, false);
     is_mem(b.p, b.len, VEC_BOOKMARK_OBJ, sizeof(VEC_BOOKMARK_OBJ), "bookmark object = Python's");
-    is_mem(b.p, b.len, "\x0a\x05" "\x32\x03" "300", 7, "hand-written: {1 {6 \"300\"}}");
+    is_mem(b.p, b.len,
+           "\x0a\x05"
+           "\x32\x03"
+           "300",
+           7, "hand-written: {1 {6 \"300\"}}");
     free(b.p);
     b = (struct gostr_buf){0};
     pb_bookmark_obj(&b, 301, true);
     is_mem(b.p, b.len, VEC_BOOKMARK_OBJ_END, sizeof(VEC_BOOKMARK_OBJ_END),
            "initial-events-end bookmark object = Python's");
     static const char BM_END[] = "\x0a\x28"
-                                 "\x32\x03" "301"
-                                 "\x62\x21" "\x0a\x19" "k8s.io/initial-events-end"
-                                 "\x12\x04" "true";
+                                 "\x32\x03"
+                                 "301"
+                                 "\x62\x21"
+                                 "\x0a\x19"
+                                 "k8s.io/initial-events-end"
+                                 "\x12\x04"
+                                 "true";
     is_mem(b.p, b.len, BM_END, sizeof(BM_END) - 1, "hand-written");
     free(b.p);
     b = (struct gostr_buf){0};
@@ -1258,14 +1627,25 @@ test_status_encode(void)
 
     /* hand-written: Status 404 NotFound "x" */
     static const char S404[] = "k8s\0"
-                               "\x0a\x0c" "\x0a\x02" "v1" "\x12\x06" "Status"
-                               "\x12\x21"                               /* raw: 33 bytes */
-                               "\x0a\x06" "\x0a\x00" "\x12\x00" "\x1a\x00" /* metadata */
-                               "\x12\x07" "Failure"                     /* status */
-                               "\x1a\x01" "x"                           /* message */
-                               "\x22\x08" "NotFound"                    /* reason */
-                               "\x30\x94\x03"                           /* code 404 */
-                               "\x1a\x00" "\x22\x00";
+                               "\x0a\x0c"
+                               "\x0a\x02"
+                               "v1"
+                               "\x12\x06"
+                               "Status"
+                               "\x12\x21" /* raw: 33 bytes */
+                               "\x0a\x06"
+                               "\x0a\x00"
+                               "\x12\x00"
+                               "\x1a\x00" /* metadata */
+                               "\x12\x07"
+                               "Failure" /* status */
+                               "\x1a\x01"
+                               "x" /* message */
+                               "\x22\x08"
+                               "NotFound"     /* reason */
+                               "\x30\x94\x03" /* code 404 */
+                               "\x1a\x00"
+                               "\x22\x00";
     pb_status(&b, 404, "NotFound", "x", NULL);
     is_mem(b.p, b.len, S404, sizeof(S404) - 1, "404: hand-written bytes");
     free(b.p);
@@ -1289,8 +1669,7 @@ test_status_encode(void)
     struct status_details r = {NULL, NULL, NULL, NULL, 0, 3};
     b = (struct gostr_buf){0};
     pb_status(&b, 503, "ServiceUnavailable", "not ready", &r);
-    is_mem(b.p, b.len, VEC_STATUS_RETRY, sizeof(VEC_STATUS_RETRY),
-           "retryAfterSeconds = Python's");
+    is_mem(b.p, b.len, VEC_STATUS_RETRY, sizeof(VEC_STATUS_RETRY), "retryAfterSeconds = Python's");
     free(b.p);
 
     b = (struct gostr_buf){0};
@@ -1343,11 +1722,11 @@ with_rv_case(const void *obj, size_t len, uint64_t rv, const void *want, size_t 
 static void
 test_with_rv(void)
 {
-    with_rv_case(VEC_POD, sizeof(VEC_POD), 101, VEC_POD, sizeof(VEC_POD), "the same rv: same bytes");
+    with_rv_case(VEC_POD, sizeof(VEC_POD), 101, VEC_POD, sizeof(VEC_POD),
+                 "the same rv: same bytes");
     with_rv_case(VEC_POD, sizeof(VEC_POD), UINT64_MAX, VEC_POD_RV_BIG, sizeof(VEC_POD_RV_BIG),
                  "rv 101 -> UINT64_MAX = Python's");
-    with_rv_case(VEC_POD_RV_BIG, sizeof(VEC_POD_RV_BIG), 101, VEC_POD, sizeof(VEC_POD),
-                 "and back");
+    with_rv_case(VEC_POD_RV_BIG, sizeof(VEC_POD_RV_BIG), 101, VEC_POD, sizeof(VEC_POD), "and back");
     with_rv_case(VEC_META127, sizeof(VEC_META127), 10, VEC_META128, sizeof(VEC_META128),
                  "ObjectMeta 127 -> 128 bytes: its length grows to 2 bytes");
     with_rv_case(VEC_META128, sizeof(VEC_META128), 9, VEC_META127, sizeof(VEC_META127),
@@ -1356,35 +1735,86 @@ test_with_rv(void)
 
     /* no rv field: inserted before the first field above 6 */
     static const char NORV[] = "\x0a\x0b"
-                               "\x0a\x01" "a"                     /* 1 name */
-                               "\x1a\x01" "n"                     /* 3 namespace */
-                               "\x5a\x03" "\x0a\x01" "k";         /* 11 labels */
+                               "\x0a\x01"
+                               "a" /* 1 name */
+                               "\x1a\x01"
+                               "n" /* 3 namespace */
+                               "\x5a\x03"
+                               "\x0a\x01"
+                               "k"; /* 11 labels */
     char *out;
     size_t ol;
     /* pb_with_rv works only on what pb_meta_parse accepts: this has no rv */
     is_int(pb_with_rv(LIT(NORV), 8, &out, &ol), KWC_EPARSE, "an object without rv: refused");
     ok(out == NULL, "no output");
     /* ... but a second metadata part may lack it */
-    static const char TWO[] = "\x0a\x03" "\x32\x01" "4"           /* metadata{rv 4} */
-                              "\x12\x00"                          /* spec{} */
+    static const char TWO[] = "\x0a\x03"
+                              "\x32\x01"
+                              "4"        /* metadata{rv 4} */
+                              "\x12\x00" /* spec{} */
                               "\x0a\x0b"
-                              "\x0a\x01" "a" "\x1a\x01" "n" "\x5a\x03" "\x0a\x01" "k";
-    static const char TWO_WANT[] = "\x0a\x03" "\x32\x01" "4"
+                              "\x0a\x01"
+                              "a"
+                              "\x1a\x01"
+                              "n"
+                              "\x5a\x03"
+                              "\x0a\x01"
+                              "k";
+    static const char TWO_WANT[] = "\x0a\x03"
+                                   "\x32\x01"
+                                   "4"
                                    "\x12\x00"
                                    "\x0a\x0e"
-                                   "\x0a\x01" "a" "\x1a\x01" "n" "\x32\x01" "8"
-                                   "\x5a\x03" "\x0a\x01" "k";
+                                   "\x0a\x01"
+                                   "a"
+                                   "\x1a\x01"
+                                   "n"
+                                   "\x32\x01"
+                                   "8"
+                                   "\x5a\x03"
+                                   "\x0a\x01"
+                                   "k";
     with_rv_case(LIT(TWO), 8, LIT(TWO_WANT),
                  "rv inserted in the last metadata at its ascending position");
-    static const char END[] = "\x0a\x03" "\x0a\x01" "a" "\x0a\x03" "\x32\x01" "1";
-    static const char END_WANT[] = "\x0a\x03" "\x0a\x01" "a" "\x0a\x03" "\x32\x01" "2";
+    static const char END[] = "\x0a\x03"
+                              "\x0a\x01"
+                              "a"
+                              "\x0a\x03"
+                              "\x32\x01"
+                              "1";
+    static const char END_WANT[] = "\x0a\x03"
+                                   "\x0a\x01"
+                                   "a"
+                                   "\x0a\x03"
+                                   "\x32\x01"
+                                   "2";
     with_rv_case(LIT(END), 2, LIT(END_WANT), "the last metadata's rv replaced");
-    static const char APPEND[] = "\x0a\x03" "\x32\x01" "1" "\x0a\x03" "\x0a\x01" "a";
-    static const char APPEND_WANT[] = "\x0a\x03" "\x32\x01" "1" "\x0a\x06" "\x0a\x01" "a" "\x32\x01" "2";
+    static const char APPEND[] = "\x0a\x03"
+                                 "\x32\x01"
+                                 "1"
+                                 "\x0a\x03"
+                                 "\x0a\x01"
+                                 "a";
+    static const char APPEND_WANT[] = "\x0a\x03"
+                                      "\x32\x01"
+                                      "1"
+                                      "\x0a\x06"
+                                      "\x0a\x01"
+                                      "a"
+                                      "\x32\x01"
+                                      "2";
     with_rv_case(LIT(APPEND), 2, LIT(APPEND_WANT), "rv appended when no field above 6");
     /* a non-minimal tag for rv (0xb2 0x00 = field 6, LEN) is kept */
-    static const char TAG2[] = "\x0a\x07" "\x0a\x01" "a" "\xb2\x00\x01" "1";
-    static const char TAG2_WANT[] = "\x0a\x08" "\x0a\x01" "a" "\xb2\x00\x02" "12";
+    static const char TAG2[] = "\x0a\x07"
+                               "\x0a\x01"
+                               "a"
+                               "\xb2\x00\x01"
+                               "1";
+    static const char TAG2_WANT[] = "\x0a\x08"
+                                    "\x0a\x01"
+                                    "a"
+                                    "\xb2\x00\x02"
+                                    "12";
     with_rv_case(LIT(TAG2), 12, LIT(TAG2_WANT), "the rv field's own tag bytes kept");
 
     is_int(pb_with_rv(VEC_POD, sizeof(VEC_POD), 0, &out, &ol), KWC_EPARSE, "rv 0 refused");
@@ -1496,17 +1926,20 @@ test_splitter(void)
 
     /* lengths over the bound: refused before anything is allocated for them */
     pb_split_init(&s, 100);
-    data = "\x00\x00\x00\x64" "abc"; /* 100: at the bound */
+    data = "\x00\x00\x00\x64"
+           "abc"; /* 100: at the bound */
     len = 7;
     is_int(pb_split_next(&s, &data, &len, &frame, &fl), 0, "100 bytes announced: waits");
     ok(s.cap <= 104, "buffer within the frame's size");
     pb_split_fini(&s);
     pb_split_init(&s, 100);
-    data = "\x00\x00\x00\x65" "abc"; /* 101 */
+    data = "\x00\x00\x00\x65"
+           "abc"; /* 101 */
     len = 7;
     is_int(pb_split_next(&s, &data, &len, &frame, &fl), KWC_ETOOBIG, "101 bytes: over");
     ok(s.buf == NULL && s.cap == 0, "nothing allocated");
-    data = "\x00\x00\x00\x01" "a";
+    data = "\x00\x00\x00\x01"
+           "a";
     len = 5;
     is_int(pb_split_next(&s, &data, &len, &frame, &fl), KWC_ETOOBIG, "sticky");
     pb_split_fini(&s);
@@ -1522,7 +1955,8 @@ test_splitter(void)
     ok(s.buf == NULL && s.cap == 0, "released");
     pb_split_fini(&s);
     pb_split_init(&s, 0);
-    data = "\xff\xff\xff\xff" "x";
+    data = "\xff\xff\xff\xff"
+           "x";
     len = 5;
     is_int(pb_split_next(&s, &data, &len, &frame, &fl), KWC_ETOOBIG,
            "4 GB announced, default bound");
@@ -1530,7 +1964,8 @@ test_splitter(void)
     pb_split_fini(&s);
     /* a large frame announced is not allocated ahead of its bytes */
     pb_split_init(&s, 0);
-    data = "\x01\x00\x00\x00" "0123456789";
+    data = "\x01\x00\x00\x00"
+           "0123456789";
     len = 14;
     is_int(pb_split_next(&s, &data, &len, &frame, &fl), 0, "16 MB announced, 10 bytes given");
     ok(s.cap <= 4096, "buffer sized by the bytes received");

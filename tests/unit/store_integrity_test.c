@@ -274,7 +274,8 @@ test_deferred_raw_check(void)
     struct copy_check c = {.r = r};
     store_rtxn_begin(s, &t);
     store_rtxn_defer_raw_check(t);
-    is_int(store_scan(t, r, 0, "", NULL, 0, copy_and_check, &c), 0, "intact: a deferred scan passes");
+    is_int(store_scan(t, r, 0, "", NULL, 0, copy_and_check, &c), 0,
+           "intact: a deferred scan passes");
     store_rtxn_end(t);
     is_int(c.n, 2, "...both objects");
     is_int(c.deferred, 2, "...each handed out with its raw bytes unchecked");

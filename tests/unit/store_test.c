@@ -126,7 +126,8 @@ same(const struct collect *a, const struct collect *b)
     if (a->n != b->n)
         return false;
     for (int i = 0; i < a->n; i++)
-        if (strcmp(a->keys[i], b->keys[i]) || strcmp(a->raws[i], b->raws[i]) || a->rvs[i] != b->rvs[i])
+        if (strcmp(a->keys[i], b->keys[i]) || strcmp(a->raws[i], b->raws[i]) ||
+            a->rvs[i] != b->rvs[i])
             return false;
     return true;
 }
@@ -149,7 +150,9 @@ churn(struct store *s, struct store_res *r, int nev, uint64_t first_rv, uint64_t
             memcpy(model[i + 1], model[i], sizeof model[i]);
             int k = rand() % NKEYS;
             struct mobj *m = &model[i + 1][k];
-            enum store_ev_type t = !m->present ? STORE_ADDED : rand() % 4 == 0 ? STORE_DELETED : STORE_MODIFIED;
+            enum store_ev_type t = !m->present       ? STORE_ADDED
+                                   : rand() % 4 == 0 ? STORE_DELETED
+                                                     : STORE_MODIFIED;
             char key[32], raw[64], idx[64];
             keyname(k, key);
             snprintf(raw, sizeof raw, "{\"k\":%d,\"rv\":%llu}", k, (unsigned long long)rv);
@@ -158,8 +161,13 @@ churn(struct store *s, struct store_res *r, int nev, uint64_t first_rv, uint64_t
             int node = t == STORE_DELETED ? m->node : rand() % 3;
             int il = 4 + sprintf(idx + 4, "n%c-%cnode-%d", 0, 0, node) + 1;
             idx[0] = 0, idx[1] = 0, idx[2] = 3, idx[3] = 0;
-            struct store_event ev = {.type = t, .rv = rv, .key = key, .key_len = strlen(key),
-                                     .obj = raw, .obj_len = strlen(raw), .idx = idx,
+            struct store_event ev = {.type = t,
+                                     .rv = rv,
+                                     .key = key,
+                                     .key_len = strlen(key),
+                                     .obj = raw,
+                                     .obj_len = strlen(raw),
+                                     .idx = idx,
                                      .idx_len = (size_t)il};
             if (store_wtxn_event(w, r, &ev) != 0)
                 return -1;
@@ -274,7 +282,8 @@ test_scan_at_every_past_rv(void)
             expected(i, prefixes[p], NULL, &want);
             if (rc != 0 || !same(&got, &want)) {
                 if (bad++ < 3)
-                    printf("# state at rv %llu (event %d, prefix '%s'): rc %d, got %d objects, want %d\n",
+                    printf("# state at rv %llu (event %d, prefix '%s'): rc %d, got %d objects, "
+                           "want %d\n",
                            (unsigned long long)at, i, prefixes[p], rc, got.n, want.n);
             }
             /* page through it two at a time with "after", as continue tokens do */
@@ -282,7 +291,8 @@ test_scan_at_every_past_rv(void)
             char after[32] = "";
             for (int guard = 0; guard < NKEYS; guard++) {
                 struct collect page = {0};
-                store_scan(t, r, at, prefixes[p], after[0] ? after : NULL, strlen(after) + 1, on_obj, &page);
+                store_scan(t, r, at, prefixes[p], after[0] ? after : NULL, strlen(after) + 1,
+                           on_obj, &page);
                 int take = page.n < 2 ? page.n : 2;
                 for (int j = 0; j < take; j++) {
                     strcpy(pages.keys[pages.n], page.keys[j]);
@@ -337,13 +347,15 @@ test_history_and_trim(void)
     struct store_res_info info;
     store_info(t, r, &info);
     is_int(info.hist_events, 100, "history trimmed to 100 events");
-    ok(info.floor >= model_rv[200] && info.floor < model_rv[201], "floor = rv of the newest trimmed event");
+    ok(info.floor >= model_rv[200] && info.floor < model_rv[201],
+       "floor = rv of the newest trimmed event");
     struct hcollect hc = {.ordered = true, .prev_ok = true};
     is_int(store_history(t, r, info.floor, on_hist, &hc), 0, "history from the floor");
     is_int(hc.n, 100, "every kept event after the floor");
     ok(hc.ordered, "in rv order");
     ok(hc.prev_ok, "ADDED has no previous object, the others have one");
-    is_int(store_history(t, r, info.floor - 1, on_hist, &hc), KWC_EEXPIRED, "below the floor: expired");
+    is_int(store_history(t, r, info.floor - 1, on_hist, &hc), KWC_EEXPIRED,
+           "below the floor: expired");
     struct collect got = {0}, want;
     is_int(store_scan(t, r, info.floor - 1, "", NULL, 0, on_obj, &got), KWC_EEXPIRED,
            "a list below the floor: expired");
@@ -366,8 +378,12 @@ test_trim_by_age_and_reopen(void)
     churn(s, r, 50, 10, 1000); /* events at t=1000 */
     struct store_wtxn *w;
     store_wtxn_begin(s, 1500, &w);
-    struct store_event ev = {.type = STORE_ADDED, .rv = model_rv[50] + 10, .key = "zz/new", .key_len = 6,
-                             .obj = "{}", .obj_len = 2};
+    struct store_event ev = {.type = STORE_ADDED,
+                             .rv = model_rv[50] + 10,
+                             .key = "zz/new",
+                             .key_len = 6,
+                             .obj = "{}",
+                             .obj_len = 2};
     store_wtxn_event(w, r, &ev);
     store_wtxn_rv(w, r, model_rv[50] + 20); /* a bookmark */
     store_wtxn_set_synced(w, r, true);
@@ -459,8 +475,12 @@ test_same_rv_and_reset(void)
     store_wtxn_begin(s, 1, &w);
     const char *keys[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
-        struct store_event ev = {.type = STORE_ADDED, .rv = (uint64_t)(10 + i), .key = keys[i],
-                                 .key_len = 1, .obj = "{}", .obj_len = 2};
+        struct store_event ev = {.type = STORE_ADDED,
+                                 .rv = (uint64_t)(10 + i),
+                                 .key = keys[i],
+                                 .key_len = 1,
+                                 .obj = "{}",
+                                 .obj_len = 2};
         store_wtxn_event(w, r, &ev);
     }
     store_wtxn_commit(w);
@@ -468,8 +488,12 @@ test_same_rv_and_reset(void)
     store_wtxn_begin(s, 2, &w);
     int rc = 0;
     for (int i = 0; i < 3; i++) {
-        struct store_event ev = {.type = STORE_DELETED, .rv = 50, .key = keys[i], .key_len = 1,
-                                 .obj = "{}", .obj_len = 2};
+        struct store_event ev = {.type = STORE_DELETED,
+                                 .rv = 50,
+                                 .key = keys[i],
+                                 .key_len = 1,
+                                 .obj = "{}",
+                                 .obj_len = 2};
         rc |= store_wtxn_event(w, r, &ev);
     }
     is_int(rc, 0, "three events at one rv");
@@ -488,7 +512,8 @@ test_same_rv_and_reset(void)
     store_rtxn_end(t);
 
     store_wtxn_begin(s, 3, &w);
-    struct store_event back = {.type = STORE_ADDED, .rv = 40, .key = "x", .key_len = 1, .obj = "{}", .obj_len = 2};
+    struct store_event back = {
+        .type = STORE_ADDED, .rv = 40, .key = "x", .key_len = 1, .obj = "{}", .obj_len = 2};
     is_int(store_wtxn_event(w, r, &back), KWC_EPARSE, "an event older than history is refused");
     store_wtxn_abort(w);
 
@@ -498,7 +523,8 @@ test_same_rv_and_reset(void)
     store_rtxn_begin(s, &t);
     struct store_res_info info;
     store_info(t, r, &info);
-    ok(info.rv == 70 && info.floor == 70 && info.objects == 0 && info.hist_events == 0 && !info.synced,
+    ok(info.rv == 70 && info.floor == 70 && info.objects == 0 && info.hist_events == 0 &&
+           !info.synced,
        "reset empties the resource at the new rv");
     store_rtxn_end(t);
     store_close(s);
@@ -517,8 +543,8 @@ test_initial_load(void)
     store_wtxn_reset(w, r, 500); /* a list at rv 500 */
     const char *keys[] = {"ns/b", "ns/a", "ns/c"};
     for (int i = 0; i < 3; i++) {
-        struct store_event ev = {.rv = (uint64_t)(100 + i), .key = keys[i], .key_len = 4,
-                                 .obj = "{}", .obj_len = 2};
+        struct store_event ev = {
+            .rv = (uint64_t)(100 + i), .key = keys[i], .key_len = 4, .obj = "{}", .obj_len = 2};
         store_wtxn_load(w, r, &ev);
     }
     store_wtxn_set_synced(w, r, true);
@@ -527,15 +553,22 @@ test_initial_load(void)
     store_rtxn_begin(s, &t);
     struct store_res_info info;
     store_info(t, r, &info);
-    ok(info.objects == 3 && info.hist_events == 0 && info.rv == 500 && info.floor == 500 && info.synced,
+    ok(info.objects == 3 && info.hist_events == 0 && info.rv == 500 && info.floor == 500 &&
+           info.synced,
        "three objects, no history, rv and floor at the list's rv");
     struct collect got = {0};
     store_scan(t, r, 0, "", NULL, 0, on_obj, &got);
-    ok(got.n == 3 && strcmp(got.keys[0], "ns/a") == 0 && got.rvs[0] == 101, "objects keep their own rv, in key order");
+    ok(got.n == 3 && strcmp(got.keys[0], "ns/a") == 0 && got.rvs[0] == 101,
+       "objects keep their own rv, in key order");
     store_rtxn_end(t);
     /* the first event after the list records the loaded object as its previous state */
     store_wtxn_begin(s, 2, &w);
-    struct store_event up = {.type = STORE_MODIFIED, .rv = 501, .key = "ns/a", .key_len = 4, .obj = "{\"x\":1}", .obj_len = 7};
+    struct store_event up = {.type = STORE_MODIFIED,
+                             .rv = 501,
+                             .key = "ns/a",
+                             .key_len = 4,
+                             .obj = "{\"x\":1}",
+                             .obj_len = 7};
     store_wtxn_event(w, r, &up);
     store_wtxn_commit(w);
     store_rtxn_begin(s, &t);
@@ -563,7 +596,8 @@ check_field_scans(struct store *s, struct store_res *r, int nev)
                 char val[32];
                 snprintf(val, sizeof val, "node-%d", node);
                 struct collect got = {0}, want = {0}, all;
-                int rc = store_scan_field(t, r, model_rv[i], val, prefixes[p], NULL, 0, on_obj, &got);
+                int rc =
+                    store_scan_field(t, r, model_rv[i], val, prefixes[p], NULL, 0, on_obj, &got);
                 /* keep what was the value at that rv (the model knows) */
                 struct collect kept = {0};
                 for (int j = 0; j < got.n; j++) {
@@ -593,7 +627,8 @@ check_field_scans(struct store *s, struct store_res *r, int nev)
                 }
                 if (rc != 0 || !same(&kept, &want)) {
                     if (bad++ < 3)
-                        printf("# field scan at event %d node-%d prefix '%s': rc %d, %d kept, want %d\n",
+                        printf("# field scan at event %d node-%d prefix '%s': rc %d, %d kept, want "
+                               "%d\n",
                                i, node, prefixes[p], rc, kept.n, want.n);
                 }
             }

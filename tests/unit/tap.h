@@ -26,8 +26,8 @@ tap_ok(int cond, const char *file, int line, const char *what)
         printf("ok %d - %s%s%s\n", tap_n, tap_group, *tap_group ? ": " : "", what);
     } else {
         tap_failed++;
-        printf("not ok %d - %s%s%s\n#   at %s:%d\n", tap_n, tap_group, *tap_group ? ": " : "",
-               what, file, line);
+        printf("not ok %d - %s%s%s\n#   at %s:%d\n", tap_n, tap_group, *tap_group ? ": " : "", what,
+               file, line);
     }
     return cond;
 }
@@ -46,7 +46,7 @@ tap_ok(int cond, const char *file, int line, const char *what)
         const char *g_ = (got), *w_ = (want);                                                      \
         int same_ = (g_ == NULL && w_ == NULL) || (g_ && w_ && strcmp(g_, w_) == 0);               \
         if (!tap_ok(same_, __FILE__, __LINE__, (what)))                                            \
-            printf("#   got  \"%s\"\n#   want \"%s\"\n", g_ ? g_ : "(null)", w_ ? w_ : "(null)"); \
+            printf("#   got  \"%s\"\n#   want \"%s\"\n", g_ ? g_ : "(null)", w_ ? w_ : "(null)");  \
     } while (0)
 
 #define is_mem(got, glen, want, wlen, what)                                                        \
