@@ -170,6 +170,7 @@ integration-checked:
 test:
 	$(Q)tests/lib/deps.sh test
 	$(Q)$(MAKE) --no-print-directory check-layering
+	$(Q)$(MAKE) --no-print-directory check-format
 	$(Q)$(MAKE) --no-print-directory all unit
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
