@@ -9,6 +9,9 @@ in MAY_INCLUDE, and nothing else; a few files that read across rooms by
 design are named in FILE_EXCEPTIONS with the reason. cache/ is pure: no event
 loop, sockets, curl or clock (STYLE.md), and no proxy header.
 
+No file under proxy/ passes MAX_LINES lines, and proxy/'s top holds at
+most MAX_TOP_SOURCES .c files (main, config, app: the wiring).
+
 Exit status 1 with one line per violation: file:line, what it includes, and
 the rule it breaks.
 """
@@ -84,9 +87,33 @@ def sources():
     return sorted(out)
 
 
+# A room's files stay small enough to read, and proxy/'s top holds only the
+# wiring.
+MAX_LINES = 1200
+MAX_TOP_SOURCES = 4
+
+
+def size_rules():
+    bad = []
+    top = sorted(f for f in os.listdir(os.path.join(ROOT, "proxy")) if f.endswith(".c"))
+    if len(top) > MAX_TOP_SOURCES:
+        bad.append(f"proxy/ holds {len(top)} .c files at its top ({', '.join(top)}); at most "
+                   f"{MAX_TOP_SOURCES}: the rest belongs in a room")
+    for d, _, files in os.walk(os.path.join(ROOT, "proxy")):
+        for f in sorted(files):
+            if f.endswith((".c", ".h")):
+                path = os.path.join(d, f)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    n = sum(1 for _ in fh)
+                if n > MAX_LINES:
+                    bad.append(f"{os.path.relpath(path, ROOT)}: {n} lines, over {MAX_LINES}: split it by "
+                               f"responsibility")
+    return bad
+
+
 def main():
     rooms = header_rooms()
-    bad = []
+    bad = size_rules()
     for rel in sources():
         if rel.startswith("include/"):
             name = os.path.basename(rel)[:-2]
