@@ -64,6 +64,15 @@ xrealloc(void *p, size_t n)
     return q;
 }
 
+void *
+xmemdup(const void *p, size_t n)
+{
+    void *d = xmalloc(n ? n : 1);
+    if (n)
+        memcpy(d, p, n);
+    return d;
+}
+
 char *
 xstrdup(const char *s)
 {

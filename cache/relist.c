@@ -19,15 +19,6 @@ struct relist {
     size_t nev, capev;
 };
 
-static char *
-memdup(const void *p, size_t n)
-{
-    char *d = xmalloc(n ? n : 1);
-    if (n)
-        memcpy(d, p, n);
-    return d;
-}
-
 static int
 cmp_key(const void *a, const void *b)
 {
@@ -84,9 +75,9 @@ add_event(struct relist *d, enum store_ev_type type, uint64_t rv, const struct r
                                             .rv = rv,
                                             .key = xstrndup(o->key, o->key_len),
                                             .key_len = o->key_len,
-                                            .obj = memdup(o->obj, o->obj_len),
+                                            .obj = xmemdup(o->obj, o->obj_len),
                                             .obj_len = o->obj_len,
-                                            .idx = memdup(o->idx, o->idx_len),
+                                            .idx = xmemdup(o->idx, o->idx_len),
                                             .idx_len = o->idx_len};
 }
 

@@ -44,6 +44,8 @@ void *xcalloc(size_t nmemb, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
+/* A copy of n bytes of p (n may be 0: a valid, empty allocation). */
+void *xmemdup(const void *p, size_t n);
 /* printf into a new string (new). */
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -96,15 +96,6 @@ refl_secs_since(const struct refl *r, uint64_t t0_ms)
     return (double)(int64_t)(refl_now_ms(r) - t0_ms) / 1000.0;
 }
 
-static char *
-memdup(const void *p, size_t n)
-{
-    char *d = xmalloc(n ? n : 1);
-    if (n)
-        memcpy(d, p, n);
-    return d;
-}
-
 /* ---- what the batched writer tells (ingest.h) ---- */
 
 /* A commit carrying r's events failed: they are lost, so the cache leaves
@@ -155,7 +146,7 @@ push_event(struct refl *r, enum store_ev_type type, struct refl_decoded *d)
     p->idx = d->idx;
     p->idx_len = d->idx_len;
     d->idx = NULL;
-    p->obj = memdup(d->obj, d->obj_len);
+    p->obj = xmemdup(d->obj, d->obj_len);
     p->obj_len = d->obj_len;
     r->ing->bytes += p->obj_len + p->key_len + p->idx_len;
     if (d->rv > r->rv)
