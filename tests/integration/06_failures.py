@@ -121,9 +121,12 @@ class FailureTest(unittest.TestCase):
     def test_upstream_errors_and_hangs(self):
         with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2"]) as env:
             try:
-                # an upstream error status passes through untouched
-                env.sim("POST", "/apisim/fail", {"count": 1, "mode": "status", "status": 429})
-                st, h, b = http_request(env.kwc.port, "GET", "/api/v1/nodes")
+                # an upstream error status passes through untouched (the
+                # fault matches this request alone: kwc's own reflector of
+                # nodes may ask the upstream at any moment too)
+                env.sim("POST", "/apisim/fail", {"count": 1, "mode": "status", "status": 429,
+                                                 "match": "fail-429"})
+                st, h, b = http_request(env.kwc.port, "GET", "/api/v1/nodes?labelSelector=fail-429")
                 self.assertEqual(st, 429)
                 # a reset before any answer -> 503 (every attempt: libcurl, like Go's
                 # transport, retries an idempotent request once on a reused connection)
@@ -133,12 +136,12 @@ class FailureTest(unittest.TestCase):
                 # an upstream that never answers -> 504 from kwc's --upstream-timeout
                 # (2 s, as the Status says: not its 60-s default, which the
                 # client's 30 s would not wait for), after one attempt
-                env.sim("POST", "/apisim/fail", {"count": 1, "mode": "hang"})
+                env.sim("POST", "/apisim/fail", {"count": 1, "mode": "hang", "match": "hang-me"})
                 hung = lambda: env.stats()["requests"].get("injected hang", 0)
                 self.assertEqual(hung(), 0)
                 m0 = scrape(env.kwc.port)
-                s = self.check_status(http_request(env.kwc.port, "GET", "/api/v1/nodes", timeout=30), 504,
-                                      "Timeout")
+                s = self.check_status(http_request(env.kwc.port, "GET", "/api/v1/nodes?labelSelector=hang-me",
+                                                   timeout=30), 504, "Timeout")
                 self.assertTrue(s["message"].endswith("the upstream sent no response within 2 s"), s["message"])
                 m1 = scrape(env.kwc.port)
                 self.assertEqual(hung(), 1, "the hanging upstream saw one request")
