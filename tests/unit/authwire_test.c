@@ -374,13 +374,6 @@ groups_user(const char *const *groups, size_t n)
     return u;
 }
 
-/*
- * Two questions whose cache keys collided while counts were written as bare
- * numbers in front of length-prefixed fields: one group of 110 bytes ("1",
- * "110:", ...) against eleven groups, the first of 10 bytes ("11", "10:",
- * ...), the rest spelled inside the long group. The fake denies the long
- * one; answered from the other's cached allow it would be let through.
- */
 /* An extra key holding a NUL byte is one key, whole, in the review and the
  * 403 (kube's key of Impersonate-Extra-a%00b is "a\x00b"). */
 static void
