@@ -5,11 +5,12 @@
  * cap). It replaces libevhtp (DESIGN.md "The front end seam").
  *
  * The seam: handlers (kwc's own endpoints, serve, passthrough) never see
- * the protocol. Two do not keep to it yet: a cached watch takes its socket
+ * the protocol. One does not keep to it yet: a cached watch takes its socket
  * (hreq_take_socket) to a worker loop and frames its chunks there itself
- * (proxy/serve/watch.c), and a tunnel takes the bufferevent once the
- * upstream answered 101 (hreq_take_bev); the response-stream writer of the
- * HTTP/2 work ends both. A handler gets a request head (struct
+ * (proxy/serve/watch.c); the response-stream writer of the HTTP/2 work ends
+ * it. A tunnel, once the upstream answered 101, turns the connection into a
+ * byte pipe (hreq_take_pipe): unframed bytes both ways, with flow control,
+ * and no socket or TLS state in its hands. A handler gets a request head (struct
  * hreq: method, target, headers, peer, TLS identity), reads the body through
  * a reader with flow control (hreq_body_read), and answers through a
  * response writer (hresp_*) that frames the bytes for the protocol and tells
@@ -83,7 +84,7 @@ struct http_server_options {
 /*
  * Called once per request, when its head has been read and checked (before
  * any body byte is delivered). The handler answers the request on every
- * path: hresp_*, hreq_take_socket or hreq_take_bev. r is valid until its
+ * path: hresp_*, hreq_take_socket or hreq_take_pipe. r is valid until its
  * on_close has run (or, for a handler that set none, until the response
  * ends).
  */
@@ -136,9 +137,10 @@ bool hreq_has_body(const struct hreq *r);
 /* Content-Length, or -1 (chunked, or no body). */
 int64_t hreq_content_length(const struct hreq *r);
 /* An Upgrade request (Connection: upgrade + an Upgrade naming a protocol
- * other than h2c; never CONNECT): see hreq_take_bev. Its body (if any) is
+ * other than h2c; never CONNECT): see hreq_take_pipe. Its body (if any) is
  * read like any other; the bytes behind it are never parsed, and an answer
- * other than taking the connection closes it. */
+ * other than taking the connection closes it. HTTP/1.1 only: HTTP/2 has no
+ * Upgrade (its requests never are one). */
 bool hreq_upgrade(const struct hreq *r);
 /* The client's address. */
 const struct sockaddr *hreq_peer(const struct hreq *r, socklen_t *len);
@@ -242,28 +244,80 @@ int hreq_take_socket(struct hreq *r, struct http_taken *out);
 /* (r itself, and its head, stay readable until the loop callback that took
  * the socket returns: the server frees it from its next turn.) */
 
-/*
- * Take the connection's bufferevent (plain or OpenSSL) for an Upgrade
- * tunnel: bytes the client sent after the request (its head and body) are
- * in its input buffer, unparsed. No response was started on r. The
- * taker frees it with http_bev_free (it was made without
- * BEV_OPT_CLOSE_ON_FREE: bufferevent_free alone would leave the socket and
- * the SSL open). r's on_close runs before this returns. Returns NULL when
- * the connection is gone.
- */
-struct bufferevent *hreq_take_bev(struct hreq *r);
-/* Free a bufferevent over a taken connection (hreq_take_bev's, or one the
- * taker of hreq_take_socket built on its own loop, as watch.c does over
- * TLS): closes its socket and frees its SSL (from the next turn of the
- * bufferevent's loop: safe inside its own callbacks), and releases the
- * connection (http_taken_release). */
+/* Free a bufferevent over a socket taken with hreq_take_socket (one the
+ * taker built on its own loop, as watch.c does over TLS): closes its socket
+ * and frees its SSL (from the next turn of the bufferevent's loop: safe
+ * inside its own callbacks), and releases the connection
+ * (http_taken_release). Goes with hreq_take_socket. */
 void http_bev_free(struct bufferevent *bev);
 /* A socket taken with hreq_take_socket has been closed. Thread-safe. */
 void http_taken_release(void);
-/* Count one more descriptor against max_connections that is no client
- * connection: a tunnel's upstream socket (the open-file budget, config.h).
- * Release it with http_taken_release. Thread-safe. */
-void http_taken_hold(void);
+
+/*
+ * The handler opened a connection of its own for r (a tunnel's upstream
+ * socket): it is one more descriptor, counted against max_connections
+ * (config.h's open-file budget) until r closes or, when r's connection
+ * becomes a pipe (hreq_take_pipe), until the pipe is freed. Once per socket.
+ */
+void hreq_count_socket(struct hreq *r);
+
+/*
+ * A byte pipe: an HTTP/1.1 connection after its Upgrade request, switched
+ * to another protocol (a tunnel, once the upstream answered 101). Unframed
+ * bytes both ways, plain or TLS alike; the server no longer parses, times
+ * or answers anything on it. Loop thread only (the server's loop).
+ */
+struct hpipe;
+struct hpipe_ops {
+    /* Bytes are in hpipe_input (while reading is on): new ones, the ones
+     * there when the pipe was made, or left there when reading was turned
+     * back on. Never from inside a call of the handler's. */
+    void (*on_read)(void *arg);
+    /* The output queue fell to the low-water mark (hpipe_low_water) after a
+     * write to the client. */
+    void (*on_drain)(void *arg);
+    /* The client closed its end (or half-closed it): it sends nothing more,
+     * and every byte it sent before has been announced by on_read. Reading
+     * stops; writing still works while the connection lasts. */
+    void (*on_eof)(void *arg);
+    /* The connection failed (a reset, a TLS error): nothing more moves. */
+    void (*on_error)(void *arg);
+};
+/*
+ * Turn r's connection into a pipe with the handler's ops and arg (borrowed,
+ * must outlive the pipe). Only for an Upgrade request (hreq_upgrade: never
+ * one over HTTP/2, which rejects upgrades at its protocol) read whole (its
+ * body, if any, was delivered or discarded), with no response started. What
+ * the client sent behind the request is in hpipe_input, unparsed, announced
+ * by on_read from the next loop turn; reading is on. Bytes of the server's
+ * still queued (a 100 Continue) leave first. The request leaves the server:
+ * its done callback (HREQ_END_TAKEN) and r's on_close run before this
+ * returns, and r is not to be used after it. The connection, and every
+ * socket counted with hreq_count_socket, count against max_connections
+ * until hpipe_free. Returns the new pipe, or NULL when the connection is
+ * gone or r cannot be taken (not an upgrade, not read whole, answered): then
+ * the connection is closed (r's on_close has run too).
+ */
+struct hpipe *hreq_take_pipe(struct hreq *r, const struct hpipe_ops *ops, void *arg);
+/* The client's bytes, not yet consumed: the handler drains what it takes
+ * (evbuffer_remove / evbuffer_add_buffer). Borrowed, valid until hpipe_free. */
+struct evbuffer *hpipe_input(struct hpipe *p);
+/* Bytes for the client: copied, or moved out of buf (no copy of the data). */
+void hpipe_write(struct hpipe *p, const void *data, size_t n);
+void hpipe_write_buffer(struct hpipe *p, struct evbuffer *buf);
+/* Bytes queued for the client, not yet sent. */
+size_t hpipe_queued(const struct hpipe *p);
+/* Flow control towards the client: off stops reading its socket (its bytes
+ * stay in the kernel, and TCP pushes back); on reads again. */
+void hpipe_read(struct hpipe *p, bool on);
+/* Call on_drain whenever the output queue falls to at most n bytes (0 at
+ * first: when it is empty). */
+void hpipe_low_water(struct hpipe *p, size_t n);
+/* Close the connection now (bytes still queued are dropped): the socket is
+ * closed and the TLS state freed from the next loop turn (safe inside the
+ * pipe's own callbacks, none of which runs after this), and the descriptors
+ * are released from max_connections at once. Accepts NULL. */
+void hpipe_free(struct hpipe *p);
 
 /* ---- when a request leaves the server (metrics, the access log) ---- */
 
@@ -276,7 +330,7 @@ void http_taken_hold(void);
  *   HREQ_END_CLOSED  the connection closed first (client gone, an aborted
  *                    response, the server shutting down)
  *   HREQ_END_TAKEN   the connection left the server: an Upgrade tunnel
- *                    (hreq_take_bev: status 0, as kube records a hijacked
+ *                    (hreq_take_pipe: status 0, as kube records a hijacked
  *                    connection); hreq_take_socket moves the note to its
  *                    taker (http_taken.note) instead, with no callback.
  * Called once per request handed to on_request, just before the request's

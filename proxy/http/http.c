@@ -666,11 +666,10 @@ hreq_take_socket(struct hreq *r, struct http_taken *out)
 }
 
 struct bufferevent *
-hreq_take_bev(struct hreq *r)
+hconn_leave(struct hconn *c)
 {
-    struct hconn *c = hreq_of(r)->c;
-    if (c->state == C_DEAD)
-        return NULL;
+    assert(c->state != C_DEAD && c->req);
+    struct hreq *r = c->req;
     struct bufferevent *bev = c->bev;
     atomic_fetch_add(&taken_conns, 1);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
@@ -705,9 +704,12 @@ on_bev_free(evutil_socket_t fd_, short what, void *arg)
 }
 
 void
-http_taken_hold(void)
+hconn_taken(int delta)
 {
-    atomic_fetch_add(&taken_conns, 1);
+    if (delta >= 0)
+        atomic_fetch_add(&taken_conns, (unsigned)delta);
+    else
+        atomic_fetch_sub(&taken_conns, (unsigned)-delta);
 }
 
 void

@@ -16,10 +16,14 @@
  *   /s streamed answer finished from later loop turns   /a stream, then abort
  *   /x answer from on_request, body unread               /p read, pause, resume
  *   /d body discarded, answer on_complete                /t hreq_take_socket
- *   /b hreq_take_bev                                     /c hresp_close_after
+ *   /b hreq_take_pipe from on_request                    /c hresp_close_after
  *   /w body reading turned on later (100-continue)       /k abort inside on_body
  *   /h large streamed answer paced by on_drain           /q stream while the body
- *   anything else: echo (method, target, body length)       is still being read
+ *   /u read the body, hreq_take_pipe on_complete            is still being read
+ *   anything else: echo (method, target, body length)
+ * A pipe echoes what the client sends, stops reading while more than 4 KiB
+ * are queued (on_drain reads again), and is freed at its EOF or error, or
+ * with the server.
  * At the end the server is freed with whatever is still open; every request
  * handed to the handler must have had exactly one on_close. ASan, UBSan and
  * LeakSanitizer (per input: a fresh base, so anything not freed is lost)
@@ -29,7 +33,6 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <linux/sockios.h>
 #include <openssl/ssl.h>
@@ -51,6 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 #define TURNS_MAX 20000 /* loop turns for one phase before "it never goes quiet" */
 #define QUIET 3
+#define PIPES 2 /* one per connection at most */
 
 struct fz {
     struct event_base *base;
@@ -60,6 +64,7 @@ struct fz {
     bool eof[2];
     unsigned long long hooks;
     int nreq, nclose;
+    struct fp *pipe[PIPES];
 };
 
 struct fq {
@@ -173,6 +178,9 @@ h_complete(void *arg)
         hresp_close_after(q->r);
         answer(q, 201);
         break;
+    case 'u':
+        take_pipe(q->z, q->r); /* q is gone */
+        break;
     case 'd':
         answer(q, 404);
         break;
@@ -206,6 +214,72 @@ h_close(void *arg)
     q->z->nclose++;
     event_free(q->ev);
     free(q);
+}
+
+/* ---- pipes (/b, /u) ---- */
+
+struct fp {
+    struct fz *z;
+    struct hpipe *p;
+    int slot;
+};
+
+static void
+fp_free(struct fp *f)
+{
+    hpipe_free(f->p);
+    f->z->pipe[f->slot] = NULL;
+    free(f);
+}
+
+static void
+fp_read(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    hpipe_write_buffer(f->p, hpipe_input(f->p));
+    if (hpipe_queued(f->p) > 4096)
+        hpipe_read(f->p, false);
+}
+
+static void
+fp_drain(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    hpipe_read(f->p, true);
+}
+
+static void
+fp_end(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    fp_free(f);
+}
+
+static const struct hpipe_ops pipe_ops = {
+    .on_read = fp_read,
+    .on_drain = fp_drain,
+    .on_eof = fp_end,
+    .on_error = fp_end,
+};
+
+/* r becomes a pipe (q is gone either way) */
+static void
+take_pipe(struct fz *z, struct hreq *r)
+{
+    int slot = z->pipe[0] ? 1 : 0;
+    if (z->pipe[slot])
+        abort(); /* more pipes than connections */
+    struct fp *f = xcalloc(1, sizeof(*f));
+    f->z = z;
+    f->slot = slot;
+    f->p = hreq_take_pipe(r, &pipe_ops, f);
+    if (f->p)
+        z->pipe[slot] = f;
+    else
+        free(f);
 }
 
 static const struct hreq_handler hooks = {
@@ -264,11 +338,9 @@ on_request(void *arg, struct hreq *r)
         }
         break;
     }
-    case 'b': {
-        struct bufferevent *bev = hreq_take_bev(r); /* q is gone */
-        http_bev_free(bev);
+    case 'b':
+        take_pipe(z, r); /* q is gone */
         break;
-    }
     case 'd':
         break; /* discarded */
     case 'w':
@@ -424,13 +496,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shutdown(z.fd[1], SHUT_WR);
     run(&z);
 
-    /* the server goes with connection 0 still open */
+    /* the server goes with connection 0 still open, and the pipes still open */
     http_server_free(z.s);
     if (z.nclose != z.nreq)
         abort(); /* a request without its on_close, or with two */
+    for (int i = 0; i < PIPES; i++)
+        if (z.pipe[i])
+            fp_free(z.pipe[i]);
     for (int i = 0; i < 2; i++)
         close(z.fd[i]);
-    /* callbacks queued with event_base_once (http_bev_free) */
+    /* callbacks queued with event_base_once (hpipe_free) */
     for (int i = 0; i < QUIET; i++)
         event_base_loop(z.base, EVLOOP_NONBLOCK);
     event_base_free(z.base);

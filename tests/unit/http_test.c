@@ -29,7 +29,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -116,7 +115,9 @@ sb_free(struct sbuf *b)
  *   /early   answer "early" from on_request, without reading the body;
  *   /defer   hooks only: the test turns body reading on; echo on_complete;
  *   /take    hreq_take_socket from on_request;
- *   /bev     hreq_take_bev from on_request (kept in th.bev);
+ *   /pipe    hreq_take_pipe from on_request (kept in th.pipe; its on_read
+ *            logs "pipe read <bytes in its input>" and consumes nothing);
+ *   /count   hreq_count_socket, then parked like /park;
  *   /peer    answer "<address>:<port>" of hreq_peer;
  *   anything else: echo (read the body unless the target has "noread";
  *            with "pause", turn reading off inside the first on_body).
@@ -143,8 +144,8 @@ struct th {
     struct treq *reqs[MAX_REQS]; /* by id; NULL once closed */
     struct http_taken taken;
     int take_rc;
-    struct bufferevent *bev; /* /bev */
-    bool notes;              /* test_done: each request gets a note (http_server_on_done) */
+    struct hpipe *pipe; /* /pipe */
+    bool notes;         /* test_done: each request gets a note (http_server_on_done) */
 };
 
 static void th_log(struct th *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -235,6 +236,15 @@ static const struct hreq_handler hooks = {
 static const struct hreq_handler parked_hooks = {.on_close = h_close};
 
 static void
+pipe_read(void *arg)
+{
+    struct th *t = arg;
+    th_log(t, "pipe read %zu", evbuffer_get_length(hpipe_input(t->pipe)));
+}
+
+static const struct hpipe_ops pipe_ops = {.on_read = pipe_read};
+
+static void
 on_request(void *arg, struct hreq *r)
 {
     struct th *t = arg;
@@ -258,15 +268,17 @@ on_request(void *arg, struct hreq *r)
         hresp_simple(r, 200, NULL, "early", 5);
     } else if (strncmp(target, "/defer", 6) == 0) {
         q->echo = true;
-    } else if (strncmp(target, "/park", 5) == 0) {
+    } else if (strncmp(target, "/park", 5) == 0 || strncmp(target, "/count", 6) == 0) {
+        if (target[1] == 'c')
+            hreq_count_socket(r);
         hreq_set_handler(r, &parked_hooks, q);
         hreq_body_hold(r);
     } else if (strncmp(target, "/take", 5) == 0) {
         t->take_rc = hreq_take_socket(r, &t->taken);
         th_log(t, "taken %d", t->take_rc);
-    } else if (strncmp(target, "/bev", 4) == 0) {
-        t->bev = hreq_take_bev(r);
-        th_log(t, "bev %d", t->bev != NULL);
+    } else if (strncmp(target, "/pipe", 5) == 0) {
+        t->pipe = hreq_take_pipe(r, &pipe_ops, t);
+        th_log(t, "pipe %d", t->pipe != NULL);
     } else if (strncmp(target, "/peer", 5) == 0) {
         socklen_t sl = 0;
         const struct sockaddr *sa = hreq_peer(r, &sl);
@@ -1612,8 +1624,9 @@ test_take_socket(void)
 }
 
 /* Connections taken away count against max_connections until their taker
- * releases them (http_taken_release), and so does a descriptor held with
- * http_taken_hold: past the cap, a 429. */
+ * releases them (http_taken_release), and so does a socket of the
+ * handler's own counted with hreq_count_socket, until its request closes:
+ * past the cap, a 429. */
 static void
 test_taken_count(void)
 {
@@ -1645,13 +1658,19 @@ test_taken_count(void)
        "released: a new connection served");
     fx_hangup(&f, d);
     run(&f);
-    /* a descriptor held for a tunnel's upstream counts too */
-    http_taken_hold();
+    /* a socket counted for a request (a tunnel's upstream) counts too */
+    int h = fx_connect(&f);
+    send_str(&f, h, "GET /count HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 1, "counted: one more");
     int e = fx_connect(&f);
     run(&f);
     ok(f.p[e].eof && f.p[e].in.n > 13 && strncmp(f.p[e].in.p, "HTTP/1.1 429 ", 13) == 0,
-       "held: refused");
-    http_taken_release();
+       "counted: refused");
+    fx_hangup(&f, h);
+    run(&f);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "counted: released when its request closed");
     int g = fx_connect(&f);
     send_str(&f, g, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
     ok(f.p[g].in.n > 13 && strncmp(f.p[g].in.p, "HTTP/1.1 200 ", 13) == 0, "hold released: served");
@@ -1661,23 +1680,24 @@ test_taken_count(void)
     fx_fini(&f);
 }
 
-/* hreq_take_bev: the bytes behind an Upgrade request wait unparsed in the
- * taken bufferevent's input; the connection counts against the cap until
- * http_bev_free, which closes it from the next loop turn. */
+/* hreq_take_pipe: the bytes behind an Upgrade request wait unparsed in the
+ * pipe's input; the connection counts against the cap until hpipe_free,
+ * which closes it from the next loop turn. (hpipe_test.c: the rest.) */
 static void
-test_take_bev(void)
+test_take_pipe(void)
 {
     struct http_server_options o = {.max_connections = 1};
     struct fx f;
     fx_init(&f, &o);
     int a = fx_connect(&f);
     send_str(&f, a,
-             "GET /bev HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n"
+             "GET /pipe HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n"
              "GET /not-a-request HTTP/1.1\r\n\r\n",
              0);
-    ok(f.t.bev != NULL, "taken");
-    is_str(f.t.log.p, "req 0 GET /bev\nclose 0\nbev 1\n", "on_close ran before it returned");
-    struct evbuffer *in = f.t.bev ? bufferevent_get_input(f.t.bev) : NULL;
+    ok(f.t.pipe != NULL, "taken");
+    is_str(f.t.log.p, "req 0 GET /pipe\nclose 0\npipe 1\npipe read 31\n",
+           "on_close ran before it returned; on_read from the loop");
+    struct evbuffer *in = f.t.pipe ? hpipe_input(f.t.pipe) : NULL;
     size_t n = in ? evbuffer_get_length(in) : 0;
     char *p = in ? (char *)evbuffer_pullup(in, -1) : NULL;
     is_mem(p ? p : "", n, "GET /not-a-request HTTP/1.1\r\n\r\n", 31,
@@ -1691,12 +1711,12 @@ test_take_bev(void)
     run(&f);
     ok(f.p[b].eof && f.p[b].in.n > 13 && strncmp(f.p[b].in.p, "HTTP/1.1 429 ", 13) == 0,
        "while taken: a second connection refused");
-    if (f.t.bev) {
-        bufferevent_write(f.t.bev, "pong", 4);
+    if (f.t.pipe) {
+        hpipe_write(f.t.pipe, "pong", 4);
         run(&f);
         is_got(&f, a, "pong", "the taker writes to the client");
-        http_bev_free(f.t.bev);
-        f.t.bev = NULL;
+        hpipe_free(f.t.pipe);
+        f.t.pipe = NULL;
     }
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "freed: released at once");
@@ -1949,7 +1969,7 @@ main(void)
     TAP_RUN(test_abort_and_end);
     TAP_RUN(test_take_socket);
     TAP_RUN(test_taken_count);
-    TAP_RUN(test_take_bev);
+    TAP_RUN(test_take_pipe);
     TAP_RUN(test_trickled_head);
     TAP_RUN(test_listen);
     TAP_RUN(test_done);
