@@ -159,63 +159,6 @@ h_body(void *arg, const char *p, size_t n)
     }
 }
 
-static void
-h_complete(void *arg)
-{
-    struct fq *q = arg;
-    q->z->hooks++;
-    switch (q->mode) {
-    case 's':
-        stream_start(q);
-        fq_later(q);
-        break;
-    case 'a':
-    case 'q':
-    case 'x':
-    case 'h':
-        break; /* answered or answering already */
-    case 'c':
-        hresp_close_after(q->r);
-        answer(q, 201);
-        break;
-    case 'u':
-        take_pipe(q->z, q->r); /* q is gone */
-        break;
-    case 'd':
-        answer(q, 404);
-        break;
-    default:
-        answer(q, 200);
-        break;
-    }
-}
-
-static void
-h_drain(void *arg)
-{
-    struct fq *q = arg;
-    q->z->hooks++;
-    if (q->mode != 'h' || !hresp_started(q->r))
-        return;
-    if (++q->step > 4) {
-        hresp_end(q->r);
-        return;
-    }
-    static char blob[16384];
-    memset(blob, 'h', sizeof(blob));
-    hresp_write(q->r, blob, sizeof(blob));
-}
-
-static void
-h_close(void *arg)
-{
-    struct fq *q = arg;
-    q->z->hooks++;
-    q->z->nclose++;
-    event_free(q->ev);
-    free(q);
-}
-
 /* ---- pipes (/b, /u) ---- */
 
 struct fp {
@@ -280,6 +223,63 @@ take_pipe(struct fz *z, struct hreq *r)
         z->pipe[slot] = f;
     else
         free(f);
+}
+
+static void
+h_complete(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    switch (q->mode) {
+    case 's':
+        stream_start(q);
+        fq_later(q);
+        break;
+    case 'a':
+    case 'q':
+    case 'x':
+    case 'h':
+        break; /* answered or answering already */
+    case 'c':
+        hresp_close_after(q->r);
+        answer(q, 201);
+        break;
+    case 'u':
+        take_pipe(q->z, q->r); /* q is gone */
+        break;
+    case 'd':
+        answer(q, 404);
+        break;
+    default:
+        answer(q, 200);
+        break;
+    }
+}
+
+static void
+h_drain(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    if (q->mode != 'h' || !hresp_started(q->r))
+        return;
+    if (++q->step > 4) {
+        hresp_end(q->r);
+        return;
+    }
+    static char blob[16384];
+    memset(blob, 'h', sizeof(blob));
+    hresp_write(q->r, blob, sizeof(blob));
+}
+
+static void
+h_close(void *arg)
+{
+    struct fq *q = arg;
+    q->z->hooks++;
+    q->z->nclose++;
+    event_free(q->ev);
+    free(q);
 }
 
 static const struct hreq_handler hooks = {
