@@ -307,8 +307,8 @@ void hpipe_write(struct hpipe *p, const void *data, size_t n);
 void hpipe_write_buffer(struct hpipe *p, struct evbuffer *buf);
 /* Bytes queued for the client, not yet sent. */
 size_t hpipe_queued(const struct hpipe *p);
-/* Flow control towards the client: off stops reading its socket (its bytes
- * stay in the kernel, and TCP pushes back); on reads again. */
+/* Flow control of the client's bytes: off stops reading its socket (they
+ * stay in the kernel, and TCP pushes back on the client); on reads again. */
 void hpipe_read(struct hpipe *p, bool on);
 /* Call on_drain whenever the output queue falls to at most n bytes (0 at
  * first: when it is empty). */
