@@ -18,6 +18,9 @@
  *   htls.c   TLS: the SSL_CTX (protocols, suites, ALPN, client CAs), the
  *            certificate reload timer, a request's TLS identity
  *   hpipe.c  the byte pipe an Upgrade's connection becomes (hreq_take_pipe)
+ *   h1stream.c  response streams over HTTP/1.1 (hresp_handoff, hstream_*):
+ *            the connection leaves the server with its head bytes and is
+ *            driven by the loop it is attached to
  *
  * Loop thread only, like http.h. Nothing is freed inside a libevent or
  * parser callback chain: a closing connection is unlinked, marked C_DEAD

@@ -15,8 +15,9 @@
  * reach every path of the response writer and the body reader:
  *   /s streamed answer finished from later loop turns   /a stream, then abort
  *   /x answer from on_request, body unread               /p read, pause, resume
- *   /d body discarded, answer on_complete                /t hreq_take_socket
- *   /b hreq_take_pipe from on_request                    /c hresp_close_after
+ *   /d body discarded, answer on_complete                /t a response stream (handoff,
+ *   /b hreq_take_pipe from on_request                       attach, writes, end)
+ *   /c hresp_close_after
  *   /w body reading turned on later (100-continue)       /k abort inside on_body
  *   /h large streamed answer paced by on_drain           /q stream while the body
  *   /u read the body, hreq_take_pipe on_complete            is still being read
@@ -65,7 +66,77 @@ struct fz {
     unsigned long long hooks;
     int nreq, nclose;
     struct fp *pipe[PIPES];
+    struct fs *streams[2]; /* /t: response streams still open (one per connection at most) */
 };
+
+/* /t: a response stream attached on the same loop. */
+struct fs {
+    struct fz *z;
+    struct hstream *s;
+    int refs; /* references given and not yet released */
+};
+
+static void
+fs_release(void *arg, void *owner, uint32_t tag)
+{
+    struct fs *f = arg;
+    if (owner != f || f->refs-- <= 0)
+        abort(); /* a reference released twice, or one never given */
+}
+
+static void
+fs_sent(void *arg, size_t queued)
+{
+    ((struct fs *)arg)->z->hooks++;
+}
+
+static void
+fs_forget(struct fs *f)
+{
+    for (int i = 0; i < 2; i++)
+        if (f->z->streams[i] == f)
+            f->z->streams[i] = NULL;
+    free(f);
+}
+
+static void
+fs_close(void *arg, uint64_t sent)
+{
+    struct fs *f = arg;
+    if (f->refs)
+        abort(); /* closed with references never released */
+    f->z->hooks++;
+    fs_forget(f);
+}
+
+static const struct hstream_ops fs_ops = {
+    .release = fs_release, .on_sent = fs_sent, .on_close = fs_close};
+
+static void
+stream_handoff(struct fz *z, struct hreq *r)
+{
+    hresp_header(r, "Content-Type", "text/plain");
+    hresp_start(r, 200, -1);
+    struct hstream_handoff *h = hresp_handoff(r); /* q is gone */
+    if (!h)
+        return;
+    if (hstream_handoff_home(h))
+        abort(); /* HTTP/1.1: any loop */
+    struct fs *f = xcalloc(1, sizeof(*f));
+    f->z = z;
+    f->s = hstream_attach(h, z->base, &fs_ops, f);
+    int slot = z->streams[0] ? 1 : 0;
+    if (!f->s || z->streams[slot])
+        abort();
+    z->streams[slot] = f;
+    static const char blob[] = "blob";
+    f->refs = 2;
+    hstream_write_ref(f->s, f, 0, blob, 4);
+    hstream_write(f->s, "copy", 4);
+    hstream_write_ref(f->s, f, 1, blob, 0); /* nothing to send: released at the flush */
+    hstream_end(f->s);
+    (void)hstream_flush(f->s); /* false: closed inside, f is gone */
+}
 
 struct fq {
     struct fz *z;
@@ -328,16 +399,9 @@ on_request(void *arg, struct hreq *r)
         stream_start(q);
         fq_later(q);
         break;
-    case 't': {
-        struct http_taken tk;
-        if (hreq_take_socket(r, &tk) == 0) { /* q is gone */
-            if (tk.ssl)
-                abort();
-            close(tk.fd);
-            http_taken_release();
-        }
+    case 't':
+        stream_handoff(z, r);
         break;
-    }
     case 'b':
         take_pipe(z, r); /* q is gone */
         break;
@@ -504,8 +568,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (z.pipe[i])
             fp_free(z.pipe[i]);
     for (int i = 0; i < 2; i++)
+        if (z.streams[i]) {
+            struct fs *f = z.streams[i];
+            (void)hstream_close(f->s);
+            if (f->refs)
+                abort(); /* hstream_close must release every reference */
+            fs_forget(f);
+        }
+    for (int i = 0; i < 2; i++)
         close(z.fd[i]);
-    /* callbacks queued with event_base_once (hpipe_free) */
+    /* callbacks queued with event_base_once (hpipe_free, a TLS stream's close) */
     for (int i = 0; i < QUIET; i++)
         event_base_loop(z.base, EVLOOP_NONBLOCK);
     event_base_free(z.base);
