@@ -503,7 +503,7 @@ hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct 
         if (s->io)
             event_add(s->io, NULL);
     }
-    if (!s->grace || (h->ssl ? !s->tls : !s->io)) {
+    if (!s->grace || (!s->tls && !s->io)) {
         if (s->io)
             event_free(s->io);
         if (s->grace)
