@@ -53,8 +53,9 @@ struct watch_options {
     uint64_t bookmark_ms;            /* bookmark interval */
     int wait_ms;                     /* sendInitialEvents: wait for the cache to reach the rv */
     enum decide_too_large too_large; /* ...then: 504 ERROR event, or serve what is cached */
-    /* Every stream served by the local worker on the pool's own loop, as
-     * streams whose handoff is bound to that loop are (HTTP/2): for tests. */
+    /* No worker threads: every stream is served by the local worker on the
+     * pool's own loop, as streams whose handoff is bound to that loop are
+     * (HTTP/2). For tests. */
     bool own_loop;
 };
 

@@ -30,8 +30,8 @@
  * pool's local worker: the same struct worker on the writer loop's own
  * base, no thread and no eventfd; a post to it activates its wake event on
  * that base, so messages are applied from the next turn, in order, exactly
- * as a thread applies them. watch_options.own_loop sends every stream there
- * (tests).
+ * as a thread applies them. watch_options.own_loop makes it the only worker
+ * (tests: every stream is then served on the test's loop).
  */
 #include "kwc/watch.h"
 
@@ -822,7 +822,9 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
     p->st = st;
     p->o = *o;
     p->nw = o->workers;
-    if (!p->nw) {
+    if (o->own_loop)
+        p->nw = 0; /* the local worker alone */
+    else if (!p->nw) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p->nw = n > 0 ? (unsigned)n : 1;
     }
