@@ -9,7 +9,7 @@
  * handler outside the parser, and parsing resumes with that LF. It is paused
  * again at on_message_complete: the next pipelined request waits until the
  * response has left the connection, which keeps responses in order and lets
- * a handler take the socket with nothing queued on it. Body bytes go to the
+ * a response stream leave with nothing but its own head queued. Body bytes go to the
  * handler while it reads (hreq_body_read), or are counted and dropped.
  * An Upgrade request (Connection: upgrade + an Upgrade other than h2c) is
  * parsed like any other up to the end of its body; the bytes behind it are

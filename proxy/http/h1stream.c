@@ -393,8 +393,8 @@ flush(struct hstream *s)
     q_pop_sent(s);
     while (s->n > 0) {
         ssize_t n = q_write(s);
-        if (n > 0)
-            continue;
+        if (n > 0 || (n == 0 && s->n == 0))
+            continue; /* (0: only entries with nothing to send were left) */
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             break;
         stream_free(s, true); /* the client is gone */

@@ -372,8 +372,7 @@ flush_dirty(struct worker *wk)
         wk->dirty = c->next_dirty;
         c->dirty = false;
         c->next_dirty = NULL;
-        if (flush(c))
-            arm_timer(c);
+        flush(c);
     }
 }
 
@@ -429,8 +428,7 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         /* to the socket now: a round over thousands of watchers must not
          * hold a chunk for each before the first is written (the kernel
          * takes most; the cap above counts what it does not) */
-        if (flush(c))
-            arm_timer(c);
+        flush(c);
     }
     flush_dirty(wk);
     publish_stats(wk);
