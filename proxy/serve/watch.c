@@ -425,7 +425,7 @@ on_pump(evutil_socket_t fd, short what, void *arg)
         wk->pumping_store = store;
         hub_pump(c->hw, &alive);
         wk->pumping_store = false;
-        /* to the socket now: a round over thousands of watchers must not
+        /* to the stream now: a round over thousands of watchers must not
          * hold a chunk for each before the first is written (the kernel
          * takes most; the cap above counts what it does not) */
         flush(c);
