@@ -3,8 +3,8 @@
  *
  * kwc opens its own connection to the upstream, writes the request head
  * (with kwc's credentials and the caller's identity headers) and the
- * request's body, and reads the upstream's answer head with libhttp-parser
- * (HTTP_RESPONSE) while the HTTP server still holds the client's connection
+ * request's body, and reads the upstream's answer head (h1client.h's parser)
+ * while the HTTP server still holds the client's connection
  * (struct hreq): whatever the client sent behind the request stays unread in
  * the server's input buffer. Then:
  *  - 101 Switching Protocols: the client's connection becomes a byte pipe
@@ -32,10 +32,12 @@
  *    TUN_HEAD_MAX), or the upstream closing before its head: 502 Status;
  *    both through respond_status, connection closed.
  *
- * kwc is an HTTP/1.1 client of the upstream here: it writes the request head
- * and parses the answer itself. The connection itself (socket, TLS, DNS) is
- * the uplink's (uplink_connect); its socket counts against
- * --max-connections with the client's (hreq_count_socket).
+ * kwc is an HTTP/1.1 client of the upstream here: the framing (the request
+ * head's bytes, the body's chunks, parsing the answer) is h1client.c's; this
+ * file decides what goes into the head and what an answer means. The
+ * connection itself (socket, TLS, DNS) is the uplink's (uplink_connect); its
+ * socket counts against --max-connections with the client's
+ * (hreq_count_socket).
  *
  * Decisions (kube-apiserver's behaviour on the wire):
  *  - Upgrade: h2c is never tunnelled: kube-apiserver runs Go's net/http
@@ -70,26 +72,24 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <http_parser.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "kwc/base.h"
-#include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/respond.h"
 #include "kwc/uplink.h"
 
+#include "h1client.h"
+
 #define TUN_MAGIC 0x74756e31u /* "tun1" */
 #define TUN_HIGH (1024 * 1024)
 #define TUN_LOW (256 * 1024)
 #define TUN_HEAD_MAX (1024 * 1024) /* the upstream's answer head, bytes */
-#define TUN_MAX_HEADERS 1024
 #define TUN_PARSE_CHUNK (64 * 1024)
 
 enum tun_phase {
@@ -113,18 +113,11 @@ struct tunnel {
     bool connected;
     bool client_eof, up_eof;
     /* the request's body, forwarded behind its head */
-    bool has_body, body_chunked, body_done, body_paused;
+    bool has_body, body_done, body_paused;
+    enum h1c_framing body_framing;
     /* the upstream's answer */
-    http_parser p;
+    struct h1c_resp *resp;
     size_t parsed;   /* bytes of the upstream's input already parsed (TUN_HEAD keeps them) */
-    size_t head_len; /* set by on_headers_complete of a 101: the end of the head */
-    bool head_method;
-    bool switching;
-    int status;
-    struct gostr_buf hbuf; /* header names and values, NUL-terminated */
-    size_t *hoff;          /* name offset, value offset per header */
-    size_t nh, hcap;
-    bool in_value;
     char asked[256]; /* the protocols the client asked for (h2c left out) */
     char desc[160];  /* "GET /api/v1/.../exec" for logs */
 };
@@ -148,8 +141,7 @@ on_reap(evutil_socket_t fd, short what, void *arg)
         event_free(t->connect_timer);
     if (t->up)
         bufferevent_free(t->up);
-    free(t->hbuf.p);
-    free(t->hoff);
+    h1c_resp_free(t->resp);
     event_free(t->reap);
     t->magic = 0;
     free(t);
@@ -373,27 +365,6 @@ switch_protocols(struct tunnel *t, size_t head_len)
 
 /* ---- the upstream's answer ---- */
 
-static const char *
-hdr_name(const struct tunnel *t, size_t i)
-{
-    return t->hbuf.p + t->hoff[2 * i];
-}
-
-static const char *
-hdr_value(const struct tunnel *t, size_t i)
-{
-    return t->hbuf.p + t->hoff[2 * i + 1];
-}
-
-static const char *
-hdr_get(const struct tunnel *t, const char *name)
-{
-    for (size_t i = 0; i < t->nh; i++)
-        if (strcasecmp(hdr_name(t, i), name) == 0)
-            return hdr_value(t, i);
-    return NULL;
-}
-
 /* token (case-insensitive) is in the comma-separated list */
 static bool
 list_has(const char *list, const char *tok, size_t tl)
@@ -411,121 +382,54 @@ list_has(const char *list, const char *tok, size_t tl)
     return false;
 }
 
-static int
-on_up_message_begin(http_parser *p)
+/* A final answer other than a 101: the upstream refused the upgrade; relay it. */
+static void
+on_up_head(void *arg, struct h1c_resp *resp)
 {
-    struct tunnel *t = p->data;
-    t->nh = 0;
-    t->in_value = false;
-    t->hbuf.len = 0;
-    return 0;
-}
-
-static int
-on_up_header_field(http_parser *p, const char *at, size_t n)
-{
-    struct tunnel *t = p->data;
-    if (t->nh == 0 || t->in_value) {
-        if (t->nh)
-            gostr_addn(&t->hbuf, "", 1); /* end the previous value */
-        if (t->nh == TUN_MAX_HEADERS)
-            return 1;
-        if (t->nh == t->hcap) {
-            t->hcap = t->hcap ? 2 * t->hcap : 32;
-            t->hoff = xrealloc(t->hoff, 2 * t->hcap * sizeof(*t->hoff));
-        }
-        t->hoff[2 * t->nh] = t->hbuf.len;
-        t->hoff[2 * t->nh + 1] = t->hbuf.len;
-        t->nh++;
-        t->in_value = false;
+    struct tunnel *t = tun_of(arg);
+    int status = h1c_resp_status(resp);
+    const char *conn = h1c_resp_header(resp, "Connection");
+    for (size_t i = 0; i < h1c_resp_headers(resp); i++) {
+        const char *name = h1c_resp_header_name(resp, i);
+        if (!uplink_response_header_dropped(UPLINK_TUNNEL, name, conn))
+            hresp_header(t->req, name, h1c_resp_header_value(resp, i));
     }
-    gostr_addn(&t->hbuf, at, n);
-    return 0;
-}
-
-static int
-on_up_header_value(http_parser *p, const char *at, size_t n)
-{
-    struct tunnel *t = p->data;
-    if (!t->in_value) {
-        gostr_addn(&t->hbuf, "", 1); /* end the name */
-        t->hoff[2 * (t->nh - 1) + 1] = t->hbuf.len;
-        t->in_value = true;
-    }
-    gostr_addn(&t->hbuf, at, n);
-    return 0;
-}
-
-static int
-on_up_headers_complete(http_parser *p)
-{
-    struct tunnel *t = p->data;
-    if (t->nh) {
-        if (!t->in_value) {
-            gostr_addn(&t->hbuf, "", 1);
-            t->hoff[2 * (t->nh - 1) + 1] = t->hbuf.len;
-        }
-        gostr_addn(&t->hbuf, "", 1);
-    }
-    t->status = p->status_code;
-    if (t->status == 101) {
-        t->switching = true;
-        return 2; /* neither a body nor another response: the rest is the new protocol */
-    }
-    if (t->status >= 100 && t->status < 200)
-        return 1; /* refused after the parse (502) */
-    const char *conn = hdr_get(t, "Connection");
-    for (size_t i = 0; i < t->nh; i++)
-        if (!uplink_response_header_dropped(UPLINK_TUNNEL, hdr_name(t, i), conn))
-            hresp_header(t->req, hdr_name(t, i), hdr_value(t, i));
-    int64_t cl = -1; /* chunked or close-delimited: kwc streams it */
-    if (t->head_method || t->status == 204 || t->status == 304)
-        cl = 0;
-    else if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX &&
-             p->content_length <= (uint64_t)INT64_MAX)
-        cl = (int64_t)p->content_length;
-    log_debug("tunnel: %s: the upstream refused the upgrade with %d", t->desc, t->status);
+    log_debug("tunnel: %s: the upstream refused the upgrade with %d", t->desc, status);
     t->phase = TUN_ANSWER;
     hresp_close_after(t->req);
-    hresp_start(t->req, t->status, cl);
-    return t->head_method ? 1 : 0;
+    /* -1 (chunked or close-delimited): kwc streams it */
+    hresp_start(t->req, status, h1c_resp_body_length(resp));
 }
 
-static int
-on_up_body(http_parser *p, const char *at, size_t n)
+static void
+on_up_body(void *arg, const char *p, size_t n)
 {
-    struct tunnel *t = p->data;
+    struct tunnel *t = tun_of(arg);
     if (t->phase == TUN_ANSWER)
-        hresp_write(t->req, at, n);
-    return 0;
+        hresp_write(t->req, p, n);
 }
 
-static int
-on_up_message_complete(http_parser *p)
+static void
+on_up_complete(void *arg)
 {
-    struct tunnel *t = p->data;
+    struct tunnel *t = tun_of(arg);
     if (t->phase == TUN_ANSWER) {
         t->phase = TUN_DONE;
         hresp_end(t->req); /* then the connection closes, and on_close frees t */
     }
-    http_parser_pause(p, 1);
-    return 0;
 }
 
-static const http_parser_settings up_settings = {
-    .on_message_begin = on_up_message_begin,
-    .on_header_field = on_up_header_field,
-    .on_header_value = on_up_header_value,
-    .on_headers_complete = on_up_headers_complete,
+static const struct h1c_resp_ops up_ops = {
+    .on_head = on_up_head,
     .on_body = on_up_body,
-    .on_message_complete = on_up_message_complete,
+    .on_complete = on_up_complete,
 };
 
 /* A 101 names a protocol the client asked for, never h2c. */
 static bool
 upgrade_ok(const struct tunnel *t)
 {
-    const char *u = hdr_get(t, "Upgrade");
+    const char *u = h1c_resp_header(t->resp, "Upgrade");
     if (!u)
         return false;
     size_t l = strcspn(u, ",");
@@ -555,7 +459,7 @@ parse_up(struct tunnel *t, bool eof)
         if (avail == 0) {
             if (!eof)
                 return;
-            http_parser_execute(&t->p, &up_settings, NULL, 0);
+            h1c_resp_feed(t->resp, NULL, 0);
         } else {
             struct evbuffer_ptr pos;
             struct evbuffer_iovec v;
@@ -563,32 +467,33 @@ parse_up(struct tunnel *t, bool eof)
                 evbuffer_peek(in, -1, &pos, &v, 1) < 1)
                 return;
             size_t len = v.iov_len < TUN_PARSE_CHUNK ? v.iov_len : TUN_PARSE_CHUNK;
-            n = http_parser_execute(&t->p, &up_settings, v.iov_base, len);
+            n = h1c_resp_feed(t->resp, v.iov_base, len);
         }
-        enum http_errno e = HTTP_PARSER_ERRNO(&t->p);
+        const char *err = h1c_resp_error(t->resp);
+        int status = h1c_resp_status(t->resp);
         t->parsed += n;
         if (eof && avail == 0 && t->phase == TUN_HEAD) {
             fail_bad_gateway(t, "it closed the connection before answering the upgrade request");
             return;
         }
-        if (t->switching) {
+        if (h1c_resp_switching(t->resp)) {
             if (!upgrade_ok(t)) {
                 fail_bad_gateway(t, "it switched to a protocol the client did not ask for");
                 return;
             }
-            switch_protocols(t, t->parsed);
+            /* its head is still at the start of the input (TUN_HEAD drains nothing) */
+            switch_protocols(t, h1c_resp_head_len(t->resp));
             return;
         }
-        if (t->phase == TUN_HEAD && t->status >= 100 && t->status < 200) {
+        if (t->phase == TUN_HEAD && status >= 100 && status < 200) {
             char m[80];
-            snprintf(m, sizeof(m), "it answered the upgrade request with %d", t->status);
+            snprintf(m, sizeof(m), "it answered the upgrade request with %d", status);
             fail_bad_gateway(t, m);
             return;
         }
-        if (e != HPE_OK && e != HPE_PAUSED) {
+        if (err) {
             char m[200];
-            snprintf(m, sizeof(m), "a malformed answer to the upgrade request: %s",
-                     http_errno_description(e));
+            snprintf(m, sizeof(m), "a malformed answer to the upgrade request: %s", err);
             fail_bad_gateway(t, m);
             return;
         }
@@ -671,13 +576,7 @@ on_req_body(void *arg, const char *p, size_t n)
     if (!t->up)
         return;
     struct evbuffer *out = bufferevent_get_output(t->up);
-    if (t->body_chunked) {
-        evbuffer_add_printf(out, "%zx\r\n", n);
-        evbuffer_add(out, p, n);
-        evbuffer_add(out, "\r\n", 2);
-    } else {
-        evbuffer_add(out, p, n);
-    }
+    h1c_body_write(out, t->body_framing, p, n);
     if (evbuffer_get_length(out) >= TUN_HIGH && !t->body_paused) {
         t->body_paused = true;
         bufferevent_setwatermark(t->up, EV_WRITE, TUN_LOW, 0);
@@ -692,8 +591,8 @@ on_req_complete(void *arg)
     if (t->body_done)
         return;
     t->body_done = true;
-    if (t->has_body && t->body_chunked && t->up)
-        evbuffer_add(bufferevent_get_output(t->up), "0\r\n\r\n", 5);
+    if (t->has_body && t->up)
+        h1c_body_end(bufferevent_get_output(t->up), t->body_framing);
 }
 
 static void
@@ -766,41 +665,38 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     t->req = req;
     int dl = (int)strcspn(target, "?");
     snprintf(t->desc, sizeof(t->desc), "%s %.*s", method, dl > 140 ? 140 : dl, target);
-    t->head_method = strcmp(method, "HEAD") == 0;
     t->has_body = hreq_has_body(req);
-    t->body_chunked = hreq_content_length(req) < 0;
+    t->body_framing = hreq_content_length(req) < 0 ? H1C_CHUNKED : H1C_LENGTH;
     set_asked(t, hreq_header(req, "Upgrade"));
-    http_parser_init(&t->p, HTTP_RESPONSE);
-    t->p.data = t;
+    t->resp = h1c_resp_new(strcmp(method, "HEAD") == 0, &up_ops, t);
     t->reap = event_new(o->base, -1, 0, on_reap, t);
     t->connect_timer = evtimer_new(o->base, on_connect_timeout, t);
 
     /* The request head, replayed to the upstream. */
     struct evbuffer *head = evbuffer_new();
-    evbuffer_add_printf(head, "%s %s HTTP/1.1\r\nHost: %s%s%s:%s\r\nUpgrade: %s\r\n", method,
-                        target, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
-                        port, t->asked);
+    h1c_head_begin(head, method, target, host, port);
+    h1c_head_header(head, "Upgrade", t->asked);
     const struct http_header *hs;
     size_t nh = hreq_headers(req, &hs);
     for (size_t i = 0; i < nh; i++)
         if (!uplink_request_header_dropped(UPLINK_TUNNEL, hs[i].name, NULL, o->strip_credentials))
-            evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
+            h1c_head_header(head, hs[i].name, hs[i].value);
     /* the caller's identity, as the front's stages decided it */
     bool caller_auth = false;
     nh = hreq_upstream_headers(req, &hs);
     for (size_t i = 0; i < nh; i++) {
-        evbuffer_add_printf(head, "%s: %s\r\n", hs[i].name, hs[i].value);
+        h1c_head_header(head, hs[i].name, hs[i].value);
         caller_auth |= strcasecmp(hs[i].name, "Authorization") == 0;
     }
     if (o->strip_credentials && !caller_auth) {
         /* kwc's own credentials (a kubeconfig has a token or basic auth) */
         const char *bearer = uplink_bearer_line(o->link), *basic = uplink_basic_line(o->link);
         if (bearer)
-            evbuffer_add_printf(head, "%s\r\n", bearer);
+            h1c_head_line(head, bearer);
         if (basic)
-            evbuffer_add_printf(head, "%s\r\n", basic);
+            h1c_head_line(head, basic);
     }
-    evbuffer_add(head, "\r\n", 2);
+    h1c_head_end(head);
 
     /* Callbacks are deferred: nothing of t's runs before the loop. */
     t->up = uplink_connect(o->link, o->base, &t->connect_err);
