@@ -167,6 +167,12 @@ hreq_http10(const struct hreq *r)
 }
 
 const char *
+hreq_proto(const struct hreq *r)
+{
+    return r->h2 ? "HTTP/2.0" : r->http10 ? "HTTP/1.0" : "HTTP/1.1";
+}
+
+const char *
 hreq_header(const struct hreq *r, const char *name)
 {
     for (size_t i = 0; r->hdrs && i < r->nh; i++)
@@ -255,6 +261,8 @@ hreq_body_hold(struct hreq *r)
     if (c->state == C_DEAD || r->reading || r->complete)
         return;
     r->held = true;
+    if (r->h2)
+        return;                  /* h2.c buffers the stream's DATA while held */
     c->parse_paused_body = true; /* h1_parse stops before the body */
 }
 
@@ -264,6 +272,10 @@ hreq_body_read(struct hreq *r, bool on)
     struct hconn *c = hreq_of(r)->c;
     if (c->state == C_DEAD || r->reading == on)
         return;
+    if (r->h2) {
+        h2_body_read(r, on);
+        return;
+    }
     r->reading = on;
     if (!on)
         c->parse_paused_body = true; /* held in the input buffer, not discarded */
