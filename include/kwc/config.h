@@ -62,6 +62,9 @@
       "open client connections at most, watch streams and tunnels included (0: what the "          \
       "open-file limit leaves after the upstream connections and a reserve; see the README's "     \
       "descriptor budget)")                                                                        \
+    X("http2-max-streams-per-connection", http2_max_streams, INT, "100", "N",                      \
+      "HTTP/2: concurrent streams a client may open on one connection (kube's flag); more are "    \
+      "refused")                                                                                   \
     X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
       "connections to the upstream for the requests kwc passes through (long ones such as "        \
       "watches and logs included); more wait for one. kwc's own lists and watches and its "        \
