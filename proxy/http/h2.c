@@ -85,6 +85,7 @@
 #define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
 #define H2_CONN_WINDOW (1u << 20) /* the connection's receive window */
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
+#define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -125,7 +126,7 @@ struct h2conn {
     struct h2stream *streams, *dead;
     unsigned nopen;
     struct bucket resets, prio;
-    int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits) */
+    int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
     bool in_recv, goaway;
 };
 
@@ -453,13 +454,21 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
         if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
             calm_down(hc, "too many streams reset (rapid reset)");
         break;
-    case NGHTTP2_PRIORITY:
-        if (!bucket_take(&hc->prio, 10.0 * max_streams(s), max_streams(s)))
-            calm_down(hc, "too many PRIORITY frames");
-        break;
     default:
         break;
     }
+    return 0;
+}
+
+/* PRIORITY frames are counted as they begin: with RFC 7540 priorities off
+ * nghttp2 drops them without an on_frame_recv. */
+static int
+on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
+{
+    struct h2conn *hc = arg;
+    unsigned m = max_streams(hc->c->s);
+    if (hd->type == NGHTTP2_PRIORITY && !bucket_take(&hc->prio, 10.0 * m, m))
+        calm_down(hc, "too many PRIORITY frames");
     return 0;
 }
 
@@ -589,6 +598,7 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
@@ -652,7 +662,8 @@ void
 h2_on_timer(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);
-    c->s->stats.idle_timeouts++;
+    if (hc->tmode != 3)
+        c->s->stats.idle_timeouts++;
     log_debug("http2: closing a connection: %s",
               hc->tmode == 2 ? "its output made no progress (stalled)" : "idle");
     hconn_close(c);
@@ -746,12 +757,17 @@ h2_on_read(struct hconn *c)
             log_debug("http2: closing a connection: %s", nghttp2_strerror((int)n));
             if (n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
                 c->s->stats.bad_requests++;
-            /* nghttp2 queued a GOAWAY for a protocol error: let it leave */
-            if (c->state != C_DEAD && nghttp2_session_send(hc->ss) == 0) {
+            /* nghttp2 queued a GOAWAY for a protocol error: let it leave,
+             * for H2_LAST_WORDS_MS at most. A flood closes now (its peer
+             * does not read). */
+            if (c->state != C_DEAD && n != NGHTTP2_ERR_FLOODED &&
+                nghttp2_session_send(hc->ss) == 0 &&
+                evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
                 c->close_when_flushed = true;
                 bufferevent_disable(c->bev, EV_READ);
-                if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-                    hconn_close(c);
+                hc->tmode = 3;
+                struct timeval tv = {H2_LAST_WORDS_MS / 1000, (H2_LAST_WORDS_MS % 1000) * 1000};
+                evtimer_add(c->timer, &tv);
             } else {
                 hconn_close(c);
             }
