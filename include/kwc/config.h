@@ -42,7 +42,8 @@
     X("log-format", log_format_s, STR, "text", "FORMAT",                                           \
       "text (one line per event) or json (one JSON object per line: time, level, msg, fields)")    \
     X("access-log", access_log, BOOL, "false", "",                                                 \
-      "log one line per request (method, path, user, code, bytes, duration, source) at info; "     \
+      "log one line per request (method, path, protocol, user, code, bytes, duration, source) at " \
+      "info; "                                                                                     \
       "--log-level debug logs them too")                                                           \
     X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")       \
     X("upstream-connect-timeout", upstream_connect_timeout, INT, "5", "SECONDS",                   \

@@ -300,6 +300,7 @@ enum hreq_end { HREQ_END_DONE, HREQ_END_CLOSED, HREQ_END_TAKEN };
 
 struct hreq_done {
     const char *method, *target; /* borrowed for the call */
+    const char *proto;           /* hreq_proto's (static) */
     int status;                  /* hresp_start's; 0: no response head was sent */
     uint64_t bytes;              /* response bytes queued on the connection: head, body, framing */
     uint64_t start_ns;           /* CLOCK_MONOTONIC: the head was read and handed to on_request */

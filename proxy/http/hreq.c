@@ -105,6 +105,7 @@ hreq_closed(struct hreq *r, enum hreq_end how)
     if (r->dispatched && s->on_done) {
         struct hreq_done d = {.method = r->method,
                               .target = r->arena.p ? r->arena.p : "",
+                              .proto = hreq_proto(r),
                               .status = r->status,
                               .bytes = r->bytes,
                               .start_ns = r->start_ns,
