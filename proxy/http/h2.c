@@ -413,6 +413,8 @@ dispatch(struct h2stream *st, bool end_stream)
     }
     r->has_body = !end_stream;
     r->chunked = r->has_body && r->clen < 0;
+    const char *expect = hreq_header(r, "expect");
+    r->expect_continue = r->has_body && expect && strcasecmp(expect, "100-continue") == 0;
     if (end_stream) {
         st->eof_in = true;
         r->complete = true;
@@ -838,14 +840,28 @@ stream_live(const struct h2stream *st)
     return !st->closed && st->hc->c->state != C_DEAD;
 }
 
+static nghttp2_nv
+nv_of(const char *name, const char *value)
+{
+    return (nghttp2_nv){(uint8_t *)(uintptr_t)name, (uint8_t *)(uintptr_t)value, strlen(name),
+                        strlen(value), NGHTTP2_NV_FLAG_NONE};
+}
+
 void
 h2_body_read(struct hreq *r, bool on)
 {
     struct h2stream *st = r->h2;
     r->reading = on;
     st->paused = !on;
-    if (on && stream_live(st))
-        hconn_kick(st->hc->c);
+    if (!on || !stream_live(st))
+        return;
+    if (r->expect_continue && !r->sent_continue && !r->started) {
+        /* a 100 HEADERS frame, as Go's server sends when the body is read */
+        r->sent_continue = true;
+        nghttp2_nv nv = nv_of(":status", "100");
+        nghttp2_submit_headers(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL);
+    }
+    hconn_kick(st->hc->c);
 }
 
 void
@@ -866,13 +882,6 @@ h2_resp_header(struct hreq *r, const char *name, const char *value)
     gostr_addn(&st->rh, value, strcspn(value, "\r\n"));
     gostr_addc(&st->rh, '\0');
     st->nrh++;
-}
-
-static nghttp2_nv
-nv_of(const char *name, const char *value)
-{
-    return (nghttp2_nv){(uint8_t *)(uintptr_t)name, (uint8_t *)(uintptr_t)value, strlen(name),
-                        strlen(value), NGHTTP2_NV_FLAG_NONE};
 }
 
 void

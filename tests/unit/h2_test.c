@@ -251,7 +251,9 @@ c_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size_
     struct cst *st = cst_of(arg, f->hd.stream_id);
     if (!st)
         return 0;
-    if (nl == 7 && memcmp(name, ":status", 7) == 0)
+    if (nl == 7 && memcmp(name, ":status", 7) == 0 && vl == 3 && memcmp(value, "100", 3) == 0)
+        strcat(st->hdrs, "continue\n");
+    else if (nl == 7 && memcmp(name, ":status", 7) == 0)
         st->status = atoi((const char *)value);
     else if (strlen(st->hdrs) + nl + vl + 3 < sizeof(st->hdrs))
         snprintf(st->hdrs + strlen(st->hdrs), sizeof(st->hdrs) - strlen(st->hdrs), "%.*s=%.*s\n",
@@ -575,7 +577,8 @@ test_post_flow(void)
     struct cl c;
     cl_open(&c, &sv, true, NULL);
     struct body_src bs = {.left = 200000};
-    int a = cl_req(&c, "POST", "/slow", NULL, 0, &bs);
+    nghttp2_nv x[] = {NV("expect", "100-continue")};
+    int a = cl_req(&c, "POST", "/slow", x, 1, &bs);
     pump(&sv, &c, 1);
     ok(sv.last && sv.last->nbody > 0, "the body began to arrive");
     ok(sv.last && sv.last->nbody <= 65535, "reading off: the stream's window closed");
@@ -586,6 +589,7 @@ test_post_flow(void)
         pump(&sv, &c, 1);
     }
     is_int(c.st[a].status, 200, "POST answered");
+    ok(strstr(c.st[a].hdrs, "continue\n") != NULL, "Expect: 100-continue: a 100 first");
     ok(c.st[a].body && strstr(c.st[a].body, "has_body=1\n"), "has_body");
     is_int(sv.last->nbody, 200000, "every body byte delivered");
     cl_close(&c);
