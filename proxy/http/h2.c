@@ -247,6 +247,8 @@ static int
 on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct h2conn *hc = arg;
+    if (hc->c->state == C_DEAD)
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* closed meanwhile: stop reading */
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     struct h2stream *st = xcalloc(1, sizeof(*st));
@@ -432,6 +434,8 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct h2conn *hc = arg;
     struct http_server *s = hc->c->s;
+    if (hc->c->state == C_DEAD)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     struct h2stream *st =
         f->hd.stream_id ? nghttp2_session_get_stream_user_data(ss, f->hd.stream_id) : NULL;
     switch (f->hd.type) {

@@ -63,7 +63,7 @@ struct srv {
     struct event *guard;
     bool guard_fired;
     unsigned long long hooks;
-    int nreq, nclose, ndone, ndone_closed, ncomplete;
+    int nreq, nclose, ndone, ndone_closed, ncomplete, ndrain;
     struct sreq *reqs[MAX_REQ];
     struct sreq *last;
     char last_proto[16];
@@ -114,6 +114,14 @@ h_complete(void *arg)
 }
 
 static void
+h_drain(void *arg)
+{
+    struct sreq *q = arg;
+    q->sv->hooks++;
+    q->sv->ndrain++;
+}
+
+static void
 h_close(void *arg)
 {
     struct sreq *q = arg;
@@ -123,7 +131,7 @@ h_close(void *arg)
 }
 
 static const struct hreq_handler hooks = {
-    .on_body = h_body, .on_complete = h_complete, .on_close = h_close};
+    .on_body = h_body, .on_complete = h_complete, .on_drain = h_drain, .on_close = h_close};
 
 static void
 on_request(void *arg, struct hreq *r)
@@ -892,10 +900,23 @@ test_shutdown(void)
     is_int(c.goaway_code, NGHTTP2_NO_ERROR, "NO_ERROR");
     is_int(c.goaway_last, c.st[a].id, "with the last stream id");
     ok(!c.eof && !c.st[a].closed, "the open stream goes on");
-    hresp_simple(sv.last->r, 200, NULL, "late", 4);
+    struct hreq *r = sv.last->r;
+    hresp_low_water(r, 0);
+    hresp_start(r, 200, -1);
+    char big[100000];
+    memset(big, 'z', sizeof(big));
+    hresp_write(r, big, sizeof(big)); /* over the stream's first window */
+    ok(hresp_queued(r) >= sizeof(big), "queued on the stream");
+    pump(&sv, &c, 1);
+    is_int(hresp_queued(r), 0, "all left once the client opened its window");
+    ok(sv.ndrain > 0, "on_drain");
+    hresp_write(r, "late", 4);
+    pump(&sv, &c, 1);
+    ok(!c.st[a].closed, "not ended yet");
+    hresp_end(r); /* after the data provider went quiet */
     pump(&sv, &c, 1);
     is_int(c.st[a].status, 200, "and finishes");
-    is_str(c.st[a].body, "late", "with its body");
+    is_int(c.st[a].nbody, sizeof(big) + 4, "with its body");
     ok(c.eof, "then the connection closes");
     cl_close(&c);
     srv_fini(&sv);
