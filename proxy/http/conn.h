@@ -215,6 +215,9 @@ void h2_conn_closed(struct hconn *c);
 void h2_conn_free(struct hconn *c);
 /* GOAWAY with the last stream id: open streams finish, then it closes. */
 void h2_shutdown(struct hconn *c);
+/* The server is going now: a GOAWAY and one non-blocking try to send it
+ * (plaintext), so the client learns which streams were not processed. */
+void h2_last_words(struct hconn *c);
 /* a stream's side of hreq_body_read and hresp_* */
 void h2_body_read(struct hreq *r, bool on);
 void h2_resp_header(struct hreq *r, const char *name, const char *value);

@@ -825,6 +825,25 @@ h2_conn_free(struct hconn *c)
 }
 
 void
+h2_last_words(struct hconn *c)
+{
+    struct h2conn *hc = hc_of(c);
+    if (c->state == C_DEAD || hc->in_recv)
+        return;
+    if (!hc->goaway)
+        nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+    if (nghttp2_session_send(hc->ss) != 0 || c->ssl || c->fd < 0)
+        return;
+    /* the bufferevent keeps its output's start frozen (only it drains it);
+     * it never writes again: one try here, never blocking */
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_unfreeze(out, 1);
+    evbuffer_write(out, c->fd);
+}
+
+void
 h2_shutdown(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);

@@ -670,6 +670,9 @@ http_server_free(struct http_server *s)
     for (size_t i = 0; i < s->nls; i++)
         evconnlistener_free(s->ls[i].l);
     free(s->ls);
+    for (struct hconn *c = s->conns; c; c = c->next)
+        if (c->h2)
+            h2_last_words(c);
     while (s->conns)
         hconn_close(s->conns);
     on_reap(-1, 0, s);

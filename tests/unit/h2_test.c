@@ -922,6 +922,25 @@ test_shutdown(void)
     srv_fini(&sv);
 }
 
+static void
+test_free_goaway(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    http_server_free(sv.s); /* no shutdown first: the server goes now */
+    sv.s = NULL;
+    cl_io(&c);
+    ok(c.goaway, "http_server_free: a last GOAWAY");
+    is_int(c.goaway_last, c.st[a].id, "with the last stream id");
+    ok(sv.last->closed, "the stream's on_close ran");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 /* ---- TLS: ALPN ---- */
 
 static char dir[64];
@@ -1003,6 +1022,7 @@ main(void)
     TAP_RUN(test_upgrade_refused);
     TAP_RUN(test_preface_beside_h1);
     TAP_RUN(test_shutdown);
+    TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
     return tap_done();
 }
