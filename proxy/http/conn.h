@@ -242,6 +242,27 @@ size_t h2_resp_queued(const struct hreq *r);
 void h2_resp_end(struct hreq *r);
 void h2_resp_abort(struct hreq *r);
 
+/* ---- h2stream.c: response streams on HTTP/2 (h1stream.c hands them over) ---- */
+
+#define H2HS_MAGIC 0x68327373u /* "h2ss": the first field of an HTTP/2 handoff/stream */
+static inline bool
+h2hs_is(const void *p)
+{
+    return *(const uint32_t *)p == H2HS_MAGIC;
+}
+struct hstream_handoff *h2_resp_handoff(struct hreq *r);
+struct event_base *h2hs_home(const struct hstream_handoff *h);
+void *h2hs_note(const struct hstream_handoff *h);
+void h2hs_handoff_free(struct hstream_handoff *h);
+struct hstream *h2hs_attach(struct hstream_handoff *h, struct event_base *base,
+                            const struct hstream_ops *ops, void *arg);
+void h2hs_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n);
+void h2hs_write(struct hstream *s, const void *p, size_t n);
+size_t h2hs_queued(const struct hstream *s);
+bool h2hs_flush(struct hstream *s);
+void h2hs_end(struct hstream *s);
+uint64_t h2hs_close(struct hstream *s);
+
 /* ---- hreq.c: the request object ---- */
 
 /* new: a request on c, its head still to be parsed */
