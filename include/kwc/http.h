@@ -33,6 +33,19 @@
  *    handler starts reading the body (a request answered without reading
  *    its body closes the connection afterwards, as Go does).
  *
+ * HTTP/2 (RFC 9113, Debian's libnghttp2, proxy/http/h2.c): ALPN h2 over
+ * TLS (preferred over http/1.1, as Go), the client preface in plaintext
+ * (prior knowledge; no h2c Upgrade). Each stream is a struct hreq behind
+ * the same calls (hreq_proto says which protocol); the response writer
+ * frames DATA with per-stream flow control (hresp_queued and on_drain are
+ * the stream's), hresp_abort resets the stream only, hresp_close_after is
+ * a no-op. HTTP/2 connections stay on the server's loop: a response stream
+ * handed off from one is bound to that loop (hstream_handoff_home). Limits:
+ * http2_max_streams, a rapid-reset budget, header lists bounded by
+ * max_header_bytes (431), CONTINUATION/SETTINGS/PING/PRIORITY floods, stalls
+ * bounded by idle_timeout_ms; Upgrade requests cannot happen (nghttp2
+ * resets streams with connection-specific headers, as Go's server does).
+ *
  * Loop thread only (the loop that created the server), except for a
  * response stream, which belongs to the loop it is attached to.
  */
