@@ -39,7 +39,7 @@ say =
 endif
 
 PKGS := jansson libevent libevent_openssl libevent_pthreads libcurl yaml-0.1 lmdb \
-        libprotobuf-c openssl
+        libprotobuf-c openssl libnghttp2
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
         -Wvla -Wpointer-arith -Wcast-qual -Wwrite-strings -Wundef -Wnull-dereference \

@@ -156,6 +156,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
         .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
         .max_connections = (unsigned)cfg->max_connections_resolved,
+        .http2_max_streams = (unsigned)cfg->http2_max_streams,
         .tls_cert_file = cfg->tls_cert_file,
         .tls_key_file = cfg->tls_private_key_file,
         .client_ca_file = cfg->client_ca_file,

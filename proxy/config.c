@@ -627,6 +627,10 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--max-connections %ld: at most %lu (0 picks from the open-file limit)",
                     c->max_connections, (unsigned long)UINT32_MAX);
     c->max_connections_resolved = (unsigned)c->max_connections;
+    if (c->http2_max_streams < 1 || c->http2_max_streams > 65536)
+        return fail(err, errlen,
+                    "--http2-max-streams-per-connection %ld: use 1 to 65536 (kube: 100)",
+                    c->http2_max_streams);
     if (c->max_upstream_connections < 1 || c->max_upstream_connections > 65536)
         return fail(err, errlen,
                     "--max-upstream-connections %ld: use 1 to 65536 (requests past it wait for a "

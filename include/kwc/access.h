@@ -26,7 +26,8 @@
  * The access log (--access-log at info, or any request at --log-level
  * debug): log_fields "request" with method, path (the target with its
  * query; the value of every query parameter whose name contains "token",
- * "password" or "secret" is REDACTED; headers never), user (the
+ * "password" or "secret" is REDACTED; headers never), proto (hreq_proto:
+ * HTTP/1.0, HTTP/1.1 or HTTP/2.0, as kube's httplog), user (the
  * authenticated caller, "-" before authentication or with --auth none),
  * code, bytes, duration_ms, source.
  *

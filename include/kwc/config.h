@@ -42,7 +42,8 @@
     X("log-format", log_format_s, STR, "text", "FORMAT",                                           \
       "text (one line per event) or json (one JSON object per line: time, level, msg, fields)")    \
     X("access-log", access_log, BOOL, "false", "",                                                 \
-      "log one line per request (method, path, user, code, bytes, duration, source) at info; "     \
+      "log one line per request (method, path, protocol, user, code, bytes, duration, source) at " \
+      "info; "                                                                                     \
       "--log-level debug logs them too")                                                           \
     X("port-file", port_file, STR, NULL, "FILE", "write the bound port here once listening")       \
     X("upstream-connect-timeout", upstream_connect_timeout, INT, "5", "SECONDS",                   \
@@ -62,6 +63,9 @@
       "open client connections at most, watch streams and tunnels included (0: what the "          \
       "open-file limit leaves after the upstream connections and a reserve; see the README's "     \
       "descriptor budget)")                                                                        \
+    X("http2-max-streams-per-connection", http2_max_streams, INT, "100", "N",                      \
+      "HTTP/2: concurrent streams a client may open on one connection (kube's flag); more are "    \
+      "refused")                                                                                   \
     X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
       "connections to the upstream for the requests kwc passes through (long ones such as "        \
       "watches and logs included); more wait for one. kwc's own lists and watches and its "        \

@@ -33,6 +33,19 @@
  *    handler starts reading the body (a request answered without reading
  *    its body closes the connection afterwards, as Go does).
  *
+ * HTTP/2 (RFC 9113, Debian's libnghttp2, proxy/http/h2.c): ALPN h2 over
+ * TLS (preferred over http/1.1, as Go), the client preface in plaintext
+ * (prior knowledge; no h2c Upgrade). Each stream is a struct hreq behind
+ * the same calls (hreq_proto says which protocol); the response writer
+ * frames DATA with per-stream flow control (hresp_queued and on_drain are
+ * the stream's), hresp_abort resets the stream only, hresp_close_after is
+ * a no-op. HTTP/2 connections stay on the server's loop: a response stream
+ * handed off from one is bound to that loop (hstream_handoff_home). Limits:
+ * http2_max_streams, a rapid-reset budget, header lists bounded by
+ * max_header_bytes (431), CONTINUATION/SETTINGS/PING/PRIORITY floods, stalls
+ * bounded by idle_timeout_ms; Upgrade requests cannot happen (nghttp2
+ * resets streams with connection-specific headers, as Go's server does).
+ *
  * Loop thread only (the loop that created the server), except for a
  * response stream, which belongs to the loop it is attached to.
  */
@@ -77,6 +90,7 @@ struct http_server_options {
     const char *client_ca_file; /* verify client certificates when presented */
     int tls_min_version;        /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
     int tls_reload_ms;          /* how often the cert/key files are checked for change; 0: 1000 */
+    unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
     int stream_grace_ms; /* an ended response stream's last bytes may take this long to leave,
                             then it closes anyway (hstream_end); 0: 10 s */
 };
@@ -114,7 +128,18 @@ struct http_server_stats {
     unsigned long long taken;         /* connections taken (watch streams, tunnels), still open */
     unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
     unsigned long long max_connections; /* the cap (0: none) */
+    /* HTTP/2 (open counts HTTP/1.x and HTTP/2 connections alike) */
+    unsigned long long h2_open, h2_accepted; /* connections */
+    unsigned long long h2_streams_open, h2_streams_total;
+    unsigned long long h2_resets;  /* RST_STREAM from clients */
+    unsigned long long h2_refused; /* streams refused past the per-connection limit */
+    unsigned long long h2_goaways; /* GOAWAY sent (shutdown, errors, floods) */
 };
+/* Graceful stop: stop listening; HTTP/2 connections get a GOAWAY with the
+ * last stream id (open streams finish, then they close); idle HTTP/1.1
+ * connections close, busy ones close after their response.
+ * http_server_free closes whatever is left. */
+void http_server_shutdown(struct http_server *s);
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
 /* ---- the request head (borrowed strings, valid for r's life) ---- */
@@ -126,8 +151,10 @@ struct http_header {
 const char *hreq_method(const struct hreq *r);
 /* The request target as sent ("/api/v1/pods?watch=1"), NUL-terminated. */
 const char *hreq_target(const struct hreq *r, size_t *len);
-/* HTTP/1.0 (true) or HTTP/1.1. */
+/* HTTP/1.0 (true) or HTTP/1.1 and HTTP/2. */
 bool hreq_http10(const struct hreq *r);
+/* "HTTP/1.0", "HTTP/1.1" or "HTTP/2.0" (as Go's Request.Proto). */
+const char *hreq_proto(const struct hreq *r);
 /* The first value of a header (case-insensitive name), NULL when absent. */
 const char *hreq_header(const struct hreq *r, const char *name);
 /* Every header in the order received. */
@@ -401,6 +428,7 @@ enum hreq_end { HREQ_END_DONE, HREQ_END_CLOSED, HREQ_END_TAKEN };
 
 struct hreq_done {
     const char *method, *target; /* borrowed for the call */
+    const char *proto;           /* hreq_proto's (static) */
     int status;                  /* hresp_start's; 0: no response head was sent */
     uint64_t bytes;              /* response bytes queued on the connection: head, body, framing */
     uint64_t start_ns;           /* CLOCK_MONOTONIC: the head was read and handed to on_request */

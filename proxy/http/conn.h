@@ -15,6 +15,8 @@
  *   hreq.c   the request object: its head as handlers read it, the notes
  *            and the done callback, the handler's hooks and body flow control
  *   hresp.c  the response writer (hresp_*): status line, headers, framing
+ *   h2.c     HTTP/2 on libnghttp2: a session per connection, a struct hreq
+ *            per stream; hreq.c and hresp.c hand a stream's calls to it
  *   htls.c   TLS: the SSL_CTX (protocols, suites, ALPN, client CAs), the
  *            certificate reload timer, a request's TLS identity
  *   hpipe.c  the byte pipe an Upgrade's connection becomes (hreq_take_pipe)
@@ -43,8 +45,11 @@
 #include "kwc/http.h"
 
 struct event;
+struct evbuffer;
 struct evconnlistener;
 struct refused;
+struct h2conn;
+struct h2stream;
 
 #define REQ_MAGIC 0x68726571u  /* "hreq" */
 #define READ_CHUNK (64 * 1024) /* bytes fed to the parser per step */
@@ -96,6 +101,7 @@ struct hreq {
     bool dispatched, taken;
     int status;
     uint64_t bytes, start_ns, head_ns;
+    struct h2stream *h2; /* an HTTP/2 stream (h2.c); NULL on HTTP/1.x */
 };
 
 struct hconn {
@@ -123,6 +129,8 @@ struct hconn {
     socklen_t peer_len;
     struct hconn *next, **prev;
     struct hconn *next_reap;
+    bool proto_known;  /* HTTP/2 or not was decided (ALPN, or the preface) */
+    struct h2conn *h2; /* HTTP/2 (h2.c); NULL on HTTP/1.x */
 };
 
 struct listener {
@@ -202,6 +210,58 @@ void h1_settings(http_parser_settings *ps);
  * parser paused (a request in progress, or waiting for the handler to read)
  * or the input empty. */
 void h1_parse(struct hconn *c);
+
+/* ---- h2.c: HTTP/2 ---- */
+
+/* Is c HTTP/2? TLS: ALPN chose h2; plaintext: the input starts with the
+ * client preface. 1 yes, 0 no, -1 a prefix of the preface so far (wait). */
+int h2_detect(struct hconn *c);
+/* c speaks HTTP/2 from now on (its input still holds the preface). */
+void h2_start(struct hconn *c);
+/* http.c's bufferevent and timer callbacks, on an HTTP/2 connection */
+void h2_on_read(struct hconn *c);
+void h2_on_write(struct hconn *c);
+void h2_on_kick(struct hconn *c);
+void h2_on_timer(struct hconn *c);
+/* hconn_close: every open stream's done callback and on_close */
+void h2_conn_closed(struct hconn *c);
+/* conn_free: the session and the streams. Accepts c->h2 == NULL. */
+void h2_conn_free(struct hconn *c);
+/* GOAWAY with the last stream id: open streams finish, then it closes. */
+void h2_shutdown(struct hconn *c);
+/* The server is going now: a GOAWAY and one non-blocking try to send it
+ * (plaintext), so the client learns which streams were not processed. */
+void h2_last_words(struct hconn *c);
+/* a stream's side of hreq_body_read and hresp_* */
+void h2_body_read(struct hreq *r, bool on);
+void h2_resp_header(struct hreq *r, const char *name, const char *value);
+void h2_resp_start(struct hreq *r, int status, int64_t content_length);
+void h2_resp_write(struct hreq *r, const void *p, size_t n);
+void h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf);
+size_t h2_resp_queued(const struct hreq *r);
+void h2_resp_end(struct hreq *r);
+void h2_resp_abort(struct hreq *r);
+
+/* ---- h2stream.c: response streams on HTTP/2 (h1stream.c hands them over) ---- */
+
+#define H2HS_MAGIC 0x68327373u /* "h2ss": the first field of an HTTP/2 handoff/stream */
+static inline bool
+h2hs_is(const void *p)
+{
+    return *(const uint32_t *)p == H2HS_MAGIC;
+}
+struct hstream_handoff *h2_resp_handoff(struct hreq *r);
+struct event_base *h2hs_home(const struct hstream_handoff *h);
+void *h2hs_note(const struct hstream_handoff *h);
+void h2hs_handoff_free(struct hstream_handoff *h);
+struct hstream *h2hs_attach(struct hstream_handoff *h, struct event_base *base,
+                            const struct hstream_ops *ops, void *arg);
+void h2hs_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n);
+void h2hs_write(struct hstream *s, const void *p, size_t n);
+size_t h2hs_queued(const struct hstream *s);
+bool h2hs_flush(struct hstream *s);
+void h2hs_end(struct hstream *s);
+uint64_t h2hs_close(struct hstream *s);
 
 /* ---- hreq.c: the request object ---- */
 

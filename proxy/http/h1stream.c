@@ -26,7 +26,8 @@
  * its own, so one writev carries several writes.
  *
  * Everything here but hresp_handoff runs on the loop the stream is
- * attached to; hresp_handoff runs on the server's loop.
+ * attached to; hresp_handoff runs on the server's loop. A handoff or stream
+ * of an HTTP/2 stream (its first field is H2HS_MAGIC) goes to h2stream.c.
  */
 #include "conn.h"
 
@@ -120,6 +121,8 @@ stream_of(const struct hstream *s)
 struct hstream_handoff *
 hresp_handoff(struct hreq *r)
 {
+    if (hreq_of(r)->h2)
+        return h2_resp_handoff(r); /* h2stream.c */
     struct hconn *c = hreq_of(r)->c;
     assert(r->started && !r->ended);
     if (c->state == C_DEAD)
@@ -161,6 +164,8 @@ hresp_handoff(struct hreq *r)
 struct event_base *
 hstream_handoff_home(const struct hstream_handoff *h)
 {
+    if (h2hs_is(h))
+        return h2hs_home(h);
     assert(h->magic == HANDOFF_MAGIC);
     return NULL;
 }
@@ -168,6 +173,8 @@ hstream_handoff_home(const struct hstream_handoff *h)
 void *
 hstream_handoff_note(const struct hstream_handoff *h)
 {
+    if (h2hs_is(h))
+        return h2hs_note(h);
     assert(h->magic == HANDOFF_MAGIC);
     return h->note;
 }
@@ -175,6 +182,10 @@ hstream_handoff_note(const struct hstream_handoff *h)
 void
 hstream_handoff_free(struct hstream_handoff *h)
 {
+    if (h && h2hs_is(h)) {
+        h2hs_handoff_free(h);
+        return;
+    }
     if (!h)
         return;
     assert(h->magic == HANDOFF_MAGIC);
@@ -300,6 +311,8 @@ tls_free(struct bufferevent *bev)
 size_t
 hstream_queued(const struct hstream *s)
 {
+    if (h2hs_is(s))
+        return h2hs_queued(s);
     stream_of(s);
     return s->bytes + (s->tls ? evbuffer_get_length(bufferevent_get_output(s->tls)) : 0);
 }
@@ -412,6 +425,8 @@ flush(struct hstream *s)
 bool
 hstream_flush(struct hstream *s)
 {
+    if (h2hs_is(s))
+        return h2hs_flush(s);
     stream_of(s);
     if (s->want_write)
         return true; /* its socket was full: the write event sends it (no EAGAIN try) */
@@ -477,6 +492,8 @@ struct hstream *
 hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct hstream_ops *ops,
                void *arg)
 {
+    if (h2hs_is(h))
+        return h2hs_attach(h, base, ops, arg);
     assert(h && h->magic == HANDOFF_MAGIC);
     struct hstream *s = xcalloc(1, sizeof(*s));
     s->magic = STREAM_MAGIC;
@@ -524,6 +541,10 @@ hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct 
 void
 hstream_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n)
 {
+    if (h2hs_is(s)) {
+        h2hs_write_ref(s, owner, tag, p, n);
+        return;
+    }
     stream_of(s);
     assert(!s->ending && n <= UINT32_MAX - 16);
     struct qent e = {.owner = owner, .tag = tag, .p = p, .len = (uint32_t)n};
@@ -540,6 +561,10 @@ hstream_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, s
 void
 hstream_write(struct hstream *s, const void *p, size_t n)
 {
+    if (h2hs_is(s)) {
+        h2hs_write(s, p, n);
+        return;
+    }
     stream_of(s);
     assert(!s->ending && n <= UINT32_MAX - 16);
     if (s->no_body || n == 0)
@@ -557,6 +582,10 @@ hstream_write(struct hstream *s, const void *p, size_t n)
 void
 hstream_end(struct hstream *s)
 {
+    if (h2hs_is(s)) {
+        h2hs_end(s);
+        return;
+    }
     stream_of(s);
     if (s->ending)
         return;
@@ -570,6 +599,8 @@ hstream_end(struct hstream *s)
 uint64_t
 hstream_close(struct hstream *s)
 {
+    if (h2hs_is(s))
+        return h2hs_close(s);
     stream_of(s);
     if (s->tls) {
         tls_last_write(s);

@@ -121,6 +121,10 @@ hreq_take_pipe(struct hreq *r, const struct hpipe_ops *ops, void *arg)
     struct hconn *c = hreq_of(r)->c;
     if (c->state == C_DEAD)
         return NULL;
+    if (r->h2) {
+        hresp_abort(r); /* HTTP/2 has no upgrades: this stream only */
+        return NULL;
+    }
     if (!r->upgrade || !r->complete || r->started) {
         hconn_close(c); /* a handler's mistake: the request cannot go on */
         return NULL;

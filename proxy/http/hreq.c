@@ -118,6 +118,7 @@ hreq_closed(struct hreq *r, enum hreq_end how)
     if (r->dispatched && s->on_done) {
         struct hreq_done d = {.method = r->method,
                               .target = r->arena.p ? r->arena.p : "",
+                              .proto = hreq_proto(r),
                               .status = r->status,
                               .bytes = r->bytes,
                               .start_ns = r->start_ns,
@@ -184,6 +185,12 @@ bool
 hreq_http10(const struct hreq *r)
 {
     return r->http10;
+}
+
+const char *
+hreq_proto(const struct hreq *r)
+{
+    return r->h2 ? "HTTP/2.0" : r->http10 ? "HTTP/1.0" : "HTTP/1.1";
 }
 
 const char *
@@ -275,6 +282,8 @@ hreq_body_hold(struct hreq *r)
     if (c->state == C_DEAD || r->reading || r->complete)
         return;
     r->held = true;
+    if (r->h2)
+        return;                  /* h2.c buffers the stream's DATA while held */
     c->parse_paused_body = true; /* h1_parse stops before the body */
 }
 
@@ -284,6 +293,10 @@ hreq_body_read(struct hreq *r, bool on)
     struct hconn *c = hreq_of(r)->c;
     if (c->state == C_DEAD || r->reading == on)
         return;
+    if (r->h2) {
+        h2_body_read(r, on);
+        return;
+    }
     r->reading = on;
     if (!on)
         c->parse_paused_body = true; /* held in the input buffer, not discarded */

@@ -117,6 +117,10 @@ hresp_header(struct hreq *r, const char *name, const char *value)
 {
     hreq_of(r);
     assert(!r->started);
+    if (r->h2) {
+        h2_resp_header(r, name, value);
+        return;
+    }
     if (!r->head_out)
         r->head_out = evbuffer_new();
     if (strcasecmp(name, "Date") == 0)
@@ -129,7 +133,7 @@ hresp_header(struct hreq *r, const char *name, const char *value)
 void
 hresp_close_after(struct hreq *r)
 {
-    hreq_of(r)->close_after = true;
+    hreq_of(r)->close_after = true; /* HTTP/2: no-op (the connection is shared) */
 }
 
 void
@@ -138,6 +142,10 @@ hresp_start(struct hreq *r, int status, int64_t content_length)
     struct hconn *c = hreq_of(r)->c;
     assert(!r->started);
     r->started = true;
+    if (r->h2) {
+        h2_resp_start(r, status, content_length);
+        return;
+    }
     if (c->state == C_DEAD)
         return;
     /* a request answered before its body was read: the rest of the body must
@@ -183,6 +191,10 @@ hresp_write(struct hreq *r, const void *p, size_t n)
 {
     struct hconn *c = hreq_of(r)->c;
     assert(r->started && !r->ended);
+    if (r->h2) {
+        h2_resp_write(r, p, n);
+        return;
+    }
     if (c->state == C_DEAD || n == 0 || r->no_body)
         return;
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -202,6 +214,10 @@ hresp_write_buffer(struct hreq *r, struct evbuffer *buf)
 {
     struct hconn *c = hreq_of(r)->c;
     size_t n = evbuffer_get_length(buf);
+    if (r->h2) {
+        h2_resp_write_buffer(r, buf);
+        return;
+    }
     if (c->state == C_DEAD || n == 0 || r->no_body) {
         evbuffer_drain(buf, n);
         return;
@@ -222,6 +238,8 @@ size_t
 hresp_queued(const struct hreq *r)
 {
     struct hconn *c = hreq_of(r)->c;
+    if (r->h2)
+        return h2_resp_queued(r);
     if (c->state == C_DEAD)
         return 0;
     return evbuffer_get_length(bufferevent_get_output(c->bev));
@@ -232,7 +250,7 @@ hresp_low_water(struct hreq *r, size_t n)
 {
     struct hconn *c = hreq_of(r)->c;
     r->low_water = n;
-    if (c->state != C_DEAD && !r->ended)
+    if (c->state != C_DEAD && !r->ended && !r->h2)
         bufferevent_setwatermark(c->bev, EV_WRITE, n, 0);
 }
 
@@ -244,6 +262,10 @@ hresp_end(struct hreq *r)
     if (r->ended)
         return;
     r->ended = true;
+    if (r->h2) {
+        h2_resp_end(r);
+        return;
+    }
     if (c->state == C_DEAD)
         return;
     if (r->streamed_chunked) {
@@ -261,7 +283,9 @@ hresp_abort(struct hreq *r)
 {
     struct hconn *c = hreq_of(r)->c;
     r->ended = true;
-    if (c->state != C_DEAD)
+    if (r->h2)
+        h2_resp_abort(r); /* RST_STREAM for this stream only */
+    else if (c->state != C_DEAD)
         hconn_close(c);
 }
 

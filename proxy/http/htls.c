@@ -1,6 +1,6 @@
 /*
  * htls.c — the server's TLS: one SSL_CTX at a time (protocol floor, Go's
- * TLS 1.3 suite order, ALPN http/1.1, client CAs verified when presented),
+ * TLS 1.3 suite order, ALPN h2 and http/1.1, client CAs verified when presented),
  * built from the certificate and key files; a timer stats the files and
  * builds a new context when they change (connections keep the context they
  * started with: SSL_new holds a reference). A pair that fails to load is
@@ -45,7 +45,9 @@ static int
 on_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
         unsigned int inlen, void *arg)
 {
-    static const unsigned char ours[] = "\x08http/1.1";
+    /* h2 first: the server's order wins (SSL_select_next_proto walks ours),
+     * as Go's server prefers h2 */
+    static const unsigned char ours[] = "\x02h2\x08http/1.1";
     unsigned char *sel;
     if (SSL_select_next_proto(&sel, outlen, ours, sizeof(ours) - 1, in, inlen) !=
         OPENSSL_NPN_NEGOTIATED)

@@ -2,7 +2,9 @@
  * http.c — kwc's HTTP/1.1 server on libevent bufferevents (see http.h):
  * listeners and accept, the connection cap, each connection's life, and
  * taking a connection away (an Upgrade tunnel; response streams:
- * h1stream.c). The room's other files: conn.h.
+ * h1stream.c). The room's other files: conn.h. An HTTP/2 connection (ALPN
+ * h2, or the client preface in plaintext) keeps the same struct hconn and
+ * bufferevent; its callbacks go to h2.c.
  *
  * One struct hconn per client connection: a bufferevent (a socket, or an
  * OpenSSL bufferevent over it), libhttp-parser's state (h1.c), at most one
@@ -100,6 +102,10 @@ on_kick(evutil_socket_t fd, short what, void *arg)
             hconn_close_graceful(c);
         return;
     }
+    if (c->h2) {
+        h2_on_kick(c);
+        return;
+    }
     if (c->req && c->req->ended) {
         if (queued == 0)
             conn_finish_req(c);
@@ -126,6 +132,21 @@ on_read(struct bufferevent *bev, void *arg)
         c->head_byte = true;
         hconn_arm_timer(c);
     }
+    if (!c->proto_known) {
+        /* HTTP/2 (ALPN h2, or the preface in plaintext), else HTTP/1.x */
+        int h2 = h2_detect(c);
+        if (h2 < 0)
+            return; /* a prefix of the preface so far */
+        c->proto_known = true;
+        if (h2) {
+            h2_start(c);
+            return;
+        }
+    }
+    if (c->h2) {
+        h2_on_read(c);
+        return;
+    }
     h1_parse(c);
     if (c->state != C_DEAD && c->state == C_REQ &&
         evbuffer_get_length(bufferevent_get_input(bev)) > READ_CHUNK)
@@ -142,6 +163,10 @@ on_write(struct bufferevent *bev, void *arg)
     if (c->close_when_flushed) {
         if (queued == 0)
             hconn_close_graceful(c);
+        return;
+    }
+    if (c->h2) {
+        h2_on_write(c);
         return;
     }
     struct hreq *r = c->req;
@@ -192,6 +217,10 @@ static void
 on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct hconn *c = conn_of(arg);
+    if (c->h2 && c->state != C_DEAD) {
+        h2_on_timer(c);
+        return;
+    }
     if (c->state != C_IDLE)
         return;
     if (c->timer_idle)
@@ -243,6 +272,7 @@ conn_free(struct hconn *c)
     event_free(c->timer);
     event_free(c->kick);
     hreq_free(c->req);
+    h2_conn_free(c);
     c->magic = 0;
     free(c);
 }
@@ -267,6 +297,8 @@ hconn_close(struct hconn *c)
     c->state = C_DEAD;
     if (c->req)
         hreq_closed(c->req, c->req->taken ? HREQ_END_TAKEN : HREQ_END_CLOSED);
+    if (c->h2)
+        h2_conn_closed(c);
     conn_unlink(c);
     event_del(c->timer);
     event_del(c->kick);
@@ -612,6 +644,24 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
 }
 
 void
+http_server_shutdown(struct http_server *s)
+{
+    assert(s->magic == SRV_MAGIC);
+    for (size_t i = 0; i < s->nls; i++)
+        evconnlistener_disable(s->ls[i].l);
+    event_del(s->accept_retry);
+    for (struct hconn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->h2)
+            h2_shutdown(c);
+        else if (c->state == C_IDLE && !c->head_byte)
+            hconn_close_graceful(c);
+        else if (c->req)
+            c->req->close_after = true;
+    }
+}
+
+void
 http_server_free(struct http_server *s)
 {
     if (!s)
@@ -620,6 +670,9 @@ http_server_free(struct http_server *s)
     for (size_t i = 0; i < s->nls; i++)
         evconnlistener_free(s->ls[i].l);
     free(s->ls);
+    for (struct hconn *c = s->conns; c; c = c->next)
+        if (c->h2)
+            h2_last_words(c);
     while (s->conns)
         hconn_close(s->conns);
     on_reap(-1, 0, s);

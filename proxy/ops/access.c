@@ -42,6 +42,7 @@ struct access_rec {
     /* the log's (only when it is on) */
     char *user;
     char *method, *target; /* streams: copies of the head */
+    const char *proto;     /* streams: hreq_proto's (static) */
     /* streams: what the HTTP server no longer sees */
     int status;
     uint64_t start_ns, head_ns;
@@ -270,8 +271,8 @@ rec_free(struct access_rec *r)
 }
 
 static void
-record(struct access_rec *r, const char *method, const char *target, int status, uint64_t bytes,
-       uint64_t start_ns, uint64_t head_ns, uint64_t end_ns)
+record(struct access_rec *r, const char *method, const char *target, const char *proto, int status,
+       uint64_t bytes, uint64_t start_ns, uint64_t head_ns, uint64_t end_ns)
 {
     struct access *a = r->a;
     char code[16];
@@ -293,6 +294,7 @@ record(struct access_rec *r, const char *method, const char *target, int status,
     struct log_field f[] = {
         LOG_STR("method", method ? method : "-"),
         LOG_STR("path", path),
+        LOG_STR("proto", proto ? proto : "-"),
         LOG_STR("user", r->user ? r->user : "-"),
         LOG_NUM("code", status),
         LOG_NUM("bytes", bytes),
@@ -309,7 +311,8 @@ access_finish(struct access_rec *r, const struct hreq_done *d)
     r = rec_of(r);
     if (!r)
         return;
-    record(r, d->method, d->target, d->status, d->bytes, d->start_ns, d->head_ns, d->end_ns);
+    record(r, d->method, d->target, d->proto, d->status, d->bytes, d->start_ns, d->head_ns,
+           d->end_ns);
     rec_free(r);
 }
 
@@ -322,6 +325,7 @@ access_stream(void *note, struct hreq *req, int status)
     r->status = status;
     r->start_ns = hreq_start_ns(req);
     r->head_ns = http_now_ns();
+    r->proto = hreq_proto(req);
     if (r->a->o.log) {
         r->method = xstrdup(hreq_method(req));
         r->target = xstrdup(hreq_target(req, NULL));
@@ -335,6 +339,7 @@ access_stream_end(struct access_rec *r, uint64_t bytes)
     r = rec_of(r);
     if (!r)
         return;
-    record(r, r->method, r->target, r->status, bytes, r->start_ns, r->head_ns, http_now_ns());
+    record(r, r->method, r->target, r->proto, r->status, bytes, r->start_ns, r->head_ns,
+           http_now_ns());
     rec_free(r);
 }

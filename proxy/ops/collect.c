@@ -407,6 +407,38 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
              "Client connections kwc closed for a reason of its own: --request-header-timeout, "
              "--idle-timeout, a failed TLS handshake, a malformed request (400/414/431/501).",
              "reason", cr, cx, 4);
+    /* by protocol: HTTP/1.x connections (taken ones, watch streams and
+     * tunnels, are HTTP/1.1) and HTTP/2 ones (ALPN ids as label values) */
+    static const char *const proto_l = "protocol";
+    const char *pv[] = {"http/1.1", "h2"};
+    metrics_write_family(w, "kwc_http_connections_open_by_protocol",
+                         "Open client connections by protocol: http/1.1 (HTTP/1.0 included; "
+                         "watch streams and tunnels too), h2.",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http_connections_open_by_protocol", &proto_l, &pv[0], 1,
+                         (double)(hs.open - hs.h2_open + hs.taken));
+    metrics_write_sample(w, "kwc_http_connections_open_by_protocol", &proto_l, &pv[1], 1,
+                         (double)hs.h2_open);
+    uint64_t h2a = hs.h2_accepted;
+    counter1(w, "kwc_http2_connections_total",
+             "Client connections that spoke HTTP/2 (ALPN h2, or the preface in plaintext).", NULL,
+             NULL, &h2a, 1);
+    metrics_write_family(w, "kwc_http2_streams_open", "HTTP/2 streams open now.", METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http2_streams_open", NULL, NULL, 0, (double)hs.h2_streams_open);
+    uint64_t h2s = hs.h2_streams_total;
+    counter1(w, "kwc_http2_streams_total", "HTTP/2 streams (requests) opened by clients.", NULL,
+             NULL, &h2s, 1);
+    const char *rsr[] = {"client", "refused"};
+    uint64_t rsx[] = {hs.h2_resets, hs.h2_refused};
+    counter1(w, "kwc_http2_stream_resets_total",
+             "HTTP/2 streams reset: by the client (RST_STREAM), or refused by kwc past "
+             "--http2-max-streams-per-connection.",
+             "reason", rsr, rsx, 2);
+    uint64_t ga = hs.h2_goaways;
+    counter1(w, "kwc_http2_goaways_total",
+             "GOAWAY frames kwc sent: shutdown, protocol errors, floods and rapid resets "
+             "(ENHANCE_YOUR_CALM).",
+             NULL, NULL, &ga, 1);
     uint64_t rl = hs.tls_reloads;
     counter1(w, "kwc_tls_certificate_reloads_total",
              "Times the serving certificate was reloaded after its files changed.", NULL, NULL, &rl,

@@ -53,6 +53,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
+#define FZ_STREAMS 8    /* /t streams open at once (more are dropped: hstream_handoff_free) */
 #define TURNS_MAX 20000 /* loop turns for one phase before "it never goes quiet" */
 #define QUIET 3
 #define PIPES 2 /* one per connection at most */
@@ -66,7 +67,8 @@ struct fz {
     unsigned long long hooks;
     int nreq, nclose;
     struct fp *pipe[PIPES];
-    struct fs *streams[2]; /* /t: response streams still open (one per connection at most) */
+    struct fs *streams[FZ_STREAMS]; /* /t: response streams still open (HTTP/2: several on a
+                                       connection) */
 };
 
 /* /t: a response stream attached on the same loop. */
@@ -93,7 +95,7 @@ fs_sent(void *arg, size_t queued)
 static void
 fs_forget(struct fs *f)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < FZ_STREAMS; i++)
         if (f->z->streams[i] == f)
             f->z->streams[i] = NULL;
     free(f);
@@ -120,14 +122,25 @@ stream_handoff(struct fz *z, struct hreq *r)
     struct hstream_handoff *h = hresp_handoff(r); /* q is gone */
     if (!h)
         return;
-    if (hstream_handoff_home(h))
-        abort(); /* HTTP/1.1: any loop */
+    struct event_base *home = hstream_handoff_home(h);
+    if (home && home != z->base)
+        abort(); /* HTTP/1.1: any loop; HTTP/2: the connection's */
+    int slot = 0;
+    while (slot < FZ_STREAMS && z->streams[slot])
+        slot++;
+    if (slot == FZ_STREAMS) {
+        hstream_handoff_free(h);
+        return;
+    }
     struct fs *f = xcalloc(1, sizeof(*f));
     f->z = z;
     f->s = hstream_attach(h, z->base, &fs_ops, f);
-    int slot = z->streams[0] ? 1 : 0;
-    if (!f->s || z->streams[slot])
-        abort();
+    if (!f->s) {
+        free(f); /* HTTP/2: reset in transit (never on HTTP/1.1: attached at once) */
+        if (!home)
+            abort();
+        return;
+    }
     z->streams[slot] = f;
     static const char blob[] = "blob";
     f->refs = 2;
@@ -567,7 +580,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < PIPES; i++)
         if (z.pipe[i])
             fp_free(z.pipe[i]);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < FZ_STREAMS; i++)
         if (z.streams[i]) {
             struct fs *f = z.streams[i];
             (void)hstream_close(f->s);

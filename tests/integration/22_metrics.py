@@ -223,7 +223,7 @@ class Scenario(unittest.TestCase):
         self.assertNotIn(SECRET, raw, "a ?token= value reached the log")
         lines = [json.loads(l) for l in raw.splitlines() if l.startswith("{")]
         reqs = [l for l in lines if l.get("msg") == "request"]
-        keys = {"time", "level", "msg", "method", "path", "user", "code", "bytes", "duration_ms", "source"}
+        keys = {"time", "level", "msg", "method", "path", "proto", "user", "code", "bytes", "duration_ms", "source"}
         for l in reqs:
             self.assertEqual(set(l), keys, l)
             self.assertEqual(l["level"], "info")
@@ -231,6 +231,7 @@ class Scenario(unittest.TestCase):
         self.assertEqual(len(lists), self.N_LISTS)
         self.assertEqual(sum(l["bytes"] for l in lists), list_bytes)
         self.assertTrue(all(l["source"] == "cache" and l["code"] == 200 and l["user"] == "-" for l in lists))
+        self.assertTrue(all(l["proto"] == "HTTP/1.1" for l in reqs), "the protocol of each request")
         pt = [l for l in reqs if l["path"].startswith("/api/v1/namespaces?")]
         self.assertEqual(len(pt), 1)
         self.assertEqual(pt[0]["path"], "/api/v1/namespaces?token=REDACTED&limit=5")

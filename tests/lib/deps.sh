@@ -11,13 +11,14 @@ level=${1:-build}
 
 build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
- libssl-dev uthash-dev python3"
+ libssl-dev uthash-dev libnghttp2-dev python3"
 # python3-yaml, systemd (systemd-analyze), util-linux (unshare, setpriv) and
 # openssl: tests/integration/21_deploy.py (manifests, unit file, a pod-like sandbox);
 # prometheus: promtool and a real server for tests/integration/22_metrics.py;
-# clang-format-14: make check-format (the version the tree is formatted with)
+# clang-format-14: make check-format (the version the tree is formatted with);
+# nghttp2-client: nghttp and h2load against kwc's HTTP/2
 test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang clang-format-14 libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
- python3-yaml systemd util-linux openssl prometheus"
+ python3-yaml systemd util-linux openssl prometheus nghttp2-client"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
 image_pkgs="podman"

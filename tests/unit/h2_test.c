@@ -1,0 +1,1167 @@
+/*
+ * h2_test.c — proxy/http/h2.c: HTTP/2 downstream (include/kwc/http.h)
+ * without a network. The server adopts one end of a socketpair(AF_UNIX)
+ * and the test plays the client on the other with an nghttp2 client
+ * session of its own (or raw frames for the hostile cases, or OpenSSL for
+ * ALPN). The loop runs with EVLOOP_NONBLOCK until nothing moves (no byte
+ * either way, no handler hook, no active event), bounded; waits for a
+ * timer run EVLOOP_ONCE until the awaited thing is there, bounded by a
+ * guard timer that only fires when the server never acts. Never a sleep.
+ *
+ * The handler, by path:
+ *   /echo    read the body; on_complete: "<method> <target>", host, x-echo,
+ *            proto, http10, content length, has_body, then the body
+ *   /slow    like /echo, but turns reading off in its first on_body (the
+ *            test turns it on again)
+ *   /stream  hresp_start -1, STREAM_BYTES of 'x', end
+ *   /hold    nothing: the test answers it (or the client resets it)
+ *   /abort   a streamed head and "part", then hresp_abort
+ *   /hdrs    connection-specific response headers, which must not leave
+ */
+#include "kwc/http.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "tap.h"
+
+#define RUN_MAX 200000
+#define QUIET_TURNS 3
+#define GUARD_MS 5000
+#define MAX_ST 64
+#define MAX_REQ 512
+#define STREAM_BYTES (256 * 1024)
+
+/* ---- the server's handler ---- */
+
+struct sreq {
+    struct srv *sv;
+    struct hreq *r;
+    char path[32];
+    char *body;
+    size_t nbody;
+    bool closed;
+};
+
+struct srv {
+    struct event_base *base;
+    struct http_server *s;
+    struct event *guard;
+    bool guard_fired;
+    unsigned long long hooks;
+    int nreq, nclose, ndone, ndone_closed, ncomplete, ndrain;
+    struct sreq *reqs[MAX_REQ];
+    struct sreq *last;
+    struct hstream_handoff *hand[4];
+    int nhand;
+    char last_proto[16];
+};
+
+static void
+answer_echo(struct sreq *q)
+{
+    struct hreq *r = q->r;
+    char *o = NULL;
+    size_t tl;
+    const char *t = hreq_target(r, &tl);
+    const char *h = hreq_header(r, "Host"), *x = hreq_header(r, "X-Echo");
+    int n = asprintf(
+        &o, "%s %s\nhost=%s\nx-echo=%s\nproto=%s\nhttp10=%d\nclen=%lld\nhas_body=%d\nbody=",
+        hreq_method(r), t, h ? h : "-", x ? x : "-", hreq_proto(r), hreq_http10(r),
+        (long long)hreq_content_length(r), hreq_has_body(r));
+    if (n < 0)
+        abort();
+    hresp_header(r, "Content-Type", "text/plain");
+    hresp_start(r, 200, (int64_t)(n + q->nbody));
+    hresp_write(r, o, (size_t)n);
+    hresp_write(r, q->body, q->nbody);
+    hresp_end(r);
+    free(o);
+}
+
+static void
+h_body(void *arg, const char *p, size_t n)
+{
+    struct sreq *q = arg;
+    q->sv->hooks++;
+    q->body = xrealloc(q->body, q->nbody + n);
+    memcpy(q->body + q->nbody, p, n);
+    q->nbody += n;
+    if (strcmp(q->path, "/slow") == 0)
+        hreq_body_read(q->r, false);
+}
+
+static void
+h_complete(void *arg)
+{
+    struct sreq *q = arg;
+    q->sv->hooks++;
+    q->sv->ncomplete++;
+    if (strcmp(q->path, "/echo") == 0 || strcmp(q->path, "/slow") == 0)
+        answer_echo(q);
+}
+
+static void
+h_drain(void *arg)
+{
+    struct sreq *q = arg;
+    q->sv->hooks++;
+    q->sv->ndrain++;
+}
+
+static void
+h_close(void *arg)
+{
+    struct sreq *q = arg;
+    q->sv->hooks++;
+    q->sv->nclose++;
+    q->closed = true;
+}
+
+static const struct hreq_handler hooks = {
+    .on_body = h_body, .on_complete = h_complete, .on_drain = h_drain, .on_close = h_close};
+
+static void
+on_request(void *arg, struct hreq *r)
+{
+    struct srv *sv = arg;
+    sv->hooks++;
+    struct sreq *q = xcalloc(1, sizeof(*q));
+    q->sv = sv;
+    q->r = r;
+    const char *t = hreq_target(r, NULL);
+    snprintf(q->path, sizeof(q->path), "%.*s", (int)strcspn(t, "?"), t);
+    snprintf(sv->last_proto, sizeof(sv->last_proto), "%s", hreq_proto(r));
+    if (sv->nreq < MAX_REQ)
+        sv->reqs[sv->nreq] = q;
+    sv->nreq++;
+    sv->last = q;
+    hreq_set_handler(r, &hooks, q);
+    hreq_set_note(r, q);
+    if (strcmp(q->path, "/echo") == 0 || strcmp(q->path, "/slow") == 0) {
+        hreq_body_read(r, true);
+    } else if (strcmp(q->path, "/stream") == 0) {
+        hresp_start(r, 200, -1);
+        char *b = xmalloc(STREAM_BYTES);
+        memset(b, 'x', STREAM_BYTES);
+        hresp_write(r, b, STREAM_BYTES);
+        free(b);
+        hresp_end(r);
+    } else if (strcmp(q->path, "/watch") == 0) {
+        hresp_header(r, "Content-Type", "application/json");
+        hresp_start(r, 200, -1);
+        hresp_write(r, "head-", 5); /* before the handoff: goes first */
+        if (sv->nhand < 4)
+            sv->hand[sv->nhand++] = hresp_handoff(r);
+    } else if (strcmp(q->path, "/abort") == 0) {
+        hresp_start(r, 200, -1);
+        hresp_write(r, "part", 4);
+        hresp_abort(r);
+    } else if (strcmp(q->path, "/hdrs") == 0) {
+        hresp_header(r, "Connection", "close");
+        hresp_header(r, "Transfer-Encoding", "chunked");
+        hresp_header(r, "Keep-Alive", "timeout=5");
+        hresp_header(r, "X-Mixed-Case", "v");
+        hresp_simple(r, 201, "text/plain", "ok", 2);
+    }
+}
+
+static void
+on_done(void *arg, const struct hreq_done *d, void *note)
+{
+    struct srv *sv = arg;
+    sv->ndone++;
+    if (d->how == HREQ_END_CLOSED)
+        sv->ndone_closed++;
+}
+
+static void
+on_guard(evutil_socket_t fd, short what, void *arg)
+{
+    ((struct srv *)arg)->guard_fired = true;
+}
+
+static void
+srv_init(struct srv *sv, struct http_server_options o)
+{
+    *sv = (struct srv){0};
+    sv->base = event_base_new();
+    char err[256];
+    if (http_server_new(sv->base, &o, on_request, sv, &sv->s, err, sizeof(err)) != 0) {
+        printf("# %s\n", err);
+        abort();
+    }
+    http_server_on_done(sv->s, on_done, sv);
+    sv->guard = evtimer_new(sv->base, on_guard, sv);
+}
+
+static void
+srv_fini(struct srv *sv)
+{
+    http_server_free(sv->s);
+    for (int i = 0; i < sv->nreq && i < MAX_REQ; i++) {
+        free(sv->reqs[i]->body);
+        free(sv->reqs[i]);
+    }
+    event_free(sv->guard);
+    event_base_free(sv->base);
+}
+
+/* ---- the client ---- */
+
+struct cst {
+    int32_t id;
+    int status;
+    char *body;
+    size_t nbody;
+    bool closed;
+    uint32_t close_code;
+    bool consume; /* give the window back (false: the stream stalls) */
+    char hdrs[512];
+};
+
+struct cl {
+    int fd;
+    SSL *ssl;
+    nghttp2_session *ss;
+    char *out;
+    size_t nout;
+    char *in; /* raw bytes received (for the hostile cases without a session) */
+    size_t nin;
+    bool eof;
+    bool goaway;
+    uint32_t goaway_code;
+    int32_t goaway_last;
+    struct cst st[MAX_ST];
+    int nst;
+    unsigned long long moved;
+};
+
+static struct cst *
+cst_of(struct cl *c, int32_t id)
+{
+    for (int i = 0; i < c->nst; i++)
+        if (c->st[i].id == id)
+            return &c->st[i];
+    return NULL;
+}
+
+static int
+c_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size_t nl,
+         const uint8_t *value, size_t vl, uint8_t flags, void *arg)
+{
+    struct cst *st = cst_of(arg, f->hd.stream_id);
+    if (!st)
+        return 0;
+    if (nl == 7 && memcmp(name, ":status", 7) == 0 && vl == 3 && memcmp(value, "100", 3) == 0)
+        strcat(st->hdrs, "continue\n");
+    else if (nl == 7 && memcmp(name, ":status", 7) == 0)
+        st->status = atoi((const char *)value);
+    else if (strlen(st->hdrs) + nl + vl + 3 < sizeof(st->hdrs))
+        snprintf(st->hdrs + strlen(st->hdrs), sizeof(st->hdrs) - strlen(st->hdrs), "%.*s=%.*s\n",
+                 (int)nl, name, (int)vl, value);
+    return 0;
+}
+
+static int
+c_data(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *arg)
+{
+    struct cst *st = cst_of(arg, id);
+    nghttp2_session_consume_connection(ss, len);
+    if (!st)
+        return 0;
+    if (st->consume)
+        nghttp2_session_consume_stream(ss, id, len);
+    st->body = xrealloc(st->body, st->nbody + len + 1);
+    memcpy(st->body + st->nbody, data, len);
+    st->nbody += len;
+    st->body[st->nbody] = '\0';
+    return 0;
+}
+
+static int
+c_close(nghttp2_session *ss, int32_t id, uint32_t code, void *arg)
+{
+    struct cst *st = cst_of(arg, id);
+    if (st) {
+        st->closed = true;
+        st->close_code = code;
+    }
+    return 0;
+}
+
+static int
+c_frame(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
+{
+    struct cl *c = arg;
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+        c->goaway = true;
+        c->goaway_code = f->goaway.error_code;
+        c->goaway_last = f->goaway.last_stream_id;
+    }
+    return 0;
+}
+
+static void
+cl_raw(struct cl *c, const void *p, size_t n)
+{
+    c->out = xrealloc(c->out, c->nout + n);
+    memcpy(c->out + c->nout, p, n);
+    c->nout += n;
+}
+
+/* A connection to sv; with_session: an nghttp2 client session (else raw). */
+static void
+cl_open(struct cl *c, struct srv *sv, bool with_session, SSL_CTX *tls)
+{
+    *c = (struct cl){0};
+    int p[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) != 0)
+        abort();
+    c->fd = p[0];
+    if (tls) {
+        c->ssl = SSL_new(tls);
+        SSL_set_fd(c->ssl, p[0]);
+        SSL_set_connect_state(c->ssl);
+        SSL_set_alpn_protos(c->ssl, (const unsigned char *)"\x08http/1.1\x02h2", 12);
+    }
+    http_server_adopt(sv->s, p[1], NULL, 0);
+    if (!with_session)
+        return;
+    nghttp2_session_callbacks *cb;
+    nghttp2_option *opt;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_session_callbacks_set_on_header_callback(cb, c_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, c_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, c_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, c_frame);
+    if (nghttp2_session_client_new2(&c->ss, cb, c, opt) != 0)
+        abort();
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_option_del(opt);
+    nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, NULL, 0);
+    nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, 1 << 24);
+}
+
+static void
+cl_close(struct cl *c)
+{
+    for (int i = 0; i < c->nst; i++)
+        free(c->st[i].body);
+    if (c->ss)
+        nghttp2_session_del(c->ss);
+    if (c->ssl)
+        SSL_free(c->ssl);
+    close(c->fd);
+    free(c->out);
+    free(c->in);
+}
+
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(uintptr_t)(n), (uint8_t *)(uintptr_t)(v), sizeof(n) - 1, strlen(v),            \
+            NGHTTP2_NV_FLAG_NONE                                                                   \
+    }
+
+struct body_src {
+    size_t left;
+};
+
+static ssize_t
+c_read_body(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+            nghttp2_data_source *src, void *arg)
+{
+    struct body_src *b = src->ptr;
+    size_t n = len < b->left ? len : b->left;
+    memset(buf, 'b', n);
+    b->left -= n;
+    if (b->left == 0)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* A request; extra: more header fields (or NULL). Returns its index. */
+static int
+cl_req(struct cl *c, const char *method, const char *path, const nghttp2_nv *extra, size_t nextra,
+       struct body_src *body)
+{
+    nghttp2_nv nv[16] = {NV(":method", method), NV(":path", path), NV(":scheme", "http"),
+                         NV(":authority", "example.com:1")};
+    size_t n = 4;
+    for (size_t i = 0; i < nextra && n < 16; i++)
+        nv[n++] = extra[i];
+    nghttp2_data_provider dp = {.source.ptr = body, .read_callback = c_read_body};
+    int32_t id = nghttp2_submit_request(c->ss, NULL, nv, n, body ? &dp : NULL, NULL);
+    if (id < 0 || c->nst == MAX_ST)
+        abort();
+    c->st[c->nst] = (struct cst){.id = id, .consume = true};
+    return c->nst++;
+}
+
+/* Move what can move on the client's side, without blocking. */
+static void
+cl_io(struct cl *c)
+{
+    if (c->ssl && !SSL_is_init_finished(c->ssl)) {
+        int rc = SSL_do_handshake(c->ssl);
+        if (rc != 1) {
+            int e = SSL_get_error(c->ssl, rc);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+                c->eof = true;
+            return;
+        }
+        c->moved++;
+    }
+    while (c->ss && c->nout < 65536 && nghttp2_session_want_write(c->ss)) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c->ss, &p);
+        if (n <= 0)
+            break;
+        cl_raw(c, p, (size_t)n);
+    }
+    while (c->nout > 0 && !c->eof) {
+        ssize_t n = c->ssl ? SSL_write(c->ssl, c->out, (int)c->nout)
+                           : send(c->fd, c->out, c->nout, MSG_NOSIGNAL);
+        if (n <= 0)
+            break;
+        memmove(c->out, c->out + n, c->nout - (size_t)n);
+        c->nout -= (size_t)n;
+        c->moved++;
+    }
+    char buf[16384];
+    for (;;) {
+        ssize_t n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : recv(c->fd, buf, sizeof(buf), 0);
+        if (n == 0 || (n < 0 && !c->ssl && errno != EAGAIN && errno != EINTR)) {
+            c->eof = true;
+            break;
+        }
+        if (n < 0) {
+            if (c->ssl && SSL_get_error(c->ssl, (int)n) != SSL_ERROR_WANT_READ)
+                c->eof = true;
+            break;
+        }
+        c->moved++;
+        if (c->ss) {
+            if (nghttp2_session_mem_recv(c->ss, (const uint8_t *)buf, (size_t)n) < 0)
+                c->eof = true;
+        } else {
+            c->in = xrealloc(c->in, c->nin + (size_t)n);
+            memcpy(c->in + c->nin, buf, (size_t)n);
+            c->nin += (size_t)n;
+        }
+    }
+}
+
+/* Run the server and the clients until nothing moves. */
+static void
+pump(struct srv *sv, struct cl *c, int nc)
+{
+    int quiet = 0;
+    for (int turn = 0; turn < RUN_MAX && quiet < QUIET_TURNS; turn++) {
+        unsigned long long before = sv->hooks;
+        for (int i = 0; i < nc; i++)
+            before += c[i].moved;
+        for (int i = 0; i < nc; i++)
+            cl_io(&c[i]);
+        event_base_loop(sv->base, EVLOOP_NONBLOCK);
+        for (int i = 0; i < nc; i++)
+            cl_io(&c[i]);
+        unsigned long long after = sv->hooks;
+        for (int i = 0; i < nc; i++)
+            after += c[i].moved;
+        bool active = event_base_get_num_events(sv->base, EVENT_BASE_COUNT_ACTIVE) > 0;
+        quiet = after == before && !active ? quiet + 1 : 0;
+    }
+}
+
+/* Run until the client sees EOF (the server closed), bounded by the guard. */
+static bool
+wait_eof(struct srv *sv, struct cl *c)
+{
+    struct timeval g = {GUARD_MS / 1000, 0};
+    sv->guard_fired = false;
+    evtimer_add(sv->guard, &g);
+    for (int i = 0; i < RUN_MAX && !c->eof && !sv->guard_fired; i++) {
+        cl_io(c);
+        event_base_loop(sv->base, EVLOOP_ONCE);
+        cl_io(c);
+    }
+    event_del(sv->guard);
+    return c->eof;
+}
+
+static struct http_server_options
+opts(void)
+{
+    return (struct http_server_options){.max_header_bytes = 4096};
+}
+
+/* Does the server's raw output hold a frame of type t (a GOAWAY: its code)? */
+static bool
+raw_has_frame(const struct cl *c, uint8_t t, uint32_t *code)
+{
+    size_t i = 0;
+    while (i + 9 <= c->nin) {
+        const uint8_t *h = (const uint8_t *)c->in + i;
+        size_t len = (size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2];
+        if (h[3] == t && i + 9 + len <= c->nin) {
+            if (code && len >= 8)
+                *code =
+                    (uint32_t)h[13] << 24 | (uint32_t)h[14] << 16 | (uint32_t)h[15] << 8 | h[16];
+            return true;
+        }
+        i += 9 + len;
+    }
+    return false;
+}
+
+static void
+raw_frame(struct cl *c, uint8_t type, uint8_t flags, uint32_t id, const void *p, size_t n)
+{
+    uint8_t h[9] = {(uint8_t)(n >> 16),  (uint8_t)(n >> 8),   (uint8_t)n,         type,       flags,
+                    (uint8_t)(id >> 24), (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+    cl_raw(c, h, 9);
+    if (n)
+        cl_raw(c, p, n);
+}
+
+static void
+raw_preface(struct cl *c)
+{
+    cl_raw(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+    raw_frame(c, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+}
+
+/* ---- the tests ---- */
+
+static void
+test_get(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    nghttp2_nv x[] = {NV("x-echo", "hi")};
+    int a = cl_req(&c, "GET", "/echo?x=1", x, 1, NULL);
+    int b = cl_req(&c, "GET", "/hdrs", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(c.st[a].status, 200, "GET answered 200");
+    is_str(c.st[a].body,
+           "GET /echo?x=1\nhost=example.com:1\nx-echo=hi\nproto=HTTP/2.0\nhttp10=0\nclen=-1\n"
+           "has_body=0\nbody=",
+           "method, target, Host from :authority, headers, proto");
+    ok(strstr(c.st[a].hdrs, "content-type=text/plain\n") != NULL, "response header lowercased");
+    ok(strstr(c.st[a].hdrs, "date=") != NULL, "Date added");
+    ok(strstr(c.st[a].hdrs, "content-length=") != NULL, "Content-Length sent");
+    is_int(c.st[b].status, 201, "second stream answered");
+    ok(strstr(c.st[b].hdrs, "x-mixed-case=v\n") != NULL, "a handler's header, lowercased");
+    ok(!strstr(c.st[b].hdrs, "connection") && !strstr(c.st[b].hdrs, "transfer-encoding") &&
+           !strstr(c.st[b].hdrs, "keep-alive"),
+       "no connection-specific headers");
+    is_int(sv.ndone, 2, "done callback per stream");
+    is_int(sv.nclose, 2, "on_close per stream");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_open, 1, "one HTTP/2 connection open");
+    is_int(hs.h2_streams_total, 2, "two streams counted");
+    is_int(hs.h2_streams_open, 0, "none open");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_post_flow(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    struct body_src bs = {.left = 200000};
+    nghttp2_nv x[] = {NV("expect", "100-continue")};
+    int a = cl_req(&c, "POST", "/slow", x, 1, &bs);
+    pump(&sv, &c, 1);
+    ok(sv.last && sv.last->nbody > 0, "the body began to arrive");
+    ok(sv.last && sv.last->nbody <= 65535, "reading off: the stream's window closed");
+    ok(bs.left > 0, "the client could not send the whole body");
+    /* read slowly: one chunk per turn of the test */
+    for (int i = 0; i < 1000 && !c.st[a].closed; i++) {
+        hreq_body_read(sv.last->r, true);
+        pump(&sv, &c, 1);
+    }
+    is_int(c.st[a].status, 200, "POST answered");
+    ok(strstr(c.st[a].hdrs, "continue\n") != NULL, "Expect: 100-continue: a 100 first");
+    ok(c.st[a].body && strstr(c.st[a].body, "has_body=1\n"), "has_body");
+    is_int(sv.last->nbody, 200000, "every body byte delivered");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_many_streams(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    for (int i = 0; i < 50; i++)
+        cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    int good = 0;
+    for (int i = 0; i < 50; i++)
+        good += c.st[i].status == 200 && c.st[i].closed;
+    is_int(good, 50, "50 concurrent streams answered");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_stall(void)
+{
+    struct http_server_options o = opts();
+    o.idle_timeout_ms = 200;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL);
+    c.st[a].consume = false; /* its window never reopens */
+    int b = cl_req(&c, "GET", "/stream", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    ok(c.st[b].closed && c.st[b].nbody == STREAM_BYTES, "the live stream got all its DATA");
+    ok(!c.st[a].closed && c.st[a].nbody <= 65535, "the stalled stream waits at its window");
+    ok(!c.eof, "the connection is open");
+    ok(wait_eof(&sv, &c), "a stream stalled for the idle timeout closes the connection");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.idle_timeouts, 1, "counted as an idle timeout");
+    is_int(sv.ndone_closed, 1, "the stalled stream ends closed");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_reset_abort(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    ok(sv.last && !sv.last->closed, "held request in progress");
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[a].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    ok(sv.last->closed, "client RST_STREAM: on_close");
+    is_int(sv.ndone_closed, 1, "done: closed");
+    int b = cl_req(&c, "GET", "/abort", NULL, 0, NULL);
+    int d = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    ok(c.st[b].closed, "aborted stream closed");
+    is_int(c.st[b].close_code, NGHTTP2_INTERNAL_ERROR, "hresp_abort: RST_STREAM INTERNAL_ERROR");
+    is_int(c.st[d].status, 200, "the other stream is answered");
+    ok(!c.eof && !c.goaway, "the connection stays");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_resets, 1, "client resets counted");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_max_streams(void)
+{
+    struct http_server_options o = opts();
+    o.http2_max_streams = 4;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    for (int i = 0; i < 5; i++) /* before the server's SETTINGS arrive */
+        cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(sv.nreq, 4, "4 streams reach the handler");
+    ok(c.st[4].closed, "the 5th is closed");
+    is_int(c.st[4].close_code, NGHTTP2_REFUSED_STREAM, "with REFUSED_STREAM");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_refused, 1, "refused counted");
+    for (int i = 0; i < 4; i++)
+        hresp_simple(sv.reqs[i]->r, 200, NULL, "", 0);
+    pump(&sv, &c, 1);
+    int done = 0;
+    for (int i = 0; i < 4; i++)
+        done += c.st[i].status == 200;
+    is_int(done, 4, "the held ones answered");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_rapid_reset(void)
+{
+    struct http_server_options o = opts();
+    o.http2_max_streams = 4; /* a bucket of 8 resets */
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    /* each stream opened and reset at once, all in one write */
+    const uint8_t hb[] = {0x82, 0x84, 0x86, 0x41, 0x01, 'h'}; /* GET / http, :authority h */
+    const uint8_t cancel[4] = {0, 0, 0, NGHTTP2_CANCEL};
+    for (uint32_t i = 0; i < 40; i++) {
+        raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS,
+                  2 * i + 1, hb, sizeof(hb));
+        raw_frame(&c, NGHTTP2_RST_STREAM, 0, 2 * i + 1, cancel, 4);
+    }
+    pump(&sv, &c, 1);
+    uint32_t code = 0;
+    ok(raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "rapid reset: GOAWAY");
+    is_int(code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    ok(c.eof, "the connection closed");
+    ok(sv.nreq >= 8 && sv.nreq <= 10, "stopped at the budget");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    ok(hs.h2_resets >= 9, "resets counted");
+    is_int(hs.h2_goaways, 1, "GOAWAY counted");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_header_list(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts()); /* max_header_bytes 4096 */
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    char big[5000];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    nghttp2_nv x[] = {NV("x-big", big)};
+    int a = cl_req(&c, "GET", "/echo", x, 1, NULL);
+    pump(&sv, &c, 1);
+    is_int(c.st[a].status, 431, "a header list over max_header_bytes: 431");
+    ok(c.st[a].body && strstr(c.st[a].body, "\"code\":431"), "with a Status body");
+    is_int(sv.nreq, 0, "never handed to the handler");
+    int b = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(c.st[b].status, 200, "the connection goes on");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_continuation_flood(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts()); /* 4096 / 4096 + 8 = 9 CONTINUATION frames at most */
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    const uint8_t hb[] = {0x82, 0x84, 0x86}; /* GET / http */
+    raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, 1, hb, sizeof(hb));
+    for (int i = 0; i < 100; i++)
+        raw_frame(&c, NGHTTP2_CONTINUATION, 0, 1, NULL, 0);
+    pump(&sv, &c, 1);
+    uint32_t code = 0;
+    (void)code; /* nghttp2 ends the session without a GOAWAY */
+    ok(c.eof, "CONTINUATION flood: the connection closed");
+    is_int(sv.nreq, 0, "no request");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* A flood of frames that each want an ACK (PING, SETTINGS) from a client
+ * that never reads: the server closes the connection. */
+static void
+ack_flood(uint8_t type, const void *payload, size_t n, const char *what)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    struct http_server_stats hs = {.open = 1};
+    long sent = 0;
+    for (int round = 0; round < 100000 && hs.open > 0; round++) {
+        while (c.nout < 65536) {
+            raw_frame(&c, type, 0, 0, payload, n);
+            sent++;
+        }
+        ssize_t k = send(c.fd, c.out, c.nout, MSG_NOSIGNAL);
+        if (k > 0) {
+            memmove(c.out, c.out + k, c.nout - (size_t)k);
+            c.nout -= (size_t)k;
+        }
+        event_base_loop(sv.base, EVLOOP_NONBLOCK);
+        http_server_stats(sv.s, &hs);
+    }
+    is_int(hs.open, 0, what);
+    printf("# %ld frames written\n", sent);
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_settings_flood(void)
+{
+    const uint8_t one[6] = {0, 4, 0, 1, 0, 0}; /* INITIAL_WINDOW_SIZE 65536 */
+    ack_flood(NGHTTP2_SETTINGS, one, sizeof(one),
+              "SETTINGS flood: the server closed the connection");
+}
+
+static void
+test_ping_flood(void)
+{
+    const uint8_t ping[8] = {0};
+    ack_flood(NGHTTP2_PING, ping, sizeof(ping), "PING flood: the server closed the connection");
+}
+
+static void
+test_priority_flood(void)
+{
+    struct http_server_options o = opts();
+    o.http2_max_streams = 4; /* a bucket of 40 PRIORITY frames */
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    const uint8_t pri[5] = {0, 0, 0, 0, 16};
+    for (int i = 0; i < 100; i++)
+        raw_frame(&c, NGHTTP2_PRIORITY, 0, (uint32_t)(2 * i + 1), pri, 5);
+    pump(&sv, &c, 1);
+    uint32_t code = 0;
+    ok(raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "PRIORITY flood: GOAWAY");
+    is_int(code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    ok(c.eof, "connection closed");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_upgrade_refused(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    nghttp2_nv x[] = {NV("connection", "upgrade"), NV("upgrade", "websocket")};
+    int a = cl_req(&c, "GET", "/echo", x, 2, NULL);
+    int b = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    ok(c.st[a].closed, "an upgrade attempt is reset");
+    is_int(c.st[a].close_code, NGHTTP2_PROTOCOL_ERROR, "PROTOCOL_ERROR, as Go's server");
+    is_int(sv.nreq, 1, "the handler never sees it");
+    is_int(c.st[b].status, 200, "the connection goes on");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_preface_beside_h1(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c[3];
+    cl_open(&c[0], &sv, true, NULL);
+    cl_open(&c[1], &sv, false, NULL);
+    cl_open(&c[2], &sv, false, NULL);
+    int a = cl_req(&c[0], "GET", "/echo", NULL, 0, NULL);
+    cl_raw(&c[1], "GET /echo HTTP/1.1\r\nHost: h\r\n\r\n", 31);
+    pump(&sv, c, 3);
+    is_int(c[0].st[a].status, 200, "preface: HTTP/2");
+    ok(c[0].st[a].body && strstr(c[0].st[a].body, "proto=HTTP/2.0"), "hreq_proto HTTP/2.0");
+    ok(c[1].nin > 17 && memcmp(c[1].in, "HTTP/1.1 200 OK\r\n", 17) == 0, "no preface: HTTP/1.1");
+    ok(c[1].in && strstr(c[1].in, "proto=HTTP/1.1"), "hreq_proto HTTP/1.1");
+    /* one byte at a time: "P" is a prefix of the preface, "PO" is not */
+    const char *req = "POST /echo HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi";
+    for (size_t i = 0; i < strlen(req); i++) {
+        cl_raw(&c[2], req + i, 1);
+        pump(&sv, &c[2], 1);
+    }
+    ok(c[2].nin > 17 && memcmp(c[2].in, "HTTP/1.0 200 OK\r\n", 17) == 0, "byte by byte: HTTP/1.0");
+    ok(c[2].in && strstr(c[2].in, "proto=HTTP/1.0\nhttp10=1"), "hreq_proto HTTP/1.0");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_open, 1, "one HTTP/2 connection");
+    is_int(hs.open, 2, "the HTTP/1.0 one closed after its answer");
+    for (int i = 0; i < 3; i++)
+        cl_close(&c[i]);
+    srv_fini(&sv);
+}
+
+static void
+test_shutdown(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    http_server_shutdown(sv.s);
+    pump(&sv, &c, 1);
+    ok(c.goaway, "shutdown: GOAWAY");
+    is_int(c.goaway_code, NGHTTP2_NO_ERROR, "NO_ERROR");
+    is_int(c.goaway_last, c.st[a].id, "with the last stream id");
+    ok(!c.eof && !c.st[a].closed, "the open stream goes on");
+    struct hreq *r = sv.last->r;
+    hresp_low_water(r, 0);
+    hresp_start(r, 200, -1);
+    char big[100000];
+    memset(big, 'z', sizeof(big));
+    hresp_write(r, big, sizeof(big)); /* over the stream's first window */
+    ok(hresp_queued(r) >= sizeof(big), "queued on the stream");
+    pump(&sv, &c, 1);
+    is_int(hresp_queued(r), 0, "all left once the client opened its window");
+    ok(sv.ndrain > 0, "on_drain");
+    hresp_write(r, "late", 4);
+    pump(&sv, &c, 1);
+    ok(!c.st[a].closed, "not ended yet");
+    hresp_end(r); /* after the data provider went quiet */
+    pump(&sv, &c, 1);
+    is_int(c.st[a].status, 200, "and finishes");
+    is_int(c.st[a].nbody, sizeof(big) + 4, "with its body");
+    ok(c.eof, "then the connection closes");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+static void
+test_free_goaway(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    http_server_free(sv.s); /* no shutdown first: the server goes now */
+    sv.s = NULL;
+    cl_io(&c);
+    ok(c.goaway, "http_server_free: a last GOAWAY");
+    is_int(c.goaway_last, c.st[a].id, "with the last stream id");
+    ok(sv.last->closed, "the stream's on_close ran");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* ---- response streams (hresp_handoff, hstream_*) on HTTP/2 ---- */
+
+struct hs_watch {
+    int released, sent_calls, closed;
+    uint32_t tags[16];
+    uint64_t sent;
+};
+
+static void
+hw_release(void *arg, void *owner, uint32_t tag)
+{
+    struct hs_watch *w = arg;
+    if (w->released < 16)
+        w->tags[w->released] = tag;
+    w->released++;
+}
+
+static void
+hw_sent(void *arg, size_t queued)
+{
+    ((struct hs_watch *)arg)->sent_calls++;
+}
+
+static void
+hw_close(void *arg, uint64_t sent)
+{
+    struct hs_watch *w = arg;
+    w->closed++;
+    w->sent = sent;
+}
+
+static const struct hstream_ops hw_ops = {
+    .release = hw_release, .on_sent = hw_sent, .on_close = hw_close};
+
+static void
+test_hstream(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    int b = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    c.st[b].consume = false; /* b stalls at its window */
+    pump(&sv, &c, 1);
+    is_int(sv.nhand, 2, "two streams handed off");
+    ok(sv.hand[0] && hstream_handoff_home(sv.hand[0]) == sv.base, "home: the connection's loop");
+    ok(hstream_handoff_note(sv.hand[0]) == sv.reqs[0], "the note moved to the handoff");
+    is_int(sv.nclose, 2, "the requests' on_close ran");
+    is_int(sv.ndone, 2, "their done callback too");
+    struct hs_watch wa = {0}, wb = {0};
+    struct hstream *sa = hstream_attach(sv.hand[0], sv.base, &hw_ops, &wa);
+    struct hstream *sb = hstream_attach(sv.hand[1], sv.base, &hw_ops, &wb);
+    ok(sa && sb, "attached");
+    static const char e1[] = "{\"a\":1}\n", e2[] = "{\"b\":2}\n";
+    static char big[100000];
+    memset(big, 'q', sizeof(big));
+    hstream_write_ref(sa, &wa, 1, e1, strlen(e1));
+    hstream_write(sa, "copy\n", 5);
+    hstream_write_ref(sa, &wa, 2, e2, strlen(e2));
+    hstream_write_ref(sb, &wb, 7, big, sizeof(big));
+    is_int(hstream_queued(sa), strlen(e1) + 5 + strlen(e2), "queued: not sent before a flush");
+    is_int(wa.released, 0, "nothing released inside a write");
+    ok(hstream_flush(sa) && hstream_flush(sb), "flushed");
+    pump(&sv, &c, 1);
+    is_str(c.st[a].body, "head-{\"a\":1}\ncopy\n{\"b\":2}\n", "DATA in order, the head's first");
+    ok(strstr(c.st[a].hdrs, "content-type=application/json\n") != NULL, "the head's headers");
+    is_int(wa.released, 2, "both references released once framed");
+    ok(wa.tags[0] == 1 && wa.tags[1] == 2, "in order, with their tags");
+    ok(wa.sent_calls > 0, "on_sent");
+    is_int(hstream_queued(sa), 0, "nothing queued");
+    ok(hstream_queued(sb) > 0 && wb.released == 0, "the stalled stream keeps its reference");
+    /* the live one goes on beside the stalled one */
+    hstream_write_ref(sa, &wa, 3, e1, strlen(e1));
+    hstream_flush(sa);
+    pump(&sv, &c, 1);
+    is_int(wa.released, 3, "a later write beside a stalled stream left");
+    /* the client resets the stalled one: its reference, then on_close */
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[b].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    is_int(wb.released, 1, "reset: the queued reference released");
+    is_int(wb.closed, 1, "reset: on_close");
+    hstream_end(sa);
+    is_int(wa.closed, 0, "on_close never inside hstream_end");
+    pump(&sv, &c, 1);
+    is_int(wa.closed, 1, "ended: on_close once END_STREAM left");
+    ok(wa.sent > strlen(e1) * 2, "with the bytes sent");
+    ok(c.st[a].closed && c.st[a].close_code == 0, "the client saw a clean end");
+    ok(!c.eof, "the connection stays");
+    /* gone in transit: attach says so */
+    int d = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[d].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    struct hs_watch wd = {0};
+    ok(hstream_attach(sv.hand[2], sv.base, &hw_ops, &wd) == NULL, "reset in transit: NULL");
+    /* the server stopping: hstream_close releases, no on_close, resets */
+    int e = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hs_watch we = {0};
+    struct hstream *se = hstream_attach(sv.hand[3], sv.base, &hw_ops, &we);
+    c.st[e].consume = false;
+    hstream_write_ref(se, &we, 9, big, sizeof(big));
+    hstream_flush(se);
+    pump(&sv, &c, 1);
+    ok(hstream_close(se) > 0, "hstream_close: the bytes sent");
+    is_int(we.released, 1, "hstream_close: references released");
+    pump(&sv, &c, 1);
+    is_int(we.closed, 0, "hstream_close: no on_close");
+    ok(c.st[e].closed, "hstream_close: the client's stream ends");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* ---- TLS: ALPN ---- */
+
+static char dir[64];
+
+static void
+write_tls_pair(char *cert, char *key, size_t n)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, k);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+                               (const unsigned char *)"localhost", -1, -1, 0);
+    X509_set_issuer_name(x, X509_get_subject_name(x));
+    if (!k || !X509_sign(x, k, EVP_sha256()))
+        abort();
+    snprintf(cert, n, "%s/cert.pem", dir);
+    snprintf(key, n, "%s/key.pem", dir);
+    FILE *f = fopen(cert, "w"), *g = fopen(key, "w");
+    if (!f || !g || !PEM_write_X509(f, x) || !PEM_write_PrivateKey(g, k, NULL, NULL, 0, NULL, NULL))
+        abort();
+    fclose(f);
+    fclose(g);
+    X509_free(x);
+    EVP_PKEY_free(k);
+}
+
+static void
+test_alpn(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/kwc-h2-test-XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    char cert[128], key[128];
+    write_tls_pair(cert, key, sizeof(cert));
+    struct http_server_options o = opts();
+    o.tls_cert_file = cert;
+    o.tls_key_file = key;
+    struct srv sv;
+    srv_init(&sv, o);
+    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_verify(cctx, SSL_VERIFY_NONE, NULL);
+    struct cl c;
+    cl_open(&c, &sv, true, cctx); /* offers http/1.1 first, then h2 */
+    int a = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
+    SSL_get0_alpn_selected(c.ssl, &p, &n);
+    ok(n == 2 && memcmp(p, "h2", 2) == 0, "ALPN: the server prefers h2");
+    is_int(c.st[a].status, 200, "HTTP/2 over TLS answered");
+    ok(c.st[a].body && strstr(c.st[a].body, "proto=HTTP/2.0"), "as HTTP/2.0");
+    cl_close(&c);
+    srv_fini(&sv);
+    SSL_CTX_free(cctx);
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+}
+
+int
+main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    TAP_RUN(test_get);
+    TAP_RUN(test_post_flow);
+    TAP_RUN(test_many_streams);
+    TAP_RUN(test_stall);
+    TAP_RUN(test_reset_abort);
+    TAP_RUN(test_max_streams);
+    TAP_RUN(test_rapid_reset);
+    TAP_RUN(test_header_list);
+    TAP_RUN(test_continuation_flood);
+    TAP_RUN(test_ping_flood);
+    TAP_RUN(test_settings_flood);
+    TAP_RUN(test_priority_flood);
+    TAP_RUN(test_upgrade_refused);
+    TAP_RUN(test_preface_beside_h1);
+    TAP_RUN(test_shutdown);
+    TAP_RUN(test_free_goaway);
+    TAP_RUN(test_alpn);
+    TAP_RUN(test_hstream);
+    return tap_done();
+}
