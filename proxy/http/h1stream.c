@@ -239,7 +239,7 @@ q_pop_sent(struct hstream *s)
         q_pop(s);
 }
 
-/* writev what is queued; returns bytes written, or -1 with errno. */
+/* Send what is queued (one sendmsg of many entries); returns bytes written, or -1 with errno. */
 static ssize_t
 q_write(struct hstream *s)
 {
@@ -254,7 +254,10 @@ q_write(struct hstream *s)
         if (e->trail)
             iov[k++] = (struct iovec){(void *)(uintptr_t)(CRLF + 2 - e->trail), e->trail};
     }
-    ssize_t n = k ? writev(s->fd, iov, k) : 0;
+    /* sendmsg, not writev: MSG_NOSIGNAL, so a client gone never raises
+     * SIGPIPE whatever the process does with the signal */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t n = k ? sendmsg(s->fd, &mh, MSG_NOSIGNAL) : 0;
     if (n < 0)
         return n;
     /* what was written, entry by entry, part by part: a short write may
