@@ -10,7 +10,7 @@
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
- *          [--protobuf]
+ *          [--protobuf] [--h2-streams-per-conn K [--h2-window BYTES]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --protobuf: the streams ask for protobuf (Accept: application/vnd.kubernetes.
@@ -39,6 +39,27 @@
  * client: full handshakes, no session resumption. The client keeps no idle TLS
  * buffers (SSL_MODE_RELEASE_BUFFERS) and reads ahead (one recv for several
  * records), so it costs little more than the plaintext reader.
+ *
+ * --h2-streams-per-conn K: the watches are HTTP/2 streams (libnghttp2), K per
+ * connection (ceil(N / K) connections; the last may carry fewer): plaintext
+ * with prior knowledge (the connection preface on a fresh connection, no
+ * Upgrade), or with --tls over TLS offering ALPN "h2" only (a connection on
+ * which the server picked anything else is counted in alpn_failures and
+ * dropped). Every stream is the same GET as the HTTP/1.1 one (:authority
+ * 127.0.0.1, the same --nodes selector, token and Accept), its status read
+ * from :status, its head counted at its HEADERS, its DATA scanned for stamps
+ * like the HTTP/1.1 bytes. Flow control: each stream's window is --h2-window
+ * bytes (SETTINGS_INITIAL_WINDOW_SIZE, default 1 MiB), the connection's
+ * that times its streams; nghttp2 counts every DATA byte consumed as soon as
+ * the chunk callback returns and sends WINDOW_UPDATE when half a window has
+ * been consumed, so a client that keeps up never lets a window run dry. All
+ * frames the session wants to send (preface, SETTINGS, HEADERS, WINDOW_UPDATE,
+ * acks) go through one output buffer per connection, written after every read
+ * (send, or SSL_write with partial writes) and on a one-shot write event when
+ * the socket is full. The result adds conns (connections whose preface
+ * went out), alpn_failures and max_streams (the smallest
+ * SETTINGS_MAX_CONCURRENT_STREAMS a server announced: nghttp2 queues streams
+ * past it, and those stay unanswered).
  *
  * The client must cost less than the server it measures: streams are plain
  * non-blocking sockets with one persistent read event each, one recv into a
@@ -82,6 +103,7 @@ struct conn {
     int fd;
     bool head;
     nghttp2_session *h2; /* --etcd-prefix */
+    struct h2c *hc;      /* --h2-streams-per-conn: the connection carrying this stream */
     SSL *ssl;            /* --tls */
     bool handshaken;     /* --tls: the handshake completed */
     char *req;           /* --tls: the request until SSL_write took it */
@@ -155,7 +177,7 @@ static void
 scan(struct conn *c, char *buf, size_t len, uint64_t now)
 {
     size_t p = 0;
-    if (!c->status_seen && !c->h2) { /* the first bytes of the answer: "HTTP/1.1 200" */
+    if (!c->status_seen && !c->h2 && !c->hc) { /* the first bytes of the answer: "HTTP/1.1 200" */
         c->status_seen = true;
         if (len < 10 || memcmp(buf, "HTTP/1.", 7) != 0 || buf[9] != '2')
             atomic_fetch_add(&non2xx, 1);
@@ -479,6 +501,354 @@ tls_read(struct conn *c)
         event_active(c->ev, EV_READ, 0);
 }
 
+/* ---- --h2-streams-per-conn: watch streams multiplexed on HTTP/2 ---- */
+
+struct h2c {
+    int fd;
+    nghttp2_session *s;
+    SSL *ssl;
+    bool handshaken;
+    bool dead;
+    struct event *ev;
+    struct event *wev; /* one-shot: the socket took less than the output buffer */
+    struct loop *lp;
+    int first, count; /* its streams: conns[first, first + count) */
+    uint8_t *out;     /* frames nghttp2 gave, not yet written */
+    size_t outlen, outoff, outcap;
+};
+
+static int h2_per_conn; /* 0: HTTP/1.1 (or etcd) */
+static int32_t h2_window = 1 << 20;
+static SSL_CTX *h2_tls_ctx;
+static struct h2c *h2conns;
+static int nh2c;
+static atomic_int h2_opened, alpn_failures;
+static atomic_int h2_max_streams = INT32_MAX;
+
+/* The connection is over: every stream on it not yet ended is counted. */
+static void
+h2c_lost(struct h2c *h)
+{
+    if (h->dead)
+        return;
+    h->dead = true;
+    for (int i = h->first; i < h->first + h->count; i++)
+        conn_lost(&conns[i]);
+    event_del(h->ev);
+    event_del(h->wev);
+    if (h->ssl)
+        SSL_free(h->ssl);
+    h->ssl = NULL;
+    close(h->fd);
+}
+
+/* Writes what nghttp2 wants sent: false when the connection failed. */
+static bool
+h2c_flush(struct h2c *h)
+{
+    for (;;) {
+        if (h->outoff == h->outlen) {
+            h->outoff = h->outlen = 0;
+            while (h->outlen < 64 * 1024) {
+                const uint8_t *d;
+                ssize_t n = nghttp2_session_mem_send(h->s, &d);
+                if (n < 0)
+                    return false;
+                if (n == 0)
+                    break;
+                if (h->outlen + (size_t)n > h->outcap) {
+                    h->outcap = (h->outlen + (size_t)n) * 2;
+                    h->out = realloc(h->out, h->outcap);
+                    if (!h->out) {
+                        fprintf(stderr, "fanout: out of memory for HTTP/2 output\n");
+                        exit(1);
+                    }
+                }
+                memcpy(h->out + h->outlen, d, (size_t)n);
+                h->outlen += (size_t)n;
+            }
+            if (!h->outlen)
+                return true;
+        }
+        size_t len = h->outlen - h->outoff;
+        if (h->ssl) {
+            int r = SSL_write(h->ssl, h->out + h->outoff, len > INT32_MAX ? INT32_MAX : (int)len);
+            if (r <= 0) {
+                int e = SSL_get_error(h->ssl, r);
+                if (e == SSL_ERROR_WANT_WRITE)
+                    event_add(h->wev, NULL);
+                ERR_clear_error();
+                return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ;
+            }
+            h->outoff += (size_t)r;
+            continue;
+        }
+        ssize_t n = send(h->fd, h->out + h->outoff, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                return false;
+            event_add(h->wev, NULL);
+            return true;
+        }
+        h->outoff += (size_t)n;
+    }
+}
+
+static int
+h2w_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
+           const uint8_t *value, size_t valuelen, uint8_t flags, void *arg)
+{
+    (void)flags;
+    (void)arg;
+    struct conn *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+    if (c && f->hd.type == NGHTTP2_HEADERS && !c->status_seen && namelen == 7 &&
+        !memcmp(name, ":status", 7)) {
+        c->status_seen = true;
+        if (valuelen != 3 || value[0] != '2')
+            atomic_fetch_add(&non2xx, 1);
+    }
+    return 0;
+}
+
+static int
+h2w_frame(nghttp2_session *s, const nghttp2_frame *f, void *arg)
+{
+    (void)arg;
+    if (f->hd.type == NGHTTP2_SETTINGS && !(f->hd.flags & NGHTTP2_FLAG_ACK)) {
+        int32_t m = (int32_t)nghttp2_session_get_remote_settings(
+            s, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+        int32_t cur = atomic_load(&h2_max_streams);
+        while (m < cur && !atomic_compare_exchange_weak(&h2_max_streams, &cur, m))
+            ;
+        return 0;
+    }
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_RESPONSE)
+        return 0;
+    struct conn *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+    if (c && !c->head) {
+        c->head = true;
+        atomic_fetch_add(&heads, 1);
+        atomic_store(&t_last_head, wall_ns());
+    }
+    return 0;
+}
+
+/* DATA of one stream: scanned as that stream's bytes (its own tail). nghttp2
+ * counts them consumed when this returns (automatic WINDOW_UPDATE). */
+static int
+h2w_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *arg)
+{
+    (void)flags;
+    struct h2c *h = arg;
+    struct conn *c = nghttp2_session_get_stream_user_data(s, id);
+    if (!c || c->dead)
+        return 0;
+    struct loop *lp = h->lp;
+    while (len) { /* frames are at most 16 KiB unless the client asks for more: it does not */
+        size_t n = len < RBUF ? len : RBUF;
+        char *at = lp->buf + TAILMAX - c->ntail;
+        memcpy(at, c->tail, c->ntail);
+        memcpy(lp->buf + TAILMAX, data, n);
+        scan(c, at, c->ntail + n, lp->now);
+        data += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int
+h2w_closed(nghttp2_session *s, int32_t id, uint32_t code, void *arg)
+{
+    (void)code;
+    (void)arg;
+    struct conn *c = nghttp2_session_get_stream_user_data(s, id);
+    if (c)
+        conn_lost(c);
+    return 0;
+}
+
+/* The request of stream i (the HTTP/1.1 one's fields as HTTP/2 headers). */
+static void
+h2c_submit(struct h2c *h, int i)
+{
+    char target[2048], sel[64] = "", auth[1100] = "";
+    if (nodes)
+        snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", i % nodes);
+    int tl = snprintf(target, sizeof target, "%s%s", path, sel);
+    int al = ntokens ? snprintf(auth, sizeof auth, "Bearer %s", tokens[i % ntokens]) : 0;
+    if (tl < 0 || tl >= (int)sizeof target || al < 0 || al >= (int)sizeof auth) {
+        fprintf(stderr, "fanout: the request of stream %d is too long\n", i);
+        exit(1);
+    }
+#define NV(n, v, vl)                                                                               \
+    {                                                                                              \
+        u8(n), u8(v), sizeof(n) - 1, vl, NGHTTP2_NV_FLAG_NONE                                      \
+    }
+    const char *accept = "application/vnd.kubernetes.protobuf, application/json";
+    nghttp2_nv hdrs[] = {NV(":method", "GET", 3),
+                         NV(":scheme", tls ? "https" : "http", tls ? 5 : 4),
+                         NV(":path", target, (size_t)tl),
+                         NV(":authority", "127.0.0.1", 9),
+                         NV("authorization", auth, (size_t)al),
+                         NV("accept", accept, strlen(accept))};
+#undef NV
+    size_t n = 4;
+    if (ntokens)
+        hdrs[n++] = hdrs[4];
+    if (MARK == MARK_PB)
+        hdrs[n++] = hdrs[5];
+    conns[i].hc = h;
+    conns[i].lp = h->lp;
+    if (nghttp2_submit_request(h->s, NULL, hdrs, n, NULL, &conns[i]) < 0) {
+        fprintf(stderr, "fanout: the HTTP/2 request of stream %d could not be submitted\n", i);
+        exit(1);
+    }
+}
+
+/* The TLS handshake is done: the server must have picked h2. */
+static bool
+h2c_alpn_ok(struct h2c *h)
+{
+    const unsigned char *p;
+    unsigned int n;
+    SSL_get0_alpn_selected(h->ssl, &p, &n);
+    if (n == 2 && !memcmp(p, "h2", 2))
+        return true;
+    if (atomic_fetch_add(&alpn_failures, 1) == 0)
+        fprintf(stderr,
+                "fanout: the server did not pick ALPN h2 (it picked '%.*s'; more are "
+                "counted)\n",
+                (int)n, n ? (const char *)p : "");
+    return false;
+}
+
+static void
+h2c_event(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct h2c *h = arg;
+    struct loop *lp = h->lp;
+    if (h->dead)
+        return;
+    if (h->ssl && !h->handshaken) {
+        int r = SSL_do_handshake(h->ssl);
+        if (r != 1) {
+            int e = SSL_get_error(h->ssl, r);
+            if (e == SSL_ERROR_WANT_WRITE)
+                event_add(h->wev, NULL);
+            else if (e != SSL_ERROR_WANT_READ) {
+                if (atomic_fetch_add(&tls_failures, 1) == 0) {
+                    const char *why = ERR_reason_error_string(ERR_peek_error());
+                    fprintf(stderr,
+                            "fanout: a TLS handshake failed (the first; more are counted): %s\n",
+                            why ? why : "connection closed");
+                }
+                ERR_clear_error();
+                h2c_lost(h);
+            }
+            return;
+        }
+        h->handshaken = true;
+        if (!h2c_alpn_ok(h)) {
+            h2c_lost(h);
+            return;
+        }
+        atomic_fetch_add(&h2_opened, 1);
+        if (!h2c_flush(h)) /* the preface, SETTINGS and every stream's HEADERS */
+            h2c_lost(h);
+        return;
+    }
+    size_t got = 0;
+    bool over = false;
+    if (h->ssl) {
+        while (got < RBUF) {
+            int n = SSL_read(h->ssl, lp->h2buf + got, (int)(RBUF - got));
+            if (n > 0) {
+                got += (size_t)n;
+                continue;
+            }
+            int e = SSL_get_error(h->ssl, n);
+            if (e == SSL_ERROR_WANT_WRITE)
+                event_add(h->wev, NULL);
+            over = e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE;
+            ERR_clear_error();
+            break;
+        }
+    } else {
+        ssize_t n = recv(fd, lp->h2buf, RBUF, 0);
+        if (n > 0)
+            got = (size_t)n;
+        else
+            over = n == 0 || (errno != EAGAIN && errno != EINTR);
+    }
+    if (got) {
+        lp->now = wall_ns();
+        if (nghttp2_session_mem_recv(h->s, (const uint8_t *)lp->h2buf, got) < 0)
+            over = true;
+    }
+    if (over || !h2c_flush(h) ||
+        (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s))) {
+        h2c_lost(h);
+        return;
+    }
+    if (h->ssl && got == RBUF && SSL_has_pending(h->ssl))
+        event_active(h->ev, EV_READ, 0);
+}
+
+/* Connection j: its socket, session, SETTINGS and every stream's request,
+ * sent now (plaintext) or once the handshake is done (TLS). */
+static void
+h2c_open(struct loop *lp, int j, const struct sockaddr_in *sin)
+{
+    struct h2c *h = &h2conns[j];
+    h->lp = lp;
+    h->first = j * h2_per_conn;
+    h->count = nw - h->first < h2_per_conn ? nw - h->first : h2_per_conn;
+    h->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (h->fd < 0 || connect(h->fd, (const struct sockaddr *)sin, sizeof(*sin)) != 0) {
+        fprintf(stderr, "fanout: connect failed at connection %d: %s\n", j, strerror(errno));
+        exit(1);
+    }
+    int one = 1;
+    setsockopt(h->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    evutil_make_socket_nonblocking(h->fd);
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_on_header_callback(cb, h2w_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2w_frame);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2w_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, h2w_closed);
+    nghttp2_session_client_new(&h->s, cb, h);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_settings_entry set[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+                                    {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)h2_window}};
+    nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, set, 2);
+    /* the connection's window covers every stream's */
+    int64_t cw = (int64_t)h2_window * h->count;
+    nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0,
+                                          cw > INT32_MAX ? INT32_MAX : (int32_t)cw);
+    for (int i = h->first; i < h->first + h->count; i++)
+        h2c_submit(h, i);
+    h->ev = event_new(lp->base, h->fd, EV_READ | EV_PERSIST, h2c_event, h);
+    h->wev = event_new(lp->base, h->fd, EV_WRITE, h2c_event, h);
+    event_add(h->ev, NULL);
+    if (tls) {
+        h->ssl = SSL_new(h2_tls_ctx);
+        if (!h->ssl || SSL_set_fd(h->ssl, h->fd) != 1) {
+            fprintf(stderr, "fanout: out of memory for TLS connection %d\n", j);
+            exit(1);
+        }
+        if (cacert)
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(h->ssl), "127.0.0.1");
+        SSL_set_connect_state(h->ssl);
+        h2c_event(h->fd, EV_WRITE, h); /* the ClientHello */
+        return;
+    }
+    atomic_fetch_add(&h2_opened, 1);
+    if (!h2c_flush(h))
+        h2c_lost(h);
+}
+
 static void
 on_read(evutil_socket_t fd, short what, void *arg)
 {
@@ -528,6 +898,15 @@ open_some(evutil_socket_t fd, short what, void *arg)
     }
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (h2_per_conn) { /* a loop's first and count are connections */
+        for (int k = 0; k < 10 && next < lp->first + lp->count; k++, next++)
+            h2c_open(lp, next, &sin);
+        if (next < lp->first + lp->count) {
+            struct timeval tv = {0, 2000};
+            evtimer_add(self, &tv);
+        }
+        return;
+    }
     for (int k = 0; k < 100 && next < lp->first + lp->count; k++, next++) {
         struct conn *c = &conns[next];
         c->lp = lp;
@@ -696,7 +1075,11 @@ main(int argc, char **argv)
         if (!v)
             goto usage;
         i++;
-        if (!strcmp(a, "--port"))
+        if (!strcmp(a, "--h2-streams-per-conn"))
+            h2_per_conn = atoi(v);
+        else if (!strcmp(a, "--h2-window"))
+            h2_window = atoi(v);
+        else if (!strcmp(a, "--port"))
             port = atoi(v);
         else if (!strcmp(a, "--path"))
             path = v;
@@ -724,18 +1107,35 @@ main(int argc, char **argv)
     if (etcd_prefix)
         grpc_watch_request(etcd_prefix);
     if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
-        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls) || (token_file && etcd_prefix))
+        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls) || (token_file && etcd_prefix) ||
+        h2_per_conn < 0 || (h2_per_conn && etcd_prefix) || h2_window < 65535)
         goto usage;
+    if (h2_per_conn) {
+        nh2c = (nw + h2_per_conn - 1) / h2_per_conn;
+        h2conns = calloc((size_t)nh2c, sizeof(*h2conns));
+        if (nthreads > nh2c)
+            nthreads = nh2c;
+    }
     if (token_file)
         read_tokens(token_file);
-    if (tls)
+    if (tls && !h2_per_conn)
         tls_ctx = tls_ctx_new();
+    if (tls && h2_per_conn) { /* ALPN h2 only; nghttp2's frames are written in pieces */
+        h2_tls_ctx = tls_ctx_new();
+        SSL_CTX_set_mode(h2_tls_ctx,
+                         SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        if (SSL_CTX_set_alpn_protos(h2_tls_ctx, (const unsigned char *)"\x02h2", 3) != 0) {
+            fprintf(stderr, "fanout: ALPN setup failed\n");
+            return 2;
+        }
+    }
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
-    if ((rlim_t)nw + 16 > rl.rlim_cur) {
-        fprintf(stderr, "fanout: %d streams need more than the %llu open files allowed\n", nw,
+    int nfd = h2_per_conn ? nh2c : nw;
+    if ((rlim_t)nfd + 16 > rl.rlim_cur) {
+        fprintf(stderr, "fanout: %d connections need more than the %llu open files allowed\n", nfd,
                 (unsigned long long)rl.rlim_cur);
         return 2;
     }
@@ -747,8 +1147,9 @@ main(int argc, char **argv)
         lp->base = event_base_new();
         lp->buf = malloc(TAILMAX + RBUF);
         lp->h2buf = malloc(RBUF);
+        int units = h2_per_conn ? nh2c : nw; /* connections or streams */
         lp->first = at;
-        lp->count = nw / nthreads + (t < nw % nthreads);
+        lp->count = units / nthreads + (t < units % nthreads);
         at += lp->count;
         pthread_create(&lp->th, NULL, run_loop, lp);
     }
@@ -762,11 +1163,17 @@ main(int argc, char **argv)
     uint64_t t_heads = atomic_load(&t_last_head), t0 = atomic_load(&t_start);
     double heads_ms = t_heads > t0 ? (double)(t_heads - t0) / 1e6 : 0;
     int unanswered = nw - atomic_load(&heads) - atomic_load(&ended_headless);
+    char h2tail[128] = "";
+    if (h2_per_conn) {
+        int ms = atomic_load(&h2_max_streams);
+        snprintf(h2tail, sizeof h2tail, ",\"conns\":%d,\"alpn_failures\":%d,\"max_streams\":%d",
+                 atomic_load(&h2_opened), atomic_load(&alpn_failures), ms == INT32_MAX ? -1 : ms);
+    }
     if (idle) {
         printf("{\"streams\":%d,\"ended\":%d,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
-               "\"unanswered\":%d}\n",
+               "\"unanswered\":%d%s}\n",
                atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
-               atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered);
+               atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered, h2tail);
         fflush(stdout);
         pause(); /* the streams stay open until the caller has measured and kills us */
         return 0;
@@ -781,16 +1188,16 @@ main(int argc, char **argv)
     double mx = nlat ? lat[nlat - 1] : 0;
     printf("{\"streams\":%d,\"ended\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,"
            "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
-           "\"unanswered\":%d}\n",
+           "\"unanswered\":%d%s}\n",
            atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
            (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx,
-           atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered);
+           atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered, h2tail);
     fflush(stdout);
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
                     "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
-                    "FILE] [--deadline S] [--protobuf] | "
-                    "[--etcd-prefix KEY]\n");
+                    "FILE] [--deadline S] [--protobuf] [--h2-streams-per-conn K [--h2-window "
+                    "BYTES]] | [--etcd-prefix KEY]\n");
     return 2;
 }
