@@ -65,11 +65,29 @@ a flag it needs says "n/a (flag unsupported: ...)".
                one run, ABBA order, each cell the mean of its two runs:
                deliveries/s, kwc CPU per delivery, p99, and the difference
                in % (target: within 2 %). bench/results/metrics.md.
+
+  http2        HTTP/2 beside HTTP/1.1 (issue 21), bench/results/http2.md and
+               http2.png. Servers side by side on one apisim: BEFORE
+               (--baseline-commit; default for --only http2: main before the
+               issue) plaintext and TLS, AFTER plaintext (HTTP/1.1 and HTTP/2
+               with prior knowledge on one port) and TLS (ALPN h2 or
+               http/1.1). Watch fan-out: --h2-watchers streams at --h2-rate
+               events/s of 1 KiB, HTTP/2 spread over --h2-conns connections
+               (fanout --h2-streams-per-conn) vs one HTTP/1.1 connection each:
+               deliveries/s, p50/p99, kwc CPU per delivery, and kwc RssAnon
+               growth per idle watcher on a fresh kwc (fanout --idle). Cached
+               GETs (one pod at rv=0; a NotOlderThan page of 500 pods) at
+               --h2-get-conns connections: h2load -m 10 and -m 100 vs wrk:
+               req/s, p50/p99, kwc CPU per request, peak RssAnon. HTTP/1.1 rows
+               run against both builds (plaintext ABBA: the seam step within
+               noise); HTTP/2 rows against AFTER only, and say n/a when a kwc
+               answers no HTTP/2.
 """
 import argparse
 import datetime
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -336,7 +354,7 @@ def bench_cache(args):
 
 
 def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False,
-           token_file=None, warmup=2, deadline=0, protobuf=False):
+           token_file=None, warmup=2, deadline=0, protobuf=False, h2=0):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
             "--seconds", str(seconds or args.duration), "--warmup", str(warmup)]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
@@ -352,6 +370,8 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv += ["--deadline", str(deadline)]
     if protobuf:
         argv.append("--protobuf")
+    if h2:  # HTTP/2: h2 streams per connection (prior knowledge, or ALPN h2 with tls)
+        argv += ["--h2-streams-per-conn", str(h2)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -1822,10 +1842,309 @@ def bench_auth(args):
     save("auth", text)
 
 
+# ---- issue 21: HTTP/2 beside HTTP/1.1 ----
+#
+# One apisim, the kwcs side by side: BEFORE (--baseline-commit, HTTP/1.1 only)
+# plaintext and TLS, AFTER plaintext (HTTP/1.1 and HTTP/2 with prior knowledge
+# on the same port) and TLS (ALPN h2 or http/1.1). HTTP/1.1 rows run against
+# both builds (the seam step: plaintext in ABBA order, each cell the mean of
+# its runs); HTTP/2 rows against AFTER only.
+
+H2_BASELINE = "74d43bb"  # main before issue 21 (the response-stream seam and HTTP/2)
+
+
+def h2load(port, path, conns, streams, duration, tls=False):
+    """h2load for duration seconds: (req/s, p50 ms, p99 ms, non-2xx, failed or
+    errored or timed out, requests done, the protocol it negotiated). p50/p99
+    from its per-request log. http:// is HTTP/2 with prior knowledge."""
+    fd, log = tempfile.mkstemp(prefix="kwc-h2load-", suffix=".log", dir="/dev/shm")
+    os.close(fd)
+    try:
+        out = subprocess.run(["h2load", "-c", str(conns), "-t", str(min(conns, 2)), "-m", str(streams),
+                              "-D", str(duration), "--log-file", log,
+                              "%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)],
+                             capture_output=True, text=True, timeout=duration + 60).stdout
+        m = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", out)
+        req = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                        r"(\d+) errored, (\d+) timeout", out)
+        codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+        proto = re.search(r"Application protocol: (\S+)", out)
+        if not (m and req and codes):
+            raise RuntimeError("h2load: no result:\n" + out[-2000:])
+        with open(log) as f:
+            t = sorted(int(line.split("\t")[2]) for line in f if line.count("\t") >= 2)
+        done, ok = int(req.group(1)), int(req.group(2))
+        return (float(m.group(1)), pct(t, 50) / 1000 if t else 0, pct(t, 99) / 1000 if t else 0,
+                sum(int(x) for x in codes.groups()[1:]), done - ok, done, proto.group(1) if proto else "none")
+    finally:
+        os.unlink(log)
+
+
+def speaks_h2(k):
+    """Why k cannot serve HTTP/2 (None when it does: one h2load request,
+    prior knowledge or ALPN h2)."""
+    try:
+        out = subprocess.run(["h2load", "-n", "1", "-c", "1", "%s://127.0.0.1:%d/healthz" % (
+            "https" if k.v.tls else "http", k.port)], capture_output=True, text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        return "h2load timed out"
+    if re.search(r"Application protocol: h2c?\b", out) and re.search(r" 1 succeeded", out):
+        return None
+    return "n/a (no HTTP/2%s)" % (" by ALPN" if k.v.tls else " with prior knowledge")
+
+
+def bench_http2(args):
+    """Issue 21: watch streams over HTTP/2 (--h2-watchers streams over
+    --h2-conns connections) vs one HTTP/1.1 connection per watch, and cached
+    GETs with h2load (1/8/32 connections x 10/100 streams) vs wrk, plaintext
+    and TLS, before/after for the HTTP/1.1 rows."""
+    import json
+    n, nconn, rate = args.h2_watchers, args.h2_conns, args.h2_rate
+    per = -(-n // nconn)
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    short = git("rev-parse", "--short", args.baseline_commit)
+    B, BT = Variant("before (%s)" % short, args.baseline_kwc, False), Variant("before (%s), TLS" % short,
+                                                                               args.baseline_kwc, True)
+    A, AT = Variant("after", args.kwc, False), Variant("after, TLS", args.kwc, True)
+    opt = (("--max-connections", n + 1000), ("--protobuf-resources", "none"),
+           ("--http2-max-streams-per-connection", max(per, 100)))
+    wpath = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600"
+    why_no_h2 = {}
+    mem, runs, plot_w = {}, {}, []
+
+    def key(v, proto):
+        return (v.label, proto)
+
+    # -- memory per idle watcher, each cell on a fresh kwc (a process that
+    #    served watchers before keeps their freed memory)
+    for v in (B, A, BT, AT):
+        for proto in ("HTTP/1.1", "HTTP/2") if v in (A, AT) else ("HTTP/1.1",):
+            try:
+                k = Kwc(args, env, v, "h2mem-%s-%s" % (v.label.split()[0] + ("-tls" if v.tls else ""),
+                                                       proto[-1]), optional=opt)
+            except Unavailable as e:
+                mem[key(v, proto)] = str(e)
+                continue
+            try:
+                if proto == "HTTP/2":
+                    why = speaks_h2(k)
+                    if why:
+                        mem[key(v, proto)] = why_no_h2[v.label] = why
+                        continue
+                a0, f0 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+                p = fanout(args, k.port, n, idle=True, tls=v.tls, h2=per if proto == "HTTP/2" else 0,
+                           path=wpath % env.stats()["rv"], deadline=120)
+                try:
+                    r = json.loads(read_line(p, 300))
+                    a1, f1 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+                finally:
+                    p.kill()
+                    p.wait()
+                mem[key(v, proto)] = (r["streams"], (a1 - a0) / max(r["streams"], 1), f1 - f0)
+                print(json.dumps({"idle": v.label, "proto": proto, "streams": r["streams"],
+                                  "KiB/watcher": round((a1 - a0) / max(r["streams"], 1), 2), "fds": f1 - f0}),
+                      flush=True)
+            finally:
+                k.stop()
+    servers = {}
+    try:
+        for v in (B, A, BT, AT):
+            try:
+                servers[v.label] = Kwc(args, env, v, "h2-" + v.label.split()[0] + ("-tls" if v.tls else ""),
+                                       optional=opt)
+            except Unavailable as e:
+                servers[v.label] = e
+        for v in (A, AT):
+            k = servers[v.label]
+            if isinstance(k, Kwc) and v.label not in why_no_h2:
+                why = speaks_h2(k)
+                if why:
+                    why_no_h2[v.label] = why
+
+        # -- watch fan-out: 1 KiB events at --h2-rate; the seam ABBA around HTTP/2
+        order = [(B, "HTTP/1.1"), (A, "HTTP/1.1"), (A, "HTTP/2"), (A, "HTTP/2"), (A, "HTTP/1.1"), (B, "HTTP/1.1"),
+                 (BT, "HTTP/1.1"), (AT, "HTTP/1.1"), (AT, "HTTP/2")]
+        for v, proto in order:
+            k = servers[v.label]
+            if not isinstance(k, Kwc) or (proto == "HTTP/2" and v.label in why_no_h2):
+                continue
+            rv = env.stats()["rv"]
+            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+            p = fanout(args, k.port, n, tls=v.tls, h2=per if proto == "HTTP/2" else 0, path=wpath % rv,
+                       deadline=120)
+            try:
+                r = fanout_measure(p, k.pid)
+            finally:
+                env.sim("POST", "/apisim/churn", {"rate": 0})
+            runs.setdefault(key(v, proto), []).append(r)
+            print(json.dumps({"watch": v.label, "proto": proto, **{x: r.get(x) for x in (
+                "streams", "conns", "per_s", "p50_ms", "p99_ms", "cpu", "client_cpu", "rss_mb", "unanswered")}}),
+                  flush=True)
+
+        # -- cached GETs: wrk (HTTP/1.1, keep-alive) vs h2load (HTTP/2, -m streams per connection)
+        pkey = env.sim("GET", "/apisim/state?resource=pods")["items"][0]["key"]
+        ns, name = pkey.split("/")
+        paths = (("GET one pod (rv=0)", "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % (ns, name)),
+                 # the cache's page with NotOlderThan (rv=0 ignores limit, as kube does), as bench_rooms
+                 ("page of 500 pods (NotOlderThan)",
+                  "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=500"))
+        gets = {}
+        d = args.h2_get_seconds
+        for plabel, path in paths:
+            for conns in (int(c) for c in args.h2_get_conns.split(",")):
+                order = [(B, "wrk", 0), (A, "wrk", 0)] + [(A, "h2load", m) for m in (10, 100)] + \
+                    [(A, "wrk", 0), (B, "wrk", 0), (BT, "wrk", 0), (AT, "wrk", 0)] + \
+                    [(AT, "h2load", m) for m in (10, 100)]
+                for v, tool, m in order:
+                    k = servers[v.label]
+                    if not isinstance(k, Kwc) or (tool == "h2load" and v.label in why_no_h2):
+                        continue
+                    smp = Sampler(k.pid)
+                    c0, t0 = cpu_seconds(k.pid), time.monotonic()
+                    if tool == "wrk":
+                        w = wrk(k.port, path, conns, d, "https" if v.tls else "http")
+                        el = time.monotonic() - t0
+                        res = (w[0], w[1], w[2], w[3], w[4], w[0] * el, "http/1.1")
+                    else:
+                        res = h2load(k.port, path, conns, m, d, v.tls)
+                        el = time.monotonic() - t0
+                    cpu = cpu_seconds(k.pid) - c0
+                    peak = smp.stop()["RssAnon"] / 1024
+                    gets.setdefault((plabel, conns, v.label, tool, m), []).append(
+                        (res[0], res[1], res[2], cpu / el, cpu / max(res[5], 1) * 1e6, peak, res[3], res[4], res[6]))
+                    print(json.dumps({"get": plabel, "conns": conns, "server": v.label, "tool": tool, "m": m,
+                                      "rps": round(res[0]), "p99": res[2], "cpu_us": round(cpu / max(res[5], 1) * 1e6,
+                                                                                          2), "proto": res[6]}),
+                          flush=True)
+    finally:
+        stop_all(servers)
+        env.close()
+
+    def mean(rs, f):
+        return sum(f(r) for r in rs) / len(rs)
+
+    # -- the watch table: one row per server and protocol, its runs' mean
+    hdr = ["server", "protocol", "connections", "streams", "runs", "deliveries/s", "p50 ms", "p99 ms", "kwc CPU",
+           "kwc CPU us/delivery", "vs before HTTP/1.1", "fanout CPU", "kwc RssAnon MB (end)",
+           "idle: KiB per watcher, kwc fds (fresh kwc)"]
+    rows = []
+    ref = {}
+    for v in (B, A, BT, AT):
+        for proto in ("HTTP/1.1", "HTTP/2") if v in (A, AT) else ("HTTP/1.1",):
+            rs = runs.get(key(v, proto))
+            mm = mem.get(key(v, proto))
+            idle = "%.2f KiB, +%d fds" % (mm[1], mm[2]) if isinstance(mm, tuple) else (mm or "-")
+            conns = (-(-n // per) if proto == "HTTP/2" else n)
+            if not rs:
+                k = servers.get(v.label)
+                why = why_no_h2.get(v.label) if proto == "HTTP/2" else None
+                rows.append([v.label, proto, conns, why or (str(k) if not isinstance(k, Kwc) else "-")] +
+                            ["-"] * 9 + [idle])
+                continue
+            us = mean(rs, lambda r: r["cpu"] / max(r["per_s"], 1) * 1e6)
+            base = v.tls and BT.label or B.label
+            if proto == "HTTP/1.1" and v.label == base:
+                ref[v.tls] = us
+            vs = "%+.1f%%" % (100 * (us - ref[v.tls]) / ref[v.tls]) if v.tls in ref and v.label != base else "-"
+            streams = "%d" % min(r["streams"] for r in rs) + (
+                " (%d ended)" % max(r["ended"] for r in rs) if any(r.get("ended") for r in rs) else "") + (
+                " (%d unanswered)" % max(r["unanswered"] for r in rs) if any(r.get("unanswered") for r in rs) else "")
+            rows.append([v.label, proto, conns, streams, len(rs), "%.0f" % mean(rs, lambda r: r["per_s"]),
+                         "%.1f" % mean(rs, lambda r: r["p50_ms"]), "%.1f" % mean(rs, lambda r: r["p99_ms"]),
+                         "%.0f%%" % (100 * mean(rs, lambda r: r["cpu"])), "%.2f" % us, vs,
+                         "%.0f%%" % (100 * mean(rs, lambda r: r["client_cpu"])),
+                         "%.0f" % mean(rs, lambda r: r["rss_mb"]), idle])
+            plot_w.append(("%s %s" % (v.label.replace(" (%s)" % short, ""), proto), us))
+    text = table("Watch fan-out over HTTP/2 vs HTTP/1.1: %d watchers at %d events/s x 1 KiB (fanout.c, %d s), "
+                 "HTTP/2: %d streams per connection; the HTTP/1.1 plaintext rows ABBA (mean of their runs); "
+                 "CPU as %% of one core" % (n, rate, args.duration, per), hdr, rows)
+    # -- the GET table
+    rows = []
+    plot_g = []
+    for plabel, _ in paths:
+        for conns in (int(c) for c in args.h2_get_conns.split(",")):
+            base = {}
+            for v, tool, m in [(B, "wrk", 0), (A, "wrk", 0), (A, "h2load", 10), (A, "h2load", 100),
+                               (BT, "wrk", 0), (AT, "wrk", 0), (AT, "h2load", 10), (AT, "h2load", 100)]:
+                what = "HTTP/1.1 (wrk)" if tool == "wrk" else "HTTP/2 (h2load -m %d)" % m
+                rs = gets.get((plabel, conns, v.label, tool, m))
+                if not rs:
+                    k = servers.get(v.label)
+                    why = why_no_h2.get(v.label) if tool == "h2load" else None
+                    rows.append([plabel, conns, v.label, what, why or (str(k) if not isinstance(k, Kwc) else "-")] +
+                                ["-"] * 6)
+                    continue
+                rps = mean(rs, lambda r: r[0])
+                if tool == "wrk" and v.label in (B.label, BT.label):
+                    base[v.tls] = rps
+                vs = "%.0f%%" % (100 * rps / base[v.tls]) if v.tls in base and v.label not in (B.label, BT.label) \
+                    else "-"
+                rows.append([plabel, conns, v.label, what + ("" if tool == "wrk" else ", " + rs[0][8]),
+                             "%.0f" % rps, vs, "%.2f / %.2f" % (mean(rs, lambda r: r[1]), mean(rs, lambda r: r[2])),
+                             "%.0f%%" % (100 * mean(rs, lambda r: r[3])), "%.1f" % mean(rs, lambda r: r[4]),
+                             "%.0f" % max(r[5] for r in rs), "%d / %d" % (sum(r[6] for r in rs), sum(r[7] for r in rs))])
+                if plabel == paths[0][0] and v.label not in (B.label, BT.label):
+                    plot_g.append(("%s %s" % (v.label, what), conns, rps))
+    text += "\n" + table("Cached GETs, HTTP/2 (h2load, -m streams per connection) vs HTTP/1.1 (wrk, keep-alive), "
+                         "%d s per cell; the HTTP/1.1 plaintext cells ABBA (mean of two runs); vs: share of before's "
+                         "HTTP/1.1 req/s (same transport)" % d,
+                         ["request", "connections", "server", "protocol", "req/s", "vs before", "p50 / p99 ms",
+                          "kwc CPU", "kwc CPU us/request", "kwc peak RssAnon MB", "non-2xx / errors"], rows)
+    save("http2", text)
+    plot_http2(plot_w, plot_g, n, per, rate)
+
+
+def plot_http2(watch, gets, n, per, rate, name="http2"):
+    """PNG: kwc CPU per delivery by server and protocol (bars), and GET one
+    pod requests/s vs connections, HTTP/1.1 vs HTTP/2 (gnuplot)."""
+    if not SAVE or not watch:
+        return
+    wd, gd = os.path.join(RESULTS, name + "-watch.dat"), os.path.join(RESULTS, name + "-get.dat")
+    with open(wd, "w") as f:
+        for label, us in watch:
+            f.write('"%s" %.3f\n' % (label, us))
+    series = []
+    for label, _, _ in gets:
+        if label not in series:
+            series.append(label)
+    with open(gd, "w") as f:
+        for s in series:
+            f.write("# %s\n" % s)
+            for label, conns, rps in gets:
+                if label == s:
+                    f.write("%d %.0f\n" % (conns, rps))
+            f.write("\n\n")
+    lines = ", ".join("'%s' index %d using 1:2 with linespoints%s title '%s'" % (
+        gd, i, " dashtype 2" if "TLS" in s else "", s) for i, s in enumerate(series))
+    script = """set terminal png size 1400,560
+set output '%s'
+set multiplot layout 1,2
+set title 'kwc CPU per delivery: %d watchers, %d ev/s x 1 KiB, HTTP/2 %d streams/conn'
+set ylabel 'kwc CPU us per delivery'
+set style fill solid 0.6
+set boxwidth 0.6
+set yrange [0:*]
+set xtics rotate by -25
+unset key
+plot '%s' using 0:2:xtic(1) with boxes
+set title 'GET one pod from the cache: requests/s'
+set xlabel 'connections'
+set ylabel 'requests/s'
+set logscale x 2
+set xtics norotate
+set key left top
+plot %s
+unset multiplot
+""" % (os.path.join(RESULTS, name + ".png"), n, rate, per, wd, lines)
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
+
+
 # The full run's sizes: results are saved (and plots drawn) only at these.
 FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
-        "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000}
+        "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000,
+        "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 100, "h2_get_seconds": 3, "h2_get_conns": "1,8,32"}
 # --small: every scenario in well under a minute, to check the script itself.
 PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
 
@@ -1961,9 +2280,11 @@ def bench_protobuf(args):
 
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
-         "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200}
-SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms"}
+         "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
+         "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32"}
+SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
+    "http2"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2"}
 
 
 def main():
@@ -1972,8 +2293,9 @@ def main():
     ap.add_argument("--kwc", default=os.path.join(ROOT, "build", "kwc"),
                     help="the kwc under test (AFTER in the before/after scenarios; default build/kwc)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bench"), help="bench/*.c built (fanout, ...)")
-    ap.add_argument("--baseline-commit", default="8af2294",
-                    help="BEFORE: kwc built from this commit (default: the last with libevhtp)")
+    ap.add_argument("--baseline-commit", default=None,
+                    help="BEFORE: kwc built from this commit (default: the last with libevhtp; for --only http2 "
+                         "alone: %s, main before issue 21)" % H2_BASELINE)
     ap.add_argument("--baseline-kwc", default=None, help="BEFORE: this binary instead of building one")
     ap.add_argument("--only", default=SCENARIOS, help="comma-separated scenarios (default: all, %s)" % SCENARIOS)
     ap.add_argument("--small", action="store_true", help="small sizes (%s); nothing saved. The watch scenario's "
@@ -1997,10 +2319,20 @@ def main():
                     help="auth: distinct identities in the cold burst")
     ap.add_argument("--pb-kubelet", type=int, default=FULL["pb_kubelet"],
                     help="protobuf: node-pinned watchers in the kubelet pattern, each encoding")
+    ap.add_argument("--h2-watchers", type=int, default=FULL["h2_watchers"],
+                    help="http2: watch streams, over --h2-conns HTTP/2 connections vs one HTTP/1.1 connection each")
+    ap.add_argument("--h2-conns", type=int, default=FULL["h2_conns"],
+                    help="http2: HTTP/2 connections the watch streams are spread over")
+    ap.add_argument("--h2-rate", type=int, default=FULL["h2_rate"], help="http2: events/s (1 KiB) in the fan-out")
+    ap.add_argument("--h2-get-seconds", type=int, default=FULL["h2_get_seconds"],
+                    help="http2: seconds per GET cell (wrk or h2load)")
+    ap.add_argument("--h2-get-conns", default=FULL["h2_get_conns"], help="http2: GET connection counts")
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
     args = ap.parse_args()
+    if args.baseline_commit is None:
+        args.baseline_commit = H2_BASELINE if args.only == "http2" else "8af2294"
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -2013,10 +2345,14 @@ def main():
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
-    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms"} & set(names) else set()
+    tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms",
+                           "http2"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
+    absent = [t for t in ("h2load", "wrk") if "http2" in names and not shutil.which(t)]
+    if absent:
+        ap.error("%s not installed (tests/lib/deps.sh bench installs them)" % ", ".join(absent))
     if missing:
         ap.error("%s not built in %s (make bench builds them, or make %s)" % (
             ", ".join(missing), args.bin, " ".join("build/bench/" + t for t in missing)))
