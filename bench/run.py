@@ -1853,29 +1853,58 @@ def bench_auth(args):
 H2_BASELINE = "74d43bb"  # main before issue 21 (the response-stream seam and HTTP/2)
 
 
-def h2load(port, path, conns, streams, duration, tls=False):
-    """h2load for duration seconds: (req/s, p50 ms, p99 ms, non-2xx, failed or
-    errored or timed out, requests done, the protocol it negotiated). p50/p99
-    from its per-request log. http:// is HTTP/2 with prior knowledge."""
+def settle(pid, timeout=20):
+    """Waits until pid is idle (under 2 % of a core over 0.2 s): what one cell
+    left behind (responses to clients that have gone, a watch's backlog) is
+    not billed to the next."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        c0 = cpu_seconds(pid)
+        time.sleep(0.2)
+        if cpu_seconds(pid) - c0 < 0.004:
+            return
+
+
+def h2load(port, path, conns, streams, duration, tls=False, warmup=1, pid=None):
+    """h2load: warmup seconds (connections and the first responses, not
+    counted), then duration seconds measured. (req/s, p50 ms, p99 ms, non-2xx,
+    failed or errored or timed out, requests done, the protocol it negotiated,
+    pid's CPU seconds and the seconds of the measured phase). p50/p99 from its
+    per-request log. http:// is HTTP/2 with prior knowledge."""
     fd, log = tempfile.mkstemp(prefix="kwc-h2load-", suffix=".log", dir="/dev/shm")
     os.close(fd)
     try:
-        out = subprocess.run(["h2load", "-c", str(conns), "-t", str(min(conns, 2)), "-m", str(streams),
-                              "-D", str(duration), "--log-file", log,
+        p = subprocess.Popen(["h2load", "-c", str(conns), "-t", str(min(conns, 2)), "-m", str(streams),
+                              "-D", str(duration), "--warm-up-time", str(warmup), "--log-file", log,
                               "%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)],
-                             capture_output=True, text=True, timeout=duration + 60).stdout
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        out, c0, t0, c1, t1 = [], None, None, None, None
+        try:
+            for line in p.stdout:  # the first thread's phase lines bound the CPU reading
+                out.append(line)
+                if c0 is None and line.startswith("Main benchmark duration is started"):
+                    c0, t0 = cpu_seconds(pid) if pid else 0, time.monotonic()
+                elif c1 is None and line.startswith("Main benchmark duration is over"):
+                    c1, t1 = cpu_seconds(pid) if pid else 0, time.monotonic()
+            p.wait(duration + warmup + 60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        out = "".join(out)
         m = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", out)
         req = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, "
                         r"(\d+) errored, (\d+) timeout", out)
         codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
         proto = re.search(r"Application protocol: (\S+)", out)
-        if not (m and req and codes):
+        if not (m and req and codes and t1):
             raise RuntimeError("h2load: no result:\n" + out[-2000:])
         with open(log) as f:
             t = sorted(int(line.split("\t")[2]) for line in f if line.count("\t") >= 2)
         done, ok = int(req.group(1)), int(req.group(2))
         return (float(m.group(1)), pct(t, 50) / 1000 if t else 0, pct(t, 99) / 1000 if t else 0,
-                sum(int(x) for x in codes.groups()[1:]), done - ok, done, proto.group(1) if proto else "none")
+                sum(int(x) for x in codes.groups()[1:]), done - ok, done, proto.group(1) if proto else "none",
+                c1 - c0, t1 - t0)
     finally:
         os.unlink(log)
 
@@ -1891,6 +1920,19 @@ def speaks_h2(k):
     if re.search(r"Application protocol: h2c?\b", out) and re.search(r" 1 succeeded", out):
         return None
     return "n/a (no HTTP/2%s)" % (" by ALPN" if k.v.tls else " with prior knowledge")
+
+
+def watches_h2(args, k, path):
+    """Why k cannot serve a watch over HTTP/2 (None when one stream gets its
+    response head within 10 s)."""
+    import json
+    p = fanout(args, k.port, 1, idle=True, tls=k.v.tls, h2=1, path=path, deadline=10)
+    try:
+        r = json.loads(read_line(p, 30))
+    finally:
+        p.kill()
+        p.wait()
+    return None if r["streams"] == 1 and not r["non2xx"] else "n/a (no watch over HTTP/2)"
 
 
 def bench_http2(args):
@@ -1910,7 +1952,7 @@ def bench_http2(args):
     opt = (("--max-connections", n + 1000), ("--protobuf-resources", "none"),
            ("--http2-max-streams-per-connection", max(per, 100)))
     wpath = "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600"
-    why_no_h2 = {}
+    why_no_h2, why_no_h2w = {}, {}  # AFTER labels: no HTTP/2 at all; no watch over HTTP/2
     mem, runs, plot_w = {}, {}, []
 
     def key(v, proto):
@@ -1928,9 +1970,9 @@ def bench_http2(args):
                 continue
             try:
                 if proto == "HTTP/2":
-                    why = speaks_h2(k)
+                    why = speaks_h2(k) or watches_h2(args, k, wpath % env.stats()["rv"])
                     if why:
-                        mem[key(v, proto)] = why_no_h2[v.label] = why
+                        mem[key(v, proto)] = why
                         continue
                 a0, f0 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
                 p = fanout(args, k.port, n, idle=True, tls=v.tls, h2=per if proto == "HTTP/2" else 0,
@@ -1960,15 +2002,20 @@ def bench_http2(args):
             if isinstance(k, Kwc) and v.label not in why_no_h2:
                 why = speaks_h2(k)
                 if why:
-                    why_no_h2[v.label] = why
+                    why_no_h2[v.label] = why_no_h2w[v.label] = why
+                else:
+                    why = watches_h2(args, k, wpath % env.stats()["rv"])
+                    if why:
+                        why_no_h2w[v.label] = why
 
         # -- watch fan-out: 1 KiB events at --h2-rate; the seam ABBA around HTTP/2
         order = [(B, "HTTP/1.1"), (A, "HTTP/1.1"), (A, "HTTP/2"), (A, "HTTP/2"), (A, "HTTP/1.1"), (B, "HTTP/1.1"),
                  (BT, "HTTP/1.1"), (AT, "HTTP/1.1"), (AT, "HTTP/2")]
         for v, proto in order:
             k = servers[v.label]
-            if not isinstance(k, Kwc) or (proto == "HTTP/2" and v.label in why_no_h2):
+            if not isinstance(k, Kwc) or (proto == "HTTP/2" and v.label in why_no_h2w):
                 continue
+            settle(k.pid)
             rv = env.stats()["rv"]
             env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
             p = fanout(args, k.port, n, tls=v.tls, h2=per if proto == "HTTP/2" else 0, path=wpath % rv,
@@ -1985,13 +2032,14 @@ def bench_http2(args):
         # -- cached GETs: wrk (HTTP/1.1, keep-alive) vs h2load (HTTP/2, -m streams per connection)
         pkey = env.sim("GET", "/apisim/state?resource=pods")["items"][0]["key"]
         ns, name = pkey.split("/")
-        paths = (("GET one pod (rv=0)", "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % (ns, name)),
-                 # the cache's page with NotOlderThan (rv=0 ignores limit, as kube does), as bench_rooms
+        paths = (("GET one pod (rv=0)", "/api/v1/namespaces/%s/pods/%s?resourceVersion=0" % (ns, name), 1),
+                 # the cache's page with NotOlderThan (rv=0 ignores limit, as kube does), as bench_rooms;
+                 # h2load warms up as long as it measures (3,200 pages of ~500 KiB in flight at 32 x 100)
                  ("page of 500 pods (NotOlderThan)",
-                  "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=500"))
+                  "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=500", args.h2_get_seconds))
         gets = {}
         d = args.h2_get_seconds
-        for plabel, path in paths:
+        for plabel, path, warm in paths:
             for conns in (int(c) for c in args.h2_get_conns.split(",")):
                 order = [(B, "wrk", 0), (A, "wrk", 0)] + [(A, "h2load", m) for m in (10, 100)] + \
                     [(A, "wrk", 0), (B, "wrk", 0), (BT, "wrk", 0), (AT, "wrk", 0)] + \
@@ -2000,22 +2048,26 @@ def bench_http2(args):
                     k = servers[v.label]
                     if not isinstance(k, Kwc) or (tool == "h2load" and v.label in why_no_h2):
                         continue
+                    settle(k.pid)
+                    rss0 = rss_kib(k.pid, "RssAnon") / 1024
                     smp = Sampler(k.pid)
-                    c0, t0 = cpu_seconds(k.pid), time.monotonic()
                     if tool == "wrk":
+                        c0, t0 = cpu_seconds(k.pid), time.monotonic()
                         w = wrk(k.port, path, conns, d, "https" if v.tls else "http")
                         el = time.monotonic() - t0
+                        cpu = cpu_seconds(k.pid) - c0
                         res = (w[0], w[1], w[2], w[3], w[4], w[0] * el, "http/1.1")
-                    else:
-                        res = h2load(k.port, path, conns, m, d, v.tls)
-                        el = time.monotonic() - t0
-                    cpu = cpu_seconds(k.pid) - c0
+                    else:  # measured after a warm-up: a long page's first answers come late with 100s in flight
+                        res = h2load(k.port, path, conns, m, d, v.tls, warmup=warm, pid=k.pid)
+                        cpu, el = res[7], res[8]
                     peak = smp.stop()["RssAnon"] / 1024
                     gets.setdefault((plabel, conns, v.label, tool, m), []).append(
-                        (res[0], res[1], res[2], cpu / el, cpu / max(res[5], 1) * 1e6, peak, res[3], res[4], res[6]))
+                        (res[0], res[1], res[2], cpu / el, cpu / res[5] * 1e6 if res[5] else None, (rss0, peak),
+                         res[3], res[4], res[6], res[5]))
                     print(json.dumps({"get": plabel, "conns": conns, "server": v.label, "tool": tool, "m": m,
                                       "rps": round(res[0]), "p99": res[2], "cpu_us": round(cpu / max(res[5], 1) * 1e6,
-                                                                                          2), "proto": res[6]}),
+                                                                                          2), "proto": res[6],
+                                      "rss_mb": [round(rss0), round(peak)]}),
                           flush=True)
     finally:
         stop_all(servers)
@@ -2038,7 +2090,7 @@ def bench_http2(args):
             conns = (-(-n // per) if proto == "HTTP/2" else n)
             if not rs:
                 k = servers.get(v.label)
-                why = why_no_h2.get(v.label) if proto == "HTTP/2" else None
+                why = why_no_h2w.get(v.label) if proto == "HTTP/2" else None
                 rows.append([v.label, proto, conns, why or (str(k) if not isinstance(k, Kwc) else "-")] +
                             ["-"] * 9 + [idle])
                 continue
@@ -2062,7 +2114,7 @@ def bench_http2(args):
     # -- the GET table
     rows = []
     plot_g = []
-    for plabel, _ in paths:
+    for plabel, _, _ in paths:
         for conns in (int(c) for c in args.h2_get_conns.split(",")):
             base = {}
             for v, tool, m in [(B, "wrk", 0), (A, "wrk", 0), (A, "h2load", 10), (A, "h2load", 100),
@@ -2080,17 +2132,23 @@ def bench_http2(args):
                     base[v.tls] = rps
                 vs = "%.0f%%" % (100 * rps / base[v.tls]) if v.tls in base and v.label not in (B.label, BT.label) \
                     else "-"
+                us = [r[4] for r in rs if r[4] is not None]
+                none = not any(r[9] for r in rs)
                 rows.append([plabel, conns, v.label, what + ("" if tool == "wrk" else ", " + rs[0][8]),
-                             "%.0f" % rps, vs, "%.2f / %.2f" % (mean(rs, lambda r: r[1]), mean(rs, lambda r: r[2])),
-                             "%.0f%%" % (100 * mean(rs, lambda r: r[3])), "%.1f" % mean(rs, lambda r: r[4]),
-                             "%.0f" % max(r[5] for r in rs), "%d / %d" % (sum(r[6] for r in rs), sum(r[7] for r in rs))])
+                             "0 (none finished in %d s)" % d if none else "%.0f" % rps, vs,
+                             "-" if none else "%.2f / %.2f" % (mean(rs, lambda r: r[1]), mean(rs, lambda r: r[2])),
+                             "%.0f%%" % (100 * mean(rs, lambda r: r[3])), "%.1f" % (sum(us) / len(us)) if us else "-",
+                             " / ".join("%.0f -> %.0f" % r[5] for r in rs),
+                             "%d / %d" % (sum(r[6] for r in rs), sum(r[7] for r in rs))])
                 if plabel == paths[0][0] and v.label not in (B.label, BT.label):
                     plot_g.append(("%s %s" % (v.label, what), conns, rps))
     text += "\n" + table("Cached GETs, HTTP/2 (h2load, -m streams per connection) vs HTTP/1.1 (wrk, keep-alive), "
-                         "%d s per cell; the HTTP/1.1 plaintext cells ABBA (mean of two runs); vs: share of before's "
-                         "HTTP/1.1 req/s (same transport)" % d,
+                         "%d s per cell (h2load measures after a warm-up: 1 s, the page %d s; kwc CPU over what it measures); "
+                         "the HTTP/1.1 plaintext cells ABBA (mean of two runs); vs: share of before's HTTP/1.1 "
+                         "req/s (same transport)" % (d, d),
                          ["request", "connections", "server", "protocol", "req/s", "vs before", "p50 / p99 ms",
-                          "kwc CPU", "kwc CPU us/request", "kwc peak RssAnon MB", "non-2xx / errors"], rows)
+                          "kwc CPU", "kwc CPU us/request", "kwc RssAnon MB: start -> peak (each run)",
+                          "non-2xx / errors"], rows)
     save("http2", text)
     plot_http2(plot_w, plot_g, n, per, rate)
 
