@@ -10,6 +10,7 @@
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
+ *          [--announce-heads]
  *          [--protobuf] [--h2-streams-per-conn K [--h2-window BYTES]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
@@ -23,6 +24,9 @@
  * response head whose status is not 2xx is counted (non2xx; a 401 or 403
  * watch is not a stream), and heads_ms is the time from the first connect
  * to the last response head (a burst of requests: when all were answered).
+ * --announce-heads: print {"heads":N} once every stream has its response head
+ * (or was ended), before the warm-up: a caller that starts the events then
+ * measures the fan-out without a connect storm racing the first events.
  * --deadline S: when not every stream has its response head S seconds after
  * the first connect, stop and report what arrived (unanswered: the streams
  * still waiting) instead of waiting for ever. --etcd-prefix KEY: instead
@@ -132,6 +136,7 @@ struct loop {
 
 static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2, deadline;
 static bool idle;
+static bool announce_heads; /* --announce-heads */
 static const char *path, *etcd_prefix, *cacert, *token_file;
 static bool tls;
 static SSL_CTX *tls_ctx;
@@ -999,6 +1004,10 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (lp == &loops[0] && !idle && settled == nw && !atomic_load(&t_measure)) {
         uint64_t from = now + (uint64_t)warmup * 1000000000ull;
+        if (announce_heads) { /* the caller may start the events now */
+            printf("{\"heads\":%d}\n", atomic_load(&heads));
+            fflush(stdout);
+        }
         atomic_store(&t_end, from + (uint64_t)seconds * 1000000000ull);
         atomic_store(&t_measure, from);
     }
@@ -1060,6 +1069,10 @@ main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--idle")) {
             idle = true;
+            continue;
+        }
+        if (!strcmp(a, "--announce-heads")) {
+            announce_heads = true;
             continue;
         }
         if (!strcmp(a, "--tls")) {
@@ -1197,7 +1210,8 @@ main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
                     "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
-                    "FILE] [--deadline S] [--protobuf] [--h2-streams-per-conn K [--h2-window "
+                    "FILE] [--deadline S] [--announce-heads] [--protobuf] [--h2-streams-per-conn K "
+                    "[--h2-window "
                     "BYTES]] | [--etcd-prefix KEY]\n");
     return 2;
 }
