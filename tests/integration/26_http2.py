@@ -43,7 +43,7 @@ from cluster import (KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, ClientTLS, Env, Proc, ku
                      wait_for)
 from h2client import ERR, Connection, RawConn
 from hyperframe import frame as hf
-from scrape import scrape
+from scrape import has, scrape, total
 
 P = certs.pki()
 JSON = {"accept": "application/json"}
@@ -70,23 +70,20 @@ def upstream_reads(env):
     return {k: v for k, v in env.stats()["requests"].items() if k.startswith(("list ", "get "))}
 
 
-def h2_samples(m, kind):
-    """kwc's HTTP/2 connection ("connections") or stream ("streams") counter
-    of accepted/opened totals: the samples of a family named for it that
-    carry protocol="h2" (or an HTTP/2-only family)."""
-    out = 0.0
-    found = False
-    for (name, labels), v in m.items():
-        lab = dict(labels)
-        proto = lab.get("protocol", lab.get("proto"))
-        if kind not in name or not name.endswith("_total") or "refused" in name or "closed" in name:
-            continue
-        if proto in ("h2", "HTTP/2.0", "http2") or (proto is None and ("http2" in name or "_h2_" in name)):
-            out += v
-            found = True
-    if not found:
-        raise AssertionError("kwc's /metrics has no HTTP/2 %s counter" % kind)
-    return out
+def h2_count(m, kind):
+    """kwc's HTTP/2 counters (proxy/ops/collect.c): kind "connections"
+    (kwc_http2_connections_total: connections that spoke HTTP/2), "streams"
+    (kwc_http2_streams_total), "refused" / "client" (kwc_http2_stream_resets_total
+    by reason), "goaways" (kwc_http2_goaways_total). A family kwc no longer
+    writes fails loudly."""
+    name, labels = {"connections": ("kwc_http2_connections_total", {}),
+                    "streams": ("kwc_http2_streams_total", {}),
+                    "refused": ("kwc_http2_stream_resets_total", {"reason": "refused"}),
+                    "client": ("kwc_http2_stream_resets_total", {"reason": "client"}),
+                    "goaways": ("kwc_http2_goaways_total", {})}[kind]
+    if not has(m, name):
+        raise AssertionError("kwc's /metrics has no %s" % name)
+    return total(m, name, **labels)
 
 
 def scrape_port(k):
@@ -185,7 +182,7 @@ class Clients(Http2Case):
     def setUpClass(cls):
         super().setUpClass()
         try:
-            cls.plain = cls.start()
+            cls.plain = cls.start("--access-log", "--log-format", "json")
             cls.tls = cls.start(tls=True)
         except BaseException:
             cls.tearDownClass()
@@ -283,8 +280,26 @@ class Clients(Http2Case):
                 if k.tls:
                     self.assertIn("Application protocol: h2", out)
                 m1 = scrape_port(k)
-                self.assertEqual(h2_samples(m1, "connections") - h2_samples(m0, "connections"), 4)
-                self.assertGreaterEqual(h2_samples(m1, "streams") - h2_samples(m0, "streams"), 2000)
+                self.assertEqual(h2_count(m1, "connections") - h2_count(m0, "connections"), 4)
+                self.assertGreaterEqual(h2_count(m1, "streams") - h2_count(m0, "streams"), 2000)
+
+    def test_access_log_records_the_protocol(self):
+        k = self.plain
+        c = Connection(k.port)
+        self.addCleanup(c.close)
+        self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&labelSelector=log%3Dh2", JSON)[0], 200)
+        self.assertEqual(h1_request(k.port, "GET", "/api/v1/pods?resourceVersion=0&labelSelector=log%3Dh1",
+                                    JSON)[0], 200)
+
+        def lines():
+            with open(k.log_path, "rb") as f:
+                ls = [json.loads(l) for l in f.read().decode().splitlines() if l.startswith("{")]
+            got = {l["path"]: l for l in ls if l.get("msg") == "request" and "log%3D" in l.get("path", "")}
+            return len(got) == 2 and got
+        got = wait_for(lines, 10, "the two access log lines")
+        self.assertEqual(got["/api/v1/pods?resourceVersion=0&labelSelector=log%3Dh2"]["proto"], "HTTP/2.0")
+        self.assertEqual(got["/api/v1/pods?resourceVersion=0&labelSelector=log%3Dh1"]["proto"], "HTTP/1.1")
+        self.assertEqual({l["source"] for l in got.values()}, {"cache"})
 
     def test_kubectl_over_tls_negotiates_h2(self):
         k = self.tls
@@ -295,9 +310,9 @@ class Clients(Http2Case):
         m1 = scrape_port(k)
         # kubectl's connection (discovery, then the list on the same
         # connection) was HTTP/2: nothing else spoke HTTP/2 to this kwc
-        self.assertGreaterEqual(h2_samples(m1, "connections") - h2_samples(m0, "connections"), 1,
+        self.assertGreaterEqual(h2_count(m1, "connections") - h2_count(m0, "connections"), 1,
                                 "kubectl did not negotiate h2 (no HTTP/2 connection counted)")
-        self.assertGreaterEqual(h2_samples(m1, "streams") - h2_samples(m0, "streams"), 2)
+        self.assertGreaterEqual(h2_count(m1, "streams") - h2_count(m0, "streams"), 2)
 
     def test_many_streams_one_connection(self):
         k = self.plain
@@ -508,13 +523,11 @@ class Hostile(Http2Case):
         self.assertIsInstance(f, hf.HeadersFrame)
         self.assertEqual(h2client.status_of(f), 200)
         m1 = scrape_port(self.kwc)
-        refused_m = [k for k in m1 if "refused" in k[0] and ("stream" in k[0] or dict(k[1]).get("reason") in (
-            "refused_stream", "http2_refused_stream", "max_streams"))]
-        self.assertTrue(refused_m, "no refused-streams counter in kwc's metrics")
-        self.assertEqual(sum(m1[k] for k in refused_m) - sum(m0.get(k, 0) for k in refused_m), 5)
+        self.assertEqual(h2_count(m1, "refused") - h2_count(m0, "refused"), 5)
         self.still_serving()
 
     def test_rapid_reset_gets_goaway(self):
+        m0 = scrape_port(self.kwc)
         rc = RawConn(self.kwc.port)
         self.addCleanup(rc.close)
         path = self.waiting_path()
@@ -542,6 +555,9 @@ class Hostile(Http2Case):
         self.assertGreaterEqual(sent, 2 * self.MAX_STREAMS, "GOAWAY too early")
         self.assertLessEqual(sent, 2000)
         rc.drain_to_eof(30)
+        m1 = scrape_port(self.kwc)
+        self.assertEqual(h2_count(m1, "goaways") - h2_count(m0, "goaways"), 1)
+        self.assertGreaterEqual(h2_count(m1, "client") - h2_count(m0, "client"), 2 * self.MAX_STREAMS)
         self.still_serving()
 
     def test_header_list_over_max_header_bytes(self):
