@@ -21,7 +21,8 @@ TLS run leaves it out):
 - Hostile clients: streams past --http2-max-streams-per-connection are
   refused (RST_STREAM REFUSED_STREAM) and the ones within go on; rapid reset
   (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM; a header list over
-  --max-header-bytes is answered 431; a CONTINUATION flood (CVE-2024-27316)
+  --max-header-bytes is answered 431, and so is an HPACK bomb (its decoded
+  size counts); a CONTINUATION flood (CVE-2024-27316)
   ends the connection; a PING/SETTINGS flood from a client that reads nothing
   neither grows kwc's queue without bound nor keeps the connection past the
   idle timeout; an upgrade attempt over HTTP/2 (exec over SPDY, WebSocket)
@@ -576,6 +577,26 @@ class Hostile(Http2Case):
         # the connection goes on
         self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", JSON)[0], 200)
         self.still_serving()
+
+    def test_hpack_bomb(self):
+        # one 4000-byte field in the HPACK table, then 100 one-byte references
+        # to it: a 4 KB block that decodes to 400 KB. The decoded size is what
+        # counts: 431, and the connection (its HPACK state intact) goes on
+        rc = RawConn(self.kwc.port)
+        self.addCleanup(rc.close)
+        f = rc.headers(1, "GET", "/api/v1/pods?resourceVersion=0&limit=1",
+                       [("accept", "application/json")] + [("x-bomb", "a" * 4000)] * 100)
+        self.assertLess(len(f.data), 8192)
+        rc.send(f)
+        r = rc.until(lambda f: f.stream_id in (0, 1) and isinstance(f, (hf.HeadersFrame, hf.RstStreamFrame,
+                                                                        hf.GoAwayFrame)), 30, "the answer")
+        self.assertIsInstance(r, hf.HeadersFrame, r)
+        self.assertEqual(h2client.status_of(r), 431)
+        rc.send(rc.headers(3, "GET", "/api/v1/pods?resourceVersion=0&limit=1", [("accept", "application/json"),
+                                                                                 ("x-bomb", "a" * 4000)]))
+        r = rc.until(lambda f: f.stream_id in (0, 3) and isinstance(f, (hf.HeadersFrame, hf.GoAwayFrame)), 30,
+                     "the answer to a request within the limit")
+        self.assertEqual(h2client.status_of(r), 200)
 
     def test_continuation_flood_ends_the_connection(self):
         rc = RawConn(self.kwc.port)
