@@ -469,6 +469,23 @@ class Connection:
             pass
         self.flush()
 
+    def describe(self, limit=60):
+        """Each open stream's flow-control state, for a failure message:
+        id:window-left/unacked/held[P(aused)]."""
+        out = []
+        for sid, st in self.streams.items():
+            if st.closed:
+                continue
+            try:
+                left = self.h2._get_stream_by_id(sid)._inbound_window_manager.current_window_size
+            except Exception:  # noqa: BLE001 (gone from h2's table)
+                left = "?"
+            out.append("%d:%s/%d/%d%s" % (sid, left, st._unacked, sum(n for _, n in st._held),
+                                          "P" if st.paused else ""))
+        more = " ..." if len(out) > limit else ""
+        return "conn %s (goaway %s): %s%s" % (self.sock.getsockname()[1] if not self.closed else "closed",
+                                              self.goaway is not None, " ".join(out[:limit]), more)
+
     def ping(self, data=b"kwc-ping"):
         self.h2.ping(data)
         self.flush()

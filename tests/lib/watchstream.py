@@ -227,7 +227,9 @@ def pump(streams, until, timeout, what="streams"):
             if until():
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError("timed out after %.0fs waiting for %s" % (timeout, what))
+                conns = {s.h2.conn for s in streams if s.h2}
+                raise TimeoutError("timed out after %.0fs waiting for %s%s" % (
+                    timeout, what, "".join("\n  HTTP/2 " + c.describe() for c in conns)))
             # an HTTP/2 connection is read while any of its streams wants
             # reading (a paused stream's DATA is held, its window not given back)
             want = {s.reader() for s in streams if not s.closed and not s.paused}
