@@ -324,10 +324,15 @@ _h2_all_lock = threading.Lock()
 
 
 def _h2_forget(port):
+    """Close the HTTP/2 connections (http_request's and watchstream's) to a
+    server that has stopped."""
     with _h2_all_lock:
         for c in [c for c in _h2_all if c.port == port]:
             c.close()
             _h2_all.remove(c)
+    ws = sys.modules.get("watchstream")
+    for c in (ws._h2_conns.pop(port, []) if ws else []):
+        c.close()
 
 
 def h2_pooled(port, host="127.0.0.1", timeout=30.0):
