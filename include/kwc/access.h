@@ -8,8 +8,8 @@
  * authenticated; which handler took it: access_set_source), and the HTTP
  * server's done callback (http.h, struct hreq_done: status, bytes, times)
  * finishes it with access_finish. A watch stream served from the cache
- * leaves the HTTP server with its socket: its record travels with it
- * (http_taken.note -> access_stream) and is finished where the stream ends,
+ * leaves the HTTP server as a response stream: its record travels with it
+ * (hstream_handoff_note -> access_stream) and is finished where the stream ends,
  * on its worker thread (access_stream_end): one line per stream, at its end,
  * its duration the stream's.
  *
@@ -77,9 +77,9 @@ void access_set_source(struct hreq *req, enum access_source s);
 void access_finish(struct access_rec *r, const struct hreq_done *d);
 
 /*
- * A watch stream's record (note: http_taken.note; req: the request just
- * taken with hreq_take_socket, whose head is readable until the loop
- * callback returns). The response head is being sent now, with status.
+ * A watch stream's record (note: hstream_handoff_note; req: the request
+ * just handed off with hresp_handoff, whose head is readable until the
+ * loop callback returns). The response head is being sent now, with status.
  * Returns the record the stream keeps (NULL when note is NULL).
  */
 struct access_rec *access_stream(void *note, struct hreq *req, int status);

@@ -4,17 +4,18 @@
  * facing the network needs (head size, head and idle timeouts, a connection
  * cap). It replaces libevhtp (DESIGN.md "The front end seam").
  *
- * The seam: handlers (kwc's own endpoints, serve, passthrough) never see
- * the protocol. Two do not keep to it yet: a cached watch takes its socket
- * (hreq_take_socket) to a worker loop and frames its chunks there itself
- * (proxy/serve/watch.c), and a tunnel takes the bufferevent once the
- * upstream answered 101 (hreq_take_bev); the response-stream writer of the
- * HTTP/2 work ends both. A handler gets a request head (struct
- * hreq: method, target, headers, peer, TLS identity), reads the body through
- * a reader with flow control (hreq_body_read), and answers through a
- * response writer (hresp_*) that frames the bytes for the protocol and tells
- * the handler when it may write more (on_drain). Per-request state hangs off
- * the request, never the connection, so a second protocol with many streams
+ * The seam: handlers (kwc's own endpoints, serve, passthrough, watch) never
+ * see the protocol. A handler gets a request head (struct hreq: method,
+ * target, headers, peer, TLS identity), reads the body through a reader
+ * with flow control (hreq_body_read), and answers through a response writer
+ * (hresp_*) that frames the bytes for the protocol and tells the handler
+ * when it may write more (on_drain). A long streamed body (a watch) leaves
+ * the request machinery as a response stream (hresp_handoff, hstream_*)
+ * that another loop can drive (DESIGN.md "The front end seam"). A tunnel,
+ * once the upstream answered 101, turns the connection into a byte pipe
+ * (hreq_take_pipe): unframed bytes both ways, with flow control, and no
+ * socket or TLS state in its hands. Per-request state hangs off the
+ * request, never the connection, so a second protocol with many streams
  * per connection (HTTP/2, libnghttp2) plugs in behind the same calls.
  *
  * HTTP/1.1 rules kept here (RFC 9112, and Go's net/http where kube's
@@ -32,8 +33,21 @@
  *    handler starts reading the body (a request answered without reading
  *    its body closes the connection afterwards, as Go does).
  *
- * Loop thread only (the loop that created the server), except where a
- * socket has been taken (hreq_take_socket) and moved elsewhere.
+ * HTTP/2 (RFC 9113, Debian's libnghttp2, proxy/http/h2.c): ALPN h2 over
+ * TLS (preferred over http/1.1, as Go), the client preface in plaintext
+ * (prior knowledge; no h2c Upgrade). Each stream is a struct hreq behind
+ * the same calls (hreq_proto says which protocol); the response writer
+ * frames DATA with per-stream flow control (hresp_queued and on_drain are
+ * the stream's), hresp_abort resets the stream only, hresp_close_after is
+ * a no-op. HTTP/2 connections stay on the server's loop: a response stream
+ * handed off from one is bound to that loop (hstream_handoff_home). Limits:
+ * http2_max_streams, a rapid-reset budget, header lists bounded by
+ * max_header_bytes (431), CONTINUATION/SETTINGS/PING/PRIORITY floods, stalls
+ * bounded by idle_timeout_ms; Upgrade requests cannot happen (nghttp2
+ * resets streams with connection-specific headers, as Go's server does).
+ *
+ * Loop thread only (the loop that created the server), except for a
+ * response stream, which belongs to the loop it is attached to.
  */
 #ifndef KWC_HTTP_H
 #define KWC_HTTP_H
@@ -45,10 +59,8 @@
 
 struct event_base;
 struct evbuffer;
-struct bufferevent;
 struct http_server;
 struct hreq;
-typedef struct ssl_st SSL;
 typedef struct x509_st X509;
 
 /* One address to listen on (resolved by the caller). */
@@ -79,12 +91,14 @@ struct http_server_options {
     int tls_min_version;        /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
     int tls_reload_ms;          /* how often the cert/key files are checked for change; 0: 1000 */
     unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
+    int stream_grace_ms; /* an ended response stream's last bytes may take this long to leave,
+                            then it closes anyway (hstream_end); 0: 10 s */
 };
 
 /*
  * Called once per request, when its head has been read and checked (before
  * any body byte is delivered). The handler answers the request on every
- * path: hresp_*, hreq_take_socket or hreq_take_bev. r is valid until its
+ * path: hresp_* (hresp_handoff for a stream), or hreq_take_pipe. r is valid until its
  * on_close has run (or, for a handler that set none, until the response
  * ends).
  */
@@ -150,9 +164,10 @@ bool hreq_has_body(const struct hreq *r);
 /* Content-Length, or -1 (chunked, or no body). */
 int64_t hreq_content_length(const struct hreq *r);
 /* An Upgrade request (Connection: upgrade + an Upgrade naming a protocol
- * other than h2c; never CONNECT): see hreq_take_bev. Its body (if any) is
+ * other than h2c; never CONNECT): see hreq_take_pipe. Its body (if any) is
  * read like any other; the bytes behind it are never parsed, and an answer
- * other than taking the connection closes it. */
+ * other than taking the connection closes it. HTTP/1.1 only: HTTP/2 has no
+ * Upgrade (its requests never are one). */
 bool hreq_upgrade(const struct hreq *r);
 /* The client's address. */
 const struct sockaddr *hreq_peer(const struct hreq *r, socklen_t *len);
@@ -233,51 +248,163 @@ void hresp_simple(struct hreq *r, int status, const char *content_type, const vo
 /* The response has started (hresp_start called). */
 bool hresp_started(const struct hreq *r);
 
+/* ---- response streams ----
+ *
+ * A long streamed body (a watch) leaves the request machinery and becomes
+ * a stream, driven by whichever loop owns it: the handler sends the head
+ * with hresp_start(r, status, -1), hands the response off (hresp_handoff),
+ * passes the handoff to the loop that will serve it (any thread), and that
+ * loop attaches it (hstream_attach). From then on the handler queues body
+ * bytes, owned copies or references to shared, refcounted blobs
+ * (hstream_write_ref: released once their bytes left), sends them when it
+ * likes (hstream_flush: many writes, one writev or TLS record run), hears
+ * when bytes left (on_sent: backpressure) and when the client went away
+ * (on_close), and ends the stream (hstream_end). The protocol frames the
+ * bytes: HTTP/1.1 one chunk per write and a terminal chunk, HTTP/1.0
+ * close-delimited; for HTTP/1.1 the whole connection moves with the
+ * stream (proxy/http/h1stream.c). A stream is owned by one loop: every
+ * hstream_* call on it is made from that loop's thread.
+ */
+struct hstream;         /* a response stream, owned by one loop */
+struct hstream_handoff; /* a stream in transit between loops */
+
+/*
+ * After hresp_start(r, status, -1), in the same loop callback: the response
+ * leaves the request machinery and becomes a stream. r's on_close runs
+ * before this returns (the done callback too, with HREQ_END_TAKEN and no
+ * note); r's note moves to the handoff (hstream_handoff_note; no
+ * http_done_cb runs for it: the taker reports the request's end). HTTP/1.1:
+ * the connection leaves the server (it still counts against
+ * max_connections, and in http_server_stats' taken, until the stream
+ * closes); bytes of the head not yet written move with it. r's head stays
+ * readable until the loop callback that called this returns. NULL when the
+ * connection is already gone. The handoff may be passed to another thread.
+ */
+struct hstream_handoff *hresp_handoff(struct hreq *r);
+/* NULL: any loop may attach it (HTTP/1.1: the connection moves). Else the
+ * loop that must (HTTP/2: its connection's loop). */
+struct event_base *hstream_handoff_home(const struct hstream_handoff *h);
+/* The request's note (hreq_set_note), now the taker's. */
+void *hstream_handoff_note(const struct hstream_handoff *h);
+
+/* What a stream tells the loop that drives it. None of them runs inside
+ * hstream_write_ref, hstream_write or hstream_end; the handler calls no
+ * hstream_* function on the stream from on_close. */
+struct hstream_ops {
+    /* A reference given with hstream_write_ref is released: its bytes left,
+     * or the stream closes (then every reference still queued is released,
+     * before on_close). Once per reference. */
+    void (*release)(void *arg, void *owner, uint32_t tag);
+    /* Bytes left from a write event of the stream's own (never from inside
+     * a call of the handler; not after hstream_end): queued is what remains
+     * queued (hstream_queued). */
+    void (*on_sent)(void *arg, size_t queued);
+    /* The stream is over: the client went away or reset it, a write failed,
+     * or it ended (hstream_end) and its last bytes left or its grace ran
+     * out. sent: bytes that left (head, body, framing). Once; may run inside
+     * hstream_flush; s is freed after it returns. */
+    void (*on_close)(void *arg, uint64_t sent);
+};
+/* Attach h on base (the calling thread runs base; == home when home is
+ * set); ops borrowed (must outlive the stream), arg the handler's. NULL
+ * when the stream is gone already or cannot be set up (its connection is
+ * then closed; no hook runs). h is freed either way. */
+struct hstream *hstream_attach(struct hstream_handoff *h, struct event_base *base,
+                               const struct hstream_ops *ops, void *arg);
+/* Drop a handoff never attached: its connection closes. Accepts NULL. */
+void hstream_handoff_free(struct hstream_handoff *h);
+/* n bytes at p, kept alive by one reference on owner that the caller hands
+ * over (released through ops->release with tag once they left, or when the
+ * stream closes). One write = one HTTP/1.1 chunk / DATA frame(s); queued,
+ * not sent (hstream_flush). n == 0 queues nothing to send (a chunk of 0
+ * would end the stream): the reference goes at the next flush. Not after
+ * hstream_end. */
+void hstream_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n);
+/* n bytes at p, copied. */
+void hstream_write(struct hstream *s, const void *p, size_t n);
+/* Bytes not yet taken by the kernel (framing included; over TLS also the
+ * plaintext waiting for encryption). */
+size_t hstream_queued(const struct hstream *s);
+/* Send what can go now (coalesced: many writes, one writev / one run of
+ * TLS records). false when the stream closed (on_close ran inside). */
+bool hstream_flush(struct hstream *s);
+/* The end of the body: terminal chunk (HTTP/1.1) / END_STREAM, queued like
+ * a write (hstream_flush sends it). on_close follows once the last bytes
+ * left, or after the grace (http_server_options.stream_grace_ms) if they
+ * do not; never inside this call. */
+void hstream_end(struct hstream *s);
+/* Close now, with one non-blocking last try to send what is queued (the
+ * server is stopping; TLS: and a close_notify); releases every reference;
+ * no on_close. Returns the bytes sent over the stream's life. */
+uint64_t hstream_close(struct hstream *s);
+
 /* ---- leaving the server ---- */
 
 /*
- * Take the connection away from the server (a watch stream served by a
- * worker loop): the socket and, with TLS, its SSL state. Nothing was queued
- * on the connection (the previous response has left). The server forgets
- * the connection; r's on_close runs before this returns. The connection
- * still counts against max_connections until the taker calls
- * http_taken_release (any thread) when it closes it. Returns 0, or -1
- * when the connection is already gone.
- * HTTP/2 (later): a stream cannot take its connection's socket; a watch
- * there gets a writer bound to the stream instead.
+ * The handler opened a connection of its own for r (a tunnel's upstream
+ * socket): it is one more descriptor, counted against max_connections
+ * (config.h's open-file budget) until r closes or, when r's connection
+ * becomes a pipe (hreq_take_pipe), until the pipe is freed. Once per socket.
  */
-struct http_taken {
-    int fd;     /* non-blocking; the taker closes it */
-    SSL *ssl;   /* NULL for plaintext; the taker frees it */
-    void *note; /* the request's note (hreq_set_note), now the taker's: no
-                   http_done_cb runs for it (the taker reports the request's end) */
-};
-int hreq_take_socket(struct hreq *r, struct http_taken *out);
-/* (r itself, and its head, stay readable until the loop callback that took
- * the socket returns: the server frees it from its next turn.) */
+void hreq_count_socket(struct hreq *r);
 
 /*
- * Take the connection's bufferevent (plain or OpenSSL) for an Upgrade
- * tunnel: bytes the client sent after the request (its head and body) are
- * in its input buffer, unparsed. No response was started on r. The
- * taker frees it with http_bev_free (it was made without
- * BEV_OPT_CLOSE_ON_FREE: bufferevent_free alone would leave the socket and
- * the SSL open). r's on_close runs before this returns. Returns NULL when
- * the connection is gone.
+ * A byte pipe: an HTTP/1.1 connection after its Upgrade request, switched
+ * to another protocol (a tunnel, once the upstream answered 101). Unframed
+ * bytes both ways, plain or TLS alike; the server no longer parses, times
+ * or answers anything on it. Loop thread only (the server's loop).
  */
-struct bufferevent *hreq_take_bev(struct hreq *r);
-/* Free a bufferevent over a taken connection (hreq_take_bev's, or one the
- * taker of hreq_take_socket built on its own loop, as watch.c does over
- * TLS): closes its socket and frees its SSL (from the next turn of the
- * bufferevent's loop: safe inside its own callbacks), and releases the
- * connection (http_taken_release). */
-void http_bev_free(struct bufferevent *bev);
-/* A socket taken with hreq_take_socket has been closed. Thread-safe. */
-void http_taken_release(void);
-/* Count one more descriptor against max_connections that is no client
- * connection: a tunnel's upstream socket (the open-file budget, config.h).
- * Release it with http_taken_release. Thread-safe. */
-void http_taken_hold(void);
+struct hpipe;
+struct hpipe_ops {
+    /* Bytes are in hpipe_input (while reading is on): new ones, the ones
+     * there when the pipe was made, or left there when reading was turned
+     * back on. Never from inside a call of the handler's. */
+    void (*on_read)(void *arg);
+    /* The output queue fell to the low-water mark (hpipe_low_water) after a
+     * write to the client. */
+    void (*on_drain)(void *arg);
+    /* The client closed its end (or half-closed it): it sends nothing more,
+     * and every byte it sent before has been announced by on_read. Reading
+     * stops; writing still works while the connection lasts. */
+    void (*on_eof)(void *arg);
+    /* The connection failed (a reset, a TLS error): nothing more moves. */
+    void (*on_error)(void *arg);
+};
+/*
+ * Turn r's connection into a pipe with the handler's ops and arg (borrowed,
+ * must outlive the pipe). Only for an Upgrade request (hreq_upgrade: never
+ * one over HTTP/2, which rejects upgrades at its protocol) read whole (its
+ * body, if any, was delivered or discarded), with no response started. What
+ * the client sent behind the request is in hpipe_input, unparsed, announced
+ * by on_read from the next loop turn; reading is on. Bytes of the server's
+ * still queued (a 100 Continue) leave first. The request leaves the server:
+ * its done callback (HREQ_END_TAKEN) and r's on_close run before this
+ * returns, and r is not to be used after it. The connection, and every
+ * socket counted with hreq_count_socket, count against max_connections
+ * until hpipe_free. Returns the new pipe, or NULL when the connection is
+ * gone or r cannot be taken (not an upgrade, not read whole, answered): then
+ * the connection is closed (r's on_close has run too).
+ */
+struct hpipe *hreq_take_pipe(struct hreq *r, const struct hpipe_ops *ops, void *arg);
+/* The client's bytes, not yet consumed: the handler drains what it takes
+ * (evbuffer_remove / evbuffer_add_buffer). Borrowed, valid until hpipe_free. */
+struct evbuffer *hpipe_input(struct hpipe *p);
+/* Bytes for the client: copied, or moved out of buf (no copy of the data). */
+void hpipe_write(struct hpipe *p, const void *data, size_t n);
+void hpipe_write_buffer(struct hpipe *p, struct evbuffer *buf);
+/* Bytes queued for the client, not yet sent. */
+size_t hpipe_queued(const struct hpipe *p);
+/* Flow control of the client's bytes: off stops reading its socket (they
+ * stay in the kernel, and TCP pushes back on the client); on reads again. */
+void hpipe_read(struct hpipe *p, bool on);
+/* Call on_drain whenever the output queue falls to at most n bytes (0 at
+ * first: when it is empty). */
+void hpipe_low_water(struct hpipe *p, size_t n);
+/* Close the connection now (bytes still queued are dropped): the socket is
+ * closed and the TLS state freed from the next loop turn (safe inside the
+ * pipe's own callbacks, none of which runs after this), and the descriptors
+ * are released from max_connections at once. Accepts NULL. */
+void hpipe_free(struct hpipe *p);
 
 /* ---- when a request leaves the server (metrics, the access log) ---- */
 
@@ -290,9 +417,10 @@ void http_taken_hold(void);
  *   HREQ_END_CLOSED  the connection closed first (client gone, an aborted
  *                    response, the server shutting down)
  *   HREQ_END_TAKEN   the connection left the server: an Upgrade tunnel
- *                    (hreq_take_bev: status 0, as kube records a hijacked
- *                    connection); hreq_take_socket moves the note to its
- *                    taker (http_taken.note) instead, with no callback.
+ *                    (hreq_take_pipe: status 0, as kube records a hijacked
+ *                    connection), or a response stream (hresp_handoff:
+ *                    its note moved to the handoff, so the callback gets
+ *                    none; the taker reports the end).
  * Called once per request handed to on_request, just before the request's
  * own on_close, with note NULL when none was attached.
  */
@@ -311,7 +439,7 @@ struct hreq_done {
 typedef void (*http_done_cb)(void *arg, const struct hreq_done *d, void *note);
 void http_server_on_done(struct http_server *s, http_done_cb cb, void *arg);
 /* Attach the front end's note (borrowed by the server, handed back once to
- * the http_done_cb, or to the taker of the socket). */
+ * the http_done_cb, or to the taker of a response stream). */
 void hreq_set_note(struct hreq *r, void *note);
 void *hreq_note(const struct hreq *r);
 /* When r's head was handed to on_request (http_now_ns's clock). */

@@ -25,12 +25,12 @@ struct tunnel_options {
 
 /* Answer req (an Upgrade request, hreq_upgrade; once its head is read):
  * replay it to the upstream, and only if the upstream answers 101 take the
- * connection (hreq_take_bev) and copy bytes both ways; any other answer is
- * relayed as an ordinary response and the connection closes, so nothing the
- * client sent behind the request is forwarded before a 101. A target not
- * in origin form: 400; upstream unreachable: a 503 Status; a TLS failure or
- * a broken answer: 502; the tunnel ending before any answer: 500. The
- * caller never touches req again. */
+ * connection as a byte pipe (hreq_take_pipe) and copy bytes both ways; any
+ * other answer is relayed as an ordinary response and the connection closes,
+ * so nothing the client sent behind the request is forwarded before a 101.
+ * A target not in origin form: 400; upstream unreachable: a 503 Status; a
+ * TLS failure or a broken answer: 502; the tunnel ending before any answer:
+ * 500. The caller never touches req again. */
 void tunnel_start(struct hreq *req, const struct tunnel_options *o);
 
 #endif

@@ -7,7 +7,7 @@
  * relayed. Three ways to the upstream use it: libcurl transfers (upstream.h:
  * passthrough, reviews, reflectors), the passthrough's header filter
  * (passthrough.h) and upgrade tunnels (tunnel.h), which open their own
- * connections with the uplink's SSL_CTX and DNS base.
+ * connections through the uplink (uplink_connect: its SSL_CTX and DNS base).
  *
  * One uplink per event loop, made with the up_client (up_client_uplink) at
  * start and freed with it: no process-wide state. Loop thread only.
@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct bufferevent;
 struct event_base;
 struct evdns_base;
 struct kcfg;
@@ -50,6 +51,29 @@ struct ssl_st *uplink_ssl_new(struct uplink *u);
 /* The DNS base for connecting to the upstream by name (made on first use on
  * the uplink's loop, freed with the uplink). */
 struct evdns_base *uplink_dns(struct uplink *u);
+
+/*
+ * Start a connection of kwc's own to the kubeconfig's server on base (an
+ * Upgrade tunnel's): for https, TLS with a session of uplink_ssl_new's; to
+ * an address, or to a name through uplink_dns. Returns a new bufferevent
+ * (callbacks deferred: none runs before the loop; bufferevent_free closes
+ * the socket and frees the TLS state). The caller sets its callbacks and
+ * may write at once (the bytes wait for the connection); its event callback
+ * gets BEV_EVENT_CONNECTED once connected (TLS: the handshake done), or
+ * BEV_EVENT_ERROR / BEV_EVENT_EOF (uplink_conn_error says why). NULL, with
+ * the reason in *err (static), when connecting could not even start.
+ */
+struct bufferevent *uplink_connect(struct uplink *u, struct event_base *base, const char **err);
+
+/*
+ * Why a connection of uplink_connect's failed, for a person, into buf
+ * (called from its event callback, with errno and OpenSSL's error queue as
+ * they are then). Not yet connected: a failed TLS handshake gives
+ * "TLS handshake failed: <OpenSSL's reason>" and true; anything else the
+ * socket's error ("Connection refused"; "connection closed" when there is
+ * none) and false. Connected: the socket's error, false.
+ */
+bool uplink_conn_error(struct bufferevent *bev, bool connected, char *buf, size_t len);
 
 /*
  * Set a curl easy handle (a CURL *) up with the same identity: for an

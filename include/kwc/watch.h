@@ -6,18 +6,20 @@
  * cached, synced resource that asks for plain JSON, or for protobuf
  * (application/vnd.kubernetes.protobuf, built-in kinds: served from the
  * resource's protobuf cache, as ;stream=watch frames), is decided here (kube's
- * 400/422/500 answers through the response writer); a stream to serve takes
- * its connection's socket (and TLS state) from the HTTP server and is handed
- * to one of the worker loops,
- * which owns it from then on: its cache/hub, its timers, its writes. After
+ * 400/422/500 answers through the response writer); a stream to serve sends
+ * its head and leaves the request as a response stream (http.h,
+ * hresp_handoff), handed to one of the worker loops, which owns it from
+ * then on: its cache/hub, its timers, its writes (a stream bound to its
+ * connection's loop, HTTP/2, is served by a worker on that loop, the
+ * writer's own). After
  * every store commit the writer loop (watch_committed) reads the new events
  * back once, encodes each once, and hands the batch to the workers that have
  * watchers of that resource (a queue and an eventfd per worker).
  *
  * A stream ends at its deadline (timeoutSeconds, else kube's random 30-60
  * minutes) with a terminal chunk, and then kwc closes the connection
- * (`Connection: close` is in the head: the socket has left the HTTP server,
- * so it cannot carry another request).
+ * (`Connection: close` is in the head: the connection has left the HTTP
+ * server, so it cannot carry another request).
  *
  * Passed to the upstream: watches of a single object by name
  * (/watch/.../NAME, ?watch on an object path), Table/metadata/YAML Accept
@@ -51,6 +53,10 @@ struct watch_options {
     uint64_t bookmark_ms;            /* bookmark interval */
     int wait_ms;                     /* sendInitialEvents: wait for the cache to reach the rv */
     enum decide_too_large too_large; /* ...then: 504 ERROR event, or serve what is cached */
+    /* No worker threads: every stream is served by the local worker on the
+     * pool's own loop, as streams whose handoff is bound to that loop are
+     * (HTTP/2). For tests. */
+    bool own_loop;
 };
 
 /* refls are borrowed and must outlive the pool. Starts the worker threads. */

@@ -19,6 +19,10 @@
  *            per stream; hreq.c and hresp.c hand a stream's calls to it
  *   htls.c   TLS: the SSL_CTX (protocols, suites, ALPN, client CAs), the
  *            certificate reload timer, a request's TLS identity
+ *   hpipe.c  the byte pipe an Upgrade's connection becomes (hreq_take_pipe)
+ *   h1stream.c  response streams over HTTP/1.1 (hresp_handoff, hstream_*):
+ *            the connection leaves the server with its head bytes and is
+ *            driven by the loop it is attached to
  *
  * Loop thread only, like http.h. Nothing is freed inside a libevent or
  * parser callback chain: a closing connection is unlinked, marked C_DEAD
@@ -91,6 +95,7 @@ struct hreq {
     struct http_header *up_hdrs;
     size_t n_up;
     char *up_arena;
+    unsigned sockets; /* hreq_count_socket: the handler's own, counted as taken */
     /* what the done callback reports (hreq_done) */
     void *note;
     bool dispatched, taken;
@@ -187,6 +192,15 @@ void hconn_close_graceful(struct hconn *c);
 void hconn_arm_timer(struct hconn *c);
 /* Go on from the next loop turn: parse, or finish a response that left. */
 void hconn_kick(struct hconn *c);
+/* Descriptors that are no open connection of the server's but count against
+ * max_connections (taken connections, the handlers' own sockets): add
+ * delta (negative: released). Thread-safe. */
+void hconn_taken(int delta);
+/* c leaves the server with its bufferevent (the socket and SSL in it; its
+ * callbacks cleared, watermarks zero), counted as taken (hconn_taken): the
+ * request's done callback (HREQ_END_TAKEN) and on_close run, c is
+ * forgotten and freed from the reap event. c must not be dead. */
+struct bufferevent *hconn_leave(struct hconn *c);
 
 /* ---- h1.c: HTTP/1.1 ---- */
 
@@ -227,6 +241,27 @@ void h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf);
 size_t h2_resp_queued(const struct hreq *r);
 void h2_resp_end(struct hreq *r);
 void h2_resp_abort(struct hreq *r);
+
+/* ---- h2stream.c: response streams on HTTP/2 (h1stream.c hands them over) ---- */
+
+#define H2HS_MAGIC 0x68327373u /* "h2ss": the first field of an HTTP/2 handoff/stream */
+static inline bool
+h2hs_is(const void *p)
+{
+    return *(const uint32_t *)p == H2HS_MAGIC;
+}
+struct hstream_handoff *h2_resp_handoff(struct hreq *r);
+struct event_base *h2hs_home(const struct hstream_handoff *h);
+void *h2hs_note(const struct hstream_handoff *h);
+void h2hs_handoff_free(struct hstream_handoff *h);
+struct hstream *h2hs_attach(struct hstream_handoff *h, struct event_base *base,
+                            const struct hstream_ops *ops, void *arg);
+void h2hs_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n);
+void h2hs_write(struct hstream *s, const void *p, size_t n);
+size_t h2hs_queued(const struct hstream *s);
+bool h2hs_flush(struct hstream *s);
+void h2hs_end(struct hstream *s);
+uint64_t h2hs_close(struct hstream *s);
 
 /* ---- hreq.c: the request object ---- */
 

@@ -9,12 +9,12 @@
  * handler outside the parser, and parsing resumes with that LF. It is paused
  * again at on_message_complete: the next pipelined request waits until the
  * response has left the connection, which keeps responses in order and lets
- * a handler take the socket with nothing queued on it. Body bytes go to the
+ * a response stream leave with nothing but its own head queued. Body bytes go to the
  * handler while it reads (hreq_body_read), or are counted and dropped.
  * An Upgrade request (Connection: upgrade + an Upgrade other than h2c) is
  * parsed like any other up to the end of its body; the bytes behind it are
  * never parsed: they wait in the input until the handler takes the
- * connection (hreq_take_bev, after the upstream switched protocols) or the
+ * connection (hreq_take_pipe, after the upstream switched protocols) or the
  * connection closes after the answer (an Upgrade or CONNECT request never
  * keeps its connection alive).
  *
@@ -490,7 +490,7 @@ h1_parse(struct hconn *c)
              * parser's "upgrade" exit comes after it) is read like any
              * other, and the parse stops at its end, so that the bytes
              * behind it stay in the input for whoever takes the
-             * connection (hreq_take_bev), or for nobody. */
+             * connection (hreq_take_pipe), or for nobody. */
             http_parser_pause(&c->p, 0);
             http_parser_execute(&c->p, &c->s->ps, "\n", 1);
             e = HTTP_PARSER_ERRNO(&c->p);

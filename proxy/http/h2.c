@@ -66,6 +66,7 @@
  *    streams finish, then the connection closes.
  */
 #include "conn.h"
+#include "h2.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -88,47 +89,6 @@
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-struct h2stream {
-    struct hreq *r;
-    struct h2conn *hc;
-    int32_t id;
-    struct h2stream *next, **prev; /* open streams (hc->streams), then hc->dead */
-    /* the head while it is decoded: regular fields as name\0value\0 */
-    struct gostr_buf fields;
-    size_t nfields;
-    char *path, *authority;
-    size_t hbytes;
-    bool too_big;
-    /* the response */
-    struct gostr_buf rh; /* response headers: name\0value\0 (lowercase) */
-    size_t nrh;
-    struct evbuffer *out; /* body bytes for the data provider */
-    bool resp_ended;      /* hresp_end: EOF once out is empty */
-    bool end_sent;        /* END_STREAM left */
-    bool took;            /* the provider took bytes in this send round */
-    /* the request body */
-    struct evbuffer *in; /* received, not delivered (reading off or held) */
-    bool paused;         /* hreq_body_read(off): buffer, do not discard */
-    bool eof_in;         /* END_STREAM received */
-    bool closed;         /* nghttp2 closed the stream (on_close ran) */
-};
-
-struct bucket {
-    double tokens;
-    uint64_t at_ns;
-};
-
-struct h2conn {
-    uint32_t magic;
-    struct hconn *c;
-    nghttp2_session *ss;
-    struct h2stream *streams, *dead;
-    unsigned nopen;
-    struct bucket resets, prio;
-    int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
-    bool in_recv, goaway;
-};
 
 /* ---- small helpers ---- */
 
@@ -227,6 +187,8 @@ stream_closed(struct h2stream *st, enum hreq_end how)
     stream_unlink(st);
     st->next = hc->dead;
     hc->dead = st;
+    if (st->hs)
+        h2hs_closed(st); /* a response stream: its on_close */
     hreq_closed(st->r, how);
 }
 
@@ -555,6 +517,8 @@ on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint3
              nghttp2_data_source *src, void *arg)
 {
     struct h2stream *st = src->ptr;
+    if (st->hs)
+        return h2hs_read(st, buf, length, flags);
     int n = evbuffer_remove(st->out, buf, length);
     if (n < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -647,7 +611,8 @@ timer_update(struct h2conn *hc, bool progress)
         mode = 2;
     } else {
         for (struct h2stream *st = hc->streams; st; st = st->next)
-            if (evbuffer_get_length(st->out) > 0) {
+            if (evbuffer_get_length(st->out) > 0 ||
+                (st->hs && h2hs_queued((const struct hstream *)(const void *)st->hs) > 0)) {
                 mode = 2;
                 break;
             }
@@ -722,7 +687,11 @@ flush(struct h2conn *hc, bool progress)
     for (struct h2stream *st = hc->streams; st && c->state != C_DEAD;) {
         struct h2stream *next = st->next;
         struct hreq *r = st->r;
-        if (st->took) {
+        if (st->took && st->hs) {
+            st->took = false;
+            progress = true;
+            h2hs_sent(st);
+        } else if (st->took) {
             st->took = false;
             progress = true;
             if (!st->resp_ended && r->h && r->h->on_drain &&

@@ -29,11 +29,23 @@ hreq_new(struct hconn *c)
     return r;
 }
 
+/* The sockets the handler counted for r: released with r (a pipe took them
+ * over otherwise). */
+static void
+sockets_release(struct hreq *r)
+{
+    if (r->sockets) {
+        hconn_taken(-(int)r->sockets);
+        r->sockets = 0;
+    }
+}
+
 void
 hreq_free(struct hreq *r)
 {
     if (!r)
         return;
+    sockets_release(r);
     free(r->arena.p);
     free(r->hdrs);
     free(r->hoff);
@@ -101,6 +113,7 @@ hreq_closed(struct hreq *r, enum hreq_end how)
     if (r->closed_cb)
         return;
     r->closed_cb = true;
+    sockets_release(r);
     struct http_server *s = r->c->s;
     if (r->dispatched && s->on_done) {
         struct hreq_done d = {.method = r->method,
@@ -143,6 +156,13 @@ uint64_t
 hreq_start_ns(const struct hreq *r)
 {
     return r->start_ns;
+}
+
+void
+hreq_count_socket(struct hreq *r)
+{
+    hreq_of(r)->sockets++;
+    hconn_taken(1);
 }
 
 /* ---- the request head ---- */

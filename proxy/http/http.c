@@ -1,9 +1,10 @@
 /*
  * http.c — kwc's HTTP/1.1 server on libevent bufferevents (see http.h):
  * listeners and accept, the connection cap, each connection's life, and
- * taking a connection away. The room's other files: conn.h. An HTTP/2
- * connection (ALPN h2, or the client preface in plaintext) keeps the same
- * struct hconn and bufferevent; its callbacks go to h2.c.
+ * taking a connection away (an Upgrade tunnel; response streams:
+ * h1stream.c). The room's other files: conn.h. An HTTP/2 connection (ALPN
+ * h2, or the client preface in plaintext) keeps the same struct hconn and
+ * bufferevent; its callbacks go to h2.c.
  *
  * One struct hconn per client connection: a bufferevent (a socket, or an
  * OpenSSL bufferevent over it), libhttp-parser's state (h1.c), at most one
@@ -52,9 +53,8 @@
 #define ACCEPT_RETRY_MS 100    /* after EMFILE/ENFILE: stop accepting this long */
 #define LINGER_MS 2000
 
-/* Connections taken from the server (watch streams on worker loops,
- * tunnels): they count against max_connections until released. One server
- * per process (like the parser's head limit), so one counter. */
+/* Connections taken from the server (response streams, tunnels): they count against max_connections
+ * until released. One server per process (like the parser's head limit), so one counter. */
 static atomic_uint taken_conns;
 
 static struct hconn *
@@ -691,39 +691,11 @@ http_server_free(struct http_server *s)
 
 /* ---- leaving the server ---- */
 
-/* Forget c without closing its socket or freeing its SSL. */
-static void
-conn_detach(struct hconn *c)
-{
-    c->fd = -1;
-    c->ssl = NULL;
-    hconn_close(c);
-}
-
-int
-hreq_take_socket(struct hreq *r, struct http_taken *out)
-{
-    struct hconn *c = hreq_of(r)->c;
-    if (c->state == C_DEAD || r->h2)
-        return -1; /* HTTP/2: a stream cannot take the connection */
-    assert(evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 || !r->started);
-    out->fd = c->fd;
-    out->ssl = c->ssl;
-    out->note = r->note;
-    r->note = NULL;
-    r->ended = true;
-    r->taken = true;
-    atomic_fetch_add(&taken_conns, 1);
-    conn_detach(c);
-    return 0;
-}
-
 struct bufferevent *
-hreq_take_bev(struct hreq *r)
+hconn_leave(struct hconn *c)
 {
-    struct hconn *c = hreq_of(r)->c;
-    if (c->state == C_DEAD || r->h2)
-        return NULL;
+    assert(c->state != C_DEAD && c->req);
+    struct hreq *r = c->req;
     struct bufferevent *bev = c->bev;
     atomic_fetch_add(&taken_conns, 1);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
@@ -744,42 +716,11 @@ hreq_take_bev(struct hreq *r)
     return bev;
 }
 
-static void
-on_bev_free(evutil_socket_t fd_, short what, void *arg)
-{
-    struct bufferevent *bev = arg;
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    int fd = bufferevent_getfd(bev);
-    bufferevent_free(bev);
-    if (ssl)
-        SSL_free(ssl);
-    if (fd >= 0)
-        close(fd);
-}
-
 void
-http_taken_hold(void)
+hconn_taken(int delta)
 {
-    atomic_fetch_add(&taken_conns, 1);
-}
-
-void
-http_taken_release(void)
-{
-    atomic_fetch_sub(&taken_conns, 1);
-}
-
-void
-http_bev_free(struct bufferevent *bev)
-{
-    if (!bev)
-        return;
-    http_taken_release();
-    /* The caller may be inside one of bev's callbacks, which may still use
-     * the SSL when it returns: the socket and SSL go from the next loop turn. */
-    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    bufferevent_disable(bev, EV_READ | EV_WRITE);
-    struct timeval zero = {0, 0};
-    if (event_base_once(bufferevent_get_base(bev), -1, EV_TIMEOUT, on_bev_free, bev, &zero) != 0)
-        on_bev_free(-1, 0, bev);
+    if (delta >= 0)
+        atomic_fetch_add(&taken_conns, (unsigned)delta);
+    else
+        atomic_fetch_sub(&taken_conns, (unsigned)-delta);
 }

@@ -7,12 +7,14 @@
  * (HTTP_RESPONSE) while the HTTP server still holds the client's connection
  * (struct hreq): whatever the client sent behind the request stays unread in
  * the server's input buffer. Then:
- *  - 101 Switching Protocols: kwc takes the connection (hreq_take_bev),
+ *  - 101 Switching Protocols: the client's connection becomes a byte pipe
+ *    (hreq_take_pipe: the HTTP room keeps its socket and TLS state), kwc
  *    writes the upstream's 101 head byte for byte and whatever followed it,
  *    and from then on only copies bytes; only now do the client's bytes
  *    behind the request reach the upstream. Each direction stops reading when
  *    the other side's output holds TUN_HIGH bytes and resumes when it drains
- *    below TUN_LOW (bufferevent write watermark), so memory stays bounded.
+ *    below TUN_LOW (the pipe's low water, the upstream bufferevent's write
+ *    watermark), so memory stays bounded.
  *  - any other answer: relayed as an ordinary response through the response
  *    writer (status, end-to-end headers, the body decoded by the parser and
  *    framed by kwc, streamed with backpressure: hresp_queued / on_drain), and
@@ -29,6 +31,11 @@
  *    TLS failure, a 1xx other than 101, a malformed or oversized head (over
  *    TUN_HEAD_MAX), or the upstream closing before its head: 502 Status;
  *    both through respond_status, connection closed.
+ *
+ * kwc is an HTTP/1.1 client of the upstream here: it writes the request head
+ * and parses the answer itself. The connection itself (socket, TLS, DNS) is
+ * the uplink's (uplink_connect); its socket counts against
+ * --max-connections with the client's (hreq_count_socket).
  *
  * Decisions (kube-apiserver's behaviour on the wire):
  *  - Upgrade: h2c is never tunnelled: kube-apiserver runs Go's net/http
@@ -59,23 +66,16 @@
  */
 #include "kwc/tunnel.h"
 
-#include <arpa/inet.h>
 #include <assert.h>
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <http_parser.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "kwc/base.h"
 #include "kwc/gostr.h"
@@ -96,17 +96,18 @@ enum tun_phase {
     TUN_HEAD,   /* connecting, sending the request, reading the answer head; the server holds
                    the client's connection (req) */
     TUN_ANSWER, /* relaying a refusal through req's response writer */
-    TUN_RELAY,  /* after a 101: the connection taken, raw bytes both ways */
+    TUN_RELAY,  /* after a 101: the client's connection a pipe, raw bytes both ways */
     TUN_DONE,   /* answered (an error, or the refusal's end); waiting for req's on_close */
 };
 
 struct tunnel {
     uint32_t magic;
     enum tun_phase phase;
-    bool dead;                       /* freed from the next loop turn (reap) */
-    struct hreq *req;                /* until its on_close (answered, taken, or the client gone) */
-    bool taking;                     /* inside hreq_take_bev: its on_close is expected */
-    struct bufferevent *client, *up; /* client: TUN_RELAY only */
+    bool dead;              /* freed from the next loop turn (reap) */
+    struct hreq *req;       /* until its on_close (answered, taken, or the client gone) */
+    bool taking;            /* inside hreq_take_pipe: its on_close is expected */
+    struct hpipe *client;   /* TUN_RELAY only */
+    struct bufferevent *up; /* kwc's own connection to the upstream (uplink_connect) */
     struct event *connect_timer, *reap;
     const char *connect_err; /* a failure to start connecting, reported from the loop */
     bool connected;
@@ -145,11 +146,8 @@ on_reap(evutil_socket_t fd, short what, void *arg)
     log_debug("tunnel: %s closed", t->desc);
     if (t->connect_timer)
         event_free(t->connect_timer);
-    if (t->up) {
+    if (t->up)
         bufferevent_free(t->up);
-        http_taken_release(); /* its hold (tunnel_start) */
-    }
-    http_bev_free(t->client);
     free(t->hbuf.p);
     free(t->hoff);
     event_free(t->reap);
@@ -171,10 +169,10 @@ tunnel_close(struct tunnel *t)
         bufferevent_setcb(t->up, NULL, NULL, NULL, NULL);
         bufferevent_disable(t->up, EV_READ | EV_WRITE);
     }
-    if (t->client) {
-        bufferevent_setcb(t->client, NULL, NULL, NULL, NULL);
-        bufferevent_disable(t->client, EV_READ | EV_WRITE);
-    }
+    /* the pipe's descriptors (the client's and the upstream's) are
+     * released now, the socket closed from the next turn */
+    hpipe_free(t->client);
+    t->client = NULL;
     if (t->req) {
         struct hreq *r = t->req;
         t->req = NULL;
@@ -192,8 +190,7 @@ static void
 drop_up(struct tunnel *t)
 {
     if (t->up) {
-        bufferevent_free(t->up);
-        http_taken_release(); /* its hold (tunnel_start) */
+        bufferevent_free(t->up); /* still counted until req closes (hreq_count_socket) */
         t->up = NULL;
     }
     if (t->connect_timer)
@@ -239,47 +236,79 @@ fail_bad_gateway(struct tunnel *t, const char *why)
 
 /* ---- relay (after a 101) ---- */
 
-static struct bufferevent *
-peer_of(struct tunnel *t, struct bufferevent *bev)
-{
-    return bev == t->client ? t->up : t->client;
-}
-
 static void
 maybe_finish(struct tunnel *t)
 {
     /* Done when the upstream ended and the client has everything, or when the
      * client ended and the upstream has everything (half-close towards the
      * upstream is not portable through TLS: end both). */
-    bool client_drained = evbuffer_get_length(bufferevent_get_output(t->client)) == 0;
+    bool client_drained = hpipe_queued(t->client) == 0;
     bool up_drained = evbuffer_get_length(bufferevent_get_output(t->up)) == 0;
     if ((t->up_eof && client_drained) || (t->client_eof && up_drained))
         tunnel_close(t);
 }
 
+/* client -> upstream */
+static void
+on_client_read(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    struct evbuffer *out = bufferevent_get_output(t->up);
+    evbuffer_add_buffer(out, hpipe_input(t->client));
+    if (evbuffer_get_length(out) >= TUN_HIGH) {
+        hpipe_read(t->client, false);
+        bufferevent_setwatermark(t->up, EV_WRITE, TUN_LOW, 0);
+    }
+}
+
+/* upstream -> client */
 static void
 on_relay_read(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = tun_of(arg);
-    struct bufferevent *peer = peer_of(t, bev);
-    struct evbuffer *out = bufferevent_get_output(peer);
-    evbuffer_add_buffer(out, bufferevent_get_input(bev));
-    if (evbuffer_get_length(out) >= TUN_HIGH) {
+    hpipe_write_buffer(t->client, bufferevent_get_input(bev));
+    if (hpipe_queued(t->client) >= TUN_HIGH) {
         bufferevent_disable(bev, EV_READ);
-        bufferevent_setwatermark(peer, EV_WRITE, TUN_LOW, 0);
+        hpipe_low_water(t->client, TUN_LOW);
     }
 }
 
+/* The client's queue drained to its low water: the upstream may be read again. */
+static void
+on_client_drain(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    if (!t->up_eof)
+        bufferevent_enable(t->up, EV_READ);
+    if (t->client_eof || t->up_eof)
+        maybe_finish(t);
+}
+
+/* The upstream's queue drained below its watermark: the client may be read again. */
 static void
 on_relay_write(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = tun_of(arg);
-    struct bufferevent *peer = peer_of(t, bev);
-    /* bev drained below its low watermark: its producer may read again */
-    if (!(bev == t->up ? t->client_eof : t->up_eof))
-        bufferevent_enable(peer, EV_READ);
+    if (!t->client_eof)
+        hpipe_read(t->client, true);
     if (t->client_eof || t->up_eof)
         maybe_finish(t);
+}
+
+static void
+on_client_eof(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    t->client_eof = true;
+    maybe_finish(t);
+}
+
+static void
+on_client_error(void *arg)
+{
+    struct tunnel *t = tun_of(arg);
+    t->client_eof = true;
+    tunnel_close(t);
 }
 
 static void
@@ -288,22 +317,25 @@ on_relay_event(struct bufferevent *bev, short what, void *arg)
     struct tunnel *t = tun_of(arg);
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
-    if (bev == t->client) {
-        t->client_eof = true;
-    } else {
-        t->up_eof = true;
-        /* Whatever the upstream sent before closing still goes to the client. */
-        struct evbuffer *in = bufferevent_get_input(t->up);
-        if (evbuffer_get_length(in))
-            evbuffer_add_buffer(bufferevent_get_output(t->client), in);
-        bufferevent_setwatermark(t->client, EV_WRITE, 0, 0);
-    }
+    t->up_eof = true;
+    /* Whatever the upstream sent before closing still goes to the client. */
+    struct evbuffer *in = bufferevent_get_input(t->up);
+    if (evbuffer_get_length(in))
+        hpipe_write_buffer(t->client, in);
+    hpipe_low_water(t->client, 0);
     bufferevent_disable(bev, EV_READ);
     if (what & BEV_EVENT_ERROR)
         tunnel_close(t);
     else
         maybe_finish(t);
 }
+
+static const struct hpipe_ops client_ops = {
+    .on_read = on_client_read,
+    .on_drain = on_client_drain,
+    .on_eof = on_client_eof,
+    .on_error = on_client_error,
+};
 
 /* The upstream answered 101 with a head of head_len bytes at the start of
  * its input: the connection becomes a tunnel. */
@@ -315,7 +347,7 @@ switch_protocols(struct tunnel *t, size_t head_len)
         return;
     }
     t->taking = true;
-    struct bufferevent *c = hreq_take_bev(t->req);
+    struct hpipe *c = hreq_take_pipe(t->req, &client_ops, t);
     t->taking = false;
     t->req = NULL;
     if (!c) {
@@ -326,18 +358,17 @@ switch_protocols(struct tunnel *t, size_t head_len)
     t->phase = TUN_RELAY;
     log_debug("tunnel: %s: switched protocols", t->desc);
     struct evbuffer *in = bufferevent_get_input(t->up);
-    struct evbuffer *out = bufferevent_get_output(c);
-    evbuffer_remove_buffer(in, out, head_len);
-    bufferevent_setcb(c, on_relay_read, on_relay_write, on_relay_event, t);
+    struct evbuffer *head = evbuffer_new();
+    evbuffer_remove_buffer(in, head, head_len);
+    hpipe_write_buffer(c, head);
+    evbuffer_free(head);
     bufferevent_setcb(t->up, on_relay_read, on_relay_write, on_relay_event, t);
     bufferevent_setwatermark(t->up, EV_WRITE, 0, 0);
-    bufferevent_enable(c, EV_READ | EV_WRITE);
     bufferevent_enable(t->up, EV_READ | EV_WRITE);
-    /* Bytes already in either input buffer: no read event will announce them. */
+    /* Bytes already in the upstream's input: no read event will announce
+     * them (the client's, behind its request, come with the pipe's on_read). */
     if (evbuffer_get_length(in))
         on_relay_read(t->up, t);
-    if (evbuffer_get_length(bufferevent_get_input(c)))
-        on_relay_read(c, t);
 }
 
 /* ---- the upstream's answer ---- */
@@ -608,21 +639,17 @@ on_up_event(struct bufferevent *bev, short what, void *arg)
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    char why[320];
     if (!t->connected) {
-        unsigned long ssl_err = bufferevent_get_openssl_error(bev);
-        if (ssl_err) {
-            char buf[256], m[320];
-            ERR_error_string_n(ssl_err, buf, sizeof(buf));
-            snprintf(m, sizeof(m), "TLS handshake failed: %s", buf);
-            fail_bad_gateway(t, m);
-        } else {
-            int err = EVUTIL_SOCKET_ERROR();
-            fail_unavailable(t, err ? evutil_socket_error_to_string(err) : "connection closed");
-        }
+        if (uplink_conn_error(bev, false, why, sizeof(why)))
+            fail_bad_gateway(t, why); /* the TLS handshake */
+        else
+            fail_unavailable(t, why);
         return;
     }
     if (what & BEV_EVENT_ERROR) {
-        fail_bad_gateway(t, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        uplink_conn_error(bev, true, why, sizeof(why));
+        fail_bad_gateway(t, why);
         return;
     }
     parse_up(t, true);
@@ -685,7 +712,7 @@ on_req_close(void *arg)
     struct tunnel *t = tun_of(arg);
     t->req = NULL;
     if (t->taking)
-        return; /* hreq_take_bev: the connection is ours now */
+        return; /* hreq_take_pipe: the connection is ours now */
     tunnel_close(t);
 }
 
@@ -730,7 +757,7 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         return;
     }
     bool tls;
-    char host[256], port[16];
+    char host[256], port[16]; /* for the Host header (uplink_connect connects to them) */
     kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
@@ -775,19 +802,15 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     }
     evbuffer_add(head, "\r\n", 2);
 
-    if (tls) {
-        SSL *ssl = uplink_ssl_new(o->link);
-        t->up = bufferevent_openssl_socket_new(o->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-                                               BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    } else {
-        t->up =
-            bufferevent_socket_new(o->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    /* Callbacks are deferred: nothing of t's runs before the loop. */
+    t->up = uplink_connect(o->link, o->base, &t->connect_err);
+    if (t->up) {
+        /* the upstream socket is a descriptor too: --max-connections counts a
+         * tunnel twice (config.h's budget) */
+        hreq_count_socket(req);
+        bufferevent_setcb(t->up, on_up_read, on_up_write, on_up_event, t);
+        bufferevent_write_buffer(t->up, head);
     }
-    /* the upstream socket is a descriptor too: --max-connections counts a
-     * tunnel twice (config.h's budget) */
-    http_taken_hold();
-    bufferevent_setcb(t->up, on_up_read, on_up_write, on_up_event, t);
-    bufferevent_write_buffer(t->up, head);
     evbuffer_free(head);
 
     /* The server keeps the client's connection until the upstream answers;
@@ -796,27 +819,8 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
     if (t->has_body)
         hreq_body_read(req, true);
 
-    int rc;
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    int portn = atoi(port);
-    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)portn);
-        rc = bufferevent_socket_connect(t->up, (struct sockaddr *)s4, sizeof(*s4));
-    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)portn);
-        rc = bufferevent_socket_connect(t->up, (struct sockaddr *)s6, sizeof(*s6));
-    } else {
-        rc =
-            bufferevent_socket_connect_hostname(t->up, uplink_dns(o->link), AF_UNSPEC, host, portn);
-    }
-    if (rc != 0) {
+    if (!t->up) {
         /* Report from the loop, not from inside the server's parser. */
-        t->connect_err = "the connection could not be started";
         event_active(t->connect_timer, EV_TIMEOUT, 1);
     } else {
         struct timeval tv = {o->connect_timeout_ms / 1000, (o->connect_timeout_ms % 1000) * 1000};

@@ -3,18 +3,22 @@
  * material checked and loaded once, kwc's credentials, and the one table of
  * headers never forwarded or relayed.
  *
- * Owns the SSL_CTX of kwc's own upstream connections (tunnels) and their DNS
- * base; curl builds its own TLS contexts from the same kubeconfig blobs
- * (uplink_curl_setup), so both stacks trust and present the same
- * certificates. Nothing here is process-wide: everything hangs off the
- * uplink, freed with it.
+ * Owns the SSL_CTX of kwc's own upstream connections (tunnels), their DNS
+ * base and how they are opened (uplink_connect); curl builds its own TLS contexts from the same
+ * kubeconfig blobs (uplink_curl_setup), so both stacks trust and present the same certificates.
+ * Nothing here is process-wide: everything hangs off the uplink, freed with it.
  */
 #include "kwc/uplink.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
+#include <event2/util.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -257,6 +261,68 @@ uplink_dns(struct uplink *u)
     if (!u->dns)
         u->dns = evdns_base_new(u->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
     return u->dns;
+}
+
+struct bufferevent *
+uplink_connect(struct uplink *u, struct event_base *base, const char **err)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    bool tls;
+    char host[256], port[16];
+    kcfg_server_hostport(u->k->server, &tls, host, sizeof(host), port, sizeof(port));
+    struct bufferevent *bev;
+    if (tls) {
+        SSL *ssl = uplink_ssl_new(u);
+        bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                             BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    } else {
+        bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    }
+    int rc = -1;
+    if (bev) {
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof(ss));
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        int portn = atoi(port);
+        if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+            s4->sin_family = AF_INET;
+            s4->sin_port = htons((uint16_t)portn);
+            rc = bufferevent_socket_connect(bev, (struct sockaddr *)s4, sizeof(*s4));
+        } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+            s6->sin6_family = AF_INET6;
+            s6->sin6_port = htons((uint16_t)portn);
+            rc = bufferevent_socket_connect(bev, (struct sockaddr *)s6, sizeof(*s6));
+        } else {
+            rc = bufferevent_socket_connect_hostname(bev, uplink_dns(u), AF_UNSPEC, host, portn);
+        }
+    }
+    if (rc != 0) {
+        if (bev)
+            bufferevent_free(bev);
+        *err = "the connection could not be started";
+        return NULL;
+    }
+    return bev;
+}
+
+bool
+uplink_conn_error(struct bufferevent *bev, bool connected, char *buf, size_t len)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    if (connected) {
+        snprintf(buf, len, "%s", evutil_socket_error_to_string(err));
+        return false;
+    }
+    unsigned long ssl_err = bufferevent_get_openssl_error(bev);
+    if (ssl_err) {
+        char reason[256];
+        ERR_error_string_n(ssl_err, reason, sizeof(reason));
+        snprintf(buf, len, "TLS handshake failed: %s", reason);
+        return true;
+    }
+    snprintf(buf, len, "%s", err ? evutil_socket_error_to_string(err) : "connection closed");
+    return false;
 }
 
 /* ---- curl ---- */

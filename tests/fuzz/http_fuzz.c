@@ -15,11 +15,16 @@
  * reach every path of the response writer and the body reader:
  *   /s streamed answer finished from later loop turns   /a stream, then abort
  *   /x answer from on_request, body unread               /p read, pause, resume
- *   /d body discarded, answer on_complete                /t hreq_take_socket
- *   /b hreq_take_bev                                     /c hresp_close_after
+ *   /d body discarded, answer on_complete                /t a response stream (handoff,
+ *   /b hreq_take_pipe from on_request                       attach, writes, end)
+ *   /c hresp_close_after
  *   /w body reading turned on later (100-continue)       /k abort inside on_body
  *   /h large streamed answer paced by on_drain           /q stream while the body
- *   anything else: echo (method, target, body length)       is still being read
+ *   /u read the body, hreq_take_pipe on_complete            is still being read
+ *   anything else: echo (method, target, body length)
+ * A pipe echoes what the client sends, stops reading while more than 4 KiB
+ * are queued (on_drain reads again), and is freed at its EOF or error, or
+ * with the server.
  * At the end the server is freed with whatever is still open; every request
  * handed to the handler must have had exactly one on_close. ASan, UBSan and
  * LeakSanitizer (per input: a fresh base, so anything not freed is lost)
@@ -29,7 +34,6 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <linux/sockios.h>
 #include <openssl/ssl.h>
@@ -49,8 +53,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
+#define FZ_STREAMS 8    /* /t streams open at once (more are dropped: hstream_handoff_free) */
 #define TURNS_MAX 20000 /* loop turns for one phase before "it never goes quiet" */
 #define QUIET 3
+#define PIPES 2 /* one per connection at most */
 
 struct fz {
     struct event_base *base;
@@ -60,7 +66,90 @@ struct fz {
     bool eof[2];
     unsigned long long hooks;
     int nreq, nclose;
+    struct fp *pipe[PIPES];
+    struct fs *streams[FZ_STREAMS]; /* /t: response streams still open (HTTP/2: several on a
+                                       connection) */
 };
+
+/* /t: a response stream attached on the same loop. */
+struct fs {
+    struct fz *z;
+    struct hstream *s;
+    int refs; /* references given and not yet released */
+};
+
+static void
+fs_release(void *arg, void *owner, uint32_t tag)
+{
+    struct fs *f = arg;
+    if (owner != f || f->refs-- <= 0)
+        abort(); /* a reference released twice, or one never given */
+}
+
+static void
+fs_sent(void *arg, size_t queued)
+{
+    ((struct fs *)arg)->z->hooks++;
+}
+
+static void
+fs_forget(struct fs *f)
+{
+    for (int i = 0; i < FZ_STREAMS; i++)
+        if (f->z->streams[i] == f)
+            f->z->streams[i] = NULL;
+    free(f);
+}
+
+static void
+fs_close(void *arg, uint64_t sent)
+{
+    struct fs *f = arg;
+    if (f->refs)
+        abort(); /* closed with references never released */
+    f->z->hooks++;
+    fs_forget(f);
+}
+
+static const struct hstream_ops fs_ops = {
+    .release = fs_release, .on_sent = fs_sent, .on_close = fs_close};
+
+static void
+stream_handoff(struct fz *z, struct hreq *r)
+{
+    hresp_header(r, "Content-Type", "text/plain");
+    hresp_start(r, 200, -1);
+    struct hstream_handoff *h = hresp_handoff(r); /* q is gone */
+    if (!h)
+        return;
+    struct event_base *home = hstream_handoff_home(h);
+    if (home && home != z->base)
+        abort(); /* HTTP/1.1: any loop; HTTP/2: the connection's */
+    int slot = 0;
+    while (slot < FZ_STREAMS && z->streams[slot])
+        slot++;
+    if (slot == FZ_STREAMS) {
+        hstream_handoff_free(h);
+        return;
+    }
+    struct fs *f = xcalloc(1, sizeof(*f));
+    f->z = z;
+    f->s = hstream_attach(h, z->base, &fs_ops, f);
+    if (!f->s) {
+        free(f); /* HTTP/2: reset in transit (never on HTTP/1.1: attached at once) */
+        if (!home)
+            abort();
+        return;
+    }
+    z->streams[slot] = f;
+    static const char blob[] = "blob";
+    f->refs = 2;
+    hstream_write_ref(f->s, f, 0, blob, 4);
+    hstream_write(f->s, "copy", 4);
+    hstream_write_ref(f->s, f, 1, blob, 0); /* nothing to send: released at the flush */
+    hstream_end(f->s);
+    (void)hstream_flush(f->s); /* false: closed inside, f is gone */
+}
 
 struct fq {
     struct fz *z;
@@ -154,6 +243,72 @@ h_body(void *arg, const char *p, size_t n)
     }
 }
 
+/* ---- pipes (/b, /u) ---- */
+
+struct fp {
+    struct fz *z;
+    struct hpipe *p;
+    int slot;
+};
+
+static void
+fp_free(struct fp *f)
+{
+    hpipe_free(f->p);
+    f->z->pipe[f->slot] = NULL;
+    free(f);
+}
+
+static void
+fp_read(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    hpipe_write_buffer(f->p, hpipe_input(f->p));
+    if (hpipe_queued(f->p) > 4096)
+        hpipe_read(f->p, false);
+}
+
+static void
+fp_drain(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    hpipe_read(f->p, true);
+}
+
+static void
+fp_end(void *arg)
+{
+    struct fp *f = arg;
+    f->z->hooks++;
+    fp_free(f);
+}
+
+static const struct hpipe_ops pipe_ops = {
+    .on_read = fp_read,
+    .on_drain = fp_drain,
+    .on_eof = fp_end,
+    .on_error = fp_end,
+};
+
+/* r becomes a pipe (q is gone either way) */
+static void
+take_pipe(struct fz *z, struct hreq *r)
+{
+    int slot = z->pipe[0] ? 1 : 0;
+    if (z->pipe[slot])
+        abort(); /* more pipes than connections */
+    struct fp *f = xcalloc(1, sizeof(*f));
+    f->z = z;
+    f->slot = slot;
+    f->p = hreq_take_pipe(r, &pipe_ops, f);
+    if (f->p)
+        z->pipe[slot] = f;
+    else
+        free(f);
+}
+
 static void
 h_complete(void *arg)
 {
@@ -172,6 +327,9 @@ h_complete(void *arg)
     case 'c':
         hresp_close_after(q->r);
         answer(q, 201);
+        break;
+    case 'u':
+        take_pipe(q->z, q->r); /* q is gone */
         break;
     case 'd':
         answer(q, 404);
@@ -254,21 +412,12 @@ on_request(void *arg, struct hreq *r)
         stream_start(q);
         fq_later(q);
         break;
-    case 't': {
-        struct http_taken tk;
-        if (hreq_take_socket(r, &tk) == 0) { /* q is gone */
-            if (tk.ssl)
-                abort();
-            close(tk.fd);
-            http_taken_release();
-        }
+    case 't':
+        stream_handoff(z, r);
         break;
-    }
-    case 'b': {
-        struct bufferevent *bev = hreq_take_bev(r); /* q is gone */
-        http_bev_free(bev);
+    case 'b':
+        take_pipe(z, r); /* q is gone */
         break;
-    }
     case 'd':
         break; /* discarded */
     case 'w':
@@ -424,13 +573,24 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shutdown(z.fd[1], SHUT_WR);
     run(&z);
 
-    /* the server goes with connection 0 still open */
+    /* the server goes with connection 0 still open, and the pipes still open */
     http_server_free(z.s);
     if (z.nclose != z.nreq)
         abort(); /* a request without its on_close, or with two */
+    for (int i = 0; i < PIPES; i++)
+        if (z.pipe[i])
+            fp_free(z.pipe[i]);
+    for (int i = 0; i < FZ_STREAMS; i++)
+        if (z.streams[i]) {
+            struct fs *f = z.streams[i];
+            (void)hstream_close(f->s);
+            if (f->refs)
+                abort(); /* hstream_close must release every reference */
+            fs_forget(f);
+        }
     for (int i = 0; i < 2; i++)
         close(z.fd[i]);
-    /* callbacks queued with event_base_once (http_bev_free) */
+    /* callbacks queued with event_base_once (hpipe_free, a TLS stream's close) */
     for (int i = 0; i < QUIET; i++)
         event_base_loop(z.base, EVLOOP_NONBLOCK);
     event_base_free(z.base);

@@ -66,6 +66,8 @@ struct srv {
     int nreq, nclose, ndone, ndone_closed, ncomplete, ndrain;
     struct sreq *reqs[MAX_REQ];
     struct sreq *last;
+    struct hstream_handoff *hand[4];
+    int nhand;
     char last_proto[16];
 };
 
@@ -159,6 +161,12 @@ on_request(void *arg, struct hreq *r)
         hresp_write(r, b, STREAM_BYTES);
         free(b);
         hresp_end(r);
+    } else if (strcmp(q->path, "/watch") == 0) {
+        hresp_header(r, "Content-Type", "application/json");
+        hresp_start(r, 200, -1);
+        hresp_write(r, "head-", 5); /* before the handoff: goes first */
+        if (sv->nhand < 4)
+            sv->hand[sv->nhand++] = hresp_handoff(r);
     } else if (strcmp(q->path, "/abort") == 0) {
         hresp_start(r, 200, -1);
         hresp_write(r, "part", 4);
@@ -941,6 +949,120 @@ test_free_goaway(void)
     srv_fini(&sv);
 }
 
+/* ---- response streams (hresp_handoff, hstream_*) on HTTP/2 ---- */
+
+struct hs_watch {
+    int released, sent_calls, closed;
+    uint32_t tags[16];
+    uint64_t sent;
+};
+
+static void
+hw_release(void *arg, void *owner, uint32_t tag)
+{
+    struct hs_watch *w = arg;
+    if (w->released < 16)
+        w->tags[w->released] = tag;
+    w->released++;
+}
+
+static void
+hw_sent(void *arg, size_t queued)
+{
+    ((struct hs_watch *)arg)->sent_calls++;
+}
+
+static void
+hw_close(void *arg, uint64_t sent)
+{
+    struct hs_watch *w = arg;
+    w->closed++;
+    w->sent = sent;
+}
+
+static const struct hstream_ops hw_ops = {
+    .release = hw_release, .on_sent = hw_sent, .on_close = hw_close};
+
+static void
+test_hstream(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    int b = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    c.st[b].consume = false; /* b stalls at its window */
+    pump(&sv, &c, 1);
+    is_int(sv.nhand, 2, "two streams handed off");
+    ok(sv.hand[0] && hstream_handoff_home(sv.hand[0]) == sv.base, "home: the connection's loop");
+    ok(hstream_handoff_note(sv.hand[0]) == sv.reqs[0], "the note moved to the handoff");
+    is_int(sv.nclose, 2, "the requests' on_close ran");
+    is_int(sv.ndone, 2, "their done callback too");
+    struct hs_watch wa = {0}, wb = {0};
+    struct hstream *sa = hstream_attach(sv.hand[0], sv.base, &hw_ops, &wa);
+    struct hstream *sb = hstream_attach(sv.hand[1], sv.base, &hw_ops, &wb);
+    ok(sa && sb, "attached");
+    static const char e1[] = "{\"a\":1}\n", e2[] = "{\"b\":2}\n";
+    static char big[100000];
+    memset(big, 'q', sizeof(big));
+    hstream_write_ref(sa, &wa, 1, e1, strlen(e1));
+    hstream_write(sa, "copy\n", 5);
+    hstream_write_ref(sa, &wa, 2, e2, strlen(e2));
+    hstream_write_ref(sb, &wb, 7, big, sizeof(big));
+    is_int(hstream_queued(sa), strlen(e1) + 5 + strlen(e2), "queued: not sent before a flush");
+    is_int(wa.released, 0, "nothing released inside a write");
+    ok(hstream_flush(sa) && hstream_flush(sb), "flushed");
+    pump(&sv, &c, 1);
+    is_str(c.st[a].body, "head-{\"a\":1}\ncopy\n{\"b\":2}\n", "DATA in order, the head's first");
+    ok(strstr(c.st[a].hdrs, "content-type=application/json\n") != NULL, "the head's headers");
+    is_int(wa.released, 2, "both references released once framed");
+    ok(wa.tags[0] == 1 && wa.tags[1] == 2, "in order, with their tags");
+    ok(wa.sent_calls > 0, "on_sent");
+    is_int(hstream_queued(sa), 0, "nothing queued");
+    ok(hstream_queued(sb) > 0 && wb.released == 0, "the stalled stream keeps its reference");
+    /* the live one goes on beside the stalled one */
+    hstream_write_ref(sa, &wa, 3, e1, strlen(e1));
+    hstream_flush(sa);
+    pump(&sv, &c, 1);
+    is_int(wa.released, 3, "a later write beside a stalled stream left");
+    /* the client resets the stalled one: its reference, then on_close */
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[b].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    is_int(wb.released, 1, "reset: the queued reference released");
+    is_int(wb.closed, 1, "reset: on_close");
+    hstream_end(sa);
+    is_int(wa.closed, 0, "on_close never inside hstream_end");
+    pump(&sv, &c, 1);
+    is_int(wa.closed, 1, "ended: on_close once END_STREAM left");
+    ok(wa.sent > strlen(e1) * 2, "with the bytes sent");
+    ok(c.st[a].closed && c.st[a].close_code == 0, "the client saw a clean end");
+    ok(!c.eof, "the connection stays");
+    /* gone in transit: attach says so */
+    int d = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[d].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    struct hs_watch wd = {0};
+    ok(hstream_attach(sv.hand[2], sv.base, &hw_ops, &wd) == NULL, "reset in transit: NULL");
+    /* the server stopping: hstream_close releases, no on_close, resets */
+    int e = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hs_watch we = {0};
+    struct hstream *se = hstream_attach(sv.hand[3], sv.base, &hw_ops, &we);
+    c.st[e].consume = false;
+    hstream_write_ref(se, &we, 9, big, sizeof(big));
+    hstream_flush(se);
+    pump(&sv, &c, 1);
+    ok(hstream_close(se) > 0, "hstream_close: the bytes sent");
+    is_int(we.released, 1, "hstream_close: references released");
+    pump(&sv, &c, 1);
+    is_int(we.closed, 0, "hstream_close: no on_close");
+    ok(c.st[e].closed, "hstream_close: the client's stream ends");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 /* ---- TLS: ALPN ---- */
 
 static char dir[64];
@@ -1024,5 +1146,6 @@ main(void)
     TAP_RUN(test_shutdown);
     TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
+    TAP_RUN(test_hstream);
     return tap_done();
 }

@@ -135,7 +135,6 @@ write_pair(const char *cn, EVP_PKEY **keep_key)
 
 struct th {
     int nreq, nclose;
-    struct bufferevent *bev; /* /bev: taken */
 };
 
 static void

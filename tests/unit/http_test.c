@@ -29,7 +29,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -115,8 +114,11 @@ sb_free(struct sbuf *b)
  *            -1) with the pieces "a" and "bb", left open for the test;
  *   /early   answer "early" from on_request, without reading the body;
  *   /defer   hooks only: the test turns body reading on; echo on_complete;
- *   /take    hreq_take_socket from on_request;
- *   /bev     hreq_take_bev from on_request (kept in th.bev);
+ *   /take    a streamed head, then hresp_handoff from on_request (the
+ *            handoff kept in th.handoff);
+ *   /pipe    hreq_take_pipe from on_request (kept in th.pipe; its on_read
+ *            logs "pipe read <bytes in its input>" and consumes nothing);
+ *   /count   hreq_count_socket, then parked like /park;
  *   /peer    answer "<address>:<port>" of hreq_peer;
  *   anything else: echo (read the body unless the target has "noread";
  *            with "pause", turn reading off inside the first on_body).
@@ -140,11 +142,10 @@ struct th {
     struct sbuf log;
     unsigned long long hooks; /* every hook, for "has anything moved" */
     int nreq, ncomplete, nclose;
-    struct treq *reqs[MAX_REQS]; /* by id; NULL once closed */
-    struct http_taken taken;
-    int take_rc;
-    struct bufferevent *bev; /* /bev */
-    bool notes;              /* test_done: each request gets a note (http_server_on_done) */
+    struct treq *reqs[MAX_REQS];     /* by id; NULL once closed */
+    struct hstream_handoff *handoff; /* /take */
+    struct hpipe *pipe;              /* /pipe */
+    bool notes;                      /* test_done: each request gets a note (http_server_on_done) */
 };
 
 static void th_log(struct th *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -235,6 +236,15 @@ static const struct hreq_handler hooks = {
 static const struct hreq_handler parked_hooks = {.on_close = h_close};
 
 static void
+pipe_read(void *arg)
+{
+    struct th *t = arg;
+    th_log(t, "pipe read %zu", evbuffer_get_length(hpipe_input(t->pipe)));
+}
+
+static const struct hpipe_ops pipe_ops = {.on_read = pipe_read};
+
+static void
 on_request(void *arg, struct hreq *r)
 {
     struct th *t = arg;
@@ -258,15 +268,19 @@ on_request(void *arg, struct hreq *r)
         hresp_simple(r, 200, NULL, "early", 5);
     } else if (strncmp(target, "/defer", 6) == 0) {
         q->echo = true;
-    } else if (strncmp(target, "/park", 5) == 0) {
+    } else if (strncmp(target, "/park", 5) == 0 || strncmp(target, "/count", 6) == 0) {
+        if (target[1] == 'c')
+            hreq_count_socket(r);
         hreq_set_handler(r, &parked_hooks, q);
         hreq_body_hold(r);
     } else if (strncmp(target, "/take", 5) == 0) {
-        t->take_rc = hreq_take_socket(r, &t->taken);
-        th_log(t, "taken %d", t->take_rc);
-    } else if (strncmp(target, "/bev", 4) == 0) {
-        t->bev = hreq_take_bev(r);
-        th_log(t, "bev %d", t->bev != NULL);
+        hresp_header(r, "X-Stream", "1");
+        hresp_start(r, 200, -1);
+        t->handoff = hresp_handoff(r);
+        th_log(t, "taken %d", t->handoff != NULL);
+    } else if (strncmp(target, "/pipe", 5) == 0) {
+        t->pipe = hreq_take_pipe(r, &pipe_ops, t);
+        th_log(t, "pipe %d", t->pipe != NULL);
     } else if (strncmp(target, "/peer", 5) == 0) {
         socklen_t sl = 0;
         const struct sockaddr *sa = hreq_peer(r, &sl);
@@ -325,7 +339,6 @@ fx_init(struct fx *f, const struct http_server_options *o)
         abort();
     }
     f->guard = evtimer_new(f->base, on_guard, f);
-    f->t.taken.fd = -1;
 }
 
 /* A new client connection; returns its index. */
@@ -469,10 +482,7 @@ fx_fini(struct fx *f)
     is_int(f->t.nclose, f->t.nreq, "every request's on_close ran once");
     for (int i = 0; i < f->np; i++)
         sb_free(&f->p[i].in);
-    if (f->t.taken.fd >= 0) {
-        close(f->t.taken.fd);
-        http_taken_release();
-    }
+    hstream_handoff_free(f->t.handoff);
     sb_free(&f->t.log);
     event_free(f->guard);
     event_base_free(f->base);
@@ -1575,45 +1585,88 @@ test_abort_and_end(void)
     }
 }
 
+/* A response stream's hooks, for /take's handoff attached on the test's loop. */
+struct sh {
+    int released, sent_calls, closed;
+    uint64_t sent;
+};
+
 static void
-test_take_socket(void)
+sh_release(void *arg, void *owner, uint32_t tag)
+{
+    ((struct sh *)arg)->released++;
+}
+
+static void
+sh_sent(void *arg, size_t queued)
+{
+    ((struct sh *)arg)->sent_calls++;
+}
+
+static void
+sh_close(void *arg, uint64_t sent)
+{
+    struct sh *h = arg;
+    h->closed++;
+    h->sent = sent;
+}
+
+static const struct hstream_ops sh_ops = {
+    .release = sh_release, .on_sent = sh_sent, .on_close = sh_close};
+
+/* hresp_handoff: the connection leaves the server with the head still
+ * unwritten; attached (here on the same loop), the stream sends the head,
+ * its chunks and the terminal chunk, and closes. */
+static void
+test_handoff(void)
 {
     struct fx f;
     fx_init(&f, NULL);
     int c = fx_connect(&f);
     send_str(&f, c, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
-    is_int(f.t.take_rc, 0, "taken: 0");
-    ok(f.t.taken.fd >= 0, "taken: an fd");
-    ok(f.t.taken.ssl == NULL, "taken: no SSL without TLS");
-    is_str(f.t.log.p, "req 0 GET /take\nclose 0\ntaken 0\n",
-           "taken: on_close ran before it returned");
-    is_int(f.p[c].in.n, 0, "taken: the server sent nothing");
-    ok(!f.p[c].eof, "taken: the client's connection stays");
+    ok(f.t.handoff != NULL, "handed off");
+    is_str(f.t.log.p, "req 0 GET /take\nclose 0\ntaken 1\n",
+           "handed off: on_close ran before it returned");
+    is_int(f.p[c].in.n, 0, "handed off: the head waits for the stream");
+    ok(!f.p[c].eof, "handed off: the client's connection stays");
+    ok(f.t.handoff && hstream_handoff_home(f.t.handoff) == NULL, "HTTP/1.1: any loop may attach");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
-    is_int(st.open, 0, "taken: the server forgot it");
-    /* the server reads nothing more from it: the taker gets the bytes */
+    is_int(st.open, 0, "handed off: the server forgot it");
+    is_int(st.taken, 1, "handed off: counted as taken");
+    /* the server reads nothing more from it */
     send_str(&f, c, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n", 0);
-    is_int(f.t.nreq, 1, "taken: no request read after it");
-    char buf[128];
-    ssize_t n = f.t.taken.fd >= 0 ? recv(f.t.taken.fd, buf, sizeof(buf), 0) : -1;
-    is_mem(n > 0 ? buf : "", n > 0 ? (size_t)n : 0, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n", 32,
-           "taken: the taker reads the next bytes");
-    ok(f.t.taken.fd >= 0 && send(f.t.taken.fd, "hi", 2, MSG_NOSIGNAL) == 2, "taken: writable");
+    is_int(f.t.nreq, 1, "handed off: no request read after it");
+    struct sh h = {0};
+    struct hstream *s = f.t.handoff ? hstream_attach(f.t.handoff, f.base, &sh_ops, &h) : NULL;
+    f.t.handoff = NULL;
+    ok(s != NULL, "attached");
+    if (s) {
+        static char blob[] = "hello";
+        hstream_write_ref(s, blob, 7, blob, 5);
+        hstream_write(s, "hi", 2);
+        hstream_end(s);
+        ok(hstream_flush(s) == false, "everything left at once: closed inside the flush");
+    }
     run(&f);
-    is_got(&f, c, "hi", "taken: the client gets the taker's bytes");
-    ok(f.t.taken.fd < 0 || (fcntl(f.t.taken.fd, F_GETFL) & O_NONBLOCK), "taken: non-blocking");
-    close(f.t.taken.fd);
-    http_taken_release(); /* the taker's close: off the connection count */
-    f.t.taken.fd = -1;
-    run(&f);
-    ok(f.p[c].eof, "taken: the taker's close is the client's EOF");
+    is_got(&f, c,
+           "HTTP/1.1 200 OK\r\nX-Stream: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           "5\r\nhello\r\n2\r\nhi\r\n0\r\n\r\n",
+           "the head, two chunks, the terminal chunk");
+    ok(f.p[c].eof, "then EOF");
+    is_int(h.released, 1, "the reference released once");
+    is_int(h.closed, 1, "on_close once");
+    is_int(h.sent, f.p[c].in.n, "...with every byte the client got");
+    is_int(h.sent_calls, 0, "no on_sent from inside the handler's calls");
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "closed: no longer counted");
     fx_fini(&f);
 }
 
 /* Connections taken away count against max_connections until their taker
- * releases them (http_taken_release), and so does a descriptor held with
- * http_taken_hold: past the cap, a 429. */
+ * releases them (a handoff freed, a stream closed), and so does a socket
+ * of the handler's own counted with hreq_count_socket, until its request
+ * closes: past the cap, a 429. */
 static void
 test_taken_count(void)
 {
@@ -1623,7 +1676,7 @@ test_taken_count(void)
     struct http_server_stats st;
     int a = fx_connect(&f);
     send_str(&f, a, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
-    is_int(f.t.take_rc, 0, "taken");
+    ok(f.t.handoff != NULL, "taken");
     http_server_stats(f.s, &st);
     is_int(st.taken, 1, "stats: one taken");
     is_int(st.open, 0, "stats: none open");
@@ -1633,10 +1686,9 @@ test_taken_count(void)
     ok(!f.p[b].eof, "taken + one open: the second connection open");
     ok(f.p[c].eof && f.p[c].in.n > 13 && strncmp(f.p[c].in.p, "HTTP/1.1 429 ", 13) == 0,
        "taken + one open: the third refused with a 429");
-    /* the taker closes: room again */
-    close(f.t.taken.fd);
-    f.t.taken.fd = -1;
-    http_taken_release();
+    /* the taker drops it: room again */
+    hstream_handoff_free(f.t.handoff);
+    f.t.handoff = NULL;
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "released: none taken");
     int d = fx_connect(&f);
@@ -1645,13 +1697,19 @@ test_taken_count(void)
        "released: a new connection served");
     fx_hangup(&f, d);
     run(&f);
-    /* a descriptor held for a tunnel's upstream counts too */
-    http_taken_hold();
+    /* a socket counted for a request (a tunnel's upstream) counts too */
+    int h = fx_connect(&f);
+    send_str(&f, h, "GET /count HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 1, "counted: one more");
     int e = fx_connect(&f);
     run(&f);
     ok(f.p[e].eof && f.p[e].in.n > 13 && strncmp(f.p[e].in.p, "HTTP/1.1 429 ", 13) == 0,
-       "held: refused");
-    http_taken_release();
+       "counted: refused");
+    fx_hangup(&f, h);
+    run(&f);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "counted: released when its request closed");
     int g = fx_connect(&f);
     send_str(&f, g, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
     ok(f.p[g].in.n > 13 && strncmp(f.p[g].in.p, "HTTP/1.1 200 ", 13) == 0, "hold released: served");
@@ -1661,23 +1719,24 @@ test_taken_count(void)
     fx_fini(&f);
 }
 
-/* hreq_take_bev: the bytes behind an Upgrade request wait unparsed in the
- * taken bufferevent's input; the connection counts against the cap until
- * http_bev_free, which closes it from the next loop turn. */
+/* hreq_take_pipe: the bytes behind an Upgrade request wait unparsed in the
+ * pipe's input; the connection counts against the cap until hpipe_free,
+ * which closes it from the next loop turn. (hpipe_test.c: the rest.) */
 static void
-test_take_bev(void)
+test_take_pipe(void)
 {
     struct http_server_options o = {.max_connections = 1};
     struct fx f;
     fx_init(&f, &o);
     int a = fx_connect(&f);
     send_str(&f, a,
-             "GET /bev HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n"
+             "GET /pipe HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n\r\n"
              "GET /not-a-request HTTP/1.1\r\n\r\n",
              0);
-    ok(f.t.bev != NULL, "taken");
-    is_str(f.t.log.p, "req 0 GET /bev\nclose 0\nbev 1\n", "on_close ran before it returned");
-    struct evbuffer *in = f.t.bev ? bufferevent_get_input(f.t.bev) : NULL;
+    ok(f.t.pipe != NULL, "taken");
+    is_str(f.t.log.p, "req 0 GET /pipe\nclose 0\npipe 1\npipe read 31\n",
+           "on_close ran before it returned; on_read from the loop");
+    struct evbuffer *in = f.t.pipe ? hpipe_input(f.t.pipe) : NULL;
     size_t n = in ? evbuffer_get_length(in) : 0;
     char *p = in ? (char *)evbuffer_pullup(in, -1) : NULL;
     is_mem(p ? p : "", n, "GET /not-a-request HTTP/1.1\r\n\r\n", 31,
@@ -1691,12 +1750,12 @@ test_take_bev(void)
     run(&f);
     ok(f.p[b].eof && f.p[b].in.n > 13 && strncmp(f.p[b].in.p, "HTTP/1.1 429 ", 13) == 0,
        "while taken: a second connection refused");
-    if (f.t.bev) {
-        bufferevent_write(f.t.bev, "pong", 4);
+    if (f.t.pipe) {
+        hpipe_write(f.t.pipe, "pong", 4);
         run(&f);
         is_got(&f, a, "pong", "the taker writes to the client");
-        http_bev_free(f.t.bev);
-        f.t.bev = NULL;
+        hpipe_free(f.t.pipe);
+        f.t.pipe = NULL;
     }
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "freed: released at once");
@@ -1846,16 +1905,20 @@ test_done(void)
     is_str(f.t.log.p, "req 2 GET /defer\ndone closed GET /defer 0 0 note=1002\nclose 2\n",
            "the client left first: status 0, no bytes");
 
-    /* a taken socket: the note goes to the taker, the callback gets none */
+    /* a response handed off: the note goes to the taker, the callback gets none */
     sb_reset(&f.t.log);
     int g = fx_connect(&f);
     send_str(&f, g, "GET /take HTTP/1.1\r\nHost: h\r\n\r\n", 0);
-    is_str(f.t.log.p, "req 3 GET /take\ndone taken GET /take 0 0 note=0\nclose 3\ntaken 0\n",
-           "taken: the callback without the note");
-    ok(f.t.taken.note == (void *)(uintptr_t)0x1003, "taken: the taker has the note");
-    close(f.t.taken.fd);
-    http_taken_release();
-    f.t.taken.fd = -1;
+    static const char head[] = "HTTP/1.1 200 OK\r\nX-Stream: 1\r\nDate: Thu, 01 Jan 1970 00:00:00 "
+                               "GMT\r\nTransfer-Encoding: chunked\r\n\r\n";
+    snprintf(want, sizeof(want),
+             "req 3 GET /take\ndone taken GET /take 200 %zu note=0\nclose 3\ntaken 1\n",
+             sizeof(head) - 1);
+    is_str(f.t.log.p, want, "taken: the callback with the head's bytes, without the note");
+    ok(f.t.handoff && hstream_handoff_note(f.t.handoff) == (void *)(uintptr_t)0x1003,
+       "taken: the taker has the note");
+    hstream_handoff_free(f.t.handoff);
+    f.t.handoff = NULL;
 
     /* a head refused before any handler: no callback at all */
     sb_reset(&f.t.log);
@@ -1947,9 +2010,9 @@ main(void)
     TAP_RUN(test_body_flow_control);
     TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
-    TAP_RUN(test_take_socket);
+    TAP_RUN(test_handoff);
     TAP_RUN(test_taken_count);
-    TAP_RUN(test_take_bev);
+    TAP_RUN(test_take_pipe);
     TAP_RUN(test_trickled_head);
     TAP_RUN(test_listen);
     TAP_RUN(test_done);

@@ -13,15 +13,28 @@
  * Then the uplink's credentials and TLS: the bearer and basic header lines,
  * a token file read at start, the SSL_CTX only for https, and the start-time
  * check of the kubeconfig's TLS material.
+ *
+ * And kwc's own connections (uplink_connect, a tunnel's) on loopback: bytes
+ * written before the connection arrive; a refused connection, a TLS
+ * handshake with a peer that speaks no TLS, and a reset after connecting
+ * are told apart by uplink_conn_error. The loop runs until the awaited
+ * event, bounded by a guard timer that only fires on failure.
  */
 #include "kwc/uplink.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
@@ -369,12 +382,170 @@ test_bad_material(void)
     event_base_free(base);
 }
 
+/* ---- kwc's own connections ---- */
+
+#define GUARD_S 10 /* bound on waiting; never reached when all is well */
+
+struct conn_probe {
+    short what;    /* the event callback's last flags */
+    bool tls;      /* uplink_conn_error's answer */
+    char why[320]; /* and its text */
+    bool connected;
+};
+
+static void
+on_probe_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn_probe *p = arg;
+    p->what = what;
+    if (what & BEV_EVENT_CONNECTED) {
+        p->connected = true;
+        return;
+    }
+    p->tls = uplink_conn_error(bev, p->connected, p->why, sizeof(p->why));
+}
+
+static void
+on_guard(evutil_socket_t fd, short what, void *arg)
+{
+    *(bool *)arg = true;
+}
+
+/* A listening socket on 127.0.0.1 (non-blocking), its port in *port. */
+static int
+listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &l) != 0)
+        abort();
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Run the loop until the probe saw what (any of its bits), or the guard. */
+static bool
+wait_for(struct event_base *base, struct conn_probe *p, short what)
+{
+    bool fired = false;
+    struct event *g = evtimer_new(base, on_guard, &fired);
+    struct timeval tv = {GUARD_S, 0};
+    evtimer_add(g, &tv);
+    while (!(p->what & what) && !fired)
+        event_base_loop(base, EVLOOP_ONCE);
+    event_free(g);
+    return (p->what & what) != 0;
+}
+
+/* An uplink for scheme://127.0.0.1:port. */
+static struct uplink *
+uplink_for(struct event_base *base, const char *scheme, int port, struct kcfg **k)
+{
+    char server[64];
+    snprintf(server, sizeof(server), "%s://127.0.0.1:%d", scheme, port);
+    *k = kcfg_of(server, "    token: t");
+    if (strcmp(scheme, "https") == 0)
+        (*k)->insecure_skip_tls_verify = true;
+    struct uplink *u = NULL;
+    char err[512];
+    if (uplink_new(base, *k, &u, err, sizeof(err)) != 0)
+        abort();
+    return u;
+}
+
+static void
+test_connect(void)
+{
+    struct event_base *base = event_base_new();
+    struct kcfg *k;
+    int port, lfd = listener(&port);
+    struct uplink *u = uplink_for(base, "http", port, &k);
+
+    /* connected: the bytes written before it arrive */
+    struct conn_probe p = {0};
+    const char *err = NULL;
+    struct bufferevent *bev = uplink_connect(u, base, &err);
+    ok(bev != NULL && err == NULL, "started");
+    bufferevent_setcb(bev, NULL, NULL, on_probe_event, &p);
+    bufferevent_write(bev, "early", 5);
+    ok(wait_for(base, &p, BEV_EVENT_CONNECTED), "connected");
+    int afd = accept(lfd, NULL, NULL);
+    ok(afd >= 0, "the listener has it");
+    char buf[16] = "";
+    for (int i = 0; i < 1000 && afd >= 0; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        ssize_t n = recv(afd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+        if (n > 0 || (n < 0 && errno != EAGAIN))
+            break;
+    }
+    is_str(buf, "early", "the bytes written before the connection");
+
+    /* a reset once connected: the socket's error */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(afd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(afd);
+    bufferevent_enable(bev, EV_READ);
+    ok(wait_for(base, &p, BEV_EVENT_ERROR | BEV_EVENT_EOF), "the reset is seen");
+    ok(p.what & BEV_EVENT_ERROR, "as an error");
+    ok(!p.tls, "no TLS error");
+    is_str(p.why, "Connection reset by peer", "connected: the socket's error");
+    bufferevent_free(bev);
+
+    /* nothing listening: refused */
+    close(lfd);
+    p = (struct conn_probe){0};
+    bev = uplink_connect(u, base, &err);
+    ok(bev != NULL, "started");
+    if (bev) {
+        bufferevent_setcb(bev, NULL, NULL, on_probe_event, &p);
+        ok(wait_for(base, &p, BEV_EVENT_ERROR | BEV_EVENT_EOF), "refused: an error");
+        ok(!p.tls, "refused: no TLS error");
+        is_str(p.why, "Connection refused", "refused: the socket's error");
+        bufferevent_free(bev);
+    }
+    uplink_free(u);
+    kcfg_free(k);
+
+    /* https to a peer that speaks no TLS: the handshake's error */
+    lfd = listener(&port);
+    u = uplink_for(base, "https", port, &k);
+    p = (struct conn_probe){0};
+    bev = uplink_connect(u, base, &err);
+    ok(bev != NULL, "https: started");
+    if (bev) {
+        bufferevent_setcb(bev, NULL, NULL, on_probe_event, &p);
+        bufferevent_enable(bev, EV_READ);
+        for (int i = 0; i < 1000 && (afd = accept(lfd, NULL, NULL)) < 0; i++)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        static const char plain[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        ok(afd >= 0 && send(afd, plain, sizeof(plain) - 1, MSG_NOSIGNAL) > 0,
+           "the peer answers in plaintext");
+        ok(wait_for(base, &p, BEV_EVENT_ERROR | BEV_EVENT_EOF), "https: the handshake fails");
+        ok(!p.connected, "never connected");
+        ok(p.tls, "a TLS error");
+        ok(strncmp(p.why, "TLS handshake failed: ", 22) == 0 && strlen(p.why) > 22,
+           "with OpenSSL's reason");
+        printf("# %s\n", p.why);
+        bufferevent_free(bev);
+        if (afd >= 0)
+            close(afd);
+    }
+    close(lfd);
+    uplink_free(u);
+    kcfg_free(k);
+    event_base_free(base);
+}
+
 int
 main(void)
 {
+    signal(SIGPIPE, SIG_IGN);
     TAP_RUN(test_policy_as_before);
     TAP_RUN(test_policy_differences);
     TAP_RUN(test_credentials);
     TAP_RUN(test_bad_material);
+    TAP_RUN(test_connect);
     return tap_done();
 }

@@ -12,6 +12,11 @@
  * it shows, bounded the same way. Bookmarks come from the workers' timers,
  * with a short --bookmark-interval; nothing sleeps to let time pass.
  *
+ * Every test runs twice: with a worker thread, and with the pool's local
+ * worker on the test's own loop (watch_options.own_loop: how streams bound
+ * to their connection's loop, HTTP/2's, are served); the test then runs
+ * that loop while it waits, each step bounded as the poll is.
+ *
  * Expected events follow kube's watch semantics (k8s-api-concepts "Semantics
  * for watch", "Watch bookmarks") and the README's "Watches".
  */
@@ -23,6 +28,8 @@
 #include "cachefx.h"
 
 #define DEADLINE_MS 20000 /* a broken stream; never reached when all is well */
+
+static bool own_loop; /* the streams are served by the test's own loop */
 
 static void
 take(struct cfx *f, struct hreq *r, const struct route_req *route)
@@ -38,7 +45,8 @@ pool_open(struct cfx *f, size_t budget, size_t window, uint64_t bookmark_ms)
                                .budget = budget,
                                .window_bytes = window,
                                .bookmark_ms = bookmark_ms,
-                               .wait_ms = 3000};
+                               .wait_ms = 3000,
+                               .own_loop = own_loop};
     struct watch_pool *p = watch_pool_new(f->base, f->st, f->refls, 1, &wo);
     f->take = take;
     f->arg = p;
@@ -123,6 +131,35 @@ count(const struct evs *v, const char *type)
     return n;
 }
 
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+/* Let the serving side move: its loop (own_loop) runs until an event fired,
+ * or a worker thread's bytes for client c (-1: its state) are waited for;
+ * either way at most 100 ms, one step of a bounded wait. */
+static void
+step(struct cfx *f, int c)
+{
+    if (own_loop) {
+        struct event *t = evtimer_new(f->base, on_tick, NULL);
+        struct timeval tv = {0, 100 * 1000};
+        evtimer_add(t, &tv);
+        event_base_loop(f->base, EVLOOP_ONCE);
+        event_free(t);
+    } else if (c >= 0) {
+        struct pollfd pf = {.fd = f->p[c].fd, .events = POLLIN};
+        poll(&pf, 1, 100);
+    } else {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL); /* another thread's progress: polled, bounded */
+    }
+}
+
 /* Read client c until it has at least n events of type (NULL: any), or
  * EOF; false at the deadline. */
 static bool
@@ -136,14 +173,14 @@ wait_events(struct cfx *f, int c, const char *type, size_t n, struct evs *v)
             return true;
         if (f->p[c].eof || now_ms() > end)
             return false;
-        struct pollfd pf = {.fd = f->p[c].fd, .events = POLLIN};
-        poll(&pf, 1, 100);
+        step(f, c);
     }
 }
 
 /* Until the workers' state satisfies cond; false at the deadline. */
 static bool
-wait_for(struct watch_pool *p, bool (*cond)(struct watch_pool *p, const void *arg), const void *arg)
+wait_for(struct cfx *f, struct watch_pool *p, bool (*cond)(struct watch_pool *p, const void *arg),
+         const void *arg)
 {
     uint64_t end = now_ms() + DEADLINE_MS;
     for (;;) {
@@ -151,8 +188,7 @@ wait_for(struct watch_pool *p, bool (*cond)(struct watch_pool *p, const void *ar
             return true;
         if (now_ms() > end)
             return false;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL); /* another thread's progress: polled, bounded */
+        step(f, -1);
     }
 }
 
@@ -195,6 +231,8 @@ test_lifecycle(void)
     struct evs v = {0};
 
     int c = watch(&f, "/api/v1/namespaces/ns/pods?watch=1", 0);
+    if (own_loop)
+        ok(cfx_readable(&f, c), "own loop: served from the test's loop, no thread");
     ok(wait_events(&f, c, "ADDED", 5, &v), "rv unset: the state first, as ADDED events");
     struct cfx_resp r = {0};
     cfx_parse(&f.p[c].in, &r);
@@ -242,9 +280,9 @@ test_lifecycle(void)
     /* the client goes: its watcher is freed */
     cfx_hangup(&f, c);
     unsigned long long one = 1, zero = 0;
-    ok(wait_for(p, watchers_are, &one), "a client that closes frees its watcher");
+    ok(wait_for(&f, p, watchers_are, &one), "a client that closes frees its watcher");
     cfx_hangup(&f, c2);
-    ok(wait_for(p, watchers_are, &zero), "...every one");
+    ok(wait_for(&f, p, watchers_are, &zero), "...every one");
     watch_stats(p, &s);
     is_int(s.ended, 2, "two streams ended");
     is_int(s.started, 2, "...of two started");
@@ -267,14 +305,14 @@ lagging(size_t window, const char *what)
     struct evs v = {0};
     int c = watch(&f, "/api/v1/pods?watch=1&resourceVersion=100000", 4096);
     unsigned long long one = 1;
-    ok(wait_for(p, watchers_are, &one), "the stream is open");
+    ok(wait_for(&f, p, watchers_are, &one), "the stream is open");
 
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "q%04d", i);
         commit(&f, p, STORE_ADDED, name, SIZE);
     }
-    ok(wait_for(p, any_lagging, NULL), "a watcher that does not read lags");
+    ok(wait_for(&f, p, any_lagging, NULL), "a watcher that does not read lags");
 
     /* the client reads: it catches up, every event once, in order */
     ok(wait_events(&f, c, NULL, N, &v), "it gets every event");
@@ -365,6 +403,10 @@ test_bookmarks(void)
 int
 main(void)
 {
+    TAP_RUN(test_lifecycle);
+    TAP_RUN(test_lagging);
+    TAP_RUN(test_bookmarks);
+    own_loop = true;
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
     TAP_RUN(test_bookmarks);

@@ -1,0 +1,71 @@
+/*
+ * h2.h — HTTP/2's own structs, shared by h2.c (the session, streams as
+ * requests) and h2stream.c (a stream handed off as a response stream,
+ * hresp_handoff / hstream_*). Never included outside proxy/http/.
+ */
+#ifndef KWC_HTTP_H2_H
+#define KWC_HTTP_H2_H
+
+#include <nghttp2/nghttp2.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "conn.h"
+#include "kwc/gostr.h"
+
+struct h2hs;
+
+struct h2stream {
+    struct hreq *r;
+    struct h2conn *hc;
+    int32_t id;
+    struct h2stream *next, **prev; /* open streams (hc->streams), then hc->dead */
+    /* the head while it is decoded: regular fields as name\0value\0 */
+    struct gostr_buf fields;
+    size_t nfields;
+    char *path, *authority;
+    size_t hbytes;
+    bool too_big;
+    /* the response */
+    struct gostr_buf rh; /* response headers: name\0value\0 (lowercase) */
+    size_t nrh;
+    struct evbuffer *out; /* body bytes for the data provider */
+    bool resp_ended;      /* hresp_end: EOF once out is empty */
+    bool end_sent;        /* END_STREAM left */
+    bool took;            /* the provider took bytes in this send round */
+    /* the request body */
+    struct evbuffer *in; /* received, not delivered (reading off or held) */
+    bool paused;         /* hreq_body_read(off): buffer, do not discard */
+    bool eof_in;         /* END_STREAM received */
+    bool closed;         /* nghttp2 closed the stream (on_close ran) */
+    struct h2hs *hs;     /* handed off as a response stream (h2stream.c) */
+};
+
+struct bucket {
+    double tokens;
+    uint64_t at_ns;
+};
+
+struct h2conn {
+    uint32_t magic;
+    struct hconn *c;
+    nghttp2_session *ss;
+    struct h2stream *streams, *dead;
+    unsigned nopen;
+    struct bucket resets, prio;
+    int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
+    bool in_recv, goaway;
+};
+
+/* ---- h2stream.c ---- */
+
+/* The data provider's read for a stream handed off (h2.c's on_read_data). */
+ssize_t h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags);
+/* Bytes of the handed-off stream left (the provider took some): on_sent. */
+void h2hs_sent(struct h2stream *st);
+/* The nghttp2 stream closed: release every reference, on_close, free. */
+void h2hs_closed(struct h2stream *st);
+
+#endif

@@ -1,0 +1,326 @@
+/*
+ * h2stream.c — response streams over HTTP/2 (hresp_handoff, hstream_*: see
+ * http.h; h1stream.c hands an HTTP/2 stream's calls here).
+ *
+ * Lead's decision (issue 21, brief decision 2): HTTP/2 connections stay on
+ * the main loop, so a stream handed off is home-bound: its handoff's home
+ * is the server's loop (watch.c serves such streams from a local worker on
+ * that loop). The handoff and the stream are one object: the nghttp2
+ * stream stays where it is, only the handler changes.
+ *
+ * Writes queue entries (a reference into the handler's blob, or an owned
+ * copy); the stream's data provider (h2.c's on_read_data) copies them into
+ * DATA frames as the stream's window allows, releasing each reference
+ * once its last byte is framed. (NGHTTP2_DATA_FLAG_NO_COPY would spare the
+ * copy for plaintext; it needs releases that wait for the connection's
+ * buffer to drain, possibly after the stream closed: left for later.)
+ * hstream_flush resumes the provider and lets the connection send from its
+ * next loop turn, so many writes go out in one run. on_sent runs from the
+ * connection's send round when the provider took bytes of this stream;
+ * on_close when the nghttp2 stream closes (END_STREAM left, the client
+ * reset it, the connection closed), or after the grace past hstream_end
+ * (then the stream is reset).
+ */
+#include "conn.h"
+#include "h2.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kwc/base.h"
+
+#define DEFAULT_GRACE_MS 10000
+
+struct h2ent {
+    void *owner; /* NULL: own */
+    char *own;
+    const char *p;
+    size_t len;
+    uint32_t tag;
+};
+
+struct h2hs {
+    uint32_t magic;      /* H2HS_MAGIC: first, as in h1stream.c's structs */
+    struct h2stream *st; /* NULL once the nghttp2 stream is gone */
+    struct event_base *home;
+    void *note;
+    const struct hstream_ops *ops;
+    void *arg;
+    bool attached, ending;
+    struct h2ent *e; /* ring */
+    size_t head, n, cap, bytes;
+    struct event *grace;
+    int grace_ms;
+    uint64_t sent; /* the nghttp2 stream's bytes when it closed */
+};
+
+static struct h2hs *
+hs_of(const void *p)
+{
+    struct h2hs *hs = (struct h2hs *)(uintptr_t)p;
+    assert(hs && hs->magic == H2HS_MAGIC);
+    return hs;
+}
+
+static void
+kick(struct h2hs *hs)
+{
+    if (hs->st && !hs->st->closed && hs->st->hc->c->state != C_DEAD) {
+        nghttp2_session_resume_data(hs->st->hc->ss, hs->st->id);
+        hconn_kick(hs->st->hc->c);
+    }
+}
+
+/* Pop the head entry: its reference is released (or its copy freed). */
+static void
+pop(struct h2hs *hs)
+{
+    struct h2ent e = hs->e[hs->head];
+    hs->head = (hs->head + 1) % hs->cap;
+    hs->n--;
+    hs->bytes -= e.len;
+    free(e.own);
+    if (e.owner && hs->ops && hs->ops->release)
+        hs->ops->release(hs->arg, e.owner, e.tag);
+}
+
+static void
+push(struct h2hs *hs, struct h2ent e)
+{
+    if (hs->n == hs->cap) {
+        size_t cap = hs->cap ? hs->cap * 2 : 8;
+        struct h2ent *ne = xmalloc(cap * sizeof(*ne));
+        for (size_t i = 0; i < hs->n; i++)
+            ne[i] = hs->e[(hs->head + i) % hs->cap];
+        free(hs->e);
+        hs->e = ne;
+        hs->cap = cap;
+        hs->head = 0;
+    }
+    hs->e[(hs->head + hs->n) % hs->cap] = e;
+    hs->n++;
+    hs->bytes += e.len;
+}
+
+static void
+hs_free(struct h2hs *hs)
+{
+    while (hs->n)
+        pop(hs);
+    free(hs->e);
+    if (hs->grace)
+        event_free(hs->grace);
+    hs->magic = 0;
+    free(hs);
+}
+
+/* ---- the handoff ---- */
+
+struct hstream_handoff *
+h2_resp_handoff(struct hreq *r)
+{
+    struct h2stream *st = r->h2;
+    assert(r->started && !r->ended);
+    if (st->closed || st->hc->c->state == C_DEAD)
+        return NULL;
+    struct http_server *s = st->hc->c->s;
+    struct h2hs *hs = xcalloc(1, sizeof(*hs));
+    hs->magic = H2HS_MAGIC;
+    hs->st = st;
+    hs->home = s->base;
+    hs->grace_ms = s->o.stream_grace_ms > 0 ? s->o.stream_grace_ms : DEFAULT_GRACE_MS;
+    hs->note = r->note;
+    r->note = NULL;
+    r->ended = true;
+    r->taken = true;
+    st->hs = hs;
+    hreq_closed(r, HREQ_END_TAKEN); /* the done callback (no note), on_close */
+    r->h = NULL;
+    return (struct hstream_handoff *)(void *)hs;
+}
+
+struct event_base *
+h2hs_home(const struct hstream_handoff *h)
+{
+    return hs_of(h)->home;
+}
+
+void *
+h2hs_note(const struct hstream_handoff *h)
+{
+    return hs_of(h)->note;
+}
+
+void
+h2hs_handoff_free(struct hstream_handoff *h)
+{
+    struct h2hs *hs = hs_of(h);
+    assert(!hs->attached);
+    if (hs->st) {
+        struct h2stream *st = hs->st;
+        st->hs = NULL;
+        if (!st->closed && st->hc->c->state != C_DEAD) {
+            nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+            hconn_kick(st->hc->c);
+        }
+    }
+    hs_free(hs);
+}
+
+struct hstream *
+h2hs_attach(struct hstream_handoff *h, struct event_base *base, const struct hstream_ops *ops,
+            void *arg)
+{
+    struct h2hs *hs = hs_of(h);
+    assert(base == hs->home);
+    if (!hs->st) {
+        hs_free(hs); /* the stream went away in transit */
+        return NULL;
+    }
+    hs->attached = true;
+    hs->ops = ops;
+    hs->arg = arg;
+    return (struct hstream *)(void *)hs;
+}
+
+/* ---- the stream ---- */
+
+void
+h2hs_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n)
+{
+    struct h2hs *hs = hs_of(s);
+    assert(!hs->ending);
+    push(hs, (struct h2ent){.owner = owner, .p = p, .len = n, .tag = tag});
+}
+
+void
+h2hs_write(struct hstream *s, const void *p, size_t n)
+{
+    struct h2hs *hs = hs_of(s);
+    assert(!hs->ending);
+    if (n == 0)
+        return;
+    char *own = xmalloc(n);
+    memcpy(own, p, n);
+    push(hs, (struct h2ent){.own = own, .p = own, .len = n});
+}
+
+size_t
+h2hs_queued(const struct hstream *s)
+{
+    struct h2hs *hs = hs_of(s);
+    return hs->bytes + (hs->st ? evbuffer_get_length(hs->st->out) : 0);
+}
+
+bool
+h2hs_flush(struct hstream *s)
+{
+    struct h2hs *hs = hs_of(s);
+    while (hs->n && hs->e[hs->head].len == 0)
+        pop(hs); /* empty writes: their references go now */
+    kick(hs);
+    return true;
+}
+
+static void
+on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    struct h2hs *hs = arg;
+    struct h2stream *st = hs->st;
+    if (st && !st->closed && st->hc->c->state != C_DEAD) {
+        nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        hconn_kick(st->hc->c);
+    }
+}
+
+void
+h2hs_end(struct hstream *s)
+{
+    struct h2hs *hs = hs_of(s);
+    if (hs->ending)
+        return;
+    hs->ending = true;
+    if (hs->st)
+        hs->st->resp_ended = true;
+    hs->grace = evtimer_new(hs->home, on_grace, hs);
+    struct timeval tv = {hs->grace_ms / 1000, (hs->grace_ms % 1000) * 1000};
+    evtimer_add(hs->grace, &tv);
+    kick(hs);
+}
+
+uint64_t
+h2hs_close(struct hstream *s)
+{
+    struct h2hs *hs = hs_of(s);
+    struct h2stream *st = hs->st;
+    uint64_t sent = st ? st->r->bytes : hs->sent;
+    if (st) {
+        st->hs = NULL;
+        if (!st->closed && st->hc->c->state != C_DEAD) {
+            nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+            hconn_kick(st->hc->c);
+        }
+    }
+    hs_free(hs);
+    return sent;
+}
+
+/* ---- h2.c's side ---- */
+
+ssize_t
+h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags)
+{
+    struct h2hs *hs = st->hs;
+    size_t n = 0;
+    if (evbuffer_get_length(st->out) > 0) {
+        /* body bytes written with hresp_write before the handoff */
+        int k = evbuffer_remove(st->out, buf, length);
+        n = k > 0 ? (size_t)k : 0;
+    }
+    while (hs->n && n < length) {
+        struct h2ent *e = &hs->e[hs->head];
+        size_t k = e->len < length - n ? e->len : length - n;
+        memcpy(buf + n, e->p, k);
+        e->p += k;
+        e->len -= k;
+        hs->bytes -= k;
+        n += k;
+        if (e->len == 0)
+            pop(hs);
+    }
+    if (n > 0)
+        st->took = true;
+    if (hs->n == 0 && evbuffer_get_length(st->out) == 0) {
+        if (hs->ending)
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+        else if (n == 0)
+            return NGHTTP2_ERR_DEFERRED;
+    }
+    return (ssize_t)n;
+}
+
+void
+h2hs_sent(struct h2stream *st)
+{
+    struct h2hs *hs = st->hs;
+    if (hs->attached && !hs->ending && hs->ops->on_sent)
+        hs->ops->on_sent(hs->arg, h2hs_queued((struct hstream *)(void *)hs));
+}
+
+void
+h2hs_closed(struct h2stream *st)
+{
+    struct h2hs *hs = st->hs;
+    st->hs = NULL;
+    hs->st = NULL;
+    hs->sent = st->r->bytes;
+    if (!hs->attached)
+        return; /* in transit: hstream_attach or hstream_handoff_free frees it */
+    while (hs->n)
+        pop(hs);
+    if (hs->ops->on_close)
+        hs->ops->on_close(hs->arg, hs->sent);
+    hs_free(hs);
+}

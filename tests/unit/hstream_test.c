@@ -1,0 +1,868 @@
+/*
+ * hstream_test.c — proxy/http/h1stream.c: response streams over HTTP/1.1
+ * (hresp_handoff, hstream_*: the contract in include/kwc/http.h), plain and
+ * TLS, without a network.
+ *
+ * The server adopts one end of a socketpair(AF_UNIX); the test plays the
+ * client on the other (plain bytes, or a TLS client pumped between loop
+ * turns, as in htls_test.c). A request for /w gets a watch's head (the
+ * headers watch.c sets, then hresp_start(r, 200, -1)) and is handed off;
+ * the test attaches the handoff on the server's loop, or on a second
+ * event_base run by a second thread, with hooks that record every call.
+ *
+ * Expected bytes come from RFC 9112 (chunk framing, the terminal chunk,
+ * close-delimited HTTP/1.0) and from the head kwc sent watches before the
+ * stream moved into the HTTP layer (watch.c's response_head, kept below as
+ * a format string): those wire bytes must not change. Chunked bodies are
+ * decoded by a small reader here, independent of proxy/http/.
+ *
+ * The loop runs with EVLOOP_NONBLOCK until nothing moves, bounded; waits
+ * for a timer (the grace) run EVLOOP_ONCE bounded by a guard timer that
+ * only fires when the server never acts; the second thread's stream is read
+ * with poll() up to a deadline only reached when it is broken. Never a sleep.
+ */
+#include "kwc/http.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kwc/base.h"
+#include "kwc/gostr.h"
+#include "tap.h"
+
+#define GUARD_MS 10000    /* bound on waiting for a timer; never reached when all is well */
+#define DEADLINE_MS 20000 /* bound on reading the other thread's stream */
+#define RUN_MAX 200000
+#define QUIET_TURNS 3
+#define NOTE ((void *)(uintptr_t)0x5151)
+
+/* The head watch.c wrote itself until the stream moved into proxy/http/:
+ * version digit, Audit-Id, Content-Type, Date, framing. */
+#define WATCH_HEAD                                                                                 \
+    "HTTP/1.%d 200 OK\r\n"                                                                         \
+    "Audit-Id: %s\r\n"                                                                             \
+    "Cache-Control: no-cache, private\r\n"                                                         \
+    "Content-Type: %s\r\n"                                                                         \
+    "Date: %s\r\n"                                                                                 \
+    "%s"                                                                                           \
+    "Connection: close\r\n\r\n"
+#define AUDIT "0b7d8a4e-1f2a-4c3b-9d5e-6f708192a3b4"
+
+/* ---- a TLS pair ---- */
+
+static char dir[64], cert_path[128], key_path[128];
+
+static void
+tls_files(void)
+{
+    EVP_PKEY *k = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    if (!k || !x)
+        abort();
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, k);
+    X509_NAME *n = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"kwc", -1, -1, 0);
+    X509_set_issuer_name(x, n);
+    if (!X509_sign(x, k, EVP_sha256()))
+        abort();
+    snprintf(cert_path, sizeof(cert_path), "%s/cert.pem", dir);
+    snprintf(key_path, sizeof(key_path), "%s/key.pem", dir);
+    FILE *f = fopen(cert_path, "w"), *g = fopen(key_path, "w");
+    if (!f || !g || !PEM_write_X509(f, x) || !PEM_write_PrivateKey(g, k, NULL, NULL, 0, NULL, NULL))
+        abort();
+    fclose(f);
+    fclose(g);
+    X509_free(x);
+    EVP_PKEY_free(k);
+}
+
+/* ---- what the stream's hooks saw ---- */
+
+struct rec {
+    struct gostr_buf log; /* "rel <tag>", "close <sent>" in order */
+    int released, sent_calls, closed;
+    size_t last_queued;
+    uint64_t sent;
+    int refs[64]; /* per tag: releases */
+};
+
+static void
+r_release(void *arg, void *owner, uint32_t tag)
+{
+    struct rec *r = arg;
+    if (owner != r || tag >= 64)
+        abort(); /* a reference never given */
+    r->released++;
+    r->refs[tag]++;
+    char b[32];
+    snprintf(b, sizeof(b), "rel %u\n", (unsigned)tag);
+    gostr_add(&r->log, b);
+}
+
+static void
+r_sent(void *arg, size_t queued)
+{
+    struct rec *r = arg;
+    r->sent_calls++;
+    r->last_queued = queued;
+}
+
+static void
+r_close(void *arg, uint64_t sent)
+{
+    struct rec *r = arg;
+    r->closed++;
+    r->sent = sent;
+    gostr_add(&r->log, "close\n");
+}
+
+static const struct hstream_ops rec_ops = {
+    .release = r_release, .on_sent = r_sent, .on_close = r_close};
+
+static void
+rec_fini(struct rec *r)
+{
+    free(r->log.p);
+}
+
+/* ---- the server side ---- */
+
+struct fx {
+    struct event_base *base;
+    struct http_server *s;
+    bool tls;
+    struct hstream_handoff *h; /* /w's */
+    int nreq, nclose, ndone;
+    bool gone_tried; /* /gone: hresp_handoff from on_close */
+    struct hstream_handoff *gone;
+    /* the client */
+    int fd;
+    SSL_CTX *cctx;
+    SSL *ssl;
+    bool hs_done, eof, paused, close_notify;
+    struct gostr_buf in;
+    char out[512];
+    size_t nout;
+    struct event *guard;
+    bool guard_fired;
+};
+
+static void
+h_close(void *arg)
+{
+    ((struct fx *)arg)->nclose++;
+}
+
+static const struct hreq_handler hooks = {.on_close = h_close};
+
+/* /gone: the connection closes before the handler hands the response off. */
+static struct hreq *gone_req;
+
+static void
+h_gone_close_handoff(void *arg)
+{
+    struct fx *f = arg;
+    f->nclose++;
+    f->gone_tried = true;
+    hresp_start(gone_req, 200, -1);
+    f->gone = hresp_handoff(gone_req);
+}
+
+static const struct hreq_handler gone_hooks = {.on_close = h_gone_close_handoff};
+
+static void
+on_done(void *arg, const struct hreq_done *d, void *note)
+{
+    struct fx *f = arg;
+    f->ndone++;
+    if (d->how == HREQ_END_TAKEN && note != NULL)
+        abort(); /* the note moved to the handoff */
+}
+
+static void
+on_request(void *arg, struct hreq *r)
+{
+    struct fx *f = arg;
+    f->nreq++;
+    size_t tl;
+    const char *t = hreq_target(r, &tl);
+    hreq_set_note(r, NOTE);
+    if (strcmp(t, "/gone") == 0) {
+        gone_req = r;
+        hreq_set_handler(r, &gone_hooks, f);
+        return;
+    }
+    hreq_set_handler(r, &hooks, f);
+    /* what watch.c sets */
+    hresp_header(r, "Audit-Id", AUDIT);
+    hresp_header(r, "Cache-Control", "no-cache, private");
+    hresp_header(r, "Content-Type", "application/json");
+    hresp_close_after(r);
+    hresp_start(r, 200, -1);
+    f->h = hresp_handoff(r);
+}
+
+static void
+on_guard(evutil_socket_t fd, short what, void *arg)
+{
+    ((struct fx *)arg)->guard_fired = true;
+}
+
+/* A server (plain or TLS) and one client connected to it; sndbuf > 0: the
+ * server end's send buffer and the client's receive buffer (a slow network). */
+static void
+fx_init(struct fx *f, bool tls, int sndbuf, int grace_ms)
+{
+    *f = (struct fx){.tls = tls, .fd = -1};
+    f->base = event_base_new();
+    struct http_server_options o = {.stream_grace_ms = grace_ms};
+    if (tls) {
+        o.tls_cert_file = cert_path;
+        o.tls_key_file = key_path;
+    }
+    char err[256] = "";
+    if (http_server_new(f->base, &o, on_request, f, &f->s, err, sizeof(err)) != 0) {
+        printf("# http_server_new: %s\n", err);
+        abort();
+    }
+    http_server_on_done(f->s, on_done, f);
+    f->guard = evtimer_new(f->base, on_guard, f);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    if (sndbuf > 0) {
+        setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &sndbuf, sizeof sndbuf);
+    }
+    f->fd = sv[0];
+    if (tls) {
+        f->cctx = SSL_CTX_new(TLS_client_method());
+        SSL_CTX_set_verify(f->cctx, SSL_VERIFY_NONE, NULL);
+        f->ssl = SSL_new(f->cctx);
+        SSL_set_fd(f->ssl, sv[0]);
+        SSL_set_connect_state(f->ssl);
+    }
+    http_server_adopt(f->s, sv[1], NULL, 0);
+}
+
+/* Move what can move on the client's side, without blocking. */
+static void
+pump(struct fx *f)
+{
+    if (f->fd < 0 || f->eof)
+        return;
+    if (!f->ssl) {
+        if (f->nout) {
+            ssize_t w = send(f->fd, f->out, f->nout, MSG_NOSIGNAL);
+            if (w > 0) {
+                memmove(f->out, f->out + w, f->nout - (size_t)w);
+                f->nout -= (size_t)w;
+            }
+        }
+        while (!f->paused) {
+            char buf[65536];
+            ssize_t n = recv(f->fd, buf, sizeof(buf), 0);
+            if (n > 0) {
+                gostr_addn(&f->in, buf, (size_t)n);
+                continue;
+            }
+            if (n == 0 || (errno != EAGAIN && errno != EINTR))
+                f->eof = true;
+            break;
+        }
+        return;
+    }
+    if (!f->hs_done) {
+        int rc = SSL_do_handshake(f->ssl);
+        if (rc != 1) {
+            int e = SSL_get_error(f->ssl, rc);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+                f->eof = true;
+            ERR_clear_error();
+            return;
+        }
+        f->hs_done = true;
+    }
+    if (f->nout) {
+        int w = SSL_write(f->ssl, f->out, (int)f->nout);
+        if (w > 0) {
+            memmove(f->out, f->out + w, f->nout - (size_t)w);
+            f->nout -= (size_t)w;
+        }
+    }
+    while (!f->paused) {
+        char buf[65536];
+        int n = SSL_read(f->ssl, buf, (int)sizeof(buf));
+        if (n > 0) {
+            gostr_addn(&f->in, buf, (size_t)n);
+            continue;
+        }
+        int e = SSL_get_error(f->ssl, n);
+        if (e == SSL_ERROR_ZERO_RETURN)
+            f->close_notify = true;
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+            f->eof = true;
+        break;
+    }
+    ERR_clear_error();
+}
+
+static unsigned long long
+progress(struct fx *f, const struct rec *r)
+{
+    return f->in.len + f->eof + f->nout + f->hs_done + (unsigned long long)f->nreq +
+           (r ? (unsigned long long)(r->released + r->sent_calls + r->closed) : 0);
+}
+
+/* Loop turns until nothing moves on either side. */
+static void
+run(struct fx *f, const struct rec *r)
+{
+    int idle = 0, i;
+    for (i = 0; i < RUN_MAX && idle < QUIET_TURNS; i++) {
+        unsigned long long before = progress(f, r);
+        event_base_loop(f->base, EVLOOP_NONBLOCK);
+        pump(f);
+        idle = progress(f, r) != before ? 0 : idle + 1;
+    }
+    if (i == RUN_MAX)
+        ok(0, "the loop goes quiet");
+}
+
+/* Run (EVLOOP_ONCE) until the stream closed, or the guard fires. */
+static bool
+run_until_closed(struct fx *f, const struct rec *r)
+{
+    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
+    f->guard_fired = false;
+    evtimer_add(f->guard, &tv);
+    for (int n = 0; n < RUN_MAX && !r->closed && !f->guard_fired; n++) {
+        event_base_loop(f->base, EVLOOP_ONCE);
+        pump(f);
+    }
+    evtimer_del(f->guard);
+    return r->closed;
+}
+
+/* The client asks for target (HTTP/1.1 or 1.0) and the server hands the
+ * response off. */
+static struct hstream_handoff *
+request(struct fx *f, const char *target, bool http10)
+{
+    int n = snprintf(f->out + f->nout, sizeof(f->out) - f->nout,
+                     "GET %s HTTP/1.%d\r\nHost: h\r\n\r\n", target, http10 ? 0 : 1);
+    f->nout += (size_t)n;
+    run(f, NULL);
+    struct hstream_handoff *h = f->h;
+    f->h = NULL;
+    return h;
+}
+
+static void
+fx_fini(struct fx *f)
+{
+    if (f->ssl)
+        SSL_free(f->ssl);
+    f->ssl = NULL;
+    SSL_CTX_free(f->cctx);
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    run(f, NULL);
+    http_server_free(f->s);
+    is_int(f->nclose, f->nreq, "every request's on_close ran once");
+    is_int(f->ndone, f->nreq, "...and its done callback");
+    /* a TLS stream's socket closes from the loop's next turn */
+    event_base_loop(f->base, EVLOOP_NONBLOCK);
+    event_free(f->guard);
+    event_base_free(f->base);
+    free(f->in.p);
+}
+
+/* ---- reading what the client got ---- */
+
+/* The head (up to the blank line) and the chunked body after it, decoded;
+ * terminal: the zero chunk came. false when the framing is broken. */
+static bool
+split(const struct gostr_buf *in, size_t *head_len, struct gostr_buf *body, bool *terminal)
+{
+    *terminal = false;
+    body->len = 0;
+    const char *p = in->p ? in->p : "", *end = p + in->len;
+    const char *e = memmem(p, in->len, "\r\n\r\n", 4);
+    if (!e)
+        return false;
+    *head_len = (size_t)(e + 4 - p);
+    p = e + 4;
+    while (p < end) {
+        char *x;
+        unsigned long n = strtoul(p, &x, 16);
+        if (x == p || end - x < 2 || x[0] != '\r' || x[1] != '\n')
+            return false;
+        p = x + 2;
+        if (n == 0) {
+            *terminal = end - p == 2 && p[0] == '\r' && p[1] == '\n';
+            return *terminal;
+        }
+        if ((unsigned long)(end - p) < n + 2 || p[n] != '\r' || p[n + 1] != '\n')
+            return false;
+        gostr_addn(body, p, n);
+        p += n + 2;
+    }
+    return true;
+}
+
+/* The head as watch.c wrote it, with the Date the client got. */
+static void
+want_head(const struct gostr_buf *in, bool http10, char *out, size_t n)
+{
+    const char *d = in->p ? memmem(in->p, in->len, "\r\nDate: ", 8) : NULL;
+    char date[64] = "?";
+    if (d) {
+        const char *eol = memmem(d + 8, in->len - (size_t)(d + 8 - in->p), "\r\n", 2);
+        if (eol && eol - (d + 8) < (ptrdiff_t)sizeof(date))
+            snprintf(date, sizeof(date), "%.*s", (int)(eol - (d + 8)), d + 8);
+    }
+    struct tm tm;
+    ok(strptime(date, "%a, %d %b %Y %H:%M:%S GMT", &tm) != NULL, "the Date is an IMF-fixdate");
+    snprintf(out, n, WATCH_HEAD, http10 ? 0 : 1, AUDIT, "application/json", date,
+             http10 ? "" : "Transfer-Encoding: chunked\r\n");
+}
+
+/* ---- the tests ---- */
+
+static char blob[1 << 20]; /* the owner's bytes every reference points into */
+
+/* The head: byte for byte the one watch.c sent, for HTTP/1.1 and 1.0; the
+ * note, the connection count; then chunks, each reference released once
+ * when its bytes left (not before), and the end. */
+static void
+head_and_chunks(bool tls, bool http10)
+{
+    struct fx f;
+    fx_init(&f, tls, 0, 0);
+    struct hstream_handoff *h = request(&f, "/w", http10);
+    ok(h != NULL, "handed off");
+    is_int(f.nclose, 1, "the request's on_close ran");
+    ok(h && hstream_handoff_note(h) == NOTE, "the note moved to the handoff");
+    ok(h && hstream_handoff_home(h) == NULL, "any loop may attach it");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.open, 0, "the server forgot the connection");
+    is_int(st.taken, 1, "...which counts as taken");
+    is_int(f.in.len, 0, "no byte left before the stream is attached");
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    ok(s != NULL, "attached");
+    if (!s) {
+        fx_fini(&f);
+        return;
+    }
+    memcpy(blob, "{\"a\":1}\n{\"b\":2}\n", 16);
+    hstream_write_ref(s, &r, 1, blob, 8);
+    hstream_write_ref(s, &r, 2, blob + 8, 8);
+    hstream_write(s, "copied", 6);
+    is_int(r.released, 0, "writes only queue");
+    ok(hstream_queued(s) > 0, "...and count as queued");
+    ok(hstream_flush(s), "flushed, still open");
+    run(&f, &r);
+    is_int(r.refs[1] + r.refs[2], 2, "each reference released once its bytes left");
+    is_int(hstream_queued(s), 0, "nothing queued");
+    if (tls)
+        ok(r.sent_calls > 0 && r.last_queued == 0,
+           "TLS: the bytes left from the bufferevent's write event: on_sent");
+    else
+        is_int(r.sent_calls, 0, "no on_sent for bytes sent by the handler's own flush");
+    char want[512];
+    want_head(&f.in, http10, want, sizeof(want));
+    size_t hl = strlen(want);
+    is_mem(f.in.p ? f.in.p : "", f.in.len < hl ? f.in.len : hl, want, hl,
+           "the head watch.c sent, byte for byte");
+    const char *body = f.in.p ? f.in.p + hl : "";
+    size_t bl = f.in.len > hl ? f.in.len - hl : 0;
+    if (http10)
+        is_mem(body, bl, "{\"a\":1}\n{\"b\":2}\ncopied", 22, "HTTP/1.0: the bytes as they are");
+    else
+        is_mem(body, bl, "8\r\n{\"a\":1}\n\r\n8\r\n{\"b\":2}\n\r\n6\r\ncopied\r\n", 37,
+               "one chunk per write");
+    size_t got = f.in.len;
+    hstream_end(s);
+    is_int(r.closed, 0, "hstream_end never closes inside");
+    hstream_flush(s);
+    run(&f, &r);
+    if (http10)
+        is_int(f.in.len, got, "HTTP/1.0: no terminal chunk");
+    else
+        is_mem(f.in.p + got, f.in.len - got, "0\r\n\r\n", 5, "the terminal chunk");
+    ok(f.eof, "then the connection closes");
+    if (tls)
+        ok(!f.close_notify, "TLS: closed as before (no close_notify)");
+    is_int(r.closed, 1, "on_close once");
+    is_int(r.sent, f.in.len, "...with every byte the client got (head, body, framing)");
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "closed: no longer taken");
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_head_and_chunks(void)
+{
+    head_and_chunks(false, false);
+    head_and_chunks(false, true);
+    head_and_chunks(true, false);
+    head_and_chunks(true, true);
+}
+
+enum { NREF = 64, REF = 16384 };
+
+/* Backpressure: a reader that stops lets the queue grow and hears nothing;
+ * when it reads again, on_sent says how much is still queued, and every
+ * byte arrives once, in order. */
+static void
+backpressure(bool tls)
+{
+    struct fx f;
+    fx_init(&f, tls, 4096, 0);
+    struct hstream_handoff *h = request(&f, "/w", false);
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    if (!s) {
+        ok(0, "attached");
+        fx_fini(&f);
+        return;
+    }
+    for (size_t i = 0; i < sizeof(blob); i++)
+        blob[i] = (char)('a' + i % 26);
+    f.paused = true;
+    for (int i = 0; i < NREF; i++)
+        hstream_write_ref(s, &r, (uint32_t)i, blob + (size_t)i * REF, REF);
+    size_t before = hstream_queued(s);
+    ok(hstream_flush(s), "flushed");
+    run(&f, &r);
+    size_t stuck = hstream_queued(s);
+    ok(stuck > 0 && stuck <= before, "the reader stopped: bytes stay queued");
+    ok(r.released < NREF, "...and their references held");
+    is_int(r.sent_calls, 0, "...and no on_sent");
+    f.paused = false;
+    run(&f, &r);
+    ok(r.sent_calls > 0, "it reads again: on_sent");
+    is_int(r.last_queued, 0, "...until nothing is queued");
+    is_int(r.released, NREF, "every reference released");
+    int twice = 0;
+    for (int i = 0; i < NREF; i++)
+        twice += r.refs[i] != 1;
+    is_int(twice, 0, "...each once");
+    size_t hl;
+    bool term;
+    struct gostr_buf b = {0};
+    ok(split(&f.in, &hl, &b, &term) && !term, "chunked, not ended");
+    ok(b.len == (size_t)NREF * REF && memcmp(b.p, blob, b.len) == 0, "every byte once, in order");
+    free(b.p);
+    hstream_close(s);
+    run(&f, NULL);
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_backpressure(void)
+{
+    backpressure(false);
+    backpressure(true);
+}
+
+/* The client goes: queued references are released, then on_close once
+ * with the bytes that left. */
+static void
+client_eof(bool tls)
+{
+    struct fx f;
+    fx_init(&f, tls, 0, 0);
+    struct hstream_handoff *h = request(&f, "/w", false);
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    if (!s) {
+        ok(0, "attached");
+        fx_fini(&f);
+        return;
+    }
+    hstream_write_ref(s, &r, 1, blob, 10);
+    hstream_flush(s);
+    run(&f, &r);
+    size_t got = f.in.len;
+    hstream_write_ref(s, &r, 2, blob, 10); /* never flushed */
+    if (f.ssl)
+        SSL_free(f.ssl);
+    f.ssl = NULL;
+    close(f.fd);
+    f.fd = -1;
+    run(&f, &r);
+    is_int(r.closed, 1, "on_close once");
+    is_str(r.log.p, "rel 1\nrel 2\nclose\n", "the unsent reference released before on_close");
+    is_int(r.sent, got, "sent: what left");
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_client_eof(void)
+{
+    client_eof(false);
+    client_eof(true);
+}
+
+/* An ended stream whose client does not read closes after the grace, its
+ * references released. */
+static void
+grace(bool tls)
+{
+    struct fx f;
+    fx_init(&f, tls, 4096, 50);
+    struct hstream_handoff *h = request(&f, "/w", false);
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    if (!s) {
+        ok(0, "attached");
+        fx_fini(&f);
+        return;
+    }
+    f.paused = true;
+    for (int i = 0; i < NREF; i++)
+        hstream_write_ref(s, &r, (uint32_t)i, blob, REF);
+    hstream_end(s);
+    ok(hstream_flush(s), "ended, bytes still queued: open");
+    run(&f, &r);
+    is_int(r.closed, 0, "still open while within the grace");
+    ok(run_until_closed(&f, &r), "closed when the grace ran out");
+    is_int(r.released, NREF, "every reference released");
+    ok(r.sent < (uint64_t)NREF * REF, "sent: only what left");
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_grace(void)
+{
+    grace(false);
+    grace(true);
+}
+
+/* hstream_close: one last try, every reference released, no on_close. */
+static void
+closing(bool tls)
+{
+    struct fx f;
+    fx_init(&f, tls, 0, 0);
+    struct hstream_handoff *h = request(&f, "/w", false);
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    if (!s) {
+        ok(0, "attached");
+        fx_fini(&f);
+        return;
+    }
+    hstream_write_ref(s, &r, 1, blob, 5);
+    hstream_write_ref(s, &r, 2, blob, 5);
+    hstream_end(s);
+    uint64_t sent = hstream_close(s);
+    is_int(r.released, 2, "every reference released");
+    is_int(r.closed, 0, "no on_close");
+    run(&f, &r);
+    ok(f.eof, "the client sees the close");
+    if (tls)
+        ok(f.close_notify, "TLS: with close_notify");
+    is_int(sent, f.in.len, "returns what was sent: all of it (the socket had room)");
+    size_t hl;
+    bool term;
+    struct gostr_buf b = {0};
+    ok(split(&f.in, &hl, &b, &term) && term && b.len == 10, "the chunks and the terminal chunk");
+    free(b.p);
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_close(void)
+{
+    closing(false);
+    closing(true);
+}
+
+/* The handoff crosses threads: attached on a second loop run by a second
+ * thread, which writes, ends and runs until the stream closed. */
+struct other {
+    struct hstream_handoff *h;
+    struct event_base *base;
+    struct rec r;
+    bool attached;
+};
+
+static void *
+other_main(void *arg)
+{
+    struct other *o = arg;
+    o->base = event_base_new();
+    struct hstream *s = hstream_attach(o->h, o->base, &rec_ops, &o->r);
+    o->attached = s != NULL;
+    if (s) {
+        for (int i = 0; i < 8; i++)
+            hstream_write_ref(s, &o->r, (uint32_t)i, blob + i * 100, 100);
+        hstream_end(s);
+        if (hstream_flush(s))
+            event_base_dispatch(o->base); /* until the stream's events are gone */
+    }
+    event_base_loop(o->base, EVLOOP_NONBLOCK); /* a TLS socket's deferred close */
+    event_base_free(o->base);
+    return NULL;
+}
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+other_thread(bool tls)
+{
+    struct fx f;
+    fx_init(&f, tls, 0, 0);
+    struct other o = {.h = request(&f, "/w", false)};
+    if (!o.h) {
+        ok(0, "handed off");
+        fx_fini(&f);
+        return;
+    }
+    for (size_t i = 0; i < 800; i++)
+        blob[i] = (char)('A' + i % 26);
+    pthread_t t;
+    if (pthread_create(&t, NULL, other_main, &o) != 0)
+        abort();
+    uint64_t end = now_ms() + DEADLINE_MS;
+    while (!f.eof && now_ms() < end) {
+        pump(&f);
+        struct pollfd pf = {.fd = f.fd, .events = POLLIN};
+        poll(&pf, 1, 100); /* the other thread's bytes */
+    }
+    pthread_join(t, NULL);
+    ok(o.attached, "attached on the other loop");
+    ok(f.eof, "the client read to the end");
+    size_t hl;
+    bool term;
+    struct gostr_buf b = {0};
+    ok(split(&f.in, &hl, &b, &term) && term, "the head, chunks, the terminal chunk");
+    ok(b.len == 800 && memcmp(b.p, blob, 800) == 0, "every byte, in order");
+    free(b.p);
+    is_int(o.r.released, 8, "every reference released on the other thread");
+    is_int(o.r.closed, 1, "on_close once there");
+    is_int(o.r.sent, f.in.len, "...with every byte the client got");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "released from the connection count");
+    rec_fini(&o.r);
+    fx_fini(&f);
+}
+
+static void
+test_other_thread(void)
+{
+    other_thread(false);
+    other_thread(true);
+}
+
+/* A connection gone before the handoff: NULL. Gone between handoff and
+ * attach: the stream attaches and closes at once, with nothing sent. */
+static void
+test_gone(void)
+{
+    struct fx f;
+    fx_init(&f, false, 0, 0);
+    int n = snprintf(f.out, sizeof(f.out), "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n");
+    f.nout = (size_t)n;
+    run(&f, NULL);
+    close(f.fd);
+    f.fd = -1;
+    run(&f, NULL);
+    ok(f.gone_tried, "the handler tried once the connection had closed");
+    ok(f.gone == NULL, "hresp_handoff: NULL");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "nothing taken");
+    fx_fini(&f);
+
+    fx_init(&f, false, 0, 0);
+    struct hstream_handoff *h = request(&f, "/w", false);
+    close(f.fd);
+    f.fd = -1;
+    run(&f, NULL);
+    struct rec r = {0};
+    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
+    ok(s != NULL, "a handoff whose client left still attaches");
+    if (s) {
+        hstream_write_ref(s, &r, 1, blob, 3);
+        run(&f, &r);
+    }
+    is_int(r.closed, 1, "...and closes from the loop");
+    is_int(r.released, 1, "...its reference released");
+    is_int(r.sent, 0, "...nothing sent");
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "released from the connection count");
+    rec_fini(&r);
+    fx_fini(&f);
+
+    /* a handoff never attached */
+    fx_init(&f, false, 0, 0);
+    h = request(&f, "/w", false);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 1, "a handoff in transit counts");
+    hstream_handoff_free(h);
+    http_server_stats(f.s, &st);
+    is_int(st.taken, 0, "...until freed");
+    run(&f, NULL);
+    ok(f.eof, "the client sees the close");
+    fx_fini(&f);
+}
+
+int
+main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    snprintf(dir, sizeof(dir), "/tmp/hstream_test.XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    tls_files();
+    TAP_RUN(test_head_and_chunks);
+    TAP_RUN(test_backpressure);
+    TAP_RUN(test_client_eof);
+    TAP_RUN(test_grace);
+    TAP_RUN(test_close);
+    TAP_RUN(test_other_thread);
+    TAP_RUN(test_gone);
+    unlink(cert_path);
+    unlink(key_path);
+    rmdir(dir);
+    return tap_done();
+}
