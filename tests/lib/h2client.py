@@ -483,8 +483,11 @@ class Connection:
             out.append("%d:%s/%d/%d%s" % (sid, left, st._unacked, sum(n for _, n in st._held),
                                           "P" if st.paused else ""))
         more = " ..." if len(out) > limit else ""
-        return "conn %s (goaway %s): %s%s" % (self.sock.getsockname()[1] if not self.closed else "closed",
-                                              self.goaway is not None, " ".join(out[:limit]), more)
+        ga = self.goaway
+        return "conn %s (%s%s): %s%s" % (
+            self.sock.getsockname()[1] if not self.closed else "closed: %s" % self.why,
+            "GOAWAY %s last stream %d %r" % (_code(ga.error_code), ga.last_stream_id, ga.additional_data)
+            if ga else "no GOAWAY", ", %d streams" % len(self.streams), " ".join(out[:limit]), more)
 
     def ping(self, data=b"kwc-ping"):
         self.h2.ping(data)
