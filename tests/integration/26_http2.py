@@ -33,6 +33,7 @@ TLS run leaves it out):
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -435,6 +436,30 @@ class Watches(Http2Case):
         # the connection is still good (1000 cancels at the end of a client's
         # watches are its right, not a rapid reset)
         self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", JSON)[0], 200)
+
+    def test_cancelled_watches_are_one_reset_each(self):
+        # watches cancelled while kwc is sending them (events in flight, as
+        # client-go's cancelled informers): one RST_STREAM each, counted once
+        # each; the DATA still in flight is dropped, and the connection stays
+        e = self.env
+        c = Connection(self.kwc.port)
+        self.addCleanup(c.close)
+        m0 = scrape_port(self.kwc)
+        e.sim("POST", "/apisim/churn", {"rate": 300, "resources": ["pods"], "mix": {"update": 1.0}})
+        self.addCleanup(e.sim, "POST", "/apisim/churn", {"rate": 0})
+        for _ in range(50):
+            w = c.open("GET", "/api/v1/pods?watch=1&resourceVersion=0", JSON)
+            c.pump(lambda: len(w.body) > 0, 30, "the watch's first events")
+            # more of its events have arrived, unread, when it is cancelled
+            r, _, _ = select.select([c.sock], [], [], 10)
+            self.assertTrue(r, "no more events within 10 s at 300 writes/s")
+            w.reset()
+        e.sim("POST", "/apisim/churn", {"rate": 0})
+        self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", JSON)[0], 200)
+        self.assertIsNone(c.goaway)
+        m1 = scrape_port(self.kwc)
+        self.assertEqual(h2_count(m1, "client") - h2_count(m0, "client"), 50)
+        self.assertGreater(c.discarded, 0, "no DATA came after a reset: the case was not made")
 
     def test_stalled_watch_beside_live_ones(self):
         e = self.env

@@ -40,6 +40,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 import hpack
 from hyperframe import frame as hf
 
@@ -92,8 +93,23 @@ def _connect(port, host, timeout, tls):
 
 
 class _H2Conn(h2.connection.H2Connection):
-    """python-h2 with a GOAWAY that does not end the connection's reading:
-    RFC 9113 6.8, streams up to the last stream id go on."""
+    """python-h2 with two changes, to act as Go's and nghttp2's clients do:
+    - a GOAWAY does not end the connection's reading (RFC 9113 6.8: streams
+      up to the last stream id go on);
+    - DATA still arriving for a stream this client reset (a cancelled watch
+      has a window's worth in flight) is dropped quietly: python-h2 answers
+      each such frame with another RST_STREAM, which a server counting
+      resets against rapid reset rightly holds against the client. Its
+      bytes go back to the connection window (discarded, read by
+      Connection)."""
+
+    discarded = 0
+
+    def _handle_data_on_closed_stream(self, events, exc, frame):
+        if self._stream_closed_by(frame.stream_id) != h2.stream.StreamClosedBy.SEND_RST_STREAM:
+            return super()._handle_data_on_closed_stream(events, exc, frame)
+        self.discarded += frame.flow_controlled_length
+        return [], events + exc._events
 
     def _receive_goaway_frame(self, frame):
         ev = h2.events.ConnectionTerminated()
@@ -247,6 +263,7 @@ class Connection:
         self.server_settings = {}   # what the server's SETTINGS said
         self.settings_seen = False
         self.events = []            # every h2 event, for tests that look at them
+        self.discarded = 0          # DATA bytes that came for streams this client had reset
         self._conn_unacked = 0
         self.flush()
         if handshake:
@@ -327,6 +344,13 @@ class Connection:
             raise H2Error("the server broke HTTP/2: %r" % e)
         for ev in events:
             self._event(ev)
+        if self.h2.discarded:
+            self.discarded += self.h2.discarded
+            self._conn_unacked += self.h2.discarded
+            self.h2.discarded = 0
+            if self._conn_unacked >= (1 << 20):
+                self.h2.increment_flow_control_window(self._conn_unacked)
+                self._conn_unacked = 0
         self.flush()
 
     def pump(self, until, timeout=30.0, what="the connection"):
