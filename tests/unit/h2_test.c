@@ -788,35 +788,50 @@ test_continuation_flood(void)
     srv_fini(&sv);
 }
 
+/* A flood of frames that each want an ACK (PING, SETTINGS) from a client
+ * that never reads: the server closes the connection. */
 static void
-test_ping_flood(void)
+ack_flood(uint8_t type, const void *payload, size_t n, const char *what)
 {
     struct srv sv;
     srv_init(&sv, opts());
     struct cl c;
     cl_open(&c, &sv, false, NULL);
     raw_preface(&c);
-    uint8_t ping[8] = {0};
     struct http_server_stats hs = {.open = 1};
-    /* never read: the ACKs pile up in the server */
     long sent = 0;
     for (int round = 0; round < 100000 && hs.open > 0; round++) {
         while (c.nout < 65536) {
-            raw_frame(&c, NGHTTP2_PING, 0, 0, ping, 8);
+            raw_frame(&c, type, 0, 0, payload, n);
             sent++;
         }
-        ssize_t n = send(c.fd, c.out, c.nout, MSG_NOSIGNAL);
-        if (n > 0) {
-            memmove(c.out, c.out + n, c.nout - (size_t)n);
-            c.nout -= (size_t)n;
+        ssize_t k = send(c.fd, c.out, c.nout, MSG_NOSIGNAL);
+        if (k > 0) {
+            memmove(c.out, c.out + k, c.nout - (size_t)k);
+            c.nout -= (size_t)k;
         }
         event_base_loop(sv.base, EVLOOP_NONBLOCK);
         http_server_stats(sv.s, &hs);
     }
-    is_int(hs.open, 0, "PING flood: the server closed the connection");
-    printf("# %ld pings written\n", sent);
+    is_int(hs.open, 0, what);
+    printf("# %ld frames written\n", sent);
     cl_close(&c);
     srv_fini(&sv);
+}
+
+static void
+test_settings_flood(void)
+{
+    const uint8_t one[6] = {0, 4, 0, 1, 0, 0}; /* INITIAL_WINDOW_SIZE 65536 */
+    ack_flood(NGHTTP2_SETTINGS, one, sizeof(one),
+              "SETTINGS flood: the server closed the connection");
+}
+
+static void
+test_ping_flood(void)
+{
+    const uint8_t ping[8] = {0};
+    ack_flood(NGHTTP2_PING, ping, sizeof(ping), "PING flood: the server closed the connection");
 }
 
 static void
@@ -1140,6 +1155,7 @@ main(void)
     TAP_RUN(test_header_list);
     TAP_RUN(test_continuation_flood);
     TAP_RUN(test_ping_flood);
+    TAP_RUN(test_settings_flood);
     TAP_RUN(test_priority_flood);
     TAP_RUN(test_upgrade_refused);
     TAP_RUN(test_preface_beside_h1);
