@@ -17,7 +17,8 @@ TLS run leaves it out):
 - Watches multiplexed: 1,000 watches on one connection each get every event
   (creates, updates, deletes, in order, the same bytes);
   a stalled watch stream beside live ones (its window exhausted) lags alone
-  and catches up, byte for byte.
+  and catches up, byte for byte; 50 watches cancelled while their events are
+  in flight are 50 resets to kwc (not a rapid reset), the connection stays.
 - Hostile clients: streams past --http2-max-streams-per-connection are
   refused (RST_STREAM REFUSED_STREAM) and the ones within go on; rapid reset
   (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM; a header list over
