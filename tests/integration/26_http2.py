@@ -23,12 +23,12 @@ TLS run leaves it out):
   refused (RST_STREAM REFUSED_STREAM) and the ones within go on; rapid reset
   (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM; a header list over
   --max-header-bytes is answered 431, and so is an HPACK bomb (its decoded
-  size counts); a CONTINUATION flood (CVE-2024-27316)
-  ends the connection; a PING/SETTINGS flood from a client that reads nothing
-  neither grows kwc's queue without bound nor keeps the connection past the
-  idle timeout; an upgrade attempt over HTTP/2 (exec over SPDY, WebSocket)
-  is a stream error (PROTOCOL_ERROR), as Go's server answers it, and the
-  connection goes on.
+  size counts); a CONTINUATION flood (CVE-2024-27316) ends the connection; a
+  PING/SETTINGS flood from a client that reads nothing neither grows kwc's
+  queue without bound nor keeps the connection past the idle timeout, nor
+  does a client that never opens its window; an upgrade attempt over HTTP/2
+  (exec over SPDY, WebSocket) is a stream error (PROTOCOL_ERROR), as Go's
+  server answers it, and the connection goes on.
 - Shutdown: SIGTERM sends GOAWAY; an open stream finishes, then kwc exits 0.
 """
 import json
@@ -693,6 +693,21 @@ class Hostile(Http2Case):
                 break
             if not d:
                 break
+        self.assertEqual(k.stop(), 0, k.logs())
+        self.still_serving()
+
+    def test_zero_window_stall_is_bounded_by_the_idle_timeout(self):
+        # a client that asks for a list and never opens its window (initial
+        # window 0): kwc's answer cannot leave; the connection is closed once
+        # its output has made no progress for --idle-timeout (2 s here; the
+        # test's own bound is 60 s), and kwc goes on
+        k = self.start("--idle-timeout", "2", name="kwc-stall")
+        rc = RawConn(k.port, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+        self.addCleanup(rc.close)
+        rc.send(rc.headers(1, "GET", "/api/v1/pods?resourceVersion=0", [("accept", "application/json")]))
+        frames = rc.drain_to_eof(60)
+        self.assertTrue(any(isinstance(f, hf.HeadersFrame) and f.stream_id == 1 for f in frames), frames)
+        self.assertFalse(any(isinstance(f, hf.DataFrame) and f.data for f in frames), "DATA past a zero window")
         self.assertEqual(k.stop(), 0, k.logs())
         self.still_serving()
 
