@@ -26,7 +26,7 @@ import unittest
 import urllib.parse
 
 import kpb
-from cluster import Env, http_request, wait_for
+from cluster import Env, http_request, speaks_h2, wait_for
 from scrape import scrape, total, value
 from watchstream import Stream, pump, read_until_end
 
@@ -256,7 +256,11 @@ class WatchDifferential(unittest.TestCase):
                 self.assertTrue(k.ended, "kwc's stream did not end cleanly")
                 self.assertEqual(k.headers.get("content-type"), self.ct_for(p))
                 self.assertEqual(a.headers.get("content-type"), self.ct_for(p))
-                self.assertEqual("transfer-encoding" in k.headers, not http10)
+                # chunked over HTTP/1.1; HTTP/1.0 ends with the close, HTTP/2
+                # with END_STREAM (and has no Transfer-Encoding at all)
+                self.assertEqual("transfer-encoding" in k.headers, k.proto == "HTTP/1.1")
+                self.assertEqual(k.proto, "HTTP/1.0" if http10 else "HTTP/2.0" if speaks_h2(e.kwc.port)
+                                 else "HTTP/1.1")
                 got, want = k.non_bookmarks(), a.non_bookmarks()
                 self.assertGreater(len(want), 0)
                 self.assertEqual(got, want)

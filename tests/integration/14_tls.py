@@ -6,7 +6,9 @@ in both runs and is left out of the TLS run):
   certificate (kubectl default, 1.27 and 1.33; Debian's python3-kubernetes
   list + watch with timeoutSeconds; npm @kubernetes/client-node list) answer
   what they answer against apisim over plain HTTP;
-- ALPN: a client offering h2 and http/1.1 gets http/1.1;
+- ALPN: kwc's order (h2, http/1.1) wins, as in Go's server: a client offering
+  both in either order gets h2; one offering http/1.1 alone (or no ALPN) gets
+  HTTP/1.1 (26_http2.py speaks HTTP/2 over it);
 - --tls-min-version VersionTLS13 refuses a TLS 1.2 client (the default, 1.2,
   takes it);
 - --client-ca-file: a certificate from that CA or none is accepted, one from
@@ -219,10 +221,17 @@ class TlsClientsTest(TlsCase):
 class TlsHandshakeTest(TlsCase):
     """ALPN and protocol versions."""
 
-    def test_alpn_offers_http11(self):
+    def test_alpn_prefers_h2(self):
         k = self.start(*serving())
-        s = tls_connect(k.port, context(alpn=["h2", "http/1.1"]))
+        for offer in (["h2", "http/1.1"], ["http/1.1", "h2"]):
+            s = tls_connect(k.port, context(alpn=offer))
+            self.assertEqual(s.selected_alpn_protocol(), "h2", offer)
+            s.close()
+        s = tls_connect(k.port, context(alpn=["http/1.1"]))
         self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
+        self.assertEqual(get(s, "/healthz"), (200, b"ok"))
+        s = tls_connect(k.port, context())
+        self.assertIsNone(s.selected_alpn_protocol())
         self.assertEqual(get(s, "/healthz"), (200, b"ok"))
 
     def test_default_min_version_takes_tls12(self):

@@ -8,6 +8,8 @@ kwc on ephemeral loopback ports. Ends with the line "N passed, N failed".
 With KWC_TLS=1 (make integration-tls) kwc serves TLS and every client reaches
 it over https (tests/lib/cluster.py); the tests marked
 @only_in_plaintext_run(reason) are left out of that run, and listed.
+With KWC_H2=1 (make integration-h2) the tests speak HTTP/2 to kwc; the tests
+marked @only_over_http1(reason) are left out of that run, and listed.
 """
 import importlib.util
 import os
@@ -37,6 +39,12 @@ def plaintext_only(test):
     return getattr(method, "only_in_plaintext_run", None) or getattr(test, "only_in_plaintext_run", None)
 
 
+def http1_only(test):
+    """The reason a test is marked only_over_http1 (class or method), or None."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    return getattr(method, "only_over_http1", None) or getattr(test, "only_over_http1", None)
+
+
 def main():
     pats = sys.argv[1:]
     mods = sorted(f for f in os.listdir(HERE) if f[:2].isdigit() and f.endswith(".py"))
@@ -50,12 +58,16 @@ def main():
         spec.loader.exec_module(mod)
         suite.addTests(loader.loadTestsFromModule(mod))
     tls = os.environ.get("KWC_TLS", "") == "1"
-    if tls:
+    h2 = os.environ.get("KWC_H2", "") == "1"
+    if tls or h2:
         kept = []
         for t in flatten(suite):
-            why = plaintext_only(t)
+            why = plaintext_only(t) if tls else None
+            why2 = http1_only(t) if h2 else None
             if why:
                 print("TLS run leaves out %s: %s" % (t.id(), why))
+            elif why2:
+                print("HTTP/2 run leaves out %s: %s" % (t.id(), why2))
             else:
                 kept.append(t)
         suite = unittest.TestSuite(kept)
@@ -65,8 +77,9 @@ def main():
     failed = len(res.failures) + len(res.errors) + len(res.unexpectedSuccesses)
     skipped = len(res.skipped)
     passed = max(0, res.testsRun - failed - skipped)
+    mode = [m for m, on in (("TLS", tls), ("HTTP/2", h2)) if on]
     print("integration%s (%.0fs): %d passed, %d failed%s" % (
-        " (TLS)" if tls else "", time.monotonic() - t0, passed, failed,
+        " (%s)" % ", ".join(mode) if mode else "", time.monotonic() - t0, passed, failed,
         ", %d skipped" % skipped if skipped else ""))
     # A skipped test is not a pass: it fails the run too.
     sys.exit(1 if failed or skipped or res.testsRun == 0 else 0)

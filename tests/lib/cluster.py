@@ -21,6 +21,22 @@ In TLS mode kwc also verifies client certificates (--client-ca-file) and
 every client presents one (kwc_tls_client()).
 A test about plaintext-only behaviour carries @only_in_plaintext_run(reason);
 run.py leaves it out of the TLS run (it is not run as a skip).
+
+HTTP/2 mode (KWC_H2=1, `make integration-h2`; with KWC_TLS=1 too, HTTP/2 over
+TLS): a Proc also records whether clients speak HTTP/2 to its port (every kwc
+kwc_proc() starts; never apisim, which stays HTTP/1.1). http_request and
+http_connection then speak HTTP/2 (tests/lib/h2client.py: plaintext with prior
+knowledge, TLS with ALPN h2), and so does watchstream.Stream. http_request
+keeps one HTTP/2 connection per thread and port, as client-go keeps one per
+host: its requests are streams of that connection (HPACK state and stream ids
+carry over from request to request), and a connection the server has sent
+GOAWAY on or closed is replaced. What stays HTTP/1.1 in that mode: connect()
+(raw sockets are about HTTP/1.1 bytes), kubectl and the Node client (Go and
+Node clients do not speak HTTP/2 with prior knowledge; over TLS they pick it
+by ALPN themselves). A test about HTTP/1.1-only behaviour (HTTP/1.0, chunk
+bytes, pipelining) carries @only_over_http1(reason): run.py leaves it out of
+the HTTP/2 run and lists it; each has an HTTP/2 counterpart (26_http2.py) or
+is HTTP/1.1-only by nature.
 """
 import http.client
 import json
@@ -46,6 +62,8 @@ KWC_EXTRA_ARGS = os.environ.get("KWC_EXTRA_ARGS", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
 # KWC_TLS=1: kwc serves https (--tls-cert-file, --tls-private-key-file, --client-ca-file).
 TLS = os.environ.get("KWC_TLS", "") == "1"
+# KWC_H2=1: the tests speak HTTP/2 to kwc (h2client.py).
+H2 = os.environ.get("KWC_H2", "") == "1"
 
 
 def only_in_plaintext_run(reason):
@@ -57,6 +75,16 @@ def only_in_plaintext_run(reason):
     return mark
 
 
+def only_over_http1(reason):
+    """Marks a TestCase class or test method about HTTP/1.1-only behaviour
+    (HTTP/1.0, chunk framing, pipelining): run.py leaves it out of the HTTP/2
+    run (KWC_H2=1). The reason names the HTTP/2 counterpart, if there is one."""
+    def mark(obj):
+        obj.only_over_http1 = reason
+        return obj
+    return mark
+
+
 class ClientTLS:
     """What a client of one TLS server uses: the CA it trusts and, optionally,
     the certificate it presents. context() is one shared ssl.SSLContext."""
@@ -64,6 +92,7 @@ class ClientTLS:
     def __init__(self, ca, cert=None, key=None):
         self.ca, self.cert, self.key = ca, cert, key
         self._ctx = None
+        self._h2ctx = None
         self._lock = threading.Lock()
 
     def context(self):
@@ -75,10 +104,30 @@ class ClientTLS:
                 self._ctx = ctx
             return self._ctx
 
+    def h2_context(self):
+        """Another shared context, offering ALPN h2 only (context() offers no
+        ALPN: its clients speak HTTP/1.1)."""
+        with self._lock:
+            if self._h2ctx is None:
+                ctx = ssl.create_default_context(cafile=self.ca)
+                if self.cert:
+                    ctx.load_cert_chain(self.cert, self.key)
+                ctx.set_alpn_protocols(["h2"])
+                self._h2ctx = ctx
+            return self._h2ctx
+
 
 # port -> ClientTLS (or None for plain HTTP) of the last Proc that listened on
 # it: a port a stopped server leaves is taken by the next one that binds it.
 _listeners = {}
+# port -> True when the tests speak HTTP/2 to it (HTTP/2 mode, kwc's ports)
+_h2_listeners = {}
+
+
+def speaks_h2(port):
+    """Whether http_request, http_connection and watchstream.Stream speak
+    HTTP/2 to port."""
+    return _h2_listeners.get(port, False)
 
 
 def tls_client(port):
@@ -155,6 +204,9 @@ def connect(port, timeout=10.0, rcvbuf=None, host="127.0.0.1"):
 
 
 def http_connection(port, timeout=30.0, host="127.0.0.1"):
+    if speaks_h2(port):
+        import h2client
+        return h2client.HTTPConnection(port, host=host, timeout=timeout)
     t = tls_client(port)
     if t:
         return http.client.HTTPSConnection(host, port, timeout=timeout, context=t.context())
@@ -186,8 +238,9 @@ def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
 class Proc:
     """A child process with a port file and a log file."""
 
-    def __init__(self, name, argv, workdir, env=None, tls=None):
-        """tls: a ClientTLS if the process serves TLS on its port."""
+    def __init__(self, name, argv, workdir, env=None, tls=None, h2=False):
+        """tls: a ClientTLS if the process serves TLS on its port; h2: the
+        tests speak HTTP/2 to it."""
         self.name = name
         self.workdir = workdir
         self.port_file = os.path.join(workdir, name + ".port")
@@ -195,6 +248,7 @@ class Proc:
         self.argv = argv + ["--port-file", self.port_file]
         self.env = env
         self.tls = tls
+        self.h2 = h2
         self.p = None
         self.port = None
         self.exit_code = None
@@ -214,6 +268,7 @@ class Proc:
             return int(s) if s else None
         self.port = wait_for(ready, timeout, "%s to listen" % self.name)
         _listeners[self.port] = self.tls
+        _h2_listeners[self.port] = self.h2
         return self
 
     def logs(self, tail=80):
@@ -235,6 +290,12 @@ class Proc:
         return 0
 
     def stop(self, sig=signal.SIGTERM, timeout=15.0):
+        try:
+            return self._stop(sig, timeout)
+        finally:
+            _h2_forget(self.port)  # after the exit: pooled connections to it are dead
+
+    def _stop(self, sig, timeout):
         if self.p is None or self.p.poll() is not None:
             self.exit_code = self.p.returncode if self.p else None
             return self.exit_code
@@ -256,8 +317,74 @@ class Proc:
         self.exit_code = self.p.returncode if self.p else None
 
 
+# HTTP/2 mode: each thread's connections, (port, host) -> h2client.Connection
+_h2_pool = threading.local()
+_h2_all = []  # every pooled connection (a stopped server's are closed)
+_h2_all_lock = threading.Lock()
+
+
+def _h2_forget(port):
+    """Close the HTTP/2 connections (http_request's and watchstream's) to a
+    server that has stopped."""
+    with _h2_all_lock:
+        for c in [c for c in _h2_all if c.port == port]:
+            c.close()
+            _h2_all.remove(c)
+    ws = sys.modules.get("watchstream")
+    for c in (ws._h2_conns.pop(port, []) if ws else []):
+        c.close()
+
+
+def h2_pooled(port, host="127.0.0.1", timeout=30.0):
+    """This thread's HTTP/2 connection to port (a new one when there is none,
+    or the last one got GOAWAY, closed or is full)."""
+    import h2client
+    pool = getattr(_h2_pool, "conns", None)
+    if pool is None:
+        pool = _h2_pool.conns = {}
+    c = pool.get((port, host))
+    if c is None or not c.usable():
+        if c is not None:
+            c.close()
+        c = h2client.Connection(port, host=host, timeout=timeout, initial_window=h2client.DEFAULT_WINDOW)
+        pool[(port, host)] = c
+        with _h2_all_lock:
+            _h2_all.append(c)
+    c.timeout = timeout
+    return c
+
+
+def _h2_request(port, method, path, body, headers, timeout, host):
+    import h2client
+    h = {}
+    for k, v in (headers or {}).items():
+        h[k.lower()] = v
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+        h.setdefault("content-type", "application/json")
+    elif isinstance(body, str):
+        body = body.encode()
+    for attempt in range(2):
+        c = h2_pooled(port, host, timeout)
+        st = c.open(method, path, h, body)
+        try:
+            return st.result(timeout)
+        except h2client.H2Error:
+            # as Go's transport: a stream the server never took (past its
+            # GOAWAY's last stream id, or the connection gone before any
+            # answer to a request that may be repeated) goes once more on a
+            # new connection
+            again = st.refused_by_goaway or (st.status is None and not st.remote_reset
+                                             and method in ("GET", "HEAD", "OPTIONS"))
+            if attempt or not again:
+                raise
+
+
 def http_request(port, method, path, body=None, headers=None, timeout=30.0, host="127.0.0.1"):
-    """One request on a fresh connection. Returns (status, headers dict, body bytes)."""
+    """One request on a fresh connection (HTTP/2 mode: a stream of this
+    thread's connection to port). Returns (status, headers dict, body bytes)."""
+    if speaks_h2(port):
+        return _h2_request(port, method, path, body, headers, timeout, host)
     c = http_connection(port, timeout=timeout, host=host)
     try:
         h = dict(headers or {})
@@ -282,7 +409,7 @@ def kwc_proc(name, args, workdir, kwc_bin=None):
     serving TLS in TLS mode; args (the test's own flags) come last."""
     tls = kwc_tls_args() if TLS else []
     return Proc(name, KWC_WRAP + [kwc_bin or KWC_BIN] + KWC_EXTRA_ARGS + tls + list(args), workdir,
-                tls=kwc_tls_client() if TLS else None)
+                tls=kwc_tls_client() if TLS else None, h2=H2)
 
 
 # Every Env's directory (data dirs, logs) is removed when the test process

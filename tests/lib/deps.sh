@@ -16,9 +16,10 @@ build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjan
 # openssl: tests/integration/21_deploy.py (manifests, unit file, a pod-like sandbox);
 # prometheus: promtool and a real server for tests/integration/22_metrics.py;
 # clang-format-14: make check-format (the version the tree is formatted with);
-# nghttp2-client: nghttp and h2load against kwc's HTTP/2
+# nghttp2-client: nghttp and h2load against kwc's HTTP/2 (tests/integration/26_http2.py);
+# python3-h2: the tests' HTTP/2 client (tests/lib/h2client.py, make integration-h2)
 test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang clang-format-14 libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
- python3-yaml systemd util-linux openssl prometheus nghttp2-client"
+ python3-yaml systemd util-linux openssl prometheus nghttp2-client python3-h2"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
 image_pkgs="podman"

@@ -8,6 +8,15 @@ A protobuf watch (Content-Type application/vnd.kubernetes.protobuf;stream=watch)
 keeps its frames (without the length prefix) in `lines` and their decoded form
 (tests/lib/kpb.py, JSON-shaped) in `events`.
 A stream to a TLS port (cluster's TLS mode) is a TLS connection.
+
+In cluster's HTTP/2 mode (KWC_H2=1) a Stream to kwc is an HTTP/2 stream
+(tests/lib/h2client.py) and the streams of a test share connections, as
+client-go's watches do: a new connection only when the last one is full (the
+server's SETTINGS_MAX_CONCURRENT_STREAMS), got GOAWAY or closed. `paused` then
+stops acknowledging that stream's flow-control window while the connection
+and its other streams go on being read; rcvbuf (a small socket buffer for a
+slow HTTP/1.1 client) becomes the stream's receive window. proto is
+"HTTP/1.0", "HTTP/1.1" or "HTTP/2.0"; http10=True always speaks HTTP/1.0.
 """
 import json
 import selectors
@@ -15,17 +24,53 @@ import ssl
 import time
 
 import kpb
-from cluster import connect
+from cluster import connect, speaks_h2
+
+# HTTP/2 mode: a stream's window when the test gives no rcvbuf (client-go's
+# is 4 MiB; 1 MiB keeps a paused stream's share small), and the window each
+# stream starts with (SETTINGS_INITIAL_WINDOW_SIZE) before its own
+# WINDOW_UPDATE widens it, so streams of every window share a connection
+H2_WINDOW = 1 << 20
+H2_MIN_WINDOW = 4096
+_h2_conns = {}  # port -> [h2client.Connection]
+
+
+def h2_connection(port):
+    """A connection to port with room for one more stream."""
+    import h2client
+    conns = _h2_conns.setdefault(port, [])
+    for c in conns:
+        if c.usable():
+            return c
+    c = h2client.Connection(port, timeout=10, window=H2_WINDOW, initial_window=H2_MIN_WINDOW)
+    conns[:] = [x for x in conns if not x.closed] + [c]
+    return c
+
+
+def h2_connections():
+    """Every connection watch streams have used (for tests that look at them)."""
+    return [c for cs in _h2_conns.values() for c in cs]
 
 
 class Stream:
     def __init__(self, port, path, http10=False, rcvbuf=None, headers=()):
         self.path = path
-        self.s = connect(port, timeout=10, rcvbuf=rcvbuf)
-        hdrs = "".join("%s: %s\r\n" % h for h in headers)
-        self.s.sendall(("GET %s HTTP/1.%d\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
-                        % (path, 0 if http10 else 1, port, hdrs)).encode())
-        self.s.setblocking(False)
+        self.h2 = None  # the h2client.Stream in HTTP/2 mode
+        self._paused = False
+        if speaks_h2(port) and not http10:
+            self.proto = "HTTP/2.0"
+            self.s = None
+            self.h2 = h2_connection(port).open("GET", path, list(headers),
+                                               window=max(rcvbuf or H2_WINDOW, H2_MIN_WINDOW))
+            self.h2.on_head = self._h2_head
+            self.h2.sink = self._body
+        else:
+            self.proto = "HTTP/1.%d" % (0 if http10 else 1)
+            self.s = connect(port, timeout=10, rcvbuf=rcvbuf)
+            hdrs = "".join("%s: %s\r\n" % h for h in headers)
+            self.s.sendall(("GET %s HTTP/1.%d\r\nHost: 127.0.0.1:%d\r\n%s\r\n"
+                            % (path, 0 if http10 else 1, port, hdrs)).encode())
+            self.s.setblocking(False)
         self.buf = b""
         self.body = b""
         self.head = None
@@ -34,13 +79,50 @@ class Stream:
         self.chunked = False
         self.lines = []    # raw event lines (no trailing newline)
         self.events = []   # parsed
-        self.ended = False  # terminal chunk (or close for HTTP/1.0) seen
-        self.closed = False  # socket closed by the server
-        self.paused = False
+        self._ended = False  # terminal chunk (or close for HTTP/1.0) seen
+        self._closed = False  # socket closed by the server
         self.bytes = 0
+
+    # HTTP/2: the stream's state is the h2client.Stream's
+    @property
+    def ended(self):
+        return self.h2.ended if self.h2 else self._ended
+
+    @ended.setter
+    def ended(self, v):
+        self._ended = v
+
+    @property
+    def closed(self):
+        return self.h2.closed if self.h2 else self._closed
+
+    @closed.setter
+    def closed(self, v):
+        self._closed = v
+
+    @property
+    def paused(self):
+        return self.h2.paused if self.h2 else self._paused
+
+    @paused.setter
+    def paused(self, v):
+        if self.h2:
+            self.h2.paused = v
+        else:
+            self._paused = v
+
+    def reader(self):
+        """What pump() reads: the socket, or the HTTP/2 connection."""
+        return self.h2.conn if self.h2 else self
 
     def fileno(self):
         return self.s.fileno()
+
+    def _h2_head(self, st):
+        self.status = st.status
+        self.headers = dict(st.headers)
+        self.head = "HTTP/2.0 %d\r\n" % st.status + "\r\n".join(
+            "%s: %s" % kv for kv in st.header_list if not kv[0].startswith(":"))
 
     def feed(self, d):
         self.bytes += len(d)
@@ -72,6 +154,15 @@ class Stream:
         else:
             self.body += self.buf
             self.buf = b""
+        self._parse()
+
+    def _body(self, d):
+        """HTTP/2: a piece of the body (DATA)."""
+        self.bytes += len(d)
+        self.body += d
+        self._parse()
+
+    def _parse(self):
         if self.headers.get("content-type") == kpb.CT_WATCH:
             fr, self.body = kpb.frames(self.body)
             for f in fr:
@@ -105,6 +196,9 @@ class Stream:
                 return
 
     def close(self):
+        if self.h2:
+            self.h2.reset()  # RST_STREAM (CANCEL), as client-go's cancelled watch
+            return
         try:
             self.s.close()
         except OSError:
@@ -133,8 +227,12 @@ def pump(streams, until, timeout, what="streams"):
             if until():
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError("timed out after %.0fs waiting for %s" % (timeout, what))
-            want = {s for s in streams if not s.closed and not s.paused}
+                conns = {s.h2.conn for s in streams if s.h2}
+                raise TimeoutError("timed out after %.0fs waiting for %s%s" % (
+                    timeout, what, "".join("\n  HTTP/2 " + c.describe() for c in conns)))
+            # an HTTP/2 connection is read while any of its streams wants
+            # reading (a paused stream's DATA is held, its window not given back)
+            want = {s.reader() for s in streams if not s.closed and not s.paused}
             for s in reg - want:
                 sel.unregister(s)
             for s in want - reg:
@@ -143,8 +241,12 @@ def pump(streams, until, timeout, what="streams"):
             if not reg:
                 time.sleep(0.01)
                 continue
-            for key, _ in sel.select(0.05):
-                key.fileobj.read_some()
+            ready = [key.fileobj for key, _ in sel.select(0.05)]
+            # TLS: records already decrypted are not readable on the fd
+            ready += [r for r in reg if r not in ready and isinstance(getattr(r, "sock", None), ssl.SSLSocket)
+                      and not r.closed and r.sock.pending()]
+            for r in ready:
+                r.read_some()
     finally:
         sel.close()
 
