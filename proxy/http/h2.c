@@ -30,7 +30,8 @@
  * Limits (a front end facing the network):
  *  - --http2-max-streams-per-connection -> SETTINGS_MAX_CONCURRENT_STREAMS;
  *    nghttp2 refuses streams past it (RST_STREAM REFUSED_STREAM).
- *  - Rapid reset (CVE-2023-44487): every RST_STREAM from the client and
+ *  - Rapid reset (CVE-2023-44487): every RST_STREAM from the client that
+ *    closes a stream still open (not one for a stream already gone) and
  *    every stream refused takes a token from a per-connection bucket of
  *    2 x max streams tokens, refilled at max streams per 10 s (kube's 100:
  *    a burst of 200, then 10 per second sustained). Empty: GOAWAY
@@ -418,6 +419,12 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
         }
         break;
     case NGHTTP2_RST_STREAM:
+        /* only a reset that closes a stream still open counts: after a
+         * client resets a stream, DATA already in flight may draw another
+         * RST from it for a stream that is gone (python's h2 does), which
+         * costs kwc nothing */
+        if (!st)
+            break;
         s->stats.h2_resets++;
         if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
             calm_down(hc, "too many streams reset (rapid reset)");

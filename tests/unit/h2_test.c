@@ -712,6 +712,37 @@ test_max_streams(void)
     srv_fini(&sv);
 }
 
+/* A client whose stream is reset may send RST_STREAM again for frames still
+ * in flight on it (python's h2 does, once per DATA frame): resets of a
+ * stream already gone cost nothing and must not empty the rapid-reset
+ * bucket. */
+static void
+test_reset_of_closed_stream_not_counted(void)
+{
+    struct http_server_options o = opts();
+    o.http2_max_streams = 4; /* a bucket of 8 resets */
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    const uint8_t hb[] = {0x82, 0x84, 0x86, 0x41, 0x01, 'h'}; /* GET / http, :authority h */
+    const uint8_t cancel[4] = {0, 0, 0, NGHTTP2_CANCEL};
+    raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS, 1, hb,
+              sizeof(hb));
+    for (int i = 0; i < 40; i++) /* the first closes stream 1, the rest find it gone */
+        raw_frame(&c, NGHTTP2_RST_STREAM, 0, 1, cancel, 4);
+    pump(&sv, &c, 1);
+    uint32_t code = 0;
+    ok(!raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "resets of a closed stream: no GOAWAY");
+    ok(!c.eof, "the connection stays open");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_resets, 1, "one reset counted: the one that closed a stream");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 static void
 test_rapid_reset(void)
 {
@@ -1152,6 +1183,7 @@ main(void)
     TAP_RUN(test_reset_abort);
     TAP_RUN(test_max_streams);
     TAP_RUN(test_rapid_reset);
+    TAP_RUN(test_reset_of_closed_stream_not_counted);
     TAP_RUN(test_header_list);
     TAP_RUN(test_continuation_flood);
     TAP_RUN(test_ping_flood);
