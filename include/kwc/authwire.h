@@ -83,6 +83,9 @@ int auth_cert_user(struct x509_st *cert, struct auth_user **out);
 /* The user of kube's anonymous authenticator: system:anonymous in the one
  * group system:unauthenticated, no uid (new reference). */
 struct auth_user *auth_anonymous_user(void);
+/* kube's isAnonymousUser (filters/authentication.go): system:anonymous, or
+ * any user in the group system:unauthenticated. */
+bool auth_user_is_anonymous(const struct auth_user *u);
 /* The TokenReview request body for a token (new; holds the token: wipe it
  * with OPENSSL_cleanse before freeing). */
 char *auth_token_review_json(const char *token, size_t len, size_t *outlen);

@@ -221,8 +221,14 @@ void hreq_body_hold(struct hreq *r);
 
 /* Add a response header (copied). Before hresp_start. */
 void hresp_header(struct hreq *r, const char *name, const char *value);
-/* Close the connection once this response is done (no keep-alive). */
+/* Close the connection once this response is done (no keep-alive).
+ * HTTP/2: no effect (the connection is shared; see hresp_goaway). */
 void hresp_close_after(struct hreq *r);
+/* HTTP/2: this stream is the connection's last: a graceful GOAWAY now (no
+ * new streams; the open ones finish, then the connection closes), as Go's
+ * server does for a handler that sets "Connection: close" over HTTP/2.
+ * HTTP/1.x: no effect. Any time before the response ends. */
+void hresp_goaway(struct hreq *r);
 /*
  * Send the status line and headers. content_length >= 0: a body of exactly
  * that many bytes follows; -1: a streamed body (chunked on HTTP/1.1,

@@ -137,6 +137,13 @@ hresp_close_after(struct hreq *r)
 }
 
 void
+hresp_goaway(struct hreq *r)
+{
+    if (hreq_of(r)->h2 && !r->ended)
+        h2_shutdown(r->c);
+}
+
+void
 hresp_start(struct hreq *r, int status, int64_t content_length)
 {
     struct hconn *c = hreq_of(r)->c;

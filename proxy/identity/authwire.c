@@ -165,6 +165,17 @@ auth_user_unref(struct auth_user *u)
     free(u);
 }
 
+bool
+auth_user_is_anonymous(const struct auth_user *u)
+{
+    if (strcmp(u->name, USER_ANONYMOUS) == 0)
+        return true;
+    for (size_t i = 0; i < u->ngroups; i++)
+        if (strcmp(u->groups[i], GROUP_UNAUTHENTICATED) == 0)
+            return true;
+    return false;
+}
+
 struct auth_user *
 auth_anonymous_user(void)
 {

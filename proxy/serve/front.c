@@ -460,6 +460,13 @@ on_authenticated(void *arg, int status, struct auth_user *u)
 {
     struct kreq *k = arg;
     k->wait = NULL;
+    /* HTTP/2 is costly and prone to abuse (CVE-2023-44487): kube's
+     * UnauthenticatedHTTP2DOSMitigation (on by default since 1.29) limits
+     * a caller that is not authenticated, or authenticated as anonymous, to
+     * this one request on its HTTP/2 connection (Go's graceful GOAWAY behind
+     * "Connection: close"); HTTP/1.1 keep-alive stays as it is. */
+    if (status != 0 || !u || auth_user_is_anonymous(u))
+        hresp_goaway(k->req);
     if (status != 0 || !u) {
         /* kube's 401 (responsewriters/errors.go via filters/authentication.go) */
         finish(k, 401, "Unauthorized", "Unauthorized", NULL);

@@ -470,6 +470,30 @@ def write_kubeconfig(d, name, port, ident):
     return path
 
 
+def h2_last_request(port, token=None):
+    """Two requests in turn on one HTTP/2 connection (TLS, ALPN h2) to
+    /api/v1/namespaces/ns-a/pods: (status of the first, whether the server
+    sent GOAWAY after it, status of the second or None when the connection
+    took no second stream)."""
+    import h2client
+    conn = h2client.Connection(port, tls=ClientTLS(P.ca.crt))
+    try:
+        hdrs = {"Authorization": "Bearer " + token} if token else {}
+        st1, _, _ = conn.request("GET", "/api/v1/namespaces/ns-a/pods", headers=hdrs, timeout=10)
+        # the GOAWAY, if any, comes before the answer's HEADERS (kube sets
+        # "Connection: close" before the handler writes)
+        conn.read_some()
+        went = conn.goaway is not None
+        st2 = None
+        if not went:
+            st2, _, _ = conn.request("GET", "/api/v1/namespaces/ns-a/pods", headers=hdrs, timeout=10)
+        else:
+            conn.pump(lambda: conn.closed, 10, "the connection's close after GOAWAY")
+        return st1, went, st2
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------------------
 
 class AuthCase(ProcGroup, unittest.TestCase):
@@ -884,6 +908,17 @@ class AuthMatrixTest(AuthCase):
         self.assertGreater(passed, 10)
 
     @unittest.skipIf(DIRECT_ONLY, "needs kwc")
+    def test_h2_anonymous_gets_one_request(self):
+        """kube's UnauthenticatedHTTP2DOSMitigation: over HTTP/2 an anonymous
+        caller's connection carries that one request (GOAWAY, then close);
+        an authenticated caller's goes on; HTTP/1.1 keep-alive is untouched."""
+        st1, went, st2 = h2_last_request(self.kwc.port)
+        self.assertEqual(st1, 403, "anonymous over HTTP/2: RBAC's 403 as system:anonymous")
+        self.assertTrue(went, "anonymous over HTTP/2: GOAWAY after the request")
+        st1, went, st2 = h2_last_request(self.kwc.port, TOK["admin"])
+        self.assertEqual((st1, went, st2), (200, False, 200),
+                         "authenticated over HTTP/2: no GOAWAY, the connection carries a second request")
+
     def test_9_identity_holes(self):
         """Issue 19's reported holes get kube's answer (apisim's, asked directly),
         and nothing reaches apisim as an identity the caller may not assume."""
@@ -1104,6 +1139,15 @@ class AuthMatrixTest(AuthCase):
 class AnonymousDisabledTest(AuthCase):
     """--anonymous-auth=false on both sides: no credentials is 401."""
     anonymous = False
+
+    def test_h2_unauthorized_gets_one_request(self):
+        """kube's Unauthorized handler: over HTTP/2 the 401 is the
+        connection's last request."""
+        st1, went, _ = h2_last_request(self.kwc.port)
+        self.assertEqual(st1, 401)
+        self.assertTrue(went, "401 over HTTP/2: GOAWAY after the request")
+        st1, went, st2 = h2_last_request(self.kwc.port, TOK["admin"])
+        self.assertEqual((st1, went, st2), (200, False, 200))
 
     def test_matrix_anonymous_disabled(self):
         problems, records = self.run_matrix(["none", "alice", "bad-token"], writes=False)

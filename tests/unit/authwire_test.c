@@ -528,6 +528,16 @@ test_anonymous_user(void)
     is_str(u->groups[0], "system:unauthenticated", "system:unauthenticated");
     is_int(u->nextra, 0, "no extra");
     ok(!u->from_token, "not from a token");
+    ok(auth_user_is_anonymous(u), "kube's isAnonymousUser: the anonymous user");
+    free(u->name);
+    u->name = xstrdup("alice"); /* any name in system:unauthenticated */
+    ok(auth_user_is_anonymous(u), "isAnonymousUser: a user in system:unauthenticated");
+    free(u->groups[0]);
+    u->groups[0] = xstrdup("system:authenticated");
+    ok(!auth_user_is_anonymous(u), "isAnonymousUser: an authenticated user is not");
+    free(u->name);
+    u->name = xstrdup("system:anonymous");
+    ok(auth_user_is_anonymous(u), "isAnonymousUser: system:anonymous whatever its groups");
     is_int(u->refs, 1, "one reference");
     auth_user_ref(u);
     is_int(u->refs, 2, "ref");

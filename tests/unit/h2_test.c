@@ -976,6 +976,39 @@ test_shutdown(void)
     srv_fini(&sv);
 }
 
+/* hresp_goaway (kube's UnauthenticatedHTTP2DOSMitigation): the stream that
+ * asked finishes, a stream already open beside it finishes, the GOAWAY
+ * names the last stream, and then the connection closes. */
+static void
+test_goaway_after(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    int b = cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(sv.nreq, 2, "goaway: two streams open");
+    struct hreq *ra = sv.reqs[0]->r, *rb = sv.reqs[1]->r;
+    hresp_goaway(ra);
+    pump(&sv, &c, 1);
+    ok(c.goaway, "goaway: GOAWAY sent before the answer");
+    is_int(c.goaway_code, NGHTTP2_NO_ERROR, "goaway: NO_ERROR");
+    is_int(c.goaway_last, c.st[b].id, "goaway: the last stream id");
+    ok(!c.eof, "goaway: the connection waits for its streams");
+    hresp_simple(ra, 401, "text/plain", "no", 2);
+    pump(&sv, &c, 1);
+    is_int(c.st[a].status, 401, "goaway: the stream that asked is answered");
+    ok(!c.eof, "goaway: the other stream still holds the connection");
+    hresp_simple(rb, 200, "text/plain", "yes", 3);
+    pump(&sv, &c, 1);
+    is_int(c.st[b].status, 200, "goaway: the stream beside it is answered");
+    ok(c.eof, "goaway: then the connection closes");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 static void
 test_free_goaway(void)
 {
@@ -1192,6 +1225,7 @@ main(void)
     TAP_RUN(test_upgrade_refused);
     TAP_RUN(test_preface_beside_h1);
     TAP_RUN(test_shutdown);
+    TAP_RUN(test_goaway_after);
     TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
     TAP_RUN(test_hstream);
