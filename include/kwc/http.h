@@ -135,11 +135,17 @@ struct http_server_stats {
     unsigned long long h2_refused; /* streams refused past the per-connection limit */
     unsigned long long h2_goaways; /* GOAWAY sent (shutdown, errors, floods) */
 };
-/* Graceful stop: stop listening; HTTP/2 connections get a GOAWAY with the
- * last stream id (open streams finish, then they close); idle HTTP/1.1
- * connections close, busy ones close after their response.
+/* Graceful stop (Go's Server.Shutdown): the listening sockets close (new
+ * clients are refused); HTTP/2 connections get a GOAWAY with the last
+ * stream id (open streams finish, streams the client opens after it are
+ * ignored, then the connection closes); idle HTTP/1.1 connections close,
+ * busy ones close after their response (which says Connection: close when
+ * its head was not written yet). The connections left are stats.open;
  * http_server_free closes whatever is left. */
 void http_server_shutdown(struct http_server *s);
+/* Requests in progress: HTTP/1.x requests handed to their handler and not
+ * over, HTTP/2 streams open (response streams handed off included). */
+unsigned http_server_requests(const struct http_server *s);
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
 /* ---- the request head (borrowed strings, valid for r's life) ---- */

@@ -494,7 +494,8 @@ on_accept_retry(evutil_socket_t fd, short what, void *arg)
 {
     struct http_server *s = arg;
     for (size_t i = 0; i < s->nls; i++)
-        evconnlistener_enable(s->ls[i].l);
+        if (s->ls[i].l)
+            evconnlistener_enable(s->ls[i].l);
 }
 
 static void
@@ -509,7 +510,8 @@ on_accept_error(struct evconnlistener *l, void *arg)
                   "--max-connections)",
                   strerror(e), ACCEPT_RETRY_MS);
         for (size_t i = 0; i < s->nls; i++)
-            evconnlistener_disable(s->ls[i].l);
+            if (s->ls[i].l)
+                evconnlistener_disable(s->ls[i].l);
         struct timeval tv = {0, ACCEPT_RETRY_MS * 1000};
         evtimer_add(s->accept_retry, &tv);
         return;
@@ -635,6 +637,16 @@ http_server_port(const struct http_server *s, size_t i)
     return i < s->nls ? s->ls[i].port : 0;
 }
 
+unsigned
+http_server_requests(const struct http_server *s)
+{
+    unsigned long long n = s->stats.h2_streams_open;
+    for (const struct hconn *c = s->conns; c; c = c->next)
+        if (!c->h2 && c->req && c->req->dispatched)
+            n++;
+    return n > UINT32_MAX ? UINT32_MAX : (unsigned)n;
+}
+
 void
 http_server_stats(const struct http_server *s, struct http_server_stats *out)
 {
@@ -643,12 +655,22 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
     out->max_connections = s->o.max_connections;
 }
 
+/* Graceful stop, as Go's Server.Shutdown (with x/net/http2's GOAWAY): the
+ * listening sockets close (a new client is refused at once, instead of
+ * waiting in the backlog of a server that will never accept it), idle
+ * connections close, busy HTTP/1.1 ones answer with Connection: close (when
+ * their head is still to be written) and close after their response, and
+ * HTTP/2 connections get a GOAWAY with the last stream id, finish their open
+ * streams and close. */
 void
 http_server_shutdown(struct http_server *s)
 {
     assert(s->magic == SRV_MAGIC);
     for (size_t i = 0; i < s->nls; i++)
-        evconnlistener_disable(s->ls[i].l);
+        if (s->ls[i].l) {
+            evconnlistener_free(s->ls[i].l);
+            s->ls[i].l = NULL;
+        }
     event_del(s->accept_retry);
     for (struct hconn *c = s->conns, *next; c; c = next) {
         next = c->next;
@@ -667,8 +689,9 @@ http_server_free(struct http_server *s)
     if (!s)
         return;
     assert(s->magic == SRV_MAGIC);
-    for (size_t i = 0; i < s->nls; i++)
-        evconnlistener_free(s->ls[i].l);
+    for (size_t i = 0; s->ls && i < s->nls; i++)
+        if (s->ls[i].l)
+            evconnlistener_free(s->ls[i].l);
     free(s->ls);
     for (struct hconn *c = s->conns; c; c = c->next)
         if (c->h2)

@@ -1989,6 +1989,76 @@ test_server_free(void)
     event_base_free(f.base);
 }
 
+/* http_server_shutdown over HTTP/1.1, as Go's Server.Shutdown: the listener
+ * closes (a new client is refused), an idle keep-alive connection closes at
+ * once, a response in progress finishes and then its connection closes
+ * (Connection: close in a head written after the shutdown), a request whose
+ * head is still arriving is answered the same way; requests in progress and
+ * open connections are counted down to 0. */
+static void
+test_shutdown(void)
+{
+    struct http_listen_addr la = {.len = sizeof(struct sockaddr_in)};
+    struct sockaddr_in *sin = (struct sockaddr_in *)&la.ss;
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct http_server_options o = {.addrs = &la, .naddrs = 1};
+    struct fx f;
+    fx_init(&f, &o);
+    int port = http_server_port(f.s, 0);
+    int idle = fx_connect(&f);
+    send_str(&f, idle, "GET /a HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[idle].in.n > 0 && !f.p[idle].eof, "idle: answered, kept alive");
+    int streaming = fx_connect(&f);
+    send_str(&f, streaming, "GET /stream HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    int deferred = fx_connect(&f);
+    send_str(&f, deferred, "GET /park HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    int partial = fx_connect(&f);
+    send_str(&f, partial, "GET /b HTTP/1.1\r\nHo", 0);
+    is_int(http_server_requests(f.s), 2, "two requests in progress (the partial head is none)");
+
+    http_server_shutdown(f.s);
+    run(&f);
+    ok(f.p[idle].eof, "idle: closed at the shutdown");
+    ok(!f.p[streaming].eof && !f.p[deferred].eof && !f.p[partial].eof, "the busy ones: open");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok(fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0 && errno == ECONNREFUSED,
+       "the listener is closed: a new client is refused");
+    if (fd >= 0)
+        close(fd);
+    is_int(http_server_port(f.s, 0), port, "the port is still known");
+
+    /* the stream's head left before the shutdown: it ends, then closes */
+    struct treq *q = f.t.reqs[1];
+    if (q)
+        hresp_end(q->r);
+    ok(run_until_eof(&f, streaming), "streaming: closed after its response");
+    is_got(&f, streaming,
+           "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n2\r\nbb\r\n0\r\n\r\n",
+           "streaming: the whole response");
+    /* a head written after the shutdown says Connection: close */
+    q = f.t.reqs[2];
+    if (q)
+        hresp_simple(q->r, 200, NULL, "late", 4);
+    ok(run_until_eof(&f, deferred), "deferred: closed after its response");
+    ok(f.p[deferred].in.p && strstr(f.p[deferred].in.p, "\r\nConnection: close\r\n") &&
+           strstr(f.p[deferred].in.p, "\r\n\r\nlate"),
+       "deferred: answered whole, with Connection: close");
+    send_str(&f, partial, "st: h\r\n\r\n", 0);
+    ok(run_until_eof(&f, partial), "partial: closed after its response");
+    ok(f.p[partial].in.p && strstr(f.p[partial].in.p, "\r\nConnection: close\r\n") &&
+           strstr(f.p[partial].in.p, "GET /b\n"),
+       "partial: answered, with Connection: close");
+    run(&f);
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.open, 0, "every connection closed");
+    is_int(http_server_requests(f.s), 0, "no request in progress");
+    fx_fini(&f);
+}
+
 int
 main(void)
 {
@@ -2017,5 +2087,6 @@ main(void)
     TAP_RUN(test_listen);
     TAP_RUN(test_done);
     TAP_RUN(test_server_free);
+    TAP_RUN(test_shutdown);
     return tap_done();
 }
