@@ -1331,6 +1331,14 @@ hub_stats(const struct hub *h, struct hub_stats *out)
 }
 
 void
+hub_end_all(struct hub *h, enum hub_end why)
+{
+    for (size_t i = 0; i < h->nres; i++)
+        if (h->res[i])
+            end_all(h->res[i], why);
+}
+
+void
 hub_free(struct hub *h)
 {
     if (!h)

@@ -186,6 +186,9 @@ struct hub_watcher;
 struct hub *hub_new(struct store *st, const struct hub_options *o);
 /* Ends every watcher (HUB_END_SHUTDOWN) and frees h. */
 void hub_free(struct hub *h);
+/* Ends every watcher now (each sink's end op, why); h goes on (new
+ * watchers, batches). */
+void hub_end_all(struct hub *h, enum hub_end why);
 
 /*
  * Deliver a batch: the hub's rv for the resource moves to b->rv and each LIVE

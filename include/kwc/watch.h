@@ -66,6 +66,14 @@ struct watch_pool *watch_pool_new(struct event_base *base, struct store *st,
 /* Ends every stream cleanly (terminal chunk), stops and joins the workers.
  * Call before the store closes. */
 void watch_pool_free(struct watch_pool *p);
+/* Shutdown's first step (the server drains, main.c): every stream ends
+ * cleanly now (terminal chunk, END_STREAM over HTTP/2) while the loops go
+ * on, so the last bytes leave; a watch that starts after this ends at once
+ * (after its head, as kube's expired context). Writer loop. */
+void watch_pool_end_streams(struct watch_pool *p);
+/* Streams open: handed to a worker and not yet closed (their last bytes may
+ * still be leaving). Writer loop. */
+size_t watch_pool_streams(struct watch_pool *p);
 
 /* Route stage (head read): not a watch kwc serves (pass it on); an answer
  * kwc gives through the response writer (an error Status); or a stream,

@@ -12,18 +12,17 @@
  *     each worker that has watchers of it.
  * Worker loop (one thread each, its own event_base and struct hub):
  *   messages in order: WMSG_BATCH -> hub_apply; WMSG_WATCH -> attach the
- *   stream (hstream_attach), hub_watch; WMSG_STOP -> end every stream,
- *   leave the loop. Then every watcher that got bytes is flushed once
- *   (hstream_flush: several events, one writev), and watchers owed stored
- *   events are pumped while their streams have room.
- * A watcher's stream (include/kwc/http.h, hstream_*) frames and sends: the
- * hub's blobs go to it by reference (hstream_write_ref, released when their
- * bytes left), its on_sent is the backpressure that wakes a lagging
- * watcher, its on_close the client gone or the end sent. One timer per
- * watcher (bookmarks, deadline, the sendInitialEvents wait).
- * Hand-off order is what makes a stream gapless: a WMSG_WATCH carries the rv
- * up to which batches had been posted, so the worker knows every event up
- * to it is in the store and every later one will come in a batch.
+ *   stream (hstream_attach), hub_watch; WMSG_END -> end every stream
+ *   cleanly, the loop goes on (the server drains: watch_pool_end_streams);
+ *   WMSG_STOP -> end every stream, leave the loop. Then every watcher that got bytes is flushed
+ * once (hstream_flush: several events, one writev), and watchers owed stored events are pumped
+ * while their streams have room. A watcher's stream (include/kwc/http.h, hstream_*) frames and
+ * sends: the hub's blobs go to it by reference (hstream_write_ref, released when their bytes left),
+ * its on_sent is the backpressure that wakes a lagging watcher, its on_close the client gone or the
+ * end sent. One timer per watcher (bookmarks, deadline, the sendInitialEvents wait). Hand-off order
+ * is what makes a stream gapless: a WMSG_WATCH carries the rv up to which batches had been posted,
+ * so the worker knows every event up to it is in the store and every later one will come in a
+ * batch.
  *
  * A stream whose handoff is bound to a home loop (HTTP/2: the connection
  * stays on the main loop, DESIGN.md "The front end seam") is served by the
@@ -72,7 +71,7 @@
  * in body bytes (the stream's framing aside): each write's tag. */
 #define PRIVATE_MAX (32u << 20)
 
-enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_STOP };
+enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_END, WMSG_STOP };
 
 struct wconn;
 
@@ -129,6 +128,7 @@ struct watch_pool {
     unsigned nw;
     uint64_t rng[2];
     unsigned long long batches;
+    bool ending; /* watch_pool_end_streams: the server is draining */
 };
 
 /* A watch stream on a worker. Allocated by the writer, owned by the worker
@@ -526,6 +526,12 @@ on_wake(evutil_socket_t fd, short what, void *arg)
                 start_watch(wk, m->wc);
             }
             break;
+        case WMSG_END:
+            /* the server drains: every stream ends cleanly now (terminal
+             * chunk / END_STREAM, on_close once it left); the loop goes on */
+            if (!wk->stopping)
+                hub_end_all(wk->hub, HUB_END_SHUTDOWN);
+            break;
         case WMSG_STOP:
             if (!wk->stopping)
                 stop_all(wk);
@@ -741,7 +747,10 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         }
     }
     c->timeout_s = dec.timeout_seconds;
-    if (c->timeout_s == 0) {
+    if (p->ending)
+        c->timeout_s =
+            -1; /* draining: it ends at once (a clean end; the client resumes elsewhere) */
+    else if (c->timeout_s == 0) {
         uint64_t x;
         if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
             x = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ull;
@@ -890,6 +899,29 @@ watch_pool_free(struct watch_pool *p)
     free(p->res);
     free(p->w);
     free(p);
+}
+
+void
+watch_pool_end_streams(struct watch_pool *p)
+{
+    if (p->ending)
+        return;
+    p->ending = true;
+    for (unsigned i = 0; i <= p->nw; i++) {
+        struct msg *m = xcalloc(1, sizeof(*m));
+        m->type = WMSG_END;
+        post(&p->w[i], m);
+    }
+}
+
+size_t
+watch_pool_streams(struct watch_pool *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->nres; i++)
+        for (unsigned w = 0; w <= p->nw; w++)
+            n += atomic_load(&p->res[i].count[w]);
+    return n;
 }
 
 void
