@@ -6,8 +6,9 @@
  * (struct front_parts); it never reads the config.
  *
  * Owns everything it builds; borrows what main.c built (struct app_deps).
- * Order of teardown (app_free): the watch pool first (its streams end with
- * terminal chunks while the store is open), then the HTTP server (each open
+ * On SIGTERM main.c drains first (app_drain, then app_busy until nothing is
+ * left or --shutdown-drain-seconds passed). Order of teardown (app_free): the watch pool first (its
+ * streams end with terminal chunks while the store is open), then the HTTP server (each open
  * request's on_close runs: passthroughs cancel their transfers, cached
  * lists end), then what those requests used.
  */
@@ -195,6 +196,27 @@ int
 app_port(const struct app *a)
 {
     return http_server_port(a->http, 0);
+}
+
+void
+app_drain(struct app *a)
+{
+    assert(a->magic == APP_MAGIC);
+    /* the watch streams end first: over HTTP/2 their connection can only
+     * close once they did, and they never end on their own */
+    watch_pool_end_streams(a->watch);
+    http_server_shutdown(a->http);
+}
+
+void
+app_busy(const struct app *a, struct app_busy *out)
+{
+    assert(a->magic == APP_MAGIC);
+    struct http_server_stats hs;
+    http_server_stats(a->http, &hs);
+    out->requests = http_server_requests(a->http);
+    out->connections = (unsigned)hs.open;
+    out->watches = watch_pool_streams(a->watch);
 }
 
 void

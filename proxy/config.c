@@ -627,6 +627,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--max-connections %ld: at most %lu (0 picks from the open-file limit)",
                     c->max_connections, (unsigned long)UINT32_MAX);
     c->max_connections_resolved = (unsigned)c->max_connections;
+    if (c->shutdown_drain > 3600)
+        return fail(err, errlen, "--shutdown-drain-seconds %ld: use 0 (close at once) to 3600",
+                    c->shutdown_drain);
     if (c->http2_max_streams < 1 || c->http2_max_streams > 65536)
         return fail(err, errlen,
                     "--http2-max-streams-per-connection %ld: use 1 to 65536 (kube: 100)",

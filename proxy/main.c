@@ -2,6 +2,25 @@
  * main.c — kwc's entry point: flags -> upstream settings -> event loop with the
  * upstream client, the store, the reflectors and the serving side (app.h);
  * SIGTERM/SIGINT stop it cleanly.
+ *
+ * Shutdown (issue 21; after Go's Server.Shutdown(ctx), which kube-apiserver
+ * bounds by its --request-timeout, 60 s): the first SIGTERM/SIGINT drains
+ * (app_drain): the listeners close, HTTP/2 clients get a GOAWAY with the
+ * last stream id and open no new streams on the connection, idle HTTP/1.1
+ * connections close and busy ones get Connection: close, and every watch
+ * stream ends cleanly at once (a watch never ends on its own, and its
+ * client resumes elsewhere from its last rv). The requests in progress
+ * (lists being written, gets, passthroughs) then have
+ * --shutdown-drain-seconds (default 10 s, a third of Kubernetes' default
+ * 30 s grace before SIGKILL, leaving time for the rest) to finish; the
+ * reflectors and the store go on serving them meanwhile. Drained, or the
+ * deadline passed, or a second signal: the loop ends and everything is
+ * freed as before (app_free closes what is left, then LMDB closes). 0
+ * skips the drain (the loop ends at the first signal). Progress is logged
+ * for people: "draining N requests", then "drained" or "drain deadline
+ * passed, closing N". kube's --shutdown-delay-duration (keep serving while
+ * load balancers notice /readyz failing) has no counterpart: kwc runs
+ * beside its clients, not behind a load balancer.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -30,12 +49,80 @@
 #define KWC_VERSION "0.1.0"
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
+#define DRAIN_CHECK_MS 20 /* how often a drain looks whether it is over */
+
+struct stopper {
+    struct event_base *base;
+    struct app *app;
+    long drain_s; /* --shutdown-drain-seconds */
+    bool draining;
+    struct event *check;
+    struct timespec start;
+};
+
+static double
+since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static bool
+busy_any(const struct app_busy *b)
+{
+    return b->requests || b->connections || b->watches;
+}
+
+static void
+on_drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct stopper *sp = arg;
+    struct app_busy b;
+    app_busy(sp->app, &b);
+    double t = since(&sp->start);
+    if (!busy_any(&b)) {
+        log_info("kwc: drained in %.1f s", t);
+    } else if (t >= (double)sp->drain_s) {
+        log_info("kwc: drain deadline (%ld s) passed, closing %u requests on %u connections "
+                 "(%zu watch streams still ending)",
+                 sp->drain_s, b.requests, b.connections, b.watches);
+    } else {
+        return;
+    }
+    event_del(sp->check);
+    event_base_loopexit(sp->base, NULL);
+}
+
 static void
 on_signal(evutil_socket_t sig, short what, void *arg)
 {
-    struct event_base *base = arg;
-    log_info("kwc: %s received, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    event_base_loopexit(base, NULL);
+    struct stopper *sp = arg;
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (sp->draining) {
+        struct app_busy b;
+        app_busy(sp->app, &b);
+        log_info("kwc: %s received while draining: closing %u requests on %u connections now", name,
+                 b.requests, b.connections);
+        event_base_loopexit(sp->base, NULL);
+        return;
+    }
+    if (sp->drain_s <= 0) {
+        log_info("kwc: %s received, shutting down", name);
+        event_base_loopexit(sp->base, NULL);
+        return;
+    }
+    sp->draining = true;
+    clock_gettime(CLOCK_MONOTONIC, &sp->start);
+    app_drain(sp->app);
+    struct app_busy b;
+    app_busy(sp->app, &b);
+    log_info("kwc: %s received, shutting down: draining %u requests on %u connections, %zu watch "
+             "streams ending (up to %ld s; a second signal stops at once)",
+             name, b.requests, b.connections, b.watches, sp->drain_s);
+    struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
+    event_add(sp->check, &tv);
+    on_drain_check(-1, 0, sp); /* nothing in progress: at once */
 }
 
 /* A --resources entry the upstream does not have (a typo): exit 2 naming it. */
@@ -412,13 +499,16 @@ main(int argc, char **argv)
     for (size_t i = 0; i < nrefls; i++)
         if (start[i])
             refl_start(refls[i]);
-    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    struct stopper sp = {.base = base, .app = app, .drain_s = cfg.shutdown_drain};
+    sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sp);
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, &sp);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
     event_base_dispatch(base);
     event_free(sigterm);
     event_free(sigint);
+    event_free(sp.check);
     exit_code = unknown.hit ? 2 : 0;
 out:
     app_free(app);

@@ -44,6 +44,19 @@ struct app_deps {
 int app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen);
 /* The port actually bound for the first listen address (--listen ADDR:0). */
 int app_port(const struct app *a);
+/* Shutdown's graceful part (main.c, on SIGTERM): the HTTP server stops
+ * accepting and tells its clients (http_server_shutdown: GOAWAY over
+ * HTTP/2, Connection: close over HTTP/1.1), every watch stream ends
+ * cleanly (watch_pool_end_streams), and the requests in progress go on. */
+void app_drain(struct app *a);
+/* What is still going on while draining: requests in progress
+ * (http_server_requests), client connections still open, watch streams not
+ * yet closed (their last bytes leaving). Drained when all three are 0. */
+struct app_busy {
+    unsigned requests, connections;
+    size_t watches;
+};
+void app_busy(const struct app *a, struct app_busy *out);
 /* Ends watch streams (terminal chunks) and closes every connection, then
  * frees the parts. Before the store closes and the reflectors go. NULL ok. */
 void app_free(struct app *a);

@@ -66,6 +66,10 @@
     X("http2-max-streams-per-connection", http2_max_streams, INT, "100", "N",                      \
       "HTTP/2: concurrent streams a client may open on one connection (kube's flag); more are "    \
       "refused")                                                                                   \
+    X("shutdown-drain-seconds", shutdown_drain, INT, "10", "SECONDS",                              \
+      "on SIGTERM/SIGINT kwc stops accepting, ends its watch streams and gives the requests in "   \
+      "progress (lists, gets, passthroughs) this long to finish before it closes them; a second "  \
+      "signal closes at once (0: close at once)")                                                  \
     X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
       "connections to the upstream for the requests kwc passes through (long ones such as "        \
       "watches and logs included); more wait for one. kwc's own lists and watches and its "        \
