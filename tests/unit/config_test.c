@@ -665,6 +665,16 @@ test_limits(void)
              "max-connections past 32 bits");
     cfg_fini(&c);
 
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults again");
+    is_int(c.shutdown_drain, 10, "shutdown-drain-seconds: 10");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--shutdown-drain-seconds", "0", NULL), 0, "no drain");
+    is_int(c.shutdown_drain, 0, "shutdown-drain-seconds 0: close at once");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--shutdown-drain-seconds", "3601", NULL),
+             "--shutdown-drain-seconds", "shutdown-drain-seconds over an hour");
+    cfg_fini(&c);
+
     const char *p = write_yaml("max-header-bytes: 8192\nrequest-header-timeout: 5\n"
                                "idle-timeout: 7\nmax-connections: 3\n");
     is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "limits from file");
