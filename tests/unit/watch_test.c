@@ -400,15 +400,67 @@ test_bookmarks(void)
     cfx_close(&f);
 }
 
+/* ---- the server drains (SIGTERM): every stream ends, the pool goes on ---- */
+
+static bool
+pool_streams_are(struct watch_pool *p, const void *arg)
+{
+    return watch_pool_streams(p) == *(const size_t *)arg;
+}
+
+static void
+test_end_streams(void)
+{
+    struct cfx f;
+    cfx_open(&f, 5, 100, 1000);
+    struct watch_pool *p = pool_open(&f, 256 * 1024, 1 << 20, 60000);
+    struct evs v = {0};
+    int c = watch(&f, "/api/v1/namespaces/ns/pods?watch=1", 0);
+    int c2 = watch(&f, "/api/v1/pods?watch=1&resourceVersion=100000", 0);
+    ok(wait_events(&f, c, "ADDED", 5, &v), "the state");
+    size_t two = 2, zero = 0;
+    ok(wait_for(&f, p, pool_streams_are, &two), "two streams open");
+
+    watch_pool_end_streams(p);
+    ok(!wait_events(&f, c, NULL, 6, &v) && f.p[c].eof, "ended: the client sees EOF");
+    struct cfx_resp r = {0};
+    cfx_parse(&f.p[c].in, &r);
+    ok(r.chunked && r.complete, "...after the terminal chunk");
+    is_int(v.n, 5, "...and nothing after the state");
+    ok(!wait_events(&f, c2, NULL, 1, &v) && f.p[c2].eof, "the other one too");
+    cfx_parse(&f.p[c2].in, &r);
+    ok(r.status == 200 && r.complete, "...cleanly");
+    ok(wait_for(&f, p, pool_streams_are, &zero), "no stream open");
+
+    /* a watch after it: its head, then it ends at once */
+    int c3 = watch(&f, "/api/v1/pods?watch=1&resourceVersion=100000", 0);
+    commit(&f, p, STORE_ADDED, "p0009", 100);
+    ok(!wait_events(&f, c3, NULL, 1, &v) && f.p[c3].eof, "a later watch ends at once");
+    cfx_parse(&f.p[c3].in, &r);
+    ok(r.status == 200 && r.complete, "...cleanly, with no event");
+    ok(wait_for(&f, p, pool_streams_are, &zero), "no stream open again");
+    struct watch_stats s;
+    watch_stats(p, &s);
+    is_int(s.ended, 3, "three streams ended");
+
+    free(r.body.p);
+    free(v.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
 int
 main(void)
 {
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
     TAP_RUN(test_bookmarks);
+    TAP_RUN(test_end_streams);
     own_loop = true;
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
     TAP_RUN(test_bookmarks);
+    TAP_RUN(test_end_streams);
     return tap_done();
 }
