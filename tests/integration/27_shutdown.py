@@ -22,6 +22,7 @@ The HTTP/2 client is Debian's python3-h2 driven by hand, except that GOAWAY
 frames are taken out of the byte stream before h2 sees them: h2 closes its
 whole state machine on a GOAWAY and then refuses the DATA of the streams
 the server is still finishing, which is exactly what this test reads.
+(tests/lib/h2client.py, merged since, does the same for 26_http2.py.)
 """
 import json
 import os
