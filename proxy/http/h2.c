@@ -18,7 +18,33 @@
  * stream queues its body in an evbuffer of its own that the data provider
  * drains as the stream's window allows, so a stream whose window is
  * exhausted waits alone: the connection and the other streams go on.
- * hresp_queued and on_drain are per stream.
+ * hresp_queued and on_drain are per stream, under a bound per connection:
+ *
+ * The bound (http2_conn_buffer; app.c: 4 x the larger of --max-list-buffer
+ * and --watch-budget, 1 MiB by default). Over HTTP/1.1 a connection
+ * carries one response at a time, so serve.c's mark bounds it; here each
+ * of up to 100 streams has a queue, and a client that opens streams and
+ * reads slowly, or never opens their windows, would pin 100 of them. So
+ * the bytes queued for a connection (every stream's queue, handed-off
+ * streams' too, and the connection's output buffer) are bounded: a
+ * handler may write while they, plus the room promised to others, stay
+ * under the bound. Past it hresp_queued reports just over the handler's
+ * own mark (4 x its low-water mark + 1: serve.c stops at 2 x, passthrough.c
+ * at 4 x, so a budget that sums what handlers hold sees a stream at its
+ * mark), hstream_queued the bound itself (over any watch budget: the hub
+ * puts the watcher behind, as a slow HTTP/1.1 one), and the stream waits
+ * in a FIFO. When bytes leave, waiting streams are woken oldest first
+ * (on_drain; a handed-off stream: on_sent) while there is room; each
+ * stream woken (or told it may write) holds a pledge of its low-water
+ * mark (>= 16 KiB) until it writes, so handlers that write on a later
+ * turn (serve.c's pump) do not all take the same room. A stream whose own
+ * bytes left goes to the FIFO's tail: no stream is starved. So that
+ * streams stalled at closed windows cannot hold the whole bound while a
+ * stream with an open window waits, one stream at a time may write past a
+ * full connection: one with nothing queued, a window open for its pledge,
+ * while the output buffer is low (holds_turn). The connection then holds
+ * at most the bound plus one write (and a frame or so); a stalled
+ * connection is closed by the stall timer below.
  *
  * The body: automatic WINDOW_UPDATEs are off. DATA received is given back
  * to the connection window at once (it is either delivered, discarded or
@@ -87,6 +113,8 @@
 #define H2_CONN_WINDOW (1u << 20) /* the connection's receive window */
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
+#define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
+#define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -145,6 +173,176 @@ stream_unlink(struct h2stream *st)
     st->prev = NULL;
 }
 
+/* ---- the bound on queued bytes (see the header) ---- */
+
+static size_t
+own_bytes(const struct h2stream *st)
+{
+    return evbuffer_get_length(st->out) + (st->hs ? h2hs_bytes(st->hs) : 0);
+}
+
+static size_t
+conn_total(const struct h2conn *hc)
+{
+    return hc->queued + evbuffer_get_length(bufferevent_get_output(hc->c->bev));
+}
+
+static void
+unpledge(struct h2stream *st)
+{
+    st->hc->pledged -= st->pledge;
+    st->pledge = 0;
+}
+
+/* What a handler told it may write is expected to write: its low-water
+ * mark (it refills from there to its mark), at least H2_PLEDGE_MIN. */
+static size_t
+pledge_size(const struct h2stream *st)
+{
+    return st->r->low_water > H2_PLEDGE_MIN ? st->r->low_water : H2_PLEDGE_MIN;
+}
+
+static void
+pledge(struct h2stream *st)
+{
+    unpledge(st);
+    st->pledge = pledge_size(st);
+    st->hc->pledged += st->pledge;
+}
+
+/* Could st's next write leave at once (its window takes a pledge)? */
+static bool
+can_send(const struct h2stream *st)
+{
+    int32_t w = nghttp2_session_get_stream_remote_window_size(st->hc->ss, st->id);
+    return w > 0 && (size_t)w >= pledge_size(st);
+}
+
+static void
+wait_add(struct h2stream *st)
+{
+    struct h2conn *hc = st->hc;
+    if (st->wprev)
+        return;
+    st->wnext = NULL;
+    st->wprev = hc->wtail;
+    *hc->wtail = st;
+    hc->wtail = &st->wnext;
+}
+
+static void
+wait_del(struct h2stream *st)
+{
+    if (!st->wprev)
+        return;
+    *st->wprev = st->wnext;
+    if (st->wnext)
+        st->wnext->wprev = st->wprev;
+    else
+        st->hc->wtail = st->wprev;
+    st->wprev = NULL;
+    st->wnext = NULL;
+}
+
+void
+h2_queued_add(struct h2stream *st, size_t n)
+{
+    struct h2conn *hc = st->hc;
+    struct http_server_stats *t = &hc->c->s->stats;
+    hc->queued += n;
+    t->h2_queued += n;
+    size_t total = conn_total(hc);
+    if (total > t->h2_queued_peak)
+        t->h2_queued_peak = total;
+    unpledge(st); /* the handler wrote what it was promised room for */
+}
+
+void
+h2_queued_sub(struct h2stream *st, size_t n)
+{
+    assert(st->hc->queued >= n);
+    st->hc->queued -= n;
+    st->hc->c->s->stats.h2_queued -= n;
+}
+
+/* Does h still hold the turn past a full connection: its write is queued
+ * and can leave, or it was promised room and has not written yet? A stream
+ * that asked and wrote nothing, or whose window closed, loses it. */
+static bool
+holds_turn(const struct h2stream *h)
+{
+    return h && (own_bytes(h) > 0 ? can_send(h) : h->pledge > 0);
+}
+
+/* May st's handler write now? Room on the connection (what is queued and
+ * promised to the others under the bound), or st is the one stream let
+ * past a full connection: nothing of its own queued, a window open for a
+ * pledge, no other stream holding the turn (holds_turn), and the
+ * connection's output buffer low (its bytes are leaving). */
+static bool
+may_write(struct h2stream *st, size_t own)
+{
+    struct h2conn *hc = st->hc;
+    if (conn_total(hc) + hc->pledged - st->pledge < hc->bound)
+        return true;
+    if (own == 0 && (hc->exempt == st || !holds_turn(hc->exempt)) && can_send(st) &&
+        evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < H2_OUT_LOW) {
+        hc->exempt = st;
+        return true;
+    }
+    return false;
+}
+
+size_t
+h2_queued_report(struct h2stream *st, size_t own)
+{
+    struct h2conn *hc = st->hc;
+    if (st->closed || hc->c->state == C_DEAD)
+        return own;
+    if (may_write(st, own)) {
+        /* a handler goes on to write below twice its low-water mark (kwc's
+         * stop there or later): room promised for it, else none left held */
+        if (!st->hs && own < 2 * pledge_size(st))
+            pledge(st);
+        else
+            unpledge(st);
+        return own;
+    }
+    unpledge(st);
+    wait_add(st);
+    /* past the handler's own mark: kwc's handlers stop at 2 (serve.c) or
+     * 4 (passthrough.c) times their low-water mark; a watch, or a handler
+     * without a mark, sees the bound (over any watch budget: app.c) */
+    size_t stop = st->hs || st->r->low_water == 0 ? hc->bound : 4 * st->r->low_water + 1;
+    return own > stop ? own : stop;
+}
+
+/* The streams owed a wake that may write now, oldest first: on_drain (a
+ * watch stream: on_sent). A stream whose queue is over its low-water mark
+ * leaves the list: it comes back when its own bytes leave (flush). */
+static void
+wake_waiting(struct h2conn *hc)
+{
+    unsigned budget = 2 * hc->nopen + 2; /* a stream re-added at the tail is seen once more */
+    for (struct h2stream *st = hc->waiting; st && budget-- && hc->c->state != C_DEAD;) {
+        struct h2stream *next = st->wnext;
+        struct hreq *r = st->r;
+        size_t own = own_bytes(st);
+        if (!st->hs && (st->resp_ended || own > r->low_water || !r->h || !r->h->on_drain)) {
+            wait_del(st);
+        } else if (may_write(st, own)) {
+            wait_del(st);
+            if (st->hs) {
+                h2hs_sent(st);
+            } else {
+                pledge(st);
+                r->h->on_drain(r->harg);
+            }
+        }
+        st = next;
+    }
+}
+
 static void
 stream_free(struct h2stream *st)
 {
@@ -182,6 +380,11 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
+    h2_queued_sub(st, own_bytes(st)); /* a closed stream's queue is dropped */
+    wait_del(st);
+    unpledge(st);
+    if (hc->exempt == st)
+        hc->exempt = NULL;
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -517,13 +720,19 @@ on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint3
              nghttp2_data_source *src, void *arg)
 {
     struct h2stream *st = src->ptr;
-    if (st->hs)
-        return h2hs_read(st, buf, length, flags);
+    if (st->hs) {
+        ssize_t k = h2hs_read(st, buf, length, flags);
+        if (k > 0)
+            h2_queued_sub(st, (size_t)k);
+        return k;
+    }
     int n = evbuffer_remove(st->out, buf, length);
     if (n < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (n > 0)
+    if (n > 0) {
         st->took = true;
+        h2_queued_sub(st, (size_t)n);
+    }
     if (evbuffer_get_length(st->out) == 0) {
         if (st->resp_ended)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -592,6 +801,8 @@ h2_start(struct hconn *c)
     c->h2 = hc;
     c->state = C_REQ;
     hc->tmode = -1;
+    hc->bound = s->o.http2_conn_buffer ? s->o.http2_conn_buffer : H2_CONN_BUFFER;
+    hc->wtail = &hc->waiting;
     s->stats.h2_open++;
     s->stats.h2_accepted++;
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_OUT_LOW, 0);
@@ -611,8 +822,7 @@ timer_update(struct h2conn *hc, bool progress)
         mode = 2;
     } else {
         for (struct h2stream *st = hc->streams; st; st = st->next)
-            if (evbuffer_get_length(st->out) > 0 ||
-                (st->hs && h2hs_queued((const struct hstream *)(const void *)st->hs) > 0)) {
+            if (own_bytes(st) > 0) {
                 mode = 2;
                 break;
             }
@@ -687,19 +897,24 @@ flush(struct h2conn *hc, bool progress)
     for (struct h2stream *st = hc->streams; st && c->state != C_DEAD;) {
         struct h2stream *next = st->next;
         struct hreq *r = st->r;
-        if (st->took && st->hs) {
+        if (st->took) {
             st->took = false;
             progress = true;
-            h2hs_sent(st);
-        } else if (st->took) {
-            st->took = false;
-            progress = true;
-            if (!st->resp_ended && r->h && r->h->on_drain &&
-                evbuffer_get_length(st->out) <= r->low_water)
-                r->h->on_drain(r->harg);
+            if (hc->exempt == st && own_bytes(st) == 0)
+                hc->exempt = NULL; /* its write left: the next one's turn */
+            if (st->hs) {
+                wait_del(st);
+                h2hs_sent(st); /* on_sent with what it reports (it may wait again) */
+            } else if (!st->resp_ended && r->h && r->h->on_drain &&
+                       evbuffer_get_length(st->out) <= r->low_water) {
+                wait_add(st); /* woken in turn, when the connection has room */
+            }
         }
         st = next;
     }
+    if (c->state == C_DEAD)
+        return;
+    wake_waiting(hc);
     if (c->state == C_DEAD)
         return;
     if (nghttp2_session_want_write(hc->ss) &&
@@ -915,6 +1130,7 @@ h2_resp_write(struct hreq *r, const void *p, size_t n)
     if (!stream_live(st) || n == 0 || r->no_body)
         return;
     evbuffer_add(st->out, p, n);
+    h2_queued_add(st, n);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }
@@ -927,7 +1143,9 @@ h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf)
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
+    size_t n = evbuffer_get_length(buf);
     evbuffer_add_buffer(st->out, buf);
+    h2_queued_add(st, n);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }
@@ -935,7 +1153,7 @@ h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf)
 size_t
 h2_resp_queued(const struct hreq *r)
 {
-    return stream_live(r->h2) ? evbuffer_get_length(r->h2->out) : 0;
+    return stream_live(r->h2) ? h2_queued_report(r->h2, evbuffer_get_length(r->h2->out)) : 0;
 }
 
 void
@@ -945,6 +1163,10 @@ h2_resp_end(struct hreq *r)
     st->resp_ended = true;
     if (!stream_live(st))
         return;
+    wait_del(st);
+    unpledge(st);
+    if (st->hc->exempt == st)
+        st->hc->exempt = NULL;
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }

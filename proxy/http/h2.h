@@ -41,6 +41,9 @@ struct h2stream {
     bool eof_in;         /* END_STREAM received */
     bool closed;         /* nghttp2 closed the stream (on_close ran) */
     struct h2hs *hs;     /* handed off as a response stream (h2stream.c) */
+    /* the connection's bound (h2.c): waiting for room, in FIFO order */
+    struct h2stream *wnext, **wprev; /* wprev NULL: not waiting */
+    size_t pledge;                   /* room promised to its handler, not written yet */
 };
 
 struct bucket {
@@ -57,7 +60,23 @@ struct h2conn {
     struct bucket resets, prio;
     int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
     bool in_recv, goaway;
+    /* the bound on queued response bytes (h2.c's header) */
+    size_t queued;  /* body bytes in the open streams' queues */
+    size_t pledged; /* the streams' pledges */
+    size_t bound;
+    struct h2stream *waiting, **wtail; /* streams owed a wake, oldest first */
+    struct h2stream *exempt;           /* the one stream let past a full connection */
 };
+
+/* ---- h2.c, for h2stream.c ---- */
+
+/* n body bytes entered (h2_queued_add) or left (h2_queued_sub) st's queue. */
+void h2_queued_add(struct h2stream *st, size_t n);
+void h2_queued_sub(struct h2stream *st, size_t n);
+/* What hresp_queued / hstream_queued report for st, whose own queue is
+ * own (h2.c's header): own while the connection has room, else a figure
+ * that stops its handler; then st waits for a wake. */
+size_t h2_queued_report(struct h2stream *st, size_t own);
 
 /* ---- h2stream.c ---- */
 
@@ -65,6 +84,8 @@ struct h2conn {
 ssize_t h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags);
 /* Bytes of the handed-off stream left (the provider took some): on_sent. */
 void h2hs_sent(struct h2stream *st);
+/* The handed-off stream's own queue (entries not yet framed). */
+size_t h2hs_bytes(const struct h2hs *hs);
 /* The nghttp2 stream closed: release every reference, on_close, free. */
 void h2hs_closed(struct h2stream *st);
 
