@@ -16,35 +16,16 @@
  * most H2_OUT_HIGH bytes ahead of the kernel (the send callback says
  * WOULDBLOCK past it; the bufferevent's write callback resumes). Each
  * stream queues its body in an evbuffer of its own that the data provider
- * drains as the stream's window allows, so a stream whose window is
+ * drains as the stream's window allows (NGHTTP2_DATA_FLAG_NO_COPY: the
+ * bytes move from the stream's evbuffer to the connection's, never through
+ * nghttp2's buffer; DATA frames as large as the client's
+ * SETTINGS_MAX_FRAME_SIZE allows, up to 64 KiB), so a stream whose window is
  * exhausted waits alone: the connection and the other streams go on.
  * hresp_queued and on_drain are per stream, under a bound per connection:
  *
- * The bound (http2_conn_buffer; app.c: 4 x the larger of --max-list-buffer
- * and --watch-budget, 1 MiB by default). Over HTTP/1.1 a connection
- * carries one response at a time, so serve.c's mark bounds it; here each
- * of up to 100 streams has a queue, and a client that opens streams and
- * reads slowly, or never opens their windows, would pin 100 of them. So
- * the bytes queued for a connection (every stream's queue, handed-off
- * streams' too, and the connection's output buffer) are bounded: a
- * handler may write while they, plus the room promised to others, stay
- * under the bound. Past it hresp_queued reports just over the handler's
- * own mark (4 x its low-water mark + 1: serve.c stops at 2 x, passthrough.c
- * at 4 x, so a budget that sums what handlers hold sees a stream at its
- * mark), hstream_queued the bound itself (over any watch budget: the hub
- * puts the watcher behind, as a slow HTTP/1.1 one), and the stream waits
- * in a FIFO. When bytes leave, waiting streams are woken oldest first
- * (on_drain; a handed-off stream: on_sent) while there is room; each
- * stream woken (or told it may write) holds a pledge of its low-water
- * mark (>= 16 KiB) until it writes, so handlers that write on a later
- * turn (serve.c's pump) do not all take the same room. A stream whose own
- * bytes left goes to the FIFO's tail: no stream is starved. So that
- * streams stalled at closed windows cannot hold the whole bound while a
- * stream with an open window waits, one stream at a time may write past a
- * full connection: one with nothing queued, a window open for its pledge,
- * while the output buffer is low (holds_turn). The connection then holds
- * at most the bound plus one write (and a frame or so); a stalled
- * connection is closed by the stall timer below.
+ * The bound (http2_conn_buffer): the bytes queued for a connection across
+ * its streams are bounded; handlers past it wait, woken oldest first as
+ * bytes leave (h2room.c, whose header says how).
  *
  * The body: automatic WINDOW_UPDATEs are off. DATA received is given back
  * to the connection window at once (it is either delivered, discarded or
@@ -108,13 +89,10 @@
 #include "kwc/status.h"
 
 #define H2_MAGIC 0x68326373u      /* "h2cs" */
-#define H2_OUT_HIGH (64 * 1024)   /* session bytes ahead of the kernel */
-#define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
 #define H2_CONN_WINDOW (1u << 20) /* the connection's receive window */
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
-#define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
-#define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
+#define H2_FRAME_MAX (64 * 1024)  /* DATA payload, when the client's frame size allows */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -173,176 +151,6 @@ stream_unlink(struct h2stream *st)
     st->prev = NULL;
 }
 
-/* ---- the bound on queued bytes (see the header) ---- */
-
-static size_t
-own_bytes(const struct h2stream *st)
-{
-    return evbuffer_get_length(st->out) + (st->hs ? h2hs_bytes(st->hs) : 0);
-}
-
-static size_t
-conn_total(const struct h2conn *hc)
-{
-    return hc->queued + evbuffer_get_length(bufferevent_get_output(hc->c->bev));
-}
-
-static void
-unpledge(struct h2stream *st)
-{
-    st->hc->pledged -= st->pledge;
-    st->pledge = 0;
-}
-
-/* What a handler told it may write is expected to write: its low-water
- * mark (it refills from there to its mark), at least H2_PLEDGE_MIN. */
-static size_t
-pledge_size(const struct h2stream *st)
-{
-    return st->r->low_water > H2_PLEDGE_MIN ? st->r->low_water : H2_PLEDGE_MIN;
-}
-
-static void
-pledge(struct h2stream *st)
-{
-    unpledge(st);
-    st->pledge = pledge_size(st);
-    st->hc->pledged += st->pledge;
-}
-
-/* Could st's next write leave at once (its window takes a pledge)? */
-static bool
-can_send(const struct h2stream *st)
-{
-    int32_t w = nghttp2_session_get_stream_remote_window_size(st->hc->ss, st->id);
-    return w > 0 && (size_t)w >= pledge_size(st);
-}
-
-static void
-wait_add(struct h2stream *st)
-{
-    struct h2conn *hc = st->hc;
-    if (st->wprev)
-        return;
-    st->wnext = NULL;
-    st->wprev = hc->wtail;
-    *hc->wtail = st;
-    hc->wtail = &st->wnext;
-}
-
-static void
-wait_del(struct h2stream *st)
-{
-    if (!st->wprev)
-        return;
-    *st->wprev = st->wnext;
-    if (st->wnext)
-        st->wnext->wprev = st->wprev;
-    else
-        st->hc->wtail = st->wprev;
-    st->wprev = NULL;
-    st->wnext = NULL;
-}
-
-void
-h2_queued_add(struct h2stream *st, size_t n)
-{
-    struct h2conn *hc = st->hc;
-    struct http_server_stats *t = &hc->c->s->stats;
-    hc->queued += n;
-    t->h2_queued += n;
-    size_t total = conn_total(hc);
-    if (total > t->h2_queued_peak)
-        t->h2_queued_peak = total;
-    unpledge(st); /* the handler wrote what it was promised room for */
-}
-
-void
-h2_queued_sub(struct h2stream *st, size_t n)
-{
-    assert(st->hc->queued >= n);
-    st->hc->queued -= n;
-    st->hc->c->s->stats.h2_queued -= n;
-}
-
-/* Does h still hold the turn past a full connection: its write is queued
- * and can leave, or it was promised room and has not written yet? A stream
- * that asked and wrote nothing, or whose window closed, loses it. */
-static bool
-holds_turn(const struct h2stream *h)
-{
-    return h && (own_bytes(h) > 0 ? can_send(h) : h->pledge > 0);
-}
-
-/* May st's handler write now? Room on the connection (what is queued and
- * promised to the others under the bound), or st is the one stream let
- * past a full connection: nothing of its own queued, a window open for a
- * pledge, no other stream holding the turn (holds_turn), and the
- * connection's output buffer low (its bytes are leaving). */
-static bool
-may_write(struct h2stream *st, size_t own)
-{
-    struct h2conn *hc = st->hc;
-    if (conn_total(hc) + hc->pledged - st->pledge < hc->bound)
-        return true;
-    if (own == 0 && (hc->exempt == st || !holds_turn(hc->exempt)) && can_send(st) &&
-        evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < H2_OUT_LOW) {
-        hc->exempt = st;
-        return true;
-    }
-    return false;
-}
-
-size_t
-h2_queued_report(struct h2stream *st, size_t own)
-{
-    struct h2conn *hc = st->hc;
-    if (st->closed || hc->c->state == C_DEAD)
-        return own;
-    if (may_write(st, own)) {
-        /* a handler goes on to write below twice its low-water mark (kwc's
-         * stop there or later): room promised for it, else none left held */
-        if (!st->hs && own < 2 * pledge_size(st))
-            pledge(st);
-        else
-            unpledge(st);
-        return own;
-    }
-    unpledge(st);
-    wait_add(st);
-    /* past the handler's own mark: kwc's handlers stop at 2 (serve.c) or
-     * 4 (passthrough.c) times their low-water mark; a watch, or a handler
-     * without a mark, sees the bound (over any watch budget: app.c) */
-    size_t stop = st->hs || st->r->low_water == 0 ? hc->bound : 4 * st->r->low_water + 1;
-    return own > stop ? own : stop;
-}
-
-/* The streams owed a wake that may write now, oldest first: on_drain (a
- * watch stream: on_sent). A stream whose queue is over its low-water mark
- * leaves the list: it comes back when its own bytes leave (flush). */
-static void
-wake_waiting(struct h2conn *hc)
-{
-    unsigned budget = 2 * hc->nopen + 2; /* a stream re-added at the tail is seen once more */
-    for (struct h2stream *st = hc->waiting; st && budget-- && hc->c->state != C_DEAD;) {
-        struct h2stream *next = st->wnext;
-        struct hreq *r = st->r;
-        size_t own = own_bytes(st);
-        if (!st->hs && (st->resp_ended || own > r->low_water || !r->h || !r->h->on_drain)) {
-            wait_del(st);
-        } else if (may_write(st, own)) {
-            wait_del(st);
-            if (st->hs) {
-                h2hs_sent(st);
-            } else {
-                pledge(st);
-                r->h->on_drain(r->harg);
-            }
-        }
-        st = next;
-    }
-}
-
 static void
 stream_free(struct h2stream *st)
 {
@@ -380,11 +188,8 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
-    h2_queued_sub(st, own_bytes(st)); /* a closed stream's queue is dropped */
-    wait_del(st);
-    unpledge(st);
-    if (hc->exempt == st)
-        hc->exempt = NULL;
+    h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
+    h2_unwait(st);
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -720,26 +525,63 @@ on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint3
              nghttp2_data_source *src, void *arg)
 {
     struct h2stream *st = src->ptr;
+    struct h2conn *hc = st->hc;
+    ssize_t n;
     if (st->hs) {
-        ssize_t k = h2hs_read(st, buf, length, flags);
-        if (k > 0)
-            h2_queued_sub(st, (size_t)k);
-        return k;
-    }
-    int n = evbuffer_remove(st->out, buf, length);
-    if (n < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (n > 0) {
-        st->took = true;
-        h2_queued_sub(st, (size_t)n);
-    }
-    if (evbuffer_get_length(st->out) == 0) {
-        if (st->resp_ended)
+        n = h2hs_read(st, buf, length, flags); /* copies (references: see h2stream.c) */
+        if (n > 0)
+            h2_queued_sub(st, (size_t)n);
+    } else {
+        /* the bytes move in on_send_data, without a copy into nghttp2's buffer */
+        size_t have = evbuffer_get_length(st->out);
+        n = (ssize_t)(have < length ? have : length);
+        if (n > 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+        if ((size_t)n == have && st->resp_ended)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
         else if (n == 0)
             return NGHTTP2_ERR_DEFERRED;
     }
+    if (n > 0 && !st->took) {
+        st->took = true;
+        st->tnext = hc->took;
+        hc->took = st;
+    }
     return n;
+}
+
+/* A DATA frame of a stream's own queue (NGHTTP2_DATA_FLAG_NO_COPY): its
+ * header, then the bytes moved from the stream's evbuffer to the
+ * connection's (whole chains move; a frame's edge inside a chain copies). */
+static int
+on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size_t length,
+             nghttp2_data_source *src, void *arg)
+{
+    struct h2conn *hc = arg;
+    struct h2stream *st = src->ptr;
+    struct evbuffer *out = bufferevent_get_output(hc->c->bev);
+    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+        return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
+    assert(f->data.padlen == 0);       /* kwc never pads */
+    evbuffer_add(out, framehd, 9);
+    if (evbuffer_remove_buffer(st->out, out, length) != (int)length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    h2_queued_sub(st, length);
+    return 0;
+}
+
+/* DATA frames as large as the client allows (SETTINGS_MAX_FRAME_SIZE) and
+ * the windows take, up to H2_FRAME_MAX: fewer frames, fewer headers. */
+static ssize_t
+on_read_length(nghttp2_session *ss, uint8_t type, int32_t id, int32_t conn_window,
+               int32_t stream_window, uint32_t max_frame, void *arg)
+{
+    ssize_t n = max_frame < H2_FRAME_MAX ? (ssize_t)max_frame : H2_FRAME_MAX;
+    if (conn_window < n)
+        n = conn_window;
+    if (stream_window < n)
+        n = stream_window;
+    return n > 0 ? n : 1;
 }
 
 /* ---- the connection ---- */
@@ -781,6 +623,8 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
+    nghttp2_session_callbacks_set_data_source_read_length_callback(cb, on_read_length);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_settings(opt, 32);
@@ -822,7 +666,7 @@ timer_update(struct h2conn *hc, bool progress)
         mode = 2;
     } else {
         for (struct h2stream *st = hc->streams; st; st = st->next)
-            if (own_bytes(st) > 0) {
+            if (h2_own_bytes(st) > 0) {
                 mode = 2;
                 break;
             }
@@ -894,27 +738,31 @@ flush(struct h2conn *hc, bool progress)
         hconn_close(c);
         return;
     }
-    for (struct h2stream *st = hc->streams; st && c->state != C_DEAD;) {
-        struct h2stream *next = st->next;
+    /* the streams whose bytes were taken (freed only by reap_streams below) */
+    struct h2stream *took = hc->took;
+    hc->took = NULL;
+    for (struct h2stream *st = took; st && c->state != C_DEAD;) {
+        struct h2stream *next = st->tnext;
         struct hreq *r = st->r;
-        if (st->took) {
-            st->took = false;
-            progress = true;
-            if (hc->exempt == st && own_bytes(st) == 0)
-                hc->exempt = NULL; /* its write left: the next one's turn */
-            if (st->hs) {
-                wait_del(st);
-                h2hs_sent(st); /* on_sent with what it reports (it may wait again) */
-            } else if (!st->resp_ended && r->h && r->h->on_drain &&
-                       evbuffer_get_length(st->out) <= r->low_water) {
-                wait_add(st); /* woken in turn, when the connection has room */
-            }
+        st->took = false;
+        st->tnext = NULL;
+        progress = true;
+        if (hc->exempt == st && h2_own_bytes(st) == 0)
+            hc->exempt = NULL; /* its write left: the next one's turn */
+        if (st->closed) {
+            /* nothing owed */
+        } else if (st->hs) {
+            h2_wait_del(st);
+            h2hs_sent(st); /* on_sent with what it reports (it may wait again) */
+        } else if (!st->resp_ended && r->h && r->h->on_drain &&
+                   evbuffer_get_length(st->out) <= r->low_water) {
+            h2_wait_add(st); /* woken in turn, when the connection has room */
         }
         st = next;
     }
     if (c->state == C_DEAD)
         return;
-    wake_waiting(hc);
+    h2_wake_waiting(hc);
     if (c->state == C_DEAD)
         return;
     if (nghttp2_session_want_write(hc->ss) &&
@@ -1163,10 +1011,7 @@ h2_resp_end(struct hreq *r)
     st->resp_ended = true;
     if (!stream_live(st))
         return;
-    wait_del(st);
-    unpledge(st);
-    if (st->hc->exempt == st)
-        st->hc->exempt = NULL;
+    h2_unwait(st);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }

@@ -17,6 +17,11 @@
 
 struct h2hs;
 
+#define H2_OUT_HIGH (64 * 1024)   /* session bytes ahead of the kernel */
+#define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
+#define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
+#define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
+
 struct h2stream {
     struct hreq *r;
     struct h2conn *hc;
@@ -34,7 +39,8 @@ struct h2stream {
     struct evbuffer *out; /* body bytes for the data provider */
     bool resp_ended;      /* hresp_end: EOF once out is empty */
     bool end_sent;        /* END_STREAM left */
-    bool took;            /* the provider took bytes in this send round */
+    bool took;            /* the provider took bytes in this send round (hc->took) */
+    struct h2stream *tnext;
     /* the request body */
     struct evbuffer *in; /* received, not delivered (reading off or held) */
     bool paused;         /* hreq_body_read(off): buffer, do not discard */
@@ -66,9 +72,20 @@ struct h2conn {
     size_t bound;
     struct h2stream *waiting, **wtail; /* streams owed a wake, oldest first */
     struct h2stream *exempt;           /* the one stream let past a full connection */
+    struct h2stream *took;             /* streams whose bytes the provider took */
 };
 
-/* ---- h2.c, for h2stream.c ---- */
+/* ---- h2room.c: the bound on queued bytes (its header) ---- */
+
+/* st's own queue: its evbuffer and a handed-off stream's entries. */
+size_t h2_own_bytes(const struct h2stream *st);
+/* st is owed a wake when the connection has room (at the FIFO's tail). */
+void h2_wait_add(struct h2stream *st);
+void h2_wait_del(struct h2stream *st);
+/* st owes and is owed nothing more (it closed or its response ended). */
+void h2_unwait(struct h2stream *st);
+/* Wake the streams owed a wake that may write now, oldest first. */
+void h2_wake_waiting(struct h2conn *hc);
 
 /* n body bytes entered (h2_queued_add) or left (h2_queued_sub) st's queue. */
 void h2_queued_add(struct h2stream *st, size_t n);

@@ -306,8 +306,6 @@ h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags)
         if (e->len == 0)
             pop(hs);
     }
-    if (n > 0)
-        st->took = true;
     if (hs->n == 0 && evbuffer_get_length(st->out) == 0) {
         if (hs->ending)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
