@@ -179,6 +179,17 @@ reap_streams(struct h2conn *hc)
     }
 }
 
+/* st's request is all read, or st closed: deliver_bodies has nothing more
+ * to do for it (so a connection whose requests are all read skips it). */
+static void
+done_reading(struct h2stream *st)
+{
+    if (st->incomplete) {
+        st->incomplete = false;
+        st->hc->incomplete--;
+    }
+}
+
 /* The stream is over for its handler (once): the done callback and on_close. */
 static void
 stream_closed(struct h2stream *st, enum hreq_end how)
@@ -190,6 +201,7 @@ stream_closed(struct h2stream *st, enum hreq_end how)
     st->r->ended = true;
     h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
     h2_unwait(st);
+    done_reading(st);
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -235,6 +247,8 @@ on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     st->prev = &hc->streams;
     hc->streams = st;
     hc->nopen++;
+    st->incomplete = true;
+    hc->incomplete++;
     hc->c->s->stats.h2_streams_open++;
     hc->c->s->stats.h2_streams_total++;
     nghttp2_session_set_stream_user_data(ss, st->id, st);
@@ -368,6 +382,7 @@ request_complete(struct h2stream *st)
     if (r->complete || !st->eof_in || evbuffer_get_length(st->in) > 0)
         return;
     r->complete = true;
+    done_reading(st);
     if (r->dispatched && !st->closed)
         hreq_complete_fire(r);
 }
@@ -390,6 +405,7 @@ dispatch(struct h2stream *st, bool end_stream)
     if (end_stream) {
         st->eof_in = true;
         r->complete = true;
+        done_reading(st);
     }
     s->stats.requests++;
     r->dispatched = true;
@@ -698,6 +714,8 @@ h2_on_timer(struct hconn *c)
 static void
 deliver_bodies(struct h2conn *hc)
 {
+    if (hc->incomplete == 0)
+        return; /* every request all read: nothing to deliver or complete */
     for (struct h2stream *st = hc->streams; st && hc->c->state != C_DEAD;) {
         struct h2stream *next = st->next;
         struct hreq *r = st->r;

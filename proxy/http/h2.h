@@ -46,6 +46,7 @@ struct h2stream {
     bool paused;         /* hreq_body_read(off): buffer, do not discard */
     bool eof_in;         /* END_STREAM received */
     bool closed;         /* nghttp2 closed the stream (on_close ran) */
+    bool incomplete;     /* counted in hc->incomplete: its request is not all read */
     struct h2hs *hs;     /* handed off as a response stream (h2stream.c) */
     /* the connection's bound (h2.c): waiting for room, in FIFO order */
     struct h2stream *wnext, **wprev; /* wprev NULL: not waiting */
@@ -73,6 +74,7 @@ struct h2conn {
     struct h2stream *waiting, **wtail; /* streams owed a wake, oldest first */
     struct h2stream *exempt;           /* the one stream let past a full connection */
     struct h2stream *took;             /* streams whose bytes the provider took */
+    unsigned incomplete;               /* open streams whose request is not all read */
 };
 
 /* ---- h2room.c: the bound on queued bytes (its header) ---- */
