@@ -750,6 +750,7 @@ flush(struct h2conn *hc, bool progress)
     struct hconn *c = hc->c;
     if (c->state == C_DEAD || hc->in_recv)
         return;
+    h2_pledges_age(hc);
     int rc = nghttp2_session_send(hc->ss);
     if (rc != 0) {
         log_debug("http2: closing a connection: %s", nghttp2_strerror(rc));

@@ -51,6 +51,7 @@ struct h2stream {
     /* the connection's bound (h2.c): waiting for room, in FIFO order */
     struct h2stream *wnext, **wprev; /* wprev NULL: not waiting */
     size_t pledge;                   /* room promised to its handler, not written yet */
+    unsigned pledge_gen;             /* the send round it was promised in */
 };
 
 struct bucket {
@@ -68,8 +69,9 @@ struct h2conn {
     int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
     bool in_recv, goaway;
     /* the bound on queued response bytes (h2.c's header) */
-    size_t queued;  /* body bytes in the open streams' queues */
-    size_t pledged; /* the streams' pledges */
+    size_t queued;     /* body bytes in the open streams' queues */
+    size_t pledged[2]; /* the streams' pledges of this send round and the one before */
+    unsigned gen;      /* send rounds (flush): a pledge lasts this one and the next */
     size_t bound;
     struct h2stream *waiting, **wtail; /* streams owed a wake, oldest first */
     struct h2stream *exempt;           /* the one stream let past a full connection */
@@ -86,6 +88,9 @@ void h2_wait_add(struct h2stream *st);
 void h2_wait_del(struct h2stream *st);
 /* st owes and is owed nothing more (it closed or its response ended). */
 void h2_unwait(struct h2stream *st);
+/* A send round begins: pledges older than the last round lapse (a handler
+ * told it may write that wrote nothing holds no room). */
+void h2_pledges_age(struct h2conn *hc);
 /* Wake the streams owed a wake that may write now, oldest first. */
 void h2_wake_waiting(struct h2conn *hc);
 

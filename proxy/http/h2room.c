@@ -19,7 +19,10 @@
  * (on_drain; a handed-off stream: on_sent) while there is room; each
  * stream woken (or told it may write) holds a pledge of its low-water
  * mark (>= 16 KiB) until it writes, so handlers that write on a later
- * turn (serve.c's pump) do not all take the same room. A stream whose own
+ * turn (serve.c's pump) do not all take the same room; a pledge lapses
+ * after the next send round (h2_pledges_age), so a handler that was told
+ * it may write and then idles (a passthrough waiting on its upstream)
+ * holds no room. A stream whose own
  * bytes left goes to the FIFO's tail: no stream is starved. So that
  * streams stalled at closed windows cannot hold the whole bound while a
  * stream with an open window waits, one stream at a time may write past a
@@ -48,11 +51,35 @@ conn_total(const struct h2conn *hc)
     return hc->queued + evbuffer_get_length(bufferevent_get_output(hc->c->bev));
 }
 
+/* st's pledge while it lasts (this send round or the one before), else 0 */
+static size_t
+live_pledge(const struct h2stream *st)
+{
+    unsigned age = st->hc->gen - st->pledge_gen;
+    return age <= 1 ? st->pledge : 0;
+}
+
+static size_t
+pledged(const struct h2conn *hc)
+{
+    return hc->pledged[0] + hc->pledged[1];
+}
+
 static void
 unpledge(struct h2stream *st)
 {
-    st->hc->pledged -= st->pledge;
+    struct h2conn *hc = st->hc;
+    unsigned age = hc->gen - st->pledge_gen;
+    if (st->pledge && age <= 1)
+        hc->pledged[(st->pledge_gen) & 1] -= st->pledge;
     st->pledge = 0;
+}
+
+void
+h2_pledges_age(struct h2conn *hc)
+{
+    hc->gen++;
+    hc->pledged[hc->gen & 1] = 0; /* the round before last's lapse */
 }
 
 /* What a handler told it may write is expected to write: its low-water
@@ -68,7 +95,8 @@ pledge(struct h2stream *st)
 {
     unpledge(st);
     st->pledge = pledge_size(st);
-    st->hc->pledged += st->pledge;
+    st->pledge_gen = st->hc->gen;
+    st->hc->pledged[st->hc->gen & 1] += st->pledge;
 }
 
 /* Could st's next write leave at once (its window takes a pledge)? */
@@ -132,7 +160,7 @@ h2_queued_sub(struct h2stream *st, size_t n)
 static bool
 holds_turn(const struct h2stream *h)
 {
-    return h && (h2_own_bytes(h) > 0 ? can_send(h) : h->pledge > 0);
+    return h && (h2_own_bytes(h) > 0 ? can_send(h) : live_pledge(h) > 0);
 }
 
 /* May st's handler write now? Room on the connection (what is queued and
@@ -144,7 +172,7 @@ static bool
 may_write(struct h2stream *st, size_t own)
 {
     struct h2conn *hc = st->hc;
-    if (conn_total(hc) + hc->pledged - st->pledge < hc->bound)
+    if (conn_total(hc) + pledged(hc) - live_pledge(st) < hc->bound)
         return true;
     if (own == 0 && (hc->exempt == st || !holds_turn(hc->exempt)) && can_send(st) &&
         evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < H2_OUT_LOW) {
@@ -186,7 +214,7 @@ h2_wake_waiting(struct h2conn *hc)
 {
     unsigned budget = 2 * hc->nopen + 2; /* a stream re-added at the tail is seen once more */
     for (struct h2stream *st = hc->waiting; st && budget-- && hc->c->state != C_DEAD;) {
-        if (conn_total(hc) + hc->pledged >= hc->bound &&
+        if (conn_total(hc) + pledged(hc) >= hc->bound &&
             (holds_turn(hc->exempt) ||
              evbuffer_get_length(bufferevent_get_output(hc->c->bev)) >= H2_OUT_LOW))
             return; /* no room, and the turn past it is taken: nobody can write */

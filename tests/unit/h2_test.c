@@ -1187,6 +1187,50 @@ test_conn_bound(void)
     srv_fini(&sv);
 }
 
+/* A handler told it may write (hresp_queued) that then writes nothing (a
+ * passthrough waiting on its upstream) holds no room past the next send
+ * round: the other streams fill the connection. */
+static void
+test_pledge_lapses(void)
+{
+    struct http_server_options o = opts();
+    o.http2_conn_buffer = CONN_BOUND;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hreq *idle = sv.last->r;
+    hresp_low_water(idle, 3 * CONN_BOUND / 4); /* its pledge: most of the bound */
+    hresp_start(idle, 200, -1);
+    is_int(hresp_queued(idle), 0, "the idle stream may write");
+    int first = c.nst;
+    for (int i = 0; i < 10; i++) {
+        int k = cl_req(&c, "GET", "/big", NULL, 0, NULL);
+        c.st[k].consume = false;
+    }
+    pump(&sv, &c, 1);
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    printf("# an idle stream's pledge of %d KiB: %llu queued by the others\n",
+           3 * CONN_BOUND / 4 / 1024, hs.h2_queued);
+    ok(hs.h2_queued >= CONN_BOUND - BIG_MARK, "the others fill the connection (the pledge lapsed)");
+    ok(hs.h2_queued_peak <= CONN_BOUND + 2 * BIG_PIECE, "under the bound");
+    hresp_end(idle);
+    for (int i = first; i < first + 10; i++) {
+        c.st[i].consume = true;
+        nghttp2_session_consume_stream(c.ss, c.st[i].id, c.st[i].nbody);
+    }
+    pump(&sv, &c, 1);
+    int whole = 0;
+    for (int i = first; i < first + 10; i++)
+        whole += c.st[i].closed && c.st[i].nbody == BIG_BYTES;
+    is_int(whole, 10, "all complete once read");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 /* ---- TLS: ALPN ---- */
 
 static char dir[64];
@@ -1273,5 +1317,6 @@ main(void)
     TAP_RUN(test_alpn);
     TAP_RUN(test_hstream);
     TAP_RUN(test_conn_bound);
+    TAP_RUN(test_pledge_lapses);
     return tap_done();
 }
