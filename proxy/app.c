@@ -158,6 +158,11 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
         .max_connections = (unsigned)cfg->max_connections_resolved,
         .http2_max_streams = (unsigned)cfg->http2_max_streams,
+        /* a few responses at their marks (h2.c): the larger of the list
+         * and watch marks, four times */
+        .http2_conn_buffer =
+            4 * (size_t)(cfg->max_list_buffer > cfg->watch_budget ? cfg->max_list_buffer
+                                                                  : cfg->watch_budget),
         .tls_cert_file = cfg->tls_cert_file,
         .tls_key_file = cfg->tls_private_key_file,
         .client_ca_file = cfg->client_ca_file,

@@ -91,6 +91,8 @@ struct http_server_options {
     int tls_min_version;        /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
     int tls_reload_ms;          /* how often the cert/key files are checked for change; 0: 1000 */
     unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
+    size_t http2_conn_buffer;   /* HTTP/2: response bytes queued per connection, across its
+                                   streams, before their handlers wait (h2.c); 0: 1 MiB */
     int stream_grace_ms; /* an ended response stream's last bytes may take this long to leave,
                             then it closes anyway (hstream_end); 0: 10 s */
 };
@@ -131,9 +133,11 @@ struct http_server_stats {
     /* HTTP/2 (open counts HTTP/1.x and HTTP/2 connections alike) */
     unsigned long long h2_open, h2_accepted; /* connections */
     unsigned long long h2_streams_open, h2_streams_total;
-    unsigned long long h2_resets;  /* RST_STREAM from clients */
-    unsigned long long h2_refused; /* streams refused past the per-connection limit */
-    unsigned long long h2_goaways; /* GOAWAY sent (shutdown, errors, floods) */
+    unsigned long long h2_resets;      /* RST_STREAM from clients */
+    unsigned long long h2_refused;     /* streams refused past the per-connection limit */
+    unsigned long long h2_goaways;     /* GOAWAY sent (shutdown, errors, floods) */
+    unsigned long long h2_queued;      /* response bytes queued on HTTP/2 connections now */
+    unsigned long long h2_queued_peak; /* the most one HTTP/2 connection held queued */
 };
 /* Graceful stop (Go's Server.Shutdown): the listening sockets close (new
  * clients are refused); HTTP/2 connections get a GOAWAY with the last

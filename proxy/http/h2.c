@@ -16,9 +16,16 @@
  * most H2_OUT_HIGH bytes ahead of the kernel (the send callback says
  * WOULDBLOCK past it; the bufferevent's write callback resumes). Each
  * stream queues its body in an evbuffer of its own that the data provider
- * drains as the stream's window allows, so a stream whose window is
+ * drains as the stream's window allows (NGHTTP2_DATA_FLAG_NO_COPY: the
+ * bytes move from the stream's evbuffer to the connection's, never through
+ * nghttp2's buffer; DATA frames as large as the client's
+ * SETTINGS_MAX_FRAME_SIZE allows, up to 64 KiB), so a stream whose window is
  * exhausted waits alone: the connection and the other streams go on.
- * hresp_queued and on_drain are per stream.
+ * hresp_queued and on_drain are per stream, under a bound per connection:
+ *
+ * The bound (http2_conn_buffer): the bytes queued for a connection across
+ * its streams are bounded; handlers past it wait, woken oldest first as
+ * bytes leave (h2room.c, whose header says how).
  *
  * The body: automatic WINDOW_UPDATEs are off. DATA received is given back
  * to the connection window at once (it is either delivered, discarded or
@@ -83,11 +90,10 @@
 #include "kwc/status.h"
 
 #define H2_MAGIC 0x68326373u      /* "h2cs" */
-#define H2_OUT_HIGH (64 * 1024)   /* session bytes ahead of the kernel */
-#define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
 #define H2_CONN_WINDOW (1u << 20) /* the connection's receive window */
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
+#define H2_FRAME_MAX (64 * 1024)  /* DATA payload, when the client's frame size allows */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -174,6 +180,17 @@ reap_streams(struct h2conn *hc)
     }
 }
 
+/* st's request is all read, or st closed: deliver_bodies has nothing more
+ * to do for it (so a connection whose requests are all read skips it). */
+static void
+done_reading(struct h2stream *st)
+{
+    if (st->incomplete) {
+        st->incomplete = false;
+        st->hc->incomplete--;
+    }
+}
+
 /* The stream is over for its handler (once): the done callback and on_close. */
 static void
 stream_closed(struct h2stream *st, enum hreq_end how)
@@ -183,6 +200,9 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
+    h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
+    h2_unwait(st);
+    done_reading(st);
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -228,6 +248,8 @@ on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     st->prev = &hc->streams;
     hc->streams = st;
     hc->nopen++;
+    st->incomplete = true;
+    hc->incomplete++;
     hc->c->s->stats.h2_streams_open++;
     hc->c->s->stats.h2_streams_total++;
     nghttp2_session_set_stream_user_data(ss, st->id, st);
@@ -361,6 +383,7 @@ request_complete(struct h2stream *st)
     if (r->complete || !st->eof_in || evbuffer_get_length(st->in) > 0)
         return;
     r->complete = true;
+    done_reading(st);
     if (r->dispatched && !st->closed)
         hreq_complete_fire(r);
 }
@@ -383,6 +406,7 @@ dispatch(struct h2stream *st, bool end_stream)
     if (end_stream) {
         st->eof_in = true;
         r->complete = true;
+        done_reading(st);
     }
     s->stats.requests++;
     r->dispatched = true;
@@ -524,20 +548,63 @@ on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint3
              nghttp2_data_source *src, void *arg)
 {
     struct h2stream *st = src->ptr;
-    if (st->hs)
-        return h2hs_read(st, buf, length, flags);
-    int n = evbuffer_remove(st->out, buf, length);
-    if (n < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (n > 0)
-        st->took = true;
-    if (evbuffer_get_length(st->out) == 0) {
-        if (st->resp_ended)
+    struct h2conn *hc = st->hc;
+    ssize_t n;
+    if (st->hs) {
+        n = h2hs_read(st, buf, length, flags); /* copies (references: see h2stream.c) */
+        if (n > 0)
+            h2_queued_sub(st, (size_t)n);
+    } else {
+        /* the bytes move in on_send_data, without a copy into nghttp2's buffer */
+        size_t have = evbuffer_get_length(st->out);
+        n = (ssize_t)(have < length ? have : length);
+        if (n > 0)
+            *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+        if ((size_t)n == have && st->resp_ended)
             *flags |= NGHTTP2_DATA_FLAG_EOF;
         else if (n == 0)
             return NGHTTP2_ERR_DEFERRED;
     }
+    if (n > 0 && !st->took) {
+        st->took = true;
+        st->tnext = hc->took;
+        hc->took = st;
+    }
     return n;
+}
+
+/* A DATA frame of a stream's own queue (NGHTTP2_DATA_FLAG_NO_COPY): its
+ * header, then the bytes moved from the stream's evbuffer to the
+ * connection's (whole chains move; a frame's edge inside a chain copies). */
+static int
+on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size_t length,
+             nghttp2_data_source *src, void *arg)
+{
+    struct h2conn *hc = arg;
+    struct h2stream *st = src->ptr;
+    struct evbuffer *out = bufferevent_get_output(hc->c->bev);
+    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+        return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
+    assert(f->data.padlen == 0);       /* kwc never pads */
+    evbuffer_add(out, framehd, 9);
+    if (evbuffer_remove_buffer(st->out, out, length) != (int)length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    h2_queued_sub(st, length);
+    return 0;
+}
+
+/* DATA frames as large as the client allows (SETTINGS_MAX_FRAME_SIZE) and
+ * the windows take, up to H2_FRAME_MAX: fewer frames, fewer headers. */
+static ssize_t
+on_read_length(nghttp2_session *ss, uint8_t type, int32_t id, int32_t conn_window,
+               int32_t stream_window, uint32_t max_frame, void *arg)
+{
+    ssize_t n = max_frame < H2_FRAME_MAX ? (ssize_t)max_frame : H2_FRAME_MAX;
+    if (conn_window < n)
+        n = conn_window;
+    if (stream_window < n)
+        n = stream_window;
+    return n > 0 ? n : 1;
 }
 
 /* ---- the connection ---- */
@@ -579,6 +646,8 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
+    nghttp2_session_callbacks_set_data_source_read_length_callback(cb, on_read_length);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_settings(opt, 32);
@@ -599,6 +668,8 @@ h2_start(struct hconn *c)
     c->h2 = hc;
     c->state = C_REQ;
     hc->tmode = -1;
+    hc->bound = s->o.http2_conn_buffer ? s->o.http2_conn_buffer : H2_CONN_BUFFER;
+    hc->wtail = &hc->waiting;
     s->stats.h2_open++;
     s->stats.h2_accepted++;
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_OUT_LOW, 0);
@@ -618,8 +689,7 @@ timer_update(struct h2conn *hc, bool progress)
         mode = 2;
     } else {
         for (struct h2stream *st = hc->streams; st; st = st->next)
-            if (evbuffer_get_length(st->out) > 0 ||
-                (st->hs && h2hs_queued((const struct hstream *)(const void *)st->hs) > 0)) {
+            if (h2_own_bytes(st) > 0) {
                 mode = 2;
                 break;
             }
@@ -651,6 +721,8 @@ h2_on_timer(struct hconn *c)
 static void
 deliver_bodies(struct h2conn *hc)
 {
+    if (hc->incomplete == 0)
+        return; /* every request all read: nothing to deliver or complete */
     for (struct h2stream *st = hc->streams; st && hc->c->state != C_DEAD;) {
         struct h2stream *next = st->next;
         struct hreq *r = st->r;
@@ -685,28 +757,38 @@ flush(struct h2conn *hc, bool progress)
     struct hconn *c = hc->c;
     if (c->state == C_DEAD || hc->in_recv)
         return;
+    h2_pledges_age(hc);
     int rc = nghttp2_session_send(hc->ss);
     if (rc != 0) {
         log_debug("http2: closing a connection: %s", nghttp2_strerror(rc));
         hconn_close(c);
         return;
     }
-    for (struct h2stream *st = hc->streams; st && c->state != C_DEAD;) {
-        struct h2stream *next = st->next;
+    /* the streams whose bytes were taken (freed only by reap_streams below) */
+    struct h2stream *took = hc->took;
+    hc->took = NULL;
+    for (struct h2stream *st = took; st && c->state != C_DEAD;) {
+        struct h2stream *next = st->tnext;
         struct hreq *r = st->r;
-        if (st->took && st->hs) {
-            st->took = false;
-            progress = true;
-            h2hs_sent(st);
-        } else if (st->took) {
-            st->took = false;
-            progress = true;
-            if (!st->resp_ended && r->h && r->h->on_drain &&
-                evbuffer_get_length(st->out) <= r->low_water)
-                r->h->on_drain(r->harg);
+        st->took = false;
+        st->tnext = NULL;
+        progress = true;
+        if (hc->exempt == st && h2_own_bytes(st) == 0)
+            hc->exempt = NULL; /* its write left: the next one's turn */
+        if (st->closed) {
+            /* nothing owed */
+        } else if (st->hs) {
+            h2_wait_del(st);
+            h2hs_sent(st); /* on_sent with what it reports (it may wait again) */
+        } else if (!st->resp_ended && r->h && r->h->on_drain &&
+                   evbuffer_get_length(st->out) <= r->low_water) {
+            h2_wait_add(st); /* woken in turn, when the connection has room */
         }
         st = next;
     }
+    if (c->state == C_DEAD)
+        return;
+    h2_wake_waiting(hc);
     if (c->state == C_DEAD)
         return;
     if (nghttp2_session_want_write(hc->ss) &&
@@ -922,6 +1004,7 @@ h2_resp_write(struct hreq *r, const void *p, size_t n)
     if (!stream_live(st) || n == 0 || r->no_body)
         return;
     evbuffer_add(st->out, p, n);
+    h2_queued_add(st, n);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }
@@ -934,7 +1017,9 @@ h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf)
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
+    size_t n = evbuffer_get_length(buf);
     evbuffer_add_buffer(st->out, buf);
+    h2_queued_add(st, n);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }
@@ -942,7 +1027,7 @@ h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf)
 size_t
 h2_resp_queued(const struct hreq *r)
 {
-    return stream_live(r->h2) ? evbuffer_get_length(r->h2->out) : 0;
+    return stream_live(r->h2) ? h2_queued_report(r->h2, evbuffer_get_length(r->h2->out)) : 0;
 }
 
 void
@@ -952,6 +1037,7 @@ h2_resp_end(struct hreq *r)
     st->resp_ended = true;
     if (!stream_live(st))
         return;
+    h2_unwait(st);
     nghttp2_session_resume_data(st->hc->ss, st->id);
     hconn_kick(st->hc->c);
 }

@@ -17,6 +17,11 @@
 
 struct h2hs;
 
+#define H2_OUT_HIGH (64 * 1024)   /* session bytes ahead of the kernel */
+#define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
+#define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
+#define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
+
 struct h2stream {
     struct hreq *r;
     struct h2conn *hc;
@@ -34,13 +39,19 @@ struct h2stream {
     struct evbuffer *out; /* body bytes for the data provider */
     bool resp_ended;      /* hresp_end: EOF once out is empty */
     bool end_sent;        /* END_STREAM left */
-    bool took;            /* the provider took bytes in this send round */
+    bool took;            /* the provider took bytes in this send round (hc->took) */
+    struct h2stream *tnext;
     /* the request body */
     struct evbuffer *in; /* received, not delivered (reading off or held) */
     bool paused;         /* hreq_body_read(off): buffer, do not discard */
     bool eof_in;         /* END_STREAM received */
     bool closed;         /* nghttp2 closed the stream (on_close ran) */
+    bool incomplete;     /* counted in hc->incomplete: its request is not all read */
     struct h2hs *hs;     /* handed off as a response stream (h2stream.c) */
+    /* the connection's bound (h2.c): waiting for room, in FIFO order */
+    struct h2stream *wnext, **wprev; /* wprev NULL: not waiting */
+    size_t pledge;                   /* room promised to its handler, not written yet */
+    unsigned pledge_gen;             /* the send round it was promised in */
 };
 
 struct bucket {
@@ -57,7 +68,39 @@ struct h2conn {
     struct bucket resets, prio;
     int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
     bool in_recv, goaway;
+    /* the bound on queued response bytes (h2.c's header) */
+    size_t queued;     /* body bytes in the open streams' queues */
+    size_t pledged[2]; /* the streams' pledges of this send round and the one before */
+    unsigned gen;      /* send rounds (flush): a pledge lasts this one and the next */
+    size_t bound;
+    struct h2stream *waiting, **wtail; /* streams owed a wake, oldest first */
+    struct h2stream *exempt;           /* the one stream let past a full connection */
+    struct h2stream *took;             /* streams whose bytes the provider took */
+    unsigned incomplete;               /* open streams whose request is not all read */
 };
+
+/* ---- h2room.c: the bound on queued bytes (its header) ---- */
+
+/* st's own queue: its evbuffer and a handed-off stream's entries. */
+size_t h2_own_bytes(const struct h2stream *st);
+/* st is owed a wake when the connection has room (at the FIFO's tail). */
+void h2_wait_add(struct h2stream *st);
+void h2_wait_del(struct h2stream *st);
+/* st owes and is owed nothing more (it closed or its response ended). */
+void h2_unwait(struct h2stream *st);
+/* A send round begins: pledges older than the last round lapse (a handler
+ * told it may write that wrote nothing holds no room). */
+void h2_pledges_age(struct h2conn *hc);
+/* Wake the streams owed a wake that may write now, oldest first. */
+void h2_wake_waiting(struct h2conn *hc);
+
+/* n body bytes entered (h2_queued_add) or left (h2_queued_sub) st's queue. */
+void h2_queued_add(struct h2stream *st, size_t n);
+void h2_queued_sub(struct h2stream *st, size_t n);
+/* What hresp_queued / hstream_queued report for st, whose own queue is
+ * own (h2.c's header): own while the connection has room, else a figure
+ * that stops its handler; then st waits for a wake. */
+size_t h2_queued_report(struct h2stream *st, size_t own);
 
 /* ---- h2stream.c ---- */
 
@@ -65,6 +108,8 @@ struct h2conn {
 ssize_t h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags);
 /* Bytes of the handed-off stream left (the provider took some): on_sent. */
 void h2hs_sent(struct h2stream *st);
+/* The handed-off stream's own queue (entries not yet framed). */
+size_t h2hs_bytes(const struct h2hs *hs);
 /* The nghttp2 stream closed: release every reference, on_close, free. */
 void h2hs_closed(struct h2stream *st);
 

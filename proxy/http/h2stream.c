@@ -160,6 +160,7 @@ h2hs_handoff_free(struct hstream_handoff *h)
     assert(!hs->attached);
     if (hs->st) {
         struct h2stream *st = hs->st;
+        h2_queued_sub(st, hs->bytes); /* freed with hs */
         st->hs = NULL;
         if (!st->closed && st->hc->c->state != C_DEAD) {
             nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
@@ -193,6 +194,8 @@ h2hs_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size
     struct h2hs *hs = hs_of(s);
     assert(!hs->ending);
     push(hs, (struct h2ent){.owner = owner, .p = p, .len = n, .tag = tag});
+    if (hs->st)
+        h2_queued_add(hs->st, n);
 }
 
 void
@@ -205,13 +208,25 @@ h2hs_write(struct hstream *s, const void *p, size_t n)
     char *own = xmalloc(n);
     memcpy(own, p, n);
     push(hs, (struct h2ent){.own = own, .p = own, .len = n});
+    if (hs->st)
+        h2_queued_add(hs->st, n);
 }
 
 size_t
 h2hs_queued(const struct hstream *s)
 {
     struct h2hs *hs = hs_of(s);
-    return hs->bytes + (hs->st ? evbuffer_get_length(hs->st->out) : 0);
+    if (!hs->st)
+        return hs->bytes;
+    /* over the connection's bound: the bound (h2.c), so that the hub puts
+     * the watcher behind as it does a slow HTTP/1.1 one */
+    return h2_queued_report(hs->st, hs->bytes + evbuffer_get_length(hs->st->out));
+}
+
+size_t
+h2hs_bytes(const struct h2hs *hs)
+{
+    return hs->bytes;
 }
 
 bool
@@ -257,6 +272,7 @@ h2hs_close(struct hstream *s)
     struct h2stream *st = hs->st;
     uint64_t sent = st ? st->r->bytes : hs->sent;
     if (st) {
+        h2_queued_sub(st, hs->bytes); /* freed with hs */
         st->hs = NULL;
         if (!st->closed && st->hc->c->state != C_DEAD) {
             nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
@@ -290,8 +306,6 @@ h2hs_read(struct h2stream *st, uint8_t *buf, size_t length, uint32_t *flags)
         if (e->len == 0)
             pop(hs);
     }
-    if (n > 0)
-        st->took = true;
     if (hs->n == 0 && evbuffer_get_length(st->out) == 0) {
         if (hs->ending)
             *flags |= NGHTTP2_DATA_FLAG_EOF;

@@ -425,6 +425,10 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
              NULL, &h2a, 1);
     metrics_write_family(w, "kwc_http2_streams_open", "HTTP/2 streams open now.", METRICS_GAUGE);
     metrics_write_sample(w, "kwc_http2_streams_open", NULL, NULL, 0, (double)hs.h2_streams_open);
+    metrics_write_family(w, "kwc_http2_queued_bytes",
+                         "Response bytes queued in HTTP/2 streams now (bounded per connection).",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http2_queued_bytes", NULL, NULL, 0, (double)hs.h2_queued);
     uint64_t h2s = hs.h2_streams_total;
     counter1(w, "kwc_http2_streams_total", "HTTP/2 streams (requests) opened by clients.", NULL,
              NULL, &h2s, 1);

@@ -20,7 +20,9 @@
  * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
  * (selectors may skip most), then the transaction ends. The next chunk
  * starts from a deferred event while the response queue is below
- * max_buffer, else when it drains to half of it (on_drain).
+ * max_buffer, else when it drains to half of it (on_drain). Over HTTP/2
+ * hresp_queued also reports a full connection (h2.c's bound): the first
+ * chunk waits for on_drain too.
  * The request's on_close frees the sreq.
  */
 #include "kwc/serve.h"
@@ -671,6 +673,10 @@ serve_list(struct sreq *sr)
     sr->enc->head(sr, sr->chunk);
     hresp_low_water(sr->req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
+    /* an HTTP/2 connection over its bound (h2.c) has no room even for the
+     * first chunk: on_drain starts it (HTTP/1.1: nothing is queued here) */
+    if (hresp_queued(sr->req) >= s->o.max_buffer)
+        return;
     pump(sr);
 }
 

@@ -16,6 +16,10 @@ What is checked (one class per set of kwc flags):
     --max-connections (a fast 429/503, never a hang);
   - --listen localhost binds loopback only; the Host check (DNS rebinding)
     and --accept-hosts; identity headers never reach the upstream.
+  - HTTP/2 with prior knowledge, a client that opens 40 streams of large
+    lists and never opens their windows: kwc_http2_queued_bytes stays at the
+    connection's bound (4 x the larger of --max-list-buffer and
+    --watch-budget), and a stream whose window opens completes.
 
 Timeouts on sockets are upper bounds only: nothing here waits a fixed time.
 """
@@ -24,11 +28,13 @@ import os
 import re
 import select
 import socket
+import struct
 import unittest
 import uuid
 from urllib.parse import quote
 
 from cluster import EnvTestCase, Env, http_request, kubectl, only_in_plaintext_run, wait_for
+from scrape import scrape, value
 from watchstream import Stream, pump
 
 POD_PATH = "/api/v1/namespaces/default/pods"
@@ -847,6 +853,118 @@ class AcceptHostsTest(FrontCase):
                 m = marker()
                 self.assertStatusBody(self.get(host, m), 403)
                 self.assertEqual(upstream_saw(self.env, m), [])
+
+
+def h2_frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
+
+
+class H2Raw:
+    """A raw HTTP/2 client (prior knowledge) that never opens a window
+    unless told: enough to hold kwc's queues full."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.s.setblocking(False)
+        self.buf = b""
+        self.data = {}    # stream id -> DATA payload received
+        self.ended = set()
+        self.headers = set()
+        self.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+                  h2_frame(4, 0, 0, struct.pack(">HI", 4, 0)))  # INITIAL_WINDOW_SIZE 0
+
+    def send(self, b):
+        self.s.setblocking(True)
+        self.s.sendall(b)
+        self.s.setblocking(False)
+
+    @staticmethod
+    def get(sid, path, authority):
+        """A GET's HEADERS frame."""
+        def lit(idx, v):  # a literal without indexing, the name indexed, no Huffman
+            assert len(v) < 127
+            return bytes([idx, len(v)]) + v.encode()
+        block = b"\x82\x86" + lit(4, path) + lit(1, authority)  # GET, http
+        return h2_frame(1, 0x5, sid, block)  # END_STREAM | END_HEADERS
+
+    def window(self, sid, n):
+        self.send(h2_frame(8, 0, sid, struct.pack(">I", n)))
+
+    def pump(self):
+        """Read what has arrived; True when the server closed."""
+        while True:
+            try:
+                b = self.s.recv(1 << 16)
+            except BlockingIOError:
+                return False
+            if not b:
+                return True
+            self.buf += b
+            while len(self.buf) >= 9:
+                n = int.from_bytes(self.buf[:3], "big")
+                if len(self.buf) < 9 + n:
+                    break
+                t, fl, sid = self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF
+                payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+                if t == 0:
+                    self.data[sid] = self.data.get(sid, b"") + payload
+                if t == 1:
+                    self.headers.add(sid)
+                if t in (0, 1) and fl & 1:
+                    self.ended.add(sid)
+                if t == 4 and not fl & 1:
+                    self.send(h2_frame(4, 1, 0))  # SETTINGS ACK
+
+    def close(self):
+        self.s.close()
+
+
+class Http2BoundTest(FrontCase):
+    """The response bytes queued for one HTTP/2 connection are bounded
+    across its streams: 4 x the larger of --max-list-buffer and
+    --watch-budget (here 4 x 64 KiB), read from kwc_http2_queued_bytes."""
+    apisim_args = ["--pods", "300"]
+    kwc_args = ["--max-list-buffer", "65536", "--watch-budget", "65536"]
+    BOUND = 4 * 65536
+    NSTREAMS = 40
+
+    def queued(self):
+        return value(scrape(self.env.kwc.port), "kwc_http2_queued_bytes")
+
+    def full(self):
+        m = scrape(self.env.kwc.port)
+        return (value(m, "kwc_http2_streams_open") == self.NSTREAMS and
+                value(m, "kwc_http2_queued_bytes") >= self.BOUND - 65536)
+
+    def test_streams_that_never_read_hold_the_bound_and_an_opened_one_completes(self):
+        port = self.env.kwc.port
+        st, _, whole = http_request(port, "GET", "/api/v1/pods?resourceVersion=0", timeout=30)
+        self.assertEqual(st, 200)
+        self.assertGreater(len(whole), 2 * self.BOUND)  # each list alone is over the bound
+        c = H2Raw(port)
+        try:
+            c.send(b"".join(c.get(2 * i + 1, "/api/v1/pods?resourceVersion=0",
+                                  "127.0.0.1:%d" % port) for i in range(self.NSTREAMS)))
+            # every window is closed: kwc fills the connection to its bound
+            wait_for(lambda: c.pump() or self.full(), 30,
+                     "every stream open and kwc's queue for the connection full")
+            self.assertFalse(c.pump(), "the connection stays open")
+            for _ in range(5):
+                c.pump()
+                q = self.queued()
+                # the bound, one list chunk (64 KiB) and an object past it
+                self.assertLessEqual(q, self.BOUND + 2 * 65536)
+            # one stream's window opens (and the connection's): it completes
+            c.window(0, (1 << 31) - 1 - 65535)
+            c.window(1, (1 << 31) - 1)
+            wait_for(lambda: c.pump() or 1 in c.ended, 60, "the opened stream to complete")
+            self.assertNotIn(3, c.ended)
+            self.assertEqual(len(json.loads(c.data[1])["items"]), 300)
+            self.assertLessEqual(self.queued(), self.BOUND + 2 * 65536)
+        finally:
+            c.close()
+        wait_for(lambda: self.queued() == 0, 30, "the closed connection's queues to go")
+        self.alive()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@
  *   /hold    nothing: the test answers it (or the client resets it)
  *   /abort   a streamed head and "part", then hresp_abort
  *   /hdrs    connection-specific response headers, which must not leave
+ *   /big     BIG_BYTES in BIG_PIECE writes while hresp_queued < BIG_MARK,
+ *            more from on_drain (low water BIG_MARK / 2), as serve.c does
  */
 #include "kwc/http.h"
 
@@ -45,6 +47,9 @@
 #define MAX_ST 64
 #define MAX_REQ 512
 #define STREAM_BYTES (256 * 1024)
+#define BIG_BYTES (1024 * 1024)
+#define BIG_PIECE (16 * 1024)
+#define BIG_MARK (64 * 1024)
 
 /* ---- the server's handler ---- */
 
@@ -55,6 +60,7 @@ struct sreq {
     char *body;
     size_t nbody;
     bool closed;
+    size_t big_sent;
 };
 
 struct srv {
@@ -115,12 +121,28 @@ h_complete(void *arg)
         answer_echo(q);
 }
 
+/* /big: write while the queue is under the mark, as serve.c's pump */
+static void
+big_fill(struct sreq *q)
+{
+    static char piece[BIG_PIECE];
+    memset(piece, 'z', sizeof(piece));
+    while (q->big_sent < BIG_BYTES && hresp_queued(q->r) < BIG_MARK) {
+        hresp_write(q->r, piece, sizeof(piece));
+        q->big_sent += sizeof(piece);
+        if (q->big_sent == BIG_BYTES)
+            hresp_end(q->r);
+    }
+}
+
 static void
 h_drain(void *arg)
 {
     struct sreq *q = arg;
     q->sv->hooks++;
     q->sv->ndrain++;
+    if (strcmp(q->path, "/big") == 0 && !q->closed)
+        big_fill(q);
 }
 
 static void
@@ -167,6 +189,10 @@ on_request(void *arg, struct hreq *r)
         hresp_write(r, "head-", 5); /* before the handoff: goes first */
         if (sv->nhand < 4)
             sv->hand[sv->nhand++] = hresp_handoff(r);
+    } else if (strcmp(q->path, "/big") == 0) {
+        hresp_low_water(r, BIG_MARK / 2);
+        hresp_start(r, 200, -1);
+        big_fill(q);
     } else if (strcmp(q->path, "/abort") == 0) {
         hresp_start(r, 200, -1);
         hresp_write(r, "part", 4);
@@ -1142,6 +1168,133 @@ test_hstream(void)
     srv_fini(&sv);
 }
 
+/* Many streams with large responses on one connection whose client does
+ * not open their windows: what kwc queues for the connection stays under
+ * its bound (plus one write), a watch stream there reports the bound; a
+ * window opened lets its stream complete; every stream completes once all
+ * are read. */
+#define CONN_BOUND (256 * 1024)
+#define NBIG 40
+
+static void
+test_conn_bound(void)
+{
+    struct http_server_options o = opts();
+    o.http2_conn_buffer = CONN_BOUND;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int wi = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hs_watch ww = {0};
+    struct hstream *ws = hstream_attach(sv.hand[0], sv.base, &hw_ops, &ww);
+    ok(ws != NULL, "a watch stream beside them");
+    int first = c.nst;
+    for (int i = 0; i < NBIG; i++) {
+        int k = cl_req(&c, "GET", "/big", NULL, 0, NULL);
+        c.st[k].consume = false; /* their windows never reopen */
+    }
+    pump(&sv, &c, 1);
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    printf("# %d streams x %d KiB, unread: peak %llu queued, now %llu (bound %d)\n", NBIG,
+           BIG_BYTES / 1024, hs.h2_queued_peak, hs.h2_queued, CONN_BOUND);
+    ok(hs.h2_queued_peak <= CONN_BOUND + 2 * BIG_PIECE,
+       "the connection's queue stays under its bound (and one write)");
+    ok(hs.h2_queued >= CONN_BOUND / 2, "and it is full");
+    int open = 0, some = 0;
+    for (int i = first; i < first + NBIG; i++) {
+        open += !c.st[i].closed;
+        some += c.st[i].nbody > 0;
+    }
+    is_int(open, NBIG, "every stream waits");
+    printf("# %d streams got DATA before their windows closed\n", some);
+    /* as the hub does: an event written, then the queue asked */
+    hstream_write(ws, "ev\n", 3);
+    ok(hstream_queued(ws) >= CONN_BOUND, "a watch stream on the full connection reports the bound");
+    hstream_flush(ws);
+    int sent_before = ww.sent_calls;
+    /* one stream's window opens: it completes beside the stalled ones */
+    int x = first + NBIG - 1;
+    c.st[x].consume = true;
+    nghttp2_session_consume_stream(c.ss, c.st[x].id, c.st[x].nbody);
+    pump(&sv, &c, 1);
+    ok(c.st[x].closed && c.st[x].nbody == BIG_BYTES, "the stream whose window opened completes");
+    open = 0;
+    for (int i = first; i < first + NBIG; i++)
+        open += !c.st[i].closed;
+    is_int(open, NBIG - 1, "the others wait");
+    http_server_stats(sv.s, &hs);
+    ok(hs.h2_queued_peak <= CONN_BOUND + 2 * BIG_PIECE, "still under the bound");
+    /* all read: every stream completes */
+    for (int i = first; i < first + NBIG; i++) {
+        if (c.st[i].closed)
+            continue;
+        c.st[i].consume = true;
+        nghttp2_session_consume_stream(c.ss, c.st[i].id, c.st[i].nbody);
+    }
+    pump(&sv, &c, 1);
+    int whole = 0;
+    for (int i = first; i < first + NBIG; i++)
+        whole += c.st[i].closed && c.st[i].status == 200 && c.st[i].nbody == BIG_BYTES;
+    is_int(whole, NBIG, "every stream completes when all are read");
+    http_server_stats(sv.s, &hs);
+    ok(hs.h2_queued_peak <= CONN_BOUND + 2 * BIG_PIECE, "under the bound throughout");
+    is_int(hs.h2_queued, 0, "nothing queued at the end");
+    ok(ww.sent_calls > sent_before, "the watch stream was woken (on_sent) when the room came");
+    is_int(hstream_queued(ws), 0, "and reports its own queue again");
+    hstream_end(ws);
+    pump(&sv, &c, 1);
+    ok(c.st[wi].closed, "the watch stream ends");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* A handler told it may write (hresp_queued) that then writes nothing (a
+ * passthrough waiting on its upstream) holds no room past the next send
+ * round: the other streams fill the connection. */
+static void
+test_pledge_lapses(void)
+{
+    struct http_server_options o = opts();
+    o.http2_conn_buffer = CONN_BOUND;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hreq *idle = sv.last->r;
+    hresp_low_water(idle, 3 * CONN_BOUND / 4); /* its pledge: most of the bound */
+    hresp_start(idle, 200, -1);
+    is_int(hresp_queued(idle), 0, "the idle stream may write");
+    int first = c.nst;
+    for (int i = 0; i < 10; i++) {
+        int k = cl_req(&c, "GET", "/big", NULL, 0, NULL);
+        c.st[k].consume = false;
+    }
+    pump(&sv, &c, 1);
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    printf("# an idle stream's pledge of %d KiB: %llu queued by the others\n",
+           3 * CONN_BOUND / 4 / 1024, hs.h2_queued);
+    ok(hs.h2_queued >= CONN_BOUND - BIG_MARK, "the others fill the connection (the pledge lapsed)");
+    ok(hs.h2_queued_peak <= CONN_BOUND + 2 * BIG_PIECE, "under the bound");
+    hresp_end(idle);
+    for (int i = first; i < first + 10; i++) {
+        c.st[i].consume = true;
+        nghttp2_session_consume_stream(c.ss, c.st[i].id, c.st[i].nbody);
+    }
+    pump(&sv, &c, 1);
+    int whole = 0;
+    for (int i = first; i < first + 10; i++)
+        whole += c.st[i].closed && c.st[i].nbody == BIG_BYTES;
+    is_int(whole, 10, "all complete once read");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 /* ---- TLS: ALPN ---- */
 
 static char dir[64];
@@ -1229,5 +1382,7 @@ main(void)
     TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
     TAP_RUN(test_hstream);
+    TAP_RUN(test_conn_bound);
+    TAP_RUN(test_pledge_lapses);
     return tap_done();
 }
