@@ -25,11 +25,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -40,6 +36,7 @@
 
 #include "kwc/base.h"
 #include "tap.h"
+#include "tlsfx.h"
 
 #define RUN_MAX 200000
 #define QUIET_TURNS 3
@@ -359,12 +356,8 @@ cl_open(struct cl *c, struct srv *sv, bool with_session, SSL_CTX *tls)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) != 0)
         abort();
     c->fd = p[0];
-    if (tls) {
-        c->ssl = SSL_new(tls);
-        SSL_set_fd(c->ssl, p[0]);
-        SSL_set_connect_state(c->ssl);
-        SSL_set_alpn_protos(c->ssl, (const unsigned char *)"\x08http/1.1\x02h2", 12);
-    }
+    if (tls)
+        c->ssl = tfx_ssl_new(tls, p[0], (const unsigned char *)"\x08http/1.1\x02h2", 12);
     http_server_adopt(sv->s, p[1], NULL, 0);
     if (!with_session)
         return;
@@ -1297,49 +1290,17 @@ test_pledge_lapses(void)
 
 /* ---- TLS: ALPN ---- */
 
-static char dir[64];
-
-static void
-write_tls_pair(char *cert, char *key, size_t n)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    X509 *x = X509_new();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, k);
-    X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
-                               (const unsigned char *)"localhost", -1, -1, 0);
-    X509_set_issuer_name(x, X509_get_subject_name(x));
-    if (!k || !X509_sign(x, k, EVP_sha256()))
-        abort();
-    snprintf(cert, n, "%s/cert.pem", dir);
-    snprintf(key, n, "%s/key.pem", dir);
-    FILE *f = fopen(cert, "w"), *g = fopen(key, "w");
-    if (!f || !g || !PEM_write_X509(f, x) || !PEM_write_PrivateKey(g, k, NULL, NULL, 0, NULL, NULL))
-        abort();
-    fclose(f);
-    fclose(g);
-    X509_free(x);
-    EVP_PKEY_free(k);
-}
-
 static void
 test_alpn(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/kwc-h2-test-XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    char cert[128], key[128];
-    write_tls_pair(cert, key, sizeof(cert));
+    tfx_dir_open("h2_test");
+    tfx_write_pair("localhost", NULL);
     struct http_server_options o = opts();
-    o.tls_cert_file = cert;
-    o.tls_key_file = key;
+    o.tls_cert_file = tfx_cert_path;
+    o.tls_key_file = tfx_key_path;
     struct srv sv;
     srv_init(&sv, o);
-    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_verify(cctx, SSL_VERIFY_NONE, NULL);
+    SSL_CTX *cctx = tfx_client_ctx();
     struct cl c;
     cl_open(&c, &sv, true, cctx); /* offers http/1.1 first, then h2 */
     int a = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
@@ -1353,9 +1314,7 @@ test_alpn(void)
     cl_close(&c);
     srv_fini(&sv);
     SSL_CTX_free(cctx);
-    unlink(cert);
-    unlink(key);
-    rmdir(dir);
+    tfx_dir_close();
 }
 
 int

@@ -20,71 +20,31 @@
  *
  * The server adopts one end of a socketpair(AF_UNIX); the test is the
  * client on the other (a plain socket, or an SSL object pumped between loop
- * turns, with a self-signed certificate made here). The loop runs
+ * turns, with a self-signed certificate: tlsfx.h). The loop runs
  * non-blocking turns until nothing moves (bounded). Never a sleep.
  */
 #include "kwc/http.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <linux/sockios.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
 #include "kwc/gostr.h"
 #include "tap.h"
+#include "tlsfx.h"
 
-#define RUN_MAX 200000 /* loop turns before "it never goes quiet" */
-#define QUIET_TURNS 3
 #define MAX_CL 4
 #define BIG (1024 * 1024)
 
-static char dir[64], cert_path[128], key_path[128];
 static bool tls_on; /* the run in progress */
-
-/* ---- a self-signed serving pair ---- */
-
-static void
-write_pair(void)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    X509 *x = X509_new();
-    if (!k || !x)
-        abort();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, k);
-    X509_NAME *n = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"kwc", -1, -1, 0);
-    X509_set_issuer_name(x, n);
-    if (!X509_sign(x, k, EVP_sha256()))
-        abort();
-    snprintf(cert_path, sizeof(cert_path), "%s/cert.pem", dir);
-    snprintf(key_path, sizeof(key_path), "%s/key.pem", dir);
-    FILE *f = fopen(cert_path, "w");
-    if (!f || !PEM_write_X509(f, x) || fclose(f) != 0)
-        abort();
-    f = fopen(key_path, "w");
-    if (!f || !PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL) || fclose(f) != 0)
-        abort();
-    X509_free(x);
-    EVP_PKEY_free(k);
-}
 
 /* ---- the handler ----
  *   /now...    hreq_take_pipe from on_request
@@ -99,12 +59,7 @@ struct fx {
     struct event_base *base;
     struct http_server *s;
     SSL_CTX *cctx;
-    struct cl {
-        int fd;
-        SSL *ssl;
-        bool hs_done, eof, no_read;
-        struct gostr_buf in, out;
-    } c[MAX_CL];
+    struct tfx_cl c[MAX_CL];
     int nc;
     /* the handler's */
     struct hreq *held;
@@ -241,155 +196,38 @@ fx_init(struct fx *f, unsigned max_connections)
     f->base = event_base_new();
     struct http_server_options o = {.max_connections = max_connections};
     if (tls_on) {
-        o.tls_cert_file = cert_path;
-        o.tls_key_file = key_path;
+        o.tls_cert_file = tfx_cert_path;
+        o.tls_key_file = tfx_key_path;
     }
     char err[512] = "";
     if (http_server_new(f->base, &o, on_request, f, &f->s, err, sizeof(err)) != 0) {
         printf("# http_server_new: %s\n", err);
         abort();
     }
-    f->cctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_verify(f->cctx, SSL_VERIFY_NONE, NULL);
+    f->cctx = tfx_client_ctx();
 }
 
 static int
 fx_connect(struct fx *f)
 {
-    int sv[2];
-    if (f->nc == MAX_CL || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+    if (f->nc == MAX_CL)
         abort();
-    struct cl *c = &f->c[f->nc];
-    *c = (struct cl){.fd = sv[0]};
-    if (tls_on) {
-        c->ssl = SSL_new(f->cctx);
-        SSL_set_fd(c->ssl, sv[0]);
-        SSL_set_connect_state(c->ssl);
-    }
-    http_server_adopt(f->s, sv[1], NULL, 0);
+    int fd = tfx_cl_open(&f->c[f->nc], tls_on ? f->cctx : NULL, NULL, 0);
+    http_server_adopt(f->s, fd, NULL, 0);
     return f->nc++;
 }
 
-static void
-cl_send(struct fx *f, int i, const void *p, size_t n)
-{
-    gostr_addn(&f->c[i].out, p, n);
-}
-
-static void
-cl_sends(struct fx *f, int i, const char *s)
-{
-    cl_send(f, i, s, strlen(s));
-}
-
-/* Move what can move on client c's side, without blocking. */
-static void
-cl_pump(struct cl *c)
-{
-    if (c->fd < 0 || c->eof)
-        return;
-    char buf[65536];
-    if (!c->ssl) {
-        if (c->out.len) {
-            ssize_t w = send(c->fd, c->out.p, c->out.len, MSG_NOSIGNAL);
-            if (w > 0) {
-                memmove(c->out.p, c->out.p + w, c->out.len - (size_t)w);
-                c->out.len -= (size_t)w;
-            }
-        }
-        while (!c->no_read) {
-            ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
-            if (n > 0) {
-                gostr_addn(&c->in, buf, (size_t)n);
-                continue;
-            }
-            if (n == 0 || (errno != EAGAIN && errno != EINTR))
-                c->eof = true;
-            break;
-        }
-        return;
-    }
-    if (!c->hs_done) {
-        int rc = SSL_do_handshake(c->ssl);
-        if (rc != 1) {
-            int e = SSL_get_error(c->ssl, rc);
-            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-                c->eof = true;
-            ERR_clear_error();
-            return;
-        }
-        c->hs_done = true;
-    }
-    while (c->out.len) {
-        int w = SSL_write(c->ssl, c->out.p, (int)(c->out.len > 16384 ? 16384 : c->out.len));
-        if (w <= 0)
-            break;
-        memmove(c->out.p, c->out.p + w, c->out.len - (size_t)w);
-        c->out.len -= (size_t)w;
-    }
-    while (!c->no_read) {
-        int n = SSL_read(c->ssl, buf, (int)sizeof(buf));
-        if (n > 0) {
-            gostr_addn(&c->in, buf, (size_t)n);
-            continue;
-        }
-        int e = SSL_get_error(c->ssl, n);
-        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-            c->eof = true;
-        break;
-    }
-    ERR_clear_error();
-}
-
-/* Bytes client i wrote that the server has not read (its send queue). */
-static int
-cl_unread(struct fx *f, int i)
-{
-    int q = 0;
-    if (f->c[i].fd < 0 || ioctl(f->c[i].fd, SIOCOUTQ, &q) != 0)
-        return -1;
-    return q;
-}
-
 static unsigned long long
-progress(struct fx *f)
+hooks_ran(void *arg)
 {
-    unsigned long long v = f->hooks;
-    for (int i = 0; i < f->nc; i++) {
-        struct cl *c = &f->c[i];
-        v += c->in.len + c->out.len * 3 + c->eof + c->hs_done;
-        int q = cl_unread(f, i);
-        v += q > 0 ? (unsigned)q * 7919u : 0;
-    }
-    return v;
+    return ((struct fx *)arg)->hooks;
 }
 
 /* Run until nothing moves. */
 static void
 run(struct fx *f)
 {
-    int idle = 0, i;
-    for (i = 0; i < RUN_MAX && idle < QUIET_TURNS; i++) {
-        unsigned long long before = progress(f);
-        event_base_loop(f->base, EVLOOP_NONBLOCK);
-        for (int k = 0; k < f->nc; k++)
-            cl_pump(&f->c[k]);
-        idle = progress(f) != before ? 0 : idle + 1;
-    }
-    if (i == RUN_MAX)
-        ok(0, "the loop goes quiet");
-}
-
-static void
-cl_close(struct fx *f, int i)
-{
-    struct cl *c = &f->c[i];
-    if (c->ssl)
-        SSL_free(c->ssl);
-    c->ssl = NULL;
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
+    tfx_run_quiet(f->base, f->c, f->nc, hooks_ran, f);
 }
 
 static void
@@ -398,16 +236,14 @@ fx_fini(struct fx *f)
     hpipe_free(f->p);
     f->p = NULL;
     for (int i = 0; i < f->nc; i++)
-        cl_close(f, i);
+        tfx_cl_close(&f->c[i]);
     run(f);
     http_server_free(f->s);
     is_int(f->nclose, f->nreq, "every request's on_close ran once");
-    for (int i = 0; i < QUIET_TURNS; i++)
+    for (int i = 0; i < TFX_QUIET_TURNS; i++)
         event_base_loop(f->base, EVLOOP_NONBLOCK); /* hpipe_free's deferred close */
-    for (int i = 0; i < f->nc; i++) {
-        free(f->c[i].in.p);
-        free(f->c[i].out.p);
-    }
+    for (int i = 0; i < f->nc; i++)
+        tfx_cl_fini(&f->c[i]);
     free(f->log.p);
     free(f->got.p);
     free(f->body.p);
@@ -425,6 +261,31 @@ taken(struct fx *f)
 
 #define UPGRADE "Host: h\r\nConnection: Upgrade\r\nUpgrade: tunnel\r\n"
 
+/* A server and one client (*a) whose request became a pipe in on_request.
+ * false when no pipe came of it: a failed check, f finished. */
+static bool
+fx_pipe(struct fx *f, int *a)
+{
+    fx_init(f, 0);
+    *a = fx_connect(f);
+    tfx_cl_sends(&f->c[*a], "GET /now HTTP/1.1\r\n" UPGRADE "\r\n");
+    run(f);
+    if (f->p)
+        return true;
+    ok(0, "taken");
+    fx_fini(f);
+    return false;
+}
+
+/* The pipe's input, not consumed ("" when none). */
+static const char *
+input(struct fx *f, size_t *n)
+{
+    struct evbuffer *in = f->p ? hpipe_input(f->p) : NULL;
+    *n = in ? evbuffer_get_length(in) : 0;
+    return *n ? (const char *)evbuffer_pullup(in, -1) : "";
+}
+
 /* ---- tests ---- */
 
 /* The bytes behind the request come first, from the loop; then both ways. */
@@ -434,7 +295,7 @@ test_bytes_behind_and_both_ways(void)
     struct fx f;
     fx_init(&f, 0);
     int a = fx_connect(&f);
-    cl_sends(&f, a, "POST /later HTTP/1.1\r\n" UPGRADE "Content-Length: 4\r\n\r\nbodyBEHIND");
+    tfx_cl_sends(&f.c[a], "POST /later HTTP/1.1\r\n" UPGRADE "Content-Length: 4\r\n\r\nbodyBEHIND");
     run(&f);
     ok(f.held != NULL, "the request is held");
     is_mem(f.body.p, f.body.len, "body", 4, "its body went to the handler");
@@ -445,16 +306,15 @@ test_bytes_behind_and_both_ways(void)
     is_str(log_str(&f), "close\ntaken\n", "r's on_close ran inside; nothing read inside");
     run(&f);
     is_str(log_str(&f), "close\ntaken\nread 6\n", "on_read from the loop");
-    struct evbuffer *in = f.p ? hpipe_input(f.p) : NULL;
-    size_t n = in ? evbuffer_get_length(in) : 0;
-    is_mem(in ? (char *)evbuffer_pullup(in, -1) : "", n, "BEHIND", 6,
-           "the bytes behind the body, unparsed, first in the input");
+    size_t n;
+    const char *in = input(&f, &n);
+    is_mem(in, n, "BEHIND", 6, "the bytes behind the body, unparsed, first in the input");
     f.hold_input = false;
     /* the client's next bytes: after those */
     static char big[BIG];
     for (size_t i = 0; i < sizeof(big); i++)
         big[i] = (char)('a' + i % 26);
-    cl_send(&f, a, big, sizeof(big));
+    tfx_cl_send(&f.c[a], big, sizeof(big));
     run(&f);
     ok(f.got.len == 6 + sizeof(big) && memcmp(f.got.p, "BEHIND", 6) == 0 &&
            memcmp(f.got.p + 6, big, sizeof(big)) == 0,
@@ -486,13 +346,12 @@ test_take_in_on_request(void)
     fx_init(&f, 0);
     int a = fx_connect(&f);
     f.hold_input = true;
-    cl_sends(&f, a, "GET /now HTTP/1.1\r\n" UPGRADE "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[a], "GET /now HTTP/1.1\r\n" UPGRADE "\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n");
     run(&f);
     is_str(log_str(&f), "close\ntaken\nread 27\n", "taken, then on_read");
-    struct evbuffer *in = f.p ? hpipe_input(f.p) : NULL;
-    size_t n = in ? evbuffer_get_length(in) : 0;
-    is_mem(in ? (char *)evbuffer_pullup(in, -1) : "", n, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 27,
-           "the next request's bytes, unparsed");
+    size_t n;
+    const char *in = input(&f, &n);
+    is_mem(in, n, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 27, "the next request's bytes, unparsed");
     is_int(f.nreq, 1, "one request");
     is_int(f.c[a].in.len, 0, "nothing answered");
     fx_fini(&f);
@@ -503,34 +362,29 @@ static void
 test_flow_control(void)
 {
     struct fx f;
-    fx_init(&f, 0);
-    int a = fx_connect(&f);
-    cl_sends(&f, a, "GET /now HTTP/1.1\r\n" UPGRADE "\r\n");
-    run(&f);
-    ok(f.p != NULL, "taken");
-    if (!f.p) {
-        fx_fini(&f);
+    int a;
+    if (!fx_pipe(&f, &a))
         return;
-    }
+    ok(f.p != NULL, "taken");
     /* reading off: the client's bytes stay in the kernel */
     hpipe_read(f.p, false);
     hpipe_read(f.p, false); /* twice: no change */
     size_t before = f.log.len;
-    cl_sends(&f, a, "0123456789");
+    tfx_cl_sends(&f.c[a], "0123456789");
     run(&f);
     ok(f.log.len == before, "reading off: no on_read");
     is_int(f.got.len, 0, "reading off: nothing delivered");
     is_int(evbuffer_get_length(hpipe_input(f.p)), 0, "reading off: nothing in the input");
-    ok(cl_unread(&f, a) >= 10, "reading off: the bytes wait in the client's socket");
+    ok(tfx_cl_unread(&f.c[a]) >= 10, "reading off: the bytes wait in the client's socket");
     hpipe_read(f.p, true);
     run(&f);
     is_mem(f.got.p ? f.got.p : "", f.got.len, "0123456789", 10, "reading on: delivered");
-    is_int(cl_unread(&f, a), 0, "reading on: the socket read");
+    is_int(tfx_cl_unread(&f.c[a]), 0, "reading on: the socket read");
 
     /* bytes left in the input when reading is turned off and on again are
      * announced again */
     f.hold_input = true;
-    cl_sends(&f, a, "abc");
+    tfx_cl_sends(&f.c[a], "abc");
     run(&f);
     hpipe_read(f.p, false);
     f.hold_input = false;
@@ -543,7 +397,7 @@ test_flow_control(void)
 
     /* towards the client: on_drain at the low-water mark */
     hpipe_low_water(f.p, 64 * 1024);
-    f.c[a].no_read = true;
+    f.c[a].paused = true;
     static char big[4 * BIG];
     memset(big, 'z', sizeof(big));
     hpipe_write(f.p, big, sizeof(big));
@@ -551,7 +405,7 @@ test_flow_control(void)
     run(&f);
     ok(hpipe_queued(f.p) > 64 * 1024, "the client not reading: the queue stays high");
     is_int(f.ndrain, 0, "no on_drain above the low water");
-    f.c[a].no_read = false;
+    f.c[a].paused = false;
     run(&f);
     ok(f.ndrain > 0, "the client reads: on_drain");
     ok(f.drain_queued <= 64 * 1024, "on_drain at or under the low water");
@@ -564,18 +418,12 @@ static void
 test_eof(void)
 {
     struct fx f;
-    fx_init(&f, 0);
-    int a = fx_connect(&f);
-    cl_sends(&f, a, "GET /now HTTP/1.1\r\n" UPGRADE "\r\n");
-    run(&f);
-    if (!f.p) {
-        ok(0, "taken");
-        fx_fini(&f);
+    int a;
+    if (!fx_pipe(&f, &a))
         return;
-    }
     /* reading off: the end waits with the bytes before it */
     hpipe_read(f.p, false);
-    cl_sends(&f, a, "last words");
+    tfx_cl_sends(&f.c[a], "last words");
     run(&f);
     if (f.c[a].ssl)
         SSL_shutdown(f.c[a].ssl);
@@ -606,15 +454,9 @@ static void
 test_error(void)
 {
     struct fx f;
-    fx_init(&f, 0);
-    int a = fx_connect(&f);
-    cl_sends(&f, a, "GET /now HTTP/1.1\r\n" UPGRADE "\r\n");
-    run(&f);
-    if (!f.p) {
-        ok(0, "taken");
-        fx_fini(&f);
+    int a;
+    if (!fx_pipe(&f, &a))
         return;
-    }
     if (f.c[a].ssl) {
         /* bytes that are no TLS record */
         static const char junk[] = "\x17\x03\x03\x00\x08garbage!";
@@ -623,7 +465,7 @@ test_error(void)
     } else {
         /* the client gone while the pipe does not read: the write fails */
         hpipe_read(f.p, false);
-        cl_close(&f, a);
+        tfx_cl_close(&f.c[a]);
         static char big[BIG];
         hpipe_write(f.p, big, sizeof(big));
     }
@@ -642,7 +484,7 @@ test_count(void)
     struct fx f;
     fx_init(&f, 2);
     int a = fx_connect(&f);
-    cl_sends(&f, a, "GET /later?count HTTP/1.1\r\n" UPGRADE "\r\n");
+    tfx_cl_sends(&f.c[a], "GET /later?count HTTP/1.1\r\n" UPGRADE "\r\n");
     run(&f);
     struct http_server_stats st;
     http_server_stats(f.s, &st);
@@ -664,7 +506,7 @@ test_count(void)
     run(&f);
     ok(f.c[a].eof, "freed: the client sees the end");
     int c = fx_connect(&f);
-    cl_sends(&f, c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[c], "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     run(&f);
     ok(f.c[c].in.len > 13 && strncmp(f.c[c].in.p, "HTTP/1.1 200 ", 13) == 0,
        "freed: a new connection served");
@@ -678,14 +520,14 @@ test_refused(void)
     struct fx f;
     fx_init(&f, 0);
     int a = fx_connect(&f);
-    cl_sends(&f, a, "GET /now HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[a], "GET /now HTTP/1.1\r\nHost: h\r\n\r\n");
     run(&f);
     ok(f.taken_null, "no upgrade: NULL");
     ok(f.c[a].eof && f.c[a].in.len == 0, "no upgrade: closed, nothing sent");
     is_int(f.nclose, 1, "no upgrade: on_close ran");
     int b = fx_connect(&f);
     f.taken_null = false;
-    cl_sends(&f, b, "POST /now HTTP/1.1\r\n" UPGRADE "Content-Length: 5\r\n\r\n12345");
+    tfx_cl_sends(&f.c[b], "POST /now HTTP/1.1\r\n" UPGRADE "Content-Length: 5\r\n\r\n12345");
     run(&f);
     ok(f.taken_null, "an upgrade with its body unread: NULL");
     ok(f.c[b].eof && f.c[b].in.len == 0, "its body unread: closed, nothing sent");
@@ -712,14 +554,10 @@ main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(dir, sizeof(dir), "/tmp/hpipe_test.XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    write_pair();
+    tfx_dir_open("hpipe_test");
+    tfx_write_pair("kwc", NULL);
     run_all(false);
     run_all(true);
-    unlink(cert_path);
-    unlink(key_path);
-    rmdir(dir);
+    tfx_dir_close();
     return tap_done();
 }

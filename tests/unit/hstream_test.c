@@ -5,7 +5,7 @@
  *
  * The server adopts one end of a socketpair(AF_UNIX); the test plays the
  * client on the other (plain bytes, or a TLS client pumped between loop
- * turns, as in htls_test.c). A request for /w gets a watch's head (the
+ * turns: tlsfx.h). A request for /w gets a watch's head (the
  * headers watch.c sets, then hresp_start(r, 200, -1)) and is handed off;
  * the test attaches the handoff on the server's loop, or on a second
  * event_base run by a second thread, with hooks that record every call.
@@ -23,13 +23,8 @@
  */
 #include "kwc/http.h"
 
-#include <errno.h>
 #include <event2/event.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -44,11 +39,9 @@
 #include "kwc/base.h"
 #include "kwc/gostr.h"
 #include "tap.h"
+#include "tlsfx.h"
 
-#define GUARD_MS 10000    /* bound on waiting for a timer; never reached when all is well */
 #define DEADLINE_MS 20000 /* bound on reading the other thread's stream */
-#define RUN_MAX 200000
-#define QUIET_TURNS 3
 #define NOTE ((void *)(uintptr_t)0x5151)
 
 /* The head watch.c wrote itself until the stream moved into proxy/http/:
@@ -62,38 +55,6 @@
     "%s"                                                                                           \
     "Connection: close\r\n\r\n"
 #define AUDIT "0b7d8a4e-1f2a-4c3b-9d5e-6f708192a3b4"
-
-/* ---- a TLS pair ---- */
-
-static char dir[64], cert_path[128], key_path[128];
-
-static void
-tls_files(void)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    X509 *x = X509_new();
-    if (!k || !x)
-        abort();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, k);
-    X509_NAME *n = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)"kwc", -1, -1, 0);
-    X509_set_issuer_name(x, n);
-    if (!X509_sign(x, k, EVP_sha256()))
-        abort();
-    snprintf(cert_path, sizeof(cert_path), "%s/cert.pem", dir);
-    snprintf(key_path, sizeof(key_path), "%s/key.pem", dir);
-    FILE *f = fopen(cert_path, "w"), *g = fopen(key_path, "w");
-    if (!f || !g || !PEM_write_X509(f, x) || !PEM_write_PrivateKey(g, k, NULL, NULL, 0, NULL, NULL))
-        abort();
-    fclose(f);
-    fclose(g);
-    X509_free(x);
-    EVP_PKEY_free(k);
-}
 
 /* ---- what the stream's hooks saw ---- */
 
@@ -154,16 +115,9 @@ struct fx {
     int nreq, nclose, ndone;
     bool gone_tried; /* /gone: hresp_handoff from on_close */
     struct hstream_handoff *gone;
-    /* the client */
-    int fd;
     SSL_CTX *cctx;
-    SSL *ssl;
-    bool hs_done, eof, paused, close_notify;
-    struct gostr_buf in;
-    char out[512];
-    size_t nout;
-    struct event *guard;
-    bool guard_fired;
+    struct tfx_cl c;     /* the client */
+    const struct rec *r; /* the stream's hooks, during run() */
 };
 
 static void
@@ -221,23 +175,17 @@ on_request(void *arg, struct hreq *r)
     f->h = hresp_handoff(r);
 }
 
-static void
-on_guard(evutil_socket_t fd, short what, void *arg)
-{
-    ((struct fx *)arg)->guard_fired = true;
-}
-
 /* A server (plain or TLS) and one client connected to it; sndbuf > 0: the
  * server end's send buffer and the client's receive buffer (a slow network). */
 static void
 fx_init(struct fx *f, bool tls, int sndbuf, int grace_ms)
 {
-    *f = (struct fx){.tls = tls, .fd = -1};
+    *f = (struct fx){.tls = tls};
     f->base = event_base_new();
     struct http_server_options o = {.stream_grace_ms = grace_ms};
     if (tls) {
-        o.tls_cert_file = cert_path;
-        o.tls_key_file = key_path;
+        o.tls_cert_file = tfx_cert_path;
+        o.tls_key_file = tfx_key_path;
     }
     char err[256] = "";
     if (http_server_new(f->base, &o, on_request, f, &f->s, err, sizeof(err)) != 0) {
@@ -245,122 +193,45 @@ fx_init(struct fx *f, bool tls, int sndbuf, int grace_ms)
         abort();
     }
     http_server_on_done(f->s, on_done, f);
-    f->guard = evtimer_new(f->base, on_guard, f);
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
-        abort();
+    f->cctx = tls ? tfx_client_ctx() : NULL;
+    int fd = tfx_cl_open(&f->c, f->cctx, NULL, 0);
     if (sndbuf > 0) {
-        setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-        setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &sndbuf, sizeof sndbuf);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        setsockopt(f->c.fd, SOL_SOCKET, SO_RCVBUF, &sndbuf, sizeof sndbuf);
     }
-    f->fd = sv[0];
-    if (tls) {
-        f->cctx = SSL_CTX_new(TLS_client_method());
-        SSL_CTX_set_verify(f->cctx, SSL_VERIFY_NONE, NULL);
-        f->ssl = SSL_new(f->cctx);
-        SSL_set_fd(f->ssl, sv[0]);
-        SSL_set_connect_state(f->ssl);
-    }
-    http_server_adopt(f->s, sv[1], NULL, 0);
-}
-
-/* Move what can move on the client's side, without blocking. */
-static void
-pump(struct fx *f)
-{
-    if (f->fd < 0 || f->eof)
-        return;
-    if (!f->ssl) {
-        if (f->nout) {
-            ssize_t w = send(f->fd, f->out, f->nout, MSG_NOSIGNAL);
-            if (w > 0) {
-                memmove(f->out, f->out + w, f->nout - (size_t)w);
-                f->nout -= (size_t)w;
-            }
-        }
-        while (!f->paused) {
-            char buf[65536];
-            ssize_t n = recv(f->fd, buf, sizeof(buf), 0);
-            if (n > 0) {
-                gostr_addn(&f->in, buf, (size_t)n);
-                continue;
-            }
-            if (n == 0 || (errno != EAGAIN && errno != EINTR))
-                f->eof = true;
-            break;
-        }
-        return;
-    }
-    if (!f->hs_done) {
-        int rc = SSL_do_handshake(f->ssl);
-        if (rc != 1) {
-            int e = SSL_get_error(f->ssl, rc);
-            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-                f->eof = true;
-            ERR_clear_error();
-            return;
-        }
-        f->hs_done = true;
-    }
-    if (f->nout) {
-        int w = SSL_write(f->ssl, f->out, (int)f->nout);
-        if (w > 0) {
-            memmove(f->out, f->out + w, f->nout - (size_t)w);
-            f->nout -= (size_t)w;
-        }
-    }
-    while (!f->paused) {
-        char buf[65536];
-        int n = SSL_read(f->ssl, buf, (int)sizeof(buf));
-        if (n > 0) {
-            gostr_addn(&f->in, buf, (size_t)n);
-            continue;
-        }
-        int e = SSL_get_error(f->ssl, n);
-        if (e == SSL_ERROR_ZERO_RETURN)
-            f->close_notify = true;
-        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-            f->eof = true;
-        break;
-    }
-    ERR_clear_error();
+    http_server_adopt(f->s, fd, NULL, 0);
 }
 
 static unsigned long long
-progress(struct fx *f, const struct rec *r)
+hooks_ran(void *arg)
 {
-    return f->in.len + f->eof + f->nout + f->hs_done + (unsigned long long)f->nreq +
+    struct fx *f = arg;
+    const struct rec *r = f->r;
+    return (unsigned long long)f->nreq +
            (r ? (unsigned long long)(r->released + r->sent_calls + r->closed) : 0);
 }
 
-/* Loop turns until nothing moves on either side. */
+/* Loop turns until nothing moves on either side; r: the stream's hooks, or
+ * NULL. */
 static void
 run(struct fx *f, const struct rec *r)
 {
-    int idle = 0, i;
-    for (i = 0; i < RUN_MAX && idle < QUIET_TURNS; i++) {
-        unsigned long long before = progress(f, r);
-        event_base_loop(f->base, EVLOOP_NONBLOCK);
-        pump(f);
-        idle = progress(f, r) != before ? 0 : idle + 1;
-    }
-    if (i == RUN_MAX)
-        ok(0, "the loop goes quiet");
+    f->r = r;
+    tfx_run_quiet(f->base, &f->c, 1, hooks_ran, f);
+    f->r = NULL;
+}
+
+static bool
+rec_closed(void *arg)
+{
+    return ((const struct rec *)arg)->closed;
 }
 
 /* Run (EVLOOP_ONCE) until the stream closed, or the guard fires. */
 static bool
-run_until_closed(struct fx *f, const struct rec *r)
+run_until_closed(struct fx *f, struct rec *r)
 {
-    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
-    f->guard_fired = false;
-    evtimer_add(f->guard, &tv);
-    for (int n = 0; n < RUN_MAX && !r->closed && !f->guard_fired; n++) {
-        event_base_loop(f->base, EVLOOP_ONCE);
-        pump(f);
-    }
-    evtimer_del(f->guard);
-    return r->closed;
+    return tfx_wait(f->base, &f->c, 1, rec_closed, r);
 }
 
 /* The client asks for target (HTTP/1.1 or 1.0) and the server hands the
@@ -368,9 +239,9 @@ run_until_closed(struct fx *f, const struct rec *r)
 static struct hstream_handoff *
 request(struct fx *f, const char *target, bool http10)
 {
-    int n = snprintf(f->out + f->nout, sizeof(f->out) - f->nout,
-                     "GET %s HTTP/1.%d\r\nHost: h\r\n\r\n", target, http10 ? 0 : 1);
-    f->nout += (size_t)n;
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.%d\r\nHost: h\r\n\r\n", target, http10 ? 0 : 1);
+    tfx_cl_sends(&f->c, req);
     run(f, NULL);
     struct hstream_handoff *h = f->h;
     f->h = NULL;
@@ -380,22 +251,16 @@ request(struct fx *f, const char *target, bool http10)
 static void
 fx_fini(struct fx *f)
 {
-    if (f->ssl)
-        SSL_free(f->ssl);
-    f->ssl = NULL;
+    tfx_cl_close(&f->c);
     SSL_CTX_free(f->cctx);
-    if (f->fd >= 0)
-        close(f->fd);
-    f->fd = -1;
     run(f, NULL);
     http_server_free(f->s);
     is_int(f->nclose, f->nreq, "every request's on_close ran once");
     is_int(f->ndone, f->nreq, "...and its done callback");
     /* a TLS stream's socket closes from the loop's next turn */
     event_base_loop(f->base, EVLOOP_NONBLOCK);
-    event_free(f->guard);
     event_base_free(f->base);
-    free(f->in.p);
+    tfx_cl_fini(&f->c);
 }
 
 /* ---- reading what the client got ---- */
@@ -469,7 +334,7 @@ head_and_chunks(bool tls, bool http10)
     http_server_stats(f.s, &st);
     is_int(st.open, 0, "the server forgot the connection");
     is_int(st.taken, 1, "...which counts as taken");
-    is_int(f.in.len, 0, "no byte left before the stream is attached");
+    is_int(f.c.in.len, 0, "no byte left before the stream is attached");
     struct rec r = {0};
     struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
     ok(s != NULL, "attached");
@@ -493,31 +358,31 @@ head_and_chunks(bool tls, bool http10)
     else
         is_int(r.sent_calls, 0, "no on_sent for bytes sent by the handler's own flush");
     char want[512];
-    want_head(&f.in, http10, want, sizeof(want));
+    want_head(&f.c.in, http10, want, sizeof(want));
     size_t hl = strlen(want);
-    is_mem(f.in.p ? f.in.p : "", f.in.len < hl ? f.in.len : hl, want, hl,
+    is_mem(f.c.in.p ? f.c.in.p : "", f.c.in.len < hl ? f.c.in.len : hl, want, hl,
            "the head watch.c sent, byte for byte");
-    const char *body = f.in.p ? f.in.p + hl : "";
-    size_t bl = f.in.len > hl ? f.in.len - hl : 0;
+    const char *body = f.c.in.p ? f.c.in.p + hl : "";
+    size_t bl = f.c.in.len > hl ? f.c.in.len - hl : 0;
     if (http10)
         is_mem(body, bl, "{\"a\":1}\n{\"b\":2}\ncopied", 22, "HTTP/1.0: the bytes as they are");
     else
         is_mem(body, bl, "8\r\n{\"a\":1}\n\r\n8\r\n{\"b\":2}\n\r\n6\r\ncopied\r\n", 37,
                "one chunk per write");
-    size_t got = f.in.len;
+    size_t got = f.c.in.len;
     hstream_end(s);
     is_int(r.closed, 0, "hstream_end never closes inside");
     hstream_flush(s);
     run(&f, &r);
     if (http10)
-        is_int(f.in.len, got, "HTTP/1.0: no terminal chunk");
+        is_int(f.c.in.len, got, "HTTP/1.0: no terminal chunk");
     else
-        is_mem(f.in.p + got, f.in.len - got, "0\r\n\r\n", 5, "the terminal chunk");
-    ok(f.eof, "then the connection closes");
+        is_mem(f.c.in.p + got, f.c.in.len - got, "0\r\n\r\n", 5, "the terminal chunk");
+    ok(f.c.eof, "then the connection closes");
     if (tls)
-        ok(!f.close_notify, "TLS: closed as before (no close_notify)");
+        ok(!f.c.close_notify, "TLS: closed as before (no close_notify)");
     is_int(r.closed, 1, "on_close once");
-    is_int(r.sent, f.in.len, "...with every byte the client got (head, body, framing)");
+    is_int(r.sent, f.c.in.len, "...with every byte the client got (head, body, framing)");
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "closed: no longer taken");
     rec_fini(&r);
@@ -533,6 +398,23 @@ test_head_and_chunks(void)
     head_and_chunks(true, true);
 }
 
+/* A server and a client whose request for /w was handed off and attached
+ * on the server's loop with r's hooks (fx_init's options). NULL when it was
+ * not: a failed check, f finished. */
+static struct hstream *
+fx_stream(struct fx *f, struct rec *r, bool tls, int sndbuf, int grace_ms)
+{
+    fx_init(f, tls, sndbuf, grace_ms);
+    struct hstream_handoff *h = request(f, "/w", false);
+    *r = (struct rec){0};
+    struct hstream *s = h ? hstream_attach(h, f->base, &rec_ops, r) : NULL;
+    if (s)
+        return s;
+    ok(0, "attached");
+    fx_fini(f);
+    return NULL;
+}
+
 enum { NREF = 64, REF = 16384 };
 
 /* Backpressure: a reader that stops lets the queue grow and hears nothing;
@@ -542,18 +424,13 @@ static void
 backpressure(bool tls)
 {
     struct fx f;
-    fx_init(&f, tls, 4096, 0);
-    struct hstream_handoff *h = request(&f, "/w", false);
-    struct rec r = {0};
-    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
-    if (!s) {
-        ok(0, "attached");
-        fx_fini(&f);
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, tls, 4096, 0);
+    if (!s)
         return;
-    }
     for (size_t i = 0; i < sizeof(blob); i++)
         blob[i] = (char)('a' + i % 26);
-    f.paused = true;
+    f.c.paused = true;
     for (int i = 0; i < NREF; i++)
         hstream_write_ref(s, &r, (uint32_t)i, blob + (size_t)i * REF, REF);
     size_t before = hstream_queued(s);
@@ -563,7 +440,7 @@ backpressure(bool tls)
     ok(stuck > 0 && stuck <= before, "the reader stopped: bytes stay queued");
     ok(r.released < NREF, "...and their references held");
     is_int(r.sent_calls, 0, "...and no on_sent");
-    f.paused = false;
+    f.c.paused = false;
     run(&f, &r);
     ok(r.sent_calls > 0, "it reads again: on_sent");
     is_int(r.last_queued, 0, "...until nothing is queued");
@@ -575,7 +452,7 @@ backpressure(bool tls)
     size_t hl;
     bool term;
     struct gostr_buf b = {0};
-    ok(split(&f.in, &hl, &b, &term) && !term, "chunked, not ended");
+    ok(split(&f.c.in, &hl, &b, &term) && !term, "chunked, not ended");
     ok(b.len == (size_t)NREF * REF && memcmp(b.p, blob, b.len) == 0, "every byte once, in order");
     free(b.p);
     hstream_close(s);
@@ -597,25 +474,16 @@ static void
 client_eof(bool tls)
 {
     struct fx f;
-    fx_init(&f, tls, 0, 0);
-    struct hstream_handoff *h = request(&f, "/w", false);
-    struct rec r = {0};
-    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
-    if (!s) {
-        ok(0, "attached");
-        fx_fini(&f);
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, tls, 0, 0);
+    if (!s)
         return;
-    }
     hstream_write_ref(s, &r, 1, blob, 10);
     hstream_flush(s);
     run(&f, &r);
-    size_t got = f.in.len;
+    size_t got = f.c.in.len;
     hstream_write_ref(s, &r, 2, blob, 10); /* never flushed */
-    if (f.ssl)
-        SSL_free(f.ssl);
-    f.ssl = NULL;
-    close(f.fd);
-    f.fd = -1;
+    tfx_cl_close(&f.c);
     run(&f, &r);
     is_int(r.closed, 1, "on_close once");
     is_str(r.log.p, "rel 1\nrel 2\nclose\n", "the unsent reference released before on_close");
@@ -637,16 +505,11 @@ static void
 grace(bool tls)
 {
     struct fx f;
-    fx_init(&f, tls, 4096, 50);
-    struct hstream_handoff *h = request(&f, "/w", false);
-    struct rec r = {0};
-    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
-    if (!s) {
-        ok(0, "attached");
-        fx_fini(&f);
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, tls, 4096, 50);
+    if (!s)
         return;
-    }
-    f.paused = true;
+    f.c.paused = true;
     for (int i = 0; i < NREF; i++)
         hstream_write_ref(s, &r, (uint32_t)i, blob, REF);
     hstream_end(s);
@@ -672,15 +535,10 @@ static void
 closing(bool tls)
 {
     struct fx f;
-    fx_init(&f, tls, 0, 0);
-    struct hstream_handoff *h = request(&f, "/w", false);
-    struct rec r = {0};
-    struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
-    if (!s) {
-        ok(0, "attached");
-        fx_fini(&f);
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, tls, 0, 0);
+    if (!s)
         return;
-    }
     hstream_write_ref(s, &r, 1, blob, 5);
     hstream_write_ref(s, &r, 2, blob, 5);
     hstream_end(s);
@@ -688,14 +546,14 @@ closing(bool tls)
     is_int(r.released, 2, "every reference released");
     is_int(r.closed, 0, "no on_close");
     run(&f, &r);
-    ok(f.eof, "the client sees the close");
+    ok(f.c.eof, "the client sees the close");
     if (tls)
-        ok(f.close_notify, "TLS: with close_notify");
-    is_int(sent, f.in.len, "returns what was sent: all of it (the socket had room)");
+        ok(f.c.close_notify, "TLS: with close_notify");
+    is_int(sent, f.c.in.len, "returns what was sent: all of it (the socket had room)");
     size_t hl;
     bool term;
     struct gostr_buf b = {0};
-    ok(split(&f.in, &hl, &b, &term) && term && b.len == 10, "the chunks and the terminal chunk");
+    ok(split(&f.c.in, &hl, &b, &term) && term && b.len == 10, "the chunks and the terminal chunk");
     free(b.p);
     rec_fini(&r);
     fx_fini(&f);
@@ -761,23 +619,23 @@ other_thread(bool tls)
     if (pthread_create(&t, NULL, other_main, &o) != 0)
         abort();
     uint64_t end = now_ms() + DEADLINE_MS;
-    while (!f.eof && now_ms() < end) {
-        pump(&f);
-        struct pollfd pf = {.fd = f.fd, .events = POLLIN};
+    while (!f.c.eof && now_ms() < end) {
+        tfx_cl_pump(&f.c);
+        struct pollfd pf = {.fd = f.c.fd, .events = POLLIN};
         poll(&pf, 1, 100); /* the other thread's bytes */
     }
     pthread_join(t, NULL);
     ok(o.attached, "attached on the other loop");
-    ok(f.eof, "the client read to the end");
+    ok(f.c.eof, "the client read to the end");
     size_t hl;
     bool term;
     struct gostr_buf b = {0};
-    ok(split(&f.in, &hl, &b, &term) && term, "the head, chunks, the terminal chunk");
+    ok(split(&f.c.in, &hl, &b, &term) && term, "the head, chunks, the terminal chunk");
     ok(b.len == 800 && memcmp(b.p, blob, 800) == 0, "every byte, in order");
     free(b.p);
     is_int(o.r.released, 8, "every reference released on the other thread");
     is_int(o.r.closed, 1, "on_close once there");
-    is_int(o.r.sent, f.in.len, "...with every byte the client got");
+    is_int(o.r.sent, f.c.in.len, "...with every byte the client got");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "released from the connection count");
@@ -799,11 +657,9 @@ test_gone(void)
 {
     struct fx f;
     fx_init(&f, false, 0, 0);
-    int n = snprintf(f.out, sizeof(f.out), "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n");
-    f.nout = (size_t)n;
+    tfx_cl_sends(&f.c, "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n");
     run(&f, NULL);
-    close(f.fd);
-    f.fd = -1;
+    tfx_cl_close(&f.c);
     run(&f, NULL);
     ok(f.gone_tried, "the handler tried once the connection had closed");
     ok(f.gone == NULL, "hresp_handoff: NULL");
@@ -814,8 +670,7 @@ test_gone(void)
 
     fx_init(&f, false, 0, 0);
     struct hstream_handoff *h = request(&f, "/w", false);
-    close(f.fd);
-    f.fd = -1;
+    tfx_cl_close(&f.c);
     run(&f, NULL);
     struct rec r = {0};
     struct hstream *s = h ? hstream_attach(h, f.base, &rec_ops, &r) : NULL;
@@ -841,7 +696,7 @@ test_gone(void)
     http_server_stats(f.s, &st);
     is_int(st.taken, 0, "...until freed");
     run(&f, NULL);
-    ok(f.eof, "the client sees the close");
+    ok(f.c.eof, "the client sees the close");
     fx_fini(&f);
 }
 
@@ -850,10 +705,8 @@ main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(dir, sizeof(dir), "/tmp/hstream_test.XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    tls_files();
+    tfx_dir_open("hstream_test");
+    tfx_write_pair("kwc", NULL);
     TAP_RUN(test_head_and_chunks);
     TAP_RUN(test_backpressure);
     TAP_RUN(test_client_eof);
@@ -861,8 +714,6 @@ main(void)
     TAP_RUN(test_close);
     TAP_RUN(test_other_thread);
     TAP_RUN(test_gone);
-    unlink(cert_path);
-    unlink(key_path);
-    rmdir(dir);
+    tfx_dir_close();
     return tap_done();
 }

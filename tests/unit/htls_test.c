@@ -7,129 +7,34 @@
  * seen through TLS (a refused connection costs no handshake, a handshake
  * that never starts meets the head timeout).
  *
- * Keys and certificates are made here with OpenSSL (P-256, self-signed or
- * signed by a CA made here) and written to a fresh directory; replacing a
- * file is a rename(2) of a new one, as a Secret volume does. The server
- * adopts one end of a socketpair(AF_UNIX); the test plays the TLS client
- * on the other with a plain SSL object, pumped between loop turns. The
- * loop runs with EVLOOP_ONCE until what is awaited is there, bounded by a
+ * Keys, certificates and the client come from tlsfx.h: a self-signed or
+ * CA-signed P-256 pair written to a fresh directory (replacing a file is a
+ * rename(2) of a new one, as a Secret volume does); the server adopts one
+ * end of a socketpair(AF_UNIX), the test plays the TLS client on the other
+ * with a plain SSL object, pumped between loop turns. The loop runs with
+ * EVLOOP_ONCE until what is awaited is there (tfx_wait), bounded by a
  * guard timer that only fires when the server never acts (a failure, not
  * a margin). The reload timer is configured short; a failed reload is seen
  * in its log line (stderr captured through a pipe). Never a sleep.
  */
 #include "kwc/http.h"
 
-#include <errno.h>
-#include <event2/event.h>
 #include <fcntl.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
-#include <openssl/x509v3.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
 #include "tap.h"
+#include "tlsfx.h"
 
-#define GUARD_MS 10000 /* bound on waiting; never reached when all is well */
 #define MAX_CL 8
-
-/* ---- keys and certificates ---- */
-
-static char dir[64];
-static long serial = 1;
-
-static EVP_PKEY *
-key_new(void)
-{
-    EVP_PKEY *k = EVP_EC_gen("P-256");
-    if (!k)
-        abort();
-    return k;
-}
-
-static void
-add_ext(X509 *x, X509 *issuer, int nid, const char *value)
-{
-    X509V3_CTX ctx;
-    X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
-    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
-    if (!e || !X509_add_ext(x, e, -1))
-        abort();
-    X509_EXTENSION_free(e);
-}
-
-/* A certificate for key with subject CN=cn, signed by (ca, ca_key) or by
- * itself; a CA when ca_flag. */
-static X509 *
-cert_new(EVP_PKEY *key, const char *cn, X509 *ca, EVP_PKEY *ca_key, bool ca_flag)
-{
-    X509 *x = X509_new();
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), serial++);
-    X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, key);
-    X509_NAME *n = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
-    X509_set_issuer_name(x, ca ? X509_get_subject_name(ca) : n);
-    if (ca_flag) {
-        add_ext(x, ca ? ca : x, NID_basic_constraints, "critical,CA:TRUE");
-        add_ext(x, ca ? ca : x, NID_key_usage, "critical,keyCertSign,cRLSign");
-    }
-    if (!X509_sign(x, ca_key ? ca_key : key, EVP_sha256()))
-        abort();
-    return x;
-}
-
-static void
-path_of(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", dir, name);
-}
-
-/* Write name in dir by a rename of a new file (a new inode, as a Secret
- * volume's update). */
-static void
-write_pem(const char *name, X509 *x, EVP_PKEY *k)
-{
-    char tmp[128], dst[128];
-    path_of(tmp, sizeof(tmp), ".tmp");
-    path_of(dst, sizeof(dst), name);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        abort();
-    if (x && !PEM_write_X509(f, x))
-        abort();
-    if (k && !PEM_write_PrivateKey(f, k, NULL, NULL, 0, NULL, NULL))
-        abort();
-    if (fclose(f) != 0 || rename(tmp, dst) != 0)
-        abort();
-}
-
-/* A self-signed serving pair as cert.pem and key.pem. */
-static void
-write_pair(const char *cn, EVP_PKEY **keep_key)
-{
-    EVP_PKEY *k = key_new();
-    X509 *x = cert_new(k, cn, NULL, NULL, false);
-    write_pem("cert.pem", x, NULL);
-    write_pem("key.pem", NULL, k);
-    X509_free(x);
-    if (keep_key)
-        *keep_key = k;
-    else
-        EVP_PKEY_free(k);
-}
 
 /* ---- the handler: "<method> <target> tls=<0|1> cn=<client CN or ->" ---- */
 
@@ -166,46 +71,26 @@ on_request(void *arg, struct hreq *r)
 
 /* ---- the client side ---- */
 
-struct cl {
-    int fd;
-    SSL *ssl;
-    bool hs_done, hs_failed, eof;
-    char in[8192];
-    size_t nin;
-    char out[1024];
-    size_t nout;
-};
-
 struct fx {
     struct event_base *base;
     struct http_server *s;
     struct th t;
     SSL_CTX *cctx;
-    struct cl c[MAX_CL];
+    struct tfx_cl c[MAX_CL];
     int nc;
-    struct event *guard;
-    bool guard_fired;
     int log_r, saved_err; /* stderr captured (fx_capture) */
     char log[4096];
     size_t nlog;
 };
 
-static void
-on_guard(evutil_socket_t fd, short what, void *arg)
-{
-    struct fx *f = arg;
-    f->guard_fired = true;
-}
-
-/* The options every TLS test starts from: dir's cert.pem and key.pem. */
-static char cert_path[128], key_path[128], ca_path[128];
+/* The options every TLS test starts from: tfx_dir's cert.pem and key.pem. */
+static char ca_path[128];
 
 static struct http_server_options
 tls_opts(void)
 {
-    path_of(cert_path, sizeof(cert_path), "cert.pem");
-    path_of(key_path, sizeof(key_path), "key.pem");
-    return (struct http_server_options){.tls_cert_file = cert_path, .tls_key_file = key_path};
+    return (struct http_server_options){.tls_cert_file = tfx_cert_path,
+                                        .tls_key_file = tfx_key_path};
 }
 
 static void
@@ -219,9 +104,7 @@ fx_init(struct fx *f, const struct http_server_options *o)
         printf("# http_server_new: %d %s\n", rc, err);
         abort();
     }
-    f->guard = evtimer_new(f->base, on_guard, f);
-    f->cctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_verify(f->cctx, SSL_VERIFY_NONE, NULL);
+    f->cctx = tfx_client_ctx();
 }
 
 /* A new client; tls: with an SSL object (its handshake starts at the next
@@ -229,93 +112,11 @@ fx_init(struct fx *f, const struct http_server_options *o)
 static int
 fx_connect(struct fx *f, bool tls, const unsigned char *alpn, size_t alpn_len)
 {
-    int sv[2];
-    if (f->nc == MAX_CL || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+    if (f->nc == MAX_CL)
         abort();
-    struct cl *c = &f->c[f->nc];
-    *c = (struct cl){.fd = sv[0]};
-    if (tls) {
-        c->ssl = SSL_new(f->cctx);
-        SSL_set_fd(c->ssl, sv[0]);
-        SSL_set_connect_state(c->ssl);
-        if (alpn)
-            SSL_set_alpn_protos(c->ssl, alpn, (unsigned)alpn_len);
-    }
-    http_server_adopt(f->s, sv[1], NULL, 0);
+    int fd = tfx_cl_open(&f->c[f->nc], tls ? f->cctx : NULL, alpn, alpn_len);
+    http_server_adopt(f->s, fd, NULL, 0);
     return f->nc++;
-}
-
-static void
-cl_send(struct fx *f, int i, const char *s)
-{
-    struct cl *c = &f->c[i];
-    size_t n = strlen(s);
-    if (c->nout + n > sizeof(c->out))
-        abort();
-    memcpy(c->out + c->nout, s, n);
-    c->nout += n;
-}
-
-/* Move what can move on client i's side, without blocking. */
-static void
-cl_pump(struct cl *c)
-{
-    if (c->fd < 0 || c->eof)
-        return;
-    if (!c->ssl) {
-        if (c->nout) {
-            ssize_t w = send(c->fd, c->out, c->nout, MSG_NOSIGNAL);
-            if (w > 0) {
-                memmove(c->out, c->out + w, c->nout - (size_t)w);
-                c->nout -= (size_t)w;
-            }
-        }
-        for (;;) {
-            ssize_t n = recv(c->fd, c->in + c->nin, sizeof(c->in) - 1 - c->nin, 0);
-            if (n > 0) {
-                c->nin += (size_t)n;
-                continue;
-            }
-            if (n == 0 || (errno != EAGAIN && errno != EINTR))
-                c->eof = true;
-            break;
-        }
-        c->in[c->nin] = '\0';
-        return;
-    }
-    if (!c->hs_done) {
-        int rc = SSL_do_handshake(c->ssl);
-        if (rc != 1) {
-            int e = SSL_get_error(c->ssl, rc);
-            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
-                c->hs_failed = true;
-                c->eof = true;
-            }
-            ERR_clear_error();
-            return;
-        }
-        c->hs_done = true;
-    }
-    if (c->nout) {
-        int w = SSL_write(c->ssl, c->out, (int)c->nout);
-        if (w > 0) {
-            memmove(c->out, c->out + w, c->nout - (size_t)w);
-            c->nout -= (size_t)w;
-        }
-    }
-    for (;;) {
-        int n = SSL_read(c->ssl, c->in + c->nin, (int)(sizeof(c->in) - 1 - c->nin));
-        if (n > 0) {
-            c->nin += (size_t)n;
-            continue;
-        }
-        int e = SSL_get_error(c->ssl, n);
-        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
-            c->eof = true;
-        break;
-    }
-    ERR_clear_error();
-    c->in[c->nin] = '\0';
 }
 
 static void
@@ -363,25 +164,26 @@ fx_release(struct fx *f)
 
 typedef bool (*pred_fn)(struct fx *f, int i);
 
-/* Pump the clients and run the loop (EVLOOP_ONCE) until pred holds, or the
- * guard fires. */
+struct until {
+    struct fx *f;
+    pred_fn pred;
+    int i;
+};
+
+static bool
+until_holds(void *arg)
+{
+    struct until *u = arg;
+    log_read(u->f);
+    return u->pred(u->f, u->i);
+}
+
+/* Pump the clients and run the loop until pred holds, or the guard fires. */
 static bool
 run_until(struct fx *f, pred_fn pred, int i)
 {
-    struct timeval tv = {GUARD_MS / 1000, (GUARD_MS % 1000) * 1000};
-    f->guard_fired = false;
-    evtimer_add(f->guard, &tv);
-    bool ok_ = false;
-    for (int n = 0; n < 200000; n++) {
-        for (int k = 0; k < f->nc; k++)
-            cl_pump(&f->c[k]);
-        log_read(f);
-        if ((ok_ = pred(f, i)) || f->guard_fired)
-            break;
-        event_base_loop(f->base, EVLOOP_ONCE);
-    }
-    evtimer_del(f->guard);
-    return ok_;
+    struct until u = {f, pred, i};
+    return tfx_wait(f->base, f->c, f->nc, until_holds, &u);
 }
 
 static bool
@@ -394,10 +196,11 @@ p_eof(struct fx *f, int i)
 static bool
 p_answer(struct fx *f, int i)
 {
-    const char *b = strstr(f->c[i].in, "\r\n\r\n");
-    const char *cl = strstr(f->c[i].in, "Content-Length: ");
+    const char *in = tfx_cl_in(&f->c[i]);
+    const char *b = strstr(in, "\r\n\r\n");
+    const char *cl = strstr(in, "Content-Length: ");
     return f->c[i].eof ||
-           (b && cl && f->c[i].in + f->c[i].nin - (b + 4) >= (ptrdiff_t)strtol(cl + 16, NULL, 10));
+           (b && cl && in + f->c[i].in.len - (b + 4) >= (ptrdiff_t)strtol(cl + 16, NULL, 10));
 }
 
 static bool
@@ -414,19 +217,20 @@ p_log_unusable(struct fx *f, int i)
     return strstr(f->log, "cannot be used") != NULL;
 }
 
-/* GET target on client i, and its answer's body (in c->in, "" when none). */
+/* GET target on client i, and its answer's body ("" when none). */
 static const char *
 get(struct fx *f, int i, const char *target)
 {
-    struct cl *c = &f->c[i];
-    c->nin = 0;
-    c->in[0] = '\0';
+    struct tfx_cl *c = &f->c[i];
+    c->in.len = 0;
+    if (c->in.p)
+        c->in.p[0] = '\0';
     char req[256];
     snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", target);
-    cl_send(f, i, req);
+    tfx_cl_sends(c, req);
     run_until(f, p_answer, i);
-    const char *b = strstr(c->in, "\r\n\r\n");
-    return b && strncmp(c->in, "HTTP/1.1 200 OK\r\n", 17) == 0 ? b + 4 : "";
+    const char *in = tfx_cl_in(c), *b = strstr(in, "\r\n\r\n");
+    return b && strncmp(in, "HTTP/1.1 200 OK\r\n", 17) == 0 ? b + 4 : "";
 }
 
 /* The subject CN of the certificate client i was served. */
@@ -444,18 +248,15 @@ static void
 fx_fini(struct fx *f)
 {
     fx_release(f);
-    for (int i = 0; i < f->nc; i++) {
-        if (f->c[i].ssl)
-            SSL_free(f->c[i].ssl);
-        if (f->c[i].fd >= 0)
-            close(f->c[i].fd);
-    }
+    for (int i = 0; i < f->nc; i++)
+        tfx_cl_close(&f->c[i]);
     for (int i = 0; i < 20; i++)
         event_base_loop(f->base, EVLOOP_NONBLOCK);
     http_server_free(f->s);
     is_int(f->t.nclose, f->t.nreq, "every request's on_close ran once");
+    for (int i = 0; i < f->nc; i++)
+        tfx_cl_fini(&f->c[i]);
     SSL_CTX_free(f->cctx);
-    event_free(f->guard);
     event_base_free(f->base);
 }
 
@@ -464,7 +265,7 @@ fx_fini(struct fx *f)
 static void
 test_handshake(void)
 {
-    write_pair("one", NULL);
+    tfx_write_pair("one", NULL);
     struct http_server_options o = tls_opts();
     struct fx f;
     fx_init(&f, &o);
@@ -491,9 +292,9 @@ test_handshake(void)
 
     /* a plaintext request on the TLS port: no answer, a failed handshake */
     int c = fx_connect(&f, false, NULL, 0);
-    cl_send(&f, c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[c], "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     ok(run_until(&f, p_eof, c), "plaintext on TLS: closed");
-    ok(strstr(f.c[c].in, "HTTP/1.1") == NULL, "plaintext on TLS: no HTTP answer");
+    ok(strstr(tfx_cl_in(&f.c[c]), "HTTP/1.1") == NULL, "plaintext on TLS: no HTTP answer");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
     is_int(st.tls_handshake_failed, 1, "plaintext on TLS: a failed handshake");
@@ -508,7 +309,7 @@ test_handshake(void)
 static void
 test_reload(void)
 {
-    write_pair("one", NULL);
+    tfx_write_pair("one", NULL);
     struct http_server_options o = tls_opts();
     o.tls_reload_ms = 10;
     struct fx f;
@@ -521,7 +322,7 @@ test_reload(void)
     is_str(served_cn(&f, a, cn, sizeof(cn)), "one", "before: the first certificate");
 
     EVP_PKEY *k2 = NULL;
-    write_pair("two", &k2);
+    tfx_write_pair("two", &k2);
     ok(run_until(&f, (pred_fn)p_reloaded, 1), "the new pair is loaded");
     int b = fx_connect(&f, true, NULL, 0);
     is_str(get(&f, b, "/b1"), "GET /b1 tls=1 cn=-", "after: a new connection served");
@@ -534,9 +335,9 @@ test_reload(void)
 
     /* a certificate whose key is not the one beside it */
     fx_capture(&f);
-    EVP_PKEY *k3 = key_new();
-    X509 *x3 = cert_new(k3, "three", NULL, NULL, false);
-    write_pem("cert.pem", x3, NULL);
+    EVP_PKEY *k3 = tfx_key_new();
+    X509 *x3 = tfx_cert_new(k3, "three", NULL, NULL, false);
+    tfx_write_pem("cert.pem", x3, NULL);
     ok(run_until(&f, p_log_unusable, 0), "mismatched pair: logged as unusable");
     fx_release(&f);
     int c = fx_connect(&f, true, NULL, 0);
@@ -546,7 +347,7 @@ test_reload(void)
     is_int(st.tls_reloads, 1, "mismatched pair: no reload counted");
 
     /* its key arrives: loaded */
-    write_pem("key.pem", NULL, k3);
+    tfx_write_pem("key.pem", NULL, k3);
     ok(run_until(&f, (pred_fn)p_reloaded, 2), "the completed pair is loaded");
     int d = fx_connect(&f, true, NULL, 0);
     is_str(get(&f, d, "/d1"), "GET /d1 tls=1 cn=-", "completed pair: served");
@@ -567,15 +368,15 @@ test_reload(void)
 static void
 test_client_cert(void)
 {
-    write_pair("server", NULL);
-    EVP_PKEY *cak = key_new(), *other_k = key_new(), *ck = key_new();
-    X509 *ca = cert_new(cak, "test-ca", NULL, NULL, true);
-    X509 *other = cert_new(other_k, "other-ca", NULL, NULL, true);
-    X509 *good = cert_new(ck, "alice", ca, cak, false);
-    X509 *bad = cert_new(ck, "mallory", other, other_k, false);
-    write_pem("ca.pem", ca, NULL);
+    tfx_write_pair("server", NULL);
+    EVP_PKEY *cak = tfx_key_new(), *other_k = tfx_key_new(), *ck = tfx_key_new();
+    X509 *ca = tfx_cert_new(cak, "test-ca", NULL, NULL, true);
+    X509 *other = tfx_cert_new(other_k, "other-ca", NULL, NULL, true);
+    X509 *good = tfx_cert_new(ck, "alice", ca, cak, false);
+    X509 *bad = tfx_cert_new(ck, "mallory", other, other_k, false);
+    tfx_write_pem("ca.pem", ca, NULL);
     struct http_server_options o = tls_opts();
-    path_of(ca_path, sizeof(ca_path), "ca.pem");
+    tfx_path(ca_path, sizeof(ca_path), "ca.pem");
     o.client_ca_file = ca_path;
     struct fx f;
     fx_init(&f, &o);
@@ -591,9 +392,9 @@ test_client_cert(void)
     int c = fx_connect(&f, true, NULL, 0);
     SSL_use_certificate(f.c[c].ssl, bad);
     SSL_use_PrivateKey(f.c[c].ssl, ck);
-    cl_send(&f, c, "GET /c HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[c], "GET /c HTTP/1.1\r\nHost: h\r\n\r\n");
     ok(run_until(&f, p_eof, c), "a certificate another CA signed: closed");
-    ok(strstr(f.c[c].in, "HTTP/1.1") == NULL, "another CA: no answer");
+    ok(strstr(tfx_cl_in(&f.c[c]), "HTTP/1.1") == NULL, "another CA: no answer");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
     is_int(st.tls_handshake_failed, 1, "another CA: a failed handshake");
@@ -615,7 +416,7 @@ test_config_errors(void)
     struct http_server *s = NULL;
     char err[512];
     struct th t = {0};
-    write_pair("one", NULL);
+    tfx_write_pair("one", NULL);
 
     struct http_server_options o = tls_opts();
     o.tls_key_file = NULL;
@@ -627,7 +428,7 @@ test_config_errors(void)
 
     o = tls_opts();
     char missing[160];
-    path_of(missing, sizeof(missing), "missing.pem");
+    tfx_path(missing, sizeof(missing), "missing.pem");
     o.tls_cert_file = missing;
     err[0] = '\0';
     is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
@@ -636,10 +437,10 @@ test_config_errors(void)
        "a missing certificate file: the flag and the path");
 
     /* a key that is not the certificate's */
-    EVP_PKEY *k = key_new();
+    EVP_PKEY *k = tfx_key_new();
     char other[160];
-    path_of(other, sizeof(other), "other-key.pem");
-    write_pem("other-key.pem", NULL, k);
+    tfx_path(other, sizeof(other), "other-key.pem");
+    tfx_write_pem("other-key.pem", NULL, k);
     EVP_PKEY_free(k);
     o = tls_opts();
     o.tls_key_file = other;
@@ -650,7 +451,7 @@ test_config_errors(void)
 
     o = tls_opts();
     char bad_ca[160];
-    path_of(bad_ca, sizeof(bad_ca), "missing-ca.pem");
+    tfx_path(bad_ca, sizeof(bad_ca), "missing-ca.pem");
     o.client_ca_file = bad_ca;
     err[0] = '\0';
     is_int(http_server_new(base, &o, on_request, &t, &s, err, sizeof(err)), KWC_ECONFIG,
@@ -665,7 +466,7 @@ test_config_errors(void)
 static void
 test_refused_tls(void)
 {
-    write_pair("one", NULL);
+    tfx_write_pair("one", NULL);
     struct http_server_options o = tls_opts();
     o.max_connections = 1;
     struct fx f;
@@ -673,10 +474,10 @@ test_refused_tls(void)
     int a = fx_connect(&f, true, NULL, 0);
     is_str(get(&f, a, "/a"), "GET /a tls=1 cn=-", "the first: served");
     int b = fx_connect(&f, true, NULL, 0);
-    cl_send(&f, b, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
+    tfx_cl_sends(&f.c[b], "GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
     ok(run_until(&f, p_eof, b), "the second: closed");
     ok(f.c[b].hs_failed, "the second: no handshake");
-    is_int(f.c[b].nin, 0, "the second: nothing answered");
+    is_int(f.c[b].in.len, 0, "the second: nothing answered");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
     is_int(st.refused, 1, "one refused");
@@ -691,17 +492,18 @@ test_refused_tls(void)
 static void
 test_handshake_timeout(void)
 {
-    write_pair("one", NULL);
+    tfx_write_pair("one", NULL);
     struct http_server_options o = tls_opts();
     o.request_header_timeout_ms = 50;
     struct fx f;
     fx_init(&f, &o);
     int a = fx_connect(&f, false, NULL, 0); /* a socket, no SSL: never a ClientHello */
     int b = fx_connect(&f, false, NULL, 0);
-    cl_send(&f, b, "\x16\x03\x01\x02\x00\x01"); /* a record header and the start of a hello */
+    tfx_cl_sends(&f.c[b],
+                 "\x16\x03\x01\x02\x00\x01"); /* a record header and the start of a hello */
     ok(run_until(&f, p_eof, a), "silent: closed");
     ok(run_until(&f, p_eof, b), "half a hello: closed");
-    is_int(f.c[a].nin + f.c[b].nin, 0, "nothing sent to either");
+    is_int(f.c[a].in.len + f.c[b].in.len, 0, "nothing sent to either");
     struct http_server_stats st;
     http_server_stats(f.s, &st);
     is_int(st.header_timeouts, 2, "two header timeouts");
@@ -714,18 +516,13 @@ main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(dir, sizeof(dir), "/tmp/htls_test.XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
+    tfx_dir_open("htls_test");
     TAP_RUN(test_handshake);
     TAP_RUN(test_reload);
     TAP_RUN(test_client_cert);
     TAP_RUN(test_config_errors);
     TAP_RUN(test_refused_tls);
     TAP_RUN(test_handshake_timeout);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        printf("# could not remove %s\n", dir);
+    tfx_dir_close();
     return tap_done();
 }
