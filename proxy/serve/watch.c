@@ -473,6 +473,11 @@ start_watch(struct worker *wk, struct wconn *c)
     free(c->ns); /* hub_watch has copied it */
     c->ns = NULL;
     c->req.ns = NULL;
+    /* a deadline already passed (timeoutSeconds < 0, or the server
+     * draining) ends the stream now, before a batch applied in this same
+     * round could deliver an event to it */
+    if (c->hw && c->req.deadline_ms <= now)
+        hub_timer(c->hw, now);
     if (c->hw)
         arm_timer(c);
 }
