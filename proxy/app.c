@@ -167,6 +167,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .tls_key_file = cfg->tls_private_key_file,
         .client_ca_file = cfg->client_ca_file,
         .tls_min_version = cfg->tls_min_version,
+        .tls_kernel = cfg->tls_kernel,
     };
     int rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
     if (rc != 0) {

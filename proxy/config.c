@@ -452,6 +452,12 @@ check_tls(struct kwc_config *c, char *err, size_t errlen)
     else
         return fail(err, errlen,
                     "--tls-min-version \"%s\": use VersionTLS12 or VersionTLS13 (or 1.2, 1.3)", v);
+    if (strcmp(c->tls_kernel_s, "auto") == 0)
+        c->tls_kernel = HTTP_TLS_KERNEL_AUTO;
+    else if (strcmp(c->tls_kernel_s, "off") == 0)
+        c->tls_kernel = HTTP_TLS_KERNEL_OFF;
+    else
+        return fail(err, errlen, "--tls-kernel \"%s\": use auto or off", c->tls_kernel_s);
 
     if (c->tls_cert_file && !c->tls_private_key_file)
         return fail(err, errlen,

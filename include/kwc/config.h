@@ -89,6 +89,9 @@
       "PEM private key for --tls-cert-file")                                                       \
     X("tls-min-version", tls_min_version_s, STR, "VersionTLS12", "VERSION",                        \
       "oldest TLS version accepted: VersionTLS12 or VersionTLS13 (or 1.2, 1.3)")                   \
+    X("tls-kernel", tls_kernel_s, STR, "auto", "auto|off",                                         \
+      "kernel TLS: auto lets the kernel make the TLS records (kTLS) when it has the tls TCP ULP "  \
+      "(probed at start; the log says which path serves), off leaves every record to OpenSSL")     \
     X("client-ca-file", client_ca_file, STR, NULL, "FILE",                                         \
       "verify client certificates presented against these PEM CAs (needs TLS)")                    \
     X("max-response-buffer", max_response_buffer, INT, "1048576", "BYTES",                         \
@@ -178,6 +181,8 @@ struct kwc_config {
     unsigned cache_conns;
     /* tls_min_version_s as OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION. */
     int tls_min_version;
+    /* tls_kernel_s resolved */
+    enum http_tls_kernel tls_kernel;
     /* --auth resolved: delegated authentication and authorization */
     bool auth_delegated;
     bool forward_token; /* --passthrough-identity=forward-token */

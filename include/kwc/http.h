@@ -73,6 +73,15 @@ struct http_listen_addr {
  * before their close: they hold descriptors too (config.h's budget). */
 #define HTTP_LINGER_MAX 256
 
+/* Kernel TLS (kTLS): the kernel makes the TLS records once OpenSSL's
+ * handshake handed it the keys (SSL_OP_ENABLE_KTLS). */
+enum http_tls_kernel {
+    HTTP_TLS_KERNEL_AUTO = 0, /* when the kernel has the tls TCP ULP (probed at start) */
+    HTTP_TLS_KERNEL_OFF,      /* never: OpenSSL makes every record */
+    HTTP_TLS_KERNEL_ON,       /* ask OpenSSL without probing: each connection falls back to
+                                 OpenSSL's records when the kernel refuses (tests) */
+};
+
 struct http_server_options {
     const struct http_listen_addr *addrs;
     size_t naddrs;
@@ -90,6 +99,7 @@ struct http_server_options {
     const char *client_ca_file; /* verify client certificates when presented */
     int tls_min_version;        /* OpenSSL's TLS1_2_VERSION / TLS1_3_VERSION; 0: 1.2 */
     int tls_reload_ms;          /* how often the cert/key files are checked for change; 0: 1000 */
+    enum http_tls_kernel tls_kernel; /* who makes the TLS records (see the enum) */
     unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
     size_t http2_conn_buffer;   /* HTTP/2: response bytes queued per connection, across its
                                    streams, before their handlers wait (h2.c); 0: 1 MiB */
@@ -123,10 +133,25 @@ void http_server_free(struct http_server *s);
 void http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen);
 /* The port bound for the i-th address (useful with port 0). */
 int http_server_port(const struct http_server *s, size_t i);
+/*
+ * Does the kernel take the "tls" TCP ULP? Tried on a loopback TCP
+ * connection of its own (127.0.0.1, else ::1), closed before returning: 0
+ * yes; -ENOENT (no tls module, none loadable), -ENOPROTOOPT or -EOPNOTSUPP
+ * (no TCP_ULP at all) no; another negative errno when the probe itself
+ * could not run (no loopback, out of descriptors). With CAP_NET_ADMIN the
+ * kernel may load its tls module for it. Blocks briefly (a loopback
+ * connect); at start, not on a serving loop. -ENOTSUP also when this
+ * OpenSSL was built without kTLS (OPENSSL_NO_KTLS).
+ */
+int http_tls_ulp_probe(void);
 
 struct http_server_stats {
     unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests, header_timeouts,
         idle_timeouts, requests, tls_reloads;
+    /* TLS handshakes completed, by who makes the connection's records (the
+     * kernel: kTLS send; OpenSSL) */
+    unsigned long long tls_records_kernel, tls_records_openssl;
+    bool tls_kernel;                  /* SSL_OP_ENABLE_KTLS is set on the serving context */
     unsigned long long taken;         /* connections taken (watch streams, tunnels), still open */
     unsigned long long accept_errors; /* accept(2) out of descriptors or memory: accepting paused */
     unsigned long long max_connections; /* the cap (0: none) */

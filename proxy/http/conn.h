@@ -18,7 +18,8 @@
  *   h2.c     HTTP/2 on libnghttp2: a session per connection, a struct hreq
  *            per stream; hreq.c and hresp.c hand a stream's calls to it
  *   htls.c   TLS: the SSL_CTX (protocols, suites, ALPN, client CAs), the
- *            certificate reload timer, a request's TLS identity
+ *            certificate reload timer, a request's TLS identity, the
+ *            kernel TLS probe
  *   hpipe.c  the byte pipe an Upgrade's connection becomes (hreq_take_pipe)
  *   h1stream.c  response streams over HTTP/1.1 (hresp_handoff, hstream_*):
  *            the connection leaves the server with its head bytes and is
@@ -286,5 +287,10 @@ const char *hresp_date(struct http_server *s);
 /* With a certificate and key in s->o: the first context, and the reload
  * timer. 0 (also without TLS), or KWC_ECONFIG with a message in err. */
 int htls_init(struct http_server *s, char *err, size_t errlen);
+/* Does the kernel make ssl's records (kTLS send on its socket BIO)? Then
+ * plaintext written to the socket (write, sendmsg) leaves as TLS records
+ * of ssl's session, once OpenSSL's own pending output has left. Known from
+ * the end of the handshake on; ssl borrowed. */
+bool htls_ktls_send(SSL *ssl);
 
 #endif

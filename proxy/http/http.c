@@ -187,6 +187,10 @@ on_event(struct bufferevent *bev, short what, void *arg)
     struct hconn *c = conn_of(arg);
     if (what & BEV_EVENT_CONNECTED) {
         c->handshake_done = true;
+        if (htls_ktls_send(c->ssl))
+            c->s->stats.tls_records_kernel++;
+        else
+            c->s->stats.tls_records_openssl++;
         return;
     }
     if (what & BEV_EVENT_ERROR) {

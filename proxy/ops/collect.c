@@ -447,6 +447,12 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
     counter1(w, "kwc_tls_certificate_reloads_total",
              "Times the serving certificate was reloaded after its files changed.", NULL, NULL, &rl,
              1);
+    const char *tr[] = {"kernel", "openssl"};
+    uint64_t tlx[] = {hs.tls_records_kernel, hs.tls_records_openssl};
+    counter1(w, "kwc_tls_connections_total",
+             "TLS handshakes completed, by who makes the connection's records: the kernel "
+             "(kernel TLS, --tls-kernel) or OpenSSL.",
+             "records", tr, tlx, 2);
 
     if (s->auth) {
         struct auth_stats as;

@@ -590,6 +590,7 @@ static const struct want caches[] = {
     {"kwc_http2_stream_resets_total", "counter", "reason"},
     {"kwc_http2_goaways_total", "counter", ""},
     {"kwc_tls_certificate_reloads_total", "counter", ""},
+    {"kwc_tls_connections_total", "counter", "records"},
     {"process_cpu_seconds_total", "counter", ""},
     {"process_resident_memory_bytes", "gauge", ""},
     {"process_open_fds", "gauge", ""},
@@ -844,6 +845,10 @@ check_http(struct env *e, struct expo *x)
     is_val(x, "kwc_watch_store_queued_bytes", (double)watch_store_queued(e->watch),
            "kwc_watch_store_queued_bytes");
     is_val(x, "kwc_tls_certificate_reloads_total", 0, "kwc_tls_certificate_reloads_total");
+    is_val(x, "kwc_tls_connections_total{records=\"kernel\"}", 0,
+           "kwc_tls_connections_total: kernel 0 (plaintext)");
+    is_val(x, "kwc_tls_connections_total{records=\"openssl\"}", 0,
+           "kwc_tls_connections_total: openssl 0 (plaintext)");
 }
 
 static void

@@ -826,15 +826,32 @@ test_tls(void)
         cfg_fini(&c);
     }
 
+    is_int(parse(&c, UP, DD, NULL), 0, "--tls-kernel: default");
+    is_str(c.tls_kernel_s, "auto", "--tls-kernel: auto by default");
+    is_int(c.tls_kernel, HTTP_TLS_KERNEL_AUTO, "--tls-kernel: the probe decides");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--tls-kernel", "off", NULL), 0, "--tls-kernel off");
+    is_int(c.tls_kernel, HTTP_TLS_KERNEL_OFF, "--tls-kernel off: OpenSSL's records");
+    cfg_fini(&c);
+    static const char *const bad_kernel[] = {"", "on", "yes", "Auto", "off "};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad_kernel); i++) {
+        char what[64];
+        snprintf(what, sizeof what, "--tls-kernel \"%s\"", bad_kernel[i]);
+        rejected(parse(&c, UP, DD, "--tls-kernel", bad_kernel[i], NULL), "--tls-kernel", what);
+        ok(err_has("auto or off"), "--tls-kernel: the message lists the values");
+        cfg_fini(&c);
+    }
+
     char text[512];
     snprintf(text, sizeof text,
              "tls-cert-file: %s\ntls-private-key-file: %s\nclient-ca-file: %s\n"
-             "tls-min-version: VersionTLS13\n",
+             "tls-min-version: VersionTLS13\ntls-kernel: off\n",
              cert, key, ca);
     const char *p = write_yaml(text);
     is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "TLS from file");
     is_str(c.tls_cert_file, cert, "cert from file");
     is_int(c.tls_min_version, TLS1_3_VERSION, "min version from file");
+    is_int(c.tls_kernel, HTTP_TLS_KERNEL_OFF, "--tls-kernel from file");
     cfg_fini(&c);
 
     /* TLS does not stand in for authentication. */

@@ -16,10 +16,24 @@
  * guard timer that only fires when the server never acts (a failure, not
  * a margin). The reload timer is configured short; a failed reload is seen
  * in its log line (stderr captured through a pipe). Never a sleep.
+ *
+ * Kernel TLS: the kernel TLS tests' connections are real loopback TCP
+ * connections (the tls ULP is TCP's). setsockopt is wrapped here (this
+ * binary's definition comes before libc's for libkwc and libcrypto alike):
+ * it counts OpenSSL's attempts to hand a connection's keys to the kernel
+ * (SOL_TLS, TLS_TX) and can answer the TCP_ULP "tls" calls with an errno
+ * of the test's choosing, so both outcomes of the start probe run on any
+ * kernel. What only a kernel with the tls ULP can show (records made by the
+ * kernel) says SKIP on a kernel without it.
  */
 #include "kwc/http.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/tls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <signal.h>
@@ -28,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
@@ -35,6 +50,28 @@
 #include "tlsfx.h"
 
 #define MAX_CL 8
+
+/* ---- setsockopt, wrapped ---- */
+
+static int fake_ulp = -1; /* >= 0: TCP_ULP "tls" fails with this errno (0: succeeds) */
+static int ulp_calls, tls_tx_calls;
+
+int
+setsockopt(int fd, int level, int name, const void *v, socklen_t len)
+{
+    if (level == IPPROTO_TCP && name == TCP_ULP && len >= 3 && memcmp(v, "tls", 3) == 0) {
+        ulp_calls++;
+        if (fake_ulp > 0) {
+            errno = fake_ulp;
+            return -1;
+        }
+        if (fake_ulp == 0)
+            return 0;
+    }
+    if (level == SOL_TLS && name == TLS_TX)
+        tls_tx_calls++;
+    return (int)syscall(SYS_setsockopt, fd, level, name, v, len);
+}
 
 /* ---- the handler: "<method> <target> tls=<0|1> cn=<client CN or ->" ---- */
 
@@ -511,6 +548,200 @@ test_handshake_timeout(void)
     fx_fini(&f);
 }
 
+/* ---- kernel TLS ---- */
+
+/* A client on a new loopback TCP connection (the server adopts the accepted
+ * end); tls12: the client goes no higher than TLS 1.2. */
+static int
+fx_connect_tcp(struct fx *f, bool tls12)
+{
+    if (f->nc == MAX_CL)
+        abort();
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (l < 0 || bind(l, (struct sockaddr *)&sa, len) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, (struct sockaddr *)&sa, &len) != 0)
+        abort();
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0 || connect(c, (struct sockaddr *)&sa, len) != 0)
+        abort();
+    int a = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (a < 0 || fcntl(c, F_SETFL, O_NONBLOCK) != 0)
+        abort();
+    close(l);
+    struct tfx_cl *cl = &f->c[f->nc];
+    *cl = (struct tfx_cl){.fd = c, .ssl = tfx_ssl_new(f->cctx, c, NULL, 0)};
+    if (tls12)
+        SSL_set_max_proto_version(cl->ssl, TLS1_2_VERSION);
+    http_server_adopt(f->s, a, NULL, 0);
+    return f->nc++;
+}
+
+/* The real kernel's answer (nothing faked): 0 when it has the tls ULP. */
+static int kernel_ulp;
+
+static bool
+absent(int rc)
+{
+    return rc == -ENOENT || rc == -ENOPROTOOPT || rc == -EOPNOTSUPP;
+}
+
+/* The probe on this kernel: a verdict, and the same one the kernel's list
+ * of ULPs gives once the probe ran (it loads the module when it can). */
+static void
+test_ulp_probe(void)
+{
+    fake_ulp = -1;
+    ulp_calls = 0;
+    kernel_ulp = http_tls_ulp_probe();
+    printf("# this kernel's tls ULP: %s\n", kernel_ulp == 0 ? "yes" : strerror(-kernel_ulp));
+    ok(kernel_ulp == 0 || absent(kernel_ulp), "the probe gives a verdict");
+    is_int(ulp_calls, 1, "one TCP_ULP call");
+    FILE *fp = fopen("/proc/sys/net/ipv4/tcp_available_ulp", "r");
+    if (!fp) {
+        printf("# no /proc/sys/net/ipv4/tcp_available_ulp: the cross-check skipped, not passed\n");
+        return;
+    }
+    char line[256] = "";
+    if (!fgets(line, sizeof(line), fp))
+        line[0] = '\0';
+    fclose(fp);
+    bool listed = false;
+    for (char *save, *t = strtok_r(line, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
+        listed |= strcmp(t, "tls") == 0;
+    is_int(listed, kernel_ulp == 0, "the probe agrees with tcp_available_ulp");
+}
+
+/* The probe's errno (faked) and the path the server takes. */
+static void
+test_ulp_probe_outcomes(void)
+{
+    static const struct {
+        int err;
+        int want;
+    } cases[] = {{0, 0},
+                 {ENOENT, -ENOENT},
+                 {ENOPROTOOPT, -ENOPROTOOPT},
+                 {EOPNOTSUPP, -EOPNOTSUPP},
+                 {EACCES, -EACCES}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_ulp = cases[i].err;
+        ulp_calls = 0;
+        char what[64];
+        snprintf(what, sizeof(what), "TCP_ULP answering %s", strerror(cases[i].err));
+        is_int(http_tls_ulp_probe(), cases[i].want, what);
+        /* a probe that could not run (neither yes nor no) tries ::1 too */
+        is_int(ulp_calls, cases[i].err == EACCES ? 2 : 1, "...TCP_ULP calls");
+    }
+    fake_ulp = -1;
+}
+
+/* --tls-kernel auto: the server follows the probe (faked both ways) and
+ * says so once; a connection whose keys the kernel does not take (here:
+ * the faked yes, no ULP behind it) is served with OpenSSL's records. */
+static void
+test_ktls_auto(void)
+{
+    tfx_write_pair("one", NULL);
+    static const struct {
+        int err;
+        bool kernel;
+        const char *log;
+    } cases[] = {{ENOENT, false, "records made by OpenSSL (the kernel has no tls ULP"},
+                 {EACCES, false, "records made by OpenSSL (the tls ULP probe could not run"},
+                 {0, true, "records made by the kernel: kernel TLS (tls ULP)"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        fake_ulp = cases[i].err;
+        struct http_server_options o = tls_opts();
+        struct fx f;
+        fx_capture(&f);
+        int saved = f.saved_err, r = f.log_r;
+        fx_init(&f, &o);
+        f.saved_err = saved, f.log_r = r;
+        log_read(&f);
+        ok(strstr(f.log, cases[i].log), cases[i].log);
+        struct http_server_stats st;
+        http_server_stats(f.s, &st);
+        is_int(st.tls_kernel, cases[i].kernel, "...kernel TLS asked of OpenSSL");
+        tls_tx_calls = 0;
+        int a = fx_connect_tcp(&f, false);
+        is_str(get(&f, a, "/k"), "GET /k tls=1 cn=-", "...served");
+        is_int(tls_tx_calls > 0, cases[i].kernel, "...OpenSSL offered the kernel the keys");
+        http_server_stats(f.s, &st);
+        is_int(st.tls_records_openssl, kernel_ulp == 0 && !fake_ulp ? 0 : 1,
+               "...records by OpenSSL (the kernel took no keys)");
+        fx_fini(&f);
+    }
+    fake_ulp = -1;
+}
+
+/* --tls-kernel off: no probe, OpenSSL never offers the kernel the keys. */
+static void
+test_ktls_off(void)
+{
+    tfx_write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    o.tls_kernel = HTTP_TLS_KERNEL_OFF;
+    struct fx f;
+    fx_capture(&f);
+    int saved = f.saved_err, r = f.log_r;
+    ulp_calls = tls_tx_calls = 0;
+    fx_init(&f, &o);
+    f.saved_err = saved, f.log_r = r;
+    log_read(&f);
+    ok(strstr(f.log, "records made by OpenSSL (kernel TLS turned off)"), "off: said so");
+    is_int(ulp_calls, 0, "off: no probe");
+    int a = fx_connect_tcp(&f, false);
+    is_str(get(&f, a, "/o"), "GET /o tls=1 cn=-", "off: served");
+    is_int(tls_tx_calls, 0, "off: the keys stay with OpenSSL");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    ok(!st.tls_kernel, "off: no kernel TLS");
+    is_int(st.tls_records_openssl, 1, "off: OpenSSL's records");
+    is_int(st.tls_records_kernel, 0, "off: none by the kernel");
+    fx_fini(&f);
+}
+
+/* Kernel TLS asked of OpenSSL on this kernel, TLS 1.3 and 1.2: with the
+ * tls ULP the kernel makes the records; without, each connection falls
+ * back to OpenSSL's and is served the same. */
+static void
+test_ktls_kernel(void)
+{
+    tfx_write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    o.tls_kernel = HTTP_TLS_KERNEL_ON;
+    struct fx f;
+    fx_init(&f, &o);
+    tls_tx_calls = 0;
+    int a = fx_connect_tcp(&f, false), b = fx_connect_tcp(&f, true);
+    char big[200];
+    memset(big, 'x', sizeof(big) - 1);
+    big[0] = '/';
+    big[sizeof(big) - 1] = '\0';
+    char want[400];
+    snprintf(want, sizeof(want), "GET %s tls=1 cn=-", big);
+    is_str(get(&f, a, big), want, "TLS 1.3: served");
+    is_str(get(&f, a, "/again"), "GET /again tls=1 cn=-", "TLS 1.3: a second request");
+    is_str(get(&f, b, big), want, "TLS 1.2: served");
+    is_int(SSL_version(f.c[b].ssl), TLS1_2_VERSION, "TLS 1.2 it is");
+    ok(tls_tx_calls >= 2, "OpenSSL offered the kernel each connection's keys");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    if (kernel_ulp == 0) {
+        is_int(st.tls_records_kernel, 2, "the kernel makes both connections' records");
+        is_int(st.tls_records_openssl, 0, "OpenSSL none");
+        printf("# SKIP the fallback on a kernel that refuses: this kernel has the tls ULP\n");
+    } else {
+        is_int(st.tls_records_openssl, 2, "the kernel refused: OpenSSL makes the records");
+        is_int(st.tls_records_kernel, 0, "the kernel none");
+        printf("# SKIP records made by the kernel: this kernel has no tls ULP (%s)\n",
+               strerror(-kernel_ulp));
+    }
+    fx_fini(&f);
+}
+
 int
 main(void)
 {
@@ -523,6 +754,11 @@ main(void)
     TAP_RUN(test_config_errors);
     TAP_RUN(test_refused_tls);
     TAP_RUN(test_handshake_timeout);
+    TAP_RUN(test_ulp_probe);
+    TAP_RUN(test_ulp_probe_outcomes);
+    TAP_RUN(test_ktls_auto);
+    TAP_RUN(test_ktls_off);
+    TAP_RUN(test_ktls_kernel);
     tfx_dir_close();
     return tap_done();
 }
