@@ -53,22 +53,27 @@ hub_blob_unref(struct hub_blob *b)
         free(b);
 }
 
-/* A new blob holding the event lines in lines[0, n): no framing, which is
- * the transport's (hub.h). */
+/* A new blob holding the event lines in lines[0, n), with r's room around
+ * them (hub_frame): framed there now, before anyone else sees the blob. */
 static struct hub_blob *
-blob_new(const char *lines, size_t n)
+blob_new(const struct hub_res *r, const char *lines, size_t n)
 {
-    struct hub_blob *b = xmalloc(sizeof(*b) + n);
+    const struct hub_frame *f = &r->frame;
+    struct hub_blob *b = xmalloc(sizeof(*b) + f->head + n + f->tail);
     b->refs = 1;
     b->len = n;
+    b->data = b->room + f->head;
     memcpy(b->data, lines, n);
+    b->framed = f->frame && n > 0;
+    if (b->framed)
+        f->frame(b->data, n);
     return b;
 }
 
 static struct hub_blob *
-blob_take(struct gostr_buf *b)
+blob_take(const struct hub_res *r, struct gostr_buf *b)
 {
-    struct hub_blob *out = blob_new(b->p ? b->p : "", b->len);
+    struct hub_blob *out = blob_new(r, b->p ? b->p : "", b->len);
     free(gostr_take(b));
     return out;
 }
@@ -177,13 +182,13 @@ enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool ini
 /* One ERROR event carrying a Status JSON (its line only, no framing). New
  * blob (one reference). */
 static struct hub_blob *
-error_blob(const char *status_json)
+error_blob(const struct hub_res *r, const char *status_json)
 {
     struct gostr_buf b = {0};
     gostr_add(&b, "{\"type\":\"ERROR\",\"object\":");
     gostr_add(&b, status_json);
     gostr_add(&b, "}\n");
-    return blob_take(&b);
+    return blob_take(r, &b);
 }
 
 #define STATUS_MAX_CAUSES 64
@@ -235,10 +240,10 @@ static struct hub_blob *
 error_event(const struct hub_res *r, const char *status_json)
 {
     if (r->enc != KWC_ENC_PB)
-        return error_blob(status_json);
+        return error_blob(r, status_json);
     struct gostr_buf b = {0};
     enc_error_pb(&b, status_json);
-    return blob_take(&b);
+    return blob_take(r, &b);
 }
 
 static const char *
@@ -268,6 +273,12 @@ hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res *sres, const cha
         r->field_names[i] = xstrdup(field_names[i]);
     r->index_field = index_field;
     return r;
+}
+
+void
+hub_res_set_frame(struct hub_res *r, const struct hub_frame *f)
+{
+    r->frame = *f;
 }
 
 void
@@ -397,7 +408,7 @@ event_blob(struct hub_event *e, enum variant v)
     struct gostr_buf g = {0};
     enc_variant(&g, e->res, e->type, v, e->rv, e->obj.raw, e->obj.raw_len, e->prev.raw,
                 e->prev.raw_len);
-    struct hub_blob *nb = blob_take(&g), *expect = NULL;
+    struct hub_blob *nb = blob_take(e->res, &g), *expect = NULL;
     if (atomic_compare_exchange_strong_explicit(&e->blob[v], &expect, nb, memory_order_acq_rel,
                                                 memory_order_acquire))
         return nb;
@@ -1264,7 +1275,7 @@ hub_pump(struct hub_watcher *w, bool *alive)
         w->last_rv = c.last_rv;
     }
     if (c.out.len)
-        put_take(w, blob_take(&c.out));
+        put_take(w, blob_take(r, &c.out));
     else
         free(gostr_take(&c.out));
     if (w->mode == M_CATCHUP && !c.more) {
@@ -1312,7 +1323,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
         if (w->mode == M_LIVE && w->hr->rv >= w->start_rv) {
             struct gostr_buf b = {0};
             enc_bookmark(&b, w->hr->r, w->hr->rv, false);
-            put_take(w, blob_take(&b));
+            put_take(w, blob_take(w->hr->r, &b));
             h->stats.bookmarks++;
             RS_ADD(w->hr, bookmarks, 1);
             schedule_bookmark(w, now);

@@ -363,6 +363,22 @@ void hstream_handoff_free(struct hstream_handoff *h);
 void hstream_write_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n);
 /* n bytes at p, copied. */
 void hstream_write(struct hstream *s, const void *p, size_t n);
+/*
+ * Framing written once into the bytes' own room (D2: shared event blobs are
+ * framed when they are made, not per stream). hstream_frame writes the
+ * HTTP/1.1 chunk header "%x\r\n" of n (at most HSTREAM_FRAME_HEAD bytes)
+ * right before p and the trailer "\r\n" right after p + n (n > 0, and
+ * p[-HSTREAM_FRAME_HEAD, n + HSTREAM_FRAME_TAIL) is the caller's).
+ * hstream_write_framed_ref is hstream_write_ref for (p, n) so framed: an
+ * HTTP/1.1 chunked stream sends the header, the bytes and the trailer as
+ * one contiguous piece (one iovec; one SSL_write over TLS); HTTP/1.0 and
+ * HTTP/2 send (p, n) as hstream_write_ref does.
+ */
+#define HSTREAM_FRAME_HEAD 10 /* "%x\r\n" of a 32-bit length */
+#define HSTREAM_FRAME_TAIL 2
+void hstream_frame(char *p, size_t n);
+void hstream_write_framed_ref(struct hstream *s, void *owner, uint32_t tag, const char *p,
+                              size_t n);
 /* Bytes not yet taken by the kernel (framing included; over TLS also the
  * plaintext waiting for encryption). */
 size_t hstream_queued(const struct hstream *s);

@@ -62,21 +62,38 @@ struct sel;
  * HTTP/1.1 chunk, an HTTP/1.0 body and an HTTP/2 DATA frame all send the
  * same shared bytes, the transport putting its own framing, if any, in front
  * (see hub_sink_ops.write).
+ *
+ * A transport may have its framing written once around the shared bytes
+ * (hub_res_set_frame): each blob then keeps head bytes of room before data
+ * and tail bytes after data + len, which the frame callback fills when the
+ * blob is made, before it is shared; data[0, len) stays the same bytes.
  */
 struct hub_blob {
     unsigned refs; /* atomic */
+    bool framed;   /* the resource's hub_frame wrote its room around the bytes */
     size_t len;
-    char data[];
+    char *data; /* the bytes: room[head, head + len) */
+    char room[];
 };
 
 void hub_blob_ref(struct hub_blob *b);
 void hub_blob_unref(struct hub_blob *b);
 
+/* Room around each blob's bytes and what fills it (a transport's framing:
+ * watch.c gives HTTP/1.1's chunk header and trailer, http.h's
+ * hstream_frame). frame(p, n) may write p[-head, 0) and p[n, n + tail);
+ * called for n > 0 only. All zero: no room, no framing. */
+struct hub_frame {
+    size_t head, tail;
+    void (*frame)(char *p, size_t n);
+};
+
 /* ---- a cached resource as the hub sees it (immutable, shared) ---- */
 
 struct hub_res {
-    unsigned id;      /* index among the cached resources */
-    enum kwc_enc enc; /* how its events are written: JSON lines, protobuf frames */
+    struct hub_frame frame; /* every blob of the resource's */
+    unsigned id;            /* index among the cached resources */
+    enum kwc_enc enc;       /* how its events are written: JSON lines, protobuf frames */
     struct store_res *sres;
     char *kind, *api_version;
     bool unstructured; /* custom resource: items keep TypeMeta, sorted maps */
@@ -92,6 +109,9 @@ struct hub_res *hub_res_new_enc(enum kwc_enc enc, unsigned id, struct store_res 
                                 const char *kind, const char *api_version, bool unstructured,
                                 bool namespaced, const char *const *field_names, size_t n_fields,
                                 int index_field);
+/* Set r's blob room and framing (none by default): before the first batch
+ * of r is built or watched. */
+void hub_res_set_frame(struct hub_res *r, const struct hub_frame *f);
 void hub_res_free(struct hub_res *r);
 
 /* ---- batches: the events of one commit of one resource ---- */
@@ -142,7 +162,9 @@ struct hub_sink_ops {
      * one or more complete events (len > 0), never part of one, and carry no
      * framing: the transport frames each call as one unit (an HTTP/1.1 chunk,
      * an HTTP/2 DATA frame) with its own small header in front of the shared
-     * bytes, so one write is one chunk. */
+     * bytes, so one write is one chunk; when b->framed and (p, len) is all
+     * of b (p == b->data, len == b->len), that framing may already be in
+     * b's room (hub_res_set_frame). */
     void (*write)(void *sink, struct hub_blob *b, const char *p, size_t len);
     /* Bytes queued and not yet sent, as on the wire (framing included):
      * what the hub holds against hub_options.budget. */

@@ -17,13 +17,27 @@
  *     bytes are queued, one persistent read event (EOF = client gone;
  *     request bytes are dropped); after the terminal chunk has left,
  *     shutdown(SHUT_WR) and close;
- *   - TLS: entries are copied into an OpenSSL bufferevent on the loop
- *     (encryption copies anyway) while it holds less than TLS_OUT_MAX, and
- *     its write callback asks for more; what it holds counts as queued;
+ *   - a framed reference (hstream_write_framed_ref: a shared blob framed
+ *     once in its own room, hstream_frame) is one contiguous piece: header,
+ *     data and trailer in one iovec;
+ *   - TLS: the stream drives the SSL on its socket itself (a socket BIO,
+ *     the same io event). A flush makes records of up to a full record's
+ *     plaintext: a piece that fills one (or is all there is) goes to
+ *     SSL_write straight from the shared bytes; several pieces are gathered
+ *     into the loop thread's scratch first. One SSL_write = one record = one
+ *     write(2). When the socket is full the record is already sealed in
+ *     OpenSSL's buffer: the references whose bytes went into it are released
+ *     at once, its length (pend) counts as queued, and it is retried with
+ *     that length on the write event (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER:
+ *     from any buffer). Reads are drained through SSL_read and dropped;
+ *     EOF, close_notify and errors close. SSL_MODE_RELEASE_BUFFERS (the
+ *     context's) stays: an idle stream holds no OpenSSL record buffer;
+ *   - kernel TLS (kTLS send on the SSL's socket BIO, htls.c's probe): the
+ *     kernel makes the records, so the plaintext path serves;
  *   - an ended stream closes once its last bytes left, or after the grace
  *     (stream_grace_ms) if the client does not take them.
  * Writes only queue: the handler flushes (hstream_flush) once per round of
- * its own, so one writev carries several writes.
+ * its own, so one writev (one TLS record) carries several writes.
  *
  * Everything here but hresp_handoff runs on the loop the stream is
  * attached to; hresp_handoff runs on the server's loop. A handoff or stream
@@ -34,9 +48,9 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <limits.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +65,15 @@
 #define STREAM_MAGIC 0x68737472u  /* "hstr" */
 #define DEFAULT_GRACE_MS 10000
 #define WRITE_IOV (3 * 64) /* iovecs per writev: 64 entries of up to three */
-/* Plaintext handed to a TLS stream's bufferevent at a time: about one TLS
- * record. Copies of shared bytes live only here, so this (not the ring,
- * which holds references) is what 10,000 lagging TLS streams cost;
- * refilled when it drains below half. */
-#define TLS_OUT_MAX (16 * 1024)
+/* A TLS record's plaintext at most (TLS 1.2 and 1.3): one SSL_write. */
+#define TLS_RECORD 16384
+/* Request bytes dropped per read event over TLS before the loop turns */
+#define TLS_READ_MAX (256 * 1024)
+
+/* The loop thread's gather buffer for one record: filled and handed to
+ * SSL_write in one call, never kept across calls (a sealed record is
+ * OpenSSL's; its retry does not read the buffer). */
+static _Thread_local char tls_scratch[TLS_RECORD];
 
 struct hstream_handoff {
     uint32_t magic;
@@ -93,12 +111,18 @@ struct hstream {
     const struct hstream_ops *ops;
     void *arg;
     int fd;
-    struct bufferevent *tls; /* TLS: owns the SSL; the socket is closed by tls_free */
-    struct qent *e;          /* ring */
+    SSL *ssl;       /* TLS (freed before the socket is closed), NULL: plaintext */
+    uint32_t pend;  /* TLS: plaintext of the sealed record OpenSSL still writes */
+    uint32_t rec;   /* TLS: plaintext per record (SSL_write) at most */
+    struct qent *e; /* ring */
     size_t head, n, cap;
     size_t bytes; /* queued in the ring */
     struct event *io, *grace;
     bool chunked, no_body, want_write, ending;
+    bool ktls;        /* TLS whose records the kernel makes: the plaintext path */
+    bool blocked;     /* a write waits for the socket (its io event sends it) */
+    bool wr_on_read;  /* TLS: SSL_write wants to read first */
+    bool rd_on_write; /* TLS: SSL_read wants to write first */
     int grace_ms;
     uint64_t pushed; /* bytes queued over the stream's life, head included */
 };
@@ -200,6 +224,16 @@ hstream_handoff_free(struct hstream_handoff *h)
 
 /* ---- the ring ---- */
 
+/* Bytes of the chunk header "%x\r\n" of n (hstream_frame's). */
+static size_t
+frame_head(size_t n)
+{
+    size_t h = 3;
+    while (n >>= 4)
+        h++;
+    return h;
+}
+
 static void
 q_push(struct hstream *s, struct qent ent)
 {
@@ -239,30 +273,33 @@ q_pop_sent(struct hstream *s)
         q_pop(s);
 }
 
-/* Send what is queued (one sendmsg of many entries); returns bytes written, or -1 with errno. */
-static ssize_t
-q_write(struct hstream *s)
+/* The queued pieces, in order, into iov[0, max) until they hold limit bytes
+ * (the last may hold more); returns how many. */
+static int
+q_iov(const struct hstream *s, struct iovec *iov, int max, size_t limit)
 {
-    struct iovec iov[WRITE_IOV];
     int k = 0;
-    for (size_t i = 0; i < s->n && k + 3 <= WRITE_IOV; i++) {
-        struct qent *e = &s->e[(s->head + i) % s->cap];
+    size_t got = 0;
+    for (size_t i = 0; i < s->n && k + 3 <= max && got < limit; i++) {
+        const struct qent *e = &s->e[(s->head + i) % s->cap];
         if (e->hdrlen)
-            iov[k++] = (struct iovec){e->hdr, e->hdrlen};
+            iov[k++] = (struct iovec){(void *)(uintptr_t)e->hdr, e->hdrlen};
         if (e->len)
             iov[k++] = (struct iovec){(void *)(uintptr_t)e->p, e->len};
         if (e->trail)
             iov[k++] = (struct iovec){(void *)(uintptr_t)(CRLF + 2 - e->trail), e->trail};
+        got += qent_bytes(e);
     }
-    /* sendmsg, not writev: MSG_NOSIGNAL, so a client gone never raises
-     * SIGPIPE whatever the process does with the signal */
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-    ssize_t n = k ? sendmsg(s->fd, &mh, MSG_NOSIGNAL) : 0;
-    if (n < 0)
-        return n;
-    /* what was written, entry by entry, part by part: a short write may
-     * stop inside any of the three */
-    size_t left = (size_t)n;
+    return k;
+}
+
+/* n bytes of the ring left (sent, or sealed in a TLS record), entry by
+ * entry, part by part: a short write may stop inside any of the three.
+ * References whose bytes all left are released. */
+static void
+q_advance(struct hstream *s, size_t n)
+{
+    size_t left = n;
     while (s->n) {
         struct qent *e = &s->e[s->head];
         size_t before = qent_bytes(e), m = left < e->hdrlen ? left : e->hdrlen;
@@ -281,35 +318,135 @@ q_write(struct hstream *s)
             break; /* left is 0 */
         q_pop(s);
     }
+}
+
+/* Send what is queued (one sendmsg of many entries); returns bytes written, or -1 with errno. */
+static ssize_t
+q_write(struct hstream *s)
+{
+    struct iovec iov[WRITE_IOV];
+    int k = q_iov(s, iov, WRITE_IOV, SIZE_MAX);
+    /* sendmsg, not writev: MSG_NOSIGNAL, so a client gone never raises
+     * SIGPIPE whatever the process does with the signal */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+    ssize_t n = k ? sendmsg(s->fd, &mh, MSG_NOSIGNAL) : 0;
+    if (n > 0)
+        q_advance(s, (size_t)n);
     return n;
 }
 
+/* ---- TLS ---- */
+
+/* The next record's plaintext: the first piece alone when it fills a
+ * record or is all that is queued (straight from its bytes), else the
+ * pieces gathered into the scratch up to a record. Returns its length. */
+static size_t
+tls_next(struct hstream *s, const char **out)
+{
+    struct iovec iov[WRITE_IOV];
+    int k = q_iov(s, iov, WRITE_IOV, s->rec);
+    if (k == 0)
+        return 0;
+    if (k == 1 || iov[0].iov_len >= s->rec) {
+        *out = iov[0].iov_base;
+        return iov[0].iov_len < s->rec ? iov[0].iov_len : s->rec;
+    }
+    size_t n = 0;
+    for (int i = 0; i < k && n < s->rec; i++) {
+        size_t m = s->rec - n < iov[i].iov_len ? s->rec - n : iov[i].iov_len;
+        memcpy(tls_scratch + n, iov[i].iov_base, m);
+        n += m;
+    }
+    *out = tls_scratch;
+    return n;
+}
+
+/* Records of what is queued until the socket is full. 1: all sent; 0: a
+ * write waits (want_write / wr_on_read says for what); -1: the connection
+ * failed. */
+static int
+tls_send(struct hstream *s)
+{
+    s->wr_on_read = false;
+    for (;;) {
+        const char *p = tls_scratch; /* a pending record: not read (moving buffer) */
+        size_t len = s->pend;
+        if (!len) {
+            q_pop_sent(s);
+            if (!s->n)
+                return 1;
+            len = tls_next(s, &p);
+        }
+        ERR_clear_error();
+        int w = SSL_write(s->ssl, p, (int)len);
+        if (w > 0) {
+            if (s->pend)
+                s->pend = 0;
+            else
+                q_advance(s, (size_t)w);
+            continue;
+        }
+        switch (SSL_get_error(s->ssl, w)) {
+        case SSL_ERROR_WANT_WRITE:
+            /* out of a handshake message (a post-handshake one it owed)
+             * nothing of ours was taken; else the record is sealed: its
+             * bytes are OpenSSL's, the references go */
+            if (!s->pend && !SSL_in_init(s->ssl)) {
+                q_advance(s, len);
+                s->pend = (uint32_t)len;
+            }
+            return 0;
+        case SSL_ERROR_WANT_READ:
+            s->wr_on_read = true; /* nothing taken: retried with the ring's bytes */
+            return 0;
+        default:
+            ERR_clear_error();
+            return -1;
+        }
+    }
+}
+
+/* Drain and drop what the client sent. false: it is gone (EOF,
+ * close_notify, an error). */
+static bool
+tls_drain(struct hstream *s)
+{
+    char buf[4096];
+    s->rd_on_write = false;
+    for (size_t got = 0; got < TLS_READ_MAX; got += sizeof(buf)) {
+        ERR_clear_error();
+        int n = SSL_read(s->ssl, buf, (int)sizeof(buf));
+        if (n > 0)
+            continue; /* anything a client sends on a stream is dropped */
+        int e = SSL_get_error(s->ssl, n);
+        ERR_clear_error();
+        if (e == SSL_ERROR_WANT_READ)
+            return true;
+        if (e == SSL_ERROR_WANT_WRITE) {
+            s->rd_on_write = true;
+            return true;
+        }
+        return false;
+    }
+    if (SSL_has_pending(s->ssl))
+        event_active(s->io, EV_READ, 1); /* decrypted bytes the socket will not announce */
+    return true;
+}
+
+/* Shutdown: one last non-blocking try to send what is queued and a
+ * close_notify, without the loop (it stops). Whatever does not fit is
+ * dropped, as on a plaintext socket. */
+static void
+tls_last_write(struct hstream *s)
+{
+    if (tls_send(s) < 0 || s->pend)
+        return;
+    ERR_clear_error();
+    SSL_shutdown(s->ssl);
+    ERR_clear_error();
+}
+
 /* ---- closing ---- */
-
-static void
-on_tls_free(evutil_socket_t fd_, short what, void *arg)
-{
-    struct bufferevent *bev = arg;
-    SSL *ssl = bufferevent_openssl_get_ssl(bev);
-    int fd = bufferevent_getfd(bev);
-    bufferevent_free(bev);
-    if (ssl)
-        SSL_free(ssl);
-    if (fd >= 0)
-        close(fd);
-}
-
-/* The caller may be inside one of bev's callbacks, which may still use the
- * SSL when it returns: the socket and SSL go from the next loop turn. */
-static void
-tls_free(struct bufferevent *bev)
-{
-    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    bufferevent_disable(bev, EV_READ | EV_WRITE);
-    struct timeval zero = {0, 0};
-    if (event_base_once(bufferevent_get_base(bev), -1, EV_TIMEOUT, on_tls_free, bev, &zero) != 0)
-        on_tls_free(-1, 0, bev);
-}
 
 size_t
 hstream_queued(const struct hstream *s)
@@ -317,7 +454,7 @@ hstream_queued(const struct hstream *s)
     if (h2hs_is(s))
         return h2hs_queued(s);
     stream_of(s);
-    return s->bytes + (s->tls ? evbuffer_get_length(bufferevent_get_output(s->tls)) : 0);
+    return s->bytes + s->pend;
 }
 
 /* Release every reference, close the connection, free s; on_close (when
@@ -333,10 +470,9 @@ stream_free(struct hstream *s, bool notify)
         event_free(s->io);
     if (s->grace)
         event_free(s->grace);
-    if (s->tls)
-        tls_free(s->tls);
-    else
-        close(s->fd);
+    if (s->ssl)
+        SSL_free(s->ssl); /* its BIO does not own the socket */
+    close(s->fd);
     hconn_taken(-1);
     if (notify)
         s->ops->on_close(s->arg, sent);
@@ -359,51 +495,43 @@ set_io(struct hstream *s, bool want_write)
     event_add(s->io, NULL);
 }
 
-/* TLS: move queued entries into the bufferevent while it holds little. */
-static void
-tls_feed(struct hstream *s)
+/* TLS: the io event waits for the socket's room (a record to write, or a
+ * read that has to write first). */
+static bool
+tls_want_write(const struct hstream *s)
 {
-    struct evbuffer *out = bufferevent_get_output(s->tls);
-    while (s->n && evbuffer_get_length(out) < TLS_OUT_MAX) {
-        struct qent *e = &s->e[s->head];
-        evbuffer_add(out, e->hdr, e->hdrlen);
-        evbuffer_add(out, e->p, e->len);
-        evbuffer_add(out, CRLF + 2 - e->trail, e->trail);
-        q_pop(s);
-    }
+    return (s->blocked && !s->wr_on_read) || s->rd_on_write;
 }
 
-/* Shutdown: one last try to send what is queued and close_notify, without
- * the loop (it stops). Whatever does not fit is dropped, as on a plaintext
- * socket. */
+/* The stream ended and its last bytes left: close_notify over TLS, FIN. */
 static void
-tls_last_write(struct hstream *s)
+finish(struct hstream *s)
 {
-    SSL *ssl = bufferevent_openssl_get_ssl(s->tls);
-    struct evbuffer *out = bufferevent_get_output(s->tls);
-    for (int rounds = 0; rounds < 64 && (s->n || evbuffer_get_length(out)); rounds++) {
-        tls_feed(s);
-        size_t n = evbuffer_get_length(out);
-        if (!n)
-            break;
-        int w = SSL_write(ssl, evbuffer_pullup(out, (ev_ssize_t)n), n > INT_MAX ? INT_MAX : (int)n);
-        if (w <= 0)
-            return; /* full, or a write libevent had begun: give up */
-        evbuffer_drain(out, (size_t)w);
+    if (s->ssl) {
+        ERR_clear_error();
+        SSL_shutdown(s->ssl); /* one try: the socket had room for the rest */
+        ERR_clear_error();
     }
-    SSL_shutdown(ssl);
+    shutdown(s->fd, SHUT_WR);
+    stream_free(s, true);
 }
 
 /* Write what is queued. Returns false when s was closed (on_close ran). */
 static bool
 flush(struct hstream *s)
 {
-    if (s->tls) {
-        tls_feed(s);
-        if (s->ending && hstream_queued(s) == 0) {
-            stream_free(s, true);
+    if (s->ssl && !s->ktls) {
+        int rc = tls_send(s);
+        if (rc < 0) {
+            stream_free(s, true); /* the client is gone */
             return false;
         }
+        if (s->ending && rc == 1) {
+            finish(s);
+            return false;
+        }
+        s->blocked = rc == 0;
+        set_io(s, tls_want_write(s));
         return true;
     }
     q_pop_sent(s);
@@ -417,11 +545,11 @@ flush(struct hstream *s)
         return false;
     }
     if (s->ending && s->bytes == 0) {
-        shutdown(s->fd, SHUT_WR);
-        stream_free(s, true);
+        finish(s);
         return false;
     }
-    set_io(s, s->bytes > 0);
+    s->blocked = s->bytes > 0;
+    set_io(s, s->blocked);
     return true;
 }
 
@@ -431,8 +559,8 @@ hstream_flush(struct hstream *s)
     if (h2hs_is(s))
         return h2hs_flush(s);
     stream_of(s);
-    if (s->want_write)
-        return true; /* its socket was full: the write event sends it (no EAGAIN try) */
+    if (s->blocked)
+        return true; /* its socket was full: its io event sends it (no EAGAIN try) */
     return flush(s);
 }
 
@@ -449,6 +577,19 @@ static void
 on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct hstream *s = stream_of(arg);
+    if (s->ssl && !s->ktls) {
+        if (((what & EV_READ) || (s->rd_on_write && (what & EV_WRITE))) && !tls_drain(s)) {
+            stream_free(s, true); /* client closed: nothing more to send */
+            return;
+        }
+        if ((what & EV_WRITE) || (s->wr_on_read && (what & EV_READ))) {
+            s->blocked = false;
+            sent_from_event(s);
+        } else {
+            set_io(s, tls_want_write(s));
+        }
+        return;
+    }
     if (what & EV_READ) {
         char buf[4096];
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
@@ -456,31 +597,14 @@ on_io(evutil_socket_t fd, short what, void *arg)
             stream_free(s, true); /* client closed: nothing more to send */
             return;
         }
-        /* anything a client sends on a stream is dropped */
+        /* anything a client sends on a stream is dropped (kTLS: records
+         * the kernel does not decrypt, the client's close_notify among
+         * them; its EOF still closes) */
     }
-    if (what & EV_WRITE)
+    if (what & EV_WRITE) {
+        s->blocked = false;
         sent_from_event(s);
-}
-
-static void
-on_tls_read(struct bufferevent *bev, void *arg)
-{
-    /* anything a client sends on a stream is dropped */
-    struct evbuffer *in = bufferevent_get_input(bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
-}
-
-static void
-on_tls_write(struct bufferevent *bev, void *arg)
-{
-    sent_from_event(stream_of(arg));
-}
-
-static void
-on_tls_event(struct bufferevent *bev, short what, void *arg)
-{
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        stream_free(stream_of(arg), true); /* the client is gone */
+    }
 }
 
 static void
@@ -490,6 +614,33 @@ on_grace(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- the stream (its loop) ---- */
+
+/* The connection's SSL, now driven here: it must sit on a socket BIO of
+ * the stream's socket (the connection's OpenSSL bufferevent made one that
+ * does not own the socket, and frees neither it nor the SSL: http.c
+ * created it without BEV_OPT_CLOSE_ON_FREE). false: it cannot be set up. */
+static bool
+tls_adopt(struct hstream *s, SSL *ssl)
+{
+    if (SSL_get_fd(ssl) != s->fd && SSL_set_fd(ssl, s->fd) != 1)
+        return false;
+    /* a sealed record is retried from another buffer (pend, the scratch);
+     * writes never exceed one record, so partial writes never happen */
+    SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    s->ssl = ssl;
+    s->rec = TLS_RECORD;
+    /* a client's max_fragment_length (RFC 6066) makes records smaller:
+     * one SSL_write must stay one record, or a sealed record's retry would
+     * read its buffer */
+    uint8_t mfl = SSL_SESSION_get_max_fragment_length(SSL_get0_session(ssl));
+    if (mfl >= TLSEXT_max_fragment_length_512 && mfl <= TLSEXT_max_fragment_length_4096)
+        s->rec = 512u << (mfl - TLSEXT_max_fragment_length_512);
+    /* kTLS send (D3: htls.c enables it when the kernel has the tls ULP):
+     * the kernel makes the records from what is written to the socket, so
+     * the plaintext sendmsg path serves; the SSL stays for the close */
+    s->ktls = BIO_get_ktls_send(SSL_get_wbio(ssl));
+    return true;
+}
 
 struct hstream *
 hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct hstream_ops *ops,
@@ -509,21 +660,8 @@ hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct 
     s->grace_ms = h->grace_ms;
     s->pushed = h->sent;
     s->grace = evtimer_new(base, on_grace, s);
-    if (h->ssl) {
-        s->tls = bufferevent_openssl_socket_new(base, h->fd, h->ssl, BUFFEREVENT_SSL_OPEN, 0);
-        if (s->tls) {
-            h->ssl = NULL; /* the bufferevent's now; tls_free frees it and the socket */
-            bufferevent_openssl_set_allow_dirty_shutdown(s->tls, 1);
-            bufferevent_setcb(s->tls, on_tls_read, on_tls_write, on_tls_event, s);
-            bufferevent_setwatermark(s->tls, EV_WRITE, TLS_OUT_MAX / 2, 0);
-            bufferevent_enable(s->tls, EV_READ | EV_WRITE);
-        }
-    } else {
-        s->io = event_new(base, h->fd, EV_READ | EV_PERSIST, on_io, s);
-        if (s->io)
-            event_add(s->io, NULL);
-    }
-    if (!s->grace || (!s->tls && !s->io)) {
+    s->io = event_new(base, h->fd, EV_READ | EV_PERSIST, on_io, s);
+    if (!s->grace || !s->io || (h->ssl && !tls_adopt(s, h->ssl))) {
         if (s->io)
             event_free(s->io);
         if (s->grace)
@@ -532,6 +670,10 @@ hstream_attach(struct hstream_handoff *h, struct event_base *base, const struct 
         hstream_handoff_free(h); /* closes the connection */
         return NULL;
     }
+    h->ssl = NULL; /* the stream's */
+    event_add(s->io, NULL);
+    if (s->ssl && !s->ktls)
+        event_active(s->io, EV_READ, 1); /* what the connection's reads left in the SSL */
     if (h->nhead) {
         q_push(s, (struct qent){.own = h->head, .p = h->head, .len = (uint32_t)h->nhead});
         h->head = NULL;
@@ -572,14 +714,45 @@ hstream_write(struct hstream *s, const void *p, size_t n)
     assert(!s->ending && n <= UINT32_MAX - 16);
     if (s->no_body || n == 0)
         return;
-    char *own = xmalloc(n);
-    memcpy(own, p, n);
-    struct qent e = {.own = own, .p = own, .len = (uint32_t)n};
+    /* framed in place: one piece */
+    char *own = xmalloc(HSTREAM_FRAME_HEAD + n + HSTREAM_FRAME_TAIL),
+         *at = own + HSTREAM_FRAME_HEAD;
+    memcpy(at, p, n);
+    struct qent e = {.own = own, .p = at, .len = (uint32_t)n};
     if (s->chunked) {
-        e.hdrlen = (uint8_t)snprintf(e.hdr, sizeof(e.hdr), "%x\r\n", (unsigned)n);
-        e.trail = 2;
+        size_t h = frame_head(n);
+        hstream_frame(at, n);
+        e.p = at - h;
+        e.len = (uint32_t)(h + n + HSTREAM_FRAME_TAIL);
     }
     q_push(s, e);
+}
+
+void
+hstream_frame(char *p, size_t n)
+{
+    assert(n > 0 && n <= UINT32_MAX - 16);
+    char hdr[HSTREAM_FRAME_HEAD + 1];
+    int h = snprintf(hdr, sizeof(hdr), "%x\r\n", (unsigned)n);
+    memcpy(p - h, hdr, (size_t)h);
+    memcpy(p + n, CRLF, HSTREAM_FRAME_TAIL);
+}
+
+void
+hstream_write_framed_ref(struct hstream *s, void *owner, uint32_t tag, const char *p, size_t n)
+{
+    if (h2hs_is(s) || !stream_of(s)->chunked || s->no_body || n == 0) {
+        hstream_write_ref(s, owner, tag, p, n); /* the bytes as they are */
+        return;
+    }
+    assert(!s->ending && n <= UINT32_MAX - 16);
+    size_t h = frame_head(n);
+    /* header, data, trailer: one piece (hstream_frame wrote them) */
+    assert(memcmp(p + n, CRLF, 2) == 0 && p[-1] == '\n' && p[-2] == '\r');
+    q_push(s, (struct qent){.owner = owner,
+                            .tag = tag,
+                            .p = p - h,
+                            .len = (uint32_t)(h + n + HSTREAM_FRAME_TAIL)});
 }
 
 void
@@ -605,7 +778,7 @@ hstream_close(struct hstream *s)
     if (h2hs_is(s))
         return h2hs_close(s);
     stream_of(s);
-    if (s->tls) {
+    if (s->ssl && !s->ktls) {
         tls_last_write(s);
     } else {
         q_pop_sent(s);

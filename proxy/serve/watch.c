@@ -194,7 +194,10 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
     if (acct)
         private_add(wk, acct, true);
     hub_blob_ref(b);
-    hstream_write_ref(c->s, b, acct, p, len);
+    if (b->framed && p == b->data && len == b->len)
+        hstream_write_framed_ref(c->s, b, acct, p, len); /* framed once, in the hub */
+    else
+        hstream_write_ref(c->s, b, acct, p, len);
     mark_dirty(c);
 }
 
@@ -725,6 +728,10 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind, d->api_version,
                                  d->typed_items, d->namespaced, d->field_names, d->n_fields,
                                  d->index_field);
+        /* every blob framed once as an HTTP/1.1 chunk, before it is shared */
+        hub_res_set_frame(pr->hr, &(struct hub_frame){.head = HSTREAM_FRAME_HEAD,
+                                                      .tail = HSTREAM_FRAME_TAIL,
+                                                      .frame = hstream_frame});
         pr->posted_rv = cur;
     } else {
         publish(p, pr); /* anything committed since the last hook goes first */

@@ -1124,6 +1124,17 @@ test_hstream(void)
     hstream_flush(sa);
     pump(&sv, &c, 1);
     is_int(wa.released, 3, "a later write beside a stalled stream left");
+    /* a reference framed once as an HTTP/1.1 chunk (a hub blob): DATA
+     * carries the bytes alone */
+    static char fr[HSTREAM_FRAME_HEAD + 8 + HSTREAM_FRAME_TAIL];
+    memcpy(fr + HSTREAM_FRAME_HEAD, "{\"c\":3}\n", 8);
+    hstream_frame(fr + HSTREAM_FRAME_HEAD, 8);
+    hstream_write_framed_ref(sa, &wa, 4, fr + HSTREAM_FRAME_HEAD, 8);
+    hstream_flush(sa);
+    pump(&sv, &c, 1);
+    is_int(wa.released, 4, "a framed reference left too");
+    is_str(c.st[a].body, "head-{\"a\":1}\ncopy\n{\"b\":2}\n{\"a\":1}\n{\"c\":3}\n",
+           "...as its bytes alone, unframed (DATA frames its own)");
     /* the client resets the stalled one: its reference, then on_close */
     nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[b].id, NGHTTP2_CANCEL);
     pump(&sv, &c, 1);

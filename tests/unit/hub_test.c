@@ -1091,10 +1091,68 @@ test_pb_errors(void)
     teardown_pb();
 }
 
+/* ---- blobs framed once (hub_res_set_frame) ---- */
+
+static int framed_ok, framed_bad;
+
+static void
+t_frame(char *p, size_t n)
+{
+    memcpy(p - 4, "HEAD", 4);
+    memcpy(p + n, "TL", 2);
+}
+
+/* Every write is a whole blob whose room holds the frame around its bytes,
+ * written before the sink saw it. */
+static void
+f_write(void *s, struct hub_blob *b, const char *p, size_t len)
+{
+    bool good = b->framed && p == b->data && len == b->len && memcmp(p - 4, "HEAD", 4) == 0 &&
+                memcmp(p + len, "TL", 2) == 0;
+    good ? framed_ok++ : framed_bad++;
+    m_write(s, b, p, len);
+}
+
+static const struct hub_sink_ops fops = {f_write, m_queued, m_wake, m_end};
+
+static void
+test_framed_blobs(void)
+{
+    setup();
+    hub_res_set_frame(res, &(struct hub_frame){.head = 4, .tail = 2, .frame = t_frame});
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink live, init;
+    memset(&live, 0, sizeof live), memset(&init, 0, sizeof init);
+    struct hub_watch_req req = {.rv = rv, .bookmarks = true, .deadline_ms = 10000};
+    struct hub_watcher *w = hub_watch(h, res, &req, &fops, &live, posted, 0, 7);
+    put(STORE_ADDED, "ns-1", "a", "a", "node-1");
+    put(STORE_MODIFIED, "ns-1", "a", "b", "node-1");
+    publish(h);
+    struct hub_watch_req ri = {
+        .initial = true, .initial_end = true, .bookmarks = true, .rv = rv, .deadline_ms = 10000};
+    struct hub_watcher *wi = hub_watch(h, res, &ri, &fops, &init, posted, 0, 1);
+    bool alive = true;
+    for (int i = 0; i < 10 && wi && hub_pump(wi, &alive) && alive; i++)
+        ;
+    hub_timer(w, hub_next_timer(w));
+    char l[8][200];
+    is_int(lines(&live, l, 8), 3, "live: two events and a bookmark");
+    ok(strncmp(l[2], "BOOKMARK", 8) == 0, "...the bookmark last");
+    ok(lines(&init, l, 8) >= 2, "initial state and its bookmark");
+    ok(framed_ok >= 4 && framed_ok == (int)(live.nw + init.nw),
+       "events, the initial state and bookmarks: whole framed blobs");
+    is_int(framed_bad, 0, "...every one of them");
+    ok(strstr(live.buf, "HEAD") == NULL && strstr(live.buf, "TL") == NULL,
+       "the bytes a write covers are the event's alone");
+    hub_free(h);
+    teardown();
+}
+
 int
 main(void)
 {
     TAP_RUN(test_encoding_and_transitions);
+    TAP_RUN(test_framed_blobs);
     TAP_RUN(test_index_visits);
     TAP_RUN(test_lag_and_catchup);
     TAP_RUN(test_catchup_sources);
