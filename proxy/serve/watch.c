@@ -110,19 +110,21 @@ struct worker {
     struct msg *head, **tail;
     /* worker-only state */
     struct hub *hub;
-    struct wconn *all;             /* every stream this worker owns */
-    struct wconn *dirty;           /* got bytes since the last flush */
-    struct wconn *pumps;           /* owed stored events, stream has room */
-    struct pace pace;              /* when the dirty streams are flushed (pace.h) */
-    bool flush_armed;              /* flush_ev waits: the dirty streams are held */
-    struct lref *lref[LREF_SLOTS]; /* shared blobs written, while referenced */
-    size_t private_bytes;          /* store-encoded bytes queued on this worker's streams */
+    struct wconn *all;              /* every stream this worker owns */
+    struct wconn *dirty;            /* got bytes since the last flush */
+    struct wconn *pumps;            /* owed stored events, stream has room */
+    struct pace pace;               /* when the dirty streams are flushed (pace.h) */
+    bool flush_armed;               /* flush_ev waits: the dirty streams are held */
+    unsigned long long held_rounds; /* rounds held (published as held_seen) */
+    struct lref *lref[LREF_SLOTS];  /* shared blobs written, while referenced */
+    size_t private_bytes;           /* store-encoded bytes queued on this worker's streams */
     /* private_bytes for /metrics (a relaxed store; read by any thread) */
     _Atomic size_t private_seen;
     unsigned held;      /* streams waiting for private_bytes to fall */
     bool pumping_store; /* sink writes now are such bytes */
     bool stopping;
-    struct hub_stats stats; /* published under mu after each round */
+    struct hub_stats stats;       /* published under mu after each round */
+    unsigned long long held_seen; /* held_rounds, published with stats */
     _Atomic unsigned long long started, ended;
     struct hub_res_stats *rstats; /* per resource, written by this worker's hub (hub.h) */
 };
@@ -457,6 +459,8 @@ end_round(struct worker *wk, bool measured)
     if (!wk->dirty || wk->flush_armed)
         return;
     uint64_t w = pace_window_us(&wk->pace);
+    if (w < wk->p->o.flush_hold_us)
+        w = wk->p->o.flush_hold_us;
     if (!w) {
         flush_round(wk, measured);
         return;
@@ -464,6 +468,7 @@ end_round(struct worker *wk, bool measured)
     struct timeval tv = {(time_t)(w / 1000000), (suseconds_t)(w % 1000000)};
     evtimer_add(wk->flush_ev, &tv);
     wk->flush_armed = true;
+    wk->held_rounds++;
 }
 
 static void
@@ -484,6 +489,7 @@ publish_stats(struct worker *wk)
 {
     pthread_mutex_lock(&wk->mu);
     hub_stats(wk->hub, &wk->stats);
+    wk->held_seen = wk->held_rounds;
     pthread_mutex_unlock(&wk->mu);
 }
 
@@ -1056,6 +1062,7 @@ watch_stats(struct watch_pool *p, struct watch_stats *out)
         out->bookmarks += wk->stats.bookmarks;
         out->started += wk->started;
         out->ended += wk->ended;
+        out->held += wk->held_seen;
         pthread_mutex_unlock(&wk->mu);
     }
     out->batches = p->batches;
