@@ -57,6 +57,9 @@ struct watch_options {
      * pool's own loop, as streams whose handoff is bound to that loop are
      * (HTTP/2). For tests. */
     bool own_loop;
+    /* Hold every round's writes at least this long (pace.h decides
+     * otherwise: 0 for a light load). For tests. */
+    unsigned flush_hold_us;
 };
 
 /* refls are borrowed and must outlive the pool. Starts the worker threads. */
@@ -91,6 +94,7 @@ void watch_service_changed(void *p, const struct refl *r, bool serving);
 
 struct watch_stats {
     unsigned long long watchers, live, lagging, delivered, bookmarks, started, ended, batches;
+    unsigned long long held; /* rounds whose writes were held to go with later ones (pace.h) */
 };
 void watch_stats(struct watch_pool *p, struct watch_stats *out);
 

@@ -53,6 +53,7 @@
 #include "kwc/http.h"
 #include "kwc/hub.h"
 #include "kwc/log.h"
+#include "kwc/pace.h"
 #include "kwc/pb.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
@@ -75,6 +76,21 @@ enum msg_type { WMSG_BATCH, WMSG_WATCH, WMSG_END, WMSG_STOP };
 
 struct wconn;
 
+/* A worker's own count of the references its streams hold on one shared
+ * blob: one atomic reference per blob and worker, taken at the first write
+ * of it, instead of one atomic per write and per release (every worker's
+ * writes of an event hit the same cache line). Worker-only. Found again
+ * through a small direct-mapped table (LREF_SLOTS): a live event goes to
+ * every watcher in turn, a catch-up walks the same recent blobs for each
+ * lagging watcher; a blob whose slot was taken by another gets a second
+ * count of its own, which is only slower. */
+struct lref {
+    struct hub_blob *b;
+    unsigned n;
+    unsigned slot;
+};
+#define LREF_SLOTS 64 /* (sink_write's hash takes 6 bits) */
+
 struct msg {
     enum msg_type type;
     struct msg *next;
@@ -89,21 +105,26 @@ struct worker {
     pthread_t thread;
     struct event_base *base;
     int efd;
-    struct event *wake_ev, *pump_ev;
+    struct event *wake_ev, *pump_ev, *flush_ev;
     pthread_mutex_t mu;
     struct msg *head, **tail;
     /* worker-only state */
     struct hub *hub;
-    struct wconn *all;    /* every stream this worker owns */
-    struct wconn *dirty;  /* got bytes since the last flush */
-    struct wconn *pumps;  /* owed stored events, stream has room */
-    size_t private_bytes; /* store-encoded bytes queued on this worker's streams */
+    struct wconn *all;              /* every stream this worker owns */
+    struct wconn *dirty;            /* got bytes since the last flush */
+    struct wconn *pumps;            /* owed stored events, stream has room */
+    struct pace pace;               /* when the dirty streams are flushed (pace.h) */
+    bool flush_armed;               /* flush_ev waits: the dirty streams are held */
+    unsigned long long held_rounds; /* rounds held (published as held_seen) */
+    struct lref *lref[LREF_SLOTS];  /* shared blobs written, while referenced */
+    size_t private_bytes;           /* store-encoded bytes queued on this worker's streams */
     /* private_bytes for /metrics (a relaxed store; read by any thread) */
     _Atomic size_t private_seen;
     unsigned held;      /* streams waiting for private_bytes to fall */
     bool pumping_store; /* sink writes now are such bytes */
     bool stopping;
-    struct hub_stats stats; /* published under mu after each round */
+    struct hub_stats stats;       /* published under mu after each round */
+    unsigned long long held_seen; /* held_rounds, published with stats */
     _Atomic unsigned long long started, ended;
     struct hub_res_stats *rstats; /* per resource, written by this worker's hub (hub.h) */
 };
@@ -161,6 +182,14 @@ now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+static uint64_t
+now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 static void
 private_add(struct worker *wk, size_t n, bool add)
 {
@@ -183,6 +212,18 @@ mark_dirty(struct wconn *c)
     c->wk->dirty = c;
 }
 
+/* A hub blob's bytes to the stream: whole and framed once in the hub, as
+ * one piece (hstream_write_framed_ref); a part of one, as bytes. */
+static void
+queue_blob(struct wconn *c, void *owner, uint32_t tag, const struct hub_blob *b, const char *p,
+           size_t len)
+{
+    if (b->framed && p == b->data && len == b->len)
+        hstream_write_framed_ref(c->s, owner, tag, p, len);
+    else
+        hstream_write_ref(c->s, owner, tag, p, len);
+}
+
 static void
 sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
 {
@@ -191,13 +232,27 @@ sink_write(void *sink, struct hub_blob *b, const char *p, size_t len)
     if (len == 0)
         return; /* as a chunk it would end the stream */
     uint32_t acct = wk->pumping_store ? (uint32_t)len : 0;
-    if (acct)
+    if (acct) {
+        /* this watcher's own bytes: the blob itself is the owner (tag set) */
         private_add(wk, acct, true);
-    hub_blob_ref(b);
-    if (b->framed && p == b->data && len == b->len)
-        hstream_write_framed_ref(c->s, b, acct, p, len); /* framed once, in the hub */
-    else
-        hstream_write_ref(c->s, b, acct, p, len);
+        hub_blob_ref(b);
+        queue_blob(c, b, acct, b, p, len);
+    } else {
+        /* shared: counted on the worker (on_release) */
+        unsigned slot = (unsigned)(((uintptr_t)b * 0x9e3779b97f4a7c15ull) >> 58); /* of 64 */
+        struct lref *r = wk->lref[slot];
+        if (r && r->b == b) {
+            r->n++;
+        } else {
+            r = xmalloc(sizeof(*r));
+            r->b = b;
+            r->n = 1;
+            r->slot = slot;
+            hub_blob_ref(b);
+            wk->lref[slot] = r;
+        }
+        queue_blob(c, r, 0, b, p, len);
+    }
     mark_dirty(c);
 }
 
@@ -292,12 +347,20 @@ on_release(void *arg, void *owner, uint32_t tag)
 {
     struct wconn *c = arg;
     struct worker *wk = c->wk;
-    hub_blob_unref(owner);
-    if (tag) {
-        private_add(wk, tag, false);
-        if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
-            event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
+    if (!tag) {
+        struct lref *r = owner;
+        if (--r->n)
+            return;
+        if (wk->lref[r->slot] == r)
+            wk->lref[r->slot] = NULL;
+        hub_blob_unref(r->b);
+        free(r);
+        return;
     }
+    hub_blob_unref(owner); /* a watcher's own bytes (sink_write) */
+    private_add(wk, tag, false);
+    if (wk->held && wk->private_bytes < PRIVATE_MAX / 2 && !wk->stopping)
+        event_active(wk->pump_ev, EV_TIMEOUT, 1); /* room again: on_pump wakes the held */
 }
 
 /* The stream has room: a watcher owed stored events pumps again. */
@@ -379,11 +442,66 @@ flush_dirty(struct worker *wk)
     }
 }
 
+static void publish_stats(struct worker *wk);
+
+/* Flush every dirty stream now; a round that batches made dirty (measured)
+ * teaches the pace what a flush costs. */
+static void
+flush_round(struct worker *wk, bool measured)
+{
+    if (wk->flush_armed) {
+        evtimer_del(wk->flush_ev);
+        wk->flush_armed = false;
+    }
+    if (!wk->dirty)
+        return;
+    uint64_t t0 = measured ? now_us() : 0;
+    flush_dirty(wk);
+    if (measured)
+        pace_flushed(&wk->pace, now_us() - t0);
+}
+
+/* The end of a round: flush now, or (a busy worker) hold the dirty streams
+ * for the pace's window so each write carries several events. Held, they
+ * are flushed by flush_ev, whatever else happens meanwhile: PACE_MAX_US is
+ * the most an event waits here. */
+static void
+end_round(struct worker *wk, bool measured)
+{
+    if (!wk->dirty || wk->flush_armed)
+        return;
+    uint64_t w = pace_window_us(&wk->pace);
+    if (w < wk->p->o.flush_hold_us)
+        w = wk->p->o.flush_hold_us;
+    if (!w) {
+        flush_round(wk, measured);
+        return;
+    }
+    struct timeval tv = {(time_t)(w / 1000000), (suseconds_t)(w % 1000000)};
+    evtimer_add(wk->flush_ev, &tv);
+    wk->flush_armed = true;
+    wk->held_rounds++;
+}
+
+static void
+on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct worker *wk = arg;
+    wk->flush_armed = false;
+    if (wk->stopping)
+        return;
+    flush_round(wk, true);
+    publish_stats(wk);
+}
+
 static void
 publish_stats(struct worker *wk)
 {
     pthread_mutex_lock(&wk->mu);
     hub_stats(wk->hub, &wk->stats);
+    wk->held_seen = wk->held_rounds;
     pthread_mutex_unlock(&wk->mu);
 }
 
@@ -433,7 +551,7 @@ on_pump(evutil_socket_t fd, short what, void *arg)
          * takes most; the cap above counts what it does not) */
         flush(c);
     }
-    flush_dirty(wk);
+    end_round(wk, false); /* (a pump round's flush says little about a batch's) */
     publish_stats(wk);
 }
 
@@ -494,6 +612,10 @@ stop_all(struct worker *wk)
     /* one last try to send each; whatever does not fit is dropped */
     wk->dirty = NULL;
     wk->pumps = NULL;
+    if (wk->flush_armed) {
+        evtimer_del(wk->flush_ev);
+        wk->flush_armed = false;
+    }
     while (wk->all) {
         struct wconn *c = wk->all;
         c->dirty = c->pumping = false;
@@ -510,7 +632,7 @@ on_wake(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct worker *wk = arg;
-    uint64_t v;
+    uint64_t v, now = now_us();
     if (!wk->local && read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warnx("watch: worker %u: eventfd read: %s", wk->idx, strerror(errno));
     pthread_mutex_lock(&wk->mu);
@@ -522,6 +644,7 @@ on_wake(evutil_socket_t fd, short what, void *arg)
         struct msg *next = m->next;
         switch (m->type) {
         case WMSG_BATCH:
+            pace_batch(&wk->pace, now); /* (several in one wake: back to back) */
             if (!wk->stopping)
                 hub_apply(wk->hub, m->batch);
             hub_batch_unref(m->batch);
@@ -550,7 +673,7 @@ on_wake(evutil_socket_t fd, short what, void *arg)
     }
     if (wk->stopping)
         return;
-    flush_dirty(wk);
+    end_round(wk, true);
     publish_stats(wk);
 }
 
@@ -821,6 +944,10 @@ worker_init(struct watch_pool *p, unsigned i, bool local, struct hub_options ho)
     ho.n_res_stats = p->nres;
     wk->hub = hub_new(p->st, &ho);
     wk->pump_ev = event_new(wk->base, -1, 0, on_pump, wk);
+    wk->flush_ev = evtimer_new(wk->base, on_flush, wk);
+    pace_init(&wk->pace);
+    if (!wk->pump_ev || !wk->flush_ev)
+        abort_msg("watch: cannot create worker events", ENOMEM);
     if (local) {
         wk->wake_ev = event_new(wk->base, -1, 0, on_wake, wk); /* post() activates it */
         return;
@@ -895,6 +1022,7 @@ watch_pool_free(struct watch_pool *p)
         }
         event_free(wk->wake_ev);
         event_free(wk->pump_ev);
+        event_free(wk->flush_ev);
         if (!wk->local) {
             /* deferred frees of TLS streams still queued */
             event_base_loop(wk->base, EVLOOP_NONBLOCK);
@@ -950,6 +1078,7 @@ watch_stats(struct watch_pool *p, struct watch_stats *out)
         out->bookmarks += wk->stats.bookmarks;
         out->started += wk->started;
         out->ended += wk->ended;
+        out->held += wk->held_seen;
         pthread_mutex_unlock(&wk->mu);
     }
     out->batches = p->batches;

@@ -293,6 +293,56 @@ test_lifecycle(void)
     cfx_close(&f);
 }
 
+/* ---- a busy worker holds its writes (pace.h), and its timer sends them ---- */
+
+static void
+test_held(void)
+{
+    struct cfx f;
+    cfx_open(&f, 2, 100, 1000);
+    struct watch_options wo = {.workers = 1,
+                               .budget = 256 * 1024,
+                               .window_bytes = 1 << 20,
+                               .bookmark_ms = 60000,
+                               .wait_ms = 3000,
+                               .own_loop = own_loop,
+                               .flush_hold_us = 30000};
+    struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
+    f.take = take;
+    f.arg = p;
+    struct evs v = {0};
+
+    int c = watch(&f, "/api/v1/namespaces/ns/pods?watch=1", 0);
+    ok(wait_events(&f, c, "ADDED", 2, &v), "the state");
+    uint64_t rv[3];
+    rv[0] = commit(&f, p, STORE_ADDED, "p0002", 100);
+    rv[1] = commit(&f, p, STORE_MODIFIED, "p0000", 100);
+    rv[2] = commit(&f, p, STORE_DELETED, "p0001", 100);
+    /* nothing else happens on the worker: only its flush timer sends them */
+    ok(wait_events(&f, c, NULL, 5, &v), "held writes leave when the window ends");
+    is_int(v.n, 5, "every event once");
+    if (v.n == 5)
+        ok(v.e[2].rv == rv[0] && v.e[3].rv == rv[1] && v.e[4].rv == rv[2] &&
+               strcmp(v.e[4].type, "DELETED") == 0,
+           "in order");
+    struct watch_stats s;
+    watch_stats(p, &s);
+    ok(s.held >= 1, "the rounds were held");
+    is_int(s.delivered, 3, "three live deliveries");
+
+    /* the end of a held stream goes out with its timer too */
+    watch_pool_end_streams(p);
+    ok(!wait_events(&f, c, NULL, 6, &v) && f.p[c].eof, "ended: the client sees EOF");
+    struct cfx_resp r = {0};
+    cfx_parse(&f.p[c].in, &r);
+    ok(r.chunked && r.complete, "...after the terminal chunk");
+    free(r.body.p);
+    free(v.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
 /* ---- a watcher that stops reading, then catches up ---- */
 
 static void
@@ -457,10 +507,12 @@ main(void)
     TAP_RUN(test_lagging);
     TAP_RUN(test_bookmarks);
     TAP_RUN(test_end_streams);
+    TAP_RUN(test_held);
     own_loop = true;
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
     TAP_RUN(test_bookmarks);
     TAP_RUN(test_end_streams);
+    TAP_RUN(test_held);
     return tap_done();
 }
