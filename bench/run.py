@@ -2601,20 +2601,21 @@ def plot_tls_cost(points, short, name="tls-cost"):
             f.write("# %s\n" % s)
             for label, n, rate, us in points:
                 if label == s:
-                    f.write('%d %.3f "%d/s"\n' % (n, us, rate))
+                    f.write('%d %.3f "%d x %d/s"\n' % (n, us, n, rate))
             f.write("\n\n")
-    lines = ", ".join("'%s' index %d using 1:2 with linespoints lw 2 pt 7%s title '%s'" % (
-        data, i, " dashtype 2" if "TLS" in s else "", s) for i, s in enumerate(labels))
-    script = """set terminal png size 900,560 noenhanced
+    lines = ", ".join("'%s' index %d using 1:2%s with linespoints lw 2 pt %d dashtype %d title '%s'" % (
+        data, i, ":xtic(3)" if i == 0 else "", 7 if "TLS" in s else 5, 2 if "before" in s else 1, s)
+        for i, s in enumerate(labels))
+    script = """set terminal pngcairo size 900,560 noenhanced
 set output '%s'
-set title 'kwc CPU per watch delivery (1 KiB events; 100/s, the last point 50/s): before (%s) vs after, plaintext vs TLS'
-set xlabel 'watchers'
+set title "kwc CPU per watch delivery, 1 KiB events (fanout.c)\\nbefore (%s) vs after, plaintext vs TLS"
+set xlabel 'watchers x events/s'
 set ylabel 'kwc CPU us per delivery'
-set logscale x
+set offsets graph 0.06, graph 0.06, 0, 0
 set yrange [0:*]
-set key left top
-plot %s, '%s' index 0 using 1:2:3 with labels offset 0,1 notitle
-""" % (png, short, lines, data)
+set key below
+plot %s
+""" % (png, short, lines)
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
     print("plot: %s" % png, flush=True)
 
