@@ -2356,11 +2356,15 @@ def bench_tls_cost(args):
             for v in seq:
                 label = v if v == S else v.label
                 k = servers.get(label)
-                if v == S:
-                    r = tls_cost_watch(args, env, env.apisim.port, n, rate, False, pid=env.apisim.pid())
-                elif isinstance(k, Kwc):
-                    r = tls_cost_watch(args, env, k, n, rate, v.tls)
-                else:
+                try:
+                    if v == S:
+                        r = tls_cost_watch(args, env, env.apisim.port, n, rate, False, pid=env.apisim.pid())
+                    elif isinstance(k, Kwc):
+                        r = tls_cost_watch(args, env, k, n, rate, v.tls)
+                    else:
+                        continue
+                except RuntimeError as e:  # fanout gave no result: the row says how many runs it has
+                    print("%d x %d, %s: %s" % (n, rate, label, e), file=sys.stderr, flush=True)
                     continue
                 runs.setdefault((n, rate, label), []).append(r)
                 print(json.dumps({"watchers": n, "rate": rate, "server": label, **{x: r.get(x) for x in (
@@ -2377,7 +2381,7 @@ def bench_tls_cost(args):
             rs = runs.get((n, rate, label))
             if not rs:
                 if label != S or (n, rate) == cfg["watch"][-1]:
-                    rows.append(["%d x %d" % (n, rate), label, 0, str(servers.get(label, "-"))] + ["-"] * 9)
+                    rows.append(["%d x %d" % (n, rate), label, 0, why_none(servers.get(label))] + ["-"] * 9)
                 continue
             for r in rs:
                 r["written_s"] = r.get("written", 0) / args.duration
@@ -2414,7 +2418,11 @@ def bench_tls_cost(args):
         for v in (AT, BT, BT, AT):
             k = servers[v.label]
             if isinstance(k, Kwc):
-                r = tls_cost_watch(args, env, k, tn, trate, True)
+                try:
+                    r = tls_cost_watch(args, env, k, tn, trate, True)
+                except RuntimeError as e:
+                    print("%d TLS watchers, %s: %s" % (tn, v.label, e), file=sys.stderr, flush=True)
+                    continue
                 runs.setdefault(("target", v.label), []).append(r)
                 print(json.dumps({"target": tn, "server": v.label, **{x: r.get(x) for x in (
                     "streams", "per_s", "p50_ms", "p99_ms", "us", "written", "lost")}}), flush=True)
@@ -2425,7 +2433,7 @@ def bench_tls_cost(args):
     for v in (BT, AT):
         rs = runs.get(("target", v.label))
         if not rs:
-            rows.append([v.label, str(servers.get(v.label))] + ["-"] * 5)
+            rows.append([v.label, why_none(servers.get(v.label))] + ["-"] * 5)
             continue
         rows.append([v.label, len(rs), tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
                      tls_cost_cell(rs, "per_s", "%.0f") + " of %d" % (tn * trate), tls_cost_cell(rs, "us", "%.2f"),
@@ -2470,7 +2478,7 @@ def bench_tls_cost(args):
         for v in (B, BT, A, AT):
             rs = lists.get((conc, v.label))
             if not rs:
-                rows.append([conc, v.label, str(servers.get(v.label))] + ["-"] * 5)
+                rows.append([conc, v.label, why_none(servers.get(v.label))] + ["-"] * 5)
                 continue
             plain = lists.get((conc, v.label.replace(", TLS", "")))
             ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if v.tls and plain else "-"
@@ -2579,6 +2587,12 @@ def bench_tls_cost(args):
         print("%s  %s: %s (%s)" % (r[3], r[0], r[1], r[2]), flush=True)
     save("tls-cost", "\n".join(out))
     plot_tls_cost(plot, short)
+
+
+def why_none(k):
+    """What a row without results says: why its server did not start, or that
+    its runs gave no result (the log says why)."""
+    return str(k) if isinstance(k, Unavailable) else "no result (see the log)"
 
 
 def mean_of(rs, key):
