@@ -418,9 +418,10 @@ def read_line(p, timeout):
     return line
 
 
-def fanout_measure(p, server_pid, timeout=600):
+def fanout_measure(p, server_pid, timeout=600, on_measuring=None):
     """Reads fanout's lines: the server's CPU (share of one core) and RSS over
-    the measuring window, and the result; the client's CPU too."""
+    the measuring window, and the result; the client's CPU too. on_measuring:
+    called when the window starts."""
     import json
     deadline = time.monotonic() + timeout
     c0 = t0 = None
@@ -428,6 +429,8 @@ def fanout_measure(p, server_pid, timeout=600):
         r = json.loads(read_line(p, deadline - time.monotonic()))
         if "measuring" in r:
             c0, t0, cc0 = cpu_seconds(server_pid), time.monotonic(), cpu_seconds(p.pid)
+            if on_measuring:
+                on_measuring()
             continue
         cpu = (cpu_seconds(server_pid) - c0) / (time.monotonic() - t0) if c0 is not None else 0
         r["client_cpu"] = (cpu_seconds(p.pid) - cc0) / (time.monotonic() - t0) if c0 is not None else 0
@@ -2272,30 +2275,49 @@ TLS_COST_DRAIN = 15  # fanout --drain: seconds a point may read on after its win
 def tls_cost_watch(args, env, k, n, rate, tls, pid=None):
     """One fan-out point: n watchers (fanout.c, over TLS when tls), the
     events (rate/s, updates of env's pods) started once every stream has
-    its head, measured for --duration seconds after a 2 s warm-up, then
+    its head, measured for --duration seconds after a 2 s warm-up (1 s with
+    --small), then
     read until every stream is past the window (at most TLS_COST_DRAIN s):
     fanout's result with the server's CPU (share of a core) over the window.
     k: a Kwc, or the apisim port (pid: apisim's)."""
     import json
+    import threading
     port, pid = (k.port, k.pid) if isinstance(k, Kwc) else (k, pid)
+    rvs = []  # apisim's resourceVersion as the window starts and --duration s later: the events written
+
+    def sample():
+        try:
+            rvs.append(env.stats()["rv"])
+        except OSError:
+            pass
+    timer = threading.Timer(args.duration, sample)
+
+    def window():
+        sample()
+        timer.start()
     settle(pid)
     p = fanout(args, port, n, tls=tls, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=900" %
-               env.stats()["rv"], deadline=120, announce_heads=True, drain=TLS_COST_DRAIN)
+               env.stats()["rv"], deadline=120, announce_heads=True, drain=TLS_COST_DRAIN,
+               warmup=1 if args.small else 2)
     try:
         first = json.loads(read_line(p, 300))
         if "heads" in first:
             env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
-            r = fanout_measure(p, pid, timeout=args.duration + TLS_COST_DRAIN + 120)
+            r = fanout_measure(p, pid, timeout=args.duration + TLS_COST_DRAIN + 120, on_measuring=window)
         else:  # the deadline passed before every stream had its head: what arrived
             r = dict(first, cpu=0, client_cpu=0, rss_mb=rss_kib(pid, "RssAnon") / 1024, per_s=0, p50_ms=0,
                      p99_ms=0)
             p.wait()
     finally:
+        if timer.is_alive():
+            timer.join()
         env.sim("POST", "/apisim/churn", {"rate": 0})
         if p.poll() is None:
             p.kill()
             p.wait()
     r["us"] = r["cpu"] / r["per_s"] * 1e6 if r.get("per_s") else 0
+    # apisim's count (it skips what it falls behind on); fanout's written: the stamps any stream got
+    r["written_s"] = (rvs[1] - rvs[0]) / args.duration if len(rvs) == 2 else r.get("written", 0) / args.duration
     return r
 
 
@@ -2309,13 +2331,19 @@ def tls_cost_lost(rs):
     """Deliveries lost over a row's runs, and what else fanout saw."""
     lost = sum(r.get("lost", 0) for r in rs)
     why = []
-    for f, what in (("behind", "streams still behind after the drain, %d deliveries late"),
-                    ("ended", "streams ended by the server"), ("unanswered", "streams without a head"),
+    behind, late = sum(r.get("behind", 0) for r in rs), sum(r.get("late", 0) for r in rs)
+    if behind:  # late counts from the stamps that reached some stream: at least that many
+        why.append("%d streams still behind after the drain, >= %d deliveries late" % (behind, late))
+    for f, what in (("ended", "streams ended by the server"), ("unanswered", "streams without a head"),
                     ("extra", "duplicates"), ("reordered", "out of order")):
         v = sum(r.get(f, 0) for r in rs)
         if v:
-            why.append(what % (v, sum(r.get("late", 0) for r in rs)) if f == "behind" else "%d %s" % (v, what))
+            why.append("%d %s" % (v, what))
     return "%d" % lost + (" (%s)" % ", ".join(why) if why else "")
+
+
+def tls_cost_labels(short):
+    return ("before (%s)" % short, "before (%s), TLS" % short, "after", "after, TLS", "apisim (direct, plaintext)")
 
 
 def bench_tls_cost(args):
@@ -2323,136 +2351,104 @@ def bench_tls_cost(args):
     after (--kwc), in one run. Watch fan-out (ABBA over the four servers,
     apisim beside them at the last point), the latency target over TLS,
     cached RV=0 lists (ABBA), idle connection and watcher memory, a PNG of CPU
-    per delivery, and the targets' table with PASS/MISS."""
+    per delivery, and the targets' table with PASS/MISS. Every result goes to
+    a JSON file first (--tls-cost-from rebuilds the tables from it)."""
     import json
     cfg = TLS_COST_SMALL if args.small else TLS_COST_FULL
     short = git("rev-parse", "--short", args.baseline_commit)
-    B, BT = Variant("before (%s)" % short, args.baseline_kwc, False), Variant("before (%s), TLS" % short,
-                                                                               args.baseline_kwc, True)
-    A, AT = Variant("after", args.kwc, False), Variant("after, TLS", args.kwc, True)
-    S = "apisim (direct, plaintext)"
+    data = {"short": short, "kwc": args.kwc, "baseline_kwc": args.baseline_kwc, "save": SAVE, "cfg": cfg,
+            "duration": args.duration, "pods": args.pods, "idle_conns": args.idle_conns, "runs": [], "lists": [],
+            "idle": [], "why": {}, "started": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+    t_start = time.monotonic()
+    try:
+        tls_cost_measure(args, cfg, data)
+    finally:
+        data["minutes"] = (time.monotonic() - t_start) / 60
+        fd, dump = tempfile.mkstemp(prefix="kwc-tls-cost-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        print("results: %s (bench/run.py --only tls-cost --tls-cost-from %s rebuilds the tables)" % (dump, dump),
+              flush=True)
+    tls_cost_report(data)
+
+
+def tls_cost_measure(args, cfg, data):
+    import json
+    BL, BTL, AL, ATL, S = tls_cost_labels(data["short"])
+    B, BT = Variant(BL, args.baseline_kwc, False), Variant(BTL, args.baseline_kwc, True)
+    A, AT = Variant(AL, args.kwc, False), Variant(ATL, args.kwc, True)
     order = [B, BT, A, AT, AT, A, BT, B]  # ABBA over all four: drift over the run hits each alike
-    tag = {B.label: "b", BT.label: "b-tls", A.label: "a", AT.label: "a-tls"}
+    tag = {BL: "b", BTL: "b-tls", AL: "a", ATL: "a-tls"}
     nmax = max(n for n, _ in cfg["watch"])
     opt = (("--max-connections", max(nmax, cfg["target"][0]) + 1000), ("--protobuf-resources", "none"))
-    t_start = time.monotonic()
-    out = []
+    keep = ("streams", "ended", "deliveries", "per_s", "p50_ms", "p99_ms", "max_ms", "tls_failures", "non2xx",
+            "unanswered", "written", "lost", "behind", "late", "extra", "reordered", "drain_ms", "cpu", "client_cpu",
+            "rss_mb", "us", "written_s")
+
+    def start(env, vs, part):
+        servers = {}
+        for v in vs:
+            try:
+                servers[v.label] = Kwc(args, env, v, "tlscost-%s-%s" % (part, tag[v.label]), optional=opt)
+            except Unavailable as e:
+                servers[v.label] = e
+                data["why"]["%s|%s" % (part, v.label)] = str(e)
+        return servers
+
+    def watch(part, env, servers, n, rate, v):
+        label = v if v == S else v.label
+        k = servers.get(label)
+        try:
+            if v == S:
+                r = tls_cost_watch(args, env, env.apisim.port, n, rate, False, pid=env.apisim.pid())
+            elif isinstance(k, Kwc):
+                r = tls_cost_watch(args, env, k, n, rate, v.tls)
+            else:
+                return
+        except RuntimeError as e:  # fanout gave no result: the row says how many runs it has
+            print("%s %d x %d, %s: %s" % (part, n, rate, label, e), file=sys.stderr, flush=True)
+            data["why"]["%s|%d|%d|%s" % (part, n, rate, label)] = str(e)
+            return
+        rec = dict({x: r.get(x, 0) for x in keep}, part=part, n=n, rate=rate, server=label)
+        data["runs"].append(rec)
+        print(json.dumps({x: rec[x] for x in ("part", "n", "rate", "server", "streams", "per_s", "written_s",
+                                              "p50_ms", "p99_ms", "us", "lost", "behind", "ended", "drain_ms")}),
+              flush=True)
 
     # -- watch fan-out, 1 KiB events
-    runs = {}  # (n, rate, label) -> [fanout results]
     env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
               start_kwc=False)
     servers = {}
     try:
-        for v in (B, BT, A, AT):
-            try:
-                servers[v.label] = Kwc(args, env, v, "tlscost-" + tag[v.label], optional=opt)
-            except Unavailable as e:
-                servers[v.label] = e
+        servers = start(env, (B, BT, A, AT), "watch")
         for n, rate in cfg["watch"]:
             seq = list(order)
-            if (n, rate) == cfg["watch"][-1]:
+            if [n, rate] == list(cfg["watch"][-1]):
                 seq[4:4] = [S, S]
             for v in seq:
-                label = v if v == S else v.label
-                k = servers.get(label)
-                try:
-                    if v == S:
-                        r = tls_cost_watch(args, env, env.apisim.port, n, rate, False, pid=env.apisim.pid())
-                    elif isinstance(k, Kwc):
-                        r = tls_cost_watch(args, env, k, n, rate, v.tls)
-                    else:
-                        continue
-                except RuntimeError as e:  # fanout gave no result: the row says how many runs it has
-                    print("%d x %d, %s: %s" % (n, rate, label, e), file=sys.stderr, flush=True)
-                    continue
-                runs.setdefault((n, rate, label), []).append(r)
-                print(json.dumps({"watchers": n, "rate": rate, "server": label, **{x: r.get(x) for x in (
-                    "streams", "per_s", "p50_ms", "p99_ms", "us", "written", "lost", "behind", "ended", "drain_ms",
-                    "client_cpu")}}), flush=True)
+                watch("watch", env, servers, n, rate, v)
     finally:
         stop_all(servers)
         env.close()
-    hdr = ["watchers x events/s", "server", "runs", "server CPU us/delivery", "deliveries/s asked", "deliveries/s got",
-           "events written/s", "p50 ms", "p99 ms", "server CPU", "fanout CPU", "deliveries lost", "TLS / plain CPU"]
-    rows, plot = [], []
-    for n, rate in cfg["watch"]:
-        for label in (B.label, BT.label, A.label, AT.label, S):
-            rs = runs.get((n, rate, label))
-            if not rs:
-                if label != S or (n, rate) == cfg["watch"][-1]:
-                    rows.append(["%d x %d" % (n, rate), label, 0, why_none(servers.get(label))] + ["-"] * 9)
-                continue
-            for r in rs:
-                r["written_s"] = r.get("written", 0) / args.duration
-                r["cpu_pct"], r["client_pct"] = 100 * r["cpu"], 100 * r["client_cpu"]
-            ratio_ = "-"
-            plain = runs.get((n, rate, label.replace(", TLS", "")))
-            if label.endswith("TLS") and plain:
-                ratio_ = "%.2fx" % (mean_of(rs, "us") / max(mean_of(plain, "us"), 1e-9))
-            rows.append(["%d x %d" % (n, rate), label, len(rs), tls_cost_cell(rs, "us", "%.2f"), n * rate,
-                         tls_cost_cell(rs, "per_s", "%.0f"), tls_cost_cell(rs, "written_s", "%.0f"),
-                         tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
-                         tls_cost_cell(rs, "cpu_pct", "%.0f%%"), tls_cost_cell(rs, "client_pct", "%.0f%%"),
-                         tls_cost_lost(rs), ratio_])
-            if label != S:
-                plot.append((label, n, rate, mean_of(rs, "us")))
-    out.append(table("Watch fan-out (fanout.c, 1 KiB pod updates, %d s window after a 2 s warm-up, events started "
-                     "once every stream has its head, then read until every stream is past the window): "
-                     "before vs after, plaintext vs TLS, in the order %s%s (mean, then each run); CPU as %% of one "
-                     "core; lost: events written in the window that an open stream never received" % (
-                         args.duration, " -> ".join(v.label for v in order),
-                         "; at %d x %d apisim twice in the middle" % cfg["watch"][-1]), hdr, rows))
 
     # -- the latency target: TLS watchers at a low rate of larger objects
-    tn, trate, tsize, tp99 = cfg["target"]
+    tn, trate, tsize, _ = cfg["target"]
     env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", str(tsize), "--history", "1000000"],
               start_kwc=False)
     servers = {}
     try:
-        for v in (BT, AT):
-            try:
-                servers[v.label] = Kwc(args, env, v, "tlscost-lat-" + tag[v.label], optional=opt)
-            except Unavailable as e:
-                servers[v.label] = e
+        servers = start(env, (BT, AT), "target")
         for v in (AT, BT, BT, AT):
-            k = servers[v.label]
-            if isinstance(k, Kwc):
-                try:
-                    r = tls_cost_watch(args, env, k, tn, trate, True)
-                except RuntimeError as e:
-                    print("%d TLS watchers, %s: %s" % (tn, v.label, e), file=sys.stderr, flush=True)
-                    continue
-                runs.setdefault(("target", v.label), []).append(r)
-                print(json.dumps({"target": tn, "server": v.label, **{x: r.get(x) for x in (
-                    "streams", "per_s", "p50_ms", "p99_ms", "us", "written", "lost")}}), flush=True)
+            watch("target", env, servers, tn, trate, v)
     finally:
         stop_all(servers)
         env.close()
-    rows = []
-    for v in (BT, AT):
-        rs = runs.get(("target", v.label))
-        if not rs:
-            rows.append([v.label, why_none(servers.get(v.label))] + ["-"] * 5)
-            continue
-        rows.append([v.label, len(rs), tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
-                     tls_cost_cell(rs, "per_s", "%.0f") + " of %d" % (tn * trate), tls_cost_cell(rs, "us", "%.2f"),
-                     tls_cost_lost(rs)])
-    out.append(table("The latency target: %d TLS watchers at %d events/s of ~%d-byte pods (fanout --tls), order "
-                     "after, before, before, after" % (tn, trate, tsize),
-                     ["server", "runs", "p50 ms", "p99 ms", "deliveries/s", "kwc CPU us/delivery",
-                      "deliveries lost"], rows))
 
     # -- cached RV=0 lists (curl), ABBA
-    lists = {}
     env = seeded_env(args, args.pods, 4096)
     servers = {}
     try:
-        for v in (B, BT, A, AT):
-            try:
-                servers[v.label] = Kwc(args, env, v, "tlscost-list-" + tag[v.label], optional=opt)
-            except Unavailable as e:
-                servers[v.label] = e
+        servers = start(env, (B, BT, A, AT), "list")
         for conc, per in ((1, 3), (8, 1)):
             for v in order:
                 k = servers[v.label]
@@ -2461,38 +2457,25 @@ def bench_tls_cost(args):
                 settle(k.pid)
                 smp = Sampler(k.pid)
                 c0 = cpu_seconds(k.pid)
-                wall, nbytes, times = curl_lists(k.port, "/api/v1/pods?resourceVersion=0", conc, per,
-                                                 certs(args)["ca"] if v.tls else None)
+                try:
+                    wall, nbytes, times = curl_lists(k.port, "/api/v1/pods?resourceVersion=0", conc, per,
+                                                     certs(args)["ca"] if v.tls else None)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print("lists %d, %s: %s" % (conc, v.label, e), file=sys.stderr, flush=True)
+                    continue
+                finally:
+                    peak = smp.stop()
                 cpu = cpu_seconds(k.pid) - c0
-                peak = smp.stop()
-                r = {"s_gb": cpu / (nbytes / 1e9), "gbs": nbytes / wall / 1e9, "p50": pct(times, 50) * 1000,
-                     "p99": pct(times, 99) * 1000, "rss": peak["RssAnon"] / 1024}
-                lists.setdefault((conc, v.label), []).append(r)
-                print(json.dumps({"listers": conc, "server": v.label, **{x: round(y, 3) for x, y in r.items()}}),
-                      flush=True)
+                rec = {"conc": conc, "server": v.label, "s_gb": cpu / (nbytes / 1e9), "gbs": nbytes / wall / 1e9,
+                       "p50": pct(times, 50) * 1000, "p99": pct(times, 99) * 1000, "rss": peak["RssAnon"] / 1024}
+                data["lists"].append(rec)
+                print(json.dumps({x: round(y, 3) if isinstance(y, float) else y for x, y in rec.items()}), flush=True)
     finally:
         stop_all(servers)
         env.close()
-    rows = []
-    for conc, per in ((1, 3), (8, 1)):
-        for v in (B, BT, A, AT):
-            rs = lists.get((conc, v.label))
-            if not rs:
-                rows.append([conc, v.label, why_none(servers.get(v.label))] + ["-"] * 5)
-                continue
-            plain = lists.get((conc, v.label.replace(", TLS", "")))
-            ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if v.tls and plain else "-"
-            rows.append([conc, v.label, tls_cost_cell(rs, "s_gb", "%.2f"), tls_cost_cell(rs, "gbs", "%.2f"),
-                         tls_cost_cell(rs, "p50", "%.0f") + " / " + tls_cost_cell(rs, "p99", "%.0f"),
-                         tls_cost_cell(rs, "rss", "%.0f"), ratio_])
-    out.append(table("Cached RV=0 list of %d pods (~4 KiB each), curl listers (1 lister: 3 lists in a row; 8: one "
-                     "each), order %s (mean, then each run)" % (args.pods, " -> ".join(v.label for v in order)),
-                     ["listers", "server", "kwc CPU s/GB", "GB/s", "p50 / p99 ms per list", "kwc peak RssAnon MB",
-                      "TLS / plain CPU per GB"], rows))
 
     # -- idle memory: connections after one GET, and watchers, each on a fresh kwc
     n = args.idle_conns
-    idle = {}
     env = Env(apisim_args=["--pods", "100", "--nodes", "4"], start_kwc=False)
     try:
         gpath = one_pod_path(env)
@@ -2502,98 +2485,177 @@ def bench_tls_cost(args):
                     "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=3600" % env.stats()["rv"]
                 try:
                     r, grow, fds = idle_growth(args, env, v, n, path, "tlscost-idle-%s-%s" % (kind[0], tag[v.label]))
-                except Unavailable as e:
-                    idle[(kind, v.label)] = str(e)
+                except (Unavailable, RuntimeError) as e:
+                    data["idle"].append({"kind": kind, "server": v.label, "why": str(e)})
                     continue
-                idle[(kind, v.label)] = (r, grow / max(r["streams"], 1), fds)
-                print(json.dumps({"idle": kind, "server": v.label, "streams": r["streams"],
-                                  "KiB": round(grow / max(r["streams"], 1), 2), "fds": fds}), flush=True)
+                rec = {"kind": kind, "server": v.label, "streams": r["streams"], "ended": r.get("ended", 0),
+                       "unanswered": r.get("unanswered", 0), "kib": grow / max(r["streams"], 1), "fds": fds}
+                data["idle"].append(rec)
+                print(json.dumps(rec), flush=True)
     finally:
         env.close()
+
+
+def tls_cost_report(data):
+    """The tables (targets first), saved to bench/results/tls-cost.md, and
+    the PNG, from what tls_cost_measure gathered."""
+    cfg, short, dur = data["cfg"], data["short"], data["duration"]
+    BL, BTL, AL, ATL, S = tls_cost_labels(short)
+    order = [BL, BTL, AL, ATL, ATL, AL, BTL, BL]
+    watch = [tuple(x) for x in cfg["watch"]]
+
+    def runs(part, n, rate, label):
+        return [r for r in data["runs"] if (r["part"], r["n"], r["rate"], r["server"]) == (part, n, rate, label)]
+
+    def why(part, label, n=None, rate=None):
+        w = data["why"].get("%s|%s" % (part, label))
+        return w or data["why"].get("%s|%s|%s|%s" % (part, n, rate, label)) or "no result (see the log)"
+
+    def mean(rs, key):
+        return mean_of(rs, key) if rs else None
+
+    out = []
+    hdr = ["watchers x events/s", "server", "runs", "server CPU us/delivery", "deliveries/s asked",
+           "deliveries/s got", "events written/s (apisim)", "p50 ms", "p99 ms", "server CPU", "fanout CPU",
+           "deliveries lost", "TLS / plain CPU"]
+    rows, plot = [], []
+    for n, rate in watch:
+        for label in (BL, BTL, AL, ATL, S):
+            rs = runs("watch", n, rate, label)
+            if not rs:
+                if label != S or (n, rate) == watch[-1]:
+                    rows.append(["%d x %d" % (n, rate), label, 0, why("watch", label, n, rate)] + ["-"] * 9)
+                continue
+            for r in rs:
+                r["cpu_pct"], r["client_pct"] = 100 * r["cpu"], 100 * r["client_cpu"]
+            plain = runs("watch", n, rate, label.replace(", TLS", ""))
+            ratio_ = "%.2fx" % (mean_of(rs, "us") / mean_of(plain, "us")) if label.endswith("TLS") and plain and \
+                mean_of(plain, "us") else "-"
+            rows.append(["%d x %d" % (n, rate), label, len(rs), tls_cost_cell(rs, "us", "%.2f"), n * rate,
+                         tls_cost_cell(rs, "per_s", "%.0f"), tls_cost_cell(rs, "written_s", "%.0f"),
+                         tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
+                         tls_cost_cell(rs, "cpu_pct", "%.0f%%"), tls_cost_cell(rs, "client_pct", "%.0f%%"),
+                         tls_cost_lost(rs), ratio_])
+            if label != S:
+                plot.append((label, n, rate, mean_of(rs, "us")))
+    out.append(table("Watch fan-out (fanout.c, 1 KiB pod updates, %d s window after a 2 s warm-up, events started "
+                     "once every stream has its head, then read until every stream is past the window, at most "
+                     "%d s): before vs after, plaintext vs TLS, in the order %s; at %d x %d apisim twice in the "
+                     "middle (mean, then each run); CPU as %% of one core; lost: events written in the window that "
+                     "an open stream never received" % ((dur, TLS_COST_DRAIN, " -> ".join(order)) + watch[-1]),
+                     hdr, rows))
+
+    tn, trate, tsize, tp99 = cfg["target"]
+    rows = []
+    for label in (BTL, ATL):
+        rs = runs("target", tn, trate, label)
+        if not rs:
+            rows.append([label, why("target", label, tn, trate)] + ["-"] * 5)
+            continue
+        rows.append([label, len(rs), tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
+                     tls_cost_cell(rs, "per_s", "%.0f") + " of %d" % (tn * trate), tls_cost_cell(rs, "us", "%.2f"),
+                     tls_cost_lost(rs)])
+    out.append(table("The latency target: %d TLS watchers at %d events/s of ~%d-byte pods (fanout --tls), order "
+                     "after, before, before, after" % (tn, trate, tsize),
+                     ["server", "runs", "p50 ms", "p99 ms", "deliveries/s", "kwc CPU us/delivery",
+                      "deliveries lost"], rows))
+
+    def lists(conc, label):
+        return [r for r in data["lists"] if (r["conc"], r["server"]) == (conc, label)]
+    rows = []
+    for conc in (1, 8):
+        for label in (BL, BTL, AL, ATL):
+            rs = lists(conc, label)
+            if not rs:
+                rows.append([conc, label, why("list", label)] + ["-"] * 4)
+                continue
+            plain = lists(conc, label.replace(", TLS", ""))
+            ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if label.endswith("TLS") and plain \
+                and mean_of(plain, "s_gb") else "-"
+            rows.append([conc, label, tls_cost_cell(rs, "s_gb", "%.2f"), tls_cost_cell(rs, "gbs", "%.2f"),
+                         tls_cost_cell(rs, "p50", "%.0f") + " / " + tls_cost_cell(rs, "p99", "%.0f"),
+                         tls_cost_cell(rs, "rss", "%.0f"), ratio_])
+    out.append(table("Cached RV=0 list of %d pods (~4 KiB each), curl listers (1 lister: 3 lists in a row; 8: one "
+                     "each), order %s (mean, then each run)" % (data["pods"], " -> ".join(order)),
+                     ["listers", "server", "kwc CPU s/GB", "GB/s", "p50 / p99 ms per list", "kwc peak RssAnon MB",
+                      "TLS / plain CPU per GB"], rows))
+
+    idle = {(r["kind"], r["server"]): r for r in data["idle"]}
     rows = []
     for kind in ("connection", "watcher"):
-        for v in (B, BT, A, AT):
-            got = idle.get((kind, v.label))
-            if not isinstance(got, tuple):
-                rows.append([kind, v.label, got or "-", "-", "-"])
+        for label in (BL, BTL, AL, ATL):
+            r = idle.get((kind, label))
+            if not r or "why" in r:
+                rows.append([kind, label, r["why"] if r else "-", "-", "-"])
                 continue
-            r, kib, fds = got
-            rows.append([kind, v.label, "%d%s" % (r["streams"], " (%d ended, %d unanswered)" % (
-                r.get("ended", 0), r.get("unanswered", 0)) if r.get("ended") or r.get("unanswered") else ""),
-                "%.2f" % kib, "+%d" % fds])
+            rows.append([kind, label, "%d%s" % (r["streams"], " (%d ended, %d unanswered)" % (
+                r["ended"], r["unanswered"]) if r["ended"] or r["unanswered"] else ""), "%.2f" % r["kib"],
+                "+%d" % r["fds"]])
     out.append(table("Idle memory: %d connections held by fanout --idle (after one GET; or a watch with its head "
                      "and no events), kwc RssAnon growth per connection (KiB, OpenSSL's allocations included), "
-                     "each cell a fresh kwc" % n, ["idle", "server", "connections", "KiB per connection", "kwc fds"],
-                     rows))
+                     "each cell a fresh kwc" % data["idle_conns"],
+                     ["idle", "server", "connections", "KiB per connection", "kwc fds"], rows))
 
     # -- the targets
-    def ratio(a, b):
-        return a / b if a and b else None
-
     trows = []
 
     def target(what, measured, limit, ok):
         trows.append([what, measured, limit, "-" if ok is None else "PASS" if ok else "MISS"])
 
-    for n, rate in cfg["watch"]:
-        us = {label: mean_of(runs[(n, rate, label)], "us") if runs.get((n, rate, label)) else None
-              for label in (B.label, BT.label, A.label, AT.label)}
-        ra, rb = ratio(us[AT.label], us[A.label]), ratio(us[BT.label], us[B.label])
-        target("TLS / plaintext kwc CPU per delivery, %d x %d/s" % (n, rate),
-               "%s (before: %s)" % ("%.2fx" % ra if ra else "n/a", "%.2fx" % rb if rb else "n/a"), "<= 1.25x",
-               ra <= 1.25 if ra else None)
-    for n, rate in cfg["watch"]:
-        us = {label: mean_of(runs[(n, rate, label)], "us") if runs.get((n, rate, label)) else None
-              for label in (B.label, A.label)}
-        d = 1 - ratio(us[A.label], us[B.label]) if ratio(us[A.label], us[B.label]) else None
+    def x(v):
+        return "%.2fx" % v if v else "n/a"
+
+    def div(a, b):
+        return a / b if a and b else None
+
+    for n, rate in watch:
+        us = {label: mean(runs("watch", n, rate, label), "us") for label in (BL, BTL, AL, ATL)}
+        ra, rb = div(us[ATL], us[AL]), div(us[BTL], us[BL])
+        target("TLS / plaintext kwc CPU per delivery, %d x %d/s" % (n, rate), "%s (before: %s)" % (x(ra), x(rb)),
+               "<= 1.25x", ra <= 1.25 if ra else None)
+    for n, rate in watch:
+        a, b = mean(runs("watch", n, rate, AL), "us"), mean(runs("watch", n, rate, BL), "us")
+        d = 1 - div(a, b) if div(a, b) else None
         target("plaintext kwc CPU per delivery after vs before, %d x %d/s" % (n, rate),
-               "%.2f vs %.2f us: %s" % (us[A.label] or 0, us[B.label] or 0, "%+.0f%%" % (-100 * d) if d is not None
-                                        else "n/a"), ">= 25% lower", d >= 0.25 if d is not None else None)
-    for conc, _ in ((1, 3), (8, 1)):
-        sg = {v.label: mean_of(lists[(conc, v.label)], "s_gb") if lists.get((conc, v.label)) else None
-              for v in (B, BT, A, AT)}
-        ra, rb = ratio(sg[AT.label], sg[A.label]), ratio(sg[BT.label], sg[B.label])
+               "%.2f vs %.2f us: %s" % (a or 0, b or 0, "%+.0f%%" % (-100 * d) if d is not None else "n/a"),
+               ">= 25% lower", d >= 0.25 if d is not None else None)
+    for conc in (1, 8):
+        sg = {label: mean(lists(conc, label), "s_gb") for label in (BL, BTL, AL, ATL)}
+        ra, rb = div(sg[ATL], sg[AL]), div(sg[BTL], sg[BL])
         target("TLS / plaintext kwc CPU per list GB, %d lister%s" % (conc, "s" if conc > 1 else ""),
-               "%s (%.2f vs %.2f s/GB; before: %s)" % ("%.2fx" % ra if ra else "n/a", sg[AT.label] or 0,
-                                                       sg[A.label] or 0, "%.2fx" % rb if rb else "n/a"),
+               "%s (%.2f vs %.2f s/GB; before: %s)" % (x(ra), sg[ATL] or 0, sg[AL] or 0, x(rb)),
                "<= 1.15x", ra <= 1.15 if ra else None)
-    n, rate = cfg["watch"][-1]
-    ka, sa = runs.get((n, rate, A.label)), runs.get((n, rate, S))
+    n, rate = watch[-1]
+    ka, sa = mean(runs("watch", n, rate, AL), "p99_ms"), mean(runs("watch", n, rate, S), "p99_ms")
     target("p99 at %d x %d/s: kwc (after, plaintext) vs apisim direct" % (n, rate),
-           "%.0f vs %.0f ms" % (mean_of(ka, "p99_ms"), mean_of(sa, "p99_ms")) if ka and sa else "n/a",
-           "below apisim's", mean_of(ka, "p99_ms") < mean_of(sa, "p99_ms") if ka and sa else None)
-    ta = runs.get(("target", AT.label))
-    tb = runs.get(("target", BT.label))
+           "%.0f vs %.0f ms" % (ka, sa) if ka is not None and sa is not None else "n/a", "below apisim's",
+           ka < sa if ka is not None and sa is not None else None)
+    ta, tb = mean(runs("target", tn, trate, ATL), "p99_ms"), mean(runs("target", tn, trate, BTL), "p99_ms")
     target("p99 of %d TLS watchers x %d/s x %d B (after)" % (tn, trate, tsize),
-           "%.0f ms (before: %s)" % (mean_of(ta, "p99_ms"), "%.0f ms" % mean_of(tb, "p99_ms") if tb else "n/a")
-           if ta else "n/a", "<= %d ms" % tp99, mean_of(ta, "p99_ms") <= tp99 if ta else None)
-    after = [r for key, rs in runs.items() for r in rs if key[-1] in (A.label, AT.label)]
-    before = [r for key, rs in runs.items() for r in rs if key[-1] in (B.label, BT.label)]
+           "%.0f ms (before: %s)" % (ta, "%.0f ms" % tb if tb is not None else "n/a") if ta is not None else "n/a",
+           "<= %d ms" % tp99, ta <= tp99 if ta is not None else None)
+    after = [r for r in data["runs"] if r["server"] in (AL, ATL)]
+    before = [r for r in data["runs"] if r["server"] in (BL, BTL)]
     target("deliveries lost, every after run (fan-out and the latency target)",
            "%s (before: %s)" % (tls_cost_lost(after), tls_cost_lost(before)) if after else "n/a", "0",
            # late (behind after the drain) is not lost; a stream the server ended lost what followed
-           all(not r.get("lost") and not r.get("ended") and not r.get("unanswered") for r in after)
-           if after else None)
+           all(not r["lost"] and not r["ended"] and not r["unanswered"] for r in after) if after else None)
     for kind in ("connection", "watcher"):
-        got = idle.get((kind, AT.label))
+        got = idle.get((kind, ATL))
+        ok = got and "why" not in got
+        other = ["%.2f" % idle[(kind, lb)]["kib"] if "kib" in idle.get((kind, lb), {}) else "n/a" for lb in (AL, BTL)]
         target("idle TLS %s memory (after), OpenSSL's included" % kind,
-               "%.2f KiB (plaintext %s, before TLS %s)" % (got[1], *("%.2f" % idle[(kind, x.label)][1] if isinstance(
-                   idle.get((kind, x.label)), tuple) else "n/a" for x in (A, BT))) if isinstance(got, tuple) else "n/a",
-               "<= 16.5 KiB", got[1] <= 16.5 if isinstance(got, tuple) else None)
-    out.insert(0, table("Issue 22 targets: before = %s, after = %s, one run (%.0f min)%s" % (
-        short, os.path.relpath(args.kwc, ROOT) if args.kwc.startswith(ROOT) else args.kwc,
-        (time.monotonic() - t_start) / 60, "" if SAVE else "; --small or other sizes: not the issue's figures"),
+               "%.2f KiB (plaintext %s, before TLS %s)" % (got["kib"], other[0], other[1]) if ok else "n/a",
+               "<= 16.5 KiB", got["kib"] <= 16.5 if ok else None)
+    kwc = data["kwc"]
+    out.insert(0, table("Issue 22 targets: before = %s, after = %s, one run started %s (%.0f min)%s" % (
+        short, os.path.relpath(kwc, ROOT) if kwc.startswith(ROOT) else kwc, data["started"], data["minutes"],
+        "" if data["save"] else "; --small or other sizes: not the issue's figures"),
         ["target", "measured", "limit", "result"], trows))
     for r in trows:
         print("%s  %s: %s (%s)" % (r[3], r[0], r[1], r[2]), flush=True)
     save("tls-cost", "\n".join(out))
     plot_tls_cost(plot, short)
-
-
-def why_none(k):
-    """What a row without results says: why its server did not start, or that
-    its runs gave no result (the log says why)."""
-    return str(k) if isinstance(k, Unavailable) else "no result (see the log)"
 
 
 def mean_of(rs, key):
@@ -2827,6 +2889,9 @@ def main():
     ap.add_argument("--h2-get-seconds", type=int, default=FULL["h2_get_seconds"],
                     help="http2: seconds per GET cell (wrk or h2load)")
     ap.add_argument("--h2-get-conns", default=FULL["h2_get_conns"], help="http2: GET connection counts")
+    ap.add_argument("--tls-cost-from", metavar="JSON", default=None,
+                    help="tls-cost: no measuring; the tables, the PNG and the targets again from the results file "
+                         "a run printed (saved to bench/results/ when that run was the full one)")
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
@@ -2841,6 +2906,13 @@ def main():
         "sizes below the full run"
     args.kwc = os.path.abspath(args.kwc)
     args.bin = os.path.abspath(args.bin)
+    if args.tls_cost_from:
+        import json
+        with open(args.tls_cost_from) as f:
+            data = json.load(f)
+        SAVE, NOTE = data["save"], "the run's sizes were below the full run's"
+        tls_cost_report(data)
+        return
     names = args.only.split(",")
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
