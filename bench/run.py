@@ -2357,7 +2357,8 @@ def bench_tls_cost(args):
     cfg = TLS_COST_SMALL if args.small else TLS_COST_FULL
     short = git("rev-parse", "--short", args.baseline_commit)
     data = {"short": short, "kwc": args.kwc, "baseline_kwc": args.baseline_kwc, "save": SAVE, "cfg": cfg,
-            "duration": args.duration, "warmup": 1 if args.small else 2, "pods": args.pods, "idle_conns": args.idle_conns, "runs": [], "lists": [],
+            "duration": args.duration, "warmup": 1 if args.small else 2, "pods": args.pods,
+            "idle_conns": args.idle_conns, "runs": [], "lists": [],
             "idle": [], "why": {}, "started": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
     t_start = time.monotonic()
     try:
@@ -2542,7 +2543,8 @@ def tls_cost_report(data):
                      "once every stream has its head, then read until every stream is past the window, at most "
                      "%d s): before vs after, plaintext vs TLS, in the order %s; at %d x %d apisim twice in the "
                      "middle (mean, then each run); CPU as %% of one core; lost: events written in the window that "
-                     "an open stream never received" % ((dur, data.get("warmup", 2), TLS_COST_DRAIN, " -> ".join(order)) + watch[-1]),
+                     "an open stream never received" % (
+                         (dur, data.get("warmup", 2), TLS_COST_DRAIN, " -> ".join(order)) + watch[-1]),
                      hdr, rows))
 
     tn, trate, tsize, tp99 = cfg["target"]
