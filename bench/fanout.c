@@ -10,7 +10,7 @@
  *   fanout --port P --path '/api/v1/pods?watch=1&resourceVersion=N'
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
- *          [--announce-heads]
+ *          [--drain S] [--announce-heads]
  *          [--protobuf] [--h2-streams-per-conn K [--h2-window BYTES]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
@@ -29,7 +29,17 @@
  * measures the fan-out without a connect storm racing the first events.
  * --deadline S: when not every stream has its response head S seconds after
  * the first connect, stop and report what arrived (unanswered: the streams
- * still waiting) instead of waiting for ever. --etcd-prefix KEY: instead
+ * still waiting) instead of waiting for ever. Loss: every event whose stamp (write
+ * time) is in the measuring window must reach every stream still open,
+ * whenever it arrives. written is the number of distinct such stamps any
+ * stream received; a stream that received a stamp past the window (a watch
+ * stream is in write order) and fewer than written lost the rest (lost, the
+ * sum); one that did not yet is behind (late: the deliveries it still
+ * lacks; with --nodes, where streams see different events, none is counted).
+ * extra: deliveries past written (duplicates), reordered: stamps not
+ * newer than their stream's previous one. --drain S: after the window, keep
+ * reading until every open stream is past it, at most S seconds (drain_ms:
+ * how long it took); without it fanout stops 0.5 s after the window. --etcd-prefix KEY: instead
  * of HTTP/1.1 watches, each stream is one etcd v3 gRPC Watch (HTTP/2 cleartext through libnghttp2,
  * one connection each, as N separate clients) on the keys under KEY: the same measurement against
  * etcd or `etcd grpc-proxy` (the bench writes values carrying the same stamp). --idle: connect,
@@ -120,6 +130,9 @@ struct conn {
     unsigned char ntail;
     char tail[TAILMAX];
     struct loop *lp;
+    uint64_t last_stamp; /* the newest stamp this stream received */
+    uint32_t got;        /* stamps inside the stamp window [t_measure, t_end) received */
+    bool passed;         /* it received a stamp at or after t_end: nothing of the window is late */
 };
 
 struct loop {
@@ -132,9 +145,14 @@ struct loop {
     double *lat;
     size_t nlat, caplat;
     uint64_t deliveries;
+    uint64_t *seen; /* the distinct stamps of the window this loop received (open addressing) */
+    size_t nseen, capseen;
+    uint64_t
+        last_seen; /* the last one added: a fanned-out event arrives on many streams in a row */
+    uint64_t reordered; /* stamps not newer than their stream's previous one (duplicate or late) */
 };
 
-static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2, deadline;
+static int port, nw, nodes, nthreads = 1, seconds = 10, warmup = 2, deadline, drain;
 static bool idle;
 static bool announce_heads; /* --announce-heads */
 static const char *path, *etcd_prefix, *cacert, *token_file;
@@ -147,7 +165,7 @@ static struct conn *conns;
 static struct loop *loops;
 static atomic_int heads, ended, ended_headless; /* streams the server ended (before a head) */
 static atomic_int non2xx;                       /* heads with a status other than 2xx */
-static _Atomic uint64_t t_measure, t_end, t_start, t_last_head;
+static _Atomic uint64_t t_measure, t_end, t_start, t_last_head, t_exit;
 static char **tokens; /* --token-file: its lines */
 static int ntokens;
 
@@ -159,11 +177,59 @@ wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Adds stamp to a set of distinct stamps (0 is never a stamp). */
 static void
-record(struct loop *lp, uint64_t now, uint64_t stamp)
+seen_add(uint64_t **set, size_t *n, size_t *cap, uint64_t stamp)
 {
-    uint64_t from = atomic_load(&t_measure);
-    if (!from || now < from || now > atomic_load(&t_end))
+    if (2 * (*n + 1) > *cap) {
+        size_t ncap = *cap ? *cap * 2 : 1024;
+        uint64_t *t = calloc(ncap, sizeof(*t));
+        if (!t) {
+            fprintf(stderr, "fanout: out of memory for stamps\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < *cap; i++)
+            for (size_t j = ((*set)[i] * 0x9E3779B97F4A7C15ull) >> 40 & (ncap - 1); (*set)[i];
+                 j = (j + 1) & (ncap - 1))
+                if (!t[j]) {
+                    t[j] = (*set)[i];
+                    break;
+                }
+        free(*set);
+        *set = t;
+        *cap = ncap;
+    }
+    size_t j = (stamp * 0x9E3779B97F4A7C15ull) >> 40 & (*cap - 1);
+    for (; (*set)[j]; j = (j + 1) & (*cap - 1))
+        if ((*set)[j] == stamp)
+            return;
+    (*set)[j] = stamp;
+    (*n)++;
+}
+
+/* One event received by stream c at now. Loss is counted by stamps (write
+ * time): every stream that is still open must receive every event whose
+ * stamp is in [t_measure, t_end), whenever it arrives; latency by receipt
+ * time within the same window. */
+static void
+record(struct conn *c, uint64_t now, uint64_t stamp)
+{
+    struct loop *lp = c->lp;
+    uint64_t from = atomic_load(&t_measure), end = atomic_load(&t_end);
+    if (stamp <= c->last_stamp)
+        lp->reordered++;
+    else
+        c->last_stamp = stamp;
+    if (from && stamp >= from && stamp < end) {
+        c->got++;
+        if (stamp != lp->last_seen) {
+            lp->last_seen = stamp;
+            seen_add(&lp->seen, &lp->nseen, &lp->capseen, stamp);
+        }
+    }
+    if (end && stamp >= end)
+        c->passed = true;
+    if (!from || now < from || now > end)
         return;
     lp->deliveries++;
     if (lp->nlat == lp->caplat) {
@@ -225,7 +291,7 @@ scan(struct conn *c, char *buf, size_t len, uint64_t now)
             c->ntail = (unsigned char)keep;
             return;
         }
-        record(c->lp, now, strtoull(buf + at, NULL, 10));
+        record(c, now, strtoull(buf + at, NULL, 10));
         p = (size_t)(q - buf) + 1;
     }
 }
@@ -975,6 +1041,16 @@ open_some(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* --drain: every open stream of this loop received a stamp past the window. */
+static bool
+loop_passed(struct loop *lp)
+{
+    for (int i = 0; i < nw; i++)
+        if (conns[i].lp == lp && conns[i].head && !conns[i].dead && !conns[i].passed)
+            return false;
+    return true;
+}
+
 static void
 on_tick(evutil_socket_t fd, short what, void *arg)
 {
@@ -992,7 +1068,9 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(lp->base); /* reported as unanswered */
         return;
     }
-    if (end && now > end + 500000000ull) {
+    if (end && now > end + 500000000ull &&
+        (!drain || now > end + (uint64_t)drain * 1000000000ull || loop_passed(lp))) {
+        atomic_store(&t_exit, now);
         event_base_loopbreak(lp->base);
         return;
     }
@@ -1114,14 +1192,17 @@ main(int argc, char **argv)
             token_file = v;
         else if (!strcmp(a, "--deadline"))
             deadline = atoi(v);
+        else if (!strcmp(a, "--drain"))
+            drain = atoi(v);
         else
             goto usage;
     }
     if (etcd_prefix)
         grpc_watch_request(etcd_prefix);
     if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
-        seconds <= 0 || (tls && etcd_prefix) || (cacert && !tls) || (token_file && etcd_prefix) ||
-        h2_per_conn < 0 || (h2_per_conn && etcd_prefix) || h2_window < 65535)
+        seconds <= 0 || drain < 0 || (tls && etcd_prefix) || (cacert && !tls) ||
+        (token_file && etcd_prefix) || h2_per_conn < 0 || (h2_per_conn && etcd_prefix) ||
+        h2_window < 65535)
         goto usage;
     if (h2_per_conn) {
         nh2c = (nw + h2_per_conn - 1) / h2_per_conn;
@@ -1199,19 +1280,49 @@ main(int argc, char **argv)
     qsort(lat, nlat, sizeof(*lat), cmp);
     double p50 = nlat ? lat[nlat / 2] : 0, p99 = nlat ? lat[(size_t)((double)nlat * 0.99)] : 0;
     double mx = nlat ? lat[nlat - 1] : 0;
+    /* written: the distinct stamps of the window any stream received; each
+     * open stream past the window that has fewer lost the rest (a watch
+     * stream is in write order), one not past it yet is behind (late) */
+    uint64_t *all = NULL, reordered = 0, lost = 0, late = 0, extra = 0;
+    size_t written = 0, capall = 0;
+    for (int t = 0; t < nthreads; t++) {
+        reordered += loops[t].reordered;
+        for (size_t i = 0; i < loops[t].capseen; i++)
+            if (loops[t].seen[i])
+                seen_add(&all, &written, &capall, loops[t].seen[i]);
+    }
+    int behind = 0;
+    for (int i = 0; i < nw && !nodes; i++) { /* --nodes: each stream has its own events */
+        struct conn *c = &conns[i];
+        if (!c->head || c->dead)
+            continue;
+        if (c->got > written)
+            extra += c->got - written;
+        uint64_t miss = c->got < written ? written - c->got : 0;
+        if (c->passed)
+            lost += miss;
+        else {
+            behind++;
+            late += miss;
+        }
+    }
+    uint64_t te = atomic_load(&t_end), tx = atomic_load(&t_exit);
+    double drain_ms = tx > te ? (double)(tx - te) / 1e6 : 0;
     printf("{\"streams\":%d,\"ended\":%d,\"deliveries\":%llu,\"per_s\":%.0f,\"p50_ms\":%.2f,"
            "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
-           "\"unanswered\":%d%s}\n",
+           "\"unanswered\":%d,\"written\":%zu,\"lost\":%llu,\"behind\":%d,\"late\":%llu,"
+           "\"extra\":%llu,\"reordered\":%llu,\"drain_ms\":%.0f%s}\n",
            atomic_load(&heads), atomic_load(&ended) + atomic_load(&ended_headless),
            (unsigned long long)deliveries, (double)deliveries / seconds, p50, p99, mx,
-           atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered, h2tail);
+           atomic_load(&tls_failures), atomic_load(&non2xx), heads_ms, unanswered, written,
+           (unsigned long long)lost, behind, (unsigned long long)late, (unsigned long long)extra,
+           (unsigned long long)reordered, drain_ms, h2tail);
     fflush(stdout);
     return 0;
 usage:
     fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
                     "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
-                    "FILE] [--deadline S] [--announce-heads] [--protobuf] [--h2-streams-per-conn K "
-                    "[--h2-window "
-                    "BYTES]] | [--etcd-prefix KEY]\n");
+                    "FILE] [--deadline S] [--drain S] [--announce-heads] [--protobuf] "
+                    "[--h2-streams-per-conn K [--h2-window BYTES]] | [--etcd-prefix KEY]\n");
     return 2;
 }

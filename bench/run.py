@@ -83,6 +83,32 @@ a flag it needs says "n/a (flag unsupported: ...)".
                run against both builds (plaintext ABBA: the seam step within
                noise); HTTP/2 rows against AFTER only, and say n/a when a kwc
                answers no HTTP/2.
+
+  tls-cost     TLS at the cost of plaintext (issue 22), bench/results/tls-cost.md
+               and tls-cost.png. Four kwcs side by side: BEFORE
+               (--baseline-commit; default for --only tls-cost: main before
+               the issue) and AFTER (--kwc), each plaintext and TLS (--auth
+               none), in the order before, before TLS, after, after TLS, then
+               back (ABBA: each row the mean and each run). Watch fan-out
+               (fanout.c, 1 KiB pod updates): 1,000 and 5,000 watchers at
+               100 events/s and 10,000 at 50/s, the last also served by
+               apisim directly (twice, in the middle); events start once
+               every stream has its head, --duration s measured after a 2 s
+               warm-up, then fanout reads until every stream is past the
+               window (at most 15 s): kwc CPU per delivery, deliveries/s
+               asked vs got, events written/s, p50/p99, deliveries lost (an
+               event written in the window that an open stream never got).
+               The latency target: 3,000 TLS watchers at 30 events/s of
+               3 KB pods (after, before, before, after). Cached RV=0 lists of
+               --pods pods (~4 KiB) at 1 and 8 curl listers: kwc CPU s/GB,
+               GB/s. Idle memory: --idle-conns connections after one GET and
+               as many idle watchers, kwc RssAnon growth per connection (a
+               fresh kwc each). Then the targets with PASS/MISS: TLS/plain
+               CPU per delivery <= 1.25x and per list GB <= 1.15x, plaintext
+               CPU per delivery >= 25 % below before, p99 at 10,000 x 50/s
+               below apisim's, no delivery lost, 3,000 TLS x 30/s x 3 KB p99
+               <= 100 ms, idle TLS <= 16.5 KiB. --small: 100/200/300
+               watchers, 200 at the latency target, 1,000 pods, 500 idle.
 """
 import argparse
 import datetime
@@ -355,7 +381,7 @@ def bench_cache(args):
 
 
 def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False,
-           token_file=None, warmup=2, deadline=0, protobuf=False, h2=0, announce_heads=False):
+           token_file=None, warmup=2, deadline=0, protobuf=False, h2=0, announce_heads=False, drain=0):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
             "--seconds", str(seconds or args.duration), "--warmup", str(warmup)]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
@@ -375,6 +401,8 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv += ["--h2-streams-per-conn", str(h2)]
     if announce_heads:
         argv.append("--announce-heads")
+    if drain:  # read on after the window until every stream is past it (lost vs late), at most drain s
+        argv += ["--drain", str(drain)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
 
 
@@ -390,9 +418,10 @@ def read_line(p, timeout):
     return line
 
 
-def fanout_measure(p, server_pid, timeout=600):
+def fanout_measure(p, server_pid, timeout=600, on_measuring=None):
     """Reads fanout's lines: the server's CPU (share of one core) and RSS over
-    the measuring window, and the result; the client's CPU too."""
+    the measuring window, and the result; the client's CPU too. on_measuring:
+    called when the window starts."""
     import json
     deadline = time.monotonic() + timeout
     c0 = t0 = None
@@ -400,6 +429,8 @@ def fanout_measure(p, server_pid, timeout=600):
         r = json.loads(read_line(p, deadline - time.monotonic()))
         if "measuring" in r:
             c0, t0, cc0 = cpu_seconds(server_pid), time.monotonic(), cpu_seconds(p.pid)
+            if on_measuring:
+                on_measuring()
             continue
         cpu = (cpu_seconds(server_pid) - c0) / (time.monotonic() - t0) if c0 is not None else 0
         r["client_cpu"] = (cpu_seconds(p.pid) - cc0) / (time.monotonic() - t0) if c0 is not None else 0
@@ -1197,10 +1228,36 @@ def tlsprobe(args, n):
     return json.loads(out)
 
 
+def idle_growth(args, env, v, n, path, tag):
+    """A fresh kwc of variant v, n connections held by fanout --idle on path
+    (a GET: idle connections after one request; a watch: idle watchers).
+    (fanout's result, kwc RssAnon growth in KiB, fds added). Unavailable if
+    that kwc does not start."""
+    import json
+    k = Kwc(args, env, v, tag, optional=(("--idle-timeout", 3600), ("--request-header-timeout", 600),
+                                         ("--max-connections", n + 1000)))
+    try:
+        warm = one_pod_path(env)
+        for _ in range(20):  # one-time costs (the first handshake, lazily built tables) before a0
+            k.get(warm)
+        time.sleep(0.5)
+        a0, f0 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+        p = fanout(args, k.port, n, path=path, idle=True, tls=v.tls, deadline=240)
+        try:
+            r = json.loads(read_line(p, 300))
+            time.sleep(1)
+            a1, f1 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        k.stop()
+    return r, a1 - a0, f1 - f0
+
+
 def bench_idle_tls(args):
     """Memory per idle connection (one handshake, one GET, then nothing):
     kwc's RssAnon growth over N connections held by fanout --idle."""
-    import json
     n = args.idle_conns
     probe = tlsprobe(args, n)
     rows, per = [], {}
@@ -1209,27 +1266,12 @@ def bench_idle_tls(args):
         path = one_pod_path(env)
         for v in variants(args):
             try:
-                k = Kwc(args, env, v, "idle-" + v.label.split()[0] + ("-tls" if v.tls else ""),
-                        optional=(("--idle-timeout", 3600), ("--request-header-timeout", 600),
-                                  ("--max-connections", n + 1000)))
+                r, grow, fds = idle_growth(args, env, v, n, path,
+                                           "idle-" + v.label.split()[0] + ("-tls" if v.tls else ""))
             except Unavailable as e:
                 rows.append([v.label, str(e)] + ["-"] * 6)
                 continue
-            try:
-                for _ in range(20):  # one-time costs (the first handshake, lazily built tables) before a0
-                    k.get(path)
-                time.sleep(0.5)
-                a0, f0 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
-                p = fanout(args, k.port, n, path=path, idle=True, tls=v.tls)
-                try:
-                    r = json.loads(read_line(p, 300))
-                    time.sleep(1)
-                    a1, f1 = rss_kib(k.pid, "RssAnon"), proc_fds(k.pid)
-                finally:
-                    p.kill()
-                    p.wait()
-            finally:
-                k.stop()
+            a0, a1, f0, f1 = 0, grow, 0, fds
             got = max(r["streams"], 1)
             per[v.label] = (a1 - a0) / got
             share = beyond = delta = "-"
@@ -2220,6 +2262,443 @@ unset multiplot
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
 
 
+# ---- issue 22: TLS at the cost of plaintext ----
+
+TLS_COST_BASELINE = "8cbd4d1"  # main before issue 22
+# (watchers, events/s) of 1 KiB; the last also served by apisim directly.
+# The latency target: watchers, events/s, object bytes, p99 ms (TLS).
+TLS_COST_FULL = {"watch": ((1000, 100), (5000, 100), (10000, 50)), "target": (3000, 30, 3000, 100)}
+TLS_COST_SMALL = {"watch": ((100, 100), (200, 100), (300, 50)), "target": (200, 30, 3000, 100)}
+TLS_COST_DRAIN = 15  # fanout --drain: seconds a point may read on after its window (lost vs late)
+
+
+def tls_cost_watch(args, env, k, n, rate, tls, pid=None):
+    """One fan-out point: n watchers (fanout.c, over TLS when tls), the
+    events (rate/s, updates of env's pods) started once every stream has
+    its head, measured for --duration seconds after a 2 s warm-up (1 s with
+    --small), then
+    read until every stream is past the window (at most TLS_COST_DRAIN s):
+    fanout's result with the server's CPU (share of a core) over the window.
+    k: a Kwc, or the apisim port (pid: apisim's)."""
+    import json
+    import threading
+    port, pid = (k.port, k.pid) if isinstance(k, Kwc) else (k, pid)
+    rvs = []  # apisim's resourceVersion as the window starts and --duration s later: the events written
+
+    def sample():
+        try:
+            rvs.append(env.stats()["rv"])
+        except OSError:
+            pass
+    timer = threading.Timer(args.duration, sample)
+
+    def window():
+        sample()
+        timer.start()
+    settle(pid)
+    p = fanout(args, port, n, tls=tls, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=900" %
+               env.stats()["rv"], deadline=120, announce_heads=True, drain=TLS_COST_DRAIN,
+               warmup=1 if args.small else 2)
+    try:
+        first = json.loads(read_line(p, 300))
+        if "heads" in first:
+            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+            r = fanout_measure(p, pid, timeout=args.duration + TLS_COST_DRAIN + 120, on_measuring=window)
+        else:  # the deadline passed before every stream had its head: what arrived
+            r = dict(first, cpu=0, client_cpu=0, rss_mb=rss_kib(pid, "RssAnon") / 1024, per_s=0, p50_ms=0,
+                     p99_ms=0)
+            p.wait()
+    finally:
+        if timer.is_alive():
+            timer.join()
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    r["us"] = r["cpu"] / r["per_s"] * 1e6 if r.get("per_s") else 0
+    # apisim's count (it skips what it falls behind on); fanout's written: the stamps any stream got
+    r["written_s"] = (rvs[1] - rvs[0]) / args.duration if len(rvs) == 2 else r.get("written", 0) / args.duration
+    return r
+
+
+def tls_cost_cell(rs, key, fmt):
+    """The mean of a row's runs, then each run: '12.3 (12.1 / 12.5)'."""
+    vals = [r[key] for r in rs]
+    return (fmt % (sum(vals) / len(vals))) + (" (%s)" % " / ".join(fmt % x for x in vals) if len(vals) > 1 else "")
+
+
+def tls_cost_lost(rs):
+    """Deliveries lost over a row's runs, and what else fanout saw."""
+    lost = sum(r.get("lost", 0) for r in rs)
+    why = []
+    behind, late = sum(r.get("behind", 0) for r in rs), sum(r.get("late", 0) for r in rs)
+    if behind:  # late counts from the stamps that reached some stream: at least that many
+        why.append("%d streams still behind after the drain, >= %d deliveries late" % (behind, late))
+    for f, what in (("ended", "streams ended by the server"), ("unanswered", "streams without a head"),
+                    ("extra", "duplicates"), ("reordered", "out of order")):
+        v = sum(r.get(f, 0) for r in rs)
+        if v:
+            why.append("%d %s" % (v, what))
+    return "%d" % lost + (" (%s)" % ", ".join(why) if why else "")
+
+
+def tls_cost_labels(short):
+    return ("before (%s)" % short, "before (%s), TLS" % short, "after", "after, TLS", "apisim (direct, plaintext)")
+
+
+def bench_tls_cost(args):
+    """Issue 22: kwc over TLS vs plaintext, before (--baseline-commit) vs
+    after (--kwc), in one run. Watch fan-out (ABBA over the four servers,
+    apisim beside them at the last point), the latency target over TLS,
+    cached RV=0 lists (ABBA), idle connection and watcher memory, a PNG of CPU
+    per delivery, and the targets' table with PASS/MISS. Every result goes to
+    a JSON file first (--tls-cost-from rebuilds the tables from it)."""
+    import json
+    cfg = TLS_COST_SMALL if args.small else TLS_COST_FULL
+    short = git("rev-parse", "--short", args.baseline_commit)
+    data = {"short": short, "kwc": args.kwc, "baseline_kwc": args.baseline_kwc, "save": SAVE, "cfg": cfg,
+            "duration": args.duration, "warmup": 1 if args.small else 2, "pods": args.pods,
+            "idle_conns": args.idle_conns, "runs": [], "lists": [],
+            "idle": [], "why": {}, "started": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+    t_start = time.monotonic()
+    try:
+        tls_cost_measure(args, cfg, data)
+    finally:
+        data["minutes"] = (time.monotonic() - t_start) / 60
+        fd, dump = tempfile.mkstemp(prefix="kwc-tls-cost-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        print("results: %s (bench/run.py --only tls-cost --tls-cost-from %s rebuilds the tables)" % (dump, dump),
+              flush=True)
+    tls_cost_report(data)
+
+
+def tls_cost_measure(args, cfg, data):
+    import json
+    BL, BTL, AL, ATL, S = tls_cost_labels(data["short"])
+    B, BT = Variant(BL, args.baseline_kwc, False), Variant(BTL, args.baseline_kwc, True)
+    A, AT = Variant(AL, args.kwc, False), Variant(ATL, args.kwc, True)
+    order = [B, BT, A, AT, AT, A, BT, B]  # ABBA over all four: drift over the run hits each alike
+    tag = {BL: "b", BTL: "b-tls", AL: "a", ATL: "a-tls"}
+    nmax = max(n for n, _ in cfg["watch"])
+    opt = (("--max-connections", max(nmax, cfg["target"][0]) + 1000), ("--protobuf-resources", "none"))
+    keep = ("streams", "ended", "deliveries", "per_s", "p50_ms", "p99_ms", "max_ms", "tls_failures", "non2xx",
+            "unanswered", "written", "lost", "behind", "late", "extra", "reordered", "drain_ms", "cpu", "client_cpu",
+            "rss_mb", "us", "written_s")
+
+    def start(env, vs, part):
+        servers = {}
+        for v in vs:
+            try:
+                servers[v.label] = Kwc(args, env, v, "tlscost-%s-%s" % (part, tag[v.label]), optional=opt)
+            except Unavailable as e:
+                servers[v.label] = e
+                data["why"]["%s|%s" % (part, v.label)] = str(e)
+        return servers
+
+    def watch(part, env, servers, n, rate, v):
+        label = v if v == S else v.label
+        k = servers.get(label)
+        try:
+            if v == S:
+                r = tls_cost_watch(args, env, env.apisim.port, n, rate, False, pid=env.apisim.pid())
+            elif isinstance(k, Kwc):
+                r = tls_cost_watch(args, env, k, n, rate, v.tls)
+            else:
+                return
+        except RuntimeError as e:  # fanout gave no result: the row says how many runs it has
+            print("%s %d x %d, %s: %s" % (part, n, rate, label, e), file=sys.stderr, flush=True)
+            data["why"]["%s|%d|%d|%s" % (part, n, rate, label)] = str(e)
+            return
+        rec = dict({x: r.get(x, 0) for x in keep}, part=part, n=n, rate=rate, server=label)
+        data["runs"].append(rec)
+        print(json.dumps({x: rec[x] for x in ("part", "n", "rate", "server", "streams", "per_s", "written_s",
+                                              "p50_ms", "p99_ms", "us", "lost", "behind", "ended", "drain_ms")}),
+              flush=True)
+
+    # -- watch fan-out, 1 KiB events
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", "1000", "--history", "1000000"],
+              start_kwc=False)
+    servers = {}
+    try:
+        servers = start(env, (B, BT, A, AT), "watch")
+        for n, rate in cfg["watch"]:
+            seq = list(order)
+            if [n, rate] == list(cfg["watch"][-1]):
+                seq[4:4] = [S, S]
+            for v in seq:
+                watch("watch", env, servers, n, rate, v)
+    finally:
+        stop_all(servers)
+        env.close()
+
+    # -- the latency target: TLS watchers at a low rate of larger objects
+    tn, trate, tsize, _ = cfg["target"]
+    env = Env(apisim_args=["--pods", "2000", "--nodes", "100", "--pod-size", str(tsize), "--history", "1000000"],
+              start_kwc=False)
+    servers = {}
+    try:
+        servers = start(env, (BT, AT), "target")
+        for v in (AT, BT, BT, AT):
+            watch("target", env, servers, tn, trate, v)
+    finally:
+        stop_all(servers)
+        env.close()
+
+    # -- cached RV=0 lists (curl), ABBA
+    env = seeded_env(args, args.pods, 4096)
+    servers = {}
+    try:
+        servers = start(env, (B, BT, A, AT), "list")
+        for conc, per in ((1, 3), (8, 1)):
+            for v in order:
+                k = servers[v.label]
+                if not isinstance(k, Kwc):
+                    continue
+                settle(k.pid)
+                smp = Sampler(k.pid)
+                c0 = cpu_seconds(k.pid)
+                try:
+                    wall, nbytes, times = curl_lists(k.port, "/api/v1/pods?resourceVersion=0", conc, per,
+                                                     certs(args)["ca"] if v.tls else None)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    print("lists %d, %s: %s" % (conc, v.label, e), file=sys.stderr, flush=True)
+                    continue
+                finally:
+                    peak = smp.stop()
+                cpu = cpu_seconds(k.pid) - c0
+                rec = {"conc": conc, "server": v.label, "s_gb": cpu / (nbytes / 1e9), "gbs": nbytes / wall / 1e9,
+                       "p50": pct(times, 50) * 1000, "p99": pct(times, 99) * 1000, "rss": peak["RssAnon"] / 1024}
+                data["lists"].append(rec)
+                print(json.dumps({x: round(y, 3) if isinstance(y, float) else y for x, y in rec.items()}), flush=True)
+    finally:
+        stop_all(servers)
+        env.close()
+
+    # -- idle memory: connections after one GET, and watchers, each on a fresh kwc
+    n = args.idle_conns
+    env = Env(apisim_args=["--pods", "100", "--nodes", "4"], start_kwc=False)
+    try:
+        gpath = one_pod_path(env)
+        for kind in ("connection", "watcher"):
+            for v in (B, BT, A, AT):
+                path = gpath if kind == "connection" else \
+                    "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=3600" % env.stats()["rv"]
+                try:
+                    r, grow, fds = idle_growth(args, env, v, n, path, "tlscost-idle-%s-%s" % (kind[0], tag[v.label]))
+                except (Unavailable, RuntimeError) as e:
+                    data["idle"].append({"kind": kind, "server": v.label, "why": str(e)})
+                    continue
+                rec = {"kind": kind, "server": v.label, "streams": r["streams"], "ended": r.get("ended", 0),
+                       "unanswered": r.get("unanswered", 0), "kib": grow / max(r["streams"], 1), "fds": fds}
+                data["idle"].append(rec)
+                print(json.dumps(rec), flush=True)
+    finally:
+        env.close()
+
+
+def tls_cost_report(data):
+    """The tables (targets first), saved to bench/results/tls-cost.md, and
+    the PNG, from what tls_cost_measure gathered."""
+    cfg, short, dur = data["cfg"], data["short"], data["duration"]
+    BL, BTL, AL, ATL, S = tls_cost_labels(short)
+    order = [BL, BTL, AL, ATL, ATL, AL, BTL, BL]
+    watch = [tuple(x) for x in cfg["watch"]]
+
+    def runs(part, n, rate, label):
+        return [r for r in data["runs"] if (r["part"], r["n"], r["rate"], r["server"]) == (part, n, rate, label)]
+
+    def why(part, label, n=None, rate=None):
+        w = data["why"].get("%s|%s" % (part, label))
+        return w or data["why"].get("%s|%s|%s|%s" % (part, n, rate, label)) or "no result (see the log)"
+
+    def mean(rs, key):
+        return mean_of(rs, key) if rs else None
+
+    out = []
+    hdr = ["watchers x events/s", "server", "runs", "server CPU us/delivery", "deliveries/s asked",
+           "deliveries/s got", "events written/s (apisim)", "p50 ms", "p99 ms", "server CPU", "fanout CPU",
+           "deliveries lost", "TLS / plain CPU"]
+    rows, plot = [], []
+    for n, rate in watch:
+        for label in (BL, BTL, AL, ATL, S):
+            rs = runs("watch", n, rate, label)
+            if not rs:
+                if label != S or (n, rate) == watch[-1]:
+                    rows.append(["%d x %d" % (n, rate), label, 0, why("watch", label, n, rate)] + ["-"] * 9)
+                continue
+            for r in rs:
+                r["cpu_pct"], r["client_pct"] = 100 * r["cpu"], 100 * r["client_cpu"]
+            plain = runs("watch", n, rate, label.replace(", TLS", ""))
+            ratio_ = "%.2fx" % (mean_of(rs, "us") / mean_of(plain, "us")) if label.endswith("TLS") and plain and \
+                mean_of(plain, "us") else "-"
+            rows.append(["%d x %d" % (n, rate), label, len(rs), tls_cost_cell(rs, "us", "%.2f"), n * rate,
+                         tls_cost_cell(rs, "per_s", "%.0f"), tls_cost_cell(rs, "written_s", "%.0f"),
+                         tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
+                         tls_cost_cell(rs, "cpu_pct", "%.0f%%"), tls_cost_cell(rs, "client_pct", "%.0f%%"),
+                         tls_cost_lost(rs), ratio_])
+            if label != S:
+                plot.append((label, n, rate, mean_of(rs, "us")))
+    out.append(table("Watch fan-out (fanout.c, 1 KiB pod updates, %d s window after a %d s warm-up, events started "
+                     "once every stream has its head, then read until every stream is past the window, at most "
+                     "%d s): before vs after, plaintext vs TLS, in the order %s; at %d x %d apisim twice in the "
+                     "middle (mean, then each run); CPU as %% of one core; lost: events written in the window that "
+                     "an open stream never received" % (
+                         (dur, data.get("warmup", 2), TLS_COST_DRAIN, " -> ".join(order)) + watch[-1]),
+                     hdr, rows))
+
+    tn, trate, tsize, tp99 = cfg["target"]
+    rows = []
+    for label in (BTL, ATL):
+        rs = runs("target", tn, trate, label)
+        if not rs:
+            rows.append([label, why("target", label, tn, trate)] + ["-"] * 5)
+            continue
+        rows.append([label, len(rs), tls_cost_cell(rs, "p50_ms", "%.1f"), tls_cost_cell(rs, "p99_ms", "%.1f"),
+                     tls_cost_cell(rs, "per_s", "%.0f") + " of %d" % (tn * trate), tls_cost_cell(rs, "us", "%.2f"),
+                     tls_cost_lost(rs)])
+    out.append(table("The latency target: %d TLS watchers at %d events/s of ~%d-byte pods (fanout --tls), order "
+                     "after, before, before, after" % (tn, trate, tsize),
+                     ["server", "runs", "p50 ms", "p99 ms", "deliveries/s", "kwc CPU us/delivery",
+                      "deliveries lost"], rows))
+
+    def lists(conc, label):
+        return [r for r in data["lists"] if (r["conc"], r["server"]) == (conc, label)]
+    rows = []
+    for conc in (1, 8):
+        for label in (BL, BTL, AL, ATL):
+            rs = lists(conc, label)
+            if not rs:
+                rows.append([conc, label, why("list", label)] + ["-"] * 4)
+                continue
+            plain = lists(conc, label.replace(", TLS", ""))
+            ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if label.endswith("TLS") and plain \
+                and mean_of(plain, "s_gb") else "-"
+            rows.append([conc, label, tls_cost_cell(rs, "s_gb", "%.2f"), tls_cost_cell(rs, "gbs", "%.2f"),
+                         tls_cost_cell(rs, "p50", "%.0f") + " / " + tls_cost_cell(rs, "p99", "%.0f"),
+                         tls_cost_cell(rs, "rss", "%.0f"), ratio_])
+    out.append(table("Cached RV=0 list of %d pods (~4 KiB each), curl listers (1 lister: 3 lists in a row; 8: one "
+                     "each), order %s (mean, then each run)" % (data["pods"], " -> ".join(order)),
+                     ["listers", "server", "kwc CPU s/GB", "GB/s", "p50 / p99 ms per list", "kwc peak RssAnon MB",
+                      "TLS / plain CPU per GB"], rows))
+
+    idle = {(r["kind"], r["server"]): r for r in data["idle"]}
+    rows = []
+    for kind in ("connection", "watcher"):
+        for label in (BL, BTL, AL, ATL):
+            r = idle.get((kind, label))
+            if not r or "why" in r:
+                rows.append([kind, label, r["why"] if r else "-", "-", "-"])
+                continue
+            rows.append([kind, label, "%d%s" % (r["streams"], " (%d ended, %d unanswered)" % (
+                r["ended"], r["unanswered"]) if r["ended"] or r["unanswered"] else ""), "%.2f" % r["kib"],
+                "+%d" % r["fds"]])
+    out.append(table("Idle memory: %d connections held by fanout --idle (after one GET; or a watch with its head "
+                     "and no events), kwc RssAnon growth per connection (KiB, OpenSSL's allocations included), "
+                     "each cell a fresh kwc" % data["idle_conns"],
+                     ["idle", "server", "connections", "KiB per connection", "kwc fds"], rows))
+
+    # -- the targets
+    trows = []
+
+    def target(what, measured, limit, ok):
+        trows.append([what, measured, limit, "-" if ok is None else "PASS" if ok else "MISS"])
+
+    def x(v):
+        return "%.2fx" % v if v else "n/a"
+
+    def div(a, b):
+        return a / b if a and b else None
+
+    for n, rate in watch:
+        us = {label: mean(runs("watch", n, rate, label), "us") for label in (BL, BTL, AL, ATL)}
+        ra, rb = div(us[ATL], us[AL]), div(us[BTL], us[BL])
+        target("TLS / plaintext kwc CPU per delivery, %d x %d/s" % (n, rate), "%s (before: %s)" % (x(ra), x(rb)),
+               "<= 1.25x", ra <= 1.25 if ra else None)
+    for n, rate in watch:
+        a, b = mean(runs("watch", n, rate, AL), "us"), mean(runs("watch", n, rate, BL), "us")
+        d = 1 - div(a, b) if div(a, b) else None
+        target("plaintext kwc CPU per delivery after vs before, %d x %d/s" % (n, rate),
+               "%.2f vs %.2f us: %s" % (a or 0, b or 0, "%+.0f%%" % (-100 * d) if d is not None else "n/a"),
+               ">= 25% lower", d >= 0.25 if d is not None else None)
+    for conc in (1, 8):
+        sg = {label: mean(lists(conc, label), "s_gb") for label in (BL, BTL, AL, ATL)}
+        ra, rb = div(sg[ATL], sg[AL]), div(sg[BTL], sg[BL])
+        target("TLS / plaintext kwc CPU per list GB, %d lister%s" % (conc, "s" if conc > 1 else ""),
+               "%s (%.2f vs %.2f s/GB; before: %s)" % (x(ra), sg[ATL] or 0, sg[AL] or 0, x(rb)),
+               "<= 1.15x", ra <= 1.15 if ra else None)
+    n, rate = watch[-1]
+    ka, sa = mean(runs("watch", n, rate, AL), "p99_ms"), mean(runs("watch", n, rate, S), "p99_ms")
+    target("p99 at %d x %d/s: kwc (after, plaintext) vs apisim direct" % (n, rate),
+           "%.0f vs %.0f ms" % (ka, sa) if ka is not None and sa is not None else "n/a", "below apisim's",
+           ka < sa if ka is not None and sa is not None else None)
+    ta, tb = mean(runs("target", tn, trate, ATL), "p99_ms"), mean(runs("target", tn, trate, BTL), "p99_ms")
+    target("p99 of %d TLS watchers x %d/s x %d B (after)" % (tn, trate, tsize),
+           "%.0f ms (before: %s)" % (ta, "%.0f ms" % tb if tb is not None else "n/a") if ta is not None else "n/a",
+           "<= %d ms" % tp99, ta <= tp99 if ta is not None else None)
+    after = [r for r in data["runs"] if r["server"] in (AL, ATL)]
+    before = [r for r in data["runs"] if r["server"] in (BL, BTL)]
+    target("deliveries lost, every after run (fan-out and the latency target)",
+           "%s (before: %s)" % (tls_cost_lost(after), tls_cost_lost(before)) if after else "n/a", "0",
+           # late (behind after the drain) is not lost; a stream the server ended lost what followed
+           all(not r["lost"] and not r["ended"] and not r["unanswered"] for r in after) if after else None)
+    for kind in ("connection", "watcher"):
+        got = idle.get((kind, ATL))
+        ok = got and "why" not in got
+        other = ["%.2f" % idle[(kind, lb)]["kib"] if "kib" in idle.get((kind, lb), {}) else "n/a" for lb in (AL, BTL)]
+        target("idle TLS %s memory (after), OpenSSL's included" % kind,
+               "%.2f KiB (plaintext %s, before TLS %s)" % (got["kib"], other[0], other[1]) if ok else "n/a",
+               "<= 16.5 KiB", got["kib"] <= 16.5 if ok else None)
+    kwc = data["kwc"]
+    out.insert(0, table("Issue 22 targets: before = %s, after = %s, one run started %s (%.0f min)%s" % (
+        short, os.path.relpath(kwc, ROOT) if kwc.startswith(ROOT) else kwc, data["started"], data["minutes"],
+        "" if data["save"] else "; --small or other sizes: not the issue's figures"),
+        ["target", "measured", "limit", "result"], trows))
+    for r in trows:
+        print("%s  %s: %s (%s)" % (r[3], r[0], r[1], r[2]), flush=True)
+    save("tls-cost", "\n".join(out))
+    plot_tls_cost(plot, short)
+
+
+def mean_of(rs, key):
+    return sum(r[key] for r in rs) / len(rs)
+
+
+def plot_tls_cost(points, short, name="tls-cost"):
+    """PNG: kwc CPU per delivery by watchers, one line per server (before and
+    after, plaintext and TLS). Unsaved runs draw into the temporary directory."""
+    if not points:
+        return
+    where = RESULTS if SAVE else tempfile.gettempdir()
+    data, png = os.path.join(where, name + ".dat"), os.path.join(where, name + ".png")
+    labels = []
+    for label, *_ in points:
+        if label not in labels:
+            labels.append(label)
+    with open(data, "w") as f:
+        for s in labels:
+            f.write("# %s\n" % s)
+            for label, n, rate, us in points:
+                if label == s:
+                    f.write('%d %.3f "%d x %d/s"\n' % (n, us, n, rate))
+            f.write("\n\n")
+    lines = ", ".join("'%s' index %d using 1:2%s with linespoints lw 2 pt %d dashtype %d title '%s'" % (
+        data, i, ":xtic(3)" if i == 0 else "", 7 if "TLS" in s else 5, 2 if "before" in s else 1, s)
+        for i, s in enumerate(labels))
+    script = """set terminal pngcairo size 900,560 noenhanced
+set output '%s'
+set title "kwc CPU per watch delivery, 1 KiB events (fanout.c)\\nbefore (%s) vs after, plaintext vs TLS"
+set xlabel 'watchers x events/s'
+set ylabel 'kwc CPU us per delivery'
+set offsets graph 0.06, graph 0.06, 0, 0
+set yrange [0:*]
+set key below
+plot %s
+""" % (png, short, lines)
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
+    print("plot: %s" % png, flush=True)
+
+
 # The full run's sizes: results are saved (and plots drawn) only at these.
 # h2_rate 20: 10,000 watches x 20 events/s = 200,000 deliveries/s, inside
 # what this 2-core machine carries over either protocol with the load
@@ -2367,8 +2846,8 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32"}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2"}
+    "http2,tls-cost"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
 
 
 def main():
@@ -2379,7 +2858,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bench"), help="bench/*.c built (fanout, ...)")
     ap.add_argument("--baseline-commit", default=None,
                     help="BEFORE: kwc built from this commit (default: the last with libevhtp; for --only http2 "
-                         "alone: %s, main before issue 21)" % H2_BASELINE)
+                         "alone: %s, main before issue 21; for --only tls-cost alone: %s, main before issue 22)" % (
+                             H2_BASELINE, TLS_COST_BASELINE))
     ap.add_argument("--baseline-kwc", default=None, help="BEFORE: this binary instead of building one")
     ap.add_argument("--only", default=SCENARIOS, help="comma-separated scenarios (default: all, %s)" % SCENARIOS)
     ap.add_argument("--small", action="store_true", help="small sizes (%s); nothing saved. The watch scenario's "
@@ -2411,12 +2891,15 @@ def main():
     ap.add_argument("--h2-get-seconds", type=int, default=FULL["h2_get_seconds"],
                     help="http2: seconds per GET cell (wrk or h2load)")
     ap.add_argument("--h2-get-conns", default=FULL["h2_get_conns"], help="http2: GET connection counts")
+    ap.add_argument("--tls-cost-from", metavar="JSON", default=None,
+                    help="tls-cost: no measuring; the tables, the PNG and the targets again from the results file "
+                         "a run printed (saved to bench/results/ when that run was the full one)")
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
     args = ap.parse_args()
     if args.baseline_commit is None:
-        args.baseline_commit = H2_BASELINE if args.only == "http2" else "8af2294"
+        args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -2425,12 +2908,19 @@ def main():
         "sizes below the full run"
     args.kwc = os.path.abspath(args.kwc)
     args.bin = os.path.abspath(args.bin)
+    if args.tls_cost_from:
+        import json
+        with open(args.tls_cost_from) as f:
+            data = json.load(f)
+        SAVE, NOTE = data["save"], "the run's sizes were below the full run's"
+        tls_cost_report(data)
+        return
     names = args.only.split(",")
     for name in names:
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
     tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms",
-                           "http2"} & set(names) else set()
+                           "http2", "tls-cost"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
