@@ -133,8 +133,8 @@ make_cert(void)
     X509_gmtime_adj(X509_getm_notAfter(cert), 86400);
     X509_set_pubkey(cert, key);
     X509_NAME *name = X509_get_subject_name(cert);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"tlsrecord", -1,
-                               -1, 0);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"tlsrecord", -1, -1,
+                               0);
     X509_set_issuer_name(cert, name);
     if (!X509_sign(cert, key, EVP_sha256()))
         die("cannot sign the certificate");
@@ -341,8 +341,8 @@ op_aead(void *arg, size_t size)
     if (a->tls12) {
         /* seq(8) type version length(2): the length is the plaintext's;
          * the buffer is explicit nonce (8) | plaintext | tag (16) */
-        unsigned char tls_aad[13] = {0, 0, 0, 0, 0, 0, 0, 1, 0x17, 3, 3, (unsigned char)(size >> 8),
-                                     (unsigned char)size};
+        unsigned char tls_aad[13] = {
+            0, 0, 0, 0, 0, 0, 0, 1, 0x17, 3, 3, (unsigned char)(size >> 8), (unsigned char)size};
         if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_TLS1_AAD, 13, tls_aad) != 16 ||
             EVP_Cipher(a->ctx, a->buf, a->buf, (unsigned int)(size + 24)) <= 0)
             die("TLS 1.2 seal");
@@ -435,9 +435,9 @@ main(int argc, char **argv)
         int clear;
         bool tcp;
     } modes[] = {
-        {true, CLR_ON, false},   {true, CLR_PEEK, false}, {true, CLR_OFF, false},
-        {false, CLR_ON, false},  {false, CLR_OFF, false}, {true, CLR_ON, true},
-        {true, CLR_PEEK, true},  {false, CLR_ON, true},   {false, CLR_PEEK, true},
+        {true, CLR_ON, false},  {true, CLR_PEEK, false}, {true, CLR_OFF, false},
+        {false, CLR_ON, false}, {false, CLR_OFF, false}, {true, CLR_ON, true},
+        {true, CLR_PEEK, true}, {false, CLR_ON, true},   {false, CLR_PEEK, true},
     };
     for (size_t su = 0; su < sizeof(suites) / sizeof(suites[0]); su++) {
         for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
