@@ -197,9 +197,9 @@ run:
 	$(Q)$(PYTHON) tests/lib/demo.py --kwc $(BUILD)/kwc
 
 # the etcd side of the fan-out bench speaks gRPC over HTTP/2 (libnghttp2);
-# fanout --tls and tlsprobe call OpenSSL themselves
+# fanout --tls, tlsprobe and tlsrecord call OpenSSL themselves
 $(BUILD)/bench/fanout: LIBS += -lnghttp2
-$(BUILD)/bench/fanout $(BUILD)/bench/tlsprobe: LIBS += -lssl -lcrypto
+$(BUILD)/bench/fanout $(BUILD)/bench/tlsprobe $(BUILD)/bench/tlsrecord: LIBS += -lssl -lcrypto
 
 bench:
 	$(Q)tests/lib/deps.sh bench

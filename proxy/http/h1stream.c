@@ -337,6 +337,18 @@ q_write(struct hstream *s)
 
 /* ---- TLS ---- */
 
+/* Before an SSL call whose failure SSL_get_error judges: the thread's
+ * error queue must hold nothing older (a stale entry would make a
+ * WANT_WRITE fatal). ERR_clear_error costs ~110 ns even on an empty queue
+ * (it frees 32 NULL pointers), ERR_peek_error ~15 ns: ~15 % of an
+ * SSL_write of 1 KiB, bench/results/tls-record.md. */
+static void
+tls_clear_stale(void)
+{
+    if (ERR_peek_error())
+        ERR_clear_error();
+}
+
 /* The next record's plaintext: the first piece alone when it fills a
  * record or is all that is queued (straight from its bytes), else the
  * pieces gathered into the scratch up to a record. Returns its length. */
@@ -377,7 +389,7 @@ tls_send(struct hstream *s)
                 return 1;
             len = tls_next(s, &p);
         }
-        ERR_clear_error();
+        tls_clear_stale();
         int w = SSL_write(s->ssl, p, (int)len);
         if (w > 0) {
             if (s->pend)
@@ -414,7 +426,7 @@ tls_drain(struct hstream *s)
     char buf[4096];
     s->rd_on_write = false;
     for (size_t got = 0; got < TLS_READ_MAX; got += sizeof(buf)) {
-        ERR_clear_error();
+        tls_clear_stale();
         int n = SSL_read(s->ssl, buf, (int)sizeof(buf));
         if (n > 0)
             continue; /* anything a client sends on a stream is dropped */

@@ -24,6 +24,7 @@
 #include "kwc/http.h"
 
 #include <event2/event.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -916,6 +917,50 @@ test_close_pending(void)
     fx_fini(&f);
 }
 
+/* An error some other code left in the thread's OpenSSL error queue does
+ * not close a TLS stream: neither when its SSL_write succeeds nor when the
+ * socket is full (SSL_get_error would read the stale entry and call a
+ * WANT_WRITE fatal); every byte arrives once the reader reads again. */
+static void
+test_stale_error(void)
+{
+    struct fx f;
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, true, 4096, 0);
+    if (!s)
+        return;
+    for (size_t i = 0; i < sizeof(blob); i++)
+        blob[i] = (char)('a' + i % 26);
+    ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+    hstream_write_ref(s, &r, 0, blob, 100);
+    ok(hstream_flush(s), "a flush with a stale error queued");
+    run(&f, &r);
+    is_int(r.closed, 0, "...does not close the stream");
+    is_int(r.released, 1, "...and its record left");
+    f.c.paused = true;
+    for (int i = 1; i < 64; i++)
+        hstream_write_ref(s, &r, (uint32_t)i, blob + (size_t)i * 16384, 16384);
+    ERR_raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH);
+    ok(hstream_flush(s), "a flush into a full socket with a stale error queued");
+    ok(hstream_queued(s) > 0, "...the socket is full");
+    is_int(r.closed, 0, "...and the stream stays");
+    f.c.paused = false;
+    run(&f, &r);
+    is_int(r.closed, 0, "the reader reads again: the stream still open");
+    is_int(r.released, 64, "every reference released");
+    size_t hl;
+    bool term;
+    struct gostr_buf b = {0};
+    ok(split(&f.c.in, &hl, &b, &term) && !term, "chunked, not ended");
+    ok(b.len == 100 + 63 * 16384 && memcmp(b.p, blob, 100) == 0 &&
+           memcmp(b.p + 100, blob + 16384, 63 * 16384) == 0,
+       "every byte once, in order");
+    free(b.p);
+    hstream_close(s);
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
 /* A connection gone before the handoff: NULL. Gone between handoff and
  * attach: the stream attaches and closes at once, with nothing sent. */
 static void
@@ -985,6 +1030,7 @@ main(void)
     TAP_RUN(test_framed_same);
     TAP_RUN(test_stalled_tls);
     TAP_RUN(test_close_pending);
+    TAP_RUN(test_stale_error);
     tfx_dir_close();
     return tap_done();
 }
