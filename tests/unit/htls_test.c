@@ -542,12 +542,11 @@ static size_t rec_len[MAX_RECORDS]; /* application data records: length on the w
 static int nrec;
 
 static void
-on_msg(int write_p, int version, int content_type, const void *buf, size_t len, SSL *ssl,
-       void *arg)
+on_msg(int write_p, int version, int content_type, const void *buf, size_t len, SSL *ssl, void *arg)
 {
     const unsigned char *h = buf;
-    if (!write_p && content_type == SSL3_RT_HEADER && len == 5 && h[0] == SSL3_RT_APPLICATION_DATA &&
-        nrec < MAX_RECORDS)
+    if (!write_p && content_type == SSL3_RT_HEADER && len == 5 &&
+        h[0] == SSL3_RT_APPLICATION_DATA && nrec < MAX_RECORDS)
         rec_len[nrec++] = ((size_t)h[3] << 8) | h[4];
 }
 
