@@ -275,6 +275,20 @@ void hresp_start(struct hreq *r, int status, int64_t content_length);
 void hresp_write(struct hreq *r, const void *p, size_t n);
 /* Body bytes moved out of buf (no copy of the data). */
 void hresp_write_buffer(struct hreq *r, struct evbuffer *buf);
+/*
+ * Body bytes the response takes over, sent without a copy: the n bytes at p
+ * inside block (the caller's malloc), with at least HRESP_BLOCK_BEFORE bytes
+ * of block before p and HRESP_BLOCK_AFTER after p + n that the writer may
+ * overwrite. HTTP/1.1 chunked: the chunk's header and trailer are written
+ * there, so that the frame and its data leave as one contiguous piece (over
+ * TLS: whole records, no tiny framing records). block is freed once the
+ * bytes have left (or at once when they never will). For large bodies
+ * (lists): over TLS the connection keeps its record buffers while such a
+ * response runs.
+ */
+#define HRESP_BLOCK_BEFORE 18 /* "%zx\r\n" of any size_t */
+#define HRESP_BLOCK_AFTER 2   /* "\r\n" */
+void hresp_write_block(struct hreq *r, void *block, char *p, size_t n);
 /* Bytes queued and not yet sent. */
 size_t hresp_queued(const struct hreq *r);
 /* Call on_drain whenever the queue falls to at most n bytes. */

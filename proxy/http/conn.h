@@ -119,6 +119,7 @@ struct hconn {
     bool head_byte;     /* a byte of the current head arrived */
     bool timer_idle;    /* the timer is the idle timeout, not the head timeout */
     bool handshake_done;
+    bool tls_bulk;                     /* hconn_tls_bulk: SSL_MODE_RELEASE_BUFFERS is off */
     bool parse_paused_body;            /* the handler stopped body reading */
     bool head_ready;                   /* on_headers_complete ran: dispatch */
     bool msg_complete;                 /* on_message_complete ran */
@@ -191,6 +192,10 @@ void hconn_close_graceful(struct hconn *c);
 /* (Re)arm the connection's timer: the head timeout once a byte of a head
  * came in (or before the handshake), else the idle timeout. */
 void hconn_arm_timer(struct hconn *c);
+/* TLS: on, the connection keeps OpenSSL's record buffers between writes (a
+ * large response: no allocation per record); off, it frees them when idle
+ * (SSL_MODE_RELEASE_BUFFERS, as the context sets it). */
+void hconn_tls_bulk(struct hconn *c, bool on);
 /* Go on from the next loop turn: parse, or finish a response that left. */
 void hconn_kick(struct hconn *c);
 /* Descriptors that are no open connection of the server's but count against

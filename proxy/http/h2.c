@@ -94,6 +94,7 @@
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
 #define H2_FRAME_MAX (64 * 1024)  /* DATA payload, when the client's frame size allows */
+#define H2_FRAME_TLS (16384 - 9)  /* over TLS: the frame and its header fill one record */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -575,7 +576,11 @@ on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint3
 
 /* A DATA frame of a stream's own queue (NGHTTP2_DATA_FLAG_NO_COPY): its
  * header, then the bytes moved from the stream's evbuffer to the
- * connection's (whole chains move; a frame's edge inside a chain copies). */
+ * connection's (whole chains move; a frame's edge inside a chain copies).
+ * Over TLS the frame is copied once into one contiguous piece of at most a
+ * record (on_read_length): the OpenSSL bufferevent seals one record per
+ * piece, so a moved chain would make the 9-byte header a record of its own
+ * and split the next records at every chain's edge. */
 static int
 on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size_t length,
              nghttp2_data_source *src, void *arg)
@@ -586,6 +591,18 @@ on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size
     if (evbuffer_get_length(out) >= H2_OUT_HIGH)
         return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
     assert(f->data.padlen == 0);       /* kwc never pads */
+    if (hc->c->ssl) {
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(out, (ev_ssize_t)(9 + length), &v, 1) != 1)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        memcpy(v.iov_base, framehd, 9);
+        if (evbuffer_remove(st->out, (char *)v.iov_base + 9, length) != (int)length)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        v.iov_len = 9 + length;
+        evbuffer_commit_space(out, &v, 1);
+        h2_queued_sub(st, length);
+        return 0;
+    }
     evbuffer_add(out, framehd, 9);
     if (evbuffer_remove_buffer(st->out, out, length) != (int)length)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -594,12 +611,15 @@ on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size
 }
 
 /* DATA frames as large as the client allows (SETTINGS_MAX_FRAME_SIZE) and
- * the windows take, up to H2_FRAME_MAX: fewer frames, fewer headers. */
+ * the windows take, up to H2_FRAME_MAX: fewer frames, fewer headers. Over
+ * TLS a frame with its header is one full record (H2_FRAME_TLS). */
 static ssize_t
 on_read_length(nghttp2_session *ss, uint8_t type, int32_t id, int32_t conn_window,
                int32_t stream_window, uint32_t max_frame, void *arg)
 {
-    ssize_t n = max_frame < H2_FRAME_MAX ? (ssize_t)max_frame : H2_FRAME_MAX;
+    struct h2conn *hc = arg;
+    ssize_t most = hc->c->ssl ? H2_FRAME_TLS : H2_FRAME_MAX;
+    ssize_t n = max_frame < (uint32_t)most ? (ssize_t)max_frame : most;
     if (conn_window < n)
         n = conn_window;
     if (stream_window < n)

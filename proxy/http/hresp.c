@@ -10,6 +10,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -239,6 +241,49 @@ hresp_write_buffer(struct hreq *r, struct evbuffer *buf)
         evbuffer_add_buffer(out, buf);
     }
     r->bytes += evbuffer_get_length(out) - before;
+}
+
+static void
+on_block_sent(const void *data, size_t len, void *block)
+{
+    free(block);
+}
+
+void
+hresp_write_block(struct hreq *r, void *block, char *p, size_t n)
+{
+    struct hconn *c = hreq_of(r)->c;
+    assert(r->started && !r->ended);
+    assert(p >= (char *)block + HRESP_BLOCK_BEFORE);
+    if (r->h2) {
+        struct evbuffer *b = evbuffer_new();
+        if (!b || evbuffer_add_reference(b, p, n, on_block_sent, block) != 0)
+            abort();                /* out of memory */
+        h2_resp_write_buffer(r, b); /* moves the reference */
+        evbuffer_free(b);
+        return;
+    }
+    if (c->state == C_DEAD || n == 0 || r->no_body) {
+        free(block);
+        return;
+    }
+    char *start = p;
+    size_t len = n;
+    if (r->streamed_chunked) {
+        char head[HRESP_BLOCK_BEFORE + 1];
+        int hl = snprintf(head, sizeof(head), "%zx\r\n", n);
+        assert(hl > 0 && hl <= HRESP_BLOCK_BEFORE);
+        start = p - hl;
+        memcpy(start, head, (size_t)hl);
+        memcpy(p + n, "\r\n", 2);
+        len = n + (size_t)hl + 2;
+    }
+    if (c->ssl)
+        hconn_tls_bulk(c, true);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_add_reference(out, start, len, on_block_sent, block) != 0)
+        abort(); /* out of memory */
+    r->bytes += len;
 }
 
 size_t

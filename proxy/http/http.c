@@ -73,6 +73,7 @@ conn_finish_req(struct hconn *c)
 {
     struct hreq *r = c->req;
     bool close = r->close_after || !r->keepalive || !r->complete;
+    hconn_tls_bulk(c, false); /* the output has left: an idle connection's size */
     hreq_closed(r, HREQ_END_DONE);
     hreq_free(r);
     c->req = NULL;
@@ -112,6 +113,22 @@ on_kick(evutil_socket_t fd, short what, void *arg)
         return;
     }
     h1_parse(c);
+}
+
+void
+hconn_tls_bulk(struct hconn *c, bool on)
+{
+    if (!c->ssl || c->tls_bulk == on)
+        return;
+    c->tls_bulk = on;
+    if (!(SSL_CTX_get_mode(SSL_get_SSL_CTX(c->ssl)) & SSL_MODE_RELEASE_BUFFERS))
+        return;
+    if (on) {
+        SSL_clear_mode(c->ssl, SSL_MODE_RELEASE_BUFFERS);
+        return;
+    }
+    SSL_set_mode(c->ssl, SSL_MODE_RELEASE_BUFFERS);
+    SSL_free_buffers(c->ssl); /* fails (keeps them) while a record is pending */
 }
 
 void
@@ -724,6 +741,7 @@ hconn_leave(struct hconn *c)
     assert(c->state != C_DEAD && c->req);
     struct hreq *r = c->req;
     struct bufferevent *bev = c->bev;
+    hconn_tls_bulk(c, false);
     atomic_fetch_add(&taken_conns, 1);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     bufferevent_setwatermark(bev, EV_READ | EV_WRITE, 0, 0);

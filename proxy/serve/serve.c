@@ -17,8 +17,11 @@
  *     head states the items' length (plan_list), then chunks of items
  *     between the encoding's head and tail (struct encoding).
  * A chunk is one read transaction: store_scan from the next key at the
- * list's rv until CHUNK_BYTES are queued or CHUNK_VISITS objects visited
- * (selectors may skip most), then the transaction ends. The next chunk
+ * list's rv until the next item would not fit in CHUNK_BYTES (an item
+ * larger than that is a chunk of its own) or CHUNK_VISITS objects were
+ * visited (selectors may skip most), then the transaction ends. A chunk is
+ * one contiguous block that the response takes over (hresp_write_block):
+ * framed in place, it leaves as one piece. The next chunk
  * starts from a deferred event while the response queue is below
  * max_buffer, else when it drains to half of it (on_drain). Over HTTP/2
  * hresp_queued also reports a full connection (h2.c's bound): the first
@@ -52,7 +55,9 @@
 #include "kwc/store.h"
 
 #define SREQ_MAGIC 0x73726571u /* "sreq" */
-#define CHUNK_BYTES (64 * 1024)
+/* A chunk's data, so that with its HTTP/1.1 framing ("fff8\r\n" ... "\r\n")
+ * it is at most 64 KiB: four full TLS records */
+#define CHUNK_BYTES (64 * 1024 - 8)
 #define CHUNK_VISITS 8192
 #define ITEM_PREFIX_MAX 11 /* what an encoding writes in front of an item */
 
@@ -98,7 +103,10 @@ struct sreq {
     uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
     uint64_t items_sent;    /* item bytes written so far, prefixes included */
     bool pass_on;           /* the cache failed this one before the answer started */
-    struct evbuffer *chunk;
+    struct chunk {
+        char *base; /* malloc'd; the data starts HRESP_BLOCK_BEFORE in */
+        size_t len, cap;
+    } chunk;
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
@@ -291,8 +299,7 @@ sreq_free(struct sreq *sr)
         event_free(sr->kick);
     if (sr->timer)
         event_free(sr->timer);
-    if (sr->chunk)
-        evbuffer_free(sr->chunk);
+    free(sr->chunk.base);
     sel_free(sr->sel);
     idx_view_fini(&sr->iv);
     decide_result_fini(&sr->dec);
@@ -506,6 +513,47 @@ plan_list(struct sreq *sr)
     return 0;
 }
 
+/* ---- the chunk being filled ---- */
+
+static char *
+chunk_data(struct sreq *sr)
+{
+    return sr->chunk.base + HRESP_BLOCK_BEFORE;
+}
+
+/* Room for n more bytes (one block, grown when it must). */
+static char *
+chunk_reserve(struct sreq *sr, size_t n)
+{
+    struct chunk *k = &sr->chunk;
+    if (!k->base || k->cap - k->len < n) {
+        size_t cap = k->len + n > CHUNK_BYTES ? k->len + n : CHUNK_BYTES;
+        k->base = xrealloc(k->base, HRESP_BLOCK_BEFORE + cap + HRESP_BLOCK_AFTER);
+        k->cap = cap;
+    }
+    return chunk_data(sr) + k->len;
+}
+
+/* Move what the encoding wrote into b (its head, its tail) to the chunk. */
+static void
+chunk_add_buffer(struct sreq *sr, struct evbuffer *b)
+{
+    size_t n = evbuffer_get_length(b);
+    evbuffer_remove(b, chunk_reserve(sr, n), n);
+    sr->chunk.len += n;
+}
+
+/* The chunk goes to the response (which frees it). */
+static void
+send_chunk(struct sreq *sr)
+{
+    struct chunk *k = &sr->chunk;
+    if (k->len == 0)
+        return;
+    hresp_write_block(sr->req, k->base, chunk_data(sr), k->len);
+    *k = (struct chunk){0};
+}
+
 struct fill {
     struct sreq *sr;
     size_t visits;
@@ -520,37 +568,31 @@ on_fill_obj(void *arg, const struct store_obj *o)
     if (sr->end && store_keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
         return 1; /* past the page */
     if (matches(sr, o)) {
+        size_t need = ITEM_PREFIX_MAX + o->raw_len;
+        if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
+            /* the chunk is full: this item starts the next one */
+            set_key(&sr->from, &sr->from_len, o->key, o->key_len, false);
+            f->more = true;
+            return 1;
+        }
         /* the object's bytes read once, from the map into the answer, and
          * their checksum checked there (store_rtxn_defer_raw_check) */
-        struct evbuffer_iovec v;
-        size_t need = ITEM_PREFIX_MAX + o->raw_len;
-        if (evbuffer_reserve_space(sr->chunk, (ev_ssize_t)need, &v, 1) != 1)
-            return KWC_ETOOBIG;
-        char *d = v.iov_base;
+        char *d = chunk_reserve(sr, need);
         size_t n = sr->enc->item_prefix(sr, d, o->raw_len);
         memcpy(d + n, o->raw, o->raw_len);
         int rc = store_obj_check_raw(sr->d->sres, o, d + n);
         if (rc)
             return rc; /* nothing committed: the chunk is as before */
-        v.iov_len = n + o->raw_len;
-        evbuffer_commit_space(sr->chunk, &v, 1);
+        sr->chunk.len += n + o->raw_len;
         sr->any_item = true;
-        sr->items_sent += v.iov_len;
+        sr->items_sent += n + o->raw_len;
     }
-    if (++f->visits >= CHUNK_VISITS || evbuffer_get_length(sr->chunk) >= CHUNK_BYTES) {
+    if (++f->visits >= CHUNK_VISITS || sr->chunk.len >= CHUNK_BYTES) {
         set_key(&sr->from, &sr->from_len, o->key, o->key_len, true);
         f->more = true;
         return 1;
     }
     return 0;
-}
-
-static void
-send_chunk(struct sreq *sr)
-{
-    if (evbuffer_get_length(sr->chunk) == 0)
-        return;
-    hresp_write_buffer(sr->req, sr->chunk);
 }
 
 static void
@@ -606,13 +648,16 @@ fill(struct sreq *sr)
         return true;
     }
     if (!f.more) {
-        sr->enc->tail(sr, sr->chunk);
+        struct evbuffer *tail = evbuffer_new();
+        sr->enc->tail(sr, tail);
+        chunk_add_buffer(sr, tail);
+        evbuffer_free(tail);
         sr->done = true;
         if (!sr->started) {
             /* the whole list in one piece: a plain response with Content-Length */
             common_headers(sr);
-            hresp_start(sr->req, 200, (int64_t)evbuffer_get_length(sr->chunk));
-            hresp_write_buffer(sr->req, sr->chunk);
+            hresp_start(sr->req, 200, (int64_t)sr->chunk.len);
+            send_chunk(sr);
             hresp_end(sr->req);
             return true;
         }
@@ -669,8 +714,10 @@ serve_list(struct sreq *sr)
         read_failed(sr, rc);
         return;
     }
-    sr->chunk = evbuffer_new();
-    sr->enc->head(sr, sr->chunk);
+    struct evbuffer *head = evbuffer_new();
+    sr->enc->head(sr, head);
+    chunk_add_buffer(sr, head);
+    evbuffer_free(head);
     hresp_low_water(sr->req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     /* an HTTP/2 connection over its bound (h2.c) has no room even for the

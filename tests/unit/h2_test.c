@@ -1328,6 +1328,53 @@ test_alpn(void)
     tfx_dir_close();
 }
 
+/* ---- TLS: a DATA frame and its header fill one record ---- */
+
+#define MAX_REC 512
+static size_t rec_len[MAX_REC]; /* application data records received: length on the wire */
+static int nrec;
+
+static void
+on_msg(int write_p, int version, int content_type, const void *buf, size_t len, SSL *ssl, void *arg)
+{
+    const unsigned char *h = buf;
+    if (!write_p && content_type == SSL3_RT_HEADER && len == 5 &&
+        h[0] == SSL3_RT_APPLICATION_DATA && nrec < MAX_REC)
+        rec_len[nrec++] = ((size_t)h[3] << 8) | h[4];
+}
+
+/* Over TLS a body goes out in DATA frames of 16384 - 9 bytes, each with its
+ * header one piece: full records (without that, every frame's 9-byte header
+ * and its data are sealed apart and no record is a full one). */
+static void
+test_tls_records(void)
+{
+    tfx_dir_open("h2_test");
+    tfx_write_pair("localhost", NULL);
+    struct http_server_options o = opts();
+    o.tls_cert_file = tfx_cert_path;
+    o.tls_key_file = tfx_key_path;
+    struct srv sv;
+    srv_init(&sv, o);
+    SSL_CTX *cctx = tfx_client_ctx();
+    struct cl c;
+    cl_open(&c, &sv, true, cctx);
+    SSL_set_msg_callback(c.ssl, on_msg);
+    int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(c.st[a].status, 200, "HTTP/2 over TLS answered");
+    is_int(c.st[a].nbody, STREAM_BYTES, "the whole body");
+    int full = 0;
+    for (int i = 0; i < nrec; i++)
+        full += rec_len[i] == 16384 + 17; /* TLS 1.3: a type byte and a 16-byte tag */
+    printf("# %d application data records, %d full\n", nrec, full);
+    ok(full >= STREAM_BYTES / (16384 - 9) - 1, "the body's records are full ones");
+    cl_close(&c);
+    srv_fini(&sv);
+    SSL_CTX_free(cctx);
+    tfx_dir_close();
+}
+
 int
 main(void)
 {
@@ -1351,6 +1398,7 @@ main(void)
     TAP_RUN(test_goaway_after);
     TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
+    TAP_RUN(test_tls_records);
     TAP_RUN(test_hstream);
     TAP_RUN(test_conn_bound);
     TAP_RUN(test_pledge_lapses);

@@ -88,6 +88,26 @@ h_close(void *arg)
 
 static const struct hreq_handler hooks = {.on_close = h_close};
 
+/* "/blocks": BLOCKS chunks of BLOCK_DATA bytes through hresp_write_block,
+ * each framed to 64 KiB ("fff8\r\n" ... "\r\n"), byte i of chunk k being
+ * 'a' + (i + k) % 26 */
+#define BLOCKS 3
+#define BLOCK_DATA (64 * 1024 - 8)
+
+static void
+write_blocks(struct hreq *r)
+{
+    hresp_start(r, 200, -1);
+    for (int k = 0; k < BLOCKS; k++) {
+        char *b = xmalloc(HRESP_BLOCK_BEFORE + BLOCK_DATA + HRESP_BLOCK_AFTER);
+        char *p = b + HRESP_BLOCK_BEFORE;
+        for (size_t i = 0; i < BLOCK_DATA; i++)
+            p[i] = (char)('a' + (i + (size_t)k) % 26);
+        hresp_write_block(r, b, p, BLOCK_DATA);
+    }
+    hresp_end(r);
+}
+
 static void
 on_request(void *arg, struct hreq *r)
 {
@@ -96,6 +116,10 @@ on_request(void *arg, struct hreq *r)
     hreq_set_handler(r, &hooks, t);
     size_t tl;
     const char *target = hreq_target(r, &tl);
+    if (tl == 7 && memcmp(target, "/blocks", 7) == 0) {
+        write_blocks(r);
+        return;
+    }
     char cn[64] = "-";
     X509 *x = hreq_client_cert(r);
     if (x)
@@ -742,6 +766,72 @@ test_ktls_kernel(void)
     fx_fini(&f);
 }
 
+/* ---- the records a client received (SSL_set_msg_callback) ---- */
+
+#define MAX_RECORDS 256
+static size_t rec_len[MAX_RECORDS]; /* application data records: length on the wire */
+static int nrec;
+
+static void
+on_msg(int write_p, int version, int content_type, const void *buf, size_t len, SSL *ssl, void *arg)
+{
+    const unsigned char *h = buf;
+    if (!write_p && content_type == SSL3_RT_HEADER && len == 5 &&
+        h[0] == SSL3_RT_APPLICATION_DATA && nrec < MAX_RECORDS)
+        rec_len[nrec++] = ((size_t)h[3] << 8) | h[4];
+}
+
+/* A chunked answer has ended ("0\r\n\r\n" last). */
+static bool
+p_chunked_end(struct fx *f, int i)
+{
+    const struct tfx_cl *c = &f->c[i];
+    return f->c[i].eof ||
+           (c->in.len >= 5 && memcmp(tfx_cl_in(c) + c->in.len - 5, "0\r\n\r\n", 5) == 0);
+}
+
+/* hresp_write_block over TLS: each chunk's header, data and trailer leave as
+ * one piece, so the records are full ones: no record of a few bytes for a
+ * chunk's framing (and the body arrives whole). */
+static void
+test_blocks_records(void)
+{
+    tfx_write_pair("one", NULL);
+    struct http_server_options o = tls_opts();
+    struct fx f;
+    fx_init(&f, &o);
+    int a = fx_connect(&f, true, NULL, 0);
+    SSL_set_msg_callback(f.c[a].ssl, on_msg);
+    is_str(get(&f, a, "/a"), "GET /a tls=1 cn=-", "a first answer");
+    nrec = 0;
+    f.c[a].in.len = 0;
+    tfx_cl_sends(&f.c[a], "GET /blocks HTTP/1.1\r\nHost: h\r\n\r\n");
+    ok(run_until(&f, p_chunked_end, a), "the chunked answer ended");
+    const char *in = tfx_cl_in(&f.c[a]), *b = strstr(in, "\r\n\r\n");
+    bool whole = b != NULL;
+    const char *p = b ? b + 4 : NULL;
+    for (int k = 0; whole && k < BLOCKS; k++) {
+        whole = strncmp(p, "fff8\r\n", 6) == 0;
+        p += 6;
+        for (size_t i = 0; whole && i < BLOCK_DATA; i++)
+            whole = p[i] == (char)('a' + (i + (size_t)k) % 26);
+        p += BLOCK_DATA;
+        whole = whole && strncmp(p, "\r\n", 2) == 0;
+        p += 2;
+    }
+    ok(whole && strcmp(p, "0\r\n\r\n") == 0, "the body: each chunk whole, then the end");
+    int full = 0, tiny = 0;
+    for (int i = 0; i < nrec; i++) {
+        full += rec_len[i] == 16384 + 17; /* TLS 1.3: a type byte and a 16-byte tag */
+        tiny += rec_len[i] < 64 + 17 && i != nrec - 1;
+    }
+    printf("# %d application data records, %d full\n", nrec, full);
+    ok(full >= BLOCKS * 3, "most records are full ones");
+    is_int(tiny, 0, "no record of a few bytes before the last");
+    ok(nrec <= BLOCKS * 5 + 2, "at most five records per 64 KiB chunk");
+    fx_fini(&f);
+}
+
 int
 main(void)
 {
@@ -759,6 +849,7 @@ main(void)
     TAP_RUN(test_ktls_auto);
     TAP_RUN(test_ktls_off);
     TAP_RUN(test_ktls_kernel);
+    TAP_RUN(test_blocks_records);
     tfx_dir_close();
     return tap_done();
 }

@@ -184,6 +184,60 @@ test_backpressure(void)
     cfx_close(&f);
 }
 
+/* ---- the chunks: full ones, at most 64 KiB with their framing ---- */
+
+/* A list's chunks are blocks of at most 64 KiB - 8 (with "fff8\r\n" and
+ * "\r\n": four full TLS records), each filled until the next item would not
+ * fit; an item larger than that is a chunk of its own. */
+static void
+test_chunk_sizes(void)
+{
+    struct cfx f;
+    enum { N = 400, SIZE = 1500, BIG = 100 * 1024 };
+    cfx_open(&f, N, SIZE, 1000);
+    struct serve *s = serve_open(&f, 1 << 20);
+    int c = cfx_connect(&f, 0);
+    cfx_event(&f, STORE_MODIFIED, "ns", "p0100", BIG); /* one item larger than a chunk */
+    get(&f, c, "/api/v1/pods?resourceVersion=0");
+    struct cfx_resp r = {0};
+    for (int turns = 0; turns < 1000 && f.last_req; turns++) {
+        cfx_read(&f, c, 0);
+        cfx_run(&f);
+    }
+    response(&f, c, 0, &r);
+    ok(r.chunked && r.complete, "a chunked list, complete");
+    const char *in = f.p[c].in.p, *end = in + f.p[c].in.len;
+    const char *b = memmem(in, f.p[c].in.len, "\r\n\r\n", 4);
+    size_t sizes[64], n = 0;
+    for (b = b ? b + 4 : end; b < end && n < 64;) {
+        char *e;
+        size_t len = strtoul(b, &e, 16);
+        if (len == 0)
+            break;
+        sizes[n++] = len;
+        b = e + 2 + len + 2;
+    }
+    size_t over = 0, underfilled = 0, big = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sizes[i] > BIG) {
+            big++;
+            continue;
+        }
+        over += sizes[i] > 64 * 1024 - 8;
+        /* a chunk ends before the item that would not fit (or before the big one) */
+        underfilled += i + 1 < n && sizes[i + 1] <= BIG && sizes[i] + SIZE + 100 < 64 * 1024 - 8;
+    }
+    printf("# %zu chunks\n", n);
+    ok(n > 5, "several chunks");
+    is_int(over, 0, "no chunk over 64 KiB - 8 bytes");
+    is_int(underfilled, 0, "every chunk filled until the next item would not fit");
+    is_int(big, 1, "the item larger than a chunk: a chunk of its own");
+    free(r.body.p);
+    cfx_close_http(&f);
+    serve_free(s);
+    cfx_close(&f);
+}
+
 /* ---- errors ---- */
 
 static void
@@ -269,6 +323,7 @@ main(void)
 {
     TAP_RUN(test_list);
     TAP_RUN(test_backpressure);
+    TAP_RUN(test_chunk_sizes);
     TAP_RUN(test_error_before_head);
     TAP_RUN(test_error_after_head);
     return tap_done();
