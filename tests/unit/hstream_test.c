@@ -176,6 +176,11 @@ on_request(void *arg, struct hreq *r)
     f->h = hresp_handoff(r);
 }
 
+/* The next clients' max_fragment_length (RFC 6066: TLSEXT_max_fragment_length_*)
+ * and newest TLS version; 0: OpenSSL's defaults. */
+static uint8_t cl_mfl;
+static int cl_max_version;
+
 /* A server (plain or TLS) and one client connected to it; sndbuf > 0: the
  * server end's send buffer and the client's receive buffer (a slow network). */
 static void
@@ -195,6 +200,10 @@ fx_init(struct fx *f, bool tls, int sndbuf, int grace_ms)
     }
     http_server_on_done(f->s, on_done, f);
     f->cctx = tls ? tfx_client_ctx() : NULL;
+    if (f->cctx && cl_mfl)
+        SSL_CTX_set_tlsext_max_fragment_length(f->cctx, cl_mfl);
+    if (f->cctx && cl_max_version)
+        SSL_CTX_set_max_proto_version(f->cctx, cl_max_version);
     int fd = tfx_cl_open(&f->c, f->cctx, NULL, 0);
     if (sndbuf > 0) {
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
@@ -961,6 +970,86 @@ test_stale_error(void)
     fx_fini(&f);
 }
 
+/* A stalled TLS reader whose client changes keys (TLS 1.3 KeyUpdate,
+ * update_requested) or makes records small (max_fragment_length 512), or
+ * speaks TLS 1.2: the sealed record still goes first, the server's own
+ * KeyUpdate after it, every byte once, in order, nothing closed. */
+static char wbuf[160];
+#define W(x) (snprintf(wbuf, sizeof(wbuf), "%s: %s", what, (x)), wbuf)
+
+static void
+stalled_peer(const char *what, bool keyupdate)
+{
+    struct fx f;
+    struct rec r;
+    struct hstream *s = fx_stream(&f, &r, true, 4096, 0);
+    if (!s)
+        return;
+    for (size_t i = 0; i < sizeof(blob); i++)
+        blob[i] = (char)('a' + i % 26);
+    static struct framed fb[4];
+    size_t total = 0;
+    f.c.paused = true;
+    for (int i = 0; i < 60; i++) {
+        if (i % 15 == 14) {
+            const char *p = framed_fill(&fb[i / 15], blob + total, 30000);
+            hstream_write_framed_ref(s, &r, (uint32_t)i, p, 30000);
+            total += 30000;
+        } else {
+            hstream_write_ref(s, &r, (uint32_t)i, blob + total, 700);
+            total += 700;
+        }
+    }
+    ok(hstream_flush(s), W("flushed"));
+    run(&f, &r);
+    ok(hstream_queued(s) > 0, W("the reader stopped"));
+    if (keyupdate) {
+        ok(SSL_key_update(f.c.ssl, SSL_KEY_UPDATE_REQUESTED) == 1, W("the client asks"));
+        tfx_cl_sends(&f.c, "x"); /* the KeyUpdate goes with the client's next record */
+        run(&f, &r);
+        is_int(tfx_cl_unread(&f.c), 0, W("the server read it"));
+    }
+    is_int(r.closed, 0, W("the stream stays"));
+    f.c.paused = false;
+    run(&f, &r);
+    is_int(r.closed, 0, W("it reads again: still open"));
+    is_int(r.released, 60, W("every reference released"));
+    is_int(r.last_queued, 0, W("nothing queued"));
+    size_t hl;
+    bool term;
+    struct gostr_buf b = {0};
+    ok(split(&f.c.in, &hl, &b, &term) && !term, W("chunked, not ended"));
+    ok(b.len == total && memcmp(b.p, blob, b.len) == 0, W("every byte once, in order"));
+    free(b.p);
+    if (keyupdate) {
+        /* and after the server's KeyUpdate, more records under the new keys */
+        hstream_write_ref(s, &r, 61, blob, 100);
+        hstream_flush(s);
+        run(&f, &r);
+        is_int(r.released, 61, W("a write after the key change left"));
+        is_int(r.closed, 0, W("...the stream still open"));
+    }
+    hstream_close(s);
+    rec_fini(&r);
+    fx_fini(&f);
+}
+
+static void
+test_stalled_peer(void)
+{
+    stalled_peer("keyupdate", true);
+    cl_mfl = TLSEXT_max_fragment_length_512;
+    stalled_peer("mfl 512", false);
+    stalled_peer("mfl 512, keyupdate", true);
+    cl_mfl = 0;
+    cl_max_version = TLS1_2_VERSION;
+    stalled_peer("TLS 1.2", false);
+    cl_mfl = TLSEXT_max_fragment_length_1024;
+    stalled_peer("TLS 1.2, mfl 1024", false);
+    cl_mfl = 0;
+    cl_max_version = 0;
+}
+
 /* A connection gone before the handoff: NULL. Gone between handoff and
  * attach: the stream attaches and closes at once, with nothing sent. */
 static void
@@ -1031,6 +1120,7 @@ main(void)
     TAP_RUN(test_stalled_tls);
     TAP_RUN(test_close_pending);
     TAP_RUN(test_stale_error);
+    TAP_RUN(test_stalled_peer);
     tfx_dir_close();
     return tap_done();
 }
