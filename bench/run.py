@@ -238,13 +238,15 @@ def rss_sampler(pid, stop, out):
         stop.wait(0.02)
 
 
-def curl_lists(port, path, conc, per_client, cacert=None, accept="application/json"):
+def curl_lists(port, path, conc, per_client, cacert=None, accept="application/json", extra=()):
     """conc curl processes, each reading per_client lists in sequence. Returns
     (wall seconds, total bytes, [seconds per list]). cacert: over https,
-    verifying the server against that CA."""
+    verifying the server against that CA (curl then picks HTTP/2 by ALPN unless
+    extra says --http1.1)."""
     url = "%s://127.0.0.1:%d%s" % ("https" if cacert else "http", port, path)
     cmd = ["curl", "-s", "-A", "kwc-bench", "-H", "Accept: " + accept,
-           "-w", "%{http_code} %{time_total} %{size_download}\n"] + (["--cacert", cacert] if cacert else [])
+           "-w", "%{http_code} %{time_total} %{size_download}\n"] + (["--cacert", cacert] if cacert else []) + \
+        list(extra)
     for _ in range(per_client):
         cmd += ["-o", "/dev/null", url]
     t0 = time.monotonic()
@@ -2346,6 +2348,10 @@ def tls_cost_labels(short):
     return ("before (%s)" % short, "before (%s), TLS" % short, "after", "after, TLS", "apisim (direct, plaintext)")
 
 
+H1, H2 = "http/1.1", "h2"
+LIST_H2 = " (HTTP/2)"  # list rows over TLS with HTTP/2 (ALPN h2)
+
+
 def bench_tls_cost(args):
     """Issue 22: kwc over TLS vs plaintext, before (--baseline-commit) vs
     after (--kwc), in one run. Watch fan-out (ABBA over the four servers,
@@ -2451,23 +2457,27 @@ def tls_cost_measure(args, cfg, data):
     try:
         servers = start(env, (B, BT, A, AT), "list")
         for conc, per in ((1, 3), (8, 1)):
-            for v in order:
+            # over TLS both protocols a client may pick: HTTP/1.1 (as the
+            # watch rows) and HTTP/2 (what client-go and curl pick by ALPN)
+            for v, proto in [(v, p) for v in order for p in ((H1, H2) if v.tls else (H1,))]:
                 k = servers[v.label]
                 if not isinstance(k, Kwc):
                     continue
+                label = v.label + (LIST_H2 if proto == H2 else "")
                 settle(k.pid)
                 smp = Sampler(k.pid)
                 c0 = cpu_seconds(k.pid)
                 try:
                     wall, nbytes, times = curl_lists(k.port, "/api/v1/pods?resourceVersion=0", conc, per,
-                                                     certs(args)["ca"] if v.tls else None)
+                                                     certs(args)["ca"] if v.tls else None,
+                                                     extra=(("--http2",) if proto == H2 else ("--http1.1",)))
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
-                    print("lists %d, %s: %s" % (conc, v.label, e), file=sys.stderr, flush=True)
+                    print("lists %d, %s: %s" % (conc, label, e), file=sys.stderr, flush=True)
                     continue
                 finally:
                     peak = smp.stop()
                 cpu = cpu_seconds(k.pid) - c0
-                rec = {"conc": conc, "server": v.label, "s_gb": cpu / (nbytes / 1e9), "gbs": nbytes / wall / 1e9,
+                rec = {"conc": conc, "server": label, "s_gb": cpu / (nbytes / 1e9), "gbs": nbytes / wall / 1e9,
                        "p50": pct(times, 50) * 1000, "p99": pct(times, 99) * 1000, "rss": peak["RssAnon"] / 1024}
                 data["lists"].append(rec)
                 print(json.dumps({x: round(y, 3) if isinstance(y, float) else y for x, y in rec.items()}), flush=True)
@@ -2566,13 +2576,13 @@ def tls_cost_report(data):
         return [r for r in data["lists"] if (r["conc"], r["server"]) == (conc, label)]
     rows = []
     for conc in (1, 8):
-        for label in (BL, BTL, AL, ATL):
+        for label in (BL, BTL, BTL + LIST_H2, AL, ATL, ATL + LIST_H2):
             rs = lists(conc, label)
             if not rs:
                 rows.append([conc, label, why("list", label)] + ["-"] * 4)
                 continue
-            plain = lists(conc, label.replace(", TLS", ""))
-            ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if label.endswith("TLS") and plain \
+            plain = lists(conc, label.replace(LIST_H2, "").replace(", TLS", ""))
+            ratio_ = "%.2fx" % (mean_of(rs, "s_gb") / mean_of(plain, "s_gb")) if ", TLS" in label and plain \
                 and mean_of(plain, "s_gb") else "-"
             rows.append([conc, label, tls_cost_cell(rs, "s_gb", "%.2f"), tls_cost_cell(rs, "gbs", "%.2f"),
                          tls_cost_cell(rs, "p50", "%.0f") + " / " + tls_cost_cell(rs, "p99", "%.0f"),
@@ -2622,11 +2632,12 @@ def tls_cost_report(data):
                "%.2f vs %.2f us: %s" % (a or 0, b or 0, "%+.0f%%" % (-100 * d) if d is not None else "n/a"),
                ">= 25% lower", d >= 0.25 if d is not None else None)
     for conc in (1, 8):
-        sg = {label: mean(lists(conc, label), "s_gb") for label in (BL, BTL, AL, ATL)}
-        ra, rb = div(sg[ATL], sg[AL]), div(sg[BTL], sg[BL])
-        target("TLS / plaintext kwc CPU per list GB, %d lister%s" % (conc, "s" if conc > 1 else ""),
-               "%s (%.2f vs %.2f s/GB; before: %s)" % (x(ra), sg[ATL] or 0, sg[AL] or 0, x(rb)),
-               "<= 1.15x", ra <= 1.15 if ra else None)
+        for sfx, pname in (("", "HTTP/1.1"), (LIST_H2, "HTTP/2")):
+            sg = {label: mean(lists(conc, label), "s_gb") for label in (BL, BTL + sfx, AL, ATL + sfx)}
+            ra, rb = div(sg[ATL + sfx], sg[AL]), div(sg[BTL + sfx], sg[BL])
+            target("TLS (%s) / plaintext kwc CPU per list GB, %d lister%s" % (pname, conc, "s" if conc > 1 else ""),
+                   "%s (%.2f vs %.2f s/GB; before: %s)" % (x(ra), sg[ATL + sfx] or 0, sg[AL] or 0, x(rb)),
+                   "<= 1.15x", ra <= 1.15 if ra else None)
     n, rate = watch[-1]
     ka, sa = mean(runs("watch", n, rate, AL), "p99_ms"), mean(runs("watch", n, rate, S), "p99_ms")
     target("p99 at %d x %d/s: kwc (after, plaintext) vs apisim direct" % (n, rate),
