@@ -57,8 +57,15 @@ struct watch_options {
      * pool's own loop, as streams whose handoff is bound to that loop are
      * (HTTP/2). For tests. */
     bool own_loop;
-    /* Hold every round's writes at least this long (pace.h decides
-     * otherwise: 0 for a light load). For tests. */
+    /* The longest a round's writes are held so that one write carries
+     * several events per watcher (pace.h; --watch-coalesce-max-ms): 0 is
+     * PACE_MAX_US, unless no_coalesce. */
+    unsigned coalesce_max_us;
+    /* Never hold (--watch-coalesce-max-ms 0): every event is written in the
+     * round that applied it. */
+    bool no_coalesce;
+    /* Hold every round's writes at least this long, up to the bound above
+     * (pace.h decides otherwise: 0 for a light load). For tests. */
     unsigned flush_hold_us;
 };
 

@@ -8,8 +8,9 @@
 #define GAP_CAP_US 1000000u
 
 void
-pace_init(struct pace *p)
+pace_init(struct pace *p, uint64_t max_us)
 {
+    p->max_us = max_us;
     p->last_batch_us = 0;
     p->gap_us = GAP_CAP_US; /* nothing known: light load */
     p->flush_us = 0;
@@ -39,8 +40,9 @@ uint64_t
 pace_window_us(const struct pace *p)
 {
     uint64_t w = p->flush_us * 100 / PACE_DUTY_PCT;
-    if (w > PACE_MAX_US)
-        w = PACE_MAX_US;
-    /* the next batch would not come inside it: nothing to gain by waiting */
-    return w >= p->gap_us ? w : 0;
+    if (w > p->max_us)
+        w = p->max_us;
+    /* the next batch would not come inside it: nothing to gain by waiting
+     * (and a bound of 0 never holds, back to back batches included) */
+    return w && w >= p->gap_us ? w : 0;
 }

@@ -463,8 +463,9 @@ flush_round(struct worker *wk, bool measured)
 
 /* The end of a round: flush now, or (a busy worker) hold the dirty streams
  * for the pace's window so each write carries several events. Held, they
- * are flushed by flush_ev, whatever else happens meanwhile: PACE_MAX_US is
- * the most an event waits here. */
+ * are flushed by flush_ev, whatever else happens meanwhile: the pace's bound
+ * (--watch-coalesce-max-ms, PACE_MAX_US by default; 0 never holds) is the
+ * most an event waits here. */
 static void
 end_round(struct worker *wk, bool measured)
 {
@@ -473,6 +474,8 @@ end_round(struct worker *wk, bool measured)
     uint64_t w = pace_window_us(&wk->pace);
     if (w < wk->p->o.flush_hold_us)
         w = wk->p->o.flush_hold_us;
+    if (w > wk->pace.max_us)
+        w = wk->pace.max_us; /* the bound holds the test's hold too */
     if (!w) {
         flush_round(wk, measured);
         return;
@@ -945,7 +948,7 @@ worker_init(struct watch_pool *p, unsigned i, bool local, struct hub_options ho)
     wk->hub = hub_new(p->st, &ho);
     wk->pump_ev = event_new(wk->base, -1, 0, on_pump, wk);
     wk->flush_ev = evtimer_new(wk->base, on_flush, wk);
-    pace_init(&wk->pace);
+    pace_init(&wk->pace, p->o.no_coalesce ? 0 : p->o.coalesce_max_us);
     if (!wk->pump_ev || !wk->flush_ev)
         abort_msg("watch: cannot create worker events", ENOMEM);
     if (local) {
@@ -976,6 +979,8 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
     }
     if (!p->o.budget)
         p->o.budget = 256 * 1024;
+    if (!p->o.coalesce_max_us)
+        p->o.coalesce_max_us = PACE_MAX_US;
     respond_rng_seed(p->rng);
     p->refls = refls;
     p->nres = nrefls;

@@ -211,6 +211,14 @@ any_lagging(struct watch_pool *p, const void *arg)
     return s.lagging > 0;
 }
 
+static bool
+delivered_are(struct watch_pool *p, const void *arg)
+{
+    struct watch_stats s;
+    watch_stats(p, &s);
+    return s.delivered == *(const unsigned long long *)arg;
+}
+
 /* Commit an event and hand it to the workers, as the reflector's hook does. */
 static uint64_t
 commit(struct cfx *f, struct watch_pool *p, enum store_ev_type t, const char *name, size_t size)
@@ -306,6 +314,7 @@ test_held(void)
                                .bookmark_ms = 60000,
                                .wait_ms = 3000,
                                .own_loop = own_loop,
+                               .coalesce_max_us = 30000,
                                .flush_hold_us = 30000};
     struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
     f.take = take;
@@ -343,6 +352,45 @@ test_held(void)
     cfx_close(&f);
 }
 
+/* --watch-coalesce-max-ms 0: a worker forced busy (a 300 ms hold asked
+ * for) still writes every event in the round that applied it. */
+static void
+test_never_held(void)
+{
+    struct cfx f;
+    cfx_open(&f, 2, 100, 1000);
+    struct watch_options wo = {.workers = 1,
+                               .budget = 256 * 1024,
+                               .window_bytes = 1 << 20,
+                               .bookmark_ms = 60000,
+                               .wait_ms = 3000,
+                               .own_loop = own_loop,
+                               .no_coalesce = true,
+                               .flush_hold_us = 300000};
+    struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
+    f.take = take;
+    f.arg = p;
+    struct evs v = {0};
+    int c = watch(&f, "/api/v1/namespaces/ns/pods?watch=1", 0);
+    ok(wait_events(&f, c, "ADDED", 2, &v), "the state");
+    uint64_t rv0 = commit(&f, p, STORE_ADDED, "p0002", 100);
+    uint64_t rv1 = commit(&f, p, STORE_MODIFIED, "p0000", 100);
+    ok(wait_events(&f, c, NULL, 4, &v), "the events leave");
+    is_int(v.n, 4, "every event once");
+    if (v.n == 4)
+        ok(v.e[2].rv == rv0 && v.e[3].rv == rv1, "in order");
+    /* (a round's counters are published after its flush: wait for them) */
+    unsigned long long two = 2;
+    ok(wait_for(&f, p, delivered_are, &two), "two live deliveries");
+    struct watch_stats s;
+    watch_stats(p, &s);
+    is_int(s.held, 0, "no round held");
+    free(v.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
 /* Held streams that go before their window ends: a client that hangs up
  * while its stream waits on the worker's dirty list is forgotten (the
  * other stream's held events still leave, once, in order); a pool freed
@@ -359,6 +407,7 @@ test_held_close(void)
                                .bookmark_ms = 60000,
                                .wait_ms = 3000,
                                .own_loop = own_loop,
+                               .coalesce_max_us = 300000,
                                .flush_hold_us = 300000};
     struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
     f.take = take;
@@ -555,6 +604,7 @@ main(void)
     TAP_RUN(test_end_streams);
     TAP_RUN(test_held);
     TAP_RUN(test_held_close);
+    TAP_RUN(test_never_held);
     own_loop = true;
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
@@ -562,5 +612,6 @@ main(void)
     TAP_RUN(test_end_streams);
     TAP_RUN(test_held);
     TAP_RUN(test_held_close);
+    TAP_RUN(test_never_held);
     return tap_done();
 }
