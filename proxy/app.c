@@ -108,6 +108,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .bookmark_ms = (uint64_t)cfg->bookmark_interval * 1000,
         .wait_ms = (int)cfg->rv_wait_ms,
         .too_large = so.too_large,
+        .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
+        .no_coalesce = cfg->watch_coalesce_max_ms == 0,
     };
     a->watch = watch_pool_new(d->base, d->st, d->refls, d->nrefls, &wo);
     a->metrics = metrics_new();

@@ -25,11 +25,16 @@
 
 #include "kwc/base.h"
 #include "kwc/kinds.h"
+#include "kwc/pace.h"
 #include "kwc/upstream.h"
 
 #define CFG_FILE_MAX (1024 * 1024)
 /* Timeouts become int milliseconds in the server. */
 #define CFG_MAX_TIMEOUT_S 86400
+/* --watch-coalesce-max-ms: at most a second of added latency. */
+#define CFG_MAX_COALESCE_MS 1000
+_Static_assert(PACE_MAX_US == 25 * 1000,
+               "--watch-coalesce-max-ms's default (config.h) is PACE_MAX_US");
 
 enum opt_type { T_STR, T_INT, T_BOOL };
 
@@ -614,6 +619,11 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--watch-window must be at least 65536 bytes (it holds the "
                     "recent events lagging watchers catch up from)");
+    if (c->watch_coalesce_max_ms > CFG_MAX_COALESCE_MS)
+        return fail(err, errlen,
+                    "--watch-coalesce-max-ms %ld: use 0 (never hold an event) to %d ms (the "
+                    "latency a busy watch worker may add to let one write carry several events)",
+                    c->watch_coalesce_max_ms, CFG_MAX_COALESCE_MS);
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);

@@ -113,6 +113,9 @@
     X("watch-window", watch_window, INT, "67108864", "BYTES",                                      \
       "recent events kept in memory per watched resource; lagging watchers inside it catch up "    \
       "without reading LMDB")                                                                      \
+    X("watch-coalesce-max-ms", watch_coalesce_max_ms, INT, "25", "MS",                             \
+      "the longest a watch event waits, when a watch worker is busy, so that one write carries "   \
+      "several events to a watcher (0: never: every event is written at once; at most 1000)")      \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
       "how often watchers that allow bookmarks get one")                                           \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \

@@ -18,6 +18,7 @@
 #include "kwc/config.h"
 
 #include "kwc/base.h"
+#include "kwc/pace.h"
 #include "kwc/upstream.h"
 #include "tap.h"
 
@@ -686,6 +687,53 @@ test_limits(void)
     cleanup_files();
 }
 
+/* --watch-coalesce-max-ms: the pace's bound (pace.h), 0 to 1000 ms. */
+static void
+test_watch_coalesce(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.watch_coalesce_max_ms, 25, "watch-coalesce-max-ms: 25");
+    is_int(c.watch_coalesce_max_ms * 1000, PACE_MAX_US, "...PACE_MAX_US");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "0", NULL), 0, "0: never hold");
+    is_int(c.watch_coalesce_max_ms, 0, "watch-coalesce-max-ms 0");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms=100", NULL), 0, "a value");
+    is_int(c.watch_coalesce_max_ms, 100, "watch-coalesce-max-ms 100");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1000", NULL), 0, "the most");
+    is_int(c.watch_coalesce_max_ms, 1000, "watch-coalesce-max-ms 1000");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1001", NULL),
+             "--watch-coalesce-max-ms 1001", "over a second");
+    ok(err_has("0 (never hold an event) to 1000 ms"), "message gives the range");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "-1", NULL), "--watch-coalesce-max-ms",
+             "negative");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "25ms", NULL), "--watch-coalesce-max-ms",
+             "not a number");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", NULL), "--watch-coalesce-max-ms",
+             "no value");
+    cfg_fini(&c);
+
+    const char *p = write_yaml("watch-coalesce-max-ms: 5\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from file");
+    is_int(c.watch_coalesce_max_ms, 5, "watch-coalesce-max-ms from file");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--config", p, "--watch-coalesce-max-ms", "0", NULL), 0,
+           "file and flag");
+    is_int(c.watch_coalesce_max_ms, 0, "the flag wins");
+    cfg_fini(&c);
+    p = write_yaml("watch-coalesce-max-ms: 5000\n");
+    rejected(parse(&c, UP, DD, "--config", p, NULL), "--watch-coalesce-max-ms 5000",
+             "a bad value from file");
+    cfg_fini(&c);
+    cleanup_files();
+}
+
 static void
 test_accept_hosts(void)
 {
@@ -1121,6 +1169,7 @@ main(void)
     TAP_RUN(test_listen_localhost);
     TAP_RUN(test_limits);
     TAP_RUN(test_fd_budget);
+    TAP_RUN(test_watch_coalesce);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
