@@ -22,8 +22,11 @@
  * visited (selectors may skip most), then the transaction ends. A chunk is
  * one contiguous block that the response takes over (hresp_write_block):
  * framed in place, it leaves as one piece. The next chunk
- * starts from a deferred event while the response queue is below
- * max_buffer, else when it drains to half of it (on_drain). Over HTTP/2
+ * starts from a deferred event while the response queue is below half of
+ * max_buffer (its low-water mark), else when it drains there (on_drain):
+ * at most max_buffer / 2 + one chunk is queued. (Below max_buffer instead,
+ * a chunk just under 64 KiB would let a second one follow it where HTTP/2's
+ * connection bound promised room for one: h2room.c.) Over HTTP/2
  * hresp_queued also reports a full connection (h2.c's bound): the first
  * chunk waits for on_drain too.
  * The request's on_close frees the sreq.
@@ -685,7 +688,7 @@ pump(struct sreq *sr)
     }
     if (sr->done)
         return;
-    if (hresp_queued(sr->req) < sr->s->o.max_buffer)
+    if (hresp_queued(sr->req) < sr->s->o.max_buffer / 2)
         event_active(sr->kick, EV_TIMEOUT, 1); /* let other work run between chunks */
 }
 
