@@ -66,17 +66,23 @@ class H2:
         self.c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.c.initiate_connection()
         self.c.increment_flow_control_window(256 << 20)
+        self.eof = False
         self.send()
         self.buf = b""
         self.goaway = None  # (last_stream_id, error_code)
-        self.eof = False
         self.shut = set()
         self.st = {}  # stream id -> {"status", "body", "ended", "reset"}
 
     def send(self):
+        """Write what h2 has queued. A peer that has closed (a reset, or over
+        TLS an EOF without close_notify) is the connection's end, as a read
+        of EOF is: pump() and its callers judge whether that was expected."""
         d = self.c.data_to_send()
-        if d:
-            self.s.sendall(d)
+        if d and not self.eof:
+            try:
+                self.s.sendall(d)
+            except (ConnectionError, ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                self.eof = True
 
     def request(self, path):
         sid = self.c.get_next_available_stream_id()
