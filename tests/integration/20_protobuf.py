@@ -118,7 +118,11 @@ class DifferentialProtobufMeta(_m10.Differential):
         finally:
             del self.ACCEPT
 
-    def test_8_metadata_is_derived(self):
+    def test_5_upstream_down(self):
+        self.skipTest("a custom resource's protobuf metadata is the upstream's (no protobuf cache of it); "
+                      "10_'s JSON metadata variant covers served reads with the upstream down")
+
+    def test_0_metadata_is_derived(self):
         """The answer is PartialObjectMetadata (kind in the envelope, each item
         only its ObjectMeta), JSON and protobuf, served from the cache, an
         empty list's items as kube writes them, and the wrong pairing (as=...List
