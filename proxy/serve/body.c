@@ -123,10 +123,13 @@ produce(struct body *b, char *dst, size_t room)
         w = jindent_run(&b->ji, b->in, b->in_len, &used, dst, room);
     } else {
         w = used = b->in_len < room ? b->in_len : room;
-        memcpy(dst, b->in, w);
+        if (w > 0) /* b->in is NULL when nothing is in hand */
+            memcpy(dst, b->in, w);
     }
-    b->in += used;
-    b->in_len -= used;
+    if (used > 0) {
+        b->in += used;
+        b->in_len -= used;
+    }
     if (b->in_len == 0) {
         free(b->in_block);
         b->in_block = NULL;
