@@ -104,19 +104,13 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
             pass(a, ADMIT_WHY_MEDIA);
             return;
         }
-        if (acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
-            pass(a, ADMIT_WHY_PRETTY);
-            return;
-        }
         a->meta = true;
         media = acc.media;
+    } else if (acc.as == ROUTE_AS_NONE && acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
+        media = ROUTE_MEDIA_JSON; /* application/json;pretty=1 */
     }
     if (media == ROUTE_MEDIA_OTHER) {
         pass(a, ADMIT_WHY_MEDIA);
-        return;
-    }
-    if (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent)) {
-        pass(a, ADMIT_WHY_PRETTY);
         return;
     }
     if (media == ROUTE_MEDIA_PROTOBUF && !builtin) {
@@ -125,6 +119,10 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
     }
+    /* pretty: the winning clause's pretty=1, or isPrettyPrint (?pretty, a
+     * curl-like User-Agent); kube's NegotiateOutputMediaType ORs them */
+    a->pretty =
+        media == ROUTE_MEDIA_JSON && (acc.pretty || route_wants_pretty(&r->q, q->user_agent));
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
     a->cache = admit_find(c, r, a->enc);
     if (a->cache < 0) {
