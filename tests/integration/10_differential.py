@@ -387,12 +387,15 @@ class Differential(unittest.TestCase):
         self.selectors()
         self.chains()
 
+    # the lists test_5 reads with the upstream down
+    DOWN_PATHS = ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
+                  "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved")
+
     def test_5_upstream_down(self):
         e = self.env
         cur = self.quiesce()
         want = {}
-        for path in ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
-                     "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved"):
+        for path in self.DOWN_PATHS:
             full = path + ("&" if "?" in path else "?") + "resourceVersion=%d&resourceVersionMatch=Exact" % cur
             st, _, b = http_request(e.apisim.port, "GET", full, headers=self.ACCEPT)
             self.assertEqual(st, 200)
