@@ -3149,9 +3149,10 @@ def serve_more_report(data):
                      "and apisim's list count over the cell (cache: kwc counted every list as cache and apisim served "
                      "none)" % pods, hdr, rows))
 
-    hdr = ["variant (Accept)", "served by", "watchers x events/s", "deliveries/s got", "kwc CPU us per delivery",
+    hdr = ["variant (Accept)", "served by", "watchers x events/s", "deliveries/s got of asked", "kwc CPU us per delivery",
            "bytes per event (kwc's count)", "p50 / p99 ms", "kwc CPU", "fanout CPU", "lost"]
-    rows = [[r["variant"], r["served"], "%d x %d" % (r["n"], r["rate"]), "%.0f" % r["per_s"], "%.2f" % r["us"],
+    rows = [[r["variant"], r["served"], "%d x %d" % (r["n"], r["rate"]), "%.0f of %d" % (r["per_s"], r["n"] * r["rate"]),
+             "%.2f" % r["us"],
              "%.0f" % r["event_bytes"] if r["event_bytes"] else "- (passthrough)",
              "%.1f / %.1f" % (r["p50"], r["p99"]), "%.0f%%" % (100 * r["cpu"]), "%.0f%%" % (100 * r["client_cpu"]),
              r["lost"]] for r in data["watch"]]
