@@ -132,7 +132,7 @@ a flag it needs says "n/a (flag unsupported: ...)".
                through): a passthrough figure is never a cache figure. A
                variant whose lists pass through is measured at 1 lister only.
                The raw results go to a JSON file in the temporary directory
-               (its path printed). About 5 minutes at full size; --small
+               (its path printed). 3-5 minutes at full size; --small
                (20,000 pods, 200 watchers) in under a minute.
 """
 import argparse
