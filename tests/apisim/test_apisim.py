@@ -3010,7 +3010,8 @@ class TestPretty(unittest.TestCase):
         for path, accept in (("/api/v1/namespaces/default/pods?limit=3", None), ("/api/v1/pods", None),
                              ("/api/v1/nodes?resourceVersion=0", None),
                              ("/apis/example.com/v1/widgets", None),
-                             ("/api/v1/pods?limit=2", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                             ("/api/v1/pods?limit=2",
+                              "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
                              (self.POD, "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
                              ("/api/v1/pods?limit=2", "application/json;as=Table;g=meta.k8s.io;v=v1"),
                              ("/api/v1/namespaces/default/pods/nope", None),              # 404 Status
@@ -3189,7 +3190,8 @@ class TestGzip(unittest.TestCase):
         self.assertEqual(gzip.decompress(body), want)
         # HEAD: the headers a GET would have, no body
         st, hdrs, raw, body = raw_get(self.sim, "/api/v1/pods?limit=300", [ge], method="HEAD")
-        self.assertEqual((st, hget(hdrs, "content-encoding"), hget(hdrs, "vary"), raw), (200, "gzip", "Accept-Encoding", b""))
+        self.assertEqual((st, hget(hdrs, "content-encoding"), hget(hdrs, "vary"), raw),
+                         (200, "gzip", "Accept-Encoding", b""))
 
     def test_large_error_and_watch(self):
         import gzip
