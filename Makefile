@@ -40,7 +40,7 @@ say =
 endif
 
 PKGS := jansson libevent libevent_openssl libevent_pthreads libcurl yaml-0.1 lmdb \
-        libprotobuf-c openssl libnghttp2
+        libprotobuf-c openssl libnghttp2 zlib
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
         -Wvla -Wpointer-arith -Wcast-qual -Wwrite-strings -Wundef -Wnull-dereference \

@@ -9,8 +9,9 @@
  *                     subresource; a watch of a collection (a watch of one
  *                     object by name is the upstream's)
  *   encoding          kube's negotiation of Accept (route_negotiate): JSON,
- *                     or protobuf for built-in kinds; Table, YAML, Accept
- *                     parameters and pretty JSON are the upstream's
+ *                     or protobuf for built-in kinds; Table, YAML and Accept
+ *                     parameters are the upstream's; pretty JSON (?pretty,
+ *                     a curl-like User-Agent) is served, indented (pretty)
  *   cache             the one of the resource in that encoding (each
  *                     encoding has its own: protobuf answers are the
  *                     upstream's protobuf bytes); it must be serving; a
@@ -96,7 +97,6 @@ enum admit_action {
     X(ADMIT_WHY_NONE, "none")                                                                      \
     X(ADMIT_WHY_NOT_READ, "not_a_cached_read") /* method, verb, subresource, a watch by name */    \
     X(ADMIT_WHY_MEDIA, "media")                /* Accept kwc leaves to the upstream */             \
-    X(ADMIT_WHY_PRETTY, "pretty")              /* indented JSON */                                 \
     X(ADMIT_WHY_NOT_CACHED, "not_cached")      /* no cache of the resource in the encoding */      \
     X(ADMIT_WHY_NOT_SERVING, "not_serving")    /* not synced, out of service, not started */       \
     X(ADMIT_WHY_PATH, "path")                  /* not a path kube serves the resource at */        \
@@ -126,6 +126,10 @@ struct admit {
     uint64_t current_rv, floor_rv;
     struct decide_result dec;
     bool bookmarks; /* a watch with allowWatchBookmarks true */
+    /* JSON indented as kube's pretty output (route_wants_pretty); never
+     * for protobuf. Lists, gets and their errors are indented; watch events
+     * never are (kube's watch encoder is the stream serializer). */
+    bool pretty;
 };
 
 /* Decide q against the caches. Fills *out (admit_fini releases it). Never

@@ -98,10 +98,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_MEDIA);
         return;
     }
-    if (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent)) {
-        pass(a, ADMIT_WHY_PRETTY);
-        return;
-    }
+    a->pretty = media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent);
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
     a->cache = admit_find(c, r, a->enc);
     if (a->cache < 0) {

@@ -508,16 +508,30 @@ test_encoding(void)
     is_pass(&meta, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA, "metadata only");
     is_pass(&none, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA, "no serializer (kube's 406)");
 
-    /* pretty JSON: ?pretty or a curl User-Agent; protobuf has no pretty form */
+    /* pretty JSON: ?pretty or a curl User-Agent, served indented; protobuf
+     * has no pretty form */
     struct ask curl = {.ua = "curl/8.1.2"}, curl_pb = {.ua = "curl/8.1.2", .accept = PB.accept};
-    is_pass(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", ADMIT_WHY_PRETTY, "?pretty=true");
-    is_pass(&curl, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_PRETTY, "curl's User-Agent");
-    is_pass(&curl, "/api/v1/pods?watch=1", ADMIT_WHY_PRETTY, "curl's watch");
-    admit_ask(&curl_pb, "/api/v1/pods?resourceVersion=0", &a);
-    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB, "curl asking for protobuf: served");
+    admit_ask(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "?pretty=true: served pretty");
     admit_fini(&a);
-    admit_ask(NULL, "/api/v1/pods?resourceVersion=0&pretty=false", &a);
-    is_int(a.action, ADMIT_SERVE, "?pretty=false: served");
+    admit_ask(&curl, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's User-Agent: served pretty");
+    admit_fini(&a);
+    admit_ask(&curl, "/api/v1/namespaces/ns/pods/p?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's get: served pretty");
+    admit_fini(&a);
+    admit_ask(&curl, "/api/v1/pods?watch=1", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's watch: served (its events are never indented)");
+    admit_fini(&a);
+    admit_ask(&curl_pb, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB && !a.pretty,
+       "curl asking for protobuf: served, not pretty");
+    admit_fini(&a);
+    admit_ask(&curl, "/api/v1/pods?resourceVersion=0&pretty=false", &a);
+    ok(a.action == ADMIT_SERVE && !a.pretty, "?pretty=false overrides curl's User-Agent");
+    admit_fini(&a);
+    admit_ask(NULL, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && !a.pretty, "no ?pretty, no curl: compact");
     admit_fini(&a);
 
     /* custom resources have no protobuf: kube negotiates JSON */
