@@ -198,6 +198,8 @@ class Differential(unittest.TestCase):
     def variant_req(self, path, variant):
         """(path, headers) of path asked as variant (None: as the class asks)."""
         h = dict(self.ACCEPT)
+        if isinstance(variant, tuple):   # (raw query to add, ((header, value), ...) to add)
+            return (add_query(path, variant[0]) if variant[0] else path), dict(h, **dict(variant[1]))
         for v in (variant or "").split("+"):
             if v == "gzip":
                 h["Accept-Encoding"] = "gzip"
@@ -261,12 +263,13 @@ class Differential(unittest.TestCase):
             self.assertEqual(norm_status(k[2]), norm_status(s[2]), what)
             self.assertEqual(k[1].get("retry-after"), s[1].get("retry-after"), what)
             return k
-        want_ct = s[1].get("content-type") if variant and "meta" in variant else self.ct_for(path)
+        meta = isinstance(variant, str) and "meta" in variant
+        want_ct = s[1].get("content-type") if meta else self.ct_for(path)
         self.assertEqual(k[1].get("content-type"), want_ct, what)
         if exact or k[2] == s[2]:
             self.same_encoding(k, s, what)
             self.assertEqual(k[2], s[2], what)
-            if variant and "gzip" in variant and exact:
+            if isinstance(variant, str) and "gzip" in variant and exact:
                 # and the same as the answer not compressed
                 self.assertEqual(self.fetch(e.apisim.port, path, variant.replace("gzip", ""))[2], s[2], what)
             return k
@@ -468,6 +471,28 @@ class Differential(unittest.TestCase):
         # gzip, pretty, metadata-only: the same answers as apisim's, served where
         # the plain request is
         self.assertGreater(self.variant_matrix(), 100)
+
+    # the edges of kube's rules: ?pretty parsed as Go's url.ParseQuery and
+    # strconv.ParseBool, the User-Agent prefixes, Accept-Encoding's exact tokens
+    EDGES = [("pretty=1;x", ()), ("pretty=%74rue", ()), ("pretty=yes", (("User-Agent", CURL_UA),)),
+             ("pretty=", (("User-Agent", CURL_UA),)), ("pretty", (("User-Agent", CURL_UA),)), ("pretty=T", ()),
+             ("pretty=tRuE", ()), ("pretty=0&pretty=1", ()), ("x=pretty", (("User-Agent", CURL_UA),)),
+             ("", (("User-Agent", "Wget/1.21"),)), ("", (("User-Agent", "Mozilla/5.0 (X11)"),)),
+             ("", (("User-Agent", "curlish"),)), ("", (("User-Agent", "Curl/8"),)),
+             ("", (("User-Agent", "mozilla/5.0"),)),
+             ("", (("Accept-Encoding", "gzip;q=0"),)), ("", (("Accept-Encoding", "GZIP"),)),
+             ("", (("Accept-Encoding", " br , gzip "),)), ("", (("Accept-Encoding", "x-gzip, *"),)),
+             ("pretty=1", (("Accept-Encoding", "deflate,gzip"),))]
+
+    def test_1_variant_edges(self):
+        cur = self.quiesce()
+        for path, exact in (("/api/v1/pods?resourceVersion=0", False),
+                            ("/api/v1/namespaces/ns-1/pods?resourceVersion=0", False),
+                            ("/api/v1/pods?resourceVersion=%d&resourceVersionMatch=Exact" % cur, True),
+                            ("/api/v1/namespaces/ns-1/pods/pod-4?resourceVersion=0", True),
+                            ("/api/v1/namespaces/ns-1/pods/missing?resourceVersion=0", True)):
+            for edge in self.EDGES:
+                self.check(path, exact=exact, served=True, variant=edge)
 
     def test_2_under_churn(self):
         e = self.env
