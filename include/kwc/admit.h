@@ -140,6 +140,11 @@ struct admit {
      * errors are indented; watch events never are (kube's watch encoder is
      * the stream serializer). */
     bool pretty;
+    /* The Status of an error (ADMIT_ERROR, a get's 404, a wait's 504),
+     * negotiated apart (route_accept_status): indented (error_pretty; also
+     * WriteRawJSON's form when no clause fits), or the upstream's to write
+     * (error_upstream: protobuf, YAML, parameters kwc does not write). */
+    bool error_pretty, error_upstream;
 };
 
 /* Decide q against the caches. Fills *out (admit_fini releases it). Never

@@ -85,6 +85,9 @@ struct body {
  */
 void body_init(struct body *b, struct hreq *req, bool pretty, bool gzip_ok, size_t limit);
 void body_fini(struct body *b);
+/* Pretty or not for this answer (an error's Status may be negotiated apart
+ * from the object asked for: route_accept_status). Before body_start. */
+void body_set_pretty(struct body *b, bool pretty);
 
 /* kube's gzip test on the first Accept-Encoding header line (NULL: none). */
 bool body_accepts_gzip(const char *accept_encoding);

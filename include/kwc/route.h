@@ -113,9 +113,10 @@ enum route_media route_negotiate(const char *accept, bool protobuf);
  *
  * media is JSON or PROTOBUF when kwc can answer the winner itself: no
  * parameters beyond as/g/v/pretty, no conversion but as=PartialObjectMetadata
- * [List];g=meta.k8s.io;v=v1 (then `as`), protobuf only for built-in kinds
- * (`protobuf`) unless metadata is asked for (custom resources have
- * PartialObjectMetadata in protobuf). Else OTHER: YAML, Table, v1beta1,
+ * [List];g=meta.k8s.io;v=v1 (then `as`). A plain protobuf clause is
+ * refused for a custom resource (!protobuf: its StandardSerializers are
+ * JSON and YAML, RequestScope.AllowsMediaTypeTransform), so the next clause
+ * wins; its metadata in protobuf is accepted. Else OTHER: YAML, Table, v1beta1,
  * stream=, sv=, unknown parameters, no acceptable clause (kube falls back or
  * answers 406), over ROUTE_ACCEPT_MAX_CLAUSES clauses: the upstream decides.
  * pretty: the winner has pretty=1. An absent or empty header is JSON.
@@ -126,8 +127,19 @@ struct route_accept {
     enum route_media media;
     enum route_as as;
     bool pretty;
+    bool none; /* no clause was acceptable (media OTHER) */
 };
 void route_accept(const char *accept, bool protobuf, struct route_accept *out);
+
+/*
+ * The same for a Status error (responsewriters.ErrorNegotiated): negotiated
+ * again with DefaultEndpointRestrictions, so a clause asking for a
+ * conversion (as=) or a stream is not acceptable; protobuf is. When none is
+ * (`none`), kube writes the Status with WriteRawJSON: indented as pretty
+ * output, no newline. A metadata-only request whose Accept has no other
+ * clause gets its errors that way.
+ */
+void route_accept_status(const char *accept, struct route_accept *out);
 
 /*
  * kube-apiserver's isPrettyPrint (handlers/responsewriters): ?pretty= decides

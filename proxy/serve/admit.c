@@ -121,8 +121,21 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     }
     /* pretty: the winning clause's pretty=1, or isPrettyPrint (?pretty, a
      * curl-like User-Agent); kube's NegotiateOutputMediaType ORs them */
-    a->pretty =
-        media == ROUTE_MEDIA_JSON && (acc.pretty || route_wants_pretty(&r->q, q->user_agent));
+    bool wants_pretty = route_wants_pretty(&r->q, q->user_agent);
+    a->pretty = media == ROUTE_MEDIA_JSON && (acc.pretty || wants_pretty);
+    a->error_pretty = a->pretty;
+    if (a->meta) {
+        /* the Status is negotiated without conversions: a metadata-only
+         * Accept with no other clause gets WriteRawJSON's indented form */
+        struct route_accept st;
+        route_accept_status(q->accept, &st);
+        if (st.none)
+            a->error_pretty = true;
+        else if (st.media == ROUTE_MEDIA_JSON)
+            a->error_pretty = st.pretty || wants_pretty;
+        else
+            a->error_upstream = true;
+    }
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
     a->cache = admit_find(c, r, a->enc);
     if (a->cache < 0) {
@@ -170,8 +183,8 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * own window does; it answers, and sends the 410 itself if it has
          * them not either. */
         pass(a, ADMIT_WHY_BELOW_FLOOR);
-    } else if (act == DECIDE_ERROR &&
-               (a->enc == KWC_ENC_PB || route_negotiate(q->accept, true) == ROUTE_MEDIA_PROTOBUF)) {
+    } else if (act == DECIDE_ERROR && (a->enc == KWC_ENC_PB || a->error_upstream ||
+                                       route_negotiate(q->accept, true) == ROUTE_MEDIA_PROTOBUF)) {
         /* kwc writes the table's Status bodies in JSON; kube writes them in
          * protobuf when that is asked for (a custom resource's too: which
          * encoding kube writes a Status in for a resource without protobuf

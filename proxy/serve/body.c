@@ -288,6 +288,14 @@ body_init(struct body *b, struct hreq *req, bool pretty, bool gzip_ok, size_t li
 }
 
 void
+body_set_pretty(struct body *b, bool pretty)
+{
+    assert(b->status == 0); /* before body_start */
+    b->pretty = pretty;
+    b->mode = pretty || b->gzip_ok ? BODY_HOLD : BODY_DIRECT;
+}
+
+void
 body_fini(struct body *b)
 {
     free(b->in_block);

@@ -494,8 +494,8 @@ enum accept_ser { SER_JSON, SER_YAML, SER_PB };
  * *plain: no parameter beyond as/g/v/pretty; *pretty), 0 refused, -1 a
  * parameter kwc cannot judge (sv=). */
 static int
-accept_options(const struct accept_clause *c, enum accept_ser ser, int *conv, bool *plain,
-               bool *pretty)
+accept_options(const struct accept_clause *c, enum accept_ser ser, bool status, int *conv,
+               bool *plain, bool *pretty)
 {
     struct span as = {"", 0}, g = {"", 0}, v = {"", 0};
     bool convert = false;
@@ -507,7 +507,7 @@ accept_options(const struct accept_clause *c, enum accept_ser ser, int *conv, bo
             convert = true;
             *(k.p[0] == 'a' ? &as : k.p[0] == 'g' ? &g : &v) = val;
         } else if (span_is(k, "stream")) {
-            if (val.n > 0 && (ser == SER_YAML || !span_is(val, "watch")))
+            if (val.n > 0 && (status || ser == SER_YAML || !span_is(val, "watch")))
                 return 0;
             *plain = false;
         } else if (span_is(k, "sv")) {
@@ -523,6 +523,8 @@ accept_options(const struct accept_clause *c, enum accept_ser ser, int *conv, bo
     *conv = 0;
     if (!convert)
         return 1;
+    if (status)
+        return 0; /* DefaultEndpointRestrictions: no conversion */
     bool meta_gv = span_is(g, "meta.k8s.io") && (span_is(v, "v1") || span_is(v, "v1beta1"));
     bool pom = span_is(as, "PartialObjectMetadata"),
          poml = span_is(as, "PartialObjectMetadataList");
@@ -540,8 +542,8 @@ accept_options(const struct accept_clause *c, enum accept_ser ser, int *conv, bo
     return 1;
 }
 
-void
-route_accept(const char *accept, bool protobuf, struct route_accept *out)
+static void
+accept_negotiate(const char *accept, bool protobuf, bool status, struct route_accept *out)
 {
     *out = (struct route_accept){.media = ROUTE_MEDIA_OTHER};
     if (!accept || !accept[0]) {
@@ -573,18 +575,32 @@ route_accept(const char *accept, bool protobuf, struct route_accept *out)
                 continue;
             int conv;
             bool plain, pretty;
-            int ok = accept_options(c, (enum accept_ser)s, &conv, &plain, &pretty);
+            int ok = accept_options(c, (enum accept_ser)s, status, &conv, &plain, &pretty);
             if (ok < 0)
                 return;
-            if (ok == 0)
-                continue;
+            if (ok == 0 || (s == SER_PB && !protobuf && conv == 0))
+                continue; /* refused; a custom resource's plain protobuf: its
+                           * StandardSerializers (AllowsMediaTypeTransform) */
             /* the winner */
             out->pretty = pretty;
-            if (s == SER_YAML || !plain || conv == 3 || (s == SER_PB && !protobuf && conv == 0))
+            if (s == SER_YAML || !plain || conv == 3)
                 return;
             out->as = conv == 1 ? ROUTE_AS_POM : conv == 2 ? ROUTE_AS_POML : ROUTE_AS_NONE;
             out->media = s == SER_PB ? ROUTE_MEDIA_PROTOBUF : ROUTE_MEDIA_JSON;
             return;
         }
     }
+    out->none = true;
+}
+
+void
+route_accept(const char *accept, bool protobuf, struct route_accept *out)
+{
+    accept_negotiate(accept, protobuf, false, out);
+}
+
+void
+route_accept_status(const char *accept, struct route_accept *out)
+{
+    accept_negotiate(accept, true, true, out);
 }

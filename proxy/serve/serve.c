@@ -115,7 +115,8 @@ struct sreq {
         char *base; /* malloc'd; the data starts HRESP_BLOCK_BEFORE in */
         size_t len, cap;
     } chunk;
-    struct body body; /* pretty, gzip: what every answer is written through */
+    struct body body;                  /* pretty, gzip: what every answer is written through */
+    bool error_pretty, error_upstream; /* an error's Status (admit.h) */
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
@@ -384,6 +385,7 @@ answer_status(struct sreq *sr, int code, const char *body, int retry_after)
         snprintf(ra, sizeof(ra), "%d", retry_after);
         hresp_header(sr->req, "Retry-After", ra);
     }
+    body_set_pretty(&sr->body, sr->error_pretty);
     char *text = xasprintf("%s\n", body);
     size_t n = strlen(text);
     body_start(&sr->body, code, (int64_t)n);
@@ -557,7 +559,7 @@ serve_get(struct sreq *sr)
     store_rtxn_end(t);
     if ((sr->enc->table_errors &&
          route_negotiate(hreq_header(sr->req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF) ||
-        (sr->enc->derive && !sr->enc->table_errors)) {
+        (sr->enc->derive && !sr->enc->table_errors) || sr->error_upstream) {
         /* and a metadata-only get in protobuf: which encoding the Status of
          * a conversion request is written in is left to the upstream */
         /* a custom resource's 404 with protobuf asked for: the upstream's
@@ -954,7 +956,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     }
     struct decide_result t;
     decide_timeout(&sr->dec, cur, &t);
-    if (t.action == DECIDE_ERROR && sr->enc->table_errors) {
+    if (t.action == DECIDE_ERROR && sr->enc->table_errors && !sr->error_upstream) {
         s->stats.errors++;
         hresp_header(sr->req, "Audit-Id", sr->audit_id);
         answer_status(sr, t.code, t.body, t.retry_after_seconds);
@@ -1061,6 +1063,8 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
               body_accepts_gzip(hreq_header(req, "Accept-Encoding")), s->o.max_buffer / 2);
     hresp_low_water(req, s->o.max_buffer / 2);
     sr->kick = event_new(s->base, -1, 0, on_kick, sr);
+    sr->error_pretty = a.error_pretty;
+    sr->error_upstream = a.error_upstream;
     sr->list = list;
     sr->dec = a.dec;
     a.dec = (struct decide_result){0};

@@ -104,19 +104,21 @@ class DifferentialProtobufMeta(_m10.Differential):
                 wait_for(reached, 30, "kwc to reach rv %d on %s (%s)" % (rv, path, accept["Accept"]))
         return rv
 
-    def check(self, path, exact=False, served=None):
+    def check(self, path, exact=False, served=None, variant=None):
         if "/apis/example.com/" in path:
             served = None  # no protobuf cache of a custom resource: passed on (its 400s aside)
-        if self.ACCEPT is META_PB_GET and ("/missing" in path or "/nope" in path):
+        if _m10.is_get(path) and ("/missing" in path or "/nope" in path):
             served = False  # a metadata get's 404 in protobuf: the upstream's
-        return super().check(path, exact=exact, served=served)
+        return super().check(path, exact=exact, served=served, variant=variant)
 
-    def gets(self):
-        self.ACCEPT = META_PB_GET
-        try:
-            super().gets()
-        finally:
-            del self.ACCEPT
+    def variant_req(self, path, variant):
+        """A get asks for PartialObjectMetadata, a list for the List kind
+        (a variant whose raw headers name an Accept says itself)."""
+        p, h = super().variant_req(path, variant)
+        own = isinstance(variant, tuple) and any(k == "Accept" for k, _ in variant[1])
+        if _m10.is_get(path) and not own:
+            h["Accept"] = h["Accept"].replace(META_PB_LIST["Accept"], META_PB_GET["Accept"])
+        return p, h
 
     # a custom resource's protobuf metadata is the upstream's (no protobuf cache of it)
     DOWN_PATHS = tuple(p for p in _m10.Differential.DOWN_PATHS if "/apis/example.com/" not in p)
@@ -155,7 +157,8 @@ class DifferentialProtobufMeta(_m10.Differential):
             e.kwc.port, "GET", "/api/v1/pods?resourceVersion=0&labelSelector=nothing%3Dhere",
             headers=META_JSON_LIST)[2])
         # as=PartialObjectMetadataList on a get: kube's 406, the upstream's to say
-        self.check("/api/v1/namespaces/ns-1/pods/pod-4?resourceVersion=%d" % cur, served=False)
+        self.check("/api/v1/namespaces/ns-1/pods/pod-4?resourceVersion=%d" % cur, served=False,
+                   variant=("", (("Accept", META_PB_LIST["Accept"]),)))
 
 
 class WatchDifferentialProtobuf(_m11.WatchDifferential):

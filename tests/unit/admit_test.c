@@ -545,6 +545,25 @@ test_encoding(void)
     is_pass(&poml, "/api/v1/namespaces/ns-1/pods/p?resourceVersion=0", ADMIT_WHY_MEDIA,
             "the List kind on a get (kube's 406)");
     is_pass(&poml, "/api/v1/pods?watch=1", ADMIT_WHY_MEDIA, "the List kind on a watch");
+    admit_ask(&poml, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.error_pretty && !a.error_upstream && !a.pretty,
+       "a metadata-only Accept alone: its errors in WriteRawJSON's indented form");
+    admit_fini(&a);
+    struct ask poml_json = {.accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;"
+                                      "v=v1, application/json"};
+    admit_ask(&poml_json, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.meta && !a.error_pretty && !a.error_upstream, "with a JSON clause after it: compact");
+    admit_fini(&a);
+    struct ask poml_yaml = {.accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;"
+                                      "v=v1, application/yaml"};
+    admit_ask(&poml_yaml, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.meta && a.error_upstream, "with YAML after it: its errors are the upstream's");
+    admit_fini(&a);
+    is_pass(&poml_yaml, "/api/v1/pods?resourceVersion=0&limit=x", ADMIT_WHY_ERROR_ENCODING,
+            "a metadata list's 400 whose Status would be YAML");
+    admit_ask(&poml, "/api/v1/pods?resourceVersion=0&limit=x", &a);
+    ok(a.action == ADMIT_ERROR && a.error_pretty, "a metadata list's 400: served, indented");
+    admit_fini(&a);
     admit_ask(&poml_pretty, "/api/v1/pods?resourceVersion=0", &a);
     ok(a.action == ADMIT_SERVE && a.meta && a.pretty,
        "metadata with pretty=1 in Accept: served pretty");

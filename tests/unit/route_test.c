@@ -525,7 +525,8 @@ test_accept_params(void)
         {"application/json;as=PartialObjectMetadataList=x;g=meta.k8s.io;v=v1", O, O, N, false},
         {"application/json;g=meta.k8s.io;v=v1;as=Table;as=PartialObjectMetadataList", J, J, L,
          false}, /* a map: the last value wins */
-        {"application/vnd.kubernetes.protobuf, application/json", P, O, N, false},
+        {"application/vnd.kubernetes.protobuf, application/json", P, J, N, false},
+        {"application/vnd.kubernetes.protobuf", P, O, N, false}, /* a custom resource's 406 */
         {"text/html, application/json" POML, J, J, L, false},
         {"a/b/c" POML ", application/json", J, J, N, false},
     };
@@ -538,6 +539,34 @@ test_accept_params(void)
         is_int(c.media, a[i].custom, name);
         is_int(b.media == ROUTE_MEDIA_OTHER ? N : (int)b.as, a[i].as, name);
         is_int(b.pretty, a[i].pretty, name);
+    }
+
+    /* the Status of an error: negotiated again without conversions
+     * (DefaultEndpointRestrictions); none acceptable: WriteRawJSON */
+    static const struct {
+        const char *accept;
+        int media;
+        bool none, pretty;
+    } st[] = {
+        {NULL, J, false, false},
+        {"application/json" POML, O, true, false},
+        {"application/vnd.kubernetes.protobuf" POML, O, true, false},
+        {"application/json" POML ", application/json", J, false, false},
+        {"application/json" POML ", application/json;pretty=1", J, false, true},
+        {"application/json" POML ";pretty=1", O, true, false},
+        {"application/json" POML ", application/vnd.kubernetes.protobuf", P, false, false},
+        {"application/json" POML ", application/yaml", O, false, false},
+        {"application/json;stream=watch", O, true, false},
+        {"application/json;stream=", J, false, false},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(st); i++) {
+        char name[200];
+        snprintf(name, sizeof(name), "status: %s", st[i].accept ? st[i].accept : "(absent)");
+        struct route_accept b;
+        route_accept_status(st[i].accept, &b);
+        is_int(b.media, st[i].media, name);
+        is_int(b.none, st[i].none, name);
+        is_int(b.pretty, st[i].pretty, name);
     }
 #undef POM
 #undef POML
