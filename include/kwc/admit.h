@@ -10,7 +10,8 @@
  *                     object by name is the upstream's)
  *   encoding          kube's negotiation of Accept (route_negotiate): JSON,
  *                     or protobuf for built-in kinds; Table, YAML, Accept
- *                     parameters and pretty JSON are the upstream's
+ *                     parameters and pretty JSON (but a watch: its events
+ *                     are never indented) are the upstream's
  *   cache             the one of the resource in that encoding (each
  *                     encoding has its own: protobuf answers are the
  *                     upstream's protobuf bytes); it must be serving; a

@@ -98,7 +98,11 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_MEDIA);
         return;
     }
-    if (media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent)) {
+    /* (a watch's events are never indented: kube's watch encoder is the
+     * stream serializer, pretty or not; a pretty watch is any watch, but
+     * for the Status of an error before its stream, which kube indents) */
+    bool pretty = media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent);
+    if (pretty && r->verb != ROUTE_WATCH) {
         pass(a, ADMIT_WHY_PRETTY);
         return;
     }
@@ -158,6 +162,8 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * alone (its parameters, or an rv the upstream issued), so the
          * upstream reaches the same answer and encodes it as asked. */
         pass(a, ADMIT_WHY_ERROR_ENCODING);
+    } else if (act == DECIDE_ERROR && pretty) {
+        pass(a, ADMIT_WHY_PRETTY); /* a watch's error, indented */
     } else if (act != DECIDE_ERROR && a->sel && !admit_serves_fields(d, a->sel)) {
         pass(a, ADMIT_WHY_FIELDS);
     } else {

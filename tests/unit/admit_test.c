@@ -512,7 +512,15 @@ test_encoding(void)
     struct ask curl = {.ua = "curl/8.1.2"}, curl_pb = {.ua = "curl/8.1.2", .accept = PB.accept};
     is_pass(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", ADMIT_WHY_PRETTY, "?pretty=true");
     is_pass(&curl, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_PRETTY, "curl's User-Agent");
-    is_pass(&curl, "/api/v1/pods?watch=1", ADMIT_WHY_PRETTY, "curl's watch");
+    /* a watch's events are never indented (kube's watch encoder): served */
+    admit_ask(&curl, "/api/v1/pods?watch=1", &a);
+    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_JSON, "curl's watch: served");
+    admit_fini(&a);
+    admit_ask(NULL, "/api/v1/pods?watch=1&pretty=true", &a);
+    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_JSON, "a watch with ?pretty=true: served");
+    admit_fini(&a);
+    is_pass(&curl, "/api/v1/pods?watch=1&sendInitialEvents=true", ADMIT_WHY_PRETTY,
+            "a pretty watch's error Status (indented) is the upstream's");
     admit_ask(&curl_pb, "/api/v1/pods?resourceVersion=0", &a);
     ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB, "curl asking for protobuf: served");
     admit_fini(&a);
