@@ -84,10 +84,8 @@ blob_take(const struct hub_res *r, struct gostr_buf *b)
 /* A metadata-only watcher's objects (Accept ...;as=PartialObjectMetadata;
  * g=meta.k8s.io;v=v1): kube's watch handler passes every event's object,
  * bookmarks included, through transformObject, which makes it a
- * PartialObjectMetadata of this group-version; a Status (an ERROR's) is
- * left as it is. */
-#define POM_API_VERSION "meta.k8s.io/v1"
-#define POM_KIND "PartialObjectMetadata"
+ * PartialObjectMetadata (POM_API_VERSION, POM_KIND); a Status (an
+ * ERROR's) is left as it is. */
 
 /* One protobuf frame of type around obj (an object message); with rv set,
  * the object's metadata.resourceVersion is rv. meta: the frame carries the
