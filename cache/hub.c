@@ -19,7 +19,10 @@
  * Protobuf: a frame (pb_frame_event) around the stored object message; the
  * envelope names the kind, so the item needs no change, and a DELETED at
  * another rv carries a copy with that rv (pb_with_rv), as JSON swaps the
- * rv's digits (obj_rv_span).
+ * rv's digits (obj_rv_span). A metadata-only watcher (hub.h "Forms") gets
+ * the same events with each object's PartialObjectMetadata (pom.h) in the
+ * same framing: an event holds a blob per (form, variant), so each form is
+ * encoded once, when its first watcher needs it.
  */
 #include "kwc/hub.h"
 
