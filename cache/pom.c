@@ -1,0 +1,750 @@
+/*
+ * pom.c — PartialObjectMetadata from stored items (see pom.h). On the
+ * serving side of the data path: store -> [pom] -> list/get/watch encoder.
+ *
+ * Built-in kinds need no parsing beyond locating the top-level "metadata"
+ * value: a bounded, non-recursive scanner over bytes object.c validated at
+ * ingest. Custom resources parse only that value with jansson and write the
+ * typed ObjectMeta as Go's encoding/json would (json.Encoder: HTML-safe
+ * string escapes, map keys sorted, shortest floats), reading each field the
+ * way the Unstructured accessor does (k8s.io/apimachinery unstructured.go and
+ * helpers.go):
+ *   strings         getNestedString: a non-string is ""
+ *   generation      NestedInt64: only an integer counts
+ *   timestamps      Time.UnmarshalQueryParameter + MarshalJSON: RFC 3339
+ *                   re-written in UTC without fraction; "", unparsable and
+ *                   the zero time are zero (creationTimestamp null,
+ *                   deletionTimestamp omitted)
+ *   labels, annot.  NestedNullCoercingStringMap: null values are "", any
+ *                   other non-string drops the whole map
+ *   finalizers      NestedStringSlice: any non-string drops the slice
+ *   ownerReferences objects only (else dropped); strings and bools per field
+ *   managedFields   DefaultUnstructuredConverter.FromUnstructured into
+ *                   ManagedFieldsEntry: a type mismatch or a bad time drops
+ *                   the whole slice; fieldsV1 is the value re-marshalled
+ * Time parsing follows Go's RFC 3339 fast path (time/format_rfc3339.go);
+ * the few forms only Go's generic layout parser accepts (a one-digit hour,
+ * a comma before the fraction) read as zero here. kube-apiserver sets both
+ * timestamps itself, always in the canonical form.
+ */
+#include "kwc/pom.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Locating the top-level "metadata" value                                   */
+
+static size_t
+skip_ws(const char *p, size_t i, size_t n)
+{
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* p[i] == '"': the index after the closing quote, or 0. */
+static size_t
+str_end(const char *p, size_t i, size_t n)
+{
+    for (i++; i < n; i++) {
+        if (p[i] == '\\')
+            i++;
+        else if (p[i] == '"')
+            return i + 1;
+    }
+    return 0;
+}
+
+/* The index after the value starting at p[i], or 0. Containers are matched by
+ * depth only: the grammar was checked when the item was stored. */
+static size_t
+value_end(const char *p, size_t i, size_t n)
+{
+    if (i >= n)
+        return 0;
+    if (p[i] == '"')
+        return str_end(p, i, n);
+    if (p[i] == '{' || p[i] == '[') {
+        size_t depth = 0;
+        while (i < n) {
+            char c = p[i];
+            if (c == '"') {
+                i = str_end(p, i, n);
+                if (!i)
+                    return 0;
+                continue;
+            }
+            if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                if (--depth == 0)
+                    return i + 1;
+            }
+            i++;
+        }
+        return 0;
+    }
+    size_t j = i;
+    while (j < n && !strchr(",}] \t\r\n", p[j]))
+        j++;
+    return j > i ? j : 0;
+}
+
+/* 1 and the span when the object has a top-level "metadata", 0 when it has
+ * none, -1 when p is not a JSON object. */
+static int
+find_metadata(const char *p, size_t n, size_t *off, size_t *vlen)
+{
+    static const char key[] = "metadata";
+    size_t i = skip_ws(p, 0, n);
+    if (i >= n || p[i] != '{')
+        return -1;
+    i = skip_ws(p, i + 1, n);
+    if (i < n && p[i] == '}')
+        return 0;
+    for (;;) {
+        if (i >= n || p[i] != '"')
+            return -1;
+        size_t ke = str_end(p, i, n);
+        if (!ke)
+            return -1;
+        bool is_meta = ke - i - 2 == sizeof key - 1 && !memcmp(p + i + 1, key, sizeof key - 1);
+        i = skip_ws(p, ke, n);
+        if (i >= n || p[i] != ':')
+            return -1;
+        i = skip_ws(p, i + 1, n);
+        size_t ve = value_end(p, i, n);
+        if (!ve)
+            return -1;
+        if (is_meta) {
+            *off = i;
+            *vlen = ve - i;
+            return 1;
+        }
+        i = skip_ws(p, ve, n);
+        if (i < n && p[i] == ',')
+            i = skip_ws(p, i + 1, n);
+        else if (i < n && p[i] == '}')
+            return 0;
+        else
+            return -1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Go's encoding/json                                                         */
+
+/* A JSON string as json.Encoder writes it (escapeHTML on). s is valid UTF-8
+ * (jansson's strings are). */
+static void
+add_jstr(struct gostr_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    gostr_addc(b, '"');
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[7] = {0};
+        size_t skip = 0;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+        } else if (c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
+            esc[0] = '\\';
+            esc[1] = c == '\b' ? 'b' : c == '\f' ? 'f' : c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c < 0x20 || c == '<' || c == '>' || c == '&') {
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 0xF];
+        } else if (c == 0xE2 && i + 2 < n && (unsigned char)s[i + 1] == 0x80 &&
+                   ((unsigned char)s[i + 2] & 0xFE) == 0xA8) {
+            memcpy(esc, (unsigned char)s[i + 2] == 0xA8 ? "\\u2028" : "\\u2029", 6);
+            skip = 2;
+        } else {
+            continue;
+        }
+        gostr_addn(b, s + start, i - start);
+        gostr_add(b, esc);
+        i += skip;
+        start = i + 1;
+    }
+    gostr_addn(b, s + start, n - start);
+    gostr_addc(b, '"');
+}
+
+static void
+add_int(struct gostr_buf *b, json_int_t v)
+{
+    if (v < 0) {
+        gostr_addc(b, '-');
+        gostr_addu(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        gostr_addu(b, (uint64_t)v);
+    }
+}
+
+/* A float64 as encoding/json writes it: the shortest digits that read back,
+ * fixed notation unless |f| < 1e-6 or >= 1e21, exponent without padding. */
+static void
+add_float(struct gostr_buf *b, double f)
+{
+    char e[40], out[400];
+    int prec;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, f);
+        if (strtod(e, NULL) == f)
+            break;
+    }
+    snprintf(e, sizeof e, "%.*e", prec, f);
+    /* e: [-]d[.ddd]e(+|-)XX */
+    char *ep = strchr(e, 'e');
+    int exp = atoi(ep + 1);
+    char digits[24];
+    size_t nd = 0;
+    for (const char *q = e; q < ep; q++)
+        if (*q >= '0' && *q <= '9')
+            digits[nd++] = *q;
+    bool neg = e[0] == '-';
+    double a = fabs(f);
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (a != 0 && (a < 1e-6 || a >= 1e21)) {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            memcpy(out + o, digits + 1, nd - 1);
+            o += nd - 1;
+        }
+        o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp < 0 ? '-' : '+', abs(exp));
+        /* e-07 -> e-7 (Go keeps e+21 two-digit) */
+        if (o >= 4 && out[o - 4] == 'e' && out[o - 3] == '-' && out[o - 2] == '0') {
+            out[o - 2] = out[o - 1];
+            o--;
+        }
+    } else if (exp < 0) {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int k = -1; k > exp; k--)
+            out[o++] = '0';
+        memcpy(out + o, digits, nd);
+        o += nd;
+    } else {
+        for (int k = 0; k <= exp || (size_t)k < nd; k++) {
+            if (k == exp + 1)
+                out[o++] = '.';
+            out[o++] = (size_t)k < nd ? digits[k] : '0';
+        }
+    }
+    gostr_addn(b, out, o);
+}
+
+static int
+cmp_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorted keys of an object (new array of borrowed keys). */
+static const char **
+sorted_keys(json_t *o, size_t *n)
+{
+    size_t k = 0;
+    const char **keys = malloc((json_object_size(o) + 1) * sizeof *keys);
+    if (!keys)
+        abort();
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) keys[k++] = key;
+    qsort(keys, k, sizeof *keys, cmp_keys);
+    *n = k;
+    return keys;
+}
+
+/* Any value as json.Marshal writes the interface{} Go decoded it into. */
+static void
+add_any(struct gostr_buf *b, json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        size_t n;
+        const char **keys = sorted_keys(v, &n);
+        gostr_addc(b, '{');
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                gostr_addc(b, ',');
+            add_jstr(b, keys[i], strlen(keys[i]));
+            gostr_addc(b, ':');
+            add_any(b, json_object_get(v, keys[i]));
+        }
+        gostr_addc(b, '}');
+        free(keys);
+        break;
+    }
+    case JSON_ARRAY:
+        gostr_addc(b, '[');
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i)
+                gostr_addc(b, ',');
+            add_any(b, json_array_get(v, i));
+        }
+        gostr_addc(b, ']');
+        break;
+    case JSON_STRING:
+        add_jstr(b, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        add_int(b, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        add_float(b, json_real_value(v));
+        break;
+    case JSON_TRUE:
+        gostr_add(b, "true");
+        break;
+    case JSON_FALSE:
+        gostr_add(b, "false");
+        break;
+    case JSON_NULL:
+        gostr_add(b, "null");
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* metav1.Time                                                                */
+
+#define POM_TIME_MAX 64
+
+static bool
+num(const char *s, size_t n, int min, int max, int *out)
+{
+    int x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        x = x * 10 + (s[i] - '0');
+    }
+    *out = x;
+    return x >= min && x <= max;
+}
+
+static bool
+leap(int64_t y)
+{
+    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+}
+
+static int64_t
+days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static void
+civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+/*
+ * time.Parse(time.RFC3339, s) (the fast path), then t.UTC().Format(RFC3339)
+ * into out (POM_TIME_MAX bytes). 1 written, 0 the zero time, -1 unparsable.
+ */
+static int
+go_time(const char *s, size_t n, char *out)
+{
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int Y, M, D, h, mi, sec, nsec = 0;
+    if (n < 19 || !num(s, 4, 0, 9999, &Y) || !num(s + 5, 2, 1, 12, &M) ||
+        !num(s + 11, 2, 0, 23, &h) || !num(s + 14, 2, 0, 59, &mi) || !num(s + 17, 2, 0, 59, &sec))
+        return -1;
+    int dim = mdays[M - 1] + (M == 2 && leap(Y));
+    if (!num(s + 8, 2, 1, dim, &D) || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
+        s[16] != ':')
+        return -1;
+    size_t i = 19;
+    if (n - i >= 2 && s[i] == '.' && s[i + 1] >= '0' && s[i + 1] <= '9') {
+        size_t j = i + 1, k = 0;
+        for (; j < n && s[j] >= '0' && s[j] <= '9'; j++)
+            if (k++ < 9)
+                nsec = nsec * 10 + (s[j] - '0');
+        for (; k < 9; k++)
+            nsec *= 10;
+        i = j;
+    }
+    int64_t off = 0;
+    if (!(n - i == 1 && s[i] == 'Z')) {
+        int oh, om;
+        if (n - i != 6 || !num(s + i + 1, 2, 0, 23, &oh) || !num(s + i + 4, 2, 0, 59, &om) ||
+            (s[i] != '+' && s[i] != '-') || s[i + 3] != ':')
+            return -1;
+        off = (oh * 60 + om) * 60 * (s[i] == '-' ? -1 : 1);
+    }
+    int64_t t = days_from_civil(Y, M, D) * 86400 + h * 3600 + mi * 60 + sec - off;
+    int64_t days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
+    int64_t rem = t - days * 86400;
+    int64_t y;
+    civil_from_days(days, &y, &M, &D);
+    if (y == 1 && M == 1 && D == 1 && rem == 0 && nsec == 0)
+        return 0;
+    /* appendInt(year, 4): a sign, then at least four digits */
+    snprintf(out, POM_TIME_MAX, "%s%04llu-%02u-%02uT%02u:%02u:%02uZ", y < 0 ? "-" : "",
+             (unsigned long long)(y < 0 ? -y : y), (unsigned)M % 100, (unsigned)D % 100,
+             (unsigned)(rem / 3600) % 100, (unsigned)(rem / 60 % 60), (unsigned)(rem % 60));
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* ObjectMeta of an unstructured object                                      */
+
+struct fields {
+    struct gostr_buf *b;
+    bool first;
+};
+
+static void
+key(struct fields *f, const char *k)
+{
+    if (!f->first)
+        gostr_addc(f->b, ',');
+    f->first = false;
+    add_jstr(f->b, k, strlen(k));
+    gostr_addc(f->b, ':');
+}
+
+/* A string field with omitempty. */
+static void
+str_field(struct fields *f, json_t *md, const char *k)
+{
+    json_t *v = json_object_get(md, k);
+    if (json_is_string(v) && json_string_length(v) > 0) {
+        key(f, k);
+        add_jstr(f->b, json_string_value(v), json_string_length(v));
+    }
+}
+
+/* Like str_field but written even when empty (OwnerReference's fields). */
+static void
+str_field_always(struct fields *f, json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    key(f, k);
+    if (json_is_string(v))
+        add_jstr(f->b, json_string_value(v), json_string_length(v));
+    else
+        gostr_add(f->b, "\"\"");
+}
+
+/* The time at md[k]: 1 and out, 0 zero (absent, "", unparsable, zero). */
+static int
+time_field(json_t *md, const char *k, char *out)
+{
+    json_t *v = json_object_get(md, k);
+    if (!json_is_string(v))
+        return 0;
+    return go_time(json_string_value(v), json_string_length(v), out) == 1;
+}
+
+static void
+add_time(struct fields *f, const char *k, int have, const char *t)
+{
+    key(f, k);
+    if (have) {
+        gostr_addc(f->b, '"');
+        gostr_add(f->b, t);
+        gostr_addc(f->b, '"');
+    } else {
+        gostr_add(f->b, "null");
+    }
+}
+
+static void
+string_map(struct fields *f, json_t *md, const char *k)
+{
+    json_t *m = json_object_get(md, k), *v;
+    const char *kk;
+    if (!json_is_object(m) || json_object_size(m) == 0)
+        return;
+    json_object_foreach(m, kk, v) if (!json_is_string(v) && !json_is_null(v)) return;
+    size_t n;
+    const char **keys = sorted_keys(m, &n);
+    key(f, k);
+    gostr_addc(f->b, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            gostr_addc(f->b, ',');
+        add_jstr(f->b, keys[i], strlen(keys[i]));
+        gostr_addc(f->b, ':');
+        v = json_object_get(m, keys[i]);
+        if (json_is_string(v))
+            add_jstr(f->b, json_string_value(v), json_string_length(v));
+        else
+            gostr_add(f->b, "\"\"");
+    }
+    gostr_addc(f->b, '}');
+    free(keys);
+}
+
+static void
+owner_refs(struct fields *f, json_t *md)
+{
+    json_t *a = json_object_get(md, "ownerReferences");
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_object(json_array_get(a, i)))
+            return;
+    key(f, "ownerReferences");
+    gostr_addc(f->b, '[');
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *o = json_array_get(a, i), *v;
+        struct fields of = {f->b, true};
+        if (i)
+            gostr_addc(f->b, ',');
+        gostr_addc(f->b, '{');
+        str_field_always(&of, o, "apiVersion");
+        str_field_always(&of, o, "kind");
+        str_field_always(&of, o, "name");
+        str_field_always(&of, o, "uid");
+        if (json_is_boolean(v = json_object_get(o, "controller"))) {
+            key(&of, "controller");
+            gostr_add(f->b, json_is_true(v) ? "true" : "false");
+        }
+        if (json_is_boolean(v = json_object_get(o, "blockOwnerDeletion"))) {
+            key(&of, "blockOwnerDeletion");
+            gostr_add(f->b, json_is_true(v) ? "true" : "false");
+        }
+        gostr_addc(f->b, '}');
+    }
+    gostr_addc(f->b, ']');
+}
+
+static void
+finalizers(struct fields *f, json_t *md)
+{
+    json_t *a = json_object_get(md, "finalizers");
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_string(json_array_get(a, i)))
+            return;
+    key(f, "finalizers");
+    gostr_addc(f->b, '[');
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        if (i)
+            gostr_addc(f->b, ',');
+        add_jstr(f->b, json_string_value(v), json_string_length(v));
+    }
+    gostr_addc(f->b, ']');
+}
+
+/* One ManagedFieldsEntry into e; false when FromUnstructured would fail. */
+static bool
+managed_entry(struct gostr_buf *e, json_t *o)
+{
+    static const char *const strs[] = {"manager",    "operation", "apiVersion", NULL,
+                                       "fieldsType", NULL,        "subresource"};
+    struct fields f = {e, true};
+    gostr_addc(e, '{');
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
+        const char *k = strs[i] ? strs[i] : i == 3 ? "time" : "fieldsV1";
+        json_t *v = json_object_get(o, k);
+        if (!v || json_is_null(v))
+            continue;
+        if (i == 3) {
+            char t[POM_TIME_MAX];
+            int r =
+                json_is_string(v) ? go_time(json_string_value(v), json_string_length(v), t) : -1;
+            if (r < 0)
+                return false;
+            add_time(&f, k, r, t);
+        } else if (i == 5) {
+            key(&f, k);
+            add_any(e, v);
+        } else {
+            if (!json_is_string(v))
+                return false;
+            if (json_string_length(v) > 0) {
+                key(&f, k);
+                add_jstr(e, json_string_value(v), json_string_length(v));
+            }
+        }
+    }
+    gostr_addc(e, '}');
+    return true;
+}
+
+static void
+managed_fields(struct fields *f, json_t *md)
+{
+    json_t *a = json_object_get(md, "managedFields");
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return;
+    struct gostr_buf e = {0};
+    gostr_addc(&e, '[');
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *o = json_array_get(a, i);
+        if (i)
+            gostr_addc(&e, ',');
+        if (!json_is_object(o) || !managed_entry(&e, o)) {
+            free(gostr_take(&e));
+            return;
+        }
+    }
+    gostr_addc(&e, ']');
+    key(f, "managedFields");
+    gostr_addn(f->b, e.p, e.len);
+    free(gostr_take(&e));
+}
+
+static void
+object_meta(struct gostr_buf *b, json_t *md)
+{
+    struct fields f = {b, true};
+    json_t *v;
+    char t[POM_TIME_MAX];
+    gostr_addc(b, '{');
+    str_field(&f, md, "name");
+    str_field(&f, md, "generateName");
+    str_field(&f, md, "namespace");
+    str_field(&f, md, "selfLink");
+    str_field(&f, md, "uid");
+    str_field(&f, md, "resourceVersion");
+    if (json_is_integer(v = json_object_get(md, "generation")) && json_integer_value(v) != 0) {
+        key(&f, "generation");
+        add_int(b, json_integer_value(v));
+    }
+    add_time(&f, "creationTimestamp", time_field(md, "creationTimestamp", t), t);
+    if (time_field(md, "deletionTimestamp", t))
+        add_time(&f, "deletionTimestamp", 1, t);
+    if (json_is_integer(v = json_object_get(md, "deletionGracePeriodSeconds"))) {
+        key(&f, "deletionGracePeriodSeconds");
+        add_int(b, json_integer_value(v));
+    }
+    string_map(&f, md, "labels");
+    string_map(&f, md, "annotations");
+    owner_refs(&f, md);
+    finalizers(&f, md);
+    managed_fields(&f, md);
+    gostr_addc(b, '}');
+}
+
+/* ------------------------------------------------------------------------ */
+
+int
+pom_json(struct gostr_buf *b, const void *item, size_t len, bool unstructured)
+{
+    static const char head[] =
+        "{\"kind\":\"" POM_KIND "\",\"apiVersion\":\"" POM_API_VERSION "\",\"metadata\":";
+    const char *p = item;
+    size_t off = 0, vlen = 0;
+    int found = find_metadata(p, len, &off, &vlen);
+    if (found < 0)
+        return -1;
+    if (!unstructured && found) {
+        gostr_add(b, head);
+        gostr_addn(b, p + off, vlen);
+        gostr_addc(b, '}');
+        return 0;
+    }
+    json_t *md = NULL;
+    if (found) {
+        json_error_t err;
+        md = json_loadb(p + off, vlen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        if (!md)
+            return -1;
+    }
+    gostr_add(b, head);
+    object_meta(b, json_is_object(md) ? md : NULL);
+    gostr_addc(b, '}');
+    json_decref(md);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Protobuf                                                                   */
+
+static bool
+varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *i < n; shift += 7) {
+        unsigned char c = p[(*i)++];
+        *v |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80))
+            return true;
+    }
+    return false;
+}
+
+int
+pom_pb(struct gostr_buf *b, const void *msg, size_t len)
+{
+    const unsigned char *p = msg;
+    size_t i = 0, off = 0, flen = 0;
+    bool have = false;
+    while (i < len) {
+        uint64_t tag, v;
+        if (!varint(p, len, &i, &tag) || tag >> 3 == 0)
+            return -1;
+        switch (tag & 7) {
+        case 0:
+            if (!varint(p, len, &i, &v))
+                return -1;
+            break;
+        case 1:
+        case 5:
+            if (len - i < ((tag & 7) == 1 ? 8u : 4u))
+                return -1;
+            i += (tag & 7) == 1 ? 8 : 4;
+            break;
+        case 2:
+            if (!varint(p, len, &i, &v) || v > len - i)
+                return -1;
+            if (tag >> 3 == 1) {
+                if (have)
+                    return -1; /* kube writes ObjectMeta once */
+                have = true;
+                off = i;
+                flen = (size_t)v;
+            }
+            i += (size_t)v;
+            break;
+        default:
+            return -1;
+        }
+    }
+    if (!have)
+        return -1;
+    unsigned char hdr[11];
+    size_t h = 0;
+    hdr[h++] = 0x0a;
+    uint64_t v = flen;
+    do {
+        hdr[h++] = (unsigned char)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    gostr_addn(b, (const char *)hdr, h);
+    gostr_addn(b, (const char *)p + off, flen);
+    return 0;
+}
