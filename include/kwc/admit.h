@@ -12,6 +12,14 @@
  *                     or protobuf for built-in kinds; Table, YAML, Accept
  *                     parameters and pretty JSON (but a watch: its events
  *                     are never indented) are the upstream's
+ *   metadata only     a winning clause as=PartialObjectMetadataList (lists)
+ *                     or as=PartialObjectMetadata (gets, watches);
+ *                     g=meta.k8s.io;v=v1 (route_accept), JSON or protobuf:
+ *                     served from the cache of that encoding with `meta`
+ *                     set (the answer is derived, cache/pom.h); the other
+ *                     pairing (kube's 406), pretty=1, and a custom
+ *                     resource's protobuf (no protobuf cache of it) are the
+ *                     upstream's
  *   cache             the one of the resource in that encoding (each
  *                     encoding has its own: protobuf answers are the
  *                     upstream's protobuf bytes); it must be serving; a
@@ -127,6 +135,7 @@ struct admit {
     uint64_t current_rv, floor_rv;
     struct decide_result dec;
     bool bookmarks; /* a watch with allowWatchBookmarks true */
+    bool meta;      /* metadata only: PartialObjectMetadata[List] (meta.k8s.io/v1) */
 };
 
 /* Decide q against the caches. Fills *out (admit_fini releases it). Never

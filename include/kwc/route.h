@@ -98,6 +98,38 @@ enum route_media { ROUTE_MEDIA_JSON, ROUTE_MEDIA_PROTOBUF, ROUTE_MEDIA_OTHER };
 enum route_media route_negotiate(const char *accept, bool protobuf);
 
 /*
+ * The winning Accept clause as kube-apiserver picks it, parameters included
+ * (negotiation.NegotiateMediaTypeOptions over goautoneg.ParseAccept): clauses
+ * split on ',' and ';', trimmed of spaces only; a clause whose type is not
+ * "t/s" (or "*") and a parameter that is not one "k=v" are skipped; q= orders
+ * the clauses with goautoneg's Less (q, then specific types before
+ * wildcards; insertion order otherwise, as Go's sort does for <= 12 clauses)
+ * and is not a parameter; each clause is tried against the serializers in
+ * kube's order (json, yaml, protobuf), and the first one whose parameters
+ * acceptMediaTypeOptions admits wins: as=/g=/v= must name Table (json and
+ * yaml only), PartialObjectMetadata or PartialObjectMetadataList in
+ * meta.k8s.io v1 or v1beta1, and stream= (when non-empty) "watch" on json or
+ * protobuf; other parameters are kept, unrecognised.
+ *
+ * media is JSON or PROTOBUF when kwc can answer the winner itself: no
+ * parameters beyond as/g/v/pretty, no conversion but as=PartialObjectMetadata
+ * [List];g=meta.k8s.io;v=v1 (then `as`), protobuf only for built-in kinds
+ * (`protobuf`) unless metadata is asked for (custom resources have
+ * PartialObjectMetadata in protobuf). Else OTHER: YAML, Table, v1beta1,
+ * stream=, sv=, unknown parameters, no acceptable clause (kube falls back or
+ * answers 406), over ROUTE_ACCEPT_MAX_CLAUSES clauses: the upstream decides.
+ * pretty: the winner has pretty=1. An absent or empty header is JSON.
+ */
+#define ROUTE_ACCEPT_MAX_CLAUSES 12
+enum route_as { ROUTE_AS_NONE, ROUTE_AS_POM, ROUTE_AS_POML };
+struct route_accept {
+    enum route_media media;
+    enum route_as as;
+    bool pretty;
+};
+void route_accept(const char *accept, bool protobuf, struct route_accept *out);
+
+/*
  * kube-apiserver's isPrettyPrint (handlers/responsewriters): ?pretty= decides
  * when present and non-empty (strconv.ParseBool; unparsable is false), else a
  * User-Agent starting with "curl", "Wget" or "Mozilla/5.0" gets indented JSON.

@@ -93,7 +93,24 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     /* JSON from the JSON cache, protobuf (built-in kinds) from the protobuf
      * one; kube's protobuf serializer has no pretty form: ?pretty and a curl
      * User-Agent indent JSON only */
-    enum route_media media = route_negotiate(q->accept, kinds_builtin_group(r->group));
+    bool builtin = kinds_builtin_group(r->group);
+    enum route_media media = route_negotiate(q->accept, builtin);
+    struct route_accept acc;
+    route_accept(q->accept, builtin, &acc);
+    if (acc.as != ROUTE_AS_NONE && acc.media != ROUTE_MEDIA_OTHER) {
+        /* metadata only: a list asks for the List kind, a get or a watch for
+         * the object's (else kube's 406, the upstream's to write) */
+        if ((acc.as == ROUTE_AS_POML) != (a->verb == DECIDE_LIST)) {
+            pass(a, ADMIT_WHY_MEDIA);
+            return;
+        }
+        if (acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
+            pass(a, ADMIT_WHY_PRETTY);
+            return;
+        }
+        a->meta = true;
+        media = acc.media;
+    }
     if (media == ROUTE_MEDIA_OTHER) {
         pass(a, ADMIT_WHY_MEDIA);
         return;
@@ -104,6 +121,12 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     bool pretty = media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent);
     if (pretty && r->verb != ROUTE_WATCH) {
         pass(a, ADMIT_WHY_PRETTY);
+        return;
+    }
+    if (media == ROUTE_MEDIA_PROTOBUF && !builtin) {
+        /* a custom resource's metadata in protobuf: there is no protobuf
+         * cache of custom resources to take it from */
+        pass(a, ADMIT_WHY_NOT_CACHED);
         return;
     }
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;

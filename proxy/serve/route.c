@@ -340,3 +340,251 @@ route_decide_req(const struct route_req *r, enum decide_verb verb, bool has_sele
         .selector_error = selector_error,
     };
 }
+
+/* ---- route_accept: kube's negotiation with parameters ---- */
+
+#define ACCEPT_MAX_PARAMS 16
+
+struct span {
+    const char *p;
+    size_t n;
+};
+
+struct accept_clause {
+    struct span type, sub;
+    float q;
+    size_t n_params;
+    struct span key[ACCEPT_MAX_PARAMS], val[ACCEPT_MAX_PARAMS];
+};
+
+static struct span
+trim_spaces(const char *p, size_t n)
+{
+    while (n && *p == ' ')
+        p++, n--;
+    while (n && p[n - 1] == ' ')
+        n--;
+    return (struct span){p, n};
+}
+
+static bool
+span_is(struct span s, const char *lit)
+{
+    return s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+/* strconv.ParseFloat(s, 32) as goautoneg keeps it: the value, 0 on a syntax
+ * error (a range error keeps its infinity). */
+static float
+go_parse_q(const char *p, size_t n)
+{
+    char buf[64];
+    if (n == 0 || n >= sizeof buf || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' ||
+        *p == '\f' || *p == '\v')
+        return 0;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    const char *digits = buf + (buf[0] == '+' || buf[0] == '-');
+    if ((digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) && !strpbrk(buf, "pP"))
+        return 0; /* Go's hex floats need an exponent */
+    char *end;
+    float f = strtof(buf, &end);
+    return *end ? 0 : f;
+}
+
+/* Next element of s split on c (goautoneg's nextSplitElement); *more: c was
+ * found. */
+static void
+next_elem(struct span *s, char c, struct span *item, bool *more)
+{
+    const char *hit = memchr(s->p, c, s->n);
+    if (!hit) {
+        *item = *s;
+        *s = (struct span){s->p + s->n, 0};
+        *more = false;
+    } else {
+        *item = (struct span){s->p, (size_t)(hit - s->p)};
+        *s = (struct span){hit + 1, s->n - (size_t)(hit - s->p) - 1};
+        *more = true;
+    }
+}
+
+/* goautoneg.ParseAccept into cl; the count, or -1 when over the bounds. */
+static int
+parse_accept(const char *header, struct accept_clause *cl, size_t max)
+{
+    struct span rest = {header, strlen(header)};
+    size_t n = 0;
+    while (rest.n > 0) {
+        struct span part, media, t, sub;
+        bool more;
+        next_elem(&rest, ',', &part, &more);
+        part = trim_spaces(part.p, part.n);
+        struct span pr = part;
+        bool has_params;
+        next_elem(&pr, ';', &media, &has_params);
+        struct span mr = media;
+        bool slash;
+        next_elem(&mr, '/', &t, &slash);
+        t = trim_spaces(t.p, t.n);
+        if (mr.n == 0) {
+            /* no subtype: only "*" is a clause ("*" and "*\/" alike) */
+            if (!span_is(t, "*"))
+                continue;
+            sub = (struct span){"*", 1};
+        } else {
+            struct span second = mr;
+            next_elem(&mr, '/', &second, &slash);
+            if (mr.n > 0)
+                continue; /* "a/b/c" */
+            sub = trim_spaces(second.p, second.n);
+        }
+        if (n == max)
+            return -1;
+        struct accept_clause *c = &cl[n++];
+        *c = (struct accept_clause){.type = t, .sub = sub, .q = 1.0f};
+        if (!has_params)
+            continue;
+        while (pr.n > 0) {
+            struct span param, k, v;
+            bool eq, more_eq;
+            next_elem(&pr, ';', &param, &more);
+            next_elem(&param, '=', &k, &eq);
+            if (param.n == 0)
+                continue; /* no '=' or nothing after it */
+            struct span vv = param;
+            next_elem(&vv, '=', &v, &more_eq);
+            if (vv.n != 0)
+                continue; /* "k=v=w" */
+            k = trim_spaces(k.p, k.n);
+            if (span_is(k, "q")) {
+                c->q = go_parse_q(v.p, v.n);
+                continue;
+            }
+            v = trim_spaces(v.p, v.n);
+            size_t i;
+            for (i = 0; i < c->n_params && !(c->key[i].n == k.n && !memcmp(c->key[i].p, k.p, k.n));
+                 i++)
+                ;
+            if (i == ACCEPT_MAX_PARAMS)
+                return -1;
+            if (i == c->n_params)
+                c->n_params++;
+            c->key[i] = k;
+            c->val[i] = v; /* a map: the last value wins */
+        }
+    }
+    return (int)n;
+}
+
+static bool
+accept_less(const struct accept_clause *a, const struct accept_clause *b)
+{
+    if (a->q > b->q)
+        return true;
+    if (!span_is(a->type, "*") && span_is(b->type, "*"))
+        return true;
+    return !span_is(a->sub, "*") && span_is(b->sub, "*");
+}
+
+enum accept_ser { SER_JSON, SER_YAML, SER_PB };
+
+/* acceptMediaTypeOptions for one (clause, serializer): 1 admitted (and
+ * *conv: 0 none, 1 as=POM v1, 2 POML v1, 3 another admitted conversion;
+ * *plain: no parameter beyond as/g/v/pretty; *pretty), 0 refused, -1 a
+ * parameter kwc cannot judge (sv=). */
+static int
+accept_options(const struct accept_clause *c, enum accept_ser ser, int *conv, bool *plain,
+               bool *pretty)
+{
+    struct span as = {"", 0}, g = {"", 0}, v = {"", 0};
+    bool convert = false;
+    *plain = true;
+    *pretty = false;
+    for (size_t i = 0; i < c->n_params; i++) {
+        struct span k = c->key[i], val = c->val[i];
+        if (span_is(k, "as") || span_is(k, "g") || span_is(k, "v")) {
+            convert = true;
+            *(k.p[0] == 'a' ? &as : k.p[0] == 'g' ? &g : &v) = val;
+        } else if (span_is(k, "stream")) {
+            if (val.n > 0 && (ser == SER_YAML || !span_is(val, "watch")))
+                return 0;
+            *plain = false;
+        } else if (span_is(k, "sv")) {
+            if (val.n > 0)
+                return -1; /* the endpoint's server version decides */
+            *plain = false;
+        } else if (span_is(k, "pretty")) {
+            *pretty = span_is(val, "1");
+        } else {
+            *plain = false; /* export and unrecognised parameters */
+        }
+    }
+    *conv = 0;
+    if (!convert)
+        return 1;
+    bool meta_gv = span_is(g, "meta.k8s.io") && (span_is(v, "v1") || span_is(v, "v1beta1"));
+    bool pom = span_is(as, "PartialObjectMetadata"),
+         poml = span_is(as, "PartialObjectMetadataList");
+    if (!meta_gv)
+        return 0;
+    if (span_is(as, "Table")) {
+        if (ser == SER_PB)
+            return 0;
+        *conv = 3;
+        return 1;
+    }
+    if (!pom && !poml)
+        return 0;
+    *conv = span_is(v, "v1") ? (pom ? 1 : 2) : 3;
+    return 1;
+}
+
+void
+route_accept(const char *accept, bool protobuf, struct route_accept *out)
+{
+    *out = (struct route_accept){.media = ROUTE_MEDIA_OTHER};
+    if (!accept || !accept[0]) {
+        out->media = ROUTE_MEDIA_JSON;
+        return;
+    }
+    struct accept_clause cl[ROUTE_ACCEPT_MAX_CLAUSES];
+    int n = parse_accept(accept, cl, KWC_ARRAY_LEN(cl));
+    if (n < 0) {
+        out->media = route_negotiate(accept, protobuf); /* no parameters kwc serves */
+        return;
+    }
+    /* sort.Sort: insertion sort at this size */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && accept_less(&cl[j], &cl[j - 1]); j--) {
+            struct accept_clause t = cl[j];
+            cl[j] = cl[j - 1];
+            cl[j - 1] = t;
+        }
+    static const char *const subs[] = {"json", "yaml", "vnd.kubernetes.protobuf"};
+    for (int i = 0; i < n; i++) {
+        const struct accept_clause *c = &cl[i];
+        for (int s = SER_JSON; s <= SER_PB; s++) {
+            bool match = span_is(c->type, "*")
+                             ? span_is(c->sub, "*")
+                             : span_is(c->type, "application") &&
+                                   (span_is(c->sub, "*") || span_is(c->sub, subs[s]));
+            if (!match)
+                continue;
+            int conv;
+            bool plain, pretty;
+            int ok = accept_options(c, (enum accept_ser)s, &conv, &plain, &pretty);
+            if (ok < 0)
+                return;
+            if (ok == 0)
+                continue;
+            /* the winner */
+            out->pretty = pretty;
+            if (s == SER_YAML || !plain || conv == 3 || (s == SER_PB && !protobuf && conv == 0))
+                return;
+            out->as = conv == 1 ? ROUTE_AS_POM : conv == 2 ? ROUTE_AS_POML : ROUTE_AS_NONE;
+            out->media = s == SER_PB ? ROUTE_MEDIA_PROTOBUF : ROUTE_MEDIA_JSON;
+            return;
+        }
+    }
+}

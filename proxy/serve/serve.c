@@ -50,6 +50,7 @@
 #include "kwc/log.h"
 #include "kwc/passthrough.h"
 #include "kwc/pb.h"
+#include "kwc/pom.h"
 #include "kwc/reflector.h"
 #include "kwc/respond.h"
 #include "kwc/route.h"
@@ -106,6 +107,9 @@ struct sreq {
     uint64_t items_planned; /* item bytes the head announced (encoding's item_size) */
     uint64_t items_sent;    /* item bytes written so far, prefixes included */
     bool pass_on;           /* the cache failed this one before the answer started */
+    char *copy;             /* metadata only: the stored item's checked copy */
+    size_t copy_cap;
+    struct gostr_buf derived; /* metadata only: what an item becomes */
     struct chunk {
         char *base; /* malloc'd; the data starts HRESP_BLOCK_BEFORE in */
         size_t len, cap;
@@ -141,6 +145,9 @@ struct encoding {
      * decide.h) are answered in this encoding; else the request goes
      * upstream instead (see serve_take). */
     bool table_errors;
+    /* Metadata only: what a stored item becomes in the answer (appended to
+     * b; 0, or -1 for an item it cannot derive). NULL: the item itself. */
+    int (*derive)(const struct sreq *sr, struct gostr_buf *b, const void *item, size_t len);
 };
 
 static void
@@ -247,6 +254,100 @@ static const struct encoding enc_protobuf = {
     .not_found = protobuf_not_found,
 };
 
+/* Metadata only (pom.h): PartialObjectMetadataList around each item's
+ * PartialObjectMetadata. JSON: the typed list layout for every kind (the
+ * list is metav1.PartialObjectMetadataList, a struct, even for custom
+ * resources); a list without items has "items":null, as kube's
+ * asPartialObjectMetadataList leaves the slice nil and encoding/json writes
+ * it. Protobuf: the usual envelope and list message, each item field 2
+ * holding {1: ObjectMeta}. */
+static const struct listfmt meta_fmt = {
+    .list_kind = POM_LIST_KIND, .kind = POM_KIND, .api_version = POM_API_VERSION};
+
+static int
+meta_json_derive(const struct sreq *sr, struct gostr_buf *b, const void *item, size_t len)
+{
+    return pom_json(b, item, len, sr->fmt.unstructured);
+}
+
+static int
+meta_pb_derive(const struct sreq *sr, struct gostr_buf *b, const void *item, size_t len)
+{
+    return pom_pb(b, item, len);
+}
+
+static void
+meta_json_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = listfmt_head(&meta_fmt, &sr->meta, &n);
+    evbuffer_add(out, head, n - 1); /* "items": and no '[' yet */
+    free(head);
+}
+
+static void
+meta_json_tail(const struct sreq *sr, struct evbuffer *out)
+{
+    evbuffer_add_printf(out, "%s}\n", sr->any_item ? "]" : "null");
+}
+
+static size_t
+meta_json_item_prefix(const struct sreq *sr, char *buf, size_t len)
+{
+    buf[0] = sr->any_item ? ',' : '[';
+    return 1;
+}
+
+/* A get: the object's PartialObjectMetadata (items are derived before they
+ * reach an encoding's object: see serve_get). */
+static char *
+meta_json_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    char *p = xmalloc(len + 1);
+    memcpy(p, item, len);
+    p[len] = '\n';
+    *n = len + 1;
+    return p;
+}
+
+static const struct encoding enc_json_meta = {
+    .content_type = "application/json",
+    .head = meta_json_head,
+    .tail = meta_json_tail,
+    .item_prefix = meta_json_item_prefix,
+    .object = meta_json_object,
+    .not_found = json_not_found,
+    .table_errors = true,
+    .derive = meta_json_derive,
+};
+
+static void
+meta_pb_head(const struct sreq *sr, struct evbuffer *out)
+{
+    size_t n;
+    char *head = pb_list_head(POM_API_VERSION, POM_LIST_KIND, sr->meta.rv, sr->meta.cont,
+                              sr->meta.remaining, sr->items_planned, &n);
+    evbuffer_add(out, head, n);
+    free(head);
+}
+
+static char *
+meta_pb_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
+{
+    return pb_envelope(POM_API_VERSION, POM_KIND, item, len, n);
+}
+
+static const struct encoding enc_protobuf_meta = {
+    .content_type = PB_CONTENT_TYPE,
+    .head = meta_pb_head,
+    .tail = protobuf_tail,
+    .item_prefix = protobuf_item_prefix,
+    .item_size = pb_item_size,
+    .object = meta_pb_object,
+    .not_found = protobuf_not_found,
+    .derive = meta_pb_derive,
+};
+
 /* ---- helpers ---- */
 
 static void
@@ -303,6 +404,8 @@ sreq_free(struct sreq *sr)
     if (sr->timer)
         event_free(sr->timer);
     free(sr->chunk.base);
+    free(sr->copy);
+    free(gostr_take(&sr->derived));
     sel_free(sr->sel);
     idx_view_fini(&sr->iv);
     decide_result_fini(&sr->dec);
@@ -399,7 +502,19 @@ serve_get(struct sreq *sr)
     s->stats.gets++;
     if (rc == 0) {
         size_t n;
-        char *body = sr->enc->object(sr, o.raw, o.raw_len, &n);
+        const void *item = o.raw;
+        size_t item_len = o.raw_len;
+        if (sr->enc->derive) {
+            sr->derived.len = 0;
+            if (sr->enc->derive(sr, &sr->derived, o.raw, o.raw_len) != 0) {
+                store_rtxn_end(t);
+                read_failed(sr, KWC_ECORRUPT);
+                return;
+            }
+            item = sr->derived.p;
+            item_len = sr->derived.len;
+        }
+        char *body = sr->enc->object(sr, item, item_len, &n);
         store_rtxn_end(t);
         common_headers(sr);
         hresp_simple(sr->req, 200, NULL, body, n);
@@ -407,8 +522,11 @@ serve_get(struct sreq *sr)
         return;
     }
     store_rtxn_end(t);
-    if (sr->enc->table_errors &&
-        route_negotiate(hreq_header(sr->req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF) {
+    if ((sr->enc->table_errors &&
+         route_negotiate(hreq_header(sr->req, "Accept"), true) == ROUTE_MEDIA_PROTOBUF) ||
+        (sr->enc->derive && !sr->enc->table_errors)) {
+        /* and a metadata-only get in protobuf: which encoding the Status of
+         * a conversion request is written in is left to the upstream */
         /* a custom resource's 404 with protobuf asked for: the upstream's
          * serializer picks the Status's encoding (see serve_take) */
         struct hreq *req = sr->req;
@@ -470,8 +588,19 @@ on_plan_obj(void *arg, const struct store_obj *o)
     if (!matches(sr, o))
         return 0;
     p->matched++;
-    if (sr->enc->item_size)
-        p->items_bytes += sr->enc->item_size(o->raw_len);
+    if (sr->enc->item_size) {
+        size_t len = o->raw_len;
+        if (sr->enc->derive) {
+            /* the derived size, from the stored bytes (their checksum is
+             * checked when a chunk copies them, and what leaves is derived
+             * from that copy: a difference cuts the list, see fill) */
+            sr->derived.len = 0;
+            if (sr->enc->derive(sr, &sr->derived, o->raw, o->raw_len) != 0)
+                return KWC_ECORRUPT;
+            len = sr->derived.len;
+        }
+        p->items_bytes += sr->enc->item_size(len);
+    }
     if (p->matched == p->limit)
         set_key(&sr->end, &sr->end_len, o->key, o->key_len, false);
     return 0;
@@ -570,7 +699,34 @@ on_fill_obj(void *arg, const struct store_obj *o)
     struct sreq *sr = f->sr;
     if (sr->end && store_keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
         return 1; /* past the page */
-    if (matches(sr, o)) {
+    bool match = matches(sr, o);
+    if (match && sr->enc->derive) {
+        /* metadata only: the stored bytes copied and checked, the answer
+         * derived from the copy */
+        if (sr->copy_cap < o->raw_len) {
+            sr->copy = xrealloc(sr->copy, o->raw_len);
+            sr->copy_cap = o->raw_len;
+        }
+        memcpy(sr->copy, o->raw, o->raw_len);
+        int rc = store_obj_check_raw(sr->d->sres, o, sr->copy);
+        if (rc)
+            return rc;
+        sr->derived.len = 0;
+        if (sr->enc->derive(sr, &sr->derived, sr->copy, o->raw_len) != 0)
+            return KWC_ECORRUPT;
+        size_t need = ITEM_PREFIX_MAX + sr->derived.len;
+        if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
+            set_key(&sr->from, &sr->from_len, o->key, o->key_len, false);
+            f->more = true;
+            return 1;
+        }
+        char *d = chunk_reserve(sr, need);
+        size_t n = sr->enc->item_prefix(sr, d, sr->derived.len);
+        memcpy(d + n, sr->derived.p, sr->derived.len);
+        sr->chunk.len += n + sr->derived.len;
+        sr->any_item = true;
+        sr->items_sent += n + sr->derived.len;
+    } else if (match) {
         size_t need = ITEM_PREFIX_MAX + o->raw_len;
         if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
             /* the chunk is full: this item starts the next one */
@@ -863,7 +1019,9 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->s = s;
     sr->req = req;
     sr->d = d;
-    sr->enc = a.enc == KWC_ENC_PB ? &enc_protobuf : &enc_json;
+    sr->enc = a.enc == KWC_ENC_PB ? (a.meta ? &enc_protobuf_meta : &enc_protobuf)
+              : a.meta            ? &enc_json_meta
+                                  : &enc_json;
     sr->list = list;
     sr->dec = a.dec;
     a.dec = (struct decide_result){0};

@@ -839,6 +839,12 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         refl_want(p->refls[a.cache]);
     if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
+    if (a.meta) {
+        /* metadata-only watches are the upstream's until the hub encodes a
+         * PartialObjectMetadata variant of its events */
+        admit_fini(&a);
+        return WATCH_NOT_TAKEN;
+    }
     if (a.action == ADMIT_ERROR) {
         answer_error(p, req, &a.dec);
         admit_fini(&a);

@@ -703,6 +703,105 @@ def meta_order(md):
     return om
 
 
+def _go_time(v):
+    """metav1.Time read from a string as Unstructured's accessors read it
+    (time.Parse RFC 3339) and written as MarshalJSON writes it (UTC, no
+    fraction): None for the zero time, an unparsable or a non-string value."""
+    if not isinstance(v, str):
+        return None
+    m = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", v)
+    if not m:
+        return None
+    try:
+        t = datetime.datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]))
+    except ValueError:
+        return None
+    if m[8] != "Z":
+        hh, mm = int(m[8][1:3]), int(m[8][4:6])
+        if hh > 23 or mm > 59:
+            return None
+        off = datetime.timedelta(hours=hh, minutes=mm)
+        try:
+            t = t - off if m[8][0] == "+" else t + off
+        except OverflowError:
+            return None
+    nsec = int((m[7] or "0")[:9].ljust(9, "0"))
+    if t == datetime.datetime(1, 1, 1) and nsec == 0:
+        return None
+    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (t.year, t.month, t.day, t.hour, t.minute, t.second)
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def partial_meta(md):
+    """ObjectMeta as kube's meta.AsPartialObjectMetadata builds it and the typed
+    struct encodes it: through the Unstructured accessors for a custom resource
+    (unstructured.go: a value of the wrong type reads as zero, null label
+    values as "", unknown keys dropped, creationTimestamp null when zero), which
+    gives a built-in kind's stored metadata back unchanged."""
+    if not isinstance(md, dict):
+        md = {}
+    out = {}
+    for k in ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion"):
+        if isinstance(md.get(k), str) and md[k]:
+            out[k] = md[k]
+    if _is_int(md.get("generation")) and md["generation"]:
+        out["generation"] = md["generation"]
+    out["creationTimestamp"] = _go_time(md.get("creationTimestamp"))
+    if _go_time(md.get("deletionTimestamp")):
+        out["deletionTimestamp"] = _go_time(md.get("deletionTimestamp"))
+    if _is_int(md.get("deletionGracePeriodSeconds")):
+        out["deletionGracePeriodSeconds"] = md["deletionGracePeriodSeconds"]
+    for k in ("labels", "annotations"):
+        m = md.get(k)
+        if isinstance(m, dict) and m and all(v is None or isinstance(v, str) for v in m.values()):
+            out[k] = {kk: m[kk] or "" for kk in sorted(m)}
+    refs = md.get("ownerReferences")
+    if isinstance(refs, list) and refs and all(isinstance(o, dict) for o in refs):
+        out["ownerReferences"] = []
+        for o in refs:
+            r = {k: o[k] if isinstance(o.get(k), str) else "" for k in ("apiVersion", "kind", "name", "uid")}
+            for k in ("controller", "blockOwnerDeletion"):
+                if isinstance(o.get(k), bool):
+                    r[k] = o[k]
+            out["ownerReferences"].append(r)
+    fin = md.get("finalizers")
+    if isinstance(fin, list) and fin and all(isinstance(f, str) for f in fin):
+        out["finalizers"] = fin
+    mf = md.get("managedFields")
+    if isinstance(mf, list) and mf:
+        entries = []
+        for o in mf:
+            e = {}
+            if not isinstance(o, dict):
+                entries = None
+                break
+            for k in ("manager", "operation", "apiVersion", "time", "fieldsType", "fieldsV1", "subresource"):
+                v = o.get(k)
+                if v is None:
+                    continue
+                if k == "fieldsV1":
+                    e[k] = v
+                elif not isinstance(v, str):
+                    entries = None
+                    break
+                elif k == "time":
+                    if _go_time(v) is None and v != "0001-01-01T00:00:00Z":
+                        entries = None
+                        break
+                    e[k] = _go_time(v)
+                elif v:
+                    e[k] = v
+            if entries is None:
+                break
+            entries.append(e)
+        if entries:
+            out["managedFields"] = entries
+    return out
+
+
 def canon(d):
     """Reorder an object for its canonical encoding: kind, apiVersion, metadata (in
     ObjectMeta field order, maps sorted like Go), spec, status, then the rest."""
@@ -2707,7 +2806,7 @@ class Watcher:
             self.first = False
         else:
             o = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + self.table_ver,
-                 "metadata": meta_order(d.get("metadata", {}))}
+                 "metadata": partial_meta(d.get("metadata"))}
         return b'{"type":"%s","object":%s}\n' % (etype.encode(), dumpb(o))
 
     def pb_frame(self, etype, obj):
@@ -4782,8 +4881,9 @@ class App:
             out = self.table_for(rt, dicts, accept[1], req.query.get("includeObject", "Metadata"), meta)
         else:
             out = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/" + accept[1], "metadata": meta,
+                   # asPartialObjectMetadataList appends to a nil slice: no items is null
                    "items": [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
-                              "metadata": meta_order(d.get("metadata", {}))} for d in dicts]}
+                              "metadata": partial_meta(d.get("metadata"))} for d in dicts] or None}
         conn.respond_json(200, out, req)
         return None
 
@@ -4856,7 +4956,7 @@ class App:
                 row["object"] = d
             elif include_obj != "None":
                 row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + ver,
-                                 "metadata": meta_order(d.get("metadata", {}))}
+                                 "metadata": partial_meta(d.get("metadata"))}
             rows.append(row)
         return {"kind": "Table", "apiVersion": "meta.k8s.io/" + ver, "metadata": meta,
                 "columnDefinitions": cols if headers else None, "rows": rows}
@@ -4875,7 +4975,7 @@ class App:
                                  {"resourceVersion": str(obj.rv)})
         else:
             out = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/" + accept[1],
-                   "metadata": meta_order(d.get("metadata", {}))}
+                   "metadata": partial_meta(d.get("metadata"))}
         conn.respond_json(code, out, req)
 
     # -- get ------------------------------------------------------------------

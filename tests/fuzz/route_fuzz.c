@@ -87,6 +87,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* a clause with parameters is left to the upstream */
     if (m == ROUTE_MEDIA_PROTOBUF && !strstr(h, "application/vnd.kubernetes.protobuf"))
         abort();
+    /* route_accept: bounded, and what it serves is what the header says */
+    struct route_accept ab, ac;
+    route_accept(h, true, &ab);
+    route_accept(h, false, &ac);
+    for (int k = 0; k < 2; k++) {
+        const struct route_accept *x = k ? &ac : &ab;
+        if (x->as != ROUTE_AS_NONE &&
+            (x->media == ROUTE_MEDIA_OTHER || !strstr(h, "PartialObjectMetadata") ||
+             !strstr(h, "meta.k8s.io")))
+            abort();
+        if (x->pretty && !strstr(h, "pretty"))
+            abort();
+        if (x->media == ROUTE_MEDIA_PROTOBUF &&
+            (!strstr(h, "vnd.kubernetes.protobuf") || (k && x->as == ROUTE_AS_NONE)))
+            abort(); /* a custom resource's protobuf is metadata only */
+    }
     struct route_query empty = {0};
     (void)route_wants_pretty(&empty, h);
     free(h);

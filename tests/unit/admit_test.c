@@ -508,6 +508,48 @@ test_encoding(void)
     is_pass(&meta, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA, "metadata only");
     is_pass(&none, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA, "no serializer (kube's 406)");
 
+    /* metadata only: as=PartialObjectMetadataList for lists, as=PartialObjectMetadata
+     * for gets and watches, JSON or protobuf, from the cache of that encoding */
+    struct ask poml = {.accept =
+                           "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"};
+    struct ask poml_pb = {
+        .accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;"
+                  "v=v1, application/json"};
+    struct ask pom_pb = {
+        .accept =
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"};
+    struct ask poml_pretty = {
+        .accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1;pretty=1"};
+    admit_ask(&poml, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_JSON && a.cache == C_PODS,
+       "a metadata list in JSON: served from the JSON cache, metadata only");
+    admit_fini(&a);
+    admit_ask(&poml_pb, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB && a.cache == C_PODS_PB,
+       "a metadata list in protobuf: from the protobuf cache");
+    admit_fini(&a);
+    admit_ask(&meta, "/api/v1/namespaces/ns-1/pods/p?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta, "a metadata get");
+    admit_fini(&a);
+    admit_ask(&pom_pb, "/api/v1/pods?watch=1", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB,
+       "a metadata watch is admitted with meta set (watch.c decides)");
+    admit_fini(&a);
+    admit_ask(&poml, "/apis/example.com/v1/widgets?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.cache == C_WIDGETS,
+       "a custom resource's metadata list in JSON");
+    admit_fini(&a);
+    admit_ask(&poml, "/api/v1/pods?resourceVersion=0&pretty=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta, "?pretty=0 with metadata: served");
+    admit_fini(&a);
+    is_pass(&poml, "/api/v1/namespaces/ns-1/pods/p?resourceVersion=0", ADMIT_WHY_MEDIA,
+            "the List kind on a get (kube's 406)");
+    is_pass(&poml, "/api/v1/pods?watch=1", ADMIT_WHY_MEDIA, "the List kind on a watch");
+    is_pass(&poml_pretty, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_PRETTY, "pretty=1 in Accept");
+    is_pass(&poml, "/api/v1/pods?resourceVersion=0&pretty=1", ADMIT_WHY_PRETTY, "?pretty=1");
+    is_pass(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", ADMIT_WHY_NOT_CACHED,
+            "a custom resource's metadata in protobuf: no protobuf cache of it");
+
     /* pretty JSON: ?pretty or a curl User-Agent; protobuf has no pretty form */
     struct ask curl = {.ua = "curl/8.1.2"}, curl_pb = {.ua = "curl/8.1.2", .accept = PB.accept};
     is_pass(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", ADMIT_WHY_PRETTY, "?pretty=true");

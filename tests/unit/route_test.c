@@ -483,6 +483,66 @@ test_accept_and_pretty(void)
     }
 }
 
+static void
+test_accept_params(void)
+{
+    /* kube's winning clause (negotiate.go + goautoneg), parameters included:
+     * media for a built-in kind / a custom resource, the as= it asks, pretty */
+    enum { J = ROUTE_MEDIA_JSON, P = ROUTE_MEDIA_PROTOBUF, O = ROUTE_MEDIA_OTHER };
+    enum { N = ROUTE_AS_NONE, M = ROUTE_AS_POM, L = ROUTE_AS_POML };
+#define POML ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+#define POM ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    static const struct {
+        const char *accept;
+        int builtin, custom, as;
+        bool pretty;
+    } a[] = {
+        {NULL, J, J, N, false},
+        {"application/json" POML, J, J, L, false},
+        {"application/json" POM, J, J, M, false},
+        {"application/vnd.kubernetes.protobuf" POML, P, P, L, false},
+        {"application/json;v=v1;g=meta.k8s.io;as=PartialObjectMetadata", J, J, M, false},
+        {"application/json" POML ";pretty=1", J, J, L, true},
+        {"application/json;pretty=1", J, J, N, true},
+        {"application/json;pretty=true", J, J, N, false}, /* only "1" */
+        {"application/json ; as = PartialObjectMetadataList ; g=meta.k8s.io;v=v1 ", J, J, L, false},
+        {"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1", O, O, N, false},
+        {"application/json;as=Table;g=meta.k8s.io;v=v1", O, O, N, false},
+        {"application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1, application/json", J, J,
+         N, false}, /* Table has no protobuf: the next clause */
+        {"application/json;as=Foo;g=x;v=v1, application/json" POM, J, J, M, false},
+        {"application/json;as=PartialObjectMetadata, application/json", J, J, N, false},
+        {"application/json;q=0.5" POM ", application/json" POML, J, J, L, false}, /* q orders */
+        {"application/json" POM ";q=0.9, application/vnd.kubernetes.protobuf" POML, P, P, L, false},
+        {"*/*" POML, J, J, L, false},
+        {"application/*" POML, J, J, L, false},
+        {"application/yaml" POML ", application/json", O, O, N, false},
+        {"application/json" POML ";stream=watch", O, O, N, false},
+        {"application/json" POML ";stream=bogus, application/json", J, J, N, false},
+        {"application/json" POML ";x=y", O, O, N, false},
+        {"application/json" POML ";sv=v1", O, O, N, false},
+        {"application/json;charset=utf-8", O, O, N, false},
+        {"application/json;as=PartialObjectMetadataList=x;g=meta.k8s.io;v=v1", O, O, N, false},
+        {"application/json;g=meta.k8s.io;v=v1;as=Table;as=PartialObjectMetadataList", J, J, L,
+         false}, /* a map: the last value wins */
+        {"application/vnd.kubernetes.protobuf, application/json", P, O, N, false},
+        {"text/html, application/json" POML, J, J, L, false},
+        {"a/b/c" POML ", application/json", J, J, N, false},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(a); i++) {
+        const char *name = a[i].accept ? a[i].accept : "(absent)";
+        struct route_accept b, c;
+        route_accept(a[i].accept, true, &b);
+        route_accept(a[i].accept, false, &c);
+        is_int(b.media, a[i].builtin, name);
+        is_int(c.media, a[i].custom, name);
+        is_int(b.media == ROUTE_MEDIA_OTHER ? N : (int)b.as, a[i].as, name);
+        is_int(b.pretty, a[i].pretty, name);
+    }
+#undef POM
+#undef POML
+}
+
 int
 main(void)
 {
@@ -495,5 +555,6 @@ main(void)
     TAP_RUN(test_limits);
     TAP_RUN(test_verb_names);
     TAP_RUN(test_accept_and_pretty);
+    TAP_RUN(test_accept_params);
     return tap_done();
 }
