@@ -187,6 +187,11 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_ERROR_ENCODING);
     } else if (act == DECIDE_ERROR && pretty) {
         pass(a, ADMIT_WHY_PRETTY); /* a watch's error, indented */
+    } else if (act == DECIDE_ERROR && a->meta && a->verb == DECIDE_WATCH) {
+        /* kube negotiates an error's encoding with no conversion: the as=
+         * clauses do not count, and with no plain clause after them it
+         * writes the Status indented (responsewriters WriteRawJSON) */
+        pass(a, ADMIT_WHY_ERROR_ENCODING);
     } else if (act != DECIDE_ERROR && a->sel && !admit_serves_fields(d, a->sel)) {
         pass(a, ADMIT_WHY_FIELDS);
     } else {
