@@ -32,6 +32,7 @@ FROM ${DEBIAN_IMAGE}:bookworm-slim
 #   libhttp-parser2.9 libhttp_parser.so.2.9   libjansson4 libjansson.so.4
 #   liblmdb0 liblmdb.so.0                 libprotobuf-c1 libprotobuf-c.so.1
 #   libssl3 libssl.so.3, libcrypto.so.3   libyaml-0-2 libyaml-0.so.2
+#   zlib1g libz.so.1
 #   (libc6 is in the base image)
 # A uid, not a name: Kubernetes' runAsNonRoot can only verify a numeric USER.
 RUN apt-get update \
@@ -46,6 +47,7 @@ RUN apt-get update \
       libprotobuf-c1 \
       libssl3 \
       libyaml-0-2 \
+      zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 10001 kwc \
  && useradd --uid 10001 --gid 10001 --home-dir /var/lib/kwc --no-create-home --no-log-init \

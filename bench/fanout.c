@@ -11,12 +11,16 @@
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
  *          [--drain S] [--announce-heads]
- *          [--protobuf] [--h2-streams-per-conn K [--h2-window BYTES]]
+ *          [--protobuf] [--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --protobuf: the streams ask for protobuf (Accept: application/vnd.kubernetes.
  * protobuf, application/json) and the stamp is read from the annotation's
  * protobuf map entry (key bytes, value tag, length byte, digits).
+ * --accept MEDIA: the streams' Accept header is MEDIA instead (e.g. a
+ * metadata-only watch, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1;
+ * with --protobuf when MEDIA asks for protobuf: the stamp is found the same
+ * way, the annotation being part of the object's metadata).
  * --nodes K: stream i adds fieldSelector=spec.nodeName=node-(i % K) (the
  * kubelet pattern). --token-file FILE: one bearer token per line; stream i
  * sends `Authorization: Bearer <line i % n>` (each watcher its own identity;
@@ -107,6 +111,7 @@
 static const char MARK_JSON[] = "\"apisim.kwc.dev/written-at\":\"";
 static const char MARK_PB[] = "apisim.kwc.dev/written-at\x12";
 static const char *MARK = MARK_JSON;
+static const char *accept_hdr; /* --accept: the Accept header's value */
 static size_t MARKLEN = sizeof(MARK_JSON) - 1;
 static size_t mark_skip; /* bytes between the mark and the digits */
 #define NUMMAX 24        /* digits and the byte after them */
@@ -755,7 +760,8 @@ h2c_submit(struct h2c *h, int i)
     {                                                                                              \
         u8(n), u8(v), sizeof(n) - 1, vl, NGHTTP2_NV_FLAG_NONE                                      \
     }
-    const char *accept = "application/vnd.kubernetes.protobuf, application/json";
+    const char *accept =
+        accept_hdr ? accept_hdr : "application/vnd.kubernetes.protobuf, application/json";
     nghttp2_nv hdrs[] = {NV(":method", "GET", 3),
                          NV(":scheme", tls ? "https" : "http", tls ? 5 : 4),
                          NV(":path", target, (size_t)tl),
@@ -766,7 +772,7 @@ h2c_submit(struct h2c *h, int i)
     size_t n = 4;
     if (ntokens)
         hdrs[n++] = hdrs[4];
-    if (MARK == MARK_PB)
+    if (MARK == MARK_PB || accept_hdr)
         hdrs[n++] = hdrs[5];
     conns[i].hc = h;
     conns[i].lp = h->lp;
@@ -998,12 +1004,16 @@ open_some(evutil_socket_t fd, short what, void *arg)
         char req[2048], sel[64] = "";
         if (nodes)
             snprintf(sel, sizeof sel, "&fieldSelector=spec.nodeName%%3Dnode-%d", next % nodes);
+        char acc[512] = "";
+        if (accept_hdr)
+            snprintf(acc, sizeof acc, "Accept: %s\r\n", accept_hdr);
+        else if (MARK == MARK_PB)
+            snprintf(acc, sizeof acc,
+                     "Accept: application/vnd.kubernetes.protobuf, "
+                     "application/json\r\n");
         int len = snprintf(req, sizeof req, "GET %s%s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%s%s%s\r\n",
                            path, sel, ntokens ? "Authorization: Bearer " : "",
-                           ntokens ? tokens[next % ntokens] : "", ntokens ? "\r\n" : "",
-                           MARK == MARK_PB ? "Accept: application/vnd.kubernetes.protobuf, "
-                                             "application/json\r\n"
-                                           : "");
+                           ntokens ? tokens[next % ntokens] : "", ntokens ? "\r\n" : "", acc);
         if (len < 0 || len >= (int)sizeof req) {
             fprintf(stderr, "fanout: the request of stream %d is over %zu bytes\n", next,
                     sizeof req);
@@ -1194,6 +1204,8 @@ main(int argc, char **argv)
             deadline = atoi(v);
         else if (!strcmp(a, "--drain"))
             drain = atoi(v);
+        else if (!strcmp(a, "--accept"))
+            accept_hdr = v;
         else
             goto usage;
     }
@@ -1201,8 +1213,8 @@ main(int argc, char **argv)
         grpc_watch_request(etcd_prefix);
     if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
         seconds <= 0 || drain < 0 || (tls && etcd_prefix) || (cacert && !tls) ||
-        (token_file && etcd_prefix) || h2_per_conn < 0 || (h2_per_conn && etcd_prefix) ||
-        h2_window < 65535)
+        (token_file && etcd_prefix) || (accept_hdr && (etcd_prefix || strlen(accept_hdr) > 400)) ||
+        h2_per_conn < 0 || (h2_per_conn && etcd_prefix) || h2_window < 65535)
         goto usage;
     if (h2_per_conn) {
         nh2c = (nw + h2_per_conn - 1) / h2_per_conn;
@@ -1320,9 +1332,11 @@ main(int argc, char **argv)
     fflush(stdout);
     return 0;
 usage:
-    fprintf(stderr, "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-                    "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
-                    "FILE] [--deadline S] [--drain S] [--announce-heads] [--protobuf] "
-                    "[--h2-streams-per-conn K [--h2-window BYTES]] | [--etcd-prefix KEY]\n");
+    fprintf(
+        stderr,
+        "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
+        "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
+        "FILE] [--deadline S] [--drain S] [--announce-heads] [--protobuf] "
+        "[--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES]] | [--etcd-prefix KEY]\n");
     return 2;
 }

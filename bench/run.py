@@ -109,6 +109,31 @@ a flag it needs says "n/a (flag unsupported: ...)".
                below apisim's, no delivery lost, 3,000 TLS x 30/s x 3 KB p99
                <= 100 ms, idle TLS <= 16.5 KiB. --small: 100/200/300
                watchers, 200 at the latency target, 1,000 pods, 500 idle.
+
+  serve-more   metadata-only and gzip answers (issue 23), bench/results/
+               serve-more.md, serve-more.dat and serve-more.png. One kwc on an
+               apisim of --pods pods (apisim's own ~3 KiB pod, ~0.5 KiB of it
+               metadata), in one run: RV=0 lists (curl: 1 lister x 3 lists, 8
+               listers x 1) in JSON, JSON metadata-only (Accept ...;as=
+               PartialObjectMetadataList;g=meta.k8s.io;v=v1), protobuf and
+               protobuf metadata-only (client-go's metadata client's Accept),
+               through kwc and from apisim directly (one list each): body bytes
+               per list, p50/p99, lists/s, server CPU per list; the JSON list
+               with and without Accept-Encoding: gzip through kwc and from
+               apisim at 1 and 8 listers (curl without --compressed: bytes as
+               sent, nothing decoded): bytes, Content-Encoding, lists/s, GB/s
+               of uncompressed JSON, server CPU s per uncompressed GB; the
+               watch side: 1,000 watchers (fanout.c --accept) at 100 pod
+               updates/s per variant: kwc CPU per delivery, bytes per event.
+               Every row says who answered it: cache (kwc counted it in
+               kwc_requests_total{source="cache"}, or a watch in
+               kwc_requests_in_flight{source="cache"}, and apisim's counters
+               saw no list or watch of pods) or upstream (kwc passed it
+               through): a passthrough figure is never a cache figure. A
+               variant whose lists pass through is measured at 1 lister only.
+               The raw results go to a JSON file in the temporary directory
+               (its path printed). 3-5 minutes at full size; --small
+               (20,000 pods, 200 watchers) in under a minute.
 """
 import argparse
 import datetime
@@ -383,7 +408,7 @@ def bench_cache(args):
 
 
 def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, idle=False, tls=False,
-           token_file=None, warmup=2, deadline=0, protobuf=False, h2=0, announce_heads=False, drain=0):
+           token_file=None, warmup=2, deadline=0, protobuf=False, h2=0, announce_heads=False, drain=0, accept=None):
     argv = [os.path.join(args.bin, "fanout"), "--port", str(port), "--watchers", str(n),
             "--seconds", str(seconds or args.duration), "--warmup", str(warmup)]
     argv += ["--etcd-prefix", etcd_prefix] if etcd_prefix else ["--path", path]
@@ -399,6 +424,8 @@ def fanout(args, port, n, seconds=None, path=None, etcd_prefix=None, nodes=0, id
         argv += ["--deadline", str(deadline)]
     if protobuf:
         argv.append("--protobuf")
+    if accept:  # the streams' Accept header (a metadata-only watch)
+        argv += ["--accept", accept]
     if h2:  # HTTP/2: h2 streams per connection (prior knowledge, or ALPN h2 with tls)
         argv += ["--h2-streams-per-conn", str(h2)]
     if announce_heads:
@@ -2852,12 +2879,392 @@ def bench_protobuf(args):
     save("protobuf", text)
 
 
+# -- serve-more (issue 23): metadata-only and gzip answers from the cache
+
+POM = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+POML = ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+JSON_T, PB_T = "application/json", "application/vnd.kubernetes.protobuf"
+# (label, Accept of a list, Accept of a watch): as client-go's typed clients
+# and its metadata client (k8s.io/client-go/metadata) send them
+SM_VARIANTS = (("JSON", JSON_T, JSON_T),
+               ("JSON metadata", JSON_T + POML, JSON_T + POM),
+               ("protobuf", PB_ACCEPT, PB_ACCEPT),
+               ("protobuf metadata", PB_T + POML + "," + JSON_T + POML, PB_T + POM + "," + JSON_T + POM))
+# pods: the full run's is --pods; lists: (listers, lists each); watch: (watchers, events/s)
+SERVE_MORE_FULL = {"pods": None, "lists": ((1, 3), (8, 1)), "watch": (1000, 100)}
+SERVE_MORE_SMALL = {"pods": 20000, "lists": ((1, 2), (8, 1)), "watch": (200, 100)}
+SM_FMT = "%{http_code}|%{time_total}|%{size_download}|%header{content-encoding}|%header{content-type}\n"
+
+
+def prom(text, name, **labels):
+    """The sum of the samples of one metric whose labels include labels."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line[len(name):len(name) + 1] not in ("{", " "):
+            continue
+        if all('%s="%s"' % kv in line for kv in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def sm_counts(env, k):
+    """What tells who answered: apisim's request counters (lists and watches
+    of pods it served) and kwc's kwc_requests_total by source (LIST of pods).
+    k: a Kwc, or None (apisim direct)."""
+    req = env.stats()["requests"]
+    out = {"apisim_lists": req.get("list pods", 0), "apisim_watches": req.get("watch pods", 0)}
+    if k is not None:
+        st, body = k.get("/metrics", timeout=30)
+        text = body.decode() if isinstance(body, bytes) else body
+        for src in ("cache", "upstream"):
+            out["kwc_" + src] = prom(text, "kwc_requests_total", verb="LIST", resource="pods", source=src)
+            out["inflight_" + src] = prom(text, "kwc_requests_in_flight", source=src)
+        out["events"] = prom(text, "kwc_watch_events_sent_total", resource="pods")
+        out["event_bytes"] = prom(text, "kwc_watch_sent_bytes_total", resource="pods")
+    return out
+
+
+def sm_served(n, c0, c1):
+    """Who answered n lists: cache (kwc counted them as source cache and
+    apisim served no list), upstream (kwc passed them through), or what the
+    counters say when they disagree."""
+    cache, up = c1["kwc_cache"] - c0["kwc_cache"], c1["kwc_upstream"] - c0["kwc_upstream"]
+    sim = c1["apisim_lists"] - c0["apisim_lists"]
+    if cache == n and up == 0 and sim == 0:
+        return "cache"
+    if up == n and cache == 0 and sim >= n:
+        return "upstream"
+    return "mixed (kwc cache %d, upstream %d; apisim lists %d)" % (cache, up, sim)
+
+
+def sm_curl(port, path, conc, per, headers):
+    """conc curl processes reading per lists each in sequence (keep-alive),
+    bodies to /dev/null and never decompressed (no --compressed: a gzip body
+    is counted as it came, and its decoding costs nobody measured).
+    (wall seconds, [{code, s, bytes, enc, type}])."""
+    url = "http://127.0.0.1:%d%s" % (port, path)
+    cmd = ["curl", "-s", "-A", "kwc-bench", "-w", SM_FMT] + [a for h in headers for a in ("-H", h)]
+    for _ in range(per):
+        cmd += ["-o", "/dev/null", url]
+    t0 = time.monotonic()
+    ps = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(conc)]
+    recs = []
+    for p in ps:
+        out, _ = p.communicate(timeout=900)
+        for line in out.split("\n"):
+            if line.strip():
+                code, t, n, enc, ctype = line.split("|")
+                if code != "200":
+                    raise RuntimeError("list answered %s" % code)
+                recs.append({"s": float(t), "bytes": int(float(n)), "enc": enc.strip() or "identity",
+                             "type": ctype.strip().split(";")[0]})
+    return time.monotonic() - t0, recs
+
+
+def sm_gunzip(port, headers, path="/api/v1/pods?resourceVersion=0"):
+    """One list read and, where it came gzip'd, decoded as it arrives (not
+    kept): (Content-Encoding, bytes as sent, bytes decoded). Outside every
+    measured cell: it checks that a gzip body is whole and what it holds."""
+    import http.client
+    import zlib
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        c.request("GET", path, headers=dict(h.split(": ", 1) for h in headers))
+        r = c.getresponse()
+        enc = r.getheader("Content-Encoding") or "identity"
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS) if enc == "gzip" else None
+        sent = raw = 0
+        while True:
+            b = r.read(1 << 20)
+            if not b:
+                break
+            sent += len(b)
+            raw += len(d.decompress(b)) if d else len(b)
+        if d:
+            raw += len(d.flush())
+            if not d.eof:
+                raise RuntimeError("the gzip stream ended early (%d bytes)" % sent)
+        return enc, sent, raw
+    finally:
+        c.close()
+
+
+def sm_list_cell(env, k, part, variant, conc, per, headers, raw=None, path="/api/v1/pods?resourceVersion=0"):
+    """One cell: conc listers x per lists of RV=0 pods from k (a Kwc) or
+    apisim directly (k None): the server's CPU over the cell, bytes as
+    sent, who answered. raw: the uncompressed bytes of one list (gzip rows)."""
+    import json
+    pid, port = (k.pid, k.port) if k is not None else (env.apisim.pid(), env.apisim.port)
+    settle(pid)
+    c0 = sm_counts(env, k)
+    cpu0 = cpu_seconds(pid)
+    wall, recs = sm_curl(port, path, conc, per, headers)
+    cpu = cpu_seconds(pid) - cpu0
+    n = len(recs)
+    if k is not None:  # a request counts once its response is done: kwc may count it a moment after curl ends
+        poll_until(lambda: sum(sm_counts(env, k)[x] - c0[x] for x in ("kwc_cache", "kwc_upstream")) >= n, 5, 0.05)
+        served = sm_served(n, c0, sm_counts(env, k))
+    else:
+        served = "apisim"
+    nbytes = sum(r["bytes"] for r in recs)
+    times = sorted(r["s"] for r in recs)
+    raw_total = (raw or nbytes / n) * n
+    rec = {"part": part, "server": "kwc" if k is not None else "apisim", "variant": variant, "conc": conc,
+           "lists": n, "served": served, "bytes": nbytes / n, "raw": raw_total / n,
+           "enc": ",".join(sorted(set(r["enc"] for r in recs))), "type": ",".join(sorted(set(r["type"] for r in recs))),
+           "p50": pct(times, 50) * 1000, "p99": pct(times, 99) * 1000, "wall": wall, "cpu": cpu,
+           "cpu_ms": cpu / n * 1000, "s_gb": cpu / (raw_total / 1e9), "lists_s": n / wall,
+           "gbs": raw_total / wall / 1e9, "wire_gbs": nbytes / wall / 1e9}
+    print(json.dumps({x: round(y, 3) if isinstance(y, float) else y for x, y in rec.items()}), flush=True)
+    return rec
+
+
+def sm_watch(args, env, k, variant, accept, pb, n, rate):
+    """n watchers (fanout --accept) from k at rate pod updates/s: kwc CPU
+    per delivery, and who serves the streams (kwc's requests in flight by
+    source while they are open, apisim's watches of pods)."""
+    import json
+    settle(k.pid)
+    c0 = sm_counts(env, k)
+    p = fanout(args, k.port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=900" % env.stats()["rv"],
+               protobuf=pb, accept=accept, deadline=120, announce_heads=True, drain=TLS_COST_DRAIN,
+               warmup=1 if args.small else 2)
+    mid = {}
+    try:
+        first = json.loads(read_line(p, 300))
+        if "heads" not in first:
+            raise RuntimeError("not every stream got its head: %s" % first)
+        mid = sm_counts(env, k)
+        env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+        r = fanout_measure(p, k.pid, timeout=args.duration + TLS_COST_DRAIN + 120)
+    finally:
+        env.sim("POST", "/apisim/churn", {"rate": 0})
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    c1 = sm_counts(env, k)
+    ups = mid.get("inflight_upstream", 0) - c0.get("inflight_upstream", 0)
+    cache = mid.get("inflight_cache", 0) - c0.get("inflight_cache", 0)
+    sim = mid.get("apisim_watches", 0) - c0["apisim_watches"]
+    served = "cache" if cache >= n and ups == 0 and sim == 0 else "upstream" if ups >= n and sim >= n else \
+        "mixed (kwc in flight: cache %d, upstream %d; apisim watches %d)" % (cache, ups, sim)
+    ev = c1["events"] - c0["events"]
+    rec = {"part": "watch", "variant": variant, "n": n, "rate": rate, "served": served, "streams": r["streams"],
+           "per_s": r["per_s"], "p50": r["p50_ms"], "p99": r["p99_ms"], "lost": r.get("lost", 0),
+           "us": r["cpu"] / r["per_s"] * 1e6 if r.get("per_s") else 0, "cpu": r["cpu"], "client_cpu": r["client_cpu"],
+           "event_bytes": (c1["event_bytes"] - c0["event_bytes"]) / ev if ev else 0}
+    print(json.dumps({x: round(y, 3) if isinstance(y, float) else y for x, y in rec.items()}), flush=True)
+    return rec
+
+
+def bench_serve_more(args):
+    """Issue 23: metadata-only lists and watches and gzip'd lists, served by
+    kwc (from its cache, or passed through where it does not serve them yet:
+    each row says which) and by apisim directly, one run."""
+    import json
+    cfg = SERVE_MORE_SMALL if args.small else SERVE_MORE_FULL
+    pods = cfg["pods"] or args.pods
+    data = {"pods": pods, "cfg": cfg, "kwc": args.kwc, "duration": args.duration, "lists": [], "watch": [],
+            "why": [], "started": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "rev": git("describe", "--always",
+                                                                                                   "--dirty")}
+    t_start = time.monotonic()
+    env = seeded_env(args, pods, 0)  # apisim's own pod (~3 KiB JSON, ~0.5 KiB of it metadata)
+    k = None
+    try:
+        # passthrough watches (where kwc does not serve a variant) each hold an upstream connection
+        k = Kwc(args, env, Variant("kwc", args.kwc, False), "servemore",
+                optional=(("--max-connections", cfg["watch"][0] + 1000),
+                          ("--max-upstream-connections", cfg["watch"][0] + 100)))
+        # both caches synced: a one-item list in each encoding answered without apisim
+        for acc in (JSON_T, PB_ACCEPT):
+            wait_for(lambda: sm_list_cell(env, k, "sync", acc, 1, 1, ["Accept: " + acc],
+                                          path="/api/v1/pods?resourceVersion=0&limit=1")["served"] == "cache", 600,
+                     "kwc's %s cache" % acc, interval=1)
+        data["ready_s"] = time.monotonic() - t_start
+        # -- (a) metadata-only lists, each variant: kwc, then apisim directly
+        for label, acc, _ in SM_VARIANTS:
+            hdr = ["Accept: " + acc]
+            for conc, per in cfg["lists"]:
+                r = sm_list_cell(env, k, "meta", label, conc, per, hdr)
+                data["lists"].append(r)
+                if r["served"] != "cache":  # a passthrough: one cell says it (apisim renders each list anew)
+                    data["why"].append("%s lists: %s, measured at %d lister(s) only" % (label, r["served"], conc))
+                    break
+            data["lists"].append(sm_list_cell(env, None, "meta", label, 1, 1, hdr))
+        # -- (b) gzip: JSON lists with and without Accept-Encoding: gzip, kwc and apisim
+        raw = {}
+        for server in ("kwc", "apisim"):
+            kk = k if server == "kwc" else None
+            for conc, per in cfg["lists"]:
+                for label, hdr in (("identity", []), ("gzip", ["Accept-Encoding: gzip"])):
+                    r = sm_list_cell(env, kk, "gzip", label, conc, per, ["Accept: " + JSON_T] + hdr,
+                                     raw=raw.get(server))
+                    if label == "identity":
+                        raw[server] = r["bytes"]
+                    data["lists"].append(r)
+            try:  # a gzip answer decoded once: whole, and as long as the identity list
+                port = k.port if kk else env.apisim.port
+                enc, sent, dec = sm_gunzip(port, ["Accept: " + JSON_T, "Accept-Encoding: gzip"])
+                data["why"].append("%s, one gzip-asked list decoded outside the cells: Content-Encoding %s, %d bytes "
+                                   "sent, %d decoded (identity list: %d)" % (server, enc, sent, dec, raw[server]))
+            except Exception as e:  # zlib.error, http.client's, OSError: the note says it
+                data["why"].append("%s, the gzip-asked list did not decode: %s" % (server, e))
+            print(data["why"][-1], flush=True)
+        # -- the watch side: n watchers, each variant
+        n, rate = cfg["watch"]
+        for label, _, acc in SM_VARIANTS:
+            try:
+                data["watch"].append(sm_watch(args, env, k, label, acc, label.startswith("protobuf"), n, rate))
+            except RuntimeError as e:
+                print("watch %s: %s" % (label, e), file=sys.stderr, flush=True)
+                data["why"].append("watch %s: %s" % (label, e))
+    finally:
+        if k is not None:
+            k.stop()
+        env.close()
+        data["minutes"] = (time.monotonic() - t_start) / 60
+        out = os.path.join(tempfile.gettempdir(), "kwc-serve-more-%s.json" % time.strftime("%Y%m%d-%H%M%S"))
+        with open(out, "w") as f:
+            json.dump(data, f, indent=1)
+        print("results: %s" % out, flush=True)
+    serve_more_report(data)
+
+
+def serve_more_report(data):
+    pods, cfg = data["pods"], data["cfg"]
+    out = []
+    L = data["lists"]
+
+    def find(part, server, variant, conc):
+        return next((r for r in L if (r["part"], r["server"], r["variant"], r["conc"]) == (part, server, variant,
+                                                                                          conc)), None)
+
+    def pct_of(a, b):
+        return "%.0f%%" % (100 * a / b) if a and b else "-"
+
+    # the headline: metadata vs full, gzip vs identity (kwc, 1 lister)
+    rows = []
+    for full, meta in (("JSON", "JSON metadata"), ("protobuf", "protobuf metadata")):
+        f, m = find("meta", "kwc", full, 1), find("meta", "kwc", meta, 1)
+        if f and m:
+            rows.append(["%s vs %s list, kwc, 1 lister" % (meta, full), "%s -> %s" % (m["served"], f["served"]),
+                         pct_of(m["bytes"], f["bytes"]), pct_of(m["cpu_ms"], f["cpu_ms"]), pct_of(m["p50"], f["p50"])])
+    wd = {r["variant"]: r for r in data["watch"]}
+    for full, meta in (("JSON", "JSON metadata"), ("protobuf", "protobuf metadata")):
+        if full in wd and meta in wd:
+            rows.append(["%s vs %s watch, %d x %d/s" % (meta, full, wd[meta]["n"], wd[meta]["rate"]),
+                         "%s -> %s" % (wd[meta]["served"], wd[full]["served"]),
+                         pct_of(wd[meta]["event_bytes"], wd[full]["event_bytes"]),
+                         pct_of(wd[meta]["us"], wd[full]["us"]), pct_of(wd[meta]["p50"], wd[full]["p50"])])
+    for server in ("kwc", "apisim"):
+        for conc, _ in cfg["lists"]:
+            g, i = find("gzip", server, "gzip", conc), find("gzip", server, "identity", conc)
+            if g and i:
+                rows.append(["gzip vs identity JSON list, %s, %d lister%s" % (server, conc, "s" if conc > 1 else ""),
+                             "%s, %s -> %s" % (g["served"], g["enc"], i["served"]), pct_of(g["bytes"], i["bytes"]),
+                             pct_of(g["cpu_ms"], i["cpu_ms"]), pct_of(g["p50"], i["p50"])])
+    out.append(table("Issue 23, serve-more: %d pods, kwc %s, one run started %s (%.1f min)%s" % (
+        pods, data["rev"], data["started"], data["minutes"], "" if SAVE else "; --small: not the issue's figures"),
+        ["comparison (kwc's measures)", "served by (variant -> base)", "bytes", "server CPU per list / delivery",
+         "p50"], rows))
+
+    hdr = ["server", "variant (Accept)", "served by", "listers x lists", "body bytes per list", "vs full", "Content-Type",
+           "p50 / p99 ms", "lists/s", "server CPU ms per list", "server CPU s per GB sent"]
+    rows = []
+    for server in ("kwc", "apisim"):
+        for label, _, _ in SM_VARIANTS:
+            for r in [r for r in L if (r["part"], r["server"], r["variant"]) == ("meta", server, label)]:
+                full = find("meta", server, label.replace(" metadata", ""), r["conc"]) or \
+                    find("meta", server, label.replace(" metadata", ""), 1)
+                rows.append([server, label, r["served"], "%d x %d" % (r["conc"], r["lists"] // r["conc"]),
+                             "%.1f MB" % (r["bytes"] / 1e6), pct_of(r["bytes"], full["bytes"]) if full else "-",
+                             r["type"], "%.0f / %.0f" % (r["p50"], r["p99"]), "%.2f" % r["lists_s"],
+                             "%.0f" % r["cpu_ms"], "%.2f" % r["s_gb"]])
+    out.append(table("Metadata-only RV=0 list of %d pods vs the full objects (curl; apisim directly: one list each, "
+                     "rendered anew for every metadata list); served by: kwc's kwc_requests_total{verb=LIST,source} "
+                     "and apisim's list count over the cell (cache: kwc counted every list as cache and apisim served "
+                     "none)" % pods, hdr, rows))
+
+    hdr = ["variant (Accept)", "served by", "watchers x events/s", "deliveries/s got of asked", "kwc CPU us per delivery",
+           "bytes per event (kwc's count)", "p50 / p99 ms", "kwc CPU", "fanout CPU", "lost"]
+    rows = [[r["variant"], r["served"], "%d x %d" % (r["n"], r["rate"]), "%.0f of %d" % (r["per_s"], r["n"] * r["rate"]),
+             "%.2f" % r["us"],
+             "%.0f" % r["event_bytes"] if r["event_bytes"] else "- (passthrough)",
+             "%.1f / %.1f" % (r["p50"], r["p99"]), "%.0f%%" % (100 * r["cpu"]), "%.0f%%" % (100 * r["client_cpu"]),
+             r["lost"]] for r in data["watch"]]
+    out.append(table("Metadata-only watch vs the full objects: %d watchers (fanout.c --accept, HTTP/1.1) at %d pod "
+                     "updates/s, %d s window; served by: kwc's kwc_requests_in_flight{source} and apisim's watch count "
+                     "once every stream had its head" % (cfg["watch"][0], cfg["watch"][1], data["duration"]),
+                     hdr, rows))
+
+    hdr = ["server", "Accept-Encoding", "served by", "Content-Encoding", "listers x lists", "body bytes per list",
+           "vs identity", "p50 / p99 ms", "lists/s", "GB/s uncompressed", "GB/s sent", "server CPU ms per list",
+           "server CPU s per GB uncompressed"]
+    rows = []
+    for server in ("kwc", "apisim"):
+        for conc, _ in cfg["lists"]:
+            for label in ("identity", "gzip"):
+                r = find("gzip", server, label, conc)
+                if not r:
+                    continue
+                i = find("gzip", server, "identity", conc)
+                rows.append([server, label if label == "gzip" else "-", r["served"], r["enc"],
+                             "%d x %d" % (r["conc"], r["lists"] // r["conc"]), "%.1f MB" % (r["bytes"] / 1e6),
+                             pct_of(r["bytes"], i["bytes"]) if i else "-", "%.0f / %.0f" % (r["p50"], r["p99"]),
+                             "%.2f" % r["lists_s"], "%.2f" % r["gbs"], "%.2f" % r["wire_gbs"], "%.0f" % r["cpu_ms"],
+                             "%.2f" % r["s_gb"]])
+    out.append(table("gzip: RV=0 JSON list of %d pods with and without Accept-Encoding: gzip (curl without "
+                     "--compressed: bytes as sent, never decoded); uncompressed = the identity list's size" % pods,
+                     hdr, rows))
+    if data["why"]:
+        out.append("Notes:\n\n" + "\n".join("- " + w for w in data["why"]) + "\n")
+    save("serve-more", "\n".join(out))
+    plot_serve_more(data)
+
+
+def plot_serve_more(data, name="serve-more"):
+    """PNG: body bytes per list (MB) and kwc CPU per list (ms) by variant,
+    kwc at 1 lister; a passthrough variant's label says so."""
+    rows = [r for r in data["lists"] if r["server"] == "kwc" and r["conc"] == 1 and r["part"] in ("meta", "gzip")]
+    if not rows:
+        return
+    where = RESULTS if SAVE else tempfile.gettempdir()
+    dat, png = os.path.join(where, name + ".dat"), os.path.join(where, name + ".png")
+    with open(dat, "w") as f:
+        f.write("# variant  MB-per-list  kwc-CPU-ms-per-list  colour (passthrough grey)  (kwc, 1 lister, RV=0 list "
+                "of %d pods)\n" % data["pods"])
+        for r in rows:
+            if r["part"] == "gzip" and r["variant"] == "identity":
+                continue  # the same list as the meta part's JSON row
+            served = r["served"] if r["served"] in ("cache", "upstream") else "mixed"
+            label = r["variant"] if r["part"] == "meta" else "JSON, gzip asked"
+            label += "\\n(%s%s)" % (served, ", " + r["enc"] if r["part"] == "gzip" else "")
+            f.write('"%s" %.2f %.1f %s\n' % (label, r["bytes"] / 1e6, r["cpu_ms"],
+                                           "0x4477aa" if served == "cache" else "0xaaaaaa"))
+    script = """set terminal pngcairo size 1000,540 noenhanced
+set output '%s'
+set multiplot layout 1,2 title "kwc, RV=0 list of %d pods, 1 lister: metadata-only and gzip vs the full objects\\n(grey: kwc passed the request to apisim; blue: kwc answered from its cache)"
+set style fill solid 0.8 border -1
+set boxwidth 0.7
+set xtics rotate by -30 font ',8'
+set yrange [0:*]
+set key off
+set title 'body bytes per list (MB, as sent)'
+plot '%s' using 0:2:4:xtic(1) with boxes lc rgb variable
+set title 'kwc CPU per list (ms)'
+plot '%s' using 0:3:4:xtic(1) with boxes lc rgb variable
+unset multiplot
+""" % (png, data["pods"], dat, dat)
+    subprocess.run(["gnuplot"], input=script, text=True, check=False)
+    print("plot: %s" % png, flush=True)
+
+
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32"}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost"
+    "http2,tls-cost,serve-more"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
 
 
@@ -2931,7 +3338,7 @@ def main():
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
     tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms",
-                           "http2", "tls-cost"} & set(names) else set()
+                           "http2", "tls-cost", "serve-more"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]

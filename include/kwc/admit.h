@@ -9,17 +9,19 @@
  *                     subresource; a watch of a collection (a watch of one
  *                     object by name is the upstream's)
  *   encoding          kube's negotiation of Accept (route_negotiate): JSON,
- *                     or protobuf for built-in kinds; Table, YAML, Accept
- *                     parameters and pretty JSON (but a watch: its events
- *                     are never indented) are the upstream's
+ *                     or protobuf for built-in kinds; Table, YAML and Accept
+ *                     parameters other than as/g/v/pretty are the upstream's;
+ *                     pretty JSON (?pretty, a curl-like User-Agent, an
+ *                     Accept clause's pretty=1) is served, indented (pretty);
+ *                     a watch's events never are, the Status of its
+ *                     error before the stream is the upstream's
  *   metadata only     a winning clause as=PartialObjectMetadataList (lists)
  *                     or as=PartialObjectMetadata (gets, watches);
  *                     g=meta.k8s.io;v=v1 (route_accept), JSON or protobuf:
  *                     served from the cache of that encoding with `meta`
  *                     set (the answer is derived, cache/pom.h); the other
- *                     pairing (kube's 406), pretty=1, and a custom
- *                     resource's protobuf (no protobuf cache of it) are the
- *                     upstream's
+ *                     pairing (kube's 406) and a custom resource's protobuf
+ *                     (no protobuf cache of it) are the upstream's
  *   cache             the one of the resource in that encoding (each
  *                     encoding has its own: protobuf answers are the
  *                     upstream's protobuf bytes); it must be serving; a
@@ -105,15 +107,15 @@ enum admit_action {
     X(ADMIT_WHY_NONE, "none")                                                                      \
     X(ADMIT_WHY_NOT_READ, "not_a_cached_read") /* method, verb, subresource, a watch by name */    \
     X(ADMIT_WHY_MEDIA, "media")                /* Accept kwc leaves to the upstream */             \
-    X(ADMIT_WHY_PRETTY, "pretty")              /* indented JSON */                                 \
     X(ADMIT_WHY_NOT_CACHED, "not_cached")      /* no cache of the resource in the encoding */      \
     X(ADMIT_WHY_NOT_SERVING, "not_serving")    /* not synced, out of service, not started */       \
     X(ADMIT_WHY_PATH, "path")                  /* not a path kube serves the resource at */        \
     X(ADMIT_WHY_SELECTOR_BOUNDS, "selector_bounds") /* over the selector parser's bounds */        \
     X(ADMIT_WHY_TABLE, "decision_table")            /* dec.why says which cell */                  \
     X(ADMIT_WHY_BELOW_FLOOR, "below_floor")         /* a watch from before the history */          \
-    X(ADMIT_WHY_ERROR_ENCODING, "error_encoding")   /* an error kube writes in protobuf */         \
-    X(ADMIT_WHY_FIELDS, "field_selector")           /* a field the cache cannot read */
+    X(ADMIT_WHY_ERROR_ENCODING,                                                                    \
+      "error_encoding")                   /* an error kube writes otherwise (pb, indented) */      \
+    X(ADMIT_WHY_FIELDS, "field_selector") /* a field the cache cannot read */
 
 enum admit_why {
 #define ADMIT_WHY_ENUM(e, s) e,
@@ -136,6 +138,11 @@ struct admit {
     struct decide_result dec;
     bool bookmarks; /* a watch with allowWatchBookmarks true */
     bool meta;      /* metadata only: PartialObjectMetadata[List] (meta.k8s.io/v1) */
+    /* JSON indented as kube's pretty output (route_wants_pretty, or the
+     * Accept clause's pretty=1); never for protobuf. Lists, gets and their
+     * errors are indented; watch events never are (kube's watch encoder is
+     * the stream serializer). */
+    bool pretty;
 };
 
 /* Decide q against the caches. Fills *out (admit_fini releases it). Never

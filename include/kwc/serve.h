@@ -20,13 +20,14 @@
  * Passed to the upstream rather than answered here (kube's answer could
  * differ from what kwc can build): HEAD, Table/metadata-only/YAML Accept
  * headers, protobuf while the resource's protobuf cache is not serving (the
- * request starts a lazily started one: refl_want), pretty-printed JSON
- * (?pretty, curl's User-Agent), field selectors on fields kwc does not index
+ * request starts a lazily started one: refl_want), field selectors on fields kwc does not index
  * for the encoding (the upstream converts or rejects them), selectors over
  * kwc's parser bounds, every cell of the decision table that says so, and
  * the table's errors (400, 422, 500, 504) for protobuf requests: kwc writes
  * those Status bodies in JSON, and the upstream answers them the same way in
  * protobuf. A protobuf get's 404 is kwc's own, in protobuf.
+ * Every answer (200s and Status errors) is written through body.h: pretty
+ * JSON when asked (?pretty, curl's User-Agent), gzip past kube's threshold.
  * Loop thread only.
  */
 #ifndef KWC_SERVE_H

@@ -104,23 +104,13 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
             pass(a, ADMIT_WHY_MEDIA);
             return;
         }
-        if (acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
-            pass(a, ADMIT_WHY_PRETTY);
-            return;
-        }
         a->meta = true;
         media = acc.media;
+    } else if (acc.as == ROUTE_AS_NONE && acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
+        media = ROUTE_MEDIA_JSON; /* application/json;pretty=1 */
     }
     if (media == ROUTE_MEDIA_OTHER) {
         pass(a, ADMIT_WHY_MEDIA);
-        return;
-    }
-    /* (a watch's events are never indented: kube's watch encoder is the
-     * stream serializer, pretty or not; a pretty watch is any watch, but
-     * for the Status of an error before its stream, which kube indents) */
-    bool pretty = media == ROUTE_MEDIA_JSON && route_wants_pretty(&r->q, q->user_agent);
-    if (pretty && r->verb != ROUTE_WATCH) {
-        pass(a, ADMIT_WHY_PRETTY);
         return;
     }
     if (media == ROUTE_MEDIA_PROTOBUF && !builtin) {
@@ -129,6 +119,10 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
     }
+    /* pretty: the winning clause's pretty=1, or isPrettyPrint (?pretty, a
+     * curl-like User-Agent); kube's NegotiateOutputMediaType ORs them */
+    a->pretty =
+        media == ROUTE_MEDIA_JSON && (acc.pretty || route_wants_pretty(&r->q, q->user_agent));
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
     a->cache = admit_find(c, r, a->enc);
     if (a->cache < 0) {
@@ -185,8 +179,11 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * alone (its parameters, or an rv the upstream issued), so the
          * upstream reaches the same answer and encodes it as asked. */
         pass(a, ADMIT_WHY_ERROR_ENCODING);
-    } else if (act == DECIDE_ERROR && pretty) {
-        pass(a, ADMIT_WHY_PRETTY); /* a watch's error, indented */
+    } else if (act == DECIDE_ERROR && a->pretty && a->verb == DECIDE_WATCH) {
+        /* a pretty watch's events are never indented (kube's watch encoder
+         * is the stream serializer), but the Status of its error before the
+         * stream is: watch.c writes it compact, the upstream answers it */
+        pass(a, ADMIT_WHY_ERROR_ENCODING);
     } else if (act == DECIDE_ERROR && a->meta && a->verb == DECIDE_WATCH) {
         /* kube negotiates an error's encoding with no conversion: the as=
          * clauses do not count, and with no plain clause after them it

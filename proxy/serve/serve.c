@@ -42,6 +42,7 @@
 
 #include "kwc/admit.h"
 #include "kwc/base.h"
+#include "kwc/body.h"
 #include "kwc/cont.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
@@ -114,6 +115,7 @@ struct sreq {
         char *base; /* malloc'd; the data starts HRESP_BLOCK_BEFORE in */
         size_t len, cap;
     } chunk;
+    struct body body; /* pretty, gzip: what every answer is written through */
     struct event *kick, *timer;
     struct sreq *next_wait, **prev_wait;
     char audit_id[RESPOND_AUDIT_ID_LEN];
@@ -183,11 +185,13 @@ json_object(const struct sreq *sr, const void *item, size_t len, size_t *n)
     return listfmt_object(&sr->fmt, item, len, n);
 }
 
+static void answer_status(struct sreq *sr, int code, const char *body, int retry_after);
+
 static void
 json_not_found(struct sreq *sr, const char *message, const struct status_details *det)
 {
     char *body = status_failure_json(404, "NotFound", message, det);
-    respond_status_body(sr->req, 404, body, 0);
+    answer_status(sr, 404, body, 0);
     free(body);
 }
 
@@ -240,7 +244,10 @@ protobuf_not_found(struct sreq *sr, const char *message, const struct status_det
     size_t n = b.len;
     char *body = gostr_take(&b);
     hresp_header(sr->req, "Cache-Control", "no-cache, private");
-    hresp_simple(sr->req, 404, PB_CONTENT_TYPE, body, n);
+    hresp_header(sr->req, "Content-Type", PB_CONTENT_TYPE);
+    body_start(&sr->body, 404, (int64_t)n);
+    body_write(&sr->body, body, n);
+    body_end(&sr->body);
     free(body);
 }
 
@@ -364,6 +371,28 @@ common_headers(struct sreq *sr)
     hresp_header(sr->req, "Content-Type", sr->enc->content_type);
 }
 
+/* A Status (status_failure_json) as kube-apiserver writes it: JSON ending
+ * with a newline (Go's json.Encoder), pretty-printed when asked (then
+ * without), gzip past the threshold. */
+static void
+answer_status(struct sreq *sr, int code, const char *body, int retry_after)
+{
+    hresp_header(sr->req, "Cache-Control", "no-cache, private");
+    hresp_header(sr->req, "Content-Type", "application/json");
+    if (retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", retry_after);
+        hresp_header(sr->req, "Retry-After", ra);
+    }
+    char *text = xasprintf("%s\n", body);
+    size_t n = strlen(text);
+    body_start(&sr->body, code, (int64_t)n);
+    body_write(&sr->body, text, n);
+    body_end(&sr->body);
+    free(text);
+    sr->done = true;
+}
+
 static struct sreq *
 sreq_of(void *arg)
 {
@@ -406,6 +435,7 @@ sreq_free(struct sreq *sr)
     free(sr->chunk.base);
     free(sr->copy);
     free(gostr_take(&sr->derived));
+    body_fini(&sr->body);
     sel_free(sr->sel);
     idx_view_fini(&sr->iv);
     decide_result_fini(&sr->dec);
@@ -517,8 +547,11 @@ serve_get(struct sreq *sr)
         char *body = sr->enc->object(sr, item, item_len, &n);
         store_rtxn_end(t);
         common_headers(sr);
-        hresp_simple(sr->req, 200, NULL, body, n);
+        body_start(&sr->body, 200, (int64_t)n);
+        body_write(&sr->body, body, n);
+        body_end(&sr->body);
         free(body);
+        sr->done = true;
         return;
     }
     store_rtxn_end(t);
@@ -543,6 +576,7 @@ serve_get(struct sreq *sr)
     hresp_header(sr->req, "Audit-Id", sr->audit_id);
     sr->enc->not_found(sr, msg, &det); /* its own Content-Type and Cache-Control */
     free(msg);
+    sr->done = true;
 }
 
 /* ---- list ---- */
@@ -682,7 +716,7 @@ send_chunk(struct sreq *sr)
     struct chunk *k = &sr->chunk;
     if (k->len == 0)
         return;
-    hresp_write_block(sr->req, k->base, chunk_data(sr), k->len);
+    body_write_block(&sr->body, k->base, chunk_data(sr), k->len);
     *k = (struct chunk){0};
 }
 
@@ -760,7 +794,7 @@ start_stream(struct sreq *sr)
     common_headers(sr);
     sr->started = true;
     /* chunked on HTTP/1.1; HTTP/1.0: the body ends when kwc closes */
-    hresp_start(sr->req, 200, -1);
+    body_start(&sr->body, 200, -1);
 }
 
 /* One chunk, or the last one with the tail (sr->done). False when the
@@ -815,13 +849,13 @@ fill(struct sreq *sr)
         if (!sr->started) {
             /* the whole list in one piece: a plain response with Content-Length */
             common_headers(sr);
-            hresp_start(sr->req, 200, (int64_t)sr->chunk.len);
+            body_start(&sr->body, 200, (int64_t)sr->chunk.len);
             send_chunk(sr);
-            hresp_end(sr->req);
+            body_end(&sr->body);
             return true;
         }
         send_chunk(sr);
-        hresp_end(sr->req);
+        body_end(&sr->body);
         return true;
     }
     if (!sr->started)
@@ -830,10 +864,13 @@ fill(struct sreq *sr)
     return true;
 }
 
-/* Fill while the client keeps up; else wait for its socket to drain. */
+/* Fill while the client keeps up; else wait for its socket to drain. The
+ * body writes what it holds first (pretty output, gzip: body.h). */
 static void
 pump(struct sreq *sr)
 {
+    if (!body_flush(&sr->body))
+        return; /* on_drain goes on */
     if (sr->done)
         return;
     if (!fill(sr))
@@ -844,7 +881,7 @@ pump(struct sreq *sr)
     }
     if (sr->done)
         return;
-    if (hresp_queued(sr->req) < sr->s->o.max_buffer / 2)
+    if (hresp_queued(sr->req) < sr->s->o.max_buffer / 2 && !body_busy(&sr->body))
         event_active(sr->kick, EV_TIMEOUT, 1); /* let other work run between chunks */
 }
 
@@ -859,7 +896,7 @@ static void
 on_drain(void *arg)
 {
     struct sreq *sr = sreq_of(arg);
-    if (!sr->done)
+    if (!sr->done || body_busy(&sr->body))
         event_active(sr->kick, EV_TIMEOUT, 1);
 }
 
@@ -877,8 +914,6 @@ serve_list(struct sreq *sr)
     sr->enc->head(sr, head);
     chunk_add_buffer(sr, head);
     evbuffer_free(head);
-    hresp_low_water(sr->req, s->o.max_buffer / 2);
-    sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     /* an HTTP/2 connection over its bound (h2.c) has no room even for the
      * first chunk: on_drain starts it (HTTP/1.1: nothing is queued here) */
     if (hresp_queued(sr->req) >= s->o.max_buffer)
@@ -922,7 +957,7 @@ on_wait_timeout(evutil_socket_t fd, short what, void *arg)
     if (t.action == DECIDE_ERROR && sr->enc->table_errors) {
         s->stats.errors++;
         hresp_header(sr->req, "Audit-Id", sr->audit_id);
-        respond_status_body(sr->req, t.code, t.body, t.retry_after_seconds);
+        answer_status(sr, t.code, t.body, t.retry_after_seconds);
         decide_result_fini(&t);
         return;
     }
@@ -960,7 +995,7 @@ on_complete(void *arg)
     if (sr->dec.action == DECIDE_ERROR) {
         s->stats.errors++;
         hresp_header(req, "Audit-Id", sr->audit_id);
-        respond_status_body(req, sr->dec.code, sr->dec.body, sr->dec.retry_after_seconds);
+        answer_status(sr, sr->dec.code, sr->dec.body, sr->dec.retry_after_seconds);
         return;
     }
     if (sr->dec.action == DECIDE_SERVE_AT_LEAST && cache_rv(s, sr->d, NULL) < sr->dec.rv) {
@@ -1022,6 +1057,10 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->enc = a.enc == KWC_ENC_PB ? (a.meta ? &enc_protobuf_meta : &enc_protobuf)
               : a.meta            ? &enc_json_meta
                                   : &enc_json;
+    body_init(&sr->body, req, a.pretty && a.enc == KWC_ENC_JSON,
+              body_accepts_gzip(hreq_header(req, "Accept-Encoding")), s->o.max_buffer / 2);
+    hresp_low_water(req, s->o.max_buffer / 2);
+    sr->kick = event_new(s->base, -1, 0, on_kick, sr);
     sr->list = list;
     sr->dec = a.dec;
     a.dec = (struct decide_result){0};

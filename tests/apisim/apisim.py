@@ -94,6 +94,174 @@ def dumpb_indent(obj):
     return _utf8(go_escape(_dumps_indent_py(obj)))
 
 
+_INDENT_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[ \t\r\n]+|[^"{}\[\],: \t\r\n]+', re.S)
+
+
+class GoIndenter:
+    """Go's json.Indent(dst, src, "", "  ") (encoding/json indent.go appendIndent) as a
+    stream: feed() compact JSON in pieces that split it between tokens (never inside a
+    string or a number), get the indented bytes.  A newline and two spaces per depth
+    after "{" / "[" and ",", ": " after a key, "{}" and "[]" kept compact, whitespace
+    outside strings dropped (the trailing newline of json.Encoder.Encode too), string
+    contents untouched (their escaping stays the compact encoder's).  What
+    json.MarshalIndent writes: Marshal's compact bytes re-indented, no newline at the end.
+    A pretty API answer (serializer/json/json.go doEncode with options.Pretty) is that."""
+    __slots__ = ("depth", "need")
+
+    def __init__(self):
+        self.depth = 0
+        self.need = False   # a "{" or "[" was written: its newline waits for the first element
+
+    def feed(self, src):
+        out = []
+        depth, need = self.depth, self.need
+        for m in _INDENT_TOKEN.finditer(src):
+            t = m.group()
+            c = t[0]
+            if c in b" \t\r\n":
+                continue
+            if need and c != 0x7D and c != 0x5D:   # not "}" / "]"
+                need = False
+                depth += 1
+                out.append(b"\n" + b"  " * depth)
+            if c == 0x7B or c == 0x5B:             # "{" "["
+                need = True
+                out.append(t)
+            elif c == 0x2C:                        # ","
+                out.append(b",\n" + b"  " * depth)
+            elif c == 0x3A:                        # ":"
+                out.append(b": ")
+            elif c == 0x7D or c == 0x5D:           # "}" "]"
+                if need:
+                    need = False                   # empty: "{}" / "[]"
+                else:
+                    depth -= 1
+                    out.append(b"\n" + b"  " * depth)
+                out.append(t)
+            else:
+                out.append(t)
+        self.depth, self.need = depth, need
+        return b"".join(out)
+
+
+def go_indent(src):
+    """json.Indent of a whole compact JSON text (see GoIndenter)."""
+    return GoIndenter().feed(src)
+
+
+def go_parse_bool(s):
+    """strconv.ParseBool: (value, ok)."""
+    if s in ("1", "t", "T", "TRUE", "true", "True"):
+        return True, True
+    if s in ("0", "f", "F", "FALSE", "false", "False"):
+        return False, True
+    return False, False
+
+
+_HEX = "0123456789abcdefABCDEF"
+
+
+def go_query_unescape(s):
+    """url.QueryUnescape: "+" is a space, "%XX" a byte; a "%" without two hex digits
+    after it is an error (None)."""
+    if "%" not in s:
+        return s.replace("+", " ")
+    out = bytearray()
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "%":
+            if i + 3 > n or s[i + 1] not in _HEX or s[i + 2] not in _HEX:
+                return None
+            out.append(int(s[i + 1:i + 3], 16))
+            i += 3
+            continue
+        out += (" " if c == "+" else c).encode("latin-1", "replace")
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
+def go_query_get(raw, key):
+    """url.Values.Get(key) of url.ParseQuery(raw) (Go 1.17+): pairs split at "&", a
+    pair with a ";" is an error and skipped, an empty one skipped, key and value
+    QueryUnescape'd (a pair that fails is skipped); the first value, or ""."""
+    for pair in raw.split("&"):
+        if not pair or ";" in pair:
+            continue
+        k, _, v = pair.partition("=")
+        k = go_query_unescape(k)
+        if k is None or k != key:
+            continue
+        v = go_query_unescape(v)
+        if v is not None:
+            return v
+    return ""
+
+
+def first_header(req, name):
+    """http.Header.Get(name): the first line's value ("" when absent)."""
+    for k, v in req.hlist:
+        if k == name:
+            return v
+    return ""
+
+
+def is_pretty_print(req):
+    """responsewriters/writers.go isPrettyPrint: a query that contains "pretty" with a
+    non-empty pretty= value decides alone (strconv.ParseBool; unparsable is false);
+    else a User-Agent starting with curl, Wget or Mozilla/5.0 (case-sensitive)."""
+    raw = req.target.partition("?")[2]
+    if "pretty" in raw:
+        pp = go_query_get(raw, "pretty")
+        if pp:
+            return go_parse_bool(pp)[0]
+    ua = first_header(req, "user-agent")
+    return ua.startswith(("curl", "Wget", "Mozilla/5.0"))
+
+
+GZIP_THRESHOLD = 131072   # responsewriters/writers.go defaultGzipThresholdBytes (128 KiB)
+
+
+def wants_gzip(req):
+    """writers.go negotiateContentEncoding: the first Accept-Encoding line, split at
+    ",", each token TrimSpace'd; gzip iff one is exactly "gzip" (no q-values, no "*",
+    case-sensitive)."""
+    v = first_header(req, "accept-encoding")
+    return bool(v) and any(t.strip(" \t\n\v\f\r") == "gzip" for t in v.split(","))
+
+
+class GoGzip:
+    """A gzip member as Go's compress/gzip writes one at gzip.BestSpeed (level 1), the
+    level kube's deferredResponseWriter uses: header 1f 8b 08, no flags, mtime 0, XFL 4
+    (best speed), OS 255 (unknown); raw deflate; CRC-32 and length.  The deflate bytes
+    are zlib's, not Go's (both valid; tests compare decompressed bytes)."""
+    HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff"
+    __slots__ = ("z", "crc", "n", "head")
+
+    def __init__(self):
+        self.z = zlib.compressobj(1, zlib.DEFLATED, -15)
+        self.crc = 0
+        self.n = 0
+        self.head = self.HEADER
+
+    def write(self, data):
+        self.crc = zlib.crc32(data, self.crc)
+        self.n += len(data)
+        out = self.head + self.z.compress(data)
+        self.head = b""
+        return out
+
+    def close(self):
+        out = self.head + self.z.flush() + struct.pack("<II", self.crc, self.n & 0xFFFFFFFF)
+        self.head = b""
+        return out
+
+
+def go_gzip(data):
+    g = GoGzip()
+    return g.write(data) + g.close()
+
+
 def go_numbers(v):
     """Unstructured content as Go holds it: a JSON number is int64 when integral, else
     float64, and float64 encodes without ".0" (3.0 -> 3).  Integral floats become ints."""
@@ -2402,7 +2570,7 @@ def parse_header_lines(lines):
 
 class Request:
     __slots__ = ("method", "target", "path", "query", "version", "headers", "body", "keep_alive", "qlist",
-                 "t0", "started", "hlist")
+                 "t0", "started", "hlist", "pretty")
 
     def __init__(self, method, target, version, headers, hlist=()):
         self.method = method
@@ -2425,6 +2593,7 @@ class Request:
             self.keep_alive = "close" not in conn
         self.t0 = time.monotonic()
         self.started = False
+        self.pretty = None   # App.negotiate's decision for the answer (None: not negotiated)
 
     def qall(self, key):
         return [v for k, v in self.qlist if k == key]
@@ -2678,14 +2847,18 @@ class Conn(asyncio.Protocol):
             self.closed = True
 
     # -- responses ----------------------------------------------------------
-    def head(self, code, ctype=JSON_CT, length=None, chunked=False, extra=()):
+    def head(self, code, ctype=JSON_CT, length=None, chunked=False, extra=(), gz=False):
         # Cache-Control from endpoints/filters/cachecontrol.go WithCacheControl (every
         # response); Content-Type application/json for objects, lists, Status errors and
         # JSON watches (handlers/watch.go: ";stream=watch" only for non-JSON media types).
-        parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\nContent-Type: %s\r\n"
-                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), self.audit_id, ctype, http_date())]
+        # gz: a gzip body (writers.go deferredResponseWriter: Content-Encoding, Vary).
+        parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\n%sContent-Type: %s\r\n"
+                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), self.audit_id,
+                                     b"Content-Encoding: gzip\r\n" if gz else b"", ctype, http_date())]
         for k, v in extra:   # before the APF headers: Go writes header names sorted
             parts.append(b"%s: %s\r\n" % (k, v))
+        if gz:
+            parts.append(b"Vary: Accept-Encoding\r\n")
         if self.apf:
             parts.append(PF_HEADERS)
         if chunked:
@@ -2701,6 +2874,8 @@ class Conn(asyncio.Protocol):
         """nl: append the newline json.Encoder.Encode ends an API object with."""
         if self.closed:
             return
+        if nl:
+            return self.respond_api(code, body + b"\n", req, ctype, extra)
         h = self.head(code, ctype, len(body) + nl, extra=extra)
         if req.method == "HEAD":
             self.transport.write(h)
@@ -2711,29 +2886,57 @@ class Conn(asyncio.Protocol):
 
     def respond_json(self, code, obj, req, extra=(), nl=True):
         """An API object as kube-apiserver writes it (responsewriters.SerializeObject ->
-        json.Encoder.Encode: compact, HTML-escaped, one trailing newline)."""
+        json.Encoder.Encode: compact, HTML-escaped, one trailing newline; pretty and
+        gzip as respond_api says).  nl=False: apisim's own JSON (the control API)."""
         self.respond(code, dumpb(obj), req, extra=extra, nl=nl)
+
+    def respond_api(self, code, body, req, ctype=JSON_CT, extra=(), pretty=None):
+        """An answer of responsewriters.SerializeObject: body is the encoder's bytes
+        (compact JSON with its newline, or protobuf).
+          - pretty (JSON only; default req.pretty, else App.pretty(req)): the serializer
+            is the pretty one (json.go doEncode: json.MarshalIndent, no newline);
+          - gzip (writers.go deferredResponseWriter): when the first Accept-Encoding line
+            names gzip and the body is > 128 KiB: level 1, Content-Encoding: gzip and
+            Vary: Accept-Encoding, no Content-Length (chunked; close-delimited on
+            HTTP/1.0).  Never for WriteRawJSON's answers, watches, logs."""
+        if self.closed:
+            return
+        if ctype == JSON_CT:
+            if pretty is None:
+                pretty = req.pretty if req.pretty is not None else self.app.pretty(req)
+            if pretty:
+                body = go_indent(body)
+        if len(body) <= GZIP_THRESHOLD or not wants_gzip(req):
+            self.respond(code, body, req, ctype, extra)
+            return
+        if req.method == "HEAD":
+            self.transport.write(self.head(code, ctype, None, False, extra, gz=True))
+            return
+        self.start_stream(req, code, ctype, extra, gz=True)
+        self.write_chunk(go_gzip(body))
+        self.end_stream()
 
     def respond_error(self, e, req):
         """A Status error as responsewriters.ErrorNegotiated writes it: in the encoding
-        the Accept header negotiates (App.error_encoding); when none fits,
-        WriteObjectNegotiated falls back to WriteRawJSON (2-space indented, no newline)."""
+        the Accept header negotiates (App.error_encoding), pretty as that negotiation
+        and isPrettyPrint say; when none fits, WriteObjectNegotiated falls back to
+        WriteRawJSON (2-space indented, no newline, never gzip)."""
         enc = self.app.error_encoding(req)
         if enc == "pb":
-            self.respond(e.code, self.app.pb_status(e.status()), req, ctype=PB_CT, extra=e.headers)
+            self.respond_api(e.code, self.app.pb_status(e.status()), req, ctype=PB_CT, extra=e.headers)
         elif enc is None:
             self.respond(e.code, dumpb_indent(e.status()), req, extra=e.headers)
         else:
-            self.respond(e.code, dumpb(e.status()), req, extra=e.headers, nl=True)
+            self.respond_api(e.code, dumpb(e.status()) + b"\n", req, extra=e.headers, pretty=self.app.pretty(req))
 
-    def start_stream(self, req, code=200, ctype=JSON_CT, extra=()):
+    def start_stream(self, req, code=200, ctype=JSON_CT, extra=(), gz=False):
         """Start a streamed (chunked) response; HTTP/1.0 gets a close-delimited body."""
         req.started = True
         if self.http10:
             self.keep_alive = False
-            self.transport.write(self.head(code, ctype, None, False, extra))
+            self.transport.write(self.head(code, ctype, None, False, extra, gz))
         else:
-            self.transport.write(self.head(code, ctype, None, True, extra))
+            self.transport.write(self.head(code, ctype, None, True, extra, gz))
 
     def frame(self, data):
         if self.http10:
@@ -4015,10 +4218,11 @@ SERIALIZERS = (("application", "json", "json"), ("application", "yaml", None),
 META_GV = ("v1", "v1beta1")
 
 
-def negotiate_accept(header, rt):
+def negotiate_accept(header, rt, clauses=None):
     """(mode, version, encoding) for an Accept header, or None (406).  rt None: the
-    DefaultEndpointRestrictions of error answers (no conversion; any kind)."""
-    for typ, sub, _q, params in parse_accept(header):
+    DefaultEndpointRestrictions of error answers (no conversion; any kind).  clauses:
+    parse_accept's clauses to try instead of the header's."""
+    for typ, sub, _q, params in (parse_accept(header) if clauses is None else clauses):
         for st, ss, enc in SERIALIZERS:
             if not ((typ == st and (sub == ss or sub == "*")) or (typ == "*" and sub == "*")):
                 continue
@@ -4044,6 +4248,15 @@ def negotiate_accept(header, rt):
             if conv["as"] in ("PartialObjectMetadata", "PartialObjectMetadataList"):
                 return ("meta", conv["v"], enc)
     return None
+
+
+def accept_pretty(header, rt):
+    """negotiate.go acceptMediaTypeOptions: options.Pretty = (pretty == "1") in the
+    clause that wins the negotiation (negotiate_accept's)."""
+    for c in parse_accept(header):
+        if negotiate_accept(None, rt, [c]) is not None:
+            return c[3].get("pretty") == "1"
+    return False
 
 
 class ListOpts:
@@ -4624,7 +4837,7 @@ class App:
                 body = pb_envelope(rt.pb_tm, self.pb_raw(rt, obj))
             else:
                 body = pb_envelope(rt.pb_tm, self.pb.encode(rt.kind, json.loads(data)))
-            conn.respond(code, body, req, ctype=PB_CT)
+            conn.respond_api(code, body, req, ctype=PB_CT)
         else:
             conn.respond(code, obj.data if obj is not None else data, req, nl=True)
 
@@ -4633,8 +4846,8 @@ class App:
         if req.method not in ("GET", "HEAD", "PUT", "PATCH"):
             raise ERR_METHOD
         if self.write_enc(req, rt) == "pb":
-            conn.respond(200, pb_envelope(pb_typemeta("autoscaling/v1", "Scale"), self.pb.encode("Scale", scale)),
-                         req, ctype=PB_CT)
+            conn.respond_api(200, pb_envelope(pb_typemeta("autoscaling/v1", "Scale"), self.pb.encode("Scale", scale)),
+                             req, ctype=PB_CT)
         else:
             conn.respond_json(200, scale, req)
         return None
@@ -4654,14 +4867,25 @@ class App:
         resources too.  None fits: 406."""
         acc = req.headers.get("accept", "")
         if not acc:
+            req.pretty = is_pretty_print(req)
             return ("json", None, "json")
         r = negotiate_accept(acc, rt)
+        if r is not None:
+            req.pretty = r[2] == "json" and (accept_pretty(acc, rt) or is_pretty_print(req))
         if r is None:
             # k8s.io/apiserver/pkg/endpoints/handlers/negotiation/errors.go NewNotAcceptableError
             # (the negotiated serializer's media types: a custom resource's include protobuf)
             raise ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
                                                  "application/yaml, application/vnd.kubernetes.protobuf")
         return r
+
+    def pretty(self, req, rt=None):
+        """Whether a JSON answer is pretty (negotiation.NegotiateOutputMediaType:
+        the winning Accept clause's pretty=1 or isPrettyPrint; the JSON serializer has a
+        pretty form, protobuf none).  rt None: DefaultEndpointRestrictions (errors,
+        discovery, writes)."""
+        acc = req.headers.get("accept", "")
+        return (bool(acc) and accept_pretty(acc, rt)) or is_pretty_print(req)
 
     def error_encoding(self, req):
         """The encoding of a Status error (responsewriters.ErrorNegotiated: negotiated
@@ -4869,7 +5093,7 @@ class App:
             parts = rt.item_parts(items)
             parts.insert(0, head)
             parts.append(tail)
-            conn.respond(200, b"".join(parts), req)
+            conn.respond_api(200, b"".join(parts), req)
             return None
         meta = {"resourceVersion": str(read_rv)}
         if cont:
@@ -4928,23 +5152,34 @@ class App:
             return self._stream_list(req, conn, head, parts, tail, PB_CT)
         parts.insert(0, head)
         parts.append(tail)
-        conn.respond(200, b"".join(parts), req, ctype=PB_CT)
+        conn.respond_api(200, b"".join(parts), req, ctype=PB_CT)
         return None
 
     async def _stream_list(self, req, conn, head, items, tail, ctype=JSON_CT):
-        conn.start_stream(req, ctype=ctype)
+        """A large list written as it is encoded (always > 128 KiB: gzip when asked,
+        compressed as it goes; pretty JSON re-indented as it goes)."""
+        gz = GoGzip() if wants_gzip(req) else None
+        ind = GoIndenter() if ctype == JSON_CT and req.pretty else None
+        conn.start_stream(req, ctype=ctype, gz=gz is not None)
+
+        def out(data, last=False):
+            if ind is not None:
+                data = ind.feed(data)
+            if gz is not None:
+                data = gz.write(data) + (gz.close() if last else b"")
+            conn.write_chunk(data)
         parts = [head]
         size = len(head)
         for p in items:
             parts.append(p)
             size += len(p)
             if size >= 262144:
-                conn.write_chunk(b"".join(parts))
+                out(b"".join(parts))
                 parts = []
                 size = 0
                 await conn.drain()
         parts.append(tail)
-        conn.write_chunk(b"".join(parts))
+        out(b"".join(parts), True)
         conn.end_stream()
 
     def table_for(self, rt, dicts, ver, include_obj, meta, headers=True):
@@ -4964,7 +5199,7 @@ class App:
     def respond_obj(self, req, conn, rt, obj, accept, code=200):
         mode = accept[0]
         if accept[2] == "pb":
-            conn.respond(code, self.pb_object(rt, accept, obj=obj), req, ctype=PB_CT)
+            conn.respond_api(code, self.pb_object(rt, accept, obj=obj), req, ctype=PB_CT)
             return
         if mode == "json":
             conn.respond(code, obj.data, req, nl=True)
@@ -5437,7 +5672,7 @@ class App:
             details["uid"] = prev.uid
             status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
             if self.write_enc(req, rt) == "pb":
-                conn.respond(200, self.pb_status(status), req, ctype=PB_CT)
+                conn.respond_api(200, self.pb_status(status), req, ctype=PB_CT)
             else:
                 conn.respond_json(200, status, req)
         return None
@@ -5458,7 +5693,7 @@ class App:
             return self._pb_list_send(req, conn, rt, ("json", None, "pb"), [self.pb_raw(rt, x) for x in out],
                                       self.cluster.rv, None, None)
         head, tail = rt.list_frame(self.cluster.rv)
-        conn.respond(200, b"".join([head] + rt.item_parts(out) + [tail]), req)
+        conn.respond_api(200, b"".join([head] + rt.item_parts(out) + [tail]), req)
         return None
 
     def scale_of(self, rt, obj):

@@ -2860,6 +2860,363 @@ class TestProtobuf(unittest.TestCase):
         self.assertEqual(body[:4 + size], len(want).to_bytes(4, "big") + want)
 
 
+# ---------------------------------------------------------------------------
+# gzip and pretty, with kube-apiserver's rules (responsewriters/writers.go
+# SerializeObject + deferredResponseWriter, negotiation NegotiateOutputMediaType)
+
+sys.path.insert(0, HERE)
+import apisim as _apisim  # noqa: E402  (the module's pure helpers)
+
+
+def raw_get(sim, path, lines=(), method="GET", version="HTTP/1.1"):
+    """One request with exactly the header lines given (http.client adds its own
+    Accept-Encoding: identity).  Returns (status, [(name lower, value)], raw body,
+    body): raw as sent (chunked framing kept), body de-chunked, still encoded."""
+    sock = socket.create_connection(("127.0.0.1", sim.port), timeout=10)
+    try:
+        head = "%s %s %s\r\nHost: x\r\nConnection: close\r\n%s\r\n" % (
+            method, path, version, "".join("%s: %s\r\n" % kv for kv in lines))
+        sock.sendall(head.encode("latin-1"))
+        buf = b""
+        while True:
+            d = sock.recv(1 << 20)
+            if not d:
+                break
+            buf += d
+    finally:
+        sock.close()
+    h, _, raw = buf.partition(b"\r\n\r\n")
+    hl = h.decode("latin-1").split("\r\n")
+    status = int(hl[0].split()[1])
+    hdrs = [(k.strip().lower(), v.strip()) for k, _, v in (ln.partition(":") for ln in hl[1:])]
+    body = raw
+    if ("transfer-encoding", "chunked") in hdrs:
+        body, rest = b"", raw
+        while True:
+            size, _, rest = rest.partition(b"\r\n")
+            n = int(size, 16)
+            if n == 0:
+                break
+            body, rest = body + rest[:n], rest[n + 2:]
+    return status, hdrs, raw, body
+
+
+def hget(hdrs, name):
+    v = [x for k, x in hdrs if k == name]
+    return v[0] if v else None
+
+
+CURL = ("User-Agent", "curl/8.5.0")
+
+
+class TestPrettyIndent(unittest.TestCase):
+    """apisim's re-indenter is Go's json.Indent (what json.MarshalIndent applies to
+    Marshal's compact bytes), byte for byte."""
+
+    def test_known_outputs(self):
+        ind = _apisim.go_indent
+        cases = [
+            (b'{}\n', b'{}'), (b'[]', b'[]'), (b'"x"', b'"x"'), (b'12', b'12'), (b'null\n', b'null'),
+            (b'{"a":1}', b'{\n  "a": 1\n}'),
+            (b'{"a":{},"b":[],"c":[{}],"d":[[]]}',
+             b'{\n  "a": {},\n  "b": [],\n  "c": [\n    {}\n  ],\n  "d": [\n    []\n  ]\n}'),
+            (b'[1,"a",true,null,-1.5e-7]', b'[\n  1,\n  "a",\n  true,\n  null,\n  -1.5e-7\n]'),
+            # strings are not touched: punctuation, escapes, HTML escapes, raw UTF-8
+            (b'{"k:,{[":"v\\":,{}[]\\\\","\\u003c\\u0026":"\xc3\xa9\xe2\x80\xa8 \\u2028"}',
+             b'{\n  "k:,{[": "v\\":,{}[]\\\\",\n  "\\u003c\\u0026": "\xc3\xa9\xe2\x80\xa8 \\u2028"\n}'),
+            # whitespace outside strings is dropped (Indent scans it as scanSkipSpace)
+            (b' { "a" : [ 1 , 2 ] } \n', b'{\n  "a": [\n    1,\n    2\n  ]\n}'),
+        ]
+        for src, want in cases:
+            self.assertEqual(ind(src), want, src)
+
+    def test_matches_dumpb_indent(self):
+        # dumpb_indent (Python's indent=2 + Go's escaping: WriteRawJSON's form) and
+        # go_indent(dumpb(x)) (a pretty API answer) agree on any value
+        import random
+        rng = random.Random(5)
+        atoms = ["", "a", "<b>&amp;", "\u2028\u2029", "é\u00ff\U0001f600", "\\\"", "\n\t\x01\x7f", ":", ",{}[]",
+                 0, -7, 2 ** 62, 1.5, True, False, None]
+
+        def gen(d):
+            r = rng.random()
+            if d > 4 or r < 0.4:
+                return rng.choice(atoms)
+            if r < 0.7:
+                return [gen(d + 1) for _ in range(rng.randrange(0, 4))]
+            return {str(rng.choice(atoms)) + str(i): gen(d + 1) for i in range(rng.randrange(0, 4))}
+        for _ in range(400):
+            v = gen(0)
+            compact = _apisim.dumpb(v)
+            self.assertEqual(_apisim.go_indent(compact + b"\n"), _apisim.dumpb_indent(v), compact)
+            # streamed in pieces split between tokens: the same bytes
+            toks = [m.group() for m in _apisim._INDENT_TOKEN.finditer(compact)]
+            g = _apisim.GoIndenter()
+            cut = rng.randrange(0, len(toks) + 1)
+            self.assertEqual(g.feed(b"".join(toks[:cut])) + g.feed(b"".join(toks[cut:])), _apisim.dumpb_indent(v))
+
+    def test_query_and_bool(self):
+        get = _apisim.go_query_get
+        self.assertEqual(get("a=1&pretty=true", "pretty"), "true")
+        self.assertEqual(get("pretty=%74rue&pretty=0", "pretty"), "true")     # unescaped, first value
+        self.assertEqual(get("pretty=%zz&pretty=1", "pretty"), "1")           # a bad escape: pair skipped
+        self.assertEqual(get("pretty=1;x=2&pretty=0", "pretty"), "0")          # ";": pair skipped (Go 1.17+)
+        self.assertEqual(get("pre%74ty=+1", "pretty"), " 1")
+        self.assertEqual(get("pretty", "pretty"), "")
+        for v, want in (("1", (True, True)), ("T", (True, True)), ("True", (True, True)), ("tRUE", (False, False)),
+                        ("yes", (False, False)), ("0", (False, True)), ("F", (False, True)), ("", (False, False))):
+            self.assertEqual(_apisim.go_parse_bool(v), want, v)
+
+
+class TestPretty(unittest.TestCase):
+    POD = "/api/v1/namespaces/default/pods/pod-1"
+
+    def compact(self, path, accept=None):
+        st, r, data = SIM.req("GET", path, headers={"Accept": accept} if accept else {})
+        self.assertTrue(data.endswith(b"\n"), data[-20:])
+        return st, data
+
+    def test_query_and_user_agent(self):
+        st, compact = self.compact(self.POD)
+        pretty = _apisim.go_indent(compact)
+        self.assertTrue(pretty.startswith(b'{\n  "kind": "Pod",\n  "apiVersion": "v1",\n  "metadata": {\n    "name"'))
+        self.assertTrue(pretty.endswith(b"\n}"), pretty[-10:])
+        cases = [
+            ("", [], False), ("?pretty=true", [], True), ("?pretty=1", [], True), ("?pretty=T", [], True),
+            ("?pretty=false", [CURL], False), ("?pretty=0", [CURL], False),
+            ("?pretty=yes", [CURL], False),            # unparsable: false, the UA not asked
+            ("?pretty=", [CURL], True),                # empty: the UA decides
+            ("?pretty", [CURL], True), ("?pretty", [], False),
+            ("?pretty=%74rue", [], True), ("?pretty=1;x", [], False), ("?x=pretty", [CURL], True),
+            ("", [CURL], True), ("", [("User-Agent", "curl")], True), ("", [("User-Agent", "Wget/1.21")], True),
+            ("", [("User-Agent", "Mozilla/5.0 (X11)")], True), ("", [("User-Agent", "Curl/8")], False),
+            ("", [("User-Agent", "mozilla/5.0")], False), ("", [("User-Agent", "Mozilla/4.0")], False),
+            ("", [("User-Agent", "kubectl/v1.33"), CURL], False),   # Header.Get: the first line
+            ("", [("Accept", "application/json;pretty=1")], True),
+            ("", [("Accept", "application/json;pretty=true")], False),   # only "1"
+            ("", [("Accept", "application/json; pretty=1 ")], True),
+            ("", [("Accept", "application/yaml;pretty=1, application/json")], False),  # not the winner's
+            ("", [("Accept", "application/json;q=0.5;pretty=1, application/json")], False),
+            ("", [("Accept", "application/json;q=0.5, application/json;pretty=1")], True),
+            ("", [("Accept", "*/*;pretty=1")], True),
+        ]
+        for q, lines, want in cases:
+            st, hdrs, raw, body = raw_get(SIM, self.POD + q, lines)
+            self.assertEqual(st, 200, (q, lines))
+            self.assertEqual(body, pretty if want else compact, (q, lines))
+            self.assertEqual(hget(hdrs, "content-length"), str(len(body)), (q, lines))
+
+    def test_lists_errors_variants(self):
+        for path, accept in (("/api/v1/namespaces/default/pods?limit=3", None), ("/api/v1/pods", None),
+                             ("/api/v1/nodes?resourceVersion=0", None),
+                             ("/apis/example.com/v1/widgets", None),
+                             ("/api/v1/pods?limit=2",
+                              "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                             (self.POD, "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+                             ("/api/v1/pods?limit=2", "application/json;as=Table;g=meta.k8s.io;v=v1"),
+                             ("/api/v1/namespaces/default/pods/nope", None),              # 404 Status
+                             ("/api/v1/pods?resourceVersion=abc&limit=1", None),          # 400 Status
+                             ("/api/v1/pods?limit=1", "application/json;as=Foo;g=x;v=1, application/json")):  # 406
+            st, compact = self.compact(path, accept)
+            lines = [("Accept", accept)] if accept else []
+            for q in ("pretty=1", "pretty=true"):
+                p = path + ("&" if "?" in path else "?") + q
+                st2, hdrs, raw, body = raw_get(SIM, p, lines)
+                self.assertEqual(st2, st, p)
+                if "as=Table" in (accept or ""):   # the Table's row cells carry an age: compare forms
+                    self.assertEqual(json.loads(body)["kind"], "Table")
+                    self.assertEqual(body, _apisim.go_indent(_apisim.dumpb(json.loads(body))), p)
+                    continue
+                self.assertEqual(body, _apisim.go_indent(compact), (p, accept))
+        # an error negotiates on its own (no conversion): the Table clause's pretty=1 is not its
+        tbl = [("Accept", "application/json;as=Table;g=meta.k8s.io;v=v1;pretty=1, application/json")]
+        st, hdrs, raw, body = raw_get(SIM, "/api/v1/namespaces/default/pods/nope", tbl)
+        self.assertEqual((st, body), (404, self.compact("/api/v1/namespaces/default/pods/nope")[1]))
+        st, hdrs, raw, body = raw_get(SIM, "/api/v1/namespaces/default/pods/pod-1", tbl)
+        self.assertTrue(body.startswith(b'{\n  "kind": "Table"'), body[:40])
+        # an error no Accept clause fits: WriteRawJSON, indented either way
+        st, hdrs, raw, body = raw_get(SIM, "/api/v1/pods?limit=1", [("Accept", "application/json;as=Foo;g=x;v=1")])
+        self.assertEqual(st, 406)
+        self.assertTrue(body.startswith(b'{\n  "kind": "Status"') and body.endswith(b"}"), body)
+
+    def test_protobuf_and_watch_never_pretty(self):
+        pb = "application/vnd.kubernetes.protobuf"
+        for path in (self.POD, "/api/v1/pods?limit=3", "/api/v1/namespaces/default/pods/nope"):
+            st, r, want = SIM.req("GET", path, headers={"Accept": pb})
+            for lines in ([("Accept", pb), CURL], [("Accept", pb + ";pretty=1")],
+                          [("Accept", pb + ", application/json;pretty=1")]):
+                st2, hdrs, raw, body = raw_get(SIM, path + ("&" if "?" in path else "?") + "pretty=1", lines)
+                self.assertEqual((st2, body), (st, want), (path, lines))
+        # a pretty watch request is served; its events are compact lines
+        for hdrs in ({"User-Agent": "curl/8"}, {"Accept": "application/json;pretty=1"}):
+            w = Stream(SIM, "/api/v1/namespaces/default/pods?watch=1&pretty=1&limit=1", headers=hdrs)
+            try:
+                self.assertEqual(w.status, 200)
+                c = w._chunk(time.monotonic() + 5)
+                self.assertTrue(c.startswith(b'{"type":"ADDED","object":{"kind":"Pod"') and c.endswith(b"}\n"), c[:60])
+            finally:
+                w.close()
+
+    def test_writes_and_discovery(self):
+        st, hdrs, raw, body = raw_get(SIM, "/api/v1?pretty=1")
+        self.assertEqual(body, _apisim.go_indent(SIM.req("GET", "/api/v1")[2]))
+        c = json.dumps({"metadata": {"name": "pretty-cm"}, "data": {"a": "<b>"}}).encode()
+        sock = socket.create_connection(("127.0.0.1", SIM.port), timeout=10)
+        try:
+            sock.sendall(b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         b"User-Agent: curl/8\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(c), c))
+            buf = b""
+            while True:
+                d = sock.recv(65536)
+                if not d:
+                    break
+                buf += d
+        finally:
+            sock.close()
+        body = buf.partition(b"\r\n\r\n")[2]
+        self.assertIn(b'"data": {\n    "a": "\\u003cb\\u003e"\n  }', body)
+        self.assertEqual(body, _apisim.go_indent(SIM.req("GET", "/api/v1/namespaces/default/configmaps/pretty-cm")[2]))
+
+
+class TestGzip(unittest.TestCase):
+    """Answers over 128 KiB are gzip'ed when asked; the rest never."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = Sim("--pods", "700", "--namespaces", "2", "--seed", "11")
+        # a ConfigMap sized so that its GET is exactly at the threshold, and one byte over
+        cls.ns = "/api/v1/namespaces/ns-0/configmaps"
+        cls.sim.json("POST", cls.ns, {"metadata": {"name": "at"}, "data": {"k": ""}})
+        n = len(cls.sim.req("GET", cls.ns + "/at")[2])
+        for name, size in (("at", 131072), ("over", 131073)):
+            body = {"metadata": {"name": name}, "data": {"k": "x" * (size - n - len(name) + 2)}}
+            if name == "at":
+                st, r, d = cls.sim.req("PUT", cls.ns + "/at", body)
+            else:
+                st, r, d = cls.sim.req("POST", cls.ns, body)
+            assert st in (200, 201), d[:200]
+        # many short keys: compact under the threshold, pretty over it
+        cls.sim.json("POST", cls.ns, {"metadata": {"name": "keys"}, "data": {"k%05d" % i: "v" for i in range(9000)}})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def plain(self, path, accept=None):
+        st, r, data = self.sim.req("GET", path, headers={"Accept": accept} if accept else {})
+        return st, data
+
+    def assert_gzip(self, hdrs, raw, body, want, what):
+        import gzip
+        self.assertEqual(hget(hdrs, "content-encoding"), "gzip", what)
+        self.assertEqual(hget(hdrs, "vary"), "Accept-Encoding", what)
+        self.assertIsNone(hget(hdrs, "content-length"), what)
+        self.assertEqual(hget(hdrs, "transfer-encoding"), "chunked", what)
+        self.assertEqual(body[:10], b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x04\xff", what)   # Go's gzip.BestSpeed header
+        self.assertEqual(gzip.decompress(body), want, what)
+
+    def assert_plain(self, hdrs, body, want, what):
+        self.assertIsNone(hget(hdrs, "content-encoding"), what)
+        self.assertIsNone(hget(hdrs, "vary"), what)
+        self.assertEqual(body, want, what)
+
+    def test_threshold(self):
+        for name, size, gz in (("at", 131072, False), ("over", 131073, True)):
+            st, want = self.plain(self.ns + "/" + name)
+            self.assertEqual(len(want), size)
+            st, hdrs, raw, body = raw_get(self.sim, self.ns + "/" + name, [("Accept-Encoding", "gzip")])
+            if gz:
+                self.assert_gzip(hdrs, raw, body, want, name)
+            else:
+                self.assert_plain(hdrs, body, want, name)
+                self.assertEqual(hget(hdrs, "content-length"), str(size))
+        # pretty: the threshold is on the bytes written (the indented ones)
+        st, compact = self.plain(self.ns + "/keys")
+        self.assertLess(len(compact), 131072)
+        st, hdrs, raw, body = raw_get(self.sim, self.ns + "/keys", [("Accept-Encoding", "gzip")])
+        self.assert_plain(hdrs, body, compact, "keys")
+        st, hdrs, raw, body = raw_get(self.sim, self.ns + "/keys?pretty=1", [("Accept-Encoding", "gzip")])
+        self.assert_gzip(hdrs, raw, body, _apisim.go_indent(compact), "keys pretty")
+
+    def test_accept_encoding_rules(self):
+        path = self.ns + "/over"
+        st, want = self.plain(path)
+        for lines, gz in (([("Accept-Encoding", "gzip")], True), ([("Accept-Encoding", "gzip, deflate, br")], True),
+                          ([("Accept-Encoding", "deflate,gzip")], True), ([("Accept-Encoding", " br ,\tgzip\t")], True),
+                          ([("Accept-Encoding", "gzip;q=1.0")], False), ([("Accept-Encoding", "gzip;q=0")], False),
+                          ([("Accept-Encoding", "GZIP")], False), ([("Accept-Encoding", "x-gzip")], False),
+                          ([("Accept-Encoding", "*")], False), ([("Accept-Encoding", "identity")], False),
+                          ([("Accept-Encoding", "")], False), ([], False),
+                          ([("Accept-Encoding", "gzip"), ("Accept-Encoding", "identity")], True),
+                          ([("Accept-Encoding", "identity"), ("Accept-Encoding", "gzip")], False)):  # first line
+            st, hdrs, raw, body = raw_get(self.sim, path, lines)
+            self.assertEqual(st, 200)
+            if gz:
+                self.assert_gzip(hdrs, raw, body, want, lines)
+            else:
+                self.assert_plain(hdrs, body, want, lines)
+
+    def test_lists_protobuf_streamed_http10_head(self):
+        pb = "application/vnd.kubernetes.protobuf"
+        ge = ("Accept-Encoding", "gzip")
+        cases = [("/api/v1/namespaces/ns-0/pods?limit=60", None),     # ~180 KB: one piece
+                 ("/api/v1/pods", None),                              # > 1 MiB: streamed, compressed as it goes
+                 ("/api/v1/pods?resourceVersion=0", pb),
+                 ("/api/v1/pods?limit=300", pb),
+                 ("/api/v1/pods", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                 ("/api/v1/pods", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;"
+                                            "g=meta.k8s.io;v=v1")]
+        for path, accept in cases:
+            st, want = self.plain(path, accept)
+            self.assertGreater(len(want), 131072, path)
+            lines = [ge] + ([("Accept", accept)] if accept else [])
+            st, hdrs, raw, body = raw_get(self.sim, path, lines)
+            self.assert_gzip(hdrs, raw, body, want, (path, accept))
+            if accept is None:   # pretty too: compressed after the indent
+                st, hdrs, raw, body = raw_get(self.sim, path + ("&" if "?" in path else "?") + "pretty=1", lines)
+                self.assert_gzip(hdrs, raw, body, _apisim.go_indent(want), (path, "pretty"))
+        # small answers, errors: never
+        for path in ("/api/v1/namespaces/ns-0/pods?limit=2", "/api/v1/namespaces/ns-0/pods/nope",
+                     "/api/v1/pods?resourceVersion=abc&limit=1"):
+            st, want = self.plain(path)
+            st, hdrs, raw, body = raw_get(self.sim, path, [ge])
+            self.assert_plain(hdrs, body, want, path)
+        # HTTP/1.0: a close-delimited gzip body
+        import gzip
+        st, want = self.plain("/api/v1/pods?limit=300")
+        st, hdrs, raw, body = raw_get(self.sim, "/api/v1/pods?limit=300", [ge], version="HTTP/1.0")
+        self.assertEqual((hget(hdrs, "content-encoding"), hget(hdrs, "transfer-encoding")), ("gzip", None))
+        self.assertEqual(gzip.decompress(body), want)
+        # HEAD: the headers a GET would have, no body
+        st, hdrs, raw, body = raw_get(self.sim, "/api/v1/pods?limit=300", [ge], method="HEAD")
+        self.assertEqual((st, hget(hdrs, "content-encoding"), hget(hdrs, "vary"), raw),
+                         (200, "gzip", "Accept-Encoding", b""))
+
+    def test_large_error_and_watch(self):
+        import gzip
+        # a Status over 128 KiB (a label selector error quoting the selector) is compressed too
+        sel = "a" * 140000 + "=="
+        path = "/api/v1/pods?labelSelector=" + sel
+        st, want = self.plain(path)
+        self.assertEqual(st, 400)
+        self.assertGreater(len(want), 131072)
+        st, hdrs, raw, body = raw_get(self.sim, path, [("Accept-Encoding", "gzip")])
+        self.assertEqual(st, 400)
+        self.assert_gzip(hdrs, raw, body, want, "a large Status")
+        # watches never, whatever their size
+        w = Stream(self.sim, "/api/v1/pods?watch=1", headers={"Accept-Encoding": "gzip"})
+        try:
+            self.assertEqual(w.status, 200)
+            self.assertNotIn("content-encoding", w.headers)
+            self.assertNotIn("vary", w.headers)
+            evs = w.collect(700)
+            self.assertEqual({e["type"] for e in evs}, {"ADDED"})
+        finally:
+            w.close()
+        del gzip
+
+
 def main():
     try:
         prog = unittest.main(exit=False, verbosity=2 if "-v" in sys.argv else 1)

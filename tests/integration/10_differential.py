@@ -15,11 +15,21 @@ compared byte for byte:
 Continue chains are followed to the end through kwc, through apisim, and
 crossed (a token from one used with the other).
 
+Variants of the same requests (a smaller matrix, the gets, the chains): gzip
+asked (Accept-Encoding: gzip: the same Content-Encoding/Vary decision as
+apisim's, the decompressed bytes compared, and equal to the uncompressed
+answer), pretty output (?pretty=true, ?pretty=false with a curl User-Agent, a
+curl User-Agent alone, an Accept clause with pretty=1) and the JSON
+metadata-only form (Accept ...;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1),
+each proven served by the cache where the plain request is; with the upstream
+stopped kwc still answers them.
+
 apisim's request counters prove which cells kwc answered itself (rv=0, rv=N,
 Exact inside the window, kwc's own continue tokens) and which it passed on
 (rv unset). The matrix runs quiet, under churn, after a kwc restart, after a
 forced upstream 410, and (rv=0 only) with the upstream stopped.
 """
+import gzip
 import json
 import re
 import unittest
@@ -30,6 +40,8 @@ from cluster import Env, http_connection, http_request, wait_for
 
 RESOURCES = "v1/pods,v1/nodes,v1/namespaces,apps/v1/deployments,example.com/v1/widgets"
 JSON = {"Accept": "application/json"}
+CURL_UA = "curl/8.5.0"
+META_G = ";g=meta.k8s.io;v=v1"
 
 
 def q(**kw):
@@ -39,6 +51,22 @@ def q(**kw):
 def decode(b):
     """A JSON or protobuf body (kpb decodes protobuf independently of kwc)."""
     return kpb.decode_body(b) if b[:4] == kpb.MAGIC else json.loads(b)
+
+
+def is_get(path):
+    """A get (a name after the resource) rather than a list."""
+    segs = [x for x in path.partition("?")[0].split("/") if x]
+    segs = segs[2:] if segs[0] == "api" else segs[3:]
+    if segs and segs[0] == "namespaces" and len(segs) >= 3:
+        segs = segs[2:]
+    return len(segs) == 2
+
+
+def add_query(path, kv):
+    """path with kv appended to its raw query (the rest of it kept as it is)."""
+    if "?" not in path:
+        return path + "?" + kv
+    return path + kv if path.endswith("?") else path + "&" + kv
 
 
 def body_rv(b):
@@ -155,34 +183,95 @@ class Differential(unittest.TestCase):
     def ct_for(self, path):
         return "application/json" if "/apis/example.com/" in path else self.CT
 
-    def check(self, path, exact=False, served=None):
-        """Compare one request; returns kwc's response. served: True/False asserts
-        whether kwc answered it from its cache (apisim saw no list)."""
+    # -- variants: the same requests asked another way ------------------------------
+    # gzip: Accept-Encoding: gzip; pretty: ?pretty=true; pretty-false-curl:
+    # ?pretty=false with a curl User-Agent (not pretty); curl: a curl User-Agent
+    # (pretty); accept-pretty: the Accept clause with pretty=1; meta: the JSON
+    # PartialObjectMetadata[List]; "+" combines them.
+    VARIANTS = ("gzip", "pretty", "pretty-false-curl", "curl", "accept-pretty", "meta", "meta+pretty+gzip")
+
+    def variants(self, *only):
+        """The class's variants (the metadata one is JSON's: 20_protobuf has its own)."""
+        vs = [v for v in self.VARIANTS if self.ACCEPT == JSON or "meta" not in v]
+        return [v for v in vs if not only or v in only]
+
+    def variant_req(self, path, variant):
+        """(path, headers) of path asked as variant (None: as the class asks)."""
+        h = dict(self.ACCEPT)
+        if isinstance(variant, tuple):   # (raw query to add, ((header, value), ...) to add)
+            return (add_query(path, variant[0]) if variant[0] else path), dict(h, **dict(variant[1]))
+        for v in (variant or "").split("+"):
+            if v == "gzip":
+                h["Accept-Encoding"] = "gzip"
+            elif v == "pretty":
+                path = add_query(path, "pretty=true")
+            elif v == "pretty-false-curl":
+                path = add_query(path, "pretty=false")
+                h["User-Agent"] = CURL_UA
+            elif v == "curl":
+                h["User-Agent"] = CURL_UA
+            elif v == "accept-pretty":
+                h["Accept"] += ";pretty=1"
+            elif v == "meta":
+                h["Accept"] = "application/json;as=PartialObjectMetadata%s%s" % ("" if is_get(path) else "List", META_G)
+            elif v:
+                raise AssertionError("unknown variant " + v)
+        return path, h
+
+    def fetch(self, port, path, variant=None):
+        """(status, headers, body) of path asked as variant; a gzip body is
+        decompressed (the headers still say it was)."""
+        p, h = self.variant_req(path, variant)
+        st, hd, b = http_request(port, "GET", p, headers=h)
+        if hd.get("content-encoding") == "gzip":
+            self.assertNotIn("content-length", hd, "%s %s: a gzip answer has no Content-Length" % (p, variant))
+            b = gzip.decompress(b)
+        return st, hd, b
+
+    def same_encoding(self, k, s, what):
+        """kwc made apisim's gzip decision (kube's: asked for, and over 128 KiB)."""
+        self.assertEqual((k[1].get("content-encoding"), k[1].get("vary")),
+                         (s[1].get("content-encoding"), s[1].get("vary")),
+                         "%s: Content-Encoding/Vary of kwc vs apisim (bodies %d / %d bytes)" % (
+                             what, len(k[2]), len(s[2])))
+
+    def check(self, path, exact=False, served=None, variant=None):
+        """Compare one request (asked as variant); returns kwc's response.
+        served: True/False asserts whether kwc answered it from its cache
+        (apisim saw no list)."""
         before = self.lists_upstream() if served is not None else 0
         e = self.env
-        k = http_request(e.kwc.port, "GET", path, headers=self.ACCEPT)
+        what = path if not variant else "%s [%s]" % (path, variant)
+        k = self.fetch(e.kwc.port, path, variant)
         if served is not None:
             n = self.lists_upstream() - before
             self.assertEqual(n == 0, served, "%s: %s by kwc (upstream saw %d lists)" % (
-                path, "expected to be served" if served else "expected to be passed on", n))
-        s = http_request(e.apisim.port, "GET", path, headers=self.ACCEPT)
+                what, "expected to be served" if served else "expected to be passed on", n))
+        s = self.fetch(e.apisim.port, path, variant)
         if exact and s[0] == 200:
-            self.memo[path] = s[2]
-        if exact and k[0] == 200 and s[0] == 410 and path in self.memo:
+            self.memo[(path, variant)] = s[2]
+        if exact and k[0] == 200 and s[0] == 410 and (path, variant) in self.memo:
             # kwc's history reaches further back than the upstream's: it still
             # answers an exact list the upstream has compacted away, with the
             # answer the upstream gave before
-            self.assertEqual(k[2], self.memo[path], path + " (compacted upstream)")
+            self.assertEqual(k[2], self.memo[(path, variant)], what + " (compacted upstream)")
             return k
         self.assertEqual(k[0], s[0], "%s: status kwc %d vs apisim %d\nkwc: %s\nsim: %s" % (
-            path, k[0], s[0], k[2][:400], s[2][:400]))
+            what, k[0], s[0], k[2][:400], s[2][:400]))
         if k[0] != 200:
-            self.assertEqual(norm_status(k[2]), norm_status(s[2]), path)
-            self.assertEqual(k[1].get("retry-after"), s[1].get("retry-after"), path)
+            self.same_encoding(k, s, what)
+            self.assertEqual(norm_status(k[2]), norm_status(s[2]), what)
+            self.assertEqual(k[1].get("retry-after"), s[1].get("retry-after"), what)
             return k
-        self.assertEqual(k[1].get("content-type"), self.ct_for(path), path)
+        meta = isinstance(variant, str) and "meta" in variant
+        want_ct = s[1].get("content-type") if meta else self.ct_for(path)
+        self.assertEqual(k[1].get("content-type"), want_ct, what)
         if exact or k[2] == s[2]:
-            self.assertEqual(k[2], s[2], path)
+            self.same_encoding(k, s, what)
+            self.assertEqual(k[2], s[2], what)
+            if isinstance(variant, str) and "gzip" in variant and exact:
+                # and the same as the answer not compressed
+                self.assertEqual(self.fetch(e.apisim.port, path, variant.replace("gzip", ""))[2], s[2], what)
             return k
         # served at a newer rv than apisim's (or an older one it may return):
         # pin apisim to kwc's rv
@@ -194,22 +283,27 @@ class Differential(unittest.TestCase):
         pinned = with_query(path, resourceVersion=str(krv), resourceVersionMatch="Exact")
         if asked == "0":
             pinned = with_query(pinned, limit=None)
-        p = http_request(e.apisim.port, "GET", pinned, headers=self.ACCEPT)
-        self.assertEqual(p[0], 200, "%s: apisim %d for %s: %s" % (path, p[0], pinned, p[2][:300]))
-        self.assertEqual(k[2], p[2], "%s: kwc's list at rv %d differs from apisim's at that rv" % (path, krv))
+        p = self.fetch(e.apisim.port, pinned, variant)
+        self.assertEqual(p[0], 200, "%s: apisim %d for %s: %s" % (what, p[0], pinned, p[2][:300]))
+        self.same_encoding(k, p, what + " pinned")
+        self.assertEqual(k[2], p[2], "%s: kwc's list at rv %d differs from apisim's at that rv" % (what, krv))
         return k
 
-    def chain(self, first, port_for_page):
+    def chain(self, first, port_for_page, variant=None):
         """Follow continue tokens; port_for_page(i) picks who answers page i.
-        Returns the concatenated item names and the number of pages."""
-        e = self.env
+        Returns the concatenated item names and the number of pages (with a
+        variant: the pages' bytes too)."""
         names, path, pages = [], first, 0
         while True:
             port = port_for_page(pages)
-            st, _, b = http_request(port, "GET", path, headers=self.ACCEPT)
+            st, _, b = self.fetch(port, path, variant)
             self.assertEqual(st, 200, "%s page %d: %s" % (first, pages, b[:300]))
             d = decode(b)
             names += ["%s/%s" % (i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in d["items"]]
+            if variant:
+                # the pages themselves (tokens aside: kwc's and apisim's name the same key)
+                names.append(re.sub(rb'"continue": ?"[^"]*"', b'"continue":"C"', b) if b[:4] != kpb.MAGIC else
+                             repr(dict(d, metadata=dict(d["metadata"], **{"continue": "C"}))))
             pages += 1
             c = d["metadata"].get("continue")
             if not c:
@@ -218,18 +312,14 @@ class Differential(unittest.TestCase):
             path = with_query(first, **{"continue": c, "resourceVersion": None, "resourceVersionMatch": None})
 
     # -- the matrix ----------------------------------------------------------------
-    def matrix(self, served_checks=True):
-        e = self.env
-        cur = self.quiesce() if served_checks else e.sim("GET", "/apisim/stats")["rv"]
+    SCOPES = ["/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes", "/api/v1/namespaces",
+              "/apis/apps/v1/deployments", "/apis/apps/v1/namespaces/ns-0/deployments",
+              "/apis/example.com/v1/widgets", "/apis/example.com/v1/namespaces/ns-1/widgets"]
+
+    def cells(self, cur, served_checks, rvs, matches, limits):
+        """(path, exact, served) of each cell of the matrix over these values."""
         old = self.rv_mid
-        scopes = ["/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes", "/api/v1/namespaces",
-                  "/apis/apps/v1/deployments", "/apis/apps/v1/namespaces/ns-0/deployments",
-                  "/apis/example.com/v1/widgets", "/apis/example.com/v1/namespaces/ns-1/widgets"]
-        rvs = [None, "", "0", str(old), str(cur), "abc", "-1"]
-        matches = [None, "NotOlderThan", "Exact", "Bogus"]
-        limits = [None, "4", "0", "x"]
-        n = 0
-        for scope in scopes:
+        for scope in self.SCOPES:
             for rv in rvs:
                 for m in matches:
                     for lim in limits:
@@ -243,8 +333,32 @@ class Differential(unittest.TestCase):
                         if served_checks and m == "Exact" and rv == str(old):
                             served = True
                         exact = m == "Exact" or (m is None and lim not in (None, "0") and rv not in (None, "", "0"))
-                        self.check(path, exact=exact, served=served)
-                        n += 1
+                        yield path, exact, served
+
+    def matrix(self, served_checks=True):
+        e = self.env
+        cur = self.quiesce() if served_checks else e.sim("GET", "/apisim/stats")["rv"]
+        n = 0
+        rvs = [None, "", "0", str(self.rv_mid), str(cur), "abc", "-1"]
+        for path, exact, served in self.cells(cur, served_checks, rvs, [None, "NotOlderThan", "Exact", "Bogus"],
+                                              [None, "4", "0", "x"]):
+            self.check(path, exact=exact, served=served)
+            n += 1
+        return n
+
+    def variant_matrix(self):
+        """Every variant over the cells that matter to it: each rv kind, no match
+        or Exact, no limit or a page (a quarter of the matrix: the errors, the
+        served and the passed-on answers), then the gets and the chains."""
+        cur = self.quiesce()
+        n = 0
+        for variant in self.variants():
+            for path, exact, served in self.cells(cur, True, [None, "0", str(self.rv_mid), str(cur), "abc"],
+                                                  [None, "Exact"], [None, "4"]):
+                self.check(path, exact=exact, served=served, variant=variant)
+                n += 1
+        self.gets(self.variants())
+        self.chains(self.variants("gzip", "pretty", "meta"))
         return n
 
     def selectors(self, served_checks=True):
@@ -283,7 +397,7 @@ class Differential(unittest.TestCase):
                 path = scope + "?" + q(**{key: sel}, **extra)
                 self.check(path, exact="limit" in extra and "resourceVersionMatch" not in extra)
 
-    def gets(self):
+    def gets(self, variants=(None,)):
         cur = self.quiesce()
         for path in ("/api/v1/namespaces/ns-1/pods/pod-4", "/api/v1/namespaces/ns-1/pods/late-2",
                      "/api/v1/namespaces/ns-1/pods/missing", "/api/v1/nodes/node-1", "/api/v1/nodes/nope",
@@ -296,12 +410,13 @@ class Differential(unittest.TestCase):
                 served = True if rv in ("0", str(cur)) else False if rv is None else None
                 if served and self.ACCEPT is not JSON and "widgets/nope" in path:
                     served = False  # a custom resource's 404 with protobuf asked for: the upstream's
-                self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True,
-                           served=served)
+                for variant in variants:
+                    self.check(path + ("?" + q(resourceVersion=rv) if rv is not None else ""), exact=True,
+                               served=served, variant=variant)
             # kwc's own answers (200 and 404) carry each header once, as kube's do
             self.assertEqual(repeated_headers(self.env.kwc.port, path + "?resourceVersion=0"), [], path)
 
-    def chains(self):
+    def chains(self, variants=(None,)):
         # the label chain below needs more than one page of app=moved pods;
         # churn (label flips, deletes) may have left fewer: label more
         self.quiesce()
@@ -317,29 +432,32 @@ class Differential(unittest.TestCase):
                       "/api/v1/namespaces/ns-2/pods?limit=4&resourceVersion=%d&resourceVersionMatch=NotOlderThan" % cur,
                       "/api/v1/pods?limit=5&labelSelector=app%%3Dmoved&resourceVersion=%d" % cur,
                       "/apis/example.com/v1/widgets?limit=2&resourceVersion=%d" % cur):
-            via_kwc = self.chain(first, lambda i: self.env.kwc.port)
-            if http_request(self.env.apisim.port, "GET", first, headers=self.ACCEPT)[0] == 410:
-                # compacted upstream: kwc's longer history still has the chain
-                self.assertEqual(via_kwc, self.memo[first], first + " (compacted upstream)")
-                continue
-            via_sim = self.chain(first, lambda i: self.env.apisim.port)
-            self.memo[first] = via_sim
-            cross1 = self.chain(first, lambda i: self.env.kwc.port if i % 2 else self.env.apisim.port)
-            cross2 = self.chain(first, lambda i: self.env.apisim.port if i % 2 else self.env.kwc.port)
-            self.assertEqual(via_kwc, via_sim, first)
-            self.assertEqual(cross1, via_sim, first + " (apisim, kwc, apisim, ...)")
-            self.assertEqual(cross2, via_sim, first + " (kwc, apisim, kwc, ...)")
-            self.assertGreater(via_kwc[1], 1, first + " is more than one page")
+            for variant in variants:
+                what = first if not variant else "%s [%s]" % (first, variant)
+                via_kwc = self.chain(first, lambda i: self.env.kwc.port, variant)
+                if self.fetch(self.env.apisim.port, first, variant)[0] == 410:
+                    # compacted upstream: kwc's longer history still has the chain
+                    self.assertEqual(via_kwc, self.memo[(first, variant)], what + " (compacted upstream)")
+                    continue
+                via_sim = self.chain(first, lambda i: self.env.apisim.port, variant)
+                self.memo[(first, variant)] = via_sim
+                cross1 = self.chain(first, lambda i: self.env.kwc.port if i % 2 else self.env.apisim.port, variant)
+                cross2 = self.chain(first, lambda i: self.env.apisim.port if i % 2 else self.env.kwc.port, variant)
+                self.assertEqual(via_kwc, via_sim, what)
+                self.assertEqual(cross1, via_sim, what + " (apisim, kwc, apisim, ...)")
+                self.assertEqual(cross2, via_sim, what + " (kwc, apisim, kwc, ...)")
+                self.assertGreater(via_kwc[1], 1, what + " is more than one page")
         # a chain through kwc never touches the upstream once it has a token
-        st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&resourceVersion=%d" % cur,
-                                headers=self.ACCEPT)
-        before = self.lists_upstream()
-        c = decode(b)["metadata"]["continue"]
-        while c:
-            st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/pods?limit=10&continue=" + c, headers=self.ACCEPT)
-            self.assertEqual(st, 200)
-            c = decode(b)["metadata"].get("continue")
-        self.assertEqual(self.lists_upstream(), before, "kwc passed a page of its own chain upstream")
+        for variant in variants:
+            st, _, b = self.fetch(self.env.kwc.port, "/api/v1/pods?limit=10&resourceVersion=%d" % cur, variant)
+            before = self.lists_upstream()
+            c = decode(b)["metadata"]["continue"]
+            while c:
+                st, _, b = self.fetch(self.env.kwc.port, "/api/v1/pods?limit=10&continue=" + c, variant)
+                self.assertEqual(st, 200)
+                c = decode(b)["metadata"].get("continue")
+            self.assertEqual(self.lists_upstream(), before,
+                             "kwc passed a page of its own chain upstream [%s]" % variant)
 
     # -- the tests (in name order) ------------------------------------------------
     def test_1_quiet(self):
@@ -348,6 +466,33 @@ class Differential(unittest.TestCase):
         self.selectors()
         self.gets()
         self.chains()
+
+    def test_1_variants(self):
+        # gzip, pretty, metadata-only: the same answers as apisim's, served where
+        # the plain request is
+        self.assertGreater(self.variant_matrix(), 100)
+
+    # the edges of kube's rules: ?pretty parsed as Go's url.ParseQuery and
+    # strconv.ParseBool, the User-Agent prefixes, Accept-Encoding's exact tokens
+    EDGES = [("pretty=1;x", ()), ("pretty=%74rue", ()), ("pretty=yes", (("User-Agent", CURL_UA),)),
+             ("pretty=", (("User-Agent", CURL_UA),)), ("pretty", (("User-Agent", CURL_UA),)), ("pretty=T", ()),
+             ("pretty=tRuE", ()), ("pretty=0&pretty=1", ()), ("x=pretty", (("User-Agent", CURL_UA),)),
+             ("", (("User-Agent", "Wget/1.21"),)), ("", (("User-Agent", "Mozilla/5.0 (X11)"),)),
+             ("", (("User-Agent", "curlish"),)), ("", (("User-Agent", "Curl/8"),)),
+             ("", (("User-Agent", "mozilla/5.0"),)),
+             ("", (("Accept-Encoding", "gzip;q=0"),)), ("", (("Accept-Encoding", "GZIP"),)),
+             ("", (("Accept-Encoding", " br , gzip "),)), ("", (("Accept-Encoding", "x-gzip, *"),)),
+             ("pretty=1", (("Accept-Encoding", "deflate,gzip"),))]
+
+    def test_1_variant_edges(self):
+        cur = self.quiesce()
+        for path, exact in (("/api/v1/pods?resourceVersion=0", False),
+                            ("/api/v1/namespaces/ns-1/pods?resourceVersion=0", False),
+                            ("/api/v1/pods?resourceVersion=%d&resourceVersionMatch=Exact" % cur, True),
+                            ("/api/v1/namespaces/ns-1/pods/pod-4?resourceVersion=0", True),
+                            ("/api/v1/namespaces/ns-1/pods/missing?resourceVersion=0", True)):
+            for edge in self.EDGES:
+                self.check(path, exact=exact, served=True, variant=edge)
 
     def test_2_under_churn(self):
         e = self.env
@@ -387,33 +532,49 @@ class Differential(unittest.TestCase):
         self.selectors()
         self.chains()
 
+    # the lists test_5 reads with the upstream down
+    DOWN_PATHS = ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
+                  "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved")
+
     def test_5_upstream_down(self):
         e = self.env
         cur = self.quiesce()
         want = {}
-        for path in ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/api/v1/nodes",
-                     "/apis/example.com/v1/widgets", "/api/v1/pods?labelSelector=app%3Dmoved"):
-            full = path + ("&" if "?" in path else "?") + "resourceVersion=%d&resourceVersionMatch=Exact" % cur
-            st, _, b = http_request(e.apisim.port, "GET", full, headers=self.ACCEPT)
-            self.assertEqual(st, 200)
-            want[path] = b
+        # the plain lists, and some asked as variants (gzip, pretty, metadata-only)
+        cases = [(p, None) for p in self.DOWN_PATHS]
+        cases += [(p, v) for v in self.variants("meta", "pretty", "gzip", "curl", "meta+pretty+gzip")
+                  for p in ("/api/v1/pods", "/api/v1/namespaces/ns-1/pods", "/apis/example.com/v1/widgets")
+                  if p in self.DOWN_PATHS]
+        for path, variant in cases:
+            full = add_query(path, "resourceVersion=%d&resourceVersionMatch=Exact" % cur)
+            s = self.fetch(e.apisim.port, full, variant)
+            self.assertEqual(s[0], 200)
+            want[(path, variant)] = s
+        # the variants are the cache's answers: apisim's list and get counters stay
+        before = self.lists_upstream()
+        for (path, variant), s in want.items():
+            if variant:
+                k = self.fetch(e.kwc.port, add_query(path, "resourceVersion=0"), variant)
+                self.assertEqual(self.lists_upstream(), before, "%s [%s]: kwc asked the upstream" % (path, variant))
+                self.same_encoding(k, s, "%s [%s]" % (path, variant))
+                self.assertEqual(k[2], s[2], "%s [%s]" % (path, variant))
         e.apisim.stop()
         try:
-            for path, b in want.items():
-                full = path + ("&" if "?" in path else "?") + "resourceVersion=0"
-                st, _, got = http_request(e.kwc.port, "GET", full, headers=self.ACCEPT)
-                self.assertEqual(st, 200, "%s with the upstream down: %s" % (full, got[:300]))
-                self.assertEqual(got, b, full)
+            def served_down(when):
+                for (path, variant), s in want.items():
+                    full = add_query(path, "resourceVersion=0")
+                    what = "%s [%s] %s" % (full, variant, when)
+                    k = self.fetch(e.kwc.port, full, variant)
+                    self.assertEqual(k[0], 200, "%s: %s" % (what, k[2][:300]))
+                    self.same_encoding(k, s, what)
+                    self.assertEqual(k[2], s[2], what)
+            served_down("with the upstream down")
             st, _, got = http_request(e.kwc.port, "GET", "/api/v1/pods", headers=self.ACCEPT)
             self.assertEqual(st, 503, "a quorum read cannot be served with the upstream down")
             # a warm restart while the upstream is down serves the same at once
             self.assertEqual(e.kwc.stop(), 0, e.kwc.logs())
             e.start_kwc()
-            for path, b in want.items():
-                full = path + ("&" if "?" in path else "?") + "resourceVersion=0"
-                st, _, got = http_request(e.kwc.port, "GET", full, headers=self.ACCEPT)
-                self.assertEqual(st, 200, "%s after a restart, upstream down: %s" % (full, got[:300]))
-                self.assertEqual(got, b, full + " after a restart")
+            served_down("after a restart, upstream down")
         finally:
             e.apisim.start()
 

@@ -118,7 +118,10 @@ class DifferentialProtobufMeta(_m10.Differential):
         finally:
             del self.ACCEPT
 
-    def test_8_metadata_is_derived(self):
+    # a custom resource's protobuf metadata is the upstream's (no protobuf cache of it)
+    DOWN_PATHS = tuple(p for p in _m10.Differential.DOWN_PATHS if "/apis/example.com/" not in p)
+
+    def test_0_metadata_is_derived(self):
         """The answer is PartialObjectMetadata (kind in the envelope, each item
         only its ObjectMeta), JSON and protobuf, served from the cache, an
         empty list's items as kube writes them, and the wrong pairing (as=...List

@@ -11,7 +11,7 @@ level=${1:-build}
 
 build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjansson-dev
  libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libcurl4-openssl-dev libyaml-dev
- libssl-dev uthash-dev libnghttp2-dev python3"
+ libssl-dev uthash-dev libnghttp2-dev zlib1g-dev python3"
 # python3-yaml, systemd (systemd-analyze), util-linux (unshare, setpriv) and
 # openssl: tests/integration/21_deploy.py (manifests, unit file, a pod-like sandbox);
 # prometheus: promtool and a real server for tests/integration/22_metrics.py;

@@ -550,29 +550,50 @@ test_encoding(void)
     is_pass(&poml, "/api/v1/namespaces/ns-1/pods/p?resourceVersion=0", ADMIT_WHY_MEDIA,
             "the List kind on a get (kube's 406)");
     is_pass(&poml, "/api/v1/pods?watch=1", ADMIT_WHY_MEDIA, "the List kind on a watch");
-    is_pass(&poml_pretty, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_PRETTY, "pretty=1 in Accept");
-    is_pass(&poml, "/api/v1/pods?resourceVersion=0&pretty=1", ADMIT_WHY_PRETTY, "?pretty=1");
+    admit_ask(&poml_pretty, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.pretty,
+       "metadata with pretty=1 in Accept: served pretty");
+    admit_fini(&a);
+    admit_ask(&poml, "/api/v1/pods?resourceVersion=0&pretty=1", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.pretty, "metadata with ?pretty=1: served pretty");
+    admit_fini(&a);
+    struct ask json_pretty = {.accept = "application/json;pretty=1"};
+    admit_ask(&json_pretty, "/api/v1/pods?resourceVersion=0&pretty=0", &a);
+    ok(a.action == ADMIT_SERVE && !a.meta && a.pretty,
+       "application/json;pretty=1: served pretty (ORed with ?pretty=0, as kube does)");
+    admit_fini(&a);
     is_pass(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", ADMIT_WHY_NOT_CACHED,
             "a custom resource's metadata in protobuf: no protobuf cache of it");
 
-    /* pretty JSON: ?pretty or a curl User-Agent; protobuf has no pretty form */
+    /* pretty JSON: ?pretty or a curl User-Agent, served indented; protobuf
+     * has no pretty form */
     struct ask curl = {.ua = "curl/8.1.2"}, curl_pb = {.ua = "curl/8.1.2", .accept = PB.accept};
-    is_pass(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", ADMIT_WHY_PRETTY, "?pretty=true");
-    is_pass(&curl, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_PRETTY, "curl's User-Agent");
-    /* a watch's events are never indented (kube's watch encoder): served */
+    admit_ask(NULL, "/api/v1/pods?resourceVersion=0&pretty=true", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "?pretty=true: served pretty");
+    admit_fini(&a);
+    admit_ask(&curl, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's User-Agent: served pretty");
+    admit_fini(&a);
+    admit_ask(&curl, "/api/v1/namespaces/ns/pods/p?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's get: served pretty");
+    admit_fini(&a);
     admit_ask(&curl, "/api/v1/pods?watch=1", &a);
-    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_JSON, "curl's watch: served");
+    ok(a.action == ADMIT_SERVE && a.pretty, "curl's watch: served (its events are never indented)");
     admit_fini(&a);
     admit_ask(NULL, "/api/v1/pods?watch=1&pretty=true", &a);
     ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_JSON, "a watch with ?pretty=true: served");
     admit_fini(&a);
-    is_pass(&curl, "/api/v1/pods?watch=1&sendInitialEvents=true", ADMIT_WHY_PRETTY,
+    is_pass(&curl, "/api/v1/pods?watch=1&sendInitialEvents=true", ADMIT_WHY_ERROR_ENCODING,
             "a pretty watch's error Status (indented) is the upstream's");
     admit_ask(&curl_pb, "/api/v1/pods?resourceVersion=0", &a);
-    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB, "curl asking for protobuf: served");
+    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB && !a.pretty,
+       "curl asking for protobuf: served, not pretty");
     admit_fini(&a);
-    admit_ask(NULL, "/api/v1/pods?resourceVersion=0&pretty=false", &a);
-    is_int(a.action, ADMIT_SERVE, "?pretty=false: served");
+    admit_ask(&curl, "/api/v1/pods?resourceVersion=0&pretty=false", &a);
+    ok(a.action == ADMIT_SERVE && !a.pretty, "?pretty=false overrides curl's User-Agent");
+    admit_fini(&a);
+    admit_ask(NULL, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && !a.pretty, "no ?pretty, no curl: compact");
     admit_fini(&a);
 
     /* custom resources have no protobuf: kube negotiates JSON */
