@@ -19,7 +19,10 @@
  * Protobuf: a frame (pb_frame_event) around the stored object message; the
  * envelope names the kind, so the item needs no change, and a DELETED at
  * another rv carries a copy with that rv (pb_with_rv), as JSON swaps the
- * rv's digits (obj_rv_span).
+ * rv's digits (obj_rv_span). A metadata-only watcher (hub.h "Forms") gets
+ * the same events with each object's PartialObjectMetadata (pom.h) in the
+ * same framing: an event holds a blob per (form, variant), so each form is
+ * encoded once, when its first watcher needs it.
  */
 #include "kwc/hub.h"
 
@@ -35,6 +38,7 @@
 #include "kwc/index.h"
 #include "kwc/object.h"
 #include "kwc/pb.h"
+#include "kwc/pom.h"
 #include "kwc/selector.h"
 #include "kwc/status.h"
 
@@ -80,11 +84,18 @@ blob_take(const struct hub_res *r, struct gostr_buf *b)
 
 /* ---- encoding ---- */
 
+/* A metadata-only watcher's objects (Accept ...;as=PartialObjectMetadata;
+ * g=meta.k8s.io;v=v1): kube's watch handler passes every event's object,
+ * bookmarks included, through transformObject, which makes it a
+ * PartialObjectMetadata (POM_API_VERSION, POM_KIND); a Status (an
+ * ERROR's) is left as it is. */
+
 /* One protobuf frame of type around obj (an object message); with rv set,
- * the object's metadata.resourceVersion is rv. */
+ * the object's metadata.resourceVersion is rv. meta: the frame carries the
+ * object's PartialObjectMetadata instead (pom_pb: its ObjectMeta copied). */
 static void
 enc_event_pb(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
-             size_t len, uint64_t rv)
+             size_t len, uint64_t rv, bool meta)
 {
     char *copy = NULL;
     size_t clen = 0;
@@ -92,19 +103,62 @@ enc_event_pb(struct gostr_buf *b, const struct hub_res *r, const char *type, con
         obj = copy;
         len = clen;
     }
-    pb_frame_event(b, type, r->api_version, r->kind, obj, len);
+    if (meta) {
+        /* a stored object is a message pb_meta_parse read: pom_pb cannot
+         * fail on it; if it did, an empty ObjectMeta says so to no one */
+        struct gostr_buf m = {0};
+        (void)pom_pb(&m, obj, len);
+        pb_frame_event(b, type, POM_API_VERSION, POM_KIND, m.p ? m.p : "", m.len);
+        free(gostr_take(&m));
+    } else {
+        pb_frame_event(b, type, r->api_version, r->kind, obj, len);
+    }
+    free(copy);
+}
+
+/* `{"type":T,"object":POM}\n`: the stored item's PartialObjectMetadata
+ * (pom_json), its resourceVersion rv when rv is set. */
+static void
+enc_event_meta_json(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
+                    size_t len, uint64_t rv)
+{
+    char *copy = NULL;
+    size_t roff = 0, rlen = 0;
+    if (rv && obj_rv_span(obj, len, &roff, &rlen) == 0) {
+        struct gostr_buf c = {0};
+        gostr_addn(&c, obj, roff);
+        gostr_addc(&c, '"');
+        gostr_addu(&c, rv);
+        gostr_addc(&c, '"');
+        gostr_addn(&c, obj + roff + rlen, len - roff - rlen);
+        len = c.len;
+        obj = copy = gostr_take(&c);
+    }
+    gostr_add(b, "{\"type\":\"");
+    gostr_add(b, type);
+    gostr_add(b, "\",\"object\":");
+    /* stored items are JSON objects (obj_meta_parse read them at ingest) */
+    if (pom_json(b, obj, len, r->unstructured) != 0)
+        gostr_add(b, "{\"kind\":\"" POM_KIND "\",\"apiVersion\":\"" POM_API_VERSION
+                     "\",\"metadata\":{}}");
+    gostr_add(b, "}\n");
     free(copy);
 }
 
 /* `{"type":T,"object":OBJ}\n` with OBJ in its watch form: built-in kinds get
  * their TypeMeta back (stored items are in list-item form); with rv set, the
- * object's metadata.resourceVersion is replaced by it. Protobuf: a frame. */
+ * object's metadata.resourceVersion is replaced by it. Protobuf: a frame.
+ * meta: OBJ is the object's PartialObjectMetadata. */
 static void
 enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
-          size_t len, uint64_t rv)
+          size_t len, uint64_t rv, bool meta)
 {
     if (r->enc == KWC_ENC_PB) {
-        enc_event_pb(b, r, type, obj, len, rv);
+        enc_event_pb(b, r, type, obj, len, rv, meta);
+        return;
+    }
+    if (meta) {
+        enc_event_meta_json(b, r, type, obj, len, rv);
         return;
     }
     gostr_add(b, "{\"type\":\"");
@@ -137,20 +191,23 @@ enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const 
 
 /* kube's bookmark object: TypeMeta and metadata.resourceVersion (and the
  * initial-events-end annotation); a custom resource's is an unstructured
- * map, keys sorted. */
+ * map, keys sorted. meta: that object made a PartialObjectMetadata, as
+ * transformObject makes it (a typed one, for custom resources too: the
+ * same bytes with the POM's TypeMeta; in protobuf, the ObjectMeta of the
+ * bookmark's object message). */
 static void
-enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end)
+enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end, bool meta)
 {
     static const char ann[] = "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}";
     if (r->enc == KWC_ENC_PB) {
         struct gostr_buf o = {0};
         pb_bookmark_obj(&o, rv, initial_end);
-        pb_frame_event(b, "BOOKMARK", r->api_version, r->kind, o.p ? o.p : "", o.len);
+        enc_event_pb(b, r, "BOOKMARK", o.p ? o.p : "", o.len, 0, meta);
         free(gostr_take(&o));
         return;
     }
     gostr_add(b, "{\"type\":\"BOOKMARK\",\"object\":{");
-    if (r->unstructured) {
+    if (r->unstructured && !meta) {
         gostr_add(b, "\"apiVersion\":\"");
         gostr_add(b, r->api_version);
         gostr_add(b, "\",\"kind\":\"");
@@ -166,9 +223,9 @@ enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool ini
         return;
     }
     gostr_add(b, "\"kind\":\"");
-    gostr_add(b, r->kind);
+    gostr_add(b, meta ? POM_KIND : r->kind);
     gostr_add(b, "\",\"apiVersion\":\"");
-    gostr_add(b, r->api_version);
+    gostr_add(b, meta ? POM_API_VERSION : r->api_version);
     gostr_add(b, "\",\"metadata\":{\"resourceVersion\":\"");
     gostr_addu(b, rv);
     gostr_addc(b, '"');
@@ -316,7 +373,10 @@ struct hub_event {
     size_t key_len, ns_len; /* namespace: key[0, ns_len) */
     const struct hub_res *res;
     struct side obj, prev;
-    struct hub_blob *_Atomic blob[3];
+    /* the shared bytes per form (0: the object, 1: its PartialObjectMetadata)
+     * and variant, each built on first use: a form nobody watches costs a
+     * NULL pointer */
+    struct hub_blob *_Atomic blob[2][3];
 };
 
 static size_t
@@ -374,8 +434,9 @@ event_unref(struct hub_event *e)
 {
     if (!e || __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    for (int i = 0; i < 3; i++)
-        hub_blob_unref(atomic_load(&e->blob[i]));
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++)
+            hub_blob_unref(atomic_load(&e->blob[f][i]));
     side_fini(&e->obj);
     side_fini(&e->prev);
     free(e->key);
@@ -384,32 +445,35 @@ event_unref(struct hub_event *e)
 
 static void
 enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type type, enum variant v,
-            uint64_t rv, const char *obj, size_t obj_len, const char *prev, size_t prev_len)
+            uint64_t rv, const char *obj, size_t obj_len, const char *prev, size_t prev_len,
+            bool meta)
 {
     if (v == VAR_DELETED)
-        enc_event(b, r, "DELETED", prev, prev_len, rv);
+        enc_event(b, r, "DELETED", prev, prev_len, rv, meta);
     else if (type == STORE_DELETED)
         /* the object's last state, at the rv it went away: kube's DELETED.
          * From the upstream's watch the two rvs are the same; a relist
          * records a deletion it found at an rv of its own. */
-        enc_event(b, r, "DELETED", obj, obj_len, rv);
+        enc_event(b, r, "DELETED", obj, obj_len, rv, meta);
     else
-        enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0);
+        enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0, meta);
 }
 
-/* The shared bytes of one variant of e, built on first use by whichever
- * thread needs it first; borrowed (e holds the reference). */
+/* The shared bytes of one variant of e in one form (meta: the objects'
+ * PartialObjectMetadata), built on first use by whichever thread needs it
+ * first; borrowed (e holds the reference). */
 static struct hub_blob *
-event_blob(struct hub_event *e, enum variant v)
+event_blob(struct hub_event *e, enum variant v, bool meta)
 {
-    struct hub_blob *b = atomic_load_explicit(&e->blob[v], memory_order_acquire);
+    struct hub_blob *_Atomic *slot = &e->blob[meta][v];
+    struct hub_blob *b = atomic_load_explicit(slot, memory_order_acquire);
     if (b)
         return b;
     struct gostr_buf g = {0};
     enc_variant(&g, e->res, e->type, v, e->rv, e->obj.raw, e->obj.raw_len, e->prev.raw,
-                e->prev.raw_len);
+                e->prev.raw_len, meta);
     struct hub_blob *nb = blob_take(e->res, &g), *expect = NULL;
-    if (atomic_compare_exchange_strong_explicit(&e->blob[v], &expect, nb, memory_order_acq_rel,
+    if (atomic_compare_exchange_strong_explicit(slot, &expect, nb, memory_order_acq_rel,
                                                 memory_order_acquire))
         return nb;
     hub_blob_unref(nb);
@@ -439,7 +503,7 @@ on_build_hist(void *arg, const struct store_hist *h)
     /* the common variant now, on the writer's thread, off the workers' */
     /* what the event holds: its shared bytes, both objects and their
      * index bytes (for the variants and the matching) */
-    c->bytes += event_blob(e, VAR_AS_IS)->len + sizeof(*e) + e->key_len + e->obj.raw_len +
+    c->bytes += event_blob(e, VAR_AS_IS, false)->len + sizeof(*e) + e->key_len + e->obj.raw_len +
                 e->prev.raw_len + h->obj.idx_len + h->prev.idx_len;
     c->ev[c->n++] = e;
     return 0;
@@ -557,6 +621,7 @@ struct hub_watcher {
     char *from; /* INITIAL: next key (inclusive); NULL: from the start */
     size_t from_len;
     bool initial_end, bookmarks;
+    bool meta; /* its objects are PartialObjectMetadata (hub_watch_req.meta) */
     uint64_t deadline, wait_until, next_bm;
     uint64_t rng;
     char *too_large_status;
@@ -813,7 +878,7 @@ deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_gro
         wake(w);
         return;
     }
-    struct hub_blob *bl = event_blob(e, v);
+    struct hub_blob *bl = event_blob(e, v, w->meta);
     put(w, bl);
     w->last_rv = e->rv;
     h->stats.delivered++;
@@ -1026,6 +1091,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
     req->sel = NULL;
     w->initial_end = req->initial_end;
     w->bookmarks = req->bookmarks;
+    w->meta = req->meta;
     w->deadline = req->deadline_ms;
     w->wait_until = req->wait_until_ms;
     w->too_large_status = req->too_large_status;
@@ -1136,7 +1202,7 @@ on_initial_obj(void *arg, const struct store_obj *o)
             return 0;
     }
     size_t before = c->out.len;
-    enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0);
+    enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0, w->meta);
     RS_ADD(w->hr, initial, 1);
     RS_ADD(w->hr, initial_bytes, c->out.len - before);
     return 0;
@@ -1168,7 +1234,7 @@ on_catchup_hist(void *arg, const struct store_hist *hh)
     if (v != VAR_NONE) {
         size_t before = c->out.len;
         enc_variant(&c->out, r, hh->type, v, hh->rv, hh->obj.raw, hh->obj.raw_len, hh->prev.raw,
-                    hh->prev.raw_len);
+                    hh->prev.raw_len, w->meta);
         h->stats.from_store++;
         RS_ADD(w->hr, store, 1);
         RS_ADD(w->hr, store_bytes, c->out.len - before);
@@ -1209,7 +1275,7 @@ pump_window(struct hub_watcher *w)
                             e->prev.ok ? &e->prev.v : NULL);
             if (v == VAR_NONE)
                 continue;
-            struct hub_blob *bl = event_blob(e, v);
+            struct hub_blob *bl = event_blob(e, v, w->meta);
             put(w, bl);
             sent += bl->len;
             h->stats.from_window++;
@@ -1264,7 +1330,7 @@ hub_pump(struct hub_watcher *w, bool *alive)
     }
     if (w->mode == M_INITIAL && !c.more) {
         if (w->initial_end && w->bookmarks) {
-            enc_bookmark(&c.out, r, w->last_rv, true);
+            enc_bookmark(&c.out, r, w->last_rv, true, w->meta);
             RS_ADD(w->hr, bookmarks, 1);
         }
         free(w->from);
@@ -1322,7 +1388,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
          * up to it; a lagging watcher gets its bookmark when it is live */
         if (w->mode == M_LIVE && w->hr->rv >= w->start_rv) {
             struct gostr_buf b = {0};
-            enc_bookmark(&b, w->hr->r, w->hr->rv, false);
+            enc_bookmark(&b, w->hr->r, w->hr->rv, false, w->meta);
             put_take(w, blob_take(w->hr->r, &b));
             h->stats.bookmarks++;
             RS_ADD(w->hr, bookmarks, 1);

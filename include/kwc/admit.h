@@ -12,7 +12,9 @@
  *                     or protobuf for built-in kinds; Table, YAML and Accept
  *                     parameters other than as/g/v/pretty are the upstream's;
  *                     pretty JSON (?pretty, a curl-like User-Agent, an
- *                     Accept clause's pretty=1) is served, indented (pretty)
+ *                     Accept clause's pretty=1) is served, indented (pretty);
+ *                     a watch's events never are, the Status of its
+ *                     error before the stream is the upstream's
  *   metadata only     a winning clause as=PartialObjectMetadataList (lists)
  *                     or as=PartialObjectMetadata (gets, watches);
  *                     g=meta.k8s.io;v=v1 (route_accept), JSON or protobuf:
@@ -111,8 +113,9 @@ enum admit_action {
     X(ADMIT_WHY_SELECTOR_BOUNDS, "selector_bounds") /* over the selector parser's bounds */        \
     X(ADMIT_WHY_TABLE, "decision_table")            /* dec.why says which cell */                  \
     X(ADMIT_WHY_BELOW_FLOOR, "below_floor")         /* a watch from before the history */          \
-    X(ADMIT_WHY_ERROR_ENCODING, "error_encoding")   /* an error kube writes in protobuf */         \
-    X(ADMIT_WHY_FIELDS, "field_selector")           /* a field the cache cannot read */
+    X(ADMIT_WHY_ERROR_ENCODING,                                                                    \
+      "error_encoding")                   /* an error kube writes otherwise (pb, indented) */      \
+    X(ADMIT_WHY_FIELDS, "field_selector") /* a field the cache cannot read */
 
 enum admit_why {
 #define ADMIT_WHY_ENUM(e, s) e,

@@ -38,6 +38,25 @@
  * Everything above is the same for both; only the encoders differ, and
  * watchers of the two caches of one resource never meet.
  *
+ * Forms: a watcher asks for the objects themselves or for their metadata
+ * only (hub_watch_req.meta: Accept ...;as=PartialObjectMetadata;
+ * g=meta.k8s.io;v=v1, in JSON or protobuf). Both forms are watchers of the
+ * same hub_res: one store, one batch per commit, one window, one set of
+ * index buckets, one rv. The form is a property of the watcher and of the
+ * bytes only: each event keeps one shared blob per (form, variant), built
+ * on first use (pom.h derives the PartialObjectMetadata from the stored
+ * object), so every metadata watcher of a cache shares the one encoding of
+ * an event as every full watcher shares the other, and a form nobody
+ * watches is never encoded (the writer builds the full form's common
+ * variant ahead, as before; the metadata form is built by the first worker
+ * that needs it). Catch-up from the window hands out the same per-form
+ * blobs; what is read from the store (the initial state, history behind the
+ * window) is encoded in the watcher's form. Bookmarks become
+ * PartialObjectMetadata too, ERROR events stay Status, as kube's watch
+ * handler's transformObject does. (A second hub_res per form would have
+ * read each commit's events from the store twice and kept two windows of
+ * the same events.)
+ *
  * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
  * now_ms), no randomness of its own (the caller seeds the bookmark jitter).
  */
@@ -186,6 +205,9 @@ struct hub_watch_req {
                                with NotOlderThan N); else: events after rv */
     bool initial_end;       /* a BOOKMARK with k8s.io/initial-events-end after them */
     bool bookmarks;         /* allowWatchBookmarks */
+    bool meta;              /* metadata-only (as=PartialObjectMetadata;g=meta.k8s.io;v=v1):
+                               every object, bookmarks too, a PartialObjectMetadata; an
+                               ERROR's Status as it is */
     uint64_t deadline_ms;   /* when the stream ends (caller's clock) */
     uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
     char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken); a

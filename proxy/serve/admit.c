@@ -192,6 +192,16 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * alone (its parameters, or an rv the upstream issued), so the
          * upstream reaches the same answer and encodes it as asked. */
         pass(a, ADMIT_WHY_ERROR_ENCODING);
+    } else if (act == DECIDE_ERROR && a->pretty && a->verb == DECIDE_WATCH) {
+        /* a pretty watch's events are never indented (kube's watch encoder
+         * is the stream serializer), but the Status of its error before the
+         * stream is: watch.c writes it compact, the upstream answers it */
+        pass(a, ADMIT_WHY_ERROR_ENCODING);
+    } else if (act == DECIDE_ERROR && a->meta && a->verb == DECIDE_WATCH) {
+        /* kube negotiates an error's encoding with no conversion: the as=
+         * clauses do not count, and with no plain clause after them it
+         * writes the Status indented (responsewriters WriteRawJSON) */
+        pass(a, ADMIT_WHY_ERROR_ENCODING);
     } else if (act != DECIDE_ERROR && a->sel && !admit_serves_fields(d, a->sel)) {
         pass(a, ADMIT_WHY_FIELDS);
     } else {

@@ -6,7 +6,9 @@
  *   watch_take: admit (admit_decide), answer errors through the response
  *     writer, or send the head (hresp_start) and hand the response off as a
  *     stream (hresp_handoff), posted in a WMSG_WATCH to the least loaded
- *     worker.
+ *     worker. A metadata-only watch (admit's meta) is a watcher of the same
+ *     cache in the hub's metadata form (hub.h "Forms"); a pretty one is any
+ *     watch (events are never indented).
  *   watch_committed: per resource someone watches, the store's new rv; when
  *     it moved, one hub_batch (events read back and encoded once) posted to
  *     each worker that has watchers of it.
@@ -839,12 +841,6 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         refl_want(p->refls[a.cache]);
     if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
-    if (a.meta) {
-        /* metadata-only watches are the upstream's until the hub encodes a
-         * PartialObjectMetadata variant of its events */
-        admit_fini(&a);
-        return WATCH_NOT_TAKEN;
-    }
     if (a.action == ADMIT_ERROR) {
         answer_error(p, req, &a.dec);
         admit_fini(&a);
@@ -878,6 +874,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         .rv = dec.rv,
         .initial_end = dec.initial_end,
         .bookmarks = a.bookmarks,
+        .meta = a.meta, /* the same cache's events, each object's metadata only */
     };
     if (dec.initial && dec.wait) {
         c->req.wait_until_ms = (uint64_t)p->o.wait_ms;

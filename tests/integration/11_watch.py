@@ -148,8 +148,15 @@ def state_at(ref, state0, rv):
 
 class WatchDifferential(unittest.TestCase):
     ACCEPT = "application/json"  # what every watch asks for
+    LIST_ACCEPT = None  # the lists that read the cache's rv (None: ACCEPT)
     CT = "application/json"  # kwc's answer for built-in kinds
+    KIND, API_VERSION = "Pod", "v1"  # a pods watch's objects (and bookmarks)
+    CUSTOM = True  # kwc serves this encoding for the custom resource too
     KWC_ARGS = []
+
+    @property
+    def list_accept(self):
+        return self.LIST_ACCEPT or self.ACCEPT
 
     @classmethod
     def setUpClass(cls):
@@ -200,11 +207,11 @@ class WatchDifferential(unittest.TestCase):
     def test_modes_match_apisim(self):
         e = self.env
         paths = ("/api/v1/pods", "/apis/apps/v1/deployments", "/apis/example.com/v1/widgets")
-        r0 = quiesce(e, paths, self.ACCEPT)
+        r0 = quiesce(e, paths, self.list_accept)
         # some history behind r0 for the rv=N cases
         e.sim("POST", "/apisim/write", {"verb": "update", "namespace": "ns-0", "name": "pod-0",
                                         "labels": {"app": "app-0", "flip": "b"}})
-        r1 = quiesce(e, paths, self.ACCEPT)
+        r1 = quiesce(e, paths, self.list_accept)
         T = dict(timeoutSeconds=4)
         sie = dict(sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true")
         cases = [
@@ -235,6 +242,8 @@ class WatchDifferential(unittest.TestCase):
             "/apis/example.com/v1/namespaces/ns-1/widgets?" + q(watch=1, **sie, **T),
             "/apis/example.com/v1/widgets?" + q(watch=1, resourceVersion=r0, labelSelector="flip=a", **T),
         ]
+        if not self.CUSTOM:
+            cases = [p for p in cases if "/apis/example.com/" not in p]
         before = watches_upstream(e)
         pairs = []
         for p in cases:
@@ -264,12 +273,47 @@ class WatchDifferential(unittest.TestCase):
                 got, want = k.non_bookmarks(), a.non_bookmarks()
                 self.assertGreater(len(want), 0)
                 self.assertEqual(got, want)
+                if "/api/v1/" in p:
+                    self.assertEqual({ev["object"]["kind"] for ev in k.events}, {self.KIND})
                 # initial-events-end bookmarks are part of the contract: identical too
                 ie = lambda s: [self.bookmark_key(l, ev) for l, ev in zip(s.lines, s.events)
                                 if ev["type"] == "BOOKMARK" and (ev["object"]["metadata"].get("annotations") or {})]
                 self.assertEqual(ie(k), ie(a))
                 if "sendInitialEvents=true" in p:
                     self.assertEqual(len(ie(k)), 1)
+
+    def test_pretty_is_served_from_the_cache(self):
+        # kube's watch encoder never indents: a pretty watch (?pretty=true, or
+        # a curl User-Agent) gets the events' usual bytes, and kwc serves it
+        # from its cache
+        e = self.env
+        quiesce(e, accept=self.list_accept)
+        T = dict(timeoutSeconds=3)
+        curl = [("User-Agent", "curl/8.5.0")]
+        cases = [
+            ("/api/v1/pods?" + q(watch=1, resourceVersion=0, pretty="true", **T), []),
+            ("/api/v1/namespaces/ns-1/pods?" + q(watch=1, resourceVersion=0, **T), curl),
+            ("/api/v1/pods?" + q(watch=1, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
+                                 allowWatchBookmarks="true", pretty="1", **T), curl),
+        ]
+        before = watches_upstream(e)
+        pairs = [(p, Stream(e.kwc.port, p, headers=[("Accept", self.ACCEPT)] + h),
+                  Stream(e.apisim.port, p, headers=[("Accept", self.ACCEPT)] + h)) for p, h in cases]
+        streams = [s for _, k, a in pairs for s in (k, a)]
+        pump(streams, lambda: all(s.head is not None for s in streams), 10, "stream heads")
+        e.sim("POST", "/apisim/write", {"verb": "update", "namespace": "ns-1", "name": "pod-1",
+                                        "labels": {"app": "app-1", "pretty": "x"}})
+        read_until_end(streams, 15)
+        self.assertEqual(watches_upstream(e), before + len(pairs), "kwc passed a pretty watch upstream")
+        for p, k, a in pairs:
+            with self.subTest(path=p):
+                self.assertEqual((k.status, a.status), (200, 200))
+                self.assertEqual(k.headers.get("content-type"), self.ct_for(p))
+                self.assertGreater(len(a.non_bookmarks()), 1)
+                self.assertEqual(k.non_bookmarks(), a.non_bookmarks())
+                if self.CT == "application/json":  # compact lines, as every watch's
+                    self.assertTrue(all(l.startswith(b'{"type":"') for l in k.lines), k.lines[:2])
+                self.assertEqual({ev["object"]["kind"] for ev in k.events}, {self.KIND})
 
     def test_errors_match_apisim(self):
         e = self.env
@@ -317,23 +361,30 @@ class WatchDifferential(unittest.TestCase):
 
     def test_bookmarks_on_the_wire(self):
         e = self.env
-        r = quiesce(e, accept=self.ACCEPT)
+        r = quiesce(e, accept=self.list_accept)
         s = self.stream(e.kwc.port, "/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion=%d&timeoutSeconds=5" % r)
         n = self.stream(e.kwc.port, "/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=5" % r)
         read_until_end([s, n], 15)
         bms = [ev for ev in s.events if ev["type"] == "BOOKMARK"]
         # every ~1 s (jittered) and one 2 s before the 5 s deadline
         self.assertGreaterEqual(len(bms), 2, s.lines)
-        for b in bms:
+        for line, b in zip(s.lines, s.events):
+            if b["type"] != "BOOKMARK":
+                continue
             self.assertEqual(set(b["object"]) - {"raw"}, {"kind", "apiVersion", "metadata"})
-            self.assertEqual(b["object"]["kind"], "Pod")
-            self.assertGreaterEqual(int(b["object"]["metadata"]["resourceVersion"]), r)
+            self.assertEqual((b["object"]["kind"], b["object"]["apiVersion"]), (self.KIND, self.API_VERSION))
+            rv = int(b["object"]["metadata"]["resourceVersion"])
+            self.assertGreaterEqual(rv, r)
+            if line[:1] == b"{":  # kube's bookmark line, byte for byte
+                self.assertEqual(line, b'{"type":"BOOKMARK","object":{"kind":"%s","apiVersion":"%s",'
+                                       b'"metadata":{"resourceVersion":"%d"}}}'
+                                 % (self.KIND.encode(), self.API_VERSION.encode(), rv))
         self.assertEqual([ev for ev in n.events if ev["type"] == "BOOKMARK"], [], "bookmarks not asked for")
 
     def test_sie_waits_then_504_error_event(self):
         with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-ms", "300"]
                  + self.KWC_ARGS) as env:
-            quiesce(env, accept=self.ACCEPT)
+            quiesce(env, accept=self.list_accept)
             cur = env.stats()["rv"]
             p = "/api/v1/pods?" + q(watch=1, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
                                     allowWatchBookmarks=1, resourceVersion=cur + 1000)
@@ -349,7 +400,12 @@ class WatchDifferential(unittest.TestCase):
 class WatchModel(unittest.TestCase):
     """Seeded random watchers against apisim's own event stream."""
     ACCEPT = "application/json"  # kwc's watchers; the reference stream is JSON
+    LIST_ACCEPT = None  # the lists that read the cache's rv (None: ACCEPT)
     KWC_ARGS = []
+
+    @property
+    def list_accept(self):
+        return self.LIST_ACCEPT or self.ACCEPT
 
     def test_random_watchers_under_churn(self):
         rnd = random.Random(SEED)
@@ -367,7 +423,7 @@ class WatchModel(unittest.TestCase):
 
     def run_model(self, e, rnd):
         import json
-        r0 = quiesce(e, accept=self.ACCEPT)
+        r0 = quiesce(e, accept=self.list_accept)
         st, _, b = http_request(e.apisim.port, "GET", "/api/v1/pods?resourceVersion=%d" % r0)
         lst = json.loads(b)
         self.assertEqual(int(lst["metadata"]["resourceVersion"]), r0)
@@ -452,7 +508,7 @@ class WatchModel(unittest.TestCase):
             pump(streams, lambda: True, 1)  # one pass
             sel_wait = time.monotonic() + 0.02
             pump(streams, lambda: time.monotonic() > sel_wait, 1)
-        final = quiesce(e, accept=self.ACCEPT)
+        final = quiesce(e, accept=self.list_accept)
         for w in watchers:
             w.segments[-1].paused = False
         # every watcher has everything up to final once it shows a bookmark at >= final
@@ -706,6 +762,44 @@ class WatchFanout(unittest.TestCase):
             read_until_end(streams, 15)
             self.assertTrue(streams[0].ended, "no terminal chunk")
             self.assertEqual(e.kwc.p.wait(15), 0)
+
+
+# --------------------------------------------------------------------------
+# metadata-only watches (Accept ...;as=PartialObjectMetadata;g=meta.k8s.io;v=v1):
+# the same tests, every object (bookmarks too) a PartialObjectMetadata
+
+META_PARAMS = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+# client-go's metadata client asks so: protobuf, then JSON, then plain JSON
+META_PB_ACCEPT = "application/vnd.kubernetes.protobuf%s,application/json%s,application/json" % (
+    META_PARAMS, META_PARAMS)
+
+
+class WatchDifferentialMeta(WatchDifferential):
+    ACCEPT = "application/json" + META_PARAMS
+    LIST_ACCEPT = "application/json"  # the same cache
+    KIND, API_VERSION = "PartialObjectMetadata", "meta.k8s.io/v1"
+
+
+class WatchDifferentialMetaProtobuf(WatchDifferential):
+    ACCEPT = META_PB_ACCEPT
+    LIST_ACCEPT = kpb.ACCEPT
+    CT = kpb.CT_WATCH
+    KIND, API_VERSION = "PartialObjectMetadata", "meta.k8s.io/v1"
+    # a custom resource has no protobuf cache (kube answers its metadata in
+    # protobuf all the same): the upstream's
+    CUSTOM = False
+    KWC_ARGS = ["--protobuf-resources", "v1/pods,apps/v1/deployments"]
+
+
+class WatchModelMeta(WatchModel):
+    ACCEPT = "application/json" + META_PARAMS
+    LIST_ACCEPT = "application/json"
+
+
+class WatchModelMetaProtobuf(WatchModel):
+    ACCEPT = META_PB_ACCEPT
+    LIST_ACCEPT = kpb.ACCEPT
+    KWC_ARGS = ["--protobuf-resources", "v1/pods"]
 
 
 if __name__ == "__main__":

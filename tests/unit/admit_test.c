@@ -533,8 +533,13 @@ test_encoding(void)
     admit_fini(&a);
     admit_ask(&pom_pb, "/api/v1/pods?watch=1", &a);
     ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB,
-       "a metadata watch is admitted with meta set (watch.c decides)");
+       "a metadata watch is admitted with meta set (the hub's metadata form)");
     admit_fini(&a);
+    admit_ask(&meta, "/api/v1/pods?watch=1&pretty=true", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_JSON, "...a pretty one too");
+    admit_fini(&a);
+    is_pass(&meta, "/api/v1/pods?watch=1&sendInitialEvents=true", ADMIT_WHY_ERROR_ENCODING,
+            "a metadata watch's error: kube negotiates it without the as= clause");
     admit_ask(&poml, "/apis/example.com/v1/widgets?resourceVersion=0", &a);
     ok(a.action == ADMIT_SERVE && a.meta && a.cache == C_WIDGETS,
        "a custom resource's metadata list in JSON");
@@ -594,6 +599,11 @@ test_encoding(void)
     admit_ask(&curl, "/api/v1/pods?watch=1", &a);
     ok(a.action == ADMIT_SERVE && a.pretty, "curl's watch: served (its events are never indented)");
     admit_fini(&a);
+    admit_ask(NULL, "/api/v1/pods?watch=1&pretty=true", &a);
+    ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_JSON, "a watch with ?pretty=true: served");
+    admit_fini(&a);
+    is_pass(&curl, "/api/v1/pods?watch=1&sendInitialEvents=true", ADMIT_WHY_ERROR_ENCODING,
+            "a pretty watch's error Status (indented) is the upstream's");
     admit_ask(&curl_pb, "/api/v1/pods?resourceVersion=0", &a);
     ok(a.action == ADMIT_SERVE && a.enc == KWC_ENC_PB && !a.pretty,
        "curl asking for protobuf: served, not pretty");

@@ -1148,6 +1148,298 @@ test_framed_blobs(void)
     teardown();
 }
 
+/* ---- metadata-only watchers (hub_watch_req.meta) ---- */
+
+#define POM_HEAD "{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\","
+
+static struct hub_watcher *
+watch_form(struct hub *h, const struct hub_res *r, uint64_t at, struct msink *m, const char *lsel,
+           uint64_t from, bool meta)
+{
+    struct sel *sel = NULL;
+    char *err = NULL;
+    if (sel_parse(lsel, NULL, &sel, &err) != 0)
+        abort();
+    struct hub_watch_req req = {.sel = sel, .rv = from, .deadline_ms = 1000000, .meta = meta};
+    return hub_watch(h, r, &req, &ops, m, at, 0, 1);
+}
+
+/* Do the writes of a and b share their blobs (the same shared bytes)? */
+static bool
+same_blobs(const struct msink *a, const struct msink *b)
+{
+    bool same = a->nw == b->nw && a->nw > 0;
+    for (size_t i = 0; same && i < a->nw; i++)
+        same = a->w[i].b == b->w[i].b;
+    return same;
+}
+
+static bool
+no_blob_shared(const struct msink *a, const struct msink *b)
+{
+    for (size_t i = 0; i < a->nw; i++)
+        for (size_t k = 0; k < b->nw; k++)
+            if (a->w[i].b == b->w[k].b)
+                return false;
+    return true;
+}
+
+/* Metadata watchers and full watchers of one cache: the same events, each
+ * form encoded once and shared by every watcher of it. */
+static void
+test_meta_forms_shared(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m1, m2, full, mflip;
+    memset(&m1, 0, sizeof m1), memset(&m2, 0, sizeof m2);
+    memset(&full, 0, sizeof full), memset(&mflip, 0, sizeof mflip);
+    watch_form(h, res, posted, &m1, NULL, rv, true);
+    watch_form(h, res, posted, &full, NULL, rv, false);
+    watch_form(h, res, posted, &m2, NULL, rv, true);
+    watch_form(h, res, posted, &mflip, "flip=a", rv, true);
+    put(STORE_ADDED, "ns-1", "a", "a", "node-1");    /* 101 */
+    put(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
+    put(STORE_DELETED, "ns-1", "a", "b", "node-1");  /* 103 */
+    publish(h);
+
+    const char *want = "{\"type\":\"ADDED\",\"object\":" POM_HEAD
+                       "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":"
+                       "\"101\",\"labels\":{\"flip\":\"a\"}}}}\n";
+    is_int(m1.nw, 3, "metadata watcher: one write per event");
+    is_mem(m1.buf + m1.w[0].off, m1.w[0].len, want, strlen(want),
+           "its object is a PartialObjectMetadata of the stored item's metadata");
+    ok(strstr(m1.buf, "spec") == NULL, "and nothing else of the object");
+    char l[8][200];
+    is_int(lines(&m1, l, 8), 3, "every event");
+    is_str(l[1], "MODIFIED ns-1/a 102", "MODIFIED");
+    is_str(l[2], "DELETED ns-1/a 103", "DELETED");
+    ok(same_blobs(&m1, &m2), "two metadata watchers get the same shared blobs");
+    is_mem(m1.buf, m1.len, m2.buf, m2.len, "...the same bytes");
+    is_int(full.nw, 3, "the full watcher: the same events");
+    ok(no_blob_shared(&m1, &full), "in blobs of its own form");
+    ok(strstr(full.buf, "\"kind\":\"Pod\"") != NULL && strstr(full.buf, "spec") != NULL,
+       "full objects");
+    is_int(lines(&mflip, l, 8), 2, "a metadata watcher with a selector: transitions too");
+    is_str(l[1], "DELETED ns-1/a 102", "leaving: DELETED at the event's rv");
+    const char *left = "{\"type\":\"DELETED\",\"object\":" POM_HEAD
+                       "\"metadata\":{\"name\":\"a\",\"namespace\":\"ns-1\",\"resourceVersion\":"
+                       "\"102\",\"labels\":{\"flip\":\"a\"}}}}\n";
+    is_mem(mflip.buf + mflip.w[1].off, mflip.w[1].len, left, strlen(left),
+           "...the previous object's metadata, stamped with the event's rv");
+    hub_free(h);
+    teardown();
+}
+
+/* A metadata watcher's initial state, bookmarks, catch-up (window and
+ * store) and 410: every object a PartialObjectMetadata, the ERROR a Status. */
+static void
+meta_catchup(size_t window_bytes, bool want_store, const char *what)
+{
+    setup();
+    struct hub_options o = hopts;
+    o.window_bytes = window_bytes;
+    struct hub *h = hub_new(st, &o);
+    static struct msink slow, fast;
+    memset(&slow, 0, sizeof slow), memset(&fast, 0, sizeof fast);
+    struct hub_watcher *w = watch_form(h, res, posted, &slow, "flip=a", rv, true);
+    watch_form(h, res, posted, &fast, "flip=a", rv, true);
+    put(STORE_ADDED, "ns-1", "a", "a", "n");
+    publish(h);
+    slow.queued = 10000;
+    for (int b = 0; b < 4; b++) {
+        for (int i = 0; i < 5; i++)
+            put(STORE_MODIFIED, "ns-1", i % 2 ? "b" : "c", i % 3 ? "a" : "b", "n");
+        publish(h);
+    }
+    slow.queued = 0;
+    bool alive = true;
+    for (int i = 0; i < 100 && hub_pump(w, &alive) && alive; i++)
+        ;
+    struct hub_stats s;
+    hub_stats(h, &s);
+    char m[3][200];
+    snprintf(m[0], sizeof m[0], "%s: live again, from the store: %llu", what, s.from_store);
+    ok(s.lagging == 0 && (s.from_store > 0) == want_store, m[0]);
+    snprintf(m[1], sizeof m[1], "%s: the lagging metadata watcher's bytes are the live one's",
+             what);
+    is_mem(slow.buf, slow.len, fast.buf, fast.len, m[1]);
+    snprintf(m[2], sizeof m[2], "%s: PartialObjectMetadata throughout", what);
+    ok(slow.len > 0 && strstr(slow.buf, "\"kind\":\"Pod\"") == NULL &&
+           strstr(slow.buf, POM_HEAD) != NULL,
+       m[2]);
+    if (!want_store) {
+        snprintf(m[0], sizeof m[0], "%s: the window's metadata blobs, shared", what);
+        ok(same_blobs(&slow, &fast), m[0]);
+    }
+    hub_free(h);
+    teardown();
+}
+
+static void
+test_meta_initial_bookmarks_catchup_410(void)
+{
+    meta_catchup(16 << 20, false, "window");
+    meta_catchup(1, true, "store");
+
+    setup();
+    for (int i = 0; i < 6; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%02d", i);
+        put(STORE_ADDED, "ns-1", name, i % 2 ? "a" : "b", "n");
+    }
+    posted = rv;
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink init, bm, cr, old;
+    memset(&init, 0, sizeof init), memset(&bm, 0, sizeof bm);
+    memset(&cr, 0, sizeof cr), memset(&old, 0, sizeof old);
+    struct hub_watch_req ri = {.initial = true,
+                               .initial_end = true,
+                               .bookmarks = true,
+                               .deadline_ms = 1000000,
+                               .meta = true};
+    struct hub_watcher *wi = hub_watch(h, res, &ri, &ops, &init, posted, 0, 1);
+    bool alive = true;
+    for (int i = 0; i < 100 && hub_pump(wi, &alive) && alive; i++)
+        ;
+    char l[16][200];
+    is_int(lines(&init, l, 16), 7, "initial state: six objects and the bookmark");
+    const char *add0 = "{\"type\":\"ADDED\",\"object\":" POM_HEAD
+                       "\"metadata\":{\"name\":\"p00\",\"namespace\":\"ns-1\",\"resourceVersion\":"
+                       "\"101\",\"labels\":{\"flip\":\"b\"}}}}\n";
+    ok(init.len > strlen(add0) && memcmp(init.buf, add0, strlen(add0)) == 0,
+       "synthetic ADDED of PartialObjectMetadata");
+    char want[400];
+    snprintf(want, sizeof want,
+             "{\"type\":\"BOOKMARK\",\"object\":" POM_HEAD
+             "\"metadata\":{\"resourceVersion\":\"%llu\",\"annotations\":{\"k8s.io/"
+             "initial-events-end\":\"true\"}}}}\n",
+             (unsigned long long)rv);
+    ok(init.len > strlen(want) &&
+           memcmp(init.buf + init.len - strlen(want), want, strlen(want)) == 0,
+       "the initial-events-end bookmark is a PartialObjectMetadata");
+
+    struct hub_watch_req rb = {.rv = rv, .bookmarks = true, .deadline_ms = 10000, .meta = true};
+    struct hub_watcher *wb = hub_watch(h, res, &rb, &ops, &bm, posted, 0, 7);
+    hub_timer(wb, hub_next_timer(wb));
+    snprintf(want, sizeof want,
+             "{\"type\":\"BOOKMARK\",\"object\":" POM_HEAD
+             "\"metadata\":{\"resourceVersion\":\"%llu\"}}}\n",
+             (unsigned long long)rv);
+    is_mem(bm.buf, bm.len, want, strlen(want), "a periodic bookmark: PartialObjectMetadata");
+
+    /* a custom resource's bookmark (an unstructured map in full) is a typed
+     * PartialObjectMetadata: kube's transformObject makes it one */
+    struct hub_res *crr = hub_res_new_enc(KWC_ENC_JSON, 5, sres, "Widget", "example.com/v1", true,
+                                          true, field_names, 3, -1);
+    struct hub_watch_req rc = {.rv = rv, .bookmarks = true, .deadline_ms = 10000, .meta = true};
+    struct hub_watcher *wc = hub_watch(h, crr, &rc, &ops, &cr, posted, 0, 7);
+    hub_timer(wc, hub_next_timer(wc));
+    is_mem(cr.buf, cr.len, want, strlen(want), "a custom resource's: the same");
+
+    for (int i = 0; i < 1100; i++) /* history holds 1000 */
+        put(STORE_MODIFIED, "ns-1", "p00", "a", "n");
+    publish(h);
+    ok(watch_form(h, res, posted, &old, NULL, 150, true) == NULL, "below the floor: no watcher");
+    const char *expired =
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+        "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: "
+        "150 (206)\",\"reason\":\"Expired\",\"code\":410}}\n";
+    is_mem(old.buf, old.len, expired, strlen(expired), "the 410's ERROR stays a Status");
+    hub_free(h);
+    hub_res_free(crr);
+    teardown();
+}
+
+/* The same in protobuf: frames whose envelope is meta.k8s.io/v1
+ * PartialObjectMetadata {1: the stored object's ObjectMeta}. */
+static void
+pb_pom_of(const char *ns, const char *name, const char *flip, uint64_t r, struct gostr_buf *out)
+{
+    size_t pl;
+    char *pod = pod_pb(ns, name, flip, "node-1", r, &pl);
+    const unsigned char *md;
+    size_t mdl;
+    uint64_t x;
+    if (!r_get((const unsigned char *)pod, pl, 1, &md, &mdl, &x))
+        abort();
+    w_bytes(out, 1, (const char *)md, mdl);
+    free(pod);
+}
+
+static void
+test_pb_meta(void)
+{
+    setup_pb();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink m1, m2, full, mflip, bm;
+    memset(&m1, 0, sizeof m1), memset(&m2, 0, sizeof m2), memset(&full, 0, sizeof full);
+    memset(&mflip, 0, sizeof mflip), memset(&bm, 0, sizeof bm);
+    watch_form(h, res_pb, posted_pb, &m1, NULL, rv, true);
+    watch_form(h, res_pb, posted_pb, &full, NULL, rv, false);
+    watch_form(h, res_pb, posted_pb, &m2, NULL, rv, true);
+    watch_form(h, res_pb, posted_pb, &mflip, "flip=a", rv, true);
+    put_pb(STORE_ADDED, "ns-1", "a", "a", "node-1");    /* 101 */
+    put_pb(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
+    publish_pb(h);
+    struct pbev ev[8];
+    is_int(frames(m1.buf, m1.len, ev, 8), 2, "metadata watcher: a frame per event");
+    ok(strcmp(ev[0].kind, "PartialObjectMetadata") == 0 && strcmp(ev[0].api, "meta.k8s.io/v1") == 0,
+       "the envelope names meta.k8s.io/v1 PartialObjectMetadata");
+    struct gostr_buf want = {0};
+    pb_pom_of("ns-1", "a", "a", 101, &want);
+    is_mem(ev[0].obj, ev[0].obj_len, want.p, want.len,
+           "the object: {1: the stored object's ObjectMeta}, byte for byte");
+    free(gostr_take(&want));
+    ok(same_blobs(&m1, &m2), "two metadata watchers share the blobs");
+    ok(no_blob_shared(&m1, &full), "the full watcher has blobs of its own");
+    is_int(frames(full.buf, full.len, ev, 8), 2, "...with the same events");
+    is_str(ev[0].kind, "Pod", "...as Pods");
+    is_int(frames(mflip.buf, mflip.len, ev, 8), 2, "selector transitions");
+    pb_pom_of("ns-1", "a", "a", 102, &want);
+    ok(strcmp(ev[1].type, "DELETED") == 0 && ev[1].obj_len == want.len &&
+           memcmp(ev[1].obj, want.p, want.len) == 0,
+       "leaving: DELETED, the previous object's metadata at the event's rv");
+    free(gostr_take(&want));
+
+    struct hub_watch_req rb = {.rv = rv, .bookmarks = true, .deadline_ms = 10000, .meta = true};
+    struct hub_watcher *wb = hub_watch(h, res_pb, &rb, &ops, &bm, posted_pb, 0, 7);
+    hub_timer(wb, hub_next_timer(wb));
+    char rvs[24];
+    snprintf(rvs, sizeof rvs, "%llu", (unsigned long long)rv);
+    ok(frames(bm.buf, bm.len, ev, 4) == 1 && strcmp(ev[0].type, "BOOKMARK") == 0 &&
+           strcmp(ev[0].kind, "PartialObjectMetadata") == 0 && strcmp(ev[0].rv, rvs) == 0,
+       "a bookmark: a PartialObjectMetadata at the newest rv");
+
+    static struct msink init;
+    memset(&init, 0, sizeof init);
+    struct hub_watch_req ri = {.initial = true,
+                               .initial_end = true,
+                               .bookmarks = true,
+                               .deadline_ms = 1000000,
+                               .meta = true};
+    struct hub_watcher *wi = hub_watch(h, res_pb, &ri, &ops, &init, posted_pb, 0, 1);
+    bool alive = true;
+    for (int i = 0; i < 100 && hub_pump(wi, &alive) && alive; i++)
+        ;
+    is_int(frames(init.buf, init.len, ev, 8), 2, "initial state: the object and the bookmark");
+    ok(strcmp(ev[0].type, "ADDED") == 0 && strcmp(ev[0].kind, "PartialObjectMetadata") == 0,
+       "a synthetic ADDED of its metadata");
+    ok(strcmp(ev[1].kind, "PartialObjectMetadata") == 0 && ev[1].initial_end,
+       "the initial-events-end bookmark, a PartialObjectMetadata");
+
+    for (int i = 0; i < 1100; i++)
+        put_pb(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    publish_pb(h);
+    static struct msink old;
+    memset(&old, 0, sizeof old);
+    ok(watch_form(h, res_pb, posted_pb, &old, NULL, 150, true) == NULL, "below the floor");
+    is_int(frames(old.buf, old.len, ev, 4), 1, "one frame");
+    check_status(&ev[0], 410, "Expired", "too old resource version: 150 (202)", "410, metadata");
+    hub_free(h);
+    teardown_pb();
+}
+
 int
 main(void)
 {
@@ -1164,5 +1456,8 @@ main(void)
     TAP_RUN(test_pb_and_json_side_by_side);
     TAP_RUN(test_pb_initial_bookmarks_and_catchup);
     TAP_RUN(test_pb_errors);
+    TAP_RUN(test_meta_forms_shared);
+    TAP_RUN(test_meta_initial_bookmarks_catchup_410);
+    TAP_RUN(test_pb_meta);
     return tap_done();
 }

@@ -595,6 +595,86 @@ test_end_streams(void)
     cfx_close(&f);
 }
 
+/* ---- metadata-only and pretty watches ---- */
+
+static int
+watch_h(struct cfx *f, const char *target, const char *headers)
+{
+    int c = cfx_connect(f, 0);
+    char req[1024];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: kwc\r\n%s\r\n", target, headers);
+    cfx_send(f, c, req);
+    return c;
+}
+
+/* The body client c has read so far (new). */
+static char *
+body_of(struct cfx *f, int c, size_t *len)
+{
+    struct cfx_resp r = {0};
+    cfx_parse(&f->p[c].in, &r);
+    *len = r.body.len;
+    return r.body.p;
+}
+
+static void
+test_meta_and_pretty(void)
+{
+    struct cfx f;
+    cfx_open(&f, 4, 100, 1000);
+    struct watch_pool *p = pool_open(&f, 256 * 1024, 1 << 20, 60000);
+    struct evs v = {0}, m = {0};
+    const char *path = "/api/v1/namespaces/ns/pods?watch=1";
+    int full = watch(&f, path, 0);
+    int meta = watch_h(&f, path,
+                       "Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1\r\n");
+    int pretty = watch(&f, "/api/v1/namespaces/ns/pods?watch=1&pretty=true", 0);
+    int curl = watch_h(&f, path, "User-Agent: curl/8.5.0\r\n");
+    ok(wait_events(&f, full, "ADDED", 4, &v), "a full watcher: the state");
+    ok(wait_events(&f, meta, "ADDED", 4, &m), "a metadata watcher of the same cache: the state");
+    uint64_t rv = commit(&f, p, STORE_MODIFIED, "p0001", 100);
+    ok(wait_events(&f, full, NULL, 5, &v) && wait_events(&f, meta, NULL, 5, &m),
+       "...and the event, both");
+    bool same = v.n == 5 && m.n == 5;
+    for (size_t i = 0; same && i < 5; i++)
+        same = strcmp(v.e[i].type, m.e[i].type) == 0 && strcmp(v.e[i].name, m.e[i].name) == 0 &&
+               v.e[i].rv == m.e[i].rv;
+    ok(same && m.e[4].rv == rv, "the same events");
+    size_t ml, fl;
+    char *mb = body_of(&f, meta, &ml), *fb = body_of(&f, full, &fl);
+    ok(mb && strstr(mb, "{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"PartialObjectMetadata\","
+                        "\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{") != NULL,
+       "...as PartialObjectMetadata");
+    ok(mb && !strstr(mb, "\"kind\":\"Pod\"") && fb && strstr(fb, "\"kind\":\"Pod\""),
+       "...where the full watcher has Pods");
+    struct cfx_resp r = {0};
+    cfx_parse(&f.p[meta].in, &r);
+    ok(r.status == 200 && strcasestr(r.head, "\r\nContent-Type: application/json\r\n") != NULL,
+       "200, application/json");
+    free(r.body.p);
+    free(mb);
+
+    /* pretty: served from the cache, its events as every watcher's */
+    struct evs pv = {0};
+    ok(wait_events(&f, pretty, NULL, 5, &pv), "?pretty=true: served");
+    size_t pl;
+    char *pb = body_of(&f, pretty, &pl);
+    is_mem(pb, pl, fb, fl, "...the same bytes: events are never indented");
+    free(pb);
+    ok(wait_events(&f, curl, NULL, 5, &pv), "a curl User-Agent: served");
+    pb = body_of(&f, curl, &pl);
+    is_mem(pb, pl, fb, fl, "...the same bytes");
+    free(pb);
+    free(fb);
+
+    free(v.e);
+    free(m.e);
+    free(pv.e);
+    cfx_close_http(&f);
+    watch_pool_free(p);
+    cfx_close(&f);
+}
+
 int
 main(void)
 {
@@ -605,6 +685,7 @@ main(void)
     TAP_RUN(test_held);
     TAP_RUN(test_held_close);
     TAP_RUN(test_never_held);
+    TAP_RUN(test_meta_and_pretty);
     own_loop = true;
     TAP_RUN(test_lifecycle);
     TAP_RUN(test_lagging);
@@ -613,5 +694,6 @@ main(void)
     TAP_RUN(test_held);
     TAP_RUN(test_held_close);
     TAP_RUN(test_never_held);
+    TAP_RUN(test_meta_and_pretty);
     return tap_done();
 }
