@@ -18,6 +18,7 @@
   store-encoded bytes bounds them and a reading watcher is not starved),
   SIGTERM ends every stream with a terminal chunk.
 """
+import json
 import os
 import random
 import signal
@@ -314,6 +315,36 @@ class WatchDifferential(unittest.TestCase):
                 if self.CT == "application/json":  # compact lines, as every watch's
                     self.assertTrue(all(l.startswith(b'{"type":"') for l in k.lines), k.lines[:2])
                 self.assertEqual({ev["object"]["kind"] for ev in k.events}, {self.KIND})
+
+    def test_zz_served_with_the_upstream_down(self):
+        # the class's watches (metadata-only, pretty, gzip asked) are the
+        # cache's: with the upstream stopped they still start, with every
+        # object as an initial ADDED, and end at their timeout uncompressed
+        e = self.env
+        quiesce(e, accept=self.list_accept)
+        st, _, b = http_request(e.kwc.port, "GET", "/api/v1/namespaces/ns-1/pods?resourceVersion=0",
+                                headers={"Accept": "application/json"})
+        self.assertEqual(st, 200)
+        names = sorted(o["metadata"]["name"] for o in json.loads(b)["items"])
+        self.assertGreater(len(names), 3)
+        T = dict(timeoutSeconds=2)
+        cases = [([("Accept-Encoding", "gzip")], q(watch=1, resourceVersion=0, **T)),
+                 ([("User-Agent", "curl/8.5.0")], q(watch=1, resourceVersion=0, pretty="true", **T))]
+        e.apisim.stop()  # what passes upstream now gets a 503
+        try:
+            for h, query in cases:
+                with self.subTest(query=query, headers=h):
+                    s = Stream(e.kwc.port, "/api/v1/namespaces/ns-1/pods?" + query,
+                               headers=[("Accept", self.ACCEPT)] + h)
+                    read_until_end([s], 15)
+                    self.assertEqual(s.status, 200)
+                    self.assertNotIn("content-encoding", s.headers)
+                    self.assertEqual(s.headers.get("content-type"), self.CT)
+                    got = sorted(ev["object"]["metadata"]["name"] for ev in s.events if ev["type"] == "ADDED")
+                    self.assertEqual(got, names)
+                    self.assertEqual({ev["object"]["kind"] for ev in s.events}, {self.KIND})
+        finally:
+            e.apisim.start()
 
     def test_errors_match_apisim(self):
         e = self.env
