@@ -134,7 +134,8 @@ void route_accept(const char *accept, bool protobuf, struct route_accept *out);
 /*
  * The same for a Status error (responsewriters.ErrorNegotiated): negotiated
  * again with DefaultEndpointRestrictions, so a clause asking for a
- * conversion (as=) or a stream is not acceptable; protobuf is. When none is
+ * conversion (as=) is not acceptable (stream=watch is, but for YAML, and
+ * leaves the Status to the upstream: media OTHER); protobuf is. When none is
  * (`none`), kube writes the Status with WriteRawJSON: indented as pretty
  * output, no newline. A metadata-only request whose Accept has no other
  * clause gets its errors that way.

@@ -507,7 +507,10 @@ accept_options(const struct accept_clause *c, enum accept_ser ser, bool status, 
             convert = true;
             *(k.p[0] == 'a' ? &as : k.p[0] == 'g' ? &g : &v) = val;
         } else if (span_is(k, "stream")) {
-            if (val.n > 0 && (status || ser == SER_YAML || !span_is(val, "watch")))
+            /* kube: refused without a stream serializer (YAML) or when the
+             * endpoint disallows the schema; DefaultEndpointRestrictions (a
+             * Status's) allows "watch" as every resource's endpoint does */
+            if (val.n > 0 && (ser == SER_YAML || !span_is(val, "watch")))
                 return 0;
             *plain = false;
         } else if (span_is(k, "sv")) {

@@ -556,7 +556,11 @@ test_accept_params(void)
         {"application/json" POML ";pretty=1", O, true, false},
         {"application/json" POML ", application/vnd.kubernetes.protobuf", P, false, false},
         {"application/json" POML ", application/yaml", O, false, false},
-        {"application/json;stream=watch", O, true, false},
+        /* DefaultEndpointRestrictions allows stream=watch: that clause is
+         * the Status's (a parameter kwc leaves to the upstream), not none */
+        {"application/json;stream=watch", O, false, false},
+        {"application/json" POML ", application/json;stream=watch", O, false, false},
+        {"application/yaml;stream=watch", O, true, false},
         {"application/json;stream=", J, false, false},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(st); i++) {
