@@ -106,7 +106,13 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         }
         a->meta = true;
         media = acc.media;
-    } else if (acc.as == ROUTE_AS_NONE && acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
+    } else if (acc.media == ROUTE_MEDIA_OTHER ||
+               (media != ROUTE_MEDIA_OTHER && media != acc.media)) {
+        /* route_negotiate reads no q=: where goautoneg's order by q makes
+         * another clause kube's winner (YAML, a Table, another encoding
+         * with q=2), the upstream answers */
+        media = ROUTE_MEDIA_OTHER;
+    } else if (acc.pretty && acc.media == ROUTE_MEDIA_JSON) {
         media = ROUTE_MEDIA_JSON; /* application/json;pretty=1 */
     }
     if (media == ROUTE_MEDIA_OTHER) {

@@ -583,6 +583,26 @@ test_encoding(void)
     admit_fini(&a);
     is_pass(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", ADMIT_WHY_NOT_CACHED,
             "a custom resource's metadata in protobuf: no protobuf cache of it");
+    /* goautoneg orders the clauses by q (any float): where that order picks
+     * another clause than the first plain one, kube's winner decides */
+    struct ask yaml_q = {.accept = "application/json, application/yaml;q=2"};
+    is_pass(&yaml_q, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA,
+            "YAML with q=2 after plain JSON: kube answers YAML");
+    struct ask table_q = {.accept = "application/json, application/json;as=Table;g=meta.k8s.io;"
+                                    "v=v1;q=2"};
+    is_pass(&table_q, "/api/v1/pods?resourceVersion=0", ADMIT_WHY_MEDIA,
+            "a Table clause with q=2 after plain JSON: kube answers a Table");
+    struct ask json_q = {.accept = "application/vnd.kubernetes.protobuf, application/json;q=2"};
+    admit_ask(&json_q, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.action == ADMIT_PASS || a.enc == KWC_ENC_JSON,
+       "JSON with q=2 after protobuf: never answered in protobuf");
+    admit_fini(&a);
+    struct ask poml_stream = {.accept = "application/json;as=PartialObjectMetadataList;"
+                                        "g=meta.k8s.io;v=v1, application/json;stream=watch"};
+    admit_ask(&poml_stream, "/api/v1/pods?resourceVersion=0", &a);
+    ok(a.meta && a.error_upstream && !a.error_pretty,
+       "a stream=watch clause after the metadata one: kube writes errors through it");
+    admit_fini(&a);
 
     /* pretty JSON: ?pretty or a curl User-Agent, served indented; protobuf
      * has no pretty form */
