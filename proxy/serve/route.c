@@ -555,10 +555,9 @@ accept_negotiate(const char *accept, bool protobuf, bool status, struct route_ac
     }
     struct accept_clause cl[ROUTE_ACCEPT_MAX_CLAUSES];
     int n = parse_accept(accept, cl, KWC_ARRAY_LEN(cl));
-    if (n < 0) {
-        out->media = route_negotiate(accept, protobuf); /* no parameters kwc serves */
-        return;
-    }
+    if (n < 0)
+        return; /* over the bounds: Go's sort of more than 12 clauses is not
+                 * stable (pdqsort), so kwc cannot know kube's winner */
     /* sort.Sort: insertion sort at this size */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && accept_less(&cl[j], &cl[j - 1]); j--) {

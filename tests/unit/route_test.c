@@ -541,6 +541,23 @@ test_accept_params(void)
         is_int(b.pretty, a[i].pretty, name);
     }
 
+    /* over ROUTE_ACCEPT_MAX_CLAUSES clauses Go's sort is no longer an
+     * insertion sort (pdqsort: equal clauses may swap): the upstream decides,
+     * even when a plain clause comes first (kube: the q=2 metadata clause) */
+    {
+        char many[1024] = "application/json, application/json" POML ";q=2";
+        for (int i = 2; i <= ROUTE_ACCEPT_MAX_CLAUSES; i++)
+            strcat(many, ", text/x-filler");
+        struct route_accept b, c;
+        route_accept(many, true, &b);
+        route_accept(many, false, &c);
+        is_int(b.media, O, "13 clauses: the upstream's");
+        is_int(c.media, O, "13 clauses (a custom resource): the upstream's");
+        route_accept_status(many, &b);
+        is_int(b.media, O, "13 clauses, a Status: the upstream's");
+        ok(!b.none, "...not none (kube may have found one)");
+    }
+
     /* the Status of an error: negotiated again without conversions
      * (DefaultEndpointRestrictions); none acceptable: WriteRawJSON */
     static const struct {
