@@ -373,12 +373,15 @@ span_is(struct span s, const char *lit)
     return s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
 }
 
+/* A q= value longer than this is over parse_accept's bounds. */
+#define ACCEPT_Q_MAX 63
+
 /* strconv.ParseFloat(s, 32) as goautoneg keeps it: the value, 0 on a syntax
- * error (a range error keeps its infinity). */
+ * error (a range error keeps its infinity). n <= ACCEPT_Q_MAX. */
 static float
 go_parse_q(const char *p, size_t n)
 {
-    char buf[64];
+    char buf[ACCEPT_Q_MAX + 1];
     if (n == 0 || n >= sizeof buf || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' ||
         *p == '\f' || *p == '\v')
         return 0;
@@ -458,6 +461,8 @@ parse_accept(const char *header, struct accept_clause *cl, size_t max)
                 continue; /* "k=v=w" */
             k = trim_spaces(k.p, k.n);
             if (span_is(k, "q")) {
+                if (v.n > ACCEPT_Q_MAX)
+                    return -1; /* Go reads "0.5000...0001" of any length */
                 c->q = go_parse_q(v.p, v.n);
                 continue;
             }

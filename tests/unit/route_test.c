@@ -558,6 +558,18 @@ test_accept_params(void)
         ok(!b.none, "...not none (kube may have found one)");
     }
 
+    /* a q= value over the parser's bound is no q=0 (Go reads 0.5 in it):
+     * the upstream decides */
+    {
+        char longq[256] = "application/vnd.kubernetes.protobuf;q=0.1, application/json;q=0.5";
+        for (int i = 0; i < 80; i++)
+            strcat(longq, "0");
+        strcat(longq, "1");
+        struct route_accept b;
+        route_accept(longq, true, &b);
+        is_int(b.media, O, "a q= of 83 digits: the upstream's");
+    }
+
     /* the Status of an error: negotiated again without conversions
      * (DefaultEndpointRestrictions); none acceptable: WriteRawJSON */
     static const struct {
