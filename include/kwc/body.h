@@ -71,9 +71,8 @@ struct body {
                             piece to compress */
     bool held;           /* PLAIN: the hold still leaving, from held_off on */
     size_t held_off;
-    struct body_buf zout;         /* GZIP: the compressed piece being filled */
-    void *z;                      /* GZIP: zlib's z_stream */
-    uint64_t bytes_in, bytes_out; /* GZIP: before and after compression */
+    struct body_buf zout; /* GZIP: the compressed piece being filled */
+    void *z;              /* GZIP: zlib's z_stream */
 };
 
 /*
@@ -110,7 +109,5 @@ void body_end(struct body *b);
 bool body_busy(const struct body *b);
 /* Go on after a drain: false while still busy. */
 bool body_flush(struct body *b);
-/* The answer is compressed (decided past BODY_GZIP_MIN). */
-bool body_gzipped(const struct body *b);
 
 #endif

@@ -146,7 +146,6 @@ gz_write(struct body *b, const char *p, size_t n, bool last)
     z_stream *z = b->z;
     z->next_in = (const Bytef *)p;
     z->avail_in = (uInt)n;
-    b->bytes_in += n;
     for (;;) {
         if (!b->zout.base)
             buf_alloc(&b->zout, BODY_PIECE);
@@ -157,7 +156,6 @@ gz_write(struct body *b, const char *p, size_t n, bool last)
         assert(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR);
         size_t made = room - z->avail_out;
         b->zout.len += made;
-        b->bytes_out += made;
         if (b->zout.len == b->zout.cap) {
             buf_send(b, &b->zout);
             continue;
@@ -370,10 +368,4 @@ body_flush(struct body *b)
 {
     step(b);
     return !body_busy(b);
-}
-
-bool
-body_gzipped(const struct body *b)
-{
-    return b->z != NULL;
 }
