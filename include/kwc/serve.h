@@ -1,15 +1,17 @@
 /*
  * serve.h — list and get of cached resources answered from the LMDB store
  * (DESIGN.md "Serving rules"). Plugs into the front end's route stage: for a
- * GET list/get of a cached, synced resource asking for plain JSON, or for
+ * GET list/get of a cached, synced resource asking for JSON, or for
  * protobuf (built-in kinds, from the resource's protobuf cache: DESIGN.md
- * "Encodings"), the decision table (decide.h) says serve, wait, answer an
- * error, or pass to the upstream.
+ * "Encodings"), the objects or their metadata only (PartialObjectMetadata
+ * [List] meta.k8s.io/v1, derived by pom.h), the decision table (decide.h)
+ * says serve, wait, answer an error, or pass to the upstream.
  *
  * Lists are streamed from short read transactions, one per chunk, all at
  * the same rv (store_scan rebuilds a past state from history), so memory per
- * request is one chunk plus at most max_buffer queued on the socket, and no
- * transaction stays open while a client is slow. A NotOlderThan rv the cache
+ * request is one chunk plus at most max_buffer queued on the socket (plus,
+ * for a pretty or gzip-accepting answer, body.h's hold and zlib state), and
+ * no transaction stays open while a client is slow. A NotOlderThan rv the cache
  * has not reached waits for the store's commits up to wait_ms.
  *
  * A protobuf list is planned before its first byte (its envelope states the
@@ -18,17 +20,16 @@
  * items, and a stream whose items would not add up to the plan is cut.
  *
  * Passed to the upstream rather than answered here (kube's answer could
- * differ from what kwc can build): HEAD, Table/metadata-only/YAML Accept
- * headers, protobuf while the resource's protobuf cache is not serving (the
- * request starts a lazily started one: refl_want), field selectors on fields kwc does not index
- * for the encoding (the upstream converts or rejects them), selectors over
- * kwc's parser bounds, every cell of the decision table that says so, and
- * the table's errors (400, 422, 500, 504) for protobuf requests: kwc writes
- * those Status bodies in JSON, and the upstream answers them the same way in
- * protobuf. A protobuf get's 404 is kwc's own, in protobuf.
- * Every answer (200s and Status errors) is written through body.h: pretty
- * JSON when asked (?pretty, curl's User-Agent), gzip past kube's threshold.
- * Loop thread only.
+ * differ from what kwc can build): HEAD, Table/YAML Accept headers and
+ * metadata-only ones kwc does not derive (v1beta1, a custom resource's
+ * protobuf, the List kind on a get), protobuf while the resource's protobuf cache is not serving
+ * (the request starts a lazily started one: refl_want), field selectors on fields kwc does not
+ * index for the encoding (the upstream converts or rejects them), selectors over kwc's parser
+ * bounds, every cell of the decision table that says so, and the table's errors (400, 422, 500,
+ * 504) for protobuf requests: kwc writes those Status bodies in JSON, and the upstream answers them
+ * the same way in protobuf. A protobuf get's 404 is kwc's own, in protobuf (a metadata-only one's
+ * is the upstream's). Every answer (200s and Status errors) is written through body.h: pretty JSON
+ * when asked (?pretty, curl's User-Agent), gzip past kube's threshold. Loop thread only.
  */
 #ifndef KWC_SERVE_H
 #define KWC_SERVE_H
