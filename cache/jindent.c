@@ -1,7 +1,8 @@
 /*
  * jindent.c — streaming re-indenter (see jindent.h). One byte of input at a
- * time through encoding/json's Indent rules, with runs of string bytes and
- * scalars copied whole; the only output a byte can cause beyond itself is a
+ * time through encoding/json's Indent rules, with runs of string bytes
+ * copied whole (a number's or a literal's bytes go one at a time, as
+ * punctuation does); the only output a byte can cause beyond itself is a
  * newline with its indentation (before: a container's first element or its
  * close; after: ',') or the space after ':', held as counters until there
  * is room for them.
