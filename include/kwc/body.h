@@ -49,6 +49,8 @@ struct hreq;
 /* A piece produced at once past the decision (one HTTP/1.1 chunk with its
  * framing in 64 KiB, as serve's list chunks) */
 #define BODY_PIECE (64 * 1024 - 24)
+/* The hold's first size; it doubles as it fills, to BODY_GZIP_MIN + 1 */
+#define BODY_HOLD_FIRST (8 * 1024)
 
 struct body_buf {
     char *base; /* malloc'd: data at base + HRESP_BLOCK_BEFORE */

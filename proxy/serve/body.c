@@ -95,6 +95,14 @@ buf_alloc(struct body_buf *k, size_t cap)
     k->cap = cap;
 }
 
+/* Room for cap bytes, the bytes held kept (a hold grows as it fills). */
+static void
+buf_grow(struct body_buf *k, size_t cap)
+{
+    k->base = xrealloc(k->base, HRESP_BLOCK_BEFORE + cap + HRESP_BLOCK_AFTER);
+    k->cap = cap;
+}
+
 /* The block goes to the response (which frees it), or is freed if empty. */
 static void
 buf_send(struct body *b, struct body_buf *k)
@@ -179,7 +187,9 @@ decide_stream(struct body *b)
             hresp_start(b->req, b->status, -1);
             b->mode = BODY_GZIP;
             gz_write(b, data(&b->buf), b->buf.len, false);
-            b->buf.len = 0; /* the block is the next piece's */
+            /* the 128 KiB hold is done with: the next pieces take 64 KiB */
+            free(b->buf.base);
+            b->buf = (struct body_buf){0};
             return;
         }
         free(z);
@@ -191,11 +201,21 @@ decide_stream(struct body *b)
     b->held = true; /* it leaves piece by piece, as the queue allows */
 }
 
+/* The answer is whole: what it held is released now, not when the request
+ * closes (its last bytes may wait long for a slow client, and over HTTP/2
+ * a connection carries many such answers). */
 static void
 finish(struct body *b)
 {
     hresp_end(b->req);
     b->mode = BODY_DONE;
+    free(b->buf.base);
+    b->buf = (struct body_buf){0};
+    if (b->z) {
+        deflateEnd(b->z);
+        free(b->z);
+        b->z = NULL;
+    }
 }
 
 /* Work through the input in hand while the response queue allows. */
@@ -205,9 +225,16 @@ step(struct body *b)
     for (;;) {
         switch (b->mode) {
         case BODY_HOLD:
+            /* the hold grows as it fills (most answers are small: a get of
+             * one object need not take 128 KiB), to BODY_GZIP_MIN + 1 */
             if (!b->buf.base)
-                buf_alloc(&b->buf, BODY_GZIP_MIN + 1);
+                buf_alloc(&b->buf, BODY_HOLD_FIRST);
+            else if (b->buf.len == b->buf.cap && b->buf.cap <= BODY_GZIP_MIN)
+                buf_grow(&b->buf,
+                         b->buf.cap * 2 < BODY_GZIP_MIN + 1 ? b->buf.cap * 2 : BODY_GZIP_MIN + 1);
             b->buf.len += produce(b, data(&b->buf) + b->buf.len, b->buf.cap - b->buf.len);
+            if (b->buf.len == b->buf.cap && b->buf.cap <= BODY_GZIP_MIN && input_left(b))
+                continue; /* full below the threshold: grow */
             if (b->buf.len > BODY_GZIP_MIN) {
                 decide_stream(b);
                 continue;

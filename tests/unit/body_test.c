@@ -382,6 +382,55 @@ test_slow_client(void)
     slow("Accept-Encoding: gzip\r\nUser-Agent: curl/8\r\n", true, "pretty gzip, slow client");
 }
 
+/* body.c's own memory: a small answer holds a small block (client-go asks
+ * every answer gzip'd), and a finished gzip answer has let go of zlib and
+ * its hold before the request closes. */
+static struct body tb;
+static size_t tb_n, tb_cap;
+
+static void
+take_body(struct cfx *f, struct hreq *r, const struct route_req *route)
+{
+    body_init(&tb, r, false, true, 1 << 20);
+    hresp_header(r, "Content-Type", "application/json");
+    body_start(&tb, 200, -1);
+    char *p = xmalloc(tb_n);
+    memset(p, 'a', tb_n);
+    body_write(&tb, p, tb_n);
+    free(p);
+    tb_cap = tb.buf.cap;
+    body_end(&tb);
+}
+
+static void
+test_memory(void)
+{
+    struct cfx f;
+    cfx_open(&f, 1, 1000, 1000);
+    f.take = take_body;
+    int c = cfx_connect(&f, 0);
+    struct cfx_resp r = {0};
+
+    tb_n = 2000;
+    ask(&f, c, "/small", "Accept-Encoding: gzip\r\n", &r);
+    is_int(r.status, 200, "a small answer, gzip asked");
+    is_int(r.body.len, 2000, "...whole, identity");
+    is_int(tb_cap, BODY_HOLD_FIRST, "...held in a block of BODY_HOLD_FIRST, not 128 KiB");
+    ok(tb.buf.base == NULL, "...released once sent");
+    body_fini(&tb);
+
+    tb_n = 300 * 1024;
+    ask(&f, c, "/large", "Accept-Encoding: gzip\r\n", &r);
+    ok(has_header(&r, "Content-Encoding: gzip") && r.complete, "a large answer: gzip'd, whole");
+    ok(tb.z == NULL, "...zlib's state released when it finished");
+    ok(tb.buf.base == NULL && tb.zout.base == NULL, "...and its blocks");
+    body_fini(&tb);
+
+    free(r.body.p);
+    cfx_close_http(&f);
+    cfx_close(&f);
+}
+
 int
 main(void)
 {
@@ -389,5 +438,6 @@ main(void)
     TAP_RUN(test_threshold);
     TAP_RUN(test_pretty);
     test_slow_client();
+    TAP_RUN(test_memory);
     return tap_done();
 }
