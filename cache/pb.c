@@ -1427,6 +1427,27 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Writing                                                                   */
 
+int
+pb_object_meta(struct gostr_buf *b, const void *obj, size_t len)
+{
+    struct walk w = {.p = obj, .len = len};
+    struct fld f, meta = {0};
+    bool have = false;
+    int rc;
+    while ((rc = next_field(&w, &f)) == 1) {
+        if (f.num != 1)
+            continue;
+        if (have || f.wire != WT_LEN)
+            return -1; /* kube writes ObjectMeta once, as a message */
+        have = true;
+        meta = f;
+    }
+    if (rc != 0 || !have)
+        return -1;
+    add_ld(b, 0x0a, w.p + meta.voff, meta.vlen);
+    return 0;
+}
+
 size_t
 pb_envelope_head(char *buf, const char *api_version, const char *kind, uint64_t raw_len)
 {

@@ -36,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kwc/pb.h"
+
 /* ------------------------------------------------------------------------ */
 /* Locating the top-level "metadata" value                                   */
 
@@ -684,67 +686,8 @@ pom_json(struct gostr_buf *b, const void *item, size_t len, bool unstructured)
 /* ------------------------------------------------------------------------ */
 /* Protobuf                                                                   */
 
-static bool
-varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; shift < 64 && *i < n; shift += 7) {
-        unsigned char c = p[(*i)++];
-        *v |= (uint64_t)(c & 0x7F) << shift;
-        if (!(c & 0x80))
-            return true;
-    }
-    return false;
-}
-
 int
 pom_pb(struct gostr_buf *b, const void *msg, size_t len)
 {
-    const unsigned char *p = msg;
-    size_t i = 0, off = 0, flen = 0;
-    bool have = false;
-    while (i < len) {
-        uint64_t tag, v;
-        if (!varint(p, len, &i, &tag) || tag >> 3 == 0)
-            return -1;
-        switch (tag & 7) {
-        case 0:
-            if (!varint(p, len, &i, &v))
-                return -1;
-            break;
-        case 1:
-        case 5:
-            if (len - i < ((tag & 7) == 1 ? 8u : 4u))
-                return -1;
-            i += (tag & 7) == 1 ? 8 : 4;
-            break;
-        case 2:
-            if (!varint(p, len, &i, &v) || v > len - i)
-                return -1;
-            if (tag >> 3 == 1) {
-                if (have)
-                    return -1; /* kube writes ObjectMeta once */
-                have = true;
-                off = i;
-                flen = (size_t)v;
-            }
-            i += (size_t)v;
-            break;
-        default:
-            return -1;
-        }
-    }
-    if (!have)
-        return -1;
-    unsigned char hdr[11];
-    size_t h = 0;
-    hdr[h++] = 0x0a;
-    uint64_t v = flen;
-    do {
-        hdr[h++] = (unsigned char)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
-    gostr_addn(b, (const char *)hdr, h);
-    gostr_addn(b, (const char *)p + off, flen);
-    return 0;
+    return pb_object_meta(b, msg, len); /* field 1 is every object's ObjectMeta */
 }

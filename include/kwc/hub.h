@@ -55,7 +55,10 @@
  * PartialObjectMetadata too, ERROR events stay Status, as kube's watch
  * handler's transformObject does. (A second hub_res per form would have
  * read each commit's events from the store twice and kept two windows of
- * the same events.)
+ * the same events.) The window's budget (window_bytes) counts the full
+ * form only: with metadata watchers its events also hold their metadata
+ * blobs, at most as large again (in practice a fifth: metadata is ~16 % of
+ * a pod), so its memory is bounded by twice the budget.
  *
  * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
  * now_ms), no randomness of its own (the caller seeds the bookmark jitter).

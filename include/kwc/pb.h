@@ -205,6 +205,13 @@ int pb_wevent_parse(const void *frame, size_t len, struct wevent *out, struct pb
 /* Bytes of a varint for v (1..10). */
 size_t pb_varint_len(uint64_t v);
 
+struct gostr_buf;
+
+/* Append to b the message {1: the object message's field 1} (every kube
+ * object's ObjectMeta: a PartialObjectMetadata, pom.h): 0, or -1 when obj is
+ * no message or has no field 1, or it twice, or not as a message. */
+int pb_object_meta(struct gostr_buf *b, const void *obj, size_t len);
+
 /*
  * The bytes of an envelope before its raw object: "k8s\0", typeMeta, the
  * tag and length of raw (raw_len). Writes into buf (at most PB_HEAD_MAX +
@@ -241,7 +248,6 @@ size_t pb_item_prefix(char *buf, size_t len);
  * gostr_buf, see gostr.h). type: "ADDED", "MODIFIED", "DELETED",
  * "BOOKMARK", "ERROR".
  */
-struct gostr_buf;
 void pb_frame_event(struct gostr_buf *b, const char *type, const char *api_version,
                     const char *kind, const void *obj, size_t len);
 

@@ -125,14 +125,15 @@ test_pb(void)
     /* Pod {1: ObjectMeta{1:"a"}, 2: spec{}, 3: status{}} */
     static const char pod[] = "\x0a\x03\x0a\x01\x61\x12\x00\x1a\x02\x08\x01";
     pb_is(pod, sizeof pod - 1, "\x0a\x03\x0a\x01\x61", 5, "field 1 copied");
-    static const char later[] = "\x08\x05\x11\x01\x02\x03\x04\x05\x06\x07\x08\x0a\x00";
+    static const char later[] = "\x10\x05\x11\x01\x02\x03\x04\x05\x06\x07\x08\x0a\x00";
     pb_is(later, sizeof later - 1, "\x0a\x00", 2, "other wire types skipped; empty field 1");
     struct gostr_buf b = {0};
-    static const char bad[][4] = {"\x0a\x05\x01", "\x12\x00", "\x0b\x00", "\x0a\x00\x0a\x00"};
-    static const size_t bad_len[] = {3, 2, 2, 4};
-    for (size_t i = 0; i < 4; i++)
+    static const char bad[][4] = {"\x0a\x05\x01", "\x12\x00", "\x0b\x00", "\x0a\x00\x0a\x00",
+                                  "\x08\x05\x0a\x00"};
+    static const size_t bad_len[] = {3, 2, 2, 4, 4};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         is_int(pom_pb(&b, bad[i], bad_len[i]), -1,
-               "malformed: overlong, no field 1, a group, field 1 twice");
+               "malformed: overlong, no field 1, a group, field 1 twice, field 1 not a message");
     is_int(b.len, 0, "nothing appended on failure");
     free(gostr_take(&b));
 }
