@@ -728,6 +728,32 @@ struct fill {
     bool more;
 };
 
+/* An item's bytes into the chunk behind the encoding's prefix (check: the
+ * stored bytes, their checksum checked on the copy): 0 added, 1 the chunk
+ * is full (o starts the next one), else the check's error (nothing
+ * committed: the chunk is as before). */
+static int
+chunk_item(struct sreq *sr, struct fill *f, const struct store_obj *o, const char *p, size_t len,
+           bool check)
+{
+    size_t need = ITEM_PREFIX_MAX + len;
+    if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
+        set_key(&sr->from, &sr->from_len, o->key, o->key_len, false);
+        f->more = true;
+        return 1;
+    }
+    char *d = chunk_reserve(sr, need);
+    size_t n = sr->enc->item_prefix(sr, d, len);
+    memcpy(d + n, p, len);
+    int rc = check ? store_obj_check_raw(sr->d->sres, o, d + n) : 0;
+    if (rc)
+        return rc;
+    sr->chunk.len += n + len;
+    sr->any_item = true;
+    sr->items_sent += n + len;
+    return 0;
+}
+
 static int
 on_fill_obj(void *arg, const struct store_obj *o)
 {
@@ -735,52 +761,29 @@ on_fill_obj(void *arg, const struct store_obj *o)
     struct sreq *sr = f->sr;
     if (sr->end && store_keycmp(o->key, o->key_len, sr->end, sr->end_len) > 0)
         return 1; /* past the page */
-    bool match = matches(sr, o);
-    if (match && sr->enc->derive) {
-        /* metadata only: the stored bytes copied and checked, the answer
-         * derived from the copy */
-        if (sr->copy_cap < o->raw_len) {
-            sr->copy = xrealloc(sr->copy, o->raw_len);
-            sr->copy_cap = o->raw_len;
+    if (matches(sr, o)) {
+        int rc;
+        if (sr->enc->derive) {
+            /* metadata only: the stored bytes copied and checked, the
+             * answer derived from the copy */
+            if (sr->copy_cap < o->raw_len) {
+                sr->copy = xrealloc(sr->copy, o->raw_len);
+                sr->copy_cap = o->raw_len;
+            }
+            memcpy(sr->copy, o->raw, o->raw_len);
+            if ((rc = store_obj_check_raw(sr->d->sres, o, sr->copy)) != 0)
+                return rc;
+            sr->derived.len = 0;
+            if (sr->enc->derive(sr, &sr->derived, sr->copy, o->raw_len) != 0)
+                return KWC_ECORRUPT;
+            rc = chunk_item(sr, f, o, sr->derived.p, sr->derived.len, false);
+        } else {
+            /* the object's bytes read once, from the map into the answer,
+             * and their checksum checked there (store_rtxn_defer_raw_check) */
+            rc = chunk_item(sr, f, o, o->raw, o->raw_len, true);
         }
-        memcpy(sr->copy, o->raw, o->raw_len);
-        int rc = store_obj_check_raw(sr->d->sres, o, sr->copy);
         if (rc)
             return rc;
-        sr->derived.len = 0;
-        if (sr->enc->derive(sr, &sr->derived, sr->copy, o->raw_len) != 0)
-            return KWC_ECORRUPT;
-        size_t need = ITEM_PREFIX_MAX + sr->derived.len;
-        if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
-            set_key(&sr->from, &sr->from_len, o->key, o->key_len, false);
-            f->more = true;
-            return 1;
-        }
-        char *d = chunk_reserve(sr, need);
-        size_t n = sr->enc->item_prefix(sr, d, sr->derived.len);
-        memcpy(d + n, sr->derived.p, sr->derived.len);
-        sr->chunk.len += n + sr->derived.len;
-        sr->any_item = true;
-        sr->items_sent += n + sr->derived.len;
-    } else if (match) {
-        size_t need = ITEM_PREFIX_MAX + o->raw_len;
-        if (sr->chunk.len > 0 && sr->chunk.len + need > CHUNK_BYTES) {
-            /* the chunk is full: this item starts the next one */
-            set_key(&sr->from, &sr->from_len, o->key, o->key_len, false);
-            f->more = true;
-            return 1;
-        }
-        /* the object's bytes read once, from the map into the answer, and
-         * their checksum checked there (store_rtxn_defer_raw_check) */
-        char *d = chunk_reserve(sr, need);
-        size_t n = sr->enc->item_prefix(sr, d, o->raw_len);
-        memcpy(d + n, o->raw, o->raw_len);
-        int rc = store_obj_check_raw(sr->d->sres, o, d + n);
-        if (rc)
-            return rc; /* nothing committed: the chunk is as before */
-        sr->chunk.len += n + o->raw_len;
-        sr->any_item = true;
-        sr->items_sent += n + o->raw_len;
     }
     if (++f->visits >= CHUNK_VISITS || sr->chunk.len >= CHUNK_BYTES) {
         set_key(&sr->from, &sr->from_len, o->key, o->key_len, true);
