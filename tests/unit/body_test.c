@@ -20,27 +20,9 @@
 #include <jansson.h>
 #include <zlib.h>
 
-#include "cachefx.h"
+#include "servefx.h"
 
 #define CHUNK_BYTES (64 * 1024) /* serve.c's chunk */
-
-static void
-take(struct cfx *f, struct hreq *r, const struct route_req *route)
-{
-    if (!serve_take(f->arg, r, route))
-        hresp_simple(r, 599, "text/plain", "passed", 6);
-}
-
-static struct serve *
-serve_open(struct cfx *f, size_t max_buffer)
-{
-    struct serve_options so = {
-        .too_large = DECIDE_TOO_LARGE_PASS, .wait_ms = 3000, .max_buffer = max_buffer, .up = f->up};
-    struct serve *s = serve_new(f->base, f->st, f->refls, 1, &so);
-    f->take = take;
-    f->arg = s;
-    return s;
-}
 
 /* GET target with extra header lines (each ending "\r\n"), the answer read
  * whole (the client keeps reading while the server writes). */

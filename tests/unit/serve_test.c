@@ -16,27 +16,9 @@
 
 #include <jansson.h>
 
-#include "cachefx.h"
+#include "servefx.h"
 
 #define CHUNK_BYTES (64 * 1024) /* serve.c's chunk: what one fill may add over max_buffer */
-
-static void
-take(struct cfx *f, struct hreq *r, const struct route_req *route)
-{
-    if (!serve_take(f->arg, r, route))
-        hresp_simple(r, 599, "text/plain", "passed", 6); /* the upstream's, in kwc */
-}
-
-static struct serve *
-serve_open(struct cfx *f, size_t max_buffer)
-{
-    struct serve_options so = {
-        .too_large = DECIDE_TOO_LARGE_PASS, .wait_ms = 3000, .max_buffer = max_buffer, .up = f->up};
-    struct serve *s = serve_new(f->base, f->st, f->refls, 1, &so);
-    f->take = take;
-    f->arg = s;
-    return s;
-}
 
 static void
 get(struct cfx *f, int c, const char *target)
