@@ -8,6 +8,7 @@
  * success NUL-terminated strings that agree with the verb kube-apiserver
  * would assign (a list or watch has no name, a legacy watch is a watch).
  */
+#include "kwc/body.h"
 #include "kwc/route.h"
 
 #include "kwc/base.h"
@@ -103,6 +104,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (!strstr(h, "vnd.kubernetes.protobuf") || (k && x->as == ROUTE_AS_NONE)))
             abort(); /* a custom resource's protobuf is metadata only */
     }
+    /* an error's Status: no conversion is ever its winner */
+    struct route_accept st;
+    route_accept_status(h, &st);
+    if (st.as != ROUTE_AS_NONE || (st.none && st.media != ROUTE_MEDIA_OTHER))
+        abort();
+    /* the same bytes as an Accept-Encoding line: gzip only if it says so */
+    if (body_accepts_gzip(h) && !strstr(h, "gzip"))
+        abort();
     struct route_query empty = {0};
     (void)route_wants_pretty(&empty, h);
     free(h);
