@@ -660,6 +660,10 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--max-review-connections %ld: use 1 to 65536 (reviews past it wait for a "
                     "connection)",
                     c->max_review_connections);
+    if (c->max_held_body_buffer < 65536)
+        return fail(err, errlen,
+                    "--max-held-body-buffer %ld: at least 65536 bytes (one stream's window)",
+                    c->max_held_body_buffer);
     if (c->max_passthrough_buffer < 65536)
         return fail(err, errlen,
                     "--max-passthrough-buffer %ld: at least 65536 bytes (one upstream read)",

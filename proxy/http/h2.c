@@ -143,6 +143,23 @@ calm_down(struct h2conn *hc, const char *why)
     nghttp2_session_terminate_session(hc->ss, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
+/* A stream reset: by the client, by nghttp2 for the client's fault (a
+ * WINDOW_UPDATE that overflows a stream's window, a malformed request:
+ * "MadeYouReset", CVE-2025-8671, which Debian's libnghttp2 1.52 does not
+ * count), by kwc for it (a body past --max-discard, the held-body cap) or
+ * refused past the streams limit: each takes a token from one bucket of
+ * 2 x max streams, refilled at max streams per 10 s. Empty: GOAWAY
+ * ENHANCE_YOUR_CALM. Only the aborts kwc decides alone (hresp_abort: its
+ * upstream failed) and RST_STREAM NO_ERROR (answered before the body's
+ * end) are free. */
+static void
+take_reset(struct h2conn *hc, const char *why)
+{
+    unsigned m = max_streams(hc->c->s);
+    if (!bucket_take(&hc->resets, 2.0 * m, m / 10.0))
+        calm_down(hc, why);
+}
+
 static void
 stream_unlink(struct h2stream *st)
 {
@@ -192,6 +209,32 @@ done_reading(struct h2stream *st)
     }
 }
 
+static size_t
+held_cap(const struct http_server *s)
+{
+    return s->o.max_held_body ? s->o.max_held_body : H2_HELD_BODY;
+}
+
+/* n bytes of st->in leave it (delivered or dropped): the windows reopen. */
+static void
+in_consumed(struct h2stream *st, size_t n)
+{
+    struct h2conn *hc = st->hc;
+    hc->c->s->stats.h2_body_held -= n;
+    if (hc->c->state != C_DEAD)
+        nghttp2_session_consume(hc->ss, st->id, n); /* the connection's too, stream closed or not */
+}
+
+static void
+in_drop(struct h2stream *st)
+{
+    size_t n = evbuffer_get_length(st->in);
+    if (n == 0)
+        return;
+    evbuffer_drain(st->in, n);
+    in_consumed(st, n);
+}
+
 /* The stream is over for its handler (once): the done callback and on_close. */
 static void
 stream_closed(struct h2stream *st, enum hreq_end how)
@@ -201,6 +244,7 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
+    in_drop(st);                         /* what it held is given back to the connection's window */
     h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
     h2_unwait(st);
     done_reading(st);
@@ -266,6 +310,14 @@ dupn(const uint8_t *p, size_t n)
     return s;
 }
 
+/* The decoded header data a connection may cost before its bytes pay for
+ * more (h2.c's header: HPACK bombs). */
+static uint64_t
+hpack_budget(const struct h2conn *hc)
+{
+    return 2 * (uint64_t)hc->c->s->o.max_header_bytes + H2_HPACK_RATIO * hc->received;
+}
+
 static int
 on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size_t nl,
           const uint8_t *value, size_t vl, uint8_t flags, void *arg)
@@ -273,14 +325,35 @@ on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size
     struct h2conn *hc = arg;
     if (f->hd.type != NGHTTP2_HEADERS)
         return 0;
+    /* every field nghttp2 decoded and validated, kept or not, trailers and
+     * refused streams included: the work an HPACK reference buys */
+    size_t size = nl + vl + H2_FIELD_OVERHEAD;
+    hc->decoded += size;
+    hc->c->s->stats.h2_header_bytes += size;
+    if (hc->decoded > hpack_budget(hc)) {
+        hc->c->s->stats.h2_hpack_floods++;
+        calm_down(hc, "decoded header data far past the bytes received (HPACK bomb)");
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* not one field more */
+    }
     struct h2stream *st = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
-    if (!st || st->r->dispatched)
-        return 0; /* trailers: not kept */
-    st->hbytes += nl + vl + H2_FIELD_OVERHEAD;
-    if (st->hbytes > hc->c->s->o.max_header_bytes)
+    if (!st)
+        return 0;
+    st->hbytes += size;
+    if (st->hbytes > hc->c->s->o.max_header_bytes) {
+        if (st->r->dispatched) {
+            /* trailers past the limit: no answer is owed, the session ends */
+            calm_down(hc, "request trailers over --max-header-bytes");
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        /* Go stops emitting fields here; nghttp2 cannot skip the rest of a
+         * block without validating each field, so kwc stops reading: 431
+         * on this stream, then the connection ends (h2_on_read: cut) */
         st->too_big = true;
-    if (st->too_big)
-        return 0; /* decoded (HPACK's state) but not kept */
+        hc->cut = st;
+        return NGHTTP2_ERR_PAUSE;
+    }
+    if (st->r->dispatched)
+        return 0; /* trailers: not kept */
     struct hreq *r = st->r;
     if (nl > 0 && name[0] == ':') {
         if (nl == 7 && memcmp(name, ":method", 7) == 0) {
@@ -377,6 +450,36 @@ answer_too_big(struct h2stream *st)
     free(body);
 }
 
+/* A header list passed --max-header-bytes (on_header paused the session
+ * mid-block): its stream is answered 431, and the connection reads nothing
+ * more (the rest of the block cannot be skipped without decoding it, and
+ * HPACK's state is lost without it): GOAWAY ENHANCE_YOUR_CALM naming that
+ * stream as the last, then close once the answer has left, within
+ * H2_LAST_WORDS_MS. The other open streams end with the connection. */
+static void
+cut(struct h2conn *hc)
+{
+    struct h2stream *st = hc->cut;
+    struct hconn *c = hc->c;
+    head_build(st);
+    answer_too_big(st);
+    if (!hc->goaway) {
+        hc->goaway = true;
+        c->s->stats.h2_goaways++;
+        nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_ENHANCE_YOUR_CALM, NULL,
+                              0);
+    }
+    hc->deaf = true;
+    hc->cut_id = st->id;
+    bufferevent_disable(c->bev, EV_READ);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    hc->tmode = 3;
+    event_del(c->timer);
+    struct timeval tv = {H2_LAST_WORDS_MS / 1000, (H2_LAST_WORDS_MS % 1000) * 1000};
+    evtimer_add(c->timer, &tv);
+}
+
 static void
 request_complete(struct h2stream *st)
 {
@@ -395,11 +498,6 @@ dispatch(struct h2stream *st, bool end_stream)
     struct hreq *r = st->r;
     struct http_server *s = st->hc->c->s;
     head_build(st);
-    if (st->too_big) {
-        st->eof_in = end_stream;
-        answer_too_big(st);
-        return;
-    }
     r->has_body = !end_stream;
     r->chunked = r->has_body && r->clen < 0;
     const char *expect = hreq_header(r, "expect");
@@ -451,8 +549,7 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
         if (!st)
             break;
         s->stats.h2_resets++;
-        if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
-            calm_down(hc, "too many streams reset (rapid reset)");
+        take_reset(hc, "too many streams reset (rapid reset)");
         break;
     default:
         break;
@@ -472,33 +569,55 @@ on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     return 0;
 }
 
+/* ---- request bodies: the connection's window is the budget ----
+ *
+ * DATA is given back to the windows (connection and stream) only when it
+ * is delivered to on_body or discarded, never while it waits in st->in
+ * (held for the stages, a handler that paused, or not yet delivered), so
+ * what a connection can make kwc hold is its window, H2_CONN_WINDOW, as
+ * Go's server hands back only what handlers read. Across connections the
+ * bytes held for requests that wait for the stages (hreq_body_hold: not
+ * authenticated yet) are capped by max_held_body: past it such a stream is
+ * refused (RST_STREAM REFUSED_STREAM: nothing of it went anywhere). */
+
 static int
 on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
               void *arg)
 {
     struct h2conn *hc = arg;
-    nghttp2_session_consume_connection(ss, len);
+    struct http_server *s = hc->c->s;
     struct h2stream *st = nghttp2_session_get_stream_user_data(ss, id);
     if (!st || st->closed) {
-        nghttp2_session_consume_stream(ss, id, len);
+        nghttp2_session_consume(ss, id, len);
         return 0;
     }
     struct hreq *r = st->r;
     r->body_seen = true;
     if (r->reading && evbuffer_get_length(st->in) == 0 && r->h && r->h->on_body && !r->ended) {
-        nghttp2_session_consume_stream(ss, id, len);
+        nghttp2_session_consume(ss, id, len);
         r->h->on_body(r->harg, (const char *)data, len);
         return 0;
     }
     if (r->held || st->paused || r->reading || !r->dispatched) {
-        evbuffer_add(st->in, data, len); /* bounded by the stream's window */
+        if (r->held && s->stats.h2_body_held + len > held_cap(s)) {
+            nghttp2_session_consume(ss, id, len);
+            in_drop(st);
+            s->stats.h2_held_refused++;
+            log_debug("http2: refusing a stream: request bodies held for authentication "
+                      "passed --max-held-body-buffer (%zu bytes)",
+                      held_cap(s));
+            nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+            return 0;
+        }
+        evbuffer_add(st->in, data, len); /* bounded by the windows, not consumed */
+        s->stats.h2_body_held += len;
         return 0;
     }
-    nghttp2_session_consume_stream(ss, id, len);
+    nghttp2_session_consume(ss, id, len);
     r->discarded += len;
-    if (r->discarded > hc->c->s->o.max_discard_bytes) {
+    if (r->discarded > s->o.max_discard_bytes) {
         log_debug("http2: resetting a stream: an unread request body passed %zu bytes",
-                  hc->c->s->o.max_discard_bytes);
+                  s->o.max_discard_bytes);
         nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
     }
     return 0;
@@ -509,10 +628,18 @@ on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct h2conn *hc = arg;
     struct http_server *s = hc->c->s;
-    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM) {
-        s->stats.h2_refused++;
-        if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
-            calm_down(hc, "too many streams refused");
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        uint32_t code = f->rst_stream.error_code;
+        struct h2stream *st = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+        if (code == NGHTTP2_NO_ERROR || (st && st->aborted))
+            return 0;
+        if (code == NGHTTP2_REFUSED_STREAM) {
+            s->stats.h2_refused++;
+            take_reset(hc, "too many streams refused");
+        } else {
+            s->stats.h2_resets_server++;
+            take_reset(hc, "too many streams reset for the client's errors (MadeYouReset)");
+        }
         return 0;
     }
     if (f->hd.type == NGHTTP2_GOAWAY && !hc->goaway) {
@@ -527,6 +654,8 @@ on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     st->r->bytes += f->hd.length + 9;
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         st->end_sent = true;
+        if (hc->deaf && st->id == hc->cut_id)
+            hc->cut_sent = true;
         /* answered before the body's end: the rest is not wanted (RFC 9113
          * 8.1, as Go does) */
         if (!st->eof_in)
@@ -754,12 +883,11 @@ deliver_bodies(struct h2conn *hc)
                     int k = evbuffer_remove(st->in, buf, sizeof(buf));
                     if (k <= 0)
                         break;
-                    nghttp2_session_consume_stream(hc->ss, st->id, (size_t)k);
+                    in_consumed(st, (size_t)k);
                     r->h->on_body(r->harg, buf, (size_t)k);
                 }
             } else if (!r->reading) {
-                evbuffer_drain(st->in, n);
-                nghttp2_session_consume_stream(hc->ss, st->id, n);
+                in_drop(st);
                 r->discarded += n;
             }
         }
@@ -815,6 +943,16 @@ flush(struct h2conn *hc, bool progress)
         evbuffer_get_length(bufferevent_get_output(c->bev)) < H2_OUT_HIGH)
         hconn_kick(c); /* a handler wrote in on_drain */
     reap_streams(hc);
+    if (hc->deaf) {
+        /* cut: close once the 431 has left (the last-words timer runs) */
+        if (hc->cut_sent) {
+            if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+                hconn_close(c);
+            else
+                c->close_when_flushed = true;
+        }
+        return;
+    }
     if (!nghttp2_session_want_read(hc->ss) && !nghttp2_session_want_write(hc->ss)) {
         /* GOAWAY sent and every stream over */
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -832,11 +970,19 @@ h2_on_read(struct hconn *c)
     struct h2conn *hc = hc_of(c);
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t len;
+    if (hc->deaf) {
+        evbuffer_drain(in, evbuffer_get_length(in)); /* cut: nothing more is read */
+        return;
+    }
     while (c->state != C_DEAD && (len = evbuffer_get_contiguous_space(in)) > 0) {
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
+        hc->received += len; /* before nghttp2 decodes them: hpack_budget */
         hc->in_recv = true;
         ssize_t n = nghttp2_session_mem_recv(hc->ss, p, len);
         hc->in_recv = false;
+        if (n >= 0 && (size_t)n < len)
+            hc->received -= len - (size_t)n; /* paused: the rest is fed again */
+        c->s->stats.h2_bytes_in += n >= 0 ? (size_t)n : len;
         if (n < 0) {
             log_debug("http2: closing a connection: %s", nghttp2_strerror((int)n));
             if (n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
@@ -858,6 +1004,11 @@ h2_on_read(struct hconn *c)
             return;
         }
         evbuffer_drain(in, (size_t)n);
+        if (hc->cut) {
+            cut(hc);
+            hc->cut = NULL;
+            break;
+        }
     }
     if (c->state == C_DEAD)
         return;
@@ -1068,6 +1219,7 @@ h2_resp_abort(struct hreq *r)
     struct h2stream *st = r->h2;
     if (!stream_live(st))
         return;
+    st->aborted = true; /* kwc's own decision: not counted against the client */
     nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     hconn_kick(st->hc->c);
 }
