@@ -455,7 +455,8 @@ answer_too_big(struct h2stream *st)
  * more (the rest of the block cannot be skipped without decoding it, and
  * HPACK's state is lost without it): GOAWAY ENHANCE_YOUR_CALM naming that
  * stream as the last, then close once the answer has left, within
- * H2_LAST_WORDS_MS. The other open streams end with the connection. */
+ * H2_LAST_WORDS_MS; what arrives meanwhile is read and dropped. The other
+ * open streams end with the connection. */
 static void
 cut(struct h2conn *hc)
 {
@@ -469,9 +470,8 @@ cut(struct h2conn *hc)
         nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_ENHANCE_YOUR_CALM, NULL,
                               0);
     }
-    hc->deaf = true;
+    hc->deaf = true; /* what still arrives is read and dropped (h2_on_read) */
     hc->cut_id = st->id;
-    bufferevent_disable(c->bev, EV_READ);
     struct evbuffer *in = bufferevent_get_input(c->bev);
     evbuffer_drain(in, evbuffer_get_length(in));
     hc->tmode = 3;
@@ -946,8 +946,10 @@ flush(struct h2conn *hc, bool progress)
     if (hc->deaf) {
         /* cut: close once the 431 has left (the last-words timer runs) */
         if (hc->cut_sent) {
+            /* graceful: a plaintext socket lingers, so what the client
+             * still sends does not turn the answer into a TCP reset */
             if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-                hconn_close(c);
+                hconn_close_graceful(c);
             else
                 c->close_when_flushed = true;
         }

@@ -450,6 +450,13 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
              "HTTP/2 streams refused because request bodies held for authentication passed "
              "--max-held-body-buffer.",
              NULL, NULL, &hr, 1);
+    uint64_t hb[] = {hs.h2_bytes_in, hs.h2_header_bytes};
+    const char *hbk[] = {"received", "header_fields_decoded"};
+    counter1(w, "kwc_http2_bytes_total",
+             "HTTP/2 bytes clients sent (received; after TLS), and the header fields kwc decoded "
+             "from them (header_fields_decoded: name + value + 32 per field, HPACK's measure); "
+             "the second is bounded by the first (HPACK bombs).",
+             "what", hbk, hb, 2);
     uint64_t hf = hs.h2_hpack_floods;
     counter1(w, "kwc_http2_hpack_floods_total",
              "HTTP/2 connections ended (GOAWAY ENHANCE_YOUR_CALM) for decoding far more header "
