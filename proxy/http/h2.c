@@ -27,25 +27,31 @@
  * its streams are bounded; handlers past it wait, woken oldest first as
  * bytes leave (h2room.c, whose header says how).
  *
- * The body: automatic WINDOW_UPDATEs are off. DATA received is given back
- * to the connection window at once (it is either delivered, discarded or
- * buffered, and a buffer is bounded by the stream's window) and to the
- * stream's window only when delivered to on_body or discarded, so a handler
- * that stops reading (hreq_body_read off, hreq_body_hold) closes its own
- * stream's window and nothing else's.
+ * The body (h2body.c): automatic WINDOW_UPDATEs are off. DATA received is
+ * given back to the windows, the stream's and the connection's, only when
+ * delivered to on_body or discarded, so a handler that stops reading
+ * (hreq_body_read off, hreq_body_hold) closes its own stream's window, and
+ * a connection holds at most its window (H2_CONN_WINDOW) in bodies nobody
+ * read; those held for the stages are capped across connections
+ * (max_held_body).
  *
  * Limits (a front end facing the network):
  *  - --http2-max-streams-per-connection -> SETTINGS_MAX_CONCURRENT_STREAMS;
  *    nghttp2 refuses streams past it (RST_STREAM REFUSED_STREAM).
- *  - Rapid reset (CVE-2023-44487): every RST_STREAM from the client that
- *    closes a stream still open (not one for a stream already gone) and
- *    every stream refused takes a token from a per-connection bucket of
- *    2 x max streams tokens, refilled at max streams per 10 s (kube's 100:
- *    a burst of 200, then 10 per second sustained). Empty: GOAWAY
+ *  - Rapid reset (CVE-2023-44487) and MadeYouReset (CVE-2025-8671): every
+ *    RST_STREAM from the client that closes a stream still open (not one
+ *    for a stream already gone), every stream refused and every stream
+ *    kwc or nghttp2 resets for the client's error (a WINDOW_UPDATE that
+ *    overflows its window, a malformed request, a body past the discard
+ *    limit) takes a token from a per-connection bucket of 2 x max streams
+ *    tokens, refilled at max streams per 10 s (kube's 100: a burst of 200,
+ *    then 10 per second sustained); take_reset. Empty: GOAWAY
  *    ENHANCE_YOUR_CALM and close. Go bounds the same attack by the handlers
  *    still running after their stream was reset (4 x max streams); kwc's
  *    handlers stop at the reset (on_close), so what costs here is the rate
- *    of streams opened and reset, which the bucket bounds.
+ *    of streams opened and reset, which the bucket bounds. A stream that
+ *    ends before its caller is authenticated ends the connection's new
+ *    streams (serve/front.c: kube's rule for unauthenticated callers).
  *  - Header lists: each field counts name + value + 32 (RFC 9113's
  *    SETTINGS_MAX_HEADER_LIST_SIZE, which is advertised as max_header_bytes).
  *    Past max_header_bytes the fields are dropped and the stream is
@@ -54,7 +60,13 @@
  *    flood (CVE-2024-27316): at most max_header_bytes / 4096 + 8
  *    CONTINUATION frames per header block (nghttp2's max_continuations; a
  *    1 MiB list in 16 KiB frames needs 64), past it nghttp2 ends the
- *    session. HPACK bombs: the decoded size is what is counted.
+ *    session. HPACK bombs: the decoded size is what is counted, and
+ *    nothing is decoded past the field that passes the limit (on_header
+ *    pauses the session; cut: 431, GOAWAY ENHANCE_YOUR_CALM, nothing more
+ *    read). Across a connection's blocks, at most two header lists plus
+ *    H2_HPACK_RATIO bytes per byte received are decoded (hpack_budget), so
+ *    references to a large dynamic-table entry cost kwc in proportion to
+ *    what they cost the client; past it, GOAWAY ENHANCE_YOUR_CALM.
  *  - SETTINGS/PING floods: nghttp2 queues at most 1000 outbound ACKs (then
  *    ends the session; ACKs queue only when the peer does not read) and
  *    accepts at most 32 settings per frame. PRIORITY: kwc sends
@@ -198,43 +210,6 @@ reap_streams(struct h2conn *hc)
     }
 }
 
-/* st's request is all read, or st closed: deliver_bodies has nothing more
- * to do for it (so a connection whose requests are all read skips it). */
-static void
-done_reading(struct h2stream *st)
-{
-    if (st->incomplete) {
-        st->incomplete = false;
-        st->hc->incomplete--;
-    }
-}
-
-static size_t
-held_cap(const struct http_server *s)
-{
-    return s->o.max_held_body ? s->o.max_held_body : H2_HELD_BODY;
-}
-
-/* n bytes of st->in leave it (delivered or dropped): the windows reopen. */
-static void
-in_consumed(struct h2stream *st, size_t n)
-{
-    struct h2conn *hc = st->hc;
-    hc->c->s->stats.h2_body_held -= n;
-    if (hc->c->state != C_DEAD)
-        nghttp2_session_consume(hc->ss, st->id, n); /* the connection's too, stream closed or not */
-}
-
-static void
-in_drop(struct h2stream *st)
-{
-    size_t n = evbuffer_get_length(st->in);
-    if (n == 0)
-        return;
-    evbuffer_drain(st->in, n);
-    in_consumed(st, n);
-}
-
 /* The stream is over for its handler (once): the done callback and on_close. */
 static void
 stream_closed(struct h2stream *st, enum hreq_end how)
@@ -244,10 +219,10 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
-    in_drop(st);                         /* what it held is given back to the connection's window */
+    h2_in_drop(st);                      /* what it held is given back to the connection's window */
     h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
     h2_unwait(st);
-    done_reading(st);
+    h2_done_reading(st);
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -481,18 +456,6 @@ cut(struct h2conn *hc)
 }
 
 static void
-request_complete(struct h2stream *st)
-{
-    struct hreq *r = st->r;
-    if (r->complete || !st->eof_in || evbuffer_get_length(st->in) > 0)
-        return;
-    r->complete = true;
-    done_reading(st);
-    if (r->dispatched && !st->closed)
-        hreq_complete_fire(r);
-}
-
-static void
 dispatch(struct h2stream *st, bool end_stream)
 {
     struct hreq *r = st->r;
@@ -505,7 +468,7 @@ dispatch(struct h2stream *st, bool end_stream)
     if (end_stream) {
         st->eof_in = true;
         r->complete = true;
-        done_reading(st);
+        h2_done_reading(st);
     }
     s->stats.requests++;
     r->dispatched = true;
@@ -532,13 +495,13 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
             dispatch(st, f->hd.flags & NGHTTP2_FLAG_END_STREAM);
         } else if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
             st->eof_in = true; /* trailers */
-            request_complete(st);
+            h2_request_complete(st);
         }
         break;
     case NGHTTP2_DATA:
         if (st && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             st->eof_in = true;
-            request_complete(st);
+            h2_request_complete(st);
         }
         break;
     case NGHTTP2_RST_STREAM:
@@ -566,60 +529,6 @@ on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
     unsigned m = max_streams(hc->c->s);
     if (hd->type == NGHTTP2_PRIORITY && !bucket_take(&hc->prio, 10.0 * m, m))
         calm_down(hc, "too many PRIORITY frames");
-    return 0;
-}
-
-/* ---- request bodies: the connection's window is the budget ----
- *
- * DATA is given back to the windows (connection and stream) only when it
- * is delivered to on_body or discarded, never while it waits in st->in
- * (held for the stages, a handler that paused, or not yet delivered), so
- * what a connection can make kwc hold is its window, H2_CONN_WINDOW, as
- * Go's server hands back only what handlers read. Across connections the
- * bytes held for requests that wait for the stages (hreq_body_hold: not
- * authenticated yet) are capped by max_held_body: past it such a stream is
- * refused (RST_STREAM REFUSED_STREAM: nothing of it went anywhere). */
-
-static int
-on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
-              void *arg)
-{
-    struct h2conn *hc = arg;
-    struct http_server *s = hc->c->s;
-    struct h2stream *st = nghttp2_session_get_stream_user_data(ss, id);
-    if (!st || st->closed) {
-        nghttp2_session_consume(ss, id, len);
-        return 0;
-    }
-    struct hreq *r = st->r;
-    r->body_seen = true;
-    if (r->reading && evbuffer_get_length(st->in) == 0 && r->h && r->h->on_body && !r->ended) {
-        nghttp2_session_consume(ss, id, len);
-        r->h->on_body(r->harg, (const char *)data, len);
-        return 0;
-    }
-    if (r->held || st->paused || r->reading || !r->dispatched) {
-        if (r->held && s->stats.h2_body_held + len > held_cap(s)) {
-            nghttp2_session_consume(ss, id, len);
-            in_drop(st);
-            s->stats.h2_held_refused++;
-            log_debug("http2: refusing a stream: request bodies held for authentication "
-                      "passed --max-held-body-buffer (%zu bytes)",
-                      held_cap(s));
-            nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
-            return 0;
-        }
-        evbuffer_add(st->in, data, len); /* bounded by the windows, not consumed */
-        s->stats.h2_body_held += len;
-        return 0;
-    }
-    nghttp2_session_consume(ss, id, len);
-    r->discarded += len;
-    if (r->discarded > s->o.max_discard_bytes) {
-        log_debug("http2: resetting a stream: an unread request body passed %zu bytes",
-                  s->o.max_discard_bytes);
-        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
-    }
     return 0;
 }
 
@@ -792,7 +701,7 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
@@ -864,37 +773,6 @@ h2_on_timer(struct hconn *c)
     log_debug("http2: closing a connection: %s",
               hc->tmode == 2 ? "its output made no progress (stalled)" : "idle");
     hconn_close(c);
-}
-
-/* Hand buffered body bytes to readers, discard what nobody will read. */
-static void
-deliver_bodies(struct h2conn *hc)
-{
-    if (hc->incomplete == 0)
-        return; /* every request all read: nothing to deliver or complete */
-    for (struct h2stream *st = hc->streams; st && hc->c->state != C_DEAD;) {
-        struct h2stream *next = st->next;
-        struct hreq *r = st->r;
-        size_t n = evbuffer_get_length(st->in);
-        if (n && r->dispatched && !r->held && !st->paused) {
-            if (r->reading && r->h && r->h->on_body) {
-                char buf[16384];
-                while (r->reading && !st->closed && evbuffer_get_length(st->in) > 0) {
-                    int k = evbuffer_remove(st->in, buf, sizeof(buf));
-                    if (k <= 0)
-                        break;
-                    in_consumed(st, (size_t)k);
-                    r->h->on_body(r->harg, buf, (size_t)k);
-                }
-            } else if (!r->reading) {
-                in_drop(st);
-                r->discarded += n;
-            }
-        }
-        if (!st->closed)
-            request_complete(st);
-        st = next;
-    }
 }
 
 /* Send what the session has (bounded by H2_OUT_HIGH), tell the streams
@@ -1014,7 +892,7 @@ h2_on_read(struct hconn *c)
     }
     if (c->state == C_DEAD)
         return;
-    deliver_bodies(hc);
+    h2_deliver_bodies(hc);
     flush(hc, false);
 }
 
@@ -1028,7 +906,7 @@ void
 h2_on_kick(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);
-    deliver_bodies(hc);
+    h2_deliver_bodies(hc);
     flush(hc, false);
 }
 

@@ -116,6 +116,21 @@ void h2_queued_sub(struct h2stream *st, size_t n);
  * that stops its handler; then st waits for a wake. */
 size_t h2_queued_report(struct h2stream *st, size_t own);
 
+/* ---- h2body.c: request bodies (its header) ---- */
+
+/* The session's on_data_chunk_recv callback. */
+int h2_on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data,
+                     size_t len, void *arg);
+/* Hand buffered body bytes to readers, discard what nobody will read, and
+ * complete the requests all read. */
+void h2_deliver_bodies(struct h2conn *hc);
+/* st's request is all read (END_STREAM and nothing buffered): complete. */
+void h2_request_complete(struct h2stream *st);
+/* st's request is all read, or st closed: h2_deliver_bodies is done with it. */
+void h2_done_reading(struct h2stream *st);
+/* st closes: what it buffered is dropped, the windows given back. */
+void h2_in_drop(struct h2stream *st);
+
 /* ---- h2stream.c ---- */
 
 /* The data provider's read for a stream handed off (h2.c's on_read_data). */
