@@ -1069,14 +1069,21 @@ class Bench:
                     print(row_text(rows[-1], rows), flush=True)
             finally:
                 k.stop()
-            for path, proto, transports, fresh in ROWS:
-                if transport not in transports or not fresh:
-                    continue
-                k = self.kwc(transport)
-                try:
+            # the memory paths: a kwc each (--small: one for all but h1-pipeline, whose
+            # buffers stay in the heap, and which runs last)
+            mem = [r for r in ROWS if transport in r[2] and r[3]]
+            mem.sort(key=lambda r: r[0] == "h1-pipeline")
+            k = None
+            try:
+                for path, proto, transports, fresh in mem:
+                    if k and (not self.args.small or path == "h1-pipeline" or k.proc.p.poll() is not None):
+                        k.stop()
+                        k = None
+                    k = k or self.kwc(transport)
                     rows.append(self.measure(k, path, proto, transport, idle[transport]))
                     print(row_text(rows[-1], rows), flush=True)
-                finally:
+            finally:
+                if k:
                     k.stop()
         return rows
 
@@ -1095,7 +1102,9 @@ def ref_of(rows, transport):
 def row_text(r, rows):
     """The row's cells."""
     secs = max(r["window"], 1e-9)
-    nsb = r["cpu"] * 1e9 / r["bytes"] if r["bytes"] else None
+    # a slow reader's or an idle connection's cost is per connection, not per byte it sends
+    per_conn = r["path"] in PER_CONN or (r["path"] == "handshake" and not r["bytes"])
+    nsb = r["cpu"] * 1e9 / r["bytes"] if r["bytes"] and not per_conn else None
     ref = ref_of(rows, r["transport"])
     x = "%.1f" % (nsb / ref) if nsb is not None and ref else "-"
     res = r["res"]
@@ -1114,6 +1123,29 @@ def row_text(r, rows):
     return [r["path"] + (" (held)" if held else ""), r["proto"], r["transport"], "%.2f" % (r["bytes"] / 1e6),
             "%.2f" % r["cpu"], "%.1f" % nsb if nsb is not None else "-", x,
             ends_text(res) if r["path"] != "none (legit caller alone)" else "-", r["lat"], rss, notes]
+
+
+PER_CONN = ("h1-slow-list", "h2-slow-list", "idle")
+
+
+def verdicts(rows):
+    """The issue's targets, path by path: lines for the results file."""
+    over, slow, unended = [], [], []
+    for r in rows:
+        c = row_text(r, rows)
+        name = "%s %s %s" % (c[0], c[1], c[2])
+        try:
+            if float(c[6]) > 10:
+                over.append("%s (%sx)" % (name, c[6]))
+        except ValueError:
+            pass
+        if r["p99"] is None or r["p99"] >= 50:
+            slow.append("%s (%s)" % (name, c[8]))
+        if c[7].startswith("no") and r["path"] not in PER_CONN + (REF, "h2-data") and "held" not in c[0]:
+            unended.append(name)
+    return ["- above 10x baseline: " + ("; ".join(over) or "none"),
+            "- legitimate p99 at or above 50 ms (or no answer): " + ("; ".join(slow) or "none"),
+            "- flat-out paths kwc never ended (open at the end of the run): " + ("; ".join(unended) or "none")]
 
 
 HEADER = ["path", "proto", "transport", "attacker MB", "kwc CPU s", "ns/byte", "x baseline", "kwc ends it?",
@@ -1153,6 +1185,7 @@ def bench_attack(args, R):
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), args.duration,
         "small" if args.small else "full")
     text = R.table(title, HEADER, cells)
+    text += "\n" + "\n".join(verdicts(rows)) + "\n"
     text += "\nScenario time %.0f s. Held paths: %d connections (idle: %d), RSS per connection = peak delta / " \
         "connections.\n" % (time.monotonic() - t0, b.sizes["held"], b.sizes["idle"])
     print(text, flush=True)
