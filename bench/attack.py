@@ -1166,6 +1166,8 @@ def row_text(r, rows):
         notes = "%.0f us kwc CPU per conn; " % (r["cpu"] * 1e6 / held) + notes
     if r["path"] == "handshake" and res.get("conns"):
         notes = "%d conns/s, %.0f us kwc CPU per conn" % (res["conns"] / secs, r["cpu"] * 1e6 / res["conns"])
+    if res.get("connect_failed"):
+        notes += "; %d connects failed" % res["connect_failed"]
     if not r["alive"]:
         notes = "kwc DIED; " + notes
     return [r["path"] + (" (held)" if held else ""), r["proto"], r["transport"], "%.2f" % (r["bytes"] / 1e6),

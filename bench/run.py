@@ -145,7 +145,7 @@ a flag it needs says "n/a (flag unsupported: ...)".
                and its ratio to the h1-401 reference, how kwc ended the
                connection, a legitimate cached GET's p50/p99 meanwhile, kwc
                RSS. bench/results/attack.md (--attack-label names the
-               section). ~7 minutes; --small ~3.
+               section). ~6 minutes (334 s on a loaded 2-core machine); --small ~3.
 """
 import argparse
 import datetime
