@@ -144,11 +144,14 @@ bucket_take(struct bucket *b, double burst, double rate)
     return true;
 }
 
+/* GOAWAY ENHANCE_YOUR_CALM and the session's end, even after a graceful
+ * GOAWAY (the streams it let finish may be what floods). */
 static void
 calm_down(struct h2conn *hc, const char *why)
 {
-    if (hc->goaway)
+    if (hc->calm)
         return;
+    hc->calm = true;
     hc->goaway = true;
     hc->c->s->stats.h2_goaways++;
     log_debug("http2: GOAWAY ENHANCE_YOUR_CALM: %s", why);
@@ -939,10 +942,13 @@ h2_last_words(struct hconn *c)
     struct h2conn *hc = hc_of(c);
     if (c->state == C_DEAD || hc->in_recv)
         return;
-    if (!hc->goaway)
+    if (!hc->goaway) {
+        hc->goaway = true;
+        c->s->stats.h2_goaways++;
         nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR,
                               NULL, 0);
+    }
     if (nghttp2_session_send(hc->ss) != 0 || c->ssl || c->fd < 0)
         return;
     /* the bufferevent keeps its output's start frozen (only it drains it);
@@ -958,6 +964,8 @@ h2_shutdown(struct hconn *c)
     struct h2conn *hc = hc_of(c);
     if (c->state == C_DEAD || hc->goaway)
         return;
+    hc->goaway = true; /* once: every unauthenticated stream asks for it */
+    c->s->stats.h2_goaways++;
     nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR, NULL,
                           0);

@@ -73,7 +73,7 @@ struct h2conn {
     unsigned nopen;
     struct bucket resets, prio;
     int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
-    bool in_recv, goaway;
+    bool in_recv, goaway, calm; /* a GOAWAY submitted; the session ended for a flood */
     /* HPACK bombs: header bytes decoded (fields as counted for the list
      * limit) against the bytes received (h2.c's hpack_budget) */
     uint64_t decoded, received;

@@ -67,6 +67,19 @@ conn_of(void *arg)
 
 /* ---- the parse loop's other half: a response left ---- */
 
+/* Pipelined bytes wait in the input while a request is in progress, at most
+ * READ_CHUNK of them (and one read): reading stops past it. Every place that
+ * lets the parser go on (a response left) enables reading, then asks again
+ * here, so a client that pipelines faster than its answers leave cannot
+ * make kwc read ahead of them. */
+static void
+read_gate(struct hconn *c)
+{
+    if (c->state == C_REQ && !c->h2 &&
+        evbuffer_get_length(bufferevent_get_input(c->bev)) > READ_CHUNK)
+        bufferevent_disable(c->bev, EV_READ);
+}
+
 /* The response is over and has left: next request, or close. */
 static void
 conn_finish_req(struct hconn *c)
@@ -89,6 +102,7 @@ conn_finish_req(struct hconn *c)
     bufferevent_enable(c->bev, EV_READ);
     hconn_arm_timer(c);
     h1_parse(c);
+    read_gate(c);
 }
 
 static void
@@ -165,9 +179,7 @@ on_read(struct bufferevent *bev, void *arg)
         return;
     }
     h1_parse(c);
-    if (c->state != C_DEAD && c->state == C_REQ &&
-        evbuffer_get_length(bufferevent_get_input(bev)) > READ_CHUNK)
-        bufferevent_disable(bev, EV_READ); /* pipelined bytes wait: bounded */
+    read_gate(c);
 }
 
 static void

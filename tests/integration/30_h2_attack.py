@@ -25,6 +25,9 @@ authentication in front of apisim --policy --hang-token-prefix.
    can send no more), and --max-held-body-buffer bounds them all: a further
    connection's streams are refused (RST_STREAM REFUSED_STREAM); the held
    bytes return to 0 when the clients leave.
+5. HTTP/1.1 pipelining without credentials, as fast as kwc reads, its 401s
+   read: kwc reads at most a chunk ahead of its answers (found by the
+   attack bench: one connection grew kwc by ~300 MB in 5 s).
 
 Every wait is a frame, a PING's ACK or a metric polled with a deadline;
 every loop is bounded in count and time.
@@ -33,7 +36,9 @@ import json
 import os
 import shutil
 import ssl
+import sys
 import tempfile
+import time
 import unittest
 
 import certs
@@ -475,6 +480,69 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
             x.close()
         wait_for(lambda: self.m(held) == 0, 60, "the held bytes given back")
         self.still_serving()
+
+    # ---- 5: HTTP/1.1 pipelining ----
+
+    def test_5_h1_pipelining_is_bounded(self):
+        # keep-alive GETs without credentials, pipelined as fast as kwc
+        # reads them while their 401s are read: kwc reads ahead of its
+        # answers by at most one read chunk (before: it read on and kept
+        # the requests, ~300 MB of RSS per 400 MB sent in 5 s)
+        import select
+        import socket
+        pid = self.kwc.pid()
+        rss0 = rss_kib(pid)
+        req = b"GET /api/v1/namespaces/default/pods/p HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        batch = req * 1000
+        s = socket.create_connection(("127.0.0.1", self.kwc.port), timeout=30)
+        if TLS:
+            s = ClientTLS(P.ca.crt).context().wrap_socket(s, server_hostname="127.0.0.1")
+        self.addCleanup(s.close)
+        s.setblocking(False)
+        sent = answered = 0
+        pending = b""
+        tail = b""
+        end = time.monotonic() + 10
+        while time.monotonic() < end and sent < (100 << 20):
+            r, w, _ = select.select([s], [s], [], 1)
+            if w:
+                if not pending:
+                    pending = batch
+                try:
+                    n = s.send(pending)
+                    sent += n
+                    pending = pending[n:]
+                except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                    pass
+            if r:
+                try:
+                    while True:
+                        d = s.recv(1 << 20)
+                        if not d:
+                            self.fail("kwc closed the connection")
+                        d = tail + d
+                        answered += d.count(b"HTTP/1.1 401 ")
+                        tail = d[-16:]
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+        grown = rss_kib(pid) - rss0
+        sys.stderr.write("pipelining: %d MB sent, %d answered, kwc RSS +%d KiB\n" % (sent >> 20, answered, grown))
+        self.assertGreater(answered, 0)
+        # what was sent and not answered yet sits in kwc's input (one read
+        # chunk at most) or in the two kernels' socket buffers (loopback
+        # autotuning: ~6 MB received, ~4 MB sent at most)
+        ahead = sent - answered * len(req)
+        self.assertLess(ahead, 16 << 20, "kwc read %d MB ahead of its answers" % (ahead >> 20))
+        self.assertLess(grown, 32 << 10, "kwc kept %d KiB of %d MB of pipelined requests" % (grown, sent >> 20))
+        self.still_serving()
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
 
 
 if __name__ == "__main__":

@@ -272,6 +272,7 @@ struct cl {
     size_t nin;
     bool eof;
     bool goaway;
+    int ngoaway;
     uint32_t goaway_code;
     int32_t goaway_last;
     struct cst st[MAX_ST];
@@ -337,6 +338,7 @@ c_frame(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct cl *c = arg;
     if (f->hd.type == NGHTTP2_GOAWAY) {
+        c->ngoaway++;
         c->goaway = true;
         c->goaway_code = f->goaway.error_code;
         c->goaway_last = f->goaway.last_stream_id;
@@ -1230,8 +1232,10 @@ test_goaway_after(void)
     is_int(sv.nreq, 2, "goaway: two streams open");
     struct hreq *ra = sv.reqs[0]->r, *rb = sv.reqs[1]->r;
     hresp_goaway(ra);
+    hresp_goaway(rb); /* both unauthenticated, in one loop turn: one GOAWAY */
     pump(&sv, &c, 1);
     ok(c.goaway, "goaway: GOAWAY sent before the answer");
+    is_int(c.ngoaway, 1, "goaway: once, however many streams asked");
     is_int(c.goaway_code, NGHTTP2_NO_ERROR, "goaway: NO_ERROR");
     is_int(c.goaway_last, c.st[b].id, "goaway: the last stream id");
     ok(!c.eof, "goaway: the connection waits for its streams");
