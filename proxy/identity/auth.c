@@ -16,6 +16,18 @@
  * and every waiter is called back when it ends. At max_entries, expired
  * entries among the oldest go first, else the oldest.
  *
+ * Each review has a timer, review_timeout_ms from its start (when it was
+ * handed to the upstream client, which queues it while its pool is full):
+ * on expiry its transfer is cancelled and it ends like a failed review
+ * (401 / AUTH_ERROR) except that nothing is cached, as kube's webhook
+ * authenticator and authorizer cache no error. A TokenReview started for
+ * a request with a source address is counted in a->review_src under that
+ * source until it ends (answered, timed out, or cancelled with its last
+ * waiter); a source at max_reviews_per_source gets 429 for a token that
+ * needs a new review. SubjectAccessReviews are asked for callers already
+ * authenticated and are not shared out per source (--anonymous-auth's
+ * anonymous callers aside: see README's fairness notes).
+ *
  * Invariants: a token lives only in the caller's header and in one review's
  * request body, which is wiped when the review ends; no log line holds it.
  * Upstream response bodies are bounded (AUTH_MAX_BODY) before they are
@@ -30,6 +42,7 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +151,10 @@ struct review {
     char *resp;
     size_t resp_len, resp_cap;
     struct event *oversize_ev; /* answers an oversized response outside curl */
+    struct event *timer;       /* review_timeout_ms from the start */
+    bool timed_out;            /* ended by the timer: nothing is cached */
+    bool src_counted;          /* counted in a->review_src under src */
+    struct src_key src;
 };
 
 struct auth {
@@ -146,6 +163,7 @@ struct auth {
     struct up_client *up;
     struct auth_options o;
     struct ttlc *tokens, *sars; /* answers, and the reviews in flight */
+    struct srcmap *review_src;  /* TokenReviews in flight per source */
     struct auth_stats st;
     double last_log;
     unsigned long suppressed;
@@ -184,6 +202,10 @@ review_free(struct review *r)
 {
     if (r->x)
         up_xfer_cancel(r->x);
+    if (r->timer)
+        event_free(r->timer);
+    if (r->src_counted)
+        srcmap_release(r->a->review_src, &r->src);
     if (r->req) {
         OPENSSL_cleanse(r->req, r->req_len);
         free(r->req);
@@ -260,6 +282,24 @@ on_review_done(void *arg, int err, const char *msg)
     review_done(r, err, msg);
 }
 
+/* The review's deadline: its transfer ends (a connection freed, or its
+ * place in the pool's queue given up) and its waiters get a failed
+ * review's answer. From the loop, outside curl. */
+static void
+on_review_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct review *r = arg;
+    assert(r->magic == REVIEW_MAGIC);
+    up_xfer_cancel(r->x);
+    r->x = NULL;
+    r->timed_out = true;
+    r->a->st.reviews_timed_out++;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "no answer within %u ms (--review-timeout)",
+             r->a->o.review_timeout_ms);
+    review_done(r, -ETIMEDOUT, msg);
+}
+
 static const struct up_xfer_cbs review_cbs = {.on_headers = on_review_headers,
                                               .on_data = on_review_data,
                                               .on_body = on_review_body,
@@ -272,10 +312,12 @@ cache_of(struct auth *a, enum review_kind kind)
 }
 
 /* Start the review of body (taken) under key: a fetch of its kind's cache.
- * NULL if it could not start (logged; body wiped and freed). */
+ * src: the source it counts against (already taken in a->review_src; the
+ * review releases it), or NULL. NULL if it could not start (logged; body
+ * wiped and freed, src released). */
 static struct review *
 review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_LEN], char *body,
-             size_t len, bool cacheable)
+             size_t len, bool cacheable, const struct src_key *src)
 {
     struct review *r = xcalloc(1, sizeof(*r));
     r->magic = REVIEW_MAGIC;
@@ -284,6 +326,10 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_
     r->cacheable = cacheable;
     r->req = body;
     r->req_len = len;
+    if (src) {
+        r->src = *src;
+        r->src_counted = true;
+    }
     static const struct up_header hdrs[] = {{"Content-Type", "application/json"},
                                             {"Accept", "application/json"}};
     struct up_request req = {.method = "POST",
@@ -302,6 +348,11 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_
         return NULL;
     }
     r->f = ttlc_fetch_begin(cache_of(a, kind), key, KEY_LEN, r);
+    if (a->o.review_timeout_ms) {
+        r->timer = evtimer_new(a->base, on_review_timeout, r);
+        struct timeval tv = {a->o.review_timeout_ms / 1000, (a->o.review_timeout_ms % 1000) * 1000};
+        evtimer_add(r->timer, &tv);
+    }
     return r;
 }
 
@@ -367,6 +418,10 @@ review_done(struct review *r, int err, const char *msg)
         e->u = u;
         if (u)
             auth_user_ref(u);
+        if (r->timed_out) {
+            free_tok_ent(e); /* a review that timed out says nothing of the token */
+            e = NULL;
+        }
         ttlc_fetch_end(r->f, e, status == 0 ? a->o.token_ttl_s : a->o.token_fail_ttl_s, now_of(a));
         while (wait_pop(r->f, &w)) {
             if (u)
@@ -428,6 +483,10 @@ auth_new(struct event_base *base, struct up_client *up, const struct auth_option
         a->o.max_entries = DEFAULT_MAX_ENTRIES;
     a->tokens = ttlc_new(a->o.max_entries, free_tok_ent);
     a->sars = ttlc_new(a->o.max_entries, free_sar_ent);
+    uint64_t seed = 0;
+    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
+        seed = (uint64_t)(uintptr_t)a; /* only the hash's spread */
+    a->review_src = srcmap_new(seed);
     *out = a;
     return 0;
 }
@@ -453,6 +512,7 @@ auth_free(struct auth *a)
     }
     ttlc_free(a->tokens);
     ttlc_free(a->sars);
+    srcmap_free(a->review_src);
     a->magic = 0;
     free(a);
 }
@@ -461,11 +521,12 @@ void
 auth_stats(const struct auth *a, struct auth_stats *out)
 {
     *out = a->st;
+    out->review_sources = srcmap_sources(a->review_src);
 }
 
 struct auth_wait *
-auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization, auth_user_cb cb,
-                  void *arg)
+auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
+                  const struct src_key *src, auth_user_cb cb, void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
     /* 1. x509: a verified certificate with a CN */
@@ -494,9 +555,16 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
         }
         struct ttlc_fetch *f = ttlc_fetch_find(a->tokens, key, KEY_LEN);
         if (!f) {
+            /* a new review: the source's share (auth.h) */
+            if (src && !srcmap_take(a->review_src, src, a->o.max_reviews_per_source)) {
+                a->st.token_reviews_refused++;
+                a->st.authn_denied++;
+                cb(arg, 429, NULL);
+                return NULL;
+            }
             size_t bl;
             char *body = auth_token_review_json(tok, tl, &bl);
-            struct review *r = review_start(a, REVIEW_TOKEN, key, body, bl, true);
+            struct review *r = review_start(a, REVIEW_TOKEN, key, body, bl, true, src);
             if (!r) {
                 a->st.token_review_errors++;
                 a->st.authn_denied++;
@@ -549,7 +617,7 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     }
     char *body = auth_sar_json(u, at);
     struct review *r =
-        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at));
+        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at), NULL);
     if (!r) {
         a->st.authz_errors++;
         cb(arg, AUTH_ERROR, "SubjectAccessReview failed: the request could not be started");

@@ -248,20 +248,21 @@ struct later {
     struct hreq *r;
     int code; /* a Status answer; 0: kwc's own endpoint */
     char *reason, *msg;
-    char *body;    /* a Status already rendered (code set) */
-    char path[16]; /* endpoint: its path */
+    char *body;      /* a Status already rendered (code set) */
+    int retry_after; /* a Status answer's Retry-After (seconds; 0: none) */
+    char path[16];   /* endpoint: its path */
 };
 
 static void
 answer_now(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-           const char *path, const char *body)
+           const char *path, const char *body, int retry_after)
 {
     if (code && body) {
-        respond_status_body(r, code, body, 0);
+        respond_status_body(r, code, body, retry_after);
         return;
     }
     if (code) {
-        respond_status(r, code, reason, msg, 0);
+        respond_status(r, code, reason, msg, retry_after);
         return;
     }
     struct kreq k = {.f = f, .req = r};
@@ -273,7 +274,7 @@ static void
 on_later_complete(void *arg)
 {
     struct later *l = arg;
-    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body);
+    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body, l->retry_after);
 }
 
 static void
@@ -293,10 +294,10 @@ static const struct hreq_handler later_handler = {
 
 static void
 answer_with(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-            const char *endpoint, const char *body)
+            const char *endpoint, const char *body, int retry_after)
 {
     if (!hreq_has_body(r)) {
-        answer_now(f, r, code, reason, msg, endpoint, body);
+        answer_now(f, r, code, reason, msg, endpoint, body, retry_after);
         return;
     }
     struct later *l = xcalloc(1, sizeof(*l));
@@ -306,6 +307,7 @@ answer_with(struct front *f, struct hreq *r, int code, const char *reason, const
     l->reason = reason ? xstrdup(reason) : NULL;
     l->msg = msg ? xstrdup(msg) : NULL;
     l->body = body ? xstrdup(body) : NULL;
+    l->retry_after = retry_after;
     if (endpoint)
         snprintf(l->path, sizeof(l->path), "%s", endpoint);
     hreq_set_handler(r, &later_handler, l);
@@ -315,7 +317,7 @@ static void
 answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
        const char *endpoint)
 {
-    answer_with(f, r, code, reason, msg, endpoint, NULL);
+    answer_with(f, r, code, reason, msg, endpoint, NULL, 0);
 }
 
 static bool
@@ -405,13 +407,21 @@ on_parked_close(void *arg)
 
 static const struct hreq_handler parked_handler = {.on_close = on_parked_close};
 
-/* Answer now (the request is over for the stages). */
+/* Answer now (the request is over for the stages); retry_after: a
+ * Retry-After (and the Status's retryAfterSeconds) in seconds, or 0. */
+static void
+finish_retry(struct kreq *k, int code, const char *reason, const char *msg, const char *body,
+             int retry_after)
+{
+    hreq_set_handler(k->req, NULL, NULL);
+    answer_with(k->f, k->req, code, reason, msg, NULL, body, retry_after);
+    kreq_free(k);
+}
+
 static void
 finish(struct kreq *k, int code, const char *reason, const char *msg, const char *body)
 {
-    hreq_set_handler(k->req, NULL, NULL);
-    answer_with(k->f, k->req, code, reason, msg, NULL, body);
-    kreq_free(k);
+    finish_retry(k, code, reason, msg, body, 0);
 }
 
 /* kube's 500 for an authorizer error or a bad impersonation request
@@ -467,6 +477,13 @@ on_authenticated(void *arg, int status, struct auth_user *u)
      * "Connection: close"); HTTP/1.1 keep-alive stays as it is. */
     if (status != 0 || !u || auth_user_is_anonymous(u))
         hresp_goaway(k->req);
+    if (status == 429) {
+        /* its source holds its share of TokenReviews (auth.h): what kube's
+         * max-in-flight filter answers a request past its limit */
+        finish_retry(k, 429, "TooManyRequests", "Too many requests, please try again later.", NULL,
+                     1);
+        return;
+    }
     if (status != 0 || !u) {
         /* kube's 401 (responsewriters/errors.go via filters/authentication.go) */
         finish(k, 401, "Unauthorized", "Unauthorized", NULL);
@@ -486,9 +503,11 @@ stage_authenticate(struct kreq *k)
     hreq_set_handler(k->req, &parked_handler, k);
     hreq_body_hold(k->req); /* for whoever takes the request after the stages */
     /* an answer known at once calls back before this returns, and may free k */
-    struct auth_wait *w =
-        auth_authenticate(k->f->auth, hreq_client_cert(k->req),
-                          hreq_header(k->req, "Authorization"), on_authenticated, k);
+    struct src_key src;
+    bool has_src = hreq_source(k->req, &src);
+    struct auth_wait *w = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
+                                            hreq_header(k->req, "Authorization"),
+                                            has_src ? &src : NULL, on_authenticated, k);
     if (w)
         k->wait = w;
 }
