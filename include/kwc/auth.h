@@ -32,7 +32,10 @@
  * token costs nothing): past max_reviews_per_source, a source's request
  * that needs a new review is answered 429 at once, so one address flooding
  * kwc with tokens that hang holds at most its share of the pool and the
- * rest is free for other callers' new tokens.
+ * rest is free for other callers' new tokens. The same share holds in the
+ * SubjectAccessReview pool for the reviews of callers that are not
+ * authenticated (--anonymous-auth's system:anonymous), for which the
+ * caller passes a source to auth_authorize.
  *
  * An upstream that cannot answer (down, 5xx, garbage) fails closed, as
  * kube-apiserver does when its webhook fails: authentication gives 401
@@ -65,7 +68,7 @@ struct auth_options {
     unsigned deny_ttl_s;             /* --authorization-webhook-cache-unauthorized-ttl (30) */
     size_t max_entries;              /* per cache; the oldest go first (default 100000) */
     unsigned review_timeout_ms;      /* a review's deadline from when it is asked; 0: none */
-    unsigned max_reviews_per_source; /* TokenReviews a source may have started; 0: no limit */
+    unsigned max_reviews_per_source; /* reviews a source may have started, per pool; 0: none */
     /* The clock of the TTLs and of the failure log's rate, in seconds (any
      * origin that does not go back); NULL: CLOCK_MONOTONIC. For tests. */
     double (*clock)(void *arg);
@@ -81,7 +84,8 @@ struct auth_stats {
     uint64_t reviews_cancelled;     /* no one waited for them any more */
     uint64_t reviews_timed_out;     /* past review_timeout_ms (each kind) */
     uint64_t token_reviews_refused; /* a source past max_reviews_per_source: 429 */
-    uint64_t review_sources;        /* sources with a TokenReview counted now */
+    uint64_t sar_refused;           /* the same for an unauthenticated caller's SAR */
+    uint64_t review_sources;        /* sources with a review counted now, per pool, summed */
 };
 
 struct auth;
@@ -114,12 +118,15 @@ struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const 
                                     const struct src_key *src, auth_user_cb cb, void *arg);
 
 /* reason: the SubjectAccessReview's status.reason (or the error), "" if none;
- * valid during the callback. u and at are borrowed for the call only. Same
- * synchronous rule as auth_authenticate (a cache hit, a review that could
- * not be started). */
+ * valid during the callback. u and at are borrowed for the call only. src:
+ * the source a new review counts against, for a caller that is not
+ * authenticated (NULL: none; borrowed); past its share, AUTH_BUSY at once.
+ * Same synchronous rule as auth_authenticate (a cache hit, a review that
+ * could not be started, a source past its share). */
 typedef void (*auth_decision_cb)(void *arg, enum auth_decision d, const char *reason);
 struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
-                                 const struct auth_attrs *at, auth_decision_cb cb, void *arg);
+                                 const struct auth_attrs *at, const struct src_key *src,
+                                 auth_decision_cb cb, void *arg);
 /*
  * The caller went away: w's callback never runs and w is freed. When w was
  * the last waiter of its review (coalesced or not), the review is cancelled

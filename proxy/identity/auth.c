@@ -21,12 +21,13 @@
  * on expiry its transfer is cancelled and it ends like a failed review
  * (401 / AUTH_ERROR) except that nothing is cached, as kube's webhook
  * authenticator and authorizer cache no error. A TokenReview started for
- * a request with a source address is counted in a->review_src under that
- * source until it ends (answered, timed out, or cancelled with its last
- * waiter); a source at max_reviews_per_source gets 429 for a token that
- * needs a new review. SubjectAccessReviews are asked for callers already
- * authenticated and are not shared out per source (--anonymous-auth's
- * anonymous callers aside: see README's fairness notes).
+ * a request with a source address is counted in a->review_src[REVIEW_TOKEN]
+ * under that source until it ends (answered, timed out, or cancelled with
+ * its last waiter); a source at max_reviews_per_source gets 429 for a token
+ * that needs a new review. SubjectAccessReviews are counted likewise in
+ * a->review_src[REVIEW_SAR] when the caller passes a source (an
+ * unauthenticated caller: authenticated ones are not shared out per
+ * address), AUTH_BUSY past the share.
  *
  * Invariants: a token lives only in the caller's header and in one review's
  * request body, which is wiped when the review ends; no log line holds it.
@@ -162,8 +163,8 @@ struct auth {
     struct event_base *base;
     struct up_client *up;
     struct auth_options o;
-    struct ttlc *tokens, *sars; /* answers, and the reviews in flight */
-    struct srcmap *review_src;  /* TokenReviews in flight per source */
+    struct ttlc *tokens, *sars;   /* answers, and the reviews in flight */
+    struct srcmap *review_src[2]; /* reviews in flight per source, by review_kind */
     struct auth_stats st;
     double last_log;
     unsigned long suppressed;
@@ -205,7 +206,7 @@ review_free(struct review *r)
     if (r->timer)
         event_free(r->timer);
     if (r->src_counted)
-        srcmap_release(r->a->review_src, &r->src);
+        srcmap_release(r->a->review_src[r->kind], &r->src);
     if (r->req) {
         OPENSSL_cleanse(r->req, r->req_len);
         free(r->req);
@@ -486,7 +487,8 @@ auth_new(struct event_base *base, struct up_client *up, const struct auth_option
     uint64_t seed = 0;
     if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
         seed = (uint64_t)(uintptr_t)a; /* only the hash's spread */
-    a->review_src = srcmap_new(seed);
+    a->review_src[REVIEW_TOKEN] = srcmap_new(seed);
+    a->review_src[REVIEW_SAR] = srcmap_new(seed ^ 0x5bd1e995u);
     *out = a;
     return 0;
 }
@@ -512,7 +514,8 @@ auth_free(struct auth *a)
     }
     ttlc_free(a->tokens);
     ttlc_free(a->sars);
-    srcmap_free(a->review_src);
+    srcmap_free(a->review_src[REVIEW_TOKEN]);
+    srcmap_free(a->review_src[REVIEW_SAR]);
     a->magic = 0;
     free(a);
 }
@@ -521,7 +524,8 @@ void
 auth_stats(const struct auth *a, struct auth_stats *out)
 {
     *out = a->st;
-    out->review_sources = srcmap_sources(a->review_src);
+    out->review_sources =
+        srcmap_sources(a->review_src[REVIEW_TOKEN]) + srcmap_sources(a->review_src[REVIEW_SAR]);
 }
 
 struct auth_wait *
@@ -556,7 +560,8 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
         struct ttlc_fetch *f = ttlc_fetch_find(a->tokens, key, KEY_LEN);
         if (!f) {
             /* a new review: the source's share (auth.h) */
-            if (src && !srcmap_take(a->review_src, src, a->o.max_reviews_per_source)) {
+            if (src &&
+                !srcmap_take(a->review_src[REVIEW_TOKEN], src, a->o.max_reviews_per_source)) {
                 a->st.token_reviews_refused++;
                 a->st.authn_denied++;
                 cb(arg, 429, NULL);
@@ -592,7 +597,7 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
 
 struct auth_wait *
 auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attrs *at,
-               auth_decision_cb cb, void *arg)
+               const struct src_key *src, auth_decision_cb cb, void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
     /* webhook.go keys its cache by the marshalled SubjectAccessReviewSpec;
@@ -615,9 +620,15 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
         a->st.sar_coalesced++;
         return wait_add(f, NULL, cb, arg);
     }
+    /* a new review: an unauthenticated caller's source's share (auth.h) */
+    if (src && !srcmap_take(a->review_src[REVIEW_SAR], src, a->o.max_reviews_per_source)) {
+        a->st.sar_refused++;
+        cb(arg, AUTH_BUSY, "");
+        return NULL;
+    }
     char *body = auth_sar_json(u, at);
     struct review *r =
-        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at), NULL);
+        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at), src);
     if (!r) {
         a->st.authz_errors++;
         cb(arg, AUTH_ERROR, "SubjectAccessReview failed: the request could not be started");

@@ -496,13 +496,17 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
                  "TokenReviews and SubjectAccessReviews that had no answer within "
                  "--review-timeout (their callers got a failed review's answer).",
                  NULL, NULL, &rt, 1);
-        uint64_t rf = as.token_reviews_refused;
-        counter1(w, "kwc_token_reviews_refused_total",
+        const char *rvk[] = {"tokenreview", "subjectaccessreview"};
+        uint64_t rf[] = {as.token_reviews_refused, as.sar_refused};
+        counter1(w, "kwc_reviews_refused_total",
                  "Requests answered 429 because their source address had "
-                 "--max-reviews-per-source TokenReviews in flight.",
-                 NULL, NULL, &rf, 1);
+                 "--max-reviews-per-source reviews in flight in that review's pool "
+                 "(SubjectAccessReviews: of callers not authenticated).",
+                 "review", rvk, rf, 2);
         metrics_write_family(w, "kwc_review_sources",
-                             "Source addresses with a TokenReview in flight.", METRICS_GAUGE);
+                             "Source addresses with a review counted in flight, per review pool "
+                             "(an address in both counts twice).",
+                             METRICS_GAUGE);
         metrics_write_sample(w, "kwc_review_sources", NULL, NULL, 0, (double)as.review_sources);
     }
 }

@@ -424,6 +424,24 @@ finish(struct kreq *k, int code, const char *reason, const char *msg, const char
     finish_retry(k, code, reason, msg, body, 0);
 }
 
+/* The caller's source holds its share of reviews (auth.h): what kube's
+ * max-in-flight filter answers a request past its limit. */
+static void
+finish_busy(struct kreq *k)
+{
+    finish_retry(k, 429, "TooManyRequests", "Too many requests, please try again later.", NULL, 1);
+}
+
+/* The source an unauthenticated caller's new reviews count against (auth.h);
+ * NULL for an authenticated caller or a peer without an IP address. */
+static const struct src_key *
+review_source(struct kreq *k, struct src_key *buf)
+{
+    if (!k->caller || !auth_user_is_anonymous(k->caller))
+        return NULL;
+    return hreq_source(k->req, buf) ? buf : NULL;
+}
+
 /* kube's 500 for an authorizer error or a bad impersonation request
  * (filters/authorization.go, impersonation.go: responsewriters.InternalError,
  * which is http.Error of `Internal Server Error: %q: %v` with & < > escaped):
@@ -478,10 +496,7 @@ on_authenticated(void *arg, int status, struct auth_user *u)
     if (status != 0 || !u || auth_user_is_anonymous(u))
         hresp_goaway(k->req);
     if (status == 429) {
-        /* its source holds its share of TokenReviews (auth.h): what kube's
-         * max-in-flight filter answers a request past its limit */
-        finish_retry(k, 429, "TooManyRequests", "Too many requests, please try again later.", NULL,
-                     1);
+        finish_busy(k);
         return;
     }
     if (status != 0 || !u) {
@@ -528,6 +543,10 @@ on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
 {
     struct kreq *k = arg;
     k->wait = NULL;
+    if (d == AUTH_BUSY) {
+        finish_busy(k);
+        return;
+    }
     if (d == AUTH_ERROR) {
         finish_internal(k, reason);
         return;
@@ -556,7 +575,9 @@ next_impersonation(struct kreq *k)
     }
     struct auth_attrs at;
     imp_attrs(&k->imp.q[k->at], &at);
-    struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
+    struct src_key src;
+    struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, review_source(k, &src),
+                                         on_impersonation_decided, k);
     if (w)
         k->wait = w; /* else k may be gone already */
 }
@@ -658,6 +679,10 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
         stage_route(k);
         return;
     }
+    if (d == AUTH_BUSY) {
+        finish_busy(k);
+        return;
+    }
     if (d == AUTH_ERROR) {
         finish_internal(k, reason);
         return;
@@ -681,7 +706,9 @@ stage_authorize(struct kreq *k)
     struct sel *sel;
     struct auth_attrs at;
     request_attrs(k, &sel, &at);
-    struct auth_wait *w = auth_authorize(k->f->auth, k->user, &at, on_authorized, k);
+    struct src_key src;
+    struct auth_wait *w =
+        auth_authorize(k->f->auth, k->user, &at, review_source(k, &src), on_authorized, k);
     sel_free(sel);
     if (w)
         k->wait = w; /* else k may be gone already */

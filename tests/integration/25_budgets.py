@@ -526,7 +526,7 @@ class ReviewFairnessTest(ProcGroup, unittest.TestCase):
         m = self.metrics(p)
         share = self.POOL // 2   # --max-reviews-per-source's default: half the pool
         self.assertEqual(metric(m, "kwc_upstream_connections_limit", pool="tokenreview"), self.POOL)
-        self.assertEqual(metric(m, "kwc_token_reviews_refused_total"), 0)
+        self.assertEqual(metric(m, "kwc_reviews_refused_total", review="tokenreview"), 0)
         hung0 = self.sim_stats()["hanging_reviews"]["started"]
         socks = []
         try:
@@ -536,7 +536,7 @@ class ReviewFairnessTest(ProcGroup, unittest.TestCase):
                 s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %sfair-%d\r\n\r\n"
                            % (self.PODS, HANG, i)).encode())
             # every request decided: its share of reviews started, the rest refused
-            wait_for(lambda: metric(self.metrics(p), "kwc_token_reviews_refused_total") == self.FLOOD - share, 60,
+            wait_for(lambda: metric(self.metrics(p), "kwc_reviews_refused_total", review="tokenreview") == self.FLOOD - share, 60,
                      "%d of the flood's requests refused" % (self.FLOOD - share))
             wait_for(lambda: self.sim_stats()["hanging_reviews"]["started"] - hung0 == share, 60,
                      "the flood's share of reviews hanging upstream")

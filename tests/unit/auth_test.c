@@ -381,8 +381,8 @@ test_sar_ttls(void)
     struct auth_attrs del = get;
     del.verb = "delete";
     struct dres a = {0}, d = {0};
-    auth_authorize(e.a, u, &get, on_decision, &a);
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &get, NULL, on_decision, &a);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     run_until(&e, &a.calls, 1);
     run_until(&e, &d.calls, 1);
     is_int(a.d, AUTH_ALLOW, "allowed");
@@ -390,15 +390,18 @@ test_sar_ttls(void)
     is_int(e.f.sars, 2, "two questions asked");
 
     now += 29.999;
-    ok(auth_authorize(e.a, u, &del, on_decision, &d) == NULL, "the denial cached at 29.999 s");
+    ok(auth_authorize(e.a, u, &del, NULL, on_decision, &d) == NULL,
+       "the denial cached at 29.999 s");
     now += 0.001;
-    ok(auth_authorize(e.a, u, &del, on_decision, &d) != NULL, "not at 30 s (deny_ttl)");
+    ok(auth_authorize(e.a, u, &del, NULL, on_decision, &d) != NULL, "not at 30 s (deny_ttl)");
     run_until(&e, &d.calls, 3);
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow still cached at 30 s");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) == NULL,
+       "the allow still cached at 30 s");
     now += 269.999;
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow cached at 299.999 s");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) == NULL,
+       "the allow cached at 299.999 s");
     now += 0.001;
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) != NULL, "not at 300 s (allow_ttl)");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) != NULL, "not at 300 s (allow_ttl)");
     run_until(&e, &a.calls, 4);
     is_int(a.d, AUTH_ALLOW, "asked again: allowed");
     is_int(e.f.sars, 4, "each asked twice");
@@ -485,7 +488,7 @@ test_sar_coalesced(void)
     memset(r, 0, sizeof(r));
     int pending = 0;
     for (int i = 0; i < 100; i++)
-        pending += auth_authorize(e.a, u, &at, on_decision, &r[i]) != NULL;
+        pending += auth_authorize(e.a, u, &at, NULL, on_decision, &r[i]) != NULL;
     is_int(pending, 100, "100 waits");
     run_until(&e, &e.f.sars, 1);
     fake_release(&e.f);
@@ -504,19 +507,19 @@ test_sar_coalesced(void)
     is_int(st.sar_coalesced, 99, "stats: sar_coalesced 99");
 
     struct dres again = {0};
-    ok(auth_authorize(e.a, u, &at, on_decision, &again) == NULL, "cached: at once");
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &again) == NULL, "cached: at once");
     is_int(again.d, AUTH_ALLOW, "cached allow");
 
     /* another question is another request; a denial carries its reason */
     struct auth_attrs del = at;
     del.verb = "delete";
     struct dres d = {0};
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     run_until(&e, &d.calls, 1);
     is_int(d.d, AUTH_DENY, "denied");
     is_str(d.reason, "no deleting", "status.reason");
     is_int(e.f.sars, 2, "a different question is asked");
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     is_int(d.calls, 2, "the denial is cached");
     is_int(e.f.sars, 2, "not asked again");
     auth_user_unref(u);
@@ -533,8 +536,8 @@ test_cancel(void)
         .resource_request = true, .verb = "list", .version = "v1", .resource = "pods"};
     e.f.hold = true;
     struct dres a = {0}, b = {0};
-    struct auth_wait *wa = auth_authorize(e.a, u, &at, on_decision, &a);
-    struct auth_wait *wb = auth_authorize(e.a, u, &at, on_decision, &b);
+    struct auth_wait *wa = auth_authorize(e.a, u, &at, NULL, on_decision, &a);
+    struct auth_wait *wb = auth_authorize(e.a, u, &at, NULL, on_decision, &b);
     ok(wa && wb, "two waits");
     auth_cancel(wa);
     run_until(&e, &e.f.sars, 1);
@@ -549,8 +552,8 @@ test_cancel(void)
     at2.namespace_ = "other";
     e.f.hold = true;
     struct dres c = {0}, c2 = {0};
-    struct auth_wait *wc = auth_authorize(e.a, u, &at2, on_decision, &c);
-    struct auth_wait *wc2 = auth_authorize(e.a, u, &at2, on_decision, &c2);
+    struct auth_wait *wc = auth_authorize(e.a, u, &at2, NULL, on_decision, &c);
+    struct auth_wait *wc2 = auth_authorize(e.a, u, &at2, NULL, on_decision, &c2);
     run_until(&e, &e.f.sars, 2);
     struct up_pool_stats ps0, ps1;
     up_client_pool_stats(e.up, UP_POOL_SAR, &ps0);
@@ -568,7 +571,8 @@ test_cancel(void)
     /* (evhttp keeps a request whose client left: the reply just frees it) */
     fake_release(&e.f);
     struct dres probe = {0};
-    ok(auth_authorize(e.a, u, &at2, on_decision, &probe) != NULL, "nothing was cached from it");
+    ok(auth_authorize(e.a, u, &at2, NULL, on_decision, &probe) != NULL,
+       "nothing was cached from it");
     run_until(&e, &probe.calls, 1);
     is_int(probe.d, AUTH_ALLOW, "asked again and answered");
     is_int(c.calls + c2.calls, 0, "no callback for the cancelled waits");
@@ -644,12 +648,12 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
                             .namespace_ = "x",
                             .name = "y"};
     struct dres d = {0};
-    auth_authorize(e.a, u, &at, on_decision, &d);
+    auth_authorize(e.a, u, &at, NULL, on_decision, &d);
     run_until(&e, &d.calls, 1);
     snprintf(msg, sizeof(msg), "%s: SAR -> AUTH_ERROR", what);
     is_int(d.d, AUTH_ERROR, msg);
     ok(d.reason[0] != '\0', "with a message");
-    auth_authorize(e.a, u, &at, on_decision, &d);
+    auth_authorize(e.a, u, &at, NULL, on_decision, &d);
     run_until(&e, &d.calls, 2);
     snprintf(msg, sizeof(msg), "%s: errors are not cached", what);
     if (!refused)
@@ -723,7 +727,8 @@ test_review_timeout(void)
                             .name = "p"};
     e.f.hold = true;
     struct dres d = {0};
-    ok(auth_authorize(e.a, u, &at, on_decision, &d) != NULL, "a SubjectAccessReview is pending");
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &d) != NULL,
+       "a SubjectAccessReview is pending");
     capture_start();
     run_until(&e, &d.calls, 1);
     free(capture_end());
@@ -731,7 +736,7 @@ test_review_timeout(void)
     ok(strstr(d.reason, "--review-timeout") != NULL, "its reason says why");
     fake_release(&e.f);
     struct dres d2 = {0};
-    ok(auth_authorize(e.a, u, &at, on_decision, &d2) != NULL, "not cached: asked again");
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &d2) != NULL, "not cached: asked again");
     run_until(&e, &d2.calls, 1);
     is_int(d2.d, AUTH_ALLOW, "and answered");
     auth_stats(e.a, &st);
@@ -796,6 +801,42 @@ test_source_share(void)
        "a: room again once its reviews ended");
     run_until(&e, &a5.calls, 1);
     is_int(a5.status, 0, "and answered");
+
+    /* SubjectAccessReviews: counted when the caller passes a source (an
+     * unauthenticated caller's), AUTH_BUSY past the share */
+    struct auth_user *anon = auth_anonymous_user();
+    struct auth_attrs at[4];
+    static const char *const names[] = {"p0", "p1", "p2", "p3"};
+    for (int i = 0; i < 4; i++)
+        at[i] = (struct auth_attrs){.resource_request = true,
+                                    .verb = "get",
+                                    .version = "v1",
+                                    .resource = "pods",
+                                    .namespace_ = "default",
+                                    .name = names[i]};
+    e.f.hold = true;
+    struct dres d[4] = {{0}}, d3 = {0};
+    ok(auth_authorize(e.a, anon, &at[0], &a, on_decision, &d[0]) != NULL &&
+           auth_authorize(e.a, anon, &at[1], &a, on_decision, &d[1]) != NULL,
+       "anonymous from a: two questions asked");
+    ok(auth_authorize(e.a, anon, &at[2], &a, on_decision, &d[2]) == NULL && d[2].d == AUTH_BUSY,
+       "a third new question from a: AUTH_BUSY at once");
+    ok(auth_authorize(e.a, anon, &at[2], &b, on_decision, &d3) != NULL, "from b: asked");
+    ok(auth_authorize(e.a, anon, &at[3], NULL, on_decision, &d[3]) != NULL,
+       "no source (an authenticated caller): asked");
+    auth_stats(e.a, &st);
+    is_int(st.sar_refused, 1, "stats: one SubjectAccessReview refused");
+    fake_release(&e.f);
+    run_until(&e, &d3.calls, 1);
+    run_until(&e, &d[3].calls, 1);
+    run_until(&e, &d[0].calls, 1);
+    run_until(&e, &d[1].calls, 1);
+    is_int(d[0].calls + d[1].calls + d3.calls + d[3].calls, 4, "the asked ones answered");
+    ok(d[0].d == AUTH_ALLOW && d[1].d == AUTH_ALLOW && d3.d == AUTH_ALLOW && d[3].d == AUTH_ALLOW,
+       "...allowed");
+    auth_stats(e.a, &st);
+    is_int(st.review_sources, 0, "over: no source counted");
+    auth_user_unref(anon);
     env_fini(&e);
 }
 
@@ -863,10 +904,10 @@ test_question_key_collision(void)
     struct env e;
     env_init(&e, NULL, false);
     struct dres rb = {0}, ra = {0};
-    auth_authorize(e.a, b, &at, on_decision, &rb);
+    auth_authorize(e.a, b, &at, NULL, on_decision, &rb);
     run_until(&e, &rb.calls, 1);
     is_int(rb.d, AUTH_ALLOW, "eleven groups: allowed (and cached)");
-    auth_authorize(e.a, a, &at, on_decision, &ra);
+    auth_authorize(e.a, a, &at, NULL, on_decision, &ra);
     run_until(&e, &ra.calls, 1);
     is_int(e.f.sars, 2, "the long group is asked, not answered from the other's entry");
     is_int(ra.d, AUTH_DENY, "the long group: denied");

@@ -614,7 +614,7 @@ static const struct want auth_fams[] = {
     {"kwc_subject_access_reviews_total", "counter", "result"},
     {"kwc_reviews_cancelled_total", "counter", ""},
     {"kwc_reviews_timed_out_total", "counter", ""},
-    {"kwc_token_reviews_refused_total", "counter", ""},
+    {"kwc_reviews_refused_total", "counter", "review"},
     {"kwc_review_sources", "gauge", ""},
 };
 
