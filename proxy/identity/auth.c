@@ -168,6 +168,8 @@ struct auth {
     struct auth_stats st;
     double last_log;
     unsigned long suppressed;
+    double last_share_log; /* log_share's rate, like log_failure's */
+    unsigned long share_suppressed;
 };
 
 /* The TTLs' clock: the caller's, else the monotonic one. */
@@ -196,6 +198,29 @@ log_failure(struct auth *a, const char *what, const char *why)
                   what, why);
     a->last_log = now;
     a->suppressed = 0;
+}
+
+/* A source past its share: logged at most once a second, with the count of
+ * those left out (a flood is refused many times a second). */
+static void
+log_share(struct auth *a, enum review_kind kind, const struct src_key *src)
+{
+    double now = now_of(a);
+    if (a->last_share_log && now - a->last_share_log < 1.0) {
+        a->share_suppressed++;
+        return;
+    }
+    char s[SRC_KEY_TEXT];
+    src_key_text(src, s, sizeof(s));
+    log_warnx("auth: %s holds %u %s (--max-reviews-per-source): answering 429 to its requests "
+              "that need another (%lu more since the last such line)",
+              s, a->o.max_reviews_per_source,
+              kind == REVIEW_TOKEN ? "TokenReviews"
+                                   : "SubjectAccessReviews of callers not "
+                                     "authenticated",
+              a->share_suppressed);
+    a->last_share_log = now;
+    a->share_suppressed = 0;
 }
 
 static void
@@ -296,8 +321,11 @@ on_review_timeout(evutil_socket_t fd, short what, void *arg)
     r->timed_out = true;
     r->a->st.reviews_timed_out++;
     char msg[128];
-    snprintf(msg, sizeof(msg), "no answer within %u ms (--review-timeout)",
-             r->a->o.review_timeout_ms);
+    unsigned ms = r->a->o.review_timeout_ms;
+    if (ms % 1000 == 0)
+        snprintf(msg, sizeof(msg), "no answer within %u s (--review-timeout)", ms / 1000);
+    else
+        snprintf(msg, sizeof(msg), "no answer within %u ms (--review-timeout)", ms);
     review_done(r, -ETIMEDOUT, msg);
 }
 
@@ -563,7 +591,7 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
             if (src &&
                 !srcmap_take(a->review_src[REVIEW_TOKEN], src, a->o.max_reviews_per_source)) {
                 a->st.token_reviews_refused++;
-                a->st.authn_denied++;
+                log_share(a, REVIEW_TOKEN, src);
                 cb(arg, 429, NULL);
                 return NULL;
             }
@@ -623,6 +651,7 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     /* a new review: an unauthenticated caller's source's share (auth.h) */
     if (src && !srcmap_take(a->review_src[REVIEW_SAR], src, a->o.max_reviews_per_source)) {
         a->st.sar_refused++;
+        log_share(a, REVIEW_SAR, src);
         cb(arg, AUTH_BUSY, "");
         return NULL;
     }
