@@ -134,6 +134,18 @@ a flag it needs says "n/a (flag unsupported: ...)".
                The raw results go to a JSON file in the temporary directory
                (its path printed). 3-5 minutes at full size; --small
                (20,000 pods, 200 watchers) in under a minute.
+
+  attack       what one unauthenticated attacker connection running flat out
+               costs kwc (issue 29), bench/attack.py: kwc --auth delegated
+               over apisim --policy, plaintext and TLS, HTTP/1.1 and HTTP/2;
+               per path (401s, large heads, HPACK bombs, MadeYouReset, rapid
+               reset, SETTINGS/PING/PRIORITY floods, bogus tokens, held
+               bodies, unread answers, slow lists, idle connections, TLS
+               handshakes) --duration s: attacker bytes, kwc CPU ns per byte
+               and its ratio to the h1-401 reference, how kwc ended the
+               connection, a legitimate cached GET's p50/p99 meanwhile, kwc
+               RSS. bench/results/attack.md (--attack-label names the
+               section). ~6 minutes (334 s on a loaded 2-core machine); --small ~3.
 """
 import argparse
 import datetime
@@ -3270,8 +3282,13 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32"}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more"
+    "http2,tls-cost,serve-more,attack"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
+
+
+def bench_attack(args):
+    import attack
+    attack.bench_attack(args, sys.modules[__name__])
 
 
 def main():
@@ -3321,6 +3338,10 @@ def main():
     ap.add_argument("--tls-shim", action="store_true",
                     help="validation only: 'after, TLS' is the plaintext kwc behind bench/tlsshim.py (a Python TLS "
                          "relay), to exercise the TLS clients before kwc has TLS; nothing saved")
+    ap.add_argument("--attack-label", default="run",
+                    help="attack: the name of this run's section in bench/results/attack.md (e.g. before, after)")
+    ap.add_argument("--attack-save", action="store_true",
+                    help="attack: save to bench/results/attack.md even at --small or other sizes")
     args = ap.parse_args()
     if args.baseline_commit is None:
         args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE}.get(args.only, "8af2294")

@@ -168,6 +168,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .http2_conn_buffer =
             4 * (size_t)(cfg->max_list_buffer > cfg->watch_budget ? cfg->max_list_buffer
                                                                   : cfg->watch_budget),
+        .max_held_body = (size_t)cfg->max_held_body_buffer,
         .tls_cert_file = cfg->tls_cert_file,
         .tls_key_file = cfg->tls_private_key_file,
         .client_ca_file = cfg->client_ca_file,

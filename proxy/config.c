@@ -675,6 +675,10 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--review-timeout %ld: use 0 (only --upstream-timeout) to %d seconds",
                     c->review_timeout, CFG_MAX_TIMEOUT_S);
+    if (c->max_held_body_buffer < 65536)
+        return fail(err, errlen,
+                    "--max-held-body-buffer %ld: at least 65536 bytes (one stream's window)",
+                    c->max_held_body_buffer);
     if (c->max_passthrough_buffer < 65536)
         return fail(err, errlen,
                     "--max-passthrough-buffer %ld: at least 65536 bytes (one upstream read)",

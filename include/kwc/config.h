@@ -95,6 +95,10 @@
     X("max-passthrough-buffer", max_passthrough_buffer, INT, "134217728", "BYTES",                 \
       "passthrough response bytes queued to all clients together; past it, reading from the "      \
       "upstream pauses for the passthroughs that hold the most")                                   \
+    X("max-held-body-buffer", max_held_body_buffer, INT, "67108864", "BYTES",                      \
+      "HTTP/2 request-body bytes held for all clients together while their requests wait for "     \
+      "authentication (each connection holds at most its 1 MiB window); past it such a stream is " \
+      "refused (RST_STREAM REFUSED_STREAM)")                                                       \
     X("accept-hosts", accept_hosts, STR, NULL, "REGEX",                                            \
       "without TLS, requests must name a loopback Host (localhost, 127.0.0.0/8, ::1) unless "      \
       "this POSIX extended regex matches the Host without its port (unanchored: use ^...$)")       \

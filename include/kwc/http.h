@@ -115,8 +115,12 @@ struct http_server_options {
     unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
     size_t http2_conn_buffer;   /* HTTP/2: response bytes queued per connection, across its
                                    streams, before their handlers wait (h2.c); 0: 1 MiB */
-    int stream_grace_ms; /* an ended response stream's last bytes may take this long to leave,
-                            then it closes anyway (hstream_end); 0: 10 s */
+    int stream_grace_ms;  /* an ended response stream's last bytes may take this long to leave,
+                             then it closes anyway (hstream_end); 0: 10 s */
+    size_t max_held_body; /* HTTP/2: request-body bytes held across all connections for
+                             requests not yet handed on (hreq_body_hold); past it such a
+                             stream is refused. Each connection holds at most its window
+                             (1 MiB). 0: 64 MiB */
 };
 
 /*
@@ -172,11 +176,17 @@ struct http_server_stats {
     /* HTTP/2 (open counts HTTP/1.x and HTTP/2 connections alike) */
     unsigned long long h2_open, h2_accepted; /* connections */
     unsigned long long h2_streams_open, h2_streams_total;
-    unsigned long long h2_resets;      /* RST_STREAM from clients */
-    unsigned long long h2_refused;     /* streams refused past the per-connection limit */
-    unsigned long long h2_goaways;     /* GOAWAY sent (shutdown, errors, floods) */
-    unsigned long long h2_queued;      /* response bytes queued on HTTP/2 connections now */
-    unsigned long long h2_queued_peak; /* the most one HTTP/2 connection held queued */
+    unsigned long long h2_resets;        /* RST_STREAM from clients */
+    unsigned long long h2_resets_server; /* streams kwc or nghttp2 reset for the client's fault */
+    unsigned long long h2_hpack_floods;  /* connections ended for decoding far past their bytes */
+    unsigned long long h2_bytes_in;      /* bytes HTTP/2 connections sent (after TLS) */
+    unsigned long long h2_header_bytes;  /* header fields decoded: name + value + 32 each */
+    unsigned long long h2_body_held;     /* request-body bytes held in HTTP/2 streams now */
+    unsigned long long h2_held_refused;  /* streams refused past max_held_body */
+    unsigned long long h2_refused;       /* streams refused past the per-connection limit */
+    unsigned long long h2_goaways;       /* GOAWAY sent (shutdown, errors, floods) */
+    unsigned long long h2_queued;        /* response bytes queued on HTTP/2 connections now */
+    unsigned long long h2_queued_peak;   /* the most one HTTP/2 connection held queued */
 };
 /* Graceful stop (Go's Server.Shutdown): the listening sockets close (new
  * clients are refused); HTTP/2 connections get a GOAWAY with the last
@@ -282,7 +292,7 @@ void hresp_close_after(struct hreq *r);
 /* HTTP/2: this stream is the connection's last: a graceful GOAWAY now (no
  * new streams; the open ones finish, then the connection closes), as Go's
  * server does for a handler that sets "Connection: close" over HTTP/2.
- * HTTP/1.x: no effect. Any time before the response ends. */
+ * HTTP/1.x: no effect. Any time until r is freed, its on_close included. */
 void hresp_goaway(struct hreq *r);
 /*
  * Send the status line and headers. content_length >= 0: a body of exactly

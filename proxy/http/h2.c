@@ -27,25 +27,31 @@
  * its streams are bounded; handlers past it wait, woken oldest first as
  * bytes leave (h2room.c, whose header says how).
  *
- * The body: automatic WINDOW_UPDATEs are off. DATA received is given back
- * to the connection window at once (it is either delivered, discarded or
- * buffered, and a buffer is bounded by the stream's window) and to the
- * stream's window only when delivered to on_body or discarded, so a handler
- * that stops reading (hreq_body_read off, hreq_body_hold) closes its own
- * stream's window and nothing else's.
+ * The body (h2body.c): automatic WINDOW_UPDATEs are off. DATA received is
+ * given back to the windows, the stream's and the connection's, only when
+ * delivered to on_body or discarded, so a handler that stops reading
+ * (hreq_body_read off, hreq_body_hold) closes its own stream's window, and
+ * a connection holds at most its window (H2_CONN_WINDOW) in bodies nobody
+ * read; those held for the stages are capped across connections
+ * (max_held_body).
  *
  * Limits (a front end facing the network):
  *  - --http2-max-streams-per-connection -> SETTINGS_MAX_CONCURRENT_STREAMS;
  *    nghttp2 refuses streams past it (RST_STREAM REFUSED_STREAM).
- *  - Rapid reset (CVE-2023-44487): every RST_STREAM from the client that
- *    closes a stream still open (not one for a stream already gone) and
- *    every stream refused takes a token from a per-connection bucket of
- *    2 x max streams tokens, refilled at max streams per 10 s (kube's 100:
- *    a burst of 200, then 10 per second sustained). Empty: GOAWAY
+ *  - Rapid reset (CVE-2023-44487) and MadeYouReset (CVE-2025-8671): every
+ *    RST_STREAM from the client that closes a stream still open (not one
+ *    for a stream already gone), every stream refused and every stream
+ *    kwc or nghttp2 resets for the client's error (a WINDOW_UPDATE that
+ *    overflows its window, a malformed request, a body past the discard
+ *    limit) takes a token from a per-connection bucket of 2 x max streams
+ *    tokens, refilled at max streams per 10 s (kube's 100: a burst of 200,
+ *    then 10 per second sustained); take_reset. Empty: GOAWAY
  *    ENHANCE_YOUR_CALM and close. Go bounds the same attack by the handlers
  *    still running after their stream was reset (4 x max streams); kwc's
  *    handlers stop at the reset (on_close), so what costs here is the rate
- *    of streams opened and reset, which the bucket bounds.
+ *    of streams opened and reset, which the bucket bounds. A stream that
+ *    ends before its caller is authenticated ends the connection's new
+ *    streams (serve/front.c: kube's rule for unauthenticated callers).
  *  - Header lists: each field counts name + value + 32 (RFC 9113's
  *    SETTINGS_MAX_HEADER_LIST_SIZE, which is advertised as max_header_bytes).
  *    Past max_header_bytes the fields are dropped and the stream is
@@ -54,7 +60,13 @@
  *    flood (CVE-2024-27316): at most max_header_bytes / 4096 + 8
  *    CONTINUATION frames per header block (nghttp2's max_continuations; a
  *    1 MiB list in 16 KiB frames needs 64), past it nghttp2 ends the
- *    session. HPACK bombs: the decoded size is what is counted.
+ *    session. HPACK bombs: the decoded size is what is counted, and
+ *    nothing is decoded past the field that passes the limit (on_header
+ *    pauses the session; cut: 431, GOAWAY ENHANCE_YOUR_CALM, nothing more
+ *    read). Across a connection's blocks, at most two header lists plus
+ *    H2_HPACK_RATIO bytes per byte received are decoded (hpack_budget), so
+ *    references to a large dynamic-table entry cost kwc in proportion to
+ *    what they cost the client; past it, GOAWAY ENHANCE_YOUR_CALM.
  *  - SETTINGS/PING floods: nghttp2 queues at most 1000 outbound ACKs (then
  *    ends the session; ACKs queue only when the peer does not read) and
  *    accepts at most 32 settings per frame. PRIORITY: kwc sends
@@ -143,6 +155,23 @@ calm_down(struct h2conn *hc, const char *why)
     nghttp2_session_terminate_session(hc->ss, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
+/* A stream reset: by the client, by nghttp2 for the client's fault (a
+ * WINDOW_UPDATE that overflows a stream's window, a malformed request:
+ * "MadeYouReset", CVE-2025-8671, which Debian's libnghttp2 1.52 does not
+ * count), by kwc for it (a body past --max-discard, the held-body cap) or
+ * refused past the streams limit: each takes a token from one bucket of
+ * 2 x max streams, refilled at max streams per 10 s. Empty: GOAWAY
+ * ENHANCE_YOUR_CALM. Only the aborts kwc decides alone (hresp_abort: its
+ * upstream failed) and RST_STREAM NO_ERROR (answered before the body's
+ * end) are free. */
+static void
+take_reset(struct h2conn *hc, const char *why)
+{
+    unsigned m = max_streams(hc->c->s);
+    if (!bucket_take(&hc->resets, 2.0 * m, m / 10.0))
+        calm_down(hc, why);
+}
+
 static void
 stream_unlink(struct h2stream *st)
 {
@@ -181,17 +210,6 @@ reap_streams(struct h2conn *hc)
     }
 }
 
-/* st's request is all read, or st closed: deliver_bodies has nothing more
- * to do for it (so a connection whose requests are all read skips it). */
-static void
-done_reading(struct h2stream *st)
-{
-    if (st->incomplete) {
-        st->incomplete = false;
-        st->hc->incomplete--;
-    }
-}
-
 /* The stream is over for its handler (once): the done callback and on_close. */
 static void
 stream_closed(struct h2stream *st, enum hreq_end how)
@@ -201,9 +219,10 @@ stream_closed(struct h2stream *st, enum hreq_end how)
         return;
     st->closed = true;
     st->r->ended = true;
+    h2_in_drop(st);                      /* what it held is given back to the connection's window */
     h2_queued_sub(st, h2_own_bytes(st)); /* a closed stream's queue is dropped */
     h2_unwait(st);
-    done_reading(st);
+    h2_done_reading(st);
     hc->nopen--;
     hc->c->s->stats.h2_streams_open--;
     stream_unlink(st);
@@ -266,6 +285,14 @@ dupn(const uint8_t *p, size_t n)
     return s;
 }
 
+/* The decoded header data a connection may cost before its bytes pay for
+ * more (h2.c's header: HPACK bombs). */
+static uint64_t
+hpack_budget(const struct h2conn *hc)
+{
+    return 2 * (uint64_t)hc->c->s->o.max_header_bytes + H2_HPACK_RATIO * hc->received;
+}
+
 static int
 on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size_t nl,
           const uint8_t *value, size_t vl, uint8_t flags, void *arg)
@@ -273,14 +300,35 @@ on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size
     struct h2conn *hc = arg;
     if (f->hd.type != NGHTTP2_HEADERS)
         return 0;
+    /* every field nghttp2 decoded and validated, kept or not, trailers and
+     * refused streams included: the work an HPACK reference buys */
+    size_t size = nl + vl + H2_FIELD_OVERHEAD;
+    hc->decoded += size;
+    hc->c->s->stats.h2_header_bytes += size;
+    if (hc->decoded > hpack_budget(hc)) {
+        hc->c->s->stats.h2_hpack_floods++;
+        calm_down(hc, "decoded header data far past the bytes received (HPACK bomb)");
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* not one field more */
+    }
     struct h2stream *st = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
-    if (!st || st->r->dispatched)
-        return 0; /* trailers: not kept */
-    st->hbytes += nl + vl + H2_FIELD_OVERHEAD;
-    if (st->hbytes > hc->c->s->o.max_header_bytes)
+    if (!st)
+        return 0;
+    st->hbytes += size;
+    if (st->hbytes > hc->c->s->o.max_header_bytes) {
+        if (st->r->dispatched) {
+            /* trailers past the limit: no answer is owed, the session ends */
+            calm_down(hc, "request trailers over --max-header-bytes");
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        /* Go stops emitting fields here; nghttp2 cannot skip the rest of a
+         * block without validating each field, so kwc stops reading: 431
+         * on this stream, then the connection ends (h2_on_read: cut) */
         st->too_big = true;
-    if (st->too_big)
-        return 0; /* decoded (HPACK's state) but not kept */
+        hc->cut = st;
+        return NGHTTP2_ERR_PAUSE;
+    }
+    if (st->r->dispatched)
+        return 0; /* trailers: not kept */
     struct hreq *r = st->r;
     if (nl > 0 && name[0] == ':') {
         if (nl == 7 && memcmp(name, ":method", 7) == 0) {
@@ -377,16 +425,34 @@ answer_too_big(struct h2stream *st)
     free(body);
 }
 
+/* A header list passed --max-header-bytes (on_header paused the session
+ * mid-block): its stream is answered 431, and the connection reads nothing
+ * more (the rest of the block cannot be skipped without decoding it, and
+ * HPACK's state is lost without it): GOAWAY ENHANCE_YOUR_CALM naming that
+ * stream as the last, then close once the answer has left, within
+ * H2_LAST_WORDS_MS; what arrives meanwhile is read and dropped. The other
+ * open streams end with the connection. */
 static void
-request_complete(struct h2stream *st)
+cut(struct h2conn *hc)
 {
-    struct hreq *r = st->r;
-    if (r->complete || !st->eof_in || evbuffer_get_length(st->in) > 0)
-        return;
-    r->complete = true;
-    done_reading(st);
-    if (r->dispatched && !st->closed)
-        hreq_complete_fire(r);
+    struct h2stream *st = hc->cut;
+    struct hconn *c = hc->c;
+    head_build(st);
+    answer_too_big(st);
+    if (!hc->goaway) {
+        hc->goaway = true;
+        c->s->stats.h2_goaways++;
+        nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_ENHANCE_YOUR_CALM, NULL,
+                              0);
+    }
+    hc->deaf = true; /* what still arrives is read and dropped (h2_on_read) */
+    hc->cut_id = st->id;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    hc->tmode = 3;
+    event_del(c->timer);
+    struct timeval tv = {H2_LAST_WORDS_MS / 1000, (H2_LAST_WORDS_MS % 1000) * 1000};
+    evtimer_add(c->timer, &tv);
 }
 
 static void
@@ -395,11 +461,6 @@ dispatch(struct h2stream *st, bool end_stream)
     struct hreq *r = st->r;
     struct http_server *s = st->hc->c->s;
     head_build(st);
-    if (st->too_big) {
-        st->eof_in = end_stream;
-        answer_too_big(st);
-        return;
-    }
     r->has_body = !end_stream;
     r->chunked = r->has_body && r->clen < 0;
     const char *expect = hreq_header(r, "expect");
@@ -407,7 +468,7 @@ dispatch(struct h2stream *st, bool end_stream)
     if (end_stream) {
         st->eof_in = true;
         r->complete = true;
-        done_reading(st);
+        h2_done_reading(st);
     }
     s->stats.requests++;
     r->dispatched = true;
@@ -434,13 +495,13 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
             dispatch(st, f->hd.flags & NGHTTP2_FLAG_END_STREAM);
         } else if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
             st->eof_in = true; /* trailers */
-            request_complete(st);
+            h2_request_complete(st);
         }
         break;
     case NGHTTP2_DATA:
         if (st && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
             st->eof_in = true;
-            request_complete(st);
+            h2_request_complete(st);
         }
         break;
     case NGHTTP2_RST_STREAM:
@@ -451,8 +512,7 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
         if (!st)
             break;
         s->stats.h2_resets++;
-        if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
-            calm_down(hc, "too many streams reset (rapid reset)");
+        take_reset(hc, "too many streams reset (rapid reset)");
         break;
     default:
         break;
@@ -473,46 +533,22 @@ on_begin_frame(nghttp2_session *ss, const nghttp2_frame_hd *hd, void *arg)
 }
 
 static int
-on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
-              void *arg)
-{
-    struct h2conn *hc = arg;
-    nghttp2_session_consume_connection(ss, len);
-    struct h2stream *st = nghttp2_session_get_stream_user_data(ss, id);
-    if (!st || st->closed) {
-        nghttp2_session_consume_stream(ss, id, len);
-        return 0;
-    }
-    struct hreq *r = st->r;
-    r->body_seen = true;
-    if (r->reading && evbuffer_get_length(st->in) == 0 && r->h && r->h->on_body && !r->ended) {
-        nghttp2_session_consume_stream(ss, id, len);
-        r->h->on_body(r->harg, (const char *)data, len);
-        return 0;
-    }
-    if (r->held || st->paused || r->reading || !r->dispatched) {
-        evbuffer_add(st->in, data, len); /* bounded by the stream's window */
-        return 0;
-    }
-    nghttp2_session_consume_stream(ss, id, len);
-    r->discarded += len;
-    if (r->discarded > hc->c->s->o.max_discard_bytes) {
-        log_debug("http2: resetting a stream: an unread request body passed %zu bytes",
-                  hc->c->s->o.max_discard_bytes);
-        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
-    }
-    return 0;
-}
-
-static int
 on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct h2conn *hc = arg;
     struct http_server *s = hc->c->s;
-    if (f->hd.type == NGHTTP2_RST_STREAM && f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM) {
-        s->stats.h2_refused++;
-        if (!bucket_take(&hc->resets, 2.0 * max_streams(s), max_streams(s) / 10.0))
-            calm_down(hc, "too many streams refused");
+    if (f->hd.type == NGHTTP2_RST_STREAM) {
+        uint32_t code = f->rst_stream.error_code;
+        struct h2stream *st = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+        if (code == NGHTTP2_NO_ERROR || (st && st->aborted))
+            return 0;
+        if (code == NGHTTP2_REFUSED_STREAM) {
+            s->stats.h2_refused++;
+            take_reset(hc, "too many streams refused");
+        } else {
+            s->stats.h2_resets_server++;
+            take_reset(hc, "too many streams reset for the client's errors (MadeYouReset)");
+        }
         return 0;
     }
     if (f->hd.type == NGHTTP2_GOAWAY && !hc->goaway) {
@@ -527,6 +563,8 @@ on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     st->r->bytes += f->hd.length + 9;
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         st->end_sent = true;
+        if (hc->deaf && st->id == hc->cut_id)
+            hc->cut_sent = true;
         /* answered before the body's end: the rest is not wanted (RFC 9113
          * 8.1, as Go does) */
         if (!st->eof_in)
@@ -663,7 +701,7 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
@@ -737,38 +775,6 @@ h2_on_timer(struct hconn *c)
     hconn_close(c);
 }
 
-/* Hand buffered body bytes to readers, discard what nobody will read. */
-static void
-deliver_bodies(struct h2conn *hc)
-{
-    if (hc->incomplete == 0)
-        return; /* every request all read: nothing to deliver or complete */
-    for (struct h2stream *st = hc->streams; st && hc->c->state != C_DEAD;) {
-        struct h2stream *next = st->next;
-        struct hreq *r = st->r;
-        size_t n = evbuffer_get_length(st->in);
-        if (n && r->dispatched && !r->held && !st->paused) {
-            if (r->reading && r->h && r->h->on_body) {
-                char buf[16384];
-                while (r->reading && !st->closed && evbuffer_get_length(st->in) > 0) {
-                    int k = evbuffer_remove(st->in, buf, sizeof(buf));
-                    if (k <= 0)
-                        break;
-                    nghttp2_session_consume_stream(hc->ss, st->id, (size_t)k);
-                    r->h->on_body(r->harg, buf, (size_t)k);
-                }
-            } else if (!r->reading) {
-                evbuffer_drain(st->in, n);
-                nghttp2_session_consume_stream(hc->ss, st->id, n);
-                r->discarded += n;
-            }
-        }
-        if (!st->closed)
-            request_complete(st);
-        st = next;
-    }
-}
-
 /* Send what the session has (bounded by H2_OUT_HIGH), tell the streams
  * that drained, free closed streams, close a finished session. */
 static void
@@ -815,6 +821,18 @@ flush(struct h2conn *hc, bool progress)
         evbuffer_get_length(bufferevent_get_output(c->bev)) < H2_OUT_HIGH)
         hconn_kick(c); /* a handler wrote in on_drain */
     reap_streams(hc);
+    if (hc->deaf) {
+        /* cut: close once the 431 has left (the last-words timer runs) */
+        if (hc->cut_sent) {
+            /* graceful: a plaintext socket lingers, so what the client
+             * still sends does not turn the answer into a TCP reset */
+            if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+                hconn_close_graceful(c);
+            else
+                c->close_when_flushed = true;
+        }
+        return;
+    }
     if (!nghttp2_session_want_read(hc->ss) && !nghttp2_session_want_write(hc->ss)) {
         /* GOAWAY sent and every stream over */
         if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
@@ -832,11 +850,19 @@ h2_on_read(struct hconn *c)
     struct h2conn *hc = hc_of(c);
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t len;
+    if (hc->deaf) {
+        evbuffer_drain(in, evbuffer_get_length(in)); /* cut: nothing more is read */
+        return;
+    }
     while (c->state != C_DEAD && (len = evbuffer_get_contiguous_space(in)) > 0) {
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
+        hc->received += len; /* before nghttp2 decodes them: hpack_budget */
         hc->in_recv = true;
         ssize_t n = nghttp2_session_mem_recv(hc->ss, p, len);
         hc->in_recv = false;
+        if (n >= 0 && (size_t)n < len)
+            hc->received -= len - (size_t)n; /* paused: the rest is fed again */
+        c->s->stats.h2_bytes_in += n >= 0 ? (size_t)n : len;
         if (n < 0) {
             log_debug("http2: closing a connection: %s", nghttp2_strerror((int)n));
             if (n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
@@ -858,10 +884,15 @@ h2_on_read(struct hconn *c)
             return;
         }
         evbuffer_drain(in, (size_t)n);
+        if (hc->cut) {
+            cut(hc);
+            hc->cut = NULL;
+            break;
+        }
     }
     if (c->state == C_DEAD)
         return;
-    deliver_bodies(hc);
+    h2_deliver_bodies(hc);
     flush(hc, false);
 }
 
@@ -875,7 +906,7 @@ void
 h2_on_kick(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);
-    deliver_bodies(hc);
+    h2_deliver_bodies(hc);
     flush(hc, false);
 }
 
@@ -1068,6 +1099,7 @@ h2_resp_abort(struct hreq *r)
     struct h2stream *st = r->h2;
     if (!stream_live(st))
         return;
+    st->aborted = true; /* kwc's own decision: not counted against the client */
     nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
     hconn_kick(st->hc->c);
 }

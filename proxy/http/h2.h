@@ -21,6 +21,11 @@ struct h2hs;
 #define H2_OUT_LOW (16 * 1024)    /* the write callback refills below this */
 #define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
 #define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
+/* Header data a connection may decode per byte it sent, past an allowance
+ * of two full header lists: a real client's requests, all fields indexed,
+ * decode to ~130 bytes per byte; an HPACK bomb to ~4,000 */
+#define H2_HPACK_RATIO 256
+#define H2_HELD_BODY (64u << 20) /* max_held_body's default */
 
 struct h2stream {
     struct hreq *r;
@@ -31,8 +36,9 @@ struct h2stream {
     struct gostr_buf fields;
     size_t nfields;
     char *path, *authority;
-    size_t hbytes;
+    size_t hbytes; /* the header list's size so far (fields: name + value + 32) */
     bool too_big;
+    bool aborted; /* kwc reset it on its own (hresp_abort, a stream it ends): not counted */
     /* the response */
     struct gostr_buf rh; /* response headers: name\0value\0 (lowercase) */
     size_t nrh;
@@ -68,6 +74,14 @@ struct h2conn {
     struct bucket resets, prio;
     int tmode; /* the timer: 0 none, 1 idle (no stream), 2 stall (output waits), 3 last words */
     bool in_recv, goaway;
+    /* HPACK bombs: header bytes decoded (fields as counted for the list
+     * limit) against the bytes received (h2.c's hpack_budget) */
+    uint64_t decoded, received;
+    /* a header list over the limit: its stream is answered, nothing more is
+     * read (h2.c's cut) */
+    struct h2stream *cut; /* set by on_header, handled once nghttp2 returns */
+    int32_t cut_id;
+    bool deaf, cut_sent;
     /* the bound on queued response bytes (h2.c's header) */
     size_t queued;     /* body bytes in the open streams' queues */
     size_t pledged[2]; /* the streams' pledges of this send round and the one before */
@@ -101,6 +115,21 @@ void h2_queued_sub(struct h2stream *st, size_t n);
  * own (h2.c's header): own while the connection has room, else a figure
  * that stops its handler; then st waits for a wake. */
 size_t h2_queued_report(struct h2stream *st, size_t own);
+
+/* ---- h2body.c: request bodies (its header) ---- */
+
+/* The session's on_data_chunk_recv callback. */
+int h2_on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *data,
+                     size_t len, void *arg);
+/* Hand buffered body bytes to readers, discard what nobody will read, and
+ * complete the requests all read. */
+void h2_deliver_bodies(struct h2conn *hc);
+/* st's request is all read (END_STREAM and nothing buffered): complete. */
+void h2_request_complete(struct h2stream *st);
+/* st's request is all read, or st closed: h2_deliver_bodies is done with it. */
+void h2_done_reading(struct h2stream *st);
+/* st closes: what it buffered is dropped, the windows given back. */
+void h2_in_drop(struct h2stream *st);
 
 /* ---- h2stream.c ---- */
 

@@ -163,6 +163,7 @@ h2hs_handoff_free(struct hstream_handoff *h)
         h2_queued_sub(st, hs->bytes); /* freed with hs */
         st->hs = NULL;
         if (!st->closed && st->hc->c->state != C_DEAD) {
+            st->aborted = true; /* kwc ends the stream: not the client's reset */
             nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
             hconn_kick(st->hc->c);
         }
@@ -245,6 +246,7 @@ on_grace(evutil_socket_t fd, short what, void *arg)
     struct h2hs *hs = arg;
     struct h2stream *st = hs->st;
     if (st && !st->closed && st->hc->c->state != C_DEAD) {
+        st->aborted = true; /* its grace is over: kwc ends it */
         nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
         hconn_kick(st->hc->c);
     }
@@ -275,6 +277,7 @@ h2hs_close(struct hstream *s)
         h2_queued_sub(st, hs->bytes); /* freed with hs */
         st->hs = NULL;
         if (!st->closed && st->hc->c->state != C_DEAD) {
+            st->aborted = true; /* kwc ends the stream: not the client's reset */
             nghttp2_submit_rst_stream(st->hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
             hconn_kick(st->hc->c);
         }

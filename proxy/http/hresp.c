@@ -141,8 +141,8 @@ hresp_close_after(struct hreq *r)
 void
 hresp_goaway(struct hreq *r)
 {
-    if (hreq_of(r)->h2 && !r->ended)
-        h2_shutdown(r->c);
+    if (hreq_of(r)->h2)
+        h2_shutdown(r->c); /* a no-op once the connection is closing */
 }
 
 void

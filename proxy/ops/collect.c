@@ -437,12 +437,36 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
     uint64_t h2s = hs.h2_streams_total;
     counter1(w, "kwc_http2_streams_total", "HTTP/2 streams (requests) opened by clients.", NULL,
              NULL, &h2s, 1);
-    const char *rsr[] = {"client", "refused"};
-    uint64_t rsx[] = {hs.h2_resets, hs.h2_refused};
+    const char *rsr[] = {"client", "refused", "client_error"};
+    uint64_t rsx[] = {hs.h2_resets, hs.h2_refused, hs.h2_resets_server};
     counter1(w, "kwc_http2_stream_resets_total",
-             "HTTP/2 streams reset: by the client (RST_STREAM), or refused by kwc past "
-             "--http2-max-streams-per-connection.",
-             "reason", rsr, rsx, 2);
+             "HTTP/2 streams reset: by the client (RST_STREAM), refused by kwc (past "
+             "--http2-max-streams-per-connection or --max-held-body-buffer), or reset by kwc "
+             "for the client's error (flow control, a malformed request, a body past the "
+             "discard limit). All count against the connection's reset budget.",
+             "reason", rsr, rsx, 3);
+    metrics_write_family(w, "kwc_http2_held_body_bytes",
+                         "Request-body bytes held in HTTP/2 streams now (bounded by "
+                         "--max-held-body-buffer for requests waiting for authentication).",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http2_held_body_bytes", NULL, NULL, 0, (double)hs.h2_body_held);
+    uint64_t hr = hs.h2_held_refused;
+    counter1(w, "kwc_http2_held_body_refused_total",
+             "HTTP/2 streams refused because request bodies held for authentication passed "
+             "--max-held-body-buffer.",
+             NULL, NULL, &hr, 1);
+    uint64_t hb[] = {hs.h2_bytes_in, hs.h2_header_bytes};
+    const char *hbk[] = {"received", "header_fields_decoded"};
+    counter1(w, "kwc_http2_bytes_total",
+             "HTTP/2 bytes clients sent (received; after TLS), and the header fields kwc decoded "
+             "from them (header_fields_decoded: name + value + 32 per field, HPACK's measure); "
+             "the second is bounded by the first (HPACK bombs).",
+             "what", hbk, hb, 2);
+    uint64_t hf = hs.h2_hpack_floods;
+    counter1(w, "kwc_http2_hpack_floods_total",
+             "HTTP/2 connections ended (GOAWAY ENHANCE_YOUR_CALM) for decoding far more header "
+             "data than they sent (HPACK bombs).",
+             NULL, NULL, &hf, 1);
     uint64_t ga = hs.h2_goaways;
     counter1(w, "kwc_http2_goaways_total",
              "GOAWAY frames kwc sent: shutdown, protocol errors, floods and rapid resets "

@@ -398,11 +398,19 @@ kreq_free(struct kreq *k)
     free(k);
 }
 
-/* The client went away while the upstream was being asked. */
+/* The client went away while the upstream was being asked. A stream that
+ * ends before its caller is known counts as an unauthenticated request
+ * (on_authenticated's rule): Go's handler goes on after a reset and learns
+ * the answer; kwc stops asking, so it cannot learn it, and the connection
+ * takes no new stream however the stream ended (a reset by the client, or
+ * one it made kwc send: CVE-2025-8671). */
 static void
 on_parked_close(void *arg)
 {
-    kreq_free(arg);
+    struct kreq *k = arg;
+    if (!k->caller)
+        hresp_goaway(k->req);
+    kreq_free(k);
 }
 
 static const struct hreq_handler parked_handler = {.on_close = on_parked_close};

@@ -21,6 +21,7 @@
  *   /w body reading turned on later (100-continue)       /k abort inside on_body
  *   /h large streamed answer paced by on_drain           /q stream while the body
  *   /u read the body, hreq_take_pipe on_complete            is still being read
+ *   /l the body held (hreq_body_hold), never read
  *   anything else: echo (method, target, body length)
  * A pipe echoes what the client sends, stops reading while more than 4 KiB
  * are queued (on_drain reads again), and is freed at its EOF or error, or
@@ -58,6 +59,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define TURNS_MAX 20000 /* loop turns for one phase before "it never goes quiet" */
 #define QUIET 3
 #define PIPES 2 /* one per connection at most */
+
+/* A check of the server's counters before it is freed (h2_fuzz.c's bounds). */
+static void (*fz_check_server)(struct http_server *s);
+/* The server's max_header_bytes (h2_fuzz.c's programs raise it, so that
+ * lists within it can be HPACK bombs). */
+static size_t fz_max_header_bytes = 2048;
 
 struct fz {
     struct event_base *base;
@@ -421,6 +428,9 @@ on_request(void *arg, struct hreq *r)
         break;
     case 'd':
         break; /* discarded */
+    case 'l':
+        hreq_body_hold(r); /* held, as the stages hold it, until the server goes */
+        break;
     case 'w':
         fq_later(q);
         break;
@@ -545,7 +555,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!z.base)
         abort();
     struct http_server_options o = {
-        .max_header_bytes = 2048,
+        .max_header_bytes = fz_max_header_bytes,
         .max_discard_bytes = 256,
         .max_connections = (h >> 60) == 0 ? 1 : 0,
         /* both connections come from one address: now and then only the
@@ -586,6 +596,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* one address: counted while (and only while) it has a connection open */
 
     /* the server goes with connection 0 still open, and the pipes still open */
+    if (fz_check_server)
+        fz_check_server(z.s);
     http_server_free(z.s);
     if (z.nclose != z.nreq)
         abort(); /* a request without its on_close, or with two */

@@ -23,7 +23,9 @@ TLS run leaves it out):
   refused (RST_STREAM REFUSED_STREAM) and the ones within go on; rapid reset
   (CVE-2023-44487) gets GOAWAY ENHANCE_YOUR_CALM; a header list over
   --max-header-bytes is answered 431, and so is an HPACK bomb (its decoded
-  size counts); a CONTINUATION flood (CVE-2024-27316) ends the connection; a
+  size counts), then the connection ends (GOAWAY ENHANCE_YOUR_CALM: nothing
+  past the field that passed the limit is decoded; 30_h2_attack has the
+  bombs that cost); a CONTINUATION flood (CVE-2024-27316) ends the connection; a
   PING/SETTINGS flood from a client that reads nothing neither grows kwc's
   queue without bound nor keeps the connection past the idle timeout, nor
   does a client that never opens its window; an upgrade attempt over HTTP/2
@@ -595,20 +597,27 @@ class Hostile(Http2Case):
         # within the limit (fields count name + value + 32, RFC 9113 6.5.2)
         ok = {"x-pad": "a" * (self.HEADER_BYTES - 1024)}
         self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", dict(JSON, **ok))[0], 200)
-        # over it, in several CONTINUATION frames
+        # over it, in several CONTINUATION frames: 431, and kwc decodes
+        # nothing past the field that passed the limit, so the connection
+        # ends (GOAWAY ENHANCE_YOUR_CALM naming the 431's stream as the last)
         big = {"x-pad-%d" % i: "b" * 8000 for i in range(4)}
         st, h, b = c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", dict(JSON, **big))
         self.assertEqual(st, 431, b[:300])
         d = json.loads(b)
         self.assertEqual((d["kind"], d["code"]), ("Status", 431))
-        # the connection goes on
-        self.assertEqual(c.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", JSON)[0], 200)
+        c.pump(lambda: c.goaway is not None, 30)
+        self.assertEqual(c.goaway.error_code, ERR.ENHANCE_YOUR_CALM)
+        # a new connection is served
+        c2 = Connection(self.kwc.port)
+        self.addCleanup(c2.close)
+        self.assertEqual(c2.request("GET", "/api/v1/pods?resourceVersion=0&limit=1", JSON)[0], 200)
         self.still_serving()
 
     def test_hpack_bomb(self):
         # one 4000-byte field in the HPACK table, then 100 one-byte references
         # to it: a 4 KB block that decodes to 400 KB. The decoded size is what
-        # counts: 431, and the connection (its HPACK state intact) goes on
+        # counts: 431 once the list passes the limit, then GOAWAY (the rest
+        # of the block is never decoded)
         rc = RawConn(self.kwc.port)
         self.addCleanup(rc.close)
         f = rc.headers(1, "GET", "/api/v1/pods?resourceVersion=0&limit=1",
@@ -619,10 +628,17 @@ class Hostile(Http2Case):
                                                                         hf.GoAwayFrame)), 30, "the answer")
         self.assertIsInstance(r, hf.HeadersFrame, r)
         self.assertEqual(h2client.status_of(r), 431)
-        rc.send(rc.headers(3, "GET", "/api/v1/pods?resourceVersion=0&limit=1", [("accept", "application/json"),
-                                                                                 ("x-bomb", "a" * 4000)]))
-        r = rc.until(lambda f: f.stream_id in (0, 3) and isinstance(f, (hf.HeadersFrame, hf.GoAwayFrame)), 30,
-                     "the answer to a request within the limit")
+        g = rc.goaway(30)
+        self.assertIsNotNone(g)
+        self.assertEqual((g.error_code, g.last_stream_id), (ERR.ENHANCE_YOUR_CALM, 1))
+        rc.drain_to_eof(30)
+        # one reference within the limit, on a new connection, is served
+        rc2 = RawConn(self.kwc.port)
+        self.addCleanup(rc2.close)
+        rc2.send(rc2.headers(1, "GET", "/api/v1/pods?resourceVersion=0&limit=1", [("accept", "application/json"),
+                                                                                  ("x-bomb", "a" * 4000)]))
+        r = rc2.until(lambda f: f.stream_id in (0, 1) and isinstance(f, (hf.HeadersFrame, hf.GoAwayFrame)), 30,
+                      "the answer to a request within the limit")
         self.assertEqual(h2client.status_of(r), 200)
 
     def test_continuation_flood_ends_the_connection(self):

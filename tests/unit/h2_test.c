@@ -15,6 +15,8 @@
  *            test turns it on again)
  *   /stream  hresp_start -1, STREAM_BYTES of 'x', end
  *   /hold    nothing: the test answers it (or the client resets it)
+ *   /held    hreq_body_hold (the stages' wait for authentication): the test
+ *            answers it
  *   /abort   a streamed head and "part", then hresp_abort
  *   /hdrs    connection-specific response headers, which must not leave
  *   /big     BIG_BYTES in BIG_PIECE writes while hresp_queued < BIG_MARK,
@@ -22,6 +24,7 @@
  */
 #include "kwc/http.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <nghttp2/nghttp2.h>
@@ -190,6 +193,8 @@ on_request(void *arg, struct hreq *r)
         hresp_low_water(r, BIG_MARK / 2);
         hresp_start(r, 200, -1);
         big_fill(q);
+    } else if (strcmp(q->path, "/held") == 0) {
+        hreq_body_hold(r); /* as the stages do while they authenticate */
     } else if (strcmp(q->path, "/abort") == 0) {
         hresp_start(r, 200, -1);
         hresp_write(r, "part", 4);
@@ -801,6 +806,8 @@ test_header_list(void)
     srv_init(&sv, opts()); /* max_header_bytes 4096 */
     struct cl c;
     cl_open(&c, &sv, true, NULL);
+    cl_req(&c, "GET", "/hold", NULL, 0, NULL);
+    pump(&sv, &c, 1);
     char big[5000];
     memset(big, 'v', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
@@ -809,11 +816,223 @@ test_header_list(void)
     pump(&sv, &c, 1);
     is_int(c.st[a].status, 431, "a header list over max_header_bytes: 431");
     ok(c.st[a].body && strstr(c.st[a].body, "\"code\":431"), "with a Status body");
-    is_int(sv.nreq, 0, "never handed to the handler");
-    int b = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
-    pump(&sv, &c, 1);
-    is_int(c.st[b].status, 200, "the connection goes on");
+    is_int(sv.nreq, 1, "never handed to the handler");
+    /* the rest of its block is never decoded: nothing more is read, the
+     * connection ends (Go closes it too once a list runs past the limit) */
+    ok(c.goaway, "then GOAWAY");
+    is_int(c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    is_int(c.goaway_last, c.st[a].id, "naming the 431's stream as the last");
+    ok(wait_eof(&sv, &c), "and the connection closes");
+    ok(sv.reqs[0]->closed, "the stream open beside it ends with it");
     cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* An HPACK block as a client may write it: GET / http, :authority h. */
+static const uint8_t hb_get[] = {0x82, 0x84, 0x86, 0x01, 0x01, 'h'}; /* not indexed */
+
+/* "x-b: <n x 'a'>" as a literal with incremental indexing, a new name (it
+ * becomes dynamic table entry 62: 0xbe references it). */
+static size_t
+hpack_entry(uint8_t *p, size_t n)
+{
+    size_t k = 0;
+    p[k++] = 0x40;
+    p[k++] = 3;
+    memcpy(p + k, "x-b", 3);
+    k += 3;
+    assert(n >= 127 && n < 127 + 128 * 128);
+    p[k++] = 0x7f; /* the length, an HPACK integer with a 7-bit prefix */
+    size_t v = n - 127;
+    while (v >= 128) {
+        p[k++] = (uint8_t)(v % 128 + 128);
+        v /= 128;
+    }
+    p[k++] = (uint8_t)v;
+    memset(p + k, 'a', n);
+    return k + n;
+}
+
+/* An HPACK bomb inside one header block: one 4000-byte value, then 1-byte
+ * references to it. The list passes the limit at the second field; not one
+ * field more is decoded (the stats count every field nghttp2 emits). */
+static void
+test_hpack_bomb_one_block(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts()); /* max_header_bytes 4096 */
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    uint8_t blk[4200 + 12000];
+    size_t n = 0;
+    memcpy(blk, hb_get, sizeof(hb_get));
+    n += sizeof(hb_get);
+    n += hpack_entry(blk + n, 4000);
+    memset(blk + n, 0xbe, 12000); /* 12,000 references: 48 MB decoded, unchecked */
+    n += 12000;
+    raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS, 1, blk, n);
+    ok(wait_eof(&sv, &c), "the connection ends");
+    uint32_t code = 0;
+    ok(raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "GOAWAY");
+    is_int(code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    ok(raw_has_frame(&c, NGHTTP2_HEADERS, NULL), "the stream is answered (431)");
+    is_int(sv.nreq, 0, "never handed to the handler");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    /* the pseudo-fields, the entry and one reference: the limit plus one field */
+    ok(hs.h2_header_bytes <= 4096 + 4000 + 3 + 32, "decoding stopped one field past the limit");
+    printf("# %llu header bytes decoded of %zu received\n", hs.h2_header_bytes, n + 9 + 24 + 9);
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* HPACK bombs within the limit, on stream after stream: each block a few
+ * bytes of references to one large entry. What a connection decodes is
+ * bounded by what it sent: GOAWAY ENHANCE_YOUR_CALM once it passes
+ * H2_HPACK_RATIO per byte (past an allowance of two lists). */
+static void
+test_hpack_bomb_many_blocks(void)
+{
+    struct http_server_options o = opts();
+    o.max_header_bytes = 65536;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    uint8_t blk[4200];
+    size_t n = 0;
+    memcpy(blk, hb_get, sizeof(hb_get));
+    n += sizeof(hb_get);
+    n += hpack_entry(blk + n, 4000);
+    raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS, 1, blk, n);
+    size_t sent = 24 + 9 + 9 + n;
+    /* then 200 streams of 15 references each (~60 KB decoded per 30 bytes) */
+    uint8_t refs[sizeof(hb_get) + 15];
+    memcpy(refs, hb_get, sizeof(hb_get));
+    memset(refs + sizeof(hb_get), 0xbe, 15);
+    for (uint32_t i = 1; i <= 200; i++) {
+        raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS,
+                  2 * i + 1, refs, sizeof(refs));
+        sent += 9 + sizeof(refs);
+    }
+    ok(wait_eof(&sv, &c), "the connection ends");
+    uint32_t code = 0;
+    ok(raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "GOAWAY");
+    is_int(code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_hpack_floods, 1, "counted as an HPACK flood");
+    ok(sv.nreq < 60, "stopped after a few dozen streams, not 200");
+    /* two lists, 256 per byte received, one field past it */
+    ok(hs.h2_header_bytes <= 2 * 65536 + 256 * hs.h2_bytes_in + 4032 + 64,
+       "decoded at most the budget of the bytes received");
+    printf("# %d streams, %llu header bytes decoded of %llu received (%zu sent)\n", sv.nreq,
+           hs.h2_header_bytes, hs.h2_bytes_in, sent);
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* MadeYouReset (CVE-2025-8671): a WINDOW_UPDATE that overflows each new
+ * stream's window makes nghttp2 reset it (FLOW_CONTROL_ERROR). Those
+ * resets take from the same bucket as the client's own. */
+static void
+test_made_you_reset(void)
+{
+    struct http_server_options o = opts();
+    o.http2_max_streams = 4; /* a bucket of 8 resets */
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c;
+    cl_open(&c, &sv, false, NULL);
+    raw_preface(&c);
+    const uint8_t inc[4] = {0x7f, 0xff, 0xff, 0xff};
+    /* one stream at a time, each reset before the next opens (never
+     * refused: the limit of 4 is never reached) */
+    for (uint32_t i = 0; i < 40 && !c.eof; i++) {
+        raw_frame(&c, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS,
+                  2 * i + 1, hb_get, sizeof(hb_get));
+        raw_frame(&c, NGHTTP2_WINDOW_UPDATE, 0, 2 * i + 1, inc, 4);
+        pump(&sv, &c, 1);
+    }
+    ok(wait_eof(&sv, &c), "the connection ends");
+    uint32_t code = 0;
+    ok(raw_has_frame(&c, NGHTTP2_GOAWAY, &code), "MadeYouReset: GOAWAY");
+    is_int(code, NGHTTP2_ENHANCE_YOUR_CALM, "ENHANCE_YOUR_CALM");
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    printf("# %d streams, %llu resets sent\n", sv.nreq, hs.h2_resets_server);
+    ok(sv.nreq >= 8 && sv.nreq <= 10, "stopped at the budget");
+    ok(hs.h2_resets_server >= 8, "the resets nghttp2 sent counted");
+    is_int(hs.h2_resets, 0, "none was the client's");
+    is_int(hs.h2_refused, 0, "none was refused");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* Request bodies held while the stages authenticate: the connection's
+ * window is given back only for what is delivered or dropped, so one
+ * connection holds at most its window however many streams it opens;
+ * what it held is given back when the streams end. */
+static void
+test_held_bodies(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    struct body_src b[40];
+    for (int i = 0; i < 40; i++) {
+        b[i].left = 65535; /* each stream's whole window */
+        cl_req(&c, "POST", "/held", NULL, 0, &b[i]);
+    }
+    pump(&sv, &c, 1);
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    is_int(sv.nreq, 40, "40 streams wait");
+    printf("# held %llu bytes of 40 x 65535 offered\n", hs.h2_body_held);
+    ok(hs.h2_body_held <= 1u << 20, "at most the connection's window held");
+    ok(hs.h2_body_held >= (1u << 20) - 65535, "the window filled");
+    for (int i = 0; i < 40; i++)
+        hresp_simple(sv.reqs[i]->r, 401, "text/plain", "no", 2);
+    pump(&sv, &c, 1);
+    http_server_stats(sv.s, &hs);
+    is_int(hs.h2_body_held, 0, "given back when the streams end");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* Past max_held_body across connections, a stream whose body would be
+ * held is refused; the held bytes stay within the cap. */
+static void
+test_held_cap(void)
+{
+    struct http_server_options o = opts();
+    o.max_held_body = 3 * 65535;
+    struct srv sv;
+    srv_init(&sv, o);
+    struct cl c[2];
+    struct body_src b[8];
+    for (int k = 0; k < 2; k++) {
+        cl_open(&c[k], &sv, true, NULL);
+        for (int i = 0; i < 4; i++) {
+            b[4 * k + i].left = 65535;
+            cl_req(&c[k], "POST", "/held", NULL, 0, &b[4 * k + i]);
+        }
+    }
+    pump(&sv, c, 2);
+    struct http_server_stats hs;
+    http_server_stats(sv.s, &hs);
+    ok(hs.h2_body_held <= 3 * 65535, "held within the cap");
+    is_int(hs.h2_held_refused, 5, "the streams past it refused");
+    int refused = 0;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4; i++)
+            refused += c[k].st[i].closed && c[k].st[i].close_code == NGHTTP2_REFUSED_STREAM;
+    is_int(refused, 5, "RST_STREAM REFUSED_STREAM");
+    for (int k = 0; k < 2; k++)
+        cl_close(&c[k]);
     srv_fini(&sv);
 }
 
@@ -1388,6 +1607,11 @@ main(void)
     TAP_RUN(test_rapid_reset);
     TAP_RUN(test_reset_of_closed_stream_not_counted);
     TAP_RUN(test_header_list);
+    TAP_RUN(test_hpack_bomb_one_block);
+    TAP_RUN(test_hpack_bomb_many_blocks);
+    TAP_RUN(test_made_you_reset);
+    TAP_RUN(test_held_bodies);
+    TAP_RUN(test_held_cap);
     TAP_RUN(test_continuation_flood);
     TAP_RUN(test_ping_flood);
     TAP_RUN(test_settings_flood);
