@@ -830,6 +830,12 @@ class Kwc:
                                   "--data-dir", os.path.join(env.dir, "data-" + tag)] + list(base)
         for f, val in list(flags) + [o for o in optional if not missing_flags(v.binary, [o[0]])]:
             argv += [f, str(val)]
+        # every load generator here is one address (127.0.0.1): the per-source
+        # limits (issue 29) would measure themselves; a row about them sets its own
+        given = {f for f, _ in list(flags) + list(optional)}
+        for f in ("--max-connections-per-source", "--max-reviews-per-source"):
+            if f not in given and not missing_flags(v.binary, [f]):
+                argv += [f, "0"]
         if v.tls and not args.tls_shim:
             argv += ["--tls-cert-file", certs(args)["cert"], "--tls-private-key-file", certs(args)["key"]]
             if not any(f == "--auth" for f, _ in flags) and not missing_flags(v.binary, ["--auth"]):

@@ -124,6 +124,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
             .allow_ttl_s = (unsigned)cfg->authz_allow_ttl,
             .deny_ttl_s = (unsigned)cfg->authz_deny_ttl,
             .max_entries = 100000,
+            .review_timeout_ms = (unsigned)cfg->review_timeout * 1000,
+            .max_reviews_per_source = cfg_per_source_reviews(cfg),
         };
         auth_new(d->base, d->up, &ao, &a->auth);
     }
@@ -159,6 +161,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
         .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
         .max_connections = (unsigned)cfg->max_connections_resolved,
+        .max_connections_per_source = cfg_per_source_connections(cfg),
         .http2_max_streams = (unsigned)cfg->http2_max_streams,
         /* a few responses at their marks (h2.c): the larger of the list
          * and watch marks, four times */

@@ -517,6 +517,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++)
         if (opts[i].def && set_opt(c, &opts[i], opts[i].def, opts[i].flag, err, errlen) != 0)
             return KWC_ECONFIG;
+    /* defaults that depend on other flags: -1 until given */
+    c->max_connections_per_source = -1;
+    c->max_reviews_per_source = -1;
 
     /* First pass: --help, --version, --config. */
     for (int i = 1; i < argc; i++) {
@@ -660,6 +663,18 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--max-review-connections %ld: use 1 to 65536 (reviews past it wait for a "
                     "connection)",
                     c->max_review_connections);
+    if (c->max_connections_per_source > (long)UINT32_MAX)
+        return fail(err, errlen, "--max-connections-per-source %ld: at most %lu (0: no limit)",
+                    c->max_connections_per_source, (unsigned long)UINT32_MAX);
+    if (c->max_reviews_per_source > 65536)
+        return fail(err, errlen,
+                    "--max-reviews-per-source %ld: use 0 (no limit) to 65536 (default: half of "
+                    "--max-review-connections)",
+                    c->max_reviews_per_source);
+    if (c->review_timeout > CFG_MAX_TIMEOUT_S)
+        return fail(err, errlen,
+                    "--review-timeout %ld: use 0 (only --upstream-timeout) to %d seconds",
+                    c->review_timeout, CFG_MAX_TIMEOUT_S);
     if (c->max_held_body_buffer < 65536)
         return fail(err, errlen,
                     "--max-held-body-buffer %ld: at least 65536 bytes (one stream's window)",
@@ -735,4 +750,24 @@ bool
 cfg_accept_hosts_match(const struct kwc_config *c, const char *host)
 {
     return c->accept_hosts_re && regexec(&c->accept_hosts_re->re, host, 0, NULL, 0) == 0;
+}
+
+unsigned
+cfg_per_source_connections(const struct kwc_config *c)
+{
+    if (c->max_connections_per_source >= 0)
+        return (unsigned)c->max_connections_per_source;
+    /* a quarter: one address can take no more than that, and it takes four
+     * to refuse everyone; 0 while max_connections is not resolved */
+    unsigned m = c->max_connections_resolved;
+    return m ? (m / 4 ? m / 4 : 1) : 0;
+}
+
+unsigned
+cfg_per_source_reviews(const struct kwc_config *c)
+{
+    if (c->max_reviews_per_source >= 0)
+        return (unsigned)c->max_reviews_per_source;
+    long half = c->max_review_connections / 2;
+    return half > 0 ? (unsigned)half : 1;
 }

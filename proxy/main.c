@@ -435,6 +435,13 @@ main(int argc, char **argv)
     log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
              "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
              fdb.limit, fdb.connections, fdb.upstream, fdb.reserve);
+    if (cfg_per_source_connections(&cfg))
+        log_info("kwc: at most %u client connections from one address "
+                 "(--max-connections-per-source)",
+                 cfg_per_source_connections(&cfg));
+    else
+        log_info(
+            "kwc: no limit of client connections per address (--max-connections-per-source 0)");
     struct store_options so;
     store_options_default(&so);
     so.map_size = (uint64_t)cfg.cache_map_size;

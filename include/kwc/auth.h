@@ -22,6 +22,21 @@
  *     each asked as verb "impersonate" on users / groups / uids /
  *     userextras/KEY / serviceaccounts, then the request runs as that user.
  *
+ * Fairness (issue 29): each review has its own deadline, review_timeout_ms,
+ * counted from when it is asked (the time it waits for a review connection
+ * behind others included), so a review that hangs upstream, and every
+ * caller queued behind it, is answered as a failed review (below) instead
+ * of waiting for the upstream client's header timeout; nothing is cached
+ * from it. And a TokenReview counts against the source address whose
+ * request started it (a request that joins a review in flight for the same
+ * token costs nothing): past max_reviews_per_source, a source's request
+ * that needs a new review is answered 429 at once, so one address flooding
+ * kwc with tokens that hang holds at most its share of the pool and the
+ * rest is free for other callers' new tokens. The same share holds in the
+ * SubjectAccessReview pool for the reviews of callers that are not
+ * authenticated (--anonymous-auth's system:anonymous), for which the
+ * caller passes a source to auth_authorize.
+ *
  * An upstream that cannot answer (down, 5xx, garbage) fails closed, as
  * kube-apiserver does when its webhook fails: authentication gives 401
  * (filters/authentication.go: an authenticator error is a failed login),
@@ -39,18 +54,21 @@
 #include <stdint.h>
 
 #include "kwc/authwire.h" /* the identity, the question, the wire formats */
+#include "kwc/srcmap.h"   /* struct src_key */
 
 struct event_base;
 struct up_client;
 struct x509_st;
 
 struct auth_options {
-    bool anonymous;            /* --anonymous-auth */
-    unsigned token_ttl_s;      /* --authentication-token-webhook-cache-ttl (120) */
-    unsigned token_fail_ttl_s; /* a rejected or failed token review (10) */
-    unsigned allow_ttl_s;      /* --authorization-webhook-cache-authorized-ttl (300) */
-    unsigned deny_ttl_s;       /* --authorization-webhook-cache-unauthorized-ttl (30) */
-    size_t max_entries;        /* per cache; the oldest go first (default 100000) */
+    bool anonymous;                  /* --anonymous-auth */
+    unsigned token_ttl_s;            /* --authentication-token-webhook-cache-ttl (120) */
+    unsigned token_fail_ttl_s;       /* a rejected or failed token review (10) */
+    unsigned allow_ttl_s;            /* --authorization-webhook-cache-authorized-ttl (300) */
+    unsigned deny_ttl_s;             /* --authorization-webhook-cache-unauthorized-ttl (30) */
+    size_t max_entries;              /* per cache; the oldest go first (default 100000) */
+    unsigned review_timeout_ms;      /* a review's deadline from when it is asked; 0: none */
+    unsigned max_reviews_per_source; /* reviews a source may have started, per pool; 0: none */
     /* The clock of the TTLs and of the failure log's rate, in seconds (any
      * origin that does not go back); NULL: CLOCK_MONOTONIC. For tests. */
     double (*clock)(void *arg);
@@ -63,7 +81,11 @@ struct auth_stats {
     uint64_t token_cache_hits, token_reviews, token_review_errors;
     uint64_t authz_allowed, authz_denied, authz_errors;
     uint64_t sar_cache_hits, sar_sent, sar_coalesced;
-    uint64_t reviews_cancelled; /* no one waited for them any more */
+    uint64_t reviews_cancelled;     /* no one waited for them any more */
+    uint64_t reviews_timed_out;     /* past review_timeout_ms (each kind) */
+    uint64_t token_reviews_refused; /* a source past max_reviews_per_source: 429 */
+    uint64_t sar_refused;           /* the same for an unauthenticated caller's SAR */
+    uint64_t review_sources;        /* sources with a review counted now, per pool, summed */
 };
 
 struct auth;
@@ -81,23 +103,30 @@ void auth_stats(const struct auth *a, struct auth_stats *out);
 /*
  * Who is this. cert: the verified client certificate (NULL: none);
  * authorization: the Authorization header (NULL: none; borrowed, not kept
- * past the call). status: 0 and u (borrowed for the callback: keep it with
- * auth_user_ref), or 401 and NULL. An answer known at once (the certificate,
- * the cache, anonymous, no credentials, a review that could not be started)
- * calls cb before returning and returns NULL; else a wait the caller may
- * cancel until cb runs. Identical tokens under review share one TokenReview.
+ * past the call); src: the client's address (borrowed; NULL: none, no
+ * share applies). status: 0 and u (borrowed for the callback: keep it with
+ * auth_user_ref), 401 and NULL, or 429 and NULL (src holds its share of
+ * TokenReviews: answer kube's max-in-flight 429 TooManyRequests with
+ * Retry-After). An answer known at once (the certificate, the cache,
+ * anonymous, no credentials, a review that could not be started, a source
+ * past its share) calls cb before returning and returns NULL; else a wait
+ * the caller may cancel until cb runs. Identical tokens under review share
+ * one TokenReview.
  */
 typedef void (*auth_user_cb)(void *arg, int status, struct auth_user *u);
 struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
-                                    auth_user_cb cb, void *arg);
+                                    const struct src_key *src, auth_user_cb cb, void *arg);
 
 /* reason: the SubjectAccessReview's status.reason (or the error), "" if none;
- * valid during the callback. u and at are borrowed for the call only. Same
- * synchronous rule as auth_authenticate (a cache hit, a review that could
- * not be started). */
+ * valid during the callback. u and at are borrowed for the call only. src:
+ * the source a new review counts against, for a caller that is not
+ * authenticated (NULL: none; borrowed); past its share, AUTH_BUSY at once.
+ * Same synchronous rule as auth_authenticate (a cache hit, a review that
+ * could not be started, a source past its share). */
 typedef void (*auth_decision_cb)(void *arg, enum auth_decision d, const char *reason);
 struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
-                                 const struct auth_attrs *at, auth_decision_cb cb, void *arg);
+                                 const struct auth_attrs *at, const struct src_key *src,
+                                 auth_decision_cb cb, void *arg);
 /*
  * The caller went away: w's callback never runs and w is freed. When w was
  * the last waiter of its review (coalesced or not), the review is cancelled

@@ -60,7 +60,9 @@ struct auth_attrs {
     const char *path;        /* non-resource requests: the URL path */
 };
 
-enum auth_decision { AUTH_ALLOW, AUTH_DENY, AUTH_ERROR };
+/* AUTH_BUSY: not asked, the caller's source holds its share of reviews
+ * (auth.h): the caller answers kube's max-in-flight 429. */
+enum auth_decision { AUTH_ALLOW, AUTH_DENY, AUTH_ERROR, AUTH_BUSY };
 
 /* The token of an Authorization header by kube's bearertoken authenticator
  * (request/bearertoken): the header trimmed of white space (Go's

@@ -63,6 +63,11 @@
       "open client connections at most, watch streams and tunnels included (0: what the "          \
       "open-file limit leaves after the upstream connections and a reserve; see the README's "     \
       "descriptor budget)")                                                                        \
+    X("max-connections-per-source", max_connections_per_source, INT, NULL, "N",                    \
+      "open client connections from one IP address (an IPv4-mapped IPv6 address counts as its "    \
+      "IPv4 one); past it, that address's new connections are refused like those past "            \
+      "--max-connections, so one address cannot take every connection (0: no limit; default: a "   \
+      "quarter of --max-connections)")                                                             \
     X("http2-max-streams-per-connection", http2_max_streams, INT, "100", "N",                      \
       "HTTP/2: concurrent streams a client may open on one connection (kube's flag); more are "    \
       "refused")                                                                                   \
@@ -77,6 +82,17 @@
     X("max-review-connections", max_review_connections, INT, "32", "N",                            \
       "--auth delegated: connections to the upstream for TokenReviews, and as many for "           \
       "SubjectAccessReviews; more reviews wait for one")                                           \
+    X("max-reviews-per-source", max_reviews_per_source, INT, NULL, "N",                            \
+      "--auth delegated: TokenReviews that requests from one IP address may have in flight or "    \
+      "waiting for a connection (and as many SubjectAccessReviews of callers not "                 \
+      "authenticated); past it, that address's requests that need another are answered 429 at "    \
+      "once instead of queuing before other callers' (0: no limit; default: half of "              \
+      "--max-review-connections)")                                                                 \
+    X("review-timeout", review_timeout, INT, "10", "SECONDS",                                      \
+      "--auth delegated: time a TokenReview or SubjectAccessReview may take from when it is "      \
+      "asked, waiting for a review connection included; past it the caller gets what a failed "    \
+      "review gives (401, or 500 for authorization) and nothing is cached (0: only "               \
+      "--upstream-timeout)")                                                                       \
     X("max-passthrough-buffer", max_passthrough_buffer, INT, "134217728", "BYTES",                 \
       "passthrough response bytes queued to all clients together; past it, reading from the "      \
       "upstream pauses for the passthroughs that hold the most")                                   \
@@ -182,6 +198,8 @@ struct kwc_config {
     bool listen_loopback; /* every listen address is in 127.0.0.0/8 or is ::1 */
     /* max_connections, with 0 resolved by cfg_fd_budget (0 until then). */
     unsigned max_connections_resolved;
+    /* max_connections_per_source and max_reviews_per_source are -1 when
+     * not given: see cfg_per_source_connections and cfg_per_source_reviews. */
     /* Connections of kwc's own upstream pool: one per cache (each has at
      * most one request in flight), a built-in resource counting twice
      * (JSON and protobuf). */
@@ -250,6 +268,16 @@ int cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu
  * header). Thread-safe (glibc's regexec on a shared compiled regex).
  */
 bool cfg_accept_hosts_match(const struct kwc_config *c, const char *host);
+
+/*
+ * The per-source limits as resolved (0: no limit). Connections: the flag, or
+ * a quarter of max_connections_resolved (at least 1; 0 while that is 0).
+ * Reviews: the flag, or half of --max-review-connections (at least 1), so
+ * one address leaves at least half of each review pool to the others.
+ * Pure.
+ */
+unsigned cfg_per_source_connections(const struct kwc_config *c);
+unsigned cfg_per_source_reviews(const struct kwc_config *c);
 void cfg_usage(FILE *f);
 
 #endif

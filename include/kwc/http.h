@@ -57,6 +57,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "kwc/srcmap.h" /* struct src_key: a client's source address */
+
 struct event_base;
 struct evbuffer;
 struct http_server;
@@ -93,6 +95,16 @@ struct http_server_options {
                                       handshake); 0: none */
     int idle_timeout_ms;           /* keep-alive connection with no request in progress; 0: none */
     unsigned max_connections;      /* open client connections; 0: no cap */
+    /* open client connections from one source address (srcmap.h: an
+     * IPv4-mapped IPv6 address is its IPv4 one); 0: no cap. Past it a new
+     * connection from that address is refused as past max_connections (a
+     * 429, or a close before the TLS handshake), so one address flooding
+     * the server leaves the rest of max_connections to the others. Counts
+     * the connections the server holds: a connection taken away (a watch
+     * stream handed to a watch worker, a tunnel) has passed the request
+     * stages and counts against max_connections only (its release happens
+     * on another loop, which the per-source table, one loop's, never sees). */
+    unsigned max_connections_per_source;
     /* TLS: both files set, or neither (plaintext) */
     const char *tls_cert_file;
     const char *tls_key_file;
@@ -152,6 +164,8 @@ int http_tls_ulp_probe(void);
 struct http_server_stats {
     unsigned long long accepted, refused, open, tls_handshake_failed, bad_requests, header_timeouts,
         idle_timeouts, requests, tls_reloads;
+    unsigned long long refused_per_source; /* over max_connections_per_source (not in refused) */
+    unsigned long long sources;            /* source addresses with a connection counted now */
     /* TLS handshakes completed, by who makes the connection's records (the
      * kernel: kTLS send; OpenSSL) */
     unsigned long long tls_records_kernel, tls_records_openssl;
@@ -216,6 +230,12 @@ int64_t hreq_content_length(const struct hreq *r);
 bool hreq_upgrade(const struct hreq *r);
 /* The client's address. */
 const struct sockaddr *hreq_peer(const struct hreq *r, socklen_t *len);
+/* The source an address counts as (srcmap.h): true for an IPv4 or IPv6
+ * address (an IPv4-mapped one as its IPv4 address), false for anything
+ * else (NULL, a socketpair's). */
+bool http_source_key(const struct sockaddr *sa, socklen_t len, struct src_key *out);
+/* The request's client as a source (http_source_key of hreq_peer). */
+bool hreq_source(const struct hreq *r, struct src_key *out);
 /* TLS: the verified client certificate (borrowed; NULL without TLS, without
  * a certificate, or when --client-ca-file is not set). */
 X509 *hreq_client_cert(const struct hreq *r);

@@ -129,6 +129,8 @@ struct hconn {
     bool discard_overflow; /* an unread body went past max_discard_bytes */
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    struct src_key src; /* peer as a source, when src_counted */
+    bool src_counted;   /* counted in s->per_source until unlinked */
     struct hconn *next, **prev;
     struct hconn *next_reap;
     bool proto_known;  /* HTTP/2 or not was decided (ALPN, or the preface) */
@@ -161,6 +163,9 @@ struct http_server {
     struct event *reload_timer;
     struct hconn *conns;
     unsigned nconns;
+    struct srcmap *per_source; /* open connections per source (max_connections_per_source) */
+    time_t src_log_sec;        /* the per-source refusal log: the second of the last line */
+    unsigned long src_log_suppressed;
     struct hconn *reap;
     struct event *reap_ev;
     unsigned nlinger;

@@ -10,6 +10,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -233,6 +234,30 @@ hreq_peer(const struct hreq *r, socklen_t *len)
     if (len)
         *len = r->c->peer_len;
     return (const struct sockaddr *)&r->c->peer;
+}
+
+bool
+http_source_key(const struct sockaddr *sa, socklen_t len, struct src_key *out)
+{
+    if (!sa)
+        return false;
+    if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        src_key_v4(out, (const uint8_t *)&in->sin_addr);
+        return true;
+    }
+    if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        src_key_v6(out, in6->sin6_addr.s6_addr);
+        return true;
+    }
+    return false;
+}
+
+bool
+hreq_source(const struct hreq *r, struct src_key *out)
+{
+    return http_source_key((const struct sockaddr *)&r->c->peer, r->c->peer_len, out);
 }
 
 struct event_base *

@@ -16,7 +16,10 @@
  * from the first byte of a later request) or the idle timeout (between
  * requests). Past max_connections a new connection gets a 429 Status and is
  * closed; connections taken away (watch streams, tunnels) count until
- * their taker releases them.
+ * their taker releases them. Past max_connections_per_source for its
+ * address (counted in a srcmap while the server holds the connection), the
+ * same 429 and close: one address flooding kwc past max_connections would
+ * otherwise have every other client refused.
  *
  * TLS (htls.c builds the contexts): a connection starts with the context
  * of the moment. Bufferevents are created without BEV_OPT_CLOSE_ON_FREE
@@ -38,10 +41,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kwc/base.h"
@@ -290,6 +295,10 @@ conn_unlink(struct hconn *c)
     c->next = NULL;
     c->s->nconns--;
     c->s->stats.open = c->s->nconns;
+    if (c->src_counted) {
+        srcmap_release(c->s->per_source, &c->src);
+        c->src_counted = false;
+    }
 }
 
 /* Free what the connection holds; the socket and SSL only when owned. */
@@ -407,7 +416,6 @@ linger_close(struct http_server *s, int fd)
 static void
 refuse(struct http_server *s, int fd)
 {
-    s->stats.refused++;
     if (!s->ctx) {
         /* a TLS client just sees the close: no handshake is spent on a
          * connection over the cap */
@@ -450,6 +458,25 @@ server_ctx(struct http_server *s)
     return s->ctx;
 }
 
+/* A flood is refused many times a second: one line a second at most, with
+ * the count of those left out. */
+static void
+log_source_refused(struct http_server *s, const struct src_key *src)
+{
+    time_t now = time(NULL);
+    if (now == s->src_log_sec) {
+        s->src_log_suppressed++;
+        return;
+    }
+    char a[SRC_KEY_TEXT];
+    src_key_text(src, a, sizeof(a));
+    log_warnx("http: refusing a connection from %s: it holds %u connections "
+              "(--max-connections-per-source; %lu more refused since the last such line)",
+              a, s->o.max_connections_per_source, s->src_log_suppressed);
+    s->src_log_sec = now;
+    s->src_log_suppressed = 0;
+}
+
 static void
 on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
@@ -462,13 +489,27 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
     assert(s->magic == SRV_MAGIC);
     s->stats.accepted++;
     if (s->o.max_connections && s->nconns + atomic_load(&taken_conns) >= s->o.max_connections) {
+        s->stats.refused++;
         refuse(s, fd);
         return;
+    }
+    struct src_key src = {{0}};
+    bool counted = false;
+    if (s->o.max_connections_per_source && http_source_key(sa, salen, &src)) {
+        if (!srcmap_take(s->per_source, &src, s->o.max_connections_per_source)) {
+            s->stats.refused_per_source++;
+            log_source_refused(s, &src);
+            refuse(s, fd);
+            return;
+        }
+        counted = true;
     }
     struct hconn *c = xcalloc(1, sizeof(*c));
     c->magic = CONN_MAGIC;
     c->s = s;
     c->fd = fd;
+    c->src = src;
+    c->src_counted = counted;
     if (sa && salen > 0 && (size_t)salen <= sizeof(c->peer)) {
         memcpy(&c->peer, sa, (size_t)salen);
         c->peer_len = (socklen_t)salen;
@@ -630,6 +671,10 @@ http_server_new(struct event_base *base, const struct http_server_options *o,
     h1_settings(&s->ps);
     s->reap_ev = event_new(base, -1, 0, on_reap, s);
     s->accept_retry = evtimer_new(base, on_accept_retry, s);
+    uint64_t seed = 0;
+    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
+        seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s; /* only the hash's spread */
+    s->per_source = srcmap_new(seed);
     int rc = htls_init(s, err, errlen);
     if (rc != 0)
         goto fail;
@@ -686,6 +731,7 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
     *out = s->stats;
     out->taken = atomic_load(&taken_conns);
     out->max_connections = s->o.max_connections;
+    out->sources = srcmap_sources(s->per_source);
 }
 
 /* Graceful stop, as Go's Server.Shutdown (with x/net/http2's GOAWAY): the
@@ -740,6 +786,7 @@ http_server_free(struct http_server *s)
         event_free(s->reap_ev);
     if (s->accept_retry)
         event_free(s->accept_retry);
+    srcmap_free(s->per_source);
     SSL_CTX_free(s->ctx);
     s->magic = 0;
     free(s);

@@ -16,6 +16,19 @@
  * and every waiter is called back when it ends. At max_entries, expired
  * entries among the oldest go first, else the oldest.
  *
+ * Each review has a timer, review_timeout_ms from its start (when it was
+ * handed to the upstream client, which queues it while its pool is full):
+ * on expiry its transfer is cancelled and it ends like a failed review
+ * (401 / AUTH_ERROR) except that nothing is cached, as kube's webhook
+ * authenticator and authorizer cache no error. A TokenReview started for
+ * a request with a source address is counted in a->review_src[REVIEW_TOKEN]
+ * under that source until it ends (answered, timed out, or cancelled with
+ * its last waiter); a source at max_reviews_per_source gets 429 for a token
+ * that needs a new review. SubjectAccessReviews are counted likewise in
+ * a->review_src[REVIEW_SAR] when the caller passes a source (an
+ * unauthenticated caller: authenticated ones are not shared out per
+ * address), AUTH_BUSY past the share.
+ *
  * Invariants: a token lives only in the caller's header and in one review's
  * request body, which is wiped when the review ends; no log line holds it.
  * Upstream response bodies are bounded (AUTH_MAX_BODY) before they are
@@ -30,6 +43,7 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +152,10 @@ struct review {
     char *resp;
     size_t resp_len, resp_cap;
     struct event *oversize_ev; /* answers an oversized response outside curl */
+    struct event *timer;       /* review_timeout_ms from the start */
+    bool timed_out;            /* ended by the timer: nothing is cached */
+    bool src_counted;          /* counted in a->review_src under src */
+    struct src_key src;
 };
 
 struct auth {
@@ -145,10 +163,13 @@ struct auth {
     struct event_base *base;
     struct up_client *up;
     struct auth_options o;
-    struct ttlc *tokens, *sars; /* answers, and the reviews in flight */
+    struct ttlc *tokens, *sars;   /* answers, and the reviews in flight */
+    struct srcmap *review_src[2]; /* reviews in flight per source, by review_kind */
     struct auth_stats st;
     double last_log;
     unsigned long suppressed;
+    double last_share_log; /* log_share's rate, like log_failure's */
+    unsigned long share_suppressed;
 };
 
 /* The TTLs' clock: the caller's, else the monotonic one. */
@@ -179,11 +200,38 @@ log_failure(struct auth *a, const char *what, const char *why)
     a->suppressed = 0;
 }
 
+/* A source past its share: logged at most once a second, with the count of
+ * those left out (a flood is refused many times a second). */
+static void
+log_share(struct auth *a, enum review_kind kind, const struct src_key *src)
+{
+    double now = now_of(a);
+    if (a->last_share_log && now - a->last_share_log < 1.0) {
+        a->share_suppressed++;
+        return;
+    }
+    char s[SRC_KEY_TEXT];
+    src_key_text(src, s, sizeof(s));
+    log_warnx("auth: %s holds %u %s (--max-reviews-per-source): answering 429 to its requests "
+              "that need another (%lu more since the last such line)",
+              s, a->o.max_reviews_per_source,
+              kind == REVIEW_TOKEN ? "TokenReviews"
+                                   : "SubjectAccessReviews of callers not "
+                                     "authenticated",
+              a->share_suppressed);
+    a->last_share_log = now;
+    a->share_suppressed = 0;
+}
+
 static void
 review_free(struct review *r)
 {
     if (r->x)
         up_xfer_cancel(r->x);
+    if (r->timer)
+        event_free(r->timer);
+    if (r->src_counted)
+        srcmap_release(r->a->review_src[r->kind], &r->src);
     if (r->req) {
         OPENSSL_cleanse(r->req, r->req_len);
         free(r->req);
@@ -260,6 +308,27 @@ on_review_done(void *arg, int err, const char *msg)
     review_done(r, err, msg);
 }
 
+/* The review's deadline: its transfer ends (a connection freed, or its
+ * place in the pool's queue given up) and its waiters get a failed
+ * review's answer. From the loop, outside curl. */
+static void
+on_review_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct review *r = arg;
+    assert(r->magic == REVIEW_MAGIC);
+    up_xfer_cancel(r->x);
+    r->x = NULL;
+    r->timed_out = true;
+    r->a->st.reviews_timed_out++;
+    char msg[128];
+    unsigned ms = r->a->o.review_timeout_ms;
+    if (ms % 1000 == 0)
+        snprintf(msg, sizeof(msg), "no answer within %u s (--review-timeout)", ms / 1000);
+    else
+        snprintf(msg, sizeof(msg), "no answer within %u ms (--review-timeout)", ms);
+    review_done(r, -ETIMEDOUT, msg);
+}
+
 static const struct up_xfer_cbs review_cbs = {.on_headers = on_review_headers,
                                               .on_data = on_review_data,
                                               .on_body = on_review_body,
@@ -272,10 +341,12 @@ cache_of(struct auth *a, enum review_kind kind)
 }
 
 /* Start the review of body (taken) under key: a fetch of its kind's cache.
- * NULL if it could not start (logged; body wiped and freed). */
+ * src: the source it counts against (already taken in a->review_src; the
+ * review releases it), or NULL. NULL if it could not start (logged; body
+ * wiped and freed, src released). */
 static struct review *
 review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_LEN], char *body,
-             size_t len, bool cacheable)
+             size_t len, bool cacheable, const struct src_key *src)
 {
     struct review *r = xcalloc(1, sizeof(*r));
     r->magic = REVIEW_MAGIC;
@@ -284,6 +355,10 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_
     r->cacheable = cacheable;
     r->req = body;
     r->req_len = len;
+    if (src) {
+        r->src = *src;
+        r->src_counted = true;
+    }
     static const struct up_header hdrs[] = {{"Content-Type", "application/json"},
                                             {"Accept", "application/json"}};
     struct up_request req = {.method = "POST",
@@ -302,6 +377,11 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_
         return NULL;
     }
     r->f = ttlc_fetch_begin(cache_of(a, kind), key, KEY_LEN, r);
+    if (a->o.review_timeout_ms) {
+        r->timer = evtimer_new(a->base, on_review_timeout, r);
+        struct timeval tv = {a->o.review_timeout_ms / 1000, (a->o.review_timeout_ms % 1000) * 1000};
+        evtimer_add(r->timer, &tv);
+    }
     return r;
 }
 
@@ -367,6 +447,10 @@ review_done(struct review *r, int err, const char *msg)
         e->u = u;
         if (u)
             auth_user_ref(u);
+        if (r->timed_out) {
+            free_tok_ent(e); /* a review that timed out says nothing of the token */
+            e = NULL;
+        }
         ttlc_fetch_end(r->f, e, status == 0 ? a->o.token_ttl_s : a->o.token_fail_ttl_s, now_of(a));
         while (wait_pop(r->f, &w)) {
             if (u)
@@ -428,6 +512,11 @@ auth_new(struct event_base *base, struct up_client *up, const struct auth_option
         a->o.max_entries = DEFAULT_MAX_ENTRIES;
     a->tokens = ttlc_new(a->o.max_entries, free_tok_ent);
     a->sars = ttlc_new(a->o.max_entries, free_sar_ent);
+    uint64_t seed = 0;
+    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
+        seed = (uint64_t)(uintptr_t)a; /* only the hash's spread */
+    a->review_src[REVIEW_TOKEN] = srcmap_new(seed);
+    a->review_src[REVIEW_SAR] = srcmap_new(seed ^ 0x5bd1e995u);
     *out = a;
     return 0;
 }
@@ -453,6 +542,8 @@ auth_free(struct auth *a)
     }
     ttlc_free(a->tokens);
     ttlc_free(a->sars);
+    srcmap_free(a->review_src[REVIEW_TOKEN]);
+    srcmap_free(a->review_src[REVIEW_SAR]);
     a->magic = 0;
     free(a);
 }
@@ -461,11 +552,13 @@ void
 auth_stats(const struct auth *a, struct auth_stats *out)
 {
     *out = a->st;
+    out->review_sources =
+        srcmap_sources(a->review_src[REVIEW_TOKEN]) + srcmap_sources(a->review_src[REVIEW_SAR]);
 }
 
 struct auth_wait *
-auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization, auth_user_cb cb,
-                  void *arg)
+auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
+                  const struct src_key *src, auth_user_cb cb, void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
     /* 1. x509: a verified certificate with a CN */
@@ -494,9 +587,17 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
         }
         struct ttlc_fetch *f = ttlc_fetch_find(a->tokens, key, KEY_LEN);
         if (!f) {
+            /* a new review: the source's share (auth.h) */
+            if (src &&
+                !srcmap_take(a->review_src[REVIEW_TOKEN], src, a->o.max_reviews_per_source)) {
+                a->st.token_reviews_refused++;
+                log_share(a, REVIEW_TOKEN, src);
+                cb(arg, 429, NULL);
+                return NULL;
+            }
             size_t bl;
             char *body = auth_token_review_json(tok, tl, &bl);
-            struct review *r = review_start(a, REVIEW_TOKEN, key, body, bl, true);
+            struct review *r = review_start(a, REVIEW_TOKEN, key, body, bl, true, src);
             if (!r) {
                 a->st.token_review_errors++;
                 a->st.authn_denied++;
@@ -524,7 +625,7 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
 
 struct auth_wait *
 auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attrs *at,
-               auth_decision_cb cb, void *arg)
+               const struct src_key *src, auth_decision_cb cb, void *arg)
 {
     assert(a->magic == AUTH_MAGIC);
     /* webhook.go keys its cache by the marshalled SubjectAccessReviewSpec;
@@ -547,9 +648,16 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
         a->st.sar_coalesced++;
         return wait_add(f, NULL, cb, arg);
     }
+    /* a new review: an unauthenticated caller's source's share (auth.h) */
+    if (src && !srcmap_take(a->review_src[REVIEW_SAR], src, a->o.max_reviews_per_source)) {
+        a->st.sar_refused++;
+        log_share(a, REVIEW_SAR, src);
+        cb(arg, AUTH_BUSY, "");
+        return NULL;
+    }
     char *body = auth_sar_json(u, at);
     struct review *r =
-        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at));
+        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at), src);
     if (!r) {
         a->st.authz_errors++;
         cb(arg, AUTH_ERROR, "SubjectAccessReview failed: the request could not be started");

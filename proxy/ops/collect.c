@@ -393,13 +393,18 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
     uint64_t acc = hs.accepted;
     counter1(w, "kwc_http_connections_accepted_total", "Client connections accepted.", NULL, NULL,
              &acc, 1);
-    const char *rr[] = {"max_connections", "out_of_descriptors"};
-    uint64_t rx[] = {hs.refused, hs.accept_errors};
+    const char *rr[] = {"max_connections", "max_connections_per_source", "out_of_descriptors"};
+    uint64_t rx[] = {hs.refused, hs.refused_per_source, hs.accept_errors};
     counter1(w, "kwc_http_connections_refused_total",
-             "Client connections refused: over --max-connections (a 429, or a close before the "
-             "TLS handshake), or accept(2) failing for want of descriptors or memory (accepting "
-             "pauses for 100 ms).",
-             "reason", rr, rx, 2);
+             "Client connections refused: over --max-connections or "
+             "--max-connections-per-source (a 429, or a close before the TLS handshake), or "
+             "accept(2) failing for want of descriptors or memory (accepting pauses for 100 ms).",
+             "reason", rr, rx, 3);
+    metrics_write_family(w, "kwc_http_connection_sources",
+                         "Source addresses with an open client connection counted against "
+                         "--max-connections-per-source.",
+                         METRICS_GAUGE);
+    metrics_write_sample(w, "kwc_http_connection_sources", NULL, NULL, 0, (double)hs.sources);
     const char *cr[] = {"header_timeout", "idle_timeout", "tls_handshake_failed", "bad_request"};
     uint64_t cx[] = {hs.header_timeouts, hs.idle_timeouts, hs.tls_handshake_failed,
                      hs.bad_requests};
@@ -510,6 +515,23 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
                  "TokenReviews and SubjectAccessReviews cancelled because every request waiting "
                  "for them went away.",
                  NULL, NULL, &rc, 1);
+        uint64_t rt = as.reviews_timed_out;
+        counter1(w, "kwc_reviews_timed_out_total",
+                 "TokenReviews and SubjectAccessReviews that had no answer within "
+                 "--review-timeout (their callers got a failed review's answer).",
+                 NULL, NULL, &rt, 1);
+        const char *rvk[] = {"tokenreview", "subjectaccessreview"};
+        uint64_t rf[] = {as.token_reviews_refused, as.sar_refused};
+        counter1(w, "kwc_reviews_refused_total",
+                 "Requests answered 429 because their source address had "
+                 "--max-reviews-per-source reviews in flight in that review's pool "
+                 "(SubjectAccessReviews: of callers not authenticated).",
+                 "review", rvk, rf, 2);
+        metrics_write_family(w, "kwc_review_sources",
+                             "Source addresses with a review counted in flight, per review pool "
+                             "(an address in both counts twice).",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_review_sources", NULL, NULL, 0, (double)as.review_sources);
     }
 }
 

@@ -248,20 +248,21 @@ struct later {
     struct hreq *r;
     int code; /* a Status answer; 0: kwc's own endpoint */
     char *reason, *msg;
-    char *body;    /* a Status already rendered (code set) */
-    char path[16]; /* endpoint: its path */
+    char *body;      /* a Status already rendered (code set) */
+    int retry_after; /* a Status answer's Retry-After (seconds; 0: none) */
+    char path[16];   /* endpoint: its path */
 };
 
 static void
 answer_now(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-           const char *path, const char *body)
+           const char *path, const char *body, int retry_after)
 {
     if (code && body) {
-        respond_status_body(r, code, body, 0);
+        respond_status_body(r, code, body, retry_after);
         return;
     }
     if (code) {
-        respond_status(r, code, reason, msg, 0);
+        respond_status(r, code, reason, msg, retry_after);
         return;
     }
     struct kreq k = {.f = f, .req = r};
@@ -273,7 +274,7 @@ static void
 on_later_complete(void *arg)
 {
     struct later *l = arg;
-    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body);
+    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body, l->retry_after);
 }
 
 static void
@@ -293,10 +294,10 @@ static const struct hreq_handler later_handler = {
 
 static void
 answer_with(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-            const char *endpoint, const char *body)
+            const char *endpoint, const char *body, int retry_after)
 {
     if (!hreq_has_body(r)) {
-        answer_now(f, r, code, reason, msg, endpoint, body);
+        answer_now(f, r, code, reason, msg, endpoint, body, retry_after);
         return;
     }
     struct later *l = xcalloc(1, sizeof(*l));
@@ -306,6 +307,7 @@ answer_with(struct front *f, struct hreq *r, int code, const char *reason, const
     l->reason = reason ? xstrdup(reason) : NULL;
     l->msg = msg ? xstrdup(msg) : NULL;
     l->body = body ? xstrdup(body) : NULL;
+    l->retry_after = retry_after;
     if (endpoint)
         snprintf(l->path, sizeof(l->path), "%s", endpoint);
     hreq_set_handler(r, &later_handler, l);
@@ -315,7 +317,7 @@ static void
 answer(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
        const char *endpoint)
 {
-    answer_with(f, r, code, reason, msg, endpoint, NULL);
+    answer_with(f, r, code, reason, msg, endpoint, NULL, 0);
 }
 
 static bool
@@ -413,13 +415,39 @@ on_parked_close(void *arg)
 
 static const struct hreq_handler parked_handler = {.on_close = on_parked_close};
 
-/* Answer now (the request is over for the stages). */
+/* Answer now (the request is over for the stages); retry_after: a
+ * Retry-After (and the Status's retryAfterSeconds) in seconds, or 0. */
+static void
+finish_retry(struct kreq *k, int code, const char *reason, const char *msg, const char *body,
+             int retry_after)
+{
+    hreq_set_handler(k->req, NULL, NULL);
+    answer_with(k->f, k->req, code, reason, msg, NULL, body, retry_after);
+    kreq_free(k);
+}
+
 static void
 finish(struct kreq *k, int code, const char *reason, const char *msg, const char *body)
 {
-    hreq_set_handler(k->req, NULL, NULL);
-    answer_with(k->f, k->req, code, reason, msg, NULL, body);
-    kreq_free(k);
+    finish_retry(k, code, reason, msg, body, 0);
+}
+
+/* The caller's source holds its share of reviews (auth.h): what kube's
+ * max-in-flight filter answers a request past its limit. */
+static void
+finish_busy(struct kreq *k)
+{
+    finish_retry(k, 429, "TooManyRequests", "Too many requests, please try again later.", NULL, 1);
+}
+
+/* The source an unauthenticated caller's new reviews count against (auth.h);
+ * NULL for an authenticated caller or a peer without an IP address. */
+static const struct src_key *
+review_source(struct kreq *k, struct src_key *buf)
+{
+    if (!k->caller || !auth_user_is_anonymous(k->caller))
+        return NULL;
+    return hreq_source(k->req, buf) ? buf : NULL;
 }
 
 /* kube's 500 for an authorizer error or a bad impersonation request
@@ -475,6 +503,10 @@ on_authenticated(void *arg, int status, struct auth_user *u)
      * "Connection: close"); HTTP/1.1 keep-alive stays as it is. */
     if (status != 0 || !u || auth_user_is_anonymous(u))
         hresp_goaway(k->req);
+    if (status == 429) {
+        finish_busy(k);
+        return;
+    }
     if (status != 0 || !u) {
         /* kube's 401 (responsewriters/errors.go via filters/authentication.go) */
         finish(k, 401, "Unauthorized", "Unauthorized", NULL);
@@ -494,9 +526,11 @@ stage_authenticate(struct kreq *k)
     hreq_set_handler(k->req, &parked_handler, k);
     hreq_body_hold(k->req); /* for whoever takes the request after the stages */
     /* an answer known at once calls back before this returns, and may free k */
-    struct auth_wait *w =
-        auth_authenticate(k->f->auth, hreq_client_cert(k->req),
-                          hreq_header(k->req, "Authorization"), on_authenticated, k);
+    struct src_key src;
+    bool has_src = hreq_source(k->req, &src);
+    struct auth_wait *w = auth_authenticate(k->f->auth, hreq_client_cert(k->req),
+                                            hreq_header(k->req, "Authorization"),
+                                            has_src ? &src : NULL, on_authenticated, k);
     if (w)
         k->wait = w;
 }
@@ -517,6 +551,10 @@ on_impersonation_decided(void *arg, enum auth_decision d, const char *reason)
 {
     struct kreq *k = arg;
     k->wait = NULL;
+    if (d == AUTH_BUSY) {
+        finish_busy(k);
+        return;
+    }
     if (d == AUTH_ERROR) {
         finish_internal(k, reason);
         return;
@@ -545,7 +583,9 @@ next_impersonation(struct kreq *k)
     }
     struct auth_attrs at;
     imp_attrs(&k->imp.q[k->at], &at);
-    struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, on_impersonation_decided, k);
+    struct src_key src;
+    struct auth_wait *w = auth_authorize(k->f->auth, k->caller, &at, review_source(k, &src),
+                                         on_impersonation_decided, k);
     if (w)
         k->wait = w; /* else k may be gone already */
 }
@@ -647,6 +687,10 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
         stage_route(k);
         return;
     }
+    if (d == AUTH_BUSY) {
+        finish_busy(k);
+        return;
+    }
     if (d == AUTH_ERROR) {
         finish_internal(k, reason);
         return;
@@ -670,7 +714,9 @@ stage_authorize(struct kreq *k)
     struct sel *sel;
     struct auth_attrs at;
     request_attrs(k, &sel, &at);
-    struct auth_wait *w = auth_authorize(k->f->auth, k->user, &at, on_authorized, k);
+    struct src_key src;
+    struct auth_wait *w =
+        auth_authorize(k->f->auth, k->user, &at, review_source(k, &src), on_authorized, k);
     sel_free(sel);
     if (w)
         k->wait = w; /* else k may be gone already */

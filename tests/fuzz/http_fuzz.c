@@ -37,6 +37,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
 #include <openssl/ssl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -557,7 +558,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .max_header_bytes = fz_max_header_bytes,
         .max_discard_bytes = 256,
         .max_connections = (h >> 60) == 0 ? 1 : 0,
+        /* both connections come from one address: now and then only the
+         * first may stay (the second is refused as past max_connections) */
+        .max_connections_per_source = ((h >> 56) & 15) == 0 ? 1 : 2,
     };
+    struct sockaddr_in6 src = {.sin6_family = AF_INET6};
+    src.sin6_addr.s6_addr[10] = src.sin6_addr.s6_addr[11] = 0xff; /* ::ffff:127.0.0.2 */
+    src.sin6_addr.s6_addr[12] = 127;
+    src.sin6_addr.s6_addr[15] = 2;
     char err[256];
     if (http_server_new(z.base, &o, on_request, &z, &z.s, err, sizeof(err)) != 0)
         abort();
@@ -566,7 +574,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
             abort();
         z.fd[i] = sv[0];
-        http_server_adopt(z.s, sv[1], NULL, 0);
+        http_server_adopt(z.s, sv[1], (const struct sockaddr *)&src, sizeof(src));
     }
 
     /* connection 0: the input whole */
@@ -582,6 +590,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     shutdown(z.fd[1], SHUT_WR);
     run(&z);
+    struct http_server_stats st;
+    http_server_stats(z.s, &st);
+    if (st.sources > 1 || (st.open > 0) != (st.sources == 1))
+        abort(); /* one address: counted while (and only while) it has a connection open */
 
     /* the server goes with connection 0 still open, and the pipes still open */
     if (fz_check_server)

@@ -16,16 +16,29 @@
      300 x --max-response-buffer; the accounting returns to zero when they go.
   3. a tunnel (Upgrade) counts twice against --max-connections: the
      client's socket and its own upstream socket.
+  4. fairness under one address's flood (issue 29), plaintext and TLS, the
+     flood from 127.0.0.2 and the legitimate callers from other loopback
+     addresses: TokenReviews that hang upstream fill no more than the
+     flood's share of the review pool (--max-reviews-per-source), the rest
+     of its new tokens get 429 TooManyRequests at once, and a caller with a
+     token kwc has never seen is reviewed and served long before
+     --upstream-timeout; a review that hangs ends after --review-timeout
+     (401 for a TokenReview, 500 for a SubjectAccessReview) and nothing is
+     cached from it; a connection flood past --max-connections holds no
+     more than --max-connections-per-source and another address connects
+     and is served.
 
 Every wait polls a condition with a deadline; every load loop is bounded in
 count and time. The bounds compare with the configured caps, never with
 timing.
 """
+import http.client
 import json
 import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -33,8 +46,8 @@ import time
 import unittest
 
 import certs
-from cluster import (ProcGroup, APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, ClientTLS, Env, Proc,
-                     http_request, wait_for)
+from cluster import (ProcGroup, APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, TLS, ClientTLS, Env, Proc,
+                     http_request, kwc_proc, wait_for)
 
 P = certs.pki()
 FD_LIMIT = 1400
@@ -179,6 +192,11 @@ class FdBudgetTest(ProcGroup, unittest.TestCase):
                  "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
                  "--watch-workers", "2", "--auth=delegated", "--anonymous-auth=false",
                  "--upstream-timeout", "600",  # queued reviews wait for the flood to end
+                 # the descriptor budget under one address's flood: the per-source
+                 # shares and the review deadline (FairnessTest's) would keep the
+                 # flood from reaching it
+                 "--review-timeout", "0", "--max-reviews-per-source", "0",
+                 "--max-connections-per-source", "0",
                  "--tls-cert-file", P.server.crt, "--tls-private-key-file", P.server.key,
                  "--client-ca-file", P.client_ca.crt] + list(flags))
 
@@ -395,6 +413,260 @@ class TunnelCountTest(unittest.TestCase):
             finally:
                 s.close()
             wait_for(lambda: open_conns() == base, 30, "the tunnel released both")
+            self.assertEqual(env.close().get("kwc"), 0)
+
+
+# ---- fairness (issue 29) ----
+
+FLOODER = "127.0.0.2"   # one source address (Linux routes all of 127/8 to lo)
+
+
+def from_source(port, src, ctx, method, path, token=None, timeout=30):
+    """One request on a fresh connection from source address src (TLS when
+    ctx): (status, headers, body)."""
+    if ctx:
+        c = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx, source_address=(src, 0))
+    else:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(src, 0))
+    try:
+        c.request(method, path, headers={"Authorization": "Bearer " + token} if token else {})
+        r = c.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        c.close()
+
+
+def socket_from(port, src, ctx=None, timeout=30):
+    """A connected socket from source address src (TLS handshake done when ctx)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        return ctx.wrap_socket(s, server_hostname="127.0.0.1") if ctx else s
+    except BaseException:
+        s.close()
+        raise
+
+
+class ReviewFairnessTest(ProcGroup, unittest.TestCase):
+    """Reviews under one address's flood of tokens that hang (apisim
+    --hang-token-prefix): kwc 'share' (a pool of 4 review connections, so a
+    share of 2; --upstream-timeout and --review-timeout 120 s, longer than
+    any client here waits) and kwc 'deadline' (--review-timeout 2)."""
+    POOL = 4
+    FLOOD = 12          # three times the pool
+    LONG = 120          # --upstream-timeout: no client here waits that long
+    PODS = "/api/v1/namespaces/default/pods?resourceVersion=0"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kwc-fair-")
+        cls.procs = []
+        cls.policy = os.path.join(cls.dir, "policy.json")
+        with open(cls.policy, "w") as f:
+            json.dump(policy_doc(), f)
+        # clients present tokens, never a certificate (which would authenticate without a review)
+        cls.ctx = ClientTLS(P.ca.crt).context() if TLS else None
+        try:
+            cls.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--nodes", "1", "--pods", "5",
+                                         "--policy", cls.policy, "--anonymous-auth=false",
+                                         "--hang-token-prefix", HANG], cls.dir)
+            cls.apisim.start()
+            cls.procs.append(cls.apisim)
+            cls.kc = os.path.join(cls.dir, "kubeconfig")
+            with open(cls.kc, "w") as f:
+                json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "sim",
+                           "clusters": [{"name": "sim", "cluster": {"server": "http://127.0.0.1:%d"
+                                                                    % cls.apisim.port}}],
+                           "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "kwc"}}],
+                           "users": [{"name": "kwc", "user": {"token": TOK["kwc"]}}]}, f)
+            cls.share = cls.start_kwc("share", "--review-timeout", str(cls.LONG))
+            cls.deadline = cls.start_kwc("deadline", "--review-timeout", "2")
+        except BaseException:
+            cls.dump()
+            cls.stop_all()
+            raise
+
+    @classmethod
+    def start_kwc(cls, name, *flags):
+        p = kwc_proc(name, ["--kubeconfig", cls.kc, "--listen", "127.0.0.1:0",
+                            "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
+                            "--watch-workers", "1", "--auth", "delegated", "--anonymous-auth=false",
+                            "--upstream-timeout", str(cls.LONG), "--max-review-connections", str(cls.POOL)]
+                     + list(flags), cls.dir)
+        cls.procs.append(p)
+        p.start()
+        wait_for(lambda: cls.get(p, "/readyz", TOK["admin"], timeout=5)[0] == 200, 60, name + " /readyz")
+        return p
+
+    @classmethod
+    def get(cls, p, path, token, src="127.0.0.1", timeout=30):
+        return from_source(p.port, src, cls.ctx, "GET", path, token=token, timeout=timeout)
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = cls.stop_all()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        bad = {n: c for n, c in codes.items() if c != 0}
+        if bad:
+            raise AssertionError("exit status %r" % bad)
+
+    def sim_stats(self):
+        st, h, b = http_request(self.apisim.port, "GET", "/apisim/stats")
+        return json.loads(b)
+
+    def metrics(self, p):
+        st, h, b = self.get(p, "/metrics", TOK["admin"], timeout=20)
+        self.assertEqual(st, 200, b[:300])
+        return b.decode()
+
+    def test_1_flood_of_hanging_reviews_from_one_address(self):
+        p = self.share
+        m = self.metrics(p)
+        share = self.POOL // 2   # --max-reviews-per-source's default: half the pool
+        self.assertEqual(metric(m, "kwc_upstream_connections_limit", pool="tokenreview"), self.POOL)
+        self.assertEqual(metric(m, "kwc_reviews_refused_total", review="tokenreview"), 0)
+        hung0 = self.sim_stats()["hanging_reviews"]["started"]
+        socks = []
+        try:
+            for i in range(self.FLOOD):
+                s = socket_from(p.port, FLOODER, self.ctx)
+                socks.append(s)
+                s.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %sfair-%d\r\n\r\n"
+                           % (self.PODS, HANG, i)).encode())
+            # every request decided: its share of reviews started, the rest refused
+            wait_for(lambda: metric(self.metrics(p), "kwc_reviews_refused_total", review="tokenreview") == self.FLOOD - share, 60,
+                     "%d of the flood's requests refused" % (self.FLOOD - share))
+            wait_for(lambda: self.sim_stats()["hanging_reviews"]["started"] - hung0 == share, 60,
+                     "the flood's share of reviews hanging upstream")
+            m = self.metrics(p)
+            self.assertEqual(metric(m, "kwc_upstream_pool_requests_in_flight", pool="tokenreview"), share,
+                             "the flood holds its share of the pool, no more")
+            self.assertEqual(metric(m, "kwc_review_sources"), 1)
+            # a caller from another address with a token kwc has never seen:
+            # reviewed at once (a client timeout far below --upstream-timeout)
+            for src, who in (("127.0.0.3", "alice"), ("127.0.0.4", "bob")):
+                t0 = time.monotonic()
+                st, h, b = self.get(p, self.PODS, TOK[who], src=src, timeout=30)
+                took = time.monotonic() - t0
+                self.assertEqual(st, 200, "%s from %s during the flood: %s" % (who, src, b[:300]))
+                sys.stderr.write("review flood: %s's new token served in %.2f s (--upstream-timeout %d s)\n"
+                                 % (who, took, self.LONG))
+            # the flooding address's next new token: 429 at once, as kube's max-in-flight answers
+            st, h, b = self.get(p, self.PODS, HANG + "fair-more", src=FLOODER, timeout=30)
+            self.assertEqual(st, 429, b[:300])
+            self.assertEqual(h.get("retry-after"), "1")
+            body = json.loads(b)
+            self.assertEqual((body["kind"], body["reason"], body["code"]), ("Status", "TooManyRequests", 429))
+            self.assertEqual(body["details"]["retryAfterSeconds"], 1)
+            # what the flood's sockets got: 429s, and nothing yet for the hanging share
+            got, end = {}, time.monotonic() + 60
+            while len(got) < self.FLOOD - share and time.monotonic() < end:
+                for i, s in enumerate(socks):
+                    if i in got:
+                        continue
+                    s.settimeout(0.05)
+                    try:
+                        d = s.recv(4096)
+                    except (socket.timeout, ssl.SSLWantReadError):
+                        continue
+                    got[i] = d
+            codes = sorted(d[:12].decode("latin-1") for d in got.values())
+            self.assertEqual(codes, ["HTTP/1.1 429"] * (self.FLOOD - share), codes)
+        finally:
+            close_all(socks)
+        # the flood gone: its reviews cancelled, its address forgotten
+        wait_for(lambda: self.sim_stats()["hanging_reviews"]["open"] == 0, 60, "the hanging reviews closed")
+        wait_for(lambda: metric(self.metrics(p), "kwc_review_sources") == 0, 30, "no source counted")
+
+    def test_2_a_hanging_review_ends_at_its_deadline(self):
+        p = self.deadline
+        m = self.metrics(p)
+        t0_out = metric(m, "kwc_reviews_timed_out_total")
+        h0 = self.sim_stats()["hanging_reviews"]
+        # a TokenReview that never answers: 401 after --review-timeout (2 s),
+        # long before --upstream-timeout
+        t0 = time.monotonic()
+        st, h, b = self.get(p, self.PODS, HANG + "deadline", src="127.0.0.5", timeout=30)
+        took = time.monotonic() - t0
+        self.assertEqual(st, 401, b[:300])
+        self.assertEqual(json.loads(b)["reason"], "Unauthorized")
+        sys.stderr.write("review deadline: a hanging TokenReview answered 401 in %.2f s (--review-timeout 2, "
+                         "--upstream-timeout %d)\n" % (took, self.LONG))
+        self.assertEqual(metric(self.metrics(p), "kwc_reviews_timed_out_total"), t0_out + 1)
+        wait_for(lambda: self.sim_stats()["hanging_reviews"]["closed_by_client"] == h0["closed_by_client"] + 1,
+                 30, "kwc ended the review upstream")
+        # nothing cached: the same token is reviewed again
+        st, h, b = self.get(p, self.PODS, HANG + "deadline", src="127.0.0.5", timeout=30)
+        self.assertEqual(st, 401, b[:300])
+        self.assertEqual(self.sim_stats()["hanging_reviews"]["started"], h0["started"] + 2,
+                         "asked upstream again: a timed-out review is not cached")
+        # a SubjectAccessReview that hangs: 500, as kube answers an authorizer error
+        self.metrics(p)  # (admin's own answers cached before the upstream hangs)
+        http_request(self.apisim.port, "POST", "/apisim/fail",
+                     body={"count": 1, "match": "subjectaccessreviews", "mode": "hang"})
+        st, h, b = self.get(p, self.PODS, TOK["bob"], src="127.0.0.6", timeout=30)
+        self.assertEqual(st, 500, b[:300])
+        self.assertTrue(b.startswith(b"Internal Server Error: "), b[:300])
+        self.assertIn(b"--review-timeout", b)
+        self.assertEqual(metric(self.metrics(p), "kwc_reviews_timed_out_total"), t0_out + 3)
+        # and the next ask is answered (the upstream answers again)
+        st, h, b = self.get(p, self.PODS, TOK["bob"], src="127.0.0.6", timeout=30)
+        self.assertEqual(st, 200, b[:300])
+
+
+class ConnectionFairnessTest(unittest.TestCase):
+    """A connection flood from one address past --max-connections: it holds
+    --max-connections-per-source of them (a quarter by default) and another
+    address still connects and is served."""
+    CAP = 40
+    FLOOD = 60
+
+    def test_connection_flood_from_one_address(self):
+        with Env(kwc_args=["--resources", "v1/pods", "--max-connections", str(self.CAP),
+                           "--request-header-timeout", "300"]) as env:
+            port = env.kwc.port
+            ctx = ClientTLS(P.ca.crt).context() if TLS else None
+            per_source = self.CAP // 4
+
+            def metrics():
+                st, h, b = http_request(port, "GET", "/metrics", timeout=20)
+                self.assertEqual(st, 200)
+                return b.decode()
+            socks = []
+            try:
+                for i in range(self.FLOOD):  # TCP connections that never send (nor start TLS)
+                    socks.append(socket_from(port, FLOODER))
+                wait_for(lambda: metric(metrics(), "kwc_http_connections_refused_total",
+                                        reason="max_connections_per_source") == self.FLOOD - per_source, 60,
+                         "the flood past its share refused")
+                m = metrics()
+                self.assertEqual(metric(m, "kwc_http_connections_refused_total", reason="max_connections"), 0,
+                                 "nobody refused for the global cap")
+                # another address: connects, is served
+                for src in ("127.0.0.3", "127.0.0.4"):
+                    st, h, b = from_source(port, src, ctx, "GET", "/api/v1/namespaces/default/pods?resourceVersion=0")
+                    self.assertEqual(st, 200, "%s during the flood: %s" % (src, b[:300]))
+                # the flood's address: refused, with kube's 429 in plaintext (TLS: closed before the handshake)
+                if not TLS:
+                    s = socket_from(port, FLOODER)
+                    try:
+                        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                        data = b""
+                        while True:
+                            d = s.recv(4096)
+                            if not d:
+                                break
+                            data += d
+                    finally:
+                        s.close()
+                    self.assertTrue(data.startswith(b"HTTP/1.1 429 "), data[:200])
+                    self.assertIn(b'"reason":"TooManyRequests"', data)
+            finally:
+                close_all(socks)
+            wait_for(lambda: metric(metrics(), "kwc_http_connection_sources") <= 1, 60,
+                     "the flood's address forgotten")
             self.assertEqual(env.close().get("kwc"), 0)
 
 

@@ -158,6 +158,10 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
                 "--kubeconfig", kc, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(cls.dir, "data"),
                 "--resources", "v1/pods", "--watch-workers", "1", "--auth=delegated", "--anonymous-auth=false",
                 "--upstream-timeout", "600",  # hanging reviews stay until their clients leave
+                # one address's 100 hanging reviews per connection, held for as long as
+                # the test needs: the review deadline and the per-source share
+                # (25_budgets' ReviewFairnessTest) would end or refuse them first
+                "--review-timeout", "0", "--max-reviews-per-source", "0",
                 "--max-held-body-buffer", str(HELD_CAP)]
             cls.kwc = Proc("kwc", argv, cls.dir, tls=ClientTLS(P.ca.crt) if TLS else None)
             cls.kwc.start()

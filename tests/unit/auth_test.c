@@ -314,7 +314,7 @@ test_token_cache(void)
     struct env e;
     env_init(&e, &o, false);
     struct ures r = {0};
-    struct auth_wait *w = auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r);
+    struct auth_wait *w = auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r);
     ok(w != NULL, "a token review is pending");
     is_int(r.calls, 0, "no callback from inside auth_authenticate");
     run_until(&e, &r.calls, 1);
@@ -325,28 +325,28 @@ test_token_cache(void)
     ok(r.from_token, "from_token");
     is_str(e.f.last_ctype, "application/json", "the review is sent as JSON");
 
-    w = auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r);
+    w = auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r);
     ok(w == NULL && r.calls == 2, "cached: answered at once");
     is_int(e.f.token_reviews, 1, "a cached token needs no second review");
 
     /* rejected: 401, cached for token_fail_ttl, no anonymous fallback */
     struct ures bad = {0};
-    auth_authenticate(e.a, NULL, "Bearer nope", on_user, &bad);
+    auth_authenticate(e.a, NULL, "Bearer nope", NULL, on_user, &bad);
     run_until(&e, &bad.calls, 1);
     is_int(bad.status, 401, "a rejected token is a 401");
-    auth_authenticate(e.a, NULL, "Bearer nope", on_user, &bad);
+    auth_authenticate(e.a, NULL, "Bearer nope", NULL, on_user, &bad);
     is_int(bad.calls, 2, "the rejection is cached");
     is_int(e.f.token_reviews, 2, "one review per token");
 
     now += 0.999;
-    ok(auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r) == NULL && r.calls == 3,
+    ok(auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r) == NULL && r.calls == 3,
        "cached until its TTL is out");
     now += 0.001;
-    auth_authenticate(e.a, NULL, "Bearer good-1", on_user, &r);
+    auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r);
     run_until(&e, &r.calls, 4);
     is_int(e.f.token_reviews, 3, "an expired entry is reviewed again");
     is_int(r.status, 0, "and still authenticated");
-    auth_authenticate(e.a, NULL, "Bearer nope", on_user, &bad);
+    auth_authenticate(e.a, NULL, "Bearer nope", NULL, on_user, &bad);
     run_until(&e, &bad.calls, 3);
     is_int(e.f.token_reviews, 4, "an expired rejection is reviewed again");
     is_int(bad.status, 401, "and still rejected");
@@ -381,8 +381,8 @@ test_sar_ttls(void)
     struct auth_attrs del = get;
     del.verb = "delete";
     struct dres a = {0}, d = {0};
-    auth_authorize(e.a, u, &get, on_decision, &a);
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &get, NULL, on_decision, &a);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     run_until(&e, &a.calls, 1);
     run_until(&e, &d.calls, 1);
     is_int(a.d, AUTH_ALLOW, "allowed");
@@ -390,15 +390,18 @@ test_sar_ttls(void)
     is_int(e.f.sars, 2, "two questions asked");
 
     now += 29.999;
-    ok(auth_authorize(e.a, u, &del, on_decision, &d) == NULL, "the denial cached at 29.999 s");
+    ok(auth_authorize(e.a, u, &del, NULL, on_decision, &d) == NULL,
+       "the denial cached at 29.999 s");
     now += 0.001;
-    ok(auth_authorize(e.a, u, &del, on_decision, &d) != NULL, "not at 30 s (deny_ttl)");
+    ok(auth_authorize(e.a, u, &del, NULL, on_decision, &d) != NULL, "not at 30 s (deny_ttl)");
     run_until(&e, &d.calls, 3);
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow still cached at 30 s");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) == NULL,
+       "the allow still cached at 30 s");
     now += 269.999;
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) == NULL, "the allow cached at 299.999 s");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) == NULL,
+       "the allow cached at 299.999 s");
     now += 0.001;
-    ok(auth_authorize(e.a, u, &get, on_decision, &a) != NULL, "not at 300 s (allow_ttl)");
+    ok(auth_authorize(e.a, u, &get, NULL, on_decision, &a) != NULL, "not at 300 s (allow_ttl)");
     run_until(&e, &a.calls, 4);
     is_int(a.d, AUTH_ALLOW, "asked again: allowed");
     is_int(e.f.sars, 4, "each asked twice");
@@ -414,7 +417,7 @@ test_token_coalesced(void)
     e.f.hold = true;
     struct ures r[10] = {{0}};
     for (int i = 0; i < 10; i++)
-        ok(auth_authenticate(e.a, NULL, "Bearer good-2", on_user, &r[i]) != NULL, "pending");
+        ok(auth_authenticate(e.a, NULL, "Bearer good-2", NULL, on_user, &r[i]) != NULL, "pending");
     run_until(&e, &e.f.token_reviews, 1);
     fake_release(&e.f);
     int base = user_calls;
@@ -436,23 +439,23 @@ test_anonymous_and_cert(void)
     struct env e;
     env_init(&e, &o, false);
     struct ures r = {0};
-    ok(auth_authenticate(e.a, NULL, NULL, on_user, &r) == NULL, "anonymous: at once");
+    ok(auth_authenticate(e.a, NULL, NULL, NULL, on_user, &r) == NULL, "anonymous: at once");
     is_int(r.status, 0, "anonymous allowed");
     is_str(r.name, "system:anonymous", "system:anonymous");
     is_str(r.last_group, "system:unauthenticated", "in system:unauthenticated only");
     is_int(r.ngroups, 1, "one group");
-    auth_authenticate(e.a, NULL, "Basic dXNlcg==", on_user, &r);
+    auth_authenticate(e.a, NULL, "Basic dXNlcg==", NULL, on_user, &r);
     is_str(r.name, "system:anonymous", "not a bearer token: anonymous");
 
     const char *f[] = {"CN", "admin", "O", "system:masters"};
     X509 *c = mk_cert(f, KWC_ARRAY_LEN(f));
-    ok(auth_authenticate(e.a, c, "Bearer good-3", on_user, &r) == NULL, "cert: at once");
+    ok(auth_authenticate(e.a, c, "Bearer good-3", NULL, on_user, &r) == NULL, "cert: at once");
     is_str(r.name, "admin", "the certificate wins over the token");
     is_int(e.f.token_reviews, 0, "no review for a certificate user");
     X509_free(c);
 
     struct ures bad = {0};
-    auth_authenticate(e.a, NULL, "Bearer nope", on_user, &bad);
+    auth_authenticate(e.a, NULL, "Bearer nope", NULL, on_user, &bad);
     run_until(&e, &bad.calls, 1);
     is_int(bad.status, 401, "a rejected token is 401 even with anonymous on");
     struct auth_stats st;
@@ -463,7 +466,7 @@ test_anonymous_and_cert(void)
 
     env_init(&e, NULL, false);
     struct ures n = {0};
-    ok(auth_authenticate(e.a, NULL, NULL, on_user, &n) == NULL, "no credentials: at once");
+    ok(auth_authenticate(e.a, NULL, NULL, NULL, on_user, &n) == NULL, "no credentials: at once");
     is_int(n.status, 401, "no credentials, no anonymous: 401");
     env_fini(&e);
 }
@@ -485,7 +488,7 @@ test_sar_coalesced(void)
     memset(r, 0, sizeof(r));
     int pending = 0;
     for (int i = 0; i < 100; i++)
-        pending += auth_authorize(e.a, u, &at, on_decision, &r[i]) != NULL;
+        pending += auth_authorize(e.a, u, &at, NULL, on_decision, &r[i]) != NULL;
     is_int(pending, 100, "100 waits");
     run_until(&e, &e.f.sars, 1);
     fake_release(&e.f);
@@ -504,19 +507,19 @@ test_sar_coalesced(void)
     is_int(st.sar_coalesced, 99, "stats: sar_coalesced 99");
 
     struct dres again = {0};
-    ok(auth_authorize(e.a, u, &at, on_decision, &again) == NULL, "cached: at once");
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &again) == NULL, "cached: at once");
     is_int(again.d, AUTH_ALLOW, "cached allow");
 
     /* another question is another request; a denial carries its reason */
     struct auth_attrs del = at;
     del.verb = "delete";
     struct dres d = {0};
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     run_until(&e, &d.calls, 1);
     is_int(d.d, AUTH_DENY, "denied");
     is_str(d.reason, "no deleting", "status.reason");
     is_int(e.f.sars, 2, "a different question is asked");
-    auth_authorize(e.a, u, &del, on_decision, &d);
+    auth_authorize(e.a, u, &del, NULL, on_decision, &d);
     is_int(d.calls, 2, "the denial is cached");
     is_int(e.f.sars, 2, "not asked again");
     auth_user_unref(u);
@@ -533,8 +536,8 @@ test_cancel(void)
         .resource_request = true, .verb = "list", .version = "v1", .resource = "pods"};
     e.f.hold = true;
     struct dres a = {0}, b = {0};
-    struct auth_wait *wa = auth_authorize(e.a, u, &at, on_decision, &a);
-    struct auth_wait *wb = auth_authorize(e.a, u, &at, on_decision, &b);
+    struct auth_wait *wa = auth_authorize(e.a, u, &at, NULL, on_decision, &a);
+    struct auth_wait *wb = auth_authorize(e.a, u, &at, NULL, on_decision, &b);
     ok(wa && wb, "two waits");
     auth_cancel(wa);
     run_until(&e, &e.f.sars, 1);
@@ -549,8 +552,8 @@ test_cancel(void)
     at2.namespace_ = "other";
     e.f.hold = true;
     struct dres c = {0}, c2 = {0};
-    struct auth_wait *wc = auth_authorize(e.a, u, &at2, on_decision, &c);
-    struct auth_wait *wc2 = auth_authorize(e.a, u, &at2, on_decision, &c2);
+    struct auth_wait *wc = auth_authorize(e.a, u, &at2, NULL, on_decision, &c);
+    struct auth_wait *wc2 = auth_authorize(e.a, u, &at2, NULL, on_decision, &c2);
     run_until(&e, &e.f.sars, 2);
     struct up_pool_stats ps0, ps1;
     up_client_pool_stats(e.up, UP_POOL_SAR, &ps0);
@@ -568,7 +571,8 @@ test_cancel(void)
     /* (evhttp keeps a request whose client left: the reply just frees it) */
     fake_release(&e.f);
     struct dres probe = {0};
-    ok(auth_authorize(e.a, u, &at2, on_decision, &probe) != NULL, "nothing was cached from it");
+    ok(auth_authorize(e.a, u, &at2, NULL, on_decision, &probe) != NULL,
+       "nothing was cached from it");
     run_until(&e, &probe.calls, 1);
     is_int(probe.d, AUTH_ALLOW, "asked again and answered");
     is_int(c.calls + c2.calls, 0, "no callback for the cancelled waits");
@@ -577,12 +581,12 @@ test_cancel(void)
     /* token reviews too */
     e.f.hold = true;
     struct ures t = {0};
-    auth_cancel(auth_authenticate(e.a, NULL, "Bearer good-9", on_user, &t));
+    auth_cancel(auth_authenticate(e.a, NULL, "Bearer good-9", NULL, on_user, &t));
     auth_stats(e.a, &st);
     is_int(st.reviews_cancelled, 2, "a token review without waiters is cancelled");
     fake_release(&e.f);
     struct ures t2 = {0};
-    auth_authenticate(e.a, NULL, "Bearer good-9", on_user, &t2);
+    auth_authenticate(e.a, NULL, "Bearer good-9", NULL, on_user, &t2);
     run_until(&e, &t2.calls, 1);
     is_int(t.calls, 0, "cancelled token wait: no callback");
     is_int(t2.status, 0, "a later request is answered");
@@ -627,12 +631,12 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
     env_init(&e, NULL, refused);
     e.f.mode = mode;
     struct ures r = {0};
-    auth_authenticate(e.a, NULL, "Bearer good-SECRET-TOKEN-42", on_user, &r);
+    auth_authenticate(e.a, NULL, "Bearer good-SECRET-TOKEN-42", NULL, on_user, &r);
     run_until(&e, &r.calls, 1);
     char msg[200];
     snprintf(msg, sizeof(msg), "%s: token -> 401", what);
     is_int(r.status, 401, msg);
-    auth_authenticate(e.a, NULL, "Bearer good-SECRET-TOKEN-42", on_user, &r);
+    auth_authenticate(e.a, NULL, "Bearer good-SECRET-TOKEN-42", NULL, on_user, &r);
     snprintf(msg, sizeof(msg), "%s: the failure is cached (token_fail_ttl)", what);
     ok(r.calls == 2 && r.status == 401, msg);
 
@@ -644,12 +648,12 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
                             .namespace_ = "x",
                             .name = "y"};
     struct dres d = {0};
-    auth_authorize(e.a, u, &at, on_decision, &d);
+    auth_authorize(e.a, u, &at, NULL, on_decision, &d);
     run_until(&e, &d.calls, 1);
     snprintf(msg, sizeof(msg), "%s: SAR -> AUTH_ERROR", what);
     is_int(d.d, AUTH_ERROR, msg);
     ok(d.reason[0] != '\0', "with a message");
-    auth_authorize(e.a, u, &at, on_decision, &d);
+    auth_authorize(e.a, u, &at, NULL, on_decision, &d);
     run_until(&e, &d.calls, 2);
     snprintf(msg, sizeof(msg), "%s: errors are not cached", what);
     if (!refused)
@@ -661,6 +665,178 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
     is_int(st.authz_errors, 2, "stats: authz_errors");
     ok(st.token_review_errors >= 1, "stats: token_review_errors");
     auth_user_unref(u);
+    env_fini(&e);
+}
+
+static struct src_key
+src4(uint8_t last)
+{
+    struct src_key k;
+    uint8_t ip[4] = {127, 0, 0, last};
+    src_key_v4(&k, ip);
+    return k;
+}
+
+/* review_timeout_ms: a review the upstream holds ends at its deadline like
+ * a failed one (401; AUTH_ERROR), its transfer ends, and nothing is cached
+ * from it: the next request asks again. The deadline is a real timer of
+ * 100 ms (the upstream never answers: the outcome does not depend on it). */
+static void
+test_review_timeout(void)
+{
+    struct auth_options o = default_opts;
+    o.review_timeout_ms = 100;
+    struct env e;
+    env_init(&e, &o, false);
+    e.f.hold = true;
+    struct ures r1 = {0}, r2 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-t", NULL, on_user, &r1) != NULL, "pending");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-t", NULL, on_user, &r2) != NULL,
+       "a second waiter joins");
+    capture_start();
+    run_until(&e, &r2.calls, 1);
+    char *log = capture_end();
+    is_int(r1.calls + r2.calls, 2, "both waiters answered");
+    is_int(r1.status, 401, "a review past its deadline: 401, as a failed review");
+    is_int(r2.status, 401, "the coalesced waiter too");
+    ok(strstr(log, "--review-timeout") != NULL, "logged, naming the flag");
+    free(log);
+    struct auth_stats st;
+    auth_stats(e.a, &st);
+    is_int(st.reviews_timed_out, 1, "stats: one timed out");
+    is_int(e.f.token_reviews, 1, "one review was asked");
+    run_until_idle(&e);
+    struct up_pool_stats ps;
+    up_client_pool_stats(e.up, UP_POOL_TOKENREVIEW, &ps);
+    is_int(ps.active, 0, "its transfer ended");
+    fake_release(&e.f);
+    struct ures r3 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-t", NULL, on_user, &r3) != NULL,
+       "nothing was cached: asked again");
+    run_until(&e, &r3.calls, 1);
+    is_int(r3.status, 0, "and answered");
+    is_str(r3.name, "alice", "as the upstream says");
+
+    /* authorization: AUTH_ERROR (the caller's 500), not cached */
+    struct auth_user *u = mk_user("alice", "u1");
+    struct auth_attrs at = {.resource_request = true,
+                            .verb = "get",
+                            .version = "v1",
+                            .resource = "pods",
+                            .namespace_ = "default",
+                            .name = "p"};
+    e.f.hold = true;
+    struct dres d = {0};
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &d) != NULL,
+       "a SubjectAccessReview is pending");
+    capture_start();
+    run_until(&e, &d.calls, 1);
+    free(capture_end());
+    is_int(d.d, AUTH_ERROR, "past its deadline: an authorization error");
+    ok(strstr(d.reason, "--review-timeout") != NULL, "its reason says why");
+    fake_release(&e.f);
+    struct dres d2 = {0};
+    ok(auth_authorize(e.a, u, &at, NULL, on_decision, &d2) != NULL, "not cached: asked again");
+    run_until(&e, &d2.calls, 1);
+    is_int(d2.d, AUTH_ALLOW, "and answered");
+    auth_stats(e.a, &st);
+    is_int(st.reviews_timed_out, 2, "stats: two timed out");
+    auth_user_unref(u);
+    env_fini(&e);
+}
+
+/* max_reviews_per_source: a source holds at most its share of TokenReviews;
+ * past it a token that needs a new review is answered 429 at once, while a
+ * token already under review still joins it and other sources are not held
+ * back; a review that ends gives its source the room back. */
+static void
+test_source_share(void)
+{
+    struct auth_options o = default_opts;
+    o.max_reviews_per_source = 2;
+    struct env e;
+    env_init(&e, &o, false);
+    e.f.hold = true;
+    struct src_key a = src4(2), b = src4(3);
+    struct ures a1 = {0}, a2 = {0}, a3 = {0}, a1b = {0}, b1 = {0}, b2 = {0}, n1 = {0}, n2 = {0},
+                n3 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a1", &a, on_user, &a1) != NULL, "a: first");
+    struct auth_wait *wa2 = auth_authenticate(e.a, NULL, "Bearer good-a2", &a, on_user, &a2);
+    ok(wa2 != NULL, "a: second");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a3", &a, on_user, &a3) == NULL,
+       "a: a third new token is answered at once");
+    is_int(a3.status, 429, "...with 429");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a1", &a, on_user, &a1b) != NULL,
+       "a: a token under review still joins it");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-b1", &b, on_user, &b1) != NULL,
+       "b: not held back by a");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a2", &b, on_user, &b2) != NULL,
+       "b: joins a's review");
+    ok(auth_authenticate(e.a, NULL, "Bearer good-n1", NULL, on_user, &n1) != NULL &&
+           auth_authenticate(e.a, NULL, "Bearer good-n2", NULL, on_user, &n2) != NULL &&
+           auth_authenticate(e.a, NULL, "Bearer good-n3", NULL, on_user, &n3) != NULL,
+       "no source: no share");
+    struct auth_stats st;
+    auth_stats(e.a, &st);
+    is_int(st.token_reviews_refused, 1, "stats: one refused");
+    is_int(st.review_sources, 2, "stats: two sources counted");
+    /* a's second review loses its own waiter but b still waits: it goes on,
+     * and still counts against a */
+    auth_cancel(wa2);
+    struct ures a4 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a4", &a, on_user, &a4) == NULL && a4.status == 429,
+       "a: its review goes on for b: still no room");
+    int before = user_calls;
+    fake_release(&e.f);
+    run_until(&e, &user_calls, before + 7);
+    is_int(a1.calls + a1b.calls + b1.calls + b2.calls + n1.calls + n2.calls + n3.calls, 7,
+           "every waiter answered once");
+    is_int(a1.status + a1b.status + b1.status + b2.status + n1.status + n2.status + n3.status, 0,
+           "...as authenticated");
+    is_int(a2.calls, 0, "the cancelled wait: no callback");
+    auth_stats(e.a, &st);
+    is_int(st.review_sources, 0, "every review over: no source counted");
+    struct ures a5 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a5", &a, on_user, &a5) != NULL,
+       "a: room again once its reviews ended");
+    run_until(&e, &a5.calls, 1);
+    is_int(a5.status, 0, "and answered");
+
+    /* SubjectAccessReviews: counted when the caller passes a source (an
+     * unauthenticated caller's), AUTH_BUSY past the share */
+    struct auth_user *anon = auth_anonymous_user();
+    struct auth_attrs at[4];
+    static const char *const names[] = {"p0", "p1", "p2", "p3"};
+    for (int i = 0; i < 4; i++)
+        at[i] = (struct auth_attrs){.resource_request = true,
+                                    .verb = "get",
+                                    .version = "v1",
+                                    .resource = "pods",
+                                    .namespace_ = "default",
+                                    .name = names[i]};
+    e.f.hold = true;
+    struct dres d[4] = {{0}}, d3 = {0};
+    ok(auth_authorize(e.a, anon, &at[0], &a, on_decision, &d[0]) != NULL &&
+           auth_authorize(e.a, anon, &at[1], &a, on_decision, &d[1]) != NULL,
+       "anonymous from a: two questions asked");
+    ok(auth_authorize(e.a, anon, &at[2], &a, on_decision, &d[2]) == NULL && d[2].d == AUTH_BUSY,
+       "a third new question from a: AUTH_BUSY at once");
+    ok(auth_authorize(e.a, anon, &at[2], &b, on_decision, &d3) != NULL, "from b: asked");
+    ok(auth_authorize(e.a, anon, &at[3], NULL, on_decision, &d[3]) != NULL,
+       "no source (an authenticated caller): asked");
+    auth_stats(e.a, &st);
+    is_int(st.sar_refused, 1, "stats: one SubjectAccessReview refused");
+    fake_release(&e.f);
+    run_until(&e, &d3.calls, 1);
+    run_until(&e, &d[3].calls, 1);
+    run_until(&e, &d[0].calls, 1);
+    run_until(&e, &d[1].calls, 1);
+    is_int(d[0].calls + d[1].calls + d3.calls + d[3].calls, 4, "the asked ones answered");
+    ok(d[0].d == AUTH_ALLOW && d[1].d == AUTH_ALLOW && d3.d == AUTH_ALLOW && d[3].d == AUTH_ALLOW,
+       "...allowed");
+    auth_stats(e.a, &st);
+    is_int(st.review_sources, 0, "over: no source counted");
+    auth_user_unref(anon);
     env_fini(&e);
 }
 
@@ -728,10 +904,10 @@ test_question_key_collision(void)
     struct env e;
     env_init(&e, NULL, false);
     struct dres rb = {0}, ra = {0};
-    auth_authorize(e.a, b, &at, on_decision, &rb);
+    auth_authorize(e.a, b, &at, NULL, on_decision, &rb);
     run_until(&e, &rb.calls, 1);
     is_int(rb.d, AUTH_ALLOW, "eleven groups: allowed (and cached)");
-    auth_authorize(e.a, a, &at, on_decision, &ra);
+    auth_authorize(e.a, a, &at, NULL, on_decision, &ra);
     run_until(&e, &ra.calls, 1);
     is_int(e.f.sars, 2, "the long group is asked, not answered from the other's entry");
     is_int(ra.d, AUTH_DENY, "the long group: denied");
@@ -749,6 +925,8 @@ main(void)
     TAP_RUN(test_anonymous_and_cert);
     TAP_RUN(test_sar_coalesced);
     TAP_RUN(test_cancel);
+    TAP_RUN(test_review_timeout);
+    TAP_RUN(test_source_share);
     TAP_RUN(test_errors);
     TAP_RUN(test_question_key_collision);
     return tap_done();

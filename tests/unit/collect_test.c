@@ -582,6 +582,7 @@ static const struct want caches[] = {
     {"kwc_http_connections_limit", "gauge", ""},
     {"kwc_http_connections_accepted_total", "counter", ""},
     {"kwc_http_connections_refused_total", "counter", "reason"},
+    {"kwc_http_connection_sources", "gauge", ""},
     {"kwc_http_connections_closed_total", "counter", "reason"},
     {"kwc_http_connections_open_by_protocol", "gauge", "protocol"},
     {"kwc_http2_connections_total", "counter", ""},
@@ -612,6 +613,9 @@ static const struct want auth_fams[] = {
     {"kwc_token_reviews_total", "counter", "result"},
     {"kwc_subject_access_reviews_total", "counter", "result"},
     {"kwc_reviews_cancelled_total", "counter", ""},
+    {"kwc_reviews_timed_out_total", "counter", ""},
+    {"kwc_reviews_refused_total", "counter", "review"},
+    {"kwc_review_sources", "gauge", ""},
 };
 
 /* present: each family there (its type, its label names when it has

@@ -621,6 +621,64 @@ test_fd_budget(void)
     cfg_fini(&c);
 }
 
+/* The per-source limits and the review deadline (issue 29): their
+ * defaults follow the flags they are shares of; 0 turns a limit off. */
+static void
+test_per_source(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.review_timeout, 10, "review-timeout: 10 s");
+    is_int(cfg_per_source_reviews(&c), 16, "max-reviews-per-source: half of 32");
+    is_int(cfg_per_source_connections(&c), 0, "per source: nothing before --max-connections");
+    c.max_connections_resolved = 1000;
+    is_int(cfg_per_source_connections(&c), 250, "max-connections-per-source: a quarter");
+    c.max_connections_resolved = 3;
+    is_int(cfg_per_source_connections(&c), 1, "...at least 1");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--max-review-connections", "1", "--max-connections", "100", NULL), 0,
+           "small caps");
+    is_int(cfg_per_source_reviews(&c), 1, "reviews per source: at least 1");
+    is_int(cfg_per_source_connections(&c), 25, "a quarter of an explicit --max-connections");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--max-connections-per-source", "0", "--max-reviews-per-source", "0",
+                 "--review-timeout", "0", NULL),
+           0, "every one off");
+    c.max_connections_resolved = 1000;
+    is_int(cfg_per_source_connections(&c), 0, "connections per source: 0 is no limit");
+    is_int(cfg_per_source_reviews(&c), 0, "reviews per source: 0 is no limit");
+    is_int(c.review_timeout, 0, "review-timeout 0: none of its own");
+    cfg_fini(&c);
+
+    is_int(parse(&c, UP, DD, "--max-connections-per-source", "7", "--max-reviews-per-source", "3",
+                 "--review-timeout", "2", NULL),
+           0, "explicit");
+    c.max_connections_resolved = 1000;
+    is_int(cfg_per_source_connections(&c), 7, "connections per source as asked");
+    is_int(cfg_per_source_reviews(&c), 3, "reviews per source as asked");
+    is_int(c.review_timeout, 2, "review-timeout as asked");
+    cfg_fini(&c);
+
+    const char *p = write_yaml("max-connections-per-source: 0\nmax-reviews-per-source: 5\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from a config file");
+    c.max_connections_resolved = 1000;
+    is_int(cfg_per_source_connections(&c), 0, "config file: 0 is no limit");
+    is_int(cfg_per_source_reviews(&c), 5, "config file: 5");
+    cfg_fini(&c);
+
+    rejected(parse(&c, UP, DD, "--review-timeout", "86401", NULL), "--review-timeout",
+             "a review deadline over a day");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-reviews-per-source", "65537", NULL),
+             "--max-reviews-per-source", "a share past any pool");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-connections-per-source", "-1", NULL),
+             "--max-connections-per-source", "negative");
+    cfg_fini(&c);
+}
+
 static void
 test_limits(void)
 {
@@ -1173,6 +1231,7 @@ main(void)
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
+    TAP_RUN(test_per_source);
     TAP_RUN(test_args);
     TAP_RUN(test_config_file);
     TAP_RUN(test_config_file_errors);

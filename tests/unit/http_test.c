@@ -355,6 +355,20 @@ fx_connect(struct fx *f)
     return f->np++;
 }
 
+/* A new client connection that the server sees as coming from sa. */
+static int
+fx_connect_from(struct fx *f, const struct sockaddr *sa, socklen_t len)
+{
+    int sv[2];
+    if (f->np == MAX_PEERS ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    struct peer *p = &f->p[f->np];
+    *p = (struct peer){.fd = sv[0]};
+    http_server_adopt(f->s, sv[1], sa, len);
+    return f->np++;
+}
+
 /* Read what the server sent to every client. */
 static void
 peers_read(struct fx *f)
@@ -1393,6 +1407,68 @@ test_max_connections(void)
     fx_fini(&f);
 }
 
+static struct sockaddr_in
+addr4(const char *ip, int port)
+{
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &in.sin_addr);
+    return in;
+}
+
+static bool
+refused_429(struct fx *f, int i)
+{
+    return f->p[i].eof && f->p[i].in.n > 13 && strncmp(f->p[i].in.p, "HTTP/1.1 429 ", 13) == 0;
+}
+
+/* max_connections_per_source: one address past its share is refused like
+ * a connection past max_connections, and the other addresses are not; an
+ * IPv4-mapped IPv6 peer is its IPv4 address; a peer with no IP address is
+ * no source; a close gives the address its room back, and the table
+ * forgets an address with nothing open. */
+static void
+test_max_connections_per_source(void)
+{
+    struct http_server_options o = {.max_connections = 10, .max_connections_per_source = 2};
+    struct fx f;
+    fx_init(&f, &o);
+    struct sockaddr_in a2 = addr4("127.0.0.2", 40000), a3 = addr4("127.0.0.3", 40001);
+    struct sockaddr_in6 m2 = {.sin6_family = AF_INET6, .sin6_port = htons(40002)};
+    inet_pton(AF_INET6, "::ffff:127.0.0.2", &m2.sin6_addr);
+    int a = fx_connect_from(&f, (struct sockaddr *)&a2, sizeof(a2));
+    int b = fx_connect_from(&f, (struct sockaddr *)&m2, sizeof(m2));
+    int c = fx_connect_from(&f, (struct sockaddr *)&a2, sizeof(a2));
+    int d = fx_connect_from(&f, (struct sockaddr *)&a3, sizeof(a3));
+    int e = fx_connect(&f), g = fx_connect(&f), h = fx_connect(&f);
+    run(&f);
+    ok(!f.p[a].eof && !f.p[b].eof, "127.0.0.2 and ::ffff:127.0.0.2: its two, open");
+    ok(refused_429(&f, c), "127.0.0.2's third: HTTP/1.1 429 and closed");
+    is_status_answer(&f, c, 429, "127.0.0.2's third");
+    ok(!f.p[d].eof, "127.0.0.3: open (another source)");
+    ok(!f.p[e].eof && !f.p[g].eof && !f.p[h].eof, "no address: no source, no limit");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.refused_per_source, 1, "stats: one refused for its source");
+    is_int(st.refused, 0, "stats: none past max_connections");
+    is_int(st.sources, 2, "stats: two sources counted");
+    send_str(&f, d, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[d].in.n > 13 && strncmp(f.p[d].in.p, "HTTP/1.1 200 ", 13) == 0, "127.0.0.3: served");
+    fx_hangup(&f, a);
+    run(&f);
+    http_server_stats(f.s, &st);
+    int i = fx_connect_from(&f, (struct sockaddr *)&a2, sizeof(a2));
+    send_str(&f, i, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[i].in.n > 13 && strncmp(f.p[i].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "127.0.0.2 after one of its own closed: served");
+    fx_hangup(&f, b);
+    fx_hangup(&f, d);
+    fx_hangup(&f, i);
+    run(&f);
+    http_server_stats(f.s, &st);
+    is_int(st.sources, 0, "every source's connections closed: none counted");
+    fx_fini(&f);
+}
+
 /* The handler is set after the stages waited: it still hears that a
  * request without a body is complete, and a held body reaches it whole. */
 static void
@@ -2077,6 +2153,7 @@ main(void)
     TAP_RUN(test_limits);
     TAP_RUN(test_timeouts);
     TAP_RUN(test_max_connections);
+    TAP_RUN(test_max_connections_per_source);
     TAP_RUN(test_body_flow_control);
     TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
