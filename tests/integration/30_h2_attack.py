@@ -330,26 +330,31 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
                                                        hp_field("authorization", "Bearer " + token)), ["END_STREAM"])
         return h + [hf.WindowUpdateFrame(sid, window_increment=0x7fffffff)]
 
+    def reset_storm(self, rc, token, path, batches, tag):
+        """Streams made to be reset by kwc, 20 a batch, each batch followed
+        by a PING (its ACK: the batch processed), until a GOAWAY or the
+        batches run out. Returns (streams sent, the GOAWAY or None)."""
+        sid, sent = 1, 0
+        for batch in range(batches):
+            fr = []
+            for _ in range(20):
+                fr += self.made_you_reset(rc, sid, token(sid), path)
+                sid += 2
+                sent += 1
+            if not self.send_quietly(rc, fr):
+                break
+            f = self.ping(rc, tag + b"%06d" % batch)
+            if f is None or isinstance(f, hf.GoAwayFrame):
+                return sent, f
+        return sent, None
+
     def test_3a_made_you_reset_before_authentication(self):
         m0 = self.metrics()
         sim0 = json.loads(http_request(self.apisim.port, "GET", "/apisim/stats")[2])["hanging_reviews"]["started"]
         rc = self.conn()
         self.addCleanup(rc.close)
-        sid, sent, goaway = 1, 0, None
-        # a new token per stream, each review hanging: 20 streams a batch,
-        # then a PING (its ACK: the batch processed)
-        for batch in range(50):
-            fr = []
-            for _ in range(20):
-                fr += self.made_you_reset(rc, sid, "%s30a-%d" % (HANG, sid), PODS)
-                sid += 2
-                sent += 1
-            if not self.send_quietly(rc, fr):
-                break
-            f = self.ping(rc, b"mr%06d" % batch)
-            if f is None or isinstance(f, hf.GoAwayFrame):
-                goaway = f
-                break
+        # a new token per stream, each review hanging
+        sent, goaway = self.reset_storm(rc, lambda sid: "%s30a-%d" % (HANG, sid), PODS, 50, b"mr")
         self.assertIsNotNone(goaway, "kwc took %d streams reset during authentication without a GOAWAY" % sent)
         self.assertLessEqual(sent, 40, "the first stream so ended is the connection's last")
         rc.drain_to_eof(60)
@@ -371,19 +376,8 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
         # that kwc serves, reset by nghttp2 for the window's overflow
         st, b = self.get(PODS + "?resourceVersion=0", TOK["alice"])
         self.assertEqual(st, 200, b[:300])
-        sid, sent, goaway = 1, 0, None
-        for batch in range(100):
-            fr = []
-            for _ in range(20):
-                fr += self.made_you_reset(rc, sid, TOK["alice"], PODS + "?watch=1&resourceVersion=0")
-                sid += 2
-                sent += 1
-            if not self.send_quietly(rc, fr):
-                break
-            f = self.ping(rc, b"mb%06d" % batch)
-            if f is None or isinstance(f, hf.GoAwayFrame):
-                goaway = f
-                break
+        sent, goaway = self.reset_storm(rc, lambda sid: TOK["alice"], PODS + "?watch=1&resourceVersion=0", 100,
+                                        b"mb")
         self.assertIsNotNone(goaway, "kwc reset %d streams for the client's errors without a GOAWAY" % sent)
         self.assertEqual(goaway.error_code, ERR.ENHANCE_YOUR_CALM)
         self.assertGreaterEqual(sent, 2 * MAX_STREAMS, "GOAWAY before the burst kube's clients may use")
