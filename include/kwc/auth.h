@@ -36,6 +36,12 @@
  * SubjectAccessReview pool for the reviews of callers that are not
  * authenticated (--anonymous-auth's system:anonymous), for which the
  * caller passes a source to auth_authorize.
+ * And a source whose TokenReviews the upstream rejected 2 x
+ * max_reviews_per_source times in the last second is answered 429 for a
+ * token that needs a new review until that second has passed, so bogus
+ * tokens from one address cost kwc and the upstream at most that many
+ * reviews a second (upstream errors and timeouts are not the caller's
+ * failures and do not count).
  *
  * An upstream that cannot answer (down, 5xx, garbage) fails closed, as
  * kube-apiserver does when its webhook fails: authentication gives 401
@@ -68,7 +74,8 @@ struct auth_options {
     unsigned deny_ttl_s;             /* --authorization-webhook-cache-unauthorized-ttl (30) */
     size_t max_entries;              /* per cache; the oldest go first (default 100000) */
     unsigned review_timeout_ms;      /* a review's deadline from when it is asked; 0: none */
-    unsigned max_reviews_per_source; /* reviews a source may have started, per pool; 0: none */
+    unsigned max_reviews_per_source; /* reviews a source may have started, per pool, and half
+                                        the rejected ones a second; 0: none */
     /* The clock of the TTLs and of the failure log's rate, in seconds (any
      * origin that does not go back); NULL: CLOCK_MONOTONIC. For tests. */
     double (*clock)(void *arg);
@@ -81,11 +88,13 @@ struct auth_stats {
     uint64_t token_cache_hits, token_reviews, token_review_errors;
     uint64_t authz_allowed, authz_denied, authz_errors;
     uint64_t sar_cache_hits, sar_sent, sar_coalesced;
-    uint64_t reviews_cancelled;     /* no one waited for them any more */
-    uint64_t reviews_timed_out;     /* past review_timeout_ms (each kind) */
-    uint64_t token_reviews_refused; /* a source past max_reviews_per_source: 429 */
-    uint64_t sar_refused;           /* the same for an unauthenticated caller's SAR */
-    uint64_t review_sources;        /* sources with a review counted now, per pool, summed */
+    uint64_t reviews_cancelled;            /* no one waited for them any more */
+    uint64_t reviews_timed_out;            /* past review_timeout_ms (each kind) */
+    uint64_t token_reviews_refused;        /* a source past max_reviews_per_source: 429 */
+    uint64_t token_reviews_refused_failed; /* a source past its rejected reviews a second: 429 */
+    uint64_t failing_sources;              /* sources with a rejected review in the last second */
+    uint64_t sar_refused;                  /* the same for an unauthenticated caller's SAR */
+    uint64_t review_sources;               /* sources with a review counted now, per pool, summed */
 };
 
 struct auth;

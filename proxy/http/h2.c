@@ -289,11 +289,13 @@ dupn(const uint8_t *p, size_t n)
 }
 
 /* The decoded header data a connection may cost before its bytes pay for
- * more (h2.c's header: HPACK bombs). */
+ * more (h2.c's header: HPACK bombs): two lists (H2_HPACK_FLOOR at least),
+ * then H2_HPACK_RATIO per byte of the pieces already parsed. */
 static uint64_t
 hpack_budget(const struct h2conn *hc)
 {
-    return 2 * (uint64_t)hc->c->s->o.max_header_bytes + H2_HPACK_RATIO * hc->received;
+    uint64_t lists = 2 * (uint64_t)hc->c->s->o.max_header_bytes;
+    return (lists > H2_HPACK_FLOOR ? lists : H2_HPACK_FLOOR) + H2_HPACK_RATIO * hc->received;
 }
 
 static int
@@ -859,12 +861,12 @@ h2_on_read(struct hconn *c)
     }
     while (c->state != C_DEAD && (len = evbuffer_get_contiguous_space(in)) > 0) {
         const uint8_t *p = evbuffer_pullup(in, (ev_ssize_t)len);
-        hc->received += len; /* before nghttp2 decodes them: hpack_budget */
         hc->in_recv = true;
         ssize_t n = nghttp2_session_mem_recv(hc->ss, p, len);
         hc->in_recv = false;
-        if (n >= 0 && (size_t)n < len)
-            hc->received -= len - (size_t)n; /* paused: the rest is fed again */
+        /* counted once taken: what this piece decodes is paid for by the
+         * bytes before it (hpack_budget), never by ones not yet parsed */
+        hc->received += n >= 0 ? (size_t)n : len;
         c->s->stats.h2_bytes_in += n >= 0 ? (size_t)n : len;
         if (n < 0) {
             log_debug("http2: closing a connection: %s", nghttp2_strerror((int)n));

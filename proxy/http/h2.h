@@ -22,10 +22,12 @@ struct h2hs;
 #define H2_CONN_BUFFER (1u << 20) /* the bound's default (http2_conn_buffer 0) */
 #define H2_PLEDGE_MIN (16 * 1024) /* room promised to a handler told it may write */
 /* Header data a connection may decode per byte it sent, past an allowance
- * of two full header lists: a real client's requests, all fields indexed,
+ * of two full header lists (1 MiB at least): a real client's requests, all fields indexed,
  * decode to ~130 bytes per byte; an HPACK bomb to ~4,000 */
 #define H2_HPACK_RATIO 256
-#define H2_HELD_BODY (64u << 20) /* max_held_body's default */
+#define H2_HPACK_FLOOR (1u << 20) /* the allowance when two lists are less (a burst of requests)   \
+                                   */
+#define H2_HELD_BODY (64u << 20)  /* max_held_body's default */
 
 struct h2stream {
     struct hreq *r;

@@ -170,13 +170,88 @@ struct auth {
     unsigned long suppressed;
     double last_share_log; /* log_share's rate, like log_failure's */
     unsigned long share_suppressed;
+    /* TokenReviews answered "not authenticated" in the last FAIL_WINDOW_S,
+     * per source that started them (fail_src), and in order of their end
+     * (fq: a ring) so they leave the count as the window passes */
+    struct srcmap *fail_src;
+    struct fail_rec *fq;
+    size_t fq_head, fq_len, fq_cap;
+    struct event *fail_ev; /* the oldest's expiry (the count is also trimmed when read) */
 };
 
+/*
+ * The failed-review budget: a source whose TokenReviews came back "not
+ * authenticated" 2 x max_reviews_per_source times in the last FAIL_WINDOW_S
+ * gets 429 for a token that needs a new review (as past its share), until
+ * the window passes. A flood of bogus tokens from one address then costs
+ * kwc, and the upstream it asks, at most that many reviews a second; a
+ * caller with a valid token (cached, or failing rarely) never meets it.
+ * Counted against the source that started the review; upstream errors and
+ * timeouts are not the caller's failures and do not count.
+ */
+#define FAIL_WINDOW_S 1.0
+
+struct fail_rec {
+    struct src_key src;
+    double at;
+};
 /* The TTLs' clock: the caller's, else the monotonic one. */
 static double
 now_of(const struct auth *a)
 {
     return a->o.clock ? a->o.clock(a->o.clock_arg) : mono_now();
+}
+
+static unsigned
+fail_limit(const struct auth *a)
+{
+    return 2 * a->o.max_reviews_per_source;
+}
+
+/* Failures older than the window leave the count; the timer is set for the
+ * oldest one left. */
+static void
+fail_expire(struct auth *a)
+{
+    double now = now_of(a);
+    while (a->fq_len && a->fq[a->fq_head].at + FAIL_WINDOW_S <= now) {
+        srcmap_release(a->fail_src, &a->fq[a->fq_head].src);
+        a->fq_head = (a->fq_head + 1) % a->fq_cap;
+        a->fq_len--;
+    }
+    event_del(a->fail_ev);
+    if (a->fq_len) {
+        double left = a->fq[a->fq_head].at + FAIL_WINDOW_S - now;
+        struct timeval tv = {(time_t)left, (suseconds_t)((left - (time_t)left) * 1e6) + 1000};
+        evtimer_add(a->fail_ev, &tv);
+    }
+}
+
+static void
+on_fail_expire(evutil_socket_t fd, short what, void *arg)
+{
+    fail_expire(arg);
+}
+
+/* A review src started was answered "not authenticated". */
+static void
+fail_add(struct auth *a, const struct src_key *src)
+{
+    if (a->fq_len == a->fq_cap) {
+        size_t cap = a->fq_cap ? 2 * a->fq_cap : 64;
+        struct fail_rec *q = xcalloc(cap, sizeof(*q));
+        for (size_t i = 0; i < a->fq_len; i++)
+            q[i] = a->fq[(a->fq_head + i) % a->fq_cap];
+        free(a->fq);
+        a->fq = q;
+        a->fq_cap = cap;
+        a->fq_head = 0;
+    }
+    a->fq[(a->fq_head + a->fq_len) % a->fq_cap] = (struct fail_rec){*src, now_of(a)};
+    a->fq_len++;
+    srcmap_take(a->fail_src, src, 0);
+    if (a->fq_len == 1)
+        fail_expire(a); /* arms the timer */
 }
 
 /* Upstream failures are logged at most once a second (never with a token). */
@@ -203,7 +278,7 @@ log_failure(struct auth *a, const char *what, const char *why)
 /* A source past its share: logged at most once a second, with the count of
  * those left out (a flood is refused many times a second). */
 static void
-log_share(struct auth *a, enum review_kind kind, const struct src_key *src)
+log_share(struct auth *a, enum review_kind kind, const struct src_key *src, bool failed)
 {
     double now = now_of(a);
     if (a->last_share_log && now - a->last_share_log < 1.0) {
@@ -212,13 +287,19 @@ log_share(struct auth *a, enum review_kind kind, const struct src_key *src)
     }
     char s[SRC_KEY_TEXT];
     src_key_text(src, s, sizeof(s));
-    log_warnx("auth: %s holds %u %s (--max-reviews-per-source): answering 429 to its requests "
-              "that need another (%lu more since the last such line)",
-              s, a->o.max_reviews_per_source,
-              kind == REVIEW_TOKEN ? "TokenReviews"
-                                   : "SubjectAccessReviews of callers not "
-                                     "authenticated",
-              a->share_suppressed);
+    if (failed)
+        log_warnx("auth: %s had %u TokenReviews rejected in the last second (2 x "
+                  "--max-reviews-per-source): answering 429 to its requests that need another "
+                  "(%lu more since the last such line)",
+                  s, fail_limit(a), a->share_suppressed);
+    else
+        log_warnx("auth: %s holds %u %s (--max-reviews-per-source): answering 429 to its "
+                  "requests that need another (%lu more since the last such line)",
+                  s, a->o.max_reviews_per_source,
+                  kind == REVIEW_TOKEN ? "TokenReviews"
+                                       : "SubjectAccessReviews of callers not "
+                                         "authenticated",
+                  a->share_suppressed);
     a->last_share_log = now;
     a->share_suppressed = 0;
 }
@@ -440,6 +521,8 @@ review_done(struct review *r, int err, const char *msg)
             log_failure(a, "TokenReview", why);
         }
         int status = u ? 0 : 401;
+        if (!u && !why[0] && !r->timed_out && r->src_counted && fail_limit(a))
+            fail_add(a, &r->src); /* the upstream said no: the source's failure */
         /* Out of flight and cached before any waiter runs (a waiter that
          * cancels another only unlinks it). */
         struct tok_ent *e = xcalloc(1, sizeof(*e));
@@ -517,6 +600,8 @@ auth_new(struct event_base *base, struct up_client *up, const struct auth_option
         seed = (uint64_t)(uintptr_t)a; /* only the hash's spread */
     a->review_src[REVIEW_TOKEN] = srcmap_new(seed);
     a->review_src[REVIEW_SAR] = srcmap_new(seed ^ 0x5bd1e995u);
+    a->fail_src = srcmap_new(seed ^ 0x9e3779b97f4a7c15ull);
+    a->fail_ev = evtimer_new(base, on_fail_expire, a);
     *out = a;
     return 0;
 }
@@ -544,6 +629,9 @@ auth_free(struct auth *a)
     ttlc_free(a->sars);
     srcmap_free(a->review_src[REVIEW_TOKEN]);
     srcmap_free(a->review_src[REVIEW_SAR]);
+    srcmap_free(a->fail_src);
+    free(a->fq);
+    event_free(a->fail_ev);
     a->magic = 0;
     free(a);
 }
@@ -554,6 +642,7 @@ auth_stats(const struct auth *a, struct auth_stats *out)
     *out = a->st;
     out->review_sources =
         srcmap_sources(a->review_src[REVIEW_TOKEN]) + srcmap_sources(a->review_src[REVIEW_SAR]);
+    out->failing_sources = srcmap_sources(a->fail_src);
 }
 
 struct auth_wait *
@@ -587,11 +676,20 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
         }
         struct ttlc_fetch *f = ttlc_fetch_find(a->tokens, key, KEY_LEN);
         if (!f) {
-            /* a new review: the source's share (auth.h) */
+            /* a new review: the source's failed reviews and its share (auth.h) */
+            if (src && fail_limit(a)) {
+                fail_expire(a);
+                if (srcmap_count(a->fail_src, src) >= fail_limit(a)) {
+                    a->st.token_reviews_refused_failed++;
+                    log_share(a, REVIEW_TOKEN, src, true);
+                    cb(arg, 429, NULL);
+                    return NULL;
+                }
+            }
             if (src &&
                 !srcmap_take(a->review_src[REVIEW_TOKEN], src, a->o.max_reviews_per_source)) {
                 a->st.token_reviews_refused++;
-                log_share(a, REVIEW_TOKEN, src);
+                log_share(a, REVIEW_TOKEN, src, false);
                 cb(arg, 429, NULL);
                 return NULL;
             }
@@ -651,7 +749,7 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     /* a new review: an unauthenticated caller's source's share (auth.h) */
     if (src && !srcmap_take(a->review_src[REVIEW_SAR], src, a->o.max_reviews_per_source)) {
         a->st.sar_refused++;
-        log_share(a, REVIEW_SAR, src);
+        log_share(a, REVIEW_SAR, src, false);
         cb(arg, AUTH_BUSY, "");
         return NULL;
     }

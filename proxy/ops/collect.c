@@ -527,6 +527,17 @@ collect_http(const struct collect_sources *s, struct metrics_writer *w)
                  "--max-reviews-per-source reviews in flight in that review's pool "
                  "(SubjectAccessReviews: of callers not authenticated).",
                  "review", rvk, rf, 2);
+        uint64_t rff = as.token_reviews_refused_failed;
+        counter1(w, "kwc_token_reviews_refused_rejected_total",
+                 "Requests answered 429 because the upstream rejected 2 x "
+                 "--max-reviews-per-source TokenReviews of their source address in the last "
+                 "second (bogus tokens).",
+                 NULL, NULL, &rff, 1);
+        metrics_write_family(w, "kwc_review_rejected_sources",
+                             "Source addresses with a TokenReview rejected in the last second.",
+                             METRICS_GAUGE);
+        metrics_write_sample(w, "kwc_review_rejected_sources", NULL, NULL, 0,
+                             (double)as.failing_sources);
         metrics_write_family(w, "kwc_review_sources",
                              "Source addresses with a review counted in flight, per review pool "
                              "(an address in both counts twice).",

@@ -749,6 +749,66 @@ test_review_timeout(void)
  * past it a token that needs a new review is answered 429 at once, while a
  * token already under review still joins it and other sources are not held
  * back; a review that ends gives its source the room back. */
+/* Rejected reviews per source: 2 x max_reviews_per_source TokenReviews the
+ * upstream rejects within a second, and the source's next new token is
+ * answered 429 without a review until that second has passed; a cached
+ * rejection, another source and a source without a key are not held back. */
+static void
+test_source_rejections(void)
+{
+    double now = 1000;
+    struct auth_options o = default_opts;
+    o.max_reviews_per_source = 2; /* 4 rejections a second */
+    o.clock = test_clock;
+    o.clock_arg = &now;
+    struct env e;
+    env_init(&e, &o, false);
+    struct src_key a = src4(2), b = src4(3);
+    struct ures r[8] = {{0}};
+    char tok[32];
+    for (int i = 0; i < 4; i++) {
+        snprintf(tok, sizeof(tok), "Bearer bogus-%d", i);
+        ok(auth_authenticate(e.a, NULL, tok, &a, on_user, &r[i]) != NULL, "a: a review");
+        run_until(&e, &r[i].calls, 1);
+        is_int(r[i].status, 401, "rejected: 401");
+    }
+    is_int(e.f.token_reviews, 4, "four reviews asked");
+    struct ures x = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer bogus-4", &a, on_user, &x) == NULL && x.status == 429,
+       "a: the fifth new token in the second: 429 at once");
+    is_int(e.f.token_reviews, 4, "...without a review");
+    struct ures c = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer bogus-0", &a, on_user, &c) == NULL && c.status == 401,
+       "a: a rejection cached: still its 401");
+    struct ures y = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-b", &b, on_user, &y) != NULL,
+       "b: not held back by a");
+    run_until(&e, &y.calls, 1);
+    is_int(y.status, 0, "b: authenticated");
+    struct ures z = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-n", NULL, on_user, &z) != NULL,
+       "no source: asked");
+    run_until(&e, &z.calls, 1);
+    struct auth_stats st;
+    auth_stats(e.a, &st);
+    is_int(st.token_reviews_refused_failed, 1, "stats: one refused for its rejections");
+    is_int(st.token_reviews_refused, 0, "not for its share");
+    is_int(st.failing_sources, 1, "stats: one source with rejections");
+    now += 0.999;
+    struct ures w1 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a", &a, on_user, &w1) == NULL && w1.status == 429,
+       "a: within the second, still 429");
+    now += 0.001;
+    struct ures w2 = {0};
+    ok(auth_authenticate(e.a, NULL, "Bearer good-a", &a, on_user, &w2) != NULL,
+       "a: the second over: reviewed again");
+    run_until(&e, &w2.calls, 1);
+    is_int(w2.status, 0, "and authenticated");
+    auth_stats(e.a, &st);
+    is_int(st.failing_sources, 0, "the rejections left the count");
+    env_fini(&e);
+}
+
 static void
 test_source_share(void)
 {
@@ -927,6 +987,7 @@ main(void)
     TAP_RUN(test_cancel);
     TAP_RUN(test_review_timeout);
     TAP_RUN(test_source_share);
+    TAP_RUN(test_source_rejections);
     TAP_RUN(test_errors);
     TAP_RUN(test_question_key_collision);
     return tap_done();
