@@ -1037,6 +1037,10 @@ class Bench:
         v = R.Variant(transport, self.args.kwc, transport == "tls")
         k = R.Kwc(self.args, self.env, v, "attack-%d-%s" % (self.n, transport),
                   flags=(("--auth", "delegated"), ("--max-header-bytes", MAX_HEADER_BYTES)), kubeconfig=self.kc,
+                  # the per-source review share and its rejected-review budget
+                  # at kwc's default (run.py turns the per-source limits off for
+                  # the other scenarios, whose load is one address)
+                  optional=(("--max-reviews-per-source", 16),),
                   base=("--resources", "v1/pods", "--log-level", "warn"), ready_timeout=60)
         k.ca = R.certs(self.args)["ca"] if v.tls else None
         # the legitimate caller's token reviewed and cached, and its pod in the cache
