@@ -85,9 +85,9 @@
     X("max-reviews-per-source", max_reviews_per_source, INT, NULL, "N",                            \
       "--auth delegated: TokenReviews that requests from one IP address may have in flight or "    \
       "waiting for a connection (and as many SubjectAccessReviews of callers not "                 \
-      "authenticated); past it, that address's requests that need another are answered 429 at "    \
-      "once instead of queuing before other callers' (0: no limit; default: half of "              \
-      "--max-review-connections)")                                                                 \
+      "authenticated); past it, or past twice as many TokenReviews rejected in the last second, "  \
+      "that address's requests that need another are answered 429 at once instead of queuing "     \
+      "before other callers' (0: no limit; default: half of --max-review-connections)")           \
     X("review-timeout", review_timeout, INT, "10", "SECONDS",                                      \
       "--auth delegated: time a TokenReview or SubjectAccessReview may take from when it is "      \
       "asked, waiting for a review connection included; past it the caller gets what a failed "    \
