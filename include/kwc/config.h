@@ -87,7 +87,7 @@
       "waiting for a connection (and as many SubjectAccessReviews of callers not "                 \
       "authenticated); past it, or past twice as many TokenReviews rejected in the last second, "  \
       "that address's requests that need another are answered 429 at once instead of queuing "     \
-      "before other callers' (0: no limit; default: half of --max-review-connections)")           \
+      "before other callers' (0: no limit; default: half of --max-review-connections)")            \
     X("review-timeout", review_timeout, INT, "10", "SECONDS",                                      \
       "--auth delegated: time a TokenReview or SubjectAccessReview may take from when it is "      \
       "asked, waiting for a review connection included; past it the caller gets what a failed "    \

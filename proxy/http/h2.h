@@ -25,9 +25,10 @@ struct h2hs;
  * of two full header lists (1 MiB at least): a real client's requests, all fields indexed,
  * decode to ~130 bytes per byte; an HPACK bomb to ~4,000 */
 #define H2_HPACK_RATIO 256
-#define H2_HPACK_FLOOR (1u << 20) /* the allowance when two lists are less (a burst of requests)   \
-                                   */
-#define H2_HELD_BODY (64u << 20)  /* max_held_body's default */
+#define H2_HPACK_FLOOR                                                                             \
+    (1u << 20)                   /* the allowance when two lists are less (a burst of requests)    \
+                                  */
+#define H2_HELD_BODY (64u << 20) /* max_held_body's default */
 
 struct h2stream {
     struct hreq *r;
