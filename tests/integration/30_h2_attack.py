@@ -531,7 +531,10 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
         # autotuning: ~6 MB received, ~4 MB sent at most)
         ahead = sent - answered * len(req)
         self.assertLess(ahead, 16 << 20, "kwc read %d MB ahead of its answers" % (ahead >> 20))
-        self.assertLess(grown, 32 << 10, "kwc kept %d KiB of %d MB of pipelined requests" % (grown, sent >> 20))
+        if not os.environ.get("KWC_SANITIZED"):
+            # (ASan's quarantine keeps freed memory: its RSS says nothing of
+            # what kwc holds; the read-ahead above is the bound either way)
+            self.assertLess(grown, 32 << 10, "kwc kept %d KiB of %d MB of pipelined requests" % (grown, sent >> 20))
         self.still_serving()
 
 
