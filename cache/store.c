@@ -113,8 +113,11 @@ struct store_wtxn {
     struct store *s;
     MDB_txn *txn;
     uint64_t now;
-    struct meta_rec meta[STORE_MAX_RES];
-    bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES], reset[STORE_MAX_RES];
+    /* per resource open at begin (nres): a resource is never opened while
+     * a write transaction is (store_res opens its own) */
+    unsigned nres;
+    struct meta_rec *meta;
+    bool *loaded, *dirty, *reset;
     char *buf; /* scratch for history values */
     size_t cap;
     char *fbuf; /* scratch for field index keys */
@@ -495,6 +498,7 @@ meta_read(MDB_txn *txn, struct store_res *r, struct meta_rec *m)
 static struct meta_rec *
 wmeta(struct store_wtxn *w, struct store_res *r, int *err)
 {
+    assert(r->id < w->nres); /* opened before the transaction began */
     if (!w->loaded[r->id]) {
         *err = meta_read(w->txn, r, &w->meta[r->id]);
         if (*err)
@@ -518,6 +522,11 @@ store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out)
         free(w);
         return mdb_err(rc);
     }
+    w->nres = s->nres;
+    w->meta = xcalloc(w->nres ? w->nres : 1, sizeof(*w->meta));
+    w->loaded = xcalloc(3 * (w->nres ? w->nres : 1), sizeof(bool));
+    w->dirty = w->loaded + w->nres;
+    w->reset = w->dirty + w->nres;
     *out = w;
     return 0;
 }
@@ -870,7 +879,7 @@ store_wtxn_commit(struct store_wtxn *w)
     uint64_t now = w->now;
     int rc = 0;
     size_t budget = TRIM_MAX_PER_COMMIT;
-    for (unsigned i = 0; i < w->s->nres && rc == 0; i++) {
+    for (unsigned i = 0; i < w->nres && rc == 0; i++) {
         struct store_res *r = w->s->res[i];
         if (!w->dirty[i])
             continue;
@@ -889,11 +898,13 @@ store_wtxn_commit(struct store_wtxn *w)
     rc = mdb_err(mdb_txn_commit(w->txn));
     /* the damaged data is gone once a reset commits (not before: an aborted
      * reset leaves it in place) */
-    for (unsigned i = 0; i < w->s->nres && rc == 0; i++)
+    for (unsigned i = 0; i < w->nres && rc == 0; i++)
         if (w->reset[i])
             clear_damaged(w->s->res[i]);
     free(w->buf);
     free(w->fbuf);
+    free(w->meta);
+    free(w->loaded);
     free(w);
     return rc;
 }
@@ -906,6 +917,8 @@ store_wtxn_abort(struct store_wtxn *w)
     mdb_txn_abort(w->txn);
     free(w->buf);
     free(w->fbuf);
+    free(w->meta);
+    free(w->loaded);
     free(w);
 }
 

@@ -32,7 +32,7 @@ struct store_wtxn;
 struct store_rtxn;
 
 /* The most resources (store_res names) one store holds. */
-#define STORE_MAX_RESOURCES 64
+#define STORE_MAX_RESOURCES 512
 
 struct store_options {
     uint64_t map_size;      /* bytes of address space for the map (sparse file) */
