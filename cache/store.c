@@ -1292,6 +1292,55 @@ fidx_rebuild(MDB_txn *txn, struct store_res *r)
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
+/* Pages of one database, in bytes. */
+static uint64_t
+db_bytes(MDB_txn *txn, MDB_dbi dbi, unsigned psize)
+{
+    MDB_stat st;
+    if (mdb_stat(txn, dbi, &st) != 0)
+        return 0;
+    return (uint64_t)(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) * psize;
+}
+
+uint64_t
+store_res_disk_bytes(struct store *s, struct store_res *r)
+{
+    MDB_txn *txn;
+    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+        return 0;
+    MDB_stat env;
+    mdb_env_stat(s->env, &env);
+    uint64_t n = db_bytes(txn, r->objs, env.ms_psize) + db_bytes(txn, r->hist, env.ms_psize);
+    if (r->ifield >= 0)
+        n += db_bytes(txn, r->fidx, env.ms_psize);
+    mdb_txn_abort(txn);
+    return n;
+}
+
+int
+store_res_clear(struct store *s, struct store_res *r)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc)
+        return mdb_err(rc);
+    MDB_val k = {strlen(r->name), r->name};
+    if ((rc = mdb_drop(txn, r->objs, 0)) || (rc = mdb_drop(txn, r->hist, 0)) ||
+        (r->ifield >= 0 && (rc = mdb_drop(txn, r->fidx, 0)))) {
+        mdb_txn_abort(txn);
+        return mdb_err(rc);
+    }
+    rc = mdb_del(txn, s->meta, &k, NULL);
+    if (rc && rc != MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        return mdb_err(rc);
+    }
+    if ((rc = mdb_txn_commit(txn)))
+        return mdb_err(rc);
+    clear_damaged(r);
+    return 0;
+}
+
 int
 store_res_index(struct store_res *r, unsigned field)
 {
