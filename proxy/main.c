@@ -39,6 +39,7 @@
 #include "kwc/base.h"
 #include "kwc/config.h"
 #include "kwc/datadir.h"
+#include "kwc/disco.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -419,6 +420,7 @@ main(int argc, char **argv)
     };
     struct up_client *up = NULL;
     struct app *app = NULL;
+    struct disco *disco = NULL; /* the upstream's discovery (disco.h) */
     struct store *st = NULL;
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
@@ -431,6 +433,8 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    struct disco_options dso = {.interval_ms = (unsigned)cfg.discovery_interval * 1000};
+    disco_new(base, up, &dso, &disco);
     /* once the settings are known to be usable (a bad one is the only line) */
     log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
              "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
@@ -481,7 +485,8 @@ main(int argc, char **argv)
                             .st = st,
                             .ing = ing,
                             .refls = refls,
-                            .nrefls = nrefls};
+                            .nrefls = nrefls,
+                            .disco = disco};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
@@ -503,6 +508,7 @@ main(int argc, char **argv)
              : cfg.auth_delegated ? ""
                                   : " (REMOTE!)");
 
+    disco_start(disco);
     for (size_t i = 0; i < nrefls; i++)
         if (start[i])
             refl_start(refls[i]);
@@ -524,6 +530,7 @@ out:
         refl_free(refls[i]);
     free(refls);
     free(start);
+    disco_free(disco); /* after the app: it borrows the copy */
     up_client_free(up);
     datadir_close(&dd); /* the store, then the lock */
     event_base_free(base);

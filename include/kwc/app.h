@@ -24,6 +24,7 @@ struct up_client;
 struct store;
 struct refl;
 struct refl_ingest;
+struct disco;
 struct app;
 
 /* What the app stands on; borrowed, must outlive the app. */
@@ -35,6 +36,7 @@ struct app_deps {
     struct refl_ingest *ing; /* the writer the app subscribes to */
     struct refl *const *refls;
     size_t nrefls;
+    struct disco *disco; /* discovery answers are served from its copy; NULL: none */
 };
 
 /* Build the parts, bind and start serving. /readyz answers 200 while every

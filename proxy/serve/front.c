@@ -18,7 +18,8 @@
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
  * and the upstream decides. /healthz, /livez and /readyz need no identity;
  * /metrics is authorized as kube authorizes its own (a non-resource URL:
- * nonResourceAttributes {path, verb}).
+ * nonResourceAttributes {path, verb}), and so is a discovery request kwc
+ * answers from its copy of the upstream's (discovery.h).
  *
  * Every request carries a record (access.h) from its head on: the stages
  * fill in the route, the caller and the handler that took it; the HTTP
@@ -48,6 +49,7 @@
 #include "kwc/admit.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/discovery.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/impersonate.h"
@@ -73,7 +75,8 @@ struct front {
     size_t nrefls;
     struct serve *serve;
     struct watch_pool *watch;
-    struct auth *auth; /* NULL: --auth none */
+    struct discovery *discovery; /* discovery answered from the copy */
+    struct auth *auth;           /* NULL: --auth none */
     bool tls;
     bool forward_token; /* --passthrough-identity=forward-token */
     bool (*accept_host)(const void *arg, const char *host); /* --accept-hosts */
@@ -94,6 +97,8 @@ struct kreq {
     struct imp_plan imp;      /* the Impersonate-* questions, asked in order */
     size_t at;                /* the question being asked */
     char nr_verb[16];         /* a non-resource request's verb (the lower-case method) */
+    bool nonresource;         /* kwc authorizes it as a non-resource URL */
+    bool kwc_authorized;      /* kwc authorized it (it may answer it itself) */
 };
 
 static void stage_impersonate(struct kreq *k);
@@ -371,6 +376,8 @@ route_request(struct front *f, struct kreq *k)
     }
     /* the cache's, unless neither takes it (passthrough marks its own) */
     access_set_source(req, ACCESS_CACHE);
+    if (discovery_take(f->discovery, req, &k->route, !f->auth || k->kwc_authorized))
+        return;
     switch (watch_take(f->watch, req, &k->route)) {
     case WATCH_STREAM:
     case WATCH_ANSWERED:
@@ -653,7 +660,7 @@ request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
     const struct route_req *r = &k->route;
     const char *name = r->name;
     *sel = NULL;
-    if (is_metrics_path(r->path)) {
+    if (k->nonresource) {
         /* kube's RequestInfo for a non-resource URL: the path, the method in lower case */
         size_t i = 0;
         for (; k->method[i] && i + 1 < sizeof(k->nr_verb); i++)
@@ -684,6 +691,7 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
     struct kreq *k = arg;
     k->wait = NULL;
     if (d == AUTH_ALLOW) {
+        k->kwc_authorized = true;
         stage_route(k);
         return;
     }
@@ -707,7 +715,9 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
 static void
 stage_authorize(struct kreq *k)
 {
-    if (!kwc_may_answer(k) && !is_metrics_path(k->route.path)) {
+    k->nonresource =
+        is_metrics_path(k->route.path) || discovery_answerable(k->f->discovery, k->req, &k->route);
+    if (!k->nonresource && !kwc_may_answer(k)) {
         stage_route(k);
         return;
     }
@@ -814,6 +824,7 @@ front_new(const struct front_parts *p)
     f->nrefls = p->nrefls;
     f->serve = p->serve;
     f->watch = p->watch;
+    f->discovery = p->discovery;
     f->auth = p->auth;
     f->tls = p->tls;
     f->forward_token = p->forward_token;
