@@ -25,6 +25,7 @@
 #include "kwc/catalog.h"
 #include "kwc/collect.h"
 #include "kwc/config.h"
+#include "kwc/discovery.h"
 #include "kwc/front.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
@@ -44,7 +45,8 @@ struct app {
     struct pt_budget *budget; /* --max-passthrough-buffer */
     struct serve *serve;
     struct watch_pool *watch;
-    struct auth *auth; /* NULL: --auth none */
+    struct discovery *discovery; /* discovery answered from the copy (--serve-discovery) */
+    struct auth *auth;           /* NULL: --auth none */
     struct metrics *metrics;
     struct access *access;
     struct front *front;
@@ -133,6 +135,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .no_coalesce = cfg->watch_coalesce_max_ms == 0,
     };
     a->watch = watch_pool_new(d->base, d->st, set, &wo);
+    a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
     a->metrics = metrics_new();
     struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
                                  .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
@@ -161,6 +164,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .start_wait_ms = (int)cfg->cache_start_timeout,
         .serve = a->serve,
         .watch = a->watch,
+        .discovery = a->discovery,
         .up = d->up,
         .pt_short = &a->pt_short,
         .pt_long = &a->pt_long,
@@ -211,6 +215,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         auth_free(a->auth);
         watch_pool_free(a->watch);
         serve_free(a->serve);
+        discovery_free(a->discovery);
         access_free(a->access);
         metrics_free(a->metrics);
         pt_budget_free(a->budget);
@@ -226,7 +231,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .auth = a->auth,
                                  .http = a->http,
                                  .access = a->access,
-                                 .budget = a->budget};
+                                 .budget = a->budget,
+                                 .disco = d->disco,
+                                 .discovery = a->discovery};
     collect_register(a->metrics, &cs);
     *out = a;
     return 0;
@@ -278,6 +285,7 @@ app_free(struct app *a)
     front_free(a->front);
     refl_ingest_unsubscribe(a->ing, a->serve);
     serve_free(a->serve);
+    discovery_free(a->discovery);
     if (a->auth)
         log_auth_stats(a->auth);
     auth_free(a->auth);

@@ -357,10 +357,10 @@ main(int argc, char **argv)
     };
     struct up_client *up = NULL;
     struct app *app = NULL;
+    struct disco *disco = NULL; /* the upstream's discovery (disco.h) */
     struct store *st = NULL;
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
-    struct disco *disco = NULL;
     struct catalog *cat = NULL;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
@@ -368,6 +368,8 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    struct disco_options dso = {.interval_ms = (unsigned)cfg.discovery_interval * 1000};
+    disco_new(base, up, &dso, &disco);
     /* once the settings are known to be usable (a bad one is the only line) */
     log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
              "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
@@ -407,7 +409,6 @@ main(int argc, char **argv)
     struct unknown_exit unknown = {.base = base};
     if (!cfg.auto_resources) /* a typo in --resources: kwc exits 2 */
         refl_ingest_on_unknown(ing, on_unknown_resource, &unknown);
-    disco_new(base, up, &(struct disco_options){0}, &disco);
     struct catalog_options co = {.auto_mode = cfg.auto_resources,
                                  .resources = cfg.resources,
                                  .exclude = cfg.resources_exclude,
@@ -421,7 +422,8 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    struct app_deps deps = {.base = base, .cfg = &cfg, .up = up, .st = st, .ing = ing, .cat = cat};
+    struct app_deps deps = {
+        .base = base, .cfg = &cfg, .up = up, .st = st, .ing = ing, .cat = cat, .disco = disco};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
@@ -460,7 +462,7 @@ out:
     app_free(app);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
     catalog_free(cat);
-    disco_free(disco);
+    disco_free(disco); /* after the app: it borrows the copy */
     up_client_free(up);
     datadir_close(&dd); /* the store, then the lock */
     event_base_free(base);

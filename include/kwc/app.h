@@ -25,6 +25,7 @@ struct store;
 struct refl;
 struct refl_ingest;
 struct catalog;
+struct disco;
 struct app;
 
 /* What the app stands on; borrowed, must outlive the app. */
@@ -35,6 +36,7 @@ struct app_deps {
     struct store *st;
     struct refl_ingest *ing; /* the writer the app subscribes to */
     struct catalog *cat;     /* the caches (catalog.h) */
+    struct disco *disco;     /* discovery answers are served from its copy; NULL: none */
 };
 
 /* Build the parts, bind and start serving. /readyz answers 200 while every

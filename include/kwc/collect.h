@@ -21,6 +21,8 @@ struct auth;
 struct http_server;
 struct access;
 struct pt_budget;
+struct disco;
+struct discovery;
 
 /* Everything borrowed; each must outlive the registry's last render. auth
  * may be NULL (--auth none). */
@@ -33,7 +35,9 @@ struct collect_sources {
     struct auth *auth;
     struct http_server *http;
     struct access *access;
-    struct pt_budget *budget; /* passthrough response bytes */
+    struct pt_budget *budget;    /* passthrough response bytes */
+    struct disco *disco;         /* the upstream's discovery; NULL: none */
+    struct discovery *discovery; /* discovery requests; NULL: none */
 };
 
 /* Add the collectors to m (src copied). Loop thread of the front end. */

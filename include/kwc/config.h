@@ -161,6 +161,11 @@
       "several events to a watcher (0: never: every event is written at once; at most 1000)")      \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
       "how often watchers that allow bookmarks get one")                                           \
+    X("discovery-interval", discovery_interval, INT, "30", "SECONDS",                              \
+      "how often kwc reads the upstream's discovery again (a 304 when nothing changed)")           \
+    X("serve-discovery", serve_discovery, BOOL, "true", "",                                        \
+      "answer discovery requests (/api, /apis and below, /version) from kwc's copy of the "        \
+      "upstream's answers (false: pass them through)")                                             \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \
       "events kept per resource for watch resumes and exact reads (oldest dropped first)")         \
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \

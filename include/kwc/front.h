@@ -17,12 +17,13 @@
  *  - impersonate (impersonate.h): every Impersonate-* header asked about
  *    (verb impersonate) in kube's order; the first denial is kube's 403;
  *  - authorize: what kwc may answer itself (a get, list or watch of a cached
- *    resource; /metrics) with a SubjectAccessReview (403 when denied);
+ *    resource; /metrics; discovery from its copy: discovery.h) with a
+ *    SubjectAccessReview (403 when denied);
  *    everything else the upstream decides;
  *  - route: kwc's own endpoints (/healthz, /livez, /readyz, /metrics),
- *    CONNECT (405), upgrade tunnels (exec/attach/port-forward), cached
- *    watches (watch.h), lists and gets (serve.h), and passthrough to the
- *    upstream for everything else.
+ *    CONNECT (405), upgrade tunnels (exec/attach/port-forward), discovery
+ *    from the copy (discovery.h), cached watches (watch.h), lists and gets
+ *    (serve.h), and passthrough to the upstream for everything else.
  */
 #ifndef KWC_FRONT_H
 #define KWC_FRONT_H
@@ -36,6 +37,7 @@ struct refl;
 struct catalog;
 struct serve;
 struct watch_pool;
+struct discovery;
 struct pt_options;
 struct auth;
 struct metrics;
@@ -51,6 +53,7 @@ struct front_parts {
     int start_wait_ms;       /* --cache-start-timeout: a read waits this long for a warming cache */
     struct serve *serve;     /* cached lists and gets */
     struct watch_pool *watch;                    /* cached watches */
+    struct discovery *discovery;                 /* discovery answered from the copy */
     struct up_client *up;                        /* passthrough; tunnels use its uplink */
     const struct pt_options *pt_short, *pt_long; /* passthrough: short, long-running */
     int tunnel_connect_timeout_ms;

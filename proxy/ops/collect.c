@@ -21,6 +21,8 @@
 #include "kwc/auth.h"
 #include "kwc/base.h"
 #include "kwc/catalog.h"
+#include "kwc/disco.h"
+#include "kwc/discovery.h"
 #include "kwc/http.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
@@ -642,6 +644,75 @@ collect_catalog(const struct collect_sources *s, struct metrics_writer *w)
     }
 }
 
+/* ---- discovery: the copy and the requests it answers ---- */
+
+static void
+one(struct metrics_writer *w, const char *name, const char *help, enum metrics_type t, double v)
+{
+    metrics_write_family(w, name, help, t);
+    metrics_write_sample(w, name, NULL, NULL, 0, v);
+}
+
+static void
+collect_discovery(const struct collect_sources *s, struct metrics_writer *w)
+{
+    if (s->discovery) {
+        struct discovery_stats ds;
+        discovery_stats(s->discovery, &ds);
+        static const char *const src[] = {"source"};
+        const char *cache[] = {"cache"}, *up[] = {"upstream"};
+        metrics_write_family(w, "kwc_discovery_requests_total",
+                             "Discovery requests (/api, /apis and below, /version) by who "
+                             "answered: kwc from its copy of the upstream's answers, or the "
+                             "upstream.",
+                             METRICS_COUNTER);
+        metrics_write_sample(w, "kwc_discovery_requests_total", src, cache, 1, (double)ds.cache);
+        metrics_write_sample(w, "kwc_discovery_requests_total", src, up, 1, (double)ds.upstream);
+        one(w, "kwc_discovery_not_modified_total",
+            "Discovery requests kwc answered 304 from its copy (If-None-Match of its ETag).",
+            METRICS_COUNTER, (double)ds.not_modified);
+    }
+    if (!s->disco)
+        return;
+    struct disco_stats st;
+    disco_stats(s->disco, &st);
+    static const char *const res[] = {"result"};
+    const char *ok[] = {"ok"}, *failed[] = {"failed"};
+    metrics_write_family(w, "kwc_discovery_refreshes_total",
+                         "Rounds of reading the upstream's discovery, by result.", METRICS_COUNTER);
+    metrics_write_sample(w, "kwc_discovery_refreshes_total", res, ok, 1, (double)st.refreshes);
+    metrics_write_sample(w, "kwc_discovery_refreshes_total", res, failed, 1,
+                         (double)st.refresh_failures);
+    one(w, "kwc_discovery_changes_total",
+        "Refreshes that found the upstream's resources changed (their subscribers were told).",
+        METRICS_COUNTER, (double)st.changes);
+    one(w, "kwc_discovery_upstream_requests_total",
+        "GET requests kwc sent the upstream for discovery (refreshes and its copy).",
+        METRICS_COUNTER, (double)st.fetches);
+    one(w, "kwc_discovery_upstream_not_modified_total",
+        "Of kwc's discovery requests, those the upstream answered 304 Not Modified.",
+        METRICS_COUNTER, (double)st.not_modified);
+    one(w, "kwc_discovery_upstream_failures_total",
+        "Of kwc's discovery requests, those that failed (no answer, or not 200 or 304).",
+        METRICS_COUNTER, (double)st.fetch_failures);
+    one(w, "kwc_discovery_ready", "1 once the upstream's discovery has been read.", METRICS_GAUGE,
+        st.ready);
+    one(w, "kwc_discovery_aggregated",
+        "1 when the upstream serves aggregated discovery (apidiscovery.k8s.io).", METRICS_GAUGE,
+        st.aggregated);
+    one(w, "kwc_discovery_resources", "Resources the upstream's discovery lists.", METRICS_GAUGE,
+        (double)st.resources);
+    one(w, "kwc_discovery_copy_documents",
+        "Answers of the upstream kwc keeps to answer discovery requests.", METRICS_GAUGE,
+        (double)st.docs);
+    one(w, "kwc_discovery_copy_bytes", "Bytes of those answers.", METRICS_GAUGE,
+        (double)st.doc_bytes);
+    if (st.last_refresh_age_s >= 0)
+        one(w, "kwc_discovery_last_refresh_age_seconds",
+            "Seconds since the upstream's discovery was last read in full.", METRICS_GAUGE,
+            st.last_refresh_age_s);
+}
+
 static void
 collect(void *arg, struct metrics_writer *w)
 {
@@ -651,6 +722,7 @@ collect(void *arg, struct metrics_writer *w)
     collect_watch(s, w);
     collect_upstream(s, w);
     collect_http(s, w);
+    collect_discovery(s, w);
     collect_process(w);
 }
 

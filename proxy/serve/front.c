@@ -18,7 +18,8 @@
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
  * and the upstream decides. /healthz, /livez and /readyz need no identity;
  * /metrics is authorized as kube authorizes its own (a non-resource URL:
- * nonResourceAttributes {path, verb}).
+ * nonResourceAttributes {path, verb}), and so is a discovery request kwc
+ * answers from its copy of the upstream's (discovery.h).
  *
  * Every request carries a record (access.h) from its head on: the stages
  * fill in the route, the caller and the handler that took it; the HTTP
@@ -50,6 +51,7 @@
 #include "kwc/auth.h"
 #include "kwc/base.h"
 #include "kwc/catalog.h"
+#include "kwc/discovery.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/impersonate.h"
@@ -77,7 +79,8 @@ struct front {
     struct kreq *waiting; /* requests waiting for a warming cache */
     struct serve *serve;
     struct watch_pool *watch;
-    struct auth *auth; /* NULL: --auth none */
+    struct discovery *discovery; /* discovery answered from the copy */
+    struct auth *auth;           /* NULL: --auth none */
     bool tls;
     bool forward_token; /* --passthrough-identity=forward-token */
     bool (*accept_host)(const void *arg, const char *host); /* --accept-hosts */
@@ -106,6 +109,7 @@ struct kreq {
     int wait_slot;
     struct event *wait_timer;
     struct kreq *wait_next, **wait_prev;
+    bool nonresource; /* kwc authorizes it as a non-resource URL */
 };
 
 static void stage_impersonate(struct kreq *k);
@@ -490,10 +494,12 @@ route_request(struct front *f, struct kreq *k)
     }
     /* what kwc did not authorize itself, the upstream answers (and decides) */
     if (k->may_serve) {
-        if (wait_for_cache(f, k))
-            return true;
         /* the cache's, unless neither takes it (passthrough marks its own) */
         access_set_source(req, ACCESS_CACHE);
+        if (discovery_take(f->discovery, req, &k->route, true))
+            return false;
+        if (wait_for_cache(f, k))
+            return true;
         switch (watch_take(f->watch, req, &k->route)) {
         case WATCH_STREAM:
         case WATCH_ANSWERED:
@@ -772,7 +778,7 @@ request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
     const struct route_req *r = &k->route;
     const char *name = r->name;
     *sel = NULL;
-    if (is_metrics_path(r->path)) {
+    if (k->nonresource) {
         /* kube's RequestInfo for a non-resource URL: the path, the method in lower case */
         size_t i = 0;
         for (; k->method[i] && i + 1 < sizeof(k->nr_verb); i++)
@@ -827,7 +833,9 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
 static void
 stage_authorize(struct kreq *k)
 {
-    if (!kwc_may_answer(k) && !is_metrics_path(k->route.path)) {
+    k->nonresource =
+        is_metrics_path(k->route.path) || discovery_answerable(k->f->discovery, k->req, &k->route);
+    if (!k->nonresource && !kwc_may_answer(k)) {
         stage_route(k);
         return;
     }
@@ -936,6 +944,7 @@ front_new(const struct front_parts *p)
     f->start_wait_ms = p->start_wait_ms;
     f->serve = p->serve;
     f->watch = p->watch;
+    f->discovery = p->discovery;
     f->auth = p->auth;
     f->tls = p->tls;
     f->forward_token = p->forward_token;
