@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 
-from cluster import Env, EnvTestCase, get_json, http_request, wait_for  # noqa: E402
+from cluster import Env, EnvTestCase, http_request, wait_for  # noqa: E402
 from scrape import scrape, total, value  # noqa: E402
 
 
@@ -163,9 +163,9 @@ class Idle(unittest.TestCase):
             self.assertEqual(value(m, "kwc_reflector_lists_total", group="", version="v1",
                                    resource="configmaps", encoding="json"), lists, "no relist")
             # and it catches up: the object written while it was stopped
-            wait_for(lambda: any(i["metadata"]["name"] == "while-stopped" for i in
-                                 get_json(port, "/api/v1/namespaces/default/configmaps?resourceVersion=0")["items"]),
-                     30, "the resumed cache caught up")
+            wait_for(lambda: any(i["metadata"]["name"] == "while-stopped" for i in json.loads(
+                http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
+                30, "the resumed cache caught up")
 
 
 if __name__ == "__main__":
