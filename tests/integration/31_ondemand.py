@@ -33,6 +33,71 @@ def upstream_seq(env):
     return env.sim("GET", "/apisim/requests")["seq"]
 
 
+class WatchLines:
+    """A JSON watch over HTTP/1.1 (chunked), read event by event."""
+
+    def __init__(self, port, path):
+        import socket
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv(30)
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        self.status = int(head.split()[1])
+        self.raw = b""
+        self.eof = False
+
+    def _recv(self, timeout):
+        self.s.settimeout(timeout)
+        d = self.s.recv(65536)
+        if not d:
+            raise EOFError("connection closed")
+        return d
+
+    def _dechunk(self):
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i < 0:
+                return
+            n = int(self.buf[:i].split(b";")[0], 16)
+            if len(self.buf) < i + 2 + n + 2:
+                return
+            self.raw += self.buf[i + 2:i + 2 + n]
+            self.buf = self.buf[i + 2 + n + 2:]
+            if n == 0:
+                self.eof = True
+                return
+
+    def next_event(self, timeout=30):
+        while True:
+            self._dechunk()
+            j = self.raw.find(b"\n")
+            if j >= 0:
+                line, self.raw = self.raw[:j], self.raw[j + 1:]
+                ev = json.loads(line)
+                if ev["type"] != "BOOKMARK":
+                    return ev
+                continue
+            if self.eof:
+                raise EOFError("end of stream")
+            self.buf += self._recv(timeout)
+
+    def ended(self, timeout=30):
+        """Whether the stream ends (its last chunk, or the connection) within timeout s."""
+        try:
+            while not self.eof:
+                self._dechunk()
+                if self.eof:
+                    break
+                self.buf += self._recv(timeout)
+            return True
+        except EOFError:
+            return True
+        except OSError:
+            return False
+
+
 def names(doc):
     return sorted((i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in doc["items"])
 
@@ -166,6 +231,60 @@ class Idle(unittest.TestCase):
             wait_for(lambda: any(i["metadata"]["name"] == "while-stopped" for i in json.loads(
                 http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
                 30, "the resumed cache caught up")
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def crd_body(group, plural, kind):
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "%s.%s" % (plural, group)},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}],
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
+                               "listKind": kind + "List"}}}
+
+
+class CustomResourceDefinitions(unittest.TestCase):
+    """A CRD created at run time is cached at its first read; deleted, its
+    objects' DELETED events reach kwc's watchers, then their streams end as
+    kube ends them, the cache's data goes and its reads pass through (404)."""
+
+    def test_crd_added_and_removed_under_watchers(self):
+        with Env(apisim_args=["--pods", "2"], auto=True,
+                 kwc_args=["--protobuf-resources", "none", "--discovery-interval", "1"]) as env:
+            port = env.kwc.port
+            group, plural = "stable.example.io", "gadgets"
+            path = "/apis/%s/v1/namespaces/default/%s" % (group, plural)
+            env.sim("POST", CRDS, crd_body(group, plural, "Gadget"))
+            env.sim("POST", path, {"apiVersion": group + "/v1", "kind": "Gadget",
+                                   "metadata": {"name": "g1", "namespace": "default"}, "spec": {"n": 1}})
+            # kwc learns the new resource (its discovery refreshes soon after
+            # a miss); from then on its reads are the cache's
+            wait_for(lambda: http_request(port, "GET", path + "?resourceVersion=0")[0] == 200 and
+                     served_from(port, "LIST", plural, "cache") >= 1, 30, "the new CRD's list from kwc's cache")
+            st, _, b = http_request(port, "GET", path + "?resourceVersion=0")
+            doc = json.loads(b)
+            self.assertEqual([i["metadata"]["name"] for i in doc["items"]], ["g1"])
+            rv = doc["metadata"]["resourceVersion"]
+            w = WatchLines(port, path + "?watch=1&resourceVersion=%s" % rv)
+            self.assertEqual(w.status, 200)
+            before = served_from(port, "WATCH", plural, "cache")
+            self.assertGreaterEqual(before, 1, "the watch is the cache's")
+            env.sim("DELETE", CRDS + "/%s.%s" % (plural, group))
+            ev = w.next_event(timeout=30)
+            self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("DELETED", "g1"))
+            # then the stream ends (kube's watchers of a removed resource end)
+            self.assertTrue(w.ended(timeout=60), "the watch stream ended after the CRD went")
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="vanished") >= 1, 60,
+                     "kwc saw the resource leave discovery")
+            st, _, _ = http_request(port, "GET", path + "?resourceVersion=0")
+            self.assertEqual(st, 404, "the resource is gone: kube's 404, through kwc")
+            m = scrape(port)
+            self.assertEqual(value(m, "kwc_cache_objects", group=group, version="v1", resource=plural,
+                                   encoding="json"), 0, "its data dropped")
 
 
 if __name__ == "__main__":
