@@ -3592,6 +3592,11 @@ class TestCRDs(unittest.TestCase):
         self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")[0],
                          200)
         self.assertEqual(sim.req("GET", "/apis/metrics.k8s.io/v1beta1/pods")[0], 404)
+        # deleting a built-in group's APIService unlists it; go-restful still serves it
+        self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1.policy")[0], 200)
+        self.assertNotIn("policy", [g["name"] for g in sim.get("/apis")[1]["groups"]])
+        self.assertEqual(sim.get("/apis/policy/v1/poddisruptionbudgets")[0], 200)
+        self.assertEqual(sim.get("/apis/policy")[1]["preferredVersion"]["version"], "v1")
 
 
 class TestAggregatedDiscovery(unittest.TestCase):
