@@ -206,6 +206,9 @@ class Idle(unittest.TestCase):
             port = env.kwc.port
             st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
             self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 1,
+                             "answered by the cache it started (a request kwc gets before its "
+                             "discovery has answered waits for it)")
             wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="idle_stopped") >= 1, 30,
                      "the idle cache stopped")
             m = scrape(port)
@@ -269,15 +272,17 @@ class CustomResourceDefinitions(unittest.TestCase):
             doc = json.loads(b)
             self.assertEqual([i["metadata"]["name"] for i in doc["items"]], ["g1"])
             rv = doc["metadata"]["resourceVersion"]
+            seq = upstream_seq(env)
             w = WatchLines(port, path + "?watch=1&resourceVersion=%s" % rv)
             self.assertEqual(w.status, 200)
-            before = served_from(port, "WATCH", plural, "cache")
-            self.assertGreaterEqual(before, 1, "the watch is the cache's")
             env.sim("DELETE", CRDS + "/%s.%s" % (plural, group))
             ev = w.next_event(timeout=30)
             self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("DELETED", "g1"))
             # then the stream ends (kube's watchers of a removed resource end)
             self.assertTrue(w.ended(timeout=60), "the watch stream ended after the CRD went")
+            self.assertEqual([t for t in upstream_targets(env, seq) if t.startswith(path + "?watch=1")], [],
+                             "the client's watch was the cache's, never the upstream's")
+            wait_for(lambda: served_from(port, "WATCH", plural, "cache") == 1, 10, "the watch counted as the cache's")
             wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="vanished") >= 1, 60,
                      "kwc saw the resource leave discovery")
             st, _, _ = http_request(port, "GET", path + "?resourceVersion=0")
