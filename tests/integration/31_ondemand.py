@@ -165,6 +165,24 @@ class OnDemand(EnvTestCase):
         self.assertIn("started on demand", text)
         self.assertNotIn("[-]", text)
 
+    def test_aggregated_api_is_never_cached(self):
+        """An APIService with a service (metrics-server's): its reads are the
+        upstream's (here its 503, the service being away), never a cache."""
+        port = self.env.kwc.port
+        svc = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+               "metadata": {"name": "v1beta1.metrics.k8s.io"},
+               "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                        "versionPriority": 100, "insecureSkipTLSVerify": True,
+                        "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}}}
+        self.env.sim("POST", "/apis/apiregistration.k8s.io/v1/apiservices", svc)
+        caches = total(scrape(port), "kwc_caches")
+        for _ in range(3):
+            st, _, _ = http_request(port, "GET", "/apis/metrics.k8s.io/v1beta1/pods?resourceVersion=0")
+            self.assertEqual(st, 503, "the aggregated API's own answer")
+        m = scrape(port)
+        self.assertEqual(total(m, "kwc_caches"), caches, "no cache for an aggregated API")
+        self.assertEqual(served_from(port, "LIST", "pods", "upstream") >= 3, True)
+
     def test_unknown_resource_passes_through(self):
         port = self.env.kwc.port
         st, _, _ = http_request(port, "GET", "/apis/nope.example.com/v1/things?resourceVersion=0")
