@@ -253,6 +253,32 @@ class Idle(unittest.TestCase):
                 http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
                 30, "the resumed cache caught up")
 
+    def test_disk_budget_drops_stopped_caches_data(self):
+        """--cache-disk-budget bounds the data stopped caches keep: past it
+        the oldest stopped cache's data goes, and it lists again when used."""
+        with Env(apisim_args=["--pods", "5"], auto=True,
+                 kwc_args=["--cache-idle-timeout", "1s", "--cache-disk-budget", "1",
+                           "--protobuf-resources", "none"]) as env:
+            port = env.kwc.port
+            key = dict(group="", version="v1", resource="configmaps", encoding="json")
+            for i in range(3):
+                env.sim("POST", "/apisim/write", {"verb": "create", "resource": "configmaps",
+                                                  "namespace": "default", "name": "cm-%d" % i})
+            st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="data_dropped") >= 1, 30,
+                     "the stopped cache's data dropped (over a 1-byte budget)")
+            m = scrape(port)
+            self.assertEqual(value(m, "kwc_cache_objects", **key), 0, "its objects are gone from disk")
+            lists = value(m, "kwc_reflector_lists_total", **key)
+            st, _, b = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(names(json.loads(b)), names(env.sim("GET", "/api/v1/configmaps")))
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 2,
+                             "the request waited for the new list and was answered by it")
+            self.assertEqual(value(scrape(port), "kwc_reflector_lists_total", **key), lists + 1,
+                             "no data left to resume from: a list")
+
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
