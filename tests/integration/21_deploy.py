@@ -1091,6 +1091,9 @@ class RbacSandboxTest(unittest.TestCase):
             # auto mode: the wildcard rule is what lets caches start on
             # demand, a custom resource's among them
             self.assertIn(("example.com", "widgets", "json"), caches)
+            # and what kwc's discovery reads to tell aggregated APIs apart
+            self.assertIn(("apiregistration.k8s.io", "apiservices", "list", True),
+                          [(g, r, v, ok) for g, r, v, _, ok in self.kwc_own(reqs)])
             return p, run, atoms, caches
         except BaseException:
             print(p.logs())
