@@ -46,10 +46,11 @@ Dockerfile and `make image`.
      used. Then each single rule is removed in turn and something must
      fail; without the list (or watch) rule every cache must fail, those
      kwc starts itself and those the caller's lists start (apisim's
-     request log shows each LIST or WATCH refused). The narrowed
-     alternative runs too: an explicit --resources and its rules only,
-     secrets never listed by kwc, the caller's list of them passed through
-     as the caller. The node-local DaemonSet runs the same way (its init
+     request log shows each LIST or WATCH refused). What 10-rbac.yaml's
+     comment shows runs too: its --resources-exclude (secrets out) under the
+     rules as they are, and its narrowed alternative (an explicit
+     --resources and its rules only); in both kwc never lists secrets and
+     the caller's list of them passes through as the caller. The node-local DaemonSet runs the same way (its init
      container's chown included).
   4. conf/kwc.service: `systemd-analyze verify` (on a copy whose ExecStart
      names the kwc under test), `systemd-analyze security --offline`, and
@@ -229,6 +230,13 @@ def narrowed_example():
             break
         block.append(l)
     return resources, yaml.safe_load("\n".join(block))
+
+
+def exclude_example():
+    """The --resources-exclude 10-rbac.yaml's comment shows (secrets out)."""
+    with open(os.path.join(K8S, "10-rbac.yaml")) as f:
+        (line,) = [l[1:].strip() for l in f.read().splitlines() if l.startswith("#") and "--resources-exclude=" in l]
+    return line.split("=", 1)[1]
 
 
 def quantity(q):
@@ -1154,6 +1162,31 @@ class RbacSandboxTest(unittest.TestCase):
             fails, reqs, caches = self.scenario(p, seq0, "narrowed-%d" % self.runs, args)
             self.assertEqual(fails, [], "kwc under the narrowed rules")
             self.check_calls_match_rules(reqs, atoms, all_used=False)
+            self.assertNotIn("secrets", [res for _, res, _, _, _ in self.kwc_own(reqs)])
+        except BaseException:
+            print(p.logs())
+            raise
+        finally:
+            self.stop_kwc(p)
+
+    def test_secrets_excluded_as_the_comment_shows(self):
+        """10-rbac.yaml's --resources-exclude (the defaults and v1/secrets),
+        the rules as they are: no cache of secrets (kwc never lists or
+        watches them), alice's list of them passes through as alice, and
+        everything else is cached on demand as before."""
+        d = find(self.docs, "Deployment", "kwc")
+        ex = exclude_example()
+        self.assertIn("v1/secrets", ex.split(","))
+        self.assertLessEqual(set(kinds_define("KINDS_EXCLUDE_DEFAULT").split(",")), set(ex.split(",")),
+                             "the example keeps the default exclusions")
+        atoms = atoms_of(self.docs, "kwc")
+        p, seq0, run, args = self.start_kwc(d, TOKENS["kwc"], atoms, ["--resources-exclude=" + ex])
+        try:
+            fails, reqs, caches = self.scenario(p, seq0, "exclude-%d" % self.runs, args)
+            self.assertEqual(fails, [], "kwc with secrets excluded")
+            self.check_calls_match_rules(reqs, atoms)
+            self.assertNotIn("secrets", [r for _, r, _ in caches])
+            self.assertIn(("", "pods", "protobuf"), caches)
             self.assertNotIn("secrets", [res for _, res, _, _, _ in self.kwc_own(reqs)])
         except BaseException:
             print(p.logs())
