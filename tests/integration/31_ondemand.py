@@ -259,6 +259,25 @@ class Idle(unittest.TestCase):
                 http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
                 30, "the resumed cache caught up")
 
+    def test_max_caches_counts_running_caches(self):
+        """--max-caches bounds the caches running at once: once an idle one
+        stops, a new resource gets a cache again."""
+        with Env(apisim_args=["--pods", "5"], auto=True,
+                 kwc_args=["--cache-idle-timeout", "1s", "--max-caches", "1", "--protobuf-resources", "none"]) as env:
+            port = env.kwc.port
+            st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 1)
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="idle_stopped") >= 1, 30,
+                     "the idle cache stopped")
+            st, _, _ = http_request(port, "GET", "/api/v1/services?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "services", "cache"), 1, "a slot was free again")
+            m = scrape(port)
+            self.assertEqual(total(m, "kwc_cache_lifecycle_total", event="refused_max_caches"), 0)
+            self.assertEqual(total(m, "kwc_caches_running"), 1)
+            self.assertEqual(total(m, "kwc_caches"), 2, "the stopped cache keeps its slot")
+
     def test_disk_budget_drops_stopped_caches_data(self):
         """--cache-disk-budget bounds the data stopped caches keep: past it
         the oldest stopped cache's data goes, and it lists again when used."""
