@@ -33,6 +33,9 @@
 #define CFG_FILE_MAX (1024 * 1024)
 /* Timeouts become int milliseconds in the server. */
 #define CFG_MAX_TIMEOUT_S 86400
+/* Auto mode: upstream connections kept for the caches kwc starts itself
+ * (--protobuf-resources, CRDs and APIServices), beyond --max-caches. */
+#define CFG_OWN_CACHES 32
 /* --watch-coalesce-max-ms: at most a second of added latency. */
 #define CFG_MAX_COALESCE_MS 1000
 _Static_assert(PACE_MAX_US == 25 * 1000,
@@ -718,8 +721,12 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen, "--max-caches %ld: use 1 to %d", c->max_caches,
                     STORE_MAX_RESOURCES);
     /* one upstream connection per cache (each has at most one request in
-     * flight); a built-in resource listed counts twice (JSON and protobuf) */
-    c->cache_conns = c->auto_resources ? (unsigned)c->max_caches : 2 * count_entries(c->resources);
+     * flight, and over HTTP/1.1 a watch holds one); a built-in resource
+     * listed counts twice (JSON and protobuf); auto: the caches requests
+     * start, and room for those kwc starts itself (the protobuf defaults,
+     * discovery's sources), which --max-caches does not count */
+    c->cache_conns = c->auto_resources ? (unsigned)c->max_caches + CFG_OWN_CACHES
+                                       : 2 * count_entries(c->resources);
     empty_is_unset(&c->accept_hosts);
     empty_is_unset(&c->tls_cert_file);
     empty_is_unset(&c->tls_private_key_file);

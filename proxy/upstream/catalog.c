@@ -62,6 +62,10 @@ struct catalog {
     char **pb; /* --protobuf-resources entries; NULL: none */
     size_t npb;
     struct event *tick;
+    /* auto: the caches of CRDs and APIServices, watched so that a change to
+     * either refreshes discovery at once (-1: none), and their last rv */
+    int watch_slot[2];
+    uint64_t watch_rv[2];
     bool defaults_started;
     bool warned_max;
     bool (*busy)(void *arg, size_t i);
@@ -298,12 +302,13 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < c->set.n && c->idle_ms; i++) {
         struct slot *s = &c->slots[i];
         struct refl *rf = c->set.r[i];
-        if (s->required || s->pinned || !refl_started(rf) || now - s->used_ms < c->idle_ms)
+        if (s->required || s->pinned || !refl_started(rf))
             continue;
-        if (c->busy && c->busy(c->busy_arg, i)) {
-            s->used_ms = now; /* watched: in use */
+        if (c->busy && c->busy(c->busy_arg, i))
+            s->used_ms = now; /* watched: in use (asked every tick, so the idle time
+                                 counts from the last watcher's leaving, within a tick) */
+        if (now - s->used_ms < c->idle_ms)
             continue;
-        }
         const struct refl_desc *d = refl_desc(rf);
         log_info("cache %s%s: no request for %.0f s and no watcher: stopping it "
                  "(--cache-idle-timeout)",
@@ -364,6 +369,53 @@ pick_pb(void *arg, const struct disco_res *r)
         start_slot(c, (size_t)i, true);
 }
 
+/* What changes discovery: CustomResourceDefinitions (new resources) and
+ * APIServices (aggregated APIs). Their caches start with discovery's first
+ * answer, pinned, and each commit that moves either one's rv asks discovery
+ * again at once, instead of at its next interval. */
+static const char *const discovery_sources[2][3] = {
+    {"apiextensions.k8s.io", "v1", "customresourcedefinitions"},
+    {"apiregistration.k8s.io", "v1", "apiservices"}};
+
+static void
+watch_discovery_sources(struct catalog *c)
+{
+    for (int k = 0; k < 2; k++) {
+        const char *const *gvr = discovery_sources[k];
+        if (!cacheable(c, gvr[0], gvr[1], gvr[2]))
+            continue;
+        int i = find(c, gvr[0], gvr[1], gvr[2], KWC_ENC_JSON);
+        char err[512];
+        if (i < 0 && (i = add(c, gvr[0], gvr[1], gvr[2], KWC_ENC_JSON, err, sizeof(err))) < 0) {
+            log_warnx("cache %s/%s/%s: %s", gvr[0], gvr[1], gvr[2], err);
+            continue;
+        }
+        if (!refl_started(c->set.r[i]))
+            start_slot(c, (size_t)i, true);
+        c->watch_slot[k] = i;
+    }
+}
+
+static void
+on_commit(void *arg)
+{
+    struct catalog *c = arg;
+    for (int k = 0; k < 2; k++) {
+        if (c->watch_slot[k] < 0)
+            continue;
+        struct refl *rf = c->set.r[c->watch_slot[k]];
+        if (!refl_serving(rf))
+            continue;
+        uint64_t rv = store_res_rv(c->st, refl_desc(rf)->sres, NULL);
+        if (c->watch_rv[k] && rv != c->watch_rv[k]) {
+            log_debug("discovery: %s changed (rv %llu): asking discovery again",
+                      discovery_sources[k][2], (unsigned long long)rv);
+            disco_refresh_soon(c->disco);
+        }
+        c->watch_rv[k] = rv;
+    }
+}
+
 /* Discovery changed (or answered for the first time). */
 static void
 on_disco(void *arg)
@@ -374,6 +426,7 @@ on_disco(void *arg)
         struct pb_pick p = {.c = c};
         disco_each(c->disco, pick_pb, &p);
         free_list(p.seen, p.nseen);
+        watch_discovery_sources(c);
     }
     /* caches whose resource left discovery (or became one kwc must not
      * cache: an aggregated API) */
@@ -514,6 +567,8 @@ catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *i
         c->pb = split(pbl, &c->npb);
     disco_subscribe(disco, on_disco, c);
     refl_ingest_on_retry(ing, on_retry, c);
+    c->watch_slot[0] = c->watch_slot[1] = -1;
+    refl_ingest_subscribe(ing, on_commit, NULL, c);
     uint64_t tick = c->idle_ms / 4;
     tick = tick < CATALOG_TICK_MIN_MS   ? CATALOG_TICK_MIN_MS
            : tick > CATALOG_TICK_MAX_MS ? CATALOG_TICK_MAX_MS
@@ -545,6 +600,8 @@ catalog_free(struct catalog *c)
         event_free(c->tick);
     if (c->auto_mode && c->disco)
         disco_unsubscribe(c->disco, c);
+    /* its commit subscription goes with the writer, freed before it
+     * (main.c: the writer's last commit reaches the caches first) */
     for (size_t i = 0; i < c->set.n; i++)
         refl_free(c->set.r[i]);
     for (size_t i = 0; i < c->nexcl; i++)
@@ -585,12 +642,15 @@ catalog_may_cache(const struct catalog *c, const char *group, const char *versio
     return c->auto_mode && (catalog_discovering(c) || cacheable(c, group, version, resource));
 }
 
+/* Caches running; on_demand: only those requests started (what kwc starts
+ * itself, the protobuf defaults and the discovery sources, is a fixed few
+ * and does not count against --max-caches). */
 static size_t
-running(const struct catalog *c)
+running(const struct catalog *c, bool on_demand)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->set.n; i++)
-        n += refl_started(c->set.r[i]);
+        n += refl_started(c->set.r[i]) && (!on_demand || !c->slots[i].pinned);
     return n;
 }
 
@@ -598,7 +658,7 @@ running(const struct catalog *c)
 static bool
 full(struct catalog *c, const char *group, const char *version, const char *resource)
 {
-    if (running(c) < c->max_caches)
+    if (running(c, true) < c->max_caches)
         return false;
     c->stats.refused_max++;
     if (!c->warned_max) {
@@ -697,5 +757,5 @@ catalog_stats(const struct catalog *c, struct catalog_stats *out)
 {
     *out = c->stats;
     out->caches = c->set.n;
-    out->running = running(c);
+    out->running = running(c, false);
 }

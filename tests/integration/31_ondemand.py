@@ -13,6 +13,7 @@ Under --auth delegated (WhoStartsCaches) only a caller kwc authorized
 itself starts a cache: a denied caller gets 403, one without valid
 credentials 401, and neither makes kwc list or watch anything."""
 import json
+import time
 import os
 import sys
 import unittest
@@ -275,8 +276,11 @@ class Idle(unittest.TestCase):
             self.assertEqual(served_from(port, "LIST", "services", "cache"), 1, "a slot was free again")
             m = scrape(port)
             self.assertEqual(total(m, "kwc_cache_lifecycle_total", event="refused_max_caches"), 0)
-            self.assertEqual(total(m, "kwc_caches_running"), 1)
-            self.assertEqual(total(m, "kwc_caches"), 2, "the stopped cache keeps its slot")
+            # kwc's own caches (CRDs, APIServices: discovery's sources) besides
+            own = total(m, "kwc_cache_synced", resource="customresourcedefinitions") + \
+                total(m, "kwc_cache_synced", resource="apiservices")
+            self.assertEqual(total(m, "kwc_caches_running"), 1 + own)
+            self.assertEqual(total(m, "kwc_caches"), 2 + own, "the stopped cache keeps its slot")
 
     def test_disk_budget_drops_stopped_caches_data(self):
         """--cache-disk-budget bounds the data stopped caches keep: past it
@@ -326,15 +330,30 @@ class CustomResourceDefinitions(unittest.TestCase):
 
     def test_crd_added_and_removed_under_watchers(self):
         with Env(apisim_args=["--pods", "2"], auto=True,
-                 kwc_args=["--protobuf-resources", "none", "--discovery-interval", "1"]) as env:
+                 kwc_args=["--protobuf-resources", "none"]) as env:
             port = env.kwc.port
             group, plural = "stable.example.io", "gadgets"
             path = "/apis/%s/v1/namespaces/default/%s" % (group, plural)
+            # kwc learns the new resource (its cache of CRDs sees it and
+            # discovery is read again at once); from then on its reads are
+            # the cache's
+            wait_for(lambda: total(scrape(port), "kwc_cache_synced", resource="customresourcedefinitions") == 1,
+                     30, "kwc's cache of CRDs")
+            # kwc's copy of /apis, recorded before the CRD exists
+            for _ in range(2):
+                st, _, b = http_request(port, "GET", "/apis")
+                self.assertEqual(st, 200)
+                self.assertNotIn(group, b.decode())
+            t0 = time.monotonic()
             env.sim("POST", CRDS, crd_body(group, plural, "Gadget"))
+            # kwc's discovery is read again when its CRD cache sees the new
+            # one, well before --discovery-interval (30 s): a client polling
+            # kwc's discovery finds the group within a few seconds
+            wait_for(lambda: group in http_request(port, "GET", "/apis")[2].decode(), 10,
+                     "the new group in kwc's discovery answer")
+            self.assertLess(time.monotonic() - t0, 10)
             env.sim("POST", path, {"apiVersion": group + "/v1", "kind": "Gadget",
                                    "metadata": {"name": "g1", "namespace": "default"}, "spec": {"n": 1}})
-            # kwc learns the new resource (its discovery refreshes soon after
-            # a miss); from then on its reads are the cache's
             wait_for(lambda: http_request(port, "GET", path + "?resourceVersion=0")[0] == 200 and
                      served_from(port, "LIST", plural, "cache") >= 1, 30, "the new CRD's list from kwc's cache")
             st, _, b = http_request(port, "GET", path + "?resourceVersion=0")
