@@ -240,7 +240,8 @@ void cfg_fini(struct kwc_config *c);
  *   client connections: --max-connections (watch streams, and tunnels
  *     twice: their upstream socket counts as a taken connection);
  *   upstream connections: the pools' caps (--max-upstream-connections,
- *     cache_conns, 2 x --max-review-connections with --auth delegated),
+ *     cache_conns, DISCO_MAX_CONNS, 2 x --max-review-connections with --auth
+ *     delegated),
  *     x3 when the upstream is a host name (curl's threaded resolver holds a
  *     socketpair while it resolves for a new connection), + 2 per pool
  *     (each curl multi handle's wakeup socketpair);

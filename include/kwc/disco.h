@@ -28,6 +28,10 @@ struct disco;
 
 #define DISCO_INTERVAL_MS 30000 /* the default refresh interval */
 #define DISCO_MIN_GAP_MS 1000   /* the default floor between two refreshes */
+/* Its GETs in flight at once, on the upstream client's UP_POOL_DISCOVERY
+ * (its own pool: over HTTP/1.1 the cache pool's connections are held by
+ * watches); the pool's cap. */
+#define DISCO_MAX_CONNS 4
 
 struct disco_options {
     unsigned interval_ms; /* between two refreshes; 0: DISCO_INTERVAL_MS */

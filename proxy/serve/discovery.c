@@ -71,11 +71,13 @@ discovery_path(const char *p)
     if (strncmp(p, "/api", 4) != 0)
         return false;
     p += 4;
-    if (*p == 's')
+    int max = 1; /* /api/V; /apis/G/V */
+    if (*p == 's') {
         p++;
-    /* /api, /apis and up to two more segments below */
+        max = 2;
+    }
     for (int seg = 0; *p; seg++) {
-        if (*p != '/' || seg == 2 || p[1] == '/' || p[1] == '\0')
+        if (*p != '/' || seg == max || p[1] == '/' || p[1] == '\0')
             return false;
         p = strchrnul(p + 1, '/');
     }

@@ -27,7 +27,7 @@
  * document) keeps the published model; before the first success it is
  * retried sooner (BACKOFF_MIN_MS doubling, up to the interval).
  *
- * At most PARALLEL GETs are in flight (the cache pool: UP_POOL_CACHE);
+ * At most PARALLEL GETs are in flight (its own pool: UP_POOL_DISCOVERY);
  * the round's go first. Nothing is freed or started inside curl's
  * callbacks: a transfer's end is handled from a zero-delay event (kick).
  * Loop thread only.
@@ -49,7 +49,7 @@
 #include "kwc/upstream.h"
 
 #define DISCO_MAGIC 0x6469736fu /* "diso" */
-#define PARALLEL 4
+#define PARALLEL DISCO_MAX_CONNS
 #define APISVC_EVERY 10    /* rounds between two reads of the APIService list */
 #define IDLE_ROUNDS 10     /* a record nobody asked for this many rounds is dropped */
 #define BACKOFF_MIN_MS 500 /* a failed first round is retried this soon, doubling */
@@ -441,8 +441,11 @@ fetch_start(struct disco *d, struct drec *r)
         hs[nh++] = (struct up_header){"Accept", r->accept};
     if (r->doc && r->doc->pub.etag)
         hs[nh++] = (struct up_header){"If-None-Match", r->doc->pub.etag};
-    struct up_request req = {
-        .method = "GET", .target = r->path, .headers = hs, .nheaders = nh, .pool = UP_POOL_CACHE};
+    struct up_request req = {.method = "GET",
+                             .target = r->path,
+                             .headers = hs,
+                             .nheaders = nh,
+                             .pool = UP_POOL_DISCOVERY};
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->d = d;
     f->rec = r;

@@ -18,6 +18,7 @@
 #include "kwc/config.h"
 
 #include "kwc/base.h"
+#include "kwc/disco.h"
 #include "kwc/pace.h"
 #include "kwc/upstream.h"
 #include "tap.h"
@@ -569,15 +570,16 @@ test_fd_budget(void)
     is_int(c.cache_conns, 4, "two caches per --resources entry (JSON, protobuf)");
     /* reserve: fixed + 1 listener + 3 loops (main + 2 workers) + lingering refusals */
     unsigned long reserve = CFG_FD_FIXED + 1 + 3 * CFG_FD_PER_LOOP + HTTP_LINGER_MAX;
-    /* upstream: 10 passthrough + 4 cache connections (no reviews with --auth none), and
-     * each pool's wakeup pair */
-    unsigned long up = 14 + 2 * UP_NPOOLS;
+    /* upstream: 10 passthrough + 4 cache connections + discovery's (no reviews with
+     * --auth none), and each pool's wakeup pair */
+    unsigned long up = 14 + DISCO_MAX_CONNS + 2 * UP_NPOOLS;
     is_int(cfg_fd_budget(&c, 1000, 8, false, &b, err, sizeof err), 0, "auto fits");
     is_int(b.reserve, reserve, "reserve");
     is_int(b.upstream, up, "upstream connections, an IP upstream");
     is_int(b.connections, 1000 - reserve - up, "auto: what the limit leaves");
     is_int(cfg_fd_budget(&c, 1000, 8, true, &b, err, sizeof err), 0, "a named upstream");
-    is_int(b.upstream, 14 * 3 + 2 * UP_NPOOLS, "a resolver socketpair per connection");
+    is_int(b.upstream, (14 + DISCO_MAX_CONNS) * 3 + 2 * UP_NPOOLS,
+           "a resolver socketpair per connection");
     is_int(cfg_fd_budget(&c, reserve + up + 64, 8, false, &b, err, sizeof err), 0,
            "the least limit");
     is_int(b.connections, 64, "at least 64 connections");
