@@ -15,6 +15,11 @@ include/kwc/disco.h, discovery.h).
      (a SubjectAccessReview, nonResourceAttributes {path, get}); an
      anonymous caller (not in system:authenticated, so not granted by
      system:discovery) gets kube's 403 — the one apisim gives it directly.
+  6. ETag and 304 (aggregated discovery): a request with If-None-Match of
+     the ETag gets 304 from kwc, as from the upstream, with its ETag, Vary
+     and Cache-Control; another ETag gets the document.
+  7. A CRD created through kwc appears in kwc's discovery answers within
+     the refresh bound, and leaves them when deleted.
 """
 import json
 import os
@@ -261,6 +266,85 @@ class Delegated(unittest.TestCase):
                     p.stop()
                 except Exception:
                     pass
+
+
+class Aggregated(EnvTestCase):
+    """An upstream with aggregated discovery and ETags (apisim from issue 30's
+    emulator work on)."""
+    apisim_args = ("--recent-requests", "2000")
+    kwc_args = ("--discovery-interval", str(INTERVAL))
+
+    def setUp(self):
+        st, h, _ = get(self.env.apisim.port, "/apis", AGG_ACCEPT)
+        if st != 200 or "etag" not in h:
+            self.skipTest("apisim serves no aggregated discovery with an ETag")
+
+    def test_304(self):
+        k, s = self.env.kwc.port, self.env.apisim.port
+        for path in ("/api", "/apis"):
+            wait_for(lambda: (get(k, path, AGG_ACCEPT), metric(k, "kwc_discovery_requests_total",
+                                                                 source="cache") > 0)[1], 10, "warm")
+            st, h, b = get(s, path, AGG_ACCEPT)
+            m = Marked(self)
+            got = get(k, path, extra=m.headers(AGG_ACCEPT, {"If-None-Match": h["etag"]}))
+            want = get(s, path, AGG_ACCEPT, {"If-None-Match": h["etag"]})
+            self.assertEqual(want[0], 304)
+            self.assertEqual(got[0], 304, got)
+            self.assertEqual(got[2], b"")
+            for name in ("etag", "vary", "cache-control"):
+                self.assertEqual(got[1].get(name), want[1].get(name), name)
+            self.assertEqual(m.seen(s), [], "304 from kwc's copy")
+            # a stale ETag gets the body
+            got = get(k, path, AGG_ACCEPT, {"If-None-Match": '"0"'})
+            same_answer(self, got, get(s, path, AGG_ACCEPT, {"If-None-Match": '"0"'}), path)
+
+
+class CRDs(EnvTestCase):
+    """CustomResourceDefinitions created and deleted at run time (apisim from
+    issue 30's emulator work on)."""
+    apisim_args = ("--recent-requests", "2000")
+    kwc_args = ("--discovery-interval", str(INTERVAL))
+
+    def setUp(self):
+        st, _, _ = get(self.env.apisim.port, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+        if st != 200:
+            self.skipTest("apisim has no CustomResourceDefinitions")
+
+    def test_crd_appears_and_leaves(self):
+        k, s = self.env.kwc.port, self.env.apisim.port
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "gadgets.test31.example.com"},
+               "spec": {"group": "test31.example.com", "scope": "Namespaced",
+                        "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
+                                  "listKind": "GadgetList"},
+                        "versions": [{"name": "v1", "served": True, "storage": True,
+                                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                                     "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        for accept in ("application/json", AGG_ACCEPT):
+            wait_for(lambda: (get(k, "/apis", accept), metric(k, "kwc_discovery_requests_total",
+                                                              source="cache") > 0)[1], 10, "warm")
+
+        def listed(accept):
+            st, _, b = get(k, "/apis", accept)
+            return st == 200 and b"test31.example.com" in b
+        st, _, b = http_request(k, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+        self.assertIn(st, (200, 201), b)
+        t0 = time.monotonic()
+        for accept in ("application/json", AGG_ACCEPT):
+            wait_for(lambda: listed(accept), 5 * INTERVAL + 5, "the CRD's group in kwc's /apis")
+        self.assertLess(time.monotonic() - t0, 5 * INTERVAL + 5)
+        st, _, b = get(k, "/apis/test31.example.com/v1", "application/json")
+        self.assertEqual(st, 200, b)
+        self.assertIn(b'"gadgets"', b)
+        for accept in ("application/json", AGG_ACCEPT):
+            same_answer(self, get(k, "/apis", accept), get(s, "/apis", accept), "/apis " + accept)
+        st, _, b = http_request(k, "DELETE",
+                                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.test31.example.com")
+        self.assertIn(st, (200, 202), b)
+        for accept in ("application/json", AGG_ACCEPT):
+            wait_for(lambda: not listed(accept), 5 * INTERVAL + 5, "the CRD's group gone from kwc's /apis")
+        wait_for(lambda: get(k, "/apis/test31.example.com/v1", "application/json")[0] == 404, 10,
+                 "its group version gone")
 
 
 if __name__ == "__main__":
