@@ -132,6 +132,7 @@ struct disco_stats {
     uint64_t fetch_failures;
     uint64_t docs, doc_bytes;  /* the copy now */
     uint64_t resources;        /* in the model */
+    uint64_t extension_gvs;    /* group versions an APIService serves from a service */
     double last_refresh_age_s; /* since the last round completed; -1: never */
 };
 void disco_stats(const struct disco *d, struct disco_stats *out);

@@ -781,12 +781,15 @@ publish(struct disco *d, struct ddoc_model *m)
     d->ready = true;
     d->st.resources = d->model.nres;
     if (first) {
-        log_info("discovery: %zu resources in %zu group versions (%s discovery)", d->model.nres,
-                 d->model.ngvs, d->aggregated_discovery ? "aggregated" : "plain");
+        log_info("discovery: %zu resources in %zu group versions (%s discovery), %zu served by "
+                 "an extension server (APIService)",
+                 d->model.nres, d->model.ngvs, d->aggregated_discovery ? "aggregated" : "plain",
+                 d->agg.ngvs);
     } else {
         d->st.changes++;
-        log_info("discovery changed: %zu resources (were %zu) in %zu group versions", d->model.nres,
-                 before, d->model.ngvs);
+        log_info("discovery changed: %zu resources (were %zu) in %zu group versions, %zu served "
+                 "by an extension server (APIService)",
+                 d->model.nres, before, d->model.ngvs, d->agg.ngvs);
         /* every other record waits for its fetch before it is served */
         for (struct drec *r = d->head; r; r = r->next)
             if (r->pin == PIN_NONE && r->doc) {
@@ -1071,5 +1074,6 @@ disco_stats(const struct disco *d, struct disco_stats *out)
     out->docs = d->ndocs;
     out->doc_bytes = d->bytes;
     out->resources = d->model.nres;
+    out->extension_gvs = d->agg.ngvs;
     out->last_refresh_age_s = d->last_ok_ms ? (double)(now_ms() - d->last_ok_ms) / 1000.0 : -1.0;
 }

@@ -19,7 +19,9 @@ include/kwc/disco.h, discovery.h).
      the ETag gets 304 from kwc, as from the upstream, with its ETag, Vary
      and Cache-Control; another ETag gets the document.
   7. A CRD created through kwc appears in kwc's discovery answers within
-     the refresh bound, and leaves them when deleted.
+     the refresh bound, and leaves them when deleted; an APIService with a
+     service is counted as an extension server's group version, and its
+     discovery document (503: no such service) passes through.
 """
 import json
 import os
@@ -345,6 +347,31 @@ class CRDs(EnvTestCase):
             wait_for(lambda: not listed(accept), 5 * INTERVAL + 5, "the CRD's group gone from kwc's /apis")
         wait_for(lambda: get(k, "/apis/test31.example.com/v1", "application/json")[0] == 404, 10,
                  "its group version gone")
+
+    def test_apiservice_with_a_service(self):
+        """An APIService with spec.service: its group version is an extension
+        server's (kwc reads the APIService list when discovery changes); its
+        discovery document, 503 while the service is away, passes through."""
+        k, s = self.env.kwc.port, self.env.apisim.port
+        n = metric(k, "kwc_discovery_extension_group_versions")
+        svc = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+               "metadata": {"name": "v1beta1.metrics.test31.io"},
+               "spec": {"group": "metrics.test31.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                        "versionPriority": 100, "insecureSkipTLSVerify": True,
+                        "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}}}
+        st, _, b = http_request(k, "POST", "/apis/apiregistration.k8s.io/v1/apiservices", body=svc)
+        self.assertEqual(st, 201, b)
+        wait_for(lambda: metric(k, "kwc_discovery_extension_group_versions") == n + 1, 5 * INTERVAL + 5,
+                 "kwc sees the APIService's service")
+        for _ in range(3):
+            got = get(k, "/apis/metrics.test31.io/v1beta1", "application/json")
+            want = get(s, "/apis/metrics.test31.io/v1beta1", "application/json")
+            self.assertEqual((got[0], got[2]), (want[0], want[2]))
+            self.assertEqual(got[0], 503)
+        st, _, b = http_request(k, "DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.test31.io")
+        self.assertEqual(st, 200, b)
+        wait_for(lambda: metric(k, "kwc_discovery_extension_group_versions") == n, 5 * INTERVAL + 5,
+                 "the APIService gone")
 
 
 if __name__ == "__main__":
