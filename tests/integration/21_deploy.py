@@ -587,6 +587,9 @@ CALLER_RULES = [
 ]
 
 
+KWC_USERS = (sa_user("kwc", "kwc"), sa_user("kwc-node", "kwc"), "kwc-systemd")
+
+
 def policy(atoms):
     tokens = dict(CALLERS)
     tokens[TOKENS["kwc"]] = {"user": sa_user("kwc", "kwc"),
@@ -804,6 +807,12 @@ class RbacSandboxTest(unittest.TestCase):
             if st != 201:
                 fails.append("%s's write through kwc: %d %s" % (who, st, body[:300]))
         reqs = self.requests_since(seq0)
+        # kwc's own calls (not a caller's, impersonated) the upstream refused
+        denied = ["%s %s" % (r["method"], r["target"]) for r in reqs
+                  if not r["impersonate"] and r.get("authorized") is False and r.get("requestor")
+                  and r["requestor"]["user"] in KWC_USERS]
+        if denied:
+            fails.append("kwc's own requests refused upstream: " + ", ".join(sorted(set(denied))))
         upstream_lists = [r for r in reqs if r["target"] == path]
         if upstream_lists and ready == "ok":
             fails.append("alice's list of a synced cache went upstream")
@@ -839,8 +848,9 @@ class RbacSandboxTest(unittest.TestCase):
                 continue
             g, res, verb = target_attrs(r["method"], r["target"])
             if g == "nonresource":
-                # discovery: the built-in system:discovery role (every authenticated user)
-                if not re.match(r"^/apis?(/|$)", res):
+                # discovery, /version: the built-in system:discovery and
+                # system:public-info-viewer roles (every authenticated user)
+                if not re.match(r"^(/apis?(/|$)|/version$)", res):
                     ungranted.append("%s %s" % (verb, res))
                 continue
             hit = granted(atoms, g, res, verb)
