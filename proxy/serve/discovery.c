@@ -119,13 +119,9 @@ may_serve(const struct hreq *req, const struct route_req *r)
 }
 
 bool
-discovery_answerable(struct discovery *s, struct hreq *req, const struct route_req *r)
+discovery_servable(const struct discovery *s, const struct hreq *req, const struct route_req *r)
 {
-    if (!s || !s->d || !may_serve(req, r))
-        return false;
-    const struct disco_doc *doc = disco_doc_get(s->d, r->path, hreq_header(req, "Accept"));
-    disco_doc_unref(doc);
-    return doc != NULL;
+    return s && s->d && may_serve(req, r);
 }
 
 /* ---- the answer ---- */
