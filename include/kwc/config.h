@@ -142,7 +142,7 @@
       "how often kwc reads the upstream's discovery again (a 304 when nothing changed)")           \
     X("serve-discovery", serve_discovery, BOOL, "true", "",                                        \
       "answer discovery requests (/api, /apis and below, /version) from kwc's copy of the "        \
-      "upstream's answers (false: pass them through)")                                             \
+      "upstream's answers (default; --serve-discovery=false passes them through)")                 \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \
       "events kept per resource for watch resumes and exact reads (oldest dropped first)")         \
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
