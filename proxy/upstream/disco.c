@@ -92,6 +92,7 @@ struct drec {
     bool changed;    /* its doc changed in this round (model records) */
     bool failed;     /* its last fetch failed */
     bool in_use;     /* asked for since its last fetch */
+    char why[160];   /* why its last fetch failed */
     unsigned idle;   /* rounds without a request */
     struct fetch *f; /* in flight */
 };
@@ -513,14 +514,15 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
             rec_set_doc(d, r, NULL);
             r->current = false;
         }
-        log_debug("discovery: GET %s (Accept \"%s\"): %s", r->path, r->accept,
-                  f->err             ? f->msg
-                  : f->too_big       ? "too large"
-                  : f->encoded       ? "a Content-Encoding kwc did not ask for"
-                  : f->status == 304 ? "304 with nothing recorded"
-                                     : "not 200");
-        if (f->status > 0)
-            log_debug("discovery: GET %s answered %d", r->path, f->status);
+        if (f->err)
+            snprintf(r->why, sizeof(r->why), "%s", f->msg);
+        else if (f->too_big)
+            snprintf(r->why, sizeof(r->why), "over %zu bytes", DISCO_DOC_MAX_BYTES);
+        else if (f->encoded)
+            snprintf(r->why, sizeof(r->why), "a Content-Encoding kwc did not ask for");
+        else
+            snprintf(r->why, sizeof(r->why), "answered %d", f->status);
+        log_debug("discovery: GET %s (Accept \"%s\"): %s", r->path, r->accept, r->why);
         return;
     }
     r->failed = false;
@@ -616,8 +618,9 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 static enum ddoc_kind
 add_doc(struct ddoc_model *m, const struct drec *r, char *err, size_t errlen)
 {
-    if (!r || !r->doc || !r->current) {
-        snprintf(err, errlen, "GET %s failed", r ? r->path : "?");
+    if (!r || !r->doc || !r->current || r->failed) {
+        snprintf(err, errlen, "GET %s failed (%s)", r ? r->path : "?",
+                 r && r->failed ? r->why : "no answer");
         return DDOC_INVALID;
     }
     enum ddoc_kind k = ddoc_add(m, r->doc->body, r->doc->pub.len, err, errlen);
