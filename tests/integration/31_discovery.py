@@ -22,7 +22,10 @@ include/kwc/disco.h, discovery.h).
      the refresh bound, and leaves them when deleted; an APIService with a
      service is counted as an extension server's group version, and its
      discovery document (503: no such service) passes through.
+  8. Past 128 KiB (700 CRDs) kwc gzips for a client that accepts it, as
+     kube does: the same document, Content-Encoding and Vary.
 """
+import http.client
 import json
 import os
 import re
@@ -30,9 +33,10 @@ import tempfile
 import time
 import unittest
 import uuid
+import zlib
 
 from cluster import (APISIM, KWC_BIN, KWC_EXTRA_ARGS, KWC_WRAP, PYTHON, EnvTestCase, Proc, http_request,
-                     kubectl, only_in_plaintext_run, wait_for)
+                     kubectl, only_in_plaintext_run, speaks_h2, tls_client, wait_for)
 
 AGG_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
               "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
@@ -372,6 +376,72 @@ class CRDs(EnvTestCase):
         self.assertEqual(st, 200, b)
         wait_for(lambda: metric(k, "kwc_discovery_extension_group_versions") == n, 5 * INTERVAL + 5,
                  "the APIService gone")
+
+
+class Large(EnvTestCase):
+    """A discovery document past kube's gzip threshold (128 KiB): 700 CRDs."""
+    apisim_args = ("--recent-requests", "2000")
+    kwc_args = ("--discovery-interval", str(INTERVAL))
+    N = 700
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        s = cls.env.apisim.port
+        for i in range(cls.N):
+            g = "big%03d.test31.example.com" % i
+            crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": "things." + g},
+                   "spec": {"group": g, "scope": "Namespaced",
+                            "names": {"plural": "things", "singular": "thing", "kind": "Thing",
+                                      "listKind": "ThingList"},
+                            "versions": [{"name": "v1", "served": True, "storage": True,
+                                          "schema": {"openAPIV3Schema": {
+                                              "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+            st, _, b = http_request(s, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+            assert st == 201, (st, b[:300])
+
+    def raw(self, port, accept, gzip):
+        """(status, [(header, value)] in order, body as sent)"""
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        h = {"Accept": accept}
+        if gzip:
+            h["Accept-Encoding"] = "gzip"
+        c.request("GET", "/apis", headers=h)
+        r = c.getresponse()
+        out = (r.status, [(k.lower(), v) for k, v in r.getheaders()], r.read())
+        c.close()
+        return out
+
+    def test_gzip(self):
+        k, s = self.env.kwc.port, self.env.apisim.port
+        if speaks_h2(k) or tls_client(k):
+            k_raw = None  # the raw HTTP/1.1 client below speaks plaintext only
+        else:
+            k_raw = k
+        for accept in ("application/json", AGG_ACCEPT):
+            want = self.raw(s, accept, True)
+            self.assertEqual(want[0], 200)
+            self.assertIn(("content-encoding", "gzip"), want[1], "apisim gzips past 128 KiB")
+            body = zlib.decompress(want[2], 16 + zlib.MAX_WBITS)
+            self.assertGreater(len(body), 128 * 1024)
+            wait_for(lambda: (get(k, "/apis", accept), metric(k, "kwc_discovery_requests_total",
+                                                              source="cache") > 0)[1], 10, "warm")
+            m = Marked(self)
+            wait_for(lambda: get(k, "/apis", extra=m.headers(accept))[2] == body, 5 * INTERVAL + 10,
+                     "kwc's copy has the %d CRDs" % self.N)
+            if k_raw is None:
+                continue
+            seq = sim_requests(s)["seq"]
+            got = self.raw(k_raw, accept, True)
+            self.assertEqual(got[0], 200)
+            self.assertEqual(zlib.decompress(got[2], 16 + zlib.MAX_WBITS), body, accept)
+            for name in ("content-type", "content-encoding", "etag", "cache-control"):
+                self.assertEqual([v for h, v in got[1] if h == name], [v for h, v in want[1] if h == name], name)
+            self.assertEqual(sorted(v for h, v in got[1] if h == "vary"), sorted(v for h, v in want[1] if h == "vary"))
+            self.assertNotIn("content-length", [h for h, _ in got[1]])
+            self.assertEqual([r for r in sim_requests(s, seq)["requests"] if r["target"] == "/apis"], [],
+                             "answered by kwc")
 
 
 if __name__ == "__main__":
