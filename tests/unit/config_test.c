@@ -749,6 +749,27 @@ test_limits(void)
 
 /* --watch-coalesce-max-ms: the pace's bound (pace.h), 0 to 1000 ms. */
 static void
+test_discovery(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.discovery_interval, 30, "discovery-interval: 30 s");
+    ok(c.serve_discovery, "serve-discovery: on");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--discovery-interval", "1", "--serve-discovery=false", NULL), 0,
+           "the least interval, serving off");
+    is_int(c.discovery_interval, 1, "discovery-interval 1");
+    ok(!c.serve_discovery, "serve-discovery false");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--discovery-interval", "0", NULL), "--discovery-interval 0", "0 s");
+    ok(err_has("1 to 3600 seconds"), "message gives the range");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--discovery-interval", "3601", NULL), "--discovery-interval 3601",
+             "over an hour");
+    cfg_fini(&c);
+}
+
+static void
 test_watch_coalesce(void)
 {
     struct kwc_config c;
@@ -1230,6 +1251,7 @@ main(void)
     TAP_RUN(test_limits);
     TAP_RUN(test_fd_budget);
     TAP_RUN(test_watch_coalesce);
+    TAP_RUN(test_discovery);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
