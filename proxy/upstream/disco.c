@@ -315,14 +315,17 @@ rec_find(struct disco *d, const char *path, const char *accept)
 }
 
 /* Past the bounds: the least recently used records that are neither
- * pinned nor in flight go. */
+ * pinned nor in flight go, keep aside (the record being added or filled).
+ * The model's own records are never evicted: with more of them than the
+ * bounds (a plain upstream with hundreds of group versions) the copy holds
+ * them all and nothing else. */
 static void
-evict(struct disco *d)
+evict(struct disco *d, const struct drec *keep)
 {
     struct drec *r = d->tail;
     while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
         struct drec *prev = r->prev;
-        if (r->pin == PIN_NONE && !r->f)
+        if (r->pin == PIN_NONE && !r->f && r != keep)
             rec_free(d, r);
         r = prev;
     }
@@ -343,7 +346,7 @@ rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
     r->pin = pin;
     rec_push_front(d, r);
     d->ndocs++;
-    evict(d);
+    evict(d, r);
     return r;
 }
 
@@ -541,7 +544,7 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
     rec_set_doc(d, r, doc);
     r->current = true;
     r->changed = true;
-    evict(d);
+    evict(d, r);
     /* a client's record changed before the model saw it: read the model */
     if (was_current && r->pin == PIN_NONE)
         disco_refresh_soon(d);

@@ -502,6 +502,36 @@ test_copy(void)
     fake_fini(&f);
 }
 
+/* More keys than DISCO_COPY_MAX_DOCS: the least recently used go, the
+ * model's own records stay. */
+static void
+test_bounds(void)
+{
+    struct fake f;
+    fake_init(&f);
+    aggregated_upstream(&f);
+    fake_start(&f);
+    run_until(&f, is_ready, "ready");
+    uint64_t base = stats(&f).fetches;
+    char accept[64];
+    for (int i = 0; i < DISCO_COPY_MAX_DOCS + 50; i++) {
+        snprintf(accept, sizeof(accept), "application/json;x=%d", i);
+        disco_doc_get(f.d, "/version", accept);
+    }
+    snprintf(accept, sizeof(accept), "application/json;x=%d", DISCO_COPY_MAX_DOCS + 49);
+    want_path = "/version";
+    want_accept = accept;
+    ok(run_until(&f, recorded, "the newest key recorded"), "the newest key recorded");
+    ok(stats(&f).docs <= DISCO_COPY_MAX_DOCS, "at most DISCO_COPY_MAX_DOCS records");
+    ok(stats(&f).fetches - base <= DISCO_COPY_MAX_DOCS + 50,
+       "each key asked at most once (one evicted before its turn is not asked)");
+    ok(disco_ready(f.d) && disco_find(f.d, "", "v1", "pods", NULL) == DISCO_PRESENT,
+       "the model unaffected");
+    refresh(&f);
+    ok(stats(&f).refresh_failures == 0, "its records stayed (a round finds them)");
+    fake_fini(&f);
+}
+
 /* The upstream away: rounds fail, the model and the copy stay (what the
  * upstream said last is still its last word). */
 static void
@@ -537,5 +567,6 @@ main(void)
     TAP_RUN(test_failures);
     TAP_RUN(test_copy);
     TAP_RUN(test_upstream_away);
+    TAP_RUN(test_bounds);
     return tap_done();
 }
