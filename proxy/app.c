@@ -22,8 +22,10 @@
 #include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
 #include "kwc/collect.h"
 #include "kwc/config.h"
+#include "kwc/disco.h"
 #include "kwc/discovery.h"
 #include "kwc/front.h"
 #include "kwc/http.h"
@@ -39,6 +41,8 @@
 struct app {
     uint32_t magic;
     struct refl_ingest *ing;
+    struct catalog *cat;
+    struct disco *disco;
     struct pt_options pt_short, pt_long;
     struct pt_budget *budget; /* --max-passthrough-buffer */
     struct serve *serve;
@@ -56,6 +60,23 @@ static bool
 accept_host(const void *cfg, const char *host)
 {
     return cfg_accept_hosts_match(cfg, host);
+}
+
+/* The catalog asks whether a cache is watched before it stops it idle, and
+ * ends the watchers of a cache whose resource left discovery. */
+static bool
+cache_watched(void *watch, size_t i)
+{
+    struct watch_res_stats ws;
+    watch_res_stats(watch, i, &ws);
+    return ws.watchers > 0;
+}
+
+static void
+cache_end_watchers(void *arg, size_t i)
+{
+    struct app *a = arg;
+    watch_service_changed(a->watch, catalog_set(a->cat)->r[i], false);
 }
 
 /* A request left the HTTP server: its record is counted and logged. */
@@ -85,6 +106,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     struct app *a = xcalloc(1, sizeof(*a));
     a->magic = APP_MAGIC;
     a->ing = d->ing;
+    a->cat = d->cat;
+    a->disco = d->disco;
+    const struct refl_set *set = catalog_set(d->cat);
     a->pt_short = (struct pt_options){
         .max_request_buffer = (size_t)cfg->max_request_buffer,
         .max_response_buffer = (size_t)cfg->max_response_buffer,
@@ -102,7 +126,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .up = d->up,
         .pt = &a->pt_short,
     };
-    a->serve = serve_new(d->base, d->st, d->refls, d->nrefls, &so);
+    a->serve = serve_new(d->base, d->st, set, &so);
     struct watch_options wo = {
         .workers = (unsigned)cfg->watch_workers,
         .budget = (size_t)cfg->watch_budget,
@@ -113,7 +137,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
         .no_coalesce = cfg->watch_coalesce_max_ms == 0,
     };
-    a->watch = watch_pool_new(d->base, d->st, d->refls, d->nrefls, &wo);
+    a->watch = watch_pool_new(d->base, d->st, set, &wo);
     a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
     a->metrics = metrics_new();
     struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
@@ -139,8 +163,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
 
     struct front_parts fp = {
         .base = d->base,
-        .refls = d->refls,
-        .nrefls = d->nrefls,
+        .cat = d->cat,
+        .start_wait_ms = (int)cfg->cache_start_timeout,
         .serve = a->serve,
         .watch = a->watch,
         .discovery = a->discovery,
@@ -157,6 +181,12 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .access = a->access,
     };
     a->front = front_new(&fp);
+    /* requests waiting for a warming cache, after the watch streams */
+    refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
+    if (d->disco)
+        disco_subscribe(d->disco, front_discovery_changed, a->front);
+    catalog_set_busy(d->cat, cache_watched, a->watch);
+    catalog_set_end(d->cat, cache_end_watchers, a);
 
     struct http_server_options ho = {
         .addrs = cfg->listen_addrs,
@@ -181,8 +211,13 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     };
     int rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
     if (rc != 0) {
+        refl_ingest_unsubscribe(d->ing, a->front);
+        if (d->disco)
+            disco_unsubscribe(d->disco, a->front);
         refl_ingest_unsubscribe(d->ing, a->watch);
         refl_ingest_unsubscribe(d->ing, a->serve);
+        catalog_set_busy(d->cat, NULL, NULL);
+        catalog_set_end(d->cat, NULL, NULL);
         front_free(a->front);
         auth_free(a->auth);
         watch_pool_free(a->watch);
@@ -195,8 +230,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         return rc;
     }
     http_server_on_done(a->http, on_request_done, a);
-    struct collect_sources cs = {.refls = d->refls,
-                                 .nrefls = d->nrefls,
+    struct collect_sources cs = {.set = set,
+                                 .cat = d->cat,
                                  .st = d->st,
                                  .watch = a->watch,
                                  .up = d->up,
@@ -246,11 +281,16 @@ app_free(struct app *a)
     assert(a->magic == APP_MAGIC);
     /* watch streams end first (terminal chunks), while the store is open */
     refl_ingest_unsubscribe(a->ing, a->watch);
+    catalog_set_busy(a->cat, NULL, NULL);
+    catalog_set_end(a->cat, NULL, NULL);
     watch_pool_free(a->watch);
     a->watch = NULL;
     /* close what is still open: each request's on_close runs (passthroughs
      * cancel their transfers, cached lists end) */
     http_server_free(a->http);
+    refl_ingest_unsubscribe(a->ing, a->front);
+    if (a->disco)
+        disco_unsubscribe(a->disco, a->front);
     front_free(a->front);
     refl_ingest_unsubscribe(a->ing, a->serve);
     serve_free(a->serve);

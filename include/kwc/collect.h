@@ -13,6 +13,7 @@
 
 struct metrics;
 struct refl;
+struct refl_set;
 struct store;
 struct watch_pool;
 struct up_client;
@@ -26,8 +27,8 @@ struct discovery;
 /* Everything borrowed; each must outlive the registry's last render. auth
  * may be NULL (--auth none). */
 struct collect_sources {
-    struct refl *const *refls;
-    size_t nrefls;
+    const struct refl_set *set; /* the caches (it may grow) */
+    struct catalog *cat;        /* NULL: no catalog counters */
     struct store *st;
     struct watch_pool *watch;
     struct up_client *up;

@@ -34,6 +34,7 @@
 struct event_base;
 struct up_client;
 struct refl;
+struct catalog;
 struct serve;
 struct watch_pool;
 struct discovery;
@@ -47,10 +48,10 @@ struct front;
 /* What the stages hand requests to. Everything is borrowed and must outlive
  * the front. */
 struct front_parts {
-    struct event_base *base;   /* the server's loop */
-    struct refl *const *refls; /* /readyz; which requests kwc may answer */
-    size_t nrefls;
-    struct serve *serve;                         /* cached lists and gets */
+    struct event_base *base; /* the server's loop */
+    struct catalog *cat;     /* the caches: /readyz, which requests kwc may answer, on demand */
+    int start_wait_ms;       /* --cache-start-timeout: a read waits this long for a warming cache */
+    struct serve *serve;     /* cached lists and gets */
     struct watch_pool *watch;                    /* cached watches */
     struct discovery *discovery;                 /* discovery answered from the copy */
     struct up_client *up;                        /* passthrough; tunnels use its uplink */
@@ -75,5 +76,13 @@ void front_free(struct front *f);
  * front. Each request gets an access record as its note (hreq_set_note); the
  * server's done callback finishes it (access_finish). Loop thread. */
 void front_on_request(void *front, struct hreq *req);
+/* The store committed, or a cache left or came back into service
+ * (refl_ingest_subscribe): requests waiting for a warming cache whose wait
+ * is over are routed again. */
+void front_caches_changed(void *front);
+void front_cache_service(void *front, const struct refl *r, bool serving);
+/* Discovery changed (disco_subscribe): requests waiting for its first
+ * answer are routed again. */
+void front_discovery_changed(void *front);
 
 #endif

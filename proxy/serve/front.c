@@ -41,15 +41,18 @@
 #include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "kwc/access.h"
 #include "kwc/admit.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
 #include "kwc/discovery.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
@@ -72,8 +75,10 @@ struct front {
     struct up_client *up;
     const struct pt_options *pt_short, *pt_long;
     struct tunnel_options tun;
-    struct refl *const *refls;
-    size_t nrefls;
+    struct catalog *cat;
+    const struct refl_set *set; /* the catalog's */
+    int start_wait_ms;
+    struct kreq *waiting; /* requests waiting for a warming cache */
     struct serve *serve;
     struct watch_pool *watch;
     struct discovery *discovery; /* discovery answered from the copy */
@@ -98,8 +103,16 @@ struct kreq {
     struct imp_plan imp;      /* the Impersonate-* questions, asked in order */
     size_t at;                /* the question being asked */
     char nr_verb[16];         /* a non-resource request's verb (the lower-case method) */
-    bool nonresource;         /* kwc authorizes it as a non-resource URL */
-    bool kwc_authorized;      /* kwc authorized it (it may answer it itself) */
+    /* kwc may answer it from a cache: --auth none, or a SubjectAccessReview
+     * allowed it (stage_authorize). Without it the upstream answers. */
+    bool may_serve;
+    /* waiting for cache wait_slot's first sync (-1: for discovery's first
+     * answer) until wait_until_ms (--cache-start-timeout from the first wait) */
+    uint64_t wait_until_ms;
+    int wait_slot;
+    struct event *wait_timer;
+    struct kreq *wait_next, **wait_prev;
+    bool nonresource; /* kwc authorizes it as a non-resource URL */
 };
 
 static void stage_impersonate(struct kreq *k);
@@ -171,41 +184,57 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
 
 /* ---- kwc's own endpoints ---- */
 
-/* /readyz: every cache synced. The verbose form names each check, as
- * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). A
- * protobuf cache nobody asked for yet (not started) is not a check; one the
- * upstream does not serve in protobuf is listed but holds nothing back. */
+/* One cache's line of /readyz; false when it holds readiness back. */
+static bool
+readyz_cache(struct evbuffer *b, const struct refl *rf, bool counted)
+{
+    char st[256];
+    refl_status(rf, st, sizeof(st));
+    if (!counted) {
+        const char *why = refl_last_error(rf);
+        evbuffer_add_printf(b,
+                            "[+]cache %s ok: not counted%s; its requests pass through while it "
+                            "does not serve%s%s%s\n",
+                            st, refl_counts_ready(rf) ? " (started on demand)" : " until it serves",
+                            why ? " (" : "", why ? why : "", why ? ")" : "");
+        return true;
+    }
+    bool ok = refl_serving(rf);
+    const char *out = refl_out_why(rf);
+    if (ok)
+        evbuffer_add_printf(b, "[+]cache %s ok\n", st);
+    else if (out)
+        evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
+    else if (refl_last_error(rf))
+        evbuffer_add_printf(b, "[-]cache %s failed: not synced: %s\n", st, refl_last_error(rf));
+    else
+        evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
+    return ok;
+}
+
+/* /readyz: every required cache synced. The verbose form names each check,
+ * as kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"): the
+ * caches /readyz waits for first (--resources LIST: those of the list, and
+ * a protobuf cache a request started once it has synced), then those
+ * started on demand (auto mode: all), listed but holding nothing back; a
+ * cache not running (not asked for yet, stopped while idle) is not listed.
+ * One the upstream does not serve in protobuf holds nothing back either. */
 static void
 readyz(struct front *f, struct hreq *req, bool verbose)
 {
     struct evbuffer *b = evbuffer_new();
     bool ready = true;
     evbuffer_add_printf(b, "[+]ping ok\n");
-    for (size_t i = 0; i < f->nrefls; i++) {
-        char st[256];
-        if (!refl_started(f->refls[i]))
-            continue;
-        refl_status(f->refls[i], st, sizeof(st));
-        if (!refl_counts_ready(f->refls[i])) {
-            const char *why = refl_last_error(f->refls[i]);
-            evbuffer_add_printf(b,
-                                "[+]cache %s ok: not counted until it serves; its requests pass "
-                                "through%s%s%s\n",
-                                st, why ? " (" : "", why ? why : "", why ? ")" : "");
-            continue;
+    bool auto_mode = catalog_auto(f->cat);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < f->set->n; i++) {
+            const struct refl *rf = f->set->r[i];
+            if (!refl_started(rf))
+                continue;
+            bool counted = !auto_mode && refl_counts_ready(rf);
+            if (counted == (pass == 0))
+                ready &= readyz_cache(b, rf, counted);
         }
-        bool ok = refl_serving(f->refls[i]);
-        const char *out = refl_out_why(f->refls[i]);
-        ready &= ok;
-        if (ok)
-            evbuffer_add_printf(b, "[+]cache %s ok\n", st);
-        else if (out)
-            evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
-        else if (refl_last_error(f->refls[i]))
-            evbuffer_add_printf(b, "[-]cache %s failed: not synced: %s\n", st,
-                                refl_last_error(f->refls[i]));
-        else
-            evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
     }
     evbuffer_add_printf(b, "readyz check %s\n", ready ? "passed" : "failed");
     size_t n = evbuffer_get_length(b);
@@ -354,13 +383,136 @@ long_running(const struct route_req *r)
     return false;
 }
 
+static void kreq_free(struct kreq *k);
+static bool route_request(struct front *f, struct kreq *k);
+
+/* ---- waiting for a cache's first sync ---- */
+
 static void
+wait_unlink(struct kreq *k)
+{
+    if (!k->wait_prev)
+        return;
+    *k->wait_prev = k->wait_next;
+    if (k->wait_next)
+        k->wait_next->wait_prev = k->wait_prev;
+    k->wait_prev = NULL;
+    event_free(k->wait_timer);
+    k->wait_timer = NULL;
+}
+
+/* The wait is over (the cache synced or failed, or the deadline passed):
+ * route again, the cache's answer or the upstream's. */
+static void
+on_wait_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct kreq *k = arg;
+    wait_unlink(k);
+    hreq_set_handler(k->req, NULL, NULL);
+    if (!route_request(k->f, k))
+        kreq_free(k);
+}
+
+static void
+on_wait_close(void *arg)
+{
+    kreq_free(arg); /* unlinks it */
+}
+
+static const struct hreq_handler wait_handler = {.on_close = on_wait_close};
+
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Is what k waits for still on its way? */
+static bool
+still_waiting(const struct front *f, const struct kreq *k)
+{
+    return k->wait_slot < 0 ? catalog_discovering(f->cat)
+                            : catalog_warming(f->cat, (size_t)k->wait_slot);
+}
+
+/* A read of a resource kwc may cache: the catalog finds (auto mode:
+ * starts) its cache; one on its way to its first sync is waited for, as
+ * kube's Cacher makes requests wait while it initialises, and so is
+ * discovery's first answer at kwc's start (whether the resource may be
+ * cached is not known before it), --cache-start-timeout in all. True when
+ * k now waits. */
+static bool
+wait_for_cache(struct front *f, struct kreq *k)
+{
+    const struct route_req *r = &k->route;
+    struct admit_req q = {.r = r,
+                          .method = k->method,
+                          .accept = hreq_header(k->req, "Accept"),
+                          .user_agent = hreq_header(k->req, "User-Agent")};
+    enum kwc_enc enc;
+    if (!admit_wants(&q, &enc) || f->start_wait_ms <= 0)
+        return false;
+    int i = -1;
+    if (!catalog_discovering(f->cat)) {
+        i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
+        if (i < 0 || !catalog_warming(f->cat, (size_t)i))
+            return false;
+    }
+    uint64_t now = mono_ms();
+    if (!k->wait_until_ms)
+        k->wait_until_ms = now + (uint64_t)f->start_wait_ms;
+    if (now >= k->wait_until_ms)
+        return false; /* waited long enough: the upstream answers */
+    k->wait_slot = i;
+    uint64_t left = k->wait_until_ms - now;
+    k->wait_timer = evtimer_new(hreq_base(k->req), on_wait_over, k);
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    evtimer_add(k->wait_timer, &tv);
+    k->wait_next = f->waiting;
+    if (f->waiting)
+        f->waiting->wait_prev = &k->wait_next;
+    f->waiting = k;
+    k->wait_prev = &f->waiting;
+    hreq_set_handler(k->req, &wait_handler, k);
+    return true;
+}
+
+void
+front_caches_changed(void *arg)
+{
+    struct front *f = arg;
+    for (struct kreq *k = f->waiting; k; k = k->wait_next)
+        if (!still_waiting(f, k))
+            event_active(k->wait_timer, EV_TIMEOUT, 1); /* routed from the loop, not from here */
+}
+
+void
+front_discovery_changed(void *arg)
+{
+    front_caches_changed(arg);
+}
+
+void
+front_cache_service(void *arg, const struct refl *r, bool serving)
+{
+    (void)r;
+    (void)serving;
+    front_caches_changed(arg);
+}
+
+/* Route k. False when k is done with (the caller frees it), true when it
+ * waits for a cache (it is freed when the wait ends). */
+static bool
 route_request(struct front *f, struct kreq *k)
 {
     struct hreq *req = k->req;
     if (is_local_path(k->route.path) || is_metrics_path(k->route.path)) {
         answer(f, req, 0, NULL, NULL, k->route.path);
-        return;
+        return false;
     }
     if (strcmp(k->method, "CONNECT") == 0) {
         /* kube-apiserver has no CONNECT handler (its "connect" subresources
@@ -368,27 +520,33 @@ route_request(struct front *f, struct kreq *k)
          * or forwards it; the server closes the connection after. */
         answer(f, req, 405, "MethodNotAllowed",
                "the server does not allow this method on the requested resource", NULL);
-        return;
+        return false;
     }
     if (hreq_upgrade(req)) {
         access_set_source(req, ACCESS_UPSTREAM);
         tunnel_start(req, &f->tun);
-        return;
+        return false;
     }
-    /* the cache's, unless neither takes it (passthrough marks its own) */
-    access_set_source(req, ACCESS_CACHE);
-    if (discovery_take(f->discovery, req, &k->route, !f->auth || k->kwc_authorized))
-        return;
-    switch (watch_take(f->watch, req, &k->route)) {
-    case WATCH_STREAM:
-    case WATCH_ANSWERED:
-        return;
-    case WATCH_NOT_TAKEN:
-        break;
+    /* what kwc did not authorize itself, the upstream answers (and decides) */
+    if (k->may_serve) {
+        /* the cache's, unless neither takes it (passthrough marks its own) */
+        access_set_source(req, ACCESS_CACHE);
+        if (discovery_take(f->discovery, req, &k->route, true))
+            return false;
+        if (wait_for_cache(f, k))
+            return true;
+        switch (watch_take(f->watch, req, &k->route)) {
+        case WATCH_STREAM:
+        case WATCH_ANSWERED:
+            return false;
+        case WATCH_NOT_TAKEN:
+            break;
+        }
+        if (serve_take(f->serve, req, &k->route))
+            return false;
     }
-    if (serve_take(f->serve, req, &k->route))
-        return;
     pt_forward(req, f->up, long_running(&k->route) ? f->pt_long : f->pt_short);
+    return false;
 }
 
 /* ---- the pipeline ---- */
@@ -396,6 +554,7 @@ route_request(struct front *f, struct kreq *k)
 static void
 kreq_free(struct kreq *k)
 {
+    wait_unlink(k);
     auth_cancel(k->wait);
     if (k->user)
         auth_user_unref(k->user);
@@ -644,14 +803,7 @@ kwc_may_answer(struct kreq *k)
         return false;
     if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
         return false;
-    /* the JSON cache decides for a protobuf request too (kwc may answer it
-     * from the protobuf cache): a protobuf cache has a JSON one beside it */
-    struct admit_refls ar;
-    admit_refls_init(&ar, k->f->refls, k->f->nrefls, NULL);
-    if (admit_find(&ar.c, r, KWC_ENC_JSON) >= 0)
-        return true;
-    int i = admit_find(&ar.c, r, KWC_ENC_PB);
-    return i >= 0 && refl_desc(k->f->refls[i])->kind != NULL;
+    return catalog_may_cache(k->f->cat, r->group, r->version, r->resource);
 }
 
 /* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */
@@ -692,7 +844,7 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
     struct kreq *k = arg;
     k->wait = NULL;
     if (d == AUTH_ALLOW) {
-        k->kwc_authorized = true;
+        k->may_serve = !is_metrics_path(k->route.path);
         stage_route(k);
         return;
     }
@@ -767,8 +919,8 @@ stage_route(struct kreq *k)
     if (k->f->auth)
         set_identity(k);
     hreq_set_handler(k->req, NULL, NULL);
-    route_request(k->f, k);
-    kreq_free(k);
+    if (!route_request(k->f, k))
+        kreq_free(k);
 }
 
 void
@@ -805,8 +957,9 @@ front_on_request(void *arg, struct hreq *req)
         return;
     }
     if (!f->auth || is_local_path(k->route.path)) {
-        route_request(f, k);
-        kreq_free(k);
+        k->may_serve = !f->auth; /* --auth none: every caller acts as kwc */
+        if (!route_request(f, k))
+            kreq_free(k);
         return;
     }
     stage_authenticate(k);
@@ -821,8 +974,9 @@ front_new(const struct front_parts *p)
     f->up = p->up;
     f->pt_short = p->pt_short;
     f->pt_long = p->pt_long;
-    f->refls = p->refls;
-    f->nrefls = p->nrefls;
+    f->cat = p->cat;
+    f->set = catalog_set(p->cat);
+    f->start_wait_ms = p->start_wait_ms;
     f->serve = p->serve;
     f->watch = p->watch;
     f->discovery = p->discovery;

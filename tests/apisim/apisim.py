@@ -1030,10 +1030,48 @@ class Obj:
 
 def convert_obj(obj, rt):
     """obj (of the same resource in another version) as rt's version stores it: the
-    same object with rt's apiVersion (no other conversion)."""
+    same object with rt's apiVersion, converted by rt.convert when it has one (events)."""
     d = json.loads(obj.data)
+    if rt.convert is not None:
+        d = rt.convert(d)
     d["apiVersion"] = rt.api_version
-    return Obj(obj.key, obj.ns, obj.name, obj.rv, obj.labels, obj.fields, rt.encode(d), obj.uid)
+    fields = rt.fields_fn(d) if rt.fields_fn else obj.fields
+    return Obj(obj.key, obj.ns, obj.name, obj.rv, obj.labels, fields, rt.encode(d), obj.uid)
+
+
+# pkg/apis/events/v1/conversion.go: core/v1 Event field <-> events.k8s.io/v1 Event field,
+# in the Go field order of events.k8s.io/v1 Event (then of core/v1 Event, below)
+_EV_V1 = [("eventTime", "eventTime"), ("series", "series"), ("reportingComponent", "reportingController"),
+          ("reportingInstance", "reportingInstance"), ("action", "action"), ("reason", "reason"),
+          ("involvedObject", "regarding"), ("related", "related"), ("message", "note"), ("type", "type"),
+          ("source", "deprecatedSource"), ("firstTimestamp", "deprecatedFirstTimestamp"),
+          ("lastTimestamp", "deprecatedLastTimestamp"), ("count", "deprecatedCount")]
+_EV_CORE = ("involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp", "count", "type",
+            "eventTime", "series", "action", "related", "reportingComponent", "reportingInstance")
+
+
+def event_to_v1(d):
+    """A core/v1 Event as events.k8s.io/v1 shows it (one storage, two versions)."""
+    if d.get("apiVersion") == "events.k8s.io/v1":
+        return d
+    out = {"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": d.get("metadata")}
+    for core, v1 in _EV_V1:
+        if core in d:
+            out[v1] = d[core]
+    return out
+
+
+def event_to_core(d):
+    """An events.k8s.io/v1 Event as core/v1 shows it."""
+    if d.get("apiVersion") == "v1":
+        return d
+    back = {v1: core for core, v1 in _EV_V1}
+    conv = {back[k]: v for k, v in d.items() if k in back}
+    out = {"kind": "Event", "apiVersion": "v1", "metadata": d.get("metadata")}
+    for k in _EV_CORE:
+        if k in conv:
+            out[k] = conv[k]
+    return out
 
 
 def _s(v):
@@ -2026,6 +2064,7 @@ class RType:
         # custom resource version other than the first served one, plural.group/version
         self.key = key or plural
         self.crd = None         # the CRD's name, for a custom resource
+        self.convert = None     # dict -> dict: an object of a linked store as this version has it
         self.mirrors = []       # the stores of the same objects in the other versions
         self.group, self.version, self.namespaced = group, version, namespaced
         self.short, self.categories, self.subresources = list(short), list(categories), subresources
@@ -2478,6 +2517,10 @@ class Cluster:
         # autoscaling/v1 horizontalpodautoscalers: the v2 objects seen through v1
         self.link_versions([self.stores["horizontalpodautoscalers"],
                             self.stores["horizontalpodautoscalers.autoscaling/v1"]])
+        # core/v1 and events.k8s.io/v1 events: one storage seen through two versions
+        self.stores["events"].rt.convert = event_to_core
+        self.stores["events.events.k8s.io"].rt.convert = event_to_v1
+        self.link_versions([self.stores["events"], self.stores["events.events.k8s.io"]])
         self.pending = []
         self.flush_scheduled = False
         self.rv_waiters = []
@@ -5085,19 +5128,22 @@ class App:
             g = parts[1]
             if self.policy is not None and len(parts) == 4 and (g, parts[2], parts[3]) in REVIEWS:
                 return self.review(req, conn, g, parts[3])
-            groups = dict(self.legacy_groups())
             if g in self.builtin_groups:
                 # go-restful's web services: /apis/G and /apis/G/V of the built-in groups
-                if g not in groups:
+                # (served whatever the APIServices say)
+                vs = sorted((v for g2, v in self.builtin_gvs if g2 == g), key=lambda v: -BUILTIN_PRIORITY.get(
+                    (g, v), (0, 0))[1])
+                if not vs:
                     raise ERR_NOT_FOUND_PATH
                 if len(parts) == 2:
-                    return self.reply(req, conn, self.api_group(g, groups[g]))
-                if parts[2] not in groups[g]:
+                    return self.reply(req, conn, self.api_group(g, vs))
+                if parts[2] not in vs:
                     raise ERR_NOT_FOUND_PATH
                 if len(parts) == 3:
                     return self.reply(req, conn, self.resource_list(g, parts[2]))
                 return self.resource(req, conn, g, parts[2], parts[3:])
             # the aggregator, then apiextensions' crdHandler, then http.NotFound
+            groups = dict(self.legacy_groups())
             remote = self.remote_gvs()
             if len(parts) >= 3 and (g, parts[2]) in remote:
                 # kube-aggregator handler_proxy.go: an APIService whose service is not

@@ -3392,6 +3392,18 @@ class TestIssue30Kinds(unittest.TestCase):
         st, lst = self.sim.get("/api/v1/events?fieldSelector=involvedObject.name%3Dp1,reason%3DStarted,"
                                "source%3Dkubelet")
         self.assertEqual(names(lst["items"]), ["e1"])
+        # the same events in events.k8s.io/v1 (conversion.go: regarding, note, ...)
+        st, v1 = self.sim.get("/apis/events.k8s.io/v1/namespaces/default/events/e1")
+        self.assertEqual((st, v1["apiVersion"], v1["regarding"]["name"], v1["deprecatedSource"]),
+                         (200, "events.k8s.io/v1", "p1", {"component": "kubelet"}))
+        st, lst = self.sim.get("/apis/events.k8s.io/v1/events?fieldSelector=regarding.name%3Dp1")
+        self.assertEqual(names(lst["items"]), ["e1"])
+        self.sim.json("POST", "/apis/events.k8s.io/v1/namespaces/default/events",
+                      {"metadata": {"name": "e2"}, "regarding": {"kind": "Pod", "name": "p2"}, "note": "hi",
+                       "reason": "R", "reportingController": "c", "action": "A", "eventTime": None})
+        st, core = self.sim.get("/api/v1/namespaces/default/events/e2")
+        self.assertEqual((core["involvedObject"]["name"], core["message"], core["reportingComponent"]),
+                         ("p2", "hi", "c"))
         st, err = self.sim.get("/api/v1/events?fieldSelector=spec.x%3D1")
         self.assertEqual((st, err["message"]), (400, "field label not supported: spec.x"))
         st, err = self.sim.get("/apis/batch/v1/jobs?fieldSelector=status.x%3D1")
@@ -3592,6 +3604,11 @@ class TestCRDs(unittest.TestCase):
         self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")[0],
                          200)
         self.assertEqual(sim.req("GET", "/apis/metrics.k8s.io/v1beta1/pods")[0], 404)
+        # deleting a built-in group's APIService unlists it; go-restful still serves it
+        self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1.policy")[0], 200)
+        self.assertNotIn("policy", [g["name"] for g in sim.get("/apis")[1]["groups"]])
+        self.assertEqual(sim.get("/apis/policy/v1/poddisruptionbudgets")[0], 200)
+        self.assertEqual(sim.get("/apis/policy")[1]["preferredVersion"]["version"], "v1")
 
 
 class TestAggregatedDiscovery(unittest.TestCase):
