@@ -25,6 +25,7 @@
 #include <yaml.h>
 
 #include "kwc/base.h"
+#include "kwc/disco.h"
 #include "kwc/kinds.h"
 #include "kwc/store.h"
 #include "kwc/pace.h"
@@ -407,7 +408,8 @@ cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu, bo
               struct cfg_fd_budget *out, char *err, size_t errlen)
 {
     unsigned long loops = 1 + (c->watch_workers > 0 ? (unsigned long)c->watch_workers : ncpu);
-    unsigned long conns = (unsigned long)c->max_upstream_connections + c->cache_conns;
+    unsigned long conns =
+        (unsigned long)c->max_upstream_connections + c->cache_conns + DISCO_MAX_CONNS;
     if (c->auth_delegated)
         conns += 2 * (unsigned long)c->max_review_connections;
     *out = (struct cfg_fd_budget){

@@ -352,6 +352,7 @@ main(int argc, char **argv)
         .max_idle_conns = 64,
         .max_conns = {[UP_POOL_PASSTHROUGH] = (unsigned)cfg.max_upstream_connections,
                       [UP_POOL_CACHE] = cfg.cache_conns,
+                      [UP_POOL_DISCOVERY] = DISCO_MAX_CONNS,
                       [UP_POOL_TOKENREVIEW] = (unsigned)cfg.max_review_connections,
                       [UP_POOL_SAR] = (unsigned)cfg.max_review_connections},
     };

@@ -166,7 +166,7 @@
       "how often kwc reads the upstream's discovery again (a 304 when nothing changed)")           \
     X("serve-discovery", serve_discovery, BOOL, "true", "",                                        \
       "answer discovery requests (/api, /apis and below, /version) from kwc's copy of the "        \
-      "upstream's answers (false: pass them through)")                                             \
+      "upstream's answers (default; --serve-discovery=false passes them through)")                 \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \
       "events kept per resource for watch resumes and exact reads (oldest dropped first)")         \
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
@@ -270,7 +270,8 @@ void cfg_fini(struct kwc_config *c);
  *   client connections: --max-connections (watch streams, and tunnels
  *     twice: their upstream socket counts as a taken connection);
  *   upstream connections: the pools' caps (--max-upstream-connections,
- *     cache_conns, 2 x --max-review-connections with --auth delegated),
+ *     cache_conns, DISCO_MAX_CONNS, 2 x --max-review-connections with --auth
+ *     delegated),
  *     x3 when the upstream is a host name (curl's threaded resolver holds a
  *     socketpair while it resolves for a new connection), + 2 per pool
  *     (each curl multi handle's wakeup socketpair);

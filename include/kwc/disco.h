@@ -13,7 +13,18 @@
  * The copy is refreshed at a bounded interval with If-None-Match (a 304
  * costs the upstream next to nothing) and at once when disco_refresh_soon
  * is called (a cache saw its resource vanish; a request named a resource
- * discovery does not have yet). Loop thread only.
+ * discovery does not have yet). Loop thread only. proxy/upstream/disco.c
+ * does the fetching, discodoc.h reads the documents.
+ *
+ * The model comes from aggregated discovery (GET /api and /apis, two
+ * requests, ETags) or, from an upstream that answers the plain documents,
+ * from /api, /apis and every /api/V and /apis/G/V; the APIService list
+ * (apiregistration.k8s.io/v1, kwc's RBAC needs list on apiservices) is
+ * read at the first refresh, after a change and every tenth refresh. A
+ * group version aggregated discovery reports Stale (its extension server
+ * away) lists no resource: its resources are ABSENT until it is back. A
+ * refresh that fails (no answer, not a discovery document) keeps the
+ * model as it was.
  */
 #ifndef KWC_DISCO_H
 #define KWC_DISCO_H
@@ -28,6 +39,10 @@ struct disco;
 
 #define DISCO_INTERVAL_MS 30000 /* the default refresh interval */
 #define DISCO_MIN_GAP_MS 1000   /* the default floor between two refreshes */
+/* Its GETs in flight at once, on the upstream client's UP_POOL_DISCOVERY
+ * (its own pool: over HTTP/1.1 the cache pool's connections are held by
+ * watches); the pool's cap. */
+#define DISCO_MAX_CONNS 4
 
 struct disco_options {
     unsigned interval_ms; /* between two refreshes; 0: DISCO_INTERVAL_MS */
@@ -56,7 +71,8 @@ int disco_new(struct event_base *base, struct up_client *up, const struct disco_
 void disco_start(struct disco *d);
 void disco_free(struct disco *d);
 
-/* Look up group/version/resource (no subresource) in the latest copy. */
+/* Look up group/version/resource (no subresource) in the latest copy; out
+ * (may be NULL) gets the resource. A binary search. */
 enum disco_found disco_find(const struct disco *d, const char *group, const char *version,
                             const char *resource, struct disco_res *out);
 /* Every resource of the latest copy, in discovery's order: cb for each. */
@@ -64,7 +80,8 @@ void disco_each(const struct disco *d, void (*cb)(void *arg, const struct disco_
 
 /* on_change(arg) after a refresh that changed the set of resources or their
  * kind, scope, verbs or aggregation, or the set of group versions (not
- * after a 304). The model is already the new one when it runs. */
+ * after a 304), the first model included. The model is already the new one
+ * when it runs; it may call disco_find and disco_refresh_soon. */
 void disco_subscribe(struct disco *d, void (*on_change)(void *arg), void *arg);
 /* Remove every subscription made with arg. */
 void disco_unsubscribe(struct disco *d, void *arg);
@@ -130,6 +147,7 @@ struct disco_stats {
     uint64_t fetch_failures;
     uint64_t docs, doc_bytes;  /* the copy now */
     uint64_t resources;        /* in the model */
+    uint64_t extension_gvs;    /* group versions an APIService serves from a service */
     double last_refresh_age_s; /* since the last round completed; -1: never */
 };
 void disco_stats(const struct disco *d, struct disco_stats *out);

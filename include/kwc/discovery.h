@@ -51,17 +51,20 @@ void discovery_free(struct discovery *s);
 bool discovery_path(const char *path);
 
 /*
- * May kwc answer req from the copy now (see above)? s may be NULL (no). Looks the copy up: a
- * miss records the key. The answer may change before discovery_take (a
- * refresh in between): the front authorizes when this says yes.
+ * Is req one the copy may answer (see above: its method, path, query,
+ * Accept), whether or not the copy holds it now? The front authorizes
+ * these itself (with --auth delegated), so that only callers allowed to
+ * read discovery make kwc record a key. s may be NULL (no).
  */
-bool discovery_answerable(struct discovery *s, struct hreq *req, const struct route_req *r);
+bool discovery_servable(const struct discovery *s, const struct hreq *req,
+                        const struct route_req *r);
 
 /*
  * Answer req from the copy: true when it is taken (answered on every path
- * from here on); false when the copy has no current answer for it, or
- * may_answer is false (kwc did not authorize it): the caller passes it
- * on. Counts discovery requests by who answers them. s may be NULL (false).
+ * from here on); false when the copy has no current answer for it (a miss
+ * records the key: disco_doc_get), or may_answer is false (kwc did not
+ * authorize it; nothing is recorded): the caller passes it on. Counts
+ * discovery requests by who answers them. s may be NULL (false).
  */
 bool discovery_take(struct discovery *s, struct hreq *req, const struct route_req *r,
                     bool may_answer);

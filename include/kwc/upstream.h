@@ -39,6 +39,7 @@ struct uplink;
 #define UP_POOLS(X)                                                                                \
     X(UP_POOL_PASSTHROUGH, "passthrough") /* clients' requests kwc forwards */                     \
     X(UP_POOL_CACHE, "cache")             /* the reflectors' discovery, LIST and WATCH */          \
+    X(UP_POOL_DISCOVERY, "discovery")     /* discovery kept current (disco.h) */                   \
     X(UP_POOL_TOKENREVIEW, "tokenreview") /* authentication: TokenReview */                        \
     X(UP_POOL_SAR, "subjectaccessreview") /* authorization: SubjectAccessReview */
 enum up_pool {

@@ -702,6 +702,10 @@ collect_discovery(const struct collect_sources *s, struct metrics_writer *w)
         st.aggregated);
     one(w, "kwc_discovery_resources", "Resources the upstream's discovery lists.", METRICS_GAUGE,
         (double)st.resources);
+    one(w, "kwc_discovery_extension_group_versions",
+        "Group versions an APIService serves from an extension server (aggregated APIs: "
+        "never cached, always passed through).",
+        METRICS_GAUGE, (double)st.extension_gvs);
     one(w, "kwc_discovery_copy_documents",
         "Answers of the upstream kwc keeps to answer discovery requests.", METRICS_GAUGE,
         (double)st.docs);

@@ -71,11 +71,13 @@ discovery_path(const char *p)
     if (strncmp(p, "/api", 4) != 0)
         return false;
     p += 4;
-    if (*p == 's')
+    int max = 1; /* /api/V; /apis/G/V */
+    if (*p == 's') {
         p++;
-    /* /api, /apis and up to two more segments below */
+        max = 2;
+    }
     for (int seg = 0; *p; seg++) {
-        if (*p != '/' || seg == 2 || p[1] == '/' || p[1] == '\0')
+        if (*p != '/' || seg == max || p[1] == '/' || p[1] == '\0')
             return false;
         p = strchrnul(p + 1, '/');
     }
@@ -117,13 +119,9 @@ may_serve(const struct hreq *req, const struct route_req *r)
 }
 
 bool
-discovery_answerable(struct discovery *s, struct hreq *req, const struct route_req *r)
+discovery_servable(const struct discovery *s, const struct hreq *req, const struct route_req *r)
 {
-    if (!s || !s->d || !may_serve(req, r))
-        return false;
-    const struct disco_doc *doc = disco_doc_get(s->d, r->path, hreq_header(req, "Accept"));
-    disco_doc_unref(doc);
-    return doc != NULL;
+    return s && s->d && may_serve(req, r);
 }
 
 /* ---- the answer ---- */

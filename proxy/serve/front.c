@@ -18,8 +18,9 @@
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
  * and the upstream decides. /healthz, /livez and /readyz need no identity;
  * /metrics is authorized as kube authorizes its own (a non-resource URL:
- * nonResourceAttributes {path, verb}), and so is a discovery request kwc
- * answers from its copy of the upstream's (discovery.h).
+ * nonResourceAttributes {path, verb}), and so is every discovery request
+ * kwc's copy of the upstream's answers could answer (discovery.h): kwc
+ * answers it, or records its key, only for a caller kube would allow.
  *
  * Every request carries a record (access.h) from its head on: the stages
  * fill in the route, the caller and the handler that took it; the HTTP
@@ -872,7 +873,7 @@ static void
 stage_authorize(struct kreq *k)
 {
     k->nonresource =
-        is_metrics_path(k->route.path) || discovery_answerable(k->f->discovery, k->req, &k->route);
+        is_metrics_path(k->route.path) || discovery_servable(k->f->discovery, k->req, &k->route);
     if (!k->nonresource && !kwc_may_answer(k)) {
         stage_route(k);
         return;

@@ -538,8 +538,11 @@ catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *i
     c->disk_budget = o->disk_budget;
     c->identity = xstrdup(o->identity);
     size_t nres = 0;
-    if (!c->auto_mode)
-        free_list(split(o->resources, &nres), nres);
+    if (!c->auto_mode) {
+        /* nres once split has set it (arguments are evaluated in no set order) */
+        char **l = split(o->resources, &nres);
+        free_list(l, nres);
+    }
     /* auto: --max-caches bounds the caches running at once; the set holds
      * every resource and encoding ever cached (their slots stay: a stopped
      * cache resumes in its own), up to what the store opens */

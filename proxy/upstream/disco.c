@@ -27,7 +27,7 @@
  * document) keeps the published model; before the first success it is
  * retried sooner (BACKOFF_MIN_MS doubling, up to the interval).
  *
- * At most PARALLEL GETs are in flight (the cache pool: UP_POOL_CACHE);
+ * At most PARALLEL GETs are in flight (its own pool: UP_POOL_DISCOVERY);
  * the round's go first. Nothing is freed or started inside curl's
  * callbacks: a transfer's end is handled from a zero-delay event (kick).
  * Loop thread only.
@@ -49,7 +49,7 @@
 #include "kwc/upstream.h"
 
 #define DISCO_MAGIC 0x6469736fu /* "diso" */
-#define PARALLEL 4
+#define PARALLEL DISCO_MAX_CONNS
 #define APISVC_EVERY 10    /* rounds between two reads of the APIService list */
 #define IDLE_ROUNDS 10     /* a record nobody asked for this many rounds is dropped */
 #define BACKOFF_MIN_MS 500 /* a failed first round is retried this soon, doubling */
@@ -92,6 +92,7 @@ struct drec {
     bool changed;    /* its doc changed in this round (model records) */
     bool failed;     /* its last fetch failed */
     bool in_use;     /* asked for since its last fetch */
+    char why[160];   /* why its last fetch failed */
     unsigned idle;   /* rounds without a request */
     struct fetch *f; /* in flight */
 };
@@ -314,14 +315,17 @@ rec_find(struct disco *d, const char *path, const char *accept)
 }
 
 /* Past the bounds: the least recently used records that are neither
- * pinned nor in flight go. */
+ * pinned nor in flight go, keep aside (the record being added or filled).
+ * The model's own records are never evicted: with more of them than the
+ * bounds (a plain upstream with hundreds of group versions) the copy holds
+ * them all and nothing else. */
 static void
-evict(struct disco *d)
+evict(struct disco *d, const struct drec *keep)
 {
     struct drec *r = d->tail;
     while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
         struct drec *prev = r->prev;
-        if (r->pin == PIN_NONE && !r->f)
+        if (r->pin == PIN_NONE && !r->f && r != keep)
             rec_free(d, r);
         r = prev;
     }
@@ -342,7 +346,7 @@ rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
     r->pin = pin;
     rec_push_front(d, r);
     d->ndocs++;
-    evict(d);
+    evict(d, r);
     return r;
 }
 
@@ -441,8 +445,11 @@ fetch_start(struct disco *d, struct drec *r)
         hs[nh++] = (struct up_header){"Accept", r->accept};
     if (r->doc && r->doc->pub.etag)
         hs[nh++] = (struct up_header){"If-None-Match", r->doc->pub.etag};
-    struct up_request req = {
-        .method = "GET", .target = r->path, .headers = hs, .nheaders = nh, .pool = UP_POOL_CACHE};
+    struct up_request req = {.method = "GET",
+                             .target = r->path,
+                             .headers = hs,
+                             .nheaders = nh,
+                             .pool = UP_POOL_DISCOVERY};
     struct fetch *f = xcalloc(1, sizeof(*f));
     f->d = d;
     f->rec = r;
@@ -510,14 +517,15 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
             rec_set_doc(d, r, NULL);
             r->current = false;
         }
-        log_debug("discovery: GET %s (Accept \"%s\"): %s", r->path, r->accept,
-                  f->err             ? f->msg
-                  : f->too_big       ? "too large"
-                  : f->encoded       ? "a Content-Encoding kwc did not ask for"
-                  : f->status == 304 ? "304 with nothing recorded"
-                                     : "not 200");
-        if (f->status > 0)
-            log_debug("discovery: GET %s answered %d", r->path, f->status);
+        if (f->err)
+            snprintf(r->why, sizeof(r->why), "%s", f->msg);
+        else if (f->too_big)
+            snprintf(r->why, sizeof(r->why), "over %zu bytes", DISCO_DOC_MAX_BYTES);
+        else if (f->encoded)
+            snprintf(r->why, sizeof(r->why), "a Content-Encoding kwc did not ask for");
+        else
+            snprintf(r->why, sizeof(r->why), "answered %d", f->status);
+        log_debug("discovery: GET %s (Accept \"%s\"): %s", r->path, r->accept, r->why);
         return;
     }
     r->failed = false;
@@ -536,7 +544,7 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
     rec_set_doc(d, r, doc);
     r->current = true;
     r->changed = true;
-    evict(d);
+    evict(d, r);
     /* a client's record changed before the model saw it: read the model */
     if (was_current && r->pin == PIN_NONE)
         disco_refresh_soon(d);
@@ -613,8 +621,9 @@ on_timer(evutil_socket_t fd, short what, void *arg)
 static enum ddoc_kind
 add_doc(struct ddoc_model *m, const struct drec *r, char *err, size_t errlen)
 {
-    if (!r || !r->doc || !r->current) {
-        snprintf(err, errlen, "GET %s failed", r ? r->path : "?");
+    if (!r || !r->doc || !r->current || r->failed) {
+        snprintf(err, errlen, "GET %s failed (%s)", r ? r->path : "?",
+                 r && r->failed ? r->why : "no answer");
         return DDOC_INVALID;
     }
     enum ddoc_kind k = ddoc_add(m, r->doc->body, r->doc->pub.len, err, errlen);
@@ -778,12 +787,15 @@ publish(struct disco *d, struct ddoc_model *m)
     d->ready = true;
     d->st.resources = d->model.nres;
     if (first) {
-        log_info("discovery: %zu resources in %zu group versions (%s discovery)", d->model.nres,
-                 d->model.ngvs, d->aggregated_discovery ? "aggregated" : "plain");
+        log_info("discovery: %zu resources in %zu group versions (%s discovery), %zu served by "
+                 "an extension server (APIService)",
+                 d->model.nres, d->model.ngvs, d->aggregated_discovery ? "aggregated" : "plain",
+                 d->agg.ngvs);
     } else {
         d->st.changes++;
-        log_info("discovery changed: %zu resources (were %zu) in %zu group versions", d->model.nres,
-                 before, d->model.ngvs);
+        log_info("discovery changed: %zu resources (were %zu) in %zu group versions, %zu served "
+                 "by an extension server (APIService)",
+                 d->model.nres, before, d->model.ngvs, d->agg.ngvs);
         /* every other record waits for its fetch before it is served */
         for (struct drec *r = d->head; r; r = r->next)
             if (r->pin == PIN_NONE && r->doc) {
@@ -1078,5 +1090,6 @@ disco_stats(const struct disco *d, struct disco_stats *out)
     out->docs = d->ndocs;
     out->doc_bytes = d->bytes;
     out->resources = d->model.nres;
+    out->extension_gvs = d->agg.ngvs;
     out->last_refresh_age_s = d->last_ok_ms ? (double)(now_ms() - d->last_ok_ms) / 1000.0 : -1.0;
 }

@@ -3281,7 +3281,7 @@ class Conn(asyncio.Protocol):
             HTTP/1.0).  Never for WriteRawJSON's answers, watches, logs."""
         if self.closed:
             return
-        if ctype == JSON_CT:
+        if ctype == JSON_CT or ctype.startswith(JSON_CT + b";"):  # aggregated discovery's too
             if pretty is None:
                 pretty = req.pretty if req.pretty is not None else self.app.pretty(req)
             if pretty:

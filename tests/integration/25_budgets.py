@@ -249,7 +249,7 @@ class FdBudgetTest(ProcGroup, unittest.TestCase):
         self.assertLess(conn_limit, FD_LIMIT, "client connections are budgeted below the limit")
         self.assertLess(review_cap, FLOOD)
         limits = sum(metric(m, "kwc_upstream_connections_limit", pool=p)
-                     for p in ("passthrough", "cache", "tokenreview", "subjectaccessreview"))
+                     for p in ("passthrough", "cache", "discovery", "tokenreview", "subjectaccessreview"))
 
         socks = hanging_flood(self.kwc.port, self.plain, FLOOD)
         try:
@@ -264,7 +264,7 @@ class FdBudgetTest(ProcGroup, unittest.TestCase):
                 m = self.metrics()
                 fds = open_fds(pid)
                 up = sum(metric(m, "kwc_upstream_connections", pool=p)
-                         for p in ("passthrough", "cache", "tokenreview", "subjectaccessreview"))
+                         for p in ("passthrough", "cache", "discovery", "tokenreview", "subjectaccessreview"))
                 conns = metric(m, "kwc_http_connections_open")
                 hanging = self.sim_stats()["hanging_reviews"]
                 sys.stderr.write("flood: %d fds open (limit %d), %d client connections, %d upstream, "

@@ -182,6 +182,9 @@ class OnDemand(EnvTestCase):
                         "versionPriority": 100, "insecureSkipTLSVerify": True,
                         "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}}}
         self.env.sim("POST", "/apis/apiregistration.k8s.io/v1/apiservices", svc)
+        # /readyz does not wait for discovery: the caches kwc makes once it is
+        # read (the protobuf defaults) are made in the same loop turn
+        wait_for(lambda: total(scrape(port), "kwc_discovery_ready") == 1, 10, "discovery read")
         caches = total(scrape(port), "kwc_caches")
         for _ in range(3):
             st, _, _ = http_request(port, "GET", "/apis/metrics.k8s.io/v1beta1/pods?resourceVersion=0")

@@ -417,6 +417,7 @@ env_init(struct env *e, bool with_auth, bool with_budget)
                             .max_idle_conns = 8,
                             .max_conns = {[UP_POOL_PASSTHROUGH] = 8,
                                           [UP_POOL_CACHE] = 3,
+                                          [UP_POOL_DISCOVERY] = 6,
                                           [UP_POOL_TOKENREVIEW] = 4,
                                           [UP_POOL_SAR] = 5}};
     char err[256] = "";
@@ -807,7 +808,7 @@ check_upstream(struct env *e, struct expo *x)
     up_client_stats(e->up, &us);
     is_val(x, "kwc_upstream_requests_in_flight", (double)us.active,
            "kwc_upstream_requests_in_flight");
-    static const unsigned limits[] = {8, 3, 4, 5};
+    static const unsigned limits[] = {8, 3, 6, 4, 5}; /* in UP_POOLS' order */
     for (int p = 0; p < UP_NPOOLS; p++) {
         struct up_pool_stats ps;
         up_client_pool_stats(e->up, (enum up_pool)p, &ps);

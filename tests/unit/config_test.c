@@ -18,6 +18,7 @@
 #include "kwc/config.h"
 
 #include "kwc/base.h"
+#include "kwc/disco.h"
 #include "kwc/pace.h"
 #include "kwc/upstream.h"
 #include "tap.h"
@@ -578,15 +579,16 @@ test_fd_budget(void)
     is_int(c.cache_conns, 4, "two caches per --resources entry (JSON, protobuf)");
     /* reserve: fixed + 1 listener + 3 loops (main + 2 workers) + lingering refusals */
     unsigned long reserve = CFG_FD_FIXED + 1 + 3 * CFG_FD_PER_LOOP + HTTP_LINGER_MAX;
-    /* upstream: 10 passthrough + 4 cache connections (no reviews with --auth none), and
-     * each pool's wakeup pair */
-    unsigned long up = 14 + 2 * UP_NPOOLS;
+    /* upstream: 10 passthrough + 4 cache connections + discovery's (no reviews with
+     * --auth none), and each pool's wakeup pair */
+    unsigned long up = 14 + DISCO_MAX_CONNS + 2 * UP_NPOOLS;
     is_int(cfg_fd_budget(&c, 1000, 8, false, &b, err, sizeof err), 0, "auto fits");
     is_int(b.reserve, reserve, "reserve");
     is_int(b.upstream, up, "upstream connections, an IP upstream");
     is_int(b.connections, 1000 - reserve - up, "auto: what the limit leaves");
     is_int(cfg_fd_budget(&c, 1000, 8, true, &b, err, sizeof err), 0, "a named upstream");
-    is_int(b.upstream, 14 * 3 + 2 * UP_NPOOLS, "a resolver socketpair per connection");
+    is_int(b.upstream, (14 + DISCO_MAX_CONNS) * 3 + 2 * UP_NPOOLS,
+           "a resolver socketpair per connection");
     is_int(cfg_fd_budget(&c, reserve + up + 64, 8, false, &b, err, sizeof err), 0,
            "the least limit");
     is_int(b.connections, 64, "at least 64 connections");
@@ -755,6 +757,27 @@ test_limits(void)
 }
 
 /* --watch-coalesce-max-ms: the pace's bound (pace.h), 0 to 1000 ms. */
+static void
+test_discovery(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.discovery_interval, 30, "discovery-interval: 30 s");
+    ok(c.serve_discovery, "serve-discovery: on");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--discovery-interval", "1", "--serve-discovery=false", NULL), 0,
+           "the least interval, serving off");
+    is_int(c.discovery_interval, 1, "discovery-interval 1");
+    ok(!c.serve_discovery, "serve-discovery false");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--discovery-interval", "0", NULL), "--discovery-interval 0", "0 s");
+    ok(err_has("1 to 3600 seconds"), "message gives the range");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--discovery-interval", "3601", NULL), "--discovery-interval 3601",
+             "over an hour");
+    cfg_fini(&c);
+}
+
 static void
 test_watch_coalesce(void)
 {
@@ -1271,6 +1294,7 @@ main(void)
     TAP_RUN(test_limits);
     TAP_RUN(test_fd_budget);
     TAP_RUN(test_watch_coalesce);
+    TAP_RUN(test_discovery);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
