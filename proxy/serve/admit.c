@@ -119,9 +119,11 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         pass(a, ADMIT_WHY_MEDIA);
         return;
     }
-    if (media == ROUTE_MEDIA_PROTOBUF && !builtin) {
-        /* a custom resource's metadata in protobuf: there is no protobuf
-         * cache of custom resources to take it from */
+    /* a custom resource has no protobuf cache: its metadata in protobuf is
+     * derived from its JSON cache (pom_pb_from_json), as kube converts the
+     * unstructured object to a typed PartialObjectMetadata */
+    a->pom_from_json = media == ROUTE_MEDIA_PROTOBUF && !builtin && a->meta;
+    if (media == ROUTE_MEDIA_PROTOBUF && !builtin && !a->meta) {
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
     }
@@ -143,7 +145,8 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
             a->error_upstream = true;
     }
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
-    a->cache = admit_find(c, r, a->enc);
+    enum kwc_enc cache_enc = a->pom_from_json ? KWC_ENC_JSON : a->enc;
+    a->cache = admit_find(c, r, cache_enc);
     if (a->cache < 0) {
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
@@ -152,7 +155,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     c->cache(c->arg, (size_t)a->cache, &ac);
     if (!ac.serving) {
         /* a lazily started protobuf cache starts now */
-        a->want = a->enc == KWC_ENC_PB && !ac.started;
+        a->want = cache_enc == KWC_ENC_PB && !ac.started;
         pass(a, ADMIT_WHY_NOT_SERVING);
         return;
     }

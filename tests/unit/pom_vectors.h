@@ -8,37 +8,40 @@
 
 #include <stddef.h>
 
+/* each test includes the vectors it uses, and the others */
+#define POM_VEC_UNUSED __attribute__((unused))
+
 /* empty metadata: the six strings, generation 0 and an empty creationTimestamp are still written */
-static const char POM_IN_EMPTY[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_EMPTY[18] = {
+static const char POM_IN_EMPTY[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_EMPTY[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* no metadata key at all */
-static const char POM_IN_NO_METADATA[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\"}";
-static const unsigned char POM_WANT_NO_METADATA[18] = {
+static const char POM_IN_NO_METADATA[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\"}";
+static const unsigned char POM_WANT_NO_METADATA[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* metadata null */
-static const char POM_IN_NULL_METADATA[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":null,\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_NULL_METADATA[18] = {
+static const char POM_IN_NULL_METADATA[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":null,\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_NULL_METADATA[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* metadata not an object */
-static const char POM_IN_STRING_METADATA[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":\"x\",\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_STRING_METADATA[18] = {
+static const char POM_IN_STRING_METADATA[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":\"x\",\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_STRING_METADATA[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* every field set, keys in no particular order, an unknown key dropped */
-static const char POM_IN_FULL[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"zzz\": {\"unknown\": true}, \"uid\": \"0d6a2f42-3b1e-4c43-9c5b-6f4d2a1b7e10\", \"resourceVersion\": \"12345\", \"name\": \"w-1\", \"generateName\": \"w-\", \"namespace\": \"team-a\", \"selfLink\": \"/apis/example.com/v1/namespaces/team-a/widgets/w-1\", \"generation\": 7, \"creationTimestamp\": \"2024-05-06T07:08:09Z\", \"deletionTimestamp\": \"2024-05-07T00:00:00Z\", \"deletionGracePeriodSeconds\": 30, \"labels\": {\"tier\": \"front\", \"app\": \"web\", \"app.kubernetes.io/name\": \"w\"}, \"annotations\": {\"note\": \"<b>&amp;</b>\", \"empty\": null}, \"ownerReferences\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"ReplicaSet\", \"name\": \"rs-1\", \"uid\": \"u-rs\", \"controller\": true, \"blockOwnerDeletion\": true}, {\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"name\": \"cm\", \"uid\": \"u-cm\"}, {\"kind\": \"Thing\", \"controller\": false, \"blockOwnerDeletion\": false, \"extra\": 1}], \"finalizers\": [\"example.com/cleanup\", \"\", \"b\"], \"managedFields\": [{\"manager\": \"kubectl\", \"operation\": \"Apply\", \"apiVersion\": \"example.com/v1\", \"time\": \"2024-05-06T07:08:09Z\", \"fieldsType\": \"FieldsV1\", \"fieldsV1\": {\"f:spec\": {\"f:size\": {}}, \"f:metadata\": {\"f:labels\": {\".\": {}}}}, \"subresource\": \"status\"}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_FULL[467] = {
+static const char POM_IN_FULL[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"zzz\": {\"unknown\": true}, \"uid\": \"0d6a2f42-3b1e-4c43-9c5b-6f4d2a1b7e10\", \"resourceVersion\": \"12345\", \"name\": \"w-1\", \"generateName\": \"w-\", \"namespace\": \"team-a\", \"selfLink\": \"/apis/example.com/v1/namespaces/team-a/widgets/w-1\", \"generation\": 7, \"creationTimestamp\": \"2024-05-06T07:08:09Z\", \"deletionTimestamp\": \"2024-05-07T00:00:00Z\", \"deletionGracePeriodSeconds\": 30, \"labels\": {\"tier\": \"front\", \"app\": \"web\", \"app.kubernetes.io/name\": \"w\"}, \"annotations\": {\"note\": \"<b>&amp;</b>\", \"empty\": null}, \"ownerReferences\": [{\"apiVersion\": \"apps/v1\", \"kind\": \"ReplicaSet\", \"name\": \"rs-1\", \"uid\": \"u-rs\", \"controller\": true, \"blockOwnerDeletion\": true}, {\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"name\": \"cm\", \"uid\": \"u-cm\"}, {\"kind\": \"Thing\", \"controller\": false, \"blockOwnerDeletion\": false, \"extra\": 1}], \"finalizers\": [\"example.com/cleanup\", \"\", \"b\"], \"managedFields\": [{\"manager\": \"kubectl\", \"operation\": \"Apply\", \"apiVersion\": \"example.com/v1\", \"time\": \"2024-05-06T07:08:09Z\", \"fieldsType\": \"FieldsV1\", \"fieldsV1\": {\"f:spec\": {\"f:size\": {}}, \"f:metadata\": {\"f:labels\": {\".\": {}}}}, \"subresource\": \"status\"}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_FULL[467] POM_VEC_UNUSED = {
     0x0a, 0xd0, 0x03, 0x0a, 0x03, 0x77, 0x2d, 0x31, 0x12, 0x02, 0x77, 0x2d, 0x1a, 0x06, 0x74, 0x65,
     0x61, 0x6d, 0x2d, 0x61, 0x22, 0x32, 0x2f, 0x61, 0x70, 0x69, 0x73, 0x2f, 0x65, 0x78, 0x61, 0x6d,
     0x70, 0x6c, 0x65, 0x2e, 0x63, 0x6f, 0x6d, 0x2f, 0x76, 0x31, 0x2f, 0x6e, 0x61, 0x6d, 0x65, 0x73,
@@ -72,8 +75,8 @@ static const unsigned char POM_WANT_FULL[467] = {
 };
 
 /* map entries in bytewise key order (gogo sortkeys.Strings); empty key, UTF-8 */
-static const char POM_IN_MAP_ORDER[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{\"b\":\"1\",\"a\":\"2\",\"B\":\"3\",\"a.b\":\"4\",\"a/b\":\"5\",\"\\u00e9\":\"6\",\"\":\"7\"},\"annotations\":{\"z\":\"\",\"y\":null}},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MAP_ORDER[92] = {
+static const char POM_IN_MAP_ORDER[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{\"b\":\"1\",\"a\":\"2\",\"B\":\"3\",\"a.b\":\"4\",\"a/b\":\"5\",\"\\u00e9\":\"6\",\"\":\"7\"},\"annotations\":{\"z\":\"\",\"y\":null}},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MAP_ORDER[92] POM_VEC_UNUSED = {
     0x0a, 0x5a, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00, 0x5a, 0x05, 0x0a, 0x00, 0x12, 0x01, 0x37, 0x5a, 0x06, 0x0a, 0x01, 0x42, 0x12, 0x01,
     0x33, 0x5a, 0x06, 0x0a, 0x01, 0x61, 0x12, 0x01, 0x32, 0x5a, 0x08, 0x0a, 0x03, 0x61, 0x2e, 0x62,
@@ -83,51 +86,51 @@ static const unsigned char POM_WANT_MAP_ORDER[92] = {
 };
 
 /* a label that is not a string drops all labels; annotations not an object */
-static const char POM_IN_MAP_WRONG[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{\"a\":\"1\",\"b\":2},\"annotations\":[[\"a\",\"b\"]]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MAP_WRONG[18] = {
+static const char POM_IN_MAP_WRONG[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{\"a\":\"1\",\"b\":2},\"annotations\":[[\"a\",\"b\"]]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MAP_WRONG[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* empty and null maps are not written */
-static const char POM_IN_MAP_EMPTY[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{},\"annotations\":null},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MAP_EMPTY[18] = {
+static const char POM_IN_MAP_EMPTY[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"labels\":{},\"annotations\":null},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MAP_EMPTY[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* ownerReferences: wrong-typed strings read as "", a non-bool controller is unset; an empty object is four empty strings */
-static const char POM_IN_OWNERS[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":[{\"uid\":\"u\",\"kind\":\"K\",\"name\":5,\"apiVersion\":null,\"controller\":\"true\",\"blockOwnerDeletion\":true},{}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_OWNERS[42] = {
+static const char POM_IN_OWNERS[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":[{\"uid\":\"u\",\"kind\":\"K\",\"name\":5,\"apiVersion\":null,\"controller\":\"true\",\"blockOwnerDeletion\":true},{}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_OWNERS[42] POM_VEC_UNUSED = {
     0x0a, 0x28, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00, 0x6a, 0x0c, 0x0a, 0x01, 0x4b, 0x1a, 0x00, 0x22, 0x01, 0x75, 0x2a, 0x00, 0x38, 0x01,
     0x6a, 0x08, 0x0a, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00,
 };
 
 /* a non-object owner drops the slice */
-static const char POM_IN_OWNERS_DROPPED[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":[{\"kind\":\"K\"},\"x\"]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_OWNERS_DROPPED[18] = {
+static const char POM_IN_OWNERS_DROPPED[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":[{\"kind\":\"K\"},\"x\"]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_OWNERS_DROPPED[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* ownerReferences and finalizers not arrays */
-static const char POM_IN_OWNERS_NOT_ARRAY[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":{\"kind\":\"K\"},\"finalizers\":\"f\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_OWNERS_NOT_ARRAY[18] = {
+static const char POM_IN_OWNERS_NOT_ARRAY[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"ownerReferences\":{\"kind\":\"K\"},\"finalizers\":\"f\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_OWNERS_NOT_ARRAY[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* a non-string finalizer drops the slice */
-static const char POM_IN_FINALIZERS_DROPPED[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"finalizers\":[\"a\",2]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_FINALIZERS_DROPPED[18] = {
+static const char POM_IN_FINALIZERS_DROPPED[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"finalizers\":[\"a\",2]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_FINALIZERS_DROPPED[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* managedFields: null fields unset, strings always written, fieldsV1 re-marshalled (keys sorted, Go's float64 form, HTML escapes), the zero time set but empty, an offset time with its fraction */
-static const char POM_IN_MANAGED[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\",\"time\":null,\"fieldsV1\":{\"f:b\":{},\"f:a\":{\"v\":1.5e-7,\"w\":[100,1e21,0.25,-0.0,1.0,\"<&>\"]}}},{\"time\":\"0001-01-01T00:00:00Z\",\"fieldsV1\":\"s\",\"operation\":null,\"extra\":[1]},{\"fieldsV1\":null,\"time\":\"2024-01-02T03:04:05.678+01:00\"}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED[162] = {
+static const char POM_IN_MANAGED[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\",\"time\":null,\"fieldsV1\":{\"f:b\":{},\"f:a\":{\"v\":1.5e-7,\"w\":[100,1e21,0.25,-0.0,1.0,\"<&>\"]}}},{\"time\":\"0001-01-01T00:00:00Z\",\"fieldsV1\":\"s\",\"operation\":null,\"extra\":[1]},{\"fieldsV1\":null,\"time\":\"2024-01-02T03:04:05.678+01:00\"}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED[162] POM_VEC_UNUSED = {
     0x0a, 0x9f, 0x01, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38,
     0x00, 0x42, 0x00, 0x8a, 0x01, 0x5b, 0x0a, 0x01, 0x6d, 0x12, 0x00, 0x1a, 0x00, 0x32, 0x00, 0x3a,
     0x4e, 0x0a, 0x4c, 0x7b, 0x22, 0x66, 0x3a, 0x61, 0x22, 0x3a, 0x7b, 0x22, 0x76, 0x22, 0x3a, 0x31,
@@ -142,51 +145,51 @@ static const unsigned char POM_WANT_MANAGED[162] = {
 };
 
 /* a bad managedFields time drops the whole slice */
-static const char POM_IN_MANAGED_BAD_TIME[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\"},{\"time\":\"yesterday\"}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED_BAD_TIME[18] = {
+static const char POM_IN_MANAGED_BAD_TIME[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\"},{\"time\":\"yesterday\"}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED_BAD_TIME[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* an empty managedFields time fails time.Parse too */
-static const char POM_IN_MANAGED_EMPTY_TIME[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"time\":\"\"}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED_EMPTY_TIME[18] = {
+static const char POM_IN_MANAGED_EMPTY_TIME[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"time\":\"\"}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED_EMPTY_TIME[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* a non-string manager drops the whole slice */
-static const char POM_IN_MANAGED_BAD_TYPE[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":5}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED_BAD_TYPE[18] = {
+static const char POM_IN_MANAGED_BAD_TYPE[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":5}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED_BAD_TYPE[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* a non-object entry drops the whole slice */
-static const char POM_IN_MANAGED_NOT_OBJECT[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\"},[]]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED_NOT_OBJECT[18] = {
+static const char POM_IN_MANAGED_NOT_OBJECT[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{\"manager\":\"m\"},[]]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED_NOT_OBJECT[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* an empty entry: its four strings written empty */
-static const char POM_IN_MANAGED_EMPTY[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{}]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_MANAGED_EMPTY[31] = {
+static const char POM_IN_MANAGED_EMPTY[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"managedFields\":[{}]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_MANAGED_EMPTY[31] POM_VEC_UNUSED = {
     0x0a, 0x1d, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00, 0x8a, 0x01, 0x0a, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x32, 0x00, 0x42, 0x00,
 };
 
 /* fractions kept as nanos (nine digits, the rest dropped), offsets applied, a zero grace period written (a pointer) */
-static const char POM_IN_TIMES_FRACTION[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"2024-02-29T23:30:00.5-01:00\",\"deletionTimestamp\":\"2024-01-01T00:00:00.123456789123+02:00\",\"deletionGracePeriodSeconds\":0},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_FRACTION[45] = {
+static const char POM_IN_TIMES_FRACTION[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"2024-02-29T23:30:00.5-01:00\",\"deletionTimestamp\":\"2024-01-01T00:00:00.123456789123+02:00\",\"deletionGracePeriodSeconds\":0},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_FRACTION[45] POM_VEC_UNUSED = {
     0x0a, 0x2b, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x0c, 0x08, 0x88, 0xc3, 0x84, 0xaf, 0x06, 0x10, 0x80, 0xca, 0xb5, 0xee, 0x01, 0x4a, 0x0b,
     0x08, 0xe0, 0xc8, 0xc7, 0xac, 0x06, 0x10, 0x95, 0x9a, 0xef, 0x3a, 0x50, 0x00,
 };
 
 /* negative seconds (a ten-byte varint), nanos still positive; year 1 but not zero */
-static const char POM_IN_TIMES_BEFORE_EPOCH[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"1969-12-31T23:59:59.5Z\",\"deletionTimestamp\":\"0001-01-01T00:00:01Z\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_BEFORE_EPOCH[50] = {
+static const char POM_IN_TIMES_BEFORE_EPOCH[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"1969-12-31T23:59:59.5Z\",\"deletionTimestamp\":\"0001-01-01T00:00:01Z\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_BEFORE_EPOCH[50] POM_VEC_UNUSED = {
     0x0a, 0x30, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x11, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x10, 0x80, 0xca,
     0xb5, 0xee, 0x01, 0x4a, 0x0d, 0x08, 0x81, 0x92, 0xb8, 0xc3, 0x98, 0xfe, 0xff, 0xff, 0xff, 0x01,
@@ -194,73 +197,73 @@ static const unsigned char POM_WANT_TIMES_BEFORE_EPOCH[50] = {
 };
 
 /* an impossible date is zero; the zero deletionTimestamp is unset */
-static const char POM_IN_TIMES_INVALID[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"2023-02-29T00:00:00Z\",\"deletionTimestamp\":\"0001-01-01T00:00:00Z\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_INVALID[18] = {
+static const char POM_IN_TIMES_INVALID[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"2023-02-29T00:00:00Z\",\"deletionTimestamp\":\"0001-01-01T00:00:00Z\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_INVALID[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* a number, a time without zone: zero */
-static const char POM_IN_TIMES_WRONG[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":12,\"deletionTimestamp\":\"2024-01-01T00:00:00\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_WRONG[18] = {
+static const char POM_IN_TIMES_WRONG[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":12,\"deletionTimestamp\":\"2024-01-01T00:00:00\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_WRONG[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* the strings "null" and "" read as zero */
-static const char POM_IN_TIMES_NULLISH[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"null\",\"deletionTimestamp\":\"\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_NULLISH[18] = {
+static const char POM_IN_TIMES_NULLISH[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"null\",\"deletionTimestamp\":\"\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_NULLISH[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* the zero instant written with an offset is zero */
-static const char POM_IN_TIMES_ZERO_OFFSET[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"0001-01-01T01:00:00+01:00\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_TIMES_ZERO_OFFSET[18] = {
+static const char POM_IN_TIMES_ZERO_OFFSET[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"creationTimestamp\":\"0001-01-01T01:00:00+01:00\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_TIMES_ZERO_OFFSET[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* wrong types read as the accessors read them: "", 0, unset */
-static const char POM_IN_WRONG_TYPES[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":7,\"namespace\":true,\"uid\":null,\"generation\":1.5,\"deletionGracePeriodSeconds\":\"30\",\"resourceVersion\":[\"1\"]},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_WRONG_TYPES[18] = {
+static const char POM_IN_WRONG_TYPES[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":7,\"namespace\":true,\"uid\":null,\"generation\":1.5,\"deletionGracePeriodSeconds\":\"30\",\"resourceVersion\":[\"1\"]},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_WRONG_TYPES[18] POM_VEC_UNUSED = {
     0x0a, 0x10, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00,
     0x42, 0x00,
 };
 
 /* generation as a string is 0 */
-static const char POM_IN_GENERATION_STRING[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":\"3\",\"name\":\"n\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_GENERATION_STRING[19] = {
+static const char POM_IN_GENERATION_STRING[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":\"3\",\"name\":\"n\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_GENERATION_STRING[19] POM_VEC_UNUSED = {
     0x0a, 0x11, 0x0a, 0x01, 0x6e, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38,
     0x00, 0x42, 0x00,
 };
 
 /* negative int64s: ten-byte varints */
-static const char POM_IN_NEGATIVE[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":-1,\"deletionGracePeriodSeconds\":-5},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_NEGATIVE[38] = {
+static const char POM_IN_NEGATIVE[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":-1,\"deletionGracePeriodSeconds\":-5},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_NEGATIVE[38] POM_VEC_UNUSED = {
     0x0a, 0x24, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0xff,
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x42, 0x00, 0x50, 0xfb, 0xff, 0xff, 0xff,
     0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
 };
 
 /* the largest int64 */
-static const char POM_IN_BIG[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":9223372036854775807},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_BIG[26] = {
+static const char POM_IN_BIG[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"generation\":9223372036854775807},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_BIG[26] POM_VEC_UNUSED = {
     0x0a, 0x18, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0xff,
     0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x42, 0x00,
 };
 
 /* strings are their UTF-8 bytes: NUL, non-ASCII, no HTML escaping, a surrogate pair */
-static const char POM_IN_STRINGS[] = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":\"a\\u0000b\",\"namespace\":\"\\u00fcml\\u00e4ut\",\"uid\":\"<>&\",\"resourceVersion\":\"\\ud83d\\ude00\"},\"spec\":{\"size\":3}}";
-static const unsigned char POM_WANT_STRINGS[36] = {
+static const char POM_IN_STRINGS[] POM_VEC_UNUSED = "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":\"a\\u0000b\",\"namespace\":\"\\u00fcml\\u00e4ut\",\"uid\":\"<>&\",\"resourceVersion\":\"\\ud83d\\ude00\"},\"spec\":{\"size\":3}}";
+static const unsigned char POM_WANT_STRINGS[36] POM_VEC_UNUSED = {
     0x0a, 0x22, 0x0a, 0x03, 0x61, 0x00, 0x62, 0x12, 0x00, 0x1a, 0x08, 0xc3, 0xbc, 0x6d, 0x6c, 0xc3,
     0xa4, 0x75, 0x74, 0x22, 0x00, 0x2a, 0x03, 0x3c, 0x3e, 0x26, 0x32, 0x04, 0xf0, 0x9f, 0x98, 0x80,
     0x38, 0x00, 0x42, 0x00,
 };
 
 /* whitespace between tokens */
-static const char POM_IN_WHITESPACE[] = " { \"kind\" : \"W\" ,\012 \"metadata\" : { \"name\" : \"n\" } } ";
-static const unsigned char POM_WANT_WHITESPACE[19] = {
+static const char POM_IN_WHITESPACE[] POM_VEC_UNUSED = " { \"kind\" : \"W\" ,\012 \"metadata\" : { \"name\" : \"n\" } } ";
+static const unsigned char POM_WANT_WHITESPACE[19] POM_VEC_UNUSED = {
     0x0a, 0x11, 0x0a, 0x01, 0x6e, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38,
     0x00, 0x42, 0x00,
 };
@@ -273,7 +276,7 @@ struct pom_vector {
     size_t want_len;
 };
 
-static const struct pom_vector POM_VECTORS[] = {
+static const struct pom_vector POM_VECTORS[] POM_VEC_UNUSED = {
     {"EMPTY", POM_IN_EMPTY, 79, POM_WANT_EMPTY, 18},
     {"NO_METADATA", POM_IN_NO_METADATA, 47, POM_WANT_NO_METADATA, 18},
     {"NULL_METADATA", POM_IN_NULL_METADATA, 81, POM_WANT_NULL_METADATA, 18},
@@ -305,5 +308,62 @@ static const struct pom_vector POM_VECTORS[] = {
     {"STRINGS", POM_IN_STRINGS, 172, POM_WANT_STRINGS, 36},
     {"WHITESPACE", POM_IN_WHITESPACE, 51, POM_WANT_WHITESPACE, 19},
 };
+
+/* ADDED ns-1/a rv 101 {flip: a} */
+static const unsigned char POM_FRAME_ADDED_A101[103] POM_VEC_UNUSED = {
+    0x00, 0x00, 0x00, 0x63, 0x0a, 0x05, 0x41, 0x44, 0x44, 0x45, 0x44, 0x12, 0x5a, 0x0a, 0x58, 0x6b,
+    0x38, 0x73, 0x00, 0x0a, 0x27, 0x0a, 0x0e, 0x6d, 0x65, 0x74, 0x61, 0x2e, 0x6b, 0x38, 0x73, 0x2e,
+    0x69, 0x6f, 0x2f, 0x76, 0x31, 0x12, 0x15, 0x50, 0x61, 0x72, 0x74, 0x69, 0x61, 0x6c, 0x4f, 0x62,
+    0x6a, 0x65, 0x63, 0x74, 0x4d, 0x65, 0x74, 0x61, 0x64, 0x61, 0x74, 0x61, 0x12, 0x25, 0x0a, 0x23,
+    0x0a, 0x01, 0x61, 0x12, 0x00, 0x1a, 0x04, 0x6e, 0x73, 0x2d, 0x31, 0x22, 0x00, 0x2a, 0x00, 0x32,
+    0x03, 0x31, 0x30, 0x31, 0x38, 0x00, 0x42, 0x00, 0x5a, 0x09, 0x0a, 0x04, 0x66, 0x6c, 0x69, 0x70,
+    0x12, 0x01, 0x61, 0x1a, 0x00, 0x22, 0x00,
+};
+
+/* DELETED: ns-1/a's previous object {flip: a} stamped with rv 102 */
+static const unsigned char POM_FRAME_DELETED_A102[105] POM_VEC_UNUSED = {
+    0x00, 0x00, 0x00, 0x65, 0x0a, 0x07, 0x44, 0x45, 0x4c, 0x45, 0x54, 0x45, 0x44, 0x12, 0x5a, 0x0a,
+    0x58, 0x6b, 0x38, 0x73, 0x00, 0x0a, 0x27, 0x0a, 0x0e, 0x6d, 0x65, 0x74, 0x61, 0x2e, 0x6b, 0x38,
+    0x73, 0x2e, 0x69, 0x6f, 0x2f, 0x76, 0x31, 0x12, 0x15, 0x50, 0x61, 0x72, 0x74, 0x69, 0x61, 0x6c,
+    0x4f, 0x62, 0x6a, 0x65, 0x63, 0x74, 0x4d, 0x65, 0x74, 0x61, 0x64, 0x61, 0x74, 0x61, 0x12, 0x25,
+    0x0a, 0x23, 0x0a, 0x01, 0x61, 0x12, 0x00, 0x1a, 0x04, 0x6e, 0x73, 0x2d, 0x31, 0x22, 0x00, 0x2a,
+    0x00, 0x32, 0x03, 0x31, 0x30, 0x32, 0x38, 0x00, 0x42, 0x00, 0x5a, 0x09, 0x0a, 0x04, 0x66, 0x6c,
+    0x69, 0x70, 0x12, 0x01, 0x61, 0x1a, 0x00, 0x22, 0x00,
+};
+
+/* ADDED ns-1/a rv 102 {flip: b} */
+static const unsigned char POM_FRAME_ADDED_A102B[103] POM_VEC_UNUSED = {
+    0x00, 0x00, 0x00, 0x63, 0x0a, 0x05, 0x41, 0x44, 0x44, 0x45, 0x44, 0x12, 0x5a, 0x0a, 0x58, 0x6b,
+    0x38, 0x73, 0x00, 0x0a, 0x27, 0x0a, 0x0e, 0x6d, 0x65, 0x74, 0x61, 0x2e, 0x6b, 0x38, 0x73, 0x2e,
+    0x69, 0x6f, 0x2f, 0x76, 0x31, 0x12, 0x15, 0x50, 0x61, 0x72, 0x74, 0x69, 0x61, 0x6c, 0x4f, 0x62,
+    0x6a, 0x65, 0x63, 0x74, 0x4d, 0x65, 0x74, 0x61, 0x64, 0x61, 0x74, 0x61, 0x12, 0x25, 0x0a, 0x23,
+    0x0a, 0x01, 0x61, 0x12, 0x00, 0x1a, 0x04, 0x6e, 0x73, 0x2d, 0x31, 0x22, 0x00, 0x2a, 0x00, 0x32,
+    0x03, 0x31, 0x30, 0x32, 0x38, 0x00, 0x42, 0x00, 0x5a, 0x09, 0x0a, 0x04, 0x66, 0x6c, 0x69, 0x70,
+    0x12, 0x01, 0x62, 0x1a, 0x00, 0x22, 0x00,
+};
+
+/* BOOKMARK at 102: the bookmark object's ObjectMeta, every by-value field */
+static const unsigned char POM_FRAME_BOOKMARK_102[90] POM_VEC_UNUSED = {
+    0x00, 0x00, 0x00, 0x56, 0x0a, 0x08, 0x42, 0x4f, 0x4f, 0x4b, 0x4d, 0x41, 0x52, 0x4b, 0x12, 0x4a,
+    0x0a, 0x48, 0x6b, 0x38, 0x73, 0x00, 0x0a, 0x27, 0x0a, 0x0e, 0x6d, 0x65, 0x74, 0x61, 0x2e, 0x6b,
+    0x38, 0x73, 0x2e, 0x69, 0x6f, 0x2f, 0x76, 0x31, 0x12, 0x15, 0x50, 0x61, 0x72, 0x74, 0x69, 0x61,
+    0x6c, 0x4f, 0x62, 0x6a, 0x65, 0x63, 0x74, 0x4d, 0x65, 0x74, 0x61, 0x64, 0x61, 0x74, 0x61, 0x12,
+    0x15, 0x0a, 0x13, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x03, 0x31,
+    0x30, 0x32, 0x38, 0x00, 0x42, 0x00, 0x1a, 0x00, 0x22, 0x00,
+};
+
+/* BOOKMARK at 102 with the k8s.io/initial-events-end annotation */
+static const unsigned char POM_FRAME_BOOKMARK_END_102[125] POM_VEC_UNUSED = {
+    0x00, 0x00, 0x00, 0x79, 0x0a, 0x08, 0x42, 0x4f, 0x4f, 0x4b, 0x4d, 0x41, 0x52, 0x4b, 0x12, 0x6d,
+    0x0a, 0x6b, 0x6b, 0x38, 0x73, 0x00, 0x0a, 0x27, 0x0a, 0x0e, 0x6d, 0x65, 0x74, 0x61, 0x2e, 0x6b,
+    0x38, 0x73, 0x2e, 0x69, 0x6f, 0x2f, 0x76, 0x31, 0x12, 0x15, 0x50, 0x61, 0x72, 0x74, 0x69, 0x61,
+    0x6c, 0x4f, 0x62, 0x6a, 0x65, 0x63, 0x74, 0x4d, 0x65, 0x74, 0x61, 0x64, 0x61, 0x74, 0x61, 0x12,
+    0x38, 0x0a, 0x36, 0x0a, 0x00, 0x12, 0x00, 0x1a, 0x00, 0x22, 0x00, 0x2a, 0x00, 0x32, 0x03, 0x31,
+    0x30, 0x32, 0x38, 0x00, 0x42, 0x00, 0x62, 0x21, 0x0a, 0x19, 0x6b, 0x38, 0x73, 0x2e, 0x69, 0x6f,
+    0x2f, 0x69, 0x6e, 0x69, 0x74, 0x69, 0x61, 0x6c, 0x2d, 0x65, 0x76, 0x65, 0x6e, 0x74, 0x73, 0x2d,
+    0x65, 0x6e, 0x64, 0x12, 0x04, 0x74, 0x72, 0x75, 0x65, 0x1a, 0x00, 0x22, 0x00,
+};
+
+#undef POM_VEC_UNUSED
 
 #endif
