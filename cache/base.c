@@ -119,6 +119,152 @@ kwc_parse_bool(const char *s, size_t len, bool *out)
     return KWC_EPARSE;
 }
 
+/* Go's time.ParseDuration, kept in whole nanoseconds (uint64: up to ~584
+ * years, past Go's int64 limit; refused beyond). */
+int
+kwc_parse_duration(const char *s, uint64_t *ms)
+{
+    static const struct {
+        const char *name;
+        uint64_t ns;
+    } units[] = {{"ns", 1},
+                 {"us", 1000},
+                 {"\xc2\xb5s", 1000}, /* U+00B5 micro sign */
+                 {"\xce\xbcs", 1000}, /* U+03BC Greek mu */
+                 {"ms", 1000000},
+                 {"s", 1000000000ull},
+                 {"m", 60ull * 1000000000ull},
+                 {"h", 3600ull * 1000000000ull}};
+    if (!s || !*s)
+        return KWC_EPARSE;
+    if (*s == '+')
+        s++;
+    if (strcmp(s, "0") == 0) {
+        *ms = 0;
+        return 0;
+    }
+    if (!*s)
+        return KWC_EPARSE;
+    const uint64_t max = (uint64_t)INT64_MAX; /* Go's limit */
+    uint64_t total = 0;
+    while (*s) {
+        uint64_t whole = 0, frac = 0;
+        double scale = 1;
+        bool digits = false, frac_full = false;
+        for (; *s >= '0' && *s <= '9'; s++, digits = true) {
+            if (whole > max / 10)
+                return KWC_EPARSE;
+            whole = whole * 10 + (uint64_t)(*s - '0');
+            if (whole > max)
+                return KWC_EPARSE;
+        }
+        if (*s == '.') {
+            /* Go's leadingFraction: digits past int64's reach do not count */
+            for (s++; *s >= '0' && *s <= '9'; s++, digits = true) {
+                if (frac_full || frac > max / 10 || frac * 10 + (uint64_t)(*s - '0') > max) {
+                    frac_full = true;
+                    continue;
+                }
+                frac = frac * 10 + (uint64_t)(*s - '0');
+                scale *= 10;
+            }
+        }
+        if (!digits)
+            return KWC_EPARSE;
+        size_t best = KWC_ARRAY_LEN(units);
+        for (size_t i = 0; i < KWC_ARRAY_LEN(units); i++) {
+            size_t l = strlen(units[i].name);
+            if (strncmp(s, units[i].name, l) == 0 &&
+                (best == KWC_ARRAY_LEN(units) || l > strlen(units[best].name)))
+                best = i;
+        }
+        if (best == KWC_ARRAY_LEN(units))
+            return KWC_EPARSE; /* Go: a number needs its unit */
+        uint64_t u = units[best].ns;
+        s += strlen(units[best].name);
+        if (whole > max / u)
+            return KWC_EPARSE;
+        uint64_t v = whole * u;
+        /* as Go: float64(f) * (float64(unit) / scale) */
+        v += (uint64_t)((double)frac * ((double)u / scale));
+        if (v > max || total > max - v)
+            return KWC_EPARSE;
+        total += v;
+    }
+    *ms = total / 1000000;
+    return 0;
+}
+
+int
+kwc_parse_quantity(const char *s, uint64_t *bytes)
+{
+    static const struct {
+        const char *name;
+        long double mult;
+    } suffixes[] = {{"Ki", 1024.0L},
+                    {"Mi", 1048576.0L},
+                    {"Gi", 1073741824.0L},
+                    {"Ti", 1099511627776.0L},
+                    {"Pi", 1125899906842624.0L},
+                    {"Ei", 1152921504606846976.0L},
+                    {"k", 1e3L},
+                    {"M", 1e6L},
+                    {"G", 1e9L},
+                    {"T", 1e12L},
+                    {"P", 1e15L},
+                    {"E", 1e18L}};
+    if (!s || !*s)
+        return KWC_EPARSE;
+    const char *p = s;
+    if (*p == '+')
+        p++;
+    long double v = 0;
+    bool digits = false;
+    for (; *p >= '0' && *p <= '9'; p++, digits = true)
+        v = v * 10 + (*p - '0');
+    if (*p == '.') {
+        long double scale = 1;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits = true)
+            v += (*p - '0') * (scale /= 10);
+    }
+    if (!digits)
+        return KWC_EPARSE;
+    long double mult = 1;
+    if (*p == 'e' || *p == 'E') {
+        /* an exponent (1e3), unless it is the suffix E alone */
+        const char *q = p + 1;
+        bool neg = false;
+        if (*q == '+' || *q == '-')
+            neg = *q++ == '-';
+        if (*q >= '0' && *q <= '9') {
+            int e = 0;
+            for (; *q >= '0' && *q <= '9'; q++)
+                if ((e = e * 10 + (*q - '0')) > 30)
+                    return KWC_EPARSE;
+            for (int i = 0; i < e; i++)
+                mult = neg ? mult / 10 : mult * 10;
+            p = q;
+        }
+    }
+    if (*p) {
+        size_t i = 0;
+        for (; i < KWC_ARRAY_LEN(suffixes); i++)
+            if (strcmp(p, suffixes[i].name) == 0)
+                break;
+        if (i == KWC_ARRAY_LEN(suffixes) || mult != 1)
+            return KWC_EPARSE;
+        mult = suffixes[i].mult;
+    }
+    long double b = v * mult;
+    if (b > 18446744073709549568.0L)
+        return KWC_EPARSE;
+    uint64_t n = (uint64_t)b;
+    if ((long double)n < b)
+        n++; /* Quantity.Value rounds up */
+    *bytes = n;
+    return 0;
+}
+
 bool
 kwc_query_bool(const char *s, size_t len)
 {

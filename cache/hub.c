@@ -846,6 +846,8 @@ put_take(struct hub_watcher *w, struct hub_blob *b)
     hub_blob_unref(b);
 }
 
+static void win_reset(struct hres *hr, uint64_t rv);
+
 static void
 watcher_free(struct hub_watcher *w)
 {
@@ -854,7 +856,8 @@ watcher_free(struct hub_watcher *w)
         list_del(w);
     else
         index_del(w);
-    hr->n--;
+    if (--hr->n == 0)
+        win_reset(hr, hr->rv); /* nobody to catch up: the memory goes (an idle cache holds none) */
     struct hub_stats *st = &w->h->stats;
     st->watchers--;
     if (w->mode == M_LIVE)

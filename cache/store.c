@@ -113,8 +113,11 @@ struct store_wtxn {
     struct store *s;
     MDB_txn *txn;
     uint64_t now;
-    struct meta_rec meta[STORE_MAX_RES];
-    bool loaded[STORE_MAX_RES], dirty[STORE_MAX_RES], reset[STORE_MAX_RES];
+    /* per resource open at begin (nres): a resource is never opened while
+     * a write transaction is (store_res opens its own) */
+    unsigned nres;
+    struct meta_rec *meta;
+    bool *loaded, *dirty, *reset;
     char *buf; /* scratch for history values */
     size_t cap;
     char *fbuf; /* scratch for field index keys */
@@ -495,6 +498,7 @@ meta_read(MDB_txn *txn, struct store_res *r, struct meta_rec *m)
 static struct meta_rec *
 wmeta(struct store_wtxn *w, struct store_res *r, int *err)
 {
+    assert(r->id < w->nres); /* opened before the transaction began */
     if (!w->loaded[r->id]) {
         *err = meta_read(w->txn, r, &w->meta[r->id]);
         if (*err)
@@ -518,6 +522,11 @@ store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out)
         free(w);
         return mdb_err(rc);
     }
+    w->nres = s->nres;
+    w->meta = xcalloc(w->nres ? w->nres : 1, sizeof(*w->meta));
+    w->loaded = xcalloc(3 * (w->nres ? w->nres : 1), sizeof(bool));
+    w->dirty = w->loaded + w->nres;
+    w->reset = w->dirty + w->nres;
     *out = w;
     return 0;
 }
@@ -870,7 +879,7 @@ store_wtxn_commit(struct store_wtxn *w)
     uint64_t now = w->now;
     int rc = 0;
     size_t budget = TRIM_MAX_PER_COMMIT;
-    for (unsigned i = 0; i < w->s->nres && rc == 0; i++) {
+    for (unsigned i = 0; i < w->nres && rc == 0; i++) {
         struct store_res *r = w->s->res[i];
         if (!w->dirty[i])
             continue;
@@ -889,11 +898,13 @@ store_wtxn_commit(struct store_wtxn *w)
     rc = mdb_err(mdb_txn_commit(w->txn));
     /* the damaged data is gone once a reset commits (not before: an aborted
      * reset leaves it in place) */
-    for (unsigned i = 0; i < w->s->nres && rc == 0; i++)
+    for (unsigned i = 0; i < w->nres && rc == 0; i++)
         if (w->reset[i])
             clear_damaged(w->s->res[i]);
     free(w->buf);
     free(w->fbuf);
+    free(w->meta);
+    free(w->loaded);
     free(w);
     return rc;
 }
@@ -906,6 +917,8 @@ store_wtxn_abort(struct store_wtxn *w)
     mdb_txn_abort(w->txn);
     free(w->buf);
     free(w->fbuf);
+    free(w->meta);
+    free(w->loaded);
     free(w);
 }
 
@@ -1277,6 +1290,55 @@ fidx_rebuild(MDB_txn *txn, struct store_res *r)
     free(buf);
     mdb_cursor_close(c);
     return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* Pages of one database, in bytes. */
+static uint64_t
+db_bytes(MDB_txn *txn, MDB_dbi dbi, unsigned psize)
+{
+    MDB_stat st;
+    if (mdb_stat(txn, dbi, &st) != 0)
+        return 0;
+    return (uint64_t)(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) * psize;
+}
+
+uint64_t
+store_res_disk_bytes(struct store *s, struct store_res *r)
+{
+    MDB_txn *txn;
+    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+        return 0;
+    MDB_stat env;
+    mdb_env_stat(s->env, &env);
+    uint64_t n = db_bytes(txn, r->objs, env.ms_psize) + db_bytes(txn, r->hist, env.ms_psize);
+    if (r->ifield >= 0)
+        n += db_bytes(txn, r->fidx, env.ms_psize);
+    mdb_txn_abort(txn);
+    return n;
+}
+
+int
+store_res_clear(struct store *s, struct store_res *r)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc)
+        return mdb_err(rc);
+    MDB_val k = {strlen(r->name), r->name};
+    if ((rc = mdb_drop(txn, r->objs, 0)) || (rc = mdb_drop(txn, r->hist, 0)) ||
+        (r->ifield >= 0 && (rc = mdb_drop(txn, r->fidx, 0)))) {
+        mdb_txn_abort(txn);
+        return mdb_err(rc);
+    }
+    rc = mdb_del(txn, s->meta, &k, NULL);
+    if (rc && rc != MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        return mdb_err(rc);
+    }
+    if ((rc = mdb_txn_commit(txn)))
+        return mdb_err(rc);
+    clear_damaged(r);
+    return 0;
 }
 
 int

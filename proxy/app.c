@@ -22,8 +22,10 @@
 #include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
 #include "kwc/collect.h"
 #include "kwc/config.h"
+#include "kwc/discovery.h"
 #include "kwc/front.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
@@ -38,11 +40,13 @@
 struct app {
     uint32_t magic;
     struct refl_ingest *ing;
+    struct catalog *cat;
     struct pt_options pt_short, pt_long;
     struct pt_budget *budget; /* --max-passthrough-buffer */
     struct serve *serve;
     struct watch_pool *watch;
-    struct auth *auth; /* NULL: --auth none */
+    struct discovery *discovery; /* discovery answered from the copy (--serve-discovery) */
+    struct auth *auth;           /* NULL: --auth none */
     struct metrics *metrics;
     struct access *access;
     struct front *front;
@@ -54,6 +58,23 @@ static bool
 accept_host(const void *cfg, const char *host)
 {
     return cfg_accept_hosts_match(cfg, host);
+}
+
+/* The catalog asks whether a cache is watched before it stops it idle, and
+ * ends the watchers of a cache whose resource left discovery. */
+static bool
+cache_watched(void *watch, size_t i)
+{
+    struct watch_res_stats ws;
+    watch_res_stats(watch, i, &ws);
+    return ws.watchers > 0;
+}
+
+static void
+cache_end_watchers(void *arg, size_t i)
+{
+    struct app *a = arg;
+    watch_service_changed(a->watch, catalog_set(a->cat)->r[i], false);
 }
 
 /* A request left the HTTP server: its record is counted and logged. */
@@ -83,6 +104,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     struct app *a = xcalloc(1, sizeof(*a));
     a->magic = APP_MAGIC;
     a->ing = d->ing;
+    a->cat = d->cat;
+    const struct refl_set *set = catalog_set(d->cat);
     a->pt_short = (struct pt_options){
         .max_request_buffer = (size_t)cfg->max_request_buffer,
         .max_response_buffer = (size_t)cfg->max_response_buffer,
@@ -100,7 +123,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .up = d->up,
         .pt = &a->pt_short,
     };
-    a->serve = serve_new(d->base, d->st, d->refls, d->nrefls, &so);
+    a->serve = serve_new(d->base, d->st, set, &so);
     struct watch_options wo = {
         .workers = (unsigned)cfg->watch_workers,
         .budget = (size_t)cfg->watch_budget,
@@ -111,7 +134,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
         .no_coalesce = cfg->watch_coalesce_max_ms == 0,
     };
-    a->watch = watch_pool_new(d->base, d->st, d->refls, d->nrefls, &wo);
+    a->watch = watch_pool_new(d->base, d->st, set, &wo);
+    a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
     a->metrics = metrics_new();
     struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
                                  .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
@@ -136,10 +160,11 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
 
     struct front_parts fp = {
         .base = d->base,
-        .refls = d->refls,
-        .nrefls = d->nrefls,
+        .cat = d->cat,
+        .start_wait_ms = (int)cfg->cache_start_timeout,
         .serve = a->serve,
         .watch = a->watch,
+        .discovery = a->discovery,
         .up = d->up,
         .pt_short = &a->pt_short,
         .pt_long = &a->pt_long,
@@ -153,6 +178,10 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .access = a->access,
     };
     a->front = front_new(&fp);
+    /* requests waiting for a warming cache, after the watch streams */
+    refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
+    catalog_set_busy(d->cat, cache_watched, a->watch);
+    catalog_set_end(d->cat, cache_end_watchers, a);
 
     struct http_server_options ho = {
         .addrs = cfg->listen_addrs,
@@ -177,12 +206,16 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     };
     int rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
     if (rc != 0) {
+        refl_ingest_unsubscribe(d->ing, a->front);
         refl_ingest_unsubscribe(d->ing, a->watch);
         refl_ingest_unsubscribe(d->ing, a->serve);
+        catalog_set_busy(d->cat, NULL, NULL);
+        catalog_set_end(d->cat, NULL, NULL);
         front_free(a->front);
         auth_free(a->auth);
         watch_pool_free(a->watch);
         serve_free(a->serve);
+        discovery_free(a->discovery);
         access_free(a->access);
         metrics_free(a->metrics);
         pt_budget_free(a->budget);
@@ -190,15 +223,17 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         return rc;
     }
     http_server_on_done(a->http, on_request_done, a);
-    struct collect_sources cs = {.refls = d->refls,
-                                 .nrefls = d->nrefls,
+    struct collect_sources cs = {.set = set,
+                                 .cat = d->cat,
                                  .st = d->st,
                                  .watch = a->watch,
                                  .up = d->up,
                                  .auth = a->auth,
                                  .http = a->http,
                                  .access = a->access,
-                                 .budget = a->budget};
+                                 .budget = a->budget,
+                                 .disco = d->disco,
+                                 .discovery = a->discovery};
     collect_register(a->metrics, &cs);
     *out = a;
     return 0;
@@ -239,14 +274,18 @@ app_free(struct app *a)
     assert(a->magic == APP_MAGIC);
     /* watch streams end first (terminal chunks), while the store is open */
     refl_ingest_unsubscribe(a->ing, a->watch);
+    catalog_set_busy(a->cat, NULL, NULL);
+    catalog_set_end(a->cat, NULL, NULL);
     watch_pool_free(a->watch);
     a->watch = NULL;
     /* close what is still open: each request's on_close runs (passthroughs
      * cancel their transfers, cached lists end) */
     http_server_free(a->http);
+    refl_ingest_unsubscribe(a->ing, a->front);
     front_free(a->front);
     refl_ingest_unsubscribe(a->ing, a->serve);
     serve_free(a->serve);
+    discovery_free(a->discovery);
     if (a->auth)
         log_auth_stats(a->auth);
     auth_free(a->auth);

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
@@ -25,6 +26,7 @@
 
 #include "kwc/base.h"
 #include "kwc/kinds.h"
+#include "kwc/store.h"
 #include "kwc/pace.h"
 #include "kwc/upstream.h"
 
@@ -36,7 +38,7 @@
 _Static_assert(PACE_MAX_US == 25 * 1000,
                "--watch-coalesce-max-ms's default (config.h) is PACE_MAX_US");
 
-enum opt_type { T_STR, T_INT, T_BOOL };
+enum opt_type { T_STR, T_INT, T_BOOL, T_DUR, T_QTY };
 
 struct opt {
     const char *flag;
@@ -49,6 +51,8 @@ static const struct opt opts[] = {
 #define CFG_T_STR T_STR
 #define CFG_T_INT T_INT
 #define CFG_T_BOOL T_BOOL
+#define CFG_T_DUR T_DUR
+#define CFG_T_QTY T_QTY
 #define CFG_ROW(flag, field, type, def, meta, help)                                                \
     {flag, offsetof(struct kwc_config, field), CFG_T_##type, def, meta, help},
     CFG_OPTIONS(CFG_ROW)
@@ -85,6 +89,26 @@ set_opt(struct kwc_config *c, const struct opt *o, const char *val, const char *
         if (errno || end == val || *end || v < 0)
             return fail(err, errlen, "%s: \"%s\" is not a non-negative whole number", src, val);
         *(long *)slot = v;
+        return 0;
+    }
+    case T_DUR: {
+        uint64_t ms;
+        if (kwc_parse_duration(val, &ms) != 0 || ms > (uint64_t)CFG_MAX_TIMEOUT_S * 1000)
+            return fail(err, errlen,
+                        "%s: \"%s\" is not a duration such as 30s, 5m or 1h30m (Go's form: a "
+                        "number and a unit of ms, s, m or h; 0 alone; at most 24h)",
+                        src, val);
+        *(long *)slot = (long)ms;
+        return 0;
+    }
+    case T_QTY: {
+        uint64_t b;
+        if (kwc_parse_quantity(val, &b) != 0 || b > (uint64_t)LONG_MAX)
+            return fail(err, errlen,
+                        "%s: \"%s\" is not a size such as 512Mi, 4Gi or 1000000 (a quantity as "
+                        "Kubernetes writes one: bytes, or a suffix Ki Mi Gi Ti or k M G T)",
+                        src, val);
+        *(long *)slot = (long)b;
         return 0;
     }
     case T_BOOL: {
@@ -630,6 +654,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);
+    if (c->discovery_interval < 1 || c->discovery_interval > 3600)
+        return fail(err, errlen, "--discovery-interval %ld: use 1 to 3600 seconds",
+                    c->discovery_interval);
     if (c->max_header_bytes < 4096)
         return fail(err, errlen,
                     "--max-header-bytes %ld: at least 4096 (the request line and headers must "
@@ -683,7 +710,16 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--max-passthrough-buffer %ld: at least 65536 bytes (one upstream read)",
                     c->max_passthrough_buffer);
-    c->cache_conns = 2 * count_entries(c->resources ? c->resources : KINDS_DEFAULT);
+    empty_is_unset(&c->resources);
+    if (!c->resources)
+        c->resources = xstrdup("auto");
+    c->auto_resources = strcmp(c->resources, "auto") == 0;
+    if (c->max_caches < 1 || c->max_caches > STORE_MAX_RESOURCES)
+        return fail(err, errlen, "--max-caches %ld: use 1 to %d", c->max_caches,
+                    STORE_MAX_RESOURCES);
+    /* one upstream connection per cache (each has at most one request in
+     * flight); a built-in resource listed counts twice (JSON and protobuf) */
+    c->cache_conns = c->auto_resources ? (unsigned)c->max_caches : 2 * count_entries(c->resources);
     empty_is_unset(&c->accept_hosts);
     empty_is_unset(&c->tls_cert_file);
     empty_is_unset(&c->tls_private_key_file);
@@ -735,6 +771,8 @@ cfg_fini(struct kwc_config *c)
 #define CFG_FREE_STR(field) free(c->field);
 #define CFG_FREE_INT(field)
 #define CFG_FREE_BOOL(field)
+#define CFG_FREE_DUR(field)
+#define CFG_FREE_QTY(field)
 #define CFG_FREE(flag, field, type, def, meta, help) CFG_FREE_##type(field)
     CFG_OPTIONS(CFG_FREE)
 #undef CFG_FREE

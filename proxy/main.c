@@ -37,8 +37,10 @@
 
 #include "kwc/app.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
 #include "kwc/config.h"
 #include "kwc/datadir.h"
+#include "kwc/disco.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -250,83 +252,19 @@ free_list(char **l)
     free(l);
 }
 
-/* Does a --protobuf-resources entry name this cached resource: its name
- * ("pods") or its --resources entry ("v1/pods")? */
-static bool
-pb_entry_names(const char *entry, const char *gvr, const struct refl_desc *d)
-{
-    return strcmp(entry, gvr) == 0 || strcmp(entry, d->resource) == 0;
-}
-
-/*
- * The caches: one JSON cache per --resources entry, and for a built-in
- * resource a protobuf cache too (refls gets the JSON ones first, then the
- * protobuf ones); *start[i] says whether refls[i] starts with kwc (a protobuf
- * cache --protobuf-resources does not name waits for its first request).
- * Returns 0 or an error with a message in err.
- */
-static int
-make_caches(const struct kwc_config *cfg, struct event_base *base, struct up_client *up,
-            struct refl_ingest *ing, const char *identity, struct refl ***refls, size_t *nrefls,
-            bool **start, char *err, size_t errlen)
-{
-    size_t nr, np = 0;
-    char **res = split_list(cfg->resources ? cfg->resources : KINDS_DEFAULT, &nr);
-    bool explicit_pb = cfg->protobuf_resources != NULL;
-    const char *pbl = explicit_pb ? cfg->protobuf_resources : KINDS_PB_DEFAULT;
-    char **pb = strcmp(pbl, "none") == 0 ? xcalloc(1, sizeof(char *)) : split_list(pbl, &np);
-    bool *used = xcalloc(np + 1, sizeof(bool));
-    int rc = 0;
-    struct refl **r = xcalloc(2 * nr + 1, sizeof(*r));
-    bool *st = xcalloc(2 * nr + 1, sizeof(bool));
-    size_t n = 0;
-    for (size_t i = 0; i < nr && rc == 0; i++) {
-        if ((rc = refl_new(base, up, ing, res[i], KWC_ENC_JSON, identity, &r[n], err, errlen)) == 0)
-            st[n++] = true;
-    }
-    size_t njson = n;
-    for (size_t i = 0; i < njson && rc == 0; i++) {
-        const struct refl_desc *d = refl_desc(r[i]);
-        if (!kinds_builtin_group(d->group))
-            continue;
-        bool named = false;
-        for (size_t j = 0; j < np; j++)
-            if (pb_entry_names(pb[j], res[i], d))
-                named = used[j] = true;
-        if ((rc = refl_new(base, up, ing, res[i], KWC_ENC_PB, identity, &r[n], err, errlen)) == 0)
-            st[n++] = named;
-    }
-    if (rc == KWC_ETOOBIG)
-        snprintf(err, errlen,
-                 "--resources: more caches than kwc holds (%d; a built-in resource takes two, "
-                 "JSON and protobuf)",
-                 STORE_MAX_RESOURCES);
-    /* like the default, a list may name more than --resources caches: one
-     * list for several kwc with different --resources */
-    for (size_t j = 0; j < np && rc == 0 && explicit_pb; j++)
-        if (!used[j])
-            log_warnx("--protobuf-resources: \"%s\" names no built-in resource of --resources "
-                      "(a name such as pods, or a --resources entry): no protobuf cache for it",
-                      pb[j]);
-    free_list(res);
-    free_list(pb);
-    free(used);
-    *refls = r;
-    *nrefls = n;
-    *start = st;
-    return rc;
-}
-
-/* How many caches make_caches can create: the store's named databases. */
+/* How many caches the store opens at most: --max-caches (auto), or two
+ * per --resources entry (JSON and protobuf). */
 static unsigned
 max_caches(const struct kwc_config *cfg)
 {
-    size_t n;
-    free_list(split_list(cfg->resources ? cfg->resources : KINDS_DEFAULT, &n));
-    size_t want = 2 * n; /* at most: every one built-in */
-    if (want < 32)
-        want = 32;
-    return want > STORE_MAX_RESOURCES ? STORE_MAX_RESOURCES : (unsigned)want;
+    size_t n = (size_t)cfg->max_caches;
+    if (!cfg->auto_resources) {
+        free_list(split_list(cfg->resources, &n));
+        n *= 2;
+    }
+    if (n < 32)
+        n = 32;
+    return n > STORE_MAX_RESOURCES ? STORE_MAX_RESOURCES : (unsigned)n;
 }
 
 /* "127.0.0.1:8001, [::1]:8001" for the log. */
@@ -419,18 +357,19 @@ main(int argc, char **argv)
     };
     struct up_client *up = NULL;
     struct app *app = NULL;
+    struct disco *disco = NULL; /* the upstream's discovery (disco.h) */
     struct store *st = NULL;
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
-    struct refl **refls = NULL;
-    bool *start = NULL;
-    size_t nrefls = 0;
+    struct catalog *cat = NULL;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2;
         goto out;
     }
+    struct disco_options dso = {.interval_ms = (unsigned)cfg.discovery_interval * 1000};
+    disco_new(base, up, &dso, &disco);
     /* once the settings are known to be usable (a bad one is the only line) */
     log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "
              "connections, %lu reserved (listeners, event loops, LMDB, refused connections)",
@@ -468,20 +407,23 @@ main(int argc, char **argv)
                                      .max_staleness = (unsigned)cfg.max_staleness};
     refl_ingest_new(base, st, &io, &ing);
     struct unknown_exit unknown = {.base = base};
-    refl_ingest_on_unknown(ing, on_unknown_resource, &unknown);
-    if ((rc = make_caches(&cfg, base, up, ing, k->server, &refls, &nrefls, &start, err,
-                          sizeof(err))) != 0) {
+    if (!cfg.auto_resources) /* a typo in --resources: kwc exits 2 */
+        refl_ingest_on_unknown(ing, on_unknown_resource, &unknown);
+    struct catalog_options co = {.auto_mode = cfg.auto_resources,
+                                 .resources = cfg.resources,
+                                 .exclude = cfg.resources_exclude,
+                                 .protobuf = cfg.protobuf_resources,
+                                 .max_caches = (unsigned)cfg.max_caches,
+                                 .idle_ms = (uint64_t)cfg.cache_idle_timeout,
+                                 .disk_budget = (uint64_t)cfg.cache_disk_budget,
+                                 .identity = k->server};
+    if ((rc = catalog_new(base, up, ing, st, disco, &co, &cat, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2;
         goto out;
     }
-    struct app_deps deps = {.base = base,
-                            .cfg = &cfg,
-                            .up = up,
-                            .st = st,
-                            .ing = ing,
-                            .refls = refls,
-                            .nrefls = nrefls};
+    struct app_deps deps = {
+        .base = base, .cfg = &cfg, .up = up, .st = st, .ing = ing, .cat = cat, .disco = disco};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
@@ -503,9 +445,8 @@ main(int argc, char **argv)
              : cfg.auth_delegated ? ""
                                   : " (REMOTE!)");
 
-    for (size_t i = 0; i < nrefls; i++)
-        if (start[i])
-            refl_start(refls[i]);
+    disco_start(disco);
+    catalog_start(cat);
     struct stopper sp = {.base = base, .app = app, .drain_s = cfg.shutdown_drain};
     sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sp);
@@ -520,10 +461,8 @@ main(int argc, char **argv)
 out:
     app_free(app);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
-    for (size_t i = 0; i < nrefls; i++)
-        refl_free(refls[i]);
-    free(refls);
-    free(start);
+    catalog_free(cat);
+    disco_free(disco); /* after the app: it borrows the copy */
     up_client_free(up);
     datadir_close(&dd); /* the store, then the lock */
     event_base_free(base);

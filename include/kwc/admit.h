@@ -73,21 +73,23 @@ struct admit_cache {
  * caller owns; rv() is asked once, for the cache chosen, and only when the
  * decision table needs it. */
 struct admit_caches {
-    size_t n;
+    size_t n;                         /* how many; or count() when set */
+    size_t (*count)(const void *arg); /* a set that grows (refl_set) */
     void (*cache)(const void *arg, size_t i, struct admit_cache *out);
     /* Cache i's committed rv, and its history floor into *floor. */
     uint64_t (*rv)(const void *arg, size_t i, uint64_t *floor);
     const void *arg;
 };
 
-/* kwc's caches: the reflectors (borrowed), the store holding their data. */
+/* kwc's caches: the reflectors (borrowed, a set that grows), the store
+ * holding their data. */
+struct refl_set;
 struct admit_refls {
     struct admit_caches c;
-    struct refl *const *refls;
+    const struct refl_set *set;
     struct store *st;
 };
-void admit_refls_init(struct admit_refls *ar, struct refl *const *refls, size_t n,
-                      struct store *st);
+void admit_refls_init(struct admit_refls *ar, const struct refl_set *set, struct store *st);
 
 /* The request. Everything borrowed for the call. */
 struct admit_req {
@@ -161,6 +163,10 @@ struct admit {
  * fails; aborts only on OOM. */
 void admit_decide(const struct admit_req *q, const struct admit_caches *c, struct admit *out);
 void admit_fini(struct admit *a);
+/* The part of admit_decide that needs no cache: q is a read a cache could
+ * answer (a get, list or watch kwc serves, in an encoding it writes), from
+ * the cache of encoding *enc. */
+bool admit_wants(const struct admit_req *q, enum kwc_enc *enc);
 
 /* The cache of r's group/version/resource in encoding enc, or -1: a
  * discovered one, or one not started yet (a protobuf cache waiting for its

@@ -24,6 +24,8 @@ struct up_client;
 struct store;
 struct refl;
 struct refl_ingest;
+struct catalog;
+struct disco;
 struct app;
 
 /* What the app stands on; borrowed, must outlive the app. */
@@ -33,8 +35,8 @@ struct app_deps {
     struct up_client *up;
     struct store *st;
     struct refl_ingest *ing; /* the writer the app subscribes to */
-    struct refl *const *refls;
-    size_t nrefls;
+    struct catalog *cat;     /* the caches (catalog.h) */
+    struct disco *disco;     /* discovery answers are served from its copy; NULL: none */
 };
 
 /* Build the parts, bind and start serving. /readyz answers 200 while every

@@ -56,6 +56,23 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int kwc_parse_bool(const char *s, size_t len, bool *out);
 
 /*
+ * Go's time.ParseDuration ("300ms", "1.5h", "2h45m", "10s"; units ns, us,
+ * µs, ms, s, m, h; a bare "0"), for kube-style flag values: a negative or
+ * overflowing duration is refused. Sets *ms (nanoseconds truncated to
+ * milliseconds). Returns 0 or KWC_EPARSE.
+ */
+int kwc_parse_duration(const char *s, uint64_t *ms);
+
+/*
+ * A byte count as a Kubernetes resource.Quantity writes one ("1Gi", "512Mi",
+ * "1.5G", "100k", "1e9", "4096"): binary suffixes Ki Mi Gi Ti Pi Ei, decimal
+ * k M G T P E, or an exponent; a fraction rounds up to a whole byte as
+ * Quantity.Value does. Negative, "m" (milli) and overflow are refused.
+ * Returns 0 and sets *bytes, or KWC_EPARSE.
+ */
+int kwc_parse_quantity(const char *s, uint64_t *bytes);
+
+/*
  * A boolean query parameter as kube-apiserver converts it
  * (Convert_Slice_string_To_bool in k8s.io/apimachinery): only "0" and
  * "false" in any case are false; anything else, the empty string included, is

@@ -13,6 +13,7 @@
 
 struct metrics;
 struct refl;
+struct refl_set;
 struct store;
 struct watch_pool;
 struct up_client;
@@ -20,19 +21,23 @@ struct auth;
 struct http_server;
 struct access;
 struct pt_budget;
+struct disco;
+struct discovery;
 
 /* Everything borrowed; each must outlive the registry's last render. auth
  * may be NULL (--auth none). */
 struct collect_sources {
-    struct refl *const *refls;
-    size_t nrefls;
+    const struct refl_set *set; /* the caches (it may grow) */
+    struct catalog *cat;        /* NULL: no catalog counters */
     struct store *st;
     struct watch_pool *watch;
     struct up_client *up;
     struct auth *auth;
     struct http_server *http;
     struct access *access;
-    struct pt_budget *budget; /* passthrough response bytes */
+    struct pt_budget *budget;    /* passthrough response bytes */
+    struct disco *disco;         /* the upstream's discovery; NULL: none */
+    struct discovery *discovery; /* discovery requests; NULL: none */
 };
 
 /* Add the collectors to m (src copied). Loop thread of the front end. */

@@ -11,11 +11,14 @@
 #include <stdio.h>
 
 #include "kwc/http.h"
+#include "kwc/kinds.h"
 #include "kwc/log.h"
 
 /*
  * The option table: X(flag, field, type, default, metavar, help).
- * Types: STR, INT (a non-negative integer), BOOL, LEVEL (a log level).
+ * Types: STR, INT (a non-negative integer), BOOL, DUR (a Go duration such as
+ * 30s or 5m, kept in milliseconds), QTY (a byte count as a Kubernetes
+ * quantity such as 512Mi, kept in bytes).
  * Keys of --config files are the flag names without the dashes.
  */
 #define CFG_OPTIONS(X)                                                                             \
@@ -29,14 +32,34 @@
       "address the name resolves to); port 0 picks one")                                           \
     X("data-dir", data_dir, STR, NULL, "DIR",                                                      \
       "directory for the LMDB cache (created with its parents if missing)")                        \
-    X("resources", resources, STR, NULL, "LIST",                                                   \
-      "comma-separated group/version/resource to cache (default: common kinds)")                   \
+    X("resources", resources, STR, "auto", "LIST",                                                 \
+      "auto: cache every resource the upstream's discovery lists as listable and watchable "       \
+      "(built-in and custom, aggregated APIs excepted), each started by its first list or watch; " \
+      "or a comma-separated group/version/resource list (v1/pods,apps/v1/deployments) of the "     \
+      "only caches, started with kwc and waited for by /readyz")                                   \
+    X("resources-exclude", resources_exclude, STR, KINDS_EXCLUDE_DEFAULT, "LIST",                  \
+      "auto: resources never cached (their requests pass through), as group/version/resource "     \
+      "with * for any part (*/leases, v1/secrets, example.com/*/*); empty: none")                  \
+    X("max-caches", max_caches, INT, "256", "N",                                                   \
+      "auto: caches kwc runs at most (a resource in JSON and in protobuf is two); requests of "    \
+      "resources past it pass through")                                                            \
+    X("cache-start-timeout", cache_start_timeout, DUR, "10s", "DURATION",                          \
+      "auto: how long a request that starts a cache (or finds it starting) waits for its first "   \
+      "sync before it passes through to the upstream (0: never waits)")                            \
+    X("cache-idle-timeout", cache_idle_timeout, DUR, "10m", "DURATION",                            \
+      "auto: a cache no request has read and nobody watches for this long stops its upstream "     \
+      "watch and frees its memory; its data stays on disk (see --cache-disk-budget) and it "       \
+      "resumes from its resourceVersion at the next request (0: never stops)")                     \
+    X("cache-disk-budget", cache_disk_budget, QTY, "2Gi", "SIZE",                                  \
+      "auto: on-disk bytes the data of stopped caches may keep; past it the least recently used "  \
+      "stopped cache's data is dropped (it lists again when used)")                                \
     X("protobuf-resources", protobuf_resources, STR, NULL, "LIST",                                 \
-      "built-in resources of --resources whose protobuf cache (for clients that ask for "          \
+      "built-in resources whose protobuf cache (for clients that ask for "                         \
       "application/vnd.kubernetes.protobuf) starts with kwc, by name (pods) or as in "             \
       "--resources; the other built-in ones start at their first protobuf request; none: all "     \
       "wait (default: pods, nodes, services, endpoints, endpointslices, configmaps, secrets, "     \
-      "namespaces, persistentvolumes, persistentvolumeclaims)")                                    \
+      "namespaces, persistentvolumes, persistentvolumeclaims, csidrivers, csinodes, "              \
+      "runtimeclasses, networkpolicies)")                                                          \
     X("config", config_file, STR, NULL, "FILE", "YAML file of these options (flags win)")          \
     X("log-level", log_level_s, STR, "info", "LEVEL", "debug, info, warn or error")                \
     X("log-format", log_format_s, STR, "text", "FORMAT",                                           \
@@ -138,6 +161,11 @@
       "several events to a watcher (0: never: every event is written at once; at most 1000)")      \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
       "how often watchers that allow bookmarks get one")                                           \
+    X("discovery-interval", discovery_interval, INT, "30", "SECONDS",                              \
+      "how often kwc reads the upstream's discovery again (a 304 when nothing changed)")           \
+    X("serve-discovery", serve_discovery, BOOL, "true", "",                                        \
+      "answer discovery requests (/api, /apis and below, /version) from kwc's copy of the "        \
+      "upstream's answers (false: pass them through)")                                             \
     X("history-max-events", history_max_events, INT, "2000000", "N",                               \
       "events kept per resource for watch resumes and exact reads (oldest dropped first)")         \
     X("history-max-bytes", history_max_bytes, INT, "4294967296", "BYTES",                          \
@@ -173,6 +201,8 @@ struct kwc_config {
 #define CFG_FIELD_STR(flag, field, type, def, meta, help) char *field;
 #define CFG_FIELD_INT(flag, field, type, def, meta, help) long field;
 #define CFG_FIELD_BOOL(flag, field, type, def, meta, help) bool field;
+#define CFG_FIELD_DUR(flag, field, type, def, meta, help) long field; /* ms */
+#define CFG_FIELD_QTY(flag, field, type, def, meta, help) long field; /* bytes */
 #define CFG_FIELD(flag, field, type, def, meta, help)                                              \
     CFG_FIELD_##type(flag, field, type, def, meta, help)
     CFG_OPTIONS(CFG_FIELD)
@@ -180,6 +210,8 @@ struct kwc_config {
 #undef CFG_FIELD_STR
 #undef CFG_FIELD_INT
 #undef CFG_FIELD_BOOL
+#undef CFG_FIELD_DUR
+#undef CFG_FIELD_QTY
     enum log_level log_level;
     enum log_format log_format;
     /*
@@ -204,6 +236,8 @@ struct kwc_config {
      * most one request in flight), a built-in resource counting twice
      * (JSON and protobuf). */
     unsigned cache_conns;
+    /* --resources auto: caches start on demand (catalog.h) */
+    bool auto_resources;
     /* tls_min_version_s as OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION. */
     int tls_min_version;
     /* tls_kernel_s resolved */

@@ -17,12 +17,13 @@
  *  - impersonate (impersonate.h): every Impersonate-* header asked about
  *    (verb impersonate) in kube's order; the first denial is kube's 403;
  *  - authorize: what kwc may answer itself (a get, list or watch of a cached
- *    resource; /metrics) with a SubjectAccessReview (403 when denied);
+ *    resource; /metrics; discovery from its copy: discovery.h) with a
+ *    SubjectAccessReview (403 when denied);
  *    everything else the upstream decides;
  *  - route: kwc's own endpoints (/healthz, /livez, /readyz, /metrics),
- *    CONNECT (405), upgrade tunnels (exec/attach/port-forward), cached
- *    watches (watch.h), lists and gets (serve.h), and passthrough to the
- *    upstream for everything else.
+ *    CONNECT (405), upgrade tunnels (exec/attach/port-forward), discovery
+ *    from the copy (discovery.h), cached watches (watch.h), lists and gets
+ *    (serve.h), and passthrough to the upstream for everything else.
  */
 #ifndef KWC_FRONT_H
 #define KWC_FRONT_H
@@ -33,8 +34,10 @@
 struct event_base;
 struct up_client;
 struct refl;
+struct catalog;
 struct serve;
 struct watch_pool;
+struct discovery;
 struct pt_options;
 struct auth;
 struct metrics;
@@ -45,11 +48,12 @@ struct front;
 /* What the stages hand requests to. Everything is borrowed and must outlive
  * the front. */
 struct front_parts {
-    struct event_base *base;   /* the server's loop */
-    struct refl *const *refls; /* /readyz; which requests kwc may answer */
-    size_t nrefls;
-    struct serve *serve;                         /* cached lists and gets */
+    struct event_base *base; /* the server's loop */
+    struct catalog *cat;     /* the caches: /readyz, which requests kwc may answer, on demand */
+    int start_wait_ms;       /* --cache-start-timeout: a read waits this long for a warming cache */
+    struct serve *serve;     /* cached lists and gets */
     struct watch_pool *watch;                    /* cached watches */
+    struct discovery *discovery;                 /* discovery answered from the copy */
     struct up_client *up;                        /* passthrough; tunnels use its uplink */
     const struct pt_options *pt_short, *pt_long; /* passthrough: short, long-running */
     int tunnel_connect_timeout_ms;
@@ -72,5 +76,10 @@ void front_free(struct front *f);
  * front. Each request gets an access record as its note (hreq_set_note); the
  * server's done callback finishes it (access_finish). Loop thread. */
 void front_on_request(void *front, struct hreq *req);
+/* The store committed, or a cache left or came back into service
+ * (refl_ingest_subscribe): requests waiting for a warming cache whose wait
+ * is over are routed again. */
+void front_caches_changed(void *front);
+void front_cache_service(void *front, const struct refl *r, bool serving);
 
 #endif

@@ -12,16 +12,22 @@
 
 #include "kwc/object.h"
 
-/* Default --resources: group/version/resource ("" group for core). */
+/* The --resources list kwc used to default to (tests and benchmarks that
+ * want a fixed set name it). */
 #define KINDS_DEFAULT                                                                              \
     "v1/pods,v1/nodes,v1/namespaces,v1/services,v1/endpoints,v1/configmaps,v1/secrets,"            \
     "apps/v1/deployments,apps/v1/replicasets,apps/v1/daemonsets,apps/v1/statefulsets"
 
-/* Default --protobuf-resources: the protobuf caches that start with kwc (the
- * kinds kubelets and kube-proxy read in protobuf), of those in --resources. */
+/* Default --resources-exclude: written often, rarely listed (every event a
+ * write of kwc's, next to no read served). */
+#define KINDS_EXCLUDE_DEFAULT "v1/events,events.k8s.io/v1/events,coordination.k8s.io/v1/leases"
+
+/* Default --protobuf-resources: the protobuf caches that start with kwc,
+ * by resource name (built-in groups): what kubelets, kube-proxy and node
+ * agents read, in protobuf, so the first of them is served at once. */
 #define KINDS_PB_DEFAULT                                                                           \
     "pods,nodes,services,endpoints,endpointslices,configmaps,secrets,namespaces,"                  \
-    "persistentvolumes,persistentvolumeclaims"
+    "persistentvolumes,persistentvolumeclaims,csidrivers,csinodes,runtimeclasses,networkpolicies"
 
 /*
  * The selectable fields of group/resource, metadata.name and

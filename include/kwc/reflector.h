@@ -60,6 +60,17 @@ struct refl_desc {
     struct store_res *sres;
 };
 
+/* The caches serving reads: a set that only grows while kwc runs (the
+ * catalog adds caches on demand and never removes one, so index i names one
+ * cache for good; a stopped or vanished resource's cache stays, not
+ * started). r has cap entries, n of them set; n grows on the loop thread,
+ * and every reader of the set is on that thread (per-cache arrays elsewhere
+ * are sized by cap). */
+struct refl_set {
+    struct refl **r;
+    size_t n, cap;
+};
+
 /* A request wanted this cache: start it if it has not started (protobuf
  * caches outside --protobuf-resources start on their first request, which
  * passes through meanwhile). Loop thread. */
@@ -105,6 +116,12 @@ void refl_ingest_on_unknown(struct refl_ingest *ing,
                             void (*cb)(void *arg, const struct refl *r, const char *why),
                             void *arg);
 
+/* Call cb after every failed attempt of any cache (before its backoff),
+ * with the upstream's status (0: none, a transfer error): the catalog asks
+ * discovery again when a cache's resource answers 404. */
+void refl_ingest_on_retry(struct refl_ingest *ing,
+                          void (*cb)(void *arg, const struct refl *r, int status), void *arg);
+
 /* Parse "g/v/r" or "v/r" (core) into a new reflector (not started) filling
  * the cache of that resource in encoding enc (store resource "v1/pods:json",
  * "v1/pods:pb"). Returns 0, KWC_ECONFIG with a message for a person in err
@@ -116,6 +133,15 @@ int refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *
 /* Start discovery, list and watch (a warm cache serves at once). Once. */
 void refl_start(struct refl *r);
 void refl_free(struct refl *r);
+/* Stop: the upstream transfer and the timers end, the cache stops serving
+ * (not synced) and its data stays in the store; refl_start resumes it (a
+ * warm start from the stored rv). The catalog stops caches nobody uses. */
+void refl_stop(struct refl *r);
+/* Started and on its way to its first sync: no attempt has failed since
+ * refl_start, it is in service and not refused. A request that started it
+ * may wait for it (the catalog's on-demand caches); it ends with a commit
+ * that syncs it or a failure (refl_ingest's on_service(r, false)). */
+bool refl_warming(const struct refl *r);
 
 bool refl_synced(const struct refl *r);
 /* Synced and in service: the cache may answer r's requests. A protobuf cache

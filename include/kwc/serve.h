@@ -42,6 +42,7 @@
 struct event_base;
 struct store;
 struct refl;
+struct refl_set;
 struct up_client;
 struct pt_options;
 struct route_req;
@@ -56,9 +57,10 @@ struct serve_options {
     const struct pt_options *pt;
 };
 
-/* refls and everything in o are borrowed and must outlive the serve. */
-struct serve *serve_new(struct event_base *base, struct store *st, struct refl *const *refls,
-                        size_t nrefls, const struct serve_options *o);
+/* set (the caches, reflector.h) and everything in o are borrowed and must
+ * outlive the serve. */
+struct serve *serve_new(struct event_base *base, struct store *st, const struct refl_set *set,
+                        const struct serve_options *o);
 void serve_free(struct serve *s);
 
 /* Route stage (head read): true when s took req (it answers it on

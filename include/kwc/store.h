@@ -32,7 +32,7 @@ struct store_wtxn;
 struct store_rtxn;
 
 /* The most resources (store_res names) one store holds. */
-#define STORE_MAX_RESOURCES 64
+#define STORE_MAX_RESOURCES 512
 
 struct store_options {
     uint64_t map_size;      /* bytes of address space for the map (sparse file) */
@@ -158,6 +158,12 @@ int store_verify(struct store *s, void (*progress)(void *arg, uint64_t done_byte
  * now. Returns 0, KWC_EPARSE for a second, different field, or an error.
  */
 int store_res_index(struct store_res *r, unsigned field);
+/* Bytes of the pages r's data takes in the map (objects, history, index). */
+uint64_t store_res_disk_bytes(struct store *s, struct store_res *r);
+/* Drop r's data (objects, history, index, meta) in a transaction of its
+ * own: not while a write transaction is open on this thread. r stays open
+ * and empty, as if new. Returns 0, -errno or KWC_E*. */
+int store_res_clear(struct store *s, struct store_res *r);
 
 /* ---- writing: one transaction per loop turn ---- */
 /* now: seconds, stamped on the events written and used to trim by age. */

@@ -42,6 +42,7 @@
 struct event_base;
 struct store;
 struct refl;
+struct refl_set;
 struct route_req;
 struct hreq;
 struct watch_pool;
@@ -69,10 +70,10 @@ struct watch_options {
     unsigned flush_hold_us;
 };
 
-/* refls are borrowed and must outlive the pool. Starts the worker threads. */
+/* set (the caches, reflector.h: it may grow) is borrowed and must outlive
+ * the pool. Starts the worker threads. */
 struct watch_pool *watch_pool_new(struct event_base *base, struct store *st,
-                                  struct refl *const *refls, size_t nrefls,
-                                  const struct watch_options *o);
+                                  const struct refl_set *set, const struct watch_options *o);
 /* Ends every stream cleanly (terminal chunk), stops and joins the workers.
  * Call before the store closes. */
 void watch_pool_free(struct watch_pool *p);
@@ -105,7 +106,7 @@ struct watch_stats {
 };
 void watch_stats(struct watch_pool *p, struct watch_stats *out);
 
-/* Per cached resource (refls[i]), summed over the workers: open streams
+/* Per cached resource (set->r[i]), summed over the workers: open streams
  * (from the hand-off to the close) and the hubs' counters (hub.h). Any
  * thread; no lock (relaxed loads of single-writer counters). */
 struct watch_res_stats {

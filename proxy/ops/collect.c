@@ -20,6 +20,9 @@
 #include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
+#include "kwc/disco.h"
+#include "kwc/discovery.h"
 #include "kwc/http.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
@@ -28,16 +31,19 @@
 #include "kwc/upstream.h"
 #include "kwc/watch.h"
 
-static const char *const cache_labels[] = {"group", "resource", "encoding", "phase"};
-#define NCACHE 3
+/* version: in auto mode two versions of one resource (autoscaling/v1 and
+ * v2 horizontalpodautoscalers) may both have caches */
+static const char *const cache_labels[] = {"group", "version", "resource", "encoding", "phase"};
+#define NCACHE 4
 
 static void
 cache_values(const struct refl *r, const char **v)
 {
     const struct refl_desc *d = refl_desc(r);
     v[0] = d->group ? d->group : "";
-    v[1] = d->resource ? d->resource : "";
-    v[2] = d->enc == KWC_ENC_PB ? "protobuf" : "json";
+    v[1] = d->version ? d->version : "";
+    v[2] = d->resource ? d->resource : "";
+    v[3] = d->enc == KWC_ENC_PB ? "protobuf" : "json";
 }
 
 /* ---- caches: the store's numbers and the reflectors' counters ---- */
@@ -55,11 +61,11 @@ cache_family(struct metrics_writer *w, const struct collect_sources *s,
              size_t off, bool info)
 {
     metrics_write_family(w, name, help, t);
-    for (size_t i = 0; i < s->nrefls; i++) {
+    for (size_t i = 0; i < s->set->n; i++) {
         if (info && !rows[i].have_info)
             continue;
         const char *v[NCACHE];
-        cache_values(s->refls[i], v);
+        cache_values(s->set->r[i], v);
         const char *base = info ? (const char *)&rows[i].info : (const char *)&rows[i].ctr;
         uint64_t x;
         memcpy(&x, base + off, sizeof(x));
@@ -73,17 +79,17 @@ cache_family(struct metrics_writer *w, const struct collect_sources *s,
 static void
 collect_caches(const struct collect_sources *s, struct metrics_writer *w)
 {
-    struct cache_row *rows = xcalloc(s->nrefls ? s->nrefls : 1, sizeof(*rows));
+    struct cache_row *rows = xcalloc(s->set->n ? s->set->n : 1, sizeof(*rows));
     struct store_rtxn *t = NULL;
     if (store_rtxn_begin(s->st, &t) != 0)
         t = NULL;
-    for (size_t i = 0; i < s->nrefls; i++) {
-        const struct refl_desc *d = refl_desc(s->refls[i]);
+    for (size_t i = 0; i < s->set->n; i++) {
+        const struct refl_desc *d = refl_desc(s->set->r[i]);
         if (t && d->sres && store_info(t, d->sres, &rows[i].info) == 0)
             rows[i].have_info = true;
-        refl_counters(s->refls[i], &rows[i].ctr);
-        rows[i].synced = refl_synced(s->refls[i]);
-        rows[i].serving = refl_serving(s->refls[i]);
+        refl_counters(s->set->r[i], &rows[i].ctr);
+        rows[i].synced = refl_synced(s->set->r[i]);
+        rows[i].serving = refl_serving(s->set->r[i]);
     }
     if (t)
         store_rtxn_end(t);
@@ -107,9 +113,9 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
         "failed write, a checksum or staleness), else 0: its requests pass through."};
     for (int k = 0; k < 2; k++) {
         metrics_write_family(w, sh[k], hh[k], METRICS_GAUGE);
-        for (size_t i = 0; i < s->nrefls; i++) {
+        for (size_t i = 0; i < s->set->n; i++) {
             const char *v[NCACHE];
-            cache_values(s->refls[i], v);
+            cache_values(s->set->r[i], v);
             metrics_write_sample(w, sh[k], cache_labels, v, NCACHE,
                                  k == 0 ? rows[i].synced : rows[i].serving);
         }
@@ -139,10 +145,10 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
                          "Failed upstream attempts by phase, each followed by a backoff (a failed "
                          "write of a watch's events counts as watch).",
                          METRICS_COUNTER);
-    for (size_t i = 0; i < s->nrefls; i++)
+    for (size_t i = 0; i < s->set->n; i++)
         for (int p = 0; p < 3; p++) {
             const char *v[NCACHE + 1];
-            cache_values(s->refls[i], v);
+            cache_values(s->set->r[i], v);
             v[NCACHE] = ph[p];
             metrics_write_sample(w, "kwc_reflector_errors_total", cache_labels, v, NCACHE + 1,
                                  (double)rows[i].ctr.errors[p]);
@@ -153,9 +159,9 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
                          "once the cache has recovered (a list completed, or its watch has stayed "
                          "open 10 s): a failure then retries after 0.25-0.75 s.",
                          METRICS_GAUGE);
-    for (size_t i = 0; i < s->nrefls; i++) {
+    for (size_t i = 0; i < s->set->n; i++) {
         const char *v[NCACHE];
-        cache_values(s->refls[i], v);
+        cache_values(s->set->r[i], v);
         metrics_write_sample(w, "kwc_reflector_backoff_seconds", cache_labels, v, NCACHE,
                              (double)rows[i].ctr.backoff_ms / 1000.0);
     }
@@ -179,28 +185,28 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
 
 /* ---- watch fan-out ---- */
 
-static const char *const from_labels[] = {"group", "resource", "encoding", "from"};
+static const char *const from_labels[] = {"group", "version", "resource", "encoding", "from"};
 
 static void
 collect_watch(const struct collect_sources *s, struct metrics_writer *w)
 {
-    struct watch_res_stats *st = xcalloc(s->nrefls ? s->nrefls : 1, sizeof(*st));
-    for (size_t i = 0; i < s->nrefls; i++)
+    struct watch_res_stats *st = xcalloc(s->set->n ? s->set->n : 1, sizeof(*st));
+    for (size_t i = 0; i < s->set->n; i++)
         watch_res_stats(s->watch, i, &st[i]);
     metrics_write_family(w, "kwc_watchers", "Open watch streams served from the cache.",
                          METRICS_GAUGE);
-    for (size_t i = 0; i < s->nrefls; i++) {
+    for (size_t i = 0; i < s->set->n; i++) {
         const char *v[NCACHE];
-        cache_values(s->refls[i], v);
+        cache_values(s->set->r[i], v);
         metrics_write_sample(w, "kwc_watchers", cache_labels, v, NCACHE, (double)st[i].watchers);
     }
     metrics_write_family(w, "kwc_watchers_lagging",
                          "Watchers catching up (over --watch-budget, or resuming from a "
                          "resourceVersion): they get no live events until they have caught up.",
                          METRICS_GAUGE);
-    for (size_t i = 0; i < s->nrefls; i++) {
+    for (size_t i = 0; i < s->set->n; i++) {
         const char *v[NCACHE];
-        cache_values(s->refls[i], v);
+        cache_values(s->set->r[i], v);
         metrics_write_sample(w, "kwc_watchers_lagging", cache_labels, v, NCACHE,
                              (double)st[i].hub.lagging);
     }
@@ -214,7 +220,7 @@ collect_watch(const struct collect_sources *s, struct metrics_writer *w)
         "without HTTP framing)."};
     for (int k = 0; k < 2; k++) {
         metrics_write_family(w, names[k], helps[k], METRICS_COUNTER);
-        for (size_t i = 0; i < s->nrefls; i++) {
+        for (size_t i = 0; i < s->set->n; i++) {
             const struct hub_res_stats *h = &st[i].hub;
             uint64_t x[4][2] = {{h->live, h->live_bytes},
                                 {h->window, h->window_bytes},
@@ -222,7 +228,7 @@ collect_watch(const struct collect_sources *s, struct metrics_writer *w)
                                 {h->initial, h->initial_bytes}};
             for (int f = 0; f < 4; f++) {
                 const char *v[NCACHE + 1];
-                cache_values(s->refls[i], v);
+                cache_values(s->set->r[i], v);
                 v[NCACHE] = froms[f];
                 metrics_write_sample(w, names[k], from_labels, v, NCACHE + 1, (double)x[f][k]);
             }
@@ -231,9 +237,9 @@ collect_watch(const struct collect_sources *s, struct metrics_writer *w)
     metrics_write_family(w, "kwc_watch_bookmarks_sent_total",
                          "BOOKMARK events sent to watchers (periodic, and initial-events-end).",
                          METRICS_COUNTER);
-    for (size_t i = 0; i < s->nrefls; i++) {
+    for (size_t i = 0; i < s->set->n; i++) {
         const char *v[NCACHE];
-        cache_values(s->refls[i], v);
+        cache_values(s->set->r[i], v);
         metrics_write_sample(w, "kwc_watch_bookmarks_sent_total", cache_labels, v, NCACHE,
                              (double)st[i].hub.bookmarks);
     }
@@ -593,14 +599,130 @@ collect_process(struct metrics_writer *w)
     }
 }
 
+/* The catalog (catalog.h): how many caches, and what started, stopped and
+ * dropped them. */
+static void
+collect_catalog(const struct collect_sources *s, struct metrics_writer *w)
+{
+    if (!s->cat)
+        return;
+    struct catalog_stats cs;
+    catalog_stats(s->cat, &cs);
+    static const struct {
+        const char *name, *help;
+        enum metrics_type t;
+        size_t off;
+    } rows[] = {
+        {"kwc_caches", "Caches kwc has made (each resource and encoding is one).", METRICS_GAUGE,
+         offsetof(struct catalog_stats, caches)},
+        {"kwc_caches_running", "Caches with their upstream list and watch running.", METRICS_GAUGE,
+         offsetof(struct catalog_stats, running)},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(rows); i++) {
+        size_t v;
+        memcpy(&v, (const char *)&cs + rows[i].off, sizeof(v));
+        metrics_write_family(w, rows[i].name, rows[i].help, rows[i].t);
+        metrics_write_sample(w, rows[i].name, NULL, NULL, 0, (double)v);
+    }
+    static const char *const ev_label[] = {"event"};
+    const struct {
+        const char *event;
+        uint64_t n;
+    } evs[] = {{"started", cs.started},
+               {"idle_stopped", cs.idle_stops},
+               {"data_dropped", cs.dropped},
+               {"vanished", cs.vanished},
+               {"refused_max_caches", cs.refused_max}};
+    metrics_write_family(w, "kwc_cache_lifecycle_total",
+                         "Caches started on demand (new or resumed), stopped for "
+                         "--cache-idle-timeout, whose data went for --cache-disk-budget, whose "
+                         "resource left discovery, and requests that found --max-caches reached.",
+                         METRICS_COUNTER);
+    for (size_t i = 0; i < KWC_ARRAY_LEN(evs); i++) {
+        const char *v[] = {evs[i].event};
+        metrics_write_sample(w, "kwc_cache_lifecycle_total", ev_label, v, 1, (double)evs[i].n);
+    }
+}
+
+/* ---- discovery: the copy and the requests it answers ---- */
+
+static void
+one(struct metrics_writer *w, const char *name, const char *help, enum metrics_type t, double v)
+{
+    metrics_write_family(w, name, help, t);
+    metrics_write_sample(w, name, NULL, NULL, 0, v);
+}
+
+static void
+collect_discovery(const struct collect_sources *s, struct metrics_writer *w)
+{
+    if (s->discovery) {
+        struct discovery_stats ds;
+        discovery_stats(s->discovery, &ds);
+        static const char *const src[] = {"source"};
+        const char *cache[] = {"cache"}, *up[] = {"upstream"};
+        metrics_write_family(w, "kwc_discovery_requests_total",
+                             "Discovery requests (/api, /apis and below, /version) by who "
+                             "answered: kwc from its copy of the upstream's answers, or the "
+                             "upstream.",
+                             METRICS_COUNTER);
+        metrics_write_sample(w, "kwc_discovery_requests_total", src, cache, 1, (double)ds.cache);
+        metrics_write_sample(w, "kwc_discovery_requests_total", src, up, 1, (double)ds.upstream);
+        one(w, "kwc_discovery_not_modified_total",
+            "Discovery requests kwc answered 304 from its copy (If-None-Match of its ETag).",
+            METRICS_COUNTER, (double)ds.not_modified);
+    }
+    if (!s->disco)
+        return;
+    struct disco_stats st;
+    disco_stats(s->disco, &st);
+    static const char *const res[] = {"result"};
+    const char *ok[] = {"ok"}, *failed[] = {"failed"};
+    metrics_write_family(w, "kwc_discovery_refreshes_total",
+                         "Rounds of reading the upstream's discovery, by result.", METRICS_COUNTER);
+    metrics_write_sample(w, "kwc_discovery_refreshes_total", res, ok, 1, (double)st.refreshes);
+    metrics_write_sample(w, "kwc_discovery_refreshes_total", res, failed, 1,
+                         (double)st.refresh_failures);
+    one(w, "kwc_discovery_changes_total",
+        "Refreshes that found the upstream's resources changed (their subscribers were told).",
+        METRICS_COUNTER, (double)st.changes);
+    one(w, "kwc_discovery_upstream_requests_total",
+        "GET requests kwc sent the upstream for discovery (refreshes and its copy).",
+        METRICS_COUNTER, (double)st.fetches);
+    one(w, "kwc_discovery_upstream_not_modified_total",
+        "Of kwc's discovery requests, those the upstream answered 304 Not Modified.",
+        METRICS_COUNTER, (double)st.not_modified);
+    one(w, "kwc_discovery_upstream_failures_total",
+        "Of kwc's discovery requests, those that failed (no answer, or not 200 or 304).",
+        METRICS_COUNTER, (double)st.fetch_failures);
+    one(w, "kwc_discovery_ready", "1 once the upstream's discovery has been read.", METRICS_GAUGE,
+        st.ready);
+    one(w, "kwc_discovery_aggregated",
+        "1 when the upstream serves aggregated discovery (apidiscovery.k8s.io).", METRICS_GAUGE,
+        st.aggregated);
+    one(w, "kwc_discovery_resources", "Resources the upstream's discovery lists.", METRICS_GAUGE,
+        (double)st.resources);
+    one(w, "kwc_discovery_copy_documents",
+        "Answers of the upstream kwc keeps to answer discovery requests.", METRICS_GAUGE,
+        (double)st.docs);
+    one(w, "kwc_discovery_copy_bytes", "Bytes of those answers.", METRICS_GAUGE,
+        (double)st.doc_bytes);
+    if (st.last_refresh_age_s >= 0)
+        one(w, "kwc_discovery_last_refresh_age_seconds",
+            "Seconds since the upstream's discovery was last read in full.", METRICS_GAUGE,
+            st.last_refresh_age_s);
+}
+
 static void
 collect(void *arg, struct metrics_writer *w)
 {
     const struct collect_sources *s = arg;
     collect_caches(s, w);
+    collect_catalog(s, w);
     collect_watch(s, w);
     collect_upstream(s, w);
     collect_http(s, w);
+    collect_discovery(s, w);
     collect_process(w);
 }
 

@@ -31,7 +31,8 @@ admit_why_name(enum admit_why w)
 int
 admit_find(const struct admit_caches *c, const struct route_req *r, enum kwc_enc enc)
 {
-    for (size_t i = 0; i < c->n; i++) {
+    size_t n = c->count ? c->count(c->arg) : c->n;
+    for (size_t i = 0; i < n; i++) {
         struct admit_cache ac;
         c->cache(c->arg, i, &ac);
         const struct refl_desc *d = ac.d;
@@ -76,8 +77,11 @@ pass(struct admit *a, enum admit_why why)
     a->why = why;
 }
 
-void
-admit_decide(const struct admit_req *q, const struct admit_caches *c, struct admit *a)
+/* The part of the decision that needs no cache: is this a read a cache
+ * could answer, and in which encoding (a->enc, a->meta, a->pretty and the
+ * error's encoding). False: a->action says why it passes. */
+static bool
+target(const struct admit_req *q, struct admit *a)
 {
     const struct route_req *r = q->r;
     *a = (struct admit){.cache = -1};
@@ -88,7 +92,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
         (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH) ||
         (r->verb == ROUTE_WATCH && r->name)) {
         pass(a, ADMIT_WHY_NOT_READ);
-        return;
+        return false;
     }
     /* JSON from the JSON cache, protobuf (built-in kinds) from the protobuf
      * one; kube's protobuf serializer has no pretty form: ?pretty and a curl
@@ -102,7 +106,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
          * the object's (else kube's 406, the upstream's to write) */
         if ((acc.as == ROUTE_AS_POML) != (a->verb == DECIDE_LIST)) {
             pass(a, ADMIT_WHY_MEDIA);
-            return;
+            return false;
         }
         a->meta = true;
         media = acc.media;
@@ -117,7 +121,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     }
     if (media == ROUTE_MEDIA_OTHER) {
         pass(a, ADMIT_WHY_MEDIA);
-        return;
+        return false;
     }
     /* a custom resource has no protobuf cache: its metadata in protobuf is
      * derived from its JSON cache (pom_pb_from_json), as kube converts the
@@ -125,7 +129,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     a->pom_from_json = media == ROUTE_MEDIA_PROTOBUF && !builtin && a->meta;
     if (media == ROUTE_MEDIA_PROTOBUF && !builtin && !a->meta) {
         pass(a, ADMIT_WHY_NOT_CACHED);
-        return;
+        return false;
     }
     /* pretty: the winning clause's pretty=1, or isPrettyPrint (?pretty, a
      * curl-like User-Agent); kube's NegotiateOutputMediaType ORs them */
@@ -145,8 +149,33 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
             a->error_upstream = true;
     }
     a->enc = media == ROUTE_MEDIA_PROTOBUF ? KWC_ENC_PB : KWC_ENC_JSON;
-    enum kwc_enc cache_enc = a->pom_from_json ? KWC_ENC_JSON : a->enc;
-    a->cache = admit_find(c, r, cache_enc);
+    return true;
+}
+
+/* The encoding of the cache that answers a: the answer's, but a custom
+ * resource's protobuf metadata comes from its JSON cache. */
+static enum kwc_enc
+cache_enc(const struct admit *a)
+{
+    return a->pom_from_json ? KWC_ENC_JSON : a->enc;
+}
+
+bool
+admit_wants(const struct admit_req *q, enum kwc_enc *enc)
+{
+    struct admit a;
+    bool ok = target(q, &a);
+    *enc = cache_enc(&a);
+    return ok;
+}
+
+void
+admit_decide(const struct admit_req *q, const struct admit_caches *c, struct admit *a)
+{
+    const struct route_req *r = q->r;
+    if (!target(q, a))
+        return;
+    a->cache = admit_find(c, r, cache_enc(a));
     if (a->cache < 0) {
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
@@ -155,7 +184,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     c->cache(c->arg, (size_t)a->cache, &ac);
     if (!ac.serving) {
         /* a lazily started protobuf cache starts now */
-        a->want = cache_enc == KWC_ENC_PB && !ac.started;
+        a->want = cache_enc(a) == KWC_ENC_PB && !ac.started;
         pass(a, ADMIT_WHY_NOT_SERVING);
         return;
     }
@@ -240,7 +269,7 @@ static void
 refls_cache(const void *arg, size_t i, struct admit_cache *out)
 {
     const struct admit_refls *ar = arg;
-    const struct refl *rf = ar->refls[i];
+    const struct refl *rf = ar->set->r[i];
     *out = (struct admit_cache){
         .d = refl_desc(rf), .started = refl_started(rf), .serving = refl_serving(rf)};
 }
@@ -249,12 +278,21 @@ static uint64_t
 refls_rv(const void *arg, size_t i, uint64_t *floor)
 {
     const struct admit_refls *ar = arg;
-    return store_res_rv(ar->st, refl_desc(ar->refls[i])->sres, floor);
+    return store_res_rv(ar->st, refl_desc(ar->set->r[i])->sres, floor);
+}
+
+static size_t
+refls_count(const void *arg)
+{
+    const struct admit_refls *ar = arg;
+    return ar->set->n;
 }
 
 void
-admit_refls_init(struct admit_refls *ar, struct refl *const *refls, size_t n, struct store *st)
+admit_refls_init(struct admit_refls *ar, const struct refl_set *set, struct store *st)
 {
     *ar = (struct admit_refls){
-        .c = {.n = n, .cache = refls_cache, .rv = refls_rv, .arg = ar}, .refls = refls, .st = st};
+        .c = {.count = refls_count, .cache = refls_cache, .rv = refls_rv, .arg = ar},
+        .set = set,
+        .st = st};
 }

@@ -18,7 +18,8 @@
  * (Impersonate-* on kwc's credentials, or the caller's own bearer token),
  * and the upstream decides. /healthz, /livez and /readyz need no identity;
  * /metrics is authorized as kube authorizes its own (a non-resource URL:
- * nonResourceAttributes {path, verb}).
+ * nonResourceAttributes {path, verb}), and so is a discovery request kwc
+ * answers from its copy of the upstream's (discovery.h).
  *
  * Every request carries a record (access.h) from its head on: the stages
  * fill in the route, the caller and the handler that took it; the HTTP
@@ -39,6 +40,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,8 @@
 #include "kwc/admit.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
+#include "kwc/discovery.h"
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/impersonate.h"
@@ -69,11 +73,14 @@ struct front {
     struct up_client *up;
     const struct pt_options *pt_short, *pt_long;
     struct tunnel_options tun;
-    struct refl *const *refls;
-    size_t nrefls;
+    struct catalog *cat;
+    const struct refl_set *set; /* the catalog's */
+    int start_wait_ms;
+    struct kreq *waiting; /* requests waiting for a warming cache */
     struct serve *serve;
     struct watch_pool *watch;
-    struct auth *auth; /* NULL: --auth none */
+    struct discovery *discovery; /* discovery answered from the copy */
+    struct auth *auth;           /* NULL: --auth none */
     bool tls;
     bool forward_token; /* --passthrough-identity=forward-token */
     bool (*accept_host)(const void *arg, const char *host); /* --accept-hosts */
@@ -94,6 +101,15 @@ struct kreq {
     struct imp_plan imp;      /* the Impersonate-* questions, asked in order */
     size_t at;                /* the question being asked */
     char nr_verb[16];         /* a non-resource request's verb (the lower-case method) */
+    /* kwc may answer it from a cache: --auth none, or a SubjectAccessReview
+     * allowed it (stage_authorize). Without it the upstream answers. */
+    bool may_serve;
+    /* waiting for cache wait_slot's first sync (--cache-start-timeout) */
+    bool waited;
+    int wait_slot;
+    struct event *wait_timer;
+    struct kreq *wait_next, **wait_prev;
+    bool nonresource; /* kwc authorizes it as a non-resource URL */
 };
 
 static void stage_impersonate(struct kreq *k);
@@ -165,41 +181,57 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
 
 /* ---- kwc's own endpoints ---- */
 
-/* /readyz: every cache synced. The verbose form names each check, as
- * kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"). A
- * protobuf cache nobody asked for yet (not started) is not a check; one the
- * upstream does not serve in protobuf is listed but holds nothing back. */
+/* One cache's line of /readyz; false when it holds readiness back. */
+static bool
+readyz_cache(struct evbuffer *b, const struct refl *rf, bool counted)
+{
+    char st[256];
+    refl_status(rf, st, sizeof(st));
+    if (!counted) {
+        const char *why = refl_last_error(rf);
+        evbuffer_add_printf(b,
+                            "[+]cache %s ok: not counted%s; its requests pass through while it "
+                            "does not serve%s%s%s\n",
+                            st, refl_counts_ready(rf) ? " (started on demand)" : " until it serves",
+                            why ? " (" : "", why ? why : "", why ? ")" : "");
+        return true;
+    }
+    bool ok = refl_serving(rf);
+    const char *out = refl_out_why(rf);
+    if (ok)
+        evbuffer_add_printf(b, "[+]cache %s ok\n", st);
+    else if (out)
+        evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
+    else if (refl_last_error(rf))
+        evbuffer_add_printf(b, "[-]cache %s failed: not synced: %s\n", st, refl_last_error(rf));
+    else
+        evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
+    return ok;
+}
+
+/* /readyz: every required cache synced. The verbose form names each check,
+ * as kube-apiserver's does ("[+]name ok" / "[-]name failed: reason"): the
+ * caches /readyz waits for first (--resources LIST: those of the list, and
+ * a protobuf cache a request started once it has synced), then those
+ * started on demand (auto mode: all), listed but holding nothing back; a
+ * cache not running (not asked for yet, stopped while idle) is not listed.
+ * One the upstream does not serve in protobuf holds nothing back either. */
 static void
 readyz(struct front *f, struct hreq *req, bool verbose)
 {
     struct evbuffer *b = evbuffer_new();
     bool ready = true;
     evbuffer_add_printf(b, "[+]ping ok\n");
-    for (size_t i = 0; i < f->nrefls; i++) {
-        char st[256];
-        if (!refl_started(f->refls[i]))
-            continue;
-        refl_status(f->refls[i], st, sizeof(st));
-        if (!refl_counts_ready(f->refls[i])) {
-            const char *why = refl_last_error(f->refls[i]);
-            evbuffer_add_printf(b,
-                                "[+]cache %s ok: not counted until it serves; its requests pass "
-                                "through%s%s%s\n",
-                                st, why ? " (" : "", why ? why : "", why ? ")" : "");
-            continue;
+    bool auto_mode = catalog_auto(f->cat);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < f->set->n; i++) {
+            const struct refl *rf = f->set->r[i];
+            if (!refl_started(rf))
+                continue;
+            bool counted = !auto_mode && refl_counts_ready(rf);
+            if (counted == (pass == 0))
+                ready &= readyz_cache(b, rf, counted);
         }
-        bool ok = refl_serving(f->refls[i]);
-        const char *out = refl_out_why(f->refls[i]);
-        ready &= ok;
-        if (ok)
-            evbuffer_add_printf(b, "[+]cache %s ok\n", st);
-        else if (out)
-            evbuffer_add_printf(b, "[-]cache %s failed: out of service: %s\n", st, out);
-        else if (refl_last_error(f->refls[i]))
-            evbuffer_add_printf(b, "[-]cache %s failed: not synced: %s\n", st,
-                                refl_last_error(f->refls[i]));
-        else
-            evbuffer_add_printf(b, "[-]cache %s failed: not synced\n", st);
     }
     evbuffer_add_printf(b, "readyz check %s\n", ready ? "passed" : "failed");
     size_t n = evbuffer_get_length(b);
@@ -348,13 +380,104 @@ long_running(const struct route_req *r)
     return false;
 }
 
+static void kreq_free(struct kreq *k);
+static bool route_request(struct front *f, struct kreq *k);
+
+/* ---- waiting for a cache's first sync ---- */
+
 static void
+wait_unlink(struct kreq *k)
+{
+    if (!k->wait_prev)
+        return;
+    *k->wait_prev = k->wait_next;
+    if (k->wait_next)
+        k->wait_next->wait_prev = k->wait_prev;
+    k->wait_prev = NULL;
+    event_free(k->wait_timer);
+    k->wait_timer = NULL;
+}
+
+/* The wait is over (the cache synced or failed, or the deadline passed):
+ * route again, the cache's answer or the upstream's. */
+static void
+on_wait_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct kreq *k = arg;
+    wait_unlink(k);
+    k->waited = true;
+    hreq_set_handler(k->req, NULL, NULL);
+    if (!route_request(k->f, k))
+        kreq_free(k);
+}
+
+static void
+on_wait_close(void *arg)
+{
+    kreq_free(arg); /* unlinks it */
+}
+
+static const struct hreq_handler wait_handler = {.on_close = on_wait_close};
+
+/* A read of a resource kwc may cache: the catalog finds (auto mode:
+ * starts) its cache; one on its way to its first sync is waited for, as
+ * kube's Cacher makes requests wait while it initialises, up to
+ * --cache-start-timeout. True when k now waits. */
+static bool
+wait_for_cache(struct front *f, struct kreq *k)
+{
+    const struct route_req *r = &k->route;
+    struct admit_req q = {.r = r,
+                          .method = k->method,
+                          .accept = hreq_header(k->req, "Accept"),
+                          .user_agent = hreq_header(k->req, "User-Agent")};
+    enum kwc_enc enc;
+    if (!admit_wants(&q, &enc))
+        return false;
+    int i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
+    if (i < 0 || k->waited || f->start_wait_ms <= 0 || !catalog_warming(f->cat, (size_t)i))
+        return false;
+    k->wait_slot = i;
+    k->wait_timer = evtimer_new(hreq_base(k->req), on_wait_over, k);
+    struct timeval tv = {f->start_wait_ms / 1000, (f->start_wait_ms % 1000) * 1000};
+    evtimer_add(k->wait_timer, &tv);
+    k->wait_next = f->waiting;
+    if (f->waiting)
+        f->waiting->wait_prev = &k->wait_next;
+    f->waiting = k;
+    k->wait_prev = &f->waiting;
+    hreq_set_handler(k->req, &wait_handler, k);
+    return true;
+}
+
+void
+front_caches_changed(void *arg)
+{
+    struct front *f = arg;
+    for (struct kreq *k = f->waiting; k; k = k->wait_next)
+        if (!catalog_warming(f->cat, (size_t)k->wait_slot))
+            event_active(k->wait_timer, EV_TIMEOUT, 1); /* routed from the loop, not from here */
+}
+
+void
+front_cache_service(void *arg, const struct refl *r, bool serving)
+{
+    (void)r;
+    (void)serving;
+    front_caches_changed(arg);
+}
+
+/* Route k. False when k is done with (the caller frees it), true when it
+ * waits for a cache (it is freed when the wait ends). */
+static bool
 route_request(struct front *f, struct kreq *k)
 {
     struct hreq *req = k->req;
     if (is_local_path(k->route.path) || is_metrics_path(k->route.path)) {
         answer(f, req, 0, NULL, NULL, k->route.path);
-        return;
+        return false;
     }
     if (strcmp(k->method, "CONNECT") == 0) {
         /* kube-apiserver has no CONNECT handler (its "connect" subresources
@@ -362,25 +485,33 @@ route_request(struct front *f, struct kreq *k)
          * or forwards it; the server closes the connection after. */
         answer(f, req, 405, "MethodNotAllowed",
                "the server does not allow this method on the requested resource", NULL);
-        return;
+        return false;
     }
     if (hreq_upgrade(req)) {
         access_set_source(req, ACCESS_UPSTREAM);
         tunnel_start(req, &f->tun);
-        return;
+        return false;
     }
-    /* the cache's, unless neither takes it (passthrough marks its own) */
-    access_set_source(req, ACCESS_CACHE);
-    switch (watch_take(f->watch, req, &k->route)) {
-    case WATCH_STREAM:
-    case WATCH_ANSWERED:
-        return;
-    case WATCH_NOT_TAKEN:
-        break;
+    /* what kwc did not authorize itself, the upstream answers (and decides) */
+    if (k->may_serve) {
+        /* the cache's, unless neither takes it (passthrough marks its own) */
+        access_set_source(req, ACCESS_CACHE);
+        if (discovery_take(f->discovery, req, &k->route, true))
+            return false;
+        if (wait_for_cache(f, k))
+            return true;
+        switch (watch_take(f->watch, req, &k->route)) {
+        case WATCH_STREAM:
+        case WATCH_ANSWERED:
+            return false;
+        case WATCH_NOT_TAKEN:
+            break;
+        }
+        if (serve_take(f->serve, req, &k->route))
+            return false;
     }
-    if (serve_take(f->serve, req, &k->route))
-        return;
     pt_forward(req, f->up, long_running(&k->route) ? f->pt_long : f->pt_short);
+    return false;
 }
 
 /* ---- the pipeline ---- */
@@ -388,6 +519,7 @@ route_request(struct front *f, struct kreq *k)
 static void
 kreq_free(struct kreq *k)
 {
+    wait_unlink(k);
     auth_cancel(k->wait);
     if (k->user)
         auth_user_unref(k->user);
@@ -636,14 +768,7 @@ kwc_may_answer(struct kreq *k)
         return false;
     if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
         return false;
-    /* the JSON cache decides for a protobuf request too (kwc may answer it
-     * from the protobuf cache): a protobuf cache has a JSON one beside it */
-    struct admit_refls ar;
-    admit_refls_init(&ar, k->f->refls, k->f->nrefls, NULL);
-    if (admit_find(&ar.c, r, KWC_ENC_JSON) >= 0)
-        return true;
-    int i = admit_find(&ar.c, r, KWC_ENC_PB);
-    return i >= 0 && refl_desc(k->f->refls[i])->kind != NULL;
+    return catalog_may_cache(k->f->cat, r->group, r->version, r->resource);
 }
 
 /* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */
@@ -653,7 +778,7 @@ request_attrs(struct kreq *k, struct sel **sel, struct auth_attrs *at)
     const struct route_req *r = &k->route;
     const char *name = r->name;
     *sel = NULL;
-    if (is_metrics_path(r->path)) {
+    if (k->nonresource) {
         /* kube's RequestInfo for a non-resource URL: the path, the method in lower case */
         size_t i = 0;
         for (; k->method[i] && i + 1 < sizeof(k->nr_verb); i++)
@@ -684,6 +809,7 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
     struct kreq *k = arg;
     k->wait = NULL;
     if (d == AUTH_ALLOW) {
+        k->may_serve = !is_metrics_path(k->route.path);
         stage_route(k);
         return;
     }
@@ -707,7 +833,9 @@ on_authorized(void *arg, enum auth_decision d, const char *reason)
 static void
 stage_authorize(struct kreq *k)
 {
-    if (!kwc_may_answer(k) && !is_metrics_path(k->route.path)) {
+    k->nonresource =
+        is_metrics_path(k->route.path) || discovery_answerable(k->f->discovery, k->req, &k->route);
+    if (!k->nonresource && !kwc_may_answer(k)) {
         stage_route(k);
         return;
     }
@@ -756,8 +884,8 @@ stage_route(struct kreq *k)
     if (k->f->auth)
         set_identity(k);
     hreq_set_handler(k->req, NULL, NULL);
-    route_request(k->f, k);
-    kreq_free(k);
+    if (!route_request(k->f, k))
+        kreq_free(k);
 }
 
 void
@@ -794,8 +922,9 @@ front_on_request(void *arg, struct hreq *req)
         return;
     }
     if (!f->auth || is_local_path(k->route.path)) {
-        route_request(f, k);
-        kreq_free(k);
+        k->may_serve = !f->auth; /* --auth none: every caller acts as kwc */
+        if (!route_request(f, k))
+            kreq_free(k);
         return;
     }
     stage_authenticate(k);
@@ -810,10 +939,12 @@ front_new(const struct front_parts *p)
     f->up = p->up;
     f->pt_short = p->pt_short;
     f->pt_long = p->pt_long;
-    f->refls = p->refls;
-    f->nrefls = p->nrefls;
+    f->cat = p->cat;
+    f->set = catalog_set(p->cat);
+    f->start_wait_ms = p->start_wait_ms;
     f->serve = p->serve;
     f->watch = p->watch;
+    f->discovery = p->discovery;
     f->auth = p->auth;
     f->tls = p->tls;
     f->forward_token = p->forward_token;

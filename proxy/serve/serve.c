@@ -69,8 +69,7 @@
 struct serve {
     struct event_base *base;
     struct store *st;
-    struct refl *const *refls;
-    size_t nrefls;
+    const struct refl_set *set; /* the caches (grows: catalog.h) */
     struct serve_options o;
     struct admit_refls caches; /* admission's view of refls (points to itself) */
     struct sreq *waiters;
@@ -1059,11 +1058,11 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     struct admit a;
     admit_decide(&q, &s->caches.c, &a);
     if (a.want)
-        refl_want(s->refls[a.cache]);
+        refl_want(s->set->r[a.cache]);
     if (a.action == ADMIT_PASS) {
         if (a.why == ADMIT_WHY_TABLE || a.why == ADMIT_WHY_ERROR_ENCODING ||
             a.why == ADMIT_WHY_FIELDS)
-            log_debug("cache %s: %s passed through (%s)", refl_desc(s->refls[a.cache])->resource,
+            log_debug("cache %s: %s passed through (%s)", refl_desc(s->set->r[a.cache])->resource,
                       r->path,
                       a.why == ADMIT_WHY_TABLE            ? decide_why_name(a.dec.why)
                       : a.why == ADMIT_WHY_ERROR_ENCODING ? "an error to answer in protobuf"
@@ -1071,7 +1070,7 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
         admit_fini(&a);
         return false;
     }
-    const struct refl_desc *d = refl_desc(s->refls[a.cache]);
+    const struct refl_desc *d = refl_desc(s->set->r[a.cache]);
     bool list = a.verb == DECIDE_LIST;
 
     struct sreq *sr = xcalloc(1, sizeof(*sr));
@@ -1127,16 +1126,15 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
 }
 
 struct serve *
-serve_new(struct event_base *base, struct store *st, struct refl *const *refls, size_t nrefls,
+serve_new(struct event_base *base, struct store *st, const struct refl_set *set,
           const struct serve_options *o)
 {
     struct serve *s = xcalloc(1, sizeof(*s));
     s->base = base;
     s->st = st;
-    s->refls = refls;
-    s->nrefls = nrefls;
+    s->set = set;
     s->o = *o;
-    admit_refls_init(&s->caches, refls, nrefls, st);
+    admit_refls_init(&s->caches, set, st);
     respond_rng_seed(s->rng);
     return s;
 }

@@ -144,11 +144,11 @@ struct watch_pool {
     struct event_base *base;
     struct store *st;
     struct watch_options o;
-    struct refl *const *refls;
-    struct admit_refls caches; /* admission's view of refls (points to itself) */
-    struct pres *res;          /* res[i] is refls[i] */
-    size_t nres;
-    struct worker *w; /* nw threads, then the local worker (w[nw]) */
+    const struct refl_set *set; /* the caches (grows: catalog.h) */
+    struct admit_refls caches;  /* admission's view of set (points to itself) */
+    struct pres *res;           /* res[i] is set->r[i]; cap entries, set up at first use */
+    size_t nres;                /* set->cap */
+    struct worker *w;           /* nw threads, then the local worker (w[nw]) */
     unsigned nw;
     uint64_t rng[2];
     unsigned long long batches;
@@ -763,7 +763,7 @@ watch_service_changed(void *arg, const struct refl *r, bool serving)
     struct watch_pool *p = arg;
     if (serving)
         return; /* streams of a cache back in service start with new requests */
-    for (size_t i = 0; i < p->nres; i++) {
+    for (size_t i = 0; i < p->set->n; i++) {
         struct pres *pr = &p->res[i];
         if (pr->rf != r || !pr->hr)
             continue;
@@ -780,7 +780,7 @@ void
 watch_committed(void *arg)
 {
     struct watch_pool *p = arg;
-    for (size_t i = 0; i < p->nres; i++)
+    for (size_t i = 0; i < p->set->n; i++)
         if (p->res[i].hr)
             publish(p, &p->res[i]);
 }
@@ -839,7 +839,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     struct admit a;
     admit_decide(&q, &p->caches.c, &a);
     if (a.want)
-        refl_want(p->refls[a.cache]);
+        refl_want(p->set->r[a.cache]);
     if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
     if (a.action == ADMIT_ERROR) {
@@ -848,6 +848,12 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         return WATCH_ANSWERED;
     }
     struct pres *pr = &p->res[a.cache];
+    if (!pr->rf) {
+        /* a cache's first watch: its slot in the pool (the catalog may
+         * have added it since the pool started) */
+        pr->rf = p->set->r[a.cache];
+        pr->count = xcalloc(p->nw + 1, sizeof(atomic_uint));
+    }
     const struct refl_desc *d = refl_desc(pr->rf);
     struct decide_result dec = a.dec;
     uint64_t cur = a.current_rv;
@@ -968,7 +974,7 @@ worker_init(struct watch_pool *p, unsigned i, bool local, struct hub_options ho)
 }
 
 struct watch_pool *
-watch_pool_new(struct event_base *base, struct store *st, struct refl *const *refls, size_t nrefls,
+watch_pool_new(struct event_base *base, struct store *st, const struct refl_set *set,
                const struct watch_options *o)
 {
     struct watch_pool *p = xcalloc(1, sizeof(*p));
@@ -987,14 +993,10 @@ watch_pool_new(struct event_base *base, struct store *st, struct refl *const *re
     if (!p->o.coalesce_max_us)
         p->o.coalesce_max_us = PACE_MAX_US;
     respond_rng_seed(p->rng);
-    p->refls = refls;
-    p->nres = nrefls;
-    admit_refls_init(&p->caches, refls, nrefls, st);
-    p->res = xcalloc(nrefls ? nrefls : 1, sizeof(*p->res));
-    for (size_t i = 0; i < nrefls; i++) {
-        p->res[i].rf = refls[i];
-        p->res[i].count = xcalloc(p->nw + 1, sizeof(atomic_uint));
-    }
+    p->set = set;
+    p->nres = set->cap;
+    admit_refls_init(&p->caches, set, st);
+    p->res = xcalloc(p->nres ? p->nres : 1, sizeof(*p->res));
     p->w = xcalloc(p->nw + 1, sizeof(*p->w));
     struct hub_options ho = {
         .budget = p->o.budget, .bookmark_ms = o->bookmark_ms, .window_bytes = o->window_bytes};
@@ -1069,7 +1071,7 @@ watch_pool_streams(struct watch_pool *p)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->nres; i++)
-        for (unsigned w = 0; w <= p->nw; w++)
+        for (unsigned w = 0; p->res[i].count && w <= p->nw; w++)
             n += atomic_load(&p->res[i].count[w]);
     return n;
 }
@@ -1100,10 +1102,12 @@ watch_res_stats(struct watch_pool *p, size_t i, struct watch_res_stats *out)
     memset(out, 0, sizeof(*out));
     if (i >= p->nres)
         return;
+    atomic_uint *count = p->res[i].count; /* NULL until the cache's first watch */
     for (unsigned k = 0; k <= p->nw; k++) {
         struct hub_res_stats s;
         hub_res_stats_read(&p->w[k].rstats[i], &s);
-        out->watchers += atomic_load_explicit(&p->res[i].count[k], memory_order_relaxed);
+        if (count)
+            out->watchers += atomic_load_explicit(&count[k], memory_order_relaxed);
         out->hub.lagging += s.lagging;
         out->hub.live += s.live;
         out->hub.live_bytes += s.live_bytes;

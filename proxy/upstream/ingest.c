@@ -208,6 +208,14 @@ refl_ingest_on_unknown(struct refl_ingest *ing,
 }
 
 void
+refl_ingest_on_retry(struct refl_ingest *ing,
+                     void (*cb)(void *arg, const struct refl *r, int status), void *arg)
+{
+    ing->on_retry = cb;
+    ing->on_retry_arg = arg;
+}
+
+void
 refl_ingest_free(struct refl_ingest *ing)
 {
     if (!ing)

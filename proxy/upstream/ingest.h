@@ -53,6 +53,8 @@ struct refl_ingest {
     size_t nsubs;
     void (*on_unknown)(void *arg, const struct refl *r, const char *why);
     void *on_unknown_arg;
+    void (*on_retry)(void *arg, const struct refl *r, int status);
+    void *on_retry_arg;
 };
 
 /* A new pending write, zeroed, for the caller to fill (valid until the next

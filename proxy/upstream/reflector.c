@@ -261,6 +261,13 @@ refl_retry(struct refl *r, const char *why)
     log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     step(r, delay);
+    if (!r->synced && !r->failed) {
+        /* requests waiting for its first sync (refl_warming) go upstream */
+        r->failed = true;
+        refl_ingest_notify_service(r->ing, r, false);
+    }
+    if (r->ing->on_retry)
+        r->ing->on_retry(r->ing->on_retry_arg, r, r->status);
 }
 
 /* Out of service for a cause at least as strong as the current one. */
@@ -853,6 +860,7 @@ refl_start(struct refl *r)
     if (r->started)
         return;
     r->started = true;
+    r->failed = false;
     /* A warm cache from the same upstream is served at once, even while the
      * upstream is unreachable; discovery then resumes the watch. */
     struct store_rtxn *t;
@@ -878,6 +886,8 @@ refl_start(struct refl *r)
         r->synced = r->ever_synced = true;
         r->rv = info.rv;
         r->d.namespaced = info.namespaced;
+        free(r->d.list_kind); /* a restart (refl_stop) */
+        free(r->d.kind);
         r->d.list_kind = xstrdup(info.list_kind);
         r->d.kind = xstrndup(info.list_kind, kl - 4);
     }
@@ -886,6 +896,40 @@ refl_start(struct refl *r)
     struct timeval tick = {0, TICK_MS * 1000};
     event_add(r->tick, &tick);
     step(r, 0);
+}
+
+void
+refl_stop(struct refl *r)
+{
+    if (!r->started)
+        return;
+    up_xfer_cancel(r->x);
+    r->x = NULL;
+    evtimer_del(r->timer);
+    event_del(r->tick);
+    evbuffer_drain(r->body, evbuffer_get_length(r->body));
+    wframe_fini(&r->wf);
+    wframe_init(&r->wf, 0);
+    pb_split_fini(&r->pf);
+    pb_split_init(&r->pf, 0);
+    refl_diff_reset(r);
+    free(r->cont);
+    r->cont = NULL;
+    r->started = r->synced = r->refused = r->failed = false;
+    r->state = R_IDLE;
+    r->backoff_ms = 0;
+    r->last_err[0] = '\0';
+    if (r->out == OUT_STALE) {
+        r->out = OUT_NONE; /* it is not watched: nothing to be stale about */
+        r->out_why[0] = '\0';
+    }
+    log_info("cache %s: stopped (its data stays on disk; the next request resumes it)", r->label);
+}
+
+bool
+refl_warming(const struct refl *r)
+{
+    return r->started && !r->synced && r->out == OUT_NONE && !r->refused && !r->failed;
 }
 
 void

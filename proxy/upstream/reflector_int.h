@@ -43,6 +43,7 @@ struct refl {
     bool discovery_failed; /* an attempt failed before any answer (upstream away) */
     bool ever_synced;      /* synced at least once since kwc started */
     bool refused;          /* protobuf: the upstream does not serve it so (last_err) */
+    bool failed;           /* an attempt failed since refl_start, before a sync */
     bool wrong_type;       /* this transfer's 200 came in another Content-Type */
     char got_type[96];     /* ...which one, for the message */
     char *identity;

@@ -697,7 +697,7 @@ class WatchFanout(unittest.TestCase):
 
             def counts():
                 m = scrape(e.kwc.port)
-                return m, {k: total(m, k, group="", resource="pods", encoding="json")
+                return m, {k: total(m, k, group="", version="v1", resource="pods", encoding="json")
                            for k in ("kwc_watch_events_sent_total", "kwc_watch_sent_bytes_total",
                                      "kwc_watchers_lagging")}
 

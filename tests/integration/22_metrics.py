@@ -61,7 +61,7 @@ def val(m, name, **labels):
 
 
 def pods(**kw):
-    return dict(group="", resource="pods", encoding="json", **kw)
+    return dict(group="", version="v1", resource="pods", encoding="json", **kw)
 
 
 def raw_get(port, path):

@@ -36,7 +36,7 @@ def obj_rv(e):
 
 
 def lagging(port):
-    return total(scrape(port), "kwc_watchers_lagging", group="", resource="pods", encoding="json")
+    return total(scrape(port), "kwc_watchers_lagging", group="", version="v1", resource="pods", encoding="json")
 
 
 def kwc_rv(port):

@@ -247,9 +247,107 @@ test_strerror(void)
     }
 }
 
+/* ---- kwc_parse_duration, kwc_parse_quantity ------------------------------ */
+
+/* Expected values from Go's time.ParseDuration table (time_test.go
+ * parseDurationTests) and its error cases, in milliseconds. */
+static void
+test_parse_duration(void)
+{
+    static const struct {
+        const char *in;
+        uint64_t ms;
+    } good[] = {{"0", 0},
+                {"5s", 5000},
+                {"30s", 30000},
+                {"1478s", 1478000},
+                {"+5s", 5000},
+                {"5.0s", 5000},
+                {"5.6s", 5600},
+                {"5.s", 5000},
+                {".5s", 500},
+                {"1.0s", 1000},
+                {"1.004s", 1004},
+                {"100.00100s", 100001},
+                {"10ms", 10},
+                {"1500us", 1},
+                {"2000000ns", 2},
+                {"3\xc2\xb5s", 0},
+                {"3m", 180000},
+                {"2m", 120000},
+                {"10h", 36000000},
+                {"3h30m", 12600000},
+                {"10.5s4m", 250500},
+                {"1h2m3s4ms5us6ns", 3723004},
+                {"39h9m14.425s", 140954425},
+                {"0.3333333333333333333h", 1200000},
+                {"9223372036854775807ns", 9223372036854ull}};
+    char what[96];
+    for (size_t i = 0; i < KWC_ARRAY_LEN(good); i++) {
+        uint64_t ms = 7;
+        snprintf(what, sizeof what, "duration \"%s\"", good[i].in);
+        is_int(kwc_parse_duration(good[i].in, &ms), 0, what);
+        is_int((long long)ms, (long long)good[i].ms, what);
+    }
+    static const char *const bad[] = {
+        "",    "3",         "-3s", "s",   ".s",  ".",   "1d",
+        "1.5", "x",         "1sx", "3 s", " 3s", "1hh", "9223372036854775808ns",
+        "-0",  "300000000h"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
+        uint64_t ms;
+        snprintf(what, sizeof what, "duration \"%s\" refused", bad[i]);
+        is_int(kwc_parse_duration(bad[i], &ms), KWC_EPARSE, what);
+    }
+}
+
+/* Expected values from resource.Quantity: the suffix tables of
+ * k8s.io/apimachinery/pkg/api/resource/suffix.go and Value()'s rounding up. */
+static void
+test_parse_quantity(void)
+{
+    static const struct {
+        const char *in;
+        uint64_t bytes;
+    } good[] = {{"0", 0},
+                {"4096", 4096},
+                {"1Ki", 1024},
+                {"1Mi", 1048576},
+                {"64Mi", 67108864},
+                {"1Gi", 1073741824},
+                {"1.5Gi", 1610612736},
+                {"16Gi", 17179869184ull},
+                {"1Ti", 1099511627776ull},
+                {"100k", 100000},
+                {"1M", 1000000},
+                {"2G", 2000000000},
+                {"1e3", 1000},
+                {"1E3", 1000},
+                {"1E", 1000000000000000000ull},
+                {"0.1", 1},
+                {"1.2", 2},
+                {"+5", 5},
+                {"1e-1", 1}};
+    char what[96];
+    for (size_t i = 0; i < KWC_ARRAY_LEN(good); i++) {
+        uint64_t b = 7;
+        snprintf(what, sizeof what, "quantity \"%s\"", good[i].in);
+        is_int(kwc_parse_quantity(good[i].in, &b), 0, what);
+        is_int((long long)b, (long long)good[i].bytes, what);
+    }
+    static const char *const bad[] = {"",  "-1",   "1m",    "1KiB",  "1kb", "Gi",
+                                      ".", "1 Gi", "1e3Gi", "100Ei", "x",   "1u"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(bad); i++) {
+        uint64_t b;
+        snprintf(what, sizeof what, "quantity \"%s\" refused", bad[i]);
+        is_int(kwc_parse_quantity(bad[i], &b), KWC_EPARSE, what);
+    }
+}
+
 int
 main(void)
 {
+    TAP_RUN(test_parse_duration);
+    TAP_RUN(test_parse_quantity);
     TAP_RUN(test_query_bool);
     TAP_RUN(test_parse_bool);
     TAP_RUN(test_pct_decode);

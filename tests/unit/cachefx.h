@@ -65,6 +65,7 @@ struct cfx {
     struct up_client *up;
     struct refl_ingest *ing;
     struct refl *refls[1];
+    struct refl_set set; /* over refls */
     struct http_server *http;
     struct cfx_peer p[CFX_MAX_PEERS];
     int np;
@@ -224,6 +225,7 @@ cfx_open(struct cfx *f, size_t nobj, size_t obj_size, uint64_t hist_events)
         printf("# fixture: %s\n", err);
         abort();
     }
+    f->set = (struct refl_set){.r = f->refls, .n = 1, .cap = 1};
     refl_start(f->refls[0]);
     ok(refl_serving(f->refls[0]), "the warm cache serves at once");
 

@@ -347,6 +347,7 @@ struct env {
     struct store *st;
     struct refl_ingest *ing;
     struct refl *refls[2];
+    struct refl_set set; /* over refls */
     struct watch_pool *watch;
     struct auth *auth;
     struct http_server *http;
@@ -437,6 +438,7 @@ env_init(struct env *e, bool with_auth, bool with_budget)
         printf("# refl_new: %s\n", err);
         abort();
     }
+    e->set = (struct refl_set){.r = e->refls, .n = 2, .cap = 2};
     fill_store(e);
     struct watch_options wo = {.workers = 1,
                                .budget = 1 << 20,
@@ -444,7 +446,7 @@ env_init(struct env *e, bool with_auth, bool with_budget)
                                .bookmark_ms = 60000,
                                .wait_ms = 1000,
                                .too_large = DECIDE_TOO_LARGE_504};
-    e->watch = watch_pool_new(e->base, e->st, e->refls, 2, &wo);
+    e->watch = watch_pool_new(e->base, e->st, &e->set, &wo);
     if (with_auth) {
         struct auth_options ao = {.token_ttl_s = 120,
                                   .token_fail_ttl_s = 10,
@@ -472,8 +474,7 @@ env_init(struct env *e, bool with_auth, bool with_budget)
     e->recs[1] = access_begin(e->acc);
     if (with_budget)
         e->budget = pt_budget_new(BUDGET);
-    struct collect_sources cs = {.refls = e->refls,
-                                 .nrefls = 2,
+    struct collect_sources cs = {.set = &e->set,
                                  .st = e->st,
                                  .watch = e->watch,
                                  .up = e->up,
@@ -547,29 +548,29 @@ struct want {
 };
 
 static const struct want caches[] = {
-    {"kwc_cache_objects", "gauge", "group,resource,encoding"},
-    {"kwc_cache_resource_version", "gauge", "group,resource,encoding"},
-    {"kwc_cache_history_floor", "gauge", "group,resource,encoding"},
-    {"kwc_cache_history_events", "gauge", "group,resource,encoding"},
-    {"kwc_cache_history_bytes", "gauge", "group,resource,encoding"},
-    {"kwc_cache_synced", "gauge", "group,resource,encoding"},
-    {"kwc_cache_in_service", "gauge", "group,resource,encoding"},
-    {"kwc_reflector_lists_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_relists_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_expired_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_watches_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_watch_restarts_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_events_total", "counter", "group,resource,encoding"},
-    {"kwc_reflector_errors_total", "counter", "group,resource,encoding,phase"},
-    {"kwc_reflector_backoff_seconds", "gauge", "group,resource,encoding"},
+    {"kwc_cache_objects", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_resource_version", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_history_floor", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_history_events", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_history_bytes", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_synced", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_in_service", "gauge", "group,version,resource,encoding"},
+    {"kwc_reflector_lists_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_relists_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_expired_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_watches_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_watch_restarts_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_events_total", "counter", "group,version,resource,encoding"},
+    {"kwc_reflector_errors_total", "counter", "group,version,resource,encoding,phase"},
+    {"kwc_reflector_backoff_seconds", "gauge", "group,version,resource,encoding"},
     {"kwc_lmdb_map_size_bytes", "gauge", ""},
     {"kwc_lmdb_map_used_bytes", "gauge", ""},
     {"kwc_lmdb_readers", "gauge", ""},
-    {"kwc_watchers", "gauge", "group,resource,encoding"},
-    {"kwc_watchers_lagging", "gauge", "group,resource,encoding"},
-    {"kwc_watch_events_sent_total", "counter", "group,resource,encoding,from"},
-    {"kwc_watch_sent_bytes_total", "counter", "group,resource,encoding,from"},
-    {"kwc_watch_bookmarks_sent_total", "counter", "group,resource,encoding"},
+    {"kwc_watchers", "gauge", "group,version,resource,encoding"},
+    {"kwc_watchers_lagging", "gauge", "group,version,resource,encoding"},
+    {"kwc_watch_events_sent_total", "counter", "group,version,resource,encoding,from"},
+    {"kwc_watch_sent_bytes_total", "counter", "group,version,resource,encoding,from"},
+    {"kwc_watch_bookmarks_sent_total", "counter", "group,version,resource,encoding"},
     {"kwc_watch_store_queued_bytes", "gauge", ""},
     {"kwc_upstream_requests_total", "counter", "method,code"},
     {"kwc_upstream_request_duration_seconds", "histogram", "method"},
@@ -649,8 +650,8 @@ check_fams(struct expo *x, const struct want *w, size_t n, bool present, bool ma
     }
 }
 
-#define CM "{group=\"\",resource=\"configmaps\",encoding=\"json\"}"
-#define DEP "{group=\"apps\",resource=\"deployments\",encoding=\"protobuf\"}"
+#define CM "{group=\"\",version=\"v1\",resource=\"configmaps\",encoding=\"json\"}"
+#define DEP "{group=\"apps\",version=\"v1\",resource=\"deployments\",encoding=\"protobuf\"}"
 
 /* The value of series s is v (NAN: absent). */
 #define is_val(x, s, v, what)                                                                      \
@@ -698,19 +699,22 @@ check_caches(struct env *e, struct expo *x)
     refl_counters(e->refls[1], &d);
     is_int(c.errors[0], 1, "the configmaps reflector: one failed discovery");
     is_val(x,
-           "kwc_reflector_errors_total{group=\"\",resource=\"configmaps\",encoding=\"json\","
+           "kwc_reflector_errors_total{group=\"\",version=\"v1\",resource=\"configmaps\",encoding="
+           "\"json\","
            "phase=\"discovery\"}",
            1, "kwc_reflector_errors_total: discovery 1");
     is_val(x,
-           "kwc_reflector_errors_total{group=\"\",resource=\"configmaps\",encoding=\"json\","
+           "kwc_reflector_errors_total{group=\"\",version=\"v1\",resource=\"configmaps\",encoding="
+           "\"json\","
            "phase=\"list\"}",
            (double)c.errors[1], "...list");
     is_val(x,
-           "kwc_reflector_errors_total{group=\"\",resource=\"configmaps\",encoding=\"json\","
+           "kwc_reflector_errors_total{group=\"\",version=\"v1\",resource=\"configmaps\",encoding="
+           "\"json\","
            "phase=\"watch\"}",
            (double)c.errors[2], "...watch");
     is_val(x,
-           "kwc_reflector_errors_total{group=\"apps\",resource=\"deployments\","
+           "kwc_reflector_errors_total{group=\"apps\",version=\"v1\",resource=\"deployments\","
            "encoding=\"protobuf\",phase=\"discovery\"}",
            0, "...the other cache's: 0");
     is_int(nsamples(x, "kwc_reflector_errors_total"), 6, "...three phases for each cache");
@@ -979,7 +983,8 @@ test_without_auth_budget(void)
     check_fams(x, caches, sizeof caches / sizeof caches[0], true, true);
     /* the reflector never started: its counters are 0, its series there */
     is_val(x,
-           "kwc_reflector_errors_total{group=\"\",resource=\"configmaps\",encoding=\"json\","
+           "kwc_reflector_errors_total{group=\"\",version=\"v1\",resource=\"configmaps\",encoding="
+           "\"json\","
            "phase=\"discovery\"}",
            0, "not started: discovery errors 0");
     is_int(nsamples(x, "kwc_upstream_requests_total"), 0, "no request yet: no sample");

@@ -135,7 +135,15 @@ test_defaults(void)
     is_str(c.data_dir, "/tmp/kwc-config-test-data", "data-dir");
     is_str(c.kubeconfig, NULL, "no kubeconfig");
     is_str(c.context, NULL, "no context");
-    is_str(c.resources, NULL, "no resources");
+    is_str(c.resources, "auto", "resources: auto");
+    ok(c.auto_resources, "auto: caches on demand");
+    is_str(c.resources_exclude, "v1/events,events.k8s.io/v1/events,coordination.k8s.io/v1/leases",
+           "events and leases excluded");
+    is_int(c.cache_start_timeout, 10000, "cache-start-timeout 10s");
+    is_int(c.cache_idle_timeout, 600000, "cache-idle-timeout 10m");
+    is_int(c.cache_disk_budget, 2147483648L, "cache-disk-budget 2Gi");
+    is_int(c.max_caches, 256, "max-caches");
+    is_int(c.cache_conns, 256, "auto: a cache connection per cache kwc may run");
     is_str(c.config_file, NULL, "no config file");
     is_str(c.port_file, NULL, "no port file");
     is_str(c.listen, "127.0.0.1:8001", "listen default");
@@ -1213,9 +1221,43 @@ test_config_file_errors(void)
     cleanup_files();
 }
 
+/* Kube-style values: Go durations and quantities, with messages that say
+ * what is wrong and what works. */
+static void
+test_kube_values(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, "--cache-idle-timeout", "2m30s", "--cache-start-timeout=1.5s",
+                 "--cache-disk-budget", "512Mi", "--resources", "v1/pods", NULL),
+           0, "duration and quantity flags");
+    is_int(c.cache_idle_timeout, 150000, "2m30s");
+    is_int(c.cache_start_timeout, 1500, "1.5s");
+    is_int(c.cache_disk_budget, 536870912, "512Mi");
+    ok(!c.auto_resources, "an explicit list");
+    is_int(c.cache_conns, 2, "explicit: two caches per entry");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--cache-idle-timeout", "0", NULL), 0, "0 alone");
+    is_int(c.cache_idle_timeout, 0, "0: never");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--cache-idle-timeout", "300", NULL), "\"300\" is not a duration",
+             "a bare number is no duration");
+    ok(err_has("--cache-idle-timeout") && err_has("5m"), "the flag, and an example");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--cache-disk-budget", "1GB", NULL), "--cache-disk-budget",
+             "1GB is not a quantity");
+    ok(err_has("4Gi"), "the message shows the form");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--cache-start-timeout", "-1s", NULL), "--cache-start-timeout",
+             "negative refused");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-caches", "0", NULL), "--max-caches 0", "0 caches refused");
+    cfg_fini(&c);
+}
+
 int
 main(void)
 {
+    TAP_RUN(test_kube_values);
     unsetenv("KUBERNETES_SERVICE_HOST");
     TAP_RUN(test_defaults);
     TAP_RUN(test_flag_forms);

@@ -44,6 +44,7 @@
 #include "kwc/access.h"
 #include "kwc/auth.h"
 #include "kwc/base.h"
+#include "kwc/catalog.h"
 #include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/metrics.h"
@@ -199,7 +200,7 @@ struct env {
     char dir[64];
     struct store *st;
     struct refl_ingest *ing;
-    struct refl *refls[1];
+    struct catalog *cat;
     struct serve *serve;
     struct watch_pool *watch;
     struct auth *auth;
@@ -272,9 +273,10 @@ env_init(struct env *e, bool delegated)
     if (store_open(e->dir, &so, &e->st) != 0)
         abort();
     refl_ingest_new(e->base, e->st, NULL, &e->ing);
-    if (refl_new(e->base, e->up, e->ing, "v1/pods", KWC_ENC_JSON, e->k->server, &e->refls[0], err,
-                 sizeof(err)) != 0) {
-        printf("# refl_new: %s\n", err);
+    struct catalog_options co = {
+        .resources = "v1/pods", .protobuf = "none", .identity = e->k->server};
+    if (catalog_new(e->base, e->up, e->ing, e->st, NULL, &co, &e->cat, err, sizeof(err)) != 0) {
+        printf("# catalog_new: %s\n", err);
         abort();
     }
     e->pt_short = (struct pt_options){
@@ -286,14 +288,14 @@ env_init(struct env *e, bool delegated)
                                 .max_buffer = 1 << 20,
                                 .up = e->up,
                                 .pt = &e->pt_short};
-    e->serve = serve_new(e->base, e->st, e->refls, 1, &so2);
+    e->serve = serve_new(e->base, e->st, catalog_set(e->cat), &so2);
     struct watch_options wo = {.workers = 1,
                                .budget = 1 << 20,
                                .window_bytes = 1 << 20,
                                .bookmark_ms = 60000,
                                .wait_ms = 1000,
                                .too_large = DECIDE_TOO_LARGE_504};
-    e->watch = watch_pool_new(e->base, e->st, e->refls, 1, &wo);
+    e->watch = watch_pool_new(e->base, e->st, catalog_set(e->cat), &wo);
     if (delegated) {
         struct auth_options ao = {.anonymous = false,
                                   .token_ttl_s = 120,
@@ -307,8 +309,7 @@ env_init(struct env *e, bool delegated)
     struct access_options aco = {.log = false, .level = LOG_DEBUG};
     e->acc = access_new(e->m, &aco);
     struct front_parts fp = {.base = e->base,
-                             .refls = e->refls,
-                             .nrefls = 1,
+                             .cat = e->cat,
                              .serve = e->serve,
                              .watch = e->watch,
                              .up = e->up,
@@ -342,7 +343,7 @@ env_fini(struct env *e)
     access_free(e->acc);
     metrics_free(e->m);
     refl_ingest_free(e->ing);
-    refl_free(e->refls[0]);
+    catalog_free(e->cat);
     up_client_free(e->up);
     store_close(e->st);
     lmdbdir_rm(e->dir);

@@ -418,6 +418,38 @@ test_catchup_sources(void)
     catchup_from(1, true, true, "a window of one batch: the store, then the window");
 }
 
+/* The window is for watchers: when a resource's last watcher leaves, its
+ * window goes (an idle cache holds no events in memory); a later watcher
+ * from before catches up from the store, with the same events. */
+static void
+test_window_freed_without_watchers(void)
+{
+    setup();
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink first, later;
+    memset(&first, 0, sizeof first), memset(&later, 0, sizeof later);
+    uint64_t from = rv;
+    struct hub_watcher *w = watch(h, &first, NULL, NULL, NULL, false, from);
+    for (int b = 0; b < 3; b++) {
+        put(STORE_MODIFIED, "ns-1", "a", b % 2 ? "a" : "b", "n");
+        publish(h);
+    }
+    is_int(lines(&first, (char[8][200]){{0}}, 8), 3, "the first watcher got the three events");
+    hub_unwatch(w);
+    struct hub_stats s0, s1;
+    hub_stats(h, &s0);
+    w = watch(h, &later, NULL, NULL, NULL, false, from);
+    bool alive = true;
+    for (int i = 0; i < 20 && hub_pump(w, &alive) && alive; i++)
+        ;
+    hub_stats(h, &s1);
+    is_int(s1.from_window - s0.from_window, 0, "no window left to catch up from");
+    is_int(s1.from_store - s0.from_store, 3, "the store's history instead");
+    is_mem(later.buf, later.len, first.buf, first.len, "the same events, byte for byte");
+    hub_free(h);
+    teardown();
+}
+
 static void
 test_skipped_batches_are_caught_up(void)
 {
@@ -1551,6 +1583,7 @@ main(void)
     TAP_RUN(test_index_visits);
     TAP_RUN(test_lag_and_catchup);
     TAP_RUN(test_catchup_sources);
+    TAP_RUN(test_window_freed_without_watchers);
     TAP_RUN(test_skipped_batches_are_caught_up);
     TAP_RUN(test_initial_state);
     TAP_RUN(test_too_old_and_reset);

@@ -23,7 +23,7 @@ serve_open(struct cfx *f, size_t max_buffer)
 {
     struct serve_options so = {
         .too_large = DECIDE_TOO_LARGE_PASS, .wait_ms = 3000, .max_buffer = max_buffer, .up = f->up};
-    struct serve *s = serve_new(f->base, f->st, f->refls, 1, &so);
+    struct serve *s = serve_new(f->base, f->st, &f->set, &so);
     f->take = servefx_take;
     f->arg = s;
     return s;

@@ -47,7 +47,7 @@ pool_open(struct cfx *f, size_t budget, size_t window, uint64_t bookmark_ms)
                                .bookmark_ms = bookmark_ms,
                                .wait_ms = 3000,
                                .own_loop = own_loop};
-    struct watch_pool *p = watch_pool_new(f->base, f->st, f->refls, 1, &wo);
+    struct watch_pool *p = watch_pool_new(f->base, f->st, &f->set, &wo);
     f->take = take;
     f->arg = p;
     return p;
@@ -316,7 +316,7 @@ test_held(void)
                                .own_loop = own_loop,
                                .coalesce_max_us = 30000,
                                .flush_hold_us = 30000};
-    struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
+    struct watch_pool *p = watch_pool_new(f.base, f.st, &f.set, &wo);
     f.take = take;
     f.arg = p;
     struct evs v = {0};
@@ -367,7 +367,7 @@ test_never_held(void)
                                .own_loop = own_loop,
                                .no_coalesce = true,
                                .flush_hold_us = 300000};
-    struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
+    struct watch_pool *p = watch_pool_new(f.base, f.st, &f.set, &wo);
     f.take = take;
     f.arg = p;
     struct evs v = {0};
@@ -409,7 +409,7 @@ test_held_close(void)
                                .own_loop = own_loop,
                                .coalesce_max_us = 300000,
                                .flush_hold_us = 300000};
-    struct watch_pool *p = watch_pool_new(f.base, f.st, f.refls, 1, &wo);
+    struct watch_pool *p = watch_pool_new(f.base, f.st, &f.set, &wo);
     f.take = take;
     f.arg = p;
     struct evs v = {0}, v2 = {0};

@@ -1,0 +1,106 @@
+/*
+ * catalog.h — which caches kwc runs (issue 30). It owns the reflectors and
+ * the set serving reads (struct refl_set: it only grows, so an index names
+ * one cache for good).
+ *
+ * Two modes:
+ *  - explicit (--resources LIST): a JSON cache per entry, started with kwc
+ *    and required by /readyz, and for a built-in resource a protobuf cache,
+ *    started with kwc when --protobuf-resources names it, else by its first
+ *    protobuf request. Nothing else is ever cached.
+ *  - auto (the default): any resource the upstream's discovery (disco.h)
+ *    lists with the verbs list and watch, not in an aggregated API and not
+ *    excluded (--resources-exclude), gets a cache in the encoding a request
+ *    asks for at its first list, get or watch (catalog_want), up to
+ *    --max-caches; the protobuf caches --protobuf-resources names start as
+ *    soon as discovery has answered. None is required by /readyz. A cache
+ *    nobody read and nobody watched for --cache-idle-timeout stops (its data
+ *    stays on disk, it resumes from its rv at its next request); the data
+ *    of stopped caches is kept within --cache-disk-budget, the least
+ *    recently used dropped first. A resource that leaves discovery (a CRD
+ *    deleted, a version no longer served) has its cache stopped, its
+ *    watchers ended as kube ends them, and its data dropped.
+ *
+ * Loop thread only.
+ */
+#ifndef KWC_CATALOG_H
+#define KWC_CATALOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kwc/enc.h"
+
+struct event_base;
+struct up_client;
+struct refl_ingest;
+struct refl_set;
+struct store;
+struct disco;
+struct catalog;
+
+struct catalog_options {
+    bool auto_mode;
+    const char *resources; /* explicit: the list */
+    const char *exclude;   /* auto: --resources-exclude (NULL or "": none) */
+    const char *protobuf;  /* --protobuf-resources; NULL: KINDS_PB_DEFAULT; "none" */
+    unsigned max_caches;   /* auto: caches at most */
+    uint64_t idle_ms;      /* auto: --cache-idle-timeout; 0: never */
+    uint64_t disk_budget;  /* auto: --cache-disk-budget, bytes */
+    const char *identity;  /* the upstream's, recorded with the data */
+};
+
+/* Build the catalog. Explicit mode creates its caches here (not started);
+ * disco is required in auto mode (borrowed; it may be NULL in explicit
+ * mode). Returns 0, or KWC_ECONFIG/the store's error with a message for a
+ * person in err. */
+int catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
+                struct store *st, struct disco *disco, const struct catalog_options *o,
+                struct catalog **out, char *err, size_t errlen);
+/* Start what starts with kwc (explicit: the list; auto: the protobuf
+ * defaults once discovery has answered). */
+void catalog_start(struct catalog *c);
+void catalog_free(struct catalog *c);
+
+const struct refl_set *catalog_set(const struct catalog *c);
+bool catalog_auto(const struct catalog *c);
+
+/* Could kwc answer a read of group/version/resource from a cache (one it
+ * has, or one it would start)? The front authorizes such reads itself. */
+bool catalog_may_cache(const struct catalog *c, const char *group, const char *version,
+                       const char *resource);
+/*
+ * A request would be answered from the cache of group/version/resource in
+ * enc: find that cache, in auto mode starting it (a new one, a stopped one)
+ * when the resource may be cached, and mark it used now. Returns its index
+ * in the set, or -1 (not cached: the request passes through).
+ */
+int catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
+                 enum kwc_enc enc);
+/* Cache i is on its way to its first sync (refl_warming): a request may
+ * wait for it, up to --cache-start-timeout. */
+bool catalog_warming(const struct catalog *c, size_t i);
+/* /readyz: cache i is required (explicit mode's), not one started on demand. */
+bool catalog_required(const struct catalog *c, size_t i);
+
+/* Whether cache i has watchers now (the watch pool's count), asked before
+ * an idle cache is stopped. */
+void catalog_set_busy(struct catalog *c, bool (*busy)(void *arg, size_t i), void *arg);
+/* Ends the watch streams of cache i (its resource left discovery), as the
+ * watch pool ends those of a cache out of service. */
+void catalog_set_end(struct catalog *c, void (*end)(void *arg, size_t i), void *arg);
+
+/* Counters for /metrics. */
+struct catalog_stats {
+    size_t caches;        /* in the set */
+    size_t running;       /* started */
+    uint64_t started;     /* caches started on demand (new or resumed) */
+    uint64_t idle_stops;  /* stopped for --cache-idle-timeout */
+    uint64_t dropped;     /* stopped caches whose data went for the disk budget */
+    uint64_t vanished;    /* caches whose resource left discovery */
+    uint64_t refused_max; /* requests that found --max-caches reached */
+};
+void catalog_stats(const struct catalog *c, struct catalog_stats *out);
+
+#endif

@@ -1,0 +1,655 @@
+/*
+ * catalog.c — which caches kwc runs (see catalog.h).
+ *
+ * Every cache is a slot of the set, never removed while kwc runs: serving
+ * and the watch pool size their per-cache arrays by the set's capacity and
+ * keep an index for good. A slot's reflector is started, stopped (idle,
+ * vanished) and started again; its store resource stays open.
+ *
+ * Auto mode decides from discovery alone (disco.h): a request for a
+ * resource discovery does not list asks discovery again (rate-limited
+ * there) and passes through meanwhile; a cache whose upstream answers 404
+ * does the same, and the change it finds (the resource gone) stops the
+ * cache, ends its watchers and drops its data.
+ */
+#include "kwc/catalog.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kwc/base.h"
+#include "kwc/disco.h"
+#include "kwc/kinds.h"
+#include "kwc/log.h"
+#include "kwc/reflector.h"
+#include "kwc/store.h"
+
+#include "ingest.h"
+
+#define CATALOG_TICK_MIN_MS 1000
+#define CATALOG_TICK_MAX_MS 30000
+
+struct slot {
+    bool required;       /* explicit mode: /readyz waits for it */
+    bool pinned;         /* started with kwc: never stopped for idleness */
+    bool has_data;       /* stopped with its data on disk (the budget counts it) */
+    uint64_t used_ms;    /* the last request that named it */
+    uint64_t stopped_ms; /* when it stopped (the budget drops the oldest first) */
+    uint64_t disk;       /* its data's bytes when it stopped */
+};
+
+struct pattern {
+    char *part[3]; /* group, version, resource; "*": any */
+};
+
+struct catalog {
+    struct event_base *base;
+    struct up_client *up;
+    struct refl_ingest *ing;
+    struct store *st;
+    struct disco *disco;
+    bool auto_mode;
+    unsigned max_caches;
+    uint64_t idle_ms, disk_budget;
+    char *identity;
+    struct refl_set set;
+    struct slot *slots;
+    struct pattern *excl;
+    size_t nexcl;
+    char **pb; /* --protobuf-resources entries; NULL: none */
+    size_t npb;
+    struct event *tick;
+    bool defaults_started;
+    bool warned_max;
+    bool (*busy)(void *arg, size_t i);
+    void *busy_arg;
+    void (*end)(void *arg, size_t i);
+    void *end_arg;
+    struct catalog_stats stats;
+};
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Comma-separated entries, trimmed of spaces, empty ones left out. */
+static char **
+split(const char *list, size_t *n)
+{
+    char **out = xcalloc(1, sizeof(char *));
+    *n = 0;
+    if (!list)
+        return out;
+    char *copy = xstrdup(list), *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        size_t l = strlen(t);
+        while (l > 0 && t[l - 1] == ' ')
+            t[--l] = '\0';
+        if (!*t)
+            continue;
+        out = xrealloc(out, (*n + 2) * sizeof(*out));
+        out[(*n)++] = xstrdup(t);
+        out[*n] = NULL;
+    }
+    free(copy);
+    return out;
+}
+
+static void
+free_list(char **l, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(l[i]);
+    free(l);
+}
+
+/*
+ * An --resources-exclude entry: "group/version/resource", "version/resource"
+ * (the core group, as --resources writes it) or "resource" (any group and
+ * version); "*" matches any group, version or resource, and "*" in the
+ * first part of a two-part entry ("*" + "/leases") any group and version.
+ */
+static int
+parse_pattern(const char *e, struct pattern *p, char *err, size_t errlen)
+{
+    size_t n;
+    char *copy = xstrdup(e);
+    char *parts[4] = {0};
+    n = 0;
+    for (char *s = copy, *slash; n < 4; s = slash + 1) {
+        parts[n++] = s;
+        if (!(slash = strchr(s, '/')))
+            break;
+        *slash = '\0';
+    }
+    bool bad = n > 3;
+    for (size_t i = 0; i < n && !bad; i++)
+        bad = !*parts[i];
+    if (bad) {
+        snprintf(err, errlen,
+                 "--resources-exclude: \"%s\" is not group/version/resource, version/resource "
+                 "(core group) or resource, with * for any part (*/leases, v1/secrets, "
+                 "example.com/*/*)",
+                 e);
+        free(copy);
+        return KWC_ECONFIG;
+    }
+    if (n == 3) {
+        p->part[0] = xstrdup(parts[0]);
+        p->part[1] = xstrdup(parts[1]);
+        p->part[2] = xstrdup(parts[2]);
+    } else if (n == 2) {
+        bool any = strcmp(parts[0], "*") == 0;
+        p->part[0] = xstrdup(any ? "*" : "");
+        p->part[1] = xstrdup(parts[0]);
+        p->part[2] = xstrdup(parts[1]);
+    } else {
+        p->part[0] = xstrdup("*");
+        p->part[1] = xstrdup("*");
+        p->part[2] = xstrdup(parts[0]);
+    }
+    free(copy);
+    return 0;
+}
+
+static bool
+part_matches(const char *pat, const char *s)
+{
+    return strcmp(pat, "*") == 0 || strcmp(pat, s) == 0;
+}
+
+static bool
+excluded(const struct catalog *c, const char *g, const char *v, const char *r)
+{
+    for (size_t i = 0; i < c->nexcl; i++) {
+        const struct pattern *p = &c->excl[i];
+        if (part_matches(p->part[0], g) && part_matches(p->part[1], v) &&
+            part_matches(p->part[2], r))
+            return true;
+    }
+    return false;
+}
+
+static char *
+gvr_text(const char *g, const char *v, const char *r)
+{
+    return *g ? xasprintf("%s/%s/%s", g, v, r) : xasprintf("%s/%s", v, r);
+}
+
+/* Auto mode: may the resource have a cache? */
+static bool
+cacheable(const struct catalog *c, const char *g, const char *v, const char *r)
+{
+    struct disco_res dr;
+    if (!c->disco || disco_find(c->disco, g, v, r, &dr) != DISCO_PRESENT)
+        return false;
+    return dr.list && dr.watch && !dr.aggregated && !excluded(c, g, v, r);
+}
+
+static int
+find(const struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc enc)
+{
+    for (size_t i = 0; i < c->set.n; i++) {
+        const struct refl_desc *d = refl_desc(c->set.r[i]);
+        if (d->enc == enc && strcmp(d->resource, r) == 0 && strcmp(d->version, v) == 0 &&
+            strcmp(d->group, g) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* A new cache in the set (not started). -1 when the set is full or the
+ * cache cannot be made (logged). */
+static int
+add(struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc enc, char *err,
+    size_t errlen)
+{
+    if (c->set.n >= c->set.cap) {
+        snprintf(err, errlen, "more caches than kwc runs (--max-caches %zu)", c->set.cap);
+        return -1;
+    }
+    char *gvr = gvr_text(g, v, r);
+    struct refl *rf;
+    int rc = refl_new(c->base, c->up, c->ing, gvr, enc, c->identity, &rf, err, errlen);
+    free(gvr);
+    if (rc)
+        return -1;
+    size_t i = c->set.n;
+    c->slots[i] = (struct slot){.used_ms = now_ms()};
+    c->set.r[i] = rf;
+    c->set.n++;
+    return (int)i;
+}
+
+static void
+start_slot(struct catalog *c, size_t i, bool pinned)
+{
+    struct slot *s = &c->slots[i];
+    s->pinned |= pinned;
+    s->used_ms = now_ms();
+    s->has_data = false; /* in use: the budget does not count it */
+    c->stats.started++;
+    refl_start(c->set.r[i]);
+}
+
+static void
+stop_slot(struct catalog *c, size_t i)
+{
+    struct slot *s = &c->slots[i];
+    refl_ingest_commit(c->ing); /* nothing of its pending afterwards */
+    refl_stop(c->set.r[i]);
+    s->stopped_ms = now_ms();
+    s->disk = store_res_disk_bytes(c->st, refl_desc(c->set.r[i])->sres);
+    s->has_data = true;
+}
+
+/* The data of stopped caches within the budget: drop the least recently
+ * stopped first. */
+static void
+keep_budget(struct catalog *c)
+{
+    for (;;) {
+        uint64_t total = 0;
+        int oldest = -1;
+        for (size_t i = 0; i < c->set.n; i++) {
+            const struct slot *s = &c->slots[i];
+            if (!s->has_data)
+                continue;
+            total += s->disk;
+            if (oldest < 0 || s->stopped_ms < c->slots[oldest].stopped_ms)
+                oldest = (int)i;
+        }
+        if (total <= c->disk_budget || oldest < 0)
+            return;
+        struct slot *s = &c->slots[oldest];
+        const struct refl_desc *d = refl_desc(c->set.r[oldest]);
+        int rc = store_res_clear(c->st, d->sres);
+        if (rc)
+            log_warnx("cache %s%s: dropping its data for --cache-disk-budget failed: %s", d->path,
+                      d->enc == KWC_ENC_PB ? " (protobuf)" : "", kwc_strerror(rc));
+        else
+            log_info("cache %s%s: its data dropped for --cache-disk-budget (%.1f MiB of stopped "
+                     "caches' data over %.1f MiB); it lists again when used",
+                     d->path, d->enc == KWC_ENC_PB ? " (protobuf)" : "", (double)total / 1048576.0,
+                     (double)c->disk_budget / 1048576.0);
+        s->has_data = false;
+        c->stats.dropped++;
+    }
+}
+
+static void
+on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct catalog *c = arg;
+    uint64_t now = now_ms();
+    for (size_t i = 0; i < c->set.n && c->idle_ms; i++) {
+        struct slot *s = &c->slots[i];
+        struct refl *rf = c->set.r[i];
+        if (s->required || s->pinned || !refl_started(rf) || now - s->used_ms < c->idle_ms)
+            continue;
+        if (c->busy && c->busy(c->busy_arg, i)) {
+            s->used_ms = now; /* watched: in use */
+            continue;
+        }
+        const struct refl_desc *d = refl_desc(rf);
+        log_info("cache %s%s: no request for %.0f s and no watcher: stopping it "
+                 "(--cache-idle-timeout)",
+                 d->path, d->enc == KWC_ENC_PB ? " (protobuf)" : "",
+                 (double)(now - s->used_ms) / 1000.0);
+        stop_slot(c, i);
+        c->stats.idle_stops++;
+    }
+    keep_budget(c);
+}
+
+/* Auto mode: the protobuf caches --protobuf-resources names, started once
+ * discovery has answered: of each built-in resource named, the first
+ * version discovery lists (its preferred one). */
+struct pb_pick {
+    struct catalog *c;
+    char **seen;
+    size_t nseen;
+};
+
+static bool
+pb_named(const struct catalog *c, const struct disco_res *r)
+{
+    char *gvr = gvr_text(r->group, r->version, r->resource);
+    bool named = false;
+    for (size_t j = 0; j < c->npb && !named; j++)
+        named = strcmp(c->pb[j], r->resource) == 0 || strcmp(c->pb[j], gvr) == 0;
+    free(gvr);
+    return named;
+}
+
+static void
+pick_pb(void *arg, const struct disco_res *r)
+{
+    struct pb_pick *p = arg;
+    struct catalog *c = p->c;
+    if (!kinds_builtin_group(r->group) || !pb_named(c, r) ||
+        !cacheable(c, r->group, r->version, r->resource))
+        return;
+    char *gr = xasprintf("%s/%s", r->group, r->resource);
+    for (size_t i = 0; i < p->nseen; i++)
+        if (strcmp(p->seen[i], gr) == 0) {
+            free(gr);
+            return;
+        }
+    p->seen = xrealloc(p->seen, (p->nseen + 1) * sizeof(*p->seen));
+    p->seen[p->nseen++] = gr;
+    int i = find(c, r->group, r->version, r->resource, KWC_ENC_PB);
+    char err[512];
+    if (i < 0 &&
+        (i = add(c, r->group, r->version, r->resource, KWC_ENC_PB, err, sizeof(err))) < 0) {
+        char *gvr = gvr_text(r->group, r->version, r->resource);
+        log_warnx("cache %s (protobuf): %s", gvr, err);
+        free(gvr);
+        return;
+    }
+    if (!refl_started(c->set.r[i]))
+        start_slot(c, (size_t)i, true);
+}
+
+/* Discovery changed (or answered for the first time). */
+static void
+on_disco(void *arg)
+{
+    struct catalog *c = arg;
+    if (!c->defaults_started && disco_ready(c->disco)) {
+        c->defaults_started = true;
+        struct pb_pick p = {.c = c};
+        disco_each(c->disco, pick_pb, &p);
+        free_list(p.seen, p.nseen);
+    }
+    /* caches whose resource left discovery (or became one kwc must not
+     * cache: an aggregated API) */
+    for (size_t i = 0; i < c->set.n; i++) {
+        struct slot *s = &c->slots[i];
+        struct refl *rf = c->set.r[i];
+        const struct refl_desc *d = refl_desc(rf);
+        if (!refl_started(rf) && !s->has_data)
+            continue;
+        struct disco_res dr;
+        enum disco_found f = disco_find(c->disco, d->group, d->version, d->resource, &dr);
+        if (f == DISCO_UNKNOWN || (f == DISCO_PRESENT && dr.list && dr.watch && !dr.aggregated))
+            continue;
+        log_info("cache %s%s: the upstream's discovery %s; ending its watchers and dropping its "
+                 "data",
+                 d->path, d->enc == KWC_ENC_PB ? " (protobuf)" : "",
+                 f == DISCO_ABSENT ? "no longer lists it"
+                 : dr.aggregated   ? "now serves it from an aggregated API"
+                                   : "no longer lists it with the verbs list and watch");
+        bool was = refl_started(rf);
+        if (was)
+            stop_slot(c, i);
+        if (was && c->end)
+            c->end(c->end_arg, i);
+        int rc = store_res_clear(c->st, d->sres);
+        if (rc)
+            log_warnx("cache %s: dropping its data failed: %s", d->path, kwc_strerror(rc));
+        s->has_data = false;
+        s->pinned = false;
+        c->stats.vanished++;
+    }
+}
+
+static void
+on_retry(void *arg, const struct refl *r, int status)
+{
+    struct catalog *c = arg;
+    (void)r;
+    if (status == 404 && c->disco)
+        disco_refresh_soon(c->disco); /* the resource may be gone */
+}
+
+/* Explicit mode: the caches of the list, as kwc always made them. */
+static int
+make_explicit(struct catalog *c, const char *resources, const char *protobuf, char *err,
+              size_t errlen)
+{
+    size_t nr, np = 0;
+    char **res = split(resources, &nr);
+    const char *pbl = protobuf ? protobuf : KINDS_PB_DEFAULT;
+    char **pb = strcmp(pbl, "none") == 0 ? xcalloc(1, sizeof(char *)) : split(pbl, &np);
+    bool *used = xcalloc(np + 1, sizeof(bool));
+    int rc = 0;
+    for (size_t i = 0; i < nr && rc == 0; i++) {
+        struct refl *rf;
+        if ((rc = refl_new(c->base, c->up, c->ing, res[i], KWC_ENC_JSON, c->identity, &rf, err,
+                           errlen)) == 0) {
+            c->slots[c->set.n] = (struct slot){.required = true};
+            c->set.r[c->set.n++] = rf;
+        }
+    }
+    size_t njson = c->set.n;
+    for (size_t i = 0; i < njson && rc == 0; i++) {
+        const struct refl_desc *d = refl_desc(c->set.r[i]);
+        if (!kinds_builtin_group(d->group))
+            continue;
+        bool named = false;
+        for (size_t j = 0; j < np; j++)
+            if (strcmp(pb[j], res[i]) == 0 || strcmp(pb[j], d->resource) == 0)
+                named = used[j] = true;
+        struct refl *rf;
+        if ((rc = refl_new(c->base, c->up, c->ing, res[i], KWC_ENC_PB, c->identity, &rf, err,
+                           errlen)) == 0) {
+            c->slots[c->set.n] = (struct slot){.required = named, .pinned = named};
+            c->set.r[c->set.n++] = rf;
+        }
+    }
+    if (rc == KWC_ETOOBIG)
+        snprintf(err, errlen,
+                 "--resources: more caches than kwc holds (%zu; a built-in resource takes two, "
+                 "JSON and protobuf)",
+                 c->set.cap);
+    /* like the default, a list may name more than --resources caches: one
+     * list for several kwc with different --resources */
+    for (size_t j = 0; j < np && rc == 0 && protobuf; j++)
+        if (!used[j])
+            log_warnx("--protobuf-resources: \"%s\" names no built-in resource of --resources "
+                      "(a name such as pods, or a --resources entry): no protobuf cache for it",
+                      pb[j]);
+    free_list(res, nr);
+    free_list(pb, np);
+    free(used);
+    return rc;
+}
+
+int
+catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
+            struct store *st, struct disco *disco, const struct catalog_options *o,
+            struct catalog **out, char *err, size_t errlen)
+{
+    struct catalog *c = xcalloc(1, sizeof(*c));
+    c->base = base;
+    c->up = up;
+    c->ing = ing;
+    c->st = st;
+    c->disco = disco;
+    c->auto_mode = o->auto_mode;
+    c->idle_ms = o->idle_ms;
+    c->disk_budget = o->disk_budget;
+    c->identity = xstrdup(o->identity);
+    size_t nres = 0;
+    if (!c->auto_mode)
+        free_list(split(o->resources, &nres), nres);
+    c->set.cap = c->auto_mode ? o->max_caches : 2 * nres;
+    if (c->set.cap > STORE_MAX_RESOURCES)
+        c->set.cap = STORE_MAX_RESOURCES;
+    c->set.r = xcalloc(c->set.cap ? c->set.cap : 1, sizeof(*c->set.r));
+    c->slots = xcalloc(c->set.cap ? c->set.cap : 1, sizeof(*c->slots));
+    *out = c;
+    if (!c->auto_mode)
+        return make_explicit(c, o->resources, o->protobuf, err, errlen);
+    size_t ne;
+    char **ex = split(o->exclude, &ne);
+    c->excl = xcalloc(ne ? ne : 1, sizeof(*c->excl));
+    int rc = 0;
+    for (size_t i = 0; i < ne && rc == 0; i++)
+        if ((rc = parse_pattern(ex[i], &c->excl[i], err, errlen)) == 0)
+            c->nexcl++;
+    free_list(ex, ne);
+    if (rc)
+        return rc;
+    const char *pbl = o->protobuf ? o->protobuf : KINDS_PB_DEFAULT;
+    if (strcmp(pbl, "none") != 0)
+        c->pb = split(pbl, &c->npb);
+    disco_subscribe(disco, on_disco, c);
+    refl_ingest_on_retry(ing, on_retry, c);
+    uint64_t tick = c->idle_ms / 4;
+    tick = tick < CATALOG_TICK_MIN_MS   ? CATALOG_TICK_MIN_MS
+           : tick > CATALOG_TICK_MAX_MS ? CATALOG_TICK_MAX_MS
+                                        : tick;
+    c->tick = event_new(base, -1, EV_PERSIST, on_tick, c);
+    struct timeval tv = {(time_t)(tick / 1000), (suseconds_t)(tick % 1000) * 1000};
+    event_add(c->tick, &tv);
+    return 0;
+}
+
+void
+catalog_start(struct catalog *c)
+{
+    if (c->auto_mode) {
+        on_disco(c); /* discovery may have answered already */
+        return;
+    }
+    for (size_t i = 0; i < c->set.n; i++)
+        if (c->slots[i].required)
+            refl_start(c->set.r[i]);
+}
+
+void
+catalog_free(struct catalog *c)
+{
+    if (!c)
+        return;
+    if (c->tick)
+        event_free(c->tick);
+    for (size_t i = 0; i < c->set.n; i++)
+        refl_free(c->set.r[i]);
+    for (size_t i = 0; i < c->nexcl; i++)
+        for (int k = 0; k < 3; k++)
+            free(c->excl[i].part[k]);
+    free(c->excl);
+    if (c->pb)
+        free_list(c->pb, c->npb);
+    free(c->set.r);
+    free(c->slots);
+    free(c->identity);
+    free(c);
+}
+
+const struct refl_set *
+catalog_set(const struct catalog *c)
+{
+    return &c->set;
+}
+
+bool
+catalog_auto(const struct catalog *c)
+{
+    return c->auto_mode;
+}
+
+bool
+catalog_may_cache(const struct catalog *c, const char *group, const char *version,
+                  const char *resource)
+{
+    if (find(c, group, version, resource, KWC_ENC_JSON) >= 0)
+        return true;
+    int i = find(c, group, version, resource, KWC_ENC_PB);
+    if (i >= 0 && (c->auto_mode || refl_desc(c->set.r[i])->kind != NULL))
+        return true;
+    return c->auto_mode && cacheable(c, group, version, resource);
+}
+
+int
+catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
+             enum kwc_enc enc)
+{
+    int i = find(c, group, version, resource, enc);
+    if (!c->auto_mode) {
+        if (i >= 0 && enc == KWC_ENC_PB)
+            refl_want(c->set.r[i]); /* a protobuf cache starts at its first request */
+        return i;
+    }
+    if (enc == KWC_ENC_PB && !kinds_builtin_group(group))
+        return -1; /* custom resources have no protobuf */
+    if (i >= 0) {
+        c->slots[i].used_ms = now_ms();
+        if (!refl_started(c->set.r[i]) && cacheable(c, group, version, resource)) {
+            log_info("cache %s%s: resumed by a request", refl_desc(c->set.r[i])->path,
+                     enc == KWC_ENC_PB ? " (protobuf)" : "");
+            start_slot(c, (size_t)i, false);
+        }
+        return i;
+    }
+    if (!cacheable(c, group, version, resource)) {
+        struct disco_res dr;
+        if (c->disco && disco_find(c->disco, group, version, resource, &dr) == DISCO_ABSENT)
+            disco_refresh_soon(c->disco); /* a resource created since (a new CRD)? */
+        return -1;
+    }
+    char err[512];
+    if ((i = add(c, group, version, resource, enc, err, sizeof(err))) < 0) {
+        c->stats.refused_max++;
+        if (!c->warned_max) {
+            c->warned_max = true;
+            log_warnx("cache for %s/%s/%s: %s: its requests pass through", group, version, resource,
+                      err);
+        }
+        return -1;
+    }
+    log_info("cache %s%s: started by a request", refl_desc(c->set.r[i])->path,
+             enc == KWC_ENC_PB ? " (protobuf)" : "");
+    start_slot(c, (size_t)i, false);
+    return i;
+}
+
+bool
+catalog_warming(const struct catalog *c, size_t i)
+{
+    return i < c->set.n && refl_warming(c->set.r[i]);
+}
+
+bool
+catalog_required(const struct catalog *c, size_t i)
+{
+    return i < c->set.n && c->slots[i].required;
+}
+
+void
+catalog_set_busy(struct catalog *c, bool (*busy)(void *arg, size_t i), void *arg)
+{
+    c->busy = busy;
+    c->busy_arg = arg;
+}
+
+void
+catalog_set_end(struct catalog *c, void (*end)(void *arg, size_t i), void *arg)
+{
+    c->end = end;
+    c->end_arg = arg;
+}
+
+void
+catalog_stats(const struct catalog *c, struct catalog_stats *out)
+{
+    *out = c->stats;
+    out->caches = c->set.n;
+    out->running = 0;
+    for (size_t i = 0; i < c->set.n; i++)
+        out->running += refl_started(c->set.r[i]);
+}

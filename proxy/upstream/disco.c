@@ -1,0 +1,1072 @@
+/*
+ * disco.c — the upstream's discovery, kept current (see disco.h): the
+ * fetching, the model's rounds and the copy of discovery answers. The
+ * documents are read by discodoc.c (pure).
+ *
+ * Everything kwc asks is a record of the copy (path, Accept): the model's
+ * own documents are pinned records (never evicted), so a client whose
+ * Accept is the one kwc uses is answered from them too.
+ *
+ * A round reads the model again, every interval (and soon after
+ * disco_refresh_soon, at most once per min_gap):
+ *   INDEX  GET /api and /apis with AGG_ACCEPT (If-None-Match when the
+ *          last answer had an ETag). Both aggregated: the model is in
+ *          them. A plain answer (APIVersions, APIGroupList: an older
+ *          kube, apisim) names group versions whose APIResourceLists
+ *          are then read:
+ *   GVS    GET /api/V and /apis/G/V (Accept: application/json), each time
+ *          (they carry no ETag);
+ *   APISVC GET the APIService list when the model's documents changed,
+ *          at the first round and every APISVC_EVERY rounds: which group
+ *          versions an extension server serves (aggregated);
+ *   then the model is built; if it differs from the published one it
+ *   replaces it, the subscribers are told, and every other record is
+ *   fetched again before it is served. Records used since their last
+ *   fetch are fetched again each round; idle ones are dropped.
+ * A round that fails (no answer, an answer that is not a discovery
+ * document) keeps the published model; before the first success it is
+ * retried sooner (BACKOFF_MIN_MS doubling, up to the interval).
+ *
+ * At most PARALLEL GETs are in flight (the cache pool: UP_POOL_CACHE);
+ * the round's go first. Nothing is freed or started inside curl's
+ * callbacks: a transfer's end is handled from a zero-delay event (kick).
+ * Loop thread only.
+ */
+#include "kwc/disco.h"
+
+#include <assert.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "kwc/base.h"
+#include "kwc/discodoc.h"
+#include "kwc/log.h"
+#include "kwc/upstream.h"
+
+#define DISCO_MAGIC 0x6469736fu /* "diso" */
+#define PARALLEL 4
+#define APISVC_EVERY 10    /* rounds between two reads of the APIService list */
+#define IDLE_ROUNDS 10     /* a record nobody asked for this many rounds is dropped */
+#define BACKOFF_MIN_MS 500 /* a failed first round is retried this soon, doubling */
+#define APISVC_PATH "/apis/apiregistration.k8s.io/v1/apiservices"
+#define LEGACY_ACCEPT "application/json"
+/* aggregated discovery first (kube >= 1.26; v2 since 1.30), the plain
+ * documents otherwise (client-go's discovery client asks the same way) */
+#define AGG_ACCEPT                                                                                 \
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/"            \
+    "json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+
+/* The headers a record keeps: those that describe the body (kube sets
+ * them), not those of one exchange (Audit-Id, Date, APF's). */
+static const char *const kept_headers[] = {"Content-Type",  "Etag",    "Vary",
+                                           "Cache-Control", "Expires", "Last-Modified"};
+
+/* A recorded answer (struct disco_doc is its public face). */
+struct doc {
+    struct disco_doc pub;
+    unsigned refs;
+    char *body;
+    struct disco_hdr *h;
+    char **strs; /* the header names and values */
+    size_t nstrs;
+};
+
+enum pin { PIN_NONE, PIN_MODEL, PIN_INTERNAL /* the APIService list: never served */ };
+
+struct fetch;
+
+struct drec {
+    struct drec *prev, *next; /* the copy, most recently used first */
+    struct drec *qnext;       /* the fetch queue */
+    char *path, *accept;      /* accept "": none */
+    struct doc *doc;          /* the last 200, or NULL */
+    bool current;             /* doc may be served: fetched since the last change */
+    enum pin pin;
+    bool queued;
+    bool round;      /* the round waits for it */
+    bool changed;    /* its doc changed in this round (model records) */
+    bool failed;     /* its last fetch failed */
+    bool in_use;     /* asked for since its last fetch */
+    unsigned idle;   /* rounds without a request */
+    struct fetch *f; /* in flight */
+};
+
+struct fetch {
+    struct disco *d;
+    struct drec *rec; /* NULL: the record was dropped meanwhile */
+    struct up_xfer *x;
+    struct fetch *next_done;
+    int status;
+    bool too_big, encoded, done;
+    int err;
+    char msg[160];
+    struct evbuffer *body;
+    struct {
+        char *name, *value;
+    } h[KWC_ARRAY_LEN(kept_headers)];
+    size_t nh;
+};
+
+enum round_step { RS_IDLE, RS_INDEX, RS_GVS, RS_APISVC };
+
+struct sub {
+    void (*on_change)(void *arg);
+    void *arg;
+};
+
+struct disco {
+    uint32_t magic;
+    struct event_base *base;
+    struct up_client *up;
+    unsigned interval_ms, min_gap_ms;
+    struct event *timer; /* the next round */
+    struct event *kick;  /* transfers ended: handle them, start more */
+    struct drec *head, *tail;
+    size_t ndocs, bytes;
+    struct drec *qhead, *qtail;
+    unsigned inflight;
+    struct fetch *done; /* ended transfers, handled by on_kick */
+    /* the model */
+    struct ddoc_model model; /* published (frozen) */
+    struct ddoc_model agg;   /* group versions served by an extension server */
+    bool ready, aggregated_discovery, agg_known, agg_warned;
+    /* the round */
+    enum round_step step;
+    unsigned pending; /* round fetches not ended */
+    bool round_changed, again;
+    uint64_t rounds, round_started_ms, last_ok_ms;
+    unsigned backoff_ms;
+    bool failing; /* the last round failed (logged once) */
+    struct sub *subs;
+    size_t nsubs;
+    struct disco_stats st;
+};
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+arm(struct event *ev, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(ev, &tv);
+}
+
+/* ---- documents ---- */
+
+static void
+doc_free(struct doc *doc)
+{
+    for (size_t i = 0; i < doc->nstrs; i++)
+        free(doc->strs[i]);
+    free(doc->strs);
+    free(doc->h);
+    free(doc->body);
+    free(doc);
+}
+
+static void
+doc_unref(struct doc *doc)
+{
+    if (doc && --doc->refs == 0)
+        doc_free(doc);
+}
+
+void
+disco_doc_unref(const struct disco_doc *pub)
+{
+    if (!pub)
+        return;
+    /* pub is the first member of a struct doc this module made */
+    doc_unref((struct doc *)(uintptr_t)pub);
+}
+
+/* The fetch's answer as a doc (body moved out of the fetch). */
+static struct doc *
+doc_of(struct fetch *f)
+{
+    struct doc *doc = xcalloc(1, sizeof(*doc));
+    size_t n = evbuffer_get_length(f->body);
+    doc->body = xmalloc(n + 1);
+    evbuffer_remove(f->body, doc->body, n);
+    doc->body[n] = '\0';
+    doc->h = xcalloc(f->nh ? f->nh : 1, sizeof(*doc->h));
+    doc->strs = xcalloc(2 * f->nh + 1, sizeof(*doc->strs));
+    for (size_t i = 0; i < f->nh; i++) {
+        doc->strs[doc->nstrs++] = f->h[i].name;
+        doc->strs[doc->nstrs++] = f->h[i].value;
+        doc->h[i] = (struct disco_hdr){f->h[i].name, f->h[i].value};
+        if (strcasecmp(f->h[i].name, "Content-Type") == 0)
+            doc->pub.content_type = f->h[i].value;
+        else if (strcasecmp(f->h[i].name, "Etag") == 0)
+            doc->pub.etag = f->h[i].value;
+        f->h[i].name = f->h[i].value = NULL;
+    }
+    f->nh = 0;
+    doc->pub.body = doc->body;
+    doc->pub.len = n;
+    doc->pub.headers = doc->h;
+    doc->pub.nheaders = doc->nstrs / 2;
+    doc->refs = 1;
+    return doc;
+}
+
+static bool
+doc_same(const struct doc *a, const struct doc *b)
+{
+    if (a->pub.len != b->pub.len || memcmp(a->body, b->body, a->pub.len) != 0 ||
+        a->pub.nheaders != b->pub.nheaders)
+        return false;
+    for (size_t i = 0; i < a->pub.nheaders; i++)
+        if (strcmp(a->h[i].name, b->h[i].name) != 0 || strcmp(a->h[i].value, b->h[i].value) != 0)
+            return false;
+    return true;
+}
+
+/* ---- records ---- */
+
+static void
+rec_unlink(struct disco *d, struct drec *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        d->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        d->tail = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void
+rec_push_front(struct disco *d, struct drec *r)
+{
+    r->next = d->head;
+    r->prev = NULL;
+    if (d->head)
+        d->head->prev = r;
+    d->head = r;
+    if (!d->tail)
+        d->tail = r;
+}
+
+static void
+rec_set_doc(struct disco *d, struct drec *r, struct doc *doc)
+{
+    if (r->doc)
+        d->bytes -= r->doc->pub.len;
+    doc_unref(r->doc);
+    r->doc = doc;
+    if (doc)
+        d->bytes += doc->pub.len;
+}
+
+static void
+queue_remove(struct disco *d, struct drec *r)
+{
+    struct drec **pp = &d->qhead, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->qnext;
+    }
+    if (!*pp)
+        return;
+    *pp = r->qnext;
+    if (d->qtail == r)
+        d->qtail = prev;
+    r->qnext = NULL;
+    r->queued = false;
+}
+
+static void
+rec_free(struct disco *d, struct drec *r)
+{
+    if (r->queued)
+        queue_remove(d, r);
+    if (r->f)
+        r->f->rec = NULL; /* its end finds no record */
+    rec_unlink(d, r);
+    rec_set_doc(d, r, NULL);
+    d->ndocs--;
+    free(r->path);
+    free(r->accept);
+    free(r);
+}
+
+static struct drec *
+rec_find(struct disco *d, const char *path, const char *accept)
+{
+    for (struct drec *r = d->head; r; r = r->next)
+        if (strcmp(r->path, path) == 0 && strcmp(r->accept, accept) == 0)
+            return r;
+    return NULL;
+}
+
+/* Past the bounds: the least recently used records that are neither
+ * pinned nor in flight go. */
+static void
+evict(struct disco *d)
+{
+    struct drec *r = d->tail;
+    while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
+        struct drec *prev = r->prev;
+        if (r->pin == PIN_NONE && !r->f)
+            rec_free(d, r);
+        r = prev;
+    }
+}
+
+static struct drec *
+rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
+{
+    struct drec *r = rec_find(d, path, accept);
+    if (r) {
+        if (pin > r->pin)
+            r->pin = pin;
+        return r;
+    }
+    r = xcalloc(1, sizeof(*r));
+    r->path = xstrdup(path);
+    r->accept = xstrdup(accept);
+    r->pin = pin;
+    rec_push_front(d, r);
+    d->ndocs++;
+    evict(d);
+    return r;
+}
+
+/* ---- fetching ---- */
+
+static void pump(struct disco *d);
+
+static void
+enqueue(struct disco *d, struct drec *r, bool first)
+{
+    if (r->queued || r->f)
+        return;
+    r->queued = true;
+    if (first) {
+        r->qnext = d->qhead;
+        d->qhead = r;
+        if (!d->qtail)
+            d->qtail = r;
+    } else {
+        r->qnext = NULL;
+        if (d->qtail)
+            d->qtail->qnext = r;
+        else
+            d->qhead = r;
+        d->qtail = r;
+    }
+}
+
+static int
+on_fetch_headers(void *arg, int status, const struct up_header *h, size_t n)
+{
+    struct fetch *f = arg;
+    f->status = status;
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(h[i].name, "Content-Encoding") == 0 && strcasecmp(h[i].value, "identity"))
+            f->encoded = true;
+        for (size_t k = 0; k < KWC_ARRAY_LEN(kept_headers); k++)
+            if (strcasecmp(h[i].name, kept_headers[k]) == 0 && f->nh < KWC_ARRAY_LEN(f->h) &&
+                strlen(h[i].value) < 4096) {
+                f->h[f->nh].name = xstrdup(h[i].name);
+                f->h[f->nh].value = xstrdup(h[i].value);
+                f->nh++;
+                break;
+            }
+    }
+    return 0;
+}
+
+static int
+on_fetch_data(void *arg, const char *p, size_t n)
+{
+    struct fetch *f = arg;
+    if (f->too_big || evbuffer_get_length(f->body) + n > DISCO_DOC_MAX_BYTES) {
+        f->too_big = true;
+        return 0; /* dropped; the end says so */
+    }
+    evbuffer_add(f->body, p, n);
+    return 0;
+}
+
+static void
+on_fetch_done(void *arg, int err, const char *msg)
+{
+    struct fetch *f = arg;
+    f->x = NULL;
+    f->done = true;
+    f->err = err;
+    snprintf(f->msg, sizeof(f->msg), "%s", msg ? msg : "");
+    f->next_done = f->d->done;
+    f->d->done = f;
+    event_active(f->d->kick, EV_TIMEOUT, 1);
+}
+
+static const struct up_xfer_cbs fetch_cbs = {
+    .on_headers = on_fetch_headers, .on_data = on_fetch_data, .on_done = on_fetch_done};
+
+static void
+fetch_free(struct fetch *f)
+{
+    for (size_t i = 0; i < f->nh; i++) {
+        free(f->h[i].name);
+        free(f->h[i].value);
+    }
+    evbuffer_free(f->body);
+    free(f);
+}
+
+static void fetch_ended(struct disco *d, struct drec *r, struct fetch *f);
+
+static void
+fetch_start(struct disco *d, struct drec *r)
+{
+    struct up_header hs[2];
+    size_t nh = 0;
+    if (r->accept[0])
+        hs[nh++] = (struct up_header){"Accept", r->accept};
+    if (r->doc && r->doc->pub.etag)
+        hs[nh++] = (struct up_header){"If-None-Match", r->doc->pub.etag};
+    struct up_request req = {
+        .method = "GET", .target = r->path, .headers = hs, .nheaders = nh, .pool = UP_POOL_CACHE};
+    struct fetch *f = xcalloc(1, sizeof(*f));
+    f->d = d;
+    f->rec = r;
+    f->body = evbuffer_new();
+    r->f = f;
+    d->inflight++;
+    d->st.fetches++;
+    if (up_xfer_start(d->up, &req, &fetch_cbs, f, &f->x) != 0) {
+        f->x = NULL;
+        f->done = true;
+        f->err = -1;
+        snprintf(f->msg, sizeof(f->msg), "the request could not start");
+        f->next_done = d->done;
+        d->done = f;
+        event_active(d->kick, EV_TIMEOUT, 1);
+    }
+}
+
+static void
+pump(struct disco *d)
+{
+    while (d->inflight < PARALLEL && d->qhead) {
+        struct drec *r = d->qhead;
+        d->qhead = r->qnext;
+        if (!d->qhead)
+            d->qtail = NULL;
+        r->qnext = NULL;
+        r->queued = false;
+        fetch_start(d, r);
+    }
+}
+
+/* ---- the model ---- */
+
+static bool
+is_model_doc(const struct drec *r)
+{
+    return r->pin == PIN_MODEL;
+}
+
+static char *
+gv_path(const char *group, const char *version)
+{
+    return group[0] ? xasprintf("/apis/%s/%s", group, version) : xasprintf("/api/%s", version);
+}
+
+static void round_next(struct disco *d);
+
+/* A fetch ended: the record takes what it brought. */
+static void
+fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
+{
+    bool answered = !f->err && f->status > 0;
+    bool ok = answered && !f->too_big && !f->encoded &&
+              (f->status == 200 || (f->status == 304 && r->doc));
+    r->f = NULL;
+    r->in_use = false;
+    if (!ok) {
+        d->st.fetch_failures++;
+        r->failed = true;
+        /* the upstream answered something else now: what it said before
+         * is no longer its answer; no answer at all (it is away): the
+         * last one stays */
+        if (answered && !f->too_big) {
+            rec_set_doc(d, r, NULL);
+            r->current = false;
+        }
+        log_debug("discovery: GET %s (Accept \"%s\"): %s", r->path, r->accept,
+                  f->err             ? f->msg
+                  : f->too_big       ? "too large"
+                  : f->encoded       ? "a Content-Encoding kwc did not ask for"
+                  : f->status == 304 ? "304 with nothing recorded"
+                                     : "not 200");
+        if (f->status > 0)
+            log_debug("discovery: GET %s answered %d", r->path, f->status);
+        return;
+    }
+    r->failed = false;
+    if (f->status == 304) {
+        d->st.not_modified++;
+        r->current = true;
+        return;
+    }
+    struct doc *doc = doc_of(f);
+    if (r->doc && doc_same(r->doc, doc)) {
+        doc_free(doc);
+        r->current = true;
+        return;
+    }
+    bool was_current = r->current && r->doc;
+    rec_set_doc(d, r, doc);
+    r->current = true;
+    r->changed = true;
+    evict(d);
+    /* a client's record changed before the model saw it: read the model */
+    if (was_current && r->pin == PIN_NONE)
+        disco_refresh_soon(d);
+}
+
+static void
+on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    struct disco *d = arg;
+    while (d->done) {
+        struct fetch *f = d->done;
+        d->done = f->next_done;
+        d->inflight--;
+        struct drec *r = f->rec;
+        if (r) {
+            bool round = r->round;
+            r->round = false;
+            fetch_ended(d, r, f);
+            if (round) {
+                assert(d->pending > 0);
+                d->pending--;
+            }
+        }
+        fetch_free(f);
+    }
+    if (d->step != RS_IDLE && d->pending == 0)
+        round_next(d);
+    pump(d);
+}
+
+static void
+round_fetch(struct disco *d, struct drec *r)
+{
+    if (r->round)
+        return;
+    if (r->f) {
+        /* already on its way (a client's miss): the round waits for it */
+        r->round = true;
+        d->pending++;
+        return;
+    }
+    r->round = true;
+    r->changed = false;
+    d->pending++;
+    enqueue(d, r, true);
+}
+
+static void
+round_start(struct disco *d)
+{
+    d->step = RS_INDEX;
+    d->round_changed = false;
+    d->round_started_ms = now_ms();
+    struct drec *api = rec_get(d, "/api", AGG_ACCEPT, PIN_MODEL);
+    struct drec *apis = rec_get(d, "/apis", AGG_ACCEPT, PIN_MODEL);
+    api->changed = apis->changed = false;
+    round_fetch(d, apis);
+    round_fetch(d, api);
+    pump(d);
+}
+
+static void
+on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct disco *d = arg;
+    if (d->step != RS_IDLE) {
+        d->again = true;
+        return;
+    }
+    round_start(d);
+}
+
+/* Add a model record's document to m: its kind, or DDOC_INVALID. */
+static enum ddoc_kind
+add_doc(struct ddoc_model *m, const struct drec *r, char *err, size_t errlen)
+{
+    if (!r || !r->doc || !r->current) {
+        snprintf(err, errlen, "GET %s failed", r ? r->path : "?");
+        return DDOC_INVALID;
+    }
+    enum ddoc_kind k = ddoc_add(m, r->doc->body, r->doc->pub.len, err, errlen);
+    if (k == DDOC_INVALID) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "GET %s: %s", r->path, why);
+    }
+    return k;
+}
+
+/* The group versions the index documents name whose APIResourceLists are
+ * needed (plain discovery), fetched in this round; false: an index
+ * document is missing or not discovery. */
+static bool
+fetch_gvs(struct disco *d, char *err, size_t errlen)
+{
+    const char *idx[] = {"/api", "/apis"};
+    /* the legacy records of the last round no longer pinned unless named again */
+    for (struct drec *r = d->head; r; r = r->next)
+        if (r->pin == PIN_MODEL && strcmp(r->accept, LEGACY_ACCEPT) == 0)
+            r->pin = PIN_NONE;
+    for (size_t i = 0; i < 2; i++) {
+        struct ddoc_model m;
+        ddoc_model_init(&m);
+        enum ddoc_kind k = add_doc(&m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        if (k == DDOC_INVALID) {
+            ddoc_model_fini(&m);
+            return false;
+        }
+        if (k == DDOC_VERSIONS || k == DDOC_GROUPS) {
+            for (size_t g = 0; g < m.ngvs; g++) {
+                char *path = gv_path(m.gvs[g].group, m.gvs[g].version);
+                round_fetch(d, rec_get(d, path, LEGACY_ACCEPT, PIN_MODEL));
+                free(path);
+            }
+        } else if (k != DDOC_AGGREGATED) {
+            snprintf(err, errlen, "GET %s: not a discovery index", idx[i]);
+            ddoc_model_fini(&m);
+            return false;
+        }
+        ddoc_model_fini(&m);
+    }
+    return true;
+}
+
+/* The model from the round's documents, in discovery's order. */
+static bool
+build(struct disco *d, struct ddoc_model *m, char *err, size_t errlen)
+{
+    const char *idx[] = {"/api", "/apis"};
+    bool aggregated = true;
+    for (size_t i = 0; i < 2; i++) {
+        struct ddoc_model gvs;
+        ddoc_model_init(&gvs);
+        enum ddoc_kind k = add_doc(&gvs, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        if (k == DDOC_AGGREGATED) {
+            ddoc_model_fini(&gvs);
+            if (add_doc(m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen) != DDOC_AGGREGATED)
+                return false;
+            continue;
+        }
+        aggregated = false;
+        for (size_t g = 0; g < gvs.ngvs; g++) {
+            char *path = gv_path(gvs.gvs[g].group, gvs.gvs[g].version);
+            enum ddoc_kind rk = add_doc(m, rec_find(d, path, LEGACY_ACCEPT), err, errlen);
+            free(path);
+            if (rk != DDOC_RESOURCES) {
+                if (rk != DDOC_INVALID)
+                    snprintf(err, errlen, "GET /apis/%s/%s: not an APIResourceList",
+                             gvs.gvs[g].group, gvs.gvs[g].version);
+                ddoc_model_fini(&gvs);
+                return false;
+            }
+        }
+        ddoc_model_fini(&gvs);
+    }
+    d->aggregated_discovery = aggregated;
+    return true;
+}
+
+static bool
+gvs_same(const struct ddoc_model *a, const struct ddoc_model *b)
+{
+    if (a->ngvs != b->ngvs)
+        return false;
+    for (size_t i = 0; i < a->ngvs; i++)
+        if (strcmp(a->gvs[i].group, b->gvs[i].group) != 0 ||
+            strcmp(a->gvs[i].version, b->gvs[i].version) != 0)
+            return false;
+    return true;
+}
+
+static void
+round_end(struct disco *d, bool ok, const char *why)
+{
+    uint64_t now = now_ms();
+    d->step = RS_IDLE;
+    uint64_t next = d->interval_ms;
+    if (ok) {
+        d->rounds++;
+        d->st.refreshes++;
+        d->last_ok_ms = now;
+        d->backoff_ms = 0;
+        if (d->failing)
+            log_info("discovery: read again from the upstream");
+        d->failing = false;
+    } else {
+        d->st.refresh_failures++;
+        if (!d->failing)
+            log_warnx("discovery: %s; %s", why,
+                      d->ready ? "the last discovery read stays in use"
+                               : "discovery requests pass through until it is read");
+        d->failing = true;
+        if (!d->ready) {
+            d->backoff_ms = d->backoff_ms ? d->backoff_ms * 2 : BACKOFF_MIN_MS;
+            if (d->backoff_ms < next)
+                next = d->backoff_ms;
+        }
+    }
+    /* the copy: records in use are asked again, idle ones go */
+    for (struct drec *r = d->head, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->pin != PIN_NONE || r->f || r->queued)
+            continue;
+        if (r->in_use || (r->current && r->idle < IDLE_ROUNDS)) {
+            if (r->in_use) {
+                r->idle = 0;
+                enqueue(d, r, false);
+            } else {
+                r->idle++;
+            }
+            continue;
+        }
+        rec_free(d, r);
+    }
+    if (d->again) {
+        d->again = false;
+        uint64_t since = now - d->round_started_ms;
+        next = since >= d->min_gap_ms ? 0 : d->min_gap_ms - since;
+    }
+    arm(d->timer, next);
+    pump(d);
+}
+
+/* The model built: published if it differs, then the copy follows. */
+static void
+publish(struct disco *d, struct ddoc_model *m)
+{
+    ddoc_mark_aggregated(m, &d->agg);
+    ddoc_freeze(m);
+    bool first = !d->ready;
+    if (!first && ddoc_same(&d->model, m) && gvs_same(&d->model, m)) {
+        ddoc_model_fini(m);
+        return;
+    }
+    size_t before = d->model.nres;
+    ddoc_model_fini(&d->model);
+    d->model = *m;
+    *m = (struct ddoc_model){0};
+    d->ready = true;
+    d->st.resources = d->model.nres;
+    if (first) {
+        log_info("discovery: %zu resources in %zu group versions (%s discovery)", d->model.nres,
+                 d->model.ngvs, d->aggregated_discovery ? "aggregated" : "plain");
+    } else {
+        d->st.changes++;
+        log_info("discovery changed: %zu resources (were %zu) in %zu group versions", d->model.nres,
+                 before, d->model.ngvs);
+        /* every other record waits for its fetch before it is served */
+        for (struct drec *r = d->head; r; r = r->next)
+            if (r->pin == PIN_NONE && r->doc) {
+                r->current = false;
+                enqueue(d, r, false);
+            }
+    }
+    for (size_t i = 0; i < d->nsubs; i++)
+        d->subs[i].on_change(d->subs[i].arg);
+}
+
+static void
+round_next(struct disco *d)
+{
+    char err[512];
+    switch (d->step) {
+    case RS_IDLE:
+        return;
+    case RS_INDEX:
+        d->step = RS_GVS;
+        if (!fetch_gvs(d, err, sizeof(err))) {
+            round_end(d, false, err);
+            return;
+        }
+        /* aggregated: no APIResourceList to wait for */
+        if (d->pending > 0)
+            return;
+        /* fall through */
+    case RS_GVS: {
+        bool changed = !d->ready;
+        for (struct drec *r = d->head; r; r = r->next)
+            changed |= is_model_doc(r) && r->changed;
+        bool has_apisvc;
+        if (changed) {
+            /* the documents as they are now (the published model is older) */
+            struct ddoc_model probe;
+            ddoc_model_init(&probe);
+            if (!build(d, &probe, err, sizeof(err))) {
+                ddoc_model_fini(&probe);
+                round_end(d, false, err);
+                return;
+            }
+            has_apisvc = ddoc_has_gv(&probe, "apiregistration.k8s.io", "v1");
+            ddoc_model_fini(&probe);
+        } else {
+            has_apisvc = ddoc_has_gv(&d->model, "apiregistration.k8s.io", "v1");
+        }
+        d->round_changed = changed;
+        d->step = RS_APISVC;
+        if (has_apisvc && (d->round_changed || !d->agg_known || d->rounds % APISVC_EVERY == 0)) {
+            round_fetch(d, rec_get(d, APISVC_PATH, LEGACY_ACCEPT, PIN_INTERNAL));
+            return;
+        }
+        if (!has_apisvc) {
+            ddoc_model_fini(&d->agg);
+            d->agg_known = true;
+        }
+    }
+        /* fall through */
+    case RS_APISVC: {
+        struct drec *as = rec_find(d, APISVC_PATH, LEGACY_ACCEPT);
+        if (as && as->changed) {
+            as->changed = false;
+            struct ddoc_model agg;
+            ddoc_model_init(&agg);
+            if (as->doc &&
+                ddoc_apiservices(&agg, as->doc->body, as->doc->pub.len, err, sizeof(err)) >= 0) {
+                ddoc_model_fini(&d->agg);
+                d->agg = agg;
+                d->agg_known = true;
+                d->round_changed = true;
+            } else {
+                ddoc_model_fini(&agg);
+            }
+        }
+        if (as && as->failed && !d->agg_known && !d->agg_warned) {
+            d->agg_warned = true;
+            log_warnx("discovery: kwc cannot read the APIService list (%s): aggregated APIs "
+                      "cannot be told apart (give kwc get/list on apiservices)",
+                      APISVC_PATH);
+        }
+        if (d->round_changed) {
+            struct ddoc_model m;
+            ddoc_model_init(&m);
+            if (!build(d, &m, err, sizeof(err))) {
+                ddoc_model_fini(&m);
+                round_end(d, false, err);
+                return;
+            }
+            publish(d, &m);
+        }
+        round_end(d, true, NULL);
+        return;
+    }
+    }
+}
+
+/* ---- the interface ---- */
+
+int
+disco_new(struct event_base *base, struct up_client *up, const struct disco_options *o,
+          struct disco **out)
+{
+    struct disco *d = xcalloc(1, sizeof(*d));
+    d->magic = DISCO_MAGIC;
+    d->base = base;
+    d->up = up;
+    d->interval_ms = o && o->interval_ms ? o->interval_ms : DISCO_INTERVAL_MS;
+    d->min_gap_ms = o && o->min_gap_ms ? o->min_gap_ms : DISCO_MIN_GAP_MS;
+    d->timer = evtimer_new(base, on_timer, d);
+    d->kick = event_new(base, -1, 0, on_kick, d);
+    ddoc_model_init(&d->model);
+    ddoc_model_init(&d->agg);
+    *out = d;
+    return 0;
+}
+
+void
+disco_start(struct disco *d)
+{
+    assert(d->magic == DISCO_MAGIC);
+    arm(d->timer, 0);
+}
+
+void
+disco_free(struct disco *d)
+{
+    if (!d)
+        return;
+    assert(d->magic == DISCO_MAGIC);
+    for (struct drec *r = d->head; r; r = r->next)
+        if (r->f && r->f->x) {
+            up_xfer_cancel(r->f->x);
+            r->f->x = NULL;
+            fetch_free(r->f);
+            r->f = NULL;
+        }
+    while (d->done) {
+        struct fetch *f = d->done;
+        d->done = f->next_done;
+        if (f->rec)
+            f->rec->f = NULL;
+        fetch_free(f);
+    }
+    while (d->head)
+        rec_free(d, d->head);
+    event_free(d->timer);
+    event_free(d->kick);
+    ddoc_model_fini(&d->model);
+    ddoc_model_fini(&d->agg);
+    free(d->subs);
+    d->magic = 0;
+    free(d);
+}
+
+enum disco_found
+disco_find(const struct disco *d, const char *group, const char *version, const char *resource,
+           struct disco_res *out)
+{
+    if (!d->ready)
+        return DISCO_UNKNOWN;
+    const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
+    if (!r)
+        return DISCO_ABSENT;
+    if (out)
+        *out = *r;
+    return DISCO_PRESENT;
+}
+
+void
+disco_each(const struct disco *d, void (*cb)(void *arg, const struct disco_res *r), void *arg)
+{
+    for (size_t i = 0; d->ready && i < d->model.nres; i++)
+        cb(arg, &d->model.res[i]);
+}
+
+void
+disco_subscribe(struct disco *d, void (*on_change)(void *arg), void *arg)
+{
+    d->subs = xrealloc(d->subs, (d->nsubs + 1) * sizeof(*d->subs));
+    d->subs[d->nsubs++] = (struct sub){on_change, arg};
+}
+
+void
+disco_refresh_soon(struct disco *d)
+{
+    assert(d->magic == DISCO_MAGIC);
+    if (d->step != RS_IDLE) {
+        d->again = true;
+        return;
+    }
+    uint64_t since = now_ms() - d->round_started_ms;
+    uint64_t wait = d->rounds == 0 || since >= d->min_gap_ms ? 0 : d->min_gap_ms - since;
+    struct timeval left;
+    /* never later than already planned */
+    if (evtimer_pending(d->timer, &left)) {
+        struct timeval now;
+        event_base_gettimeofday_cached(d->base, &now);
+        int64_t in_ms = ((int64_t)left.tv_sec - now.tv_sec) * 1000 +
+                        ((int64_t)left.tv_usec - now.tv_usec) / 1000;
+        if (in_ms >= 0 && (uint64_t)in_ms <= wait)
+            return;
+    }
+    arm(d->timer, wait);
+}
+
+bool
+disco_ready(const struct disco *d)
+{
+    return d->ready;
+}
+
+/* A path the copy may hold (disco.h). */
+static bool
+copyable(const struct disco *d, const char *path)
+{
+    if (strcmp(path, "/version") == 0 || strcmp(path, "/api") == 0 || strcmp(path, "/apis") == 0)
+        return true;
+    if (!d->ready)
+        return false;
+    char seg[3][DDOC_MAX_NAME + 1];
+    size_t n = 0;
+    const char *p = path;
+    while (*p == '/' && n < 3) {
+        const char *s = p + 1, *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == 0 || len > DDOC_MAX_NAME)
+            return false;
+        memcpy(seg[n], s, len);
+        seg[n][len] = '\0';
+        n++;
+        p = s + len;
+    }
+    if (*p)
+        return false;
+    if (n == 2 && strcmp(seg[0], "api") == 0)
+        return ddoc_has_gv(&d->model, "", seg[1]);
+    if (n == 2 && strcmp(seg[0], "apis") == 0)
+        return ddoc_has_group(&d->model, seg[1]);
+    if (n == 3 && strcmp(seg[0], "apis") == 0)
+        return ddoc_has_gv(&d->model, seg[1], seg[2]);
+    return false;
+}
+
+const struct disco_doc *
+disco_doc_get(struct disco *d, const char *path, const char *accept)
+{
+    assert(d->magic == DISCO_MAGIC);
+    if (!accept)
+        accept = "";
+    if (strlen(accept) > DISCO_ACCEPT_MAX || !copyable(d, path))
+        return NULL;
+    struct drec *r = rec_find(d, path, accept);
+    if (r && r->pin == PIN_INTERNAL)
+        return NULL;
+    if (!r) {
+        r = rec_get(d, path, accept, PIN_NONE);
+        enqueue(d, r, false);
+        pump(d);
+        return NULL;
+    }
+    if (r != d->head) {
+        rec_unlink(d, r);
+        rec_push_front(d, r);
+    }
+    r->in_use = true;
+    r->idle = 0;
+    if (!r->doc || !r->current) {
+        /* a record whose fetch failed is asked again at the next round */
+        return NULL;
+    }
+    r->doc->refs++;
+    return &r->doc->pub;
+}
+
+void
+disco_stats(const struct disco *d, struct disco_stats *out)
+{
+    *out = d->st;
+    out->ready = d->ready;
+    out->aggregated = d->aggregated_discovery;
+    out->docs = d->ndocs;
+    out->doc_bytes = d->bytes;
+    out->resources = d->model.nres;
+    out->last_refresh_age_s = d->last_ok_ms ? (double)(now_ms() - d->last_ok_ms) / 1000.0 : -1.0;
+}
