@@ -735,11 +735,13 @@ pom_pb(struct gostr_buf *b, const void *msg, size_t len)
  * deletionTimestamp, 10 deletionGracePeriodSeconds), slices and maps only
  * when not empty (11 labels, 12 annotations: entries {1 key, 2 value} in
  * key order; 13 ownerReferences, 14 finalizers, 17 managedFields).
- * metav1.Time is {1 seconds, 2 nanos}, both written, and an empty message
- * for the zero time (time_proto.go). The values are read as the JSON form
- * reads them above: the same accessors, the same failures; only times keep
- * their fraction (nanos), which RFC 3339 in JSON drops. (kube ≤ 1.24 also
- * wrote field 15, the deprecated clusterName, always; it is gone since 1.25.)
+ * metav1.Time is {1 seconds, 2 nanos}, both written, nanos always 0
+ * (time_proto.go ProtoTime leaves the fraction out: "our JSON only handled
+ * seconds"), and an empty message for the zero time; a time with only a
+ * fraction past the zero instant is not zero. The values are read as the
+ * JSON form reads them above: the same accessors, the same failures. (kube
+ * <= 1.24 also wrote field 15, the deprecated clusterName, always; it is
+ * gone since 1.25.)
  */
 
 static void
@@ -797,26 +799,29 @@ pb_str(struct gostr_buf *b, unsigned field, json_t *o, const char *k)
         pb_bytes(b, field, "", 0);
 }
 
-/* A metav1.Time: r as go_time_parse returned it (1 a time, else zero). */
+/* A metav1.Time: r as go_time_parse returned it (1 a time, else zero); sec
+ * its Unix seconds (time.Time.Unix: the fraction, never negative, is not
+ * in them). */
 static void
-pb_time(struct gostr_buf *b, unsigned field, int r, int64_t sec, int32_t nsec)
+pb_time(struct gostr_buf *b, unsigned field, int r, int64_t sec)
 {
     struct gostr_buf m = {0};
     if (r == 1) {
         pb_int(&m, 1, (uint64_t)sec);
-        pb_int(&m, 2, (uint64_t)(int64_t)nsec);
+        pb_int(&m, 2, 0);
     }
     pb_msg(b, field, &m);
 }
 
 /* The time at md[k] as the accessors read it (1 a time, else zero). */
 static int
-pb_time_value(json_t *md, const char *k, int64_t *sec, int32_t *nsec)
+pb_time_value(json_t *md, const char *k, int64_t *sec)
 {
     json_t *v = json_object_get(md, k);
+    int32_t nsec;
     if (!json_is_string(v))
         return 0;
-    return go_time_parse(json_string_value(v), json_string_length(v), sec, nsec) == 1;
+    return go_time_parse(json_string_value(v), json_string_length(v), sec, &nsec) == 1;
 }
 
 static void
@@ -915,7 +920,7 @@ pb_managed_entry(struct gostr_buf *e, json_t *o)
     for (size_t i = 0; i < 3; i++)
         pb_str(e, strs[i].field, o, strs[i].k);
     if (t && !json_is_null(t))
-        pb_time(e, 4, tr, sec, nsec);
+        pb_time(e, 4, tr, sec);
     pb_str(e, 6, o, "fieldsType");
     if (f && !json_is_null(f)) {
         struct gostr_buf raw = {0}, m = {0};
@@ -958,11 +963,10 @@ object_meta_pb(struct gostr_buf *b, json_t *md)
     json_t *v = json_object_get(md, "generation");
     pb_int(b, 7, json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0);
     int64_t sec = 0;
-    int32_t nsec = 0;
-    int r = pb_time_value(md, "creationTimestamp", &sec, &nsec);
-    pb_time(b, 8, r, sec, nsec);
-    if (pb_time_value(md, "deletionTimestamp", &sec, &nsec))
-        pb_time(b, 9, 1, sec, nsec);
+    int r = pb_time_value(md, "creationTimestamp", &sec);
+    pb_time(b, 8, r, sec);
+    if (pb_time_value(md, "deletionTimestamp", &sec))
+        pb_time(b, 9, 1, sec);
     if (json_is_integer(v = json_object_get(md, "deletionGracePeriodSeconds")))
         pb_int(b, 10, (uint64_t)json_integer_value(v));
     pb_string_map(b, 11, md, "labels");

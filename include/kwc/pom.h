@@ -48,7 +48,7 @@ int pom_pb(struct gostr_buf *b, const void *msg, size_t len);
  * JSON custom-resource object to b: {1: ObjectMeta} as kube-apiserver writes
  * it for that object (metav1.PartialObjectMetadata built through the
  * Unstructured accessors, as pom_json's unstructured form, then protobuf:
- * timestamps as {seconds, nanos}, fraction kept). 0, or -1 (nothing
+ * timestamps as {seconds, nanos 0}). 0, or -1 (nothing
  * appended) exactly where pom_json(unstructured) fails. */
 int pom_pb_from_json(struct gostr_buf *b, const void *item, size_t len);
 

@@ -12,7 +12,8 @@
  *    by-value field exactly once (ObjectMeta 1-8, OwnerReference 1/3/4/5,
  *    ManagedFieldsEntry 1/2/3/6/8), pointers at most once, repeated fields
  *    contiguous, map entries {1 key, 2 value} in strictly ascending key
- *    order, a Time empty or {1 seconds, 2 nanos} with 0 <= nanos < 1e9,
+ *    order, a Time empty or {1 seconds, 2 nanos} with nanos 0 (kube's
+ *    ProtoTime writes no fraction),
  *    wire types as declared;
  *  - the decoded ObjectMeta, written as the JSON form writes it (omitempty
  *    strings and ints, seconds in RFC 3339 UTC via gmtime, a zero
@@ -147,7 +148,7 @@ time_of(struct rd r)
         else
             nanos = v;
     }
-    check(o.seen[1] == 1 && o.seen[2] == 1 && nanos < 1000000000u);
+    check(o.seen[1] == 1 && o.seen[2] == 1 && nanos == 0);
     return rfc3339((int64_t)sec);
 }
 

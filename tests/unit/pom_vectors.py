@@ -18,14 +18,17 @@ kube's rules, not computed from the input by a second implementation:
     (controller/blockOwnerDeletion only when booleans), managedFields go
     through DefaultUnstructuredConverter (a wrong type or bad time drops the
     whole slice; fieldsV1 is the value as json.Marshal writes it);
-  - times: time.Parse(RFC3339) (fraction kept to nine digits, offsets
-    applied), unparsable and the zero time read as zero;
+  - times: time.Parse(RFC3339) (offsets applied, a fraction parsed but
+    never written), unparsable and the zero time read as zero (a fraction
+    past the zero instant is not zero);
   - gogo's MarshalToSizedBuffer: fields in number order, every by-value
     string and int64 written even when empty (1-7) and creationTimestamp
     always (an empty message for the zero time), pointers only when set
     (deletionTimestamp, deletionGracePeriodSeconds, controller,
     blockOwnerDeletion, time, fieldsV1), maps as entries {1 key, 2 value} in
-    key order, Time as {1 seconds, 2 nanos} with both written.
+    key order, Time as {1 seconds, 2 nanos} with both written and nanos 0
+    (time_proto.go's ProtoTime leaves the fraction out: "our JSON only
+    handled seconds").
 
 Instants are given as calendar dates and converted here with Python's
 datetime (not with kwc's parser).
@@ -100,7 +103,8 @@ UTC = datetime.timezone.utc
 
 
 def at(y, mo, d, h=0, mi=0, s=0, nanos=0):
-    """An instant given in UTC: (Unix seconds, nanos)."""
+    """An instant given in UTC, to the nanosecond: (Unix seconds, nanos).
+    Unix seconds count whole seconds (the fraction is never negative)."""
     t = datetime.datetime(y, mo, d, h, mi, s, tzinfo=UTC)
     epoch = datetime.datetime(1970, 1, 1, tzinfo=UTC)
     return (int((t - epoch).total_seconds()), nanos)
@@ -112,7 +116,8 @@ ZERO = "zero"  # a Time that is written as an empty message
 def set_time(msg, t):
     msg.SetInParent()
     if t is not ZERO:
-        msg.seconds, msg.nanos = t
+        msg.seconds = t[0]
+        msg.nanos = 0  # ProtoTime: Nanos left out, the field still written
 
 
 def owner(kind="", name="", uid="", api_version="", controller=None, block=None):
@@ -286,7 +291,7 @@ def main():
             managed(time=at(2024, 1, 2, 2, 4, 5, 678000000))]),
         "managedFields: null fields unset, strings always written, fieldsV1 re-marshalled "
         "(keys sorted, Go's float64 form, HTML escapes), the zero time set but empty, "
-        "an offset time with its fraction")
+        "an offset time with a fraction")
     case("MANAGED_BAD_TIME", cr('{"managedFields":[{"manager":"m"},{"time":"yesterday"}]}'), pom(),
          "a bad managedFields time drops the whole slice")
     case("MANAGED_EMPTY_TIME", cr('{"managedFields":[{"time":""}]}'), pom(),
@@ -303,12 +308,15 @@ def main():
                               '"deletionGracePeriodSeconds":0}'),
          pom(created=at(2024, 3, 1, 0, 30, 0, 500000000),
              deleted=at(2023, 12, 31, 22, 0, 0, 123456789), grace=0),
-         "fractions kept as nanos (nine digits, the rest dropped), offsets applied, "
+         "fractions parsed and not written (nanos 0), offsets applied, "
          "a zero grace period written (a pointer)")
     case("TIMES_BEFORE_EPOCH", cr('{"creationTimestamp":"1969-12-31T23:59:59.5Z",'
                                   '"deletionTimestamp":"0001-01-01T00:00:01Z"}'),
          pom(created=at(1969, 12, 31, 23, 59, 59, 500000000), deleted=at(1, 1, 1, 0, 0, 1)),
-         "negative seconds (a ten-byte varint), nanos still positive; year 1 but not zero")
+         "negative seconds (a ten-byte varint); year 1 but not zero")
+    case("TIMES_ZERO_FRACTION", cr('{"creationTimestamp":"0001-01-01T00:00:00.5Z"}'),
+         pom(created=at(1, 1, 1, 0, 0, 0, 500000000)),
+         "half a second past the zero instant is not zero: its seconds are written")
     case("TIMES_INVALID", cr('{"creationTimestamp":"2023-02-29T00:00:00Z",'
                              '"deletionTimestamp":"0001-01-01T00:00:00Z"}'),
          pom(), "an impossible date is zero; the zero deletionTimestamp is unset")
