@@ -26,6 +26,10 @@
  * the few forms only Go's generic layout parser accepts (a one-digit hour,
  * a comma before the fraction) read as zero here. kube-apiserver sets both
  * timestamps itself, always in the canonical form.
+ *
+ * Protobuf for custom resources (pom_pb_from_json): the same ObjectMeta,
+ * read by the same accessors, written as gogo's generated marshaller
+ * writes the typed struct (see object_meta_pb).
  */
 #include "kwc/pom.h"
 
