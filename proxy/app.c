@@ -25,6 +25,7 @@
 #include "kwc/catalog.h"
 #include "kwc/collect.h"
 #include "kwc/config.h"
+#include "kwc/disco.h"
 #include "kwc/discovery.h"
 #include "kwc/front.h"
 #include "kwc/http.h"
@@ -41,6 +42,7 @@ struct app {
     uint32_t magic;
     struct refl_ingest *ing;
     struct catalog *cat;
+    struct disco *disco;
     struct pt_options pt_short, pt_long;
     struct pt_budget *budget; /* --max-passthrough-buffer */
     struct serve *serve;
@@ -105,6 +107,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     a->magic = APP_MAGIC;
     a->ing = d->ing;
     a->cat = d->cat;
+    a->disco = d->disco;
     const struct refl_set *set = catalog_set(d->cat);
     a->pt_short = (struct pt_options){
         .max_request_buffer = (size_t)cfg->max_request_buffer,
@@ -180,6 +183,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     a->front = front_new(&fp);
     /* requests waiting for a warming cache, after the watch streams */
     refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
+    if (d->disco)
+        disco_subscribe(d->disco, front_discovery_changed, a->front);
     catalog_set_busy(d->cat, cache_watched, a->watch);
     catalog_set_end(d->cat, cache_end_watchers, a);
 
@@ -207,6 +212,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     int rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
     if (rc != 0) {
         refl_ingest_unsubscribe(d->ing, a->front);
+        if (d->disco)
+            disco_unsubscribe(d->disco, a->front);
         refl_ingest_unsubscribe(d->ing, a->watch);
         refl_ingest_unsubscribe(d->ing, a->serve);
         catalog_set_busy(d->cat, NULL, NULL);
@@ -282,6 +289,8 @@ app_free(struct app *a)
      * cancel their transfers, cached lists end) */
     http_server_free(a->http);
     refl_ingest_unsubscribe(a->ing, a->front);
+    if (a->disco)
+        disco_unsubscribe(a->disco, a->front);
     front_free(a->front);
     refl_ingest_unsubscribe(a->ing, a->serve);
     serve_free(a->serve);

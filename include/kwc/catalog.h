@@ -78,6 +78,9 @@ bool catalog_may_cache(const struct catalog *c, const char *group, const char *v
  */
 int catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
                  enum kwc_enc enc);
+/* Auto mode: discovery has not answered yet, so whether a resource may be
+ * cached is unknown; a read may wait for it (as for a warming cache). */
+bool catalog_discovering(const struct catalog *c);
 /* Cache i is on its way to its first sync (refl_warming): a request may
  * wait for it, up to --cache-start-timeout. */
 bool catalog_warming(const struct catalog *c, size_t i);

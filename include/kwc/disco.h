@@ -66,6 +66,8 @@ void disco_each(const struct disco *d, void (*cb)(void *arg, const struct disco_
  * kind, scope, verbs or aggregation, or the set of group versions (not
  * after a 304). The model is already the new one when it runs. */
 void disco_subscribe(struct disco *d, void (*on_change)(void *arg), void *arg);
+/* Remove every subscription made with arg. */
+void disco_unsubscribe(struct disco *d, void *arg);
 /* Refresh soon (not before min_gap since the last one). */
 void disco_refresh_soon(struct disco *d);
 /* A refresh has completed since start (disco_find decides). */

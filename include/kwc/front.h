@@ -81,5 +81,8 @@ void front_on_request(void *front, struct hreq *req);
  * is over are routed again. */
 void front_caches_changed(void *front);
 void front_cache_service(void *front, const struct refl *r, bool serving);
+/* Discovery changed (disco_subscribe): requests waiting for its first
+ * answer are routed again. */
+void front_discovery_changed(void *front);
 
 #endif

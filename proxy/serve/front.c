@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "kwc/access.h"
 #include "kwc/admit.h"
@@ -104,8 +105,9 @@ struct kreq {
     /* kwc may answer it from a cache: --auth none, or a SubjectAccessReview
      * allowed it (stage_authorize). Without it the upstream answers. */
     bool may_serve;
-    /* waiting for cache wait_slot's first sync (--cache-start-timeout) */
-    bool waited;
+    /* waiting for cache wait_slot's first sync (-1: for discovery's first
+     * answer) until wait_until_ms (--cache-start-timeout from the first wait) */
+    uint64_t wait_until_ms;
     int wait_slot;
     struct event *wait_timer;
     struct kreq *wait_next, **wait_prev;
@@ -407,7 +409,6 @@ on_wait_over(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct kreq *k = arg;
     wait_unlink(k);
-    k->waited = true;
     hreq_set_handler(k->req, NULL, NULL);
     if (!route_request(k->f, k))
         kreq_free(k);
@@ -421,10 +422,28 @@ on_wait_close(void *arg)
 
 static const struct hreq_handler wait_handler = {.on_close = on_wait_close};
 
+static uint64_t
+mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Is what k waits for still on its way? */
+static bool
+still_waiting(const struct front *f, const struct kreq *k)
+{
+    return k->wait_slot < 0 ? catalog_discovering(f->cat)
+                            : catalog_warming(f->cat, (size_t)k->wait_slot);
+}
+
 /* A read of a resource kwc may cache: the catalog finds (auto mode:
  * starts) its cache; one on its way to its first sync is waited for, as
- * kube's Cacher makes requests wait while it initialises, up to
- * --cache-start-timeout. True when k now waits. */
+ * kube's Cacher makes requests wait while it initialises, and so is
+ * discovery's first answer at kwc's start (whether the resource may be
+ * cached is not known before it), --cache-start-timeout in all. True when
+ * k now waits. */
 static bool
 wait_for_cache(struct front *f, struct kreq *k)
 {
@@ -434,14 +453,23 @@ wait_for_cache(struct front *f, struct kreq *k)
                           .accept = hreq_header(k->req, "Accept"),
                           .user_agent = hreq_header(k->req, "User-Agent")};
     enum kwc_enc enc;
-    if (!admit_wants(&q, &enc))
+    if (!admit_wants(&q, &enc) || f->start_wait_ms <= 0)
         return false;
-    int i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
-    if (i < 0 || k->waited || f->start_wait_ms <= 0 || !catalog_warming(f->cat, (size_t)i))
-        return false;
+    int i = -1;
+    if (!catalog_discovering(f->cat)) {
+        i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
+        if (i < 0 || !catalog_warming(f->cat, (size_t)i))
+            return false;
+    }
+    uint64_t now = mono_ms();
+    if (!k->wait_until_ms)
+        k->wait_until_ms = now + (uint64_t)f->start_wait_ms;
+    if (now >= k->wait_until_ms)
+        return false; /* waited long enough: the upstream answers */
     k->wait_slot = i;
+    uint64_t left = k->wait_until_ms - now;
     k->wait_timer = evtimer_new(hreq_base(k->req), on_wait_over, k);
-    struct timeval tv = {f->start_wait_ms / 1000, (f->start_wait_ms % 1000) * 1000};
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
     evtimer_add(k->wait_timer, &tv);
     k->wait_next = f->waiting;
     if (f->waiting)
@@ -457,8 +485,14 @@ front_caches_changed(void *arg)
 {
     struct front *f = arg;
     for (struct kreq *k = f->waiting; k; k = k->wait_next)
-        if (!catalog_warming(f->cat, (size_t)k->wait_slot))
+        if (!still_waiting(f, k))
             event_active(k->wait_timer, EV_TIMEOUT, 1); /* routed from the loop, not from here */
+}
+
+void
+front_discovery_changed(void *arg)
+{
+    front_caches_changed(arg);
 }
 
 void

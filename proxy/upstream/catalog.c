@@ -537,6 +537,8 @@ catalog_free(struct catalog *c)
         return;
     if (c->tick)
         event_free(c->tick);
+    if (c->auto_mode && c->disco)
+        disco_unsubscribe(c->disco, c);
     for (size_t i = 0; i < c->set.n; i++)
         refl_free(c->set.r[i]);
     for (size_t i = 0; i < c->nexcl; i++)
@@ -572,7 +574,9 @@ catalog_may_cache(const struct catalog *c, const char *group, const char *versio
     int i = find(c, group, version, resource, KWC_ENC_PB);
     if (i >= 0 && (c->auto_mode || refl_desc(c->set.r[i])->kind != NULL))
         return true;
-    return c->auto_mode && cacheable(c, group, version, resource);
+    /* before discovery answers, kwc cannot know: it authorizes the read
+     * itself, and it waits for discovery (catalog_discovering) */
+    return c->auto_mode && (catalog_discovering(c) || cacheable(c, group, version, resource));
 }
 
 int
@@ -616,6 +620,12 @@ catalog_want(struct catalog *c, const char *group, const char *version, const ch
              enc == KWC_ENC_PB ? " (protobuf)" : "");
     start_slot(c, (size_t)i, false);
     return i;
+}
+
+bool
+catalog_discovering(const struct catalog *c)
+{
+    return c->auto_mode && c->disco && !disco_ready(c->disco);
 }
 
 bool

@@ -968,6 +968,16 @@ disco_subscribe(struct disco *d, void (*on_change)(void *arg), void *arg)
 }
 
 void
+disco_unsubscribe(struct disco *d, void *arg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->nsubs; i++)
+        if (d->subs[i].arg != arg)
+            d->subs[n++] = d->subs[i];
+    d->nsubs = n;
+}
+
+void
 disco_refresh_soon(struct disco *d)
 {
     assert(d->magic == DISCO_MAGIC);

@@ -34,7 +34,7 @@ class FailureTest(unittest.TestCase):
         from cluster import KWC_BIN
         with Env(apisim_args=["--nodes", "1"], start_kwc=False) as env:
             for res, want in (("v1/nodes,v1/foos", r'^kwc: --resources: v1/foos: the upstream has no resource "foos" '
-                                                   r'in v1 \(it serves: [^)]*\bpods\b[^)]*\bnodes\b[^)]*\)'),
+                                                   r'in v1 \(it serves: (?=[^)]*\bpods\b)(?=[^)]*\bnodes\b)[^)]*\)'),
                               ("apps/v2/deployments", r"^kwc: --resources: apps/v2/deployments: the upstream serves "
                                                       r"no API group version apps/v2")):
                 with self.subTest(resources=res):

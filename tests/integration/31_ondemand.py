@@ -33,6 +33,71 @@ def upstream_seq(env):
     return env.sim("GET", "/apisim/requests")["seq"]
 
 
+class WatchLines:
+    """A JSON watch over HTTP/1.1 (chunked), read event by event."""
+
+    def __init__(self, port, path):
+        import socket
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv(30)
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        self.status = int(head.split()[1])
+        self.raw = b""
+        self.eof = False
+
+    def _recv(self, timeout):
+        self.s.settimeout(timeout)
+        d = self.s.recv(65536)
+        if not d:
+            raise EOFError("connection closed")
+        return d
+
+    def _dechunk(self):
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i < 0:
+                return
+            n = int(self.buf[:i].split(b";")[0], 16)
+            if len(self.buf) < i + 2 + n + 2:
+                return
+            self.raw += self.buf[i + 2:i + 2 + n]
+            self.buf = self.buf[i + 2 + n + 2:]
+            if n == 0:
+                self.eof = True
+                return
+
+    def next_event(self, timeout=30):
+        while True:
+            self._dechunk()
+            j = self.raw.find(b"\n")
+            if j >= 0:
+                line, self.raw = self.raw[:j], self.raw[j + 1:]
+                ev = json.loads(line)
+                if ev["type"] != "BOOKMARK":
+                    return ev
+                continue
+            if self.eof:
+                raise EOFError("end of stream")
+            self.buf += self._recv(timeout)
+
+    def ended(self, timeout=30):
+        """Whether the stream ends (its last chunk, or the connection) within timeout s."""
+        try:
+            while not self.eof:
+                self._dechunk()
+                if self.eof:
+                    break
+                self.buf += self._recv(timeout)
+            return True
+        except EOFError:
+            return True
+        except OSError:
+            return False
+
+
 def names(doc):
     return sorted((i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in doc["items"])
 
@@ -78,7 +143,9 @@ class OnDemand(EnvTestCase):
         before = served_from(port, "WATCH", "services", "cache")
         st, _, b = http_request(port, "GET", "/api/v1/services?watch=1&timeoutSeconds=1")
         self.assertEqual(st, 200, b[:300])
-        self.assertEqual(served_from(port, "WATCH", "services", "cache"), before + 1)
+        # the stream's record is finished when its last bytes left (a worker's)
+        wait_for(lambda: served_from(port, "WATCH", "services", "cache") == before + 1, 10,
+                 "the watch counted as the cache's")
         client = [t for t in upstream_targets(self.env, seq) if "timeoutSeconds=1" in t]
         self.assertEqual(client, [], "the client's watch never reached the upstream")
 
@@ -99,6 +166,24 @@ class OnDemand(EnvTestCase):
         self.assertIn("/api/v1/secrets", text)
         self.assertIn("started on demand", text)
         self.assertNotIn("[-]", text)
+
+    def test_aggregated_api_is_never_cached(self):
+        """An APIService with a service (metrics-server's): its reads are the
+        upstream's (here its 503, the service being away), never a cache."""
+        port = self.env.kwc.port
+        svc = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+               "metadata": {"name": "v1beta1.metrics.k8s.io"},
+               "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                        "versionPriority": 100, "insecureSkipTLSVerify": True,
+                        "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}}}
+        self.env.sim("POST", "/apis/apiregistration.k8s.io/v1/apiservices", svc)
+        caches = total(scrape(port), "kwc_caches")
+        for _ in range(3):
+            st, _, _ = http_request(port, "GET", "/apis/metrics.k8s.io/v1beta1/pods?resourceVersion=0")
+            self.assertEqual(st, 503, "the aggregated API's own answer")
+        m = scrape(port)
+        self.assertEqual(total(m, "kwc_caches"), caches, "no cache for an aggregated API")
+        self.assertEqual(served_from(port, "LIST", "pods", "upstream") >= 3, True)
 
     def test_unknown_resource_passes_through(self):
         port = self.env.kwc.port
@@ -141,6 +226,9 @@ class Idle(unittest.TestCase):
             port = env.kwc.port
             st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
             self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 1,
+                             "answered by the cache it started (a request kwc gets before its "
+                             "discovery has answered waits for it)")
             wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="idle_stopped") >= 1, 30,
                      "the idle cache stopped")
             m = scrape(port)
@@ -166,6 +254,88 @@ class Idle(unittest.TestCase):
             wait_for(lambda: any(i["metadata"]["name"] == "while-stopped" for i in json.loads(
                 http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
                 30, "the resumed cache caught up")
+
+    def test_disk_budget_drops_stopped_caches_data(self):
+        """--cache-disk-budget bounds the data stopped caches keep: past it
+        the oldest stopped cache's data goes, and it lists again when used."""
+        with Env(apisim_args=["--pods", "5"], auto=True,
+                 kwc_args=["--cache-idle-timeout", "1s", "--cache-disk-budget", "1",
+                           "--protobuf-resources", "none"]) as env:
+            port = env.kwc.port
+            key = dict(group="", version="v1", resource="configmaps", encoding="json")
+            for i in range(3):
+                env.sim("POST", "/apisim/write", {"verb": "create", "resource": "configmaps",
+                                                  "namespace": "default", "name": "cm-%d" % i})
+            st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="data_dropped") >= 1, 30,
+                     "the stopped cache's data dropped (over a 1-byte budget)")
+            m = scrape(port)
+            self.assertEqual(value(m, "kwc_cache_objects", **key), 0, "its objects are gone from disk")
+            lists = value(m, "kwc_reflector_lists_total", **key)
+            st, _, b = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(names(json.loads(b)), names(env.sim("GET", "/api/v1/configmaps")))
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 2,
+                             "the request waited for the new list and was answered by it")
+            self.assertEqual(value(scrape(port), "kwc_reflector_lists_total", **key), lists + 1,
+                             "no data left to resume from: a list")
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def crd_body(group, plural, kind):
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "%s.%s" % (plural, group)},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}],
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
+                               "listKind": kind + "List"}}}
+
+
+class CustomResourceDefinitions(unittest.TestCase):
+    """A CRD created at run time is cached at its first read; deleted, its
+    objects' DELETED events reach kwc's watchers, then their streams end as
+    kube ends them, the cache's data goes and its reads pass through (404)."""
+
+    def test_crd_added_and_removed_under_watchers(self):
+        with Env(apisim_args=["--pods", "2"], auto=True,
+                 kwc_args=["--protobuf-resources", "none", "--discovery-interval", "1"]) as env:
+            port = env.kwc.port
+            group, plural = "stable.example.io", "gadgets"
+            path = "/apis/%s/v1/namespaces/default/%s" % (group, plural)
+            env.sim("POST", CRDS, crd_body(group, plural, "Gadget"))
+            env.sim("POST", path, {"apiVersion": group + "/v1", "kind": "Gadget",
+                                   "metadata": {"name": "g1", "namespace": "default"}, "spec": {"n": 1}})
+            # kwc learns the new resource (its discovery refreshes soon after
+            # a miss); from then on its reads are the cache's
+            wait_for(lambda: http_request(port, "GET", path + "?resourceVersion=0")[0] == 200 and
+                     served_from(port, "LIST", plural, "cache") >= 1, 30, "the new CRD's list from kwc's cache")
+            st, _, b = http_request(port, "GET", path + "?resourceVersion=0")
+            doc = json.loads(b)
+            self.assertEqual([i["metadata"]["name"] for i in doc["items"]], ["g1"])
+            rv = doc["metadata"]["resourceVersion"]
+            seq = upstream_seq(env)
+            w = WatchLines(port, path + "?watch=1&resourceVersion=%s" % rv)
+            self.assertEqual(w.status, 200)
+            env.sim("DELETE", CRDS + "/%s.%s" % (plural, group))
+            ev = w.next_event(timeout=30)
+            self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("DELETED", "g1"))
+            # then the stream ends (kube's watchers of a removed resource end)
+            self.assertTrue(w.ended(timeout=60), "the watch stream ended after the CRD went")
+            self.assertEqual([t for t in upstream_targets(env, seq) if t.startswith(path + "?watch=1")], [],
+                             "the client's watch was the cache's, never the upstream's")
+            wait_for(lambda: served_from(port, "WATCH", plural, "cache") == 1, 10, "the watch counted as the cache's")
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="vanished") >= 1, 60,
+                     "kwc saw the resource leave discovery")
+            st, _, _ = http_request(port, "GET", path + "?resourceVersion=0")
+            self.assertEqual(st, 404, "the resource is gone: kube's 404, through kwc")
+            m = scrape(port)
+            self.assertEqual(value(m, "kwc_cache_objects", group=group, version="v1", resource=plural,
+                                   encoding="json"), 0, "its data dropped")
 
 
 if __name__ == "__main__":
