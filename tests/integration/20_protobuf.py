@@ -800,6 +800,25 @@ class CustomResourceMetaProtobuf(unittest.TestCase):
                          [("ADDED", "w-bare"), ("DELETED", "w-full"), ("ADDED", "w-new"), ("DELETED", "w-old")],
                          "selector transitions")
 
+    def test_on_demand_starts_the_json_cache(self):
+        # --resources auto: the first metadata request in protobuf starts the
+        # custom resource's JSON cache (the one it is derived from), waits
+        # for its first sync and is answered from it
+        with Env(apisim_args=["--namespaces", "2"], auto=True) as e:
+            e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 5, "namespaces": 2})
+            from scrape import scrape, total
+            cached = lambda: total(scrape(e.kwc.port), "kwc_requests_total", verb="LIST", resource="widgets",
+                                   source="cache")
+            n, c = lists_upstream(e, "widgets"), cached()
+            path = "/apis/example.com/v1/widgets?resourceVersion=0"
+            st, h, b = http_request(e.kwc.port, "GET", path, headers=META_PB_LIST)
+            self.assertEqual((st, h.get("content-type")), (200, kpb.CT), b[:300])
+            self.assertEqual(lists_upstream(e, "widgets"), n + 1, "only the new JSON cache's LIST went upstream")
+            self.assertEqual(cached(), c + 1, "answered from the cache")
+            self.assertEqual(len(kpb.decode_body(b)["raw_items"]), 5)
+            self.assertEqual(b, http_request(e.apisim.port, "GET", path, headers=META_PB_LIST)[2])
+
+
 
 if __name__ == "__main__":
     unittest.main()
