@@ -60,8 +60,9 @@
  * read each commit's events from the store twice and kept two windows of
  * the same events.) The window's budget (window_bytes) counts the full
  * form only: with metadata watchers its events also hold their metadata
- * blobs, at most as large again (in practice a fifth: metadata is ~16 % of
- * a pod), so its memory is bounded by twice the budget.
+ * blobs, each metadata form at most as large again (in practice a fifth:
+ * metadata is ~16 % of a pod), so its memory is bounded by twice the
+ * budget, three times for a JSON cache watched in both metadata forms.
  *
  * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
  * now_ms), no randomness of its own (the caller seeds the bookmark jitter).
