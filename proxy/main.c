@@ -252,16 +252,16 @@ free_list(char **l)
     free(l);
 }
 
-/* How many caches the store opens at most: --max-caches (auto), or two
- * per --resources entry (JSON and protobuf). */
+/* How many caches the store opens at most: all it can (auto), or two per
+ * --resources entry (JSON and protobuf). */
 static unsigned
 max_caches(const struct kwc_config *cfg)
 {
-    size_t n = (size_t)cfg->max_caches;
-    if (!cfg->auto_resources) {
-        free_list(split_list(cfg->resources, &n));
-        n *= 2;
-    }
+    if (cfg->auto_resources) /* every resource ever cached keeps its slot (catalog.h) */
+        return STORE_MAX_RESOURCES;
+    size_t n;
+    free_list(split_list(cfg->resources, &n));
+    n *= 2;
     if (n < 32)
         n = 32;
     return n > STORE_MAX_RESOURCES ? STORE_MAX_RESOURCES : (unsigned)n;

@@ -11,15 +11,15 @@
  *  - auto (the default): any resource the upstream's discovery (disco.h)
  *    lists with the verbs list and watch, not in an aggregated API and not
  *    excluded (--resources-exclude), gets a cache in the encoding a request
- *    asks for at its first list, get or watch (catalog_want), up to
- *    --max-caches; the protobuf caches --protobuf-resources names start as
- *    soon as discovery has answered. None is required by /readyz. A cache
- *    nobody read and nobody watched for --cache-idle-timeout stops (its data
- *    stays on disk, it resumes from its rv at its next request); the data
- *    of stopped caches is kept within --cache-disk-budget, the least
- *    recently used dropped first. A resource that leaves discovery (a CRD
- *    deleted, a version no longer served) has its cache stopped, its
- *    watchers ended as kube ends them, and its data dropped.
+ *    asks for at its first list, get or watch (catalog_want), while fewer
+ *    than --max-caches run (a stopped one keeps its slot in the set and
+ *    resumes in it; the set holds every resource ever cached); the protobuf caches
+ * --protobuf-resources names start as soon as discovery has answered. None is required by /readyz.
+ * A cache nobody read and nobody watched for --cache-idle-timeout stops (its data stays on disk, it
+ * resumes from its rv at its next request); the data of stopped caches is kept within
+ * --cache-disk-budget, the least recently used dropped first. A resource that leaves discovery (a
+ * CRD deleted, a version no longer served) has its cache stopped, its watchers ended as kube ends
+ * them, and its data dropped.
  *
  * Loop thread only.
  */
@@ -45,7 +45,7 @@ struct catalog_options {
     const char *resources; /* explicit: the list */
     const char *exclude;   /* auto: --resources-exclude (NULL or "": none) */
     const char *protobuf;  /* --protobuf-resources; NULL: KINDS_PB_DEFAULT; "none" */
-    unsigned max_caches;   /* auto: caches at most */
+    unsigned max_caches;   /* auto: caches running at once at most */
     uint64_t idle_ms;      /* auto: --cache-idle-timeout; 0: never */
     uint64_t disk_budget;  /* auto: --cache-disk-budget, bytes */
     const char *identity;  /* the upstream's, recorded with the data */
@@ -78,6 +78,11 @@ bool catalog_may_cache(const struct catalog *c, const char *group, const char *v
  */
 int catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
                  enum kwc_enc enc);
+/* A read of a resource kwc may not cache (catalog_may_cache said no): if
+ * discovery does not list it, discovery is asked again soon (a CRD created
+ * since), rate-limited by disco_refresh_soon. */
+void catalog_missed(struct catalog *c, const char *group, const char *version,
+                    const char *resource);
 /* Auto mode: discovery has not answered yet, so whether a resource may be
  * cached is unknown; a read may wait for it (as for a warming cache). */
 bool catalog_discovering(const struct catalog *c);

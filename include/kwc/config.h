@@ -41,8 +41,8 @@
       "auto: resources never cached (their requests pass through), as group/version/resource "     \
       "with * for any part (*/leases, v1/secrets, example.com/*/*); empty: none")                  \
     X("max-caches", max_caches, INT, "256", "N",                                                   \
-      "auto: caches kwc runs at most (a resource in JSON and in protobuf is two); requests of "    \
-      "resources past it pass through")                                                            \
+      "auto: caches kwc runs at once at most (a resource in JSON and in protobuf is two); past "   \
+      "it a resource's requests pass through until an idle cache stops")                           \
     X("cache-start-timeout", cache_start_timeout, DUR, "10s", "DURATION",                          \
       "auto: how long a request that starts a cache (or finds it starting) waits for its first "   \
       "sync before it passes through to the upstream (0: never waits)")                            \

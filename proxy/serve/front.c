@@ -802,7 +802,11 @@ kwc_may_answer(struct kreq *k)
         return false;
     if (r->verb != ROUTE_GET && r->verb != ROUTE_LIST && r->verb != ROUTE_WATCH)
         return false;
-    return catalog_may_cache(k->f->cat, r->group, r->version, r->resource);
+    if (catalog_may_cache(k->f->cat, r->group, r->version, r->resource))
+        return true;
+    /* a resource discovery does not list yet (a new CRD): ask it again */
+    catalog_missed(k->f->cat, r->group, r->version, r->resource);
+    return false;
 }
 
 /* kube's RequestInfo name: the path's, or a list/watch's metadata.name=X. */

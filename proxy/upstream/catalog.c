@@ -214,7 +214,9 @@ add(struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc
     size_t errlen)
 {
     if (c->set.n >= c->set.cap) {
-        snprintf(err, errlen, "more caches than kwc runs (--max-caches %zu)", c->set.cap);
+        snprintf(err, errlen,
+                 "more caches than kwc holds (%zu: resources and encodings ever cached)",
+                 c->set.cap);
         return -1;
     }
     char *gvr = gvr_text(g, v, r);
@@ -485,7 +487,11 @@ catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *i
     size_t nres = 0;
     if (!c->auto_mode)
         free_list(split(o->resources, &nres), nres);
-    c->set.cap = c->auto_mode ? o->max_caches : 2 * nres;
+    /* auto: --max-caches bounds the caches running at once; the set holds
+     * every resource and encoding ever cached (their slots stay: a stopped
+     * cache resumes in its own), up to what the store opens */
+    c->max_caches = o->max_caches;
+    c->set.cap = c->auto_mode ? STORE_MAX_RESOURCES : 2 * nres;
     if (c->set.cap > STORE_MAX_RESOURCES)
         c->set.cap = STORE_MAX_RESOURCES;
     c->set.r = xcalloc(c->set.cap ? c->set.cap : 1, sizeof(*c->set.r));
@@ -579,6 +585,31 @@ catalog_may_cache(const struct catalog *c, const char *group, const char *versio
     return c->auto_mode && (catalog_discovering(c) || cacheable(c, group, version, resource));
 }
 
+static size_t
+running(const struct catalog *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->set.n; i++)
+        n += refl_started(c->set.r[i]);
+    return n;
+}
+
+/* --max-caches reached: one more would run past it. */
+static bool
+full(struct catalog *c, const char *group, const char *version, const char *resource)
+{
+    if (running(c) < c->max_caches)
+        return false;
+    c->stats.refused_max++;
+    if (!c->warned_max) {
+        c->warned_max = true;
+        log_warnx("cache for %s%s%s/%s: --max-caches %u caches run already: its requests pass "
+                  "through until one stops (--cache-idle-timeout); said once",
+                  group, *group ? "/" : "", version, resource, c->max_caches);
+    }
+    return true;
+}
+
 int
 catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
              enum kwc_enc enc)
@@ -593,7 +624,8 @@ catalog_want(struct catalog *c, const char *group, const char *version, const ch
         return -1; /* custom resources have no protobuf */
     if (i >= 0) {
         c->slots[i].used_ms = now_ms();
-        if (!refl_started(c->set.r[i]) && cacheable(c, group, version, resource)) {
+        if (!refl_started(c->set.r[i]) && cacheable(c, group, version, resource) &&
+            !full(c, group, version, resource)) {
             log_info("cache %s%s: resumed by a request", refl_desc(c->set.r[i])->path,
                      enc == KWC_ENC_PB ? " (protobuf)" : "");
             start_slot(c, (size_t)i, false);
@@ -601,25 +633,31 @@ catalog_want(struct catalog *c, const char *group, const char *version, const ch
         return i;
     }
     if (!cacheable(c, group, version, resource)) {
-        struct disco_res dr;
-        if (c->disco && disco_find(c->disco, group, version, resource, &dr) == DISCO_ABSENT)
-            disco_refresh_soon(c->disco); /* a resource created since (a new CRD)? */
+        catalog_missed(c, group, version, resource);
         return -1;
     }
     char err[512];
+    if (full(c, group, version, resource))
+        return -1;
     if ((i = add(c, group, version, resource, enc, err, sizeof(err))) < 0) {
         c->stats.refused_max++;
-        if (!c->warned_max) {
-            c->warned_max = true;
-            log_warnx("cache for %s/%s/%s: %s: its requests pass through", group, version, resource,
-                      err);
-        }
+        log_warnx("cache for %s%s%s/%s: %s: its requests pass through", group, *group ? "/" : "",
+                  version, resource, err);
         return -1;
     }
     log_info("cache %s%s: started by a request", refl_desc(c->set.r[i])->path,
              enc == KWC_ENC_PB ? " (protobuf)" : "");
     start_slot(c, (size_t)i, false);
     return i;
+}
+
+void
+catalog_missed(struct catalog *c, const char *group, const char *version, const char *resource)
+{
+    struct disco_res dr;
+    if (c->auto_mode && c->disco &&
+        disco_find(c->disco, group, version, resource, &dr) == DISCO_ABSENT)
+        disco_refresh_soon(c->disco); /* a resource created since (a new CRD)? */
 }
 
 bool
@@ -659,7 +697,5 @@ catalog_stats(const struct catalog *c, struct catalog_stats *out)
 {
     *out = c->stats;
     out->caches = c->set.n;
-    out->running = 0;
-    for (size_t i = 0; i < c->set.n; i++)
-        out->running += refl_started(c->set.r[i]);
+    out->running = running(c);
 }

@@ -862,7 +862,7 @@ round_next(struct disco *d)
         if (as && as->failed && !d->agg_known && !d->agg_warned) {
             d->agg_warned = true;
             log_warnx("discovery: kwc cannot read the APIService list (%s): aggregated APIs "
-                      "cannot be told apart (give kwc get/list on apiservices)",
+                      "cannot be told apart (give kwc list on apiservices.apiregistration.k8s.io)",
                       APISVC_PATH);
         }
         if (d->round_changed) {

@@ -392,7 +392,7 @@ refl_status_why(const struct refl *r, const char *what, char *buf, size_t len)
                  what);
     else if (r->status == 403)
         snprintf(buf, len,
-                 "kwc's identity may not %s (403): grant it get, list and watch of %s%s%s "
+                 "kwc's identity may not %s (403): grant it list and watch of %s%s%s "
                  "(conf/kubernetes/10-rbac.yaml)",
                  what, r->d.resource, r->d.group[0] ? "." : "", r->d.group);
     else

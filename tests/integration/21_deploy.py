@@ -17,26 +17,41 @@ Dockerfile and `make image`.
      `kwc --help` knows, the probes are kwc's /livez and /readyz over HTTPS,
      the pod runs as it must (non-root, read-only root, no capabilities,
      RuntimeDefault seccomp), the memory request is above the watch windows
-     (--watch-window x the cached resources), --cache-map-size fits the
+     (--watch-window x the caches kwc starts itself: in auto mode the
+     protobuf caches of --protobuf-resources), --cache-map-size fits the
      volume, the Service, PVC, Secret and ServiceAccount names line up, the
-     client kubeconfig names the Service.
+     client kubeconfig names the Service; kwc's ClusterRole lists and
+     watches everything and never gets, and the narrowed alternative in its
+     comment grants exactly the --resources list that comment gives.
   3. The RBAC is exactly what kwc calls: apisim --policy gets the
-     ClusterRole's rules, one per group/resource/verb, for the bound
-     ServiceAccount; kwc runs with the Deployment's args (ports and paths
-     adapted) in a pod-like sandbox: a private mount namespace with the
-     service account token and CA at /var/run/secrets/kubernetes.io/
-     serviceaccount and KUBERNETES_SERVICE_HOST/PORT (in-cluster
-     credentials), the root filesystem read-only, only the volumes
-     writable, uid 10001 without capabilities and with no_new_privs. kwc
-     must sync every cache (/readyz 200, probed like the kubelet: HTTPS, no
-     credentials), hold a watch on each, answer a cached list for a caller
-     with a bearer token (TokenReview + SubjectAccessReview, not passed
-     upstream), pass writes through impersonating the caller (a user with
-     uid, groups and extras; a service account) and serve kubectl using the
-     example client kubeconfig; what kwc asked upstream as itself and as
-     whom it impersonated must be exactly what the rules grant. Then each
-     single rule is removed in turn and something must fail. The node-local
-     DaemonSet runs the same way (its init container's chown included).
+     ClusterRole's rules, one per group/resource/verb ("*" kept as a
+     wildcard, as RBAC and apisim read it), for the bound ServiceAccount;
+     kwc runs with the Deployment's args as written (--resources auto, the
+     default; ports and paths adapted) in a pod-like sandbox: a private
+     mount namespace with the service account token and CA at
+     /var/run/secrets/kubernetes.io/serviceaccount and
+     KUBERNETES_SERVICE_HOST/PORT (in-cluster credentials), the root
+     filesystem read-only, only the volumes writable, uid 10001 without
+     capabilities and with no_new_privs. /readyz must answer 200 (probed
+     like the kubelet: HTTPS, no credentials); the protobuf caches kwc
+     starts once discovery answers must each list and watch upstream; a
+     caller with a bearer token lists pods, a custom resource (widgets) and
+     secrets at resourceVersion=0 (TokenReview + SubjectAccessReview): each
+     list starts its cache, waits for its first sync and is answered from
+     it, not passed upstream, and each new cache watches upstream; writes
+     pass through impersonating the caller (a user with uid, groups and
+     extras; a service account) and kubectl works with the example client
+     kubeconfig; what kwc asked upstream as itself and as whom it
+     impersonated must be exactly what the rules grant, and every rule is
+     used. Then each single rule is removed in turn and something must
+     fail; without the list (or watch) rule every cache must fail, those
+     kwc starts itself and those the caller's lists start (apisim's
+     request log shows each LIST or WATCH refused). What 10-rbac.yaml's
+     comment shows runs too: its --resources-exclude (secrets out) under the
+     rules as they are, and its narrowed alternative (an explicit
+     --resources and its rules only); in both kwc never lists secrets and
+     the caller's list of them passes through as the caller. The node-local DaemonSet runs the same way (its init
+     container's chown included).
   4. conf/kwc.service: `systemd-analyze verify` (on a copy whose ExecStart
      names the kwc under test), `systemd-analyze security --offline`, and
      the ExecStart command line run with its specifiers (%d credentials,
@@ -145,17 +160,83 @@ def split_args(args):
     return out
 
 
-def default_resources():
-    """kwc's default --resources: KINDS_DEFAULT in include/kwc/kinds.h."""
+def kinds_define(name):
+    """The string a #define of include/kwc/kinds.h spells (joined literals)."""
     with open(os.path.join(ROOT, "include", "kwc", "kinds.h")) as f:
         text = f.read()
-    m = re.search(r"#define KINDS_DEFAULT((?:.*\\\n)*.*)", text)
-    joined = "".join(re.findall(r'"([^"]*)"', m.group(1)))
+    m = re.search(r"#define %s((?:.*\\\n)*.*)" % name, text)
+    return "".join(re.findall(r'"([^"]*)"', m.group(1)))
+
+
+def parse_gvrs(text):
+    """[(group, version, resource)] of a --resources style list (v1/pods,
+    apps/v1/deployments; a bare name: group and version None)."""
     out = []
-    for gvr in joined.split(","):
-        parts = gvr.split("/")
-        out.append(("" if len(parts) == 2 else parts[0], parts[-1]))
+    for item in text.split(","):
+        parts = item.strip().split("/")
+        if len(parts) == 1:
+            out.append((None, None, parts[0]))
+        elif len(parts) == 2:
+            out.append(("", parts[0], parts[1]))
+        else:
+            out.append((parts[0], parts[1], parts[2]))
     return out
+
+
+def protobuf_names(args):
+    """The resource names whose protobuf caches start with kwc
+    (--protobuf-resources; default KINDS_PB_DEFAULT)."""
+    text = dict(args).get("--protobuf-resources") or kinds_define("KINDS_PB_DEFAULT")
+    return set() if text == "none" else {r for _, _, r in parse_gvrs(text)}
+
+
+def exclusions(args):
+    """--resources-exclude (default KINDS_EXCLUDE_DEFAULT) as kwc reads it
+    (catalog.c parse_pattern): [(group, version, resource)], "*" any."""
+    a = dict(args)
+    text = a["--resources-exclude"] if "--resources-exclude" in a else kinds_define("KINDS_EXCLUDE_DEFAULT")
+    out = []
+    for item in filter(None, text.split(",")):
+        parts = item.split("/")
+        if len(parts) == 3:
+            out.append(tuple(parts))
+        elif len(parts) == 2:
+            out.append(("*" if parts[0] == "*" else "", parts[0], parts[1]))
+        else:
+            out.append(("*", "*", parts[0]))
+    return out
+
+
+def excluded(patterns, g, v, r):
+    return any(all(p == "*" or p == x for p, x in zip(pat, (g, v, r))) for pat in patterns)
+
+
+def builtin_group(g):
+    """kinds_builtin_group: the groups kwc keeps protobuf caches of."""
+    return g == "" or "." not in g or g.endswith(".k8s.io")
+
+
+def narrowed_example():
+    """10-rbac.yaml's commented alternative to the wildcard rule: ([(group,
+    version, resource)] of its --resources, [its rules])."""
+    with open(os.path.join(K8S, "10-rbac.yaml")) as f:
+        comment = [l[2:] if l.startswith("# ") else l[1:] for l in f.read().splitlines() if l.startswith("#")]
+    (line,) = [l.strip() for l in comment if l.strip().startswith("- --resources=")]
+    resources = parse_gvrs(line[len("- --resources="):])
+    i = next(n for n, l in enumerate(comment) if l.startswith("- apiGroups:"))
+    block = []
+    for l in comment[i:]:
+        if not l.startswith(("- ", "  ")):
+            break
+        block.append(l)
+    return resources, yaml.safe_load("\n".join(block))
+
+
+def exclude_example():
+    """The --resources-exclude 10-rbac.yaml's comment shows (secrets out)."""
+    with open(os.path.join(K8S, "10-rbac.yaml")) as f:
+        (line,) = [l[1:].strip() for l in f.read().splitlines() if l.startswith("#") and "--resources-exclude=" in l]
+    return line.split("=", 1)[1]
 
 
 def quantity(q):
@@ -368,6 +449,36 @@ class ManifestTest(unittest.TestCase):
             model_check(d, errors)
         self.assertEqual(errors, [])
 
+    def test_cluster_role_rules(self):
+        """kwc's ClusterRole: list and watch of everything (caches start on
+        demand for any resource), never get; and the narrowed alternative its
+        comment shows grants exactly its own --resources list (and the
+        APIService list discovery reads), secrets not among them."""
+        role = find(load_docs(os.path.join(K8S, "10-rbac.yaml")), "ClusterRole", "kwc")
+        self.assertIn({"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}, role["rules"])
+        self.assertEqual([r for r in role["rules"] if "get" in r["verbs"] or "*" in r["verbs"]], [])
+        resources, rules = narrowed_example()
+        flags = kwc_flags()
+        self.assertIn("--resources", flags)
+        self.assertTrue(resources)
+        for g, v, r in resources:
+            self.assertIsNotNone(g, "an explicit --resources entry names its group and version: %s" % r)
+            for verb in ("list", "watch"):
+                self.assertTrue(granted(rules, g, r, verb), "%s %s/%s/%s not granted" % (verb, g, v, r))
+        listed = {(g, r) for g, _, r in resources}
+        for rule in rules:
+            self.assertNotIn("*", rule["apiGroups"] + rule["resources"] + rule["verbs"], rule)
+            self.assertNotIn("get", rule["verbs"], rule)
+            for g in rule["apiGroups"]:
+                for r in rule["resources"]:
+                    if (g, r) == ("apiregistration.k8s.io", "apiservices"):
+                        self.assertEqual(rule["verbs"], ["list"])
+                    else:
+                        self.assertIn((g, r), listed, "a narrowed rule grants what --resources does not name")
+        self.assertTrue(granted(rules, "apiregistration.k8s.io", "apiservices", "list"))
+        self.assertFalse(granted(rules, "", "secrets", "list"))
+        self.assertNotIn("secrets", [r for _, _, r in resources])
+
     def test_client_kubeconfig_names_the_service(self):
         docs = load_docs(*MAIN_FILES)
         svc = find(docs, "Service", "kwc")
@@ -430,9 +541,16 @@ class ManifestTest(unittest.TestCase):
         self.assertEqual(csc.get("seccompProfile", psc.get("seccompProfile"))["type"], "RuntimeDefault")
         # memory above the watch windows: one per cached resource
         window = int(a.get("--watch-window", flags["--watch-window"]))
-        nres = len(a["--resources"].split(",")) if "--resources" in a else len(default_resources())
+        # (--resources auto, the default: the protobuf caches kwc starts
+        # itself; an explicit list: its caches, and the protobuf ones of it)
+        if a.get("--resources", "auto") == "auto":
+            nres = len(protobuf_names(args))
+        else:
+            listed = parse_gvrs(a["--resources"])
+            pb = protobuf_names(args)
+            nres = len(listed) + len([1 for g, _, r in listed if builtin_group(g) and r in pb])
         req = quantity(c["resources"]["requests"]["memory"])
-        self.assertGreater(req, window * nres, "memory request vs --watch-window x %d resources" % nres)
+        self.assertGreater(req, window * nres, "memory request vs --watch-window x %d caches" % nres)
         self.assertGreaterEqual(quantity(c["resources"]["limits"]["memory"]), req)
         # watch workers: set, and not above the CPUs asked for
         cpu = c["resources"]["requests"]["cpu"]
@@ -579,9 +697,10 @@ CALLERS = {
                     "groups": ["system:serviceaccounts", "system:serviceaccounts:ns-0"],
                     "extra": {"authentication.kubernetes.io/pod-name": ["app-6d4f9-xk2lp"]}},
 }
+ADMIN = "tok-admin-4e7a"  # apisim --token: system:masters (the test's own set-up requests)
 CALLER_RULES = [
-    {"name": "alice-read", "users": ["alice"], "verbs": ["get", "list", "watch"], "apiGroups": [""],
-     "resources": ["pods"], "namespaces": ["ns-0"]},
+    {"name": "alice-read", "users": ["alice"], "verbs": ["get", "list", "watch"], "apiGroups": ["", "example.com"],
+     "resources": ["pods", "widgets", "secrets"], "namespaces": ["ns-0"]},
     {"name": "writers", "users": ["alice", APP], "verbs": ["create"], "apiGroups": [""],
      "resources": ["configmaps"], "namespaces": ["ns-0"]},
 ]
@@ -619,8 +738,16 @@ def target_attrs(method, target):
 
 
 def granted(atoms, g, res, verb):
-    return [a for a in atoms if "resources" in a and verb in a["verbs"] and g in a["apiGroups"] and
-            (res in a["resources"] or "*" in a["resources"])]
+    """The atoms that allow verb on group g's resource res ("*" in any list
+    matches everything, as in RBAC and apisim)."""
+    return [a for a in atoms if "resources" in a and (verb in a["verbs"] or "*" in a["verbs"]) and
+            (g in a["apiGroups"] or "*" in a["apiGroups"]) and (res in a["resources"] or "*" in a["resources"])]
+
+
+def mentions(texts, resource):
+    """Whether a failure text names resource as a word (endpoints is not
+    endpointslices)."""
+    return any(re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(resource), t) for t in texts)
 
 
 @only_in_plaintext_run("the deployment test serves TLS itself, as the manifests configure kwc")
@@ -636,11 +763,20 @@ class RbacSandboxTest(unittest.TestCase):
         os.chmod(cls.dir, 0o755)
         cls.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--tls-cert", P.server.crt,
                                      "--tls-key", P.server.key, "--pods", "30", "--nodes", "3",
-                                     "--namespaces", "2", "--policy", cls.write_json("policy.json", policy([]))],
+                                     "--namespaces", "2", "--token", ADMIN, "--recent-requests", "100000",
+                                     "--policy", cls.write_json("policy.json", policy([]))],
                           cls.dir)
         cls.apisim.start()
         cls.ctx = ssl.create_default_context(cafile=P.ca.crt)
         cls.runs = 0
+        try:
+            cls.discovered = cls.read_discovery()
+            cls.sim_as_admin("POST", "/apis/example.com/v1/namespaces/ns-0/widgets",
+                             {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w-1"},
+                              "spec": {}})
+        except BaseException:
+            cls.apisim.stop()
+            raise
 
     @classmethod
     def tearDownClass(cls):
@@ -656,12 +792,33 @@ class RbacSandboxTest(unittest.TestCase):
 
     # -- talking to apisim and kwc --
 
-    def sim(self, method, path, body=None):
+    @classmethod
+    def sim_as_admin(cls, method, path, body=None):
+        return cls.sim(cls, method, path, body, token=ADMIN)
+
+    @classmethod
+    def read_discovery(cls):
+        """{(group, version, resource)} apisim's discovery lists with list
+        and watch (no subresources): what kwc may cache in auto mode."""
+        out = set()
+        gvs = [("", v) for v in cls.sim_as_admin("GET", "/api")["versions"]]
+        for grp in cls.sim_as_admin("GET", "/apis")["groups"]:
+            gvs += [(grp["name"], v["version"]) for v in grp["versions"]]
+        for g, v in gvs:
+            doc = cls.sim_as_admin("GET", "/apis/%s/%s" % (g, v) if g else "/api/" + v)
+            for r in doc["resources"]:
+                if "/" not in r["name"] and {"list", "watch"} <= set(r.get("verbs", [])):
+                    out.add((g, v, r["name"]))
+        return out
+
+    def sim(self, method, path, body=None, token=None):
         import http.client
         c = http.client.HTTPSConnection("127.0.0.1", self.apisim.port, context=self.ctx, timeout=10)
         try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"Content-Type": "application/json"})
+            h = {"Content-Type": "application/json", "Accept": "application/json"}
+            if token:
+                h["Authorization"] = "Bearer " + token
+            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
             r = c.getresponse()
             data = r.read()
             assert r.status < 300, "apisim %s %s: %d %s" % (method, path, r.status, data[:300])
@@ -692,9 +849,11 @@ class RbacSandboxTest(unittest.TestCase):
 
     # -- kwc as the workload runs it --
 
-    def start_kwc(self, workload, sa_token, atoms):
-        """kwc with workload's args (ports and paths adapted), in-cluster as the
-        service account whose token is sa_token, apisim holding atoms."""
+    def start_kwc(self, workload, sa_token, atoms, extra=()):
+        """kwc with workload's args (ports and paths adapted; extra flags
+        appended), in-cluster as the service account whose token is
+        sa_token, apisim holding atoms. Returns (Proc, apisim's request seq
+        before, run dir, [(flag, value)] as given)."""
         self.sim("POST", "/apisim/policy", policy(atoms))
         seq0 = self.sim("GET", "/apisim/requests")["seq"]
         self.__class__.runs += 1
@@ -726,7 +885,8 @@ class RbacSandboxTest(unittest.TestCase):
             else:
                 rw.append(d)
         args = []
-        for f, v in split_args(c.get("args", [])):
+        given = split_args(list(c.get("args", [])) + list(extra))
+        for f, v in given:
             if f == "--listen":
                 v = v.rsplit(":", 1)[0] + ":0"
             elif v is not None:
@@ -746,11 +906,13 @@ class RbacSandboxTest(unittest.TestCase):
             env[e["name"]] = e["value"]
         p = sandbox_proc("kwc", run, [KWC_BIN] + args, env, rw, sa_dir=sa, chown=chown)
         p.start()
-        return p, seq0, run
+        return p, seq0, run, given
 
     def outcome_ready(self, port):
         """'ok' once /readyz is 200 (asked like the kubelet: HTTPS, no
-        credentials); a failure text once a cache reports an error."""
+        credentials); a failure text once a cache it waits for (an explicit
+        --resources list's) reports an error. In auto mode no cache holds it
+        back: 200 at once."""
         def probe():
             st, body = self.kwc_req(port, "GET", "/readyz?verbose", timeout=3)
             if st == 200:
@@ -758,44 +920,110 @@ class RbacSandboxTest(unittest.TestCase):
             bad = [l for l in body.decode().splitlines()
                    if l.startswith("[-]") and ("not synced:" in l or "out of service" in l)]
             return "not ready: " + "; ".join(bad) if bad else None
-        return wait_for(probe, 20, "kwc /readyz, or a cache's error")
+        try:
+            return wait_for(probe, 20, "kwc /readyz, or a cache's error")
+        except TimeoutError as e:
+            return "not ready: %s" % e
 
-    def outcome_watching(self, seq0, resources):
-        """'ok' once apisim has a watch open on every cached resource; a
-        failure text once kwc has retried a watch (it failed) and none is open."""
+    def plan(self, args):
+        """The caches kwc with args starts by itself: [(group, resource,
+        encoding)], and whether the mode is auto. Auto: the protobuf caches
+        of --protobuf-resources that discovery lists (built-in groups, not
+        excluded). An explicit --resources: its JSON caches, and the
+        protobuf ones of its built-in entries --protobuf-resources names."""
+        a = dict(args)
+        pb = protobuf_names(args)
+        if a.get("--resources", "auto") == "auto":
+            ex = exclusions(args)
+            return sorted({(g, r, "protobuf") for g, v, r in self.discovered
+                           if r in pb and builtin_group(g) and not excluded(ex, g, v, r)}), True
+        out = []
+        for g, v, r in parse_gvrs(a["--resources"]):
+            out.append((g, r, "json"))
+            if builtin_group(g) and r in pb:
+                out.append((g, r, "protobuf"))
+        return out, False
+
+    def kwc_own(self, reqs):
+        """kwc's requests as itself (no Impersonate-*), resource ones only:
+        [(group, resource, verb, encoding, authorized)]."""
+        out = []
+        for r in reqs:
+            if r["impersonate"] or not r["authorization"]:
+                continue
+            g, res, verb = target_attrs(r["method"], r["target"])
+            if g == "nonresource":
+                continue
+            enc = "protobuf" if "protobuf" in r["headers"].get("accept", "") else "json"
+            out.append((g, res, verb, enc, r.get("authorized")))
+        return out
+
+    def outcome_caches(self, seq0, caches):
+        """Each cache (group, resource, encoding) lists and then watches
+        upstream: [] once apisim has a watch of kwc's open on every one
+        (in its encoding; a watch comes after a LIST that succeeded), else a
+        failure text per cache whose LIST or WATCH the upstream refused
+        (apisim's authorization decision in its request log)."""
+        state = {}
+
         def probe():
-            opened = self.sim("GET", "/apisim/stats")["open_watches"]
-            tries = {}
-            for r in self.requests_since(seq0):
-                if not r["impersonate"] and r["method"] == "GET":
-                    g, res, verb = target_attrs(r["method"], r["target"])
-                    if verb == "watch":
-                        tries[res] = tries.get(res, 0) + 1
-            failing = [res for _, res in resources if not opened.get(res) and tries.get(res, 0) >= 2]
-            if failing:
-                return "watch retried and not open: " + ", ".join(failing)
-            return "ok" if all(opened.get(res) for _, res in resources) else None
-        return wait_for(probe, 20, "kwc's upstream watches, or their retries")
+            opened = self.sim("GET", "/apisim/stats").get("open_watches_by_encoding", {})
+            denied, watched = {}, set()
+            for g, res, verb, enc, ok in self.kwc_own(self.requests_since(seq0)):
+                if ok is False:
+                    denied.setdefault((g, res, enc), set()).add(verb)
+                elif ok and verb == "watch":
+                    watched.add((g, res, enc))
+            fails, pending = [], []
+            for g, res, enc in caches:
+                # open now, and asked by this kwc (not a watch of the last one
+                # apisim has not seen closed yet)
+                if opened.get(res, {}).get(enc, 0) > 0 and (g, res, enc) in watched:
+                    continue
+                if (g, res, enc) in denied:
+                    fails.append("cache %s%s (%s): kwc's %s refused upstream (403)" % (
+                        res, "." + g if g else "", enc, " and ".join(sorted(denied[(g, res, enc)]))))
+                else:
+                    pending.append("%s (%s)" % (res, enc))
+            state["pending"] = pending
+            return None if pending else (fails,)  # a tuple: [] is an outcome too
+        try:
+            return wait_for(probe, 20, "kwc's upstream watches, or their refusals")[0]
+        except TimeoutError:
+            return ["cache %s: neither watching upstream nor refused" % c for c in state.get("pending", ["?"])]
 
-    def scenario(self, kwc, seq0, name):
-        """What a deployed kwc must do; [failure texts]."""
+    def scenario(self, kwc, seq0, name, args):
+        """What a deployed kwc must do; ([failure texts], apisim's records of
+        the run, [(group, resource, encoding)] of the caches it should run)."""
         fails = []
         port = kwc.port
+        caches, auto = self.plan(args)
+        cached = {(g, r) for g, r, _ in caches}
         ready = self.outcome_ready(port)
         if ready != "ok":
             fails.append(ready)
-        # a resource that never synced never watches: its failure is told already
-        watching = self.outcome_watching(seq0, [(g, r) for g, r in default_resources()
-                                                if ready == "ok" or r not in ready])
-        if watching != "ok":
-            fails.append(watching)
-        # a cached list for a caller with a bearer token
-        path = "/api/v1/namespaces/ns-0/pods?resourceVersion=0"
-        st, body = self.kwc_req(port, "GET", path, TOKENS["alice"])
-        if st != 200:
-            fails.append("alice's cached list: %d %s" % (st, body[:200]))
-        elif not json.loads(body)["items"]:
-            fails.append("alice's cached list is empty")
+        # the caches that start with kwc: each syncs and watches upstream
+        fails += self.outcome_caches(seq0, caches)
+        # alice's reads at resourceVersion=0, each from a cache: pods (in
+        # auto mode the JSON cache starts with this list, and the list waits
+        # for its first sync) and widgets (a custom resource: only auto mode
+        # caches it); secrets pass through as alice when kwc does not cache
+        # them (excluded, or not in an explicit list)
+        reads = [("", "pods", "/api/v1/namespaces/ns-0/pods?resourceVersion=0"),
+                 ("example.com", "widgets", "/apis/example.com/v1/namespaces/ns-0/widgets?resourceVersion=0"),
+                 ("", "secrets", "/api/v1/namespaces/ns-0/secrets?resourceVersion=0")]
+        ex = exclusions(args)
+        from_cache = {}
+        for g, res, path in reads:
+            from_cache[res] = (g, res) in cached or \
+                (auto and any(x[:1] + x[2:] == (g, res) and not excluded(ex, *x) for x in self.discovered))
+            st, body = self.kwc_req(port, "GET", path, TOKENS["alice"])
+            if st != 200:
+                fails.append("alice's list of %s: %d %s" % (res, st, body[:200]))
+            elif res != "secrets" and not json.loads(body)["items"]:
+                fails.append("alice's list of %s is empty" % res)
+        on_demand = [(g, res, "json") for g, res, _ in reads if from_cache[res] and (g, res, "json") not in caches]
+        fails += self.outcome_caches(seq0, on_demand)
         # writes pass through as the caller
         for who in ("alice", "app"):
             st, body = self.kwc_req(port, "POST", "/api/v1/namespaces/ns-0/configmaps", TOKENS[who],
@@ -804,19 +1032,22 @@ class RbacSandboxTest(unittest.TestCase):
             if st != 201:
                 fails.append("%s's write through kwc: %d %s" % (who, st, body[:300]))
         reqs = self.requests_since(seq0)
-        upstream_lists = [r for r in reqs if r["target"] == path]
-        if upstream_lists and ready == "ok":
-            fails.append("alice's list of a synced cache went upstream")
+        for g, res, path in reads:
+            upstream = [r for r in reqs if r["target"] == path and ["impersonate-user", "alice"] in r["impersonate"]]
+            if from_cache[res] and upstream:
+                fails.append("alice's list of %s went upstream: kwc's cache did not answer it" % res)
+            if not from_cache[res] and not upstream:
+                fails.append("alice's list of %s (not cached) did not reach apisim as alice" % res)
         for who, user in (("alice", "alice"), ("app", APP)):
             posts = [r for r in reqs if r["method"] == "POST" and "/configmaps" in r["target"]
                      and ["impersonate-user", user] in r["impersonate"]]
             if not posts and not any(f.startswith(who + "'s write") for f in fails):
                 fails.append("%s's write did not reach apisim as %s" % (who, user))
-        return fails, reqs
+        return fails, reqs, caches + on_demand
 
-    def check_calls_match_rules(self, reqs, atoms):
+    def check_calls_match_rules(self, reqs, atoms, all_used=True):
         """What kwc asked upstream as itself, and whom it impersonated, is
-        what the rules grant, and every rule was used."""
+        what the rules grant, and (all_used) every rule was used."""
         used, ungranted = set(), []
         for r in reqs:
             if r["impersonate"]:
@@ -835,12 +1066,13 @@ class RbacSandboxTest(unittest.TestCase):
                     if not hit:
                         ungranted.append("%s: %s" % (h, want))
                 continue
-            if not r["authorization"]:
-                continue
+            if not r["authorization"] or (r.get("requestor") or {}).get("user") == "admin":
+                continue  # the test's own set-up requests
             g, res, verb = target_attrs(r["method"], r["target"])
             if g == "nonresource":
-                # discovery: the built-in system:discovery role (every authenticated user)
-                if not re.match(r"^/apis?(/|$)", res):
+                # discovery: the built-in system:discovery and
+                # system:public-info-viewer roles (every authenticated user)
+                if not re.match(r"^/(apis?(/|$)|version/?$)", res):
                     ungranted.append("%s %s" % (verb, res))
                 continue
             hit = granted(atoms, g, res, verb)
@@ -848,8 +1080,9 @@ class RbacSandboxTest(unittest.TestCase):
             if not hit:
                 ungranted.append("%s %s %s (%s)" % (verb, g or "core", res, r["target"]))
         self.assertEqual(ungranted, [], "kwc called what the ClusterRole does not grant")
-        self.assertEqual(sorted(a["name"] for a in atoms if a["name"] not in used), [],
-                         "ClusterRole rules kwc never used")
+        if all_used:
+            self.assertEqual(sorted(a["name"] for a in atoms if a["name"] not in used), [],
+                             "ClusterRole rules kwc never used")
 
     def stop_kwc(self, p):
         code = p.stop()
@@ -858,12 +1091,18 @@ class RbacSandboxTest(unittest.TestCase):
 
     def full_run(self, workload, sa_token, binding):
         atoms = atoms_of(self.docs, binding)
-        p, seq0, run = self.start_kwc(workload, sa_token, atoms)
+        p, seq0, run, args = self.start_kwc(workload, sa_token, atoms)
         try:
-            fails, reqs = self.scenario(p, seq0, "full-%d" % self.runs)
+            fails, reqs, caches = self.scenario(p, seq0, "full-%d" % self.runs, args)
             self.assertEqual(fails, [], "kwc under the manifests' RBAC")
             self.check_calls_match_rules(reqs, atoms)
-            return p, run, atoms
+            # auto mode: the wildcard rule is what lets caches start on
+            # demand, a custom resource's among them
+            self.assertIn(("example.com", "widgets", "json"), caches)
+            # and what kwc's discovery reads to tell aggregated APIs apart
+            self.assertIn(("apiregistration.k8s.io", "apiservices", "list", True),
+                          [(g, r, v, ok) for g, r, v, _, ok in self.kwc_own(reqs)])
+            return p, run, atoms, caches
         except BaseException:
             print(p.logs())
             p.kill()
@@ -871,7 +1110,7 @@ class RbacSandboxTest(unittest.TestCase):
 
     def test_deployment_rbac_is_exactly_what_kwc_calls(self):
         d = find(self.docs, "Deployment", "kwc")
-        p, run, atoms = self.full_run(d, TOKENS["kwc"], "kwc")
+        p, run, atoms, caches = self.full_run(d, TOKENS["kwc"], "kwc")
         try:
             # kwc did its writing on the volumes alone (the root is read-only)
             data = [v for v in os.listdir(run) if v.startswith("vol-cache")]
@@ -880,26 +1119,84 @@ class RbacSandboxTest(unittest.TestCase):
             self.kubectl_with_example_kubeconfig(p.port, run)
         finally:
             self.stop_kwc(p)
-        # each rule left out: something fails
+        # each rule left out: something fails; a list or watch rule left
+        # out fails every cache it covers (the wildcard: all of them, those
+        # kwc starts itself and those alice's lists start)
         silent = []
         for atom in atoms:
             rest = [a for a in atoms if a is not atom]
-            p, seq0, _ = self.start_kwc(d, TOKENS["kwc"], rest)
+            p, seq0, _, args = self.start_kwc(d, TOKENS["kwc"], rest)
             try:
-                fails, _ = self.scenario(p, seq0, "no-%d" % self.runs)
+                fails, _, _ = self.scenario(p, seq0, "no-%d" % self.runs, args)
             finally:
                 self.stop_kwc(p)
             if not fails:
                 silent.append(atom["name"])
-            else:
-                res = atom.get("resources", [""])[0]
-                if atom["verbs"][0] in ("list", "watch"):
-                    self.assertTrue(any(res in f for f in fails), "%s: %s" % (atom["name"], fails))
+            elif atom["verbs"][0] in ("list", "watch"):
+                covered = sorted({r for g, r, _ in caches if granted([atom], g, r, atom["verbs"][0])})
+                self.assertTrue(covered, atom["name"])
+                missed = [r for r in covered if not mentions(fails, r)]
+                self.assertEqual(missed, [], "%s left out, yet these caches did not fail: %s" % (
+                    atom["name"], fails))
         self.assertEqual(silent, [], "rules whose absence nothing noticed (unused)")
+
+    def test_narrowed_rbac_from_the_comment(self):
+        """10-rbac.yaml's narrowed alternative (an explicit --resources and
+        rules for exactly it): kwc runs under those rules alone, never
+        lists or watches secrets, and alice's read of secrets passes through
+        as alice. Entries the emulator does not serve are left out of the
+        list (kwc would wait for them)."""
+        d = find(self.docs, "Deployment", "kwc")
+        resources, rules = narrowed_example()
+        served = {(g, v, r) for g, v, r in self.discovered}
+        kept = [(g, v, r) for g, v, r in resources if (g, v, r) in served]
+        self.assertIn(("", "v1", "pods"), kept)
+        arg = ",".join("%s/%s/%s" % x if x[0] else "%s/%s" % x[1:] for x in kept)
+        docs = [dict(x) for x in self.docs]
+        docs = [x for x in docs if x["kind"] != "ClusterRole" or x["metadata"]["name"] != "kwc"]
+        docs.append({"kind": "ClusterRole", "metadata": {"name": "kwc"}, "rules": rules + [
+            r for r in find(self.docs, "ClusterRole", "kwc")["rules"] if "list" not in r["verbs"]]})
+        atoms = atoms_of(docs, "kwc")
+        p, seq0, run, args = self.start_kwc(d, TOKENS["kwc"], atoms, ["--resources", arg])
+        try:
+            fails, reqs, caches = self.scenario(p, seq0, "narrowed-%d" % self.runs, args)
+            self.assertEqual(fails, [], "kwc under the narrowed rules")
+            self.check_calls_match_rules(reqs, atoms, all_used=False)
+            self.assertNotIn("secrets", [res for _, res, _, _, _ in self.kwc_own(reqs)])
+        except BaseException:
+            print(p.logs())
+            raise
+        finally:
+            self.stop_kwc(p)
+
+    def test_secrets_excluded_as_the_comment_shows(self):
+        """10-rbac.yaml's --resources-exclude (the defaults and v1/secrets),
+        the rules as they are: no cache of secrets (kwc never lists or
+        watches them), alice's list of them passes through as alice, and
+        everything else is cached on demand as before."""
+        d = find(self.docs, "Deployment", "kwc")
+        ex = exclude_example()
+        self.assertIn("v1/secrets", ex.split(","))
+        self.assertLessEqual(set(kinds_define("KINDS_EXCLUDE_DEFAULT").split(",")), set(ex.split(",")),
+                             "the example keeps the default exclusions")
+        atoms = atoms_of(self.docs, "kwc")
+        p, seq0, run, args = self.start_kwc(d, TOKENS["kwc"], atoms, ["--resources-exclude=" + ex])
+        try:
+            fails, reqs, caches = self.scenario(p, seq0, "exclude-%d" % self.runs, args)
+            self.assertEqual(fails, [], "kwc with secrets excluded")
+            self.check_calls_match_rules(reqs, atoms)
+            self.assertNotIn("secrets", [r for _, r, _ in caches])
+            self.assertIn(("", "pods", "protobuf"), caches)
+            self.assertNotIn("secrets", [res for _, res, _, _, _ in self.kwc_own(reqs)])
+        except BaseException:
+            print(p.logs())
+            raise
+        finally:
+            self.stop_kwc(p)
 
     def test_node_local_daemonset_runs(self):
         ds = find(self.docs, "DaemonSet", "kwc")
-        p, run, _ = self.full_run(ds, TOKENS["kwc-node"], "kwc-node")
+        p, run, _, _ = self.full_run(ds, TOKENS["kwc-node"], "kwc-node")
         try:
             cache = os.path.join(run, "vol-cache")
             self.assertEqual(os.stat(cache).st_uid, POD_UID, "the init container's chown")

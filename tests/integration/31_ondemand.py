@@ -7,7 +7,11 @@ its data, and resumes from its resourceVersion without a relist.
 
 Whether an answer came from the cache is read from two sides: kwc's
 kwc_requests_total{source} and the upstream's own request log
-(/apisim/requests), in which the client's request must not appear."""
+(/apisim/requests), in which the client's request must not appear.
+
+Under --auth delegated (WhoStartsCaches) only a caller kwc authorized
+itself starts a cache: a denied caller gets 403, one without valid
+credentials 401, and neither makes kwc list or watch anything."""
 import json
 import os
 import sys
@@ -15,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 
-from cluster import Env, EnvTestCase, http_request, wait_for  # noqa: E402
+from cluster import Env, EnvTestCase, http_request, kwc_proc, only_in_plaintext_run, wait_for  # noqa: E402
 from scrape import scrape, total, value  # noqa: E402
 
 
@@ -255,6 +259,25 @@ class Idle(unittest.TestCase):
                 http_request(port, "GET", "/api/v1/namespaces/default/configmaps?resourceVersion=0")[2])["items"]),
                 30, "the resumed cache caught up")
 
+    def test_max_caches_counts_running_caches(self):
+        """--max-caches bounds the caches running at once: once an idle one
+        stops, a new resource gets a cache again."""
+        with Env(apisim_args=["--pods", "5"], auto=True,
+                 kwc_args=["--cache-idle-timeout", "1s", "--max-caches", "1", "--protobuf-resources", "none"]) as env:
+            port = env.kwc.port
+            st, _, _ = http_request(port, "GET", "/api/v1/configmaps?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "configmaps", "cache"), 1)
+            wait_for(lambda: total(scrape(port), "kwc_cache_lifecycle_total", event="idle_stopped") >= 1, 30,
+                     "the idle cache stopped")
+            st, _, _ = http_request(port, "GET", "/api/v1/services?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(served_from(port, "LIST", "services", "cache"), 1, "a slot was free again")
+            m = scrape(port)
+            self.assertEqual(total(m, "kwc_cache_lifecycle_total", event="refused_max_caches"), 0)
+            self.assertEqual(total(m, "kwc_caches_running"), 1)
+            self.assertEqual(total(m, "kwc_caches"), 2, "the stopped cache keeps its slot")
+
     def test_disk_budget_drops_stopped_caches_data(self):
         """--cache-disk-budget bounds the data stopped caches keep: past it
         the oldest stopped cache's data goes, and it lists again when used."""
@@ -336,6 +359,147 @@ class CustomResourceDefinitions(unittest.TestCase):
             m = scrape(port)
             self.assertEqual(value(m, "kwc_cache_objects", group=group, version="v1", resource=plural,
                                    encoding="json"), 0, "its data dropped")
+
+
+# --auth delegated: who may make kwc start a cache. kwc's identity has the
+# rules of conf/kubernetes/10-rbac.yaml (list and watch of everything);
+# alice may read configmaps in ns-0; mallory may only get pods in ns-0;
+# prom may scrape /metrics.
+AUTH_TOK = {n: "tok-%s-31d7" % n for n in ("kwc", "alice", "mallory", "prom")}
+
+
+def auth_policy():
+    return {"tokens": {AUTH_TOK[n]: {"user": n} for n in AUTH_TOK},
+            "rules": [
+                {"name": "kwc-cache", "users": ["kwc"], "verbs": ["list", "watch"], "apiGroups": ["*"],
+                 "resources": ["*"]},
+                {"name": "kwc-reviews", "users": ["kwc"], "verbs": ["create"],
+                 "apiGroups": ["authentication.k8s.io", "authorization.k8s.io"],
+                 "resources": ["tokenreviews", "subjectaccessreviews"]},
+                {"name": "kwc-impersonate", "users": ["kwc"], "verbs": ["impersonate"]},
+                {"name": "alice", "users": ["alice"], "verbs": ["get", "list", "watch"], "apiGroups": [""],
+                 "resources": ["configmaps"], "namespaces": ["ns-0"]},
+                {"name": "mallory", "users": ["mallory"], "verbs": ["get"], "apiGroups": [""],
+                 "resources": ["pods"], "namespaces": ["ns-0"]},
+                {"name": "prom", "users": ["prom"], "verbs": ["get"], "nonResourceURLs": ["/metrics"]}]}
+
+
+def bearer(who):
+    return {"Authorization": "Bearer " + AUTH_TOK[who]}
+
+
+PB = "application/vnd.kubernetes.protobuf"
+# reads of resources kwc would cache (none of them cached yet): each would
+# start a cache for a caller allowed to make it
+UNCACHED_READS = [
+    ("secrets", "/api/v1/secrets?resourceVersion=0", None),
+    ("secrets", "/api/v1/namespaces/ns-0/secrets?resourceVersion=0", None),
+    ("secrets", "/api/v1/namespaces/ns-0/secrets/s-1", None),
+    ("secrets", "/api/v1/namespaces/ns-0/secrets?watch=1&timeoutSeconds=1", None),
+    ("secrets", "/api/v1/namespaces/ns-0/secrets?resourceVersion=0", PB),
+    ("widgets", "/apis/example.com/v1/namespaces/ns-0/widgets?resourceVersion=0", None),
+    ("deployments", "/apis/apps/v1/deployments?resourceVersion=0", None),
+    ("pods", "/api/v1/namespaces/ns-0/pods?resourceVersion=0", None),  # mallory may get pods, not list them
+    ("nodes", "/api/v1/nodes?watch=1&timeoutSeconds=1", PB),
+]
+
+
+@only_in_plaintext_run("sets up delegated authentication itself (a TLS run would repeat it)")
+class WhoStartsCaches(unittest.TestCase):
+    """A cache starts only for a caller kwc authenticated and authorized
+    itself (a SubjectAccessReview for the caller, before catalog_want):
+    a caller denied the read gets kwc's 403 and no cache starts (no LIST or
+    WATCH of the resource reaches the upstream, kwc_cache_lifecycle_total
+    {event="started"} and kwc_caches stay put); a caller without valid
+    credentials gets 401 and starts nothing either. An allowed caller's
+    read does start one (the control)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=["--pods", "5", "--namespaces", "2"], start_kwc=False, auto=True)
+        try:
+            env = cls.env
+            env.sim("POST", "/apisim/policy", auth_policy())
+            kc = os.path.join(env.dir, "kwc-kubeconfig")
+            with open(kc, "w") as f:
+                json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "sim",
+                           "clusters": [{"name": "sim", "cluster": {"server": "http://127.0.0.1:%d" % env.apisim.port}}],
+                           "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "kwc"}}],
+                           "users": [{"name": "kwc", "user": {"token": AUTH_TOK["kwc"]}}]}, f)
+            env.kwc = kwc_proc("kwc", ["--kubeconfig", kc, "--listen", "127.0.0.1:0",
+                                       "--data-dir", os.path.join(env.dir, "data"), "--auth", "delegated",
+                                       "--protobuf-resources", "none"], env.dir, auto=True)
+            env.kwc.start()
+            wait_for(lambda: http_request(env.kwc.port, "GET", "/readyz", timeout=2)[0] == 200, 30, "kwc /readyz")
+            # discovery has answered: whether a read may start a cache is known
+            wait_for(lambda: value(scrape(env.kwc.port, headers=bearer("prom")), "kwc_discovery_ready") == 1, 30,
+                     "kwc's discovery")
+        except BaseException:
+            cls.env.dump_logs()
+            cls.env.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        codes = cls.env.close()
+        if codes.get("kwc") != 0:
+            cls.env.dump_logs()
+            raise AssertionError("kwc exit status %r" % codes.get("kwc"))
+
+    def run(self, result=None):
+        before = len(result.failures) + len(result.errors) if result else 0
+        r = super().run(result)
+        if result and len(result.failures) + len(result.errors) > before:
+            self.env.dump_logs()
+        return r
+
+    def caches(self):
+        m = scrape(self.env.kwc.port, headers=bearer("prom"))
+        return total(m, "kwc_cache_lifecycle_total", event="started"), total(m, "kwc_caches")
+
+    def touched(self, seq, resource):
+        """apisim's records since seq whose path names resource."""
+        recs = self.env.sim("GET", "/apisim/requests?since=%d" % seq)["requests"]
+        return ["%s %s" % (r["method"], r["target"]) for r in recs
+                if resource in r["target"].split("?")[0].split("/")]
+
+    def read(self, path, accept, headers):
+        h = dict(headers)
+        if accept:
+            h["Accept"] = accept
+        return http_request(self.env.kwc.port, "GET", path, headers=h)
+
+    def assert_nothing_started(self, seq, before, who, expect):
+        for res, path, accept in UNCACHED_READS:
+            st, _, b = self.read(path, accept, who)
+            self.assertEqual(st, expect, "%s: %s" % (path, b[:300]))
+            if st == 403 and accept != PB:
+                self.assertEqual(json.loads(b)["reason"], "Forbidden")
+        self.assertEqual(self.caches(), before, "kwc_cache_lifecycle_total{event=started}, kwc_caches")
+        for res in sorted({r for r, _, _ in UNCACHED_READS}):
+            self.assertEqual(self.touched(seq, res), [], "the upstream was asked about %s" % res)
+
+    def test_denied_caller_gets_403_and_starts_no_cache(self):
+        seq, before = upstream_seq(self.env), self.caches()
+        self.assert_nothing_started(seq, before, bearer("mallory"), 403)
+
+    def test_unauthenticated_caller_gets_401_and_starts_no_cache(self):
+        seq, before = upstream_seq(self.env), self.caches()
+        self.assert_nothing_started(seq, before, {}, 401)
+        self.assert_nothing_started(seq, before, {"Authorization": "Bearer not-a-token"}, 401)
+
+    def test_allowed_caller_starts_the_cache(self):
+        """The control: what the two above hold back does happen for a
+        caller allowed the read."""
+        seq, (started, n) = upstream_seq(self.env), self.caches()
+        st, _, b = http_request(self.env.kwc.port, "GET", "/api/v1/namespaces/ns-0/configmaps?resourceVersion=0",
+                                headers=bearer("alice"))
+        self.assertEqual(st, 200, b[:300])
+        self.assertEqual(self.caches(), (started + 1, n + 1))
+        touched = self.touched(seq, "configmaps")
+        self.assertTrue([t for t in touched if t.startswith("GET /api/v1/configmaps?")], touched)
+        self.assertNotIn("GET /api/v1/namespaces/ns-0/configmaps?resourceVersion=0", touched,
+                         "alice's list was answered from the cache it started")
 
 
 if __name__ == "__main__":

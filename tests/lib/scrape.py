@@ -9,9 +9,10 @@ _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def scrape(port):
-    """{(name, frozenset of (label, value)): float} of one /metrics answer."""
-    st, _, b = http_request(port, "GET", "/metrics", timeout=30)
+def scrape(port, headers=None):
+    """{(name, frozenset of (label, value)): float} of one /metrics answer
+    (headers: e.g. the scraper's Authorization under --auth delegated)."""
+    st, _, b = http_request(port, "GET", "/metrics", headers=headers, timeout=30)
     if st != 200:
         raise AssertionError("/metrics: %d %r" % (st, b[:300]))
     out = {}
