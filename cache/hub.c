@@ -22,7 +22,9 @@
  * rv's digits (obj_rv_span). A metadata-only watcher (hub.h "Forms") gets
  * the same events with each object's PartialObjectMetadata (pom.h) in the
  * same framing: an event holds a blob per (form, variant), so each form is
- * encoded once, when its first watcher needs it.
+ * encoded once, when its first watcher needs it. A JSON cache has a third
+ * form, metadata in protobuf frames (a custom resource's: kwc keeps no
+ * protobuf cache of those), derived from the JSON object (pom_pb_from_json).
  */
 #include "kwc/hub.h"
 
@@ -84,6 +86,11 @@ blob_take(const struct hub_res *r, struct gostr_buf *b)
 
 /* ---- encoding ---- */
 
+/* What a watcher's events carry (hub.h "Forms"): the objects; their
+ * PartialObjectMetadata in the cache's encoding; or, from a JSON cache, their
+ * PartialObjectMetadata in protobuf frames (hub_watch_req.meta_pb). */
+enum form { FORM_FULL, FORM_META, FORM_META_PB, FORM_N };
+
 /* A metadata-only watcher's objects (Accept ...;as=PartialObjectMetadata;
  * g=meta.k8s.io;v=v1): kube's watch handler passes every event's object,
  * bookmarks included, through transformObject, which makes it a
@@ -116,24 +123,53 @@ enc_event_pb(struct gostr_buf *b, const struct hub_res *r, const char *type, con
     free(copy);
 }
 
+/* A stored JSON item with its metadata.resourceVersion rv, when rv is set
+ * and the item has one: a copy (new in *copy, *len updated); else obj. */
+static const char *
+json_with_rv(const char *obj, size_t *len, uint64_t rv, char **copy)
+{
+    size_t roff = 0, rlen = 0;
+    *copy = NULL;
+    if (!rv || obj_rv_span(obj, *len, &roff, &rlen) != 0)
+        return obj;
+    struct gostr_buf c = {0};
+    gostr_addn(&c, obj, roff);
+    gostr_addc(&c, '"');
+    gostr_addu(&c, rv);
+    gostr_addc(&c, '"');
+    gostr_addn(&c, obj + roff + rlen, *len - roff - rlen);
+    *len = c.len;
+    return *copy = gostr_take(&c);
+}
+
+/* One protobuf frame of type whose object is the PartialObjectMetadata of
+ * a stored JSON item (pom_pb_from_json), its resourceVersion rv when rv is
+ * set: a custom resource's metadata in protobuf, as kube's watch handler
+ * makes it (transformObject, then the protobuf stream serializer). */
+static void
+enc_event_meta_pb_json(struct gostr_buf *b, const char *type, const char *obj, size_t len,
+                       uint64_t rv)
+{
+    char *copy;
+    obj = json_with_rv(obj, &len, rv, &copy);
+    /* stored items are JSON objects (obj_meta_parse read them at ingest):
+     * pom_pb_from_json cannot fail on them; if it did, an empty message
+     * says so to no one */
+    struct gostr_buf m = {0};
+    (void)pom_pb_from_json(&m, obj, len);
+    pb_frame_event(b, type, POM_API_VERSION, POM_KIND, m.p ? m.p : "", m.len);
+    free(gostr_take(&m));
+    free(copy);
+}
+
 /* `{"type":T,"object":POM}\n`: the stored item's PartialObjectMetadata
  * (pom_json), its resourceVersion rv when rv is set. */
 static void
 enc_event_meta_json(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
                     size_t len, uint64_t rv)
 {
-    char *copy = NULL;
-    size_t roff = 0, rlen = 0;
-    if (rv && obj_rv_span(obj, len, &roff, &rlen) == 0) {
-        struct gostr_buf c = {0};
-        gostr_addn(&c, obj, roff);
-        gostr_addc(&c, '"');
-        gostr_addu(&c, rv);
-        gostr_addc(&c, '"');
-        gostr_addn(&c, obj + roff + rlen, len - roff - rlen);
-        len = c.len;
-        obj = copy = gostr_take(&c);
-    }
+    char *copy;
+    obj = json_with_rv(obj, &len, rv, &copy);
     gostr_add(b, "{\"type\":\"");
     gostr_add(b, type);
     gostr_add(b, "\",\"object\":");
@@ -148,16 +184,21 @@ enc_event_meta_json(struct gostr_buf *b, const struct hub_res *r, const char *ty
 /* `{"type":T,"object":OBJ}\n` with OBJ in its watch form: built-in kinds get
  * their TypeMeta back (stored items are in list-item form); with rv set, the
  * object's metadata.resourceVersion is replaced by it. Protobuf: a frame.
- * meta: OBJ is the object's PartialObjectMetadata. */
+ * FORM_META: OBJ is the object's PartialObjectMetadata; FORM_META_PB: that,
+ * from a JSON item, in a protobuf frame. */
 static void
 enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const char *obj,
-          size_t len, uint64_t rv, bool meta)
+          size_t len, uint64_t rv, enum form form)
 {
     if (r->enc == KWC_ENC_PB) {
-        enc_event_pb(b, r, type, obj, len, rv, meta);
+        enc_event_pb(b, r, type, obj, len, rv, form != FORM_FULL);
         return;
     }
-    if (meta) {
+    if (form == FORM_META_PB) {
+        enc_event_meta_pb_json(b, type, obj, len, rv);
+        return;
+    }
+    if (form == FORM_META) {
         enc_event_meta_json(b, r, type, obj, len, rv);
         return;
     }
@@ -194,15 +235,32 @@ enc_event(struct gostr_buf *b, const struct hub_res *r, const char *type, const 
  * map, keys sorted. meta: that object made a PartialObjectMetadata, as
  * transformObject makes it (a typed one, for custom resources too: the
  * same bytes with the POM's TypeMeta; in protobuf, the ObjectMeta of the
- * bookmark's object message). */
+ * bookmark's object message). FORM_META_PB: the PartialObjectMetadata of
+ * the JSON bookmark object in a protobuf frame. */
 static void
-enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end, bool meta)
+enc_bookmark(struct gostr_buf *b, const struct hub_res *r, uint64_t rv, bool initial_end,
+             enum form form)
 {
     static const char ann[] = "\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}";
+    bool meta = form != FORM_FULL;
     if (r->enc == KWC_ENC_PB) {
         struct gostr_buf o = {0};
         pb_bookmark_obj(&o, rv, initial_end);
         enc_event_pb(b, r, "BOOKMARK", o.p ? o.p : "", o.len, 0, meta);
+        free(gostr_take(&o));
+        return;
+    }
+    if (form == FORM_META_PB) {
+        struct gostr_buf o = {0};
+        gostr_add(&o, "{\"metadata\":{");
+        if (initial_end) {
+            gostr_add(&o, ann);
+            gostr_addc(&o, ',');
+        }
+        gostr_add(&o, "\"resourceVersion\":\"");
+        gostr_addu(&o, rv);
+        gostr_add(&o, "\"}}");
+        enc_event_meta_pb_json(b, "BOOKMARK", o.p, o.len, 0);
         free(gostr_take(&o));
         return;
     }
@@ -290,13 +348,14 @@ enc_error_pb(struct gostr_buf *b, const char *status_json)
     free(gostr_take(&env));
 }
 
-/* The same in r's encoding: for protobuf, one frame whose object is the
- * Status (as status_failure_json writes it: code, reason, message,
- * details) in protobuf. New blob (one reference). */
+/* The same in r's encoding (and form: FORM_META_PB writes protobuf): for
+ * protobuf, one frame whose object is the Status (as status_failure_json
+ * writes it: code, reason, message, details) in protobuf. New blob (one
+ * reference). */
 static struct hub_blob *
-error_event(const struct hub_res *r, const char *status_json)
+error_event(const struct hub_res *r, enum form form, const char *status_json)
 {
-    if (r->enc != KWC_ENC_PB)
+    if (r->enc != KWC_ENC_PB && form != FORM_META_PB)
         return error_blob(r, status_json);
     struct gostr_buf b = {0};
     enc_error_pb(&b, status_json);
@@ -373,10 +432,9 @@ struct hub_event {
     size_t key_len, ns_len; /* namespace: key[0, ns_len) */
     const struct hub_res *res;
     struct side obj, prev;
-    /* the shared bytes per form (0: the object, 1: its PartialObjectMetadata)
-     * and variant, each built on first use: a form nobody watches costs a
-     * NULL pointer */
-    struct hub_blob *_Atomic blob[2][3];
+    /* the shared bytes per form (enum form) and variant, each built on
+     * first use: a form nobody watches costs a NULL pointer */
+    struct hub_blob *_Atomic blob[FORM_N][3];
 };
 
 static size_t
@@ -434,7 +492,7 @@ event_unref(struct hub_event *e)
 {
     if (!e || __atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
-    for (int f = 0; f < 2; f++)
+    for (int f = 0; f < FORM_N; f++)
         for (int i = 0; i < 3; i++)
             hub_blob_unref(atomic_load(&e->blob[f][i]));
     side_fini(&e->obj);
@@ -446,32 +504,31 @@ event_unref(struct hub_event *e)
 static void
 enc_variant(struct gostr_buf *b, const struct hub_res *r, enum store_ev_type type, enum variant v,
             uint64_t rv, const char *obj, size_t obj_len, const char *prev, size_t prev_len,
-            bool meta)
+            enum form form)
 {
     if (v == VAR_DELETED)
-        enc_event(b, r, "DELETED", prev, prev_len, rv, meta);
+        enc_event(b, r, "DELETED", prev, prev_len, rv, form);
     else if (type == STORE_DELETED)
         /* the object's last state, at the rv it went away: kube's DELETED.
          * From the upstream's watch the two rvs are the same; a relist
          * records a deletion it found at an rv of its own. */
-        enc_event(b, r, "DELETED", obj, obj_len, rv, meta);
+        enc_event(b, r, "DELETED", obj, obj_len, rv, form);
     else
-        enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0, meta);
+        enc_event(b, r, v == VAR_ADDED ? "ADDED" : type_name(type), obj, obj_len, 0, form);
 }
 
-/* The shared bytes of one variant of e in one form (meta: the objects'
- * PartialObjectMetadata), built on first use by whichever thread needs it
- * first; borrowed (e holds the reference). */
+/* The shared bytes of one variant of e in one form, built on first use by
+ * whichever thread needs it first; borrowed (e holds the reference). */
 static struct hub_blob *
-event_blob(struct hub_event *e, enum variant v, bool meta)
+event_blob(struct hub_event *e, enum variant v, enum form form)
 {
-    struct hub_blob *_Atomic *slot = &e->blob[meta][v];
+    struct hub_blob *_Atomic *slot = &e->blob[form][v];
     struct hub_blob *b = atomic_load_explicit(slot, memory_order_acquire);
     if (b)
         return b;
     struct gostr_buf g = {0};
     enc_variant(&g, e->res, e->type, v, e->rv, e->obj.raw, e->obj.raw_len, e->prev.raw,
-                e->prev.raw_len, meta);
+                e->prev.raw_len, form);
     struct hub_blob *nb = blob_take(e->res, &g), *expect = NULL;
     if (atomic_compare_exchange_strong_explicit(slot, &expect, nb, memory_order_acq_rel,
                                                 memory_order_acquire))
@@ -503,8 +560,8 @@ on_build_hist(void *arg, const struct store_hist *h)
     /* the common variant now, on the writer's thread, off the workers' */
     /* what the event holds: its shared bytes, both objects and their
      * index bytes (for the variants and the matching) */
-    c->bytes += event_blob(e, VAR_AS_IS, false)->len + sizeof(*e) + e->key_len + e->obj.raw_len +
-                e->prev.raw_len + h->obj.idx_len + h->prev.idx_len;
+    c->bytes += event_blob(e, VAR_AS_IS, FORM_FULL)->len + sizeof(*e) + e->key_len +
+                e->obj.raw_len + e->prev.raw_len + h->obj.idx_len + h->prev.idx_len;
     c->ev[c->n++] = e;
     return 0;
 }
@@ -621,7 +678,7 @@ struct hub_watcher {
     char *from; /* INITIAL: next key (inclusive); NULL: from the start */
     size_t from_len;
     bool initial_end, bookmarks;
-    bool meta; /* its objects are PartialObjectMetadata (hub_watch_req.meta) */
+    enum form form; /* what its events carry (hub_watch_req.meta, meta_pb) */
     uint64_t deadline, wait_until, next_bm;
     uint64_t rng;
     char *too_large_status;
@@ -881,7 +938,7 @@ deliver(struct hub *h, struct hub_watcher *w, struct hub_event *e, bool same_gro
         wake(w);
         return;
     }
-    struct hub_blob *bl = event_blob(e, v, w->meta);
+    struct hub_blob *bl = event_blob(e, v, w->form);
     put(w, bl);
     w->last_rv = e->rv;
     h->stats.delivered++;
@@ -1094,7 +1151,9 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
     req->sel = NULL;
     w->initial_end = req->initial_end;
     w->bookmarks = req->bookmarks;
-    w->meta = req->meta;
+    w->form = !req->meta                               ? FORM_FULL
+              : req->meta_pb && r->enc == KWC_ENC_JSON ? FORM_META_PB
+                                                       : FORM_META;
     w->deadline = req->deadline_ms;
     w->wait_until = req->wait_until_ms;
     w->too_large_status = req->too_large_status;
@@ -1136,7 +1195,7 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
             char *msg = xasprintf("too old resource version: %llu (%llu)",
                                   (unsigned long long)req->rv, (unsigned long long)info.floor);
             char *st = status_failure_json(410, "Expired", msg, NULL);
-            put_take(w, error_event(r, st));
+            put_take(w, error_event(r, w->form, st));
             free(st);
             free(msg);
             end(w, HUB_END_ERROR_EVENT);
@@ -1205,7 +1264,7 @@ on_initial_obj(void *arg, const struct store_obj *o)
             return 0;
     }
     size_t before = c->out.len;
-    enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0, w->meta);
+    enc_event(&c->out, w->hr->r, "ADDED", o->raw, o->raw_len, 0, w->form);
     RS_ADD(w->hr, initial, 1);
     RS_ADD(w->hr, initial_bytes, c->out.len - before);
     return 0;
@@ -1237,7 +1296,7 @@ on_catchup_hist(void *arg, const struct store_hist *hh)
     if (v != VAR_NONE) {
         size_t before = c->out.len;
         enc_variant(&c->out, r, hh->type, v, hh->rv, hh->obj.raw, hh->obj.raw_len, hh->prev.raw,
-                    hh->prev.raw_len, w->meta);
+                    hh->prev.raw_len, w->form);
         h->stats.from_store++;
         RS_ADD(w->hr, store, 1);
         RS_ADD(w->hr, store_bytes, c->out.len - before);
@@ -1278,7 +1337,7 @@ pump_window(struct hub_watcher *w)
                             e->prev.ok ? &e->prev.v : NULL);
             if (v == VAR_NONE)
                 continue;
-            struct hub_blob *bl = event_blob(e, v, w->meta);
+            struct hub_blob *bl = event_blob(e, v, w->form);
             put(w, bl);
             sent += bl->len;
             h->stats.from_window++;
@@ -1333,7 +1392,7 @@ hub_pump(struct hub_watcher *w, bool *alive)
     }
     if (w->mode == M_INITIAL && !c.more) {
         if (w->initial_end && w->bookmarks) {
-            enc_bookmark(&c.out, r, w->last_rv, true, w->meta);
+            enc_bookmark(&c.out, r, w->last_rv, true, w->form);
             RS_ADD(w->hr, bookmarks, 1);
         }
         free(w->from);
@@ -1379,7 +1438,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
     }
     if (w->mode == M_WAIT && w->wait_until && now >= w->wait_until) {
         if (w->too_large_status) {
-            put_take(w, error_event(w->hr->r, w->too_large_status));
+            put_take(w, error_event(w->hr->r, w->form, w->too_large_status));
             end(w, HUB_END_ERROR_EVENT);
         } else {
             start_initial(w); /* no answer configured: serve what the cache has */
@@ -1391,7 +1450,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
          * up to it; a lagging watcher gets its bookmark when it is live */
         if (w->mode == M_LIVE && w->hr->rv >= w->start_rv) {
             struct gostr_buf b = {0};
-            enc_bookmark(&b, w->hr->r, w->hr->rv, false, w->meta);
+            enc_bookmark(&b, w->hr->r, w->hr->rv, false, w->form);
             put_take(w, blob_take(w->hr->r, &b));
             h->stats.bookmarks++;
             RS_ADD(w->hr, bookmarks, 1);

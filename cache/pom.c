@@ -26,6 +26,10 @@
  * the few forms only Go's generic layout parser accepts (a one-digit hour,
  * a comma before the fraction) read as zero here. kube-apiserver sets both
  * timestamps itself, always in the canonical form.
+ *
+ * Protobuf for custom resources (pom_pb_from_json): the same ObjectMeta,
+ * read by the same accessors, written as gogo's generated marshaller
+ * writes the typed struct (see object_meta_pb).
  */
 #include "kwc/pom.h"
 
@@ -368,16 +372,17 @@ civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 }
 
 /*
- * time.Parse(time.RFC3339, s) (the fast path), then t.UTC().Format(RFC3339)
- * into out (POM_TIME_MAX bytes). 1 written, 0 the zero time, -1 unparsable.
+ * time.Parse(time.RFC3339, s) (the fast path): the instant as Unix seconds
+ * and nanoseconds (the fraction kept, to nine digits, as Go keeps it).
+ * 1 a time, 0 the zero time (time.Time{}.IsZero), -1 unparsable.
  */
 static int
-go_time(const char *s, size_t n, char *out)
+go_time_parse(const char *s, size_t n, int64_t *sec, int32_t *nsec)
 {
     static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int Y, M, D, h, mi, sec, nsec = 0;
+    int Y, M, D, h, mi, se, ns = 0;
     if (n < 19 || !num(s, 4, 0, 9999, &Y) || !num(s + 5, 2, 1, 12, &M) ||
-        !num(s + 11, 2, 0, 23, &h) || !num(s + 14, 2, 0, 59, &mi) || !num(s + 17, 2, 0, 59, &sec))
+        !num(s + 11, 2, 0, 23, &h) || !num(s + 14, 2, 0, 59, &mi) || !num(s + 17, 2, 0, 59, &se))
         return -1;
     int dim = mdays[M - 1] + (M == 2 && leap(Y));
     if (!num(s + 8, 2, 1, dim, &D) || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
@@ -388,9 +393,9 @@ go_time(const char *s, size_t n, char *out)
         size_t j = i + 1, k = 0;
         for (; j < n && s[j] >= '0' && s[j] <= '9'; j++)
             if (k++ < 9)
-                nsec = nsec * 10 + (s[j] - '0');
+                ns = ns * 10 + (s[j] - '0');
         for (; k < 9; k++)
-            nsec *= 10;
+            ns *= 10;
         i = j;
     }
     int64_t off = 0;
@@ -401,18 +406,37 @@ go_time(const char *s, size_t n, char *out)
             return -1;
         off = (oh * 60 + om) * 60 * (s[i] == '-' ? -1 : 1);
     }
-    int64_t t = days_from_civil(Y, M, D) * 86400 + h * 3600 + mi * 60 + sec - off;
+    *sec = days_from_civil(Y, M, D) * 86400 + h * 3600 + mi * 60 + se - off;
+    *nsec = ns;
+    return *sec == days_from_civil(1, 1, 1) * 86400 && ns == 0 ? 0 : 1;
+}
+
+/* t.UTC().Format(RFC3339) of Unix seconds t into out (POM_TIME_MAX bytes). */
+static void
+go_time_format(int64_t t, char *out)
+{
     int64_t days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
     int64_t rem = t - days * 86400;
     int64_t y;
+    int M, D;
     civil_from_days(days, &y, &M, &D);
-    if (y == 1 && M == 1 && D == 1 && rem == 0 && nsec == 0)
-        return 0;
     /* appendInt(year, 4): a sign, then at least four digits */
     snprintf(out, POM_TIME_MAX, "%s%04llu-%02u-%02uT%02u:%02u:%02uZ", y < 0 ? "-" : "",
              (unsigned long long)(y < 0 ? -y : y), (unsigned)M % 100, (unsigned)D % 100,
              (unsigned)(rem / 3600) % 100, (unsigned)(rem / 60 % 60), (unsigned)(rem % 60));
-    return 1;
+}
+
+/* Parse, then (a time) format into out: 1 written, 0 the zero time, -1
+ * unparsable. */
+static int
+go_time(const char *s, size_t n, char *out)
+{
+    int64_t sec;
+    int32_t nsec;
+    int r = go_time_parse(s, n, &sec, &nsec);
+    if (r == 1)
+        go_time_format(sec, out);
+    return r;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -653,6 +677,26 @@ object_meta(struct gostr_buf *b, json_t *md)
 
 /* ------------------------------------------------------------------------ */
 
+/* The unstructured object's "metadata" value, parsed: 0 and *md (new, NULL
+ * when absent), or -1 when the item is not a JSON object or the value is
+ * not JSON. */
+static int
+load_metadata(const char *p, size_t len, json_t **md)
+{
+    size_t off = 0, vlen = 0;
+    int found = find_metadata(p, len, &off, &vlen);
+    *md = NULL;
+    if (found < 0)
+        return -1;
+    if (found) {
+        json_error_t err;
+        *md = json_loadb(p + off, vlen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        if (!*md)
+            return -1;
+    }
+    return 0;
+}
+
 int
 pom_json(struct gostr_buf *b, const void *item, size_t len, bool unstructured)
 {
@@ -660,22 +704,15 @@ pom_json(struct gostr_buf *b, const void *item, size_t len, bool unstructured)
         "{\"kind\":\"" POM_KIND "\",\"apiVersion\":\"" POM_API_VERSION "\",\"metadata\":";
     const char *p = item;
     size_t off = 0, vlen = 0;
-    int found = find_metadata(p, len, &off, &vlen);
-    if (found < 0)
-        return -1;
-    if (!unstructured && found) {
+    if (!unstructured && find_metadata(p, len, &off, &vlen) > 0) {
         gostr_add(b, head);
         gostr_addn(b, p + off, vlen);
         gostr_addc(b, '}');
         return 0;
     }
-    json_t *md = NULL;
-    if (found) {
-        json_error_t err;
-        md = json_loadb(p + off, vlen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
-        if (!md)
-            return -1;
-    }
+    json_t *md;
+    if (load_metadata(p, len, &md) != 0)
+        return -1;
     gostr_add(b, head);
     object_meta(b, json_is_object(md) ? md : NULL);
     gostr_addc(b, '}');
@@ -690,4 +727,268 @@ int
 pom_pb(struct gostr_buf *b, const void *msg, size_t len)
 {
     return pb_object_meta(b, msg, len); /* field 1 is every object's ObjectMeta */
+}
+
+/*
+ * The typed ObjectMeta of an unstructured object as gogo's generated
+ * MarshalToSizedBuffer writes it (k8s.io/apimachinery/pkg/apis/meta/v1
+ * generated.pb.go): fields in ascending number; every string and int64 the
+ * struct holds by value written even when empty or zero (1 name,
+ * 2 generateName, 3 namespace, 4 selfLink, 5 uid, 6 resourceVersion,
+ * 7 generation, 8 creationTimestamp), pointers only when set (9
+ * deletionTimestamp, 10 deletionGracePeriodSeconds), slices and maps only
+ * when not empty (11 labels, 12 annotations: entries {1 key, 2 value} in
+ * key order; 13 ownerReferences, 14 finalizers, 17 managedFields).
+ * metav1.Time is {1 seconds, 2 nanos}, both written, nanos always 0
+ * (time_proto.go ProtoTime leaves the fraction out: "our JSON only handled
+ * seconds"), and an empty message for the zero time; a time with only a
+ * fraction past the zero instant is not zero. The values are read as the
+ * JSON form reads them above: the same accessors, the same failures. (kube
+ * <= 1.24 also wrote field 15, the deprecated clusterName, always; it is
+ * gone since 1.25.)
+ */
+
+static void
+pb_varint(struct gostr_buf *b, uint64_t v)
+{
+    char t[10];
+    size_t n = 0;
+    do {
+        t[n++] = (char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    gostr_addn(b, t, n);
+}
+
+#define WT_VARINT 0u
+#define WT_LEN 2u
+
+static void
+pb_tag(struct gostr_buf *b, unsigned field, unsigned wt)
+{
+    pb_varint(b, (uint64_t)field << 3 | wt);
+}
+
+static void
+pb_bytes(struct gostr_buf *b, unsigned field, const char *p, size_t n)
+{
+    pb_tag(b, field, WT_LEN);
+    pb_varint(b, n);
+    gostr_addn(b, p, n);
+}
+
+/* m as a message field; m is emptied. */
+static void
+pb_msg(struct gostr_buf *b, unsigned field, struct gostr_buf *m)
+{
+    pb_bytes(b, field, m->p ? m->p : "", m->len);
+    free(gostr_take(m));
+}
+
+static void
+pb_int(struct gostr_buf *b, unsigned field, uint64_t v)
+{
+    pb_tag(b, field, WT_VARINT);
+    pb_varint(b, v);
+}
+
+/* A string held by value: o[k] when it is a string, else "". */
+static void
+pb_str(struct gostr_buf *b, unsigned field, json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_string(v))
+        pb_bytes(b, field, json_string_value(v), json_string_length(v));
+    else
+        pb_bytes(b, field, "", 0);
+}
+
+/* A metav1.Time: r as go_time_parse returned it (1 a time, else zero); sec
+ * its Unix seconds (time.Time.Unix: the fraction, never negative, is not
+ * in them). */
+static void
+pb_time(struct gostr_buf *b, unsigned field, int r, int64_t sec)
+{
+    struct gostr_buf m = {0};
+    if (r == 1) {
+        pb_int(&m, 1, (uint64_t)sec);
+        pb_int(&m, 2, 0);
+    }
+    pb_msg(b, field, &m);
+}
+
+/* The time at md[k] as the accessors read it (1 a time, else zero). */
+static int
+pb_time_value(json_t *md, const char *k, int64_t *sec)
+{
+    json_t *v = json_object_get(md, k);
+    int32_t nsec;
+    if (!json_is_string(v))
+        return 0;
+    return go_time_parse(json_string_value(v), json_string_length(v), sec, &nsec) == 1;
+}
+
+static void
+pb_string_map(struct gostr_buf *b, unsigned field, json_t *md, const char *k)
+{
+    json_t *m = json_object_get(md, k), *v;
+    const char *kk;
+    if (!json_is_object(m) || json_object_size(m) == 0)
+        return;
+    json_object_foreach(m, kk, v) if (!json_is_string(v) && !json_is_null(v)) return;
+    size_t n;
+    const char **keys = sorted_keys(m, &n);
+    for (size_t i = 0; i < n; i++) {
+        struct gostr_buf e = {0};
+        pb_bytes(&e, 1, keys[i], strlen(keys[i]));
+        pb_str(&e, 2, m, keys[i]);
+        pb_msg(b, field, &e);
+    }
+    free(keys);
+}
+
+static void
+pb_bool(struct gostr_buf *b, unsigned field, json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (json_is_boolean(v))
+        pb_int(b, field, json_is_true(v));
+}
+
+static void
+pb_owner_refs(struct gostr_buf *b, json_t *md)
+{
+    json_t *a = json_object_get(md, "ownerReferences");
+    if (!json_is_array(a))
+        return;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_object(json_array_get(a, i)))
+            return;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *o = json_array_get(a, i);
+        struct gostr_buf m = {0};
+        pb_str(&m, 1, o, "kind");
+        pb_str(&m, 3, o, "name");
+        pb_str(&m, 4, o, "uid");
+        pb_str(&m, 5, o, "apiVersion");
+        pb_bool(&m, 6, o, "controller");
+        pb_bool(&m, 7, o, "blockOwnerDeletion");
+        pb_msg(b, 13, &m);
+    }
+}
+
+static void
+pb_finalizers(struct gostr_buf *b, json_t *md)
+{
+    json_t *a = json_object_get(md, "finalizers");
+    if (!json_is_array(a))
+        return;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_string(json_array_get(a, i)))
+            return;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        pb_bytes(b, 14, json_string_value(v), json_string_length(v));
+    }
+}
+
+/* One ManagedFieldsEntry {1 manager, 2 operation, 3 apiVersion, 4 time
+ * (*Time), 6 fieldsType, 7 fieldsV1 (*FieldsV1 {1 raw: the value as
+ * json.Marshal writes it}), 8 subresource} into e; false when
+ * FromUnstructured would fail (as managed_entry). A null is the zero value. */
+static bool
+pb_managed_entry(struct gostr_buf *e, json_t *o)
+{
+    static const struct {
+        const char *k;
+        unsigned field;
+    } strs[] = {
+        {"manager", 1}, {"operation", 2}, {"apiVersion", 3}, {"fieldsType", 6}, {"subresource", 8}};
+    /* first the checks, then the fields in number order */
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) {
+        json_t *v = json_object_get(o, strs[i].k);
+        if (v && !json_is_null(v) && !json_is_string(v))
+            return false;
+    }
+    json_t *t = json_object_get(o, "time"), *f = json_object_get(o, "fieldsV1");
+    int64_t sec = 0;
+    int32_t nsec = 0;
+    int tr = 0;
+    if (t && !json_is_null(t)) {
+        tr = json_is_string(t)
+                 ? go_time_parse(json_string_value(t), json_string_length(t), &sec, &nsec)
+                 : -1;
+        if (tr < 0)
+            return false;
+    }
+    for (size_t i = 0; i < 3; i++)
+        pb_str(e, strs[i].field, o, strs[i].k);
+    if (t && !json_is_null(t))
+        pb_time(e, 4, tr, sec);
+    pb_str(e, 6, o, "fieldsType");
+    if (f && !json_is_null(f)) {
+        struct gostr_buf raw = {0}, m = {0};
+        add_any(&raw, f);
+        pb_msg(&m, 1, &raw);
+        pb_msg(e, 7, &m);
+    }
+    pb_str(e, 8, o, "subresource");
+    return true;
+}
+
+static void
+pb_managed_fields(struct gostr_buf *b, json_t *md)
+{
+    json_t *a = json_object_get(md, "managedFields");
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return;
+    struct gostr_buf all = {0};
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *o = json_array_get(a, i);
+        struct gostr_buf e = {0};
+        if (!json_is_object(o) || !pb_managed_entry(&e, o)) {
+            free(gostr_take(&e));
+            free(gostr_take(&all));
+            return;
+        }
+        pb_msg(&all, 17, &e);
+    }
+    gostr_addn(b, all.p, all.len);
+    free(gostr_take(&all));
+}
+
+static void
+object_meta_pb(struct gostr_buf *b, json_t *md)
+{
+    static const char *const strs[] = {"name",     "generateName", "namespace",
+                                       "selfLink", "uid",          "resourceVersion"};
+    for (unsigned i = 0; i < sizeof strs / sizeof *strs; i++)
+        pb_str(b, i + 1, md, strs[i]);
+    json_t *v = json_object_get(md, "generation");
+    pb_int(b, 7, json_is_integer(v) ? (uint64_t)json_integer_value(v) : 0);
+    int64_t sec = 0;
+    int r = pb_time_value(md, "creationTimestamp", &sec);
+    pb_time(b, 8, r, sec);
+    if (pb_time_value(md, "deletionTimestamp", &sec))
+        pb_time(b, 9, 1, sec);
+    if (json_is_integer(v = json_object_get(md, "deletionGracePeriodSeconds")))
+        pb_int(b, 10, (uint64_t)json_integer_value(v));
+    pb_string_map(b, 11, md, "labels");
+    pb_string_map(b, 12, md, "annotations");
+    pb_owner_refs(b, md);
+    pb_finalizers(b, md);
+    pb_managed_fields(b, md);
+}
+
+int
+pom_pb_from_json(struct gostr_buf *b, const void *item, size_t len)
+{
+    json_t *md;
+    if (load_metadata(item, len, &md) != 0)
+        return -1;
+    struct gostr_buf m = {0};
+    object_meta_pb(&m, json_is_object(md) ? md : NULL);
+    json_decref(md);
+    pb_msg(b, 1, &m);
+    return 0;
 }

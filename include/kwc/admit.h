@@ -19,9 +19,11 @@
  *                     or as=PartialObjectMetadata (gets, watches);
  *                     g=meta.k8s.io;v=v1 (route_accept), JSON or protobuf:
  *                     served from the cache of that encoding with `meta`
- *                     set (the answer is derived, cache/pom.h); the other
- *                     pairing (kube's 406) and a custom resource's protobuf
- *                     (no protobuf cache of it) are the upstream's
+ *                     set (the answer is derived, cache/pom.h); a custom
+ *                     resource's in protobuf from its JSON cache
+ *                     (pom_from_json: kwc keeps no protobuf cache of custom
+ *                     resources); the other pairing (kube's 406) is the
+ *                     upstream's
  *   cache             the one of the resource in that encoding (each
  *                     encoding has its own: protobuf answers are the
  *                     upstream's protobuf bytes); it must be serving; a
@@ -129,7 +131,8 @@ struct admit {
     enum admit_action action;
     enum admit_why why; /* ADMIT_PASS; else ADMIT_WHY_NONE */
     int cache;          /* the cache chosen (index into the caches), -1: none */
-    enum kwc_enc enc;   /* the answer's encoding (meaningful once a cache is chosen) */
+    enum kwc_enc enc;   /* the answer's encoding (meaningful once a cache is chosen): the
+                           cache's, but for pom_from_json */
     bool want;          /* PASS: the cache has not started; start it (refl_want) */
     enum decide_verb verb;
     /* ERROR, SERVE: a collection's selector as parsed (new; it may select
@@ -140,6 +143,10 @@ struct admit {
     struct decide_result dec;
     bool bookmarks; /* a watch with allowWatchBookmarks true */
     bool meta;      /* metadata only: PartialObjectMetadata[List] (meta.k8s.io/v1) */
+    /* metadata only in protobuf (enc KWC_ENC_PB) for a custom resource: the
+     * cache chosen is its JSON one, the answer derived from it
+     * (pom_pb_from_json) */
+    bool pom_from_json;
     /* JSON indented as kube's pretty output (route_wants_pretty, or the
      * Accept clause's pretty=1); never for protobuf. Lists, gets and their
      * errors are indented; watch events never are (kube's watch encoder is

@@ -42,7 +42,10 @@
  * only (hub_watch_req.meta: Accept ...;as=PartialObjectMetadata;
  * g=meta.k8s.io;v=v1, in JSON or protobuf). Both forms are watchers of the
  * same hub_res: one store, one batch per commit, one window, one set of
- * index buckets, one rv. The form is a property of the watcher and of the
+ * index buckets, one rv. A JSON cache of a custom resource has a third
+ * form, its metadata in protobuf frames (meta_pb: kwc keeps no protobuf
+ * cache of custom resources, and kube answers their metadata in protobuf,
+ * typed). The form is a property of the watcher and of the
  * bytes only: each event keeps one shared blob per (form, variant), built
  * on first use (pom.h derives the PartialObjectMetadata from the stored
  * object), so every metadata watcher of a cache shares the one encoding of
@@ -57,8 +60,9 @@
  * read each commit's events from the store twice and kept two windows of
  * the same events.) The window's budget (window_bytes) counts the full
  * form only: with metadata watchers its events also hold their metadata
- * blobs, at most as large again (in practice a fifth: metadata is ~16 % of
- * a pod), so its memory is bounded by twice the budget.
+ * blobs, each metadata form at most as large again (in practice a fifth:
+ * metadata is ~16 % of a pod), so its memory is bounded by twice the
+ * budget, three times for a JSON cache watched in both metadata forms.
  *
  * Pure: no I/O besides LMDB reads through store.h, no clock (times come in as
  * now_ms), no randomness of its own (the caller seeds the bookmark jitter).
@@ -211,6 +215,9 @@ struct hub_watch_req {
     bool meta;              /* metadata-only (as=PartialObjectMetadata;g=meta.k8s.io;v=v1):
                                every object, bookmarks too, a PartialObjectMetadata; an
                                ERROR's Status as it is */
+    bool meta_pb;           /* with meta, of a JSON cache: in protobuf frames (a custom
+                               resource's metadata in protobuf: pom_pb_from_json), ERROR
+                               events' Status in protobuf too */
     uint64_t deadline_ms;   /* when the stream ends (caller's clock) */
     uint64_t wait_until_ms; /* WAIT: give up (the 504 ERROR event) at this time */
     char *too_large_status; /* WAIT timeout: the Status JSON of the ERROR (taken); a

@@ -13,7 +13,10 @@
  *    null when zero, unknown keys dropped, values of the wrong type read as
  *    the accessor reads them (zero);
  *  - protobuf: every kube object message carries its ObjectMeta as field 1,
- *    and PartialObjectMetadata is {1: ObjectMeta}, so field 1 is copied.
+ *    and PartialObjectMetadata is {1: ObjectMeta}, so field 1 is copied;
+ *  - protobuf for custom resources (kwc keeps them in JSON only): the
+ *    ObjectMeta rebuilt as for the JSON form, then written as kube's gogo
+ *    marshaller writes the typed struct.
  *
  * Pure. Input is upstream bytes the cache has checked; every read is bounded
  * by len all the same.
@@ -41,5 +44,12 @@ int pom_json(struct gostr_buf *b, const void *item, size_t len, bool unstructure
 /* Append the protobuf PartialObjectMetadata message of a stored protobuf object
  * message (no envelope) to b: field 1 copied. 0, or -1 when malformed. */
 int pom_pb(struct gostr_buf *b, const void *msg, size_t len);
+/* Append the protobuf PartialObjectMetadata message (no envelope) of a stored
+ * JSON custom-resource object to b: {1: ObjectMeta} as kube-apiserver writes
+ * it for that object (metav1.PartialObjectMetadata built through the
+ * Unstructured accessors, as pom_json's unstructured form, then protobuf:
+ * timestamps as {seconds, nanos 0}). 0, or -1 (nothing
+ * appended) exactly where pom_json(unstructured) fails. */
+int pom_pb_from_json(struct gostr_buf *b, const void *item, size_t len);
 
 #endif

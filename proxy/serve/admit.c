@@ -123,9 +123,11 @@ target(const struct admit_req *q, struct admit *a)
         pass(a, ADMIT_WHY_MEDIA);
         return false;
     }
-    if (media == ROUTE_MEDIA_PROTOBUF && !builtin) {
-        /* a custom resource's metadata in protobuf: there is no protobuf
-         * cache of custom resources to take it from */
+    /* a custom resource has no protobuf cache: its metadata in protobuf is
+     * derived from its JSON cache (pom_pb_from_json), as kube converts the
+     * unstructured object to a typed PartialObjectMetadata */
+    a->pom_from_json = media == ROUTE_MEDIA_PROTOBUF && !builtin && a->meta;
+    if (media == ROUTE_MEDIA_PROTOBUF && !builtin && !a->meta) {
         pass(a, ADMIT_WHY_NOT_CACHED);
         return false;
     }
@@ -150,12 +152,20 @@ target(const struct admit_req *q, struct admit *a)
     return true;
 }
 
+/* The encoding of the cache that answers a: the answer's, but a custom
+ * resource's protobuf metadata comes from its JSON cache. */
+static enum kwc_enc
+cache_enc(const struct admit *a)
+{
+    return a->pom_from_json ? KWC_ENC_JSON : a->enc;
+}
+
 bool
 admit_wants(const struct admit_req *q, enum kwc_enc *enc)
 {
     struct admit a;
     bool ok = target(q, &a);
-    *enc = a.enc;
+    *enc = cache_enc(&a);
     return ok;
 }
 
@@ -165,7 +175,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     const struct route_req *r = q->r;
     if (!target(q, a))
         return;
-    a->cache = admit_find(c, r, a->enc);
+    a->cache = admit_find(c, r, cache_enc(a));
     if (a->cache < 0) {
         pass(a, ADMIT_WHY_NOT_CACHED);
         return;
@@ -174,7 +184,7 @@ admit_decide(const struct admit_req *q, const struct admit_caches *c, struct adm
     c->cache(c->arg, (size_t)a->cache, &ac);
     if (!ac.serving) {
         /* a lazily started protobuf cache starts now */
-        a->want = a->enc == KWC_ENC_PB && !ac.started;
+        a->want = cache_enc(a) == KWC_ENC_PB && !ac.started;
         pass(a, ADMIT_WHY_NOT_SERVING);
         return;
     }

@@ -355,6 +355,26 @@ static const struct encoding enc_protobuf_meta = {
     .derive = meta_pb_derive,
 };
 
+/* A custom resource's metadata in protobuf, from its JSON cache: the same
+ * bytes around each item, derived from the JSON object (admit.h
+ * pom_from_json). */
+static int
+meta_pb_json_derive(const struct sreq *sr, struct gostr_buf *b, const void *item, size_t len)
+{
+    return pom_pb_from_json(b, item, len);
+}
+
+static const struct encoding enc_protobuf_meta_json = {
+    .content_type = PB_CONTENT_TYPE,
+    .head = meta_pb_head,
+    .tail = protobuf_tail,
+    .item_prefix = protobuf_item_prefix,
+    .item_size = pb_item_size,
+    .object = meta_pb_object,
+    .not_found = protobuf_not_found,
+    .derive = meta_pb_json_derive,
+};
+
 /* ---- helpers ---- */
 
 static void
@@ -1058,9 +1078,10 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     sr->s = s;
     sr->req = req;
     sr->d = d;
-    sr->enc = a.enc == KWC_ENC_PB ? (a.meta ? &enc_protobuf_meta : &enc_protobuf)
-              : a.meta            ? &enc_json_meta
-                                  : &enc_json;
+    sr->enc = a.pom_from_json       ? &enc_protobuf_meta_json
+              : a.enc == KWC_ENC_PB ? (a.meta ? &enc_protobuf_meta : &enc_protobuf)
+              : a.meta              ? &enc_json_meta
+                                    : &enc_json;
     body_init(&sr->body, req, a.pretty && a.enc == KWC_ENC_JSON,
               body_accepts_gzip(hreq_header(req, "Accept-Encoding")), s->o.max_buffer / 2);
     hresp_low_water(req, s->o.max_buffer / 2);

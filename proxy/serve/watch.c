@@ -7,8 +7,9 @@
  *     writer, or send the head (hresp_start) and hand the response off as a
  *     stream (hresp_handoff), posted in a WMSG_WATCH to the least loaded
  *     worker. A metadata-only watch (admit's meta) is a watcher of the same
- *     cache in the hub's metadata form (hub.h "Forms"); a pretty one is any
- *     watch (events are never indented).
+ *     cache in the hub's metadata form (hub.h "Forms"; a custom resource's
+ *     in protobuf: its JSON cache's protobuf metadata form, a protobuf
+ *     stream); a pretty one is any watch (events are never indented).
  *   watch_committed: per resource someone watches, the store's new rv; when
  *     it moved, one hub_batch (events read back and encoded once) posted to
  *     each worker that has watchers of it.
@@ -880,7 +881,8 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         .rv = dec.rv,
         .initial_end = dec.initial_end,
         .bookmarks = a.bookmarks,
-        .meta = a.meta, /* the same cache's events, each object's metadata only */
+        .meta = a.meta,             /* the same cache's events, each object's metadata only */
+        .meta_pb = a.pom_from_json, /* ...a custom resource's, in protobuf */
     };
     if (dec.initial && dec.wait) {
         c->req.wait_until_ms = (uint64_t)p->o.wait_ms;
@@ -908,7 +910,7 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
     decide_result_fini(&dec);
 
     /* the head, then the response leaves the request as a stream */
-    start_response(p, req, d->enc);
+    start_response(p, req, a.enc);
     c->h = hresp_handoff(req);
     if (!c->h) {
         free(c->req.too_large_status);

@@ -816,10 +816,12 @@ class WatchDifferentialMetaProtobuf(WatchDifferential):
     LIST_ACCEPT = kpb.ACCEPT
     CT = kpb.CT_WATCH
     KIND, API_VERSION = "PartialObjectMetadata", "meta.k8s.io/v1"
-    # a custom resource has no protobuf cache (kube answers its metadata in
-    # protobuf all the same): the upstream's
-    CUSTOM = False
     KWC_ARGS = ["--protobuf-resources", "v1/pods,apps/v1/deployments"]
+
+    def ct_for(self, path):
+        # a custom resource's metadata in protobuf too: kube converts it to a
+        # typed PartialObjectMetadata; kwc derives it from the JSON cache
+        return self.CT
 
 
 class WatchModelMeta(WatchModel):

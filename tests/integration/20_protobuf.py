@@ -36,7 +36,7 @@ import urllib.parse
 
 import kpb
 from cluster import Env, http_request, wait_for
-from watchstream import Stream, pump
+from watchstream import Stream, pump, read_until_end
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -79,7 +79,9 @@ class DifferentialProtobufMeta(_m10.Differential):
     list matrix (every rv mode, limit/continue chains, selectors) and
     PartialObjectMetadata for the gets, derived from the protobuf cache's
     stored objects, byte for byte against apisim. A custom resource has no
-    protobuf cache: its metadata in protobuf is the upstream's."""
+    protobuf cache: its metadata in protobuf is derived from its JSON cache
+    (kube converts the unstructured object to a typed PartialObjectMetadata),
+    byte for byte against apisim all the same."""
     ACCEPT = META_PB_LIST
     CT = kpb.CT
     KWC_ARGS = pb_flags("v1/pods,v1/nodes,v1/namespaces,apps/v1/deployments")
@@ -89,14 +91,14 @@ class DifferentialProtobufMeta(_m10.Differential):
 
     @classmethod
     def quiesce(cls):
-        """As the JSON one, with a custom resource's caught-up check in JSON
-        (its metadata in protobuf is the upstream's)."""
+        """As the JSON one, each cache caught up in both encodings (a custom
+        resource's protobuf metadata: its JSON cache, derived)."""
         e = cls.env
         e.sim("POST", "/apisim/churn", {"rate": 0})
         rv = e.sim("GET", "/apisim/stats")["rv"]
         for path in ("/api/v1/pods", "/api/v1/nodes", "/api/v1/namespaces", "/apis/apps/v1/deployments",
                      "/apis/example.com/v1/widgets"):
-            for accept in ([JSON_HDR] if "example.com" in path else [cls.ACCEPT, JSON_HDR]):
+            for accept in (cls.ACCEPT, JSON_HDR):
                 def reached(path=path, accept=accept):
                     lists = cls.lists_upstream_of(e)
                     st, _, b = http_request(e.kwc.port, "GET", path + "?resourceVersion=0", headers=accept)
@@ -105,8 +107,6 @@ class DifferentialProtobufMeta(_m10.Differential):
         return rv
 
     def check(self, path, exact=False, served=None, variant=None):
-        if "/apis/example.com/" in path:
-            served = None  # no protobuf cache of a custom resource: passed on (its 400s aside)
         if _m10.is_get(path) and ("/missing" in path or "/nope" in path):
             served = False  # a metadata get's 404 in protobuf: the upstream's
         return super().check(path, exact=exact, served=served, variant=variant)
@@ -119,9 +119,6 @@ class DifferentialProtobufMeta(_m10.Differential):
         if _m10.is_get(path) and not own:
             h["Accept"] = h["Accept"].replace(META_PB_LIST["Accept"], META_PB_GET["Accept"])
         return p, h
-
-    # a custom resource's protobuf metadata is the upstream's (no protobuf cache of it)
-    DOWN_PATHS = tuple(p for p in _m10.Differential.DOWN_PATHS if "/apis/example.com/" not in p)
 
     def test_0_metadata_is_derived(self):
         """The answer is PartialObjectMetadata (kind in the envelope, each item
@@ -145,7 +142,14 @@ class DifferentialProtobufMeta(_m10.Differential):
                            ("/api/v1/namespaces/ns-1/pods/pod-4?resourceVersion=0", META_JSON_GET),
                            ("/apis/example.com/v1/namespaces/ns-1/widgets/widget-1?resourceVersion=0",
                             META_JSON_GET),
-                           ("/api/v1/pods?resourceVersion=0&labelSelector=nothing%3Dhere", META_PB_LIST)):
+                           ("/api/v1/pods?resourceVersion=0&labelSelector=nothing%3Dhere", META_PB_LIST),
+                           ("/apis/example.com/v1/widgets?resourceVersion=0", META_PB_LIST),
+                           ("/apis/example.com/v1/namespaces/ns-1/widgets?resourceVersion=0&limit=2",
+                            META_PB_LIST),
+                           ("/apis/example.com/v1/widgets?resourceVersion=0&labelSelector=nothing%3Dhere",
+                            META_PB_LIST),
+                           ("/apis/example.com/v1/namespaces/ns-1/widgets/widget-1?resourceVersion=0",
+                            META_PB_GET)):
             before = self.lists_upstream()
             k = http_request(e.kwc.port, "GET", path, headers=hdrs)
             self.assertEqual(self.lists_upstream(), before, "%s (%s) went upstream" % (path, hdrs["Accept"]))
@@ -575,6 +579,245 @@ class LazyStart(unittest.TestCase):
             st, _, b = http_request(e.kwc.port, "GET", "/readyz?verbose")
             self.assertEqual(st, 200, b)
             self.assertRegex(b.decode(), r"(?i)nodes.*protobuf")
+
+
+def pom_meta(raw):
+    """A PartialObjectMetadata message {1: ObjectMeta} read in full, field by
+    field (kpb's primitives; every repeated field in order, maps as entry
+    lists), so a test can say what kube writes for each field."""
+    f = kpb.fields(raw)
+    assert [n for n, _, _ in f] == [1], "PartialObjectMetadata is {1: ObjectMeta} only"
+    md = kpb.fields(f[0][2])
+
+    def time_of(b):
+        t = kpb.fields(b)  # int64 varints, read back signed
+        return None if not t else tuple(v - (1 << 64) if v >= 1 << 63 else v for _, _, v in t)
+
+    def entries(num):
+        return [tuple(kpb.s(v) for _, _, v in kpb.fields(e)) for e in kpb.every(md, num)]
+
+    def owner(b):
+        return [(n, kpb.s(v) if wt == 2 else v) for n, wt, v in kpb.fields(b)]
+
+    def managed(b):
+        out = []
+        for n, _, v in kpb.fields(b):
+            out.append((n, time_of(v) if n == 4 else kpb.fields(v)[0][2] if n == 7 else kpb.s(v)))
+        return out
+
+    return {
+        "order": [n for n, _, _ in md],
+        "strings": [kpb.s(kpb.last(md, n, b"")) for n in range(1, 7)],
+        "generation": kpb.last(md, 7),
+        "created": time_of(kpb.last(md, 8, b"")),
+        "deleted": time_of(kpb.last(md, 9)) if kpb.last(md, 9) is not None else "unset",
+        "grace": kpb.last(md, 10),
+        "labels": entries(11), "annotations": entries(12),
+        "owners": [owner(b) for b in kpb.every(md, 13)],
+        "finalizers": [kpb.s(b) for b in kpb.every(md, 14)],
+        "managed": [managed(b) for b in kpb.every(md, 17)],
+    }
+
+
+def unix(iso):
+    """Unix seconds of an RFC 3339 time, for the expectations."""
+    import datetime
+    return int(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() // 1)
+
+
+class CustomResourceMetaProtobuf(unittest.TestCase):
+    """A custom resource's metadata in protobuf (client-go's metadata client:
+    the garbage collector's and quota controller's informers): kwc keeps only
+    a JSON cache of custom resources and derives the typed
+    PartialObjectMetadata kube writes (issue 30). Widgets with every
+    ObjectMeta field set are listed, got and watched through kwc and on
+    apisim directly: the answers byte for byte the same, served from the
+    cache (no list or watch upstream), and read back field by field to what
+    kube's gogo marshaller writes."""
+
+    WATCH_ACCEPT = META_PB_GET["Accept"] + ", application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.env = Env(apisim_args=["--namespaces", "2", "--history", "100000", "--bookmark-interval", "0.5"],
+                      kwc_args=["--resources", "example.com/v1/widgets", "--bookmark-interval", "1"])
+        w = lambda name, md, **kw: cls.env.sim("POST", "/apisim/write", dict(
+            verb="create", resource="widgets", namespace="ns-1", name=name,
+            object={"metadata": md, "spec": {"size": 1}}, **kw))
+        w("w-full", {
+            "generateName": "w-", "generation": 3,
+            "creationTimestamp": "2024-05-06T07:08:09Z",
+            "deletionTimestamp": "2030-01-02T03:04:05Z", "deletionGracePeriodSeconds": 30,
+            "labels": {"tier": "front", "app": "web", "app.kubernetes.io/name": "w"},
+            "annotations": {"note": "<b>&amp;</b>", "empty": ""},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs-1", "uid": "u-rs",
+                 "controller": True, "blockOwnerDeletion": False},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "u-cm"}],
+            "finalizers": ["example.com/cleanup", "b"],
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Apply", "apiVersion": "example.com/v1",
+                 "time": "2024-05-06T07:08:09Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:size": {}}, "f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
+                 "subresource": "status"},
+                {"manager": "other", "operation": "Update", "apiVersion": "example.com/v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {}}}],
+        }, labels={"flip": "a", "app": "web"})
+        w("w-bare", {}, labels={"flip": "b"})
+        w("w-old", {"creationTimestamp": "1969-12-31T23:59:59Z"}, labels={"flip": "a"})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.close()
+
+    def quiesce(self):
+        e = self.env
+        rv = e.stats()["rv"]
+        wait_for(lambda: served_rv(e, "/apis/example.com/v1/widgets", META_PB_LIST) >= rv, 30,
+                 "kwc's widgets cache at rv %d" % rv)
+        return rv
+
+    def same(self, path, hdr):
+        """kwc's answer and apisim's to path: the same bytes, kwc's from its cache."""
+        e = self.env
+        n = lists_upstream(e)
+        k = http_request(e.kwc.port, "GET", path, headers=hdr)
+        self.assertEqual(lists_upstream(e), n, "%s went upstream" % path)
+        a = http_request(e.apisim.port, "GET", path, headers=hdr)
+        self.assertEqual((k[0], k[1].get("content-type")), (200, kpb.CT), k[2][:300])
+        self.assertEqual((a[0], a[1].get("content-type")), (200, kpb.CT), a[2][:300])
+        self.assertEqual(k[2], a[2], "%s: kwc's bytes are not apisim's" % path)
+        return k[2]
+
+    def check_full(self, m):
+        """w-full's ObjectMeta as kube's gogo marshaller writes it."""
+        self.assertEqual(m["order"][:8], [1, 2, 3, 4, 5, 6, 7, 8], "by-value fields, in order, always")
+        self.assertEqual(m["order"], sorted(m["order"]), "ascending field numbers")
+        self.assertEqual(m["strings"][:4], ["w-full", "w-", "ns-1", ""])
+        self.assertEqual(m["generation"], 3)
+        self.assertEqual(m["created"], (unix("2024-05-06T07:08:09Z"), 0), "Time {seconds, nanos 0}")
+        self.assertEqual(m["deleted"], (unix("2030-01-02T03:04:05Z"), 0))
+        self.assertEqual(m["grace"], 30)
+        self.assertEqual(m["labels"], [("app", "web"), ("flip", "a")], "labels: entries in key order")
+        self.assertEqual([k for k, _ in m["annotations"]],
+                         sorted(["note", "empty", "apisim.kwc.dev/written-at"]))
+        self.assertIn(("empty", ""), m["annotations"])
+        self.assertIn(("note", "<b>&amp;</b>"), m["annotations"], "no HTML escaping in protobuf")
+        self.assertEqual(m["owners"], [
+            [(1, "ReplicaSet"), (3, "rs-1"), (4, "u-rs"), (5, "apps/v1"), (6, 1), (7, 0)],
+            [(1, "ConfigMap"), (3, "cm"), (4, "u-cm"), (5, "v1")]],
+            "owner references: controller/blockOwnerDeletion only when set, false written")
+        self.assertEqual(m["finalizers"], ["example.com/cleanup", "b"])
+        self.assertEqual(m["managed"], [
+            [(1, "kubectl"), (2, "Apply"), (3, "example.com/v1"), (4, (unix("2024-05-06T07:08:09Z"), 0)),
+             (6, "FieldsV1"), (7, b'{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{"f:size":{}}}'),
+             (8, "status")],
+            [(1, "other"), (2, "Update"), (3, "example.com/v1"), (6, "FieldsV1"),
+             (7, b'{"f:metadata":{}}'), (8, "")]],
+            "managedFields: strings always, time only when set, fieldsV1 the compact sorted JSON")
+
+    def test_lists_and_gets(self):
+        self.quiesce()
+        body = self.same("/apis/example.com/v1/widgets?resourceVersion=0", META_PB_LIST)
+        d = kpb.decode_body(body)
+        self.assertEqual((d["kind"], d["apiVersion"]), ("PartialObjectMetadataList", "meta.k8s.io/v1"))
+        metas = {pom_meta(r)["strings"][0]: pom_meta(r) for r in d["raw_items"]}
+        self.assertEqual(sorted(metas), ["w-bare", "w-full", "w-old"])
+        self.check_full(metas["w-full"])
+        bare = metas["w-bare"]
+        self.assertEqual(bare["order"][:8], [1, 2, 3, 4, 5, 6, 7, 8])
+        self.assertEqual((bare["generation"], bare["deleted"], bare["grace"], bare["owners"]), (0, "unset", None, []))
+        self.assertEqual(metas["w-old"]["created"], (-1, 0), "a time before the epoch: negative seconds")
+        for path in ("/apis/example.com/v1/namespaces/ns-1/widgets?resourceVersion=0",
+                     "/apis/example.com/v1/widgets?resourceVersion=0&labelSelector=flip%3Da",
+                     "/apis/example.com/v1/widgets?resourceVersion=0&labelSelector=nothing%3Dhere"):
+            self.same(path, META_PB_LIST)
+        # a limited chain: pages and their continue tokens the same
+        path = "/apis/example.com/v1/widgets?limit=1&resourceVersion=%d" % self.env.stats()["rv"]
+        pages = 0
+        while True:
+            b = self.same(path, META_PB_LIST)
+            pages += 1
+            cont = kpb.decode_body(b)["metadata"].get("continue")
+            if not cont:
+                break
+            path = "/apis/example.com/v1/widgets?limit=1&continue=" + urllib.parse.quote(cont)
+        self.assertEqual(pages, 3)
+        b = self.same("/apis/example.com/v1/namespaces/ns-1/widgets/w-full?resourceVersion=0", META_PB_GET)
+        api, kind, raw = kpb.envelope(b)
+        self.assertEqual((api, kind), ("meta.k8s.io/v1", "PartialObjectMetadata"))
+        self.check_full(pom_meta(raw))
+        self.same("/apis/example.com/v1/namespaces/ns-1/widgets/w-bare?resourceVersion=0", META_PB_GET)
+
+    def test_watches(self):
+        e = self.env
+        r0 = self.quiesce()
+        T = dict(timeoutSeconds=4)
+        q = lambda **kw: urllib.parse.urlencode(dict(kw, **T))
+        sie = dict(sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true")
+        cases = ["/apis/example.com/v1/widgets?" + q(watch=1, resourceVersion=r0),
+                 "/apis/example.com/v1/widgets?" + q(watch=1, resourceVersion=0),
+                 "/apis/example.com/v1/namespaces/ns-1/widgets?" + q(watch=1, **sie),
+                 "/apis/example.com/v1/widgets?" + q(watch=1, resourceVersion=r0, labelSelector="flip=a")]
+        n = sum(v for k, v in e.stats()["requests"].items() if k.startswith("watch "))
+        hdr = [("Accept", self.WATCH_ACCEPT)]
+        pairs = [(p, Stream(e.kwc.port, p, headers=hdr), Stream(e.apisim.port, p, headers=hdr)) for p in cases]
+        streams = [x for _, k, a in pairs for x in (k, a)]
+        pump(streams, lambda: all(x.head is not None for x in streams), 10, "stream heads")
+        w = lambda **b: e.sim("POST", "/apisim/write", dict(resource="widgets", namespace="ns-1", **b))
+        w(verb="update", name="w-bare", labels={"flip": "a"})   # enters flip=a
+        w(verb="update", name="w-full", labels={"flip": "b"})   # leaves flip=a
+        w(verb="create", name="w-new", labels={"flip": "a"},
+          object={"metadata": {"finalizers": ["f"], "ownerReferences": [{"kind": "K", "name": "n", "uid": "u"}]}})
+        w(verb="delete", name="w-old")
+        read_until_end(streams, 20)
+        self.assertEqual(sum(v for k, v in e.stats()["requests"].items() if k.startswith("watch ")),
+                         n + len(pairs), "kwc passed a watch upstream")
+        for p, k, a in pairs:
+            with self.subTest(path=p):
+                self.assertEqual((k.status, a.status), (200, 200))
+                self.assertTrue(k.ended)
+                self.assertEqual(k.headers.get("content-type"), kpb.CT_WATCH)
+                self.assertEqual(a.headers.get("content-type"), kpb.CT_WATCH)
+                self.assertGreater(len(a.non_bookmarks()), 0)
+                self.assertEqual(k.non_bookmarks(), a.non_bookmarks(), "frames byte for byte")
+                for ev in k.events:
+                    self.assertEqual((ev["object"]["kind"], ev["object"]["apiVersion"]),
+                                     ("PartialObjectMetadata", "meta.k8s.io/v1"))
+                # the initial-events-end bookmark: kube's bytes (a typed
+                # PartialObjectMetadata of the bookmark object) byte for byte
+                ie = lambda x: [l for l, ev in zip(x.lines, x.events) if ev["type"] == "BOOKMARK"
+                                and (ev["object"]["metadata"].get("annotations") or {})]
+                self.assertEqual(ie(k), ie(a))
+                if "sendInitialEvents" in p:
+                    self.assertEqual(len(ie(k)), 1)
+                    m = pom_meta(kpb.envelope(kpb.fields(kpb.last(kpb.fields(ie(k)[0]), 2))[0][2])[2])
+                    self.assertEqual(m["order"], [1, 2, 3, 4, 5, 6, 7, 8, 12], "every by-value field")
+                    self.assertEqual(m["annotations"], [("k8s.io/initial-events-end", "true")])
+        flip = pairs[3][1]
+        self.assertEqual([(ev["type"], ev["object"]["metadata"]["name"]) for ev in flip.events
+                          if ev["type"] != "BOOKMARK"],
+                         [("ADDED", "w-bare"), ("DELETED", "w-full"), ("ADDED", "w-new"), ("DELETED", "w-old")],
+                         "selector transitions")
+
+    def test_on_demand_starts_the_json_cache(self):
+        # --resources auto: the first metadata request in protobuf starts the
+        # custom resource's JSON cache (the one it is derived from), waits
+        # for its first sync and is answered from it
+        with Env(apisim_args=["--namespaces", "2"], auto=True) as e:
+            e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 5, "namespaces": 2})
+            from scrape import scrape, total
+            cached = lambda: total(scrape(e.kwc.port), "kwc_requests_total", verb="LIST", resource="widgets",
+                                   source="cache")
+            n, c = lists_upstream(e, "widgets"), cached()
+            path = "/apis/example.com/v1/widgets?resourceVersion=0"
+            st, h, b = http_request(e.kwc.port, "GET", path, headers=META_PB_LIST)
+            self.assertEqual((st, h.get("content-type")), (200, kpb.CT), b[:300])
+            self.assertEqual(lists_upstream(e, "widgets"), n + 1, "only the new JSON cache's LIST went upstream")
+            self.assertEqual(cached(), c + 1, "answered from the cache")
+            self.assertEqual(len(kpb.decode_body(b)["raw_items"]), 5)
+            self.assertEqual(b, http_request(e.apisim.port, "GET", path, headers=META_PB_LIST)[2])
+
 
 
 if __name__ == "__main__":

@@ -581,8 +581,40 @@ test_encoding(void)
     ok(a.action == ADMIT_SERVE && !a.meta && a.pretty,
        "application/json;pretty=1: served pretty (ORed with ?pretty=0, as kube does)");
     admit_fini(&a);
-    is_pass(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", ADMIT_WHY_NOT_CACHED,
-            "a custom resource's metadata in protobuf: no protobuf cache of it");
+    /* a custom resource's metadata in protobuf: kube converts the object to
+     * a typed PartialObjectMetadata and writes it in protobuf; kwc derives
+     * it from the JSON cache (there is no protobuf cache of it) */
+    admit_ask(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB && a.pom_from_json &&
+           a.cache == C_WIDGETS && !a.want,
+       "a custom resource's metadata list in protobuf: from its JSON cache");
+    admit_fini(&a);
+    admit_ask(&pom_pb, "/apis/example.com/v1/namespaces/ns-1/widgets/w?resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB && a.pom_from_json &&
+           a.cache == C_WIDGETS,
+       "...a get");
+    admit_fini(&a);
+    admit_ask(&pom_pb, "/apis/example.com/v1/widgets?watch=1&resourceVersion=0", &a);
+    ok(a.action == ADMIT_SERVE && a.meta && a.enc == KWC_ENC_PB && a.pom_from_json &&
+           a.cache == C_WIDGETS && a.verb == DECIDE_WATCH,
+       "...a watch");
+    admit_fini(&a);
+    admit_ask(&poml_pb, "/api/v1/pods?resourceVersion=0", &a);
+    ok(!a.pom_from_json, "a built-in kind's protobuf metadata: its protobuf cache");
+    admit_fini(&a);
+    admit_ask(&poml, "/apis/example.com/v1/widgets?resourceVersion=0", &a);
+    ok(!a.pom_from_json && a.enc == KWC_ENC_JSON, "a custom resource's metadata in JSON");
+    admit_fini(&a);
+    is_pass(&poml_pb, "/apis/example.com/v1/widgets?resourceVersionMatch=Exact",
+            ADMIT_WHY_ERROR_ENCODING, "...its 422: kube writes it in protobuf, the upstream's");
+    is_pass(&pom_pb, "/apis/example.com/v1/widgets?resourceVersion=0", ADMIT_WHY_MEDIA,
+            "...the object kind on a list (kube's 406)");
+    caches[C_WIDGETS].serving = false;
+    admit_ask(&poml_pb, "/apis/example.com/v1/widgets?resourceVersion=0", &a);
+    ok(a.action == ADMIT_PASS && a.why == ADMIT_WHY_NOT_SERVING && !a.want,
+       "...its JSON cache not serving: the upstream's, nothing to start");
+    admit_fini(&a);
+    caches[C_WIDGETS].serving = true;
     /* goautoneg orders the clauses by q (any float): where that order picks
      * another clause than the first plain one, kube's winner decides */
     struct ask yaml_q = {.accept = "application/json, application/yaml;q=2"};

@@ -7,7 +7,9 @@
  * the initial state in chunks, 410 below the floor, bookmarks, deadlines, the
  * sendInitialEvents wait, and a history reset. Time injected. The same for a
  * protobuf cache: length-prefixed WatchEvent frames (read back with a decoder
- * of the test's own), Status objects in protobuf.
+ * of the test's own), Status objects in protobuf. Metadata-only watchers in
+ * both; a custom resource's JSON cache watched for its metadata in protobuf
+ * against frames written by Google's protobuf runtime (pom_vectors.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "kwc/object.h"
 #include "kwc/selector.h"
 #include "kwc/store.h"
+#include "pom_vectors.h"
 #include "tap.h"
 
 static char dir[256];
@@ -1472,6 +1475,106 @@ test_pb_meta(void)
     teardown_pb();
 }
 
+/* A custom resource's JSON cache watched for its metadata in protobuf
+ * (hub_watch_req.meta_pb: kwc has no protobuf cache of custom resources):
+ * protobuf frames of typed PartialObjectMetadata derived from the JSON
+ * objects, byte for byte as kube writes them, a form of its own. */
+static struct hub_watcher *
+watch_cr(struct hub *h, const struct hub_res *r, struct msink *m, const char *lsel,
+         struct hub_watch_req req)
+{
+    char *err = NULL;
+    if (sel_parse(lsel, NULL, &req.sel, &err) != 0)
+        abort();
+    if (!req.deadline_ms)
+        req.deadline_ms = 1000000;
+    return hub_watch(h, r, &req, &ops, m, posted, 0, 7);
+}
+
+static void
+publish_to(struct hub *h, const struct hub_res *r)
+{
+    struct hub_batch *b;
+    if (hub_batch_build(st, r, posted, rv, true, &b) != 0)
+        abort();
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    posted = rv;
+}
+
+static void
+test_cr_meta_pb(void)
+{
+    setup();
+    struct hub_res *cr = hub_res_new_enc(KWC_ENC_JSON, 5, sres, "Widget", "example.com/v1", true,
+                                         true, field_names, 3, -1);
+    struct hub *h = hub_new(st, &hopts);
+    static struct msink p1, p2, mj, full, pflip;
+    memset(&p1, 0, sizeof p1), memset(&p2, 0, sizeof p2), memset(&mj, 0, sizeof mj);
+    memset(&full, 0, sizeof full), memset(&pflip, 0, sizeof pflip);
+    struct hub_watch_req pb = {.rv = rv, .meta = true, .meta_pb = true};
+    watch_cr(h, cr, &p1, NULL, pb);
+    watch_cr(h, cr, &mj, NULL, (struct hub_watch_req){.rv = rv, .meta = true});
+    watch_cr(h, cr, &p2, NULL, pb);
+    watch_cr(h, cr, &full, NULL, (struct hub_watch_req){.rv = rv});
+    watch_cr(h, cr, &pflip, "flip=a", pb);
+    put(STORE_ADDED, "ns-1", "a", "a", "node-1");    /* 101 */
+    put(STORE_MODIFIED, "ns-1", "a", "b", "node-1"); /* 102: leaves flip=a */
+    publish_to(h, cr);
+
+    is_int(p1.nw, 2, "protobuf metadata of a JSON cache: one write per event");
+    is_mem(p1.buf + p1.w[0].off, p1.w[0].len, POM_FRAME_ADDED_A101, sizeof POM_FRAME_ADDED_A101,
+           "ADDED: one frame, a typed PartialObjectMetadata as kube writes it");
+    struct pbev ev[8];
+    is_int(frames(p1.buf, p1.len, ev, 8), 2, "frames throughout");
+    ok(strcmp(ev[1].type, "MODIFIED") == 0 && strcmp(ev[1].rv, "102") == 0, "MODIFIED at 102");
+    ok(same_blobs(&p1, &p2), "two such watchers share the blobs");
+    ok(no_blob_shared(&p1, &mj) && no_blob_shared(&p1, &full),
+       "a form of its own: neither the JSON metadata nor the objects");
+    ok(mj.nw == 2 && strstr(mj.buf, POM_HEAD) != NULL, "the JSON metadata watcher: JSON lines");
+    ok(full.nw == 2 && strstr(full.buf, "\"spec\"") != NULL, "the full watcher: the objects");
+    is_int(pflip.nw, 2, "a selector: transitions");
+    is_mem(pflip.buf + pflip.w[1].off, pflip.w[1].len, POM_FRAME_DELETED_A102,
+           sizeof POM_FRAME_DELETED_A102,
+           "leaving: DELETED, the previous object's metadata stamped with the event's rv");
+
+    static struct msink bm, init, old;
+    memset(&bm, 0, sizeof bm), memset(&init, 0, sizeof init), memset(&old, 0, sizeof old);
+    struct hub_watcher *wb = watch_cr(
+        h, cr, &bm, NULL,
+        (struct hub_watch_req){
+            .rv = rv, .bookmarks = true, .deadline_ms = 10000, .meta = true, .meta_pb = true});
+    hub_timer(wb, hub_next_timer(wb));
+    is_mem(bm.buf, bm.len, POM_FRAME_BOOKMARK_102, sizeof POM_FRAME_BOOKMARK_102,
+           "a periodic bookmark: a typed PartialObjectMetadata in protobuf");
+    struct hub_watcher *wi = watch_cr(h, cr, &init, NULL,
+                                      (struct hub_watch_req){.initial = true,
+                                                             .initial_end = true,
+                                                             .bookmarks = true,
+                                                             .meta = true,
+                                                             .meta_pb = true});
+    bool alive = true;
+    for (int i = 0; i < 100 && hub_pump(wi, &alive) && alive; i++)
+        ;
+    size_t la = sizeof POM_FRAME_ADDED_A102B, lb = sizeof POM_FRAME_BOOKMARK_END_102;
+    ok(init.len == la + lb && memcmp(init.buf, POM_FRAME_ADDED_A102B, la) == 0 &&
+           memcmp(init.buf + la, POM_FRAME_BOOKMARK_END_102, lb) == 0,
+       "initial state: a synthetic ADDED, then the initial-events-end bookmark");
+
+    for (int i = 0; i < 1100; i++) /* history holds 1000 */
+        put(STORE_MODIFIED, "ns-1", "a", "a", "n");
+    publish_to(h, cr);
+    ok(watch_cr(h, cr, &old, NULL,
+                (struct hub_watch_req){.rv = 150, .meta = true, .meta_pb = true}) == NULL,
+       "below the floor: no watcher");
+    is_int(frames(old.buf, old.len, ev, 4), 1, "one frame");
+    check_status(&ev[0], 410, "Expired", "too old resource version: 150 (202)",
+                 "410, a custom resource's metadata in protobuf");
+    hub_free(h);
+    hub_res_free(cr);
+    teardown();
+}
+
 int
 main(void)
 {
@@ -1492,5 +1595,6 @@ main(void)
     TAP_RUN(test_meta_forms_shared);
     TAP_RUN(test_meta_initial_bookmarks_catchup_410);
     TAP_RUN(test_pb_meta);
+    TAP_RUN(test_cr_meta_pb);
     return tap_done();
 }
