@@ -144,8 +144,9 @@ test_defaults(void)
     is_int(c.cache_idle_timeout, 600000, "cache-idle-timeout 10m");
     is_int(c.cache_disk_budget, 2147483648L, "cache-disk-budget 2Gi");
     is_int(c.max_caches, 256, "max-caches");
-    is_int(c.cache_conns, 256 + 32, "auto: a cache connection per cache requests may run, and 32 "
-                                    "for those kwc starts itself");
+    is_int(c.cache_conns, 256 + 32,
+           "auto: a cache connection per cache requests may run, and 32 "
+           "for those kwc starts itself");
     is_str(c.config_file, NULL, "no config file");
     is_str(c.port_file, NULL, "no port file");
     is_str(c.listen, "127.0.0.1:8001", "listen default");
