@@ -659,9 +659,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
         return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
                     c->bookmark_interval);
-    if (c->discovery_interval < 1 || c->discovery_interval > 3600)
-        return fail(err, errlen, "--discovery-interval %ld: use 1 to 3600 seconds",
-                    c->discovery_interval);
+    if (c->discovery_interval < 1000 || c->discovery_interval > 3600 * 1000)
+        return fail(err, errlen, "--discovery-interval %.3gs: use 1s to 1h",
+                    (double)c->discovery_interval / 1000.0);
     if (c->max_header_bytes < 4096)
         return fail(err, errlen,
                     "--max-header-bytes %ld: at least 4096 (the request line and headers must "

@@ -369,7 +369,7 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    struct disco_options dso = {.interval_ms = (unsigned)cfg.discovery_interval * 1000};
+    struct disco_options dso = {.interval_ms = (unsigned)cfg.discovery_interval};
     disco_new(base, up, &dso, &disco);
     /* once the settings are known to be usable (a bad one is the only line) */
     log_info("kwc: open-file limit %lu: up to %lu client connections, %lu kept for upstream "

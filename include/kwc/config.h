@@ -162,7 +162,7 @@
       "several events to a watcher (0: never: every event is written at once; at most 1000)")      \
     X("bookmark-interval", bookmark_interval, INT, "60", "SECONDS",                                \
       "how often watchers that allow bookmarks get one")                                           \
-    X("discovery-interval", discovery_interval, INT, "30", "SECONDS",                              \
+    X("discovery-interval", discovery_interval, DUR, "30s", "DURATION",                            \
       "how often kwc reads the upstream's discovery again (a 304 when nothing changed)")           \
     X("serve-discovery", serve_discovery, BOOL, "true", "",                                        \
       "answer discovery requests (/api, /apis and below, /version) from kwc's copy of the "        \

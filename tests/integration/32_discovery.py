@@ -43,7 +43,7 @@ AGG_ACCEPT = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryL
 PB = "application/vnd.kubernetes.protobuf"
 ACCEPTS = [None, "application/json", "application/json, */*", AGG_ACCEPT, PB + ", application/json", PB]
 PATHS = ["/api", "/apis", "/api/v1", "/apis/apps", "/apis/apps/v1", "/apis/example.com/v1", "/version"]
-INTERVAL = 1  # --discovery-interval: the refresh bound the tests wait on
+INTERVAL = 1  # --discovery-interval (seconds): the refresh bound the tests wait on
 
 
 def metric(port, name, headers=None, **labels):
@@ -101,7 +101,7 @@ def same_answer(tc, a, b, what):
 
 class Copy(EnvTestCase):
     apisim_args = ("--recent-requests", "2000")
-    kwc_args = ("--discovery-interval", str(INTERVAL))
+    kwc_args = ("--discovery-interval", "%ds" % INTERVAL)
 
     @classmethod
     def setUpClass(cls):
@@ -233,7 +233,7 @@ class Delegated(unittest.TestCase):
             k = Proc("kwc", KWC_WRAP + [KWC_BIN] + KWC_EXTRA_ARGS +
                      ["--kubeconfig", kc, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(d, "data"),
                       "--resources", "v1/pods", "--auth", "delegated", "--anonymous-auth",
-                      "--discovery-interval", str(INTERVAL)], d)
+                      "--discovery-interval", "%ds" % INTERVAL], d)
             k.start()
             procs.append(k)
             wait_for(lambda: http_request(k.port, "GET", "/readyz", timeout=2)[0] == 200, 30, "kwc /readyz")
@@ -278,7 +278,7 @@ class Aggregated(EnvTestCase):
     """An upstream with aggregated discovery and ETags (apisim from issue 30's
     emulator work on)."""
     apisim_args = ("--recent-requests", "2000")
-    kwc_args = ("--discovery-interval", str(INTERVAL))
+    kwc_args = ("--discovery-interval", "%ds" % INTERVAL)
 
     def setUp(self):
         st, h, _ = get(self.env.apisim.port, "/apis", AGG_ACCEPT)
@@ -309,7 +309,7 @@ class CRDs(EnvTestCase):
     """CustomResourceDefinitions created and deleted at run time (apisim from
     issue 30's emulator work on)."""
     apisim_args = ("--recent-requests", "2000")
-    kwc_args = ("--discovery-interval", str(INTERVAL))
+    kwc_args = ("--discovery-interval", "%ds" % INTERVAL)
 
     def setUp(self):
         st, _, _ = get(self.env.apisim.port, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
@@ -381,7 +381,7 @@ class CRDs(EnvTestCase):
 class Large(EnvTestCase):
     """A discovery document past kube's gzip threshold (128 KiB): 700 CRDs."""
     apisim_args = ("--recent-requests", "2000")
-    kwc_args = ("--discovery-interval", str(INTERVAL))
+    kwc_args = ("--discovery-interval", "%ds" % INTERVAL)
     N = 700
 
     @classmethod

@@ -763,19 +763,23 @@ test_discovery(void)
 {
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
-    is_int(c.discovery_interval, 30, "discovery-interval: 30 s");
+    is_int(c.discovery_interval, 30000, "discovery-interval: 30s");
     ok(c.serve_discovery, "serve-discovery: on");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--discovery-interval", "1", "--serve-discovery=false", NULL), 0,
+    is_int(parse(&c, UP, DD, "--discovery-interval", "1s", "--serve-discovery=false", NULL), 0,
            "the least interval, serving off");
-    is_int(c.discovery_interval, 1, "discovery-interval 1");
+    is_int(c.discovery_interval, 1000, "discovery-interval 1s");
     ok(!c.serve_discovery, "serve-discovery false");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "0", NULL), "--discovery-interval 0", "0 s");
-    ok(err_has("1 to 3600 seconds"), "message gives the range");
+    rejected(parse(&c, UP, DD, "--discovery-interval", "500ms", NULL), "--discovery-interval 0.5s",
+             "under a second");
+    ok(err_has("1s to 1h"), "message gives the range");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "3601", NULL), "--discovery-interval 3601",
-             "over an hour");
+    rejected(parse(&c, UP, DD, "--discovery-interval", "61m", NULL),
+             "--discovery-interval 3.66e+03s", "over an hour");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--discovery-interval", "30", NULL), "\"30\" is not a duration",
+             "a bare number");
     cfg_fini(&c);
 }
 
