@@ -16,6 +16,7 @@ import asyncio
 import base64
 import bisect
 import collections
+import functools
 import datetime
 import gc
 import hashlib
@@ -1027,6 +1028,14 @@ class Obj:
         return json.loads(self.data)
 
 
+def convert_obj(obj, rt):
+    """obj (of the same resource in another version) as rt's version stores it: the
+    same object with rt's apiVersion (no other conversion)."""
+    d = json.loads(obj.data)
+    d["apiVersion"] = rt.api_version
+    return Obj(obj.key, obj.ns, obj.name, obj.rv, obj.labels, obj.fields, rt.encode(d), obj.uid)
+
+
 def _s(v):
     return "" if v is None else (("true" if v else "false") if isinstance(v, bool) else str(v))
 
@@ -1809,6 +1818,8 @@ class PbSchema:
             name, _, rest = line.partition(":")
             fields = []
             for f in rest.split(","):
+                if not f.strip():
+                    continue
                 num, key, kind = f.split()
                 since = 0
                 if "@" in kind:
@@ -1908,6 +1919,72 @@ class PbSchema:
         return b"".join(out)
 
 
+def _pb_s(tag, v):
+    return pb_bytes(tag, _utf8(v) if isinstance(v, str) else b"")
+
+
+def pb_object_meta(pm):
+    """metav1.ObjectMeta's message, exactly as gogo's generated marshaller writes it
+    (apimachinery/pkg/apis/meta/v1/generated.pb.go ObjectMeta.MarshalToSizedBuffer,
+    fields written back to front there, so in ascending order on the wire), for pm the
+    PartialObjectMetadata metadata of partial_meta() (meta.AsPartialObjectMetadata over
+    the Unstructured accessors):
+      1 name, 2 generateName, 3 namespace, 4 selfLink, 5 uid, 6 resourceVersion: strings,
+        always written (tag + length, 0 when empty);
+      7 generation: varint, always (0 too);
+      8 creationTimestamp: metav1.Time, always; its message is Timestamp {1 seconds,
+        2 nanos 0} (time_proto.go: whole seconds, nanos never set), empty for the zero time;
+      9 deletionTimestamp: *Time, only when set; 10 deletionGracePeriodSeconds: *int64,
+        only when set (a negative value is a 10-byte varint);
+      11 labels, 12 annotations: map<string,string>, one entry {1 key, 2 value} per key in
+        sorted key order (both always written), nothing for an empty map;
+      13 ownerReferences: each {1 kind, 3 name, 4 uid, 5 apiVersion: always; 6 controller,
+        7 blockOwnerDeletion: *bool, only when set};
+      14 finalizers: one string per element;
+      (15 clusterName: removed in 1.25, not written; 16 unused)
+      17 managedFields (tag 0x8a 0x01): each {1 manager, 2 operation, 3 apiVersion: always;
+        4 time: *Time, when the key is there (an empty message for a zero time);
+        6 fieldsType: always; 7 fieldsV1: *FieldsV1 {1 raw: the JSON bytes as Go's
+        json.Marshal writes the value}, only when not null; 8 subresource: always}."""
+    out = [_pb_s(b"\x0a", pm.get("name")), _pb_s(b"\x12", pm.get("generateName")),
+           _pb_s(b"\x1a", pm.get("namespace")), _pb_s(b"\x22", pm.get("selfLink")), _pb_s(b"\x2a", pm.get("uid")),
+           _pb_s(b"\x32", pm.get("resourceVersion")), b"\x38" + pb_varint(_pb_int(pm.get("generation"))),
+           pb_bytes(b"\x42", pb_time(pm.get("creationTimestamp")))]
+    if pm.get("deletionTimestamp"):
+        out.append(pb_bytes(b"\x4a", pb_time(pm["deletionTimestamp"])))
+    if pm.get("deletionGracePeriodSeconds") is not None:
+        out.append(b"\x50" + pb_varint(_pb_int(pm["deletionGracePeriodSeconds"])))
+    for tag, k in ((b"\x5a", "labels"), (b"\x62", "annotations")):
+        m = pm.get(k) or {}
+        for kk in sorted(m):
+            out.append(pb_bytes(tag, _pb_s(b"\x0a", kk) + _pb_s(b"\x12", m[kk])))
+    for o in pm.get("ownerReferences") or []:
+        r = _pb_s(b"\x0a", o.get("kind")) + _pb_s(b"\x1a", o.get("name")) + _pb_s(b"\x22", o.get("uid")) + \
+            _pb_s(b"\x2a", o.get("apiVersion"))
+        if o.get("controller") is not None:
+            r += b"\x30" + (b"\x01" if o["controller"] else b"\x00")
+        if o.get("blockOwnerDeletion") is not None:
+            r += b"\x38" + (b"\x01" if o["blockOwnerDeletion"] else b"\x00")
+        out.append(pb_bytes(b"\x6a", r))
+    for f in pm.get("finalizers") or []:
+        out.append(_pb_s(b"\x72", f))
+    for e in pm.get("managedFields") or []:
+        r = _pb_s(b"\x0a", e.get("manager")) + _pb_s(b"\x12", e.get("operation")) + _pb_s(b"\x1a", e.get("apiVersion"))
+        if "time" in e:
+            r += pb_bytes(b"\x22", pb_time(e["time"]))
+        r += _pb_s(b"\x32", e.get("fieldsType"))
+        if e.get("fieldsV1") is not None:
+            r += pb_bytes(b"\x3a", pb_bytes(b"\x0a", dumpb_sorted(e["fieldsV1"])))
+        r += _pb_s(b"\x42", e.get("subresource"))
+        out.append(pb_bytes(b"\x8a\x01", r))
+    return b"".join(out)
+
+
+def pb_partial_meta(md):
+    """PartialObjectMetadata {1 metadata} of a custom resource's metadata."""
+    return pb_bytes(b"\x0a", pb_object_meta(partial_meta(md)))
+
+
 def pb_typemeta(api_version, kind):
     """runtime.TypeMeta {1 apiVersion, 2 kind} (apimachinery/pkg/runtime/generated.proto)."""
     return pb_bytes(b"\x0a", api_version.encode()) + pb_bytes(b"\x12", kind.encode())
@@ -1933,13 +2010,23 @@ def pb_watch_event(etype, envelope):
     return struct.pack(">I", len(ev)) + ev
 
 
+def storage_version_hash(group, version, kind):
+    return base64.b64encode(hashlib.sha256(("%s/%s/%s" % (group, version, kind)).encode()).digest()[:8]).decode()
+
+
 class RType:
     """A served resource type."""
 
     def __init__(self, plural, singular, kind, group, version, namespaced, short=(), categories=(),
                  subresources=(), fields=None, field_err="default", builder=None, returns_obj=False,
-                 has_status=True, verbs=None):
+                 has_status=True, verbs=None, key=None, storage_version=None):
         self.plural, self.singular, self.kind = plural, singular, kind
+        # the store's name in Cluster.stores and the /apisim controls: the plural, or
+        # plural.group where two groups serve the same plural (events), or for a
+        # custom resource version other than the first served one, plural.group/version
+        self.key = key or plural
+        self.crd = None         # the CRD's name, for a custom resource
+        self.mirrors = []       # the stores of the same objects in the other versions
         self.group, self.version, self.namespaced = group, version, namespaced
         self.short, self.categories, self.subresources = list(short), list(categories), subresources
         self.fields_fn = fields
@@ -1964,8 +2051,9 @@ class RType:
         # protobuf: built-in kinds only (custom resources have no protobuf form)
         self.pb_tm = pb_typemeta(self.api_version, kind)
         self.pb_list_tm = pb_typemeta(self.api_version, self.list_kind)
-        self.storage_hash = base64.b64encode(hashlib.sha256(("%s/%s" % (self.api_version, kind)).encode())
-                                             .digest()[:8]).decode()
+        # endpoints/discovery/storageversionhash.go StorageVersionHash(group, version, kind):
+        # base64 of the first 8 bytes of sha256("group/version/kind") of the storage version
+        self.storage_hash = storage_version_hash(group, storage_version or version, kind)
 
     def encode(self, d):
         """The stored (and GET / watch) encoding of an object dict, without newline."""
@@ -2104,7 +2192,181 @@ def make_types():
         RType("widgets", "widget", "Widget", "example.com", "v1", True, ["wd"], [], core_status("Widget"), None,
               "cr", build_widget),
     ]
+    for (plural, singular, kind, gv, namespaced, short, cats, subs, fields, ferr, key, storage) in GENERIC_TYPES:
+        group, _, version = gv.rpartition("/")
+        sub = {}
+        for sname in subs:
+            if sname == "status":
+                sub["status"] = (kind, ["get", "patch", "update"])
+            elif sname == "scale":
+                sub["scale"] = ("Scale", ["get", "patch", "update"])
+            elif sname == "approval":
+                sub["approval"] = (kind, ["get", "patch", "update"])
+            elif sname == "token":
+                sub["token"] = ("TokenRequest", ["create"], "authentication.k8s.io", "v1")
+        rt = RType(plural, singular, kind, group, version, namespaced, short, cats, sub, fields, ferr,
+                   generic_builder, returns_obj=False, has_status="status" in subs, key=key,
+                   storage_version=storage)
+        rt.builder = functools.partial(generic_builder, rt)
+        types.append(rt)
     return types
+
+
+def event_fields(d):
+    """pkg/apis/core/v1/conversion.go: the field selectors of core/v1 events."""
+    io = d.get("involvedObject") or {}
+    out = {"involvedObject.%s" % k: _s(io.get(k)) for k in ("kind", "namespace", "name", "uid", "apiVersion",
+                                                             "resourceVersion", "fieldPath")}
+    out.update({"reason": _s(d.get("reason")), "reportingComponent": _s(d.get("reportingComponent")),
+                "source": _s((d.get("source") or {}).get("component")), "type": _s(d.get("type"))})
+    return out
+
+
+def events_v1_fields(d):
+    """pkg/apis/events/v1/conversion.go: the field selectors of events.k8s.io/v1 events
+    (the labels of the core Event they map to, read from the events.k8s.io form)."""
+    rg = d.get("regarding") or {}
+    out = {"regarding.%s" % k: _s(rg.get(k)) for k in ("kind", "namespace", "name", "uid", "apiVersion",
+                                                       "resourceVersion", "fieldPath")}
+    out.update({"reason": _s(d.get("reason")), "reportingController": _s(d.get("reportingController")),
+                "type": _s(d.get("type"))})
+    return out
+
+
+def rc_fields(d):
+    return {"status.replicas": _s((d.get("status") or {}).get("replicas", 0))}
+
+
+# Built-in kinds served generically (issue 30): stored and served like the others, JSON
+# in Go's top-level order (kind, apiVersion, metadata, spec, status, the rest as sent),
+# protobuf with their ObjectMeta exact and spec/status as empty messages (README).
+# (plural, singular, kind, group/version, namespaced, shortNames, categories,
+#  subresources, field-selector fields, field error style, store key, storage version)
+GENERIC_TYPES = [
+    ("serviceaccounts", "serviceaccount", "ServiceAccount", "/v1", True, ["sa"], [], ["token"], None,
+     "default", None, None),
+    ("persistentvolumes", "persistentvolume", "PersistentVolume", "/v1", False, ["pv"], [], ["status"], None,
+     "strict", None, None),
+    ("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", "/v1", True, ["pvc"], [],
+     ["status"], None, "default", None, None),
+    ("podtemplates", "podtemplate", "PodTemplate", "/v1", True, [], [], [], None, "default", None, None),
+    ("replicationcontrollers", "replicationcontroller", "ReplicationController", "/v1", True, ["rc"], ["all"],
+     ["scale", "status"], rc_fields, "strict", None, None),
+    ("limitranges", "limitrange", "LimitRange", "/v1", True, ["limits"], [], [], None, "default", None, None),
+    ("resourcequotas", "resourcequota", "ResourceQuota", "/v1", True, ["quota"], [], ["status"], None,
+     "default", None, None),
+    ("events", "event", "Event", "/v1", True, ["ev"], [], [], event_fields, "strict", None, None),
+    ("endpointslices", "endpointslice", "EndpointSlice", "discovery.k8s.io/v1", True, [], [], [], None,
+     "default", None, None),
+    ("leases", "lease", "Lease", "coordination.k8s.io/v1", True, [], [], [], None, "default", None, None),
+    ("events", "event", "Event", "events.k8s.io/v1", True, ["ev"], [], [], events_v1_fields, "strict",
+     "events.events.k8s.io", None),
+    ("controllerrevisions", "controllerrevision", "ControllerRevision", "apps/v1", True, [], [], [], None,
+     "default", None, None),
+    ("jobs", "job", "Job", "batch/v1", True, [], ["all"], ["status"], None, "default", None, None),
+    ("cronjobs", "cronjob", "CronJob", "batch/v1", True, ["cj"], ["all"], ["status"], None, "default", None, None),
+    ("horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler", "autoscaling/v2", True,
+     ["hpa"], ["all"], ["status"], None, "default", None, None),
+    ("horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler", "autoscaling/v1", True,
+     ["hpa"], ["all"], ["status"], None, "default", "horizontalpodautoscalers.autoscaling/v1", "v2"),
+    ("poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", "policy/v1", True, ["pdb"], [],
+     ["status"], None, "default", None, None),
+    ("networkpolicies", "networkpolicy", "NetworkPolicy", "networking.k8s.io/v1", True, ["netpol"], [], [], None,
+     "default", None, None),
+    ("ingresses", "ingress", "Ingress", "networking.k8s.io/v1", True, ["ing"], [], ["status"], None, "default",
+     None, None),
+    ("ingressclasses", "ingressclass", "IngressClass", "networking.k8s.io/v1", False, [], [], [], None, "default",
+     None, None),
+    ("storageclasses", "storageclass", "StorageClass", "storage.k8s.io/v1", False, ["sc"], [], [], None,
+     "default", None, None),
+    ("csidrivers", "csidriver", "CSIDriver", "storage.k8s.io/v1", False, [], [], [], None, "default", None, None),
+    ("csinodes", "csinode", "CSINode", "storage.k8s.io/v1", False, [], [], [], None, "default", None, None),
+    ("volumeattachments", "volumeattachment", "VolumeAttachment", "storage.k8s.io/v1", False, [], [], ["status"],
+     None, "default", None, None),
+    ("csistoragecapacities", "csistoragecapacity", "CSIStorageCapacity", "storage.k8s.io/v1", True, [], [], [],
+     None, "default", None, None),
+    ("runtimeclasses", "runtimeclass", "RuntimeClass", "node.k8s.io/v1", False, [], [], [], None, "default", None,
+     None),
+    ("priorityclasses", "priorityclass", "PriorityClass", "scheduling.k8s.io/v1", False, ["pc"], [], [], None,
+     "default", None, None),
+    ("roles", "role", "Role", "rbac.authorization.k8s.io/v1", True, [], [], [], None, "default", None, None),
+    ("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io/v1", True, [], [], [], None,
+     "default", None, None),
+    ("clusterroles", "clusterrole", "ClusterRole", "rbac.authorization.k8s.io/v1", False, [], [], [], None,
+     "default", None, None),
+    ("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False, [],
+     [], [], None, "default", None, None),
+    ("mutatingwebhookconfigurations", "mutatingwebhookconfiguration", "MutatingWebhookConfiguration",
+     "admissionregistration.k8s.io/v1", False, [], ["api-extensions"], [], None, "default", None, None),
+    ("validatingwebhookconfigurations", "validatingwebhookconfiguration", "ValidatingWebhookConfiguration",
+     "admissionregistration.k8s.io/v1", False, [], ["api-extensions"], [], None, "default", None, None),
+    ("certificatesigningrequests", "certificatesigningrequest", "CertificateSigningRequest",
+     "certificates.k8s.io/v1", False, ["csr"], [], ["approval", "status"], None, "default", None, None),
+    ("customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition", "apiextensions.k8s.io/v1",
+     False, ["crd", "crds"], ["api-extensions"], ["status"], None, "default", None, None),
+    ("apiservices", "apiservice", "APIService", "apiregistration.k8s.io/v1", False, [], ["api-extensions"],
+     ["status"], None, "default", None, None),
+]
+
+# The message of each generic kind in protobuf: ObjectMeta, and spec/status (non-pointer
+# structs: always written) as empty messages; every other field is left out (README).
+GENERIC_PB_SPEC_STATUS = {
+    "PersistentVolume": 3, "PersistentVolumeClaim": 3, "ReplicationController": 3, "LimitRange": 2,
+    "ResourceQuota": 3, "Lease": 2, "Job": 3, "CronJob": 3, "HorizontalPodAutoscaler": 3,
+    "PodDisruptionBudget": 3, "NetworkPolicy": 2, "Ingress": 3, "IngressClass": 2, "CSIDriver": 2, "CSINode": 2,
+    "VolumeAttachment": 3, "CertificateSigningRequest": 3, "CustomResourceDefinition": 3, "APIService": 3}
+
+
+def generic_pb_schema():
+    lines = ["Empty:"]
+    seen = set()
+    for t in GENERIC_TYPES:
+        kind = t[2]
+        if kind in seen:
+            continue
+        seen.add(kind)
+        if kind == "PodTemplate":
+            lines.append("PodTemplate: 1 metadata M:ObjectMeta, 2 template M:PodTemplateSpec")
+            continue
+        n = GENERIC_PB_SPEC_STATUS.get(kind, 1)
+        f = ["1 metadata M:ObjectMeta"] + (["2 spec M:Empty"] if n >= 2 else []) + (["3 status M:Empty"] if n >= 3 else [])
+        lines.append("%s: %s" % (kind, ", ".join(f)))
+    return "\n".join(lines) + "\n"
+
+
+def _meta_for(rt, v, labels=None):
+    md = _simple_meta(v, labels)
+    if not rt.namespaced:
+        del md["namespace"]
+    return md
+
+
+# a small spec per kind for seeded objects (POST /apisim/seed)
+GENERIC_SEED = {
+    "Lease": {"spec": {"holderIdentity": "%(name)s-holder", "leaseDurationSeconds": 15}},
+    "ServiceAccount": {},
+    "PriorityClass": {"value": 1000, "description": "apisim"},
+    "Event": {"involvedObject": {"kind": "Pod", "namespace": "%(ns)s", "name": "%(app)s"}, "reason": "Started",
+              "message": "apisim", "source": {"component": "apisim"}, "type": "Normal", "count": 1},
+    "StorageClass": {"provisioner": "apisim.kwc.dev/hostpath", "reclaimPolicy": "Delete",
+                     "volumeBindingMode": "Immediate"},
+    "Job": {"spec": {"completions": 1}, "status": {}},
+}
+
+
+def generic_builder(rt, v):
+    d = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": _meta_for(rt, v, {"app": v["app"]})}
+    extra = GENERIC_SEED.get(rt.kind)
+    if extra is None:
+        extra = {"spec": {}}
+    for k, val in extra.items():
+        d[k] = json.loads(json.dumps(val).replace("%(name)s", v["name"]).replace("%(ns)s", v["ns"])
+                          .replace("%(app)s", v["app"]))
+    if rt.group == "events.k8s.io":
+        d = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": d["metadata"],
+             "regarding": {"kind": "Pod", "namespace": v["ns"], "name": v["app"]}, "reason": "Started",
+             "note": "apisim", "type": "Normal", "reportingController": "apisim", "action": "Start"}
+    return d
 
 
 # ---------------------------------------------------------------------------
@@ -2212,8 +2474,10 @@ class Cluster:
         self.compacted = 0
         self.history_cap = max(1, args.history)
         self.types = make_types()
-        self.by_plural = {t.plural: t for t in self.types}
-        self.stores = {t.plural: RStore(t) for t in self.types}
+        self.stores = {t.key: RStore(t) for t in self.types}
+        # autoscaling/v1 horizontalpodautoscalers: the v2 objects seen through v1
+        self.link_versions([self.stores["horizontalpodautoscalers"],
+                            self.stores["horizontalpodautoscalers.autoscaling/v1"]])
         self.pending = []
         self.flush_scheduled = False
         self.rv_waiters = []
@@ -2221,6 +2485,52 @@ class Cluster:
         self.rng = random.Random(args.seed)
         self.loop = None
         self.kver = "v%s.0" % args.version
+        self.on_discovery_change = None
+
+    def store_for(self, name):
+        """A store by its key, or by plural, plural.group or plural.group/version."""
+        st = self.stores.get(name)
+        if st is not None:
+            return st
+        for st in self.stores.values():
+            rt = st.rt
+            if name in (rt.plural, "%s.%s" % (rt.plural, rt.group), "%s.%s/%s" % (rt.plural, rt.group, rt.version)):
+                return st
+        raise KeyError(name)
+
+    def link_versions(self, stores):
+        """Stores of one resource in several versions: every write to one of them is
+        written to the others too (same rv; the object with its apiVersion changed), as
+        kube keeps one watch cache per served version over the same etcd objects."""
+        for st in stores:
+            st.rt.mirrors = [o for o in stores if o is not st]
+
+    def add_store(self, rt, like=None):
+        """A new store for rt; like: a store of the same resource in another version,
+        whose objects it starts with (history empty: older rvs are 410s)."""
+        st = RStore(rt)
+        if like is not None:
+            for k in like.keys:
+                st.objs[k] = convert_obj(like.objs[k], rt)
+            st.keys = list(like.keys)
+            st.evicted_rv = self.rv
+        self.stores[rt.key] = st
+        self.types.append(rt)
+        return st
+
+    def remove_store(self, st):
+        """Stop serving a store: its watches end cleanly (kube's cacher stops), then it
+        is forgotten."""
+        if self.pending:
+            self._flush()   # the events already written reach its watchers first
+        self.stores.pop(st.rt.key, None)
+        if st.rt in self.types:
+            self.types.remove(st.rt)
+        for o in st.rt.mirrors:
+            o.rt.mirrors = [m for m in o.rt.mirrors if m is not st]
+        for w in list(st.watchers):
+            w.finish(clean=True)
+        self.pending = [(s, ev) for s, ev in self.pending if s is not st]
 
     # -- history floor ------------------------------------------------------
     def floor(self, st):
@@ -2231,8 +2541,28 @@ class Cluster:
         self.rv += 1
         return self.rv
 
-    def _commit(self, st, etype, obj, prev):
+    def _commit(self, st, etype, obj, prev, mirror=True):
+        if mirror and st.rt.mirrors:
+            for mst in st.rt.mirrors:
+                mprev = mst.objs.get(obj.key)
+                if etype == "DELETED":
+                    if mprev is None:
+                        continue
+                    del mst.objs[obj.key]
+                    i = bisect.bisect_left(mst.keys, obj.key)
+                    if i < len(mst.keys) and mst.keys[i] == obj.key:
+                        del mst.keys[i]
+                    mobj = convert_obj(obj, mst.rt)
+                else:
+                    mobj = convert_obj(obj, mst.rt)
+                    if mprev is None:
+                        bisect.insort(mst.keys, obj.key)
+                    mst.objs[obj.key] = mobj
+                self._commit(mst, etype if (etype != "MODIFIED" or mprev is not None) else "ADDED", mobj, mprev,
+                             False)
         ev = Event(obj.rv, etype, obj, prev)
+        if st.rt.key in ("customresourcedefinitions", "apiservices") and self.on_discovery_change is not None:
+            self.on_discovery_change()
         h = st.hist
         h.append(ev)
         if len(h) > self.history_cap + (self.history_cap >> 3) + 16:
@@ -2363,7 +2693,7 @@ class Cluster:
     def template(self, st, size):
         t = st.templates.get(size)
         if t is None:
-            keys = SEED_VARS[st.rt.plural]
+            keys = SEED_VARS.get(st.rt.key, _COMMON_VARS)
             base = Template(st.rt, keys, False)
             probe = base.render(self.sample_vars(st, 0, "default", 1, 0))
             if size and size > len(probe) + 40:
@@ -2400,8 +2730,9 @@ class Cluster:
 
     def seed(self, plural, count, ns=None, nodes=1, size=0, namespaces=None, prefix=None):
         """Create count objects quickly. Returns the number created."""
-        st = self.stores[plural]
+        st = self.store_for(plural)
         rt = st.rt
+        plural = rt.key
         tmpl, pad = self.template(st, size)
         if rt.namespaced and namespaces is None:
             namespaces = [ns or "default"]
@@ -2410,7 +2741,7 @@ class Cluster:
         prefix = prefix or {"pods": "pod", "nodes": "node", "namespaces": "ns", "configmaps": "cm",
                             "secrets": "secret", "services": "svc", "endpoints": "ep", "deployments": "deploy",
                             "replicasets": "rs", "daemonsets": "ds", "statefulsets": "sts",
-                            "widgets": "widget"}[plural]
+                            "widgets": "widget"}.get(plural, rt.singular)
         made = 0
         fields_fn = rt.fields_fn
         start_seq = st.seq
@@ -2622,6 +2953,7 @@ class Conn(asyncio.Protocol):
         self.keep_alive = True
         self.audit_id = b""
         self.apf = True
+        self.cc = b"no-cache, private"
 
     # -- asyncio callbacks --------------------------------------------------
     def connection_made(self, transport):
@@ -2802,6 +3134,7 @@ class Conn(asyncio.Protocol):
             aid = req.headers.get("audit-id", "")
             self.audit_id = aid.encode("latin-1") if aid else fast_uid(_audit_rng).encode()
             self.apf = True
+            self.cc = b"no-cache, private"
             self.busy = True
             try:
                 r = self.app.dispatch(req, self)
@@ -2852,9 +3185,12 @@ class Conn(asyncio.Protocol):
         # response); Content-Type application/json for objects, lists, Status errors and
         # JSON watches (handlers/watch.go: ";stream=watch" only for non-JSON media types).
         # gz: a gzip body (writers.go deferredResponseWriter: Content-Encoding, Vary).
-        parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: no-cache, private\r\n%sContent-Type: %s\r\n"
-                 b"Date: %s\r\n" % (code, REASONS.get(code, b"Unknown"), self.audit_id,
-                                     b"Content-Encoding: gzip\r\n" if gz else b"", ctype, http_date())]
+        # (Cache-Control: public for aggregated discovery, whose handler sets it over the
+        # filter's; a 304 has no Content-Type, as Go's server suppresses it)
+        parts = [b"HTTP/1.1 %d %s\r\nAudit-Id: %s\r\nCache-Control: %s\r\n%s%sDate: %s\r\n" % (
+            code, REASONS.get(code, b"Unknown"), self.audit_id, self.cc,
+            b"Content-Encoding: gzip\r\n" if gz else b"",
+            b"Content-Type: %s\r\n" % ctype if ctype is not None else b"", http_date())]
         for k, v in extra:   # before the APF headers: Go writes header names sorted
             parts.append(b"%s: %s\r\n" % (k, v))
         if gz:
@@ -2870,13 +3206,14 @@ class Conn(asyncio.Protocol):
         parts.append(b"\r\n")
         return b"".join(parts)
 
-    def respond(self, code, body, req, ctype=JSON_CT, extra=(), nl=False):
-        """nl: append the newline json.Encoder.Encode ends an API object with."""
+    def respond(self, code, body, req, ctype=JSON_CT, extra=(), nl=False, nolength=False):
+        """nl: append the newline json.Encoder.Encode ends an API object with.
+        nolength: no Content-Length (a 304)."""
         if self.closed:
             return
         if nl:
             return self.respond_api(code, body + b"\n", req, ctype, extra)
-        h = self.head(code, ctype, len(body) + nl, extra=extra)
+        h = self.head(code, ctype, None if nolength else len(body) + nl, extra=extra)
         if req.method == "HEAD":
             self.transport.write(h)
         elif nl:
@@ -4259,6 +4596,166 @@ def accept_pretty(header, rt):
     return False
 
 
+CRD_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+AUTOMANAGED = "kube-aggregator.kubernetes.io/automanaged"
+CRD_NAME_KEYS = ("plural", "singular", "shortNames", "kind", "listKind", "categories")
+CRD_VERSION_KEYS = ("name", "served", "storage", "deprecated", "deprecationWarning", "schema", "subresources",
+                    "additionalPrinterColumns", "selectableFields")
+
+
+def _ordered(d, keys):
+    out = {k: d[k] for k in keys if k in d}
+    out.update((k, v) for k, v in d.items() if k not in out)
+    return out
+
+
+def crd_names(names):
+    """CustomResourceDefinitionNames as Go encodes them (plural, kind always)."""
+    out = {"plural": names.get("plural", "")}
+    if names.get("singular"):
+        out["singular"] = names["singular"]
+    if names.get("shortNames"):
+        out["shortNames"] = names["shortNames"]
+    out["kind"] = names.get("kind", "")
+    if names.get("listKind"):
+        out["listKind"] = names["listKind"]
+    if names.get("categories"):
+        out["categories"] = names["categories"]
+    return out
+
+
+def canon_crd(d):
+    """A CustomResourceDefinition in its Go field order (spec, names, versions, status)."""
+    sp = d.get("spec")
+    if isinstance(sp, dict):
+        if isinstance(sp.get("names"), dict):
+            sp["names"] = crd_names(sp["names"])
+        if isinstance(sp.get("versions"), list):
+            sp["versions"] = [_ordered(v, CRD_VERSION_KEYS) if isinstance(v, dict) else v for v in sp["versions"]]
+        d["spec"] = _ordered(sp, ("group", "names", "scope", "versions", "conversion", "preserveUnknownFields"))
+    stt = d.get("status")
+    if isinstance(stt, dict):
+        d["status"] = _ordered(stt, ("conditions", "acceptedNames", "storedVersions"))
+    return d
+
+
+def crd_cond(typ, status, ts, reason, message):
+    return {"type": typ, "status": status, "lastTransitionTime": ts, "reason": reason, "message": message}
+
+
+def set_condition(conds, c):
+    """apihelpers SetCRDCondition: replace the condition of that type (its transition time
+    kept when the status did not change), else append."""
+    for i, o in enumerate(conds):
+        if o.get("type") == c["type"]:
+            if o.get("status") == c["status"]:
+                c["lastTransitionTime"] = o.get("lastTransitionTime", c["lastTransitionTime"])
+            conds[i] = c
+            return
+    conds.append(c)
+
+
+def crd_condition(d, typ):
+    for c in ((d.get("status") or {}).get("conditions") or []):
+        if isinstance(c, dict) and c.get("type") == typ:
+            return c.get("status")
+    return None
+
+
+def build_apiservice(group, version, gprio, vprio, managed, ts=None):
+    """A local APIService as kube-aggregator's autoregister / crdregistration controllers
+    make it (spec.service absent: served by kube-apiserver itself), status Available."""
+    md = {"name": "%s.%s" % (version, group), "uid": str(uuid.uuid4()), "creationTimestamp": ts or now_rfc3339(),
+          "labels": {AUTOMANAGED: managed}}
+    return {"kind": "APIService", "apiVersion": "apiregistration.k8s.io/v1", "metadata": md,
+            "spec": {"group": group, "version": version, "groupPriorityMinimum": gprio, "versionPriority": vprio},
+            "status": {"conditions": [{"type": "Available", "status": "True", "lastTransitionTime": md[
+                "creationTimestamp"], "reason": "Local", "message": "Local APIServices are always available"}]}}
+
+
+def apiservice_condition(a, cluster):
+    """availability controller: Local, or for a service not running here ServiceNotFound
+    (its Service does not exist) / MissingEndpoints."""
+    now = now_rfc3339()
+    svc = (a.get("spec") or {}).get("service")
+    if not svc:
+        return {"type": "Available", "status": "True", "lastTransitionTime": now, "reason": "Local",
+                "message": "Local APIServices are always available"}
+    ns, name = svc.get("namespace", ""), svc.get("name", "")
+    if "%s/%s" % (ns, name) not in cluster.stores["services"].objs:
+        return {"type": "Available", "status": "False", "lastTransitionTime": now, "reason": "ServiceNotFound",
+                "message": 'service/%s in "%s" is not present' % (name, ns)}
+    return {"type": "Available", "status": "False", "lastTransitionTime": now, "reason": "MissingEndpoints",
+            "message": 'endpoints for service/%s in "%s" have no addresses with port name ""' % (name, ns)}
+
+
+# kube-apiserver's APIService priorities (cmd/kube-apiserver/app/aggregator.go and
+# pkg/controlplane/apiserver/aggregator.go): (GroupPriorityMinimum, VersionPriority)
+BUILTIN_PRIORITY = {
+    ("", "v1"): (18000, 1), ("apps", "v1"): (17800, 15), ("events.k8s.io", "v1"): (17750, 15),
+    ("authentication.k8s.io", "v1"): (17700, 15), ("authorization.k8s.io", "v1"): (17600, 15),
+    ("autoscaling", "v1"): (17500, 15), ("autoscaling", "v2"): (17500, 30), ("batch", "v1"): (17400, 15),
+    ("certificates.k8s.io", "v1"): (17300, 15), ("networking.k8s.io", "v1"): (17200, 15),
+    ("policy", "v1"): (17100, 15), ("rbac.authorization.k8s.io", "v1"): (17000, 15),
+    ("storage.k8s.io", "v1"): (16800, 15), ("apiextensions.k8s.io", "v1"): (16700, 15),
+    ("admissionregistration.k8s.io", "v1"): (16700, 15), ("scheduling.k8s.io", "v1"): (16600, 15),
+    ("coordination.k8s.io", "v1"): (16500, 15), ("node.k8s.io", "v1"): (16300, 15),
+    ("discovery.k8s.io", "v1"): (16200, 15)}
+
+
+def widgets_crd(ts):
+    """The CustomResourceDefinition of example.com/v1 widgets, made at start-up."""
+    return {"kind": "CustomResourceDefinition", "apiVersion": "apiextensions.k8s.io/v1",
+            "metadata": {"name": "widgets.example.com", "uid": str(uuid.uuid4()), "generation": 1,
+                         "creationTimestamp": ts},
+            "spec": {"group": "example.com",
+                     "names": {"plural": "widgets", "singular": "widget", "shortNames": ["wd"], "kind": "Widget",
+                               "listKind": "WidgetList"},
+                     "scope": "Namespaced",
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}},
+                                   "subresources": {"status": {}}}],
+                     "conversion": {"strategy": "None"}},
+            "status": {"conditions": [
+                crd_cond("NamesAccepted", "True", ts, "NoConflicts", "no conflicts found"),
+                crd_cond("Established", "True", ts, "InitialNamesAccepted", "the initial names have been accepted")],
+                "acceptedNames": {"plural": "widgets", "singular": "widget", "shortNames": ["wd"], "kind": "Widget",
+                                  "listKind": "WidgetList"},
+                "storedVersions": ["v1"]}}
+
+
+_KUBE_VERSION = re.compile(r"^v([1-9][0-9]*)(?:(alpha|beta)([1-9][0-9]*))?$")
+
+
+def compare_kube_versions(a, b):
+    """apimachinery/pkg/version/helpers.go CompareKubeAwareVersionStrings: > 0 when a
+    sorts first (GA > beta > alpha, then the higher major, then the higher minor;
+    kube-like versions before others, which sort alphabetically)."""
+    if a == b:
+        return 0
+    ma, mb = _KUBE_VERSION.match(a), _KUBE_VERSION.match(b)
+    if not ma and not mb:
+        return (b > a) - (b < a)
+    if not ma:
+        return -1
+    if not mb:
+        return 1
+    rank = {"alpha": 0, "beta": 1, None: 2}
+    ta, tb = rank[ma[2]], rank[mb[2]]
+    if ta != tb:
+        return ta - tb
+    if int(ma[1]) != int(mb[1]):
+        return int(ma[1]) - int(mb[1])
+    return int(ma[3] or 0) - int(mb[3] or 0)
+
+
+# customresource_discovery_controller.go: the verbs of a custom resource (in this order),
+# fewer while its CRD is terminating
+CRD_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+CRD_TERMINATING_VERBS = ["delete", "deletecollection", "get", "list", "watch"]
+
+
 class ListOpts:
     __slots__ = ("watch", "rv", "match", "cont", "limit", "timeout", "bookmarks", "sie", "lsel", "fsel")
 
@@ -4275,20 +4772,22 @@ class App:
         self.watch_enc_counts = collections.Counter()   # (plural, "json"|"protobuf") -> open watches
         # protobuf: the schema of the kube version emulated (fields added in later
         # releases are left out)
-        self.pb = PbSchema(PB_SCHEMA, int(args.version.split(".")[1]))
+        self.pb = PbSchema(PB_SCHEMA + generic_pb_schema(), int(args.version.split(".")[1]))
         self.status_tm = pb_typemeta("v1", "Status")
         self.fails = []
         self.churn = None
         self.churn_task = None
         self.port = 0
         self.host = "127.0.0.1"
-        self.by_gr = {(t.group, t.plural): t for t in self.cluster.types}
-        self.groups = collections.OrderedDict()
-        for t in self.cluster.types:
-            if t.group:
-                self.groups.setdefault(t.group, [])
-                if t.version not in self.groups[t.group]:
-                    self.groups[t.group].append(t.version)
+        self.cluster.on_discovery_change = self.discovery_changed
+        self.crd_cleaning = set()
+        self.disc_cache = {}
+        self.rebuild_routes()
+        # the groups kube-apiserver serves itself (go-restful): an unknown path under
+        # them is a 404 Status; under any other group it is http.NotFound's text
+        self.builtin_groups = {t.group for t in self.cluster.types if not t.unstructured} | {
+            "authentication.k8s.io", "authorization.k8s.io"}
+        self.builtin_gvs = {(t.group, t.version) for t in self.cluster.types if not t.unstructured}
         wl = args.watch_list
         if wl == "auto":
             wl = "on" if args.version == "1.32" else "off"
@@ -4546,9 +5045,10 @@ class App:
         m = req.method
         if not parts:
             # server/routes/index.go: the listed paths, sorted
+            groups = self.legacy_groups()
             return self.reply(req, conn, {"paths": sorted(["/api", "/api/v1", "/apis", "/apis/"] +
-                                          ["/apis/%s" % g for g in self.groups] +
-                                          ["/apis/%s/%s" % (g, v) for g, vs in self.groups.items() for v in vs] +
+                                          ["/apis/%s" % g for g, _ in groups] +
+                                          ["/apis/%s/%s" % (g, v) for g, vs in groups for v in vs] +
                                           ["/healthz", "/livez", "/readyz", "/version"])}, "raw")
         head = parts[0]
         if head == "openapi" and len(parts) >= 2 and parts[1] == "v3":
@@ -4563,6 +5063,9 @@ class App:
             return None
         if head == "api":
             if len(parts) == 1:
+                agg = self.negotiate_discovery(req)
+                if agg:
+                    return self.serve_aggregated(req, conn, "api", agg)
                 return self.reply(req, conn, {"kind": "APIVersions", "versions": ["v1"],
                                               "serverAddressByClientCIDRs": [
                                                   {"clientCIDR": "0.0.0.0/0",
@@ -4571,25 +5074,495 @@ class App:
                 raise ERR_NOT_FOUND_PATH
             if len(parts) == 2:
                 return self.reply(req, conn, self.resource_list("", "v1"))
-            return self.resource(req, conn, "", parts[2:])
+            return self.resource(req, conn, "", "v1", parts[2:])
         if head == "apis":
             if len(parts) == 1:
+                agg = self.negotiate_discovery(req)
+                if agg:
+                    return self.serve_aggregated(req, conn, "apis", agg)
                 return self.reply(req, conn, {"kind": "APIGroupList", "apiVersion": "v1",
-                                              "groups": [self.group_info(g) for g in self.groups]})
+                                              "groups": [self.group_info(g, vs) for g, vs in self.legacy_groups()]})
             g = parts[1]
             if self.policy is not None and len(parts) == 4 and (g, parts[2], parts[3]) in REVIEWS:
                 return self.review(req, conn, g, parts[3])
-            if g not in self.groups:
-                raise ERR_NOT_FOUND_PATH
-            if len(parts) == 2:
-                gi = self.group_info(g)
-                return self.reply(req, conn, dict([("kind", "APIGroup"), ("apiVersion", "v1")] + list(gi.items())))
-            if parts[2] not in self.groups[g]:
-                raise ERR_NOT_FOUND_PATH
-            if len(parts) == 3:
+            groups = dict(self.legacy_groups())
+            if g in self.builtin_groups:
+                # go-restful's web services: /apis/G and /apis/G/V of the built-in groups
+                if g not in groups:
+                    raise ERR_NOT_FOUND_PATH
+                if len(parts) == 2:
+                    return self.reply(req, conn, self.api_group(g, groups[g]))
+                if parts[2] not in groups[g]:
+                    raise ERR_NOT_FOUND_PATH
+                if len(parts) == 3:
+                    return self.reply(req, conn, self.resource_list(g, parts[2]))
+                return self.resource(req, conn, g, parts[2], parts[3:])
+            # the aggregator, then apiextensions' crdHandler, then http.NotFound
+            remote = self.remote_gvs()
+            if len(parts) >= 3 and (g, parts[2]) in remote:
+                # kube-aggregator handler_proxy.go: an APIService whose service is not
+                # Available: proxyError(w, req, "service unavailable", 503) (http.Error)
+                conn.respond(503, b"service unavailable\n", req, ctype=b"text/plain; charset=utf-8",
+                             extra=[(b"X-Content-Type-Options", b"nosniff")])
+                return None
+            if len(parts) == 2 and g in groups:
+                return self.reply(req, conn, self.api_group(g, groups[g]))
+            if len(parts) == 3 and parts[2] in groups.get(g, ()) and (g, parts[2]) not in remote:
                 return self.reply(req, conn, self.resource_list(g, parts[2]))
-            return self.resource(req, conn, g, parts[3:])
+            if len(parts) >= 4 and self.cr_route(g, parts[2], parts[3:]) is not None:
+                return self.resource(req, conn, g, parts[2], parts[3:])
+            return self.page_not_found(req, conn)
         raise ERR_NOT_FOUND_PATH
+
+    # -- discovery --------------------------------------------------------------
+    def rebuild_routes(self):
+        self.routes = {(t.group, t.version, t.plural): t for t in self.cluster.types}
+        self.discovery_changed()
+
+    def discovery_changed(self):
+        self.disc_cache = {}
+
+    def apiservices(self):
+        """The APIService objects (dicts), cached until an APIService or a type changes."""
+        r = self.disc_cache.get("apiservices")
+        if r is None:
+            st = self.cluster.stores["apiservices"]
+            r = self.disc_cache["apiservices"] = [json.loads(st.objs[k].data) for k in st.keys]
+        return r
+
+    def remote_gvs(self):
+        """(group, version) of the APIServices with spec.service (aggregated APIs)."""
+        r = self.disc_cache.get("remote")
+        if r is None:
+            r = self.disc_cache["remote"] = {((a.get("spec") or {}).get("group", ""),
+                                              (a.get("spec") or {}).get("version", ""))
+                                             for a in self.apiservices() if (a.get("spec") or {}).get("service")}
+        return r
+
+    def legacy_groups(self):
+        """[(group, [versions])] as the aggregator's /apis lists them (handler_apis.go):
+        apiregistration.k8s.io first, then the groups of the APIServices sorted by
+        apiregistration/v1 helpers.go SortedByGroupAndVersion (GroupPriorityMinimum
+        highest first, then the APIService name; in a group VersionPriority highest
+        first, then kube-aware version order); the legacy group "" left out."""
+        r = self.disc_cache.get("legacy")
+        if r is not None:
+            return r
+        svcs = []
+        for a in self.apiservices():
+            sp = a.get("spec") or {}
+            svcs.append((-_pb_int(sp.get("groupPriorityMinimum")), a["metadata"]["name"], sp.get("group", ""),
+                         sp.get("version", ""), _pb_int(sp.get("versionPriority"))))
+        svcs.sort(key=lambda x: (x[0], x[1]))
+        order = []
+        by_group = {}
+        for _p, _n, g, v, vp in svcs:
+            if g not in by_group:
+                by_group[g] = []
+                order.append(g)
+            by_group[g].append((vp, v))
+        r = [("apiregistration.k8s.io", ["v1"])]
+        for g in order:
+            if g in ("", "apiregistration.k8s.io"):
+                continue
+            vs = sorted(by_group[g], key=functools.cmp_to_key(
+                lambda a, b: (b[0] - a[0]) or -compare_kube_versions(a[1], b[1])))
+            r.append((g, [v for _vp, v in vs]))
+        self.disc_cache["legacy"] = r
+        return r
+
+    def discovery_entries(self, group, version):
+        """[(rt, [(sub or None, kind, verbs, group, version)])] of a local group version,
+        by resource name; subresources by name (installer.go sorts the storage paths).
+        Custom resources: the verbs of customresource_discovery_controller.go."""
+        out = []
+        for t in sorted((t for t in self.cluster.types if t.group == group and t.version == version),
+                        key=lambda t: t.plural):
+            if t.crd is not None:
+                term = self.crd_terminating(t.crd)
+                verbs = CRD_TERMINATING_VERBS if term else CRD_VERBS
+            else:
+                verbs = t.verbs
+            ent = [(None, t.kind, verbs, "", "")]
+            for sub in sorted(t.subresources):
+                v = t.subresources[sub]
+                kind, sverbs = v[0], v[1]
+                sg, sv = (v[2], v[3]) if len(v) > 2 else (("autoscaling", "v1") if kind == "Scale" else ("", ""))
+                ent.append((sub, kind, sverbs, sg, sv))
+            out.append((t, ent))
+        return out
+
+    def negotiate_discovery(self, req):
+        """The aggregated discovery version an Accept header asks for, or None (the plain
+        documents): discovery/aggregated/wrapper.go negotiates with
+        DiscoveryEndpointRestrictions, which accept a clause only when it converts to
+        apidiscovery.k8s.io/<v> APIGroupDiscoveryList (a clause without as/g/v is not
+        acceptable there), stream=watch allowed, sv= refused; the first acceptable clause
+        in goautoneg's order decides.  v2beta1 from 1.26 (beta, on from 1.27), v2 from
+        1.30, v2beta1 no longer served from 1.33 (AggregatedDiscoveryRemoveBetaType).
+        apisim writes neither YAML nor protobuf discovery: those clauses are passed over."""
+        acc = req.headers.get("accept", "")
+        if not acc:
+            return None
+        minor = int(self.args.version.split(".")[1])
+        allowed = ("v2beta1",) if minor < 30 else ("v2", "v2beta1") if minor < 33 else ("v2",)
+        for typ, sub, _q, params in parse_accept(acc):
+            for st, ss, enc in SERIALIZERS:
+                if not ((typ == st and (sub == ss or sub == "*")) or (typ == "*" and sub == "*")):
+                    continue
+                conv = None
+                ok = True
+                for k, v in params.items():
+                    if k in ("as", "g", "v"):
+                        conv = conv or {"as": "", "g": "", "v": ""}
+                        conv[k] = v
+                    elif k == "stream" and v and (enc is None or v != "watch"):
+                        ok = False
+                    elif k == "sv" and v:
+                        ok = False
+                if not ok or conv is None or conv["g"] != "apidiscovery.k8s.io" or \
+                        conv["as"] != "APIGroupDiscoveryList" or conv["v"] not in allowed:
+                    continue
+                if enc != "json":
+                    continue
+                return conv["v"]
+        return None
+
+    def aggregated(self, root):
+        """(APIGroupDiscoveryList items, ETag) for /api or /apis (endpoints/discovery/
+        aggregated/handler.go): groups by their highest GroupPriorityMinimum then name
+        (apiregistration.k8s.io first, as the aggregator adds its own group), versions
+        by VersionPriority then kube-aware order; resources as
+        ConvertGroupVersionIntoToDiscovery builds them from the plain lists (responseKind
+        group/version empty but for subresources of another group), custom resources as
+        the apiextensions discovery controller does (responseKind with group and version);
+        an aggregated APIService's version with freshness Stale and no resources.  The
+        ETag is the upper-case hex SHA-512 of json.Marshal of the list without TypeMeta
+        (etag.go calculateETag)."""
+        r = self.disc_cache.get("agg-" + root)
+        if r is not None:
+            return r
+        if root == "api":
+            items = [{"metadata": {"creationTimestamp": None}, "versions": [self.aggregated_version("", "v1")]}]
+        else:
+            prio = {}
+            vprio = {}
+            for a in self.apiservices():
+                sp = a.get("spec") or {}
+                g, v = sp.get("group", ""), sp.get("version", "")
+                if not g:
+                    continue
+                prio[g] = max(prio.get(g, 0), _pb_int(sp.get("groupPriorityMinimum")))
+                vprio[(g, v)] = _pb_int(sp.get("versionPriority"))
+            prio["apiregistration.k8s.io"] = 1 << 30
+            vprio[("apiregistration.k8s.io", "v1")] = 15
+            groups = {}
+            for (g, v) in vprio:
+                groups.setdefault(g, []).append(v)
+            items = []
+            for g in sorted(groups, key=lambda g: (-prio[g], g)):
+                vs = sorted(groups[g], key=functools.cmp_to_key(
+                    lambda a, b: (vprio[(g, b)] - vprio[(g, a)]) or -compare_kube_versions(a, b)))
+                items.append({"metadata": {"name": g, "creationTimestamp": None},
+                              "versions": [self.aggregated_version(g, v) for v in vs]})
+        etag = hashlib.sha512(dumpb({"metadata": {}, "items": items})).hexdigest().upper()
+        r = self.disc_cache["agg-" + root] = (items, etag)
+        return r
+
+    def aggregated_version(self, g, v):
+        if (g, v) in self.remote_gvs():
+            return {"version": v, "freshness": "Stale"}
+        res = []
+        for t, ent in self.discovery_entries(g, v):
+            cr = t.crd is not None
+            e = {"resource": t.plural,
+                 "responseKind": {"group": g if cr else "", "version": v if cr else "", "kind": t.kind},
+                 "scope": "Namespaced" if t.namespaced else "Cluster", "singularResource": t.singular,
+                 "verbs": ent[0][2]}
+            if t.short:
+                e["shortNames"] = t.short
+            if t.categories:
+                e["categories"] = t.categories
+            subs = []
+            for sub, kind, verbs, sg, sv in ent[1:]:
+                if cr and not sg:
+                    sg, sv = g, v
+                subs.append({"subresource": sub, "responseKind": {"group": sg, "version": sv, "kind": kind},
+                             "verbs": verbs})
+            if subs:
+                e["subresources"] = subs
+            res.append(e)
+        out = {"version": v}
+        if res:
+            out["resources"] = res
+        out["freshness"] = "Current"
+        return out
+
+    def serve_aggregated(self, req, conn, root, ver):
+        """etag.go ServeHTTPWithETag: ETag (quoted), Vary: Accept, Cache-Control: public;
+        If-None-Match equal to the quoted ETag: 304, no body; else the document through
+        WriteObjectNegotiated with the GVK in the Content-Type."""
+        if req.method not in ("GET", "HEAD"):
+            raise ERR_METHOD
+        items, etag = self.aggregated(root)
+        qetag = ('"%s"' % etag).encode()
+        conn.cc = b"public"
+        extra = [(b"Etag", qetag), (b"Vary", b"Accept")]
+        self.stats["discovery aggregated " + root] += 1
+        if req.headers.get("if-none-match") == qetag.decode():
+            conn.respond(304, b"", req, ctype=None, extra=extra, nolength=True)
+            return None
+        ctype = ("application/json;g=apidiscovery.k8s.io;v=%s;as=APIGroupDiscoveryList" % ver).encode()
+        body = dumpb({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/" + ver, "metadata": {},
+                      "items": items}) + b"\n"
+        conn.respond_api(200, body, req, ctype=ctype, extra=extra, pretty=self.discovery_pretty(req))
+        return None
+
+    def discovery_pretty(self, req):
+        acc = req.headers.get("accept", "")
+        for c in parse_accept(acc):
+            if c[3].get("g") == "apidiscovery.k8s.io":
+                return c[3].get("pretty") == "1" or is_pretty_print(req)
+        return is_pretty_print(req)
+
+    # -- CustomResourceDefinitions and APIServices ---------------------------------
+    def crd_dicts(self):
+        r = self.disc_cache.get("crds")
+        if r is None:
+            st = self.cluster.stores["customresourcedefinitions"]
+            r = self.disc_cache["crds"] = {k: json.loads(st.objs[k].data) for k in st.keys}
+        return r
+
+    def crd_terminating(self, name):
+        d = self.crd_dicts().get(name)
+        return d is not None and crd_condition(d, "Terminating") == "True"
+
+    def post_write(self, rt):
+        """After an API write: CRDs and APIServices drive what is served (the controllers
+        of apiextensions-apiserver and kube-aggregator, run at once)."""
+        if rt.key in ("customresourcedefinitions", "apiservices"):
+            self.reconcile()
+
+    def reconcile(self):
+        cl = self.cluster
+        cst = cl.stores["customresourcedefinitions"]
+        now = now_rfc3339()
+        # naming + establishing controllers: a new CRD gets its accepted names
+        # (NamesAccepted True, Established False "Installing"), then Established True
+        for name in list(cst.keys):
+            prev = cst.objs[name]
+            d = prev.dict()
+            stt = d.setdefault("status", {})
+            if crd_condition(d, "NamesAccepted") is None and not d["metadata"].get("deletionTimestamp"):
+                stt["acceptedNames"] = crd_names(d["spec"].get("names") or {})
+                stt["conditions"] = [
+                    crd_cond("NamesAccepted", "True", now, "NoConflicts", "no conflicts found"),
+                    crd_cond("Established", "False", now, "Installing", "the initial names have been accepted")]
+                prev = cl.store_update(cst, canon_crd(d), prev)
+                d = prev.dict()
+                set_condition(d["status"]["conditions"],
+                              crd_cond("Established", "True", now, "InitialNamesAccepted",
+                                       "the initial names have been accepted"))
+                cl.store_update(cst, canon_crd(d), prev)
+            if d["metadata"].get("deletionTimestamp") and CRD_FINALIZER in (d["metadata"].get("finalizers") or []) \
+                    and name not in self.crd_cleaning:
+                self.crd_cleaning.add(name)
+                self.loop.call_soon(self.crd_cleanup, name)
+        # what the CRDs serve
+        want = {}
+        for name, d in self.crd_dicts().items():
+            if crd_condition(d, "Established") != "True" and crd_condition(d, "NamesAccepted") != "True":
+                continue
+            sp = d.get("spec") or {}
+            names = (d.get("status") or {}).get("acceptedNames") or sp.get("names") or {}
+            for v in sp.get("versions") or []:
+                if v.get("served"):
+                    want[(sp.get("group", ""), v.get("name", ""), names.get("plural", ""))] = (name, d, v)
+        changed = False
+        for t in [t for t in cl.types if t.unstructured]:
+            w = want.get((t.group, t.version, t.plural))
+            if w is None:
+                cl.remove_store(cl.stores[t.key])
+                changed = True
+            else:
+                self.update_cr_type(t, *w)
+        by_crd = {}
+        for t in cl.types:
+            if t.unstructured:
+                by_crd.setdefault(t.crd, []).append(cl.stores[t.key])
+        for gvr in sorted(want):
+            if gvr in {(t.group, t.version, t.plural) for t in cl.types if t.unstructured}:
+                continue
+            name, d, v = want[gvr]
+            rt = self.cr_type(name, d, v)
+            like = (by_crd.get(name) or [None])[0]
+            st = cl.add_store(rt, like)
+            by_crd.setdefault(name, []).append(st)
+            changed = True
+        for sts in by_crd.values():
+            cl.link_versions(sts)
+        # crdregistration_controller.go: an APIService per served CRD group version
+        # (automanaged "true"), removed with it; availability for the others
+        ast = cl.stores["apiservices"]
+        want_gv = {(g, v) for (g, v, _p) in want if (g, v) not in self.builtin_gvs}
+        for key in list(ast.keys):
+            prev = ast.objs[key]
+            a = prev.dict()
+            sp = a.get("spec") or {}
+            gv = (sp.get("group", ""), sp.get("version", ""))
+            if (a["metadata"].get("labels") or {}).get(AUTOMANAGED) == "true" and gv not in want_gv:
+                cl.store_delete(ast, prev)
+                continue
+            if not (a.get("status") or {}).get("conditions"):
+                a["status"] = {"conditions": [apiservice_condition(a, self.cluster)]}
+                cl.store_update(ast, a, prev)
+        for g, v in sorted(want_gv):
+            key = "%s.%s" % (v, g)
+            if key not in ast.objs:
+                cl.store_new(ast, build_apiservice(g, v, 1000, 100, "true"))
+        if changed:
+            self.rebuild_routes()
+
+    def crd_cleanup(self, name):
+        """finalizer/crd_finalizer.go: Terminating "InstanceDeletionInProgress", every
+        custom resource deleted, then the finalizer removed, which deletes the CRD (its
+        DELETED event carries the last stored state); then its storage stops (open watches
+        end cleanly), its APIServices go and discovery no longer lists it."""
+        self.crd_cleaning.discard(name)
+        cl = self.cluster
+        cst = cl.stores["customresourcedefinitions"]
+        prev = cst.objs.get(name)
+        if prev is None:
+            return
+        d = prev.dict()
+        set_condition(d.setdefault("status", {}).setdefault("conditions", []),
+                      crd_cond("Terminating", "True", now_rfc3339(), "InstanceDeletionInProgress",
+                               "CustomResource deletion is in progress"))
+        prev = cl.store_update(cst, canon_crd(d), prev)
+        for t in list(cl.types):
+            if t.crd == name and t.key in cl.stores:
+                st = cl.stores[t.key]
+                for k in list(st.keys):
+                    if k in st.objs:
+                        cl.store_delete(st, st.objs[k])
+                break
+        cl.store_delete(cst, prev)
+        self.reconcile()
+
+    def update_cr_type(self, t, name, d, v):
+        names = (d.get("status") or {}).get("acceptedNames") or d["spec"].get("names") or {}
+        t.crd = name
+        t.short = list(names.get("shortNames") or [])
+        t.categories = list(names.get("categories") or [])
+        subs = v.get("subresources") or {}
+        t.subresources = {}
+        if "status" in subs:
+            t.subresources["status"] = (t.kind, ["get", "patch", "update"])
+        if "scale" in subs:
+            t.subresources["scale"] = ("Scale", ["get", "patch", "update"])
+        t.has_status = "status" in subs
+        storage = next((x.get("name") for x in d["spec"].get("versions") or [] if x.get("storage")), t.version)
+        t.storage_hash = storage_version_hash(t.group, storage, t.kind)
+
+    def cr_type(self, name, d, v):
+        sp = d["spec"]
+        names = (d.get("status") or {}).get("acceptedNames") or sp.get("names") or {}
+        plural, group, version = names.get("plural", ""), sp.get("group", ""), v.get("name", "")
+        widgets = (plural, group, version) == ("widgets", "example.com", "v1")
+        key = "widgets" if widgets else "%s.%s/%s" % (plural, group, version)
+        rt = RType(plural, names.get("singular") or names.get("kind", "").lower(), names.get("kind", ""), group,
+                   version, sp.get("scope") == "Namespaced", [], [], {}, None, "cr",
+                   build_widget if widgets else None, verbs=CRD_VERBS, key=key)
+        if not widgets:
+            rt.builder = functools.partial(generic_builder, rt)
+        self.update_cr_type(rt, name, d, v)
+        return rt
+
+    def crd_delete(self, req, conn, rt, st, prev):
+        """apiextensions registry customresourcedefinition/etcd.go Delete: the first DELETE
+        sets deletionTimestamp, the customresourcecleanup finalizer and Terminating True
+        "InstanceDeletionPending" (and the generic store's deletionGracePeriodSeconds 0)
+        and answers the CRD so marked; the cleanup follows (crd_cleanup)."""
+        d = prev.dict()
+        md = d["metadata"]
+        obj = prev
+        if not md.get("deletionTimestamp"):
+            md["deletionTimestamp"] = now_rfc3339()
+            md["deletionGracePeriodSeconds"] = 0
+            fin = md.setdefault("finalizers", [])
+            if CRD_FINALIZER not in fin:
+                fin.append(CRD_FINALIZER)
+            set_condition(d.setdefault("status", {}).setdefault("conditions", []),
+                          crd_cond("Terminating", "True", now_rfc3339(), "InstanceDeletionPending",
+                                   "CustomResourceDefinition marked for deletion; CustomResource deletion will "
+                                   "begin soon"))
+            if not self.dry_run(req):
+                obj = self.cluster.store_update(st, canon_crd(d), prev)
+                self.reconcile()
+            else:
+                self.respond_write(req, conn, rt, 200, data=rt.encode(canon_crd(d)))
+                return None
+        self.respond_write(req, conn, rt, 200, obj=obj)
+        return None
+
+    def validate_crd(self, d):
+        """The checks of apiextensions validation.go that matter here (422 Invalid)."""
+        sp = d.get("spec") if isinstance(d.get("spec"), dict) else {}
+        names = sp.get("names") if isinstance(sp.get("names"), dict) else {}
+        name = d["metadata"].get("name", "")
+        errs = []
+        group = sp.get("group") or ""
+        if not group:
+            errs.append(field_err("FieldValueRequired", "spec.group", ""))
+        elif "." not in group:
+            errs.append(field_err("FieldValueInvalid", "spec.group", "should be a domain with at least one dot",
+                                  group))
+        if not names.get("plural"):
+            errs.append(field_err("FieldValueRequired", "spec.names.plural", ""))
+        if not names.get("kind"):
+            errs.append(field_err("FieldValueRequired", "spec.names.kind", ""))
+        if names.get("plural") and group and name != "%s.%s" % (names["plural"], group):
+            errs.append(field_err("FieldValueInvalid", "metadata.name",
+                                  'must be spec.names.plural+"."+spec.group', name))
+        if sp.get("scope") not in ("Namespaced", "Cluster"):
+            errs.append(field_err("FieldValueNotSupported", "spec.scope", "", sp.get("scope") or "",
+                                  ["Cluster", "Namespaced"]))
+        vers = sp.get("versions") if isinstance(sp.get("versions"), list) else []
+        if not vers:
+            errs.append(field_err("FieldValueInvalid", "spec.versions", "must have exactly one version marked as "
+                                  "storage version", []))
+        elif sum(1 for v in vers if isinstance(v, dict) and v.get("storage")) != 1:
+            errs.append(field_err("FieldValueInvalid", "spec.versions", "must have exactly one version marked as "
+                                  "storage version", None))
+        if errs:
+            raise err_invalid("apiextensions.k8s.io", "CustomResourceDefinition", name, errs)
+
+    def page_not_found(self, req, conn):
+        """net/http NotFound (notfoundhandler.go, the end of kube-apiserver's delegation
+        chain): text/plain "404 page not found", for a path no API group claims (an
+        unknown group, a custom resource whose CRD does not exist or does not serve that
+        version)."""
+        conn.respond(404, b"404 page not found\n", req, ctype=b"text/plain; charset=utf-8",
+                     extra=[(b"X-Content-Type-Options", b"nosniff")])
+        return None
+
+    def cr_route(self, group, version, rest):
+        """The custom resource type a /apis/G/V/... path names, or None (crdHandler
+        delegates to NotFound: no such CRD, version not served, scope mismatch)."""
+        if rest[0] == "watch":
+            rest = rest[1:]
+            if not rest:
+                return None
+        ns = False
+        if rest[0] == "namespaces" and len(rest) > 2:
+            ns = True
+            rest = rest[2:]
+        rt = self.routes.get((group, version, rest[0]))
+        if rt is None or not rt.unstructured:
+            return None
+        if ns and not rt.namespaced:
+            return None
+        return rt
 
     def openapi_v2(self, req, conn):
         """An OpenAPI v2 document without definitions.  kubectl 1.27-1.29 download it
@@ -4612,7 +5585,7 @@ class App:
         what kubectl's QueryParamVerifierV3 (k8s.io/cli-runtime/pkg/resource/
         query_param_verifier_v3.go) looks for before it skips client-side schema
         validation in `kubectl create/replace -f` (server-side validation instead)."""
-        gvs = [("", "v1")] + [(g, v) for g, vs in self.groups.items() for v in vs]
+        gvs = [("", "v1")] + [(g, v) for g, vs in self.legacy_groups() for v in vs if (g, v) not in self.remote_gvs()]
 
         def gvpath(g, v):
             return "api/v1" if not g else "apis/%s/%s" % (g, v)
@@ -4663,31 +5636,33 @@ class App:
                 "buildDate": "2024-08-13T07:28:49Z", "goVersion": GO_VERSIONS.get(self.args.version, "go1.22.5"),
                 "compiler": "gc", "platform": "linux/amd64"}
 
-    def group_info(self, g):
-        vs = [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in self.groups[g]]
+    def group_info(self, g, versions):
+        vs = [{"groupVersion": "%s/%s" % (g, v), "version": v} for v in versions]
         return {"name": g, "versions": vs, "preferredVersion": vs[0]}
+
+    def api_group(self, g, versions):
+        return dict([("kind", "APIGroup"), ("apiVersion", "v1")] + list(self.group_info(g, versions).items()))
 
     def resource_list(self, group, version):
         res = []
-        for t in self.cluster.types:
-            if t.group != group or t.version != version:
-                continue
-            e = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
-                 "verbs": t.verbs}
-            if t.short:
-                e["shortNames"] = t.short
-            if t.categories:
-                e["categories"] = t.categories
-            e["storageVersionHash"] = t.storage_hash
-            res.append(e)
-            for sub, (kind, verbs) in t.subresources.items():
-                se = {"name": "%s/%s" % (t.plural, sub), "singularName": "", "namespaced": t.namespaced}
-                if kind == "Scale":
-                    se["group"] = "autoscaling"
-                    se["version"] = "v1"
-                se["kind"] = kind
-                se["verbs"] = verbs
-                res.append(se)
+        for t, entries in self.discovery_entries(group, version):
+            for sub, kind, verbs, sgroup, sversion in entries:
+                if sub is None:
+                    e = {"name": t.plural, "singularName": t.singular, "namespaced": t.namespaced, "kind": t.kind,
+                         "verbs": verbs}
+                    if t.short:
+                        e["shortNames"] = t.short
+                    if t.categories:
+                        e["categories"] = t.categories
+                    e["storageVersionHash"] = t.storage_hash
+                else:
+                    e = {"name": "%s/%s" % (t.plural, sub), "singularName": "", "namespaced": t.namespaced}
+                    if sgroup:
+                        e["group"] = sgroup
+                        e["version"] = sversion
+                    e["kind"] = kind
+                    e["verbs"] = verbs
+                res.append(e)
         out = {"kind": "APIResourceList"}
         if group:
             out["apiVersion"] = "v1"
@@ -4695,7 +5670,7 @@ class App:
         out["resources"] = res
         return out
 
-    def resource(self, req, conn, group, rest):
+    def resource(self, req, conn, group, version, rest):
         watch_path = False
         if rest[0] == "watch":
             watch_path = True
@@ -4706,12 +5681,12 @@ class App:
         if rest[0] == "namespaces" and len(rest) > 2 and rest[2] not in ("status", "finalize"):
             ns = rest[1]
             rest = rest[2:]
-        rt = self.by_gr.get((group, rest[0]))
+        rt = self.routes.get((group, version, rest[0]))
         if rt is None or len(rest) > 3:
             raise ERR_NOT_FOUND_PATH
         if ns is not None and not rt.namespaced:
             raise ERR_NOT_FOUND_PATH
-        st = self.cluster.stores[rt.plural]
+        st = self.cluster.stores[rt.key]
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         m = req.method
@@ -4806,8 +5781,10 @@ class App:
         if accept[0] == "meta":
             if d is None:
                 d = obj.dict()
-            return pb_envelope(pb_typemeta("meta.k8s.io/" + accept[1], "PartialObjectMetadata"),
-                               self.pb.encode("PartialObjectMetadata", {"metadata": d.get("metadata")}))
+            tm = pb_typemeta("meta.k8s.io/" + accept[1], "PartialObjectMetadata")
+            if rt.unstructured:
+                return pb_envelope(tm, pb_partial_meta(d.get("metadata")))
+            return pb_envelope(tm, self.pb.encode("PartialObjectMetadata", {"metadata": d.get("metadata")}))
         raw = self.pb_raw(rt, obj) if obj is not None else self.pb.encode(rt.kind, d)
         return pb_envelope(rt.pb_tm, raw)
 
@@ -5123,6 +6100,8 @@ class App:
 
     def _pb_items(self, rt, accept, items):
         if accept[0] == "meta":
+            if rt.unstructured:
+                return [pb_partial_meta(json.loads(x.data).get("metadata")) for x in items]
             enc = self.pb.encode
             return [enc("PartialObjectMetadata", {"metadata": json.loads(x.data).get("metadata")}) for x in items]
         return [self.pb_raw(rt, x) for x in items]
@@ -5426,6 +6405,10 @@ class App:
         if md.get("resourceVersion"):
             # storage/etcd3/store.go Create
             raise err_generic(500, "resourceVersion should not be set on objects to be created")
+        if rt.crd is not None and self.crd_terminating(rt.crd):
+            # customresource_handler.go serveResource: NewMethodNotSupported, message replaced
+            raise ApiError(405, "MethodNotAllowed", "create not allowed while custom resource definition is "
+                           "terminating", {"group": rt.group, "kind": rt.plural})
         if rt.namespaced and ns not in cl.stores["namespaces"].objs:
             # plugin/pkg/admission/namespace/lifecycle: NewNotFound(namespaces)
             raise ApiError(404, "NotFound", 'namespaces "%s" not found' % ns, {"name": ns, "kind": "namespaces"})
@@ -5444,9 +6427,26 @@ class App:
             return None
         obj = cl.store_new(st, d)
         self.respond_write(req, conn, rt, 201, obj=obj)
+        self.post_write(rt)
         return None
 
     def defaults(self, rt, d):
+        if rt.key == "customresourcedefinitions":
+            # v1 defaults.go (singular, listKind, conversion None); strategy.go
+            # PrepareForCreate: status reset, storedVersions = the storage version
+            self.validate_crd(d)
+            sp = d["spec"]
+            names = sp["names"]
+            names.setdefault("singular", names["kind"].lower())
+            names.setdefault("listKind", names["kind"] + "List")
+            sp.setdefault("conversion", {"strategy": "None"})
+            d["status"] = {"acceptedNames": {"plural": "", "kind": ""},
+                           "storedVersions": [v["name"] for v in sp["versions"] if v.get("storage")]}
+            canon_crd(d)
+            return
+        if rt.key == "apiservices":
+            d["status"] = {}   # strategy.go PrepareForCreate; availability sets it
+            return
         if rt.plural == "pods":
             st = d.setdefault("status", {})
             st.setdefault("phase", "Pending")
@@ -5528,8 +6528,11 @@ class App:
             else:
                 self.respond_write(req, conn, rt, 200, obj=prev)
             return None
+        if rt.key == "customresourcedefinitions":
+            canon_crd(d)
         obj = cl.store_update(st, d, prev)
         self.respond_write(req, conn, rt, 200, obj=obj)
+        self.post_write(rt)
         return None
 
     def write_scale(self, req, conn, rt, st, key, name, patch_ct=None):
@@ -5651,10 +6654,13 @@ class App:
             # storage/interfaces.go Preconditions.Check -> NewInvalidObjError -> NewConflict
             raise err_conflict(rt, name, "StorageError: invalid object, Code: 4, Key: /registry/%s/%s, "
                                          "ResourceVersion: 0, AdditionalErrorMsg: %s" % (rt.plural, key, why))
+        if rt.key == "customresourcedefinitions":
+            return self.crd_delete(req, conn, rt, st, prev)
         if self.dry_run(req):
             deleted = prev
         else:
             deleted = cl.store_delete(st, prev)
+            self.post_write(rt)
             if rt.plural == "namespaces":
                 for ost in cl.stores.values():
                     if ost.rt.namespaced:
@@ -5687,6 +6693,7 @@ class App:
         if not self.dry_run(req):
             for ob in victims:
                 out.append(self.cluster.store_delete(st, ob))
+            self.post_write(rt)
         else:
             out = victims
         if self.write_enc(req, rt) == "pb":
@@ -6062,7 +7069,7 @@ class App:
             return {"ok": True, "rv": cl.rv}
         if path == "/apisim/state" and m == "GET":
             plural = req.query.get("resource", "pods")
-            st = cl.stores[plural]
+            st = cl.store_for(plural)
             ns = req.query.get("namespace")
             lo, hi = st.range_for_ns(st.keys, ns)
             return {"resource": plural, "rv": cl.rv,
@@ -6071,8 +7078,7 @@ class App:
             return None
         if path == "/apisim/seed":
             plural = body.get("resource", "pods")
-            if plural not in cl.stores:
-                raise ValueError("unknown resource %r" % plural)
+            cl.store_for(plural)
             t0 = time.monotonic()
             nss = body.get("namespaces")
             if isinstance(nss, int):
@@ -6100,7 +7106,7 @@ class App:
             plural = body.get("resource")
             n = 0
             for st in cl.stores.values():
-                if plural and st.rt.plural != plural:
+                if plural and plural not in (st.rt.plural, st.rt.key):
                     continue
                 for w in list(st.watchers):
                     w.finish(clean=False)
@@ -6124,7 +7130,7 @@ class App:
         cl = self.cluster
         verb = body.get("verb", "update")
         plural = body.get("resource", "pods")
-        st = cl.stores[plural]
+        st = cl.store_for(plural)
         rt = st.rt
         ns = body.get("namespace") or ("default" if rt.namespaced else "")
         name = body["name"]
@@ -6152,12 +7158,14 @@ class App:
                 ann_of(md).update(body["annotations"])
             ann_of(md)[WRITTEN_AT] = stamp
             obj = cl.store_new(st, d)
+            self.post_write(rt)
             return {"rv": obj.rv, "key": key}
         prev = st.objs.get(key)
         if prev is None:
             raise ValueError("%s not found" % key)
         if verb == "delete":
             obj = cl.store_delete(st, prev)
+            self.post_write(rt)
             return {"rv": obj.rv, "key": key}
         d = prev.dict()
         md = d["metadata"]
@@ -6171,6 +7179,7 @@ class App:
             d["spec"] = merge_patch(d.get("spec") or {}, body["spec"])
         ann_of(md)[WRITTEN_AT] = stamp
         obj = cl.store_update(st, d, prev)
+        self.post_write(rt)
         return {"rv": obj.rv, "key": key}
 
     def build_new(self, st, name, ns):
@@ -6192,8 +7201,7 @@ class App:
 
     def churn_spec(self, rate, resources, mix, label_flip, namespace):
         for r in resources:
-            if r not in self.cluster.stores:
-                raise ValueError("unknown resource %r" % r)
+            self.cluster.store_for(r)
         tot = sum(float(v) for v in mix.values()) or 1.0
         return {"rate": rate, "resources": list(resources),
                 "mix": {k: float(v) / tot for k, v in mix.items()}, "label_flip": label_flip,
@@ -6245,7 +7253,7 @@ class App:
 
     def churn_one(self, c, rng, ops):
         cl = self.cluster
-        st = cl.stores[c["resources"][rng.randrange(len(c["resources"]))]]
+        st = cl.store_for(c["resources"][rng.randrange(len(c["resources"]))])
         r = rng.random()
         op = ops[-1][0]
         for name, p in ops:
@@ -6378,6 +7386,14 @@ def seed_initial(app, args):
     svc["spec"]["ports"] = [{"name": "https", "protocol": "TCP", "port": 443, "targetPort": 6443}]
     del svc["spec"]["selector"]
     cl.store_new(cl.stores["services"], svc)
+    # kube-aggregator's autoregister: a local APIService per built-in group version
+    ts = now_rfc3339()
+    for (g, v), (gp, vp) in sorted(BUILTIN_PRIORITY.items()):
+        if (g, v) in app.builtin_gvs or g == "":
+            cl.store_new(cl.stores["apiservices"], build_apiservice(g, v, gp, vp, "onstart", ts))
+    # example.com/v1 widgets: a CRD made at start-up (established), and its APIService
+    cl.store_new(cl.stores["customresourcedefinitions"], widgets_crd(ts))
+    app.reconcile()
     if args.nodes > 0:
         cl.seed("nodes", args.nodes)
     if args.pods > 0:

@@ -277,9 +277,11 @@ class TestBasics(unittest.TestCase):
         self.assertEqual({r["name"]: r for r in apps["resources"]}["deployments"]["shortNames"], ["deploy"])
         st, ex = SIM.get("/apis/example.com/v1")
         self.assertEqual({r["name"]: r for r in ex["resources"]}["widgets"]["kind"], "Widget")
-        # aggregated discovery is refused by answering the plain form
+        # aggregated discovery when asked for (TestDiscovery), the plain form otherwise
         st, r, data = SIM.req("GET", "/apis", headers={
             "Accept": "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"})
+        self.assertEqual(json.loads(data)["kind"], "APIGroupDiscoveryList")
+        st, r, data = SIM.req("GET", "/apis", headers={"Accept": "application/json"})
         self.assertEqual(json.loads(data)["kind"], "APIGroupList")
 
     def test_http10_watch_is_close_delimited(self):
