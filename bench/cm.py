@@ -75,13 +75,16 @@ import random
 import select
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "lib"))
 import kpb  # noqa: E402
+from cluster import PYTHON  # noqa: E402
 
 UA = "kube-controller-manager/v1.24.17 (linux/amd64) kubernetes/22a9682"
 UA_MARK = "kube-controller-manager/"
@@ -596,6 +599,533 @@ class Client:
                 conn.close()
             res.append(inf.report())
         self.out({"event": "done", "informers": res})
+
+
+# ---- the scenario (run.py's side) ----
+
+FIXED = ("v1/pods,v1/nodes,v1/namespaces,v1/services,v1/endpoints,v1/configmaps,v1/secrets,apps/v1/deployments,"
+         "apps/v1/replicasets,apps/v1/daemonsets,apps/v1/statefulsets")
+# (plural, group, kind, scope): made through apisim's API before the replay
+CRDS = [("crontabs", "stable.example.com", "CronTab", "Namespaced"),
+        ("backups", "velero.example.io", "Backup", "Namespaced"),
+        ("clusterissuers", "cert.example.io", "ClusterIssuer", "Cluster")]
+LATE_CRD = ("snapshots", "snapshot.example.io", "Snapshot", "Namespaced")  # made a third into the replay
+NOT_SEEDED = {"nodes", "namespaces", "pods", "customresourcedefinitions", "apiservices"}
+
+METHOD = """## controller-manager: a kube-controller-manager 1.24's informers through kwc (issue 30)
+
+`bench/run.py --only controller-manager` (bench/cm.py; `--small` for a smoke
+run, nothing saved). Per variant, a fresh apisim (the generic built-in
+kinds, 3 CRDs made through its API before the replay and one a third of the
+way in, objects of every kind, churn over pods, leases, events,
+endpointslices, configmaps and a custom resource) and a fresh kwc:
+
+- **auto**: kwc's defaults (`--resources auto`, discovery answered by kwc),
+  `--cache-idle-timeout` short so the idle phase fits in the run;
+- **fixed** (the baseline, kwc before issue 30): `--resources` the old
+  default list of 11 and `--serve-discovery=false`.
+
+The replay (bench/cm.py's docstring has the sources): one reflector per
+resource the garbage collector monitors (every resource whose verbs include
+delete, list and watch, preferred versions, core events ignored; every
+controller informer is one of them), typed in protobuf (`Accept:
+application/vnd.kubernetes.protobuf, */*`) for what client-go's typed
+factory knows, metadata-only (PartialObjectMetadata, protobuf first) for
+CRDs, APIServices and custom resources; ListAndWatch each (list rv=0
+limit=500, then a watch from its rv with bookmarks); discovery (/api, /apis,
+/api/v1, every /apis/G/V) 7 times a minute. All started at once, as the
+informer factory does.
+
+Who answered a read: apisim's request log (`/apisim/requests`) holds every
+request that reached it, the replay's recognised by its User-Agent; a read
+the client made that apisim never saw was answered by kwc. kwc's own
+`kwc_requests_total{source}` (scraped after the watches ended: watches count
+when they end) is shown beside it as a check. Time to first sync: from
+sending a resource's first list to the end of its answer (kwc waits for a
+new cache's first sync, up to `--cache-start-timeout`). Memory: kwc's VmRSS
+and RssAnon after start (auto: the default protobuf caches of
+`--protobuf-resources` run from the start), at the end of the replay with
+every informer watching, and after the replay's connections closed and
+every cache stopped for `--cache-idle-timeout`; then one list per resource
+again (the caches resume from their resourceVersion).
+"""
+
+
+class LineReader:
+    """Lines of a child's stdout (binary pipe) within a deadline."""
+
+    def __init__(self, p):
+        self.p, self.buf = p, b""
+
+    def line(self, timeout):
+        end = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.p.stdout], [], [], left)[0]:
+                raise RuntimeError("the replay printed nothing in %.0f s" % timeout)
+            b = os.read(self.p.stdout.fileno(), 1 << 20)
+            if not b:
+                raise RuntimeError("the replay ended without a result (exit %s)" % self.p.wait())
+            self.buf += b
+        ln, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(ln)
+
+
+def sizes(args):
+    small = args.small
+    pods = args.cm_pods
+    return {"seconds": args.cm_duration, "pods": pods, "nodes": max(10, pods // 30), "namespaces": 5 if small else 20,
+            "per_kind": 10 if small else 100, "crs": 20 if small else 200, "churn": 20 if small else 100,
+            "idle": 5 if small else 15}
+
+
+def crd_doc(plural, group, kind, scope):
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "%s.%s" % (plural, group)},
+            "spec": {"group": group, "scope": scope,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def make_crd(R, env, c):
+    st, _, b = R.http_request(env.apisim.port, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                              body=json.dumps(crd_doc(*c)).encode(), headers={"Content-Type": "application/json"})
+    if st != 201:
+        raise RuntimeError("CRD %s: %d %s" % (c[0], st, b[:200]))
+    R.wait_for(lambda: R.http_request(env.apisim.port, "GET", "/apis/%s/v1" % c[1])[0] == 200, 10,
+               "CRD %s served" % c[0])
+
+
+def populate(R, env, sz):
+    """CRDs, objects of every deletable kind, churn."""
+    for c in CRDS:
+        make_crd(R, env, c)
+    groups = env.sim("GET", "/apis")["groups"]
+    gvs = [("", "v1")] + [(g["name"], g["preferredVersion"]["version"]) for g in groups]
+    seeded = {}
+    for g, v in gvs:
+        for r in env.sim("GET", base_path(g, v))["resources"]:
+            name = r["name"]
+            if "/" in name or name in NOT_SEEDED or not {"create", "list", "delete"} <= set(r["verbs"]):
+                continue
+            key = name if not g else "%s.%s/%s" % (name, g, v)
+            n = sz["crs"] if g.endswith(".example.com") or g.endswith(".example.io") else sz["per_kind"]
+            env.sim("POST", "/apisim/seed", {"resource": key, "count": n, "namespaces": sz["namespaces"]})
+            seeded[gvr_str(g, v, name)] = n
+    churn = ["pods", "leases.coordination.k8s.io/v1", "events", "endpointslices.discovery.k8s.io/v1", "configmaps",
+             "crontabs.stable.example.com/v1"]
+    env.sim("POST", "/apisim/churn", {"rate": sz["churn"], "resources": churn})
+    return seeded, churn
+
+
+def metrics(R, k):
+    st, _, b = R.http_request(k.port, "GET", "/metrics", timeout=30)
+    if st != 200:
+        raise RuntimeError("/metrics: %d" % st)
+    return b.decode()
+
+
+def R_prom(text, name, **labels):
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line[len(name):len(name) + 1] not in ("{", " "):
+            continue
+        if all('%s="%s"' % kv in line for kv in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def mem(pid):
+    out = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k = line.split(":", 1)[0]
+            if k in ("VmRSS", "RssAnon", "RssFile"):
+                out[k] = int(line.split()[1])
+    return out
+
+
+def upstream_log(env, since):
+    return [q for q in env.sim("GET", "/apisim/requests?since=%d" % since)["requests"]]
+
+
+def classify(target):
+    path, _, q = target.partition("?")
+    segs = [x for x in path.split("/") if x]
+    if path in ("/api", "/apis") or (segs[:1] == ["api"] and len(segs) == 2) or \
+            (segs[:1] == ["apis"] and len(segs) in (2, 3)):
+        return path, "discovery"
+    return path, "watch" if "watch=true" in q.split("&") else "list"
+
+
+def run_replay(args, R, env, k, sz, late_crd=True, all_metadata=False):
+    """The replay against kwc k: the client's report plus what kwc and apisim saw."""
+    seq0 = env.sim("GET", "/apisim/requests?since=999999999")["seq"]
+    argv = [PYTHON, os.path.abspath(__file__), "--client", "--port", str(k.port), "--seconds",
+            str(sz["seconds"]), "--hold"] + (["--all-metadata"] if all_metadata else [])
+    res = {"mem_start": mem(k.pid), "metrics_start": metrics(R, k)}
+    sampler = R.Sampler(k.pid, every=0.2)
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    t_spawn = time.monotonic()
+    timer = None
+    late = {}
+    if late_crd:
+        def make_late():
+            try:
+                make_crd(R, env, LATE_CRD)
+                env.sim("POST", "/apisim/seed", {"resource": "%s.%s/v1" % (LATE_CRD[0], LATE_CRD[1]),
+                                                 "count": sz["crs"], "namespaces": sz["namespaces"]})
+                late["t"] = time.monotonic() - t_spawn
+            except Exception as e:  # noqa: BLE001 (reported, the replay goes on)
+                late["error"] = str(e)[:200]
+        timer = threading.Timer(sz["seconds"] / 3.0, make_late)
+        timer.start()
+    lr = LineReader(p)
+    events = []
+    try:
+        while True:
+            ev = lr.line(sz["seconds"] + 120)
+            events.append({k2: v for k2, v in ev.items() if k2 not in ("informers", "discovery")})
+            if ev["event"] == "closing":
+                res["mem_end"] = mem(k.pid)
+                res["metrics_end"] = metrics(R, k)
+                p.stdin.write(b"go\n")
+                p.stdin.flush()
+            elif ev["event"] == "done":
+                res["client"] = ev
+                break
+        p.wait(30)
+    finally:
+        if timer:
+            timer.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        res["peak"] = sampler.stop()
+    res["events"], res["late"] = events, late
+    # watches count in kwc_requests_total when they end: wait until kwc has
+    # counted every one the client opened (bounded)
+    nwatch = sum(len(i["watches"]) for i in res["client"]["informers"])
+
+    def counted():
+        t = metrics(R, k)
+        res["metrics_after"] = t
+        return R_prom(t, "kwc_requests_total", verb="WATCH") >= nwatch
+    try:
+        R.wait_for(counted, 20, "kwc to count the replay's watches")
+    except Exception as e:  # noqa: BLE001
+        res["watch_count_note"] = str(e)[:200]
+    res["upstream"] = upstream_log(env, seq0)
+    return res
+
+
+def idle_and_resume(args, R, env, k, sz, rep):
+    """auto: every cache stops after --cache-idle-timeout with nobody reading;
+    then one list of each resource again."""
+    t0 = time.monotonic()
+    out = {}
+    # the caches kwc started with (--protobuf-resources) are pinned: never
+    # stopped for idleness; every other one stops
+    pinned = R_prom(rep["metrics_start"], "kwc_caches_running")
+
+    def stopped():
+        return R_prom(metrics(R, k), "kwc_caches_running") <= pinned
+    try:
+        R.wait_for(stopped, sz["idle"] + 90, "every cache but the pinned ones stopped", interval=0.25)
+        out["stop_s"] = time.monotonic() - t0
+    except Exception as e:  # noqa: BLE001
+        out["stop_error"] = str(e)[:200]
+    out["mem_idle"] = mem(k.pid)
+    out["metrics_idle"] = metrics(R, k)
+    todo = [[i["gvr"], i["typed"]] for i in rep["client"]["informers"]]
+    seq0 = env.sim("GET", "/apisim/requests?since=999999999")["seq"]
+    p = subprocess.Popen([PYTHON, os.path.abspath(__file__), "--client", "--port", str(k.port), "--resume",
+                          json.dumps(todo)], stdout=subprocess.PIPE)
+    try:
+        out["resume"] = LineReader(p).line(len(todo) * 15 + 30)["informers"]
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    out["resume_upstream"] = upstream_log(env, seq0)
+    out["mem_resumed"] = mem(k.pid)
+    out["metrics_resumed"] = metrics(R, k)
+    return out
+
+
+def pctl(v, p):
+    if not v:
+        return None
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))]
+
+
+def analyse(rep):
+    """Numbers of one variant from its raw report."""
+    infs = rep["client"]["informers"]
+    by_path = {}
+    for i in infs:
+        g, r = i["group"], i["resource"]
+        v = i["gvr"].split("/")[-2]
+        by_path[base_path(g, v) + "/" + r] = i
+    up = {"list": {}, "watch": {}, "discovery": 0}
+    own = {"list": 0, "watch": 0, "discovery": 0, "other": 0}
+    for q in rep["upstream"]:
+        path, kind = classify(q["target"])
+        if UA_MARK in (q["headers"].get("user-agent") or ""):
+            if kind == "discovery":
+                up["discovery"] += 1
+            else:
+                up[kind][path] = up[kind].get(path, 0) + 1
+        else:
+            own[kind if kind in own else "other"] += 1
+    rows = []
+    for path, i in by_path.items():
+        lu, wu = up["list"].get(path, 0), up["watch"].get(path, 0)
+        ev = {}
+        for w in i["watches"]:
+            for t, n in w["events"].items():
+                ev[t] = ev.get(t, 0) + n
+        rows.append({"gvr": i["gvr"], "typed": i["typed"], "why": i["why"], "ttfs": i["first_list_s"],
+                     "lists": len(i["lists"]), "lists_up": lu, "watches": len(i["watches"]), "watches_up": wu,
+                     "events": ev, "statuses": sorted({x["status"] for x in i["lists"] + i["watches"]}),
+                     "ctype": (i["lists"][0]["ctype"] if i["lists"] else ""), "errors": i["errors"],
+                     "items": (i["lists"][0].get("items") if i["lists"] else None)})
+    L = sum(r["lists"] for r in rows)
+    W = sum(r["watches"] for r in rows)
+    Lu = sum(r["lists_up"] for r in rows)
+    Wu = sum(r["watches_up"] for r in rows)
+    disc = rep["client"]["discovery"]
+    m = rep.get("metrics_after") or rep["metrics_end"]
+    m0 = rep["metrics_start"]
+
+    def md(name, **lb):
+        return R_prom(m, name, **lb) - R_prom(m0, name, **lb)
+    ttfs = [r["ttfs"] for r in rows if r["ttfs"] is not None]
+    slow = max(rows, key=lambda r: r["ttfs"] or 0) if rows else None
+    a = {"rows": sorted(rows, key=lambda r: r["gvr"]), "informers": len(rows),
+         "typed": sum(1 for r in rows if r["typed"]), "reads": L + W, "lists": L, "watches": W,
+         "reads_up": Lu + Wu, "lists_up": Lu, "watches_up": Wu,
+         "first_from_cache": sum(1 for r in rows if r["lists"] and r["lists_up"] == 0),
+         "kwc_cache_reads": md("kwc_requests_total", verb="LIST", source="cache") +
+         md("kwc_requests_total", verb="WATCH", source="cache"),
+         "kwc_upstream_reads": md("kwc_requests_total", verb="LIST", source="upstream") +
+         md("kwc_requests_total", verb="WATCH", source="upstream"),
+         "ttfs_p50": pctl(ttfs, 50), "ttfs_p90": pctl(ttfs, 90), "ttfs_max": pctl(ttfs, 100),
+         "ttfs_slowest": slow["gvr"] if slow else "",
+         "disc": len(disc), "disc_up": up["discovery"], "disc_bad": sum(1 for d in disc if d["status"] != 200),
+         "disc_kwc_cache": md("kwc_discovery_requests_total", source="cache"),
+         "disc_kwc_upstream": md("kwc_discovery_requests_total", source="upstream"),
+         "own": own, "events": sum(sum(r["events"].values()) for r in rows),
+         "bad": sum(1 for r in rows if any(s != 200 for s in r["statuses"]) or r["errors"]),
+         "caches_end": R_prom(rep["metrics_end"], "kwc_caches"),
+         "running_end": R_prom(rep["metrics_end"], "kwc_caches_running"),
+         "caches_start": R_prom(m0, "kwc_caches_running")}
+    a["share"] = 100.0 * (a["reads"] - a["reads_up"]) / a["reads"] if a["reads"] else 0.0
+    new_inf = [e for e in rep["events"] if e["event"] == "new informers"]
+    a["late"] = {"created": rep["late"].get("t"), "error": rep["late"].get("error"),
+                 "watched": new_inf[0]["t"] if new_inf else None,
+                 "gvrs": new_inf[0]["gvrs"] if new_inf else []}
+    synced = [e for e in rep["events"] if e["event"] == "synced"]
+    a["all_synced"] = synced[0]["t"] if synced else None
+    return a
+
+
+def kib(v):
+    return "%.1f MiB" % (v / 1024.0)
+
+
+def fmt_s(v):
+    return "-" if v is None else ("%.0f ms" % (v * 1000) if v < 1 else "%.2f s" % v)
+
+
+def report(args, R, res, sz, t_total):
+    ver = subprocess.run([args.kwc, "--version"], capture_output=True, text=True).stdout.strip()
+    try:
+        commit = R.git("rev-parse", "--short", "HEAD") + (
+            " (dirty)" if R.git("status", "--porcelain", "--", "proxy", "cache", "include") else "")
+    except Exception:  # noqa: BLE001
+        commit = "?"
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    title = "%s (%s, tree %s), %d x %s, %s: %d s replay, %d pods, %d nodes, %d objects per kind, %d per custom " \
+        "resource, churn %d/s" % (args.kwc, ver, commit, os.cpu_count() or 0, cpu,
+                                  "small" if args.small else "full", sz["seconds"], sz["pods"], sz["nodes"],
+                                  sz["per_kind"], sz["crs"], sz["churn"])
+    head = ["kwc", "informers (typed / metadata)", "reads (lists + watches)", "answered by kwc's cache",
+            "share", "resources whose lists came from the cache", "kwc_requests_total cache / upstream",
+            "time to first sync p50 / p90 / max (slowest)", "discovery requests: by kwc / passed through",
+            "kwc RSS end (anon) / peak", "caches running at the end", "non-200 or errors"]
+    rows = []
+    for label, r in res.items():
+        if "error" in r:
+            rows.append([label, "failed: %s" % r["error"]] + [""] * (len(head) - 2))
+            continue
+        a = r["a"]
+        rows.append([
+            label, "%d (%d / %d)" % (a["informers"], a["typed"], a["informers"] - a["typed"]),
+            "%d (%d + %d)" % (a["reads"], a["lists"], a["watches"]),
+            "%d (lists %d, watches %d)" % (a["reads"] - a["reads_up"], a["lists"] - a["lists_up"],
+                                           a["watches"] - a["watches_up"]),
+            "**%.1f %%**" % a["share"], "%d of %d" % (a["first_from_cache"], a["informers"]),
+            "%d / %d" % (a["kwc_cache_reads"], a["kwc_upstream_reads"]),
+            "%s / %s / %s (%s)" % (fmt_s(a["ttfs_p50"]), fmt_s(a["ttfs_p90"]), fmt_s(a["ttfs_max"]),
+                                   a["ttfs_slowest"]),
+            "%d: %d / %d" % (a["disc"], a["disc"] - a["disc_up"], a["disc_up"]),
+            "%s (%s) / %s" % (kib(r["mem_end"]["VmRSS"]), kib(r["mem_end"]["RssAnon"]), kib(r["peak"]["VmRSS"])),
+            "%d" % a["running_end"], "%d" % a["bad"]])
+    text = R.table(title, head, rows)
+    notes = []
+    for label, r in res.items():
+        if "error" in r:
+            continue
+        a = r["a"]
+        up_rows = [x for x in a["rows"] if x["lists_up"] or x["watches_up"]]
+        notes.append("%s: %d reads passed through: %s." % (
+            label, a["reads_up"], ", ".join("%s (%d lists, %d watches)" % (x["gvr"], x["lists_up"], x["watches_up"])
+                                            for x in up_rows) or "none"))
+        notes.append("%s: kwc's own upstream requests meanwhile: %d lists, %d watches, %d discovery, %d other; "
+                     "kwc_discovery_requests_total cache %d / upstream %d (the client sent %d discovery "
+                     "requests, %d reached apisim); %d watch events delivered to the replay; all informers "
+                     "synced %s after start." % (
+                         label, a["own"]["list"], a["own"]["watch"], a["own"]["discovery"], a["own"]["other"],
+                         a["disc_kwc_cache"], a["disc_kwc_upstream"], a["disc"], a["disc_up"], a["events"],
+                         fmt_s(a["all_synced"])))
+        lt = a["late"]
+        if lt["created"] is not None or lt["error"]:
+            notes.append("%s: the CRD made mid-run (%s) was created %s after the replay started; its informer "
+                         "started at %s (%s)." % (
+                             label, "%s.%s" % LATE_CRD[:2], fmt_s(lt["created"]) if lt["created"] else lt["error"],
+                             fmt_s(lt["watched"]) if lt["watched"] else "never (not in discovery before the end)",
+                             ", ".join(lt["gvrs"]) or "-"))
+        bad = [x for x in a["rows"] if any(s != 200 for s in x["statuses"]) or x["errors"]]
+        for x in bad:
+            notes.append("%s: %s answered %s %s" % (label, x["gvr"], x["statuses"], "; ".join(x["errors"])[:300]))
+    text += "\n" + "\n".join("- " + n for n in notes) + "\n"
+    auto = res.get("auto")
+    if auto and "error" not in auto and "idle" in auto:
+        a, idle = auto["a"], auto["idle"]
+        m_end, m_idle, m_start, m_res = auto["mem_end"], idle["mem_idle"], auto["mem_start"], idle["mem_resumed"]
+        running = a["running_end"]
+        stopped_n = R_prom(idle["metrics_idle"], "kwc_cache_lifecycle_total", event="idle_stopped")
+        res_rows = idle.get("resume") or []
+        res_t = [x["first_list_s"] for x in res_rows if x["first_list_s"] is not None]
+        up_paths = {classify(q["target"])[0] for q in idle["resume_upstream"]
+                    if UA_MARK in (q["headers"].get("user-agent") or "")}
+        relists = sum(1 for q in idle["resume_upstream"] if UA_MARK not in (q["headers"].get("user-agent") or "")
+                      and classify(q["target"])[1] == "list")
+        from_cache = sum(1 for x in res_rows if base_path(x["group"], x["gvr"].split("/")[-2]) + "/" + x["resource"]
+                         not in up_paths)
+        grow = running - a["caches_start"]
+
+        def per(m1, m0, f):
+            return (m1[f] - m0[f]) / grow if grow > 0 else 0
+        head2 = ["auto: memory and idle caches", "VmRSS", "RssAnon", "RssFile", "caches running"]
+        rows2 = [["after start (%d caches of --protobuf-resources)" % a["caches_start"], kib(m_start["VmRSS"]),
+                  kib(m_start["RssAnon"]), kib(m_start["RssFile"]), "%d" % a["caches_start"]],
+                 ["end of the replay, every informer watching", kib(m_end["VmRSS"]), kib(m_end["RssAnon"]),
+                  kib(m_end["RssFile"]), "%d" % running],
+                 ["all but those stopped (%s after the replay closed; %d idle stops)" % (
+                     fmt_s(idle.get("stop_s")) if "stop_s" in idle else idle.get("stop_error"), stopped_n),
+                  kib(m_idle["VmRSS"]), kib(m_idle["RssAnon"]), kib(m_idle["RssFile"]),
+                  "%d" % R_prom(idle["metrics_idle"], "kwc_caches_running")],
+                 ["after one list of each resource again (resumed)", kib(m_res["VmRSS"]), kib(m_res["RssAnon"]),
+                  kib(m_res["RssFile"]), "%d" % R_prom(idle["metrics_resumed"], "kwc_caches_running")]]
+        text += "\n" + R.table("auto: kwc's memory by phase", head2, rows2)
+        text += "\n- per cache the replay started (%d): running %.0f KiB VmRSS, %.0f KiB anon (end - start); " \
+            "stopped %.0f KiB VmRSS, %.0f KiB anon (all stopped - start); freed by stopping %.0f KiB VmRSS, " \
+            "%.0f KiB anon (end - all stopped).\n" % (
+                grow, per(m_end, m_start, "VmRSS"), per(m_end, m_start, "RssAnon"), per(m_idle, m_start, "VmRSS"),
+                per(m_idle, m_start, "RssAnon"), per(m_end, m_idle, "VmRSS"), per(m_end, m_idle, "RssAnon"))
+        text += "- resumed: %d lists after the caches stopped, %d answered by kwc's cache (the rest passed " \
+            "through), p50 %s, max %s (the first sync of the replay: p50 %s, max %s); kwc relisted %d " \
+            "resources upstream to resume.\n" % (
+                len(res_rows), from_cache, fmt_s(pctl(res_t, 50)), fmt_s(pctl(res_t, 100)),
+                fmt_s(a["ttfs_p50"]), fmt_s(a["ttfs_max"]), relists)
+    # per resource
+    if auto and "error" not in auto:
+        base = res.get("fixed", {}).get("a", {"rows": []})
+        brow = {x["gvr"]: x for x in base["rows"]}
+        head3 = ["resource", "informer", "objects", "auto: first sync", "auto: list / watch by", "auto: events",
+                 "fixed: list / watch by", "fixed: first list"]
+        rows3 = []
+
+        def by(x):
+            if not x:
+                return "-"
+            return "%s / %s" % ("upstream" if x["lists_up"] else "cache", "upstream" if x["watches_up"] else "cache")
+        for x in auto["a"]["rows"]:
+            b = brow.get(x["gvr"])
+            rows3.append([x["gvr"], ("typed" if x["typed"] else "metadata") + (" (%s)" % x["why"]),
+                          x["items"] if x["items"] is not None else "-", fmt_s(x["ttfs"]), by(x),
+                          sum(x["events"].values()), by(b), fmt_s(b["ttfs"]) if b else "-"])
+        text += "\n" + R.table("per resource", head3, rows3)
+    text += "\nScenario time %.0f s.\n" % t_total
+    return text
+
+
+def start_env(R, sz):
+    env = R.Env(apisim_args=["--nodes", str(sz["nodes"]), "--pods", str(sz["pods"]), "--namespaces",
+                             str(sz["namespaces"]), "--recent-requests", "1000000", "--seed", "1",
+                             "--history", "100000"], start_kwc=False)
+    return env, populate(R, env, sz)
+
+
+def bench_controller_manager(args, R):
+    sz = sizes(args)
+    t0 = time.monotonic()
+    variants = [("fixed", ["--resources", FIXED, "--serve-discovery=false", "--log-level", "warn"]),
+                ("auto", ["--cache-idle-timeout", "%ds" % sz["idle"], "--log-level", "warn"])]
+    res = {}
+    for label, flags in variants:
+        env = k = None
+        try:
+            env, _ = start_env(R, sz)
+            k = R.Kwc(args, env, R.Variant(label, args.kwc, False), "cm-" + label, base=flags, ready_timeout=60)
+            if label == "auto":
+                R.wait_for(lambda: R_prom(metrics(R, k), "kwc_discovery_ready") == 1, 30, "kwc's discovery")
+            rep = run_replay(args, R, env, k, sz, all_metadata=args.cm_all_metadata)
+            rep["a"] = analyse(rep)
+            if label == "auto":
+                rep["idle"] = idle_and_resume(args, R, env, k, sz, rep)
+            res[label] = rep
+            print("%s: %d reads, %.1f %% from kwc's cache" % (label, rep["a"]["reads"], rep["a"]["share"]),
+                  flush=True)
+        except Exception as e:  # noqa: BLE001 (the other variant still runs; the table says why)
+            import traceback
+            traceback.print_exc()
+            res[label] = {"error": str(e)[:200]}
+            if env is not None:
+                env.dump_logs()
+        finally:
+            if k is not None:
+                k.stop()
+            if env is not None:
+                env.close()
+    raw = os.path.join(tempfile.gettempdir(), "kwc-bench-controller-manager-%d.json" % os.getpid())
+    with open(raw, "w") as f:
+        json.dump({"sizes": sz, "results": res}, f)
+    print("raw results: %s" % raw, flush=True)
+    text = report(args, R, res, sz, time.monotonic() - t0)
+    print(text, flush=True)
+    if not R.SAVE:
+        print("(not saved to bench/results/controller-manager.md: %s)\n" % R.NOTE)
+        return
+    os.makedirs(R.RESULTS, exist_ok=True)
+    out = os.path.join(R.RESULTS, "controller-manager.md")
+    fresh = not os.path.exists(out)
+    with open(out, "a") as f:
+        if fresh:
+            f.write(METHOD + "\n")
+        f.write(text + "\n")
+    print("saved to %s" % out, flush=True)
 
 
 def client_main():
