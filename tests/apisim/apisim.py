@@ -5085,19 +5085,22 @@ class App:
             g = parts[1]
             if self.policy is not None and len(parts) == 4 and (g, parts[2], parts[3]) in REVIEWS:
                 return self.review(req, conn, g, parts[3])
-            groups = dict(self.legacy_groups())
             if g in self.builtin_groups:
                 # go-restful's web services: /apis/G and /apis/G/V of the built-in groups
-                if g not in groups:
+                # (served whatever the APIServices say)
+                vs = sorted((v for g2, v in self.builtin_gvs if g2 == g), key=lambda v: -BUILTIN_PRIORITY.get(
+                    (g, v), (0, 0))[1])
+                if not vs:
                     raise ERR_NOT_FOUND_PATH
                 if len(parts) == 2:
-                    return self.reply(req, conn, self.api_group(g, groups[g]))
-                if parts[2] not in groups[g]:
+                    return self.reply(req, conn, self.api_group(g, vs))
+                if parts[2] not in vs:
                     raise ERR_NOT_FOUND_PATH
                 if len(parts) == 3:
                     return self.reply(req, conn, self.resource_list(g, parts[2]))
                 return self.resource(req, conn, g, parts[2], parts[3:])
             # the aggregator, then apiextensions' crdHandler, then http.NotFound
+            groups = dict(self.legacy_groups())
             remote = self.remote_gvs()
             if len(parts) >= 3 and (g, parts[2]) in remote:
                 # kube-aggregator handler_proxy.go: an APIService whose service is not

@@ -2186,7 +2186,10 @@ PB_TEST_MESSAGES = {
     "ObjectMeta": "name=1:string generateName=2:string namespace=3:string selfLink=4:string uid=5:string "
                   "resourceVersion=6:string generation=7:int64 creationTimestamp=8:Time deletionTimestamp=9:Time "
                   "deletionGracePeriodSeconds=10:int64 labels=11:{string} annotations=12:{string} "
-                  "ownerReferences=13:*OwnerReference finalizers=14:*string",
+                  "ownerReferences=13:*OwnerReference finalizers=14:*string managedFields=17:*ManagedFieldsEntry",
+    "ManagedFieldsEntry": "manager=1:string operation=2:string apiVersion=3:string time=4:Time fieldsType=6:string "
+                          "fieldsV1=7:FieldsV1 subresource=8:string",
+    "FieldsV1": "raw=1:bytes",
     "OwnerReference": "kind=1:string name=3:string uid=4:string apiVersion=5:string controller=6:bool "
                       "blockOwnerDeletion=7:bool",
     "LabelSelector": "matchLabels=1:{string} matchExpressions=2:*LabelSelectorRequirement",
@@ -3217,6 +3220,609 @@ class TestGzip(unittest.TestCase):
         finally:
             w.close()
         del gzip
+
+
+# ---------------------------------------------------------------------------
+# issue 30: generic built-in kinds, CRDs at run time, aggregated discovery, APIServices
+
+AGG_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+AGG_V2B1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+META_PB = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+META_PB_LIST = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+META_JSON_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+# (group/version, plural, kind, namespaced, shortNames) that kube-controller-manager's
+# informers use and apisim serves since issue 30
+NEW_KINDS = [
+    ("v1", "serviceaccounts", "ServiceAccount", True, ["sa"]),
+    ("v1", "persistentvolumes", "PersistentVolume", False, ["pv"]),
+    ("v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ["pvc"]),
+    ("v1", "podtemplates", "PodTemplate", True, None),
+    ("v1", "replicationcontrollers", "ReplicationController", True, ["rc"]),
+    ("v1", "limitranges", "LimitRange", True, ["limits"]),
+    ("v1", "resourcequotas", "ResourceQuota", True, ["quota"]),
+    ("v1", "events", "Event", True, ["ev"]),
+    ("discovery.k8s.io/v1", "endpointslices", "EndpointSlice", True, None),
+    ("coordination.k8s.io/v1", "leases", "Lease", True, None),
+    ("events.k8s.io/v1", "events", "Event", True, ["ev"]),
+    ("apps/v1", "controllerrevisions", "ControllerRevision", True, None),
+    ("batch/v1", "jobs", "Job", True, None),
+    ("batch/v1", "cronjobs", "CronJob", True, ["cj"]),
+    ("autoscaling/v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ["hpa"]),
+    ("autoscaling/v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ["hpa"]),
+    ("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"]),
+    ("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", True, ["netpol"]),
+    ("networking.k8s.io/v1", "ingresses", "Ingress", True, ["ing"]),
+    ("networking.k8s.io/v1", "ingressclasses", "IngressClass", False, None),
+    ("storage.k8s.io/v1", "storageclasses", "StorageClass", False, ["sc"]),
+    ("storage.k8s.io/v1", "csidrivers", "CSIDriver", False, None),
+    ("storage.k8s.io/v1", "csinodes", "CSINode", False, None),
+    ("storage.k8s.io/v1", "volumeattachments", "VolumeAttachment", False, None),
+    ("storage.k8s.io/v1", "csistoragecapacities", "CSIStorageCapacity", True, None),
+    ("node.k8s.io/v1", "runtimeclasses", "RuntimeClass", False, None),
+    ("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", False, ["pc"]),
+    ("rbac.authorization.k8s.io/v1", "roles", "Role", True, None),
+    ("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True, None),
+    ("rbac.authorization.k8s.io/v1", "clusterroles", "ClusterRole", False, None),
+    ("rbac.authorization.k8s.io/v1", "clusterrolebindings", "ClusterRoleBinding", False, None),
+    ("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False,
+     None),
+    ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", False,
+     None),
+    ("certificates.k8s.io/v1", "certificatesigningrequests", "CertificateSigningRequest", False, ["csr"]),
+    ("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False, ["crd", "crds"]),
+    ("apiregistration.k8s.io/v1", "apiservices", "APIService", False, None),
+]
+
+
+def gv_prefix(gv):
+    return "/api/v1" if gv == "v1" else "/apis/" + gv
+
+
+def crd_body(group="stable.example.io", plural="gadgets", kind="Gadget", scope="Namespaced", versions=("v1",),
+             short=("gd",), status=True):
+    vs = [{"name": v, "served": True, "storage": i == 0,
+           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+          for i, v in enumerate(versions)]
+    if status:
+        for v in vs:
+            v["subresources"] = {"status": {}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "%s.%s" % (plural, group)},
+            "spec": {"group": group, "scope": scope, "versions": vs,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List",
+                               "shortNames": list(short)}}}
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+class TestIssue30Kinds(unittest.TestCase):
+    """The built-in kinds added for issue 30: discovery, CRUD, list, watch, selectors,
+    protobuf and metadata-only answers."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = Sim("--seed", "30", "--bookmark-interval", "0.3")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def test_discovery_lists_them(self):
+        for gv, plural, kind, namespaced, short in NEW_KINDS:
+            st, lst = self.sim.get(gv_prefix(gv))
+            self.assertEqual(st, 200, gv)
+            res = {r["name"]: r for r in lst["resources"]}
+            self.assertIn(plural, res, gv)
+            r = res[plural]
+            self.assertEqual((r["kind"], r["namespaced"], r.get("shortNames")), (kind, namespaced, short), plural)
+            self.assertEqual(r["singularName"], kind.lower())
+            self.assertIn("watch", r["verbs"])
+            names = [x["name"] for x in lst["resources"]]
+            self.assertEqual(names, sorted(names), gv)   # installer.go sorts the paths
+        st, core = self.sim.get("/api/v1")
+        res = {r["name"]: r for r in core["resources"]}
+        self.assertEqual(res["serviceaccounts/token"]["group"], "authentication.k8s.io")
+        self.assertEqual(res["replicationcontrollers/scale"]["group"], "autoscaling")
+        self.assertEqual(res["pods"]["storageVersionHash"], "xPOwRZ+Yhw8=")   # sha256("/v1/Pod")
+        self.assertEqual(res["configmaps"]["storageVersionHash"], "qFsyl6wFWjQ=")
+        st, groups = self.sim.get("/apis")
+        order = [g["name"] for g in groups["groups"]]
+        self.assertEqual(order[:7], ["apiregistration.k8s.io", "apps", "events.k8s.io", "autoscaling", "batch",
+                                     "certificates.k8s.io", "networking.k8s.io"])
+        self.assertLess(order.index("admissionregistration.k8s.io"), order.index("apiextensions.k8s.io"))
+        self.assertEqual(order[-1], "example.com")   # CRD groups (priority 1000) last
+        auto = [g for g in groups["groups"] if g["name"] == "autoscaling"][0]
+        self.assertEqual([v["version"] for v in auto["versions"]], ["v2", "v1"])
+        self.assertEqual(auto["preferredVersion"]["version"], "v2")
+
+    def test_crud_list_watch_each_kind(self):
+        for gv, plural, kind, namespaced, _short in NEW_KINDS:
+            if plural in ("customresourcedefinitions", "apiservices"):
+                continue
+            base = gv_prefix(gv) + ("/namespaces/default/" if namespaced else "/") + plural
+            w = Stream(self.sim, base + "?watch=1&resourceVersion=%d" % self.sim.rv())
+            try:
+                obj = {"apiVersion": gv, "kind": kind, "metadata": {"name": "x-1", "labels": {"k": "v"}}}
+                st, out = self.sim.json("POST", base, obj)
+                self.assertEqual(st, 201, (plural, out))
+                self.assertEqual(list(out)[:3], ["kind", "apiVersion", "metadata"])
+                self.assertEqual((out["kind"], out["apiVersion"]), (kind, gv))
+                ev = w.next()
+                self.assertEqual((ev["type"], ev_name(ev)), ("ADDED", "x-1"), plural)
+                st, got = self.sim.get(base + "/x-1")
+                self.assertEqual((st, got["metadata"]["uid"]), (200, out["metadata"]["uid"]))
+                st, lst = self.sim.get(base + "?labelSelector=k%3Dv&fieldSelector=metadata.name%3Dx-1")
+                self.assertEqual((lst["kind"], names(lst["items"])), (kind + "List", ["x-1"]))
+                # protobuf: an envelope of the kind, ObjectMeta exact
+                st, r, data = self.sim.req("GET", base + "/x-1", headers={"Accept": PB})
+                self.assertEqual((st, r.getheader("Content-Type")), (200, PB), plural)
+                u = pbt().envelope(data)
+                self.assertEqual((u.typeMeta.apiVersion, u.typeMeta.kind), (gv, kind))
+                md = pbt().parse("PartialObjectMetadata", u.raw).metadata
+                self.assertEqual((md.name, md.uid, dict(md.labels)), ("x-1", out["metadata"]["uid"], {"k": "v"}))
+                st, r, data = self.sim.req("GET", base, headers={"Accept": META_PB_LIST})
+                u, lst = pbt().obj(data, "PartialObjectMetadataList")
+                self.assertEqual(u.typeMeta.kind, "PartialObjectMetadataList")
+                self.assertIn("x-1", [i.metadata.name for i in lst.items])
+                st, r, data = self.sim.req("GET", base, headers={"Accept": META_JSON_LIST})
+                self.assertIn("x-1", names(json.loads(data)["items"]))
+                st, _ = self.sim.json("DELETE", base + "/x-1")
+                self.assertEqual(st, 200)
+                ev = w.next()
+                self.assertEqual((ev["type"], ev_name(ev)), ("DELETED", "x-1"), plural)
+            finally:
+                w.close()
+
+    def test_protobuf_watch_and_field_selectors(self):
+        base = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+        w = Stream(self.sim, base + "?watch=1&resourceVersion=%d" % self.sim.rv(), headers={"Accept": PB})
+        try:
+            self.sim.json("POST", base, {"metadata": {"name": "l1"}, "spec": {"holderIdentity": "me"}})
+            ev = pb_frames(w, 1)[0]
+            u, o = pbt().obj(ev.object.raw, "PartialObjectMetadata")
+            self.assertEqual((ev.type, u.typeMeta.kind, o.metadata.name), ("ADDED", "Lease", "l1"))
+        finally:
+            w.close()
+        # core events: kube's field labels (pkg/apis/core/v1/conversion.go)
+        ev = {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"},
+              "reason": "Started", "type": "Normal", "source": {"component": "kubelet"}}
+        self.assertEqual(self.sim.json("POST", "/api/v1/namespaces/default/events", ev)[0], 201)
+        st, lst = self.sim.get("/api/v1/events?fieldSelector=involvedObject.name%3Dp1,reason%3DStarted,"
+                               "source%3Dkubelet")
+        self.assertEqual(names(lst["items"]), ["e1"])
+        st, err = self.sim.get("/api/v1/events?fieldSelector=spec.x%3D1")
+        self.assertEqual((st, err["message"]), (400, "field label not supported: spec.x"))
+        st, err = self.sim.get("/apis/batch/v1/jobs?fieldSelector=status.x%3D1")
+        self.assertEqual(err["message"], '"status.x" is not a known field selector: only "metadata.name", '
+                                         '"metadata.namespace"')
+        # autoscaling/v1 and v2 are one resource: an HPA made in v2 is listed in v1
+        self.sim.json("POST", "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers",
+                      {"metadata": {"name": "h1"}, "spec": {"maxReplicas": 3}})
+        st, one = self.sim.get("/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/h1")
+        self.assertEqual((st, one["apiVersion"]), (200, "autoscaling/v1"))
+
+    def test_seed_and_apiservices(self):
+        st, out = self.sim.json("POST", "/apisim/seed", {"resource": "leases", "count": 3, "namespace": "kube-system"})
+        self.assertEqual((st, out["created"]), (200, 3))
+        st, lst = self.sim.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+        self.assertEqual(len(lst["items"]), 3)
+        st, out = self.sim.json("POST", "/apisim/seed", {"resource": "events.events.k8s.io", "count": 2})
+        self.assertEqual(out["created"], 2)
+        # kube-aggregator's local APIServices, one per built-in group version
+        st, svcs = self.sim.get("/apis/apiregistration.k8s.io/v1/apiservices")
+        by = {a["metadata"]["name"]: a for a in svcs["items"]}
+        for name in ("v1.", "v1.apps", "v2.autoscaling", "v1.autoscaling", "v1.batch", "v1.example.com",
+                     "v1.coordination.k8s.io", "v1.apiextensions.k8s.io"):
+            self.assertIn(name, by)
+        apps = by["v1.apps"]
+        self.assertEqual(apps["spec"], {"group": "apps", "version": "v1", "groupPriorityMinimum": 17800,
+                                        "versionPriority": 15})
+        self.assertEqual(apps["metadata"]["labels"], {"kube-aggregator.kubernetes.io/automanaged": "onstart"})
+        c = apps["status"]["conditions"][0]
+        self.assertEqual((c["type"], c["status"], c["reason"], c["message"]),
+                         ("Available", "True", "Local", "Local APIServices are always available"))
+        self.assertEqual(by["v1.example.com"]["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"],
+                         "true")
+        self.assertNotIn("v1.apiregistration.k8s.io", by)
+
+
+class TestCRDs(unittest.TestCase):
+    """CustomResourceDefinitions created, served and deleted at run time."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sim = Sim("--seed", "31", "--bookmark-interval", "0.3")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.stop()
+
+    def make(self, **kw):
+        st, out = self.sim.json("POST", CRDS, crd_body(**kw))
+        self.assertEqual(st, 201, out)
+        return out
+
+    def agg(self):
+        st, r, data = self.sim.req("GET", "/apis", headers={"Accept": AGG_V2})
+        return r.getheader("ETag"), json.loads(data)
+
+    def test_lifecycle(self):
+        sim = self.sim
+        etag0, _ = self.agg()
+        cw = Stream(sim, CRDS + "?watch=1&resourceVersion=%d" % sim.rv())
+        created = self.make()
+        # the create answer: status reset, as strategy.go PrepareForCreate leaves it
+        self.assertEqual(created["status"], {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": ["v1"]})
+        self.assertEqual(created["spec"]["conversion"], {"strategy": "None"})
+        evs = cw.collect(3)
+        self.assertEqual([e["type"] for e in evs], ["ADDED", "MODIFIED", "MODIFIED"])
+        final = evs[-1]["object"]
+        conds = {c["type"]: c for c in final["status"]["conditions"]}
+        self.assertEqual((conds["NamesAccepted"]["status"], conds["NamesAccepted"]["reason"]), ("True", "NoConflicts"))
+        self.assertEqual((conds["Established"]["status"], conds["Established"]["reason"]),
+                         ("True", "InitialNamesAccepted"))
+        self.assertEqual(final["status"]["acceptedNames"]["plural"], "gadgets")
+        # discovery: plain and aggregated, with a new ETag
+        st, grp = sim.get("/apis/stable.example.io")
+        self.assertEqual((st, grp["preferredVersion"]["groupVersion"]), (200, "stable.example.io/v1"))
+        st, rl = sim.get("/apis/stable.example.io/v1")
+        res = {r["name"]: r for r in rl["resources"]}
+        self.assertEqual(res["gadgets"]["verbs"], ["delete", "deletecollection", "get", "list", "patch", "create",
+                                                   "update", "watch"])
+        self.assertEqual((res["gadgets"]["kind"], res["gadgets"]["shortNames"]), ("Gadget", ["gd"]))
+        self.assertEqual(res["gadgets/status"]["verbs"], ["get", "patch", "update"])
+        etag1, doc = self.agg()
+        self.assertNotEqual(etag0, etag1)
+        g = [i for i in doc["items"] if i["metadata"]["name"] == "stable.example.io"][0]
+        r = g["versions"][0]["resources"][0]
+        self.assertEqual(r["responseKind"], {"group": "stable.example.io", "version": "v1", "kind": "Gadget"})
+        self.assertEqual(r["subresources"][0]["subresource"], "status")
+        st, svc = sim.get("/apis/apiregistration.k8s.io/v1/apiservices/v1.stable.example.io")
+        self.assertEqual((st, svc["spec"]["groupPriorityMinimum"], svc["spec"]["versionPriority"]), (200, 1000, 100))
+        # objects: create, get, list, watch, patch, status
+        base = "/apis/stable.example.io/v1/namespaces/default/gadgets"
+        ww = Stream(sim, "/apis/stable.example.io/v1/gadgets?watch=1&resourceVersion=%d" % sim.rv())
+        st, g1 = sim.json("POST", base, {"apiVersion": "stable.example.io/v1", "kind": "Gadget",
+                                         "metadata": {"name": "g1"}, "spec": {"size": 1}})
+        self.assertEqual((st, list(g1)), (201, sorted(g1)))   # unstructured: keys sorted
+        self.assertEqual(ww.next()["type"], "ADDED")
+        st, _ = sim.json("PATCH", base + "/g1", {"spec": {"size": 2}},
+                         headers={"Content-Type": "application/merge-patch+json"})
+        self.assertEqual(st, 200)
+        self.assertEqual(ww.next()["object"]["spec"]["size"], 2)
+        st, lst = sim.get(base)
+        self.assertEqual((lst["kind"], names(lst["items"])), ("GadgetList", ["g1"]))
+        # protobuf: a custom resource has none; JSON when JSON is also acceptable
+        st, r, data = sim.req("GET", base + "/g1", headers={"Accept": PB})
+        self.assertEqual(st, 406)
+        st, r, data = sim.req("GET", base + "/g1", headers={"Accept": PB + ", application/json"})
+        self.assertEqual((st, r.getheader("Content-Type")), (200, "application/json"))
+        st, r, data = sim.req("GET", base + "/g1", headers={"Accept": META_PB})
+        self.assertEqual(pbt().obj(data, "PartialObjectMetadata")[1].metadata.name, "g1")
+        # DELETE: deletionTimestamp + finalizer first, then the objects, then the CRD
+        cw2 = Stream(sim, CRDS + "?watch=1&resourceVersion=%d" % sim.rv())
+        st, gone = sim.json("DELETE", CRDS + "/gadgets.stable.example.io")
+        self.assertEqual(st, 200)
+        self.assertIn("deletionTimestamp", gone["metadata"])
+        self.assertEqual(gone["metadata"]["finalizers"], ["customresourcecleanup.apiextensions.k8s.io"])
+        term = {c["type"]: c for c in gone["status"]["conditions"]}["Terminating"]
+        self.assertEqual((term["status"], term["reason"]), ("True", "InstanceDeletionPending"))
+        ev = ww.next()
+        self.assertEqual((ev["type"], ev_name(ev)), ("DELETED", "g1"))
+        self.assertIsNone(ww.next())          # the watch ends cleanly (terminal chunk)
+        self.assertTrue(ww.ended)
+        evs = cw2.collect(3)
+        self.assertEqual([e["type"] for e in evs], ["MODIFIED", "MODIFIED", "DELETED"])
+        self.assertEqual(ev_name(evs[-1]), "gadgets.stable.example.io")
+        # gone: kube's NotFound handler text, discovery and APIService without it
+        st, r, data = sim.req("GET", base + "/g1")
+        self.assertEqual((st, data, r.getheader("Content-Type")),
+                         (404, b"404 page not found\n", "text/plain; charset=utf-8"))
+        self.assertEqual(sim.req("GET", "/apis/stable.example.io/v1")[0], 404)
+        self.assertEqual(sim.req("GET", "/apis/stable.example.io")[2], b"404 page not found\n")
+        self.assertEqual(sim.get("/apis/apiregistration.k8s.io/v1/apiservices/v1.stable.example.io")[0], 404)
+        etag2, doc = self.agg()
+        self.assertEqual(etag2, etag0)
+        self.assertNotIn("stable.example.io", [i["metadata"]["name"] for i in doc["items"]])
+        for s_ in (cw, cw2, ww):
+            s_.close()
+
+    def test_versions_and_unserving(self):
+        sim = self.sim
+        self.make(group="multi.example.io", plural="things", kind="Thing", scope="Cluster",
+                  versions=("v1", "v2beta1"), short=(), status=False)
+        st, grp = sim.get("/apis/multi.example.io")
+        self.assertEqual([v["version"] for v in grp["versions"]], ["v1", "v2beta1"])   # kube-aware order
+        st, t1 = sim.json("POST", "/apis/multi.example.io/v1/things", {"metadata": {"name": "t1"}, "a": 1})
+        self.assertEqual(st, 201)
+        st, t2 = sim.get("/apis/multi.example.io/v2beta1/things/t1")
+        self.assertEqual((st, t2["apiVersion"], t2["metadata"]["resourceVersion"]),
+                         (200, "multi.example.io/v2beta1", t1["metadata"]["resourceVersion"]))
+        w2 = Stream(sim, "/apis/multi.example.io/v2beta1/things?watch=1&resourceVersion=%d" % sim.rv())
+        # a namespaced path for a cluster-scoped CRD: crdHandler delegates (404 text)
+        self.assertEqual(sim.req("GET", "/apis/multi.example.io/v1/namespaces/default/things")[2],
+                         b"404 page not found\n")
+        st, crd = sim.get(CRDS + "/things.multi.example.io")
+        crd["spec"]["versions"][1]["served"] = False
+        st, _ = sim.json("PUT", CRDS + "/things.multi.example.io", crd)
+        self.assertEqual(st, 200)
+        self.assertIsNone(w2.next())          # that version's watches end
+        self.assertEqual(sim.req("GET", "/apis/multi.example.io/v2beta1/things/t1")[0], 404)
+        st, grp = sim.get("/apis/multi.example.io")
+        self.assertEqual([v["version"] for v in grp["versions"]], ["v1"])
+        self.assertEqual(sim.get("/apis/multi.example.io/v1/things/t1")[0], 200)
+        w2.close()
+        # validation
+        bad = crd_body(group="nodot", plural="xs", kind="X")
+        st, err = sim.json("POST", CRDS, bad)
+        self.assertEqual((st, err["reason"]), (422, "Invalid"))
+
+    def test_widgets_is_a_crd(self):
+        st, crd = self.sim.get(CRDS + "/widgets.example.com")
+        self.assertEqual(st, 200)
+        self.assertEqual(crd["spec"]["names"]["kind"], "Widget")
+        self.assertEqual(self.sim.json("POST", "/apisim/seed", {"resource": "widgets", "count": 2})[1]["created"], 2)
+
+    def test_unknown_group_and_aggregated_apiservice(self):
+        sim = self.sim
+        st, r, data = sim.req("GET", "/apis/nosuch.example.io/v1/things")
+        self.assertEqual((st, data, r.getheader("X-Content-Type-Options")), (404, b"404 page not found\n", "nosniff"))
+        # a built-in group keeps go-restful's 404 Status
+        self.assertEqual(sim.get("/apis/apps/v1/nosuchthings")[1]["reason"], "NotFound")
+        svc = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+               "metadata": {"name": "v1beta1.metrics.k8s.io"},
+               "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                        "versionPriority": 100, "insecureSkipTLSVerify": True,
+                        "service": {"namespace": "kube-system", "name": "metrics-server", "port": 443}}}
+        st, out = sim.json("POST", "/apis/apiregistration.k8s.io/v1/apiservices", svc)
+        self.assertEqual(st, 201)
+        st, a = sim.get("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")
+        c = a["status"]["conditions"][0]
+        self.assertEqual((c["status"], c["reason"]), ("False", "ServiceNotFound"))
+        st, groups = sim.get("/apis")
+        self.assertIn("metrics.k8s.io", [g["name"] for g in groups["groups"]])
+        st, r, data = sim.req("GET", "/apis/metrics.k8s.io/v1beta1/pods")
+        self.assertEqual((st, data, r.getheader("Content-Type")),
+                         (503, b"service unavailable\n", "text/plain; charset=utf-8"))
+        st, r, data = sim.req("GET", "/apis", headers={"Accept": AGG_V2})
+        g = [i for i in json.loads(data)["items"] if i["metadata"]["name"] == "metrics.k8s.io"][0]
+        self.assertEqual(g["versions"], [{"version": "v1beta1", "freshness": "Stale"}])
+        self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")[0],
+                         200)
+        self.assertEqual(sim.req("GET", "/apis/metrics.k8s.io/v1beta1/pods")[0], 404)
+        # deleting a built-in group's APIService unlists it; go-restful still serves it
+        self.assertEqual(sim.json("DELETE", "/apis/apiregistration.k8s.io/v1/apiservices/v1.policy")[0], 200)
+        self.assertNotIn("policy", [g["name"] for g in sim.get("/apis")[1]["groups"]])
+        self.assertEqual(sim.get("/apis/policy/v1/poddisruptionbudgets")[0], 200)
+        self.assertEqual(sim.get("/apis/policy")[1]["preferredVersion"]["version"], "v1")
+
+
+class TestAggregatedDiscovery(unittest.TestCase):
+    """/api and /apis as APIGroupDiscoveryList (discovery/aggregated)."""
+
+    def test_document_etag_304(self):
+        sim = SIM
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", AGG_V2 + ",application/json")])
+        self.assertEqual(st, 200)
+        self.assertEqual(hget(hdrs, "content-type"), AGG_V2)
+        self.assertEqual(hget(hdrs, "vary"), "Accept")
+        self.assertEqual(hget(hdrs, "cache-control"), "public")
+        etag = hget(hdrs, "etag")
+        self.assertRegex(etag, r'^"[0-9A-F]{128}"$')
+        doc = json.loads(body)
+        self.assertEqual(list(doc), ["kind", "apiVersion", "metadata", "items"])
+        self.assertEqual((doc["kind"], doc["apiVersion"]), ("APIGroupDiscoveryList", "apidiscovery.k8s.io/v2"))
+        # the ETag: SHA-512 of json.Marshal of the list without TypeMeta (etag.go)
+        plain = json.dumps({"metadata": {}, "items": doc["items"]}, separators=(",", ":"), ensure_ascii=False)
+        self.assertEqual(etag, '"%s"' % hashlib.sha512(plain.encode()).hexdigest().upper())
+        self.assertEqual(doc["items"][0]["metadata"], {"name": "apiregistration.k8s.io", "creationTimestamp": None})
+        apps = [i for i in doc["items"] if i["metadata"]["name"] == "apps"][0]
+        dep = [r for r in apps["versions"][0]["resources"] if r["resource"] == "deployments"][0]
+        self.assertEqual(list(dep), ["resource", "responseKind", "scope", "singularResource", "verbs", "shortNames",
+                                     "categories", "subresources"])
+        self.assertEqual(dep["responseKind"], {"group": "", "version": "", "kind": "Deployment"})
+        self.assertEqual([x["subresource"] for x in dep["subresources"]], ["scale", "status"])
+        self.assertEqual(dep["subresources"][0]["responseKind"], {"group": "autoscaling", "version": "v1",
+                                                                 "kind": "Scale"})
+        self.assertEqual(apps["versions"][0]["freshness"], "Current")
+        auto = [i for i in doc["items"] if i["metadata"]["name"] == "autoscaling"][0]
+        self.assertEqual([v["version"] for v in auto["versions"]], ["v2", "v1"])
+        # If-None-Match with the ETag: 304, no body, no Content-Type
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", AGG_V2), ("If-None-Match", etag)])
+        self.assertEqual((st, raw), (304, b""))
+        self.assertIsNone(hget(hdrs, "content-type"))
+        self.assertEqual(hget(hdrs, "etag"), etag)
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", AGG_V2), ("If-None-Match", "W/" + etag)])
+        self.assertEqual(st, 200)
+        # /api: the core group, no name
+        st, hdrs, raw, body = raw_get(sim, "/api", [("Accept", AGG_V2)])
+        core = json.loads(body)["items"]
+        self.assertEqual(core[0]["metadata"], {"creationTimestamp": None})
+        pods = [r for r in core[0]["versions"][0]["resources"] if r["resource"] == "pods"][0]
+        self.assertEqual((pods["scope"], pods["singularResource"]), ("Namespaced", "pod"))
+        self.assertNotEqual(hget(hdrs, "etag"), etag)
+        # the plain forms carry no ETag
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", "application/json")])
+        self.assertIsNone(hget(hdrs, "etag"))
+        self.assertEqual(hget(hdrs, "cache-control"), "no-cache, private")
+        # a clause without as= is not acceptable to the aggregated handler: a later
+        # aggregated clause still wins; none at all: the plain form
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", "application/json, " + AGG_V2)])
+        self.assertEqual(json.loads(body)["kind"], "APIGroupDiscoveryList")
+        st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", AGG_V2 + ";stream=foo")])
+        self.assertEqual(json.loads(body)["kind"], "APIGroupList")
+
+    def test_versions(self):
+        for ver, v2, v2b1 in (("1.27", False, True), ("1.30", True, True), ("1.33", True, False)):
+            sim = Sim("--version", ver, "--nodes", "0")
+            try:
+                for accept, want in ((AGG_V2, v2), (AGG_V2B1, v2b1)):
+                    st, hdrs, raw, body = raw_get(sim, "/apis", [("Accept", accept + ",application/json")])
+                    doc = json.loads(body)
+                    self.assertEqual(doc["kind"] == "APIGroupDiscoveryList", want, (ver, accept))
+                    if want:
+                        self.assertEqual(hget(hdrs, "content-type"), accept)
+                        self.assertEqual(doc["apiVersion"], "apidiscovery.k8s.io/" + accept.split("v=")[1][:7]
+                                         .split(";")[0])
+            finally:
+                sim.stop()
+
+
+def _pb_str(tag, s):
+    b = s.encode()
+    return bytes([tag, len(b)]) + b
+
+
+class TestCustomResourceMetaProtobuf(unittest.TestCase):
+    """PartialObjectMetadata of custom resources in protobuf, byte for byte as kube's
+    typed ObjectMeta marshaller writes it."""
+
+    MD = {"name": "w-meta", "generateName": "w-", "labels": {"b": "2", "a": "1"},
+          "annotations": {"z": "", "note": "x"},
+          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u-1",
+                               "controller": True, "blockOwnerDeletion": False},
+                              {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-2"}],
+          "finalizers": ["f1", "example.com/f2"],
+          "managedFields": [{"manager": "kubectl", "operation": "Apply", "apiVersion": "example.com/v1",
+                             "time": "2024-05-06T07:08:09Z", "fieldsType": "FieldsV1",
+                             "fieldsV1": {"f:spec": {"f:size": {}}, "f:metadata": {"f:labels": {".": {}}}}},
+                            {"manager": "m2", "operation": "Update", "apiVersion": "example.com/v1",
+                             "fieldsType": "FieldsV1", "subresource": "status"}]}
+
+    def setUp(self):
+        md = dict(self.MD)
+        st, self.obj = SIM.json("POST", "/apis/example.com/v1/namespaces/default/widgets",
+                                {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": md, "spec": {"a": 1}})
+        if st == 409:
+            st, self.obj = SIM.get("/apis/example.com/v1/namespaces/default/widgets/w-meta")
+        self.assertEqual(st in (200, 201), True, self.obj)
+
+    def check_meta(self, m):
+        o = self.obj["metadata"]
+        self.assertEqual((m.name, m.generateName, m.namespace, m.selfLink, m.uid, m.resourceVersion, m.generation),
+                         ("w-meta", "w-", "default", "", o["uid"], o["resourceVersion"], 1))
+        for f in ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+                  "creationTimestamp"):
+            self.assertTrue(m.HasField(f), f)   # non-pointer fields: always written
+        self.assertEqual(m.creationTimestamp.seconds, rfc3339_seconds(o["creationTimestamp"]))
+        self.assertTrue(m.creationTimestamp.HasField("nanos"))
+        self.assertFalse(m.HasField("deletionTimestamp"))
+        self.assertFalse(m.HasField("deletionGracePeriodSeconds"))
+        self.assertEqual(dict(m.labels), {"a": "1", "b": "2"})
+        self.assertEqual(dict(m.annotations), {"z": "", "note": "x"})
+        r0, r1 = m.ownerReferences
+        self.assertEqual((r0.kind, r0.name, r0.uid, r0.apiVersion, r0.controller, r0.blockOwnerDeletion),
+                         ("Deployment", "d", "u-1", "apps/v1", True, False))
+        self.assertTrue(r0.HasField("blockOwnerDeletion"))
+        self.assertFalse(r1.HasField("controller"))
+        self.assertFalse(r1.HasField("blockOwnerDeletion"))
+        self.assertEqual(list(m.finalizers), ["f1", "example.com/f2"])
+        f0, f1 = m.managedFields
+        self.assertEqual((f0.manager, f0.operation, f0.apiVersion, f0.fieldsType, f0.subresource),
+                         ("kubectl", "Apply", "example.com/v1", "FieldsV1", ""))
+        self.assertEqual(f0.time.seconds, rfc3339_seconds("2024-05-06T07:08:09Z"))
+        self.assertEqual(f0.fieldsV1.raw, b'{"f:metadata":{"f:labels":{".":{}}},"f:spec":{"f:size":{}}}')
+        self.assertFalse(f1.HasField("time"))
+        self.assertFalse(f1.HasField("fieldsV1"))
+        self.assertEqual(f1.subresource, "status")
+        # byte order: ascending field numbers, map entries by key
+        raw = m.SerializeToString(deterministic=True)
+        self.assertEqual(raw, self.expected_bytes())
+
+    def expected_bytes(self):
+        """ObjectMeta written by hand from generated.pb.go's rules."""
+        o = self.obj["metadata"]
+
+        def ln(tag, b):
+            return bytes([tag, len(b)]) + b
+
+        def varint(n):
+            out = b""
+            while n > 0x7f:
+                out += bytes([(n & 0x7f) | 0x80])
+                n >>= 7
+            return out + bytes([n])
+        secs = rfc3339_seconds(o["creationTimestamp"])
+        out = (_pb_str(0x0a, "w-meta") + _pb_str(0x12, "w-") + _pb_str(0x1a, "default") + b"\x22\x00" +
+               _pb_str(0x2a, o["uid"]) + _pb_str(0x32, o["resourceVersion"]) + b"\x38\x01" +
+               ln(0x42, b"\x08" + varint(secs) + b"\x10\x00"))
+        out += ln(0x5a, _pb_str(0x0a, "a") + _pb_str(0x12, "1")) + ln(0x5a, _pb_str(0x0a, "b") + _pb_str(0x12, "2"))
+        out += ln(0x62, _pb_str(0x0a, "note") + _pb_str(0x12, "x")) + ln(0x62, _pb_str(0x0a, "z") + b"\x12\x00")
+        out += ln(0x6a, _pb_str(0x0a, "Deployment") + _pb_str(0x1a, "d") + _pb_str(0x22, "u-1") +
+                  _pb_str(0x2a, "apps/v1") + b"\x30\x01\x38\x00")
+        out += ln(0x6a, _pb_str(0x0a, "Pod") + _pb_str(0x1a, "p") + _pb_str(0x22, "u-2") + _pb_str(0x2a, "v1"))
+        out += _pb_str(0x72, "f1") + _pb_str(0x72, "example.com/f2")
+        fv = b'{"f:metadata":{"f:labels":{".":{}}},"f:spec":{"f:size":{}}}'
+        e0 = (_pb_str(0x0a, "kubectl") + _pb_str(0x12, "Apply") + _pb_str(0x1a, "example.com/v1") +
+              ln(0x22, b"\x08" + varint(rfc3339_seconds("2024-05-06T07:08:09Z")) + b"\x10\x00") +
+              _pb_str(0x32, "FieldsV1") + ln(0x3a, ln(0x0a, fv)) + b"\x42\x00")
+        e1 = (_pb_str(0x0a, "m2") + _pb_str(0x12, "Update") + _pb_str(0x1a, "example.com/v1") +
+              _pb_str(0x32, "FieldsV1") + _pb_str(0x42, "status"))
+        out += b"\x8a\x01" + bytes([len(e0)]) + e0 + b"\x8a\x01" + bytes([len(e1)]) + e1
+        return out
+
+    def test_get_list_watch(self):
+        base = "/apis/example.com/v1/namespaces/default/widgets"
+        st, r, data = SIM.req("GET", base + "/w-meta", headers={"Accept": META_PB})
+        self.assertEqual((st, r.getheader("Content-Type")), (200, PB))
+        u, pom = pbt().obj(data, "PartialObjectMetadata")
+        self.assertEqual((u.typeMeta.apiVersion, u.typeMeta.kind), ("meta.k8s.io/v1", "PartialObjectMetadata"))
+        self.assertEqual(u.raw, b"\x0a" + bytes(_varint_bytes(len(self.expected_bytes()))) + self.expected_bytes())
+        self.check_meta(pom.metadata)
+        st, r, data = SIM.req("GET", base + "?fieldSelector=metadata.name%3Dw-meta", headers={"Accept": META_PB_LIST})
+        u, lst = pbt().obj(data, "PartialObjectMetadataList")
+        self.assertEqual(u.typeMeta.kind, "PartialObjectMetadataList")
+        self.check_meta(lst.items[0].metadata)
+        w = Stream(SIM, base + "?watch=1&fieldSelector=metadata.name%3Dw-meta", headers={
+            "Accept": META_PB + ";stream=watch"})
+        try:
+            self.assertEqual(w.headers["content-type"], PB + ";stream=watch")
+            etype, u, o = pb_event(pb_frames(w, 1)[0])
+            self.assertEqual((etype, u.typeMeta.kind), ("ADDED", "PartialObjectMetadata"))
+            self.check_meta(o.metadata)
+        finally:
+            w.close()
+        # the JSON form of the same metadata agrees
+        st, r, data = SIM.req("GET", base + "/w-meta", headers={
+            "Accept": "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"})
+        md = json.loads(data)["metadata"]
+        self.assertEqual(md["managedFields"][0]["fieldsV1"], self.MD["managedFields"][0]["fieldsV1"])
+        self.assertEqual(md["ownerReferences"][0]["blockOwnerDeletion"], False)
+
+    def test_odd_metadata(self):
+        """Values the Unstructured accessors read as zero, a deletion timestamp and grace
+        period, a zero managedFields time (a present, empty Time message)."""
+        base = "/apis/example.com/v1/namespaces/default/widgets"
+        SIM.json("POST", base, {"metadata": {"name": "w-odd", "generation": "7", "labels": {"a": 1}}})
+        SIM.write(verb="update", resource="widgets", namespace="default", name="w-odd")
+        # make the stored metadata what a client could have stored
+        st, r, data = SIM.req("GET", base + "/w-odd", headers={"Accept": META_PB})
+        m = pbt().obj(data, "PartialObjectMetadata")[1].metadata
+        self.assertEqual(m.generation, 1)          # set by the create
+        self.assertEqual(dict(m.labels), {})       # a non-string value: the accessor gives nil
+        st, out = SIM.json("POST", "/apisim/write", {
+            "verb": "create", "resource": "widgets", "namespace": "default", "name": "w-odd2",
+            "object": {"metadata": {"deletionTimestamp": "2024-01-02T03:04:05.678Z", "deletionGracePeriodSeconds": -1,
+                                    "managedFields": [{"manager": "z", "time": "0001-01-01T00:00:00Z"}]}}})
+        st, r, data = SIM.req("GET", base + "/w-odd2", headers={"Accept": META_PB})
+        u, pom = pbt().obj(data, "PartialObjectMetadata")
+        m = pom.metadata
+        self.assertEqual(m.deletionTimestamp.seconds, rfc3339_seconds("2024-01-02T03:04:05Z"))
+        self.assertEqual(m.deletionGracePeriodSeconds, -1)
+        self.assertIn(b"\x50" + b"\xff" * 9 + b"\x01", u.raw)    # int64 -1: a 10-byte varint
+        self.assertTrue(m.managedFields[0].HasField("time"))
+        self.assertEqual(m.managedFields[0].time.ByteSize(), 0)  # the zero Time: an empty message
+
+
+def _varint_bytes(n):
+    out = []
+    while n > 0x7f:
+        out.append((n & 0x7f) | 0x80)
+        n >>= 7
+    out.append(n)
+    return out
 
 
 def main():
