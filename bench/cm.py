@@ -610,6 +610,8 @@ CRDS = [("crontabs", "stable.example.com", "CronTab", "Namespaced"),
         ("backups", "velero.example.io", "Backup", "Namespaced"),
         ("clusterissuers", "cert.example.io", "ClusterIssuer", "Cluster")]
 LATE_CRD = ("snapshots", "snapshot.example.io", "Snapshot", "Namespaced")  # made a third into the replay
+# kwc's default --resources-exclude (kwc --help): their reads pass through in auto mode
+DEFAULT_EXCLUDE = {"v1/events", "events.k8s.io/v1/events", "coordination.k8s.io/v1/leases"}
 NOT_SEEDED = {"nodes", "namespaces", "pods", "customresourcedefinitions", "apiservices"}
 
 METHOD = """## controller-manager: a kube-controller-manager 1.24's informers through kwc (issue 30)
@@ -889,7 +891,8 @@ def analyse(rep):
         for w in i["watches"]:
             for t, n in w["events"].items():
                 ev[t] = ev.get(t, 0) + n
-        rows.append({"gvr": i["gvr"], "typed": i["typed"], "why": i["why"], "ttfs": i["first_list_s"],
+        rows.append({"gvr": i["gvr"], "group": i["group"], "typed": i["typed"], "why": i["why"],
+                     "ttfs": i["first_list_s"],
                      "lists": len(i["lists"]), "lists_up": lu, "watches": len(i["watches"]), "watches_up": wu,
                      "events": ev, "statuses": sorted({x["status"] for x in i["lists"] + i["watches"]}),
                      "ctype": (i["lists"][0]["ctype"] if i["lists"] else ""), "errors": i["errors"],
@@ -949,6 +952,8 @@ def report(args, R, res, sz, t_total):
             " (dirty)" if R.git("status", "--porcelain", "--", "proxy", "cache", "include") else "")
     except Exception:  # noqa: BLE001
         commit = "?"
+    if not os.path.abspath(args.kwc).startswith(os.path.abspath(os.path.join(HERE, "..")) + os.sep):
+        commit = "of the bench; kwc built elsewhere"
     cpu = "?"
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -959,6 +964,8 @@ def report(args, R, res, sz, t_total):
         "resource, churn %d/s" % (args.kwc, ver, commit, os.cpu_count() or 0, cpu,
                                   "small" if args.small else "full", sz["seconds"], sz["pods"], sz["nodes"],
                                   sz["per_kind"], sz["crs"], sz["churn"])
+    if args.cm_label:
+        title = args.cm_label + ": " + title
     head = ["kwc", "informers (typed / metadata)", "reads (lists + watches)", "answered by kwc's cache",
             "share", "resources whose lists came from the cache", "kwc_requests_total cache / upstream",
             "time to first sync p50 / p90 / max (slowest)", "discovery requests: by kwc / passed through",
@@ -988,9 +995,17 @@ def report(args, R, res, sz, t_total):
             continue
         a = r["a"]
         up_rows = [x for x in a["rows"] if x["lists_up"] or x["watches_up"]]
+        def why(x):
+            if label != "auto":
+                return ""
+            if x["gvr"] in DEFAULT_EXCLUDE:
+                return ", --resources-exclude"
+            if not x["typed"] and x["group"] not in TYPED_GROUPS | {"apiextensions.k8s.io", "apiregistration.k8s.io"}:
+                return ", custom resource metadata-only"
+            return ""
         notes.append("%s: %d reads passed through: %s." % (
-            label, a["reads_up"], ", ".join("%s (%d lists, %d watches)" % (x["gvr"], x["lists_up"], x["watches_up"])
-                                            for x in up_rows) or "none"))
+            label, a["reads_up"], ", ".join("%s (%d lists, %d watches%s)" % (
+                x["gvr"], x["lists_up"], x["watches_up"], why(x)) for x in up_rows) or "none"))
         notes.append("%s: kwc's own upstream requests meanwhile: %d lists, %d watches, %d discovery, %d other; "
                      "kwc_discovery_requests_total cache %d / upstream %d (the client sent %d discovery "
                      "requests, %d reached apisim); %d watch events delivered to the replay; all informers "

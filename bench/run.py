@@ -3370,6 +3370,8 @@ def main():
     ap.add_argument("--cm-duration", type=int, default=FULL["cm_duration"],
                     help="controller-manager: seconds of the replay per variant")
     ap.add_argument("--cm-pods", type=int, default=FULL["cm_pods"], help="controller-manager: pods in apisim")
+    ap.add_argument("--cm-label", default="",
+                    help="controller-manager: the name of this run's section in bench/results/controller-manager.md")
     ap.add_argument("--cm-all-metadata", action="store_true",
                     help="controller-manager: every informer metadata-only (not what KCM 1.24 does; nothing saved)")
     args = ap.parse_args()
