@@ -795,6 +795,7 @@ def run_replay(args, R, env, k, sz, late_crd=True, all_metadata=False):
                 res["metrics_end"] = metrics(R, k)
                 p.stdin.write(b"go\n")
                 p.stdin.flush()
+                res["t_close"] = time.monotonic()  # the replay closes its connections now
             elif ev["event"] == "done":
                 res["client"] = ev
                 break
@@ -826,7 +827,7 @@ def run_replay(args, R, env, k, sz, late_crd=True, all_metadata=False):
 def idle_and_resume(args, R, env, k, sz, rep):
     """auto: every cache stops after --cache-idle-timeout with nobody reading;
     then one list of each resource again."""
-    t0 = time.monotonic()
+    t0 = rep.get("t_close") or time.monotonic()
     out = {}
     # the caches kwc started with (--protobuf-resources) are pinned: never
     # stopped for idleness; every other one stops
