@@ -648,8 +648,9 @@ new cache's first sync, up to `--cache-start-timeout`). Memory: kwc's VmRSS
 and RssAnon after start (auto: the default protobuf caches of
 `--protobuf-resources` run from the start), at the end of the replay with
 every informer watching, and after the replay's connections closed and
-every cache stopped for `--cache-idle-timeout`; then one list per resource
-again (the caches resume from their resourceVersion).
+every cache but the pinned ones (`--protobuf-resources`, never stopped)
+stopped for `--cache-idle-timeout`; then one list per resource again (the
+caches resume from their resourceVersion).
 """
 
 
