@@ -146,6 +146,24 @@ a flag it needs says "n/a (flag unsupported: ...)".
                connection, a legitimate cached GET's p50/p99 meanwhile, kwc
                RSS. bench/results/attack.md (--attack-label names the
                section). ~6 minutes (334 s on a loaded 2-core machine); --small ~3.
+
+  controller-manager
+               a kube-controller-manager 1.24's informers replayed against
+               kwc (issue 30), bench/cm.py (its docstring: the informer set
+               and its sources): one reflector (list rv=0, then watch with
+               bookmarks) per resource the garbage collector monitors,
+               typed in protobuf or metadata-only (CRDs, APIServices,
+               custom resources), discovery 7 times a minute, --cm-duration
+               s, on an apisim with the generic built-in kinds, CRDs (one
+               made mid-run), objects of every kind and churn. kwc in auto
+               mode vs kwc with the old fixed list of 11 and
+               --serve-discovery=false, each on a fresh apisim: share of
+               reads answered by kwc's cache (apisim's request log), time
+               to first sync p50/p90/max, discovery by kwc vs passed
+               through, kwc RSS; auto: memory with every cache running vs
+               all stopped by --cache-idle-timeout, and the resumed lists.
+               bench/results/controller-manager.md. ~4 minutes; --small
+               (15 s replays) ~1.
 """
 import argparse
 import datetime
@@ -2763,7 +2781,8 @@ plot %s
 FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, "idle_conns": 5000,
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
         "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000,
-        "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 20, "h2_get_seconds": 3, "h2_get_conns": "1,8,32"}
+        "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 20, "h2_get_seconds": 3, "h2_get_conns": "1,8,32",
+        "cm_duration": 60, "cm_pods": 3000}
 # --small: every scenario in well under a minute, to check the script itself.
 PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
 
@@ -3280,15 +3299,21 @@ unset multiplot
 SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conns": 500,
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
-         "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32"}
+         "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32",
+         "cm_duration": 15, "cm_pods": 300}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more,attack"
+    "http2,tls-cost,serve-more,attack,controller-manager"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
 
 
 def bench_attack(args):
     import attack
     attack.bench_attack(args, sys.modules[__name__])
+
+
+def bench_controller_manager(args):
+    import cm
+    cm.bench_controller_manager(args, sys.modules[__name__])
 
 
 def main():
@@ -3342,13 +3367,20 @@ def main():
                     help="attack: the name of this run's section in bench/results/attack.md (e.g. before, after)")
     ap.add_argument("--attack-save", action="store_true",
                     help="attack: save to bench/results/attack.md even at --small or other sizes")
+    ap.add_argument("--cm-duration", type=int, default=FULL["cm_duration"],
+                    help="controller-manager: seconds of the replay per variant")
+    ap.add_argument("--cm-pods", type=int, default=FULL["cm_pods"], help="controller-manager: pods in apisim")
+    ap.add_argument("--cm-label", default="",
+                    help="controller-manager: the name of this run's section in bench/results/controller-manager.md")
+    ap.add_argument("--cm-all-metadata", action="store_true",
+                    help="controller-manager: every informer metadata-only (not what KCM 1.24 does; nothing saved)")
     args = ap.parse_args()
     if args.baseline_commit is None:
         args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
-    SAVE = all(getattr(args, k) == v for k, v in FULL.items()) and not args.tls_shim
+    SAVE = all(getattr(args, k) == v for k, v in FULL.items()) and not args.tls_shim and not args.cm_all_metadata
     NOTE = "'after, TLS' is the plaintext kwc behind bench/tlsshim.py: validation only" if args.tls_shim else \
         "sizes below the full run"
     args.kwc = os.path.abspath(args.kwc)
