@@ -220,48 +220,14 @@ load_upstream(const struct kwc_config *cfg, struct kcfg **k, char *err, size_t e
                            getenv("KUBERNETES_SERVICE_PORT"), k, err, errlen);
 }
 
-/* Entries of a comma-separated flag value, spaces around them dropped (new
- * array of new strings, NULL-terminated). */
-static char **
-split_list(const char *list, size_t *n)
-{
-    char *copy = xstrdup(list), *save = NULL;
-    char **out = xcalloc(1, sizeof(*out));
-    *n = 0;
-    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ')
-            t++;
-        size_t l = strlen(t);
-        while (l > 0 && t[l - 1] == ' ')
-            t[--l] = '\0';
-        if (!*t)
-            continue;
-        out = xrealloc(out, (*n + 2) * sizeof(*out));
-        out[(*n)++] = xstrdup(t);
-        out[*n] = NULL;
-    }
-    free(copy);
-    return out;
-}
-
-static void
-free_list(char **l)
-{
-    for (size_t i = 0; l && l[i]; i++)
-        free(l[i]);
-    free(l);
-}
-
 /* How many caches the store opens at most: all it can (auto), or two per
- * --resources entry (JSON and protobuf). */
+ * --resources entry (JSON and protobuf: cache_conns counts them). */
 static unsigned
 max_caches(const struct kwc_config *cfg)
 {
     if (cfg->auto_resources) /* every resource ever cached keeps its slot (catalog.h) */
         return STORE_MAX_RESOURCES;
-    size_t n;
-    free_list(split_list(cfg->resources, &n));
-    n *= 2;
+    size_t n = cfg->cache_conns;
     if (n < 32)
         n = 32;
     return n > STORE_MAX_RESOURCES ? STORE_MAX_RESOURCES : (unsigned)n;
