@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 
-from cluster import Env, EnvTestCase, http_request, kwc_proc, only_in_plaintext_run, wait_for  # noqa: E402
+from cluster import Env, EnvTestCase, connect, http_request, kwc_proc, only_in_plaintext_run, wait_for  # noqa: E402
 from scrape import scrape, total, value  # noqa: E402
 
 
@@ -42,8 +42,7 @@ class WatchLines:
     """A JSON watch over HTTP/1.1 (chunked), read event by event."""
 
     def __init__(self, port, path):
-        import socket
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.s = connect(port, timeout=30)  # TLS in the TLS run
         self.s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % path).encode())
         self.buf = b""
         while b"\r\n\r\n" not in self.buf:
