@@ -49,8 +49,8 @@
       "sync before it passes through to the upstream (0: never waits)")                            \
     X("cache-idle-timeout", cache_idle_timeout, DUR, "10m", "DURATION",                            \
       "auto: a cache no request has read and nobody watches for this long stops its upstream "     \
-      "watch and frees its memory; its data stays on disk (see --cache-disk-budget) and it "       \
-      "resumes from its resourceVersion at the next request (0: never stops)")                     \
+      "watch (and its upstream connection); its data stays on disk (see --cache-disk-budget) and " \
+      "it resumes from its resourceVersion at the next request (0: never stops)")                  \
     X("cache-disk-budget", cache_disk_budget, QTY, "2Gi", "SIZE",                                  \
       "auto: on-disk bytes the data of stopped caches may keep; past it the least recently used "  \
       "stopped cache's data is dropped (it lists again when used)")                                \
