@@ -456,11 +456,16 @@ wait_for_cache(struct front *f, struct kreq *k)
     enum kwc_enc enc;
     if (!admit_wants(&q, &enc) || f->start_wait_ms <= 0)
         return false;
+    /* a list or get with no resourceVersion (a quorum read: the
+     * upstream's) starts the cache its watch will want, without waiting */
+    bool quorum = r->verb != ROUTE_WATCH && !r->q.resource_version && !r->q.continue_token;
     int i = -1;
     if (!catalog_discovering(f->cat)) {
         i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
-        if (i < 0 || !catalog_warming(f->cat, (size_t)i))
+        if (i < 0 || quorum || !catalog_warming(f->cat, (size_t)i))
             return false;
+    } else if (quorum) {
+        return false;
     }
     uint64_t now = mono_ms();
     if (!k->wait_until_ms)

@@ -523,5 +523,54 @@ class WhoStartsCaches(unittest.TestCase):
                          "alice's list was answered from the cache it started")
 
 
+class RealClients(unittest.TestCase):
+    """Real clients in auto mode: the npm @kubernetes/client-node informer
+    (its list has no resourceVersion: a quorum read, the upstream's; it
+    starts the cache its watch then gets) and Debian's python3-kubernetes
+    watch with resumes: every watch is the cache's."""
+
+    def test_informer_and_python_watch(self):
+        import tempfile
+        from cluster import PYTHON, Reader, kubeconfig, tls_client, url
+        clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
+        with Env(apisim_args=["--pods", "40", "--namespaces", "2", "--history", "100000",
+                              "--bookmark-interval", "0.5"], auto=True,
+                 kwc_args=["--protobuf-resources", "none", "--bookmark-interval", "1"]) as env:
+            port = env.kwc.port
+            watches = lambda: env.stats()["requests"].get("watch pods", 0)
+            before = watches()
+            readers = []
+            try:
+                d = tempfile.mkdtemp(prefix="kwc-ondemand-")
+                inf = Reader(["node", os.path.join(clients, "informer.mjs"), kubeconfig(port, d),
+                              "ns-0/sentinel"])
+                readers.append(inf)
+                wait_for(lambda: any(line.startswith("synced") for line in inf.lines), 120, "the informer synced")
+                t = tls_client(port)
+                py = Reader([PYTHON, os.path.join(clients, "py_watch.py"), "--server", url(port)] +
+                            (["--ca", t.ca, "--cert", t.cert, "--key", t.key] if t else []) +
+                            ["--rv", str(env.stats()["rv"]), "--until", "ns-0/sentinel"])
+                readers.append(py)
+                env.sim("POST", "/apisim/churn", {"rate": 100, "resources": ["pods"],
+                                                  "mix": {"update": 0.8, "create": 0.1, "delete": 0.1}})
+                start = env.stats()["events"]
+                wait_for(lambda: env.stats()["events"] >= start + 200, 30, "200 churn events")
+                env.sim("POST", "/apisim/churn", {"rate": 0})
+                env.sim("POST", "/apisim/write", {"verb": "create", "namespace": "ns-0", "name": "sentinel"})
+                self.assertEqual(inf.wait(60), 0, inf.stderr())
+                self.assertEqual(py.wait(60), 0, py.stderr())
+                out = json.loads(inf.lines[-1])
+                st = env.sim("GET", "/apisim/state?resource=pods")
+                self.assertEqual(out["cache"], {i["key"]: str(i["rv"]) for i in st["items"]},
+                                 "the informer ends with the upstream's state")
+                self.assertGreater(len(py.lines), 200, "the python watch saw the churn, then the sentinel")
+            finally:
+                for r in readers:
+                    r.stop()
+            self.assertEqual(watches() - before, 1, "the only pods watch upstream is kwc's own cache's")
+            self.assertGreaterEqual(served_from(port, "WATCH", "pods", "cache"), 2)
+            self.assertEqual(served_from(port, "WATCH", "pods", "upstream"), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
