@@ -97,7 +97,7 @@ deps-bench:
 # steps only fetch Debian packages, and a rootful podman then needs no CNI
 # bridge or iptables.
 # IMAGE_BUILD_ARGS: more build flags (--build-arg DEBIAN_IMAGE=..., --ulimit ...).
-KWC_VERSION := $(shell sed -n 's/^\#define KWC_VERSION "\(.*\)"/\1/p' proxy/main.c)
+KWC_VERSION := $(shell sed -n 's/^\#define KWC_VERSION "\(.*\)"/\1/p' include/kwc/version.h)
 CONTAINER ?= podman
 IMAGE ?= kwc:$(KWC_VERSION)
 IMAGE_BUILD_ARGS ?=
@@ -130,6 +130,16 @@ $(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: cache/%.proto
 	$(call say,PROTOC,$<)$(PROTOC_C) --proto_path=cache --c_out=$(dir $@) $<
 # Generated code: the same warnings, but never fatal (a newer protoc-c's
 # output is not ours to fix).
+# The commit a binary is built from, for kwc_build_info: rewritten only when
+# it changes, so a build does not go stale nor rebuild for nothing.
+KWC_COMMIT := $(or $(shell git rev-parse --short=12 HEAD 2>/dev/null),unknown)
+$(BUILD)/gen/kwc_build.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define KWC_GIT_COMMIT "%s"\n' '$(KWC_COMMIT)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/proxy/ops/collect.o: $(BUILD)/gen/kwc_build.h
+FORCE:
+
 $(GEN_OBJ): $(GEN_C)
 	$(call say,CC,$<)$(CC) $(ALL_CFLAGS) -Wno-error -c -o $@ $<
 $(BUILD)/cache/pb.o: $(GEN_H)

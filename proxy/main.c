@@ -47,8 +47,8 @@
 #include "kwc/reflector.h"
 #include "kwc/store.h"
 #include "kwc/upstream.h"
+#include "kwc/version.h"
 
-#define KWC_VERSION "0.1.0"
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 #define DRAIN_CHECK_MS 20 /* how often a drain looks whether it is over */

@@ -149,6 +149,8 @@ void http_server_free(struct http_server *s);
 void http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen);
 /* The port bound for the i-th address (useful with port 0). */
 int http_server_port(const struct http_server *s, size_t i);
+/* The TLS library kwc runs with ("OpenSSL 3.0.x ..."), for kwc_build_info. */
+const char *http_tls_library(void);
 /*
  * Does the kernel take the "tls" TCP ULP? Tried on a loopback TCP
  * connection of its own (127.0.0.1, else ::1), closed before returning: 0

@@ -321,3 +321,9 @@ hreq_tls(const struct hreq *r)
 {
     return r->c->ssl != NULL;
 }
+
+const char *
+http_tls_library(void)
+{
+    return OpenSSL_version(OPENSSL_VERSION);
+}

@@ -45,6 +45,7 @@ FILE_EXCEPTIONS = {
 # Headers with no .c of the same name.
 ROOM_OF_HEADER = {
     "enc": "cache",
+    "version": "cache",
 }
 
 # Includes cache/ may never use (I/O, the clock).

@@ -594,6 +594,7 @@ static const struct want caches[] = {
     {"kwc_http2_goaways_total", "counter", ""},
     {"kwc_tls_certificate_reloads_total", "counter", ""},
     {"kwc_tls_connections_total", "counter", "records"},
+    {"kwc_build_info", "gauge", "version,git_commit,tls_library,compiler,platform"},
     {"process_cpu_seconds_total", "counter", ""},
     {"process_resident_memory_bytes", "gauge", ""},
     {"process_open_fds", "gauge", ""},
