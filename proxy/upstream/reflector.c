@@ -258,6 +258,10 @@ refl_retry(struct refl *r, const char *why)
     r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
     int delay = refl_backoff(&r->backoff_ms, r->ing->clock.rand(r->ing->clock.arg));
     r->ctr.retry_ms = (uint64_t)delay;
+    uint64_t now = refl_now_ms(r);
+    if (r->fails++ == 0)
+        r->fail_since_ms = now;
+    r->next_try_ms = now + (uint64_t)delay;
     log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     step(r, delay);
@@ -305,8 +309,16 @@ refl_set_in(struct refl *r, enum refl_out out)
 
 /* The upstream answered: the cache is not stale (and a stale one is back). */
 void
+refl_recovered(struct refl *r)
+{
+    r->backoff_ms = 0;
+    r->fails = 0;
+}
+
+void
 refl_heard(struct refl *r)
 {
+    r->heard_ever = true;
     r->last_heard_ms = refl_now_ms(r);
     if (r->out == OUT_STALE)
         refl_set_in(r, OUT_STALE);
@@ -546,8 +558,8 @@ on_watch_data(void *arg, const char *data, size_t n)
     const char *line;
     size_t ll;
     int rc;
-    if (r->backoff_ms && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
-        r->backoff_ms = 0; /* healthy: the next drop retries at once */
+    if ((r->backoff_ms || r->fails) && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
+        refl_recovered(r); /* healthy: the next drop retries at once */
     while ((rc = next_event(r, &data, &n, &line, &ll)) == 1) {
         struct wevent ev;
         char err[256] = "";
@@ -640,7 +652,7 @@ on_watch_done(void *arg, int err, const char *msg)
         return;
     }
     if (r->status == 200 && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
-        r->backoff_ms = 0; /* it was healthy: this drop is news, not the outage going on */
+        refl_recovered(r); /* it was healthy: this drop is news, not the outage going on */
     if (err || r->status != 200) {
         char why[512], st[384], what[300];
         snprintf(what, sizeof(what), "WATCH %s", r->d.path);
@@ -861,6 +873,8 @@ refl_start(struct refl *r)
         return;
     r->started = true;
     r->failed = false;
+    r->fails = 0;
+    r->heard_ever = false;
     /* A warm cache from the same upstream is served at once, even while the
      * upstream is unreachable; discovery then resumes the watch. */
     struct store_rtxn *t;
@@ -1002,14 +1016,32 @@ void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching"};
-    snprintf(buf, len,
-             "%s%s: %s, %s, rv %llu, %llu events in, last upstream event or bookmark %.0f s ago",
+    uint64_t now = refl_now_ms(r);
+    char state[768], heard[96];
+    if (r->refused)
+        snprintf(state, sizeof(state), "not served in protobuf");
+    else if (r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL))
+        /* between attempts: say so, and why, not the step it will retry */
+        snprintf(state, sizeof(state),
+                 "backing off for %.0f s (%u failed attempt%s; next in %.1f s; last error: %s)",
+                 refl_secs_since(r, r->fail_since_ms), r->fails, r->fails == 1 ? "" : "s",
+                 r->next_try_ms > now ? (double)(r->next_try_ms - now) / 1000.0 : 0.0,
+                 r->last_err[0] ? r->last_err : "unknown");
+    else if (r->state == R_WATCH && !(r->x && r->status == 200))
+        snprintf(state, sizeof(state), "starting its watch");
+    else
+        snprintf(state, sizeof(state), "%s", states[r->state]);
+    if (r->heard_ever)
+        snprintf(heard, sizeof(heard), "last upstream event or bookmark %.0f s ago",
+                 refl_secs_since(r, r->last_heard_ms));
+    else
+        snprintf(heard, sizeof(heard), "nothing heard from the upstream yet");
+    snprintf(buf, len, "%s%s: %s, %s, rv %llu, %llu events in, %s",
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
              !r->started ? "not started"
              : r->synced ? "synced"
                          : "not synced",
-             r->refused ? "not served in protobuf" : states[r->state], (unsigned long long)r->rv,
-             (unsigned long long)r->events_in, refl_secs_since(r, r->last_heard_ms));
+             state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
 }
 
 const char *

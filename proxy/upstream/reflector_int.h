@@ -75,8 +75,13 @@ struct refl {
     enum refl_out out;
     char out_why[512];
     uint64_t last_heard_ms; /* the last upstream event or bookmark, or list end */
-    uint64_t free_at_fail;  /* free bytes on the data dir when a write failed */
-    char last_err[512];     /* why the last attempt failed, for /readyz */
+    bool heard_ever;        /* ...since refl_start: once, last_heard_ms means something */
+    /* failed attempts in a row (reset when an attempt succeeds: a list
+     * completes, a watch stays healthy), since when, the next try */
+    unsigned fails;
+    uint64_t fail_since_ms, next_try_ms;
+    uint64_t free_at_fail; /* free bytes on the data dir when a write failed */
+    char last_err[512];    /* why the last attempt failed, for /readyz */
     struct event *tick;
     struct refl_counters ctr; /* for /metrics (refl_counters) */
 };
@@ -117,6 +122,9 @@ int refl_on_xfer_headers(void *arg, int status, const struct up_header *h, size_
 int refl_on_body_data(void *arg, const char *p, size_t n);
 /* The upstream answered: not stale. */
 void refl_heard(struct refl *r);
+/* An attempt succeeded (a list completed, a watch stayed healthy): the
+ * backoff and the run of failures start over. */
+void refl_recovered(struct refl *r);
 /* Back in service if what kept it out was out. */
 void refl_set_in(struct refl *r, enum refl_out out);
 /* WATCH from r->rv. */

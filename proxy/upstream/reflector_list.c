@@ -389,7 +389,7 @@ on_list_done(void *arg, int err, const char *msg)
     r->rv = r->list_rv;
     r->synced = r->ever_synced = true;
     r->diff = false;
-    r->backoff_ms = 0;
+    refl_recovered(r);
     refl_heard(r);
     refl_set_in(r, OUT_DAMAGED); /* rebuilt */
     refl_ingest_notify_commit(r->ing);

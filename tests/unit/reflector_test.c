@@ -816,6 +816,15 @@ test_list_errors_back_off(void)
     ok(!refl_synced(e.r), "not synced");
     ok(strstr(refl_last_error(e.r) ? refl_last_error(e.r) : "", "answered 503") != NULL,
        "refl_last_error says the LIST answered 503");
+    /* /readyz's line tells the truth between attempts (issue 31) */
+    char st[768];
+    refl_status(e.r, st, sizeof(st));
+    ok(strstr(st, "not synced, backing off for 0 s (1 failed attempt; next in 0.2 s; last "
+                  "error: LIST /api/v1/pods answered 503)") != NULL,
+       "backing off: since when, how many, the next try, the last error");
+    ok(strstr(st, "nothing heard from the upstream yet") != NULL,
+       "no age of an event that never came");
+    ok(strstr(st, "listing") == NULL, "not the step it will retry");
     RUN_UNTIL(&e, ctr(&e).errors[1] >= 2);
     c = ctr(&e);
     is_int(c.retry_ms, 500, "the second failure waits twice as long");
@@ -824,6 +833,10 @@ test_list_errors_back_off(void)
     RUN_UNTIL(&e, e.f.nwatch >= 1 && e.f.watch);
     ok(refl_synced(e.r), "synced once the upstream answers");
     is_int(ctr(&e).backoff_ms, 0, "a completed list starts the backoff over");
+    refl_status(e.r, st, sizeof(st));
+    ok(strstr(st, "synced, ") && !strstr(st, "backing off") &&
+           strstr(st, "last upstream event or bookmark 0 s ago"),
+       "recovered: no backing off, and the last word from the upstream");
     env_fini(&e);
 }
 
