@@ -999,6 +999,30 @@ end_all(struct hres *hr, enum hub_end why)
         end(hr->by_node->head, why);
 }
 
+/* End every watcher of a resource with a 410 Expired ERROR event, as kube
+ * ends a watch whose rv is too old (its client relists): the upstream's
+ * timeline changed, so no rv a watcher holds means anything any more. The
+ * message starts as kube's, since some clients read it. */
+static void
+end_all_expired(struct hres *hr)
+{
+    struct hub_watcher *w;
+    while ((w = hr->rest ? hr->rest
+                : hr->waiting ? hr->waiting
+                : hr->by_ns   ? hr->by_ns->head
+                : hr->by_node ? hr->by_node->head
+                              : NULL)) {
+        char *msg = xasprintf("too old resource version: %llu (the upstream was restored or "
+                              "replaced: its resourceVersions went back; relist)",
+                              (unsigned long long)w->last_rv);
+        char *st = status_failure_json(410, "Expired", msg, NULL);
+        put_take(w, error_event(hr->r, w->form, st));
+        free(st);
+        free(msg);
+        end(w, HUB_END_UPSTREAM);
+    }
+}
+
 /* ---- the window of recent batches ---- */
 
 static struct hub_batch *
@@ -1081,9 +1105,14 @@ hub_apply(struct hub *h, struct hub_batch *b)
     if (b->gap) {
         /* the history no longer reaches where this hub is: nobody can be
          * told what happened in between */
+        if (b->expired)
+            end_all_expired(hr);
         end_all(hr, HUB_END_RESET);
-        if (b->rv > hr->rv)
-            hr->rv = b->rv;
+        /* the writer posts rvs in order, so a gap below this hub's rv is
+         * the resource starting over (a rebuilt cache): follow it down */
+        hr->rv = b->rv;
+        if (hr->last_ev_rv > b->rv)
+            hr->last_ev_rv = 0;
         win_reset(hr, hr->rv);
         return;
     }
@@ -1131,6 +1160,15 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
           uint64_t seed)
 {
     struct hres *hr = hres_of(h, r);
+    if (posted_rv < hr->rv) {
+        /* the writer's rv only goes down when the resource starts over
+         * (a rebuilt cache), and this hub, with no watchers of it, missed
+         * the gap that said so */
+        end_all(hr, HUB_END_RESET);
+        hr->rv = posted_rv;
+        hr->last_ev_rv = 0;
+        win_reset(hr, posted_rv);
+    }
     advance(hr, posted_rv);
     struct hub_watcher *w = xcalloc(1, sizeof(*w));
     w->h = h;

@@ -104,6 +104,7 @@ struct store_res {
 struct store {
     MDB_env *env;
     MDB_dbi meta;
+    MDB_dbi cluster; /* "id" -> u32 crc | the upstream cluster's identity */
     struct store_options o;
     struct store_res *res[STORE_MAX_RES];
     unsigned nres;
@@ -177,7 +178,8 @@ store_open(const char *dir, const struct store_options *o, struct store **out)
     if (rc)
         goto fail;
     mdb_env_set_mapsize(s->env, (size_t)o->map_size);
-    mdb_env_set_maxdbs(s->env, 3 * (o->max_resources ? o->max_resources : 32) + 1);
+    /* per resource obj, hist, field; then meta and cluster */
+    mdb_env_set_maxdbs(s->env, 3 * (o->max_resources ? o->max_resources : 32) + 2);
     mdb_env_set_maxreaders(s->env, 1024);
     /* NOTLS: read txns belong to event loops, not threads (TRAPS.md).
      * NOSYNC unless durable: the cache can be rebuilt from the upstream, and
@@ -190,7 +192,8 @@ store_open(const char *dir, const struct store_options *o, struct store **out)
     MDB_txn *txn;
     if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)))
         goto fail;
-    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta))) {
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
+        (rc = mdb_dbi_open(txn, "cluster", MDB_CREATE, &s->cluster))) {
         mdb_txn_abort(txn);
         goto fail;
     }
@@ -1339,6 +1342,141 @@ store_res_clear(struct store *s, struct store_res *r)
         return mdb_err(rc);
     clear_damaged(r);
     return 0;
+}
+
+/* ---- the upstream cluster's identity ---- */
+
+#define CLUSTER_ID_MAX 256
+
+static int
+put_cluster_id(MDB_txn *txn, struct store *s, const char *id)
+{
+    size_t n = strlen(id);
+    if (n >= CLUSTER_ID_MAX)
+        return KWC_ETOOBIG;
+    char v[4 + CLUSTER_ID_MAX];
+    uint32_t crc = crc32c(0, id, n);
+    memcpy(v, &crc, 4);
+    memcpy(v + 4, id, n);
+    MDB_val k = {2, (void *)(uintptr_t) "id"}, val = {4 + n, v};
+    return mdb_err(mdb_put(txn, s->cluster, &k, &val, 0));
+}
+
+int
+store_cluster_id(struct store *s, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return mdb_err(rc);
+    MDB_val k = {2, (void *)(uintptr_t) "id"}, v;
+    rc = mdb_get(txn, s->cluster, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        rc = 0;
+    } else if (rc) {
+        rc = mdb_err(rc);
+    } else {
+        uint32_t crc;
+        size_t n = v.mv_size - 4;
+        if (v.mv_size < 4 || n >= CLUSTER_ID_MAX || n >= len)
+            rc = KWC_ECORRUPT;
+        else if (memcpy(&crc, v.mv_data, 4), crc != crc32c(0, (const char *)v.mv_data + 4, n))
+            rc = KWC_ECORRUPT;
+        else {
+            memcpy(buf, (const char *)v.mv_data + 4, n);
+            buf[n] = '\0';
+        }
+    }
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int
+store_set_cluster_id(struct store *s, const char *id)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc)
+        return mdb_err(rc);
+    if ((rc = put_cluster_id(txn, s, id))) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    return mdb_err(mdb_txn_commit(txn));
+}
+
+/* Is dbi one of an open resource's databases? */
+static bool
+dbi_open_res(const struct store *s, MDB_dbi dbi)
+{
+    for (unsigned i = 0; i < s->nres; i++) {
+        const struct store_res *r = s->res[i];
+        if (dbi == r->objs || dbi == r->hist || (r->ifield >= 0 && dbi == r->fidx))
+            return true;
+    }
+    return false;
+}
+
+int
+store_rebase(struct store *s, const char *id)
+{
+    static const char *const pfx[] = {"obj:", "hist:", "field:"};
+    char **names = NULL;
+    size_t n = 0;
+    MDB_txn *txn;
+    MDB_cursor *c;
+    MDB_dbi main_dbi;
+    MDB_val k, v;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc)
+        return mdb_err(rc);
+    /* every resource's databases, opened in this run or not: the names
+     * first, since dropping one changes the main database */
+    if ((rc = mdb_dbi_open(txn, NULL, 0, &main_dbi)) || (rc = mdb_cursor_open(txn, main_dbi, &c)))
+        goto abort;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        for (size_t i = 0; i < KWC_ARRAY_LEN(pfx); i++) {
+            size_t pl = strlen(pfx[i]);
+            if (k.mv_size > pl && k.mv_size < 256 && memcmp(k.mv_data, pfx[i], pl) == 0) {
+                names = xrealloc(names, (n + 1) * sizeof(*names));
+                names[n++] = xstrndup(k.mv_data, k.mv_size);
+            }
+        }
+    }
+    mdb_cursor_close(c);
+    if (rc != MDB_NOTFOUND)
+        goto abort;
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        MDB_dbi dbi;
+        if ((rc = mdb_dbi_open(txn, names[i], 0, &dbi)))
+            break;
+        /* an open resource keeps its handles (emptied); any other is
+         * deleted, so that its handle slot is free again */
+        rc = mdb_drop(txn, dbi, dbi_open_res(s, dbi) ? 0 : 1);
+    }
+    if (rc == 0)
+        rc = mdb_drop(txn, s->meta, 0);
+    if (rc)
+        goto abort;
+    if ((rc = put_cluster_id(txn, s, id))) {
+        mdb_txn_abort(txn);
+        goto out;
+    }
+    if ((rc = mdb_err(mdb_txn_commit(txn))) == 0)
+        for (unsigned i = 0; i < s->nres; i++)
+            clear_damaged(s->res[i]);
+    goto out;
+abort:
+    mdb_txn_abort(txn);
+    rc = mdb_err(rc);
+out:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
 }
 
 int

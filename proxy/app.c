@@ -232,6 +232,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     http_server_on_done(a->http, on_request_done, a);
     struct collect_sources cs = {.set = set,
                                  .cat = d->cat,
+                                 .ing = d->ing,
                                  .st = d->st,
                                  .watch = a->watch,
                                  .up = d->up,

@@ -413,6 +413,7 @@ main(int argc, char **argv)
                                   : " (REMOTE!)");
 
     disco_start(disco);
+    refl_ingest_check_identity(ing, up); /* before any watch resumes from a stored rv */
     catalog_start(cat);
     struct stopper sp = {.base = base, .app = app, .drain_s = cfg.shutdown_drain};
     sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);

@@ -29,6 +29,7 @@ struct discovery;
 struct collect_sources {
     const struct refl_set *set; /* the caches (it may grow) */
     struct catalog *cat;        /* NULL: no catalog counters */
+    struct refl_ingest *ing;    /* the caches' writer (upstream resets); NULL: none */
     struct store *st;
     struct watch_pool *watch;
     struct up_client *up;

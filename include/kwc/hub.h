@@ -149,6 +149,11 @@ struct hub_batch {
     const struct hub_res *res;
     uint64_t from_rv, rv; /* events with from_rv < rv' <= rv; rv: the cache's rv after it */
     bool gap;             /* the history no longer held (from_rv, rv]: end every watcher */
+    /* with gap: the upstream's timeline changed (a restored or replaced
+     * cluster): each watcher gets an ERROR event with a 410 Expired Status
+     * first, so that its client relists, as after a too old rv; rv may then
+     * be below the hub's (the cache starts over) */
+    bool expired;
     size_t n;
     struct hub_event **ev;
     size_t bytes; /* the events' shared bytes (the window's measure) */
@@ -172,6 +177,7 @@ void hub_batch_unref(struct hub_batch *b);
     X(HUB_END_ERROR_EVENT, "error_event") /* an ERROR event was the last thing written */          \
     X(HUB_END_EXPIRED, "expired")         /* fell below the history floor while lagging */         \
     X(HUB_END_RESET, "reset")             /* the resource's history was reset */                   \
+    X(HUB_END_UPSTREAM, "upstream_reset") /* a 410: the upstream's timeline changed */             \
     X(HUB_END_STORE, "store_error")       /* reading the store failed */                           \
     X(HUB_END_SHUTDOWN, "shutdown")
 

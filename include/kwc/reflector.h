@@ -107,6 +107,41 @@ void refl_ingest_subscribe(struct refl_ingest *ing, void (*on_commit)(void *arg)
 /* Remove every subscription made with arg: no callback reaches arg after. */
 void refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg);
 
+/*
+ * The upstream's timeline (DESIGN.md "Trust in the upstream's timeline").
+ *
+ * refl_ingest_check_identity: check now, and again after every reconnect
+ * (an attempt that got no answer or a 5xx), the upstream cluster's identity
+ * (the kube-system namespace's uid, GET /api/v1/namespaces/kube-system)
+ * against the one recorded in the store: none recorded, it is recorded;
+ * another, every cache is reset (its watchers get a 410, its data and
+ * history are dropped, those of caches not running too, and it lists
+ * afresh). A watch resuming from a cache's rv waits for the answer. Not
+ * allowed to read it (403) or no such namespace: said once, and only the
+ * rv checks guard the cache. up borrowed, outlives ing.
+ */
+void refl_ingest_check_identity(struct refl_ingest *ing, struct up_client *up);
+/* Caches reset because the upstream's rv went back (each cache counts),
+ * and identity changes (each resets every cache, counted once). */
+struct refl_resets {
+    uint64_t rv_backwards, identity;
+};
+void refl_ingest_resets(const struct refl_ingest *ing, struct refl_resets *out);
+/* The cache is rebuilding after a reset, from the moment the upstream's
+ * change was seen until its fresh list completes: not serving, and its
+ * watchers end with a 410 (watch_service_changed). */
+bool refl_resetting(const struct refl *r);
+
+/* Pure decisions. refl_rv_went_back: an rv seen from the upstream (a list,
+ * an event, a bookmark) below what the cache holds (held 0: nothing held).
+ * refl_id_decide: the recorded identity ("" none) against the upstream's.
+ * refl_id_parse: metadata.uid of a Namespace (JSON) into uid (uidlen bytes,
+ * NUL-ended): 0, or KWC_EPARSE (no uid, too long, not JSON). */
+bool refl_rv_went_back(uint64_t held, uint64_t seen);
+enum refl_id_verdict { REFL_ID_RECORD, REFL_ID_SAME, REFL_ID_CHANGED };
+enum refl_id_verdict refl_id_decide(const char *recorded, const char *seen);
+int refl_id_parse(const char *body, size_t len, char *uid, size_t uidlen);
+
 /* Call cb when the first discovery of a cache since kwc started finds that
  * the upstream has no such resource (or group version): a typo in
  * --resources. Without cb, or on later discoveries, it is retried with

@@ -165,6 +165,21 @@ uint64_t store_res_disk_bytes(struct store *s, struct store_res *r);
  * and empty, as if new. Returns 0, -errno or KWC_E*. */
 int store_res_clear(struct store *s, struct store_res *r);
 
+/*
+ * The upstream cluster's identity recorded with the data (the kube-system
+ * namespace's uid: DESIGN.md "Trust in the upstream's timeline"), at most
+ * 255 bytes. store_cluster_id copies it into buf ("" when none is recorded);
+ * 0, KWC_ECORRUPT (its checksum) or an error. store_set_cluster_id records
+ * it. store_rebase drops every resource's data (objects, history, index,
+ * meta: those opened with store_res stay open and empty, as if new; any
+ * other is deleted) and records id, in one transaction: the data dir then
+ * belongs to that cluster and holds nothing of another. Not while a write
+ * transaction is open on this thread.
+ */
+int store_cluster_id(struct store *s, char *buf, size_t len);
+int store_set_cluster_id(struct store *s, const char *id);
+int store_rebase(struct store *s, const char *id);
+
 /* ---- writing: one transaction per loop turn ---- */
 /* now: seconds, stamped on the events written and used to trim by age. */
 int store_wtxn_begin(struct store *s, uint64_t now, struct store_wtxn **out);

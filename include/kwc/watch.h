@@ -97,7 +97,9 @@ enum watch_took watch_take(struct watch_pool *p, struct hreq *req, const struct 
 void watch_committed(void *p);
 /* The cache of r left service (serving false; a refl_ingest_subscribe
  * subscriber, p the pool): end its streams cleanly, so their clients resume
- * from the upstream while it is out. Back in service: nothing to do. */
+ * from the upstream while it is out; when it left because the upstream's
+ * timeline changed (refl_resetting), with a 410 Expired ERROR event first,
+ * so that they relist. Back in service: nothing to do. */
 void watch_service_changed(void *p, const struct refl *r, bool serving);
 
 struct watch_stats {

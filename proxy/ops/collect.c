@@ -652,6 +652,26 @@ collect_catalog(const struct collect_sources *s, struct metrics_writer *w)
     }
 }
 
+/* The upstream's timeline: caches reset because its rv went back, and
+ * identity changes (each resets every cache). */
+static void
+collect_resets(const struct collect_sources *s, struct metrics_writer *w)
+{
+    if (!s->ing)
+        return;
+    struct refl_resets rs;
+    refl_ingest_resets(s->ing, &rs);
+    static const char *const label[] = {"reason"};
+    static const char *const rv[] = {"rv_backwards"}, *const id[] = {"identity"};
+    metrics_write_family(w, "kwc_upstream_reset_total",
+                         "Caches dropped and rebuilt because the upstream's resourceVersion went "
+                         "back (each cache counts), and changes of the upstream cluster's "
+                         "identity (each drops every cache).",
+                         METRICS_COUNTER);
+    metrics_write_sample(w, "kwc_upstream_reset_total", label, rv, 1, (double)rs.rv_backwards);
+    metrics_write_sample(w, "kwc_upstream_reset_total", label, id, 1, (double)rs.identity);
+}
+
 /* ---- discovery: the copy and the requests it answers ---- */
 
 static void
@@ -762,6 +782,7 @@ collect(void *arg, struct metrics_writer *w)
     collect_build(w);
     collect_caches(s, w);
     collect_catalog(s, w);
+    collect_resets(s, w);
     collect_watch(s, w);
     collect_upstream(s, w);
     collect_http(s, w);

@@ -767,11 +767,14 @@ watch_service_changed(void *arg, const struct refl *r, bool serving)
         struct pres *pr = &p->res[i];
         if (pr->rf != r || !pr->hr)
             continue;
-        /* a gap batch at the rv already posted: every watcher ends (clean) */
+        /* a gap batch at the rv already posted: every watcher ends (clean;
+         * with a 410 when the upstream's timeline changed, so that its
+         * client relists instead of resuming from an rv of the old one) */
         struct hub_batch *b;
         if (hub_batch_build(p->st, pr->hr, pr->posted_rv, pr->posted_rv, false, &b) != 0)
             return;
         b->gap = true;
+        b->expired = refl_resetting(r);
         post_batch(p, pr, b);
     }
 }

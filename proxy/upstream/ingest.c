@@ -9,6 +9,7 @@
  * unless the options bring others). Loop thread only.
  */
 #include "ingest.h"
+#include "reflector_int.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -216,14 +217,52 @@ refl_ingest_on_retry(struct refl_ingest *ing,
 }
 
 void
+refl_ingest_add(struct refl_ingest *ing, struct refl *r)
+{
+    ing->all = xrealloc(ing->all, (ing->nall + 1) * sizeof(*ing->all));
+    ing->all[ing->nall++] = r;
+}
+
+void
+refl_ingest_remove(struct refl_ingest *ing, struct refl *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ing->nall; i++)
+        if (ing->all[i] != r)
+            ing->all[n++] = ing->all[i];
+    ing->nall = n;
+    refl_ingest_drop(ing, r);
+}
+
+void
+refl_ingest_drop(struct refl_ingest *ing, struct refl *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ing->n; i++) {
+        struct pend *p = &ing->p[i];
+        if (p->r == r) {
+            ing->bytes -= p->obj_len + p->key_len + p->idx_len;
+            pend_free(p);
+        } else {
+            ing->p[n++] = *p;
+        }
+    }
+    ing->n = n;
+}
+
+void
 refl_ingest_free(struct refl_ingest *ing)
 {
     if (!ing)
         return;
+    refl_ingest_identity_fini(ing);
     refl_ingest_commit(ing);
+    for (size_t i = 0; i < ing->nall; i++)
+        ing->all[i]->ing = NULL; /* freed after it (main.c): they must not reach it */
     event_free(ing->commit_ev);
     free(ing->data_dir);
     free(ing->p);
     free(ing->subs);
+    free(ing->all);
     free(ing);
 }

@@ -21,6 +21,9 @@
 
 struct event;
 struct event_base;
+struct evbuffer;
+struct up_client;
+struct up_xfer;
 
 /* One pending write: an event, or a bookmark (rv only). Owns key, obj, idx. */
 struct pend {
@@ -55,7 +58,37 @@ struct refl_ingest {
     void *on_unknown_arg;
     void (*on_retry)(void *arg, const struct refl *r, int status);
     void *on_retry_arg;
+    /* every reflector of the loop (refl_new adds, refl_free removes) */
+    struct refl **all;
+    size_t nall;
+    struct refl_resets resets; /* kwc_upstream_reset_total */
+    /* the upstream's identity (cluster.c); id_up NULL: not checked */
+    struct up_client *id_up;
+    struct up_xfer *id_x;
+    struct evbuffer *id_body;
+    int id_status;
+    bool id_ok;       /* checked since the last reconnect: watches resume freely */
+    bool id_again;    /* a reconnect while a check was in flight: check again */
+    bool id_told;     /* "cannot read it" was logged (once per run) */
+    bool id_too_big;
 };
+
+/* Reflectors of the loop (refl_new, refl_free). */
+void refl_ingest_add(struct refl_ingest *ing, struct refl *r);
+void refl_ingest_remove(struct refl_ingest *ing, struct refl *r);
+/* Drop r's pending writes (a reset: they belong to a timeline gone). */
+void refl_ingest_drop(struct refl_ingest *ing, struct refl *r);
+
+/* ---- cluster.c: the upstream's identity ---- */
+
+/* A reflector's attempt failed for the upstream's sake (no answer, 5xx):
+ * once it is back, the identity is checked again before watches resume. */
+void refl_ingest_lost(struct refl_ingest *ing);
+/* Before r's watch resumes: true when r must wait for the identity (a
+ * check is started if none runs; r is unparked, or reset, when it ends). */
+bool refl_ingest_identity_wait(struct refl_ingest *ing);
+/* Free the identity check's transfer and buffer (refl_ingest_free). */
+void refl_ingest_identity_fini(struct refl_ingest *ing);
 
 /* A new pending write, zeroed, for the caller to fill (valid until the next
  * push or commit); the commit of this loop turn is scheduled. */

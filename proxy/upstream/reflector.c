@@ -177,7 +177,7 @@ refl_on_xfer_headers(void *arg, int status, const struct up_header *h, size_t n)
     struct refl *r = arg;
     r->status = status;
     r->wrong_type = false;
-    if (r->d.enc != KWC_ENC_PB || r->state == R_DISCOVER || status != 200)
+    if (r->d.enc != KWC_ENC_PB || r->state == R_DISCOVER || r->state == R_PROBE || status != 200)
         return 0;
     const char *ct = NULL;
     for (size_t i = 0; i < n && !ct; i++)
@@ -198,7 +198,7 @@ refl_on_body_data(void *arg, const char *p, size_t n)
 {
     struct refl *r = arg;
     if (evbuffer_get_length(r->body) + n >
-        (r->state == R_DISCOVER ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
+        (r->state == R_DISCOVER || r->state == R_PROBE ? DISCOVERY_MAX_BYTES : PAGE_MAX_BYTES)) {
         r->too_big = true;
         return 0; /* dropped; on_done reports it */
     }
@@ -212,7 +212,8 @@ refl_xfer_start(struct refl *r, const char *target, const struct up_xfer_cbs *cb
 {
     static const struct up_header json = {"Accept", "application/json"};
     static const struct up_header pb = {"Accept", PB_CONTENT_TYPE};
-    bool want_pb = r->d.enc == KWC_ENC_PB && r->state != R_DISCOVER;
+    /* discovery and the probe in JSON: neither stores objects */
+    bool want_pb = r->d.enc == KWC_ENC_PB && r->state != R_DISCOVER && r->state != R_PROBE;
     struct up_request req = {.method = "GET",
                              .target = target,
                              .headers = want_pb ? &pb : &json,
@@ -255,7 +256,11 @@ refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
 void
 refl_retry(struct refl *r, const char *why)
 {
-    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
+    r->ctr.errors[r->state == R_LIST                            ? 1
+                  : r->state == R_WATCH || r->state == R_PROBE ? 2
+                                                               : 0]++;
+    if (r->status == 0 || r->status >= 500)
+        refl_ingest_lost(r->ing); /* the upstream may come back as another cluster */
     int delay = refl_backoff(&r->backoff_ms, r->ing->clock.rand(r->ing->clock.arg));
     r->ctr.retry_ms = (uint64_t)delay;
     uint64_t now = refl_now_ms(r);
@@ -526,7 +531,7 @@ on_discovery_done(void *arg, int err, const char *msg)
         r->synced = r->ever_synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch", r->label,
                  (unsigned long long)info.objects, (unsigned long long)info.rv);
-        refl_watch_start(r);
+        refl_probe_start(r); /* the upstream's rv first: it may have gone back */
     } else {
         if (info.synced)
             log_warnx("cache %s: data dir was filled from \"%s\", not \"%s\": starting over",
@@ -547,6 +552,25 @@ next_event(struct refl *r, const char **data, size_t *n, const char **ev, size_t
     if (r->d.enc == KWC_ENC_PB)
         return pb_split_next(&r->pf, data, n, ev, len);
     return wframe_next(&r->wf, data, n, ev, len);
+}
+
+/* An event or bookmark at an rv below the cache's: the upstream went back,
+ * or misbehaves. The watch ends (nothing of it stored) and the probe before
+ * the next one decides (reflector_reset.c), after a backoff. */
+static bool
+went_back(struct refl *r, uint64_t rv, const char *what)
+{
+    if (!refl_rv_went_back(r->rv, rv))
+        return false;
+    char why[256];
+    snprintf(why, sizeof(why), "the upstream's watch sent %s at rv %llu, below the cache's %llu",
+             what, (unsigned long long)rv, (unsigned long long)r->rv);
+    up_xfer_cancel(r->x);
+    r->x = NULL;
+    refl_ingest_drop(r->ing, r); /* this watch's events are not to be trusted either */
+    r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
+    refl_retry(r, why);
+    return true;
 }
 
 static int
@@ -586,6 +610,11 @@ on_watch_data(void *arg, const char *data, size_t n)
             enum store_ev_type t = ev.type == WEVENT_ADDED      ? STORE_ADDED
                                    : ev.type == WEVENT_MODIFIED ? STORE_MODIFIED
                                                                 : STORE_DELETED;
+            if (went_back(r, d.rv, "an event")) {
+                refl_decoded_fini(&d);
+                wevent_fini(&ev);
+                return 0;
+            }
             push_event(r, t, &d);
             refl_decoded_fini(&d);
             r->events_in++;
@@ -593,6 +622,10 @@ on_watch_data(void *arg, const char *data, size_t n)
             break;
         }
         case WEVENT_BOOKMARK: {
+            if (went_back(r, ev.rv, "a bookmark")) {
+                wevent_fini(&ev);
+                return 0;
+            }
             struct pend *p = refl_ingest_push(r->ing);
             p->r = r;
             p->bookmark = true;
@@ -761,8 +794,9 @@ on_step(evutil_socket_t fd, short what, void *arg)
     case R_LIST:
         refl_list_start(r, r->diff);
         break;
-    case R_WATCH:
-        refl_watch_start(r);
+    case R_WATCH: /* a watch resumes from r->rv: the upstream's rv first */
+    case R_PROBE:
+        refl_probe_start(r);
         break;
     }
 }
@@ -772,6 +806,12 @@ step(struct refl *r, int delay_ms)
 {
     struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
     evtimer_add(r->timer, &tv);
+}
+
+void
+refl_step(struct refl *r, int delay_ms)
+{
+    step(r, delay_ms);
 }
 
 int
@@ -862,6 +902,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
     r->last_heard_ms = refl_now_ms(r);
     wframe_init(&r->wf, 0);
     pb_split_init(&r->pf, 0);
+    refl_ingest_add(ing, r);
     *out = r;
     return 0;
 }
@@ -930,6 +971,7 @@ refl_stop(struct refl *r)
     free(r->cont);
     r->cont = NULL;
     r->started = r->synced = r->refused = r->failed = false;
+    r->parked = r->resetting = false;
     r->state = R_IDLE;
     r->backoff_ms = 0;
     r->last_err[0] = '\0';
@@ -953,6 +995,8 @@ refl_free(struct refl *r)
         return;
     assert(r->magic == REFL_MAGIC);
     up_xfer_cancel(r->x);
+    if (r->ing && r->body) /* registered (refl_new got that far) */
+        refl_ingest_remove(r->ing, r);
     if (r->timer)
         event_free(r->timer);
     if (r->tick)
@@ -1015,7 +1059,8 @@ refl_desc(const struct refl *r)
 void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
-    static const char *const states[] = {"idle", "discovering", "listing", "watching"};
+    static const char *const states[] = {"idle", "discovering", "listing", "watching",
+                                         "checking the upstream's resourceVersion"};
     uint64_t now = refl_now_ms(r);
     char state[768], heard[96];
     if (r->refused)
@@ -1029,6 +1074,10 @@ refl_status(const struct refl *r, char *buf, size_t len)
                  r->last_err[0] ? r->last_err : "unknown");
     else if (r->state == R_WATCH && !(r->x && r->status == 200))
         snprintf(state, sizeof(state), "starting its watch");
+    else if (r->resetting)
+        snprintf(state, sizeof(state), "rebuilding (%s), %s", r->reset_why, states[r->state]);
+    else if (r->parked)
+        snprintf(state, sizeof(state), "waiting for the upstream's identity");
     else
         snprintf(state, sizeof(state), "%s", states[r->state]);
     if (r->heard_ever)

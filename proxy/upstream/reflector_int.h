@@ -24,7 +24,9 @@ struct evbuffer;
 struct event;
 struct relist;
 
-enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH };
+/* R_PROBE: a LIST limit=1 for the upstream's current rv before a watch
+ * resumes from the cache's (reflector_reset.c) */
+enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH, R_PROBE };
 
 enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
 
@@ -84,6 +86,10 @@ struct refl {
     char last_err[512];    /* why the last attempt failed, for /readyz */
     struct event *tick;
     struct refl_counters ctr; /* for /metrics (refl_counters) */
+    /* the upstream's timeline (reflector_reset.c) */
+    bool resetting;      /* rebuilding after a reset, until its fresh list completes */
+    bool parked;         /* probed, waiting for the upstream's identity (cluster.c) */
+    char reset_why[160]; /* what the reset saw, for /readyz */
 };
 
 /* Key, rv and index bytes of one object, and its list-item form. */
@@ -129,6 +135,25 @@ void refl_recovered(struct refl *r);
 void refl_set_in(struct refl *r, enum refl_out out);
 /* WATCH from r->rv. */
 void refl_watch_start(struct refl *r);
+/* The next step (the current state's) after delay_ms. */
+void refl_step(struct refl *r, int delay_ms);
+
+/* ---- reflector_reset.c ---- */
+
+/* Before a watch resumes from r->rv: LIST limit=1 (a quorum read, cheap)
+ * for the upstream's current rv; below r->rv, the upstream went back
+ * (refl_reset), else the watch starts (once the upstream's identity is
+ * known: cluster.c). */
+void refl_probe_start(struct refl *r);
+/* The upstream's timeline changed: r stops serving at once (its watchers
+ * end with a 410), its pending writes are dropped, and (started) it lists
+ * afresh. identity: every cache is reset by cluster.c, which drops the
+ * data and counts it once; else the rv went back (seen below held): r's
+ * data is dropped here, logged and counted. why (may be NULL): what showed
+ * it, for the log and /readyz. */
+void refl_reset(struct refl *r, bool identity, uint64_t seen, uint64_t held, const char *why);
+/* A parked reflector (refl_probe_start) goes on: its watch starts. */
+void refl_unpark(struct refl *r);
 
 /* ---- reflector_list.c ---- */
 

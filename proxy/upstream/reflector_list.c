@@ -104,11 +104,13 @@ on_stored_obj(void *arg, const struct store_obj *o)
 }
 
 #define DIFF_DIVERGED 1 /* finish_diff: the cache's history is not the upstream's */
+#define LIST_WENT_BACK 2 /* load_page: the list's rv is below the cache's */
 
 /* Record the relist's differences (cache/relist.c) as events, in rv order,
- * in one transaction. Returns 0, DIFF_DIVERGED or an error. */
+ * in one transaction. Returns 0, DIFF_DIVERGED (what showed it in why, the
+ * cache's rv in *held) or an error. */
 static int
-finish_diff(struct refl *r)
+finish_diff(struct refl *r, char *why, size_t whylen, uint64_t *held)
 {
     if (!r->rl)
         r->rl = relist_new(r->list_rv);
@@ -127,16 +129,15 @@ finish_diff(struct refl *r)
      * another state of it: the cache's history is not the upstream's. Start
      * over from a fresh list. */
     struct relist_outcome o;
+    *held = info.rv;
     switch (relist_finish(r->rl, info.rv, &o)) {
     case RELIST_BEHIND:
-        log_warnx("cache %s: the upstream listed at rv %llu, behind the cache's rv %llu", r->label,
-                  (unsigned long long)r->list_rv, (unsigned long long)info.rv);
+        snprintf(why, whylen, "a relist");
         return DIFF_DIVERGED;
     case RELIST_PASSED:
-        log_warnx("cache %s: the upstream has %.*s at rv %llu, which the cache passed (rv "
-                  "%llu) with another state of it",
-                  r->label, (int)o.key_len, o.key, (unsigned long long)o.rv,
-                  (unsigned long long)info.rv);
+        /* the upstream went back and forward again past the cache's rv */
+        snprintf(why, whylen, "a relist has %.*s at rv %llu, which the cache passed with another "
+                 "state of it", (int)o.key_len, o.key, (unsigned long long)o.rv);
         return DIFF_DIVERGED;
     case RELIST_OK:
         break;
@@ -233,6 +234,9 @@ load_page(struct refl *r, struct page *l, char *err, size_t errlen)
     bool first = r->cont == NULL;
     if (first)
         r->list_rv = l->rv;
+    /* a quorum read below what the cache holds (a relist, a rebuild) */
+    if (first && r->synced && refl_rv_went_back(r->rv, l->rv))
+        return LIST_WENT_BACK;
     if (r->diff && !r->rl) /* the first page (refl_list_start dropped any other) */
         r->rl = relist_new(r->list_rv);
     if (r->diff) {
@@ -336,6 +340,10 @@ on_list_done(void *arg, int err, const char *msg)
         rc = load_page(r, &l, perr, sizeof(perr));
     char *next = rc == 0 && l.cont[0] ? xstrdup(l.cont) : NULL;
     page_fini(&l);
+    if (rc == LIST_WENT_BACK) {
+        refl_reset(r, false, r->list_rv, r->rv, "a list");
+        return;
+    }
     if (rc) {
         snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
         free(next);
@@ -357,13 +365,10 @@ on_list_done(void *arg, int err, const char *msg)
         return;
     }
     /* The list is complete. */
-    if (r->diff && (rc = finish_diff(r)) == DIFF_DIVERGED) {
-        log_warnx("cache %s: its history does not match the upstream's: starting over from a "
-                  "fresh list (its watchers end and resume from the upstream)",
-                  r->label);
-        refl_diff_reset(r);
-        r->synced = false; /* not served until the new list is complete */
-        refl_list_start(r, false);
+    uint64_t held = 0;
+    if (r->diff && (rc = finish_diff(r, why, sizeof(why), &held)) == DIFF_DIVERGED) {
+        /* the cache's history is not the upstream's */
+        refl_reset(r, false, r->list_rv, held, why);
         return;
     }
     if (r->diff && rc != 0) {
@@ -389,6 +394,9 @@ on_list_done(void *arg, int err, const char *msg)
     r->rv = r->list_rv;
     r->synced = r->ever_synced = true;
     r->diff = false;
+    if (r->resetting)
+        log_info("cache %s: rebuilt after the upstream's reset (%s)", r->label, r->reset_why);
+    r->resetting = false;
     refl_recovered(r);
     refl_heard(r);
     refl_set_in(r, OUT_DAMAGED); /* rebuilt */
