@@ -14,6 +14,7 @@
 struct metrics;
 struct refl;
 struct refl_set;
+struct refl_ingest;
 struct store;
 struct watch_pool;
 struct up_client;

@@ -461,6 +461,8 @@ on_discovery_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
+    if (err)
+        refl_ingest_lost(r->ing); /* no answer: it may come back as another cluster */
     char why[512];
     if (r->status == 404 && !err) {
         snprintf(why, sizeof(why),
@@ -664,6 +666,8 @@ on_watch_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
+    if (err)
+        refl_ingest_lost(r->ing);
     if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
         refl_refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
         return;

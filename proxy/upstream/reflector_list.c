@@ -305,6 +305,8 @@ on_list_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
+    if (err)
+        refl_ingest_lost(r->ing);
     char why[512];
     if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
         refl_refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");

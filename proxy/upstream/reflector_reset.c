@@ -102,6 +102,8 @@ on_probe_done(void *arg, int err, const char *msg)
 {
     struct refl *r = arg;
     r->x = NULL;
+    if (err)
+        refl_ingest_lost(r->ing);
     char why[512];
     if (err || r->too_big || r->status != 200) {
         char what[300], st[384];

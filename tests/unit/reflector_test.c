@@ -69,6 +69,11 @@ struct fake {
     int watch_status;    /* 200: a stream; else that status with a Status, once */
     struct fconn *watch; /* the open watch stream */
     int nwatch;          /* watch streams opened */
+    uint64_t cur_rv;     /* the newest rv it sent (a list, an event, a bookmark) */
+    uint64_t probe_rv;   /* a LIST limit=1 answers at this rv; 0: cur_rv */
+    int nprobe;          /* LIST limit=1 answered */
+    char *ns_uid;        /* GET of the kube-system namespace: its uid; NULL: 403 */
+    int nid;             /* ...asked */
     struct fconn *conns;
 };
 
@@ -151,6 +156,27 @@ on_request(struct fconn *c, const char *target)
                         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
         f->watch = c;
         f->nwatch++;
+    } else if (strcmp(target, "/api/v1/pods?limit=1") == 0) {
+        /* the probe before a watch resumes: the current rv */
+        char body[256];
+        snprintf(body, sizeof(body),
+                 "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{"
+                 "\"resourceVersion\":\"%llu\"},\"items\":[]}",
+                 (unsigned long long)(f->probe_rv ? f->probe_rv : f->cur_rv));
+        f->nprobe++;
+        answer(c, 200, body);
+    } else if (strcmp(target, "/api/v1/namespaces/kube-system") == 0) {
+        f->nid++;
+        if (!f->ns_uid) {
+            answer_status(c, 403);
+        } else {
+            char body[256];
+            snprintf(body, sizeof(body),
+                     "{\"kind\":\"Namespace\",\"apiVersion\":\"v1\",\"metadata\":{"
+                     "\"name\":\"kube-system\",\"uid\":\"%s\"}}",
+                     f->ns_uid);
+            answer(c, 200, body);
+        }
     } else if (strncmp(target, "/api/v1/pods?limit=500", 22) == 0) {
         if (f->list_status != 200)
             answer_status(c, f->list_status);
@@ -258,6 +284,8 @@ static void
 set_list(struct fake *f, uint64_t rv, const char *const *names, const uint64_t *rvs, size_t n)
 {
     free(f->list_body);
+    if (rv > f->cur_rv)
+        f->cur_rv = rv;
     struct evbuffer *b = evbuffer_new();
     evbuffer_add_printf(b,
                         "{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{"
@@ -281,6 +309,8 @@ send_event(struct fake *f, const char *type, const char *name, uint64_t rv)
 {
     char *p = pod(name, rv, "x", true);
     char *line = xasprintf("{\"type\":\"%s\",\"object\":%s}\n", type, p);
+    if (rv > f->cur_rv)
+        f->cur_rv = rv;
     watch_frame(f, line);
     free(line);
     free(p);
@@ -292,6 +322,8 @@ send_bookmark(struct fake *f, uint64_t rv)
     char *line = xasprintf("{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":"
                            "\"v1\",\"metadata\":{\"resourceVersion\":\"%llu\"}}}\n",
                            (unsigned long long)rv);
+    if (rv > f->cur_rv)
+        f->cur_rv = rv;
     watch_frame(f, line);
     free(line);
 }
@@ -415,6 +447,7 @@ env_fini(struct env *e)
         fconn_free(e->f.conns);
     evconnlistener_free(e->f.lis);
     free(e->f.list_body);
+    free(e->f.ns_uid);
     event_free(e->guard);
     store_close(e->st);
     event_base_free(e->base);
@@ -868,6 +901,206 @@ test_staleness(void)
     env_fini(&e);
 }
 
+/* ---- the upstream's timeline ---- */
+
+static void
+test_timeline_pure(void)
+{
+    ok(!refl_rv_went_back(0, 5), "nothing held: nothing went back");
+    ok(!refl_rv_went_back(10, 10), "the same rv");
+    ok(!refl_rv_went_back(10, 11), "ahead");
+    ok(refl_rv_went_back(1158, 10), "below what the cache holds");
+    is_int(refl_id_decide("", "u1"), REFL_ID_RECORD, "none recorded: record it");
+    is_int(refl_id_decide("u1", "u1"), REFL_ID_SAME, "the same cluster");
+    is_int(refl_id_decide("u1", "u2"), REFL_ID_CHANGED, "another cluster");
+    char uid[64];
+    static const char ns[] = "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"kube-system\","
+                             "\"uid\":\"2f1c-9a\"}}";
+    ok(refl_id_parse(ns, strlen(ns), uid, sizeof(uid)) == 0 && strcmp(uid, "2f1c-9a") == 0,
+       "the namespace's uid");
+    static const char nouid[] = "{\"metadata\":{\"name\":\"kube-system\"}}";
+    ok(refl_id_parse(nouid, strlen(nouid), uid, sizeof(uid)) != 0, "no uid: an error");
+    ok(refl_id_parse("{", 1, uid, sizeof(uid)) != 0, "not JSON: an error");
+    ok(refl_id_parse(ns, strlen(ns), uid, 4) != 0, "longer than the buffer: an error");
+}
+
+/* What the ingest's subscribers hear: services lost, and whether the cache
+ * was resetting then (its watchers' 410). */
+struct heard {
+    int out, out_resetting;
+};
+
+static void
+on_heard_service(void *arg, const struct refl *r, bool serving)
+{
+    struct heard *h = arg;
+    if (!serving) {
+        h->out++;
+        h->out_resetting += refl_resetting(r);
+    }
+}
+
+static struct refl_resets
+resets(const struct env *e)
+{
+    struct refl_resets rs;
+    refl_ingest_resets(e->ing, &rs);
+    return rs;
+}
+
+/* The upstream restarted at a lower rv with other objects: the probe before
+ * the watch resumes sees it; the cache drops everything and lists afresh. */
+static void
+test_probe_went_back(void)
+{
+    struct env e;
+    env_init(&e, 0);
+    struct heard h = {0};
+    refl_ingest_subscribe(e.ing, NULL, on_heard_service, &h);
+    env_sync(&e);
+    send_event(&e.f, "ADDED", "x", 11);
+    RUN_UNTIL(&e, store_rv(&e) >= 11);
+    static const char *const names[] = {"p"};
+    static const uint64_t rvs[] = {4};
+    set_list(&e.f, 5, names, rvs, 1);
+    e.f.probe_rv = 5;
+    watch_cut(&e.f);
+    RUN_UNTIL(&e, ctr(&e).lists >= 2 && e.f.nwatch >= 2 && e.f.watch);
+    is_int(e.f.nprobe, 1, "one probe before the watch would resume");
+    is_int(resets(&e).rv_backwards, 1, "counted");
+    is_int(resets(&e).identity, 0, "not an identity change");
+    is_int(h.out, 1, "it left service");
+    is_int(h.out_resetting, 1, "...resetting (its watchers get 410)");
+    is_int(info(&e).objects, 1, "only the new upstream's object");
+    is_int(stored(&e, "default/a", NULL, 0), -1, "none of the old ones");
+    is_int(stored(&e, "default/x", NULL, 0), -1, "nor the old watch's");
+    is_int(stored(&e, "default/p", NULL, 0), 4, "the new one");
+    is_int(store_rv(&e), 5, "at the new list's rv");
+    struct hist_buf hb;
+    history(&e, 5, &hb);
+    is_str(hb.s, "", "no history of the old timeline");
+    ok(refl_serving(e.r) && !refl_resetting(e.r), "rebuilt and serving");
+    ok(strstr(last_target(&e), "resourceVersion=5&") != NULL, "watching from the new list's rv");
+    env_fini(&e);
+}
+
+/* A bookmark below the cache's rv ends the watch; the probe finds the
+ * upstream where it was: no reset, the watch resumes from the cache's rv. */
+static void
+test_bookmark_below(void)
+{
+    struct env e;
+    env_init(&e, 0);
+    env_sync(&e);
+    send_event(&e.f, "ADDED", "x", 11);
+    RUN_UNTIL(&e, store_rv(&e) >= 11);
+    send_bookmark(&e.f, 8);
+    send_event(&e.f, "ADDED", "y", 9); /* after it on the same watch: not stored */
+    RUN_UNTIL(&e, e.f.nwatch >= 2 && e.f.watch);
+    is_int(resets(&e).rv_backwards, 0, "no reset");
+    is_int(e.f.nprobe, 1, "the probe decided");
+    is_int(ctr(&e).errors[2], 1, "a watch error (with its backoff)");
+    is_int(ctr(&e).lists, 1, "no list");
+    is_int(stored(&e, "default/x", NULL, 0), 11, "the cache kept its data");
+    is_int(stored(&e, "default/y", NULL, 0), -1, "nothing after the low bookmark was stored");
+    ok(strstr(last_target(&e), "resourceVersion=11&") != NULL, "resumed from the cache's rv");
+    ok(refl_serving(e.r), "serving all along");
+    env_fini(&e);
+}
+
+/* A relist (after a 410) at an rv below the cache's: a reset, not a diff. */
+static void
+test_relist_went_back(void)
+{
+    struct env e;
+    env_init(&e, 0);
+    env_sync(&e);
+    send_event(&e.f, "ADDED", "x", 11);
+    RUN_UNTIL(&e, store_rv(&e) >= 11);
+    static const char *const names[] = {"q"};
+    static const uint64_t rvs[] = {6};
+    set_list(&e.f, 6, names, rvs, 1);
+    send_error(&e.f, 410);
+    watch_end(&e.f);
+    RUN_UNTIL(&e, ctr(&e).lists >= 3 && e.f.nwatch >= 2 && e.f.watch);
+    is_int(resets(&e).rv_backwards, 1, "counted");
+    is_int(info(&e).objects, 1, "the new list alone");
+    is_int(stored(&e, "default/q", NULL, 0), 6, "its object");
+    is_int(stored(&e, "default/x", NULL, 0), -1, "nothing of the old timeline");
+    struct hist_buf hb;
+    history(&e, 6, &hb);
+    is_str(hb.s, "", "no difference recorded as events");
+    ok(refl_serving(e.r), "rebuilt");
+    env_fini(&e);
+}
+
+/* The kube-system uid: recorded at the first answer; another one after a
+ * reconnect resets the cache (and the data of caches not running); a 403
+ * does not block the watch. */
+static void
+test_identity(void)
+{
+    struct env e;
+    env_init(&e, 0);
+    e.f.ns_uid = xstrdup("uid-a");
+    refl_ingest_check_identity(e.ing, e.up);
+    env_sync(&e);
+    char rec[256];
+    RUN_UNTIL(&e, e.f.nid >= 1 && store_cluster_id(e.st, rec, sizeof(rec)) == 0 && rec[0]);
+    is_str(rec, "uid-a", "recorded");
+    /* a resource of a cache not running, from the same data dir */
+    struct store_res *other;
+    store_res(e.st, "v1/secrets:json", &other);
+    struct store_wtxn *w;
+    store_wtxn_begin(e.st, 1, &w);
+    store_wtxn_reset(w, other, 30);
+    store_wtxn_set_synced(w, other, true);
+    store_wtxn_commit(w);
+
+    /* the upstream comes back as another cluster, with rvs ahead */
+    free(e.f.ns_uid);
+    e.f.ns_uid = xstrdup("uid-b");
+    static const char *const names[] = {"z"};
+    static const uint64_t rvs[] = {40};
+    set_list(&e.f, 50, names, rvs, 1);
+    int nwatch = e.f.nwatch;
+    watch_cut(&e.f);
+    RUN_UNTIL(&e, resets(&e).identity >= 1 && e.f.nwatch > nwatch && e.f.watch);
+    is_int(resets(&e).identity, 1, "an identity change, counted once");
+    is_int(resets(&e).rv_backwards, 0, "its rvs did not go back");
+    store_cluster_id(e.st, rec, sizeof(rec));
+    is_str(rec, "uid-b", "the new identity recorded");
+    is_int(stored(&e, "default/a", NULL, 0), -1, "the old cluster's objects dropped");
+    is_int(stored(&e, "default/z", NULL, 0), 40, "the new one's listed");
+    ok(strstr(last_target(&e), "resourceVersion=50&") != NULL, "watching from the new list");
+    struct store_rtxn *t;
+    struct store_res_info oi = {0};
+    store_rtxn_begin(e.st, &t);
+    store_info(t, other, &oi);
+    store_rtxn_end(t);
+    ok(!oi.synced && oi.rv == 0, "a cache not running lost its data too");
+
+    /* not allowed to read it: the watch goes on, nothing reset */
+    free(e.f.ns_uid);
+    e.f.ns_uid = NULL;
+    nwatch = e.f.nwatch;
+    int nid = e.f.nid;
+    watch_cut(&e.f);
+    RUN_UNTIL(&e, e.f.nwatch > nwatch && e.f.watch);
+    is_int(e.f.nid, nid + 1, "asked again after the reconnect");
+    is_int(resets(&e).identity, 1, "a 403 is no change");
+    ok(refl_serving(e.r), "serving");
+
+    /* the same cluster after a reconnect: nothing */
+    e.f.ns_uid = xstrdup("uid-b");
+    nwatch = e.f.nwatch;
+    watch_cut(&e.f);
+    RUN_UNTIL(&e, e.f.nwatch > nwatch && e.f.watch);
+    is_int(resets(&e).identity, 1, "the same uid: no change");
+    is_int(ctr(&e).lists, 2, "no list");
+    env_fini(&e);
+}
+
 int
 main(void)
 {
@@ -880,5 +1113,10 @@ main(void)
     TAP_RUN(test_healthy_resets_backoff);
     TAP_RUN(test_list_errors_back_off);
     TAP_RUN(test_staleness);
+    TAP_RUN(test_timeline_pure);
+    TAP_RUN(test_probe_went_back);
+    TAP_RUN(test_bookmark_below);
+    TAP_RUN(test_relist_went_back);
+    TAP_RUN(test_identity);
     return tap_done();
 }
