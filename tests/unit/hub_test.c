@@ -563,6 +563,75 @@ test_too_old_and_reset(void)
     teardown();
 }
 
+/* The upstream's timeline changed: watchers end with a 410 Expired ERROR
+ * event; the resource starts over at a lower rv, and a hub with no watchers
+ * of it, that missed the gap, follows it down when a watcher comes. */
+static void
+test_upstream_reset(void)
+{
+    setup();
+    put(STORE_ADDED, "ns-1", "a", "a", "n");
+    posted = rv;
+    struct hub *h = hub_new(st, &hopts), *idle = hub_new(st, &hopts);
+    static struct msink m, after;
+    memset(&m, 0, sizeof m), memset(&after, 0, sizeof after);
+    struct hub_watch_req req = {.rv = rv, .deadline_ms = 100000};
+    hub_watch(h, res, &req, &ops, &m, posted, 0, 1);
+    static struct msink seen_idle;
+    memset(&seen_idle, 0, sizeof seen_idle);
+    struct hub_watch_req ri = {.rv = rv, .deadline_ms = 100000};
+    struct hub_watcher *wi = hub_watch(idle, res, &ri, &ops, &seen_idle, posted, 0, 1);
+    hub_unwatch(wi); /* that hub knows rv 101 and has no watcher of it now */
+    struct hub_batch *b;
+    hub_batch_build(st, res, posted, posted, false, &b);
+    b->gap = true;
+    b->expired = true;
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    ok(m.ended && m.why == HUB_END_UPSTREAM, "the watcher ended: the upstream's reset");
+    const char *gone = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                       "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource "
+                       "version: 101 (the upstream was restored or replaced: its resourceVersions "
+                       "went back; relist)\",\"reason\":\"Expired\",\"code\":410}}\n";
+    is_mem(m.buf, m.len, gone, strlen(gone), "after kube's 410 Expired ERROR event, as for a too "
+                                             "old rv");
+    /* the cache starts over at rv 5 */
+    if (store_res_clear(st, sres) != 0)
+        abort();
+    struct store_wtxn *w;
+    store_wtxn_begin(st, 1, &w);
+    store_wtxn_reset(w, sres, 5);
+    store_wtxn_set_synced(w, sres, true);
+    store_wtxn_commit(w);
+    rv = 5;
+    hub_batch_build(st, res, 5, 5, false, &b);
+    b->gap = true;
+    hub_apply(h, b);
+    hub_batch_unref(b);
+    posted = 5;
+    struct hub_watch_req r2 = {.rv = 5, .deadline_ms = 100000};
+    hub_watch(h, res, &r2, &ops, &after, posted, 0, 1);
+    static struct msink on_idle;
+    memset(&on_idle, 0, sizeof on_idle);
+    hub_watch(idle, res, &r2, &ops, &on_idle, posted, 0, 1);
+    put(STORE_ADDED, "ns-1", "b", "a", "n"); /* 6 */
+    struct hub_batch *b2;
+    hub_batch_build(st, res, posted, rv, true, &b2);
+    hub_apply(h, b2);
+    hub_apply(idle, b2);
+    hub_batch_unref(b2);
+    posted = rv;
+    char l[4][200];
+    ok(lines(&after, l, 4) == 1 && strcmp(l[0], "ADDED ns-1/b 6") == 0,
+       "the hub followed the store down: the new timeline's events reach new watchers");
+    ok(lines(&on_idle, l, 4) == 1 && strcmp(l[0], "ADDED ns-1/b 6") == 0,
+       "...on a hub that missed the reset too");
+    hub_free(h);
+    hub_free(idle);
+    rv = 100;
+    teardown();
+}
+
 static void
 test_time(void)
 {
@@ -1587,6 +1656,7 @@ main(void)
     TAP_RUN(test_skipped_batches_are_caught_up);
     TAP_RUN(test_initial_state);
     TAP_RUN(test_too_old_and_reset);
+    TAP_RUN(test_upstream_reset);
     TAP_RUN(test_time);
     TAP_RUN(test_pb_encoding_and_transitions);
     TAP_RUN(test_pb_and_json_side_by_side);
