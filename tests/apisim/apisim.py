@@ -2833,7 +2833,10 @@ class Cluster:
         st = self.stores["namespaces"]
         if name in st.objs:
             return st.objs[name]
-        d = build_namespace({"name": name, "uid": fast_uid(self.rng), "rv": "0", "ts": now_rfc3339()})
+        uid = fast_uid(self.rng)
+        if name == "kube-system" and self.args.cluster_uid:
+            uid = self.args.cluster_uid
+        d = build_namespace({"name": name, "uid": uid, "rv": "0", "ts": now_rfc3339()})
         return self.store_new(st, d)
 
 
@@ -7409,6 +7412,13 @@ def parse_args(argv=None):
     p.add_argument("--log-requests", action="store_true")
     p.add_argument("--recent-requests", type=int, default=RECENT_REQUESTS,
                    help="request records kept for GET /apisim/requests (default %d)" % RECENT_REQUESTS)
+    p.add_argument("--start-rv", type=int, default=0,
+                   help="after seeding, the cluster's resourceVersion jumps to this (history compacted "
+                        "up to it): with --seed and --cluster-uid, a restart that looks like the same "
+                        "cluster coming back; lower than before, a restore to an older backup")
+    p.add_argument("--cluster-uid", default="",
+                   help="the kube-system namespace's uid, the conventional cluster id (default: random, "
+                        "or from --seed)")
     p.add_argument("--hang-token-prefix", default="",
                    help="with --policy: a TokenReview of a token starting with this never answers "
                         "(until its client goes away)")
@@ -7444,6 +7454,10 @@ def seed_initial(app, args):
         cl.seed("nodes", args.nodes)
     if args.pods > 0:
         cl.seed("pods", args.pods, nodes=max(1, args.nodes), size=args.pod_size, namespaces=nss)
+    if args.start_rv > cl.rv:
+        # an etcd that has been written to before: rvs go on from there, older ones are compacted
+        cl.rv = args.start_rv
+        cl.compact(cl.rv)
 
 
 _KEEP = []

@@ -1311,6 +1311,40 @@ class TestCLI(unittest.TestCase):
             s.stop()
 
 
+    def test_start_rv_and_cluster_uid(self):
+        # --start-rv: the cluster's rv jumps after seeding, older ones compacted;
+        # --cluster-uid: the kube-system namespace's uid; with --seed the same
+        # objects again (a restart that looks like the same cluster)
+        args = ("--pods", "2", "--start-rv", "500", "--cluster-uid", "uid-a", "--seed", "7")
+        s = Sim(*args)
+        try:
+            st, ns = s.get("/api/v1/namespaces/kube-system")
+            self.assertEqual((st, ns["metadata"]["uid"]), (200, "uid-a"))
+            st, l = s.get("/api/v1/pods?limit=1")
+            self.assertEqual(l["metadata"]["resourceVersion"], "500")
+            st, w = s.get("/api/v1/pods?watch=1&resourceVersion=10")
+            self.assertEqual((w["type"], w["object"]["code"]), ("ERROR", 410), "compacted below it")
+            self.assertEqual(s.write(verb="create", resource="pods", namespace="default", name="p"), 501)
+            st, l = s.get("/api/v1/pods")
+            uids = sorted(i["metadata"]["uid"] for i in l["items"] if i["metadata"]["name"] != "p")
+        finally:
+            s.stop()
+        s = Sim(*args)
+        try:
+            st, l = s.get("/api/v1/pods")
+            self.assertEqual(l["metadata"]["resourceVersion"], "500")
+            self.assertEqual(sorted(i["metadata"]["uid"] for i in l["items"]), uids, "the same objects")
+        finally:
+            s.stop()
+        s = Sim("--pods", "1")
+        try:
+            st, ns = s.get("/api/v1/namespaces/kube-system")
+            self.assertNotEqual(ns["metadata"]["uid"], "uid-a", "another cluster by default")
+            self.assertLess(int(s.get("/api/v1/pods?limit=1")[1]["metadata"]["resourceVersion"]), 500)
+        finally:
+            s.stop()
+
+
 class TestAuthTLS(unittest.TestCase):
     def test_tls_token_client_cert(self):
         if not shutil.which("openssl"):
