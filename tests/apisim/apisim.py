@@ -7166,14 +7166,18 @@ class App:
             if body.get("clear"):
                 self.fails = []
             else:
-                mode = body.get("mode", "status")
-                if mode not in ("status", "reset", "delay", "hang"):
-                    raise ValueError("mode must be status|reset|delay|hang")
-                self.fails.append({"count": int(body.get("count", 1)), "match": body.get("match", "") or "",
-                                   "mode": mode, "status": int(body.get("status", 503)),
-                                   "delay": float(body.get("delay", 1.0))})
+                self.add_fail(body)
             return {"pending": self.fails}
         return None
+
+    def add_fail(self, body):
+        """A fault rule (POST /apisim/fail, --fail)."""
+        mode = body.get("mode", "status")
+        if mode not in ("status", "reset", "delay", "hang"):
+            raise ValueError("mode must be status|reset|delay|hang")
+        self.fails.append({"count": int(body.get("count", 1)), "match": body.get("match", "") or "",
+                           "mode": mode, "status": int(body.get("status", 503)),
+                           "delay": float(body.get("delay", 1.0))})
 
     def scripted_write(self, body):
         cl = self.cluster
@@ -7419,6 +7423,9 @@ def parse_args(argv=None):
     p.add_argument("--cluster-uid", default="",
                    help="the kube-system namespace's uid, the conventional cluster id (default: random, "
                         "or from --seed)")
+    p.add_argument("--fail", action="append", default=[], type=json.loads,
+                   help="a fault rule as POST /apisim/fail takes it (JSON), in place from the first "
+                        "request (repeatable)")
     p.add_argument("--hang-token-prefix", default="",
                    help="with --policy: a TokenReview of a token starting with this never answers "
                         "(until its client goes away)")
@@ -7469,6 +7476,8 @@ async def amain(args):
     t0 = time.monotonic()
     _KEEP.append(app)   # freed by os._exit, not object by object
     seed_initial(app, args)
+    for rule in args.fail:
+        app.add_fail(rule)
     gc.freeze()         # seeded objects never need a cyclic-GC scan
     if args.pods:
         app.log("seeded %d pods in %.2fs (rv %d)" % (args.pods, time.monotonic() - t0, app.cluster.rv))

@@ -1336,10 +1336,12 @@ class TestCLI(unittest.TestCase):
             self.assertEqual(sorted(i["metadata"]["uid"] for i in l["items"]), uids, "the same objects")
         finally:
             s.stop()
-        s = Sim("--pods", "1")
+        # --fail: a fault rule in place before the first request
+        s = Sim("--pods", "1", "--fail", json.dumps({"count": 1, "match": "/api/v1/pods?", "status": 503}))
         try:
             st, ns = s.get("/api/v1/namespaces/kube-system")
             self.assertNotEqual(ns["metadata"]["uid"], "uid-a", "another cluster by default")
+            self.assertEqual(s.get("/api/v1/pods?limit=1")[0], 503, "the rule from the command line")
             self.assertLess(int(s.get("/api/v1/pods?limit=1")[1]["metadata"]["resourceVersion"]), 500)
         finally:
             s.stop()
