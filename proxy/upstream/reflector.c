@@ -1078,23 +1078,24 @@ refl_status(const struct refl *r, char *buf, size_t len)
                  r->last_err[0] ? r->last_err : "unknown");
     else if (r->state == R_WATCH && !(r->x && r->status == 200))
         snprintf(state, sizeof(state), "starting its watch");
-    else if (r->resetting)
-        snprintf(state, sizeof(state), "rebuilding (%s), %s", r->reset_why, states[r->state]);
     else if (r->parked)
         snprintf(state, sizeof(state), "waiting for the upstream's identity");
     else
         snprintf(state, sizeof(state), "%s", states[r->state]);
+    char pre[sizeof(r->reset_why) + 48] = ""; /* it serves nothing meanwhile (passes through) */
+    if (r->resetting)
+        snprintf(pre, sizeof(pre), "rebuilding after an upstream reset (%s): ", r->reset_why);
     if (r->heard_ever)
         snprintf(heard, sizeof(heard), "last upstream event or bookmark %.0f s ago",
                  refl_secs_since(r, r->last_heard_ms));
     else
         snprintf(heard, sizeof(heard), "nothing heard from the upstream yet");
-    snprintf(buf, len, "%s%s: %s, %s, rv %llu, %llu events in, %s",
+    snprintf(buf, len, "%s%s: %s, %s%s, rv %llu, %llu events in, %s",
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
              !r->started ? "not started"
              : r->synced ? "synced"
                          : "not synced",
-             state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
+             pre, state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
 }
 
 const char *
