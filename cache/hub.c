@@ -1007,7 +1007,7 @@ static void
 end_all_expired(struct hres *hr)
 {
     struct hub_watcher *w;
-    while ((w = hr->rest ? hr->rest
+    while ((w = hr->rest      ? hr->rest
                 : hr->waiting ? hr->waiting
                 : hr->by_ns   ? hr->by_ns->head
                 : hr->by_node ? hr->by_node->head

@@ -117,7 +117,8 @@ on_id_done(void *arg, int err, const char *msg)
                 log_warnx("upstream: recording the cluster's identity failed: %s",
                           kwc_strerror(rc));
             else
-                log_info("upstream: cluster identity (kube-system namespace uid) %s recorded", seen);
+                log_info("upstream: cluster identity (kube-system namespace uid) %s recorded",
+                         seen);
             break;
         case REFL_ID_SAME:
             log_debug("upstream: cluster identity %s, as recorded", seen);
@@ -140,7 +141,9 @@ on_id_done(void *arg, int err, const char *msg)
         /* the upstream is away again: watches go on (they fail too, and
          * their next probe asks again) */
         log_debug("upstream: GET %s failed: %s", ID_PATH,
-                  err ? msg : ing->id_too_big ? "too large" : "an error status");
+                  err               ? msg
+                  : ing->id_too_big ? "too large"
+                                    : "an error status");
     }
     bool again = ing->id_again;
     ing->id_again = false;
@@ -178,11 +181,8 @@ static void
 check(struct refl_ingest *ing)
 {
     static const struct up_header json = {"Accept", "application/json"};
-    struct up_request req = {.method = "GET",
-                             .target = ID_PATH,
-                             .headers = &json,
-                             .nheaders = 1,
-                             .pool = UP_POOL_CACHE};
+    struct up_request req = {
+        .method = "GET", .target = ID_PATH, .headers = &json, .nheaders = 1, .pool = UP_POOL_CACHE};
     ing->id_status = 0;
     ing->id_too_big = false;
     evbuffer_drain(ing->id_body, evbuffer_get_length(ing->id_body));

@@ -67,9 +67,9 @@ struct refl_ingest {
     struct up_xfer *id_x;
     struct evbuffer *id_body;
     int id_status;
-    bool id_ok;       /* checked since the last reconnect: watches resume freely */
-    bool id_again;    /* a reconnect while a check was in flight: check again */
-    bool id_told;     /* "cannot read it" was logged (once per run) */
+    bool id_ok;    /* checked since the last reconnect: watches resume freely */
+    bool id_again; /* a reconnect while a check was in flight: check again */
+    bool id_told;  /* "cannot read it" was logged (once per run) */
     bool id_too_big;
 };
 

@@ -256,9 +256,7 @@ refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
 void
 refl_retry(struct refl *r, const char *why)
 {
-    r->ctr.errors[r->state == R_LIST                            ? 1
-                  : r->state == R_WATCH || r->state == R_PROBE ? 2
-                                                               : 0]++;
+    r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH || r->state == R_PROBE ? 2 : 0]++;
     if (r->status == 0 || r->status >= 500)
         refl_ingest_lost(r->ing); /* the upstream may come back as another cluster */
     int delay = refl_backoff(&r->backoff_ms, r->ing->clock.rand(r->ing->clock.arg));

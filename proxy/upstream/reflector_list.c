@@ -103,7 +103,7 @@ on_stored_obj(void *arg, const struct store_obj *o)
     return 0;
 }
 
-#define DIFF_DIVERGED 1 /* finish_diff: the cache's history is not the upstream's */
+#define DIFF_DIVERGED 1  /* finish_diff: the cache's history is not the upstream's */
 #define LIST_WENT_BACK 2 /* load_page: the list's rv is below the cache's */
 
 /* Record the relist's differences (cache/relist.c) as events, in rv order,
@@ -136,8 +136,10 @@ finish_diff(struct refl *r, char *why, size_t whylen, uint64_t *held)
         return DIFF_DIVERGED;
     case RELIST_PASSED:
         /* the upstream went back and forward again past the cache's rv */
-        snprintf(why, whylen, "a relist has %.*s at rv %llu, which the cache passed with another "
-                 "state of it", (int)o.key_len, o.key, (unsigned long long)o.rv);
+        snprintf(why, whylen,
+                 "a relist has %.*s at rv %llu, which the cache passed with another "
+                 "state of it",
+                 (int)o.key_len, o.key, (unsigned long long)o.rv);
         return DIFF_DIVERGED;
     case RELIST_OK:
         break;

@@ -107,8 +107,7 @@ on_probe_done(void *arg, int err, const char *msg)
     char why[512];
     if (err || r->too_big || r->status != 200) {
         char what[300], st[384];
-        snprintf(what, sizeof(what), "LIST %s?limit=1 (the upstream's resourceVersion)",
-                 r->d.path);
+        snprintf(what, sizeof(what), "LIST %s?limit=1 (the upstream's resourceVersion)", r->d.path);
         refl_status_why(r, what, st, sizeof(st));
         if (err || r->too_big)
             snprintf(why, sizeof(why), "%s failed: %s", what, err ? msg : "answer too large");

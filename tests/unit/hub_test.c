@@ -593,8 +593,9 @@ test_upstream_reset(void)
                        "\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource "
                        "version: 101 (the upstream was restored or replaced: its resourceVersions "
                        "went back; relist)\",\"reason\":\"Expired\",\"code\":410}}\n";
-    is_mem(m.buf, m.len, gone, strlen(gone), "after kube's 410 Expired ERROR event, as for a too "
-                                             "old rv");
+    is_mem(m.buf, m.len, gone, strlen(gone),
+           "after kube's 410 Expired ERROR event, as for a too "
+           "old rv");
     /* the cache starts over at rv 5 */
     if (store_res_clear(st, sres) != 0)
         abort();
