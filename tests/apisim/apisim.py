@@ -5757,7 +5757,11 @@ class App:
                 if o.watch:
                     self.stats["watch " + rt.plural] += 1
                     return self.do_watch(req, conn, rt, st, ns, None, accept, o)
-                self.stats["list " + rt.plural] += 1
+                # a list of one object at the current rv, nothing else asked: a probe of the
+                # upstream's rv (kwc's before a watch resumes), counted apart from lists
+                probe = o.limit == 1 and o.rv == "" and not o.cont and "labelSelector" not in req.query and \
+                    "fieldSelector" not in req.query
+                self.stats[("probe " if probe else "list ") + rt.plural] += 1
                 return self.do_list(req, conn, rt, st, ns, accept, o)
             if m == "POST":
                 if rt.namespaced and ns is None:

@@ -1322,6 +1322,8 @@ class TestCLI(unittest.TestCase):
             self.assertEqual((st, ns["metadata"]["uid"]), (200, "uid-a"))
             st, l = s.get("/api/v1/pods?limit=1")
             self.assertEqual(l["metadata"]["resourceVersion"], "500")
+            reqs = s.get("/apisim/stats")[1]["requests"]
+            self.assertEqual((reqs.get("probe pods"), reqs.get("list pods")), (1, None), "a probe, not a list")
             st, w = s.get("/api/v1/pods?watch=1&resourceVersion=10")
             self.assertEqual((w["type"], w["object"]["code"]), ("ERROR", 410), "compacted below it")
             self.assertEqual(s.write(verb="create", resource="pods", namespace="default", name="p"), 501)
