@@ -173,7 +173,8 @@ void refl_free(struct refl *r);
  * warm start from the stored rv). The catalog stops caches nobody uses. */
 void refl_stop(struct refl *r);
 /* Started and on its way to its first sync: no attempt has failed since
- * refl_start, it is in service and not refused. A request that started it
+ * refl_start, it is in service, not refused and not rebuilding after an
+ * upstream reset (refl_resetting: its requests pass through). A request that started it
  * may wait for it (the catalog's on-demand caches); it ends with a commit
  * that syncs it or a failure (refl_ingest's on_service(r, false)). */
 bool refl_warming(const struct refl *r);

@@ -987,7 +987,10 @@ refl_stop(struct refl *r)
 bool
 refl_warming(const struct refl *r)
 {
-    return r->started && !r->synced && r->out == OUT_NONE && !r->refused && !r->failed;
+    /* a cache rebuilding after an upstream reset is not waited for: its
+     * requests pass through until it is back */
+    return r->started && !r->synced && r->out == OUT_NONE && !r->refused && !r->failed &&
+           !r->resetting;
 }
 
 void
