@@ -1116,7 +1116,6 @@ hub_apply(struct hub *h, struct hub_batch *b)
 
 /* ---- new watchers ---- */
 
-
 /* A resume that waited for its rv: events after it, from the window or the
  * history (this batch's included: the watcher was in no bucket) */
 static void

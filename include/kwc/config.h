@@ -101,7 +101,7 @@
       "signal closes at once (0: close at once)")                                                  \
     X("shutdown-delay-duration", shutdown_delay, DUR, "10s", "DURATION",                           \
       "on SIGTERM /readyz fails at once while everything else, new connections and watches "       \
-      "included, is served as before for this long, so that load balancers and a Service's "      \
+      "included, is served as before for this long, so that load balancers and a Service's "       \
       "endpoints stop sending new connections before the drain (--shutdown-drain-seconds) "        \
       "begins; kube-apiserver's flag (SIGINT and a second signal skip it; 0: none)")               \
     X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
