@@ -96,7 +96,7 @@ class RollingRestart(unittest.TestCase):
         self.clients = self.informers + [self.loop]
         for c in self.clients:
             c.start()
-        wait_for(lambda: all(i.watches >= 1 and i.rv for i in self.informers), 30, "every informer watching")
+        wait_for(lambda: all(i.established >= 1 for i in self.informers), 30, "every informer watching")
 
     def upstream_state(self):
         st, d = get_json(self.env.apisim.port, "/api/v1/pods")
@@ -120,7 +120,7 @@ class RollingRestart(unittest.TestCase):
         self.churn(40)
         self.start_clients()
         for r in self.replicas:
-            watches = sum(i.watches for i in self.informers)
+            watches = sum(i.established for i in self.informers)
             done = self.loop.done
             os.kill(r.proc.pid(), signal.SIGTERM)
             self.assertEqual(r.proc.p.wait(60), 0, r.proc.logs())
@@ -132,7 +132,7 @@ class RollingRestart(unittest.TestCase):
             r.start()
             self.lb.wait_state(r.name, "UP")
             # the moved watches resumed (the other replica, or this one back)
-            wait_for(lambda: sum(i.watches for i in self.informers) >= watches + 1, 30, "watches resumed")
+            wait_for(lambda: sum(i.established for i in self.informers) >= watches + 1, 30, "watches resumed")
         self.finish()
         self.assertEqual(self.counters.failures, [], "failed requests during the rolling restart")
 

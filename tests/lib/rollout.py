@@ -63,6 +63,7 @@ class Informer(threading.Thread):
         self.rv = None
         self.lists = 0        # the first one included: a relist makes it 2
         self.watches = 0      # watch requests opened (resumes included)
+        self.established = 0  # of those, answered 200 (the server holds the stream)
         self.errors = []      # ERROR events' objects
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
@@ -100,6 +101,7 @@ class Informer(threading.Thread):
             self.c.count()
             if r.status != 200:
                 raise RuntimeError("watch: %d %s" % (r.status, r.read()[:200]))
+            self.established += 1
             while not self.stop_flag.is_set():
                 line = r.readline()  # http.client undoes the chunking
                 if not line:
