@@ -23,8 +23,8 @@ import signal
 import time
 import unittest
 
-from cluster import Env, get_json, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
-from rollout import Counters, Haproxy, Informer, TightLoop, free_port
+from cluster import Env, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
+from rollout import Counters, Haproxy, Informer, TightLoop, free_port, upstream_state
 
 PODS = 200
 INFORMERS = 6
@@ -98,16 +98,10 @@ class RollingRestart(unittest.TestCase):
             c.start()
         wait_for(lambda: all(i.established >= 1 for i in self.informers), 30, "every informer watching")
 
-    def upstream_state(self):
-        st, d = get_json(self.env.apisim.port, "/api/v1/pods")
-        self.assertEqual(st, 200)
-        return {"%s/%s" % (o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-                for o in d["items"]}
-
     def finish(self):
         """Churn stops; every informer must reach the upstream's state."""
         self.churn(0)
-        want = self.upstream_state()
+        want = upstream_state(self, self.env)
         for i, inf in enumerate(self.informers):
             wait_for(lambda: inf.snapshot() == want, 60, "informer %d to reach the upstream's state" % i)
         for c in self.clients:

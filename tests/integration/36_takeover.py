@@ -26,8 +26,8 @@ import subprocess
 import time
 import unittest
 
-from cluster import KWC_BIN, Env, get_json, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
-from rollout import Counters, Informer, TightLoop, free_port
+from cluster import KWC_BIN, Env, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
+from rollout import Counters, Informer, TightLoop, free_port, upstream_state
 
 PODS = 200
 INFORMERS = 4
@@ -57,12 +57,6 @@ class Takeover(unittest.TestCase):
             wait_for(lambda: http_request(self.port, "GET", "/readyz", timeout=5)[0] == 200, 30, "kwc /readyz")
         return p
 
-    def upstream_state(self):
-        st, d = get_json(self.env.apisim.port, "/api/v1/pods")
-        self.assertEqual(st, 200)
-        return {"%s/%s" % (o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-                for o in d["items"]}
-
     def test_1_two_takeovers_under_churn(self):
         old = self.kwc()
         counters = Counters()
@@ -91,7 +85,7 @@ class Takeover(unittest.TestCase):
                 wait_for(lambda: loop.done > done + 10, 30, "requests served by the new kwc")
                 old = new
             self.env.sim("POST", "/apisim/churn", {"rate": 0})
-            want = self.upstream_state()
+            want = upstream_state(self, self.env)
             for i, inf in enumerate(informers):
                 wait_for(lambda: inf.snapshot() == want, 60, "informer %d to reach the upstream's state" % i)
         finally:
