@@ -194,7 +194,10 @@
       "callers are impersonated)")                                                                 \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
-      "(its requests pass through) until one arrives; 0: never")
+      "(its requests pass through) until one arrives; 0: never")                                   \
+    X("exec-plugin-timeout", exec_plugin_timeout, DUR, "30s", "DURATION",                          \
+      "the longest one run of the kubeconfig's exec credential plugin may take; past it the "      \
+      "plugin (its process group) is killed and run again after a backoff (100ms to 10m)")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 
