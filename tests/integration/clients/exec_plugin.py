@@ -82,8 +82,10 @@ def main():
             key = f.read()
         status = {"clientCertificateData": cert, "clientKeyData": key}
     elif mode == "hang":
-        with open(os.path.join(state, "hang.pid"), "w") as f:
+        path = os.path.join(state, "hang.pid")
+        with open(path + ".tmp", "w") as f:
             f.write("%d %d\n" % (os.getpid(), subprocess.Popen(["sleep", "600"]).pid))
+        os.rename(path + ".tmp", path)
         sys.stderr.write("hanging\n")
         sys.stderr.flush()
         time.sleep(600)
