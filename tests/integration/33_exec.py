@@ -19,7 +19,8 @@ not yet expired or revoked.
      that hangs (killed past --exec-plugin-timeout, its process group too,
      reaped, retried), prints too much, is missing (its installHint in the
      line), prints no JSON, the wrong apiVersion, no token; meanwhile a
-     request waits for a credential (bounded) and gets 503.
+     request waits for a credential (bounded by --exec-plugin-timeout) and
+     gets 503.
      interactiveMode Always is refused at start.
   4. A client certificate from the plugin (no token): kwc's TLS connections
      present it and apisim (--client-ca) accepts kwc.
@@ -347,7 +348,9 @@ class Failures(ProcGroup, unittest.TestCase):
                 os.makedirs(d)
                 cls.states[name] = new_state(d, mode=mode)
                 kc = kubeconfig(d, "http://127.0.0.1:%d" % cls.sim.port, cls.states[name], exec_extra=extra)
-                cls.kwcs[name] = start_kwc(d, "kwc-" + name, kc, "--exec-plugin-timeout", "500ms")
+                # a short bound for the hang only: python's start under load must fit the others'
+                cls.kwcs[name] = start_kwc(d, "kwc-" + name, kc, "--exec-plugin-timeout",
+                                           "500ms" if name == "hang" else "20s")
                 cls.procs.append(cls.kwcs[name])
         except BaseException:
             cls.dump()
@@ -382,13 +385,12 @@ class Failures(ProcGroup, unittest.TestCase):
         self.assertIn("exec credential plugin plugin: stderr: hanging", k.logs(60))
 
     def test_requests_wait_bounded_then_503(self):
+        # bounded by --exec-plugin-timeout (500ms for the hanging plugin)
         t0 = time.monotonic()
-        st, _, b = http_request(self.kwcs["notoken"].port, "GET", "/api/v1/namespaces")
+        st, _, b = http_request(self.kwcs["hang"].port, "GET", "/api/v1/namespaces")
         self.assertEqual(st, 503, b[:300])
         self.assertLess(time.monotonic() - t0, 10)
-        msg = json.loads(b)["message"]
-        self.assertIn("kwc has no credential for the upstream: exec credential plugin plugin: exec plugin didn't "
-                      "return a token", msg)
+        self.assertIn("kwc has no credential for the upstream: exec credential plugin plugin", json.loads(b)["message"])
         # nothing reached apisim without a credential
         self.assertEqual(sim_stats(self.sim.port)["requests"].get("unauthorized", 0), 0)
 
