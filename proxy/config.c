@@ -707,6 +707,11 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--review-timeout %ld: use 0 (only --upstream-timeout) to %d seconds",
                     c->review_timeout, CFG_MAX_TIMEOUT_S);
+    if (c->exec_plugin_timeout < 100 || c->exec_plugin_timeout > 600 * 1000)
+        return fail(err, errlen,
+                    "--exec-plugin-timeout %.3gs: use 100ms to 10m (a credential plugin "
+                    "usually answers within a few seconds)",
+                    (double)c->exec_plugin_timeout / 1000.0);
     if (c->max_held_body_buffer < 65536)
         return fail(err, errlen,
                     "--max-held-body-buffer %ld: at least 65536 bytes (one stream's window)",

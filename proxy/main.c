@@ -394,6 +394,8 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
+    if (k->exec)
+        k->exec->timeout_ms = (unsigned)cfg.exec_plugin_timeout;
     if (cfg.auth_delegated && cfg.forward_token && k->cert_pem) {
         /* kube authenticates a client certificate before a bearer token: the
          * upstream would see kwc, not the caller whose token kwc forwards */

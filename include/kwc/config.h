@@ -203,7 +203,10 @@
     X("takeover", takeover, BOOL, "false", "",                                                     \
       "take over from the kwc running on --data-dir (a binary upgrade): it hands over its "        \
       "listening sockets and the data dir and drains; no connection is refused, watches resume "   \
-      "without a relist. Give the same flags (--listen included)")
+      "without a relist. Give the same flags (--listen included)")                                 \
+    X("exec-plugin-timeout", exec_plugin_timeout, DUR, "30s", "DURATION",                          \
+      "the longest one run of the kubeconfig's exec credential plugin may take; past it the "      \
+      "plugin (its process group) is killed and run again after a backoff (100ms to 10m)")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 

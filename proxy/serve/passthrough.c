@@ -259,7 +259,8 @@ on_up_done(void *arg, int err, const char *msg)
             code = 504;
             reason = "Timeout";
             snprintf(m, sizeof(m), "the upstream API server did not answer in time: %s", msg);
-        } else if (err == -ECONNREFUSED || err == -EHOSTUNREACH || err == -ECONNRESET) {
+        } else if (err == -ECONNREFUSED || err == -EHOSTUNREACH || err == -ECONNRESET ||
+                   err == -EAGAIN) { /* EAGAIN: no credential from the exec plugin yet */
             code = 503;
             reason = "ServiceUnavailable";
             snprintf(m, sizeof(m), "the upstream API server is unavailable: %s", msg);
