@@ -155,8 +155,8 @@ test_defaults(void)
     ok(c.listen_loopback, "loopback");
     is_str(c.log_level_s, "info", "log level text");
     is_int(c.log_level, LOG_INFO, "log level");
-    is_int(c.upstream_connect_timeout, 5, "connect timeout");
-    is_int(c.upstream_timeout, 60, "upstream timeout");
+    is_int(c.upstream_connect_timeout_ms, 5000, "connect timeout");
+    is_int(c.upstream_timeout_ms, 60000, "upstream timeout");
     ok(!c.insecure_allow_remote, "insecure-allow-remote off");
     is_int(c.max_response_buffer, 1048576, "max-response-buffer");
     is_int(c.max_request_buffer, 1048576, "max-request-buffer");
@@ -180,8 +180,8 @@ test_flag_forms(void)
     is_int(c.log_level, LOG_DEBUG, "debug");
     is_str(c.resources, "v1/pods,apps/v1/deployments", "resources");
     is_str(c.port_file, "/tmp/p", "port-file");
-    is_int(c.upstream_timeout, 0, "upstream-timeout 0 (none)");
-    is_int(c.upstream_connect_timeout, 2, "connect timeout");
+    is_int(c.upstream_timeout_ms, 0, "upstream-timeout 0 (none)");
+    is_int(c.upstream_connect_timeout_ms, 2000, "connect timeout");
     is_int(c.max_response_buffer, 4096, "max-response-buffer");
     is_int(c.max_request_buffer, 8192, "max-request-buffer, separate value");
     cfg_fini(&c);
@@ -197,11 +197,12 @@ test_flag_forms(void)
     is_int(c.log_format, LOG_TEXT, "text logs by default");
     cfg_fini(&c);
 
-    is_int(parse(&c, UP, DD, "--log-format", "json", NULL), 0, "json logs");
+    is_int(parse(&c, UP, DD, "--logging-format", "json", NULL), 0, "json logs");
     is_int(c.log_format, LOG_JSON, "json");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--log-format", "yaml", NULL), KWC_ECONFIG, "--log-format yaml");
-    ok(strstr(err, "--log-format \"yaml\": use text or json") != NULL, "says what to use");
+    is_int(parse(&c, UP, DD, "--logging-format", "yaml", NULL), KWC_ECONFIG,
+           "--logging-format yaml");
+    ok(strstr(err, "--logging-format \"yaml\": use text or json") != NULL, "says what to use");
     cfg_fini(&c);
 
     /* The last of a repeated flag wins. */
@@ -640,7 +641,7 @@ test_per_source(void)
 {
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
-    is_int(c.review_timeout, 10, "review-timeout: 10 s");
+    is_int(c.review_timeout_ms, 10000, "review-timeout: 10 s");
     is_int(cfg_per_source_reviews(&c), 16, "max-reviews-per-source: half of 32");
     is_int(cfg_per_source_connections(&c), 0, "per source: nothing before --max-connections");
     c.max_connections_resolved = 1000;
@@ -661,7 +662,7 @@ test_per_source(void)
     c.max_connections_resolved = 1000;
     is_int(cfg_per_source_connections(&c), 0, "connections per source: 0 is no limit");
     is_int(cfg_per_source_reviews(&c), 0, "reviews per source: 0 is no limit");
-    is_int(c.review_timeout, 0, "review-timeout 0: none of its own");
+    is_int(c.review_timeout_ms, 0, "review-timeout 0: none of its own");
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, "--max-connections-per-source", "7", "--max-reviews-per-source", "3",
@@ -670,7 +671,7 @@ test_per_source(void)
     c.max_connections_resolved = 1000;
     is_int(cfg_per_source_connections(&c), 7, "connections per source as asked");
     is_int(cfg_per_source_reviews(&c), 3, "reviews per source as asked");
-    is_int(c.review_timeout, 2, "review-timeout as asked");
+    is_int(c.review_timeout_ms, 2000, "review-timeout as asked");
     cfg_fini(&c);
 
     const char *p = write_yaml("max-connections-per-source: 0\nmax-reviews-per-source: 5\n");
@@ -697,8 +698,8 @@ test_limits(void)
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
     is_int(c.max_header_bytes, 1048576, "max-header-bytes: Go's DefaultMaxHeaderBytes");
-    is_int(c.request_header_timeout, 32, "request-header-timeout: kube's ReadHeaderTimeout");
-    is_int(c.idle_timeout, 90, "idle-timeout: kube's IdleTimeout");
+    is_int(c.request_header_timeout_ms, 32000, "request-header-timeout: kube's ReadHeaderTimeout");
+    is_int(c.idle_timeout_ms, 90000, "idle-timeout: kube's IdleTimeout");
     is_int(c.max_connections, 0, "max-connections: automatic");
     is_int(c.max_connections_resolved, 0, "resolved later, by cfg_fd_budget");
     is_int(c.max_upstream_connections, 256, "max-upstream-connections: 256");
@@ -710,8 +711,8 @@ test_limits(void)
                  "--idle-timeout", "0", "--max-connections", "10", NULL),
            0, "limits set");
     is_int(c.max_header_bytes, 4096, "max-header-bytes 4096");
-    is_int(c.request_header_timeout, 0, "request-header-timeout 0: none");
-    is_int(c.idle_timeout, 0, "idle-timeout 0: none");
+    is_int(c.request_header_timeout_ms, 0, "request-header-timeout 0: none");
+    is_int(c.idle_timeout_ms, 0, "idle-timeout 0: none");
     is_int(c.max_connections, 10, "max-connections 10");
     is_int(c.max_connections_resolved, 10, "an explicit cap is kept");
     cfg_fini(&c);
@@ -737,21 +738,28 @@ test_limits(void)
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, NULL), 0, "defaults again");
-    is_int(c.shutdown_drain, 10, "shutdown-drain-seconds: 10");
+    is_int(c.shutdown_drain_ms, 10000, "shutdown-drain-grace-period: 10s");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--shutdown-drain-seconds", "0", NULL), 0, "no drain");
-    is_int(c.shutdown_drain, 0, "shutdown-drain-seconds 0: close at once");
+    is_int(parse(&c, UP, DD, "--shutdown-drain-grace-period", "0", NULL), 0, "no drain");
+    is_int(c.shutdown_drain_ms, 0, "shutdown-drain-grace-period 0: close at once");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--shutdown-drain-grace-period", "1.5s", NULL), 0, "a fraction");
+    is_int(c.shutdown_drain_ms, 1500, "1.5s in ms");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--shutdown-drain-grace-period", "3601s", NULL),
+             "--shutdown-drain-grace-period 1h0m1s: use 0 to 1h (0: close at once)",
+             "shutdown-drain-grace-period over an hour");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--shutdown-drain-seconds", "3601", NULL),
-             "--shutdown-drain-seconds", "shutdown-drain-seconds over an hour");
+             "--shutdown-drain-grace-period 1h0m1s", "the old name: the same bound");
     cfg_fini(&c);
 
     const char *p = write_yaml("max-header-bytes: 8192\nrequest-header-timeout: 5\n"
                                "idle-timeout: 7\nmax-connections: 3\n");
     is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "limits from file");
     is_int(c.max_header_bytes, 8192, "max-header-bytes from file");
-    is_int(c.request_header_timeout, 5, "request-header-timeout from file");
-    is_int(c.idle_timeout, 7, "idle-timeout from file");
+    is_int(c.request_header_timeout_ms, 5000, "request-header-timeout from file");
+    is_int(c.idle_timeout_ms, 7000, "idle-timeout from file");
     is_int(c.max_connections_resolved, 3, "max-connections from file");
     cfg_fini(&c);
     cleanup_files();
@@ -771,12 +779,12 @@ test_discovery(void)
     is_int(c.discovery_interval, 1000, "discovery-interval 1s");
     ok(!c.serve_discovery, "serve-discovery false");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "500ms", NULL), "--discovery-interval 0.5s",
+    rejected(parse(&c, UP, DD, "--discovery-interval", "500ms", NULL), "--discovery-interval 500ms",
              "under a second");
     ok(err_has("1s to 1h"), "message gives the range");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "61m", NULL),
-             "--discovery-interval 3.66e+03s", "over an hour");
+    rejected(parse(&c, UP, DD, "--discovery-interval", "61m", NULL), "--discovery-interval 1h1m",
+             "over an hour");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--discovery-interval", "30", NULL), "\"30\" is not a duration",
              "a bare number");
@@ -788,42 +796,55 @@ test_watch_coalesce(void)
 {
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
-    is_int(c.watch_coalesce_max_ms, 25, "watch-coalesce-max-ms: 25");
+    is_int(c.watch_coalesce_max_ms, 25, "watch-coalesce-max-delay: 25ms");
     is_int(c.watch_coalesce_max_ms * 1000, PACE_MAX_US, "...PACE_MAX_US");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "0", NULL), 0, "0: never hold");
-    is_int(c.watch_coalesce_max_ms, 0, "watch-coalesce-max-ms 0");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay", "0", NULL), 0, "0: never hold");
+    is_int(c.watch_coalesce_max_ms, 0, "watch-coalesce-max-delay 0");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms=100", NULL), 0, "a value");
-    is_int(c.watch_coalesce_max_ms, 100, "watch-coalesce-max-ms 100");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay=100ms", NULL), 0, "a value");
+    is_int(c.watch_coalesce_max_ms, 100, "watch-coalesce-max-delay 100ms");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1000", NULL), 0, "the most");
-    is_int(c.watch_coalesce_max_ms, 1000, "watch-coalesce-max-ms 1000");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay", "1s", NULL), 0, "the most");
+    is_int(c.watch_coalesce_max_ms, 1000, "watch-coalesce-max-delay 1s");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1001", NULL),
-             "--watch-coalesce-max-ms 1001", "over a second");
-    ok(err_has("0 (never hold an event) to 1000 ms"), "message gives the range");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "1001ms", NULL),
+             "--watch-coalesce-max-delay 1.001s: use 0 to 1s", "over a second");
+    ok(err_has("0: never hold an event"), "message says what 0 does");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "-1", NULL), "--watch-coalesce-max-ms",
-             "negative");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "-1ms", NULL),
+             "--watch-coalesce-max-delay", "negative");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "25ms", NULL), "--watch-coalesce-max-ms",
-             "not a number");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "25", NULL),
+             "--watch-coalesce-max-delay: \"25\" is not a duration",
+             "a new name takes no bare number");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", NULL), "--watch-coalesce-max-ms",
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", NULL), "--watch-coalesce-max-delay",
              "no value");
+    ok(err_has("a duration"), "...names the type");
     cfg_fini(&c);
 
-    const char *p = write_yaml("watch-coalesce-max-ms: 5\n");
-    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from file");
-    is_int(c.watch_coalesce_max_ms, 5, "watch-coalesce-max-ms from file");
+    /* the old name: a bare number is milliseconds, as it was */
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "100", NULL), 0, "the old name");
+    is_int(c.watch_coalesce_max_ms, 100, "100 is 100ms");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--config", p, "--watch-coalesce-max-ms", "0", NULL), 0,
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1001", NULL),
+             "--watch-coalesce-max-delay 1.001s", "the old name, over a second");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "-1", NULL), "--watch-coalesce-max-ms",
+             "the old name, negative");
+    cfg_fini(&c);
+
+    const char *p = write_yaml("watch-coalesce-max-delay: 5ms\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from file");
+    is_int(c.watch_coalesce_max_ms, 5, "watch-coalesce-max-delay from file");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--config", p, "--watch-coalesce-max-delay", "0", NULL), 0,
            "file and flag");
     is_int(c.watch_coalesce_max_ms, 0, "the flag wins");
     cfg_fini(&c);
-    p = write_yaml("watch-coalesce-max-ms: 5000\n");
-    rejected(parse(&c, UP, DD, "--config", p, NULL), "--watch-coalesce-max-ms 5000",
+    p = write_yaml("watch-coalesce-max-delay: 5s\n");
+    rejected(parse(&c, UP, DD, "--config", p, NULL), "--watch-coalesce-max-delay 5s",
              "a bad value from file");
     cfg_fini(&c);
     cleanup_files();
@@ -1017,9 +1038,9 @@ test_auth(void)
     const char *key = write_yaml("nor this\n");
     is_int(parse(&c, UP, DD, NULL), 0, "plaintext");
     ok(!c.auth_delegated, "plaintext: --auth none by default");
-    is_int(c.token_cache_ttl, 120, "token TTL 2m as kube");
-    is_int(c.authz_allow_ttl, 300, "allow TTL 5m as kube");
-    is_int(c.authz_deny_ttl, 30, "deny TTL 30s as kube");
+    is_int(c.token_cache_ttl_ms, 120000, "token TTL 2m as kube");
+    is_int(c.authz_allow_ttl_ms, 300000, "allow TTL 5m as kube");
+    is_int(c.authz_deny_ttl_ms, 30000, "deny TTL 30s as kube");
     ok(!c.anonymous_auth, "anonymous off by default");
     ok(!c.forward_token, "impersonate by default");
     cfg_fini(&c);
@@ -1043,7 +1064,21 @@ test_auth(void)
              "unknown --passthrough-identity");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--authorization-webhook-cache-authorized-ttl", "100000", NULL),
-             "TTLs take 0", "TTL over a day");
+             "--authorization-webhook-cache-authorized-ttl 27h46m40s: use 0 to 24h",
+             "TTL over a day");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--authentication-token-webhook-cache-ttl", "25h", NULL),
+             "--authentication-token-webhook-cache-ttl 25h: use 0 to 24h", "token TTL over a day");
+    cfg_fini(&c);
+    /* kube's values, as the operator wrote them */
+    is_int(parse(&c, UP, DD, "--authorization-webhook-cache-authorized-ttl", "2m",
+                 "--authorization-webhook-cache-unauthorized-ttl=500ms",
+                 "--authentication-token-webhook-cache-ttl", "1h30m", NULL),
+           0, "kube's durations");
+    is_int(c.authz_allow_ttl_ms, 120000, "2m");
+    is_int(c.authz_deny_ttl_ms, 500, "500ms: kept below a second");
+    is_int(c.token_cache_ttl_ms, 5400000, "1h30m");
+    is_int(c.n_notes, 0, "no note for durations");
     cfg_fini(&c);
     /* a remote listener: TLS and delegated auth, or the insecure flag */
     rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", NULL),
@@ -1150,9 +1185,9 @@ test_config_file(void)
     is_str(c.listen_host, "127.0.0.2", "listen from file");
     is_int(c.listen_port, 9000, "port from file");
     is_int(c.log_level, LOG_DEBUG, "log level from file");
-    is_int(c.upstream_timeout, 7, "int from file");
+    is_int(c.upstream_timeout_ms, 7000, "int from file");
     is_str(c.resources, "v1/pods", "quoted string from file");
-    is_int(c.upstream_connect_timeout, 5, "unset keys keep defaults");
+    is_int(c.upstream_connect_timeout_ms, 5000, "unset keys keep defaults");
     cfg_fini(&c);
 
     /* Flags win, before or after --config. */
@@ -1162,7 +1197,7 @@ test_config_file(void)
     is_str(c.upstream, "http://from-flag:2", "flag before --config wins");
     is_int(c.log_level, LOG_WARN, "flag after --config wins");
     is_str(c.data_dir, "/from/file", "file value where no flag");
-    is_int(c.upstream_timeout, 7, "file int where no flag");
+    is_int(c.upstream_timeout_ms, 7000, "file int where no flag");
     cfg_fini(&c);
 
     rejected(parse(&c, UP, DD, "--config=", NULL), "--config", "empty --config= rejected");
