@@ -7,8 +7,8 @@
  *
  * Owns everything it builds; borrows what main.c built (struct app_deps).
  * On SIGTERM main.c drains first (app_drain, then app_busy until nothing is
- * left or --shutdown-drain-seconds passed). Order of teardown (app_free): the watch pool first (its
- * streams end with terminal chunks while the store is open), then the HTTP server (each open
+ * left or --shutdown-drain-grace-period passed). Order of teardown (app_free): the watch pool first
+ * (its streams end with terminal chunks while the store is open), then the HTTP server (each open
  * request's on_close runs: passthroughs cancel their transfers, cached
  * lists end), then what those requests used.
  */

@@ -11,7 +11,7 @@
  * stream ends cleanly at once (a watch never ends on its own, and its
  * client resumes elsewhere from its last rv). The requests in progress
  * (lists being written, gets, passthroughs) then have
- * --shutdown-drain-seconds (default 10 s, a third of Kubernetes' default
+ * --shutdown-drain-grace-period (default 10 s, a third of Kubernetes' default
  * 30 s grace before SIGKILL, leaving time for the rest) to finish; the
  * reflectors and the store go on serving them meanwhile. Drained, or the
  * deadline passed, or a second signal: the loop ends and everything is
