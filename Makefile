@@ -183,7 +183,7 @@ integration-checked:
 	$(Q)KWC_TLS=1 KWC_SANITIZED=1 KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN_TLS)
 	$(Q)KWC_BIN=$(abspath build/kwc) PYTHON=$(PYTHON) \
 	  KWC_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
-	  KWC_EXTRA_ARGS="--cache-map-size 1073741824" \
+	  KWC_EXTRA_ARGS="--cache-map-size 1Gi" \
 	  $(PYTHON) tests/integration/run.py $(IT_VALGRIND)
 
 # The CI command: everything, from a fresh machine.

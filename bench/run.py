@@ -1300,6 +1300,8 @@ def idle_growth(args, env, v, n, path, tag):
     (fanout's result, kwc RssAnon growth in KiB, fds added). Unavailable if
     that kwc does not start."""
     import json
+    # bare seconds: what older binaries (the "before" side) take too; kwc
+    # still reads them as seconds, with a deprecation note
     k = Kwc(args, env, v, tag, optional=(("--idle-timeout", 3600), ("--request-header-timeout", 600),
                                          ("--max-connections", n + 1000)))
     try:

@@ -11,7 +11,7 @@
  * stream ends cleanly at once (a watch never ends on its own, and its
  * client resumes elsewhere from its last rv). The requests in progress
  * (lists being written, gets, passthroughs) then have
- * --shutdown-drain-seconds (default 10 s, a third of Kubernetes' default
+ * --shutdown-drain-grace-period (default 10 s, a third of Kubernetes' default
  * 30 s grace before SIGKILL, leaving time for the rest) to finish; the
  * reflectors and the store go on serving them meanwhile. Drained, or the
  * deadline passed, or a second signal: the loop ends and everything is
@@ -64,8 +64,8 @@
 struct stopper {
     struct event_base *base;
     struct app *app;
-    long drain_s;  /* --shutdown-drain-seconds */
-    long delay_ms; /* --shutdown-delay-duration */
+    double drain_s; /* --shutdown-drain-grace-period, in seconds */
+    long delay_ms;  /* --shutdown-delay-duration */
     bool delaying, draining;
     struct event *check, *delay;
     struct timespec start;
@@ -95,7 +95,7 @@ on_drain_check(evutil_socket_t fd, short what, void *arg)
     if (!busy_any(&b)) {
         log_info("kwc: drained in %.1f s", t);
     } else if (t >= (double)sp->drain_s) {
-        log_info("kwc: drain deadline (%ld s) passed, closing %u requests on %u connections "
+        log_info("kwc: drain deadline (%.3g s) passed, closing %u requests on %u connections "
                  "(%zu watch streams still ending)",
                  sp->drain_s, b.requests, b.connections, b.watches);
     } else {
@@ -122,7 +122,7 @@ start_drain(struct stopper *sp, const char *name)
     app_busy(sp->app, &b);
     b.watches = watches;
     log_info("kwc: %s received, shutting down: draining %u requests on %u connections, %zu watch "
-             "streams ending (up to %ld s; a second signal stops at once)",
+             "streams ending (up to %.3g s; a second signal stops at once)",
              name, b.requests, b.connections, b.watches, sp->drain_s);
     struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
     event_add(sp->check, &tv);
@@ -376,12 +376,18 @@ main(int argc, char **argv)
         return 0;
     }
     if (rc != 0) {
+        /* the notes first: a bound broken under an old name is reported
+         * under the new one, which the note names */
+        for (size_t i = 0; i < cfg.n_notes; i++)
+            fprintf(stderr, "kwc: %s\n", cfg.notes[i]);
         fprintf(stderr, "kwc: %s\n", err);
         cfg_fini(&cfg);
         return 2;
     }
     log_set_level(cfg.log_level);
     log_set_format(cfg.log_format);
+    for (size_t i = 0; i < cfg.n_notes; i++)
+        log_warnx("kwc: %s", cfg.notes[i]);
     /* rand() jitters upstream retries: kwc replicas must not retry in step */
     unsigned seed;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
@@ -420,8 +426,8 @@ main(int argc, char **argv)
 
     struct event_base *base = event_base_new();
     struct up_options uo = {
-        .connect_timeout_ms = (int)cfg.upstream_connect_timeout * 1000,
-        .header_timeout_ms = (int)cfg.upstream_timeout * 1000,
+        .connect_timeout_ms = (int)cfg.upstream_connect_timeout_ms,
+        .header_timeout_ms = (int)cfg.upstream_timeout_ms,
         .max_idle_conns = 64,
         .max_conns = {[UP_POOL_PASSTHROUGH] = (unsigned)cfg.max_upstream_connections,
                       [UP_POOL_CACHE] = cfg.cache_conns,
@@ -464,7 +470,8 @@ main(int argc, char **argv)
     so.map_size = (uint64_t)cfg.cache_map_size;
     so.history_max_events = (uint64_t)cfg.history_max_events;
     so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
-    so.history_max_age = (uint64_t)cfg.history_max_age;
+    /* the store keeps whole seconds: a fraction counts as one more */
+    so.history_max_age = ((uint64_t)cfg.history_max_age_ms + 999) / 1000;
     so.max_resources = max_caches(&cfg);
     if (getenv("KWC_BENCH_NO_CHECKSUMS")) {
         /* bench/run.py integrity only: the cost of checksums, measured end
@@ -487,7 +494,7 @@ main(int argc, char **argv)
     st = dd.st;
     struct refl_ingest_options io = {.data_dir = cfg.data_dir,
                                      .map_size = (uint64_t)cfg.cache_map_size,
-                                     .max_staleness = (unsigned)cfg.max_staleness};
+                                     .max_staleness_ms = (uint64_t)cfg.max_staleness_ms};
     refl_ingest_new(base, st, &io, &ing);
     struct unknown_exit unknown = {.base = base};
     if (!cfg.auto_resources) /* a typo in --resources: kwc exits 2 */
@@ -549,8 +556,10 @@ main(int argc, char **argv)
 
     disco_start(disco);
     catalog_start(cat);
-    struct stopper sp = {
-        .base = base, .app = app, .drain_s = cfg.shutdown_drain, .delay_ms = cfg.shutdown_delay};
+    struct stopper sp = {.base = base,
+                         .app = app,
+                         .drain_s = (double)cfg.shutdown_drain_ms / 1000.0,
+                         .delay_ms = cfg.shutdown_delay};
     to.sp = &sp;
     to.cat = cat;
     to.retake = evtimer_new(base, on_retake, &to);

@@ -1,7 +1,7 @@
 /*
  * log.h — structured one-line logs on stderr, as text:
  *   2026-11-21T06:00:00.123Z info  upstream: connected server=https://...
- * or as JSON lines (--log-format json), one object per line:
+ * or as JSON lines (--logging-format json), one object per line:
  *   {"time":"2026-11-21T06:00:00.123Z","level":"info","msg":"upstream: ..."}
  * with a line's fields (log_fields) as further keys. In JSON, strings are
  * escaped as JSON needs and bytes that are not UTF-8 become U+FFFD; in text,

@@ -78,11 +78,11 @@ void refl_want(struct refl *r);
 
 /* What the reflectors of one loop share beyond the store. */
 struct refl_ingest_options {
-    const char *data_dir;    /* for messages (statvfs of a failed write) */
-    uint64_t map_size;       /* --cache-map-size, for messages */
-    unsigned max_staleness;  /* seconds without an upstream event or bookmark
+    const char *data_dir;      /* for messages (statvfs of a failed write) */
+    uint64_t map_size;         /* --cache-map-size, for messages */
+    uint64_t max_staleness_ms; /* without an upstream event or bookmark
                                 before a cache leaves service; 0: never */
-    struct refl_clock clock; /* zero: the real clock and random source */
+    struct refl_clock clock;   /* zero: the real clock and random source */
 };
 
 /* Shared by all reflectors of one loop: the batched store writer. */
@@ -205,10 +205,10 @@ void refl_counters(const struct refl *r, struct refl_counters *out);
  * outage going on).
  *
  * refl_stale: no upstream event or bookmark since heard_ms for more than
- * max_staleness_s seconds (0: never stale).
+ * max_staleness_ms (0: never stale).
  */
 int refl_backoff(int *backoff_ms, uint32_t rnd);
 bool refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms);
-bool refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s);
+bool refl_stale(uint64_t heard_ms, uint64_t now_ms, uint64_t max_staleness_ms);
 
 #endif

@@ -553,7 +553,7 @@ review_done(struct review *r, int err, const char *msg)
                 snprintf(why, sizeof(why), "unparsable SubjectAccessReview");
         }
         struct sar_ent *e = NULL;
-        unsigned ttl = 0;
+        double ttl = 0;
         if (d == AUTH_ERROR) {
             log_failure(a, "SubjectAccessReview", why);
             free(reason);

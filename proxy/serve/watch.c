@@ -467,7 +467,7 @@ flush_round(struct worker *wk, bool measured)
 /* The end of a round: flush now, or (a busy worker) hold the dirty streams
  * for the pace's window so each write carries several events. Held, they
  * are flushed by flush_ev, whatever else happens meanwhile: the pace's bound
- * (--watch-coalesce-max-ms, PACE_MAX_US by default; 0 never holds) is the
+ * (--watch-coalesce-max-delay, PACE_MAX_US by default; 0 never holds) is the
  * most an event waits here. */
 static void
 end_round(struct worker *wk, bool measured)

@@ -153,7 +153,7 @@ refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ing
     ing->st = st;
     ing->data_dir = xstrdup(o && o->data_dir ? o->data_dir : ".");
     ing->map_size = o ? o->map_size : 0;
-    ing->max_staleness = o ? o->max_staleness : 0;
+    ing->max_staleness_ms = o ? o->max_staleness_ms : 0;
     if (o)
         ing->clock = o->clock;
     if (!ing->clock.now_ms)

@@ -44,7 +44,7 @@ struct refl_ingest {
     struct store *st;
     char *data_dir;
     uint64_t map_size;
-    unsigned max_staleness;
+    uint64_t max_staleness_ms;
     struct refl_clock clock; /* never NULL functions (the real ones by default) */
     struct event *commit_ev;
     struct pend *p;

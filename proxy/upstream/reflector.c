@@ -246,10 +246,9 @@ refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms)
 }
 
 bool
-refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
+refl_stale(uint64_t heard_ms, uint64_t now_ms, uint64_t max_staleness_ms)
 {
-    return max_staleness_s && now_ms > heard_ms &&
-           now_ms - heard_ms > (uint64_t)max_staleness_s * 1000;
+    return max_staleness_ms && now_ms > heard_ms && now_ms - heard_ms > max_staleness_ms;
 }
 
 void
@@ -728,12 +727,13 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (r->out == OUT_WRITE)
         retry_write(r);
-    unsigned max = r->ing->max_staleness;
+    uint64_t max = r->ing->max_staleness_ms;
+    char go[KWC_DURATION_LEN];
     if (r->synced && r->out == OUT_NONE && !r->refused &&
         refl_stale(r->last_heard_ms, refl_now_ms(r), max))
         set_out(r, OUT_STALE,
-                "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %u)",
-                refl_secs_since(r, r->last_heard_ms), max);
+                "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %s)",
+                refl_secs_since(r, r->last_heard_ms), kwc_format_duration(max, go, sizeof(go)));
 }
 
 static void

@@ -119,7 +119,7 @@ class FailureTest(unittest.TestCase):
                              (200, b"[+]ping ok\nlivez check passed\n"))
 
     def test_upstream_errors_and_hangs(self):
-        with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2"]) as env:
+        with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2s"]) as env:
             try:
                 # an upstream error status passes through untouched (the
                 # fault matches this request alone: kwc's own reflector of

@@ -163,7 +163,7 @@ class WatchDifferential(unittest.TestCase):
     def setUpClass(cls):
         cls.env = Env(apisim_args=["--pods", "40", "--namespaces", "3", "--nodes", "3", "--history", "100000",
                                    "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1", "--rv-wait-ms", "500"]
+                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1s", "--rv-wait-timeout", "500ms"]
                       + cls.KWC_ARGS)
         e = cls.env
         e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 6, "namespaces": 2})
@@ -413,7 +413,7 @@ class WatchDifferential(unittest.TestCase):
         self.assertEqual([ev for ev in n.events if ev["type"] == "BOOKMARK"], [], "bookmarks not asked for")
 
     def test_sie_waits_then_504_error_event(self):
-        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-ms", "300"]
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-timeout", "300ms"]
                  + self.KWC_ARGS) as env:
             quiesce(env, accept=self.list_accept)
             cur = env.stats()["rv"]
@@ -465,7 +465,7 @@ class WatchModel(unittest.TestCase):
         rnd = random.Random(SEED)
         with Env(apisim_args=["--pods", "120", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                               "--bookmark-interval", "0.5", "--seed", str(SEED)],
-                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1s", "--watch-budget", "16Ki"]
                  + self.KWC_ARGS) as e:
             failures = len(self._outcome.result.failures) if self._outcome.result else 0
             try:

@@ -112,7 +112,7 @@ class StalenessTest(unittest.TestCase):
 
     def test_silent_upstream_leaves_service(self):
         with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods", "--max-staleness", "5"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods", "--max-staleness", "5s"]) as env:
             text = wait_readyz(env.kwc.port, 503, 60, contains=("stale",))
             line = [l for l in cache_lines(text) if "/api/v1/pods" in l]
             self.assertEqual(len(line), 1, text)

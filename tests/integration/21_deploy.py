@@ -133,19 +133,35 @@ def kwc_help():
 
 
 def kwc_flags():
-    """{flag: default or None} from `kwc --help`."""
-    flags = {}
+    """{flag: default or None} from `kwc --help` (pflag's layout: a flag's
+    line "      --name type   text", its text continued on indented lines,
+    "(default X)" at its end; a string's default quoted, a list's in [])."""
+    flags, cur, text = {}, None, []
+
+    def done():
+        if cur:
+            m = re.search(r"\(default (.*)\)$", " ".join(text))
+            flags[cur] = m.group(1).strip('"[]') if m else None
+
     for line in kwc_help().splitlines():
-        m = re.match(r"^\s+(--[a-z0-9-]+)(.*?)(?:\[([^\]]*)\])?\s*$", line)
+        m = re.match(r"^  (?:-h, |    )(--[a-z0-9-]+)(?: [a-z]+)?\s+(.*)$", line)
         if m:
-            flags[m.group(1)] = m.group(3)
+            done()
+            cur, text = m.group(1), [m.group(2)]
+        elif cur and line.startswith(" "):
+            text.append(line.strip())
+        else:
+            done()
+            cur, text = None, []
+    done()
     return flags
 
 
 def split_args(args):
     """[(flag, value or None)] of a kwc argument list (--flag=value or --flag value)."""
     out, i = [], 0
-    boolean = {"--insecure-allow-remote", "--anonymous-auth", "--help", "--version"}
+    boolean = {"--insecure-allow-remote", "--anonymous-auth", "--access-log", "--serve-discovery", "--help",
+               "--version"}
     while i < len(args):
         a = args[i]
         if "=" in a:
@@ -540,7 +556,7 @@ class ManifestTest(unittest.TestCase):
         self.assertNotIn("add", csc["capabilities"])
         self.assertEqual(csc.get("seccompProfile", psc.get("seccompProfile"))["type"], "RuntimeDefault")
         # memory above the watch windows: one per cached resource
-        window = int(a.get("--watch-window", flags["--watch-window"]))
+        window = quantity(a.get("--watch-window", flags["--watch-window"]))
         # (--resources auto, the default: the protobuf caches kwc starts
         # itself; an explicit list: its caches, and the protobuf ones of it)
         if a.get("--resources", "auto") == "auto":
@@ -593,7 +609,7 @@ class ManifestTest(unittest.TestCase):
         pvc = find(docs, "PersistentVolumeClaim", claim)
         self.assertEqual(pvc["metadata"]["namespace"], d["metadata"]["namespace"])
         size = quantity(pvc["spec"]["resources"]["requests"]["storage"])
-        self.assertLess(int(a["--cache-map-size"]), size, "--cache-map-size must fill before the volume does")
+        self.assertLess(quantity(a["--cache-map-size"]), size, "--cache-map-size must fill before the volume does")
         ns = find(docs, "Namespace", d["metadata"]["namespace"])
         self.assertEqual(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
         # apply order: the namespace's file sorts first
@@ -609,7 +625,7 @@ class ManifestTest(unittest.TestCase):
         init = ds["spec"]["template"]["spec"]["initContainers"][0]
         self.assertEqual(init["securityContext"]["capabilities"], {"drop": ["ALL"], "add": ["CHOWN"]})
         self.assertIn("%d:%d" % (POD_UID, POD_UID), init["command"])
-        self.assertLess(int(a["--cache-map-size"]), 64 << 30)
+        self.assertLess(quantity(a["--cache-map-size"]), 64 << 30)
         svc = find(docs, "Service", "kwc")
         self.assertEqual(svc["spec"]["internalTrafficPolicy"], "Local")
 

@@ -6,7 +6,7 @@
      events go by, the watchers closing, one forced upstream 410 — checked
      number for number (requests by verb/resource/code/source, the watchers
      and lagging gauges, events sent = E x watchers, relists = 1, 410s = 1,
-     ...); the access log (--log-format json) has a line for a cached list, a
+     ...); the access log (--logging-format json) has a line for a cached list, a
      passthrough and each watch stream's end, every line a JSON object with
      the documented keys, and a ?token= value never appears in it.
   2. The exposition: `promtool check metrics` accepts it, and a real
@@ -82,7 +82,7 @@ class Scenario(unittest.TestCase):
     def test_scenario(self):
         with Env(apisim_args=["--pods", "10", "--pod-size", "16000"],
                  kwc_args=["--resources", "v1/pods", "--watch-budget", "16384", "--watch-workers", "2",
-                           "--access-log", "--log-format", "json",
+                           "--access-log", "--logging-format", "json",
                            # exact counters of one reflector: the forced 410
                            # must reach the JSON cache's watch, not a protobuf one
                            "--protobuf-resources", "none"]) as e:

@@ -2,7 +2,7 @@
 
 On SIGTERM kwc closes its listeners, sends HTTP/2 clients a GOAWAY with the
 last stream id, closes idle HTTP/1.1 connections, ends every watch stream
-cleanly and gives the requests in progress --shutdown-drain-seconds to
+cleanly and gives the requests in progress --shutdown-drain-grace-period to
 finish (proxy/main.c), then frees everything as before and exits 0.
 
 - HTTP/2 (prior knowledge in plaintext, ALPN h2 over TLS), one connection:
@@ -177,7 +177,7 @@ def refused(port):
 class ShutdownDrain(unittest.TestCase):
     def env(self, drain=DRAIN_S):
         return Env(apisim_args=["--pods", str(PODS), "--pod-size", str(POD_SIZE)],
-                   kwc_args=["--resources", "v1/pods", "--shutdown-drain-seconds", str(drain)])
+                   kwc_args=["--resources", "v1/pods", "--shutdown-drain-grace-period", "%ds" % drain])
 
     def test_http2_goaway_lets_the_list_finish(self):
         with self.env() as e:

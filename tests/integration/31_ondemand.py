@@ -536,7 +536,7 @@ class RealClients(unittest.TestCase):
         clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
         with Env(apisim_args=["--pods", "40", "--namespaces", "2", "--history", "100000",
                               "--bookmark-interval", "0.5"], auto=True,
-                 kwc_args=["--protobuf-resources", "none", "--bookmark-interval", "1"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--bookmark-interval", "1s"]) as env:
             port = env.kwc.port
             watches = lambda: env.stats()["requests"].get("watch pods", 0)
             before = watches()

@@ -45,7 +45,7 @@ class Replica:
                              ["--upstream", "http://127.0.0.1:%d" % self.env.apisim.port,
                               "--listen", "127.0.0.1:%d" % self.port, "--data-dir", self.data,
                               "--resources", "v1/pods", "--shutdown-delay-duration", DELAY,
-                              "--shutdown-drain-seconds", "20"], self.env.dir)
+                              "--shutdown-drain-grace-period", "20s"], self.env.dir)
         self.proc.start()
         wait_for(lambda: http_request(self.port, "GET", "/readyz", timeout=5)[0] == 200, 30,
                  self.name + " /readyz")

@@ -9,7 +9,7 @@
  *   - text: "TIME LEVEL msg" with TIME as 2026-11-21T06:00:00.123Z (UTC, the
  *     wall clock: between the clock read before and after the call), the
  *     level padded to five characters and a space, one line per call;
- *   - JSON (--log-format json): one object per line, time, level, msg and the
+ *   - JSON (--logging-format json): one object per line, time, level, msg and the
  *     fields as further keys, strings escaped as JSON needs, bytes that are
  *     not UTF-8 as U+FFFD (read back with jansson, which refuses bad JSON and
  *     bad UTF-8);
@@ -17,7 +17,7 @@
  *     string left out, numbers as integers or with three decimals;
  *   - levels: debug < info < warn < error, the default info; below the level
  *     nothing is written, and log_debug does not evaluate its arguments;
- *   - the parsers of --log-level and --log-format;
+ *   - the parsers of --log-level and --logging-format;
  *   - a message too long for one line is cut, still one line (and in JSON
  *     still one valid object).
  */

@@ -357,7 +357,7 @@ bound_port(evutil_socket_t fd)
 /* A reflector of v1/pods (not started) against the fake upstream, which
  * lists a (rv 3), b (rv 7) and c (rv 9) at rv 10. */
 static void
-env_init(struct env *e, unsigned max_staleness)
+env_init(struct env *e, uint64_t max_staleness_ms)
 {
     memset(e, 0, sizeof(*e));
     e->now = 1000000;
@@ -393,7 +393,7 @@ env_init(struct env *e, unsigned max_staleness)
     }
     struct refl_ingest_options io = {.data_dir = e->dir,
                                      .map_size = so.map_size,
-                                     .max_staleness = max_staleness,
+                                     .max_staleness_ms = max_staleness_ms,
                                      .clock = {.now_ms = fake_now, .rand = fake_rand, .arg = e}};
     refl_ingest_new(e->base, e->st, &io, &e->ing);
     if (refl_new(e->base, e->up, e->ing, "v1/pods", KWC_ENC_JSON, "fake-upstream", &e->r, err,
@@ -591,10 +591,13 @@ test_policy(void)
     ok(!refl_watch_healthy(11000, 1000), "a clock behind the open: not healthy");
 
     /* staleness: more than max seconds without an event or bookmark */
-    ok(!refl_stale(1000, 6000, 5), "exactly --max-staleness: not stale");
-    ok(refl_stale(1000, 6001, 5), "past it: stale");
+    ok(!refl_stale(1000, 6000, 5000), "exactly --max-staleness: not stale");
+    ok(refl_stale(1000, 6001, 5000), "past it: stale");
     ok(!refl_stale(1000, 1000 + 86400000, 0), "--max-staleness 0: never stale");
-    ok(!refl_stale(6001, 1000, 5), "a clock behind the last event: not stale");
+    ok(!refl_stale(6001, 1000, 5000), "a clock behind the last event: not stale");
+    /* milliseconds, as --max-staleness 1500ms gives them (not seconds) */
+    ok(refl_stale(1000, 2501, 1500), "1500ms: stale past 1.5 s");
+    ok(!refl_stale(1000, 2500, 1500), "1500ms: not at 1.5 s");
 }
 
 /* ---- against the fake upstream ---- */
@@ -845,7 +848,7 @@ static void
 test_staleness(void)
 {
     struct env e;
-    env_init(&e, 5);
+    env_init(&e, 5000);
     env_sync(&e);
     ok(refl_serving(e.r), "in service after the list");
     is_str(refl_out_why(e.r), NULL, "no reason to be out");
@@ -855,7 +858,7 @@ test_staleness(void)
     ok(refl_synced(e.r), "still synced");
     const char *why = refl_out_why(e.r);
     ok(why && strstr(why, "stale: no event or bookmark from the upstream for 5 s "
-                          "(--max-staleness 5)"),
+                          "(--max-staleness 5s)"),
        "the reason says stale, for how long");
     send_bookmark(&e.f, 12);
     RUN_UNTIL(&e, refl_serving(e.r));
