@@ -188,8 +188,10 @@ def start(env, args, data, relay, kind, last):
     here, as clients resume on the new replica)."""
     seq0 = env.sim("GET", "/apisim/requests")["seq"]
     d0 = relay.snapshot()
+    # no --shutdown-delay-duration: there is no load balancer to wait for
     k = Proc("kwc-" + kind, [args.kwc, "--upstream", "http://127.0.0.1:%d" % relay.port, "--listen",
-                             "127.0.0.1:0", "--data-dir", data, "--watch-workers", "1"], env.dir)
+                             "127.0.0.1:0", "--data-dir", data, "--watch-workers", "1",
+                             "--shutdown-delay-duration=0"], env.dir)
     t0 = time.monotonic()
     k.start(timeout=60)
     wait_for(lambda: http_request(k.port, "GET", "/readyz", timeout=5)[0] == 200, 60, "kwc /readyz", 0.005)
