@@ -199,7 +199,11 @@
       "callers are impersonated)")                                                                 \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
-      "(its requests pass through) until one arrives; 0: never")
+      "(its requests pass through) until one arrives; 0: never")                                   \
+    X("takeover", takeover, BOOL, "false", "",                                                     \
+      "take over from the kwc running on --data-dir (a binary upgrade): it hands over its "        \
+      "listening sockets and the data dir and drains; no connection is refused, watches resume "   \
+      "without a relist. Give the same flags (--listen included)")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 
