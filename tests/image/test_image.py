@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The container image really builds and runs (make image-test, part of
 make test): `make image` with podman, then the image started as the
-Deployment in conf/kubernetes/20-kwc.yaml starts it — its args (the port
+central tier's StatefulSet (conf/kubernetes/overlays/central) starts it — its args (the port
 adapted), a read-only root filesystem, every capability dropped,
 no-new-privileges, the image's own non-root user, the cache and TLS volumes,
 the service account at its in-cluster path and KUBERNETES_SERVICE_HOST/PORT
-pointing at apisim (TLS, --policy with the ClusterRole of 10-rbac.yaml) — and
+pointing at apisim (TLS, --policy with the ClusterRole of base/rbac.yaml) — and
 kwc must sync every cache (/readyz 200 over HTTPS), write its cache on the
 volume, and exit 0 on SIGTERM.
 
@@ -118,11 +118,11 @@ class ImageTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"^kwc \d")
 
     def test_runs_as_the_deployment_runs_it(self):
-        with open(os.path.join(ROOT, "conf", "kubernetes", "20-kwc.yaml")) as f:
+        with open(os.path.join(ROOT, "conf", "kubernetes", "overlays", "central", "statefulset.yaml")) as f:
             docs = [d for d in yaml.safe_load_all(f) if d]
-        (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+        (dep,) = [d for d in docs if d["kind"] == "StatefulSet"]
         c = dep["spec"]["template"]["spec"]["containers"][0]
-        with open(os.path.join(ROOT, "conf", "kubernetes", "10-rbac.yaml")) as f:
+        with open(os.path.join(ROOT, "conf", "kubernetes", "base", "rbac.yaml")) as f:
             rbac = [d for d in yaml.safe_load_all(f) if d]
         (role,) = [d for d in rbac if d["kind"] == "ClusterRole"]
         d = tempfile.mkdtemp(prefix="kwc-image-")

@@ -432,7 +432,7 @@ class WatchDifferential(unittest.TestCase):
         came from a replica that was ahead, issue 31): it waits for it, then
         gets only the events after it; too far ahead, kube's 504 ERROR event
         after the wait, whatever --too-large-rv says, never a 410."""
-        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--rv-wait-ms", "1500"]
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--rv-wait-timeout", "1500ms"]
                  + self.KWC_ARGS) as env:
             quiesce(env, accept=self.list_accept)
             cur = env.stats()["rv"]

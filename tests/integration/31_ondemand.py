@@ -384,7 +384,7 @@ class CustomResourceDefinitions(unittest.TestCase):
 
 
 # --auth delegated: who may make kwc start a cache. kwc's identity has the
-# rules of conf/kubernetes/10-rbac.yaml (list and watch of everything);
+# rules of conf/kubernetes/base/rbac.yaml (list and watch of everything);
 # alice may read configmaps in ns-0; mallory may only get pods in ns-0;
 # prom may scrape /metrics.
 AUTH_TOK = {n: "tok-%s-31d7" % n for n in ("kwc", "alice", "mallory", "prom")}
