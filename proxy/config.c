@@ -662,6 +662,10 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
     if (c->discovery_interval < 1000 || c->discovery_interval > 3600 * 1000)
         return fail(err, errlen, "--discovery-interval %.3gs: use 1s to 1h",
                     (double)c->discovery_interval / 1000.0);
+    if (c->log_summary_interval > 3600 * 1000)
+        return fail(err, errlen,
+                    "--log-summary-interval %.3gs: use 0 (write every occurrence) to 1h",
+                    (double)c->log_summary_interval / 1000.0);
     if (c->max_header_bytes < 4096)
         return fail(err, errlen,
                     "--max-header-bytes %ld: at least 4096 (the request line and headers must "

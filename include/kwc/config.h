@@ -194,7 +194,12 @@
       "callers are impersonated)")                                                                 \
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
-      "(its requests pass through) until one arrives; 0: never")
+      "(its requests pass through) until one arrives; 0: never")                                   \
+    X("log-summary-interval", log_summary_interval, DUR, "10s", "DURATION",                        \
+      "a warning that repeats while its cause lasts (an upstream away: every cache's retry, "      \
+      "every passthrough's failure) is written at its first occurrence, then once per interval "   \
+      "as one line with counts, and as recovered after an interval without it; 0: every "          \
+      "occurrence is written")
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 
