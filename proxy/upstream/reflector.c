@@ -109,7 +109,8 @@ refl_commit_failed(struct refl *r, const char *why)
         up_xfer_cancel(r->x);
         r->x = NULL;
         r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
-        refl_retry(r, "its events could not be stored");
+        refl_retry(r, "cache watch failed: its events could not be stored",
+                   "its events could not be stored");
     }
 }
 
@@ -253,7 +254,18 @@ refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
 }
 
 void
-refl_retry(struct refl *r, const char *why)
+refl_xfer_cause(const struct refl *r, const char *phase, int err, char *buf, size_t len)
+{
+    if (err)
+        snprintf(buf, len, "cache %s failed: %s", phase, kwc_strerror(err));
+    else if (r->too_big)
+        snprintf(buf, len, "cache %s failed: an answer over the size limit", phase);
+    else
+        snprintf(buf, len, "cache %s failed: the upstream answered %d", phase, r->status);
+}
+
+void
+refl_retry(struct refl *r, const char *cause, const char *why)
 {
     r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH ? 2 : 0]++;
     int delay = refl_backoff(&r->backoff_ms, r->ing->clock.rand(r->ing->clock.arg));
@@ -262,7 +274,9 @@ refl_retry(struct refl *r, const char *why)
     if (r->fails++ == 0)
         r->fail_since_ms = now;
     r->next_try_ms = now + (uint64_t)delay;
-    log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
+    /* 18 caches retrying through an outage: one line per cause and interval */
+    log_repeat(LOG_WARN, cause ? cause : why, "caches", r->label,
+               "cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     step(r, delay);
     if (!r->synced && !r->failed) {
@@ -448,7 +462,7 @@ unknown_resource(struct refl *r, const char *why)
         r->ing->on_unknown(r->ing->on_unknown_arg, r, why);
         return;
     }
-    refl_retry(r, why);
+    refl_retry(r, NULL, why);
 }
 
 static void
@@ -474,7 +488,9 @@ on_discovery_done(void *arg, int err, const char *msg)
                               : st);
         if (!r->discovered)
             r->discovery_failed = true;
-        refl_retry(r, why);
+        char cause[160];
+        refl_xfer_cause(r, "discovery", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     size_t len = evbuffer_get_length(r->body);
@@ -566,11 +582,11 @@ on_watch_data(void *arg, const char *data, size_t n)
         int prc = r->d.enc == KWC_ENC_PB ? pb_wevent_parse(line, ll, &ev, NULL, err, sizeof(err))
                                          : wevent_parse(line, ll, &ev, err, sizeof(err));
         if (prc != 0) {
-            log_warnx("cache %s: bad watch event from the upstream (%s); restarting the watch",
-                      r->label, err);
+            char why[384];
+            snprintf(why, sizeof(why), "bad watch event from the upstream (%s)", err);
             up_xfer_cancel(r->x);
             r->x = NULL;
-            refl_retry(r, "bad watch event");
+            refl_retry(r, "cache watch failed: a bad event from the upstream", why);
             return 0;
         }
         switch (ev.type) {
@@ -580,7 +596,8 @@ on_watch_data(void *arg, const char *data, size_t n)
             struct refl_decoded d;
             if (refl_decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) !=
                 0) {
-                log_warnx("cache %s: watch event object rejected: %s", r->label, err);
+                log_repeat(LOG_WARN, "cache watch: an event's object rejected", "caches", r->label,
+                           "cache %s: watch event object rejected: %s", r->label, err);
                 break;
             }
             enum store_ev_type t = ev.type == WEVENT_ADDED      ? STORE_ADDED
@@ -606,19 +623,22 @@ on_watch_data(void *arg, const char *data, size_t n)
             if (ev.code == 410)
                 r->got_410 = true;
             else
-                log_warnx("cache %s: watch error from the upstream: %d %s", r->label, ev.code,
-                          ev.message ? ev.message : "");
+                log_repeat(LOG_WARN, "cache watch: an error event from the upstream", "caches",
+                           r->label, "cache %s: watch error from the upstream: %d %s", r->label,
+                           ev.code, ev.message ? ev.message : "");
             break;
         }
         wevent_fini(&ev);
     }
     if (rc < 0) {
-        log_warnx("cache %s: a watch event from the upstream is larger than the limit (%u "
-                  "bytes); restarting the watch",
-                  r->label, r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "a watch event from the upstream is larger than the limit (%u "
+                 "bytes)",
+                 r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
         up_xfer_cancel(r->x);
         r->x = NULL;
-        refl_retry(r, "watch event larger than the line limit");
+        refl_retry(r, "cache watch failed: an event over the size limit", why);
         return 0;
     }
     if (r->ing->bytes > PENDING_MAX_BYTES)
@@ -646,9 +666,10 @@ on_watch_done(void *arg, int err, const char *msg)
     size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
     if (r->status == 200 && part && !err) {
         /* not the clean end of a watch: the upstream cut an event */
-        log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it)",
-                  r->label, part);
-        refl_retry(r, "the upstream's watch stopped inside an event");
+        char why[160];
+        snprintf(why, sizeof(why), "the upstream's watch stopped inside an event (%zu bytes of it)",
+                 part);
+        refl_retry(r, "cache watch failed: the upstream stopped inside an event", why);
         return;
     }
     if (r->status == 200 && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
@@ -658,7 +679,9 @@ on_watch_done(void *arg, int err, const char *msg)
         snprintf(what, sizeof(what), "WATCH %s", r->d.path);
         refl_status_why(r, what, st, sizeof(st));
         snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path, err ? msg : st);
-        refl_retry(r, why);
+        char cause[160];
+        refl_xfer_cause(r, "watch", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     /* A clean end (timeoutSeconds): watch again from where we are. */
