@@ -1035,15 +1035,61 @@ refl_desc(const struct refl *r)
     return &r->d;
 }
 
+/* Between failed attempts: the retry's timer runs, no transfer. */
+static bool
+backing_off(const struct refl *r)
+{
+    return r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL);
+}
+
+enum refl_cache_state
+refl_cache_state(const struct refl *r)
+{
+    if (!r->started)
+        return REFL_CS_STOPPED;
+    if (r->refused)
+        return REFL_CS_UNSERVED;
+    if (r->out == OUT_WRITE || r->out == OUT_DAMAGED)
+        return REFL_CS_OUT;
+    if (r->out == OUT_STALE)
+        return REFL_CS_STALE;
+    if (backing_off(r))
+        return REFL_CS_BACKING_OFF;
+    return r->state == R_WATCH ? REFL_CS_WATCHING : REFL_CS_SYNCING;
+}
+
+const char *
+refl_cache_state_label(enum refl_cache_state s)
+{
+    static const char *const labels[] = {
+#define REFL_CS_LABEL(e, label) label,
+        REFL_CACHE_STATES(REFL_CS_LABEL)
+#undef REFL_CS_LABEL
+    };
+    return (unsigned)s < REFL_CS_COUNT ? labels[s] : "unknown";
+}
+
+bool
+refl_heard_age(const struct refl *r, double *age_s)
+{
+    if (!r->started || !r->heard_ever)
+        return false;
+    *age_s = refl_secs_since(r, r->last_heard_ms);
+    return true;
+}
+
 void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching"};
     uint64_t now = refl_now_ms(r);
-    char state[768], heard[96];
+    char state[768], heard[96], stale[64] = "";
+    if (r->out == OUT_STALE)
+        snprintf(stale, sizeof(stale), "stale (past --max-staleness %u s), ",
+                 r->ing->max_staleness);
     if (r->refused)
         snprintf(state, sizeof(state), "not served in protobuf");
-    else if (r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL))
+    else if (backing_off(r))
         /* between attempts: say so, and why, not the step it will retry */
         snprintf(state, sizeof(state),
                  "backing off for %.0f s (%u failed attempt%s; next in %.1f s; last error: %s)",
@@ -1059,12 +1105,12 @@ refl_status(const struct refl *r, char *buf, size_t len)
                  refl_secs_since(r, r->last_heard_ms));
     else
         snprintf(heard, sizeof(heard), "nothing heard from the upstream yet");
-    snprintf(buf, len, "%s%s: %s, %s, rv %llu, %llu events in, %s",
+    snprintf(buf, len, "%s%s: %s, %s%s, rv %llu, %llu events in, %s",
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
              !r->started ? "not started"
              : r->synced ? "synced"
                          : "not synced",
-             state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
+             stale, state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
 }
 
 const char *
