@@ -376,7 +376,8 @@ def bench_cache(args):
         env.kwc.stop()
         probe = "/api/v1/namespaces/ns-3/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-7"
         argv = [args.kwc, "--upstream", "http://127.0.0.1:%d" % env.apisim.port, "--listen",
-                "127.0.0.1:%d" % port, "--data-dir", os.path.join(env.dir, "data"), "--resources", "v1/pods"]
+                "127.0.0.1:%d" % port, "--data-dir", os.path.join(env.dir, "data"), "--resources", "v1/pods",
+                "--shutdown-delay-duration", "0"]
         t0 = time.monotonic()
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         first = None

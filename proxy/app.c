@@ -263,6 +263,13 @@ app_drain(struct app *a)
 }
 
 void
+app_shutting_down(struct app *a)
+{
+    assert(a->magic == APP_MAGIC);
+    front_shutting_down(a->front);
+}
+
+void
 app_busy(const struct app *a, struct app_busy *out)
 {
     assert(a->magic == APP_MAGIC);

@@ -18,9 +18,16 @@
  * freed as before (app_free closes what is left, then LMDB closes). 0
  * skips the drain (the loop ends at the first signal). Progress is logged
  * for people: "draining N requests", then "drained" or "drain deadline
- * passed, closing N". kube's --shutdown-delay-duration (keep serving while
- * load balancers notice /readyz failing) has no counterpart: kwc runs
- * beside its clients, not behind a load balancer.
+ * passed, closing N".
+ *
+ * Before the drain, on SIGTERM, --shutdown-delay-duration (kube-apiserver's
+ * flag and semantics; default 10 s, the delay OpenShift's API servers run
+ * with behind a Service: endpoints leave kube-proxy and load balancers in
+ * 5-10 s): /readyz fails at once and everything else is served as before,
+ * new connections included, because whatever balances clients over
+ * replicas keeps sending new connections until it has seen /readyz fail
+ * or the endpoint go. Only then the drain. SIGINT (a person at a terminal)
+ * and a second signal skip it.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -57,9 +64,10 @@
 struct stopper {
     struct event_base *base;
     struct app *app;
-    long drain_s; /* --shutdown-drain-seconds */
-    bool draining;
-    struct event *check;
+    long drain_s;  /* --shutdown-drain-seconds */
+    long delay_ms; /* --shutdown-delay-duration */
+    bool delaying, draining;
+    struct event *check, *delay;
     struct timespec start;
 };
 
@@ -104,18 +112,8 @@ on_log_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_signal(evutil_socket_t sig, short what, void *arg)
+start_drain(struct stopper *sp, const char *name)
 {
-    struct stopper *sp = arg;
-    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-    if (sp->draining) {
-        struct app_busy b;
-        app_busy(sp->app, &b);
-        log_info("kwc: %s received while draining: closing %u requests on %u connections now", name,
-                 b.requests, b.connections);
-        event_base_loopexit(sp->base, NULL);
-        return;
-    }
     if (sp->drain_s <= 0) {
         log_info("kwc: %s received, shutting down", name);
         event_base_loopexit(sp->base, NULL);
@@ -132,6 +130,43 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
     event_add(sp->check, &tv);
     on_drain_check(-1, 0, sp); /* nothing in progress: at once */
+}
+
+static void
+on_delay_end(evutil_socket_t fd, short what, void *arg)
+{
+    struct stopper *sp = arg;
+    sp->delaying = false;
+    log_info("kwc: --shutdown-delay-duration (%.1f s) passed", (double)sp->delay_ms / 1000);
+    start_drain(sp, "SIGTERM");
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct stopper *sp = arg;
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (sp->draining || sp->delaying) {
+        struct app_busy b;
+        app_busy(sp->app, &b);
+        log_info("kwc: %s received while %s: closing %u requests on %u connections now", name,
+                 sp->draining ? "draining" : "waiting for --shutdown-delay-duration", b.requests,
+                 b.connections);
+        event_base_loopexit(sp->base, NULL);
+        return;
+    }
+    if (sig == SIGTERM && sp->delay_ms > 0) {
+        sp->delaying = true;
+        app_shutting_down(sp->app);
+        log_info("kwc: SIGTERM received: /readyz fails from now on; serving goes on for %.1f s "
+                 "(--shutdown-delay-duration) while load balancers stop sending connections, then "
+                 "the drain (a second signal stops at once)",
+                 (double)sp->delay_ms / 1000);
+        struct timeval tv = {sp->delay_ms / 1000, (sp->delay_ms % 1000) * 1000};
+        event_add(sp->delay, &tv);
+        return;
+    }
+    start_drain(sp, name);
 }
 
 /* A --resources entry the upstream does not have (a typo): exit 2 naming it. */
@@ -422,8 +457,10 @@ main(int argc, char **argv)
 
     disco_start(disco);
     catalog_start(cat);
-    struct stopper sp = {.base = base, .app = app, .drain_s = cfg.shutdown_drain};
+    struct stopper sp = {
+        .base = base, .app = app, .drain_s = cfg.shutdown_drain, .delay_ms = cfg.shutdown_delay};
     sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);
+    sp.delay = evtimer_new(base, on_delay_end, &sp);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sp);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, &sp);
     evsignal_add(sigterm, NULL);
@@ -439,6 +476,7 @@ main(int argc, char **argv)
     event_free(sigterm);
     event_free(sigint);
     event_free(sp.check);
+    event_free(sp.delay);
     exit_code = unknown.hit ? 2 : 0;
 out:
     app_free(app);

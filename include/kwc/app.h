@@ -51,6 +51,9 @@ int app_port(const struct app *a);
  * HTTP/2, Connection: close over HTTP/1.1), every watch stream ends
  * cleanly (watch_pool_end_streams), and the requests in progress go on. */
 void app_drain(struct app *a);
+/* Before the drain (--shutdown-delay-duration): /readyz fails, everything
+ * else goes on being served, new connections included. */
+void app_shutting_down(struct app *a);
 /* What is still going on while draining: requests in progress
  * (http_server_requests), client connections still open, watch streams not
  * yet closed (their last bytes leaving). Drained when all three are 0. */

@@ -99,6 +99,11 @@
       "on SIGTERM/SIGINT kwc stops accepting, ends its watch streams and gives the requests in "   \
       "progress (lists, gets, passthroughs) this long to finish before it closes them; a second "  \
       "signal closes at once (0: close at once)")                                                  \
+    X("shutdown-delay-duration", shutdown_delay, DUR, "10s", "DURATION",                           \
+      "on SIGTERM /readyz fails at once while everything else, new connections and watches "       \
+      "included, is served as before for this long, so that load balancers and a Service's "       \
+      "endpoints stop sending new connections before the drain (--shutdown-drain-seconds) "        \
+      "begins; kube-apiserver's flag (SIGINT and a second signal skip it; 0: none)")               \
     X("max-upstream-connections", max_upstream_connections, INT, "256", "N",                       \
       "connections to the upstream for the requests kwc passes through (long ones such as "        \
       "watches and logs included); more wait for one. kwc's own lists and watches and its "        \

@@ -169,6 +169,9 @@ class ImageTest(unittest.TestCase):
             shutil.copy(P.ca.crt, os.path.join(sa, "ca.crt"))
             port = free_port()
             args = [("--listen=0.0.0.0:%d" % port) if a.startswith("--listen") else a for a in c["args"]]
+            # the manifest's delay is for a Service's endpoints; a second here
+            # shows the SIGTERM path without the wait
+            args += ["--shutdown-delay-duration=1s"]
             cmd = PODMAN + ["run", "-d", "--name", name, "--network", "host", "--read-only", "--cap-drop", "ALL",
                             "--security-opt", "no-new-privileges", "--group-add", "10001"] + ULIMITS
             for mp, host in vols.items():
@@ -197,6 +200,7 @@ class ImageTest(unittest.TestCase):
             code = run(PODMAN + ["inspect", name, "--format", "{{.State.ExitCode}}"]).stdout.strip()
             logs = run(PODMAN + ["logs", name], check=False)
             self.assertEqual(code, "0", logs.stdout[-2000:] + logs.stderr[-2000:])
+            self.assertIn("/readyz fails from now on", logs.stdout + logs.stderr)
         finally:
             run(PODMAN + ["rm", "-f", name], check=False)
             if apisim:

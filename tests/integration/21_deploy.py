@@ -904,7 +904,10 @@ class RbacSandboxTest(unittest.TestCase):
         env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.apisim.port)}
         for e in c.get("env", []):
             env[e["name"]] = e["value"]
-        p = sandbox_proc("kwc", run, [KWC_BIN] + args, env, rw, sa_dir=sa, chown=chown)
+        # the manifest's --shutdown-delay-duration waits for a Service's
+        # endpoints: none here, and the tests stop kwc many times
+        p = sandbox_proc("kwc", run, [KWC_BIN] + args + ["--shutdown-delay-duration=0"], env, rw, sa_dir=sa,
+                         chown=chown)
         p.start()
         return p, seq0, run, given
 
@@ -1342,7 +1345,8 @@ class SystemdUnitTest(unittest.TestCase):
             spec = {"%d": creds, "%S": state, "%E": etc, "%%": "%"}
             args = [re.sub(r"%[dSE%]", lambda m: spec[m.group(0)], a) for a in argv[1:]]
             self.assertFalse([a for a in args if "%" in a], "specifiers the test does not provide")
-            kwc = sandbox_proc("kwc", run, [KWC_BIN] + args, {}, [os.path.join(state, "kwc")], uid=uid)
+            kwc = sandbox_proc("kwc", run, [KWC_BIN] + args + ["--shutdown-delay-duration=0"], {},
+                               [os.path.join(state, "kwc")], uid=uid)
             kwc.start()
             ctx = ssl.create_default_context(cafile=P.ca.crt)
             import http.client

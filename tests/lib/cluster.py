@@ -58,7 +58,10 @@ KWC_BIN = os.environ.get("KWC_BIN", os.path.join(ROOT, "build", "kwc"))
 # e.g. KWC_WRAP="valgrind --error-exitcode=99 --leak-check=full": run kwc under a checker.
 KWC_WRAP = os.environ.get("KWC_WRAP", "").split()
 # Extra kwc flags for every test, e.g. a smaller LMDB map under valgrind.
-KWC_EXTRA_ARGS = os.environ.get("KWC_EXTRA_ARGS", "").split()
+# kwc's default --shutdown-delay-duration (10 s) is for load balancers: the
+# tests stop kwc at once unless they test the delay (their flags come later
+# and win).
+KWC_EXTRA_ARGS = ["--shutdown-delay-duration=0"] + os.environ.get("KWC_EXTRA_ARGS", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
 # KWC_TLS=1: kwc serves https (--tls-cert-file, --tls-private-key-file, --client-ca-file).
 TLS = os.environ.get("KWC_TLS", "") == "1"
