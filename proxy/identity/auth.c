@@ -503,7 +503,7 @@ review_done(struct review *r, int err, const char *msg)
     else if (r->status != 200 && r->status != 201)
         snprintf(why, sizeof(why), "the upstream answered HTTP %d", r->status);
     /* the same for every review that fails so: the key of its log line */
-    char cause[64];
+    char cause[sizeof(why)];
     snprintf(cause, sizeof(cause), "%s",
              err      ? kwc_strerror(err)
              : why[0] ? why
