@@ -174,7 +174,7 @@ integration-h2: $(BUILD)/kwc
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
-IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_ 22_ 23_ 25_ 29_ 30_ 31_ 32_
+IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_ 22_ 23_ 25_ 29_ 30_ 31_ 32_ 36_
 IT_SAN_TLS ?= 05_ 08_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:

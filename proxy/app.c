@@ -191,6 +191,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     struct http_server_options ho = {
         .addrs = cfg->listen_addrs,
         .naddrs = cfg->n_listen,
+        .listen_fds = d->listen_fds,
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
         .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
@@ -260,6 +261,12 @@ app_drain(struct app *a)
      * close once they did, and they never end on their own */
     watch_pool_end_streams(a->watch);
     http_server_shutdown(a->http);
+}
+
+size_t
+app_listen_fds(const struct app *a, int *fds, size_t max)
+{
+    return http_server_listen_fds(a->http, fds, max);
 }
 
 void

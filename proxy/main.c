@@ -48,6 +48,7 @@
 #include "kwc/config.h"
 #include "kwc/datadir.h"
 #include "kwc/disco.h"
+#include "kwc/handover.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -121,9 +122,12 @@ start_drain(struct stopper *sp, const char *name)
     }
     sp->draining = true;
     clock_gettime(CLOCK_MONOTONIC, &sp->start);
-    app_drain(sp->app);
     struct app_busy b;
     app_busy(sp->app, &b);
+    size_t watches = b.watches; /* before they end (on their workers, at once) */
+    app_drain(sp->app);
+    app_busy(sp->app, &b);
+    b.watches = watches;
     log_info("kwc: %s received, shutting down: draining %u requests on %u connections, %zu watch "
              "streams ending (up to %ld s; a second signal stops at once)",
              name, b.requests, b.connections, b.watches, sp->drain_s);
@@ -167,6 +171,72 @@ on_signal(evutil_socket_t sig, short what, void *arg)
         return;
     }
     start_drain(sp, name);
+}
+
+/* ---- a takeover (handover.h): this kwc's side ---- */
+
+#define RETAKE_TRIES 100 /* 100 ms apart: the failed new kwc's lock goes at its exit */
+
+struct takeover {
+    struct stopper *sp;
+    struct catalog *cat;
+    struct datadir *dd;
+    const char *dir;
+    struct event *retake;
+    int tries;
+};
+
+static int
+to_freeze(void *arg, char *err, size_t errlen)
+{
+    struct takeover *t = arg;
+    if (t->sp->delaying || t->sp->draining)
+        return kwc_errf(err, errlen, KWC_ECONFIG, "this kwc is shutting down");
+    catalog_freeze(t->cat);
+    datadir_release_lock(t->dd);
+    return 0;
+}
+
+static void
+on_retake(evutil_socket_t fd, short what, void *arg)
+{
+    struct takeover *t = arg;
+    char err[512];
+    if (datadir_retake_lock(t->dir, t->dd, err, sizeof(err)) == 0) {
+        catalog_thaw(t->cat);
+        return;
+    }
+    if (++t->tries < RETAKE_TRIES) {
+        struct timeval tv = {0, 100 * 1000};
+        evtimer_add(t->retake, &tv);
+        return;
+    }
+    log_error("kwc: the takeover failed and the data dir cannot be taken back (%s): the caches "
+              "stay stopped (their requests pass through); restart kwc",
+              err);
+}
+
+static void
+to_thaw(void *arg)
+{
+    struct takeover *t = arg;
+    t->tries = 0;
+    on_retake(-1, 0, t);
+}
+
+static size_t
+to_fds(void *arg, int *fds, size_t max)
+{
+    struct takeover *t = arg;
+    return app_listen_fds(t->sp->app, fds, max);
+}
+
+static void
+to_handed(void *arg)
+{
+    struct takeover *t = arg;
+    /* no delay: the sockets stay open in the new kwc, nothing is refused */
+    start_drain(t->sp, "a takeover");
 }
 
 /* A --resources entry the upstream does not have (a typo): exit 2 naming it. */
@@ -372,6 +442,10 @@ main(int argc, char **argv)
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
     struct catalog *cat = NULL;
+    struct handover_client *hc = NULL; /* --takeover: the running kwc */
+    struct handover *ho = NULL;        /* this one's control socket */
+    struct takeover to = {.dd = &dd, .dir = cfg.data_dir};
+    int *lfds = NULL;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
@@ -405,6 +479,11 @@ main(int argc, char **argv)
         log_warnx(
             "KWC_BENCH_NO_CHECKSUMS is set: stored values carry no checksums (benchmarks only)");
     }
+    if (cfg.takeover && (rc = handover_request(cfg.data_dir, 30000, &hc, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        exit_code = 2;
+        goto out;
+    }
     if ((rc = datadir_open(cfg.data_dir, &so, datadir_policy(cfg.on_corrupt_cache), &dd, err,
                            sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
@@ -432,13 +511,32 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    struct app_deps deps = {
-        .base = base, .cfg = &cfg, .up = up, .st = st, .ing = ing, .cat = cat, .disco = disco};
+    if (hc) {
+        int got[HANDOVER_MAX_FDS];
+        size_t ngot = 0;
+        if ((rc = handover_take_listeners(hc, got, HANDOVER_MAX_FDS, &ngot, err, sizeof(err)))) {
+            fprintf(stderr, "kwc: %s\n", err);
+            exit_code = 2;
+            goto out;
+        }
+        lfds = xcalloc(cfg.n_listen, sizeof(*lfds));
+        handover_match(cfg.listen_addrs, cfg.n_listen, got, ngot, lfds);
+    }
+    struct app_deps deps = {.base = base,
+                            .cfg = &cfg,
+                            .up = up,
+                            .st = st,
+                            .ing = ing,
+                            .cat = cat,
+                            .disco = disco,
+                            .listen_fds = lfds};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
         goto out;
     }
+    handover_client_free(hc); /* the running kwc drains: this one serves its sockets */
+    hc = NULL;
     if (cfg.port_file && (rc = write_port_file(cfg.port_file, app_port(app))) != 0) {
         fprintf(stderr, "kwc: --port-file %s: %s\n", cfg.port_file, kwc_strerror(rc));
         goto out;
@@ -459,6 +557,16 @@ main(int argc, char **argv)
     catalog_start(cat);
     struct stopper sp = {
         .base = base, .app = app, .drain_s = cfg.shutdown_drain, .delay_ms = cfg.shutdown_delay};
+    to.sp = &sp;
+    to.cat = cat;
+    to.retake = evtimer_new(base, on_retake, &to);
+    struct handover_hooks hh = {.freeze = to_freeze,
+                                .thaw = to_thaw,
+                                .listen_fds = to_fds,
+                                .handed = to_handed,
+                                .arg = &to};
+    if (handover_serve(base, cfg.data_dir, &hh, &ho, err, sizeof(err)) != 0)
+        log_warnx("kwc: no takeover of this kwc is possible: %s", err);
     sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);
     sp.delay = evtimer_new(base, on_delay_end, &sp);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sp);
@@ -477,8 +585,12 @@ main(int argc, char **argv)
     event_free(sigint);
     event_free(sp.check);
     event_free(sp.delay);
+    handover_free(ho);
+    event_free(to.retake);
     exit_code = unknown.hit ? 2 : 0;
 out:
+    handover_client_free(hc); /* not taken over: the running kwc resumes */
+    free(lfds);
     app_free(app);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
     catalog_free(cat);

@@ -200,6 +200,10 @@
     X("max-staleness", max_staleness, INT, "0", "SECONDS",                                         \
       "a cache whose upstream watch sent no event or bookmark for this long leaves service "       \
       "(its requests pass through) until one arrives; 0: never")                                   \
+    X("takeover", takeover, BOOL, "false", "",                                                     \
+      "take over from the kwc running on --data-dir (a binary upgrade): it hands over its "        \
+      "listening sockets and the data dir and drains; no connection is refused, watches resume "   \
+      "without a relist. Give the same flags (--listen included)")                                 \
     X("log-summary-interval", log_summary_interval, DUR, "10s", "DURATION",                        \
       "a warning that repeats while its cause lasts (an upstream away: every cache's retry, "      \
       "every passthrough's failure) is written at its first occurrence, then once per interval "   \

@@ -107,6 +107,12 @@ void refl_ingest_subscribe(struct refl_ingest *ing, void (*on_commit)(void *arg)
 /* Remove every subscription made with arg: no callback reaches arg after. */
 void refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg);
 
+/* A takeover (handover.h) froze the data dir: while frozen no reflector
+ * starts (refl_start and refl_want do nothing) and the catalog drops no
+ * data, so that another process may own the store. */
+void refl_ingest_freeze(struct refl_ingest *ing, bool frozen);
+bool refl_ingest_frozen(const struct refl_ingest *ing);
+
 /* Call cb when the first discovery of a cache since kwc started finds that
  * the upstream has no such resource (or group version): a typo in
  * --resources. Without cb, or on later discoveries, it is retried with

@@ -81,8 +81,8 @@ refl_ingest_free_bytes(const struct refl_ingest *ing)
 void
 refl_ingest_commit(struct refl_ingest *ing)
 {
-    if (ing->n == 0)
-        return;
+    if (ing->n == 0 || ing->frozen)
+        return; /* frozen: another process owns the store; kept for a thaw */
     struct store_wtxn *w;
     int rc = store_wtxn_begin(ing->st, (uint64_t)time(NULL), &w);
     size_t i = 0;
@@ -197,6 +197,20 @@ refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg)
         if (ing->subs[i].arg != arg)
             ing->subs[n++] = ing->subs[i];
     ing->nsubs = n;
+}
+
+void
+refl_ingest_freeze(struct refl_ingest *ing, bool frozen)
+{
+    ing->frozen = false;
+    refl_ingest_commit(ing); /* what is pending goes to disk first (or, thawed, at last) */
+    ing->frozen = frozen;
+}
+
+bool
+refl_ingest_frozen(const struct refl_ingest *ing)
+{
+    return ing->frozen;
 }
 
 void

@@ -55,6 +55,7 @@ struct refl_ingest {
     void *on_unknown_arg;
     void (*on_retry)(void *arg, const struct refl *r, int status);
     void *on_retry_arg;
+    bool frozen; /* refl_ingest_freeze: no reflector starts, nothing is written */
 };
 
 /* A new pending write, zeroed, for the caller to fill (valid until the next

@@ -892,7 +892,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
 void
 refl_start(struct refl *r)
 {
-    if (r->started)
+    if (r->started || r->ing->frozen)
         return;
     r->started = true;
     r->failed = false;
@@ -1128,7 +1128,7 @@ refl_out_why(const struct refl *r)
 void
 refl_want(struct refl *r)
 {
-    if (r->started)
+    if (r->started || r->ing->frozen)
         return;
     log_info("cache %s: asked for by a request; starting it (requests pass through until it "
              "has synced)",

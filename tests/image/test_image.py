@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import yaml  # noqa: E402
 
 import certs  # noqa: E402
-from cluster import APISIM, PYTHON, Proc, wait_for  # noqa: E402
+from cluster import APISIM, PYTHON, Proc, free_port, wait_for  # noqa: E402
 
 IMAGE = "localhost/kwc-image-test:latest"
 BASE = "localhost/kwc-debootstrap/debian"
@@ -99,15 +99,6 @@ def base_images():
         finally:
             shutil.rmtree(d, ignore_errors=True)
     return ["--build-arg", "DEBIAN_IMAGE=" + BASE]
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class ImageTest(unittest.TestCase):

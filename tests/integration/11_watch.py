@@ -427,6 +427,29 @@ class WatchDifferential(unittest.TestCase):
             self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
             self.assertRegex(st["message"], r"^Timeout: Too large resource version: %d, current: \d+$" % (cur + 1000))
 
+    def test_resume_ahead_waits(self):
+        """A watch resuming from an rv the cache has not reached (its client
+        came from a replica that was ahead, issue 31): it waits for it, then
+        gets only the events after it; too far ahead, kube's 504 ERROR event
+        after the wait, whatever --too-large-rv says, never a 410."""
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--rv-wait-ms", "1500"]
+                 + self.KWC_ARGS) as env:
+            quiesce(env, accept=self.list_accept)
+            cur = env.stats()["rv"]
+            s = self.stream(env.kwc.port, "/api/v1/pods?" + q(watch=1, resourceVersion=cur + 2))
+            for name in ("ahead-1", "ahead-2", "ahead-3"):
+                env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "default",
+                                                  "name": name})
+            pump([s], lambda: len(s.events) >= 1, 10)
+            self.assertEqual([(ev["type"], int(ev["object"]["metadata"]["resourceVersion"])) for ev in s.events],
+                             [("ADDED", cur + 3)], "only what follows the rv it resumed from")
+            far = self.stream(env.kwc.port, "/api/v1/pods?" + q(watch=1, resourceVersion=cur + 1000))
+            read_until_end([far], 15)
+            self.assertEqual([ev["type"] for ev in far.events], ["ERROR"])
+            st = far.events[0]["object"]
+            self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
+            self.assertRegex(st["message"], r"^Timeout: Too large resource version: %d, current: \d+$" % (cur + 1000))
+
 
 class WatchModel(unittest.TestCase):
     """Seeded random watchers against apisim's own event stream."""

@@ -23,8 +23,8 @@ import signal
 import time
 import unittest
 
-from cluster import Env, get_json, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
-from rollout import Counters, Haproxy, Informer, TightLoop, free_port
+from cluster import Env, http_request, kwc_proc, only_in_plaintext_run, only_over_http1, wait_for
+from rollout import Counters, Haproxy, Informer, TightLoop, free_port, upstream_state
 
 PODS = 200
 INFORMERS = 6
@@ -96,18 +96,12 @@ class RollingRestart(unittest.TestCase):
         self.clients = self.informers + [self.loop]
         for c in self.clients:
             c.start()
-        wait_for(lambda: all(i.watches >= 1 and i.rv for i in self.informers), 30, "every informer watching")
-
-    def upstream_state(self):
-        st, d = get_json(self.env.apisim.port, "/api/v1/pods")
-        self.assertEqual(st, 200)
-        return {"%s/%s" % (o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-                for o in d["items"]}
+        wait_for(lambda: all(i.established >= 1 for i in self.informers), 30, "every informer watching")
 
     def finish(self):
         """Churn stops; every informer must reach the upstream's state."""
         self.churn(0)
-        want = self.upstream_state()
+        want = upstream_state(self, self.env)
         for i, inf in enumerate(self.informers):
             wait_for(lambda: inf.snapshot() == want, 60, "informer %d to reach the upstream's state" % i)
         for c in self.clients:
@@ -120,7 +114,7 @@ class RollingRestart(unittest.TestCase):
         self.churn(40)
         self.start_clients()
         for r in self.replicas:
-            watches = sum(i.watches for i in self.informers)
+            watches = sum(i.established for i in self.informers)
             done = self.loop.done
             os.kill(r.proc.pid(), signal.SIGTERM)
             self.assertEqual(r.proc.p.wait(60), 0, r.proc.logs())
@@ -132,7 +126,7 @@ class RollingRestart(unittest.TestCase):
             r.start()
             self.lb.wait_state(r.name, "UP")
             # the moved watches resumed (the other replica, or this one back)
-            wait_for(lambda: sum(i.watches for i in self.informers) >= watches + 1, 30, "watches resumed")
+            wait_for(lambda: sum(i.established for i in self.informers) >= watches + 1, 30, "watches resumed")
         self.finish()
         self.assertEqual(self.counters.failures, [], "failed requests during the rolling restart")
 

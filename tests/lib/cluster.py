@@ -163,6 +163,17 @@ def url(port, host="127.0.0.1"):
     return "%s://%s:%d" % ("https" if tls_client(port) else "http", "[%s]" % host if ":" in host else host, port)
 
 
+def free_port():
+    """A port free now, for a process that must listen on the same one
+    again (a restart, a takeover: port 0 would pick another each time) or
+    that cannot be told to pick one."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def read_to_eof(s):
     """Every byte a socket delivers until the peer closes; closes s."""
     data = b""

@@ -24,17 +24,17 @@ import subprocess
 import threading
 import time
 
-from cluster import wait_for
+from cluster import free_port, get_json, read_to_eof, wait_for  # noqa: F401 (free_port: for the tests)
 
 PODS = "/api/v1/pods"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def upstream_state(tc, env, path=PODS):
+    """{namespace/name: resourceVersion} of the upstream (apisim) now."""
+    st, d = get_json(env.apisim.port, path)
+    tc.assertEqual(st, 200)
+    return {"%s/%s" % (o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+            for o in d["items"]}
 
 
 class Counters:
@@ -63,6 +63,7 @@ class Informer(threading.Thread):
         self.rv = None
         self.lists = 0        # the first one included: a relist makes it 2
         self.watches = 0      # watch requests opened (resumes included)
+        self.established = 0  # of those, answered 200 (the server holds the stream)
         self.errors = []      # ERROR events' objects
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
@@ -100,6 +101,7 @@ class Informer(threading.Thread):
             self.c.count()
             if r.status != 200:
                 raise RuntimeError("watch: %d %s" % (r.status, r.read()[:200]))
+            self.established += 1
             while not self.stop_flag.is_set():
                 line = r.readline()  # http.client undoes the chunking
                 if not line:
@@ -212,14 +214,10 @@ backend kwc
         try:
             s.connect(self.sock)
             s.sendall(b"show stat\n")
-            data = b""
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                data += d
-        finally:
+        except OSError:
             s.close()
+            raise
+        data = read_to_eof(s)
         out = {}
         lines = data.decode().splitlines()
         head = lines[0].lstrip("# ").split(",")
