@@ -838,6 +838,8 @@ check_durations(const struct kwc_config *c, char *err, size_t errlen)
          "(0: off); upstreams send a bookmark about every minute, so pick more than 1m"},
         {"exec-plugin-timeout", c->exec_plugin_timeout, 100, S_MS(600),
          "(a credential plugin usually answers within a few seconds)"},
+        {"log-summary-interval", c->log_summary_interval, 0, S_MS(3600),
+         "(0: write every occurrence)"},
     };
     for (size_t i = 0; i < KWC_ARRAY_LEN(d); i++)
         if (check_dur(d[i].flag, d[i].v, d[i].min, d[i].max, d[i].hint, err, errlen) != 0)

@@ -60,6 +60,7 @@
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 #define DRAIN_CHECK_MS 20 /* how often a drain looks whether it is over */
+#define LOG_TICK_MS 250   /* how often repeating warnings' summaries are due (log_repeat) */
 
 struct stopper {
     struct event_base *base;
@@ -103,6 +104,12 @@ on_drain_check(evutil_socket_t fd, short what, void *arg)
     }
     event_del(sp->check);
     event_base_loopexit(sp->base, NULL);
+}
+
+static void
+on_log_tick(evutil_socket_t fd, short what, void *arg)
+{
+    log_repeat_tick();
 }
 
 static void
@@ -388,6 +395,7 @@ main(int argc, char **argv)
     log_set_format(cfg.log_format);
     for (size_t i = 0; i < cfg.n_notes; i++)
         log_warnx("kwc: %s", cfg.notes[i]);
+    log_set_repeat_interval((uint64_t)cfg.log_summary_interval);
     /* rand() jitters upstream retries: kwc replicas must not retry in step */
     unsigned seed;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
@@ -576,7 +584,14 @@ main(int argc, char **argv)
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, &sp);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    /* repeating warnings' summaries and recoveries are written when due
+     * even if nothing else is logged (log_repeat) */
+    struct event *logtick = event_new(base, -1, EV_PERSIST, on_log_tick, NULL);
+    struct timeval logtv = {0, LOG_TICK_MS * 1000};
+    event_add(logtick, &logtv);
     event_base_dispatch(base);
+    event_free(logtick);
+    log_repeat_flush(); /* what was counted and not written yet */
     event_free(sigterm);
     event_free(sigint);
     event_free(sp.check);

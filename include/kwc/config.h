@@ -216,7 +216,12 @@
       "without a relist. Give the same flags (--listen included)")                                 \
     X("exec-plugin-timeout", exec_plugin_timeout, DUR, UPSTREAM, "30s",                            \
       "the longest one run of the kubeconfig's exec credential plugin may take; past it the "      \
-      "plugin (its process group) is killed and run again after a backoff (100ms to 10m)")
+      "plugin (its process group) is killed and run again after a backoff (100ms to 10m)")         \
+    X("log-summary-interval", log_summary_interval, DUR, OPS, "10s",                               \
+      "a warning that repeats while its cause lasts (an upstream away: every cache's retry, "      \
+      "every passthrough's failure) is written at its first occurrence, then once per interval "   \
+      "as one line with counts, and as recovered after an interval without it (0: every "          \
+      "occurrence is written; at most 1h)")
 
 /*
  * Old flag names that still work: X(old, new, bare), old hidden from --help

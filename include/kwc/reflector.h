@@ -170,8 +170,50 @@ const char *refl_last_error(const struct refl *r);
 const struct refl_desc *refl_desc(const struct refl *r);
 /* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream
  * event or bookmark 3 s ago" into buf; a protobuf cache's path is followed by
- * " (protobuf)". */
+ * " (protobuf)". The state part says "stale (past --max-staleness N s), "
+ * first for a stale cache, then what it does: "discovering", "listing",
+ * "starting its watch", "watching", "backing off for N s (K failed attempts;
+ * next in T s; last error: ...)", "not served in protobuf". */
 void refl_status(const struct refl *r, char *buf, size_t len);
+
+/*
+ * A cache's state, for kwc_cache_state and /readyz: the first of these that
+ * holds, in this order (X(enum, label)):
+ *   stopped         not running: not started yet (a protobuf cache before its
+ *                   first request) or stopped while idle (--cache-idle-timeout)
+ *   unserved        the upstream does not serve it in protobuf (asked again
+ *                   every 10 minutes; its requests pass through)
+ *   out_of_service  a write failed or a stored value failed its checksum
+ *                   (refl_out_why)
+ *   stale           --max-staleness passed without an upstream event or
+ *                   bookmark (out of service until one comes)
+ *   backing_off     between failed attempts (the upstream away or failing)
+ *   syncing         reading discovery or listing (the first list, a relist
+ *                   after a 410, a rebuild)
+ *   watching        its upstream watch is open or being opened
+ */
+#define REFL_CACHE_STATES(X)                                                                       \
+    X(REFL_CS_STOPPED, "stopped")                                                                  \
+    X(REFL_CS_UNSERVED, "unserved")                                                                \
+    X(REFL_CS_OUT, "out_of_service")                                                               \
+    X(REFL_CS_STALE, "stale")                                                                      \
+    X(REFL_CS_BACKING_OFF, "backing_off")                                                          \
+    X(REFL_CS_SYNCING, "syncing")                                                                  \
+    X(REFL_CS_WATCHING, "watching")
+enum refl_cache_state {
+#define REFL_CS_ENUM(e, label) e,
+    REFL_CACHE_STATES(REFL_CS_ENUM)
+#undef REFL_CS_ENUM
+        REFL_CS_COUNT
+};
+enum refl_cache_state refl_cache_state(const struct refl *r);
+/* "backing_off": the label of kwc_cache_state's state. */
+const char *refl_cache_state_label(enum refl_cache_state s);
+/* Seconds since the upstream last spoke to the cache (an event, a bookmark,
+ * a completed list) into *age_s; false when it has not since the cache
+ * started (warm from the data dir, or the upstream away from the start),
+ * and for a stopped cache. */
+bool refl_heard_age(const struct refl *r, double *age_s);
 
 /* Counters for /metrics (loop thread). */
 struct refl_counters {

@@ -583,9 +583,13 @@ on_accept_error(struct evconnlistener *l, void *arg)
     if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
         /* out of descriptors: stop accepting for a moment instead of spinning */
         s->stats.accept_errors++;
-        log_warnx("http: accept: %s; pausing accepts for %d ms (raise the fd limit or lower "
-                  "--max-connections)",
-                  strerror(e), ACCEPT_RETRY_MS);
+        /* again every ACCEPT_RETRY_MS while it lasts: one line per interval */
+        char cause[96];
+        snprintf(cause, sizeof(cause), "http: accept failed: %s", strerror(e));
+        log_repeat(LOG_WARN, cause, "listeners", "accept",
+                   "http: accept: %s; pausing accepts for %d ms (raise the fd limit or lower "
+                   "--max-connections)",
+                   strerror(e), ACCEPT_RETRY_MS);
         for (size_t i = 0; i < s->nls; i++)
             if (s->ls[i].l)
                 evconnlistener_disable(s->ls[i].l);

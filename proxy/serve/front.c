@@ -189,7 +189,7 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
 static bool
 readyz_cache(struct evbuffer *b, const struct refl *rf, bool counted)
 {
-    char st[256];
+    char st[1024]; /* a backing-off cache's last error included */
     refl_status(rf, st, sizeof(st));
     if (!counted) {
         const char *why = refl_last_error(rf);

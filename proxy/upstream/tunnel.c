@@ -197,7 +197,10 @@ drop_up(struct tunnel *t)
 static void
 fail(struct tunnel *t, int code, const char *reason, const char *msg)
 {
-    log_warnx("tunnel: %s: %s (answered %d)", t->desc, msg, code);
+    char cause[64];
+    snprintf(cause, sizeof(cause), "tunnel failed (answered %d)", code);
+    log_repeat(LOG_WARN, cause, "tunnels", t->desc, "tunnel: %s: %s (answered %d)", t->desc, msg,
+               code);
     drop_up(t);
     t->phase = TUN_DONE;
     struct hreq *r = t->req;

@@ -791,6 +791,26 @@ test_discovery(void)
     cfg_fini(&c);
 }
 
+/* --log-summary-interval: repeating warnings (log_repeat), 0 to 1h. */
+static void
+test_log_summary(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.log_summary_interval, 10000, "log-summary-interval: 10s");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-summary-interval", "0", NULL), 0, "0: every occurrence");
+    is_int(c.log_summary_interval, 0, "...0");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-summary-interval", "500ms", NULL), 0, "500ms");
+    is_int(c.log_summary_interval, 500, "...500 ms");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--log-summary-interval", "2h", NULL), "--log-summary-interval 2h",
+             "over an hour");
+    ok(err_has("use 0 to 1h (0: write every occurrence)"), "message gives the range");
+    cfg_fini(&c);
+}
+
 static void
 test_watch_coalesce(void)
 {
@@ -1670,6 +1690,7 @@ main(void)
     TAP_RUN(test_fd_budget);
     TAP_RUN(test_watch_coalesce);
     TAP_RUN(test_discovery);
+    TAP_RUN(test_log_summary);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);

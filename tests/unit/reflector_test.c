@@ -828,6 +828,10 @@ test_list_errors_back_off(void)
     ok(strstr(st, "nothing heard from the upstream yet") != NULL,
        "no age of an event that never came");
     ok(strstr(st, "listing") == NULL, "not the step it will retry");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "backing_off",
+           "kwc_cache_state: backing_off");
+    double age = -1;
+    ok(!refl_heard_age(e.r, &age), "no age: nothing heard yet");
     RUN_UNTIL(&e, ctr(&e).errors[1] >= 2);
     c = ctr(&e);
     is_int(c.retry_ms, 500, "the second failure waits twice as long");
@@ -840,6 +844,11 @@ test_list_errors_back_off(void)
     ok(strstr(st, "synced, ") && !strstr(st, "backing off") &&
            strstr(st, "last upstream event or bookmark 0 s ago"),
        "recovered: no backing off, and the last word from the upstream");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "watching", "state: watching");
+    ok(refl_heard_age(e.r, &age) && age == 0.0, "an age once the list completed");
+    refl_stop(e.r);
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "stopped", "stopped: stopped");
+    ok(!refl_heard_age(e.r, &age), "...and no age");
     env_fini(&e);
 }
 
@@ -860,11 +869,18 @@ test_staleness(void)
     ok(why && strstr(why, "stale: no event or bookmark from the upstream for 5 s "
                           "(--max-staleness 5s)"),
        "the reason says stale, for how long");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "stale", "state: stale");
+    char st[512];
+    refl_status(e.r, st, sizeof(st));
+    ok(strstr(st, "synced, stale (past --max-staleness 5s), watching, ") != NULL,
+       "refl_status: stale, then what it does");
+    double age = 0;
+    ok(refl_heard_age(e.r, &age) && age > 5.0, "its age: past --max-staleness");
     send_bookmark(&e.f, 12);
     RUN_UNTIL(&e, refl_serving(e.r));
     ok(refl_serving(e.r), "a bookmark brings it back");
     is_str(refl_out_why(e.r), NULL, "no reason left");
-    char st[512];
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "watching", "state: watching again");
     refl_status(e.r, st, sizeof(st));
     ok(strstr(st, "last upstream event or bookmark 0 s ago") != NULL,
        "the age starts over at the bookmark");
