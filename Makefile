@@ -174,7 +174,7 @@ integration-h2: $(BUILD)/kwc
 # The tests that tear connections down mid-stream, against the ASan+UBSan kwc
 # (LeakSanitizer runs at kwc's exit; the tests require exit status 0) and
 # under valgrind.
-IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_ 22_ 23_ 25_ 29_ 30_ 31_ 32_ 34_
+IT_SAN ?= 01_ 05_ 06_ 08_ 10_ 11_ 13_ 14_ 15_ 16_ 17_ 19_ 22_ 23_ 25_ 29_ 30_ 31_ 32_ 33_ 34_ 36_
 IT_SAN_TLS ?= 05_ 08_ 11_
 IT_VALGRIND ?= 05_
 integration-checked:
@@ -183,7 +183,7 @@ integration-checked:
 	$(Q)KWC_TLS=1 KWC_SANITIZED=1 KWC_BIN=$(abspath build/san/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT_SAN_TLS)
 	$(Q)KWC_BIN=$(abspath build/kwc) PYTHON=$(PYTHON) \
 	  KWC_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
-	  KWC_EXTRA_ARGS="--cache-map-size 1073741824" \
+	  KWC_EXTRA_ARGS="--cache-map-size 1Gi" \
 	  $(PYTHON) tests/integration/run.py $(IT_VALGRIND)
 
 # The CI command: everything, from a fresh machine.

@@ -376,7 +376,8 @@ def bench_cache(args):
         env.kwc.stop()
         probe = "/api/v1/namespaces/ns-3/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-7"
         argv = [args.kwc, "--upstream", "http://127.0.0.1:%d" % env.apisim.port, "--listen",
-                "127.0.0.1:%d" % port, "--data-dir", os.path.join(env.dir, "data"), "--resources", "v1/pods"]
+                "127.0.0.1:%d" % port, "--data-dir", os.path.join(env.dir, "data"), "--resources", "v1/pods",
+                "--shutdown-delay-duration", "0"]
         t0 = time.monotonic()
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         first = None
@@ -1299,6 +1300,8 @@ def idle_growth(args, env, v, n, path, tag):
     (fanout's result, kwc RssAnon growth in KiB, fds added). Unavailable if
     that kwc does not start."""
     import json
+    # bare seconds: what older binaries (the "before" side) take too; kwc
+    # still reads them as seconds, with a deprecation note
     k = Kwc(args, env, v, tag, optional=(("--idle-timeout", 3600), ("--request-header-timeout", 600),
                                          ("--max-connections", n + 1000)))
     try:

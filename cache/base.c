@@ -195,6 +195,32 @@ kwc_parse_duration(const char *s, uint64_t *ms)
     return 0;
 }
 
+char *
+kwc_format_duration(uint64_t ms, char *buf, size_t len)
+{
+    if (ms < 1000) {
+        snprintf(buf, len, "%llums", (unsigned long long)ms);
+        if (ms == 0)
+            snprintf(buf, len, "0s");
+        return buf;
+    }
+    uint64_t h = ms / 3600000, m = ms / 60000 % 60, s = ms / 1000 % 60, frac = ms % 1000;
+    char sec[24];
+    int n =
+        snprintf(sec, sizeof(sec), "%llu.%03llu", (unsigned long long)s, (unsigned long long)frac);
+    while (sec[n - 1] == '0') /* Go trims the fraction's zeros, and a bare '.' */
+        sec[--n] = '\0';
+    if (sec[n - 1] == '.')
+        sec[--n] = '\0';
+    if (h)
+        snprintf(buf, len, "%lluh%llum%ss", (unsigned long long)h, (unsigned long long)m, sec);
+    else if (m)
+        snprintf(buf, len, "%llum%ss", (unsigned long long)m, sec);
+    else
+        snprintf(buf, len, "%ss", sec);
+    return buf;
+}
+
 int
 kwc_parse_quantity(const char *s, uint64_t *bytes)
 {

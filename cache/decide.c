@@ -509,10 +509,13 @@ decide_watch(const struct decide_req *req, const struct decide_cache *cache,
         }
         return;
     }
-    if (n == 0)
+    if (n == 0) {
         out->initial = true;
-    else
+    } else {
         out->rv = n;
+        /* a resume from an rv the cache has not reached: it waits (the hub) */
+        out->wait = n > cache->current_rv;
+    }
 }
 
 void

@@ -678,6 +678,7 @@ struct hub_watcher {
     char *from; /* INITIAL: next key (inclusive); NULL: from the start */
     size_t from_len;
     bool initial_end, bookmarks;
+    bool resume;    /* WAIT: a resume (events after wait_rv), not an initial state */
     enum form form; /* what its events carry (hub_watch_req.meta, meta_pb) */
     uint64_t deadline, wait_until, next_bm;
     uint64_t rng;
@@ -965,6 +966,7 @@ visit_bucket(struct hub *h, struct bucket *map, const char *key, size_t kl, stru
 }
 
 static void start_initial(struct hub_watcher *w);
+static void start_waited(struct hub_watcher *w);
 
 static void
 resync(struct hub_watcher *w, uint64_t from)
@@ -1137,11 +1139,38 @@ hub_apply(struct hub *h, struct hub_batch *b)
     for (struct hub_watcher *w = hr->waiting, *next; w; w = next) {
         next = w->next;
         if (hr->rv >= w->wait_rv)
-            start_initial(w);
+            start_waited(w);
     }
 }
 
 /* ---- new watchers ---- */
+
+/* A resume that waited for its rv: events after it, from the window or the
+ * history (this batch's included: the watcher was in no bucket) */
+static void
+start_resume(struct hub_watcher *w)
+{
+    list_del(w);
+    w->last_rv = w->wait_rv;
+    w->start_rv = w->wait_rv;
+    w->mode = M_CATCHUP;
+    w->h->stats.lagging++;
+    RS_ADD(w->hr, lagging, 1);
+    index_add(w);
+    if (w->last_rv >= w->hr->rv)
+        set_mode(w, M_LIVE);
+    else
+        wake(w);
+}
+
+static void
+start_waited(struct hub_watcher *w)
+{
+    if (w->resume)
+        start_resume(w);
+    else
+        start_initial(w);
+}
 
 static void
 start_initial(struct hub_watcher *w)
@@ -1200,7 +1229,15 @@ hub_watch(struct hub *h, const struct hub_res *r, struct hub_watch_req *req,
     hr->n++;
     h->stats.watchers++;
 
-    if (req->initial) {
+    if (!req->initial && req->rv > hr->rv && req->wait_until_ms) {
+        /* a resume from an rv this cache has not reached (a client coming
+         * from a replica that was ahead): it waits, as a read of a too
+         * large rv does, and never sees an older state or a 410 */
+        w->mode = M_WAIT;
+        w->wait_rv = req->rv;
+        w->resume = true;
+        list_add(&hr->waiting, w);
+    } else if (req->initial) {
         if (req->rv > hr->rv) {
             w->mode = M_WAIT;
             w->wait_rv = req->rv;
@@ -1479,7 +1516,7 @@ hub_timer(struct hub_watcher *w, uint64_t now)
             put_take(w, error_event(w->hr->r, w->form, w->too_large_status));
             end(w, HUB_END_ERROR_EVENT);
         } else {
-            start_initial(w); /* no answer configured: serve what the cache has */
+            start_waited(w); /* no answer configured: serve what the cache has */
         }
         return;
     }

@@ -7,8 +7,8 @@
  *
  * Owns everything it builds; borrows what main.c built (struct app_deps).
  * On SIGTERM main.c drains first (app_drain, then app_busy until nothing is
- * left or --shutdown-drain-seconds passed). Order of teardown (app_free): the watch pool first (its
- * streams end with terminal chunks while the store is open), then the HTTP server (each open
+ * left or --shutdown-drain-grace-period passed). Order of teardown (app_free): the watch pool first
+ * (its streams end with terminal chunks while the store is open), then the HTTP server (each open
  * request's on_close runs: passthroughs cancel their transfers, cached
  * lists end), then what those requests used.
  */
@@ -131,7 +131,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .workers = (unsigned)cfg->watch_workers,
         .budget = (size_t)cfg->watch_budget,
         .window_bytes = (size_t)cfg->watch_window,
-        .bookmark_ms = (uint64_t)cfg->bookmark_interval * 1000,
+        .bookmark_ms = (uint64_t)cfg->bookmark_interval_ms,
         .wait_ms = (int)cfg->rv_wait_ms,
         .too_large = so.too_large,
         .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
@@ -146,12 +146,12 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     if (cfg->auth_delegated) {
         struct auth_options ao = {
             .anonymous = cfg->anonymous_auth,
-            .token_ttl_s = (unsigned)cfg->token_cache_ttl,
+            .token_ttl_s = (double)cfg->token_cache_ttl_ms / 1000.0,
             .token_fail_ttl_s = 10,
-            .allow_ttl_s = (unsigned)cfg->authz_allow_ttl,
-            .deny_ttl_s = (unsigned)cfg->authz_deny_ttl,
+            .allow_ttl_s = (double)cfg->authz_allow_ttl_ms / 1000.0,
+            .deny_ttl_s = (double)cfg->authz_deny_ttl_ms / 1000.0,
             .max_entries = 100000,
-            .review_timeout_ms = (unsigned)cfg->review_timeout * 1000,
+            .review_timeout_ms = (unsigned)cfg->review_timeout_ms,
             .max_reviews_per_source = cfg_per_source_reviews(cfg),
         };
         auth_new(d->base, d->up, &ao, &a->auth);
@@ -171,7 +171,7 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .up = d->up,
         .pt_short = &a->pt_short,
         .pt_long = &a->pt_long,
-        .tunnel_connect_timeout_ms = (int)cfg->upstream_connect_timeout * 1000,
+        .tunnel_connect_timeout_ms = (int)cfg->upstream_connect_timeout_ms,
         .auth = a->auth,
         .forward_token = cfg->forward_token,
         .tls = cfg->tls_cert_file != NULL,
@@ -191,9 +191,10 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     struct http_server_options ho = {
         .addrs = cfg->listen_addrs,
         .naddrs = cfg->n_listen,
+        .listen_fds = d->listen_fds,
         .max_header_bytes = (size_t)cfg->max_header_bytes,
-        .request_header_timeout_ms = (int)cfg->request_header_timeout * 1000,
-        .idle_timeout_ms = (int)cfg->idle_timeout * 1000,
+        .request_header_timeout_ms = (int)cfg->request_header_timeout_ms,
+        .idle_timeout_ms = (int)cfg->idle_timeout_ms,
         .max_connections = (unsigned)cfg->max_connections_resolved,
         .max_connections_per_source = cfg_per_source_connections(cfg),
         .http2_max_streams = (unsigned)cfg->http2_max_streams,
@@ -261,6 +262,19 @@ app_drain(struct app *a)
      * close once they did, and they never end on their own */
     watch_pool_end_streams(a->watch);
     http_server_shutdown(a->http);
+}
+
+size_t
+app_listen_fds(const struct app *a, int *fds, size_t max)
+{
+    return http_server_listen_fds(a->http, fds, max);
+}
+
+void
+app_shutting_down(struct app *a)
+{
+    assert(a->magic == APP_MAGIC);
+    front_shutting_down(a->front);
 }
 
 void

@@ -32,35 +32,62 @@
 #include "kwc/upstream.h"
 
 #define CFG_FILE_MAX (1024 * 1024)
-/* Timeouts become int milliseconds in the server. */
-#define CFG_MAX_TIMEOUT_S 86400
+/* Timeouts become int milliseconds in the server; a DUR row is capped here
+ * (SECS rows have their own checks in cfg_parse). */
+#define CFG_MAX_DUR_MS (24L * 3600 * 1000)
 /* Auto mode: upstream connections kept for the caches kwc starts itself
  * (--protobuf-resources, CRDs and APIServices), beyond --max-caches. */
 #define CFG_OWN_CACHES 32
-/* --watch-coalesce-max-ms: at most a second of added latency. */
+/* --watch-coalesce-max-delay: at most a second of added latency. */
 #define CFG_MAX_COALESCE_MS 1000
 _Static_assert(PACE_MAX_US == 25 * 1000,
-               "--watch-coalesce-max-ms's default (config.h) is PACE_MAX_US");
+               "--watch-coalesce-max-delay's default (config.h) is PACE_MAX_US");
+#define CFG_MAX_NOTES 64
 
-enum opt_type { T_STR, T_INT, T_BOOL, T_DUR, T_QTY };
+enum opt_type { T_STR, T_STRS, T_INT, T_BOOL, T_DUR, T_SECS, T_QTY };
+/* --help's sections, in the order kube's components print theirs. */
+enum opt_group { G_SERVING, G_UPSTREAM, G_CACHE, G_WATCH, G_AUTHN, G_AUTHZ, G_OPS, G_N };
+static const char *const group_names[G_N] = {
+    "Serving", "Upstream", "Cache", "Watch", "Authentication", "Authorization", "Operations"};
 
 struct opt {
     const char *flag;
     size_t off;
     enum opt_type type;
-    const char *def, *meta, *help;
+    enum opt_group group;
+    const char *def, *help;
 };
 
 static const struct opt opts[] = {
 #define CFG_T_STR T_STR
+#define CFG_T_STRS T_STRS
 #define CFG_T_INT T_INT
 #define CFG_T_BOOL T_BOOL
 #define CFG_T_DUR T_DUR
+#define CFG_T_SECS T_SECS
 #define CFG_T_QTY T_QTY
-#define CFG_ROW(flag, field, type, def, meta, help)                                                \
-    {flag, offsetof(struct kwc_config, field), CFG_T_##type, def, meta, help},
+#define CFG_G_SERVING G_SERVING
+#define CFG_G_UPSTREAM G_UPSTREAM
+#define CFG_G_CACHE G_CACHE
+#define CFG_G_WATCH G_WATCH
+#define CFG_G_AUTHN G_AUTHN
+#define CFG_G_AUTHZ G_AUTHZ
+#define CFG_G_OPS G_OPS
+#define CFG_ROW(flag, field, type, group, def, help)                                               \
+    {flag, offsetof(struct kwc_config, field), CFG_T_##type, CFG_G_##group, def, help},
     CFG_OPTIONS(CFG_ROW)
 #undef CFG_ROW
+};
+
+struct alias {
+    const char *old, *now;
+    unsigned bare_ms;
+};
+
+static const struct alias aliases[] = {
+#define CFG_ALIAS(old, now, bare) {old, now, bare},
+    CFG_ALIASES(CFG_ALIAS)
+#undef CFG_ALIAS
 };
 
 static const struct opt *
@@ -72,38 +99,144 @@ find_opt(const char *name, size_t len)
     return NULL;
 }
 
+/* A name as written (a flag's without "--", a file's key): its row, and
+ * the alias it was given by (NULL: its own name). */
+static const struct opt *
+lookup(const char *name, size_t len, const struct alias **via)
+{
+    *via = NULL;
+    for (size_t i = 0; i < KWC_ARRAY_LEN(aliases); i++)
+        if (strlen(aliases[i].old) == len && memcmp(aliases[i].old, name, len) == 0) {
+            *via = &aliases[i];
+            return find_opt(aliases[i].now, strlen(aliases[i].now));
+        }
+    return find_opt(name, len);
+}
+
 #define fail(err, errlen, ...) kwc_errf((err), (errlen), KWC_ECONFIG, __VA_ARGS__)
 
-/* Store one value; src names where it came from for messages ("--listen", "config.yaml: listen").
- */
+/* Adds a deprecation note unless the same one is there (each once). */
+static void note(struct kwc_config *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+note(struct kwc_config *c, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    for (size_t i = 0; i < c->n_notes; i++)
+        if (strcmp(c->notes[i], buf) == 0)
+            return;
+    if (c->n_notes == CFG_MAX_NOTES)
+        return;
+    c->notes = xrealloc(c->notes, (c->n_notes + 1) * sizeof(*c->notes));
+    c->notes[c->n_notes++] = xstrdup(buf);
+}
+
+/* Where a value came from, for messages: a flag or a --config file's key. */
+struct src {
+    const char *file;        /* NULL: a flag */
+    const char *name;        /* as written: the row's name or an alias */
+    const struct alias *via; /* the alias it was written as, or NULL */
+};
+
+static void
+src_text(const struct src *s, char *buf, size_t len)
+{
+    if (s->file)
+        snprintf(buf, len, "--config %s: %s", s->file, s->name);
+    else
+        snprintf(buf, len, "--%s", s->name);
+}
+
+/* "123": a bare whole number (the old seconds or milliseconds). */
+static bool
+bare_number(const char *v)
+{
+    size_t n = strspn(v, "0123456789");
+    return n > 0 && n < 19 && !v[n];
+}
+
+/* The notes for a value given under an alias or as bare seconds: what to
+ * write instead, in the same place (flag or file). */
+static void
+note_deprecated(struct kwc_config *c, const struct opt *o, const struct src *s, const char *val,
+                long ms)
+{
+    char now[KWC_DURATION_LEN + 24];
+    bool bare = bare_number(val) && strcmp(val, "0") != 0;
+    if (s->via) {
+        if (bare && s->via->bare_ms == 1000)
+            snprintf(now, sizeof(now), "%ss", val);
+        else if (bare && s->via->bare_ms)
+            kwc_format_duration((uint64_t)ms, now, sizeof(now));
+        else
+            snprintf(now, sizeof(now), "%s", val);
+        if (s->file)
+            note(c, "--config %s: %s: %s is deprecated, write %s: %s", s->file, s->name, val,
+                 o->flag, now);
+        else
+            note(c, "--%s=%s is deprecated, write --%s=%s", s->name, val, o->flag, now);
+    } else if (o->type == T_SECS && bare) {
+        char where[512];
+        src_text(s, where, sizeof(where));
+        note(c, "%s=%s: a bare number is read as seconds; this is deprecated, write %ss", where,
+             val, val);
+    }
+}
+
+/* A duration: Go's form, or a bare number of bare_ms milliseconds. */
 static int
-set_opt(struct kwc_config *c, const struct opt *o, const char *val, const char *src, char *err,
+parse_dur(const char *val, unsigned bare_ms, long max, long *out)
+{
+    uint64_t ms;
+    if (bare_ms && bare_number(val)) {
+        unsigned long long v = strtoull(val, NULL, 10);
+        if (v > (unsigned long long)max / bare_ms)
+            return KWC_EPARSE;
+        *out = (long)(v * bare_ms);
+        return 0;
+    }
+    if (kwc_parse_duration(val, &ms) != 0 || ms > (uint64_t)max)
+        return KWC_EPARSE;
+    *out = (long)ms;
+    return 0;
+}
+
+/* Store one value (a default, a flag, a file's key). */
+static int
+set_opt(struct kwc_config *c, const struct opt *o, const char *val, const struct src *s, char *err,
         size_t errlen)
 {
     void *slot = (char *)c + o->off;
+    char where[512];
+    src_text(s, where, sizeof(where));
     switch (o->type) {
     case T_STR:
+    case T_STRS:
         free(*(char **)slot);
         *(char **)slot = val ? xstrdup(val) : NULL;
-        return 0;
+        break;
     case T_INT: {
         char *end;
         errno = 0;
         long v = strtol(val, &end, 10);
         if (errno || end == val || *end || v < 0)
-            return fail(err, errlen, "%s: \"%s\" is not a non-negative whole number", src, val);
+            return fail(err, errlen, "%s: \"%s\" is not a non-negative whole number", where, val);
         *(long *)slot = v;
-        return 0;
+        break;
     }
-    case T_DUR: {
-        uint64_t ms;
-        if (kwc_parse_duration(val, &ms) != 0 || ms > (uint64_t)CFG_MAX_TIMEOUT_S * 1000)
+    case T_DUR:
+    case T_SECS: {
+        unsigned bare = s->via ? s->via->bare_ms : o->type == T_SECS ? 1000 : 0;
+        if (parse_dur(val, bare, o->type == T_DUR ? CFG_MAX_DUR_MS : LONG_MAX, (long *)slot) != 0)
             return fail(err, errlen,
                         "%s: \"%s\" is not a duration such as 30s, 5m or 1h30m (Go's form: a "
-                        "number and a unit of ms, s, m or h; 0 alone; at most 24h)",
-                        src, val);
-        *(long *)slot = (long)ms;
-        return 0;
+                        "number and a unit of ms, s, m or h; 0 alone%s)",
+                        where, val,
+                        o->type == T_DUR ? "; at most 24h" : "; a bare number is seconds");
+        break;
     }
     case T_QTY: {
         uint64_t b;
@@ -111,18 +244,20 @@ set_opt(struct kwc_config *c, const struct opt *o, const char *val, const char *
             return fail(err, errlen,
                         "%s: \"%s\" is not a size such as 512Mi, 4Gi or 1000000 (a quantity as "
                         "Kubernetes writes one: bytes, or a suffix Ki Mi Gi Ti or k M G T)",
-                        src, val);
+                        where, val);
         *(long *)slot = (long)b;
-        return 0;
+        break;
     }
     case T_BOOL: {
         bool b;
         if (kwc_parse_bool(val, strlen(val), &b) != 0)
-            return fail(err, errlen, "%s: \"%s\" is not true or false", src, val);
+            return fail(err, errlen, "%s: \"%s\" is not true or false", where, val);
         *(bool *)slot = b;
-        return 0;
+        break;
     }
     }
+    if (val && (s->via || o->type == T_SECS))
+        note_deprecated(c, o, s, val, o->type == T_DUR || o->type == T_SECS ? *(long *)slot : 0);
     return 0;
 }
 
@@ -179,16 +314,15 @@ load_file(struct kwc_config *c, const char *path, char *err, size_t errlen)
             } else if (!key) {
                 key = xstrdup(v);
             } else {
-                const struct opt *o = find_opt(key, strlen(key));
-                char src[512];
-                snprintf(src, sizeof(src), "--config %s: %s", path, key);
+                struct src s = {.file = path, .name = key};
+                const struct opt *o = lookup(key, strlen(key), &s.via);
                 if (!o)
                     rc = fail(err, errlen, "--config %s: unknown option \"%s\" (see kwc --help)",
                               path, key);
                 else if (strcmp(key, "config") == 0)
                     rc = fail(err, errlen, "--config %s: a config file cannot name another", path);
                 else
-                    rc = set_opt(c, o, v, src, err, errlen);
+                    rc = set_opt(c, o, v, &s, err, errlen);
                 free(key);
                 key = NULL;
             }
@@ -205,23 +339,123 @@ load_file(struct kwc_config *c, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- --help -------------------------------------------------------------- */
+
+/* pflag's names of the value types (Value.Type(); a bool has none). */
+static const char *
+type_name(enum opt_type t)
+{
+    static const char *const names[] = {
+        [T_STR] = "string",   [T_STRS] = "strings",  [T_INT] = "int",     [T_BOOL] = "",
+        [T_DUR] = "duration", [T_SECS] = "duration", [T_QTY] = "quantity"};
+    return names[t];
+}
+
+/* " (default X)" as pflag writes it, "" for a zero value as pflag omits it. */
+static void
+default_text(const struct opt *o, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    const char *d = o->def;
+    if (!d || !*d || (o->type != T_STR && o->type != T_STRS && strcmp(d, "0") == 0) ||
+        strcmp(d, "false") == 0)
+        return;
+    if (o->type == T_STR) {
+        snprintf(buf, len, " (default \"%s\")", d);
+    } else if (o->type == T_STRS) {
+        snprintf(buf, len, " (default [%s])", d);
+    } else if (o->type == T_DUR || o->type == T_SECS) {
+        uint64_t ms = 0;
+        char go[KWC_DURATION_LEN];
+        kwc_parse_duration(d, &ms);
+        snprintf(buf, len, " (default %s)", kwc_format_duration(ms, go, sizeof(go)));
+    } else {
+        snprintf(buf, len, " (default %s)", d);
+    }
+}
+
+/*
+ * pflag's wrap(i, w, s): s in lines of at most w - i columns, each after the
+ * first indented by i; "slop" lets the last words run 5 columns further
+ * rather than be orphaned. One change: a word longer than a line (a list
+ * default) breaks after a comma where pflag would overflow.
+ */
+static void
+put_wrapped(FILE *f, size_t i, size_t w, const char *s)
+{
+    const size_t slop = 5;
+    if (w - i < 24) { /* no room: a block under the flag, as pflag */
+        i = 16;
+        fprintf(f, "\n%*s", (int)i, "");
+    }
+    size_t room = w - i - slop;
+    for (bool first = true; *s; first = false) {
+        size_t len = strlen(s), take = len, skip = len;
+        if (room + slop <= len) {
+            size_t k = room; /* 1 + the last space before room (pflag's LastIndexAny) */
+            while (k > 0 && s[k - 1] != ' ')
+                k--;
+            if (k > 1) {
+                take = k - 1;
+                skip = k;
+            } else {
+                for (k = room; k > 0 && s[k - 1] != ','; k--)
+                    ;
+                if (k > 0)
+                    take = skip = k;
+            }
+        }
+        if (!first)
+            fprintf(f, "\n%*s", (int)i, "");
+        fwrite(s, 1, take, f);
+        s += skip;
+    }
+    fputc('\n', f);
+}
+
+struct help_line {
+    char left[96];
+    char text[1024];
+};
+
 void
 cfg_usage(FILE *f)
 {
-    fprintf(f, "usage: kwc (--upstream URL | --kubeconfig FILE [--context NAME]) --data-dir DIR\n"
-               "           [--listen HOST:PORT] [--resources LIST] [--config FILE] [options]\n\n"
-               "kwc is a watch-cache reverse proxy for the Kubernetes API.\n\n");
-    for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++) {
-        char left[64];
-        snprintf(left, sizeof(left), "--%s%s%s", opts[i].flag, opts[i].meta[0] ? " " : "",
-                 opts[i].meta);
-        fprintf(f, "  %-34s %s", left, opts[i].help);
-        if (opts[i].def && opts[i].type != T_BOOL)
-            fprintf(f, " [%s]", opts[i].def);
-        fprintf(f, "\n");
+    fprintf(f, "kwc is a watch-cache reverse proxy for the Kubernetes API.\n\n"
+               "Usage:\n"
+               "  kwc (--upstream URL | --kubeconfig FILE [--context NAME]) --data-dir DIR "
+               "[flags]\n");
+    static struct help_line lines[KWC_ARRAY_LEN(opts) + 2];
+    for (int g = 0; g < G_N; g++) {
+        size_t n = 0, maxlen = 0;
+        for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++) {
+            const struct opt *o = &opts[i];
+            if ((int)o->group != g)
+                continue;
+            char def[256];
+            default_text(o, def, sizeof(def));
+            snprintf(lines[n].left, sizeof(lines[n].left), "      --%s%s%s", o->flag,
+                     o->type == T_BOOL ? "" : " ", type_name(o->type));
+            snprintf(lines[n].text, sizeof(lines[n].text), "%s%s", o->help, def);
+            n++;
+        }
+        if (g == G_OPS) { /* cobra's own */
+            snprintf(lines[n].left, sizeof(lines[n].left), "  -h, --help");
+            snprintf(lines[n++].text, sizeof(lines[0].text), "help for kwc");
+            snprintf(lines[n].left, sizeof(lines[n].left), "      --version");
+            snprintf(lines[n++].text, sizeof(lines[0].text), "print the version and quit");
+        }
+        if (n == 0)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (strlen(lines[i].left) + 1 > maxlen)
+                maxlen = strlen(lines[i].left) + 1;
+        fprintf(f, "\n%s flags:\n\n", group_names[g]);
+        for (size_t i = 0; i < n; i++) {
+            fprintf(f, "%s %*s ", lines[i].left, (int)(maxlen - strlen(lines[i].left)), "");
+            put_wrapped(f, maxlen + 2, CFG_HELP_COLS, lines[i].text);
+        }
     }
-    fprintf(f, "  %-34s %s\n  %-34s %s\n", "--help", "show this help", "--version",
-            "show the version");
 }
 
 /* The port of --listen: 1 to 5 digits, 0-65535 (strtol would allow "+1", " 1"). */
@@ -539,13 +773,89 @@ compile_accept_hosts(struct kwc_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* A duration for a message: Go's form without its zero minutes and
+ * seconds ("1h", "24h", "1m30s"), still a valid value for the flag. */
+static const char *
+dur_text(long ms, char *buf, size_t len)
+{
+    kwc_format_duration((uint64_t)ms, buf, len);
+    size_t n = strlen(buf);
+    if (n > 2 && strcmp(buf + n - 2, "0s") == 0 && (buf[n - 3] == 'm' || buf[n - 3] == 'h'))
+        buf[n -= 2] = '\0';
+    if (n > 2 && strcmp(buf + n - 2, "0m") == 0 && buf[n - 3] == 'h')
+        buf[n - 2] = '\0';
+    return buf;
+}
+
+/* A duration flag's range: "--idle-timeout 25h: use 0 to 24h (0: none)". */
+static int
+check_dur(const char *flag, long ms, long min, long max, const char *hint, char *err, size_t errlen)
+{
+    if (ms >= min && ms <= max)
+        return 0;
+    char v[KWC_DURATION_LEN], lo[KWC_DURATION_LEN], hi[KWC_DURATION_LEN];
+    if (max == LONG_MAX)
+        return fail(err, errlen, "--%s %s: at least %s%s%s", flag, dur_text(ms, v, sizeof(v)),
+                    dur_text(min, lo, sizeof(lo)), hint[0] ? " " : "", hint);
+    return fail(err, errlen, "--%s %s: use %s to %s%s%s", flag, dur_text(ms, v, sizeof(v)),
+                min ? dur_text(min, lo, sizeof(lo)) : "0", dur_text(max, hi, sizeof(hi)),
+                hint[0] ? " " : "", hint);
+}
+
+#define S_MS(n) ((long)(n)*1000)
+
+/* Every duration's range (a SECS row has no other bound). */
+static int
+check_durations(const struct kwc_config *c, char *err, size_t errlen)
+{
+    const long day = S_MS(86400);
+    const struct {
+        const char *flag;
+        long v, min, max;
+        const char *hint;
+    } d[] = {
+        {"upstream-connect-timeout", c->upstream_connect_timeout_ms, S_MS(1), day, ""},
+        {"upstream-timeout", c->upstream_timeout_ms, 0, day, "(0: none)"},
+        {"request-header-timeout", c->request_header_timeout_ms, 0, day, "(0: none)"},
+        {"idle-timeout", c->idle_timeout_ms, 0, day, "(0: none)"},
+        {"review-timeout", c->review_timeout_ms, 0, day, "(0: only --upstream-timeout)"},
+        {"shutdown-drain-grace-period", c->shutdown_drain_ms, 0, S_MS(3600), "(0: close at once)"},
+        {"rv-wait-timeout", c->rv_wait_ms, 0, S_MS(60), "(kube-apiserver waits 3s)"},
+        {"watch-coalesce-max-delay", c->watch_coalesce_max_ms, 0, CFG_MAX_COALESCE_MS,
+         "(0: never hold an event; the latency a busy watch worker may add to let one write "
+         "carry several events)"},
+        {"bookmark-interval", c->bookmark_interval_ms, S_MS(1), S_MS(3600), "(kube: 1m)"},
+        {"discovery-interval", c->discovery_interval, S_MS(1), S_MS(3600), ""},
+        {"history-max-age", c->history_max_age_ms, S_MS(1), LONG_MAX,
+         "(it bounds how far back watches resume)"},
+        {"authentication-token-webhook-cache-ttl", c->token_cache_ttl_ms, 0, day,
+         "(0: no caching; kube: 2m)"},
+        {"authorization-webhook-cache-authorized-ttl", c->authz_allow_ttl_ms, 0, day,
+         "(0: no caching; kube: 5m)"},
+        {"authorization-webhook-cache-unauthorized-ttl", c->authz_deny_ttl_ms, 0, day,
+         "(0: no caching; kube: 30s)"},
+        {"max-staleness", c->max_staleness_ms, 0, day,
+         "(0: off); upstreams send a bookmark about every minute, so pick more than 1m"},
+        {"exec-plugin-timeout", c->exec_plugin_timeout, 100, S_MS(600),
+         "(a credential plugin usually answers within a few seconds)"},
+        {"log-summary-interval", c->log_summary_interval, 0, S_MS(3600),
+         "(0: write every occurrence)"},
+    };
+    for (size_t i = 0; i < KWC_ARRAY_LEN(d); i++)
+        if (check_dur(d[i].flag, d[i].v, d[i].min, d[i].max, d[i].hint, err, errlen) != 0)
+            return KWC_ECONFIG;
+    return 0;
+}
+
 int
 cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
-    for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++)
-        if (opts[i].def && set_opt(c, &opts[i], opts[i].def, opts[i].flag, err, errlen) != 0)
+    for (size_t i = 0; i < KWC_ARRAY_LEN(opts); i++) {
+        struct src s = {.name = opts[i].flag};
+        if (opts[i].def && set_opt(c, &opts[i], opts[i].def, &s, err, errlen) != 0)
             return KWC_ECONFIG;
+    }
     /* defaults that depend on other flags: -1 until given */
     c->max_connections_per_source = -1;
     c->max_reviews_per_source = -1;
@@ -574,7 +884,10 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                         "unexpected argument \"%s\" (options start with --; see kwc --help)", a);
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t nl = eq ? (size_t)(eq - name) : strlen(name);
-        const struct opt *o = find_opt(name, nl);
+        char flag[128];
+        snprintf(flag, sizeof(flag), "%.*s", (int)(nl < 100 ? nl : 100), name);
+        struct src s = {.name = flag};
+        const struct opt *o = lookup(name, nl, &s.via);
         if (!o)
             return fail(err, errlen, "unknown option \"--%.*s\" (see kwc --help)", (int)nl, name);
         const char *val;
@@ -584,12 +897,11 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
             val = "true";
         } else {
             if (i + 1 >= argc)
-                return fail(err, errlen, "--%s needs a value: --%s %s", o->flag, o->flag, o->meta);
+                return fail(err, errlen, "--%s needs a value (a %s; see kwc --help)", flag,
+                            type_name(o->type));
             val = argv[++i];
         }
-        char src[128];
-        snprintf(src, sizeof(src), "--%s", o->flag);
-        if (set_opt(c, o, val, src, err, errlen) != 0)
+        if (set_opt(c, o, val, &s, err, errlen) != 0)
             return KWC_ECONFIG;
     }
 
@@ -597,7 +909,7 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen, "--log-level \"%s\": use debug, info, warn or error",
                     c->log_level_s);
     if (log_format_parse(c->log_format_s, &c->log_format) != 0)
-        return fail(err, errlen, "--log-format \"%s\": use text or json", c->log_format_s);
+        return fail(err, errlen, "--logging-format \"%s\": use text or json", c->log_format_s);
     if (c->upstream && c->kubeconfig)
         return fail(err, errlen, "--upstream and --kubeconfig both given: pass only one");
     if (c->context && !c->kubeconfig)
@@ -612,8 +924,8 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     c->upstream);
     if (!c->data_dir || !*c->data_dir)
         return fail(err, errlen, "missing --data-dir DIR (where kwc keeps its LMDB cache)");
-    if (c->upstream_connect_timeout == 0)
-        return fail(err, errlen, "--upstream-connect-timeout must be at least 1 second");
+    if (check_durations(c, err, errlen) != 0)
+        return KWC_ECONFIG;
     if (c->max_response_buffer < 4096 || c->max_request_buffer < 4096)
         return fail(err, errlen,
                     "--max-response-buffer and --max-request-buffer must be at least 4096");
@@ -622,26 +934,18 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--too-large-rv \"%s\": use pass (ask the upstream) or 504 "
                     "(answer like kube-apiserver's watch cache)",
                     c->too_large_rv);
-    if (c->rv_wait_ms > 60000)
-        return fail(err, errlen, "--rv-wait-ms %ld: at most 60000 (kube-apiserver waits 3000)",
-                    c->rv_wait_ms);
     if (c->max_list_buffer < 16384)
         return fail(err, errlen, "--max-list-buffer must be at least 16384");
-    if (c->history_max_events < 1 || c->history_max_bytes < 1 || c->history_max_age < 1)
+    if (c->history_max_events < 1 || c->history_max_bytes < 1)
         return fail(err, errlen,
-                    "--history-max-events, --history-max-bytes and --history-max-age "
-                    "must be at least 1 (they bound how far back watches resume)");
+                    "--history-max-events and --history-max-bytes must be at least 1 (they bound "
+                    "how far back watches resume)");
     if (strcmp(c->on_corrupt_cache, "rebuild") != 0 &&
         strcmp(c->on_corrupt_cache, "move-aside") != 0 && strcmp(c->on_corrupt_cache, "fail") != 0)
         return fail(err, errlen,
                     "--on-corrupt-cache \"%s\": use rebuild (wipe a damaged data dir and list "
                     "again), move-aside (keep it as data.mdb.corrupt-TIME) or fail (exit 2)",
                     c->on_corrupt_cache);
-    if (c->max_staleness < 0 || c->max_staleness > 86400)
-        return fail(err, errlen,
-                    "--max-staleness %ld: use 0 (off) to 86400 seconds; upstreams "
-                    "send a bookmark about every 60 s, so pick more than 60",
-                    c->max_staleness);
     if (c->watch_workers > 256)
         return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
                     c->watch_workers);
@@ -651,36 +955,16 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
         return fail(err, errlen,
                     "--watch-window must be at least 65536 bytes (it holds the "
                     "recent events lagging watchers catch up from)");
-    if (c->watch_coalesce_max_ms > CFG_MAX_COALESCE_MS)
-        return fail(err, errlen,
-                    "--watch-coalesce-max-ms %ld: use 0 (never hold an event) to %d ms (the "
-                    "latency a busy watch worker may add to let one write carry several events)",
-                    c->watch_coalesce_max_ms, CFG_MAX_COALESCE_MS);
-    if (c->bookmark_interval < 1 || c->bookmark_interval > 3600)
-        return fail(err, errlen, "--bookmark-interval %ld: use 1 to 3600 seconds (kube: 60)",
-                    c->bookmark_interval);
-    if (c->discovery_interval < 1000 || c->discovery_interval > 3600 * 1000)
-        return fail(err, errlen, "--discovery-interval %.3gs: use 1s to 1h",
-                    (double)c->discovery_interval / 1000.0);
     if (c->max_header_bytes < 4096)
         return fail(err, errlen,
                     "--max-header-bytes %ld: at least 4096 (the request line and headers must "
                     "fit; Go's default is 1048576)",
                     c->max_header_bytes);
-    if (c->request_header_timeout > CFG_MAX_TIMEOUT_S)
-        return fail(err, errlen, "--request-header-timeout %ld: use 0 (none) to %d seconds",
-                    c->request_header_timeout, CFG_MAX_TIMEOUT_S);
-    if (c->idle_timeout > CFG_MAX_TIMEOUT_S)
-        return fail(err, errlen, "--idle-timeout %ld: use 0 (none) to %d seconds", c->idle_timeout,
-                    CFG_MAX_TIMEOUT_S);
     if (c->max_connections > (long)UINT32_MAX)
         return fail(err, errlen,
                     "--max-connections %ld: at most %lu (0 picks from the open-file limit)",
                     c->max_connections, (unsigned long)UINT32_MAX);
     c->max_connections_resolved = (unsigned)c->max_connections;
-    if (c->shutdown_drain > 3600)
-        return fail(err, errlen, "--shutdown-drain-seconds %ld: use 0 (close at once) to 3600",
-                    c->shutdown_drain);
     if (c->http2_max_streams < 1 || c->http2_max_streams > 65536)
         return fail(err, errlen,
                     "--http2-max-streams-per-connection %ld: use 1 to 65536 (kube: 100)",
@@ -703,10 +987,6 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--max-reviews-per-source %ld: use 0 (no limit) to 65536 (default: half of "
                     "--max-review-connections)",
                     c->max_reviews_per_source);
-    if (c->review_timeout > CFG_MAX_TIMEOUT_S)
-        return fail(err, errlen,
-                    "--review-timeout %ld: use 0 (only --upstream-timeout) to %d seconds",
-                    c->review_timeout, CFG_MAX_TIMEOUT_S);
     if (c->max_held_body_buffer < 65536)
         return fail(err, errlen,
                     "--max-held-body-buffer %ld: at least 65536 bytes (one stream's window)",
@@ -756,9 +1036,6 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "Impersonate-* headers) or forward-token (the caller's own bearer token)",
                     c->passthrough_identity);
     c->forward_token = strcmp(c->passthrough_identity, "forward-token") == 0;
-    if (c->token_cache_ttl < 0 || c->authz_allow_ttl < 0 || c->authz_deny_ttl < 0 ||
-        c->token_cache_ttl > 86400 || c->authz_allow_ttl > 86400 || c->authz_deny_ttl > 86400)
-        return fail(err, errlen, "the webhook cache TTLs take 0 (no caching) to 86400 seconds");
     if (!c->listen_loopback && !c->insecure_allow_remote &&
         !(c->auth_delegated && c->tls_cert_file)) {
         char addr[INET6_ADDRSTRLEN];
@@ -778,13 +1055,18 @@ cfg_fini(struct kwc_config *c)
     if (!c)
         return;
 #define CFG_FREE_STR(field) free(c->field);
+#define CFG_FREE_STRS(field) free(c->field);
 #define CFG_FREE_INT(field)
 #define CFG_FREE_BOOL(field)
 #define CFG_FREE_DUR(field)
+#define CFG_FREE_SECS(field)
 #define CFG_FREE_QTY(field)
-#define CFG_FREE(flag, field, type, def, meta, help) CFG_FREE_##type(field)
+#define CFG_FREE(flag, field, type, group, def, help) CFG_FREE_##type(field)
     CFG_OPTIONS(CFG_FREE)
 #undef CFG_FREE
+    for (size_t i = 0; i < c->n_notes; i++)
+        free(c->notes[i]);
+    free(c->notes);
     free(c->listen_host);
     free(c->listen_addrs);
     if (c->accept_hosts_re)

@@ -11,16 +11,23 @@
  * stream ends cleanly at once (a watch never ends on its own, and its
  * client resumes elsewhere from its last rv). The requests in progress
  * (lists being written, gets, passthroughs) then have
- * --shutdown-drain-seconds (default 10 s, a third of Kubernetes' default
+ * --shutdown-drain-grace-period (default 10 s, a third of Kubernetes' default
  * 30 s grace before SIGKILL, leaving time for the rest) to finish; the
  * reflectors and the store go on serving them meanwhile. Drained, or the
  * deadline passed, or a second signal: the loop ends and everything is
  * freed as before (app_free closes what is left, then LMDB closes). 0
  * skips the drain (the loop ends at the first signal). Progress is logged
  * for people: "draining N requests", then "drained" or "drain deadline
- * passed, closing N". kube's --shutdown-delay-duration (keep serving while
- * load balancers notice /readyz failing) has no counterpart: kwc runs
- * beside its clients, not behind a load balancer.
+ * passed, closing N".
+ *
+ * Before the drain, on SIGTERM, --shutdown-delay-duration (kube-apiserver's
+ * flag and semantics; default 10 s, the delay OpenShift's API servers run
+ * with behind a Service: endpoints leave kube-proxy and load balancers in
+ * 5-10 s): /readyz fails at once and everything else is served as before,
+ * new connections included, because whatever balances clients over
+ * replicas keeps sending new connections until it has seen /readyz fail
+ * or the endpoint go. Only then the drain. SIGINT (a person at a terminal)
+ * and a second signal skip it.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -41,6 +48,7 @@
 #include "kwc/config.h"
 #include "kwc/datadir.h"
 #include "kwc/disco.h"
+#include "kwc/handover.h"
 #include "kwc/kinds.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -52,13 +60,15 @@
 #define SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 #define DRAIN_CHECK_MS 20 /* how often a drain looks whether it is over */
+#define LOG_TICK_MS 250   /* how often repeating warnings' summaries are due (log_repeat) */
 
 struct stopper {
     struct event_base *base;
     struct app *app;
-    long drain_s; /* --shutdown-drain-seconds */
-    bool draining;
-    struct event *check;
+    double drain_s; /* --shutdown-drain-grace-period, in seconds */
+    long delay_ms;  /* --shutdown-delay-duration */
+    bool delaying, draining;
+    struct event *check, *delay;
     struct timespec start;
 };
 
@@ -86,7 +96,7 @@ on_drain_check(evutil_socket_t fd, short what, void *arg)
     if (!busy_any(&b)) {
         log_info("kwc: drained in %.1f s", t);
     } else if (t >= (double)sp->drain_s) {
-        log_info("kwc: drain deadline (%ld s) passed, closing %u requests on %u connections "
+        log_info("kwc: drain deadline (%.3g s) passed, closing %u requests on %u connections "
                  "(%zu watch streams still ending)",
                  sp->drain_s, b.requests, b.connections, b.watches);
     } else {
@@ -97,18 +107,14 @@ on_drain_check(evutil_socket_t fd, short what, void *arg)
 }
 
 static void
-on_signal(evutil_socket_t sig, short what, void *arg)
+on_log_tick(evutil_socket_t fd, short what, void *arg)
 {
-    struct stopper *sp = arg;
-    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-    if (sp->draining) {
-        struct app_busy b;
-        app_busy(sp->app, &b);
-        log_info("kwc: %s received while draining: closing %u requests on %u connections now", name,
-                 b.requests, b.connections);
-        event_base_loopexit(sp->base, NULL);
-        return;
-    }
+    log_repeat_tick();
+}
+
+static void
+start_drain(struct stopper *sp, const char *name)
+{
     if (sp->drain_s <= 0) {
         log_info("kwc: %s received, shutting down", name);
         event_base_loopexit(sp->base, NULL);
@@ -116,15 +122,121 @@ on_signal(evutil_socket_t sig, short what, void *arg)
     }
     sp->draining = true;
     clock_gettime(CLOCK_MONOTONIC, &sp->start);
-    app_drain(sp->app);
     struct app_busy b;
     app_busy(sp->app, &b);
+    size_t watches = b.watches; /* before they end (on their workers, at once) */
+    app_drain(sp->app);
+    app_busy(sp->app, &b);
+    b.watches = watches;
     log_info("kwc: %s received, shutting down: draining %u requests on %u connections, %zu watch "
-             "streams ending (up to %ld s; a second signal stops at once)",
+             "streams ending (up to %.3g s; a second signal stops at once)",
              name, b.requests, b.connections, b.watches, sp->drain_s);
     struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
     event_add(sp->check, &tv);
     on_drain_check(-1, 0, sp); /* nothing in progress: at once */
+}
+
+static void
+on_delay_end(evutil_socket_t fd, short what, void *arg)
+{
+    struct stopper *sp = arg;
+    sp->delaying = false;
+    log_info("kwc: --shutdown-delay-duration (%.1f s) passed", (double)sp->delay_ms / 1000);
+    start_drain(sp, "SIGTERM");
+}
+
+static void
+on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    struct stopper *sp = arg;
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (sp->draining || sp->delaying) {
+        struct app_busy b;
+        app_busy(sp->app, &b);
+        log_info("kwc: %s received while %s: closing %u requests on %u connections now", name,
+                 sp->draining ? "draining" : "waiting for --shutdown-delay-duration", b.requests,
+                 b.connections);
+        event_base_loopexit(sp->base, NULL);
+        return;
+    }
+    if (sig == SIGTERM && sp->delay_ms > 0) {
+        sp->delaying = true;
+        app_shutting_down(sp->app);
+        log_info("kwc: SIGTERM received: /readyz fails from now on; serving goes on for %.1f s "
+                 "(--shutdown-delay-duration) while load balancers stop sending connections, then "
+                 "the drain (a second signal stops at once)",
+                 (double)sp->delay_ms / 1000);
+        struct timeval tv = {sp->delay_ms / 1000, (sp->delay_ms % 1000) * 1000};
+        event_add(sp->delay, &tv);
+        return;
+    }
+    start_drain(sp, name);
+}
+
+/* ---- a takeover (handover.h): this kwc's side ---- */
+
+#define RETAKE_TRIES 100 /* 100 ms apart: the failed new kwc's lock goes at its exit */
+
+struct takeover {
+    struct stopper *sp;
+    struct catalog *cat;
+    struct datadir *dd;
+    const char *dir;
+    struct event *retake;
+    int tries;
+};
+
+static int
+to_freeze(void *arg, char *err, size_t errlen)
+{
+    struct takeover *t = arg;
+    if (t->sp->delaying || t->sp->draining)
+        return kwc_errf(err, errlen, KWC_ECONFIG, "this kwc is shutting down");
+    catalog_freeze(t->cat);
+    datadir_release_lock(t->dd);
+    return 0;
+}
+
+static void
+on_retake(evutil_socket_t fd, short what, void *arg)
+{
+    struct takeover *t = arg;
+    char err[512];
+    if (datadir_retake_lock(t->dir, t->dd, err, sizeof(err)) == 0) {
+        catalog_thaw(t->cat);
+        return;
+    }
+    if (++t->tries < RETAKE_TRIES) {
+        struct timeval tv = {0, 100 * 1000};
+        evtimer_add(t->retake, &tv);
+        return;
+    }
+    log_error("kwc: the takeover failed and the data dir cannot be taken back (%s): the caches "
+              "stay stopped (their requests pass through); restart kwc",
+              err);
+}
+
+static void
+to_thaw(void *arg)
+{
+    struct takeover *t = arg;
+    t->tries = 0;
+    on_retake(-1, 0, t);
+}
+
+static size_t
+to_fds(void *arg, int *fds, size_t max)
+{
+    struct takeover *t = arg;
+    return app_listen_fds(t->sp->app, fds, max);
+}
+
+static void
+to_handed(void *arg)
+{
+    struct takeover *t = arg;
+    /* no delay: the sockets stay open in the new kwc, nothing is refused */
+    start_drain(t->sp, "a takeover");
 }
 
 /* A --resources entry the upstream does not have (a typo): exit 2 naming it. */
@@ -271,12 +383,19 @@ main(int argc, char **argv)
         return 0;
     }
     if (rc != 0) {
+        /* the notes first: a bound broken under an old name is reported
+         * under the new one, which the note names */
+        for (size_t i = 0; i < cfg.n_notes; i++)
+            fprintf(stderr, "kwc: %s\n", cfg.notes[i]);
         fprintf(stderr, "kwc: %s\n", err);
         cfg_fini(&cfg);
         return 2;
     }
     log_set_level(cfg.log_level);
     log_set_format(cfg.log_format);
+    for (size_t i = 0; i < cfg.n_notes; i++)
+        log_warnx("kwc: %s", cfg.notes[i]);
+    log_set_repeat_interval((uint64_t)cfg.log_summary_interval);
     /* rand() jitters upstream retries: kwc replicas must not retry in step */
     unsigned seed;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
@@ -289,6 +408,8 @@ main(int argc, char **argv)
         cfg_fini(&cfg);
         return 2;
     }
+    if (k->exec)
+        k->exec->timeout_ms = (unsigned)cfg.exec_plugin_timeout;
     if (cfg.auth_delegated && cfg.forward_token && k->cert_pem) {
         /* kube authenticates a client certificate before a bearer token: the
          * upstream would see kwc, not the caller whose token kwc forwards */
@@ -313,8 +434,8 @@ main(int argc, char **argv)
 
     struct event_base *base = event_base_new();
     struct up_options uo = {
-        .connect_timeout_ms = (int)cfg.upstream_connect_timeout * 1000,
-        .header_timeout_ms = (int)cfg.upstream_timeout * 1000,
+        .connect_timeout_ms = (int)cfg.upstream_connect_timeout_ms,
+        .header_timeout_ms = (int)cfg.upstream_timeout_ms,
         .max_idle_conns = 64,
         .max_conns = {[UP_POOL_PASSTHROUGH] = (unsigned)cfg.max_upstream_connections,
                       [UP_POOL_CACHE] = cfg.cache_conns,
@@ -329,6 +450,10 @@ main(int argc, char **argv)
     struct datadir dd = {.lock_fd = -1};
     struct refl_ingest *ing = NULL;
     struct catalog *cat = NULL;
+    struct handover_client *hc = NULL; /* --takeover: the running kwc */
+    struct handover *ho = NULL;        /* this one's control socket */
+    struct takeover to = {.dd = &dd, .dir = cfg.data_dir};
+    int *lfds = NULL;
     int exit_code = 1;
     if ((rc = up_client_new(base, k, &uo, &up, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
@@ -353,7 +478,8 @@ main(int argc, char **argv)
     so.map_size = (uint64_t)cfg.cache_map_size;
     so.history_max_events = (uint64_t)cfg.history_max_events;
     so.history_max_bytes = (uint64_t)cfg.history_max_bytes;
-    so.history_max_age = (uint64_t)cfg.history_max_age;
+    /* the store keeps whole seconds: a fraction counts as one more */
+    so.history_max_age = ((uint64_t)cfg.history_max_age_ms + 999) / 1000;
     so.max_resources = max_caches(&cfg);
     if (getenv("KWC_BENCH_NO_CHECKSUMS")) {
         /* bench/run.py integrity only: the cost of checksums, measured end
@@ -361,6 +487,11 @@ main(int argc, char **argv)
         so.checksums = false;
         log_warnx(
             "KWC_BENCH_NO_CHECKSUMS is set: stored values carry no checksums (benchmarks only)");
+    }
+    if (cfg.takeover && (rc = handover_request(cfg.data_dir, 30000, &hc, err, sizeof(err))) != 0) {
+        fprintf(stderr, "kwc: %s\n", err);
+        exit_code = 2;
+        goto out;
     }
     if ((rc = datadir_open(cfg.data_dir, &so, datadir_policy(cfg.on_corrupt_cache), &dd, err,
                            sizeof(err))) != 0) {
@@ -371,7 +502,7 @@ main(int argc, char **argv)
     st = dd.st;
     struct refl_ingest_options io = {.data_dir = cfg.data_dir,
                                      .map_size = (uint64_t)cfg.cache_map_size,
-                                     .max_staleness = (unsigned)cfg.max_staleness};
+                                     .max_staleness_ms = (uint64_t)cfg.max_staleness_ms};
     refl_ingest_new(base, st, &io, &ing);
     struct unknown_exit unknown = {.base = base};
     if (!cfg.auto_resources) /* a typo in --resources: kwc exits 2 */
@@ -389,13 +520,32 @@ main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
-    struct app_deps deps = {
-        .base = base, .cfg = &cfg, .up = up, .st = st, .ing = ing, .cat = cat, .disco = disco};
+    if (hc) {
+        int got[HANDOVER_MAX_FDS];
+        size_t ngot = 0;
+        if ((rc = handover_take_listeners(hc, got, HANDOVER_MAX_FDS, &ngot, err, sizeof(err)))) {
+            fprintf(stderr, "kwc: %s\n", err);
+            exit_code = 2;
+            goto out;
+        }
+        lfds = xcalloc(cfg.n_listen, sizeof(*lfds));
+        handover_match(cfg.listen_addrs, cfg.n_listen, got, ngot, lfds);
+    }
+    struct app_deps deps = {.base = base,
+                            .cfg = &cfg,
+                            .up = up,
+                            .st = st,
+                            .ing = ing,
+                            .cat = cat,
+                            .disco = disco,
+                            .listen_fds = lfds};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);
         exit_code = 2; /* a listen address or TLS file that cannot be used */
         goto out;
     }
+    handover_client_free(hc); /* the running kwc drains: this one serves its sockets */
+    hc = NULL;
     if (cfg.port_file && (rc = write_port_file(cfg.port_file, app_port(app))) != 0) {
         fprintf(stderr, "kwc: --port-file %s: %s\n", cfg.port_file, kwc_strerror(rc));
         goto out;
@@ -415,18 +565,44 @@ main(int argc, char **argv)
     disco_start(disco);
     refl_ingest_check_identity(ing, up); /* before any watch resumes from a stored rv */
     catalog_start(cat);
-    struct stopper sp = {.base = base, .app = app, .drain_s = cfg.shutdown_drain};
+    struct stopper sp = {.base = base,
+                         .app = app,
+                         .drain_s = (double)cfg.shutdown_drain_ms / 1000.0,
+                         .delay_ms = cfg.shutdown_delay};
+    to.sp = &sp;
+    to.cat = cat;
+    to.retake = evtimer_new(base, on_retake, &to);
+    struct handover_hooks hh = {.freeze = to_freeze,
+                                .thaw = to_thaw,
+                                .listen_fds = to_fds,
+                                .handed = to_handed,
+                                .arg = &to};
+    if (handover_serve(base, cfg.data_dir, &hh, &ho, err, sizeof(err)) != 0)
+        log_warnx("kwc: no takeover of this kwc is possible: %s", err);
     sp.check = event_new(base, -1, EV_PERSIST, on_drain_check, &sp);
+    sp.delay = evtimer_new(base, on_delay_end, &sp);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sp);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, &sp);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    /* repeating warnings' summaries and recoveries are written when due
+     * even if nothing else is logged (log_repeat) */
+    struct event *logtick = event_new(base, -1, EV_PERSIST, on_log_tick, NULL);
+    struct timeval logtv = {0, LOG_TICK_MS * 1000};
+    event_add(logtick, &logtv);
     event_base_dispatch(base);
+    event_free(logtick);
+    log_repeat_flush(); /* what was counted and not written yet */
     event_free(sigterm);
     event_free(sigint);
     event_free(sp.check);
+    event_free(sp.delay);
+    handover_free(ho);
+    event_free(to.retake);
     exit_code = unknown.hit ? 2 : 0;
 out:
+    handover_client_free(hc); /* not taken over: the running kwc resumes */
+    free(lfds);
     app_free(app);
     refl_ingest_free(ing); /* commits what is pending: before the reflectors go */
     catalog_free(cat);

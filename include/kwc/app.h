@@ -37,6 +37,8 @@ struct app_deps {
     struct refl_ingest *ing; /* the writer the app subscribes to */
     struct catalog *cat;     /* the caches (catalog.h) */
     struct disco *disco;     /* discovery answers are served from its copy; NULL: none */
+    const int *listen_fds;   /* per cfg->listen_addrs: a socket taken over (handover.h), or
+                                -1; NULL: bind them all */
 };
 
 /* Build the parts, bind and start serving. /readyz answers 200 while every
@@ -51,6 +53,11 @@ int app_port(const struct app *a);
  * HTTP/2, Connection: close over HTTP/1.1), every watch stream ends
  * cleanly (watch_pool_end_streams), and the requests in progress go on. */
 void app_drain(struct app *a);
+/* The listening sockets (a takeover hands them over); how many. */
+size_t app_listen_fds(const struct app *a, int *fds, size_t max);
+/* Before the drain (--shutdown-delay-duration): /readyz fails, everything
+ * else goes on being served, new connections included. */
+void app_shutting_down(struct app *a);
 /* What is still going on while draining: requests in progress
  * (http_server_requests), client connections still open, watch streams not
  * yet closed (their last bytes leaving). Drained when all three are 0. */

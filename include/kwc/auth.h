@@ -67,11 +67,12 @@ struct up_client;
 struct x509_st;
 
 struct auth_options {
-    bool anonymous;                  /* --anonymous-auth */
-    unsigned token_ttl_s;            /* --authentication-token-webhook-cache-ttl (120) */
-    unsigned token_fail_ttl_s;       /* a rejected or failed token review (10) */
-    unsigned allow_ttl_s;            /* --authorization-webhook-cache-authorized-ttl (300) */
-    unsigned deny_ttl_s;             /* --authorization-webhook-cache-unauthorized-ttl (30) */
+    bool anonymous; /* --anonymous-auth */
+    /* TTLs in seconds, fractions kept (the flags are Go durations: 500ms) */
+    double token_ttl_s;              /* --authentication-token-webhook-cache-ttl (120) */
+    double token_fail_ttl_s;         /* a rejected or failed token review (10) */
+    double allow_ttl_s;              /* --authorization-webhook-cache-authorized-ttl (300) */
+    double deny_ttl_s;               /* --authorization-webhook-cache-unauthorized-ttl (30) */
     size_t max_entries;              /* per cache; the oldest go first (default 100000) */
     unsigned review_timeout_ms;      /* a review's deadline from when it is asked; 0: none */
     unsigned max_reviews_per_source; /* reviews a source may have started, per pool, and half

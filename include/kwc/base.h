@@ -64,6 +64,14 @@ int kwc_parse_bool(const char *s, size_t len, bool *out);
 int kwc_parse_duration(const char *s, uint64_t *ms);
 
 /*
+ * ms as Go's time.Duration.String writes it ("0s", "25ms", "1.5s", "1m30s",
+ * "1h0m0s"), for help texts and messages that kube users read. buf of at
+ * least KWC_DURATION_LEN bytes; returns buf.
+ */
+#define KWC_DURATION_LEN 32
+char *kwc_format_duration(uint64_t ms, char *buf, size_t len);
+
+/*
  * A byte count as a Kubernetes resource.Quantity writes one ("1Gi", "512Mi",
  * "1.5G", "100k", "1e9", "4096"): binary suffixes Ki Mi Gi Ti Pi Ei, decimal
  * k M G T P E, or an exponent; a fraction rounds up to a whole byte as

@@ -63,6 +63,12 @@ int catalog_new(struct event_base *base, struct up_client *up, struct refl_inges
 void catalog_start(struct catalog *c);
 void catalog_free(struct catalog *c);
 
+/* A takeover (handover.h): every running cache stops (requests pass
+ * through), nothing starts and nothing is written or dropped until
+ * catalog_thaw, which restarts those that ran (the takeover failed). */
+void catalog_freeze(struct catalog *c);
+void catalog_thaw(struct catalog *c);
+
 const struct refl_set *catalog_set(const struct catalog *c);
 bool catalog_auto(const struct catalog *c);
 

@@ -39,5 +39,10 @@ int datadir_policy(const char *s);
 int datadir_open(const char *dir, const struct store_options *so, enum datadir_on_corrupt policy,
                  struct datadir *d, char *err, size_t errlen);
 void datadir_close(struct datadir *d);
+/* A takeover (handover.h): the lock goes to the new process while the
+ * store stays open for the requests in progress (reads only from then on:
+ * LMDB takes readers of several processes); retaken if it fails. */
+void datadir_release_lock(struct datadir *d);
+int datadir_retake_lock(const char *dir, struct datadir *d, char *err, size_t errlen);
 
 #endif

@@ -134,7 +134,8 @@ struct decide_result {
 
     /* SERVE_WATCH: initial: synthetic ADDED for the state at the start
      * (at least rv when rv > 0; wait: the cache is not there yet), then
-     * live; else every event after rv (the cache's rv for "from now").
+     * live; else every event after rv (the cache's rv for "from now"; wait:
+     * rv is ahead of the cache, the watch waits for it as a too-large read).
      * initial_end: sendInitialEvents, so a BOOKMARK with
      * k8s.io/initial-events-end follows the initial events (when bookmarks
      * are allowed). timeout_seconds: the watch's length, 0: kube's random

@@ -84,5 +84,8 @@ void front_cache_service(void *front, const struct refl *r, bool serving);
 /* Discovery changed (disco_subscribe): requests waiting for its first
  * answer are routed again. */
 void front_discovery_changed(void *front);
+/* Shutdown has begun (--shutdown-delay-duration): /readyz fails from now
+ * on with kube's "[-]shutdown failed"; every other request is served. */
+void front_shutting_down(struct front *f);
 
 #endif

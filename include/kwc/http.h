@@ -88,6 +88,8 @@ struct http_server_options {
     const struct http_listen_addr *addrs;
     size_t naddrs;
     int backlog;              /* listen(2) backlog; 0: 1024 */
+    const int *listen_fds;    /* NULL, or per addrs: a listening socket to take over (a
+                                 takeover, handover.h) instead of binding; -1: bind */
     size_t max_header_bytes;  /* request line + headers; 0: 1 MiB (Go's DefaultMaxHeaderBytes) */
     size_t max_discard_bytes; /* body bytes read and dropped for a request answered without
                                  reading its body; more closes the connection. 0: 1 MiB */
@@ -137,6 +139,9 @@ typedef void (*http_request_cb)(void *arg, struct hreq *r);
  * and must outlive the server. Returns 0, or a negative errno / KWC_ECONFIG
  * with a message for a person in err (which address, what failed, what to do).
  */
+/* The listening sockets, in the order of the addresses (max at most);
+ * returns how many. They stay the server's. */
+size_t http_server_listen_fds(const struct http_server *s, int *fds, size_t max);
 int http_server_new(struct event_base *base, const struct http_server_options *o,
                     http_request_cb on_request, void *arg, struct http_server **out, char *err,
                     size_t errlen);

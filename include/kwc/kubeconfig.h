@@ -1,8 +1,8 @@
 /*
  * kubeconfig.h — upstream connection settings: where the API server is and
  * how to authenticate to it, from one kubeconfig file (kubectl's loading
- * rules for a single file, minus credential plugins) or from the in-cluster
- * ServiceAccount mount.
+ * rules for a single file, exec credential plugins included) or from the
+ * in-cluster ServiceAccount mount.
  *
  * Loaded once at startup; the result is immutable and handed to the upstream
  * client. The struct is public because the upstream client reads its fields.
@@ -21,6 +21,36 @@
 #define KCFG_MAX_DEPTH 64
 /* Where kubelet mounts the ServiceAccount token, CA and namespace. */
 #define KCFG_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+/* The default bound on one run of an exec credential plugin. */
+#define KCFG_EXEC_TIMEOUT_MS 30000
+
+/*
+ * A user's exec credential plugin (client.authentication.k8s.io, as client-go's
+ * exec authenticator reads it). Strings are owned, NUL-terminated.
+ */
+enum kcfg_interactive {
+    KCFG_INTERACTIVE_NEVER,
+    KCFG_INTERACTIVE_IF_AVAILABLE, /* runs without a terminal: kwc has none */
+};
+struct kcfg_exec {
+    char *command; /* a bare name (looked up on $PATH at each run) or an
+                      absolute path (a relative one was resolved against
+                      the kubeconfig's directory, as client-go does) */
+    char **args;   /* argv[1..], nargs of them */
+    size_t nargs;
+    char **env; /* "NAME=value", nenv of them, added to kwc's environment */
+    size_t nenv;
+    char *api_version; /* client.authentication.k8s.io/v1 or /v1beta1 */
+    enum kcfg_interactive interactive;
+    char *install_hint;  /* NULL when none: shown when the command is missing */
+    char *exec_info;     /* KUBERNETES_EXEC_INFO: the ExecCredential request
+                            JSON (spec.interactive false; spec.cluster when
+                            provideClusterInfo), ending in a newline as Go's
+                            encoder writes it */
+    unsigned timeout_ms; /* one run's bound (KCFG_EXEC_TIMEOUT_MS unless the
+                            caller sets it: --exec-plugin-timeout) */
+};
 
 /*
  * Every field is NULL/0 when the kubeconfig does not set it; all strings and
@@ -46,7 +76,9 @@ struct kcfg {
     char *context; /* names resolved, for logs (user is NULL for an anonymous context) */
     char *cluster;
     char *user;
-    char *namespace; /* the context's namespace, if any */
+    char *namespace;        /* the context's namespace, if any */
+    struct kcfg_exec *exec; /* the user's exec plugin: then no other credential
+                               is set (token, tokenFile, basic, client cert) */
 };
 
 /*
@@ -58,8 +90,9 @@ struct kcfg {
  * bytes each); tokenFile is only checked for readability.
  * Returns 0 and *out (new, kcfg_free it), or:
  *   KWC_ECONFIG       invalid YAML or kubeconfig (missing/duplicate names, ...)
- *   KWC_EUNSUPPORTED  the selected user needs an exec/auth-provider plugin, or
- *                     the cluster needs proxy-url
+ *   KWC_EUNSUPPORTED  the selected user needs an auth-provider plugin or an
+ *                     exec plugin with interactiveMode Always, or the cluster
+ *                     needs proxy-url
  *   KWC_ETOOBIG       input or a referenced file over its bound
  *   -errno            a referenced file could not be read
  * and on error writes a one-line message for a person into err (errlen bytes,

@@ -14,7 +14,7 @@
  * at most that share of the worker's time), capped at the bound; when it
  * would not reach the next batch (batches further apart than the window),
  * holding gains nothing and the flush runs at once. The pace's bound (max_us,
- * --watch-coalesce-max-ms; PACE_MAX_US by default) is the most an event
+ * --watch-coalesce-max-delay; PACE_MAX_US by default) is the most an event
  * waits for company: the latency this adds, at most (25 ms: a resource
  * changing 50 times a second, one batch every 20 ms, still fits two batches
  * in one write). A bound of 0 never holds: every event leaves in the round

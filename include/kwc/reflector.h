@@ -78,11 +78,11 @@ void refl_want(struct refl *r);
 
 /* What the reflectors of one loop share beyond the store. */
 struct refl_ingest_options {
-    const char *data_dir;    /* for messages (statvfs of a failed write) */
-    uint64_t map_size;       /* --cache-map-size, for messages */
-    unsigned max_staleness;  /* seconds without an upstream event or bookmark
+    const char *data_dir;      /* for messages (statvfs of a failed write) */
+    uint64_t map_size;         /* --cache-map-size, for messages */
+    uint64_t max_staleness_ms; /* without an upstream event or bookmark
                                 before a cache leaves service; 0: never */
-    struct refl_clock clock; /* zero: the real clock and random source */
+    struct refl_clock clock;   /* zero: the real clock and random source */
 };
 
 /* Shared by all reflectors of one loop: the batched store writer. */
@@ -112,7 +112,8 @@ void refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg);
  *
  * refl_ingest_check_identity: check now, and again after every reconnect
  * (an attempt that got no answer or a 5xx), the upstream cluster's identity
- * (the kube-system namespace's uid, GET /api/v1/namespaces/kube-system)
+ * (the kube-system namespace's uid, a LIST of namespaces with the field
+ * selector metadata.name=kube-system)
  * against the one recorded in the store: none recorded, it is recorded;
  * another, every cache is reset (its watchers get a 410, its data and
  * history are dropped, those of caches not running too, and it lists
@@ -135,12 +136,19 @@ bool refl_resetting(const struct refl *r);
 /* Pure decisions. refl_rv_went_back: an rv seen from the upstream (a list,
  * an event, a bookmark) below what the cache holds (held 0: nothing held).
  * refl_id_decide: the recorded identity ("" none) against the upstream's.
- * refl_id_parse: metadata.uid of a Namespace (JSON) into uid (uidlen bytes,
- * NUL-ended): 0, or KWC_EPARSE (no uid, too long, not JSON). */
+ * refl_id_parse: metadata.uid of a Namespace, or of a NamespaceList's first
+ * item (JSON), into uid (uidlen bytes, NUL-ended): 0, or KWC_EPARSE (none,
+ * too long, not JSON). */
 bool refl_rv_went_back(uint64_t held, uint64_t seen);
 enum refl_id_verdict { REFL_ID_RECORD, REFL_ID_SAME, REFL_ID_CHANGED };
 enum refl_id_verdict refl_id_decide(const char *recorded, const char *seen);
 int refl_id_parse(const char *body, size_t len, char *uid, size_t uidlen);
+
+/* A takeover (handover.h) froze the data dir: while frozen no reflector
+ * starts (refl_start and refl_want do nothing) and the catalog drops no
+ * data, so that another process may own the store. */
+void refl_ingest_freeze(struct refl_ingest *ing, bool frozen);
+bool refl_ingest_frozen(const struct refl_ingest *ing);
 
 /* Call cb when the first discovery of a cache since kwc started finds that
  * the upstream has no such resource (or group version): a typo in
@@ -200,8 +208,51 @@ const char *refl_last_error(const struct refl *r);
 const struct refl_desc *refl_desc(const struct refl *r);
 /* "/api/v1/pods: synced, watching, rv 4711, 12 events in, last upstream
  * event or bookmark 3 s ago" into buf; a protobuf cache's path is followed by
- * " (protobuf)". */
+ * " (protobuf)". The state part says "stale (past --max-staleness N s), "
+ * first for a stale cache, then what it does: "discovering", "listing",
+ * "starting its watch", "watching", "backing off for N s (K failed attempts;
+ * next in T s; last error: ...)", "not served in protobuf". */
 void refl_status(const struct refl *r, char *buf, size_t len);
+
+/*
+ * A cache's state, for kwc_cache_state and /readyz: the first of these that
+ * holds, in this order (X(enum, label)):
+ *   stopped         not running: not started yet (a protobuf cache before its
+ *                   first request) or stopped while idle (--cache-idle-timeout)
+ *   unserved        the upstream does not serve it in protobuf (asked again
+ *                   every 10 minutes; its requests pass through)
+ *   out_of_service  a write failed or a stored value failed its checksum
+ *                   (refl_out_why)
+ *   stale           --max-staleness passed without an upstream event or
+ *                   bookmark (out of service until one comes)
+ *   backing_off     between failed attempts (the upstream away or failing)
+ *   syncing         reading discovery or listing (the first list, a relist
+ *                   after a 410, a rebuild: after an upstream reset too)
+ *   watching        its upstream watch is open or being opened (the probe of
+ *                   the upstream's rv before it included)
+ */
+#define REFL_CACHE_STATES(X)                                                                       \
+    X(REFL_CS_STOPPED, "stopped")                                                                  \
+    X(REFL_CS_UNSERVED, "unserved")                                                                \
+    X(REFL_CS_OUT, "out_of_service")                                                               \
+    X(REFL_CS_STALE, "stale")                                                                      \
+    X(REFL_CS_BACKING_OFF, "backing_off")                                                          \
+    X(REFL_CS_SYNCING, "syncing")                                                                  \
+    X(REFL_CS_WATCHING, "watching")
+enum refl_cache_state {
+#define REFL_CS_ENUM(e, label) e,
+    REFL_CACHE_STATES(REFL_CS_ENUM)
+#undef REFL_CS_ENUM
+        REFL_CS_COUNT
+};
+enum refl_cache_state refl_cache_state(const struct refl *r);
+/* "backing_off": the label of kwc_cache_state's state. */
+const char *refl_cache_state_label(enum refl_cache_state s);
+/* Seconds since the upstream last spoke to the cache (an event, a bookmark,
+ * a completed list) into *age_s; false when it has not since the cache
+ * started (warm from the data dir, or the upstream away from the start),
+ * and for a stopped cache. */
+bool refl_heard_age(const struct refl *r, double *age_s);
 
 /* Counters for /metrics (loop thread). */
 struct refl_counters {
@@ -235,10 +286,10 @@ void refl_counters(const struct refl *r, struct refl_counters *out);
  * outage going on).
  *
  * refl_stale: no upstream event or bookmark since heard_ms for more than
- * max_staleness_s seconds (0: never stale).
+ * max_staleness_ms (0: never stale).
  */
 int refl_backoff(int *backoff_ms, uint32_t rnd);
 bool refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms);
-bool refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s);
+bool refl_stale(uint64_t heard_ms, uint64_t now_ms, uint64_t max_staleness_ms);
 
 #endif

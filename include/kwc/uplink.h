@@ -2,12 +2,11 @@
  * uplink.h — kwc's identity towards the upstream API server, in one place:
  * the TLS settings (the kubeconfig's CA, client certificate and key, SNI and
  * hostname checks), kwc's own credentials (bearer token, re-read from its
- * file, or basic auth), and the header policy: which headers of a client's
- * request are never forwarded, and which of the upstream's answer are never
- * relayed. Three ways to the upstream use it: libcurl transfers (upstream.h:
- * passthrough, reviews, reflectors), the passthrough's header filter
- * (passthrough.h) and upgrade tunnels (tunnel.h), which open their own
- * connections through the uplink (uplink_connect: its SSL_CTX and DNS base).
+ * file, an exec plugin's token or certificate, or basic auth), and the header policy: which headers
+ * of a client's request are never forwarded, and which of the upstream's answer are never relayed.
+ * Three ways to the upstream use it: libcurl transfers (upstream.h: passthrough, reviews,
+ * reflectors), the passthrough's header filter (passthrough.h) and upgrade tunnels (tunnel.h),
+ * which open their own connections through the uplink (uplink_connect: its SSL_CTX and DNS base).
  *
  * One uplink per event loop, made with the up_client (up_client_uplink) at
  * start and freed with it: no process-wide state. Loop thread only.
@@ -17,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct bufferevent;
 struct event_base;
@@ -92,6 +92,22 @@ void uplink_curl_setup(const struct uplink *u, void *easy, bool caller_auth);
  */
 const char *uplink_bearer_line(struct uplink *u);
 const char *uplink_basic_line(const struct uplink *u);
+
+/*
+ * The kubeconfig's exec credential plugin (execcred.h), NULL without one.
+ * With one, uplink_bearer_line gives its current token (NULL while there is
+ * none: wait on excred_wait), uplink_ssl_new presents its current client
+ * certificate, and:
+ *   uplink_cred_gen: the current exec credential's number, to hand back to
+ *     uplink_unauthorized on a 401 (0: none, or static credentials); with
+ *     easy (a CURL *) it also sets that handle's client certificate and key
+ *     (copied) when the plugin gave one.
+ *   uplink_unauthorized: the upstream answered 401 to a request made with
+ *     credential gen (client-go runs the plugin again; see execcred.h).
+ */
+struct excred *uplink_exec(const struct uplink *u);
+uint64_t uplink_cred_gen(struct uplink *u, void *easy);
+void uplink_unauthorized(struct uplink *u, uint64_t gen);
 
 /*
  * The header policy, one table (uplink.c) for every way a request reaches

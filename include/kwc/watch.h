@@ -59,10 +59,10 @@ struct watch_options {
      * (HTTP/2). For tests. */
     bool own_loop;
     /* The longest a round's writes are held so that one write carries
-     * several events per watcher (pace.h; --watch-coalesce-max-ms): 0 is
+     * several events per watcher (pace.h; --watch-coalesce-max-delay): 0 is
      * PACE_MAX_US, unless no_coalesce. */
     unsigned coalesce_max_us;
-    /* Never hold (--watch-coalesce-max-ms 0): every event is written in the
+    /* Never hold (--watch-coalesce-max-delay 0): every event is written in the
      * round that applied it. */
     bool no_coalesce;
     /* Hold every round's writes at least this long, up to the bound above

@@ -117,7 +117,9 @@ struct hconn {
     struct event *timer;
     struct event *kick; /* deferred: continue parsing / finish a response */
     bool head_byte;     /* a byte of the current head arrived */
-    bool timer_idle;    /* the timer is the idle timeout, not the head timeout */
+    bool served;        /* a request was dispatched on it (not a new connection) */
+    uint64_t accepted_ns;
+    bool timer_idle; /* the timer is the idle timeout, not the head timeout */
     bool handshake_done;
     bool tls_bulk;                     /* hconn_tls_bulk: SSL_MODE_RELEASE_BUFFERS is off */
     bool parse_paused_body;            /* the handler stopped body reading */
@@ -158,6 +160,8 @@ struct http_server {
     struct listener *ls;
     size_t nls;
     struct event *accept_retry;
+    struct event *shutdown_ev; /* shutting down: closes new connections left idle */
+    bool shutting_down;
     SSL_CTX *ctx;
     struct tls_stamp st_cert, st_key, st_failed_cert, st_failed_key;
     struct event *reload_timer;

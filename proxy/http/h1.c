@@ -107,6 +107,8 @@ on_message_begin(http_parser *p)
     struct hconn *c = p->data;
     assert(!c->req);
     c->req = hreq_new(c);
+    if (c->s->shutting_down)
+        c->req->close_after = true; /* a new connection's first request, after the drain began */
     if (!c->head_byte) {
         /* a pipelined head, read before the previous response ended: its
          * first byte is in, so the idle timer becomes the head timer */
@@ -408,6 +410,7 @@ dispatch(struct hconn *c)
     struct http_server *s = c->s;
     c->state = C_REQ;
     c->head_byte = false;
+    c->served = true;
     event_del(c->timer);
     s->stats.requests++;
     r->dispatched = true;

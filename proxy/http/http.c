@@ -176,6 +176,8 @@ on_read(struct bufferevent *bev, void *arg)
         c->proto_known = true;
         if (h2) {
             h2_start(c);
+            if (c->s->shutting_down && c->state != C_DEAD)
+                h2_shutdown(c); /* GOAWAY: its streams past the last go elsewhere */
             return;
         }
     }
@@ -508,6 +510,7 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
     c->magic = CONN_MAGIC;
     c->s = s;
     c->fd = fd;
+    c->accepted_ns = http_now_ns();
     c->src = src;
     c->src_counted = counted;
     if (sa && salen > 0 && (size_t)salen <= sizeof(c->peer)) {
@@ -580,9 +583,13 @@ on_accept_error(struct evconnlistener *l, void *arg)
     if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
         /* out of descriptors: stop accepting for a moment instead of spinning */
         s->stats.accept_errors++;
-        log_warnx("http: accept: %s; pausing accepts for %d ms (raise the fd limit or lower "
-                  "--max-connections)",
-                  strerror(e), ACCEPT_RETRY_MS);
+        /* again every ACCEPT_RETRY_MS while it lasts: one line per interval */
+        char cause[96];
+        snprintf(cause, sizeof(cause), "http: accept failed: %s", strerror(e));
+        log_repeat(LOG_WARN, cause, "listeners", "accept",
+                   "http: accept: %s; pausing accepts for %d ms (raise the fd limit or lower "
+                   "--max-connections)",
+                   strerror(e), ACCEPT_RETRY_MS);
         for (size_t i = 0; i < s->nls; i++)
             if (s->ls[i].l)
                 evconnlistener_disable(s->ls[i].l);
@@ -596,7 +603,7 @@ on_accept_error(struct evconnlistener *l, void *arg)
 /* ---- the server ---- */
 
 static int
-listen_one(struct http_server *s, const struct http_listen_addr *a, int port_override,
+listen_one(struct http_server *s, const struct http_listen_addr *a, int port_override, int given,
            struct listener *out, char *err, size_t errlen)
 {
     struct sockaddr_storage ss = a->ss;
@@ -615,15 +622,24 @@ listen_one(struct http_server *s, const struct http_listen_addr *a, int port_ove
         inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
         port = ntohs(in6->sin6_port);
     }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = given;
+    if (fd < 0)
+        fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return kwc_errf(err, errlen, -errno, "--listen %s:%d: cannot create a socket: %s", host,
                         port, strerror(errno));
     int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ss.ss_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&ss, a->len) != 0) {
+    if (given >= 0) {
+        /* taken over, listening already: the connections in its backlog
+         * wait for this process's accept */
+        evutil_make_socket_nonblocking(fd);
+        evutil_make_socket_closeonexec(fd);
+    } else {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (ss.ss_family == AF_INET6)
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
+    if (given < 0 && bind(fd, (struct sockaddr *)&ss, a->len) != 0) {
         int e = errno;
         close(fd);
         return kwc_errf(err, errlen, -e, "--listen %s%s%s:%d: cannot bind: %s%s",
@@ -647,6 +663,16 @@ listen_one(struct http_server *s, const struct http_listen_addr *a, int port_ove
         out->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
                                                     : ((struct sockaddr_in *)&got)->sin_port);
     return 0;
+}
+
+size_t
+http_server_listen_fds(const struct http_server *s, int *fds, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nls && n < max; i++)
+        if (s->ls[i].l)
+            fds[n++] = evconnlistener_get_fd(s->ls[i].l);
+    return n;
 }
 
 int
@@ -683,7 +709,8 @@ http_server_new(struct event_base *base, const struct http_server_options *o,
     for (size_t i = 0; i < o->naddrs; i++) {
         /* with port 0 on several addresses, they all share the first one's port */
         char e1[256];
-        rc = listen_one(s, &o->addrs[i], first_port, &s->ls[s->nls], e1, sizeof(e1));
+        rc = listen_one(s, &o->addrs[i], first_port, o->listen_fds ? o->listen_fds[i] : -1,
+                        &s->ls[s->nls], e1, sizeof(e1));
         if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT) {
             /* a name's address this host cannot bind (::1 without IPv6):
              * the others serve; none at all is an error below */
@@ -741,6 +768,36 @@ http_server_stats(const struct http_server *s, struct http_server_stats *out)
  * their head is still to be written) and close after their response, and
  * HTTP/2 connections get a GOAWAY with the last stream id, finish their open
  * streams and close. */
+/* Go's Server.Shutdown counts a connection that has not sent its first
+ * request as idle only 5 s after it was accepted: its request may be on
+ * the way (a connection accepted just before the listener closed, or
+ * handed over), and closing it would fail that request. */
+#define SHUTDOWN_NEW_IDLE_NS (5ull * 1000 * 1000 * 1000)
+
+static void
+shutdown_conns(struct http_server *s)
+{
+    uint64_t now = http_now_ns();
+    for (struct hconn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->h2)
+            h2_shutdown(c);
+        else if (c->state == C_IDLE && !c->head_byte &&
+                 (c->served || now - c->accepted_ns >= SHUTDOWN_NEW_IDLE_NS))
+            hconn_close_graceful(c);
+        else if (c->req)
+            c->req->close_after = true;
+    }
+}
+
+static void
+on_shutdown_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    shutdown_conns(arg);
+}
+
 void
 http_server_shutdown(struct http_server *s)
 {
@@ -751,14 +808,14 @@ http_server_shutdown(struct http_server *s)
             s->ls[i].l = NULL;
         }
     event_del(s->accept_retry);
-    for (struct hconn *c = s->conns, *next; c; c = next) {
-        next = c->next;
-        if (c->h2)
-            h2_shutdown(c);
-        else if (c->state == C_IDLE && !c->head_byte)
-            hconn_close_graceful(c);
-        else if (c->req)
-            c->req->close_after = true;
+    s->shutting_down = true;
+    shutdown_conns(s);
+    /* new connections still waiting for their first request: again each
+     * half second, until they sent one or their 5 s passed */
+    if (!s->shutdown_ev) {
+        s->shutdown_ev = event_new(s->base, -1, EV_PERSIST, on_shutdown_tick, s);
+        struct timeval tv = {0, 500 * 1000};
+        event_add(s->shutdown_ev, &tv);
     }
 }
 
@@ -772,6 +829,8 @@ http_server_free(struct http_server *s)
         if (s->ls[i].l)
             evconnlistener_free(s->ls[i].l);
     free(s->ls);
+    if (s->shutdown_ev)
+        event_free(s->shutdown_ev);
     for (struct hconn *c = s->conns; c; c = c->next)
         if (c->h2)
             h2_last_words(c);

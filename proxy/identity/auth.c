@@ -166,9 +166,7 @@ struct auth {
     struct ttlc *tokens, *sars;   /* answers, and the reviews in flight */
     struct srcmap *review_src[2]; /* reviews in flight per source, by review_kind */
     struct auth_stats st;
-    double last_log;
-    unsigned long suppressed;
-    double last_share_log; /* log_share's rate, like log_failure's */
+    double last_share_log; /* log_share's rate: a line a second at most */
     unsigned long share_suppressed;
     /* TokenReviews answered "not authenticated" in the last FAIL_WINDOW_S,
      * per source that started them (fail_src), and in order of their end
@@ -254,25 +252,21 @@ fail_add(struct auth *a, const struct src_key *src)
         fail_expire(a); /* arms the timer */
 }
 
-/* Upstream failures are logged at most once a second (never with a token). */
+/* An upstream review's failure (never with a token): while the upstream is
+ * away every review fails, so the line is written once per cause (the
+ * stable part of why) and interval, with counts (log_repeat); the subjects
+ * are the client addresses the reviews were for. */
 static void
-log_failure(struct auth *a, const char *what, const char *why)
+log_failure(const char *what, const char *cause, const char *why, const struct src_key *src)
 {
-    double now = now_of(a);
-    if (a->last_log && now - a->last_log < 1.0) {
-        a->suppressed++;
-        return;
-    }
-    if (a->suppressed)
-        log_warnx("auth: %s failed: %s (and %lu more failures in the last second); answering "
-                  "401 / an authorization error until the upstream answers",
-                  what, why, a->suppressed);
-    else
-        log_warnx("auth: %s failed: %s; answering 401 / an authorization error until the "
-                  "upstream answers",
-                  what, why);
-    a->last_log = now;
-    a->suppressed = 0;
+    char key[LOG_REPEAT_KEY_MAX], s[SRC_KEY_TEXT] = "-";
+    snprintf(key, sizeof(key), "auth: %s failed: %s", what, cause);
+    if (src)
+        src_key_text(src, s, sizeof(s));
+    log_repeat(LOG_WARN, key, "client addresses", s,
+               "auth: %s failed: %s; answering 401 / an authorization error until the upstream "
+               "answers",
+               what, why);
 }
 
 /* A source past its share: logged at most once a second, with the count of
@@ -452,8 +446,8 @@ review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_
     int rc = up_xfer_start(a->up, &req, &review_cbs, r, &r->x);
     if (rc != 0) {
         r->x = NULL;
-        log_failure(a, kind == REVIEW_TOKEN ? "TokenReview" : "SubjectAccessReview",
-                    kwc_strerror(rc));
+        log_failure(kind == REVIEW_TOKEN ? "TokenReview" : "SubjectAccessReview", kwc_strerror(rc),
+                    kwc_strerror(rc), src);
         review_free(r);
         return NULL;
     }
@@ -508,6 +502,13 @@ review_done(struct review *r, int err, const char *msg)
         snprintf(why, sizeof(why), "%s", msg && *msg ? msg : kwc_strerror(err));
     else if (r->status != 200 && r->status != 201)
         snprintf(why, sizeof(why), "the upstream answered HTTP %d", r->status);
+    /* the same for every review that fails so: the key of its log line */
+    char cause[sizeof(why)];
+    snprintf(cause, sizeof(cause), "%s",
+             err      ? kwc_strerror(err)
+             : why[0] ? why
+                      : "an answer kwc cannot read");
+    const struct src_key *src = r->src_counted ? &r->src : NULL;
     struct auth_wait w;
     if (r->kind == REVIEW_TOKEN) {
         struct auth_user *u = NULL;
@@ -518,7 +519,7 @@ review_done(struct review *r, int err, const char *msg)
             snprintf(why, sizeof(why), "unparsable TokenReview");
         if (why[0]) {
             a->st.token_review_errors++;
-            log_failure(a, "TokenReview", why);
+            log_failure("TokenReview", cause, why, src);
         }
         int status = u ? 0 : 401;
         if (!u && !why[0] && !r->timed_out && r->src_counted && fail_limit(a))
@@ -553,9 +554,9 @@ review_done(struct review *r, int err, const char *msg)
                 snprintf(why, sizeof(why), "unparsable SubjectAccessReview");
         }
         struct sar_ent *e = NULL;
-        unsigned ttl = 0;
+        double ttl = 0;
         if (d == AUTH_ERROR) {
-            log_failure(a, "SubjectAccessReview", why);
+            log_failure("SubjectAccessReview", cause, why, src);
             free(reason);
             reason = xasprintf("SubjectAccessReview failed: %s", why);
         } else if (r->cacheable) {

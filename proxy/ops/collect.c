@@ -61,6 +61,9 @@ struct cache_row {
     bool have_info;
     struct refl_counters ctr;
     bool synced, serving;
+    enum refl_cache_state state;
+    bool heard; /* age: seconds since the upstream last spoke to it */
+    double age;
 };
 
 static void
@@ -98,6 +101,8 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
         refl_counters(s->set->r[i], &rows[i].ctr);
         rows[i].synced = refl_synced(s->set->r[i]);
         rows[i].serving = refl_serving(s->set->r[i]);
+        rows[i].state = refl_cache_state(s->set->r[i]);
+        rows[i].heard = refl_heard_age(s->set->r[i], &rows[i].age);
     }
     if (t)
         store_rtxn_end(t);
@@ -127,6 +132,37 @@ collect_caches(const struct collect_sources *s, struct metrics_writer *w)
             metrics_write_sample(w, sh[k], cache_labels, v, NCACHE,
                                  k == 0 ? rows[i].synced : rows[i].serving);
         }
+    }
+    /* an enum as kube writes one (apiserver_flowcontrol's, kube-state-metrics'
+     * kube_pod_status_phase): a series per state, 1 for the cache's, else 0 */
+    static const char *const state_labels[] = {"group", "version", "resource", "encoding", "state"};
+    metrics_write_family(w, "kwc_cache_state",
+                         "1 for the cache's state, 0 for the others: stopped (not running), "
+                         "unserved (the upstream does not serve it in protobuf), out_of_service (a "
+                         "failed write or checksum), stale (--max-staleness passed), backing_off "
+                         "(between failed upstream attempts), syncing (discovery or a list), "
+                         "watching.",
+                         METRICS_GAUGE);
+    for (size_t i = 0; i < s->set->n; i++)
+        for (int k = 0; k < REFL_CS_COUNT; k++) {
+            const char *v[NCACHE + 1];
+            cache_values(s->set->r[i], v);
+            v[NCACHE] = refl_cache_state_label((enum refl_cache_state)k);
+            metrics_write_sample(w, "kwc_cache_state", state_labels, v, NCACHE + 1,
+                                 rows[i].state == (enum refl_cache_state)k);
+        }
+    metrics_write_family(w, "kwc_cache_last_event_age_seconds",
+                         "Seconds since the upstream last sent the cache an event or bookmark (or "
+                         "completed its list); no sample until it has since the cache started, "
+                         "nor for a stopped cache.",
+                         METRICS_GAUGE);
+    for (size_t i = 0; i < s->set->n; i++) {
+        if (!rows[i].heard)
+            continue;
+        const char *v[NCACHE];
+        cache_values(s->set->r[i], v);
+        metrics_write_sample(w, "kwc_cache_last_event_age_seconds", cache_labels, v, NCACHE,
+                             rows[i].age);
     }
 
     cache_family(w, s, rows, "kwc_reflector_lists_total",

@@ -230,6 +230,22 @@ datadir_open(const char *dir, const struct store_options *so, enum datadir_on_co
 }
 
 void
+datadir_release_lock(struct datadir *d)
+{
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    d->lock_fd = -1;
+}
+
+int
+datadir_retake_lock(const char *dir, struct datadir *d, char *err, size_t errlen)
+{
+    if (d->lock_fd >= 0)
+        return 0;
+    return take_lock(dir, &d->lock_fd, err, errlen);
+}
+
+void
 datadir_close(struct datadir *d)
 {
     store_close(d->st);

@@ -1,9 +1,11 @@
 /*
  * log.c — the logger: one write(2) per line so lines from several threads
- * never interleave.
+ * never interleave; and the keyed limiter of repeating lines (log_repeat,
+ * log.h), a fixed table of causes under one mutex.
  */
 #include "kwc/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -243,4 +245,245 @@ log_msg(enum log_level l, const char *fmt, ...)
     if ((size_t)m >= sizeof(msg))
         m = (int)sizeof(msg) - 1;
     line(l, msg, (size_t)m, NULL, 0);
+}
+
+/* ---- repeating lines ---- */
+
+#define NAMES_KEPT 3 /* subjects named in a summary */
+#define NAME_MAX_BYTES 48
+#define NOUN_MAX_BYTES 24
+#define OTHER_CAUSES "other causes"
+
+/* One cause while it lasts: the episode (first to last occurrence, total)
+ * and the interval being counted (since window_ms: count not written,
+ * distinct subjects by hash, the first few by name). */
+struct rep {
+    bool used;
+    enum log_level level;
+    char cause[LOG_REPEAT_KEY_MAX];
+    char noun[NOUN_MAX_BYTES];
+    uint64_t first_ms, last_ms, window_ms;
+    uint64_t total, count;
+    unsigned nsubj;
+    uint64_t subj[LOG_REPEAT_SUBJECTS];
+    char names[NAMES_KEPT][NAME_MAX_BYTES];
+};
+
+/* LOG_REPEAT_KEYS causes and the bucket of the others, last */
+static struct rep reps[LOG_REPEAT_KEYS + 1];
+static pthread_mutex_t rep_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t rep_interval_ms = 10000;
+static uint64_t (*rep_clock)(void);
+
+static uint64_t
+rep_now(void)
+{
+    if (rep_clock)
+        return rep_clock();
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+void
+log_set_repeat_interval(uint64_t ms)
+{
+    pthread_mutex_lock(&rep_mu);
+    rep_interval_ms = ms;
+    pthread_mutex_unlock(&rep_mu);
+}
+
+void
+log_set_repeat_clock(uint64_t (*now_ms)(void))
+{
+    pthread_mutex_lock(&rep_mu);
+    rep_clock = now_ms;
+    memset(reps, 0, sizeof(reps));
+    pthread_mutex_unlock(&rep_mu);
+}
+
+/* FNV-1a: subjects are told apart by their hash (a collision undercounts
+ * by one, in a line for people) */
+static uint64_t
+hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void
+copy_cut(char *dst, size_t len, const char *src)
+{
+    snprintf(dst, len, "%s", src);
+}
+
+static void
+add_subject(struct rep *e, const char *subject)
+{
+    uint64_t h = hash_str(subject);
+    for (unsigned i = 0; i < e->nsubj; i++)
+        if (e->subj[i] == h)
+            return;
+    if (e->nsubj == LOG_REPEAT_SUBJECTS)
+        return;
+    if (e->nsubj < NAMES_KEPT)
+        copy_cut(e->names[e->nsubj], sizeof(e->names[0]), subject);
+    e->subj[e->nsubj++] = h;
+}
+
+static double
+secs(uint64_t ms)
+{
+    return (double)ms / 1000.0;
+}
+
+/* The interval's line: what was counted and not written. */
+static void
+write_summary(struct rep *e, uint64_t now)
+{
+    char who[NAMES_KEPT * (NAME_MAX_BYTES + 2) + 8] = "";
+    for (unsigned i = 0; i < e->nsubj && i < NAMES_KEPT; i++) {
+        size_t n = strlen(who);
+        snprintf(who + n, sizeof(who) - n, "%s%s", i ? ", " : "", e->names[i]);
+    }
+    if (e->nsubj > NAMES_KEPT) {
+        size_t n = strlen(who);
+        snprintf(who + n, sizeof(who) - n, ", ...");
+    }
+    double span = secs(now - e->window_ms);
+    char msg[LINE_MAX_BYTES];
+    snprintf(msg, sizeof(msg), "%s: %llu more time%s in the last %.1f s, %s%u %s (%s)", e->cause,
+             (unsigned long long)e->count, e->count == 1 ? "" : "s", span,
+             e->nsubj == LOG_REPEAT_SUBJECTS ? "at least " : "", e->nsubj, e->noun, who);
+    struct log_field f[] = {LOG_STR("cause", e->cause), LOG_NUM("count", e->count),
+                            LOG_NUM("subjects", e->nsubj), LOG_NUM("interval_s", span)};
+    line(e->level, msg, strlen(msg), f, sizeof(f) / sizeof(f[0]));
+    e->count = 0;
+    e->nsubj = 0;
+    e->window_ms = now;
+}
+
+static void
+write_recovered(struct rep *e, uint64_t now)
+{
+    char msg[LINE_MAX_BYTES];
+    double took = secs(e->last_ms - e->first_ms);
+    snprintf(msg, sizeof(msg), "%s: recovered: not seen for %.1f s; %llu times in %.1f s", e->cause,
+             secs(now - e->last_ms), (unsigned long long)e->total, took);
+    struct log_field f[] = {LOG_STR("cause", e->cause), LOG_STR("state", "recovered"),
+                            LOG_NUM("total", e->total), LOG_NUM("duration_s", took)};
+    if (LOG_INFO >= min_level)
+        line(LOG_INFO, msg, strlen(msg), f, sizeof(f) / sizeof(f[0]));
+}
+
+/* What is due at now; all: every interval ends now (log_repeat_flush). */
+static void
+rep_due(uint64_t now, bool all)
+{
+    for (size_t i = 0; i < sizeof(reps) / sizeof(reps[0]); i++) {
+        struct rep *e = &reps[i];
+        if (!e->used || (!all && now - e->window_ms < rep_interval_ms))
+            continue;
+        if (e->count) {
+            write_summary(e, now);
+        } else if (!all) {
+            if (e->total > 1)
+                write_recovered(e, now);
+            e->used = false;
+        }
+    }
+}
+
+void
+log_repeat_tick(void)
+{
+    pthread_mutex_lock(&rep_mu);
+    rep_due(rep_now(), false);
+    pthread_mutex_unlock(&rep_mu);
+}
+
+void
+log_repeat_flush(void)
+{
+    pthread_mutex_lock(&rep_mu);
+    rep_due(rep_now(), true);
+    pthread_mutex_unlock(&rep_mu);
+}
+
+/* The cause's entry: the one it has, a free one, or the bucket of others. */
+static struct rep *
+rep_find(const char *cause, bool *other)
+{
+    struct rep *free_e = NULL;
+    *other = false;
+    for (size_t i = 0; i < LOG_REPEAT_KEYS; i++) {
+        if (!reps[i].used) {
+            if (!free_e)
+                free_e = &reps[i];
+        } else if (strncmp(reps[i].cause, cause, LOG_REPEAT_KEY_MAX - 1) == 0) {
+            return &reps[i];
+        }
+    }
+    if (free_e)
+        return free_e;
+    *other = true;
+    return &reps[LOG_REPEAT_KEYS];
+}
+
+void
+log_repeat(enum log_level l, const char *cause, const char *noun, const char *subject,
+           const char *fmt, ...)
+{
+    if (l < min_level)
+        return;
+    char msg[LINE_MAX_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    if ((size_t)m >= sizeof(msg))
+        m = (int)sizeof(msg) - 1;
+    pthread_mutex_lock(&rep_mu);
+    uint64_t now = rep_now();
+    struct log_field f[] = {LOG_STR("cause", cause)};
+    if (!rep_interval_ms) {
+        line(l, msg, (size_t)m, f, 1);
+        pthread_mutex_unlock(&rep_mu);
+        return;
+    }
+    rep_due(now, false);
+    bool other;
+    struct rep *e = rep_find(cause, &other);
+    if (other) {
+        /* the bucket's subjects are the causes */
+        subject = cause;
+        noun = "causes";
+        cause = OTHER_CAUSES;
+    }
+    if (!e->used) {
+        memset(e, 0, sizeof(*e));
+        e->used = true;
+        e->level = l;
+        copy_cut(e->cause, sizeof(e->cause), cause);
+        copy_cut(e->noun, sizeof(e->noun), noun);
+        e->first_ms = e->last_ms = e->window_ms = now;
+        e->total = 1;
+        f[0].str = e->cause;
+        line(l, msg, (size_t)m, f, 1);
+        pthread_mutex_unlock(&rep_mu);
+        return;
+    }
+    e->total++;
+    e->count++;
+    e->last_ms = now;
+    add_subject(e, subject);
+    if (LOG_DEBUG >= min_level) {
+        f[0].str = e->cause;
+        line(LOG_DEBUG, msg, (size_t)m, f, 1);
+    }
+    pthread_mutex_unlock(&rep_mu);
 }

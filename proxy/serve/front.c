@@ -89,6 +89,7 @@ struct front {
     const void *accept_host_arg;
     struct metrics *metrics; /* /metrics */
     struct access *access;   /* request records: metrics, the access log */
+    bool shutting_down;      /* front_shutting_down: /readyz fails */
 };
 
 /* What the stages learned about one request (lives until it is routed). */
@@ -188,7 +189,7 @@ check_host(struct front *f, struct hreq *r, char *msg, size_t len)
 static bool
 readyz_cache(struct evbuffer *b, const struct refl *rf, bool counted)
 {
-    char st[1024]; /* a cache backing off while it rebuilds says a lot */
+    char st[1024]; /* a backing-off cache's last error included */
     refl_status(rf, st, sizeof(st));
     if (!counted) {
         const char *why = refl_last_error(rf);
@@ -225,6 +226,12 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     struct evbuffer *b = evbuffer_new();
     bool ready = true;
     evbuffer_add_printf(b, "[+]ping ok\n");
+    if (f->shutting_down) {
+        /* kube-apiserver's "shutdown" readyz check, its reason withheld as
+         * kube withholds it */
+        evbuffer_add_printf(b, "[-]shutdown failed: reason withheld\n");
+        ready = false;
+    }
     bool auto_mode = catalog_auto(f->cat);
     for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; i < f->set->n; i++) {
@@ -244,6 +251,12 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     evbuffer_free(b);
     respond_text(req, ready ? 200 : 503, verbose || !ready ? text : "ok");
     free(text);
+}
+
+void
+front_shutting_down(struct front *f)
+{
+    f->shutting_down = true;
 }
 
 /* /metrics: the Prometheus text format (metrics.h). */

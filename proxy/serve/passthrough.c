@@ -259,7 +259,8 @@ on_up_done(void *arg, int err, const char *msg)
             code = 504;
             reason = "Timeout";
             snprintf(m, sizeof(m), "the upstream API server did not answer in time: %s", msg);
-        } else if (err == -ECONNREFUSED || err == -EHOSTUNREACH || err == -ECONNRESET) {
+        } else if (err == -ECONNREFUSED || err == -EHOSTUNREACH || err == -ECONNRESET ||
+                   err == -EAGAIN) { /* EAGAIN: no credential from the exec plugin yet */
             code = 503;
             reason = "ServiceUnavailable";
             snprintf(m, sizeof(m), "the upstream API server is unavailable: %s", msg);
@@ -268,13 +269,25 @@ on_up_done(void *arg, int err, const char *msg)
             reason = "";
             snprintf(m, sizeof(m), "error talking to the upstream API server: %s", msg);
         }
-        log_warnx("passthrough: %s %s: %s (answered %d)", p->method, p->path, msg, code);
+        /* every passthrough fails so while the upstream is away: one line per
+         * cause and interval (log_repeat) */
+        char cause[128], subj[256];
+        snprintf(cause, sizeof(cause), "passthrough failed: %s (answered %d)", kwc_strerror(err),
+                 code);
+        snprintf(subj, sizeof(subj), "%s %s", p->method, p->path);
+        log_repeat(LOG_WARN, cause, "requests", subj, "passthrough: %s %s: %s (answered %d)",
+                   p->method, p->path, msg, code);
         respond_status(p->req, code, reason, m, code == 503 ? 1 : 0);
         return;
     }
-    if (err)
-        log_warnx("passthrough: %s %s: upstream failed mid-response after %llu bytes: %s",
-                  p->method, p->path, (unsigned long long)p->bytes_out, msg);
+    if (err) {
+        char cause[128], subj[256];
+        snprintf(cause, sizeof(cause), "passthrough cut mid-response: %s", kwc_strerror(err));
+        snprintf(subj, sizeof(subj), "%s %s", p->method, p->path);
+        log_repeat(LOG_WARN, cause, "requests", subj,
+                   "passthrough: %s %s: upstream failed mid-response after %llu bytes: %s",
+                   p->method, p->path, (unsigned long long)p->bytes_out, msg);
+    }
     if (err == 0)
         hresp_end(p->req);
     else

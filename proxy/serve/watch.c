@@ -467,7 +467,7 @@ flush_round(struct worker *wk, bool measured)
 /* The end of a round: flush now, or (a busy worker) hold the dirty streams
  * for the pace's window so each write carries several events. Held, they
  * are flushed by flush_ev, whatever else happens meanwhile: the pace's bound
- * (--watch-coalesce-max-ms, PACE_MAX_US by default; 0 never holds) is the
+ * (--watch-coalesce-max-delay, PACE_MAX_US by default; 0 never holds) is the
  * most an event waits here. */
 static void
 end_round(struct worker *wk, bool measured)
@@ -887,9 +887,14 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         .meta = a.meta,             /* the same cache's events, each object's metadata only */
         .meta_pb = a.pom_from_json, /* ...a custom resource's, in protobuf */
     };
-    if (dec.initial && dec.wait) {
+    if (dec.wait) {
+        /* sendInitialEvents at an rv the cache has not reached, or a resume
+         * from one (its client came from a replica that was ahead): the
+         * wait of a too-large rv. A resume ends with kube's 504 ERROR if
+         * the cache does not get there (the client lists again, waiting
+         * there as well), whatever --too-large-rv says of reads */
         c->req.wait_until_ms = (uint64_t)p->o.wait_ms;
-        if (p->o.too_large == DECIDE_TOO_LARGE_504) {
+        if (p->o.too_large == DECIDE_TOO_LARGE_504 || !dec.initial) {
             struct decide_result t;
             struct decide_result w = {.rv = dec.rv, .on_timeout = DECIDE_ERROR};
             decide_timeout(&w, cur, &t);

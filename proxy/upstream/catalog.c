@@ -39,6 +39,7 @@ struct slot {
     uint64_t used_ms;    /* the last request that named it */
     uint64_t stopped_ms; /* when it stopped (the budget drops the oldest first) */
     uint64_t disk;       /* its data's bytes when it stopped */
+    bool thaw;           /* running when a takeover froze the catalog: restarts on a thaw */
 };
 
 struct pattern {
@@ -263,7 +264,7 @@ stop_slot(struct catalog *c, size_t i)
 static void
 keep_budget(struct catalog *c)
 {
-    for (;;) {
+    while (!refl_ingest_frozen(c->ing)) {
         uint64_t total = 0;
         int oldest = -1;
         for (size_t i = 0; i < c->set.n; i++) {
@@ -429,8 +430,8 @@ on_disco(void *arg)
         watch_discovery_sources(c);
     }
     /* caches whose resource left discovery (or became one kwc must not
-     * cache: an aggregated API) */
-    for (size_t i = 0; i < c->set.n; i++) {
+     * cache: an aggregated API); frozen, another process decides */
+    for (size_t i = 0; i < c->set.n && !refl_ingest_frozen(c->ing); i++) {
         struct slot *s = &c->slots[i];
         struct refl *rf = c->set.r[i];
         const struct refl_desc *d = refl_desc(rf);
@@ -617,6 +618,37 @@ catalog_free(struct catalog *c)
     free(c->slots);
     free(c->identity);
     free(c);
+}
+
+void
+catalog_freeze(struct catalog *c)
+{
+    size_t n = 0;
+    refl_ingest_commit(c->ing); /* nothing of theirs pending afterwards (stop_slot) */
+    for (size_t i = 0; i < c->set.n; i++) {
+        struct refl *rf = c->set.r[i];
+        c->slots[i].thaw = refl_started(rf);
+        if (c->slots[i].thaw) {
+            refl_stop(rf);
+            n++;
+        }
+    }
+    refl_ingest_freeze(c->ing, true);
+    log_info("kwc: %zu caches stopped for a takeover; the data dir is written no more", n);
+}
+
+void
+catalog_thaw(struct catalog *c)
+{
+    refl_ingest_freeze(c->ing, false);
+    size_t n = 0;
+    for (size_t i = 0; i < c->set.n; i++)
+        if (c->slots[i].thaw) {
+            c->slots[i].thaw = false;
+            refl_start(c->set.r[i]);
+            n++;
+        }
+    log_info("kwc: the takeover did not happen: %zu caches resume", n);
 }
 
 const struct refl_set *

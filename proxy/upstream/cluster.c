@@ -15,10 +15,15 @@
  * one transaction (store_rebase), so that a crash in between cannot leave
  * data of one cluster recorded as the other's.
  *
+ * Frozen for a takeover (refl_ingest_freeze), the answer is dropped: the
+ * store may be another process's by then.
+ *
  * Not allowed to read it (403: kwc's RBAC lacks get on namespaces) or no
  * such namespace (an API server that is not a whole cluster): said once per
  * run, and only the rv checks guard the caches; it is asked again after a
- * reconnect. Loop thread only.
+ * reconnect. It is read as a list with a field selector, which the list
+ * kwc needs of every resource allows (a get would need a rule of its own).
+ * Loop thread only.
  */
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -36,7 +41,9 @@
 
 #define ID_MAX 256
 #define ID_BODY_MAX ((size_t)1 << 20)
-#define ID_PATH "/api/v1/namespaces/kube-system"
+/* a list, not a get: kwc's RBAC lists every resource and gets none
+ * (conf/kubernetes/base/rbac.yaml) */
+#define ID_PATH "/api/v1/namespaces?fieldSelector=metadata.name%3Dkube-system"
 
 enum refl_id_verdict
 refl_id_decide(const char *recorded, const char *seen)
@@ -50,7 +57,9 @@ int
 refl_id_parse(const char *body, size_t len, char *uid, size_t uidlen)
 {
     json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-    const char *u = json_string_value(json_object_get(json_object_get(doc, "metadata"), "uid"));
+    json_t *items = json_object_get(doc, "items");
+    json_t *ns = json_is_array(items) ? json_array_get(items, 0) : doc;
+    const char *u = json_string_value(json_object_get(json_object_get(ns, "metadata"), "uid"));
     int rc = KWC_EPARSE;
     if (u && u[0] && strlen(u) < uidlen && strlen(u) < ID_MAX) {
         snprintf(uid, uidlen, "%s", u);
@@ -103,6 +112,12 @@ on_id_done(void *arg, int err, const char *msg)
     char seen[ID_MAX], recorded[ID_MAX];
     size_t len = evbuffer_get_length(ing->id_body);
     const char *body = (const char *)evbuffer_pullup(ing->id_body, -1);
+    if (ing->frozen) {
+        /* a takeover: another process may own the store now (and checks
+         * for itself); after a thaw the next watch asks again */
+        ing->id_ok = ing->id_again = false;
+        return;
+    }
     if (!err && !ing->id_too_big && ing->id_status == 200 &&
         refl_id_parse(body, len, seen, sizeof(seen)) == 0) {
         int rc = store_cluster_id(ing->st, recorded, sizeof(recorded));
@@ -132,15 +147,15 @@ on_id_done(void *arg, int err, const char *msg)
         /* kwc cannot know: the rv checks alone guard the caches */
         ing->id_ok = true;
         if (!ing->id_told)
-            log_warnx("upstream: GET %s answered %d%s: the cluster's identity is not checked, "
-                      "only resourceVersions going back are (grant kwc get on namespaces: "
-                      "conf/kubernetes/10-rbac.yaml)",
-                      ID_PATH, ing->id_status, ing->id_status == 200 ? " without a uid" : "");
+            log_warnx("upstream: LIST %s answered %d%s: the cluster's identity is not checked, "
+                      "only resourceVersions going back are (grant kwc list of namespaces: "
+                      "conf/kubernetes/base/rbac.yaml)",
+                      ID_PATH, ing->id_status, ing->id_status == 200 ? " without kube-system" : "");
         ing->id_told = true;
     } else {
         /* the upstream is away again: watches go on (they fail too, and
          * their next probe asks again) */
-        log_debug("upstream: GET %s failed: %s", ID_PATH,
+        log_debug("upstream: LIST %s failed: %s", ID_PATH,
                   err               ? msg
                   : ing->id_too_big ? "too large"
                                     : "an error status");

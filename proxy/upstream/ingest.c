@@ -82,8 +82,8 @@ refl_ingest_free_bytes(const struct refl_ingest *ing)
 void
 refl_ingest_commit(struct refl_ingest *ing)
 {
-    if (ing->n == 0)
-        return;
+    if (ing->n == 0 || ing->frozen)
+        return; /* frozen: another process owns the store; kept for a thaw */
     struct store_wtxn *w;
     int rc = store_wtxn_begin(ing->st, (uint64_t)time(NULL), &w);
     size_t i = 0;
@@ -154,7 +154,7 @@ refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ing
     ing->st = st;
     ing->data_dir = xstrdup(o && o->data_dir ? o->data_dir : ".");
     ing->map_size = o ? o->map_size : 0;
-    ing->max_staleness = o ? o->max_staleness : 0;
+    ing->max_staleness_ms = o ? o->max_staleness_ms : 0;
     if (o)
         ing->clock = o->clock;
     if (!ing->clock.now_ms)
@@ -198,6 +198,20 @@ refl_ingest_unsubscribe(struct refl_ingest *ing, void *arg)
         if (ing->subs[i].arg != arg)
             ing->subs[n++] = ing->subs[i];
     ing->nsubs = n;
+}
+
+void
+refl_ingest_freeze(struct refl_ingest *ing, bool frozen)
+{
+    ing->frozen = false;
+    refl_ingest_commit(ing); /* what is pending goes to disk first (or, thawed, at last) */
+    ing->frozen = frozen;
+}
+
+bool
+refl_ingest_frozen(const struct refl_ingest *ing)
+{
+    return ing->frozen;
 }
 
 void

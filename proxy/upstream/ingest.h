@@ -47,7 +47,7 @@ struct refl_ingest {
     struct store *st;
     char *data_dir;
     uint64_t map_size;
-    unsigned max_staleness;
+    uint64_t max_staleness_ms;
     struct refl_clock clock; /* never NULL functions (the real ones by default) */
     struct event *commit_ev;
     struct pend *p;
@@ -71,6 +71,7 @@ struct refl_ingest {
     bool id_again; /* a reconnect while a check was in flight: check again */
     bool id_told;  /* "cannot read it" was logged (once per run) */
     bool id_too_big;
+    bool frozen; /* refl_ingest_freeze: no reflector starts, nothing is written */
 };
 
 /* Reflectors of the loop (refl_new, refl_free). */

@@ -23,6 +23,8 @@
 
 #include "kwc/base.h"
 
+#include "kcfg_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -34,341 +36,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
-
-#define NAME_SHOWN 160  /* bytes of a name or path quoted in a message */
-#define NAMES_SHOWN 200 /* bytes of a name list in a message */
-
-struct ctx {
-    yaml_document_t *doc;
-    const char *base_dir;
-    char *err;
-    size_t errlen;
-};
-
-/* ---- messages ----------------------------------------------------------- */
-
-#define CFAIL(c, rc, ...) kwc_errf((c)->err, (c)->errlen, (rc), __VA_ARGS__)
-
-/* Bytes from the file, made safe for a terminal: non-printable and non-ASCII as \xHH. */
-static void
-put_escaped(char *buf, size_t cap, size_t *pos, const char *s, size_t len, size_t max)
-{
-    size_t p = *pos;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        char tmp[5];
-        int n;
-        if (i >= max) {
-            n = snprintf(tmp, sizeof tmp, "...");
-        } else if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') {
-            tmp[0] = (char)ch;
-            n = 1;
-        } else {
-            n = snprintf(tmp, sizeof tmp, "\\x%02x", ch);
-        }
-        if (p + (size_t)n + 1 > cap)
-            break;
-        memcpy(buf + p, tmp, (size_t)n);
-        p += (size_t)n;
-        if (i >= max)
-            break;
-    }
-    buf[p] = '\0';
-    *pos = p;
-}
-
-/* A name from the file, quoted for a message; valid until the end of the full expression. */
-struct qname {
-    char s[NAME_SHOWN * 4 + 8];
-};
-
-static struct qname
-qn(const char *s, size_t len)
-{
-    struct qname q;
-    size_t p = 1;
-    q.s[0] = '"';
-    put_escaped(q.s, sizeof q.s - 1, &p, s, len, NAME_SHOWN);
-    q.s[p++] = '"';
-    q.s[p] = '\0';
-    return q;
-}
-
-static struct qname
-qs(const char *s)
-{
-    return qn(s, strlen(s));
-}
-
-/* ---- files -------------------------------------------------------------- */
-
-/*
- * Read at most max bytes of path into a new buffer (NUL-terminated, not
- * counted). regular_only refuses anything but a regular file with -EINVAL and
- * never blocks opening a FIFO. Returns 0, -errno or KWC_ETOOBIG.
- */
-static int
-read_file(const char *path, size_t max, bool regular_only, unsigned char **out, size_t *outlen)
-{
-    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | (regular_only ? O_NONBLOCK : 0);
-    unsigned char *buf = NULL;
-    size_t cap, n = 0;
-    struct stat st;
-    int rc = 0;
-
-    int fd = open(path, flags);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = -EISDIR;
-        goto out;
-    }
-    if (regular_only && !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        goto out;
-    }
-    if (S_ISREG(st.st_mode) && (uintmax_t)st.st_size > max) {
-        rc = KWC_ETOOBIG;
-        goto out;
-    }
-    /* One byte past max tells "exactly max" from "more". */
-    cap = S_ISREG(st.st_mode) && st.st_size > 0 && (size_t)st.st_size <= max
-              ? (size_t)st.st_size + 1
-              : (max < 65536 ? max + 1 : 65536);
-    buf = xmalloc(cap + 1);
-    for (;;) {
-        if (n == cap) {
-            if (cap > max)
-                break;
-            cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
-            buf = xrealloc(buf, cap + 1);
-        }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = -errno;
-            goto out;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    if (n > max) {
-        rc = KWC_ETOOBIG;
-        goto out;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *outlen = n;
-    buf = NULL;
-out:
-    if (buf) {
-        explicit_bzero(buf, n);
-        free(buf);
-    }
-    close(fd);
-    return rc;
-}
-
-static const char *
-file_reason(int rc)
-{
-    if (rc == KWC_ETOOBIG)
-        return "larger than the 4 MiB limit";
-    if (rc == -EINVAL)
-        return "not a regular file";
-    return kwc_strerror(rc);
-}
-
-/* path resolved against base_dir (NULL or "" = "."), new. */
-static char *
-join_path(const char *base_dir, const char *path)
-{
-    if (path[0] == '/' || !base_dir || !*base_dir)
-        return xstrdup(path);
-    return xasprintf("%s/%s", base_dir, path);
-}
-
-/* path made absolute against the working directory, new in *out. */
-static int
-abs_path(const char *path, char **out)
-{
-    if (path[0] == '/') {
-        *out = xstrdup(path);
-        return 0;
-    }
-    char *cwd = getcwd(NULL, 0);
-    if (!cwd)
-        return -errno;
-    while (path[0] == '.' && path[1] == '/')
-        path += 2;
-    *out = xasprintf("%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, path);
-    free(cwd);
-    return 0;
-}
-
-static bool
-looks_pem(const unsigned char *p, size_t len)
-{
-    return memmem(p, len, "-----BEGIN ", 11) != NULL;
-}
-
-/* ---- YAML access -------------------------------------------------------- */
-
-static yaml_node_t *
-node_at(struct ctx *c, int idx)
-{
-    return yaml_document_get_node(c->doc, idx);
-}
-
-static bool
-is_null(const yaml_node_t *n)
-{
-    if (!n)
-        return true;
-    if (n->type != YAML_SCALAR_NODE)
-        return false;
-    if (n->tag && strcmp((const char *)n->tag, YAML_NULL_TAG) == 0)
-        return true;
-    if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return false;
-    const char *v = (const char *)n->data.scalar.value;
-    size_t len = n->data.scalar.length;
-    return len == 0 || (len == 1 && v[0] == '~') ||
-           (len == 4 && (!memcmp(v, "null", 4) || !memcmp(v, "Null", 4) || !memcmp(v, "NULL", 4)));
-}
-
-static const char *
-kind_name(const yaml_node_t *n)
-{
-    switch (n->type) {
-    case YAML_SCALAR_NODE:
-        return "a string";
-    case YAML_SEQUENCE_NODE:
-        return "a list";
-    case YAML_MAPPING_NODE:
-        return "a mapping";
-    default:
-        return "empty";
-    }
-}
-
-/*
- * The value under key in map (NULL map = empty), NULL if absent or null.
- * A key given twice is an error: which one kubectl would pick is not obvious.
- */
-static int
-map_get(struct ctx *c, const yaml_node_t *map, const char *key, const char *where,
-        yaml_node_t **out)
-{
-    yaml_node_t *found = NULL;
-    bool seen = false;
-    size_t klen = strlen(key);
-    *out = NULL;
-    if (!map)
-        return 0;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = node_at(c, p->key);
-        if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length != klen ||
-            memcmp(k->data.scalar.value, key, klen) != 0)
-            continue;
-        if (seen)
-            return CFAIL(c, KWC_ECONFIG, "%s: key %s appears twice; keep one", where, key);
-        seen = true;
-        found = node_at(c, p->value);
-    }
-    *out = is_null(found) ? NULL : found;
-    return 0;
-}
-
-/* Scalar text of n without NULs, borrowed from the document. */
-static int
-scalar(struct ctx *c, const yaml_node_t *n, const char *key, const char *where, const char **s,
-       size_t *len)
-{
-    if (n->type != YAML_SCALAR_NODE)
-        return CFAIL(c, KWC_ECONFIG, "%s: %s must be a string, not %s", where, key, kind_name(n));
-    *s = (const char *)n->data.scalar.value;
-    *len = n->data.scalar.length;
-    if (memchr(*s, '\0', *len))
-        return CFAIL(c, KWC_ECONFIG, "%s: %s contains a NUL byte", where, key);
-    return 0;
-}
-
-/* String field, new in *out; NULL when absent, null or empty. */
-static int
-get_str(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, char **out)
-{
-    yaml_node_t *n;
-    const char *s;
-    size_t len;
-    int rc;
-    *out = NULL;
-    if ((rc = map_get(c, map, key, where, &n)) || !n)
-        return rc;
-    if ((rc = scalar(c, n, key, where, &s, &len)))
-        return rc;
-    if (len)
-        *out = xstrndup(s, len);
-    return 0;
-}
-
-/* Boolean field as YAML 1.1 reads it (what kubectl's YAML library accepts). */
-static int
-get_bool(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, bool *out)
-{
-    static const char *const yes[] = {"y",  "Y",  "yes",  "Yes",  "YES", "on",
-                                      "On", "ON", "true", "True", "TRUE"};
-    static const char *const no[] = {"n",   "N",   "no",    "No",    "NO",   "off",
-                                     "Off", "OFF", "false", "False", "FALSE"};
-    yaml_node_t *n;
-    const char *s;
-    size_t len;
-    int rc;
-    *out = false;
-    if ((rc = map_get(c, map, key, where, &n)) || !n)
-        return rc;
-    if ((rc = scalar(c, n, key, where, &s, &len)))
-        return rc;
-    for (size_t i = 0; i < KWC_ARRAY_LEN(yes); i++) {
-        if (strlen(yes[i]) == len && memcmp(yes[i], s, len) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strlen(no[i]) == len && memcmp(no[i], s, len) == 0)
-            return 0;
-    }
-    return CFAIL(c, KWC_ECONFIG, "%s: %s must be true or false, not %s", where, key, qn(s, len).s);
-}
-
-/* Is key present with a non-null value? */
-static int
-has_key(struct ctx *c, const yaml_node_t *map, const char *key, const char *where, bool *out)
-{
-    yaml_node_t *n;
-    int rc = map_get(c, map, key, where, &n);
-    *out = n != NULL;
-    return rc;
-}
-
-/* Mapping field (NULL when absent or null). */
-static int
-get_map(struct ctx *c, const yaml_node_t *map, const char *key, const char *where,
-        yaml_node_t **out)
-{
-    int rc = map_get(c, map, key, where, out);
-    if (rc == 0 && *out && (*out)->type != YAML_MAPPING_NODE)
-        rc = CFAIL(c, KWC_ECONFIG, "%s: %s must be a mapping, not %s", where, key, kind_name(*out));
-    if (rc)
-        *out = NULL;
-    return rc;
-}
 
 /* ---- named lists: clusters, users, contexts ----------------------------- */
 
@@ -400,7 +67,7 @@ cmp_named(const void *a, const void *b)
  * ("cluster"), sorted, refusing duplicate names as client-go does.
  */
 static int
-list_load(struct ctx *c, const yaml_node_t *root, const char *key, const char *field,
+list_load(struct kcy_ctx *c, const yaml_node_t *root, const char *key, const char *field,
           struct list *l)
 {
     yaml_node_t *seq;
@@ -410,28 +77,28 @@ list_load(struct ctx *c, const yaml_node_t *root, const char *key, const char *f
     l->what = field;
     l->v = NULL;
     l->n = 0;
-    if ((rc = map_get(c, root, key, "kubeconfig", &seq)) || !seq)
+    if ((rc = kcy_map_get(c, root, key, "kubeconfig", &seq)) || !seq)
         return rc;
     if (seq->type != YAML_SEQUENCE_NODE)
-        return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a list of {name, %s}, not %s", key,
-                     field, kind_name(seq));
+        return KCY_FAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a list of {name, %s}, not %s", key,
+                        field, kcy_kind_name(seq));
     size_t cnt = (size_t)(seq->data.sequence.items.top - seq->data.sequence.items.start);
     l->v = xcalloc(cnt, sizeof *l->v);
     for (size_t i = 0; i < cnt; i++) {
-        yaml_node_t *item = node_at(c, seq->data.sequence.items.start[i]), *name;
+        yaml_node_t *item = kcy_node_at(c, seq->data.sequence.items.start[i]), *name;
         struct named *e = &l->v[l->n];
         snprintf(where, sizeof where, "%s[%zu]", key, i);
-        if (is_null(item) || item->type != YAML_MAPPING_NODE)
-            return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a mapping with name and %s", where,
-                         field);
-        if ((rc = map_get(c, item, "name", where, &name)))
+        if (kcy_is_null(item) || item->type != YAML_MAPPING_NODE)
+            return KCY_FAIL(c, KWC_ECONFIG, "kubeconfig: %s must be a mapping with name and %s",
+                            where, field);
+        if ((rc = kcy_map_get(c, item, "name", where, &name)))
             return rc;
         if (!name)
-            return CFAIL(c, KWC_ECONFIG, "kubeconfig: %s has no name; give every %s a name", where,
-                         field);
-        if ((rc = scalar(c, name, "name", where, &e->name, &e->len)))
+            return KCY_FAIL(c, KWC_ECONFIG, "kubeconfig: %s has no name; give every %s a name",
+                            where, field);
+        if ((rc = kcy_scalar(c, name, "name", where, &e->name, &e->len)))
             return rc;
-        if ((rc = get_map(c, item, field, where, &e->body)))
+        if ((rc = kcy_get_map(c, item, field, where, &e->body)))
             return rc;
         l->n++;
     }
@@ -439,9 +106,9 @@ list_load(struct ctx *c, const yaml_node_t *root, const char *key, const char *f
         qsort(l->v, l->n, sizeof *l->v, cmp_named);
     for (size_t i = 1; i < l->n; i++)
         if (cmp_named(&l->v[i - 1], &l->v[i]) == 0)
-            return CFAIL(c, KWC_ECONFIG,
-                         "kubeconfig: %s name %s is defined twice in %s; names must be unique",
-                         field, qn(l->v[i].name, l->v[i].len).s, key);
+            return KCY_FAIL(c, KWC_ECONFIG,
+                            "kubeconfig: %s name %s is defined twice in %s; names must be unique",
+                            field, kcy_qn(l->v[i].name, l->v[i].len).s, key);
     return 0;
 }
 
@@ -454,7 +121,7 @@ list_find(const struct list *l, const char *name)
 
 /* "dev, staging" for messages, or "none". */
 struct names {
-    char s[NAMES_SHOWN + 16];
+    char s[KCY_NAMES_SHOWN + 16];
 };
 
 static struct names
@@ -464,10 +131,10 @@ list_names(const struct list *l)
     size_t p = 0;
     snprintf(r.s, sizeof r.s, "none");
     for (size_t i = 0; i < l->n; i++) {
-        char one[NAME_SHOWN * 4 + 8];
+        char one[KCY_NAME_SHOWN * 4 + 8];
         size_t n = 0;
-        put_escaped(one, sizeof one, &n, l->v[i].name, l->v[i].len, NAME_SHOWN);
-        if (p + 2 + n > NAMES_SHOWN) {
+        kcy_put_escaped(one, sizeof one, &n, l->v[i].name, l->v[i].len, KCY_NAME_SHOWN);
+        if (p + 2 + n > KCY_NAMES_SHOWN) {
             snprintf(r.s + p, sizeof r.s - p, "%s...", i ? ", " : "");
             break;
         }
@@ -480,44 +147,45 @@ list_names(const struct list *l)
 
 /* A certificate/key from a file path or -data field of body; at most one of them. */
 static int
-get_pem(struct ctx *c, const yaml_node_t *body, const char *fkey, const char *dkey,
+get_pem(struct kcy_ctx *c, const yaml_node_t *body, const char *fkey, const char *dkey,
         const char *where, unsigned char **pem, size_t *pemlen)
 {
     char *file = NULL, *data = NULL, *path = NULL;
     int rc;
 
-    if ((rc = get_str(c, body, fkey, where, &file)) || (rc = get_str(c, body, dkey, where, &data)))
+    if ((rc = kcy_get_str(c, body, fkey, where, &file)) ||
+        (rc = kcy_get_str(c, body, dkey, where, &data)))
         goto out;
     if (file && data) {
-        rc = CFAIL(c, KWC_ECONFIG, "%s sets both %s and %s; keep one", where, fkey, dkey);
+        rc = KCY_FAIL(c, KWC_ECONFIG, "%s sets both %s and %s; keep one", where, fkey, dkey);
         goto out;
     }
     if (data) {
         if (kwc_base64_decode(data, strlen(data), pem, pemlen) != 0) {
-            rc = CFAIL(c, KWC_ECONFIG, "%s: %s is not valid base64", where, dkey);
+            rc = KCY_FAIL(c, KWC_ECONFIG, "%s: %s is not valid base64", where, dkey);
             goto out;
         }
         *pem = xrealloc(*pem, *pemlen + 1);
         (*pem)[*pemlen] = '\0';
-        if (!looks_pem(*pem, *pemlen)) {
-            rc = CFAIL(c, KWC_ECONFIG,
-                       "%s: %s does not decode to PEM (no -----BEGIN line); it must be the "
-                       "base64 of the PEM file",
-                       where, dkey);
+        if (!kcy_looks_pem(*pem, *pemlen)) {
+            rc = KCY_FAIL(c, KWC_ECONFIG,
+                          "%s: %s does not decode to PEM (no -----BEGIN line); it must be the "
+                          "base64 of the PEM file",
+                          where, dkey);
             goto out;
         }
     } else if (file) {
-        path = join_path(c->base_dir, file);
-        if ((rc = read_file(path, KCFG_MAX_FILE, true, pem, pemlen))) {
-            CFAIL(c, rc,
-                  "%s: cannot read %s %s: %s (relative paths are resolved against the "
-                  "kubeconfig's directory)",
-                  where, fkey, qs(path).s, file_reason(rc));
+        path = kcy_join_path(c->base_dir, file);
+        if ((rc = kcy_read_file(path, KCFG_MAX_FILE, true, pem, pemlen))) {
+            KCY_FAIL(c, rc,
+                     "%s: cannot read %s %s: %s (relative paths are resolved against the "
+                     "kubeconfig's directory)",
+                     where, fkey, kcy_qs(path).s, kcy_file_reason(rc));
             goto out;
         }
-        if (!looks_pem(*pem, *pemlen)) {
-            rc = CFAIL(c, KWC_ECONFIG, "%s: %s %s is not PEM (no -----BEGIN line)", where, fkey,
-                       qs(path).s);
+        if (!kcy_looks_pem(*pem, *pemlen)) {
+            rc = KCY_FAIL(c, KWC_ECONFIG, "%s: %s %s is not PEM (no -----BEGIN line)", where, fkey,
+                          kcy_qs(path).s);
             goto out;
         }
     }
@@ -537,7 +205,7 @@ out:
 }
 
 static int
-check_server(struct ctx *c, char *server, const char *where)
+check_server(struct kcy_ctx *c, char *server, const char *where)
 {
     size_t len = strlen(server);
     char *host;
@@ -546,90 +214,87 @@ check_server(struct ctx *c, char *server, const char *where)
     else if (strncasecmp(server, "http://", 7) == 0)
         host = server + 7;
     else
-        return CFAIL(c, KWC_ECONFIG,
-                     "%s: server %s is not an http(s) URL; write it as https://HOST:PORT", where,
-                     qs(server).s);
+        return KCY_FAIL(c, KWC_ECONFIG,
+                        "%s: server %s is not an http(s) URL; write it as https://HOST:PORT", where,
+                        kcy_qs(server).s);
     for (const char *p = server; *p; p++)
         if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-            return CFAIL(c, KWC_ECONFIG, "%s: server %s contains spaces or control characters",
-                         where, qs(server).s);
+            return KCY_FAIL(c, KWC_ECONFIG, "%s: server %s contains spaces or control characters",
+                            where, kcy_qs(server).s);
     while (server + len > host && server[len - 1] == '/')
         server[--len] = '\0';
     if (!*host)
-        return CFAIL(c, KWC_ECONFIG, "%s: server %s has no host; write it as https://HOST:PORT",
-                     where, qs(server).s);
+        return KCY_FAIL(c, KWC_ECONFIG, "%s: server %s has no host; write it as https://HOST:PORT",
+                        where, kcy_qs(server).s);
     return 0;
 }
 
 static int
-load_cluster(struct ctx *c, const struct named *e, struct kcfg *k)
+load_cluster(struct kcy_ctx *c, const struct named *e, struct kcfg *k)
 {
-    char where[NAME_SHOWN * 4 + 32];
+    char where[KCY_NAME_SHOWN * 4 + 32];
     bool proxy;
     int rc;
 
-    snprintf(where, sizeof where, "cluster %s", qn(e->name, e->len).s);
-    if ((rc = get_str(c, e->body, "server", where, &k->server)))
+    snprintf(where, sizeof where, "cluster %s", kcy_qn(e->name, e->len).s);
+    if ((rc = kcy_get_str(c, e->body, "server", where, &k->server)))
         return rc;
     if (!k->server)
-        return CFAIL(c, KWC_ECONFIG,
-                     "%s has no server; set clusters[].cluster.server to the API server URL, "
-                     "e.g. https://10.0.0.1:6443",
-                     where);
+        return KCY_FAIL(c, KWC_ECONFIG,
+                        "%s has no server; set clusters[].cluster.server to the API server URL, "
+                        "e.g. https://10.0.0.1:6443",
+                        where);
     if ((rc = check_server(c, k->server, where)))
         return rc;
-    if ((rc = has_key(c, e->body, "proxy-url", where, &proxy)))
+    if ((rc = kcy_has_key(c, e->body, "proxy-url", where, &proxy)))
         return rc;
     if (proxy)
-        return CFAIL(c, KWC_EUNSUPPORTED,
-                     "%s sets proxy-url, which kwc does not support; remove it to connect "
-                     "directly",
-                     where);
-    if ((rc = get_str(c, e->body, "tls-server-name", where, &k->tls_server_name)) ||
-        (rc = get_bool(c, e->body, "insecure-skip-tls-verify", where,
-                       &k->insecure_skip_tls_verify)) ||
+        return KCY_FAIL(c, KWC_EUNSUPPORTED,
+                        "%s sets proxy-url, which kwc does not support; remove it to connect "
+                        "directly",
+                        where);
+    if ((rc = kcy_get_str(c, e->body, "tls-server-name", where, &k->tls_server_name)) ||
+        (rc = kcy_get_bool(c, e->body, "insecure-skip-tls-verify", where,
+                           &k->insecure_skip_tls_verify)) ||
         (rc = get_pem(c, e->body, "certificate-authority", "certificate-authority-data", where,
                       &k->ca_pem, &k->ca_pem_len)))
         return rc;
     if (k->insecure_skip_tls_verify && k->ca_pem)
-        return CFAIL(c, KWC_ECONFIG,
-                     "%s sets both insecure-skip-tls-verify and a certificate authority; "
-                     "remove one",
-                     where);
+        return KCY_FAIL(c, KWC_ECONFIG,
+                        "%s sets both insecure-skip-tls-verify and a certificate authority; "
+                        "remove one",
+                        where);
     return 0;
 }
 
 static int
-load_user(struct ctx *c, const struct named *e, struct kcfg *k)
+load_user(struct kcy_ctx *c, const struct named *e, const yaml_node_t *cluster, struct kcfg *k)
 {
-    static const char *const plugins[] = {"exec", "auth-provider"};
     static const char *const impersonation[] = {"as", "as-uid", "as-groups", "as-user-extra"};
-    char where[NAME_SHOWN * 4 + 32];
+    char where[KCY_NAME_SHOWN * 4 + 32];
     char *tf = NULL, *path = NULL;
     unsigned char *tok = NULL;
     size_t toklen = 0;
     bool set;
     int rc;
 
-    snprintf(where, sizeof where, "user %s", qn(e->name, e->len).s);
-    for (size_t i = 0; i < KWC_ARRAY_LEN(plugins); i++) {
-        if ((rc = has_key(c, e->body, plugins[i], where, &set)))
-            return rc;
-        if (set)
-            return CFAIL(c, KWC_EUNSUPPORTED,
-                         "%s uses an %s credential plugin; exec credential plugins are not "
-                         "supported by kwc: use a token, tokenFile or client certificate "
-                         "instead (e.g. a ServiceAccount token)",
-                         where, plugins[i]);
-    }
+    snprintf(where, sizeof where, "user %s", kcy_qn(e->name, e->len).s);
+    if ((rc = kcy_has_key(c, e->body, "auth-provider", where, &set)))
+        return rc;
+    if (set)
+        return KCY_FAIL(c, KWC_EUNSUPPORTED,
+                        "%s uses an auth-provider plugin, which kubectl itself no longer "
+                        "supports: use the provider's exec credential plugin (e.g. "
+                        "gke-gcloud-auth-plugin, kubelogin) or a token",
+                        where);
     for (size_t i = 0; i < KWC_ARRAY_LEN(impersonation); i++) {
-        if ((rc = has_key(c, e->body, impersonation[i], where, &set)))
+        if ((rc = kcy_has_key(c, e->body, impersonation[i], where, &set)))
             return rc;
         if (set)
-            return CFAIL(c, KWC_EUNSUPPORTED,
-                         "%s sets %s; impersonation is not supported by kwc, use the target "
-                         "identity's own credentials",
-                         where, impersonation[i]);
+            return KCY_FAIL(c, KWC_EUNSUPPORTED,
+                            "%s sets %s; impersonation is not supported by kwc, use the target "
+                            "identity's own credentials",
+                            where, impersonation[i]);
     }
     if ((rc = get_pem(c, e->body, "client-certificate", "client-certificate-data", where,
                       &k->cert_pem, &k->cert_pem_len)) ||
@@ -637,30 +302,42 @@ load_user(struct ctx *c, const struct named *e, struct kcfg *k)
                       &k->key_pem_len)))
         return rc;
     if (!k->cert_pem != !k->key_pem)
-        return CFAIL(c, KWC_ECONFIG, "%s has a client %s but no client %s; set both", where,
-                     k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
-    if ((rc = get_str(c, e->body, "token", where, &k->token)) ||
-        (rc = get_str(c, e->body, "tokenFile", where, &tf)) ||
-        (rc = get_str(c, e->body, "username", where, &k->username)) ||
-        (rc = get_str(c, e->body, "password", where, &k->password)))
+        return KCY_FAIL(c, KWC_ECONFIG, "%s has a client %s but no client %s; set both", where,
+                        k->cert_pem ? "certificate" : "key", k->cert_pem ? "key" : "certificate");
+    if ((rc = kcy_get_str(c, e->body, "token", where, &k->token)) ||
+        (rc = kcy_get_str(c, e->body, "tokenFile", where, &tf)) ||
+        (rc = kcy_get_str(c, e->body, "username", where, &k->username)) ||
+        (rc = kcy_get_str(c, e->body, "password", where, &k->password)))
         goto out;
     if ((k->token || tf) && (k->username || k->password)) {
-        rc = CFAIL(c, KWC_ECONFIG,
-                   "%s sets both a token and basic auth (username/password); only one "
-                   "authentication method is allowed",
-                   where);
+        rc = KCY_FAIL(c, KWC_ECONFIG,
+                      "%s sets both a token and basic auth (username/password); only one "
+                      "authentication method is allowed",
+                      where);
+        goto out;
+    }
+    if ((rc = kcy_load_exec(c, e->body, where, cluster, k)))
+        goto out;
+    if (k->exec && (k->token || tf || k->username || k->password || k->cert_pem)) {
+        /* client-go would use the static credential and never run the plugin */
+        rc = KCY_FAIL(c, KWC_ECONFIG,
+                      "%s sets both exec and a %s; kubectl would use the %s and never run the "
+                      "plugin: remove one",
+                      where, k->cert_pem ? "client certificate" : "token or basic auth",
+                      k->cert_pem ? "certificate" : "static credential");
         goto out;
     }
     if (tf) {
-        path = join_path(c->base_dir, tf);
+        path = kcy_join_path(c->base_dir, tf);
         /* Read now so a typo fails at startup, as client-go does; the upstream re-reads it. */
-        if ((rc = read_file(path, KCFG_MAX_FILE, true, &tok, &toklen))) {
-            CFAIL(c, rc, "%s: cannot read tokenFile %s: %s", where, qs(path).s, file_reason(rc));
+        if ((rc = kcy_read_file(path, KCFG_MAX_FILE, true, &tok, &toklen))) {
+            KCY_FAIL(c, rc, "%s: cannot read tokenFile %s: %s", where, kcy_qs(path).s,
+                     kcy_file_reason(rc));
             goto out;
         }
-        if ((rc = abs_path(path, &k->token_file))) {
-            CFAIL(c, rc, "%s: cannot make tokenFile %s absolute: %s", where, qs(path).s,
-                  kwc_strerror(rc));
+        if ((rc = kcy_abs_path(path, &k->token_file))) {
+            KCY_FAIL(c, rc, "%s: cannot make tokenFile %s absolute: %s", where, kcy_qs(path).s,
+                     kwc_strerror(rc));
             goto out;
         }
     }
@@ -675,11 +352,11 @@ out:
 }
 
 static int
-resolve(struct ctx *c, const yaml_node_t *root, const char *want, struct kcfg *k)
+resolve(struct kcy_ctx *c, const yaml_node_t *root, const char *want, struct kcfg *k)
 {
     struct list contexts = {0}, clusters = {0}, users = {0};
     const struct named *ctxe, *cle, *ue;
-    char where[NAME_SHOWN * 4 + 32];
+    char where[KCY_NAME_SHOWN * 4 + 32];
     int rc;
 
     if ((rc = list_load(c, root, "contexts", "context", &contexts)) ||
@@ -690,51 +367,51 @@ resolve(struct ctx *c, const yaml_node_t *root, const char *want, struct kcfg *k
     if (want && *want) {
         k->context = xstrdup(want);
     } else {
-        if ((rc = get_str(c, root, "current-context", "kubeconfig", &k->context)))
+        if ((rc = kcy_get_str(c, root, "current-context", "kubeconfig", &k->context)))
             goto out;
         if (!k->context) {
-            rc = CFAIL(c, KWC_ECONFIG,
-                       "kubeconfig has no current-context (contexts: %s); pass --context NAME",
-                       list_names(&contexts).s);
+            rc = KCY_FAIL(c, KWC_ECONFIG,
+                          "kubeconfig has no current-context (contexts: %s); pass --context NAME",
+                          list_names(&contexts).s);
             goto out;
         }
     }
     if (!(ctxe = list_find(&contexts, k->context))) {
-        rc = CFAIL(c, KWC_ECONFIG, "context %s not found in kubeconfig (contexts: %s); %s",
-                   qs(k->context).s, list_names(&contexts).s,
-                   want && *want ? "pass --context NAME"
-                                 : "fix current-context or pass --context NAME");
+        rc = KCY_FAIL(c, KWC_ECONFIG, "context %s not found in kubeconfig (contexts: %s); %s",
+                      kcy_qs(k->context).s, list_names(&contexts).s,
+                      want && *want ? "pass --context NAME"
+                                    : "fix current-context or pass --context NAME");
         goto out;
     }
-    snprintf(where, sizeof where, "context %s", qs(k->context).s);
-    if ((rc = get_str(c, ctxe->body, "cluster", where, &k->cluster)) ||
-        (rc = get_str(c, ctxe->body, "user", where, &k->user)) ||
-        (rc = get_str(c, ctxe->body, "namespace", where, &k->namespace)))
+    snprintf(where, sizeof where, "context %s", kcy_qs(k->context).s);
+    if ((rc = kcy_get_str(c, ctxe->body, "cluster", where, &k->cluster)) ||
+        (rc = kcy_get_str(c, ctxe->body, "user", where, &k->user)) ||
+        (rc = kcy_get_str(c, ctxe->body, "namespace", where, &k->namespace)))
         goto out;
     if (!k->cluster) {
-        rc = CFAIL(c, KWC_ECONFIG,
-                   "%s names no cluster; set contexts[].context.cluster (clusters: %s)", where,
-                   list_names(&clusters).s);
+        rc = KCY_FAIL(c, KWC_ECONFIG,
+                      "%s names no cluster; set contexts[].context.cluster (clusters: %s)", where,
+                      list_names(&clusters).s);
         goto out;
     }
     if (!(cle = list_find(&clusters, k->cluster))) {
-        rc = CFAIL(c, KWC_ECONFIG,
-                   "cluster %s (from %s) not found in kubeconfig (clusters: %s); fix the "
-                   "context's cluster or add the cluster",
-                   qs(k->cluster).s, where, list_names(&clusters).s);
+        rc = KCY_FAIL(c, KWC_ECONFIG,
+                      "cluster %s (from %s) not found in kubeconfig (clusters: %s); fix the "
+                      "context's cluster or add the cluster",
+                      kcy_qs(k->cluster).s, where, list_names(&clusters).s);
         goto out;
     }
     if ((rc = load_cluster(c, cle, k)))
         goto out;
     if (k->user) {
         if (!(ue = list_find(&users, k->user))) {
-            rc = CFAIL(c, KWC_ECONFIG,
-                       "user %s (from %s) not found in kubeconfig (users: %s); fix the "
-                       "context's user or add the user",
-                       qs(k->user).s, where, list_names(&users).s);
+            rc = KCY_FAIL(c, KWC_ECONFIG,
+                          "user %s (from %s) not found in kubeconfig (users: %s); fix the "
+                          "context's user or add the user",
+                          kcy_qs(k->user).s, where, list_names(&users).s);
             goto out;
         }
-        if ((rc = load_user(c, ue, k)))
+        if ((rc = load_user(c, ue, cle->body, k)))
             goto out;
     }
 out:
@@ -747,20 +424,20 @@ out:
 /* ---- YAML loading ------------------------------------------------------- */
 
 static int
-yaml_fail(struct ctx *c, const yaml_parser_t *p)
+yaml_fail(struct kcy_ctx *c, const yaml_parser_t *p)
 {
     const char *problem = p->problem ? p->problem : "out of memory";
     if (p->error == YAML_READER_ERROR)
-        return CFAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s at byte %zu", problem,
-                     p->problem_offset);
-    return CFAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s%s%s at line %zu column %zu",
-                 p->context ? p->context : "", p->context ? ", " : "", problem,
-                 p->problem_mark.line + 1, p->problem_mark.column + 1);
+        return KCY_FAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s at byte %zu", problem,
+                        p->problem_offset);
+    return KCY_FAIL(c, KWC_ECONFIG, "kubeconfig is not valid YAML: %s%s%s at line %zu column %zu",
+                    p->context ? p->context : "", p->context ? ", " : "", problem,
+                    p->problem_mark.line + 1, p->problem_mark.column + 1);
 }
 
 /* Walk the first document's events to bound node count and depth before loading it. */
 static int
-prescan(struct ctx *c, const char *yaml, size_t len)
+prescan(struct kcy_ctx *c, const char *yaml, size_t len)
 {
     yaml_parser_t p;
     yaml_event_t ev;
@@ -769,7 +446,7 @@ prescan(struct ctx *c, const char *yaml, size_t len)
     bool done = false;
 
     if (!yaml_parser_initialize(&p))
-        return CFAIL(c, -ENOMEM, "out of memory starting the YAML parser");
+        return KCY_FAIL(c, -ENOMEM, "out of memory starting the YAML parser");
     yaml_parser_set_input_string(&p, (const unsigned char *)yaml, len);
     while (!done) {
         if (!yaml_parser_parse(&p, &ev)) {
@@ -781,10 +458,10 @@ prescan(struct ctx *c, const char *yaml, size_t len)
         case YAML_MAPPING_START_EVENT:
             nodes++;
             if (++depth > KCFG_MAX_DEPTH)
-                rc = CFAIL(c, KWC_ECONFIG,
-                           "kubeconfig nests deeper than %d levels at line %zu; it is not a "
-                           "kubeconfig",
-                           KCFG_MAX_DEPTH, ev.start_mark.line + 1);
+                rc = KCY_FAIL(c, KWC_ECONFIG,
+                              "kubeconfig nests deeper than %d levels at line %zu; it is not a "
+                              "kubeconfig",
+                              KCFG_MAX_DEPTH, ev.start_mark.line + 1);
             break;
         case YAML_SEQUENCE_END_EVENT:
         case YAML_MAPPING_END_EVENT:
@@ -803,10 +480,10 @@ prescan(struct ctx *c, const char *yaml, size_t len)
         }
         yaml_event_delete(&ev);
         if (!rc && nodes > KCFG_MAX_NODES)
-            rc = CFAIL(c, KWC_ECONFIG,
-                       "kubeconfig has more than %d YAML nodes; it is not a "
-                       "kubeconfig",
-                       KCFG_MAX_NODES);
+            rc = KCY_FAIL(c, KWC_ECONFIG,
+                          "kubeconfig has more than %d YAML nodes; it is not a "
+                          "kubeconfig",
+                          KCFG_MAX_NODES);
         if (rc)
             break;
     }
@@ -818,7 +495,7 @@ int
 kcfg_parse(const char *yaml, size_t len, const char *base_dir, const char *context,
            struct kcfg **out, char *err, size_t errlen)
 {
-    struct ctx c = {.base_dir = base_dir, .err = err, .errlen = errlen};
+    struct kcy_ctx c = {.base_dir = base_dir, .err = err, .errlen = errlen};
     yaml_parser_t p;
     yaml_document_t doc;
     bool parser = false, loaded = false;
@@ -830,12 +507,13 @@ kcfg_parse(const char *yaml, size_t len, const char *base_dir, const char *conte
     if (err && errlen)
         err[0] = '\0';
     if (len > KCFG_MAX_FILE)
-        return CFAIL(&c, KWC_ETOOBIG,
-                     "kubeconfig is %zu bytes, over the 4 MiB limit; is this the right file?", len);
+        return KCY_FAIL(&c, KWC_ETOOBIG,
+                        "kubeconfig is %zu bytes, over the 4 MiB limit; is this the right file?",
+                        len);
     if ((rc = prescan(&c, yaml, len)))
         goto out;
     if (!yaml_parser_initialize(&p)) {
-        rc = CFAIL(&c, -ENOMEM, "out of memory starting the YAML parser");
+        rc = KCY_FAIL(&c, -ENOMEM, "out of memory starting the YAML parser");
         goto out;
     }
     parser = true;
@@ -847,17 +525,17 @@ kcfg_parse(const char *yaml, size_t len, const char *base_dir, const char *conte
     loaded = true;
     c.doc = &doc;
     root = yaml_document_get_root_node(&doc);
-    if (is_null(root)) {
-        rc = CFAIL(&c, KWC_ECONFIG,
-                   "kubeconfig is empty; it needs clusters, users, contexts and a "
-                   "current-context (see `kubectl config view`)");
+    if (kcy_is_null(root)) {
+        rc = KCY_FAIL(&c, KWC_ECONFIG,
+                      "kubeconfig is empty; it needs clusters, users, contexts and a "
+                      "current-context (see `kubectl config view`)");
         goto out;
     }
     if (root->type != YAML_MAPPING_NODE) {
-        rc = CFAIL(&c, KWC_ECONFIG,
-                   "kubeconfig must be a YAML mapping (apiVersion, clusters, users, contexts, "
-                   "current-context), not %s",
-                   kind_name(root));
+        rc = KCY_FAIL(&c, KWC_ECONFIG,
+                      "kubeconfig must be a YAML mapping (apiVersion, clusters, users, contexts, "
+                      "current-context), not %s",
+                      kcy_kind_name(root));
         goto out;
     }
     k = xcalloc(1, sizeof *k);
@@ -885,9 +563,9 @@ kcfg_load_file(const char *path, const char *context, struct kcfg **out, char *e
     *out = NULL;
     if (err && errlen)
         err[0] = '\0';
-    if ((rc = read_file(path, KCFG_MAX_FILE, false, &text, &len)))
-        return kwc_errf(err, errlen, rc, "cannot read kubeconfig %s: %s", qs(path).s,
-                        file_reason(rc));
+    if ((rc = kcy_read_file(path, KCFG_MAX_FILE, false, &text, &len)))
+        return kwc_errf(err, errlen, rc, "cannot read kubeconfig %s: %s", kcy_qs(path).s,
+                        kcy_file_reason(rc));
     const char *slash = strrchr(path, '/');
     if (!slash)
         dir = xstrdup(".");
@@ -898,7 +576,7 @@ kcfg_load_file(const char *path, const char *context, struct kcfg **out, char *e
     rc = kcfg_parse((const char *)text, len, dir, context, out, err, errlen);
     if (rc && err && errlen && strstr(err, "kubeconfig") == err) {
         /* Name the file: "kubeconfig ..." becomes "kubeconfig PATH ...". */
-        char *msg = xasprintf("kubeconfig %s%s", qs(path).s, err + strlen("kubeconfig"));
+        char *msg = xasprintf("kubeconfig %s%s", kcy_qs(path).s, err + strlen("kubeconfig"));
         snprintf(err, errlen, "%s", msg);
         free(msg);
     }
@@ -962,12 +640,14 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
     if (!ok || (bracketed && !v6)) {
         free(inner);
         return kwc_errf(err, errlen, KWC_ECONFIG,
-                        "KUBERNETES_SERVICE_HOST %s is not a host name or IP address", qs(host).s);
+                        "KUBERNETES_SERVICE_HOST %s is not a host name or IP address",
+                        kcy_qs(host).s);
     }
     if (!valid_port(port)) {
         free(inner);
         return kwc_errf(err, errlen, KWC_ECONFIG,
-                        "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)", qs(port).s);
+                        "KUBERNETES_SERVICE_PORT %s is not a port number (1-65535)",
+                        kcy_qs(port).s);
     }
     k = xcalloc(1, sizeof *k);
     k->server =
@@ -979,44 +659,45 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
 
     /* The token must be there: without it we are not really in a pod. */
     path = xasprintf("%s/token", sa_dir);
-    if ((rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len))) {
+    if ((rc = kcy_read_file(path, KCFG_MAX_FILE, true, &buf, &len))) {
         kwc_errf(err, errlen, rc,
                  "cannot read the ServiceAccount token %s: %s; is automountServiceAccountToken "
                  "disabled for this pod?",
-                 qs(path).s, file_reason(rc));
+                 kcy_qs(path).s, kcy_file_reason(rc));
         goto out;
     }
     explicit_bzero(buf, len);
     free(buf);
     buf = NULL;
-    if ((rc = abs_path(path, &k->token_file))) {
-        kwc_errf(err, errlen, rc, "cannot make %s absolute: %s", qs(path).s, kwc_strerror(rc));
+    if ((rc = kcy_abs_path(path, &k->token_file))) {
+        kwc_errf(err, errlen, rc, "cannot make %s absolute: %s", kcy_qs(path).s, kwc_strerror(rc));
         goto out;
     }
     free(path);
 
     /* No ca.crt: client-go goes on with the system roots, and so do we. */
     path = xasprintf("%s/ca.crt", sa_dir);
-    rc = read_file(path, KCFG_MAX_FILE, true, &k->ca_pem, &k->ca_pem_len);
+    rc = kcy_read_file(path, KCFG_MAX_FILE, true, &k->ca_pem, &k->ca_pem_len);
     if (rc == -ENOENT) {
         rc = 0;
     } else if (rc) {
-        kwc_errf(err, errlen, rc, "cannot read the cluster CA %s: %s", qs(path).s, file_reason(rc));
+        kwc_errf(err, errlen, rc, "cannot read the cluster CA %s: %s", kcy_qs(path).s,
+                 kcy_file_reason(rc));
         goto out;
-    } else if (!looks_pem(k->ca_pem, k->ca_pem_len)) {
+    } else if (!kcy_looks_pem(k->ca_pem, k->ca_pem_len)) {
         rc = kwc_errf(err, errlen, KWC_ECONFIG, "cluster CA %s is not PEM (no -----BEGIN line)",
-                      qs(path).s);
+                      kcy_qs(path).s);
         goto out;
     }
     free(path);
 
     path = xasprintf("%s/namespace", sa_dir);
-    rc = read_file(path, KCFG_MAX_FILE, true, &buf, &len);
+    rc = kcy_read_file(path, KCFG_MAX_FILE, true, &buf, &len);
     if (rc == -ENOENT) {
         rc = 0;
     } else if (rc) {
-        kwc_errf(err, errlen, rc, "cannot read the pod namespace %s: %s", qs(path).s,
-                 file_reason(rc));
+        kwc_errf(err, errlen, rc, "cannot read the pod namespace %s: %s", kcy_qs(path).s,
+                 kcy_file_reason(rc));
         goto out;
     } else {
         const char *s = (const char *)buf, *e = s + len;
@@ -1026,7 +707,7 @@ kcfg_in_cluster(const char *sa_dir, const char *host, const char *port, struct k
             e--;
         if (memchr(s, '\0', (size_t)(e - s))) {
             rc = kwc_errf(err, errlen, KWC_ECONFIG, "pod namespace %s contains a NUL byte",
-                          qs(path).s);
+                          kcy_qs(path).s);
             goto out;
         }
         if (e > s)
@@ -1068,6 +749,7 @@ kcfg_free(struct kcfg *k)
     free(k->cluster);
     free(k->user);
     free(k->namespace);
+    kcfg_exec_free(k->exec);
     free(k);
 }
 

@@ -109,7 +109,8 @@ refl_commit_failed(struct refl *r, const char *why)
         up_xfer_cancel(r->x);
         r->x = NULL;
         r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
-        refl_retry(r, "its events could not be stored");
+        refl_retry(r, "cache watch failed: its events could not be stored",
+                   "its events could not be stored");
     }
 }
 
@@ -247,14 +248,24 @@ refl_watch_healthy(uint64_t opened_ms, uint64_t now_ms)
 }
 
 bool
-refl_stale(uint64_t heard_ms, uint64_t now_ms, unsigned max_staleness_s)
+refl_stale(uint64_t heard_ms, uint64_t now_ms, uint64_t max_staleness_ms)
 {
-    return max_staleness_s && now_ms > heard_ms &&
-           now_ms - heard_ms > (uint64_t)max_staleness_s * 1000;
+    return max_staleness_ms && now_ms > heard_ms && now_ms - heard_ms > max_staleness_ms;
 }
 
 void
-refl_retry(struct refl *r, const char *why)
+refl_xfer_cause(const struct refl *r, const char *phase, int err, char *buf, size_t len)
+{
+    if (err)
+        snprintf(buf, len, "cache %s failed: %s", phase, kwc_strerror(err));
+    else if (r->too_big)
+        snprintf(buf, len, "cache %s failed: an answer over the size limit", phase);
+    else
+        snprintf(buf, len, "cache %s failed: the upstream answered %d", phase, r->status);
+}
+
+void
+refl_retry(struct refl *r, const char *cause, const char *why)
 {
     r->ctr.errors[r->state == R_LIST ? 1 : r->state == R_WATCH || r->state == R_PROBE ? 2 : 0]++;
     if (r->status == 0 || r->status >= 500)
@@ -265,7 +276,9 @@ refl_retry(struct refl *r, const char *why)
     if (r->fails++ == 0)
         r->fail_since_ms = now;
     r->next_try_ms = now + (uint64_t)delay;
-    log_warnx("cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
+    /* 18 caches retrying through an outage: one line per cause and interval */
+    log_repeat(LOG_WARN, cause ? cause : why, "caches", r->label,
+               "cache %s: %s; retrying in %.1f s", r->label, why, delay / 1000.0);
     snprintf(r->last_err, sizeof(r->last_err), "%s", why);
     step(r, delay);
     if (!r->synced && !r->failed) {
@@ -408,7 +421,7 @@ refl_status_why(const struct refl *r, const char *what, char *buf, size_t len)
     else if (r->status == 403)
         snprintf(buf, len,
                  "kwc's identity may not %s (403): grant it list and watch of %s%s%s "
-                 "(conf/kubernetes/10-rbac.yaml)",
+                 "(conf/kubernetes/base/rbac.yaml)",
                  what, r->d.resource, r->d.group[0] ? "." : "", r->d.group);
     else
         snprintf(buf, len, "%s answered %d", what, r->status);
@@ -451,7 +464,7 @@ unknown_resource(struct refl *r, const char *why)
         r->ing->on_unknown(r->ing->on_unknown_arg, r, why);
         return;
     }
-    refl_retry(r, why);
+    refl_retry(r, NULL, why);
 }
 
 static void
@@ -479,7 +492,9 @@ on_discovery_done(void *arg, int err, const char *msg)
                               : st);
         if (!r->discovered)
             r->discovery_failed = true;
-        refl_retry(r, why);
+        char cause[160];
+        refl_xfer_cause(r, "discovery", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     size_t len = evbuffer_get_length(r->body);
@@ -554,25 +569,6 @@ next_event(struct refl *r, const char **data, size_t *n, const char **ev, size_t
     return wframe_next(&r->wf, data, n, ev, len);
 }
 
-/* An event or bookmark at an rv below the cache's: the upstream went back,
- * or misbehaves. The watch ends (nothing of it stored) and the probe before
- * the next one decides (reflector_reset.c), after a backoff. */
-static bool
-went_back(struct refl *r, uint64_t rv, const char *what)
-{
-    if (!refl_rv_went_back(r->rv, rv))
-        return false;
-    char why[256];
-    snprintf(why, sizeof(why), "the upstream's watch sent %s at rv %llu, below the cache's %llu",
-             what, (unsigned long long)rv, (unsigned long long)r->rv);
-    up_xfer_cancel(r->x);
-    r->x = NULL;
-    refl_ingest_drop(r->ing, r); /* this watch's events are not to be trusted either */
-    r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
-    refl_retry(r, why);
-    return true;
-}
-
 static int
 on_watch_data(void *arg, const char *data, size_t n)
 {
@@ -590,11 +586,11 @@ on_watch_data(void *arg, const char *data, size_t n)
         int prc = r->d.enc == KWC_ENC_PB ? pb_wevent_parse(line, ll, &ev, NULL, err, sizeof(err))
                                          : wevent_parse(line, ll, &ev, err, sizeof(err));
         if (prc != 0) {
-            log_warnx("cache %s: bad watch event from the upstream (%s); restarting the watch",
-                      r->label, err);
+            char why[384];
+            snprintf(why, sizeof(why), "bad watch event from the upstream (%s)", err);
             up_xfer_cancel(r->x);
             r->x = NULL;
-            refl_retry(r, "bad watch event");
+            refl_retry(r, "cache watch failed: a bad event from the upstream", why);
             return 0;
         }
         switch (ev.type) {
@@ -604,13 +600,14 @@ on_watch_data(void *arg, const char *data, size_t n)
             struct refl_decoded d;
             if (refl_decode_obj(r, line + ev.obj_off, ev.obj_len, true, &d, err, sizeof(err)) !=
                 0) {
-                log_warnx("cache %s: watch event object rejected: %s", r->label, err);
+                log_repeat(LOG_WARN, "cache watch: an event's object rejected", "caches", r->label,
+                           "cache %s: watch event object rejected: %s", r->label, err);
                 break;
             }
             enum store_ev_type t = ev.type == WEVENT_ADDED      ? STORE_ADDED
                                    : ev.type == WEVENT_MODIFIED ? STORE_MODIFIED
                                                                 : STORE_DELETED;
-            if (went_back(r, d.rv, "an event")) {
+            if (refl_watch_went_back(r, d.rv, "an event")) {
                 refl_decoded_fini(&d);
                 wevent_fini(&ev);
                 return 0;
@@ -622,7 +619,7 @@ on_watch_data(void *arg, const char *data, size_t n)
             break;
         }
         case WEVENT_BOOKMARK: {
-            if (went_back(r, ev.rv, "a bookmark")) {
+            if (refl_watch_went_back(r, ev.rv, "a bookmark")) {
                 wevent_fini(&ev);
                 return 0;
             }
@@ -639,19 +636,22 @@ on_watch_data(void *arg, const char *data, size_t n)
             if (ev.code == 410)
                 r->got_410 = true;
             else
-                log_warnx("cache %s: watch error from the upstream: %d %s", r->label, ev.code,
-                          ev.message ? ev.message : "");
+                log_repeat(LOG_WARN, "cache watch: an error event from the upstream", "caches",
+                           r->label, "cache %s: watch error from the upstream: %d %s", r->label,
+                           ev.code, ev.message ? ev.message : "");
             break;
         }
         wevent_fini(&ev);
     }
     if (rc < 0) {
-        log_warnx("cache %s: a watch event from the upstream is larger than the limit (%u "
-                  "bytes); restarting the watch",
-                  r->label, r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "a watch event from the upstream is larger than the limit (%u "
+                 "bytes)",
+                 r->d.enc == KWC_ENC_PB ? PB_MAX_FRAME : WFRAME_MAX_LINE);
         up_xfer_cancel(r->x);
         r->x = NULL;
-        refl_retry(r, "watch event larger than the line limit");
+        refl_retry(r, "cache watch failed: an event over the size limit", why);
         return 0;
     }
     if (r->ing->bytes > PENDING_MAX_BYTES)
@@ -681,9 +681,10 @@ on_watch_done(void *arg, int err, const char *msg)
     size_t part = r->d.enc == KWC_ENC_PB ? pb_split_pending(&r->pf) : wframe_pending(&r->wf);
     if (r->status == 200 && part && !err) {
         /* not the clean end of a watch: the upstream cut an event */
-        log_warnx("cache %s: the upstream's watch stopped inside an event (%zu bytes of it)",
-                  r->label, part);
-        refl_retry(r, "the upstream's watch stopped inside an event");
+        char why[160];
+        snprintf(why, sizeof(why), "the upstream's watch stopped inside an event (%zu bytes of it)",
+                 part);
+        refl_retry(r, "cache watch failed: the upstream stopped inside an event", why);
         return;
     }
     if (r->status == 200 && refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r)))
@@ -693,7 +694,9 @@ on_watch_done(void *arg, int err, const char *msg)
         snprintf(what, sizeof(what), "WATCH %s", r->d.path);
         refl_status_why(r, what, st, sizeof(st));
         snprintf(why, sizeof(why), "watch of %s ended: %s", r->d.path, err ? msg : st);
-        refl_retry(r, why);
+        char cause[160];
+        refl_xfer_cause(r, "watch", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     /* A clean end (timeoutSeconds): watch again from where we are. */
@@ -763,12 +766,13 @@ on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (r->out == OUT_WRITE)
         retry_write(r);
-    unsigned max = r->ing->max_staleness;
+    uint64_t max = r->ing->max_staleness_ms;
+    char go[KWC_DURATION_LEN];
     if (r->synced && r->out == OUT_NONE && !r->refused &&
         refl_stale(r->last_heard_ms, refl_now_ms(r), max))
         set_out(r, OUT_STALE,
-                "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %u)",
-                refl_secs_since(r, r->last_heard_ms), max);
+                "stale: no event or bookmark from the upstream for %.0f s (--max-staleness %s)",
+                refl_secs_since(r, r->last_heard_ms), kwc_format_duration(max, go, sizeof(go)));
 }
 
 static void
@@ -912,7 +916,7 @@ refl_new(struct event_base *base, struct up_client *up, struct refl_ingest *ing,
 void
 refl_start(struct refl *r)
 {
-    if (r->started)
+    if (r->started || r->ing->frozen)
         return;
     r->started = true;
     r->failed = false;
@@ -1061,16 +1065,62 @@ refl_desc(const struct refl *r)
     return &r->d;
 }
 
+/* Between failed attempts: the retry's timer runs, no transfer. */
+static bool
+backing_off(const struct refl *r)
+{
+    return r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL);
+}
+
+enum refl_cache_state
+refl_cache_state(const struct refl *r)
+{
+    if (!r->started)
+        return REFL_CS_STOPPED;
+    if (r->refused)
+        return REFL_CS_UNSERVED;
+    if (r->out == OUT_WRITE || r->out == OUT_DAMAGED)
+        return REFL_CS_OUT;
+    if (r->out == OUT_STALE)
+        return REFL_CS_STALE;
+    if (backing_off(r))
+        return REFL_CS_BACKING_OFF;
+    return r->state == R_WATCH || r->state == R_PROBE ? REFL_CS_WATCHING : REFL_CS_SYNCING;
+}
+
+const char *
+refl_cache_state_label(enum refl_cache_state s)
+{
+    static const char *const labels[] = {
+#define REFL_CS_LABEL(e, label) label,
+        REFL_CACHE_STATES(REFL_CS_LABEL)
+#undef REFL_CS_LABEL
+    };
+    return (unsigned)s < REFL_CS_COUNT ? labels[s] : "unknown";
+}
+
+bool
+refl_heard_age(const struct refl *r, double *age_s)
+{
+    if (!r->started || !r->heard_ever)
+        return false;
+    *age_s = refl_secs_since(r, r->last_heard_ms);
+    return true;
+}
+
 void
 refl_status(const struct refl *r, char *buf, size_t len)
 {
     static const char *const states[] = {"idle", "discovering", "listing", "watching",
                                          "checking the upstream's resourceVersion"};
     uint64_t now = refl_now_ms(r);
-    char state[768], heard[96];
+    char state[768], heard[96], stale[64] = "", dur[32];
+    if (r->out == OUT_STALE)
+        snprintf(stale, sizeof(stale), "stale (past --max-staleness %s), ",
+                 kwc_format_duration(r->ing->max_staleness_ms, dur, sizeof(dur)));
     if (r->refused)
         snprintf(state, sizeof(state), "not served in protobuf");
-    else if (r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL))
+    else if (backing_off(r))
         /* between attempts: say so, and why, not the step it will retry */
         snprintf(state, sizeof(state),
                  "backing off for %.0f s (%u failed attempt%s; next in %.1f s; last error: %s)",
@@ -1091,12 +1141,12 @@ refl_status(const struct refl *r, char *buf, size_t len)
                  refl_secs_since(r, r->last_heard_ms));
     else
         snprintf(heard, sizeof(heard), "nothing heard from the upstream yet");
-    snprintf(buf, len, "%s%s: %s, %s%s, rv %llu, %llu events in, %s",
+    snprintf(buf, len, "%s%s: %s, %s%s%s, rv %llu, %llu events in, %s",
              r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
              !r->started ? "not started"
              : r->synced ? "synced"
                          : "not synced",
-             pre, state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
+             stale, pre, state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
 }
 
 const char *
@@ -1114,7 +1164,7 @@ refl_out_why(const struct refl *r)
 void
 refl_want(struct refl *r)
 {
-    if (r->started)
+    if (r->started || r->ing->frozen)
         return;
     log_info("cache %s: asked for by a request; starting it (requests pass through until it "
              "has synced)",

@@ -110,8 +110,15 @@ struct refl_decoded {
 uint64_t refl_now_ms(const struct refl *r);
 double refl_secs_since(const struct refl *r, uint64_t t0_ms);
 /* A failed attempt (why: for a person, logged and kept for /readyz): retry
- * the same step after the backoff (refl_backoff). */
-void refl_retry(struct refl *r, const char *why);
+ * the same step after the backoff (refl_backoff). cause: the same text for
+ * every cache that fails so (refl_xfer_cause), the key under which an
+ * outage's retries are logged once per cause and interval (log_repeat);
+ * NULL: why itself (a cause of this cache's own). */
+void refl_retry(struct refl *r, const char *cause, const char *why);
+/* The cause of a failed transfer in phase ("discovery", "list", "watch"),
+ * the same for every cache: "cache watch failed: Connection refused",
+ * "cache list failed: the upstream answered 503". */
+void refl_xfer_cause(const struct refl *r, const char *phase, int err, char *buf, size_t len);
 /* A LIST or WATCH asked for protobuf got another type (got) or a 406. */
 void refl_refuse(struct refl *r, const char *got);
 /* An upstream answer other than 200 to what (e.g. "LIST /api/v1/pods"), for
@@ -152,6 +159,10 @@ void refl_probe_start(struct refl *r);
  * data is dropped here, logged and counted. why (may be NULL): what showed
  * it, for the log and /readyz. */
 void refl_reset(struct refl *r, bool identity, uint64_t seen, uint64_t held, const char *why);
+/* An event or bookmark (what) of the open watch at rv: below the cache's,
+ * the watch ends (its pending events dropped) and the probe before the next
+ * one decides after a backoff; true then (stop reading the stream). */
+bool refl_watch_went_back(struct refl *r, uint64_t rv, const char *what);
 /* A parked reflector (refl_probe_start) goes on: its watch starts. */
 void refl_unpark(struct refl *r);
 

@@ -309,14 +309,15 @@ on_list_done(void *arg, int err, const char *msg)
     r->x = NULL;
     if (err)
         refl_ingest_lost(r->ing);
-    char why[512];
+    char why[512], cause[160];
     if (r->wrong_type || (r->d.enc == KWC_ENC_PB && r->status == 406)) {
         refl_refuse(r, r->wrong_type ? r->got_type : "406 Not Acceptable");
         return;
     }
     if (err || r->too_big) {
         snprintf(why, sizeof(why), "LIST %s failed: %s", r->d.path, err ? msg : "page too large");
-        refl_retry(r, why);
+        refl_xfer_cause(r, "list", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     if (r->status == 410) {
@@ -332,7 +333,8 @@ on_list_done(void *arg, int err, const char *msg)
         char what[300];
         snprintf(what, sizeof(what), "LIST %s", r->d.path);
         refl_status_why(r, what, why, sizeof(why));
-        refl_retry(r, why);
+        refl_xfer_cause(r, "list", 0, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     size_t len = evbuffer_get_length(r->body);
@@ -352,7 +354,8 @@ on_list_done(void *arg, int err, const char *msg)
         snprintf(why, sizeof(why), "LIST %s: %s", r->d.path, perr[0] ? perr : kwc_strerror(rc));
         free(next);
         refl_store_failed(r, rc);
-        refl_retry(r, why);
+        snprintf(cause, sizeof(cause), "cache list failed: %s", kwc_strerror(rc));
+        refl_retry(r, cause, why);
         return;
     }
     if (refl_secs_since(r, r->last_progress_ms) >= 2.0) {
@@ -379,7 +382,8 @@ on_list_done(void *arg, int err, const char *msg)
         snprintf(why, sizeof(why), "recording the relist of %s: %s", r->d.path, kwc_strerror(rc));
         refl_diff_reset(r);
         refl_store_failed(r, rc);
-        refl_retry(r, why);
+        snprintf(cause, sizeof(cause), "cache relist not recorded: %s", kwc_strerror(rc));
+        refl_retry(r, cause, why);
         return;
     }
     refl_diff_reset(r);

@@ -95,6 +95,25 @@ refl_reset(struct refl *r, bool identity, uint64_t seen, uint64_t held, const ch
     }
 }
 
+/* An event or bookmark at an rv below the cache's: the upstream went back,
+ * or misbehaves. The watch ends (nothing of it stored) and the probe before
+ * the next one decides (reflector_reset.c), after a backoff. */
+bool
+refl_watch_went_back(struct refl *r, uint64_t rv, const char *what)
+{
+    if (!refl_rv_went_back(r->rv, rv))
+        return false;
+    char why[256];
+    snprintf(why, sizeof(why), "the upstream's watch sent %s at rv %llu, below the cache's %llu",
+             what, (unsigned long long)rv, (unsigned long long)r->rv);
+    up_xfer_cancel(r->x);
+    r->x = NULL;
+    refl_ingest_drop(r->ing, r); /* this watch's events are not to be trusted either */
+    r->rv = store_res_rv(r->ing->st, r->d.sres, NULL);
+    refl_retry(r, "cache watch failed: an rv below the cache's", why);
+    return true;
+}
+
 /* ---- the probe ---- */
 
 static void
@@ -113,7 +132,9 @@ on_probe_done(void *arg, int err, const char *msg)
             snprintf(why, sizeof(why), "%s failed: %s", what, err ? msg : "answer too large");
         else
             snprintf(why, sizeof(why), "%s", st);
-        refl_retry(r, why);
+        char cause[160];
+        refl_xfer_cause(r, "probe", err, cause, sizeof(cause));
+        refl_retry(r, cause, why);
         return;
     }
     struct obj_list l;
@@ -124,7 +145,7 @@ on_probe_done(void *arg, int err, const char *msg)
     obj_list_fini(&l);
     if (rc) {
         snprintf(why, sizeof(why), "LIST %s?limit=1: %s", r->d.path, perr);
-        refl_retry(r, why);
+        refl_retry(r, NULL, why);
         return;
     }
     if (refl_rv_went_back(r->rv, seen)) {

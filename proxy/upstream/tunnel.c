@@ -78,6 +78,7 @@
 #include <strings.h>
 
 #include "kwc/base.h"
+#include "kwc/execcred.h"
 #include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -120,6 +121,8 @@ struct tunnel {
     size_t parsed;   /* bytes of the upstream's input already parsed (TUN_HEAD keeps them) */
     char asked[256]; /* the protocols the client asked for (h2c left out) */
     char desc[160];  /* "GET /api/v1/.../exec" for logs */
+    struct uplink *link;
+    uint64_t cred_gen; /* the exec credential sent (uplink_cred_gen), 0: none */
 };
 
 static struct tunnel *
@@ -194,7 +197,10 @@ drop_up(struct tunnel *t)
 static void
 fail(struct tunnel *t, int code, const char *reason, const char *msg)
 {
-    log_warnx("tunnel: %s: %s (answered %d)", t->desc, msg, code);
+    char cause[64];
+    snprintf(cause, sizeof(cause), "tunnel failed (answered %d)", code);
+    log_repeat(LOG_WARN, cause, "tunnels", t->desc, "tunnel: %s: %s (answered %d)", t->desc, msg,
+               code);
     drop_up(t);
     t->phase = TUN_DONE;
     struct hreq *r = t->req;
@@ -395,6 +401,8 @@ on_up_head(void *arg, struct h1c_resp *resp)
             hresp_header(t->req, name, h1c_resp_header_value(resp, i));
     }
     log_debug("tunnel: %s: the upstream refused the upgrade with %d", t->desc, status);
+    if (status == 401)
+        uplink_unauthorized(t->link, t->cred_gen);
     t->phase = TUN_ANSWER;
     hresp_close_after(t->req);
     /* -1 (chunked or close-delimited): kwc streams it */
@@ -655,11 +663,24 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         respond_status(req, 400, NULL, "the request URI is not a valid path and query", 0);
         return;
     }
+    struct excred *ex = uplink_exec(o->link);
+    const struct http_header *uh;
+    bool own_auth = false;
+    for (size_t i = 0, n = hreq_upstream_headers(req, &uh); i < n; i++)
+        own_auth |= strcasecmp(uh[i].name, "Authorization") == 0;
+    if (ex && o->strip_credentials && !own_auth && !excred_current(ex)) {
+        /* a tunnel does not wait for the plugin: the client retries (Retry-After) */
+        char m[640];
+        snprintf(m, sizeof(m), "kwc has no credential for the upstream yet: %s", excred_why(ex));
+        respond_status(req, 503, "ServiceUnavailable", m, 1);
+        return;
+    }
     bool tls;
     char host[256], port[16]; /* for the Host header (uplink_connect connects to them) */
     kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
 
     struct tunnel *t = xcalloc(1, sizeof(*t));
+    t->link = o->link;
     t->magic = TUN_MAGIC;
     t->phase = TUN_HEAD;
     t->req = req;
@@ -693,6 +714,7 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         const char *bearer = uplink_bearer_line(o->link), *basic = uplink_basic_line(o->link);
         if (bearer)
             h1c_head_line(head, bearer);
+        t->cred_gen = uplink_cred_gen(o->link, NULL);
         if (basic)
             h1c_head_line(head, basic);
     }

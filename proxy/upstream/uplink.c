@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "kwc/base.h"
+#include "kwc/execcred.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 
@@ -47,7 +48,8 @@ struct uplink {
     struct evdns_base *dns; /* on first use */
     char *bearer;           /* "Authorization: Bearer ..." or NULL */
     time_t bearer_read_at;
-    char *basic; /* "Authorization: Basic ..." or NULL */
+    char *basic;         /* "Authorization: Basic ..." or NULL */
+    struct excred *exec; /* the kubeconfig's exec plugin, or NULL */
 };
 
 /* ---- TLS material, checked at start ---- */
@@ -212,7 +214,9 @@ uplink_new(struct event_base *base, const struct kcfg *k, struct uplink **out, c
         free(b64);
         free(up);
     }
-    uplink_bearer_line(u); /* a token file unreadable at start: said now */
+    if (k->exec)
+        u->exec = excred_new(base, k->exec); /* its first run starts from the loop */
+    uplink_bearer_line(u);                   /* a token file unreadable at start: said now */
     *out = u;
     return 0;
 }
@@ -226,6 +230,7 @@ uplink_free(struct uplink *u)
     if (u->dns)
         evdns_base_free(u->dns, 0);
     SSL_CTX_free(u->tls);
+    excred_free(u->exec);
     free(u->bearer);
     free(u->basic);
     u->magic = 0;
@@ -248,6 +253,12 @@ uplink_ssl_new(struct uplink *u)
     if (!u->tls)
         return NULL;
     SSL *ssl = SSL_new(u->tls);
+    const struct excred_cred *ec = u->exec ? excred_current(u->exec) : NULL;
+    if (ec && ec->cert &&
+        (SSL_use_certificate(ssl, ec->cert) != 1 || SSL_use_PrivateKey(ssl, ec->key) != 1)) {
+        log_warnx("tunnel: the exec plugin's client certificate could not be used");
+        ERR_clear_error();
+    }
     SSL_set_tlsext_host_name(ssl, u->sni);
     if (!u->k->insecure_skip_tls_verify)
         SSL_set1_host(ssl, u->sni);
@@ -369,11 +380,50 @@ uplink_curl_setup(const struct uplink *u, void *easy, bool caller_auth)
 
 /* ---- credentials ---- */
 
+struct excred *
+uplink_exec(const struct uplink *u)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    return u->exec;
+}
+
+uint64_t
+uplink_cred_gen(struct uplink *u, void *easy)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    const struct excred_cred *c = u->exec ? excred_current(u->exec) : NULL;
+    if (!c)
+        return 0;
+    if (c->cert && easy && u->tls) {
+        /* copied: a rotation frees these while a watch may hold its handle */
+        struct curl_blob cb = {
+            .data = c->cert_pem, .len = c->cert_pem_len, .flags = CURL_BLOB_COPY};
+        struct curl_blob kb = {.data = c->key_pem, .len = c->key_pem_len, .flags = CURL_BLOB_COPY};
+        curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cb);
+        curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
+        curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &kb);
+        curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+    return c->gen;
+}
+
+void
+uplink_unauthorized(struct uplink *u, uint64_t gen)
+{
+    assert(u->magic == UPLINK_MAGIC);
+    if (u->exec && gen)
+        excred_unauthorized(u->exec, gen);
+}
+
 const char *
 uplink_bearer_line(struct uplink *u)
 {
     assert(u->magic == UPLINK_MAGIC);
     const struct kcfg *k = u->k;
+    if (u->exec) {
+        const struct excred_cred *c = excred_current(u->exec);
+        return c ? c->bearer_line : NULL;
+    }
     if (!k->token_file)
         return u->bearer;
     time_t now = time(NULL);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/execcred.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/metrics.h"
@@ -70,9 +71,14 @@ struct up_xfer {
     char *hdr_store[HDR_MAX_COUNT];
     size_t nhdrs;
     char errbuf[CURL_ERROR_SIZE];
-    TAILQ_ENTRY(up_xfer) pending; /* on c->to_add or c->to_cancel */
-    unsigned method_i;            /* up_method_names */
-    uint64_t t0_ns;               /* started (CLOCK_MONOTONIC) */
+    TAILQ_ENTRY(up_xfer) pending; /* on c->to_add, c->to_cancel or c->waiting */
+    bool caller_auth;             /* the request carries its own Authorization */
+    bool waiting;                 /* on c->waiting: no credential yet (execcred.h) */
+    struct excred_waiter cred_wait;
+    struct event *cred_timer; /* bounds the wait for a credential */
+    uint64_t cred_gen;        /* the exec credential sent (0: none or static) */
+    unsigned method_i;        /* up_method_names */
+    uint64_t t0_ns;           /* started (CLOCK_MONOTONIC) */
 };
 TAILQ_HEAD(xfer_list, up_xfer);
 
@@ -86,7 +92,7 @@ struct up_client {
     char *url_base;   /* scheme://host:port used in request URLs */
     char *connect_to; /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
     int depth;        /* > 0 while inside curl */
-    struct xfer_list to_add, to_cancel;
+    struct xfer_list to_add, to_cancel, waiting;
     struct up_stats stats;
     struct up_metrics m;
 };
@@ -228,6 +234,12 @@ xfer_free(struct up_xfer *x)
     }
     if (x->cancel_queued)
         TAILQ_REMOVE(&c->to_cancel, x, pending);
+    if (x->waiting) {
+        TAILQ_REMOVE(&c->waiting, x, pending);
+        excred_unwait(uplink_exec(c->link), &x->cred_wait);
+    }
+    if (x->cred_timer)
+        event_free(x->cred_timer);
     curl_slist_free_all(x->req_headers);
     curl_slist_free_all(x->connect_to);
     if (x->hdr_timer)
@@ -378,6 +390,8 @@ on_header_line(char *p, size_t size, size_t n, void *arg)
         if (x->status < 200)
             return len; /* 100 Continue and friends: the real head follows */
         x->headers_done = true;
+        if (x->status == 401 && x->cred_gen) /* client-go: refresh on 401 */
+            excred_unauthorized(uplink_exec(x->c->link), x->cred_gen);
         metrics_hist_observe(&x->c->m.latency[x->method_i], (double)(mono_ns() - x->t0_ns) / 1e9);
         if (x->hdr_timer)
             evtimer_del(x->hdr_timer);
@@ -451,10 +465,61 @@ on_header_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct up_xfer *x = arg;
     struct up_client *c = x->c;
-    char msg[128];
-    snprintf(msg, sizeof(msg), "the upstream sent no response within %d s",
-             c->o.header_timeout_ms / 1000);
+    char msg[640];
+    if (x->waiting)
+        snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s",
+                 excred_why(uplink_exec(c->link)));
+    else
+        snprintf(msg, sizeof(msg), "the upstream sent no response within %d s",
+                 c->o.header_timeout_ms / 1000);
     finish(x, -ETIMEDOUT, msg);
+    run_deferred(c);
+}
+
+/* ---- kwc's credentials ---- */
+
+/* The credential goes on last, when the transfer is handed to curl: an exec
+ * plugin's may not have been there at up_xfer_start. */
+static void
+arm(struct up_xfer *x)
+{
+    struct up_client *c = x->c;
+    if (!x->caller_auth) {
+        const char *bearer = uplink_bearer_line(c->link);
+        if (bearer)
+            x->req_headers = curl_slist_append(x->req_headers, bearer);
+        x->cred_gen = uplink_cred_gen(c->link, x->h);
+    }
+    curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->req_headers);
+    if (c->depth > 0) {
+        TAILQ_INSERT_TAIL(&c->to_add, x, pending);
+        return;
+    }
+    /* Add now, but let curl act on it from the loop (no callback from here). */
+    add_handle(x);
+}
+
+static void
+on_cred_ready(void *arg)
+{
+    struct up_xfer *x = arg;
+    assert(x->magic == XFER_MAGIC && x->waiting);
+    TAILQ_REMOVE(&x->c->waiting, x, pending);
+    x->waiting = false;
+    event_free(x->cred_timer);
+    x->cred_timer = NULL;
+    arm(x);
+}
+
+static void
+on_cred_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct up_xfer *x = arg;
+    struct up_client *c = x->c;
+    char msg[640];
+    snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s",
+             excred_why(uplink_exec(c->link)));
+    finish(x, -EAGAIN, msg);
     run_deferred(c);
 }
 
@@ -490,6 +555,7 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
     c->o = *o;
     TAILQ_INIT(&c->to_add);
     TAILQ_INIT(&c->to_cancel);
+    TAILQ_INIT(&c->waiting);
     c->url_base = xstrdup(k->server);
     size_t ul = strlen(c->url_base);
     while (ul && c->url_base[ul - 1] == '/')
@@ -547,6 +613,8 @@ up_client_free(struct up_client *c)
         TAILQ_REMOVE(&c->to_add, x, pending);
         xfer_free(x);
     }
+    while ((x = TAILQ_FIRST(&c->waiting)))
+        xfer_free(x); /* unlinks itself */
     for (int i = 0; i < UP_NPOOLS; i++) {
         curl_multi_cleanup(c->pools[i].multi); /* closes its sockets: on_close_socket */
         event_free(c->pools[i].timer);
@@ -662,9 +730,6 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         hl = curl_slist_append(hl, line);
         free(line);
     }
-    const char *bearer = uplink_bearer_line(c->link);
-    if (bearer && !caller_auth)
-        hl = curl_slist_append(hl, bearer);
     hl = curl_slist_append(hl, "Expect:"); /* we stream: no 100-continue round trip */
     bool has_accept = false;
     for (size_t i = 0; i < r->nheaders; i++)
@@ -673,7 +738,7 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     if (!has_accept)
         hl = curl_slist_append(hl, "Accept:"); /* do not invent one */
     x->req_headers = hl;
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    x->caller_auth = caller_auth;
 
     if (strcmp(r->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -693,13 +758,20 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
         evtimer_add(x->hdr_timer, &tv);
     }
     c->stats.started++;
-    TAILQ_INSERT_TAIL(&c->to_add, x, pending);
     *out = x;
-    if (c->depth == 0) {
-        /* Add now, but let curl act on it from the loop (no callback from here). */
-        TAILQ_REMOVE(&c->to_add, x, pending);
-        add_handle(x);
+    struct excred *ex = uplink_exec(c->link);
+    if (ex && !caller_auth && !excred_current(ex)) {
+        /* never out without kwc's credential: wait for the plugin, bounded */
+        x->waiting = true;
+        TAILQ_INSERT_TAIL(&c->waiting, x, pending);
+        x->cred_wait = (struct excred_waiter){.on_ready = on_cred_ready, .arg = x};
+        excred_wait(ex, &x->cred_wait);
+        x->cred_timer = evtimer_new(c->base, on_cred_timeout, x);
+        struct timeval tv = ms_tv((long)uplink_kcfg(c->link)->exec->timeout_ms);
+        evtimer_add(x->cred_timer, &tv);
+        return 0;
     }
+    arm(x);
     return 0;
 }
 
@@ -741,6 +813,10 @@ up_xfer_cancel(struct up_xfer *x)
         return; /* inside on_done: the xfer frees itself */
     struct up_client *c = x->c;
     x->cancelled = true;
+    if (x->waiting) {
+        xfer_free(x); /* unlinks itself */
+        return;
+    }
     if (!x->added) {
         TAILQ_REMOVE(&c->to_add, x, pending);
         xfer_free(x);

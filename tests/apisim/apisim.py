@@ -4347,6 +4347,43 @@ def _url_match(patterns, path):
     return False
 
 
+class TokenFile:
+    """--token-file FILE: bearer tokens of an all-powerful user (as --token), one per
+    line, each optionally followed by a Unix time (seconds, fractions allowed) after
+    which it is refused -- a bound token's expiry. The file is read again whenever
+    it changes (inode, size or mtime), so a test can add and revoke tokens while
+    apisim runs (write a temporary file and rename it over)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.key = None
+        self.tokens = {}
+
+    def _load(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self.key, self.tokens = None, {}
+            return
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key == self.key:
+            return
+        tokens = {}
+        with open(self.path) as f:
+            for line in f:
+                parts = line.split()
+                if parts:
+                    tokens[parts[0]] = float(parts[1]) if len(parts) > 1 else None
+        self.key, self.tokens = key, tokens
+
+    def valid(self, tok):
+        self._load()
+        if tok not in self.tokens:
+            return False
+        exp = self.tokens[tok]
+        return exp is None or time.time() < exp
+
+
 class Policy:
     """--policy FILE / POST /apisim/policy (see README.md)."""
 
@@ -4821,6 +4858,7 @@ class App:
         self.pb = PbSchema(PB_SCHEMA + generic_pb_schema(), int(args.version.split(".")[1]))
         self.status_tm = pb_typemeta("v1", "Status")
         self.fails = []
+        self.token_file = TokenFile(args.token_file) if args.token_file else None
         self.churn = None
         self.churn_task = None
         self.port = 0
@@ -4870,6 +4908,7 @@ class App:
                 return None
         elif not self.authenticate(req, conn) and path not in ("/version", "/healthz", "/livez", "/readyz"):
             # k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go (401 Unauthorized)
+            self.stats["unauthorized"] += 1
             conn.apf = False
             conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
             return None
@@ -4905,6 +4944,7 @@ class App:
         head["requestor"] = user_record(u)
         if u is None:
             # filters/authentication.go Unauthorized: NewUnauthorized("Unauthorized"), before APF
+            self.stats["unauthorized"] += 1
             conn.apf = False
             conn.respond_error(ApiError(401, "Unauthorized", "Unauthorized"), req)
             return False
@@ -4927,9 +4967,10 @@ class App:
         return True
 
     def token_user(self, tok):
-        """The bearer-token authenticators: --token (user admin in system:masters), then
-        the policy's tokens; the group adder puts system:authenticated last."""
-        if self.args.token and tok == self.args.token:
+        """The bearer-token authenticators: --token and --token-file (user admin in
+        system:masters), then the policy's tokens; the group adder puts
+        system:authenticated last."""
+        if (self.args.token and tok == self.args.token) or (self.token_file and self.token_file.valid(tok)):
             return with_authenticated(UserInfo("admin", "", [MASTERS]))
         u = self.policy.token_user(tok)
         return with_authenticated(u) if u is not None else None
@@ -5045,9 +5086,12 @@ class App:
 
     def authenticate(self, req, conn):
         a = self.args
-        if not a.token and not a.client_ca:
+        if not a.token and not a.client_ca and not self.token_file:
             return True
         if a.token and req.headers.get("authorization", "") == "Bearer " + a.token:
+            return True
+        auth = req.headers.get("authorization", "")
+        if self.token_file and auth.startswith("Bearer ") and self.token_file.valid(auth[7:]):
             return True
         if a.client_ca and conn.peer_cert:
             return True
@@ -7413,6 +7457,8 @@ def parse_args(argv=None):
     p.add_argument("--client-ca")
     p.add_argument("--token", help="a bearer token for an all-powerful user (with --policy: user admin, "
                                     "group system:masters)")
+    p.add_argument("--token-file", help="bearer tokens of an all-powerful user, one per line, each optionally "
+                                         "followed by its expiry (Unix seconds); re-read when it changes")
     p.add_argument("--policy", help="JSON: tokens and rules; turns on kube's authentication, impersonation and "
                                     "authorization (README.md)")
     p.add_argument("--anonymous-auth", type=go_bool_flag, nargs="?", const=True, default=True,

@@ -1310,7 +1310,6 @@ class TestCLI(unittest.TestCase):
         finally:
             s.stop()
 
-
     def test_start_rv_and_cluster_uid(self):
         # --start-rv: the cluster's rv jumps after seeding, older ones compacted;
         # --cluster-uid: the kube-system namespace's uid; with --seed the same
@@ -1347,6 +1346,35 @@ class TestCLI(unittest.TestCase):
             self.assertLess(int(s.get("/api/v1/pods?limit=1")[1]["metadata"]["resourceVersion"]), 500)
         finally:
             s.stop()
+
+
+class TestTokenFile(unittest.TestCase):
+    def test_token_file_reread_expiry_revocation(self):
+        # --token-file: tokens are read again when the file changes, one past its
+        # expiry is refused, a removed one is refused; 401s are counted
+        d = tempfile.mkdtemp(prefix="apisim-tf-")
+        path = os.path.join(d, "tokens")
+
+        def write(lines):
+            with open(path + ".tmp", "w") as f:
+                f.write("".join(l + "\n" for l in lines))
+            os.rename(path + ".tmp", path)
+
+        write(["alpha", "old %f" % (time.time() - 1)])
+        s = Sim("--token-file", path)
+        try:
+            auth = lambda t: {"Authorization": "Bearer " + t}
+            self.assertEqual(s.get("/api/v1/namespaces", headers=auth("alpha"))[0], 200)
+            self.assertEqual(s.get("/api/v1/namespaces", headers=auth("old"))[0], 401)  # expired
+            self.assertEqual(s.get("/api/v1/namespaces", headers=auth("beta"))[0], 401)
+            self.assertEqual(s.get("/api/v1/namespaces")[0], 401)
+            write(["beta %f" % (time.time() + 3600)])  # alpha revoked, beta added
+            self.assertEqual(s.get("/api/v1/namespaces", headers=auth("beta"))[0], 200)
+            self.assertEqual(s.get("/api/v1/namespaces", headers=auth("alpha"))[0], 401)
+            self.assertEqual(s.get("/apisim/stats")[1]["requests"]["unauthorized"], 4)
+        finally:
+            s.stop()
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class TestAuthTLS(unittest.TestCase):

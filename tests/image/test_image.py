@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The container image really builds and runs (make image-test, part of
 make test): `make image` with podman, then the image started as the
-Deployment in conf/kubernetes/20-kwc.yaml starts it — its args (the port
+central tier's StatefulSet (conf/kubernetes/overlays/central) starts it — its args (the port
 adapted), a read-only root filesystem, every capability dropped,
 no-new-privileges, the image's own non-root user, the cache and TLS volumes,
 the service account at its in-cluster path and KUBERNETES_SERVICE_HOST/PORT
-pointing at apisim (TLS, --policy with the ClusterRole of 10-rbac.yaml) — and
+pointing at apisim (TLS, --policy with the ClusterRole of base/rbac.yaml) — and
 kwc must sync every cache (/readyz 200 over HTTPS), write its cache on the
 volume, and exit 0 on SIGTERM.
 
@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import yaml  # noqa: E402
 
 import certs  # noqa: E402
-from cluster import APISIM, PYTHON, Proc, wait_for  # noqa: E402
+from cluster import APISIM, PYTHON, Proc, free_port, wait_for  # noqa: E402
 
 IMAGE = "localhost/kwc-image-test:latest"
 BASE = "localhost/kwc-debootstrap/debian"
@@ -101,15 +101,6 @@ def base_images():
     return ["--build-arg", "DEBIAN_IMAGE=" + BASE]
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class ImageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -127,11 +118,11 @@ class ImageTest(unittest.TestCase):
         self.assertRegex(r.stdout, r"^kwc \d")
 
     def test_runs_as_the_deployment_runs_it(self):
-        with open(os.path.join(ROOT, "conf", "kubernetes", "20-kwc.yaml")) as f:
+        with open(os.path.join(ROOT, "conf", "kubernetes", "overlays", "central", "statefulset.yaml")) as f:
             docs = [d for d in yaml.safe_load_all(f) if d]
-        (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+        (dep,) = [d for d in docs if d["kind"] == "StatefulSet"]
         c = dep["spec"]["template"]["spec"]["containers"][0]
-        with open(os.path.join(ROOT, "conf", "kubernetes", "10-rbac.yaml")) as f:
+        with open(os.path.join(ROOT, "conf", "kubernetes", "base", "rbac.yaml")) as f:
             rbac = [d for d in yaml.safe_load_all(f) if d]
         (role,) = [d for d in rbac if d["kind"] == "ClusterRole"]
         d = tempfile.mkdtemp(prefix="kwc-image-")
@@ -169,6 +160,9 @@ class ImageTest(unittest.TestCase):
             shutil.copy(P.ca.crt, os.path.join(sa, "ca.crt"))
             port = free_port()
             args = [("--listen=0.0.0.0:%d" % port) if a.startswith("--listen") else a for a in c["args"]]
+            # the manifest's delay is for a Service's endpoints; a second here
+            # shows the SIGTERM path without the wait
+            args += ["--shutdown-delay-duration=1s"]
             cmd = PODMAN + ["run", "-d", "--name", name, "--network", "host", "--read-only", "--cap-drop", "ALL",
                             "--security-opt", "no-new-privileges", "--group-add", "10001"] + ULIMITS
             for mp, host in vols.items():
@@ -197,6 +191,7 @@ class ImageTest(unittest.TestCase):
             code = run(PODMAN + ["inspect", name, "--format", "{{.State.ExitCode}}"]).stdout.strip()
             logs = run(PODMAN + ["logs", name], check=False)
             self.assertEqual(code, "0", logs.stdout[-2000:] + logs.stderr[-2000:])
+            self.assertIn("/readyz fails from now on", logs.stdout + logs.stderr)
         finally:
             run(PODMAN + ["rm", "-f", name], check=False)
             if apisim:

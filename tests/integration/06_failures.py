@@ -1,6 +1,7 @@
 """Upstream failures become quick Kubernetes Status answers, never hangs."""
 import json
 import os
+import sys
 import unittest
 
 from cluster import Env, http_request, wait_for
@@ -118,8 +119,110 @@ class FailureTest(unittest.TestCase):
             self.assertEqual(http_request(env.kwc.port, "GET", "/livez?verbose")[0::2],
                              (200, b"[+]ping ok\nlivez check passed\n"))
 
+    def test_outage_logs_one_line_per_cause_and_interval(self):
+        # 18 caches and a client's passthroughs through an upstream killed for
+        # a few seconds, then back on its port: each cause is written at its
+        # first occurrence, then once per --log-summary-interval with counts,
+        # then "recovered" (issue 31: 96 warning lines in 10 s before).
+        # The counts add up to kwc_reflector_errors_total and the requests.
+        import time
+        from cluster import APISIM, PYTHON, Proc
+        res = ("v1/pods,v1/nodes,v1/services,v1/configmaps,v1/secrets,v1/namespaces,v1/endpoints,"
+               "v1/serviceaccounts,v1/persistentvolumes,v1/persistentvolumeclaims,v1/replicationcontrollers,"
+               "v1/limitranges,v1/resourcequotas,v1/podtemplates,apps/v1/deployments,apps/v1/replicasets,"
+               "apps/v1/daemonsets,apps/v1/statefulsets")
+        n_caches = len(res.split(","))
+        with Env(apisim_args=["--nodes", "1"],
+                 kwc_args=["--resources", res, "--protobuf-resources", "none", "--log-format", "json",
+                           "--log-summary-interval", "1s"]) as env:
+            try:
+                self.outage(env, n_caches)
+            except Exception:
+                env.dump_logs()
+                raise
+
+    def outage(self, env, n_caches):
+        import time
+        from cluster import APISIM, PYTHON, Proc
+
+        def errors(m):
+            return sum(v for (n, _), v in m.items() if n == "kwc_reflector_errors_total")
+
+        def states(m, state):
+            return sum(v for (n, l), v in m.items() if n == "kwc_cache_state" and ("state", state) in l)
+
+        def lines():
+            with open(env.kwc.log_path, "rb") as f:
+                f.seek(offset)
+                return [json.loads(l) for l in f.read().decode().splitlines() if l.startswith("{")]
+        m0 = scrape(env.kwc.port)
+        self.assertEqual(states(m0, "watching"), n_caches, "every cache watching before the outage")
+        self.assertEqual(sum(1 for (n, _) in m0 if n == "kwc_cache_last_event_age_seconds"), n_caches,
+                         "an age for each cache that heard from the upstream")
+        offset = os.path.getsize(env.kwc.log_path)
+        port = env.apisim.port
+        env.apisim.stop()
+        down = time.monotonic()
+        n_pass = 20
+        for i in range(n_pass):
+            st, _, _ = http_request(env.kwc.port, "GET", "/api/v1/namespaces/default/events/e%d" % i, timeout=20)
+            self.assertEqual(st, 503)
+        # several retries of every cache, and each cache says it backs off
+        wait_for(lambda: errors(scrape(env.kwc.port)) - errors(m0) >= 3 * n_caches, 60,
+                 "three failed attempts per cache")
+        wait_for(lambda: states(scrape(env.kwc.port), "backing_off") == n_caches, 30, "every cache backing off")
+        text = http_request(env.kwc.port, "GET", "/readyz?verbose")[2].decode()
+        self.assertEqual(text.count("backing off for"), n_caches, text)
+        env.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:%d" % port, "--nodes", "1"], env.dir)
+        env.apisim.start()
+        wait_for(lambda: states(scrape(env.kwc.port), "watching") == n_caches, 60, "every cache watching again")
+        outage_s = time.monotonic() - down
+
+        def causes():
+            return {l["cause"] for l in lines() if "cause" in l}
+
+        def recovered():
+            return {l["cause"] for l in lines() if l.get("state") == "recovered"}
+        wait_for(lambda: causes() and causes() <= recovered(), 30, "every cause to recover")
+        m1 = scrape(env.kwc.port)
+        got = lines()
+        by = {}
+        for l in got:
+            if "cause" in l:
+                by.setdefault(l["cause"], []).append(l)
+        retries = errors(m1) - errors(m0)
+        counted = 0
+        for cause, ls in by.items():
+            first = [l for l in ls if "count" not in l and "state" not in l]
+            summ = [l for l in ls if "count" in l]
+            rec = [l for l in ls if l.get("state") == "recovered"]
+            self.assertEqual(len(first), 1, "one line at the cause's first occurrence: %s" % cause)
+            self.assertEqual(len(rec), 1, cause)
+            total = 1 + sum(l["count"] for l in summ)
+            self.assertEqual(rec[0]["total"], total, "the recovered line's total: %s" % cause)
+            self.assertEqual(rec[0]["level"], "info")
+            # one summary per interval (1 s) at most, over the outage and the retries' backoff
+            self.assertLessEqual(len(summ), outage_s + 2, "%s: %d summaries in %.1f s" % (cause, len(summ), outage_s))
+            for l in summ:
+                self.assertEqual(l["level"], "warn")
+                self.assertGreaterEqual(l["interval_s"], 1.0)
+                self.assertLessEqual(l["subjects"], n_caches if cause.startswith("cache ") else n_pass)
+            if cause.startswith("cache "):
+                counted += total
+        self.assertEqual(counted, retries, "every failed attempt counted once: %r" % sorted(by))
+        pt = [c for c in by if c.startswith("passthrough failed: ")]
+        self.assertEqual(len(pt), 1, sorted(by))
+        self.assertIn("(answered 503)", pt[0])
+        self.assertEqual(1 + sum(l["count"] for l in by[pt[0]] if "count" in l), n_pass,
+                         "the passthroughs counted")
+        warn = [l for l in got if l["level"] == "warn"]
+        self.assertLess(len(warn), retries / 2, "far fewer lines than retries: %d lines, %d retries" %
+                        (len(warn), retries))
+        sys.stderr.write("outage: %d failed attempts of %d caches and %d passthroughs in %.1f s: %d warning "
+                         "lines (%d causes)\n" % (retries, n_caches, n_pass, outage_s, len(warn), len(by)))
+
     def test_upstream_errors_and_hangs(self):
-        with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2"]) as env:
+        with Env(apisim_args=["--nodes", "1"], kwc_args=["--upstream-timeout", "2s"]) as env:
             try:
                 # an upstream error status passes through untouched (the
                 # fault matches this request alone: kwc's own reflector of

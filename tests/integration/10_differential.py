@@ -119,7 +119,7 @@ class Differential(unittest.TestCase):
         cls.memo = {}
         cls.env = Env(apisim_args=["--pods", "90", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                                    "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", RESOURCES, "--rv-wait-ms", "300"] + cls.KWC_ARGS)
+                      kwc_args=["--resources", RESOURCES, "--rv-wait-timeout", "300ms"] + cls.KWC_ARGS)
         e = cls.env
         e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 8, "namespaces": 2})
         e.sim("POST", "/apisim/seed", {"resource": "widgets", "count": 9, "namespaces": 2})
@@ -615,7 +615,7 @@ class TooLargeRV(unittest.TestCase):
             self.assertEqual(code, 200, b)
             self.assertGreaterEqual(body_rv(b), cur + 1)
             self.assertIn(b'"name":"soon"', b)
-        with Env(apisim_args=["--pods", "5"], kwc_args=["--resources", "v1/pods", "--rv-wait-ms", "200"]) as e:
+        with Env(apisim_args=["--pods", "5"], kwc_args=["--resources", "v1/pods", "--rv-wait-timeout", "200ms"]) as e:
             cur = e.sim("GET", "/apisim/stats")["rv"]
             n = e.stats()["requests"].get("list pods", 0)
             st, h, b = http_request(e.kwc.port, "GET", "/api/v1/pods?resourceVersion=%d" % (cur + 5), headers=JSON)

@@ -163,7 +163,7 @@ class WatchDifferential(unittest.TestCase):
     def setUpClass(cls):
         cls.env = Env(apisim_args=["--pods", "40", "--namespaces", "3", "--nodes", "3", "--history", "100000",
                                    "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1", "--rv-wait-ms", "500"]
+                      kwc_args=["--resources", RESOURCES, "--bookmark-interval", "1s", "--rv-wait-timeout", "500ms"]
                       + cls.KWC_ARGS)
         e = cls.env
         e.sim("POST", "/apisim/seed", {"resource": "deployments", "count": 6, "namespaces": 2})
@@ -413,7 +413,7 @@ class WatchDifferential(unittest.TestCase):
         self.assertEqual([ev for ev in n.events if ev["type"] == "BOOKMARK"], [], "bookmarks not asked for")
 
     def test_sie_waits_then_504_error_event(self):
-        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-ms", "300"]
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--too-large-rv", "504", "--rv-wait-timeout", "300ms"]
                  + self.KWC_ARGS) as env:
             quiesce(env, accept=self.list_accept)
             cur = env.stats()["rv"]
@@ -424,6 +424,29 @@ class WatchDifferential(unittest.TestCase):
             self.assertEqual(s.headers.get("content-type"), self.CT)
             self.assertEqual([ev["type"] for ev in s.events], ["ERROR"])
             st = s.events[0]["object"]
+            self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
+            self.assertRegex(st["message"], r"^Timeout: Too large resource version: %d, current: \d+$" % (cur + 1000))
+
+    def test_resume_ahead_waits(self):
+        """A watch resuming from an rv the cache has not reached (its client
+        came from a replica that was ahead, issue 31): it waits for it, then
+        gets only the events after it; too far ahead, kube's 504 ERROR event
+        after the wait, whatever --too-large-rv says, never a 410."""
+        with Env(apisim_args=["--pods", "3"], kwc_args=["--resources", "v1/pods", "--rv-wait-timeout", "1500ms"]
+                 + self.KWC_ARGS) as env:
+            quiesce(env, accept=self.list_accept)
+            cur = env.stats()["rv"]
+            s = self.stream(env.kwc.port, "/api/v1/pods?" + q(watch=1, resourceVersion=cur + 2))
+            for name in ("ahead-1", "ahead-2", "ahead-3"):
+                env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "default",
+                                                  "name": name})
+            pump([s], lambda: len(s.events) >= 1, 10)
+            self.assertEqual([(ev["type"], int(ev["object"]["metadata"]["resourceVersion"])) for ev in s.events],
+                             [("ADDED", cur + 3)], "only what follows the rv it resumed from")
+            far = self.stream(env.kwc.port, "/api/v1/pods?" + q(watch=1, resourceVersion=cur + 1000))
+            read_until_end([far], 15)
+            self.assertEqual([ev["type"] for ev in far.events], ["ERROR"])
+            st = far.events[0]["object"]
             self.assertEqual((st["code"], st["reason"]), (504, "Timeout"))
             self.assertRegex(st["message"], r"^Timeout: Too large resource version: %d, current: \d+$" % (cur + 1000))
 
@@ -442,7 +465,7 @@ class WatchModel(unittest.TestCase):
         rnd = random.Random(SEED)
         with Env(apisim_args=["--pods", "120", "--namespaces", "3", "--nodes", "4", "--history", "200000",
                               "--bookmark-interval", "0.5", "--seed", str(SEED)],
-                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1", "--watch-budget", "16384"]
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1s", "--watch-budget", "16Ki"]
                  + self.KWC_ARGS) as e:
             failures = len(self._outcome.result.failures) if self._outcome.result else 0
             try:

@@ -27,7 +27,7 @@ class WatchClients(unittest.TestCase):
     def setUp(self):
         self.env = Env(apisim_args=["--pods", "60", "--namespaces", "3", "--nodes", "3", "--history", "100000",
                                     "--bookmark-interval", "0.5"],
-                       kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1"])
+                       kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1s"])
         self.readers = []
 
     def tearDown(self):

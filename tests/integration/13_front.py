@@ -641,7 +641,7 @@ class ProtocolTest(FrontCase):
 
 class TimeoutTest(FrontCase):
     apisim_args = ["--pods", "5"]
-    kwc_args = ["--request-header-timeout", "1", "--idle-timeout", "1"]
+    kwc_args = ["--request-header-timeout", "1s", "--idle-timeout", "1s"]
 
     def test_slowloris_heads_are_closed(self):
         port = self.env.kwc.port

@@ -30,7 +30,7 @@ import tempfile
 import unittest
 
 import certs
-from cluster import KWC_BIN, PYTHON, ClientTLS, Env, Fatal, Proc, Reader, dechunk, http_request, kubeconfig, kubectl_binaries, read_to_eof, wait_for
+from cluster import KWC_BIN, KWC_EXTRA_ARGS, PYTHON, ClientTLS, Env, Fatal, Proc, Reader, dechunk, http_request, kubeconfig, kubectl_binaries, read_to_eof, wait_for
 from watchstream import Stream, pump
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,7 +139,7 @@ class TlsCase(unittest.TestCase):
     def start(self, *flags, client=None):
         """kwc serving TLS with flags; ready (its /readyz over TLS says 200)."""
         name = "kwc-%d" % len(os.listdir(self.env.dir))
-        p = Proc(name, [KWC_BIN, "--upstream", "http://127.0.0.1:%d" % self.env.apisim.port,
+        p = Proc(name, [KWC_BIN] + KWC_EXTRA_ARGS + ["--upstream", "http://127.0.0.1:%d" % self.env.apisim.port,
                         "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.env.dir, "data-" + name)]
                  + list(flags), self.env.dir, tls=client or ClientTLS(P.ca.crt))
         self.procs.append(p)

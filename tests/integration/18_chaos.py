@@ -2,16 +2,20 @@
 kwc killed at any point.
 
 Backoff: during an upstream outage the reflector's log shows growing
-"retrying in X s" delays, never above 30 s (x1.5 jitter); once the upstream
-has been healthy (watch open) for 10 s, kwc says so (the pods cache's
-kwc_reflector_backoff_seconds in /metrics falls back to 0) and a dropped
-watch is retried within about a second (the next "retrying in" is under
-1.5 s), not at the delay the outage grew.
+"retrying in X s" delays (every retry written: --log-summary-interval 0),
+never above 30 s (x1.5 jitter), and the cache's state is backing_off
+(kwc_cache_state, /readyz?verbose); once the upstream has been healthy
+(watch open) for 10 s, kwc says so (the pods cache's
+kwc_reflector_backoff_seconds in /metrics falls back to 0, its state is
+watching) and a dropped watch is retried within about a second (the next
+"retrying in" is under 1.5 s), not at the delay the outage grew.
 
 Staleness: /readyz?verbose shows for each cached resource "last upstream event
-or bookmark Ns ago"; with --max-staleness 5 a resource whose upstream watch
-stays open but sends nothing leaves service after about 5 s with a reason
-containing "stale".
+or bookmark Ns ago", and /metrics kwc_cache_last_event_age_seconds; with
+--max-staleness 5s a resource whose upstream watch stays open but sends
+nothing leaves service after about 5 s with a reason containing "stale", its
+/readyz line says "stale (past --max-staleness 5s)" and its
+kwc_cache_state is stale.
 
 Chaos: 20 kill -9 of kwc under ~300 events/s of churn (restarted on the same
 data dir each time, killed at varying points after it is ready) and one
@@ -36,6 +40,7 @@ from faults import (apply_events, assert_cache_equals_upstream, get_list, kill9,
 RETRY = re.compile(r"retrying in ([0-9]+(?:\.[0-9]+)?) ?s")
 AGE = re.compile(r"last upstream event or bookmark ([0-9]+(?:\.[0-9]+)?) ?s ago")
 BACKOFF = re.compile(r"^kwc_reflector_backoff_seconds\{([^}]*)\} (\S+)$", re.M)
+SAMPLE = re.compile(r"^(kwc_cache_state|kwc_cache_last_event_age_seconds)\{([^}]*)\} (\S+)$", re.M)
 
 
 def delays(env):
@@ -52,6 +57,27 @@ def backoff_s(env):
     raise AssertionError("no kwc_reflector_backoff_seconds for pods in /metrics")
 
 
+def json_cache(env, resource):
+    """{"state": the state whose kwc_cache_state is 1, "age": the
+    kwc_cache_last_event_age_seconds sample or None} of a resource's JSON
+    cache, from /metrics."""
+    st, _, body = http_request(env.kwc.port, "GET", "/metrics")
+    assert st == 200, st
+    out = {"state": None, "age": None, "states": 0}
+    for name, labels, v in SAMPLE.findall(body.decode()):
+        if 'resource="%s"' % resource not in labels or 'encoding="json"' not in labels:
+            continue
+        if name == "kwc_cache_state":
+            out["states"] += 1
+            if float(v) == 1:
+                assert out["state"] is None, body
+                out["state"] = re.search(r'state="([^"]*)"', labels).group(1)
+        else:
+            out["age"] = float(v)
+    assert out["states"] >= 5, "a series per state: %r" % out
+    return out
+
+
 def cache_lines(text):
     return [l for l in text.splitlines() if "cache /" in l]
 
@@ -59,7 +85,8 @@ def cache_lines(text):
 @only_in_plaintext_run("the reflector's timing; the front end's transport plays no part")
 class BackoffTest(unittest.TestCase):
     def test_backoff_grows_then_resets_after_healthy_watch(self):
-        with Env(apisim_args=["--pods", "50"], kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods"]) as env:
+        with Env(apisim_args=["--pods", "50"], kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods",
+                                                         "--log-summary-interval", "0"]) as env:
             # outage of the pods watch (and lists): every attempt fails
             env.sim("POST", "/apisim/fail", {"count": 10 ** 9, "match": "/api/v1/pods?", "mode": "status",
                                              "status": 503})
@@ -70,12 +97,17 @@ class BackoffTest(unittest.TestCase):
             self.assertGreaterEqual(len(grown), 3, "several growing retries: %r" % grown)
             self.assertLess(grown[0], 1.5, "the first retry is quick: %r" % grown)
             self.assertTrue(all(d <= 45.0 for d in grown), "never above 30 s x 1.5: %r" % grown)
+            self.assertEqual(wait_for(lambda: json_cache(env, "pods")["state"] == "backing_off" and
+                                      json_cache(env, "pods"), 30, "kwc_cache_state backing_off")["state"],
+                             "backing_off")
+            self.assertIn("backing off for", [l for l in cache_lines(readyz(env.kwc.port)[1]) if "/pods" in l][0])
             env.sim("POST", "/apisim/fail", {"clear": True})
             wait_for(lambda: env.stats()["open_watches"].get("pods", 0) >= 1, 60, "kwc's watch to reopen")
             n = len(delays(env))
             self.assertGreater(backoff_s(env), 0.0, "the grown backoff stands while the watch is young")
             # kwc starts its backoff over once the watch has stayed open (10 s)
             wait_for(lambda: backoff_s(env) == 0.0, 60, "kwc's backoff to start over", interval=0.25)
+            self.assertEqual(json_cache(env, "pods")["state"], "watching")
             self.assertEqual(env.stats()["open_watches"].get("pods", 0), 1, "the watch stayed open")
             self.assertEqual(len(delays(env)), n, "no retries while healthy")
             env.sim("POST", "/apisim/drop-watches", {"resource": "pods"})
@@ -108,11 +140,16 @@ class StalenessTest(unittest.TestCase):
             wait_for(lambda: get_list(env.kwc.port, "/api/v1/pods?resourceVersion=0")[0] >= rv, 30, "the event")
             a = ages()
             self.assertLess(a["pods"], a["nodes"], a)
+            # /metrics has the same ages, and the caches watch
+            p, n = json_cache(env, "pods"), json_cache(env, "nodes")
+            self.assertEqual((p["state"], n["state"]), ("watching", "watching"))
+            self.assertLess(p["age"], n["age"], (p, n))
+            self.assertGreaterEqual(n["age"], a["nodes"] - 0.5, "read after /readyz's (whole seconds): %r" % n)
             self.assertEqual(env.kwc.stop(), 0)
 
     def test_silent_upstream_leaves_service(self):
         with Env(apisim_args=["--pods", "10", "--bookmark-interval", "600"],
-                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods", "--max-staleness", "5"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--resources", "v1/pods", "--max-staleness", "5s"]) as env:
             text = wait_readyz(env.kwc.port, 503, 60, contains=("stale",))
             line = [l for l in cache_lines(text) if "/api/v1/pods" in l]
             self.assertEqual(len(line), 1, text)
@@ -122,6 +159,10 @@ class StalenessTest(unittest.TestCase):
             m = AGE.search(line[0])
             self.assertTrue(m, line[0])
             self.assertGreaterEqual(float(m.group(1)), 5.0, "stale before --max-staleness")
+            self.assertIn("synced, stale (past --max-staleness 5s), watching, ", line[0])
+            c = json_cache(env, "pods")
+            self.assertEqual(c["state"], "stale", c)
+            self.assertGreaterEqual(c["age"], 5.0, c)
             self.assertEqual(env.kwc.stop(), 0)
 
 

@@ -967,7 +967,7 @@ class AuthMatrixTest(AuthCase):
 
     @unittest.skipIf(DIRECT_ONLY, "needs kwc")
     def test_4_revocation_within_authorized_ttl(self):
-        k = self.start_kwc("kwc-ttl", "--authorization-webhook-cache-authorized-ttl=2")
+        k = self.start_kwc("kwc-ttl", "--authorization-webhook-cache-authorized-ttl=2s")
         alice = self.ids["alice"]
         target = coll("pods", "ns-a") + "?resourceVersion=0"
         try:

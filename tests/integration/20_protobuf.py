@@ -277,7 +277,7 @@ class MixedWatchers(unittest.TestCase):
 
     def test_mixed_encodings_under_churn(self):
         with Env(apisim_args=["--pods", "150", "--namespaces", "3", "--nodes", "6", "--history", "200000"],
-                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1"] + pb_flags("v1/pods")) as e:
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1s"] + pb_flags("v1/pods")) as e:
             r0 = quiesce(e)
             e.sim("POST", "/apisim/reset-stats")
             streams = []
@@ -355,7 +355,7 @@ class ProtobufRelist(unittest.TestCase):
 
     def test_relist_keeps_protobuf_watchers(self):
         with Env(apisim_args=["--pods", "80", "--namespaces", "2", "--history", "100000"],
-                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1"] + pb_flags("v1/pods")) as e:
+                 kwc_args=["--resources", "v1/pods", "--bookmark-interval", "1s"] + pb_flags("v1/pods")) as e:
             r0 = quiesce(e)
             ws = [Stream(e.kwc.port, "/api/v1/pods?watch=1&timeoutSeconds=900&allowWatchBookmarks=true&resourceVersion=%d%s"
                          % (r0, sel), headers=[("Accept", PB)]) for sel in ("", "&labelSelector=app%3Dapp-1")]
@@ -527,7 +527,7 @@ class MalformedUpstream(unittest.TestCase):
                  start_kwc=False) as e:
             m = Mangler(e.apisim.port)
             self.addCleanup(m.close)
-            e.kwc_args = ["--resources", "v1/pods", "--bookmark-interval", "1"] + pb_flags("v1/pods")
+            e.kwc_args = ["--resources", "v1/pods", "--bookmark-interval", "1s"] + pb_flags("v1/pods")
             m.mode = "list"  # the first protobuf list page is broken
             e.start_kwc(extra=["--upstream", "http://127.0.0.1:%d" % m.port])
             quiesce(e)
@@ -640,7 +640,7 @@ class CustomResourceMetaProtobuf(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.env = Env(apisim_args=["--namespaces", "2", "--history", "100000", "--bookmark-interval", "0.5"],
-                      kwc_args=["--resources", "example.com/v1/widgets", "--bookmark-interval", "1"])
+                      kwc_args=["--resources", "example.com/v1/widgets", "--bookmark-interval", "1s"])
         w = lambda name, md, **kw: cls.env.sim("POST", "/apisim/write", dict(
             verb="create", resource="widgets", namespace="ns-1", name=name,
             object={"metadata": md, "spec": {"size": 1}}, **kw))

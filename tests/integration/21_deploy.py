@@ -1,34 +1,48 @@
-"""The deployable artefacts work: conf/kubernetes/, conf/kwc.service, the
-Dockerfile and `make image`.
+"""The deployable artefacts work: conf/kubernetes/ (a kustomize base, the
+overlays central and node-local, the optional component servicemonitor),
+conf/kwc.service, the Dockerfile and `make image`.
 
-  1. Manifests: `kubectl apply --dry-run=client` of conf/kubernetes/ (and of
-     each file, and of the node-local variant) with every kubectl installed
-     side by side (1.27-1.33). Every version insists on a server even with
-     --dry-run=client: it maps kinds to resources through discovery, and
-     apply GETs the live object to decide between create and patch. So
-     kubectl talks to a stub here that serves discovery for the kinds the
-     manifests use (kube's real group/version/resource/kind table, below)
-     and 404 for every object; it serves no OpenAPI document (none is on
-     this machine), hence --validate=false. The field check kubectl would
-     have made is done against python3-kubernetes's models (the API types,
+  1. Manifests: `kubectl kustomize` of each overlay (with and without the
+     ServiceMonitor component) with every kubectl installed side by side
+     (1.27-1.33), the same objects from each, and `kubectl apply -k
+     --dry-run=client` of each overlay. Every version insists on a server
+     even with --dry-run=client: it maps kinds to resources through
+     discovery, and apply GETs the live object to decide between create and
+     patch. So kubectl talks to a stub here that serves discovery for the
+     kinds the manifests use (kube's real group/version/resource/kind
+     table, below) and 404 for every object; it serves no OpenAPI document
+     (none is on this machine), hence --validate=false. Then
+     `kubectl apply --dry-run=server` of each rendered overlay against
+     apisim (the namespaces and the operator's ServiceMonitor CRD created
+     first, as kube's NamespaceLifecycle admission wants them), which must
+     accept every object and store none. The field check kubectl would have
+     made is done against python3-kubernetes's models (the API types,
      independent of kwc and of these files): no unknown field, the right
-     JSON types, required fields present.
+     JSON types, required fields present; the ServiceMonitor, which has no
+     model there, is checked against what the operator reads of it.
   2. The manifests agree with kwc and with each other: every flag is one
      `kwc --help` knows, the probes are kwc's /livez and /readyz over HTTPS,
-     the pod runs as it must (non-root, read-only root, no capabilities,
-     RuntimeDefault seccomp), the memory request is above the watch windows
-     (--watch-window x the caches kwc starts itself: in auto mode the
-     protobuf caches of --protobuf-resources), --cache-map-size fits the
-     volume, the Service, PVC, Secret and ServiceAccount names line up, the
-     client kubeconfig names the Service; kwc's ClusterRole lists and
-     watches everything and never gets, and the narrowed alternative in its
-     comment grants exactly the --resources list that comment gives.
+     every container runs as Pod Security "restricted" wants (non-root,
+     RuntimeDefault seccomp, every capability dropped, no privilege
+     escalation, read-only root; the node-local tier's chown init container
+     the one documented exception), requests on every container, the
+     memory request above the sizing formula's floor, availability (at
+     least 2 replicas, a rolling update that never takes both down, a
+     PodDisruptionBudget selecting the pods, topology spread over nodes and
+     zones, terminationGracePeriodSeconds above kwc's shutdown delay +
+     drain from the rendered args, no preStop hook), the NetworkPolicy
+     (kwc's port in, the API server or the central tier and DNS out), the
+     ServiceMonitor, --cache-map-size within the volume, the Service, PVC,
+     Secret and ServiceAccount names line up, the client kubeconfig names
+     the Service; kwc's ClusterRole lists and watches everything and never
+     gets, and the narrowed alternative in its comment grants exactly the
+     --resources list that comment gives.
   3. The RBAC is exactly what kwc calls: apisim --policy gets the
      ClusterRole's rules, one per group/resource/verb ("*" kept as a
      wildcard, as RBAC and apisim read it), for the bound ServiceAccount;
-     kwc runs with the Deployment's args as written (--resources auto, the
-     default; ports and paths adapted) in a pod-like sandbox: a private
-     mount namespace with the service account token and CA at
+     kwc runs with the central StatefulSet's args as rendered (--resources
+     auto, the default; ports and paths adapted) in a pod-like sandbox: a
+     private mount namespace with the service account token and CA at
      /var/run/secrets/kubernetes.io/serviceaccount and
      KUBERNETES_SERVICE_HOST/PORT (in-cluster credentials), the root
      filesystem read-only, only the volumes writable, uid 10001 without
@@ -46,12 +60,15 @@ Dockerfile and `make image`.
      used. Then each single rule is removed in turn and something must
      fail; without the list (or watch) rule every cache must fail, those
      kwc starts itself and those the caller's lists start (apisim's
-     request log shows each LIST or WATCH refused). What 10-rbac.yaml's
+     request log shows each LIST or WATCH refused). What base/rbac.yaml's
      comment shows runs too: its --resources-exclude (secrets out) under the
      rules as they are, and its narrowed alternative (an explicit
      --resources and its rules only); in both kwc never lists secrets and
-     the caller's list of them passes through as the caller. The node-local DaemonSet runs the same way (its init
-     container's chown included).
+     the caller's list of them passes through as the caller. The node-local
+     DaemonSet runs the same way (its init container's chown included) in
+     front of a central kwc run as the StatefulSet runs it, through the
+     kubeconfig of its ConfigMap: a caller reads and writes through it, and
+     the API server never sees the node-local kwc's own identity.
   4. conf/kwc.service: `systemd-analyze verify` (on a copy whose ExecStart
      names the kwc under test), `systemd-analyze security --offline`, and
      the ExecStart command line run with its specifiers (%d credentials,
@@ -79,6 +96,7 @@ tests/lib/deps.sh test (python3-yaml, python3-kubernetes, systemd,
 util-linux, openssl).
 """
 import concurrent.futures
+import copy
 import http.server
 import json
 import os
@@ -99,8 +117,9 @@ import certs
 from cluster import APISIM, KWC_BIN, PYTHON, ROOT, Fatal, Proc, kubectl_dir, only_in_plaintext_run, wait_for
 
 K8S = os.path.join(ROOT, "conf", "kubernetes")
-MAIN_FILES = sorted(os.path.join(K8S, f) for f in os.listdir(K8S) if f.endswith((".yaml", ".yml", ".json")))
-NODE_LOCAL = os.path.join(K8S, "node-local", "kwc-node-local.yaml")
+RBAC = os.path.join(K8S, "base", "rbac.yaml")
+TIERS = ("central", "node-local")  # conf/kubernetes/overlays/*
+COMPONENT = os.path.join(K8S, "components", "servicemonitor")
 CLIENT_KUBECONFIG = os.path.join(K8S, "clients", "client-kubeconfig.example.yaml")
 UNIT = os.path.join(ROOT, "conf", "kwc.service")
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")
@@ -119,11 +138,55 @@ def load_docs(*paths):
     return docs
 
 
-def find(docs, kind, name=None):
-    out = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+def find(docs, kind, name=None, namespace=None):
+    out = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name) and
+           (namespace is None or d["metadata"].get("namespace") == namespace)]
     if not out:
         raise AssertionError("no %s %s in the manifests" % (kind, name or ""))
     return out[0]
+
+
+def kustomization_with_component(tier, d):
+    """A kustomization in d: the overlay's own, its paths made relative to
+    d, the ServiceMonitor component switched on (what its commented
+    components: line does)."""
+    src = os.path.join(K8S, "overlays", tier)
+    with open(os.path.join(src, "kustomization.yaml")) as f:
+        text = f.read()
+    assert "# - ../../components/servicemonitor" in text, "the overlay shows how to switch the component on"
+    k = yaml.safe_load(text)
+    k["resources"] = [os.path.relpath(os.path.join(src, r), d) for r in k["resources"]]
+    k["components"] = [os.path.relpath(COMPONENT, d)]
+    with open(os.path.join(d, "kustomization.yaml"), "w") as f:
+        yaml.safe_dump(k, f)
+
+
+_RENDERED = {}
+
+
+def kustomize(tier, component=False, binary="kubectl"):
+    """`kubectl kustomize` of an overlay (with the ServiceMonitor component):
+    its YAML text."""
+    key = (tier, component, binary)
+    if key not in _RENDERED:
+        with tempfile.TemporaryDirectory(prefix="kwc-kustomize-") as d:
+            if component:
+                kustomization_with_component(tier, d)
+                cmd = [binary, "kustomize", "--load-restrictor", "LoadRestrictionsNone", d]
+            else:
+                cmd = [binary, "kustomize", os.path.join(K8S, "overlays", tier)]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(os.environ, HOME=d))
+        assert r.returncode == 0, "%s: %s" % (" ".join(cmd), r.stderr)
+        _RENDERED[key] = r.stdout
+    return _RENDERED[key]
+
+
+def render(*tiers, component=False):
+    """The objects of the overlays, as kubectl kustomize renders them."""
+    docs = []
+    for t in tiers:
+        docs += [d for d in yaml.safe_load_all(kustomize(t, component)) if d]
+    return copy.deepcopy(docs)
 
 
 def kwc_help():
@@ -133,19 +196,35 @@ def kwc_help():
 
 
 def kwc_flags():
-    """{flag: default or None} from `kwc --help`."""
-    flags = {}
+    """{flag: default or None} from `kwc --help` (pflag's layout: a flag's
+    line "      --name type   text", its text continued on indented lines,
+    "(default X)" at its end; a string's default quoted, a list's in [])."""
+    flags, cur, text = {}, None, []
+
+    def done():
+        if cur:
+            m = re.search(r"\(default (.*)\)$", " ".join(text))
+            flags[cur] = m.group(1).strip('"[]') if m else None
+
     for line in kwc_help().splitlines():
-        m = re.match(r"^\s+(--[a-z0-9-]+)(.*?)(?:\[([^\]]*)\])?\s*$", line)
+        m = re.match(r"^  (?:-h, |    )(--[a-z0-9-]+)(?: [a-z]+)?\s+(.*)$", line)
         if m:
-            flags[m.group(1)] = m.group(3)
+            done()
+            cur, text = m.group(1), [m.group(2)]
+        elif cur and line.startswith(" "):
+            text.append(line.strip())
+        else:
+            done()
+            cur, text = None, []
+    done()
     return flags
 
 
 def split_args(args):
     """[(flag, value or None)] of a kwc argument list (--flag=value or --flag value)."""
     out, i = [], 0
-    boolean = {"--insecure-allow-remote", "--anonymous-auth", "--help", "--version"}
+    boolean = {"--insecure-allow-remote", "--anonymous-auth", "--access-log", "--serve-discovery", "--help",
+               "--version"}
     while i < len(args):
         a = args[i]
         if "=" in a:
@@ -217,9 +296,9 @@ def builtin_group(g):
 
 
 def narrowed_example():
-    """10-rbac.yaml's commented alternative to the wildcard rule: ([(group,
+    """base/rbac.yaml's commented alternative to the wildcard rule: ([(group,
     version, resource)] of its --resources, [its rules])."""
-    with open(os.path.join(K8S, "10-rbac.yaml")) as f:
+    with open(RBAC) as f:
         comment = [l[2:] if l.startswith("# ") else l[1:] for l in f.read().splitlines() if l.startswith("#")]
     (line,) = [l.strip() for l in comment if l.strip().startswith("- --resources=")]
     resources = parse_gvrs(line[len("- --resources="):])
@@ -233,8 +312,8 @@ def narrowed_example():
 
 
 def exclude_example():
-    """The --resources-exclude 10-rbac.yaml's comment shows (secrets out)."""
-    with open(os.path.join(K8S, "10-rbac.yaml")) as f:
+    """The --resources-exclude base/rbac.yaml's comment shows (secrets out)."""
+    with open(RBAC) as f:
         (line,) = [l[1:].strip() for l in f.read().splitlines() if l.startswith("#") and "--resources-exclude=" in l]
     return line.split("=", 1)[1]
 
@@ -245,6 +324,43 @@ def quantity(q):
     units = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
              "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
     return int(float(m.group(1)) * units[m.group(2)])
+
+
+def workload_volumes(w):
+    """{volume name: volume} of a workload's pods, a StatefulSet's claim
+    templates as {"claimTemplate": template}."""
+    vols = {v["name"]: v for v in w["spec"]["template"]["spec"].get("volumes", [])}
+    for t in w["spec"].get("volumeClaimTemplates", []):
+        vols[t["metadata"]["name"]] = {"name": t["metadata"]["name"], "claimTemplate": t}
+    return vols
+
+
+def go_duration(text):
+    """Seconds of a Go duration (10s, 1m30s, 500ms) or a bare number of seconds."""
+    if re.match(r"^\d+(\.\d+)?$", text):
+        return float(text)
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)", text)
+    assert parts and "".join(a + b for a, b in parts) == text, "not a duration: %r" % text
+    return sum(float(a) * units[b] for a, b in parts)
+
+
+def shutdown_seconds(args):
+    """(delay, drain, whether kwc has a shutdown delay) in seconds: the
+    workload's --shutdown-delay-duration and drain flag (whatever name kwc
+    gives it: --shutdown-drain-seconds, a -duration form), else their
+    defaults from kwc --help."""
+    flags = kwc_flags()
+    a = dict(args)
+    out = []
+    for what in ("delay", "drain"):
+        names = [f for f in flags if re.match(r"^--shutdown-%s(-duration|-seconds|-grace-period)?$" % what, f)]
+        if not names:
+            out.append(0.0)
+            continue
+        v = a.get(names[0], flags[names[0]])
+        out.append(go_duration(v) if v else 0.0)
+    return out[0], out[1], any(re.match(r"^--shutdown-delay", f) for f in flags)
 
 
 def workload_container(w):
@@ -267,6 +383,9 @@ DISCOVERY = {
                                           ("clusterrolebindings", "ClusterRoleBinding", False),
                                           ("roles", "Role", True), ("rolebindings", "RoleBinding", True)],
     ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True)],
+    ("networking.k8s.io", "v1"): [("networkpolicies", "NetworkPolicy", True)],
+    # the Prometheus operator's CRD (the component's ServiceMonitor)
+    ("monitoring.coreos.com", "v1"): [("servicemonitors", "ServiceMonitor", True)],
 }
 
 
@@ -402,40 +521,41 @@ def model_check(obj, errors):
 
 @only_in_plaintext_run("static checks of the deployment files; nothing about the test transport")
 class ManifestTest(unittest.TestCase):
-    def test_kubectl_apply_dry_run_every_version(self):
+    def test_kubectl_kustomize_and_apply_dry_run_every_version(self):
         versions = kubectl_versions()
         self.assertGreaterEqual(len(versions), 2, "kubectl 1.27-1.33 side by side: %s" % versions)
         stub = DiscoveryStub()
         home = tempfile.mkdtemp(prefix="kwc-kubectl-")
-        cases = [("conf/kubernetes/", [K8S], load_docs(*MAIN_FILES))]
-        cases += [(os.path.relpath(f, ROOT), [f], load_docs(f)) for f in MAIN_FILES]
-        cases.append(("node-local", [os.path.join(K8S, "10-rbac.yaml"), os.path.dirname(NODE_LOCAL)],
-                      load_docs(os.path.join(K8S, "10-rbac.yaml"), NODE_LOCAL)))
 
-        def run(v, binary, what, paths, docs):
+        def run(v, binary, tier):
+            problems = []
+            # every version's kustomize renders the same objects
+            for comp in (False, True):
+                if kustomize(tier, comp, binary) != kustomize(tier, comp, versions[-1][1]):
+                    problems.append("kubectl %s kustomize %s%s renders differently from %s" % (
+                        v, tier, " + servicemonitor" if comp else "", versions[-1][0]))
             env = dict(os.environ, KUBECONFIG="/dev/null", HOME=home)
             cmd = [binary, "--server", "http://127.0.0.1:%d" % stub.port, "--cache-dir",
-                   os.path.join(home, "cache-" + v), "apply", "--dry-run=client", "--validate=false"]
-            for p in paths:
-                cmd += ["-f", p]
+                   os.path.join(home, "cache-" + v), "apply", "--dry-run=client", "--validate=false", "-k",
+                   os.path.join(K8S, "overlays", tier)]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-            problems = []
             if r.returncode != 0:
-                problems.append("kubectl %s apply %s: exit %d: %s" % (v, what, r.returncode, r.stderr[-1500:]))
+                problems.append("kubectl %s apply -k %s: exit %d: %s" % (v, tier, r.returncode, r.stderr[-1500:]))
             done = [l for l in r.stdout.splitlines() if l.endswith("(dry run)")]
+            docs = render(tier)
             if len(done) != len(docs):
-                problems.append("kubectl %s apply %s: %d objects in the files, %d applied:\n%s" % (
-                    v, what, len(docs), len(done), r.stdout))
+                problems.append("kubectl %s apply -k %s: %d objects rendered, %d applied:\n%s" % (
+                    v, tier, len(docs), len(done), r.stdout))
             for d in docs:
                 if not any(l.split(" ")[0].split("/", 1)[-1] == d["metadata"]["name"] and
                            l.split("/")[0].split(".")[0] == d["kind"].lower() for l in done):
-                    problems.append("kubectl %s apply %s: %s %s missing from:\n%s" % (
-                        v, what, d["kind"], d["metadata"]["name"], r.stdout))
+                    problems.append("kubectl %s apply -k %s: %s %s missing from:\n%s" % (
+                        v, tier, d["kind"], d["metadata"]["name"], r.stdout))
             return problems
 
         try:
             with concurrent.futures.ThreadPoolExecutor(4) as ex:
-                futs = [ex.submit(run, v, b, *c) for v, b in versions for c in cases]
+                futs = [ex.submit(run, v, b, t) for v, b in versions for t in TIERS]
                 problems = [p for f in futs for p in f.result()]
         finally:
             stub.close()
@@ -445,8 +565,9 @@ class ManifestTest(unittest.TestCase):
 
     def test_fields_match_the_api_types(self):
         errors = []
-        for d in load_docs(*MAIN_FILES, NODE_LOCAL):
-            model_check(d, errors)
+        for d in render(*TIERS, component=True):
+            if d["kind"] != "ServiceMonitor":  # no model: test_servicemonitor
+                model_check(d, errors)
         self.assertEqual(errors, [])
 
     def test_cluster_role_rules(self):
@@ -454,7 +575,7 @@ class ManifestTest(unittest.TestCase):
         demand for any resource), never get; and the narrowed alternative its
         comment shows grants exactly its own --resources list (and the
         APIService list discovery reads), secrets not among them."""
-        role = find(load_docs(os.path.join(K8S, "10-rbac.yaml")), "ClusterRole", "kwc")
+        role = find(load_docs(RBAC), "ClusterRole", "kwc")
         self.assertIn({"apiGroups": ["*"], "resources": ["*"], "verbs": ["list", "watch"]}, role["rules"])
         self.assertEqual([r for r in role["rules"] if "get" in r["verbs"] or "*" in r["verbs"]], [])
         resources, rules = narrowed_example()
@@ -480,7 +601,7 @@ class ManifestTest(unittest.TestCase):
         self.assertNotIn("secrets", [r for _, _, r in resources])
 
     def test_client_kubeconfig_names_the_service(self):
-        docs = load_docs(*MAIN_FILES)
+        docs = render("central")
         svc = find(docs, "Service", "kwc")
         with open(CLIENT_KUBECONFIG) as f:
             kc = yaml.safe_load(f)
@@ -516,7 +637,7 @@ class ManifestTest(unittest.TestCase):
         self.assertRegex(a["--listen"], r"^(0\.0\.0\.0)?:\d+$")
         self.assertIn(a.get("--auth", "delegated"), ("delegated",))
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-        vols = {v["name"]: v for v in spec["volumes"]}
+        vols = workload_volumes(w)
         self.assertIn(a["--data-dir"], mounts)
         tls_dir = os.path.dirname(a["--tls-cert-file"])
         self.assertEqual(tls_dir, os.path.dirname(a["--tls-private-key-file"]))
@@ -529,18 +650,18 @@ class ManifestTest(unittest.TestCase):
             g = c[probe]["httpGet"]
             self.assertEqual((g["path"], g["scheme"]), (path, "HTTPS"), probe)
             self.assertEqual(ports.get(g["port"], g["port"]), port, probe)
-        # the pod security the brief asks for
-        psc = spec.get("securityContext", {})
-        csc = c["securityContext"]
-        self.assertTrue(csc.get("runAsNonRoot", psc.get("runAsNonRoot")))
-        self.assertEqual(csc.get("runAsUser", psc.get("runAsUser")), pod_uid_from)
-        self.assertTrue(csc["readOnlyRootFilesystem"])
-        self.assertFalse(csc["allowPrivilegeEscalation"])
-        self.assertEqual(csc["capabilities"]["drop"], ["ALL"])
-        self.assertNotIn("add", csc["capabilities"])
-        self.assertEqual(csc.get("seccompProfile", psc.get("seccompProfile"))["type"], "RuntimeDefault")
-        # memory above the watch windows: one per cached resource
-        window = int(a.get("--watch-window", flags["--watch-window"]))
+        # a failing /readyz leaves the endpoints within the shutdown delay
+        rp = c["readinessProbe"]
+        delay, _, has_delay = shutdown_seconds(args)
+        if has_delay:
+            self.assertLessEqual(rp.get("periodSeconds", 10) * rp.get("failureThreshold", 3), delay,
+                                 "a failing /readyz noticed within --shutdown-delay-duration")
+        self.assertEqual(c["securityContext"].get("runAsUser", spec.get("securityContext", {}).get("runAsUser")),
+                         pod_uid_from)
+        # memory: the sizing formula's floor (docs/deploy.md): 12 MiB,
+        # 0.5 MiB per cache, a full --watch-window per cache kwc starts
+        # itself, 32 MiB of catch-up per watch worker
+        window = quantity(a.get("--watch-window", flags["--watch-window"]))
         # (--resources auto, the default: the protobuf caches kwc starts
         # itself; an explicit list: its caches, and the protobuf ones of it)
         if a.get("--resources", "auto") == "auto":
@@ -550,7 +671,8 @@ class ManifestTest(unittest.TestCase):
             pb = protobuf_names(args)
             nres = len(listed) + len([1 for g, _, r in listed if builtin_group(g) and r in pb])
         req = quantity(c["resources"]["requests"]["memory"])
-        self.assertGreater(req, window * nres, "memory request vs --watch-window x %d caches" % nres)
+        floor = (12 << 20) + nres * ((1 << 19) + window) + int(a["--watch-workers"]) * (32 << 20)
+        self.assertGreater(req, floor, "memory request vs the sizing formula with %d caches" % nres)
         self.assertGreaterEqual(quantity(c["resources"]["limits"]["memory"]), req)
         # watch workers: set, and not above the CPUs asked for
         cpu = c["resources"]["requests"]["cpu"]
@@ -563,7 +685,7 @@ class ManifestTest(unittest.TestCase):
         bound = [s for b in docs if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == "kwc"
                  for s in b["subjects"]]
         self.assertIn({"kind": "ServiceAccount", "name": sa, "namespace": ns}, bound)
-        find(docs, "ServiceAccount", sa)
+        find(docs, "ServiceAccount", sa, ns)
         self.assertNotEqual(spec.get("automountServiceAccountToken"), False)
         # a Service selecting the pods, on the named port
         labels = w["spec"]["template"]["metadata"]["labels"]
@@ -580,28 +702,114 @@ class ManifestTest(unittest.TestCase):
         self.assertTrue(tag, r.stdout + r.stderr)
         for x in [c] + spec.get("initContainers", []):
             self.assertEqual(x["image"], tag.group(1), "%s: the image make image builds" % x["name"])
+        self.check_availability(docs, w, args)
+        self.check_network_policy(docs, w, port)
         return a, mounts, vols
 
-    def test_deployment_agrees_with_kwc(self):
-        docs = load_docs(*MAIN_FILES)
-        d = find(docs, "Deployment", "kwc")
-        a, mounts, vols = self.check_workload(docs, d, POD_UID)
-        # one kwc per data dir: a RWO claim, one replica, no overlap on rollout
-        self.assertEqual(d["spec"]["replicas"], 1)
-        self.assertEqual(d["spec"]["strategy"]["type"], "Recreate")
-        claim = vols[mounts[a["--data-dir"]]]["persistentVolumeClaim"]["claimName"]
-        pvc = find(docs, "PersistentVolumeClaim", claim)
-        self.assertEqual(pvc["metadata"]["namespace"], d["metadata"]["namespace"])
-        size = quantity(pvc["spec"]["resources"]["requests"]["storage"])
-        self.assertLess(int(a["--cache-map-size"]), size, "--cache-map-size must fill before the volume does")
-        ns = find(docs, "Namespace", d["metadata"]["namespace"])
-        self.assertEqual(ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted")
-        # apply order: the namespace's file sorts first
-        first = load_docs(MAIN_FILES[0])
-        self.assertEqual([x["kind"] for x in first], ["Namespace"])
+    def check_availability(self, docs, w, args):
+        """Pod security, requests, shutdown and disruption settings every
+        tier shares."""
+        spec = w["spec"]["template"]["spec"]
+        psc = spec.get("securityContext", {})
+        ns = find(docs, "Namespace", w["metadata"]["namespace"])["metadata"]["labels"]
+        for x in spec["containers"] + spec.get("initContainers", []):
+            csc = x.get("securityContext", {})
+            where = "%s %s, container %s" % (w["kind"], w["metadata"]["name"], x["name"])
+            # Pod Security "restricted" (kube's pod-security-admission policy checks)
+            self.assertEqual(csc.get("seccompProfile", psc.get("seccompProfile", {})).get("type"),
+                             "RuntimeDefault", where)
+            self.assertIs(csc.get("allowPrivilegeEscalation"), False, where)
+            self.assertIs(csc.get("readOnlyRootFilesystem"), True, where)
+            self.assertEqual(csc.get("capabilities", {}).get("drop"), ["ALL"], where)
+            self.assertNotIn("privileged", [k for k, v in csc.items() if v is True])
+            if x in spec.get("initContainers", []) and x["name"] == "chown-cache":
+                # the documented exception: root with CAP_CHOWN alone, in a
+                # namespace enforcing "privileged" and warning at "restricted"
+                self.assertEqual(csc["capabilities"].get("add"), ["CHOWN"], where)
+                self.assertEqual(ns["pod-security.kubernetes.io/enforce"], "privileged")
+                self.assertEqual(ns["pod-security.kubernetes.io/warn"], "restricted")
+            else:
+                self.assertIs(csc.get("runAsNonRoot", psc.get("runAsNonRoot")), True, where)
+                self.assertNotEqual(csc.get("runAsUser", psc.get("runAsUser")), 0, where)
+                self.assertNotIn("add", csc.get("capabilities", {}), where)
+            # requests on every container; no preStop: kwc keeps serving with
+            # /readyz failing for --shutdown-delay-duration itself
+            self.assertTrue({"cpu", "memory"} <= set(x.get("resources", {}).get("requests", {})), where)
+            self.assertNotIn("preStop", x.get("lifecycle", {}), where)
+        if "hostPath" not in json.dumps(spec.get("volumes", [])):
+            self.assertEqual(ns["pod-security.kubernetes.io/enforce"], "restricted")
+        # the grace period covers the shutdown delay and the drain, with a margin
+        delay, drain, _ = shutdown_seconds(args)
+        self.assertGreaterEqual(spec["terminationGracePeriodSeconds"], delay + drain + 5,
+                                "terminationGracePeriodSeconds vs delay %g s + drain %g s" % (delay, drain))
 
-    def test_node_local_daemonset_agrees_with_kwc(self):
-        docs = load_docs(os.path.join(K8S, "10-rbac.yaml"), NODE_LOCAL)
+    def check_network_policy(self, docs, w, port):
+        ns = w["metadata"]["namespace"]
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        pols = [p for p in docs if p["kind"] == "NetworkPolicy" and p["metadata"]["namespace"] == ns and
+                all(labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+        self.assertEqual(len(pols), 1, "one NetworkPolicy selects the %s's pods" % w["kind"])
+        spec = pols[0]["spec"]
+        self.assertEqual(sorted(spec["policyTypes"]), ["Egress", "Ingress"])
+        ports = {p["name"]: p["containerPort"] for p in workload_container(w)["ports"]}
+        ingress = [p for r in spec["ingress"] for p in r["ports"]]
+        self.assertIn(port, [ports.get(p["port"], p["port"]) for p in ingress], "kwc's port let in")
+        out = [(r.get("to"), p.get("port"), p.get("protocol", "TCP")) for r in spec["egress"] for p in r["ports"]]
+        dns = [to for to, pt, proto in out if pt == 53]
+        self.assertEqual({proto for _, pt, proto in out if pt == 53}, {"UDP", "TCP"}, "DNS out")
+        self.assertTrue(dns and all(to for to in dns), "DNS to the cluster's DNS pods only")
+        a = dict(split_args(workload_container(w)["args"]))
+        if "--kubeconfig" in a:
+            # a tier in front of the central one: the central pods' port
+            central = find(render("central"), "StatefulSet", "kwc")
+            cport = int(dict(split_args(workload_container(central)["args"]))["--listen"].rsplit(":", 1)[1])
+            sel = central["spec"]["template"]["metadata"]["labels"]
+            self.assertTrue([to for to, pt, _ in out if pt == cport and to and any(
+                t.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") ==
+                central["metadata"]["namespace"] and
+                all(sel.get(k) == v for k, v in t.get("podSelector", {}).get("matchLabels", {}).items())
+                for t in to)], "egress to the central tier's pods")
+            self.assertNotIn(6443, [pt for _, pt, _ in out], "the API server is the central tier's business")
+        else:
+            self.assertTrue({443, 6443} <= {pt for _, pt, _ in out}, "egress to the API server")
+
+    def test_central_statefulset(self):
+        docs = render("central")
+        w = find(docs, "StatefulSet", "kwc")
+        a, mounts, vols = self.check_workload(docs, w, POD_UID)
+        spec = w["spec"]
+        # availability: two replicas at least, one replaced at a time and
+        # only once the new one is ready (a StatefulSet has no surge; a
+        # Deployment would need maxUnavailable 0), a PDB, spread
+        self.assertGreaterEqual(spec["replicas"], 2)
+        self.assertEqual(spec["updateStrategy"]["type"], "RollingUpdate")
+        self.assertEqual(spec["updateStrategy"].get("rollingUpdate", {}).get("partition", 0), 0)
+        self.assertNotIn("maxUnavailable", spec["updateStrategy"].get("rollingUpdate", {}))
+        self.assertGreaterEqual(spec.get("minReadySeconds", 0), 5)
+        self.assertEqual(spec["podManagementPolicy"], "Parallel")
+        labels = spec["template"]["metadata"]["labels"]
+        pdbs = [p for p in docs if p["kind"] == "PodDisruptionBudget" and
+                all(labels.get(k) == v for k, v in p["spec"]["selector"]["matchLabels"].items())]
+        self.assertEqual(len(pdbs), 1, "a PodDisruptionBudget selecting the pods")
+        pdb = pdbs[0]["spec"]
+        self.assertTrue(pdb.get("maxUnavailable") == 1 or 1 <= pdb.get("minAvailable", 0) < spec["replicas"], pdb)
+        spread = {c["topologyKey"]: c for c in spec["template"]["spec"]["topologySpreadConstraints"]}
+        self.assertEqual(spread["kubernetes.io/hostname"]["whenUnsatisfiable"], "DoNotSchedule")
+        self.assertEqual(spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"], "ScheduleAnyway")
+        for c in spread.values():
+            self.assertEqual(c["maxSkew"], 1)
+            self.assertEqual(c["labelSelector"]["matchLabels"], spec["selector"]["matchLabels"])
+        # the data dir: a volume per replica, RWO, larger than the map
+        claim = vols[mounts[a["--data-dir"]]]["claimTemplate"]
+        self.assertEqual(claim["spec"]["accessModes"], ["ReadWriteOnce"])
+        size = quantity(claim["spec"]["resources"]["requests"]["storage"])
+        self.assertLess(quantity(a["--cache-map-size"]), size, "--cache-map-size must fill before the volume does")
+        self.assertEqual(spec["serviceName"], find(docs, "Service", "kwc")["metadata"]["name"])
+        # apply order: kubectl kustomize puts the Namespace first
+        self.assertEqual(docs[0]["kind"], "Namespace")
+
+    def test_node_local_daemonset(self):
+        docs = render("node-local")
         ds = find(docs, "DaemonSet", "kwc")
         a, mounts, vols = self.check_workload(docs, ds, POD_UID)
         host = vols[mounts[a["--data-dir"]]]["hostPath"]
@@ -609,9 +817,111 @@ class ManifestTest(unittest.TestCase):
         init = ds["spec"]["template"]["spec"]["initContainers"][0]
         self.assertEqual(init["securityContext"]["capabilities"], {"drop": ["ALL"], "add": ["CHOWN"]})
         self.assertIn("%d:%d" % (POD_UID, POD_UID), init["command"])
-        self.assertLess(int(a["--cache-map-size"]), 64 << 30)
+        self.assertLess(quantity(a["--cache-map-size"]), 64 << 30)
         svc = find(docs, "Service", "kwc")
         self.assertEqual(svc["spec"]["internalTrafficPolicy"], "Local")
+        # no surge: the new pod could not lock the node's data dir
+        ru = ds["spec"]["updateStrategy"]["rollingUpdate"]
+        self.assertEqual((ds["spec"]["updateStrategy"]["type"], ru["maxSurge"], ru["maxUnavailable"]),
+                         ("RollingUpdate", 0, 1))
+        # in front of the central tier: the kubeconfig of its ConfigMap
+        cm = vols[mounts[os.path.dirname(a["--kubeconfig"])]]["configMap"]["name"]
+        kc = yaml.safe_load(find(docs, "ConfigMap", cm)["data"][os.path.basename(a["--kubeconfig"])])
+        central = render("central")
+        svc = find(central, "Service", "kwc")
+        (cluster,) = [c["cluster"] for c in kc["clusters"]]
+        self.assertEqual(cluster["server"], "https://%s.%s.svc:%d" % (
+            svc["metadata"]["name"], svc["metadata"]["namespace"], svc["spec"]["ports"][0]["port"]))
+        self.assertIn(os.path.dirname(cluster["certificate-authority"]), mounts)
+        (user,) = [u["user"] for u in kc["users"]]
+        self.assertEqual(user, {"tokenFile": SA_DIR + "/token"})
+        # bound to the central tier's ClusterRole, which it does not carry
+        self.assertEqual([d for d in docs if d["kind"] == "ClusterRole"], [])
+        b = find(docs, "ClusterRoleBinding", "kwc-node")
+        self.assertEqual(b["roleRef"]["name"], find(central, "ClusterRole", "kwc")["metadata"]["name"])
+        self.assertNotIn("kwc", [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"])
+
+    def test_servicemonitor(self):
+        """The optional component: the Service's pods' /metrics over HTTPS on
+        the Service's named port, verifying the tier's own certificate name,
+        as a Prometheus operator reads a ServiceMonitor."""
+        for tier in TIERS:
+            docs = render(tier, component=True)
+            self.assertEqual(len(docs), len(render(tier)) + 1, "the component adds the ServiceMonitor alone")
+            sm = find(docs, "ServiceMonitor", "kwc")
+            self.assertEqual(sm["apiVersion"], "monitoring.coreos.com/v1")
+            svc = find(docs, "Service", "kwc")
+            ns = svc["metadata"]["namespace"]
+            self.assertEqual(sm["metadata"]["namespace"], ns)
+            self.assertEqual(set(sm["spec"]), {"selector", "endpoints"})
+            self.assertTrue(all(svc["metadata"]["labels"].get(k) == v
+                                for k, v in sm["spec"]["selector"]["matchLabels"].items()))
+            (ep,) = sm["spec"]["endpoints"]
+            self.assertIn(ep["port"], [p["name"] for p in svc["spec"]["ports"]])
+            self.assertEqual((ep["scheme"], ep["path"]), ("https", "/metrics"))
+            self.assertRegex(ep["interval"], r"^\d+s$")
+            self.assertEqual(ep["bearerTokenFile"], SA_DIR + "/token")
+            self.assertEqual(ep["tlsConfig"]["serverName"], "kwc.%s.svc" % ns)
+            self.assertEqual(ep["tlsConfig"]["ca"]["configMap"]["key"], "ca.crt")
+            self.assertFalse(ep["tlsConfig"].get("insecureSkipVerify", False))
+            known = {"port", "scheme", "path", "interval", "bearerTokenFile", "tlsConfig"}
+            self.assertEqual(set(ep) - known, set())
+            # who may scrape: the metrics reader ClusterRole (central owns it)
+            role = find(render("central"), "ClusterRole", "kwc-metrics-reader")
+            self.assertEqual(role["rules"], [{"nonResourceURLs": [ep["path"]], "verbs": ["get"]}])
+
+
+@only_in_plaintext_run("kubectl against the emulator; nothing about kwc's transport")
+class ServerDryRunTest(unittest.TestCase):
+    """`kubectl apply --dry-run=server` of each overlay (the component on)
+    against apisim, with the oldest and the newest kubectl: every object
+    accepted, none stored."""
+
+    def test_apply_dry_run_server(self):
+        d = tempfile.mkdtemp(prefix="kwc-dryrun-")
+        sim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--pods", "1"], d)
+        sim.start()
+        try:
+            versions = kubectl_versions()
+            env = dict(os.environ, KUBECONFIG="/dev/null", HOME=d)
+
+            def kubectl(binary, *argv, stdin=None):
+                r = subprocess.run([binary, "--server", "http://127.0.0.1:%d" % sim.port] + list(argv),
+                                   input=stdin, capture_output=True, text=True, timeout=60, env=env)
+                return r
+
+            docs = render(*TIERS, component=True)
+            # what exists before kwc is applied: its namespaces (kube's
+            # NamespaceLifecycle refuses objects in a missing one, dry run
+            # or not) and the Prometheus operator's CRD
+            crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                   "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+                   "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                            "names": {"plural": "servicemonitors", "singular": "servicemonitor",
+                                      "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
+                            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                                "openAPIV3Schema": {"type": "object",
+                                                    "x-kubernetes-preserve-unknown-fields": True}}}]}}
+            pre = [x for x in docs if x["kind"] == "Namespace"] + [crd]
+            r = kubectl(versions[-1][1], "create", "-f", "-", stdin=yaml.safe_dump_all(pre))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            wait_for(lambda: kubectl(versions[-1][1], "get", "servicemonitors", "-A").returncode == 0, 10,
+                     "the ServiceMonitor CRD served")
+            for v, b in (versions[0], versions[-1]):
+                for tier in TIERS:
+                    r = kubectl(b, "apply", "--dry-run=server", "-f", "-", stdin=kustomize(tier, True))
+                    self.assertEqual(r.returncode, 0, "kubectl %s apply --dry-run=server %s: %s" % (
+                        v, tier, r.stderr))
+                    done = [l for l in r.stdout.splitlines() if l.endswith("(server dry run)")]
+                    self.assertEqual(len(done), len(render(tier, component=True)), r.stdout)
+            # nothing stored
+            for kind in ("statefulsets", "daemonsets", "servicemonitors", "networkpolicies",
+                         "poddisruptionbudgets", "clusterroles", "configmaps"):
+                r = kubectl(versions[-1][1], "get", kind, "-A", "-l", "app.kubernetes.io/name=kwc", "-o", "name")
+                self.assertEqual((r.returncode, r.stdout), (0, ""), kind + ": " + r.stderr)
+        finally:
+            sim.stop()
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- 3. RBAC against what kwc calls, in a pod-like sandbox ---------------
@@ -758,7 +1068,7 @@ class RbacSandboxTest(unittest.TestCase):
     def setUpClass(cls):
         if os.geteuid() != 0:
             raise AssertionError("21_deploy runs kwc in mount namespaces: run it as root, as CI does")
-        cls.docs = load_docs(*MAIN_FILES, NODE_LOCAL)
+        cls.docs = render(*TIERS)
         cls.dir = tempfile.mkdtemp(prefix="kwc-deploy-")
         os.chmod(cls.dir, 0o755)
         cls.apisim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--tls-cert", P.server.crt,
@@ -849,11 +1159,14 @@ class RbacSandboxTest(unittest.TestCase):
 
     # -- kwc as the workload runs it --
 
-    def start_kwc(self, workload, sa_token, atoms, extra=()):
+    def start_kwc(self, workload, sa_token, atoms, extra=(), upstream_port=None):
         """kwc with workload's args (ports and paths adapted; extra flags
         appended), in-cluster as the service account whose token is
-        sa_token, apisim holding atoms. Returns (Proc, apisim's request seq
-        before, run dir, [(flag, value)] as given)."""
+        sa_token, apisim holding atoms. A ConfigMap volume holds the
+        ConfigMap of the manifests (paths adapted, a kubeconfig's server
+        made https://127.0.0.1:upstream_port) or, for one they do not carry
+        (kwc-ca, the operator's), the test CA. Returns (Proc, apisim's
+        request seq before, run dir, [(flag, value)] as given)."""
         self.sim("POST", "/apisim/policy", policy(atoms))
         seq0 = self.sim("GET", "/apisim/requests")["seq"]
         self.__class__.runs += 1
@@ -861,14 +1174,23 @@ class RbacSandboxTest(unittest.TestCase):
         os.makedirs(run)
         c = workload_container(workload)
         spec = workload["spec"]["template"]["spec"]
-        vols = {v["name"]: v for v in spec["volumes"]}
-        host_of, rw, chown = {}, [], None
+        vols = workload_volumes(workload)
+        host_of, rw, chown, files = {}, [], None, {}
         for m in c["volumeMounts"]:
             d = os.path.join(run, "vol-" + m["name"])
             os.makedirs(d)
             os.chmod(d, 0o755)
             host_of[m["mountPath"]] = d
             v = vols[m["name"]]
+            if "configMap" in v:
+                name, ns = v["configMap"]["name"], workload["metadata"]["namespace"]
+                cms = [x for x in self.docs if x["kind"] == "ConfigMap" and x["metadata"]["name"] == name and
+                       x["metadata"]["namespace"] == ns]
+                with open(P.ca.crt) as fh:
+                    data = cms[0]["data"] if cms else {"ca.crt": fh.read()}
+                for k, text in data.items():
+                    files[os.path.join(d, k)] = text
+                continue
             if "secret" in v:
                 assert v["secret"]["secretName"] == "kwc-tls"
                 mode = v["secret"].get("defaultMode", 0o644)
@@ -894,6 +1216,13 @@ class RbacSandboxTest(unittest.TestCase):
                     if v == mp or v.startswith(mp + "/"):
                         v = d + v[len(mp):]
             args += [f] + ([v] if v is not None else [])
+        for path, text in files.items():
+            for mp, d in host_of.items():
+                text = text.replace(mp + "/", d + "/")
+            if upstream_port:
+                text = re.sub(r"server: https://\S+", "server: https://127.0.0.1:%d" % upstream_port, text)
+            with open(path, "w") as fh:
+                fh.write(text)
         sa = os.path.join(run, "sa")
         os.makedirs(sa)
         with open(os.path.join(sa, "token"), "w") as fh:
@@ -904,7 +1233,10 @@ class RbacSandboxTest(unittest.TestCase):
         env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.apisim.port)}
         for e in c.get("env", []):
             env[e["name"]] = e["value"]
-        p = sandbox_proc("kwc", run, [KWC_BIN] + args, env, rw, sa_dir=sa, chown=chown)
+        # the manifest's --shutdown-delay-duration waits for a Service's
+        # endpoints: none here, and the tests stop kwc many times
+        p = sandbox_proc("kwc", run, [KWC_BIN] + args + ["--shutdown-delay-duration=0"], env, rw, sa_dir=sa,
+                         chown=chown)
         p.start()
         return p, seq0, run, given
 
@@ -1108,8 +1440,8 @@ class RbacSandboxTest(unittest.TestCase):
             p.kill()
             raise
 
-    def test_deployment_rbac_is_exactly_what_kwc_calls(self):
-        d = find(self.docs, "Deployment", "kwc")
+    def test_central_rbac_is_exactly_what_kwc_calls(self):
+        d = find(self.docs, "StatefulSet", "kwc")
         p, run, atoms, caches = self.full_run(d, TOKENS["kwc"], "kwc")
         try:
             # kwc did its writing on the volumes alone (the root is read-only)
@@ -1141,12 +1473,12 @@ class RbacSandboxTest(unittest.TestCase):
         self.assertEqual(silent, [], "rules whose absence nothing noticed (unused)")
 
     def test_narrowed_rbac_from_the_comment(self):
-        """10-rbac.yaml's narrowed alternative (an explicit --resources and
+        """base/rbac.yaml's narrowed alternative (an explicit --resources and
         rules for exactly it): kwc runs under those rules alone, never
         lists or watches secrets, and alice's read of secrets passes through
         as alice. Entries the emulator does not serve are left out of the
         list (kwc would wait for them)."""
-        d = find(self.docs, "Deployment", "kwc")
+        d = find(self.docs, "StatefulSet", "kwc")
         resources, rules = narrowed_example()
         served = {(g, v, r) for g, v, r in self.discovered}
         kept = [(g, v, r) for g, v, r in resources if (g, v, r) in served]
@@ -1170,11 +1502,11 @@ class RbacSandboxTest(unittest.TestCase):
             self.stop_kwc(p)
 
     def test_secrets_excluded_as_the_comment_shows(self):
-        """10-rbac.yaml's --resources-exclude (the defaults and v1/secrets),
+        """base/rbac.yaml's --resources-exclude (the defaults and v1/secrets),
         the rules as they are: no cache of secrets (kwc never lists or
         watches them), alice's list of them passes through as alice, and
         everything else is cached on demand as before."""
-        d = find(self.docs, "Deployment", "kwc")
+        d = find(self.docs, "StatefulSet", "kwc")
         ex = exclude_example()
         self.assertIn("v1/secrets", ex.split(","))
         self.assertLessEqual(set(kinds_define("KINDS_EXCLUDE_DEFAULT").split(",")), set(ex.split(",")),
@@ -1195,14 +1527,49 @@ class RbacSandboxTest(unittest.TestCase):
             self.stop_kwc(p)
 
     def test_node_local_daemonset_runs(self):
+        """The node-local DaemonSet's kwc in front of a central kwc (the
+        StatefulSet's), through its ConfigMap's kubeconfig: it syncs, a
+        caller reads and writes through it, its init container hands it the
+        host directory, and the API server sees it only through the
+        central tier (impersonated by the central kwc, never as itself)."""
+        central = find(self.docs, "StatefulSet", "kwc")
         ds = find(self.docs, "DaemonSet", "kwc")
-        p, run, _, _ = self.full_run(ds, TOKENS["kwc-node"], "kwc-node")
+        atoms = atoms_of(self.docs, "kwc") + atoms_of(self.docs, "kwc-node")
+        c, _, _, _ = self.start_kwc(central, TOKENS["kwc"], atoms)
+        n = None
         try:
+            self.assertEqual(self.outcome_ready(c.port), "ok")
+            n, seq0, run, _ = self.start_kwc(ds, TOKENS["kwc-node"], atoms, upstream_port=c.port)
+            self.assertEqual(self.outcome_ready(n.port), "ok")
+            st, body = self.kwc_req(n.port, "GET", "/api/v1/namespaces/ns-0/pods?resourceVersion=0",
+                                    TOKENS["alice"])
+            self.assertEqual(st, 200, body[:300])
+            self.assertTrue(json.loads(body)["items"])
+            st, body = self.kwc_req(n.port, "POST", "/api/v1/namespaces/ns-0/configmaps", TOKENS["alice"],
+                                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm-tiered"},
+                                     "data": {"k": "v"}})
+            self.assertEqual(st, 201, body[:300])
             cache = os.path.join(run, "vol-cache")
             self.assertEqual(os.stat(cache).st_uid, POD_UID, "the init container's chown")
             self.assertTrue(os.path.exists(os.path.join(cache, "data.mdb")))
+            node = sa_user("kwc-node", "kwc")
+            reqs = self.requests_since(seq0)
+            self.assertEqual([r["target"] for r in reqs if (r.get("requestor") or {}).get("user") == node], [],
+                             "the node-local kwc reached the API server directly")
+            self.assertTrue([r for r in reqs if (r.get("requestor") or {}).get("user") == sa_user("kwc", "kwc")
+                             and (r.get("user") or {}).get("user") == node],
+                            "the node-local kwc's requests passed through the central one")
+            posts = [r for r in reqs if r["method"] == "POST" and "/configmaps" in r["target"]]
+            self.assertEqual([(r.get("user") or {}).get("user") for r in posts], ["alice"])
+        except BaseException:
+            for p in (c, n):
+                if p:
+                    print(p.logs())
+            raise
         finally:
-            self.stop_kwc(p)
+            if n:
+                self.stop_kwc(n)
+            self.stop_kwc(c)
 
     def kubectl_with_example_kubeconfig(self, port, run):
         with open(CLIENT_KUBECONFIG) as f:
@@ -1306,7 +1673,7 @@ class SystemdUnitTest(unittest.TestCase):
             os.makedirs(d, exist_ok=True)
             os.chmod(d, 0o755)
         # the policy: the ClusterRole, bound to the unit's user (kwc-systemd)
-        docs = load_docs(os.path.join(K8S, "10-rbac.yaml"))
+        docs = load_docs(RBAC)
         b = find(docs, "ClusterRoleBinding", "kwc")
         b["subjects"] = [{"kind": "User", "name": "kwc-systemd"}]
         pol = os.path.join(run, "policy.json")
@@ -1342,7 +1709,8 @@ class SystemdUnitTest(unittest.TestCase):
             spec = {"%d": creds, "%S": state, "%E": etc, "%%": "%"}
             args = [re.sub(r"%[dSE%]", lambda m: spec[m.group(0)], a) for a in argv[1:]]
             self.assertFalse([a for a in args if "%" in a], "specifiers the test does not provide")
-            kwc = sandbox_proc("kwc", run, [KWC_BIN] + args, {}, [os.path.join(state, "kwc")], uid=uid)
+            kwc = sandbox_proc("kwc", run, [KWC_BIN] + args + ["--shutdown-delay-duration=0"], {},
+                               [os.path.join(state, "kwc")], uid=uid)
             kwc.start()
             ctx = ssl.create_default_context(cafile=P.ca.crt)
             import http.client
@@ -1572,7 +1940,7 @@ class DockerfileTest(unittest.TestCase):
         self.assertEqual(unknown, [], "ENTRYPOINT/CMD flags kwc --help does not know")
         # the image's defaults are the Deployment's paths
         d = dict(split_args(entry[1:] + cmd))
-        dep = dict(split_args(workload_container(find(load_docs(*MAIN_FILES), "Deployment", "kwc"))["args"]))
+        dep = dict(split_args(workload_container(find(render("central"), "StatefulSet", "kwc"))["args"]))
         for f in ("--data-dir", "--tls-cert-file", "--tls-private-key-file", "--listen"):
             self.assertEqual(d[f], dep[f], f)
 

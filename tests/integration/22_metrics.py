@@ -6,7 +6,7 @@
      events go by, the watchers closing, one forced upstream 410 — checked
      number for number (requests by verb/resource/code/source, the watchers
      and lagging gauges, events sent = E x watchers, relists = 1, 410s = 1,
-     ...); the access log (--log-format json) has a line for a cached list, a
+     ...); the access log (--logging-format json) has a line for a cached list, a
      passthrough and each watch stream's end, every line a JSON object with
      the documented keys, and a ?token= value never appears in it.
   2. The exposition: `promtool check metrics` accepts it, and a real
@@ -61,7 +61,7 @@ def val(m, name, **labels):
 
 
 def pods(**kw):
-    return dict(group="", version="v1", resource="pods", encoding="json", **kw)
+    return dict(dict(group="", version="v1", resource="pods", encoding="json"), **kw)
 
 
 def raw_get(port, path):
@@ -82,7 +82,7 @@ class Scenario(unittest.TestCase):
     def test_scenario(self):
         with Env(apisim_args=["--pods", "10", "--pod-size", "16000"],
                  kwc_args=["--resources", "v1/pods", "--watch-budget", "16384", "--watch-workers", "2",
-                           "--access-log", "--log-format", "json",
+                           "--access-log", "--logging-format", "json",
                            # exact counters of one reflector: the forced 410
                            # must reach the JSON cache's watch, not a protobuf one
                            "--protobuf-resources", "none"]) as e:
@@ -99,6 +99,18 @@ class Scenario(unittest.TestCase):
         self.assertEqual(val(m, "kwc_cache_in_service", **pods()), 1)
         self.assertEqual(val(m, "kwc_cache_objects", **pods()), 10)
         self.assertEqual(val(m, "kwc_cache_resource_version", **pods()), e.stats()["rv"])
+        # each cache's state as an enum (a series per state, one of them 1):
+        # the JSON cache watches; the protobuf one never started
+        # (--protobuf-resources none) is stopped, with no age of an event
+        states = ("stopped", "unserved", "out_of_service", "stale", "backing_off", "syncing", "watching")
+        for enc, want in (("json", "watching"), ("protobuf", "stopped")):
+            got = {st: m.get(("kwc_cache_state", frozenset(dict(pods(), encoding=enc, state=st).items())))
+                   for st in states}
+            self.assertEqual(got, {st: float(st == want) for st in states}, enc)
+        age = m.get(("kwc_cache_last_event_age_seconds", frozenset(pods().items())))
+        self.assertIsNotNone(age, "the JSON cache heard from the upstream (its list)")
+        self.assertGreaterEqual(age, 0)
+        self.assertNotIn(("kwc_cache_last_event_age_seconds", frozenset(pods(encoding="protobuf").items())), m)
 
         # N cached lists, one quorum read and one passthrough carrying a secret
         list_bytes = 0

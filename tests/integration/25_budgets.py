@@ -191,7 +191,7 @@ class FdBudgetTest(ProcGroup, unittest.TestCase):
                 ["--kubeconfig", cls.kc, "--listen", "127.0.0.1:0",
                  "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
                  "--watch-workers", "2", "--auth=delegated", "--anonymous-auth=false",
-                 "--upstream-timeout", "600",  # queued reviews wait for the flood to end
+                 "--upstream-timeout", "10m",  # queued reviews wait for the flood to end
                  # the descriptor budget under one address's flood: the per-source
                  # shares and the review deadline (FairnessTest's) would keep the
                  # flood from reaching it
@@ -481,8 +481,8 @@ class ReviewFairnessTest(ProcGroup, unittest.TestCase):
                                                                     % cls.apisim.port}}],
                            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "kwc"}}],
                            "users": [{"name": "kwc", "user": {"token": TOK["kwc"]}}]}, f)
-            cls.share = cls.start_kwc("share", "--review-timeout", str(cls.LONG))
-            cls.deadline = cls.start_kwc("deadline", "--review-timeout", "2")
+            cls.share = cls.start_kwc("share", "--review-timeout", "%ds" % cls.LONG)
+            cls.deadline = cls.start_kwc("deadline", "--review-timeout", "2s")
         except BaseException:
             cls.dump()
             cls.stop_all()
@@ -493,7 +493,7 @@ class ReviewFairnessTest(ProcGroup, unittest.TestCase):
         p = kwc_proc(name, ["--kubeconfig", cls.kc, "--listen", "127.0.0.1:0",
                             "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
                             "--watch-workers", "1", "--auth", "delegated", "--anonymous-auth=false",
-                            "--upstream-timeout", str(cls.LONG), "--max-review-connections", str(cls.POOL)]
+                            "--upstream-timeout", "%ds" % cls.LONG, "--max-review-connections", str(cls.POOL)]
                      + list(flags), cls.dir)
         cls.procs.append(p)
         p.start()
@@ -625,7 +625,7 @@ class ConnectionFairnessTest(unittest.TestCase):
 
     def test_connection_flood_from_one_address(self):
         with Env(kwc_args=["--resources", "v1/pods", "--max-connections", str(self.CAP),
-                           "--request-header-timeout", "300"]) as env:
+                           "--request-header-timeout", "300s"]) as env:
             port = env.kwc.port
             ctx = ClientTLS(P.ca.crt).context() if TLS else None
             per_source = self.CAP // 4

@@ -188,7 +188,7 @@ class Clients(Http2Case):
     def setUpClass(cls):
         super().setUpClass()
         try:
-            cls.plain = cls.start("--access-log", "--log-format", "json")
+            cls.plain = cls.start("--access-log", "--logging-format", "json")
             cls.tls = cls.start(tls=True)
         except BaseException:
             cls.tearDownClass()
@@ -503,12 +503,12 @@ class Hostile(Http2Case):
     def setUpClass(cls):
         super().setUpClass()
         try:
-            # a list at an rv far ahead waits in kwc (--rv-wait-ms) without
+            # a list at an rv far ahead waits in kwc (--rv-wait-timeout) without
             # asking the upstream: streams that stay open as long as a test needs
             cls.kwc = cls.start("--http2-max-streams-per-connection", str(cls.MAX_STREAMS),
                                 "--max-header-bytes", str(cls.HEADER_BYTES), "--too-large-rv", "504",
-                                "--rv-wait-ms", "60000", "--request-header-timeout", "300",
-                                "--idle-timeout", "300")
+                                "--rv-wait-timeout", "60s", "--request-header-timeout", "300s",
+                                "--idle-timeout", "300s")
         except BaseException:
             cls.tearDownClass()
             raise
@@ -673,7 +673,7 @@ class Hostile(Http2Case):
         # ACKs pile up in no queue of its own beyond a bound; it stops
         # reading or closes, and the connection does not outlive the idle
         # timeout (here 2 s) once its output stalls
-        k = self.start("--idle-timeout", "2", name="kwc-flood")
+        k = self.start("--idle-timeout", "2s", name="kwc-flood")
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(("127.0.0.1", k.port))
@@ -717,7 +717,7 @@ class Hostile(Http2Case):
         # window 0): kwc's answer cannot leave; the connection is closed once
         # its output has made no progress for --idle-timeout (2 s here; the
         # test's own bound is 60 s), and kwc goes on
-        k = self.start("--idle-timeout", "2", name="kwc-stall")
+        k = self.start("--idle-timeout", "2s", name="kwc-stall")
         rc = RawConn(k.port, settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
         self.addCleanup(rc.close)
         rc.send(rc.headers(1, "GET", "/api/v1/pods?resourceVersion=0", [("accept", "application/json")]))

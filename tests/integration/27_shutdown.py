@@ -2,7 +2,7 @@
 
 On SIGTERM kwc closes its listeners, sends HTTP/2 clients a GOAWAY with the
 last stream id, closes idle HTTP/1.1 connections, ends every watch stream
-cleanly and gives the requests in progress --shutdown-drain-seconds to
+cleanly and gives the requests in progress --shutdown-drain-grace-period to
 finish (proxy/main.c), then frees everything as before and exits 0.
 
 - HTTP/2 (prior knowledge in plaintext, ALPN h2 over TLS), one connection:
@@ -17,6 +17,12 @@ finish (proxy/main.c), then frees everything as before and exits 0.
   SIGTERM; an idle keep-alive connection is closed at once (EOF while the
   list is still in progress).
 - A second SIGTERM during the drain stops at once (the list is cut short).
+- --shutdown-delay-duration (issue 31): after SIGTERM /readyz fails with
+  kube's "[-]shutdown failed" while everything else is served as before: a
+  watch open before goes on getting events, new connections are accepted
+  and answered (a list, a new watch); a second SIGTERM then stops at once.
+  A short delay ends by itself: the drain follows (the watches end cleanly)
+  and kwc exits 0 no sooner than the delay. SIGINT skips it.
 
 The HTTP/2 client is Debian's python3-h2 driven by hand, except that GOAWAY
 frames are taken out of the byte stream before h2 sees them: h2 closes its
@@ -171,7 +177,7 @@ def refused(port):
 class ShutdownDrain(unittest.TestCase):
     def env(self, drain=DRAIN_S):
         return Env(apisim_args=["--pods", str(PODS), "--pod-size", str(POD_SIZE)],
-                   kwc_args=["--resources", "v1/pods", "--shutdown-drain-seconds", str(drain)])
+                   kwc_args=["--resources", "v1/pods", "--shutdown-drain-grace-period", "%ds" % drain])
 
     def test_http2_goaway_lets_the_list_finish(self):
         with self.env() as e:
@@ -257,6 +263,65 @@ class ShutdownDrain(unittest.TestCase):
             c.pump(lambda: c.eof, 30, "the close")
             self.assertFalse(c.st[big]["ended"], "the list finished with its window shut")
             c.close()
+
+
+class ShutdownDelay(unittest.TestCase):
+    """A few pods: the delay's semantics, not the drain's."""
+
+    def env(self, delay):
+        return Env(apisim_args=["--pods", "20"],
+                   kwc_args=["--resources", "v1/pods", "--shutdown-delay-duration", delay])
+
+    def write(self, e, name):
+        e.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "default",
+                                          "name": name})
+
+    def test_readyz_fails_and_serving_goes_on(self):
+        with self.env("10m") as e:  # ended by the second signal, never by itself
+            port = e.kwc.port
+            before = Stream(port, "/api/v1/pods?watch=1")
+            pump([before], lambda: len(before.events) == 20, 30)
+            os.kill(e.kwc.pid(), signal.SIGTERM)
+            wait_for(lambda: http_request(port, "GET", "/readyz")[0] == 503, 30, "/readyz failing")
+            st, _, body = http_request(port, "GET", "/readyz?verbose")
+            self.assertEqual(st, 503)
+            self.assertIn(b"[-]shutdown failed: reason withheld\n", body)
+            self.assertIn(b"readyz check failed", body)
+            self.assertEqual(http_request(port, "GET", "/livez")[0], 200, "/livez fails while serving")
+            # new connections: accepted and answered from the cache
+            st, _, body = http_request(port, "GET", "/api/v1/pods?resourceVersion=0")
+            self.assertEqual(st, 200)
+            self.assertEqual(pods_of(body), 20)
+            after = Stream(port, "/api/v1/pods?watch=1&resourceVersion=0")
+            pump([after], lambda: len(after.events) == 20, 30)
+            self.write(e, "during-delay")
+            pump([before, after], lambda: all(any(ev["object"]["metadata"]["name"] == "during-delay"
+                                                  for ev in s.events) for s in (before, after)), 30)
+            self.assertFalse(before.ended or after.ended, "a watch ended during the delay")
+            self.assertIsNone(e.kwc.p.poll(), "kwc exited during the delay")
+            os.kill(e.kwc.pid(), signal.SIGTERM)
+            self.assertEqual(e.kwc.p.wait(30), 0)
+            self.assertIn("received while waiting for --shutdown-delay-duration", e.kwc.logs())
+
+    def test_delay_ends_then_drain(self):
+        with self.env("1s") as e:
+            w = Stream(e.kwc.port, "/api/v1/pods?watch=1")
+            pump([w], lambda: len(w.events) == 20, 30)
+            t0 = time.monotonic()
+            os.kill(e.kwc.pid(), signal.SIGTERM)
+            read_until_end([w], 30)
+            self.assertTrue(w.ended, "the watch did not end cleanly after the delay")
+            self.assertEqual(e.kwc.p.wait(30), 0)
+            self.assertGreaterEqual(time.monotonic() - t0, 1.0, "kwc stopped before the delay passed")
+            logs = e.kwc.logs()
+            self.assertIn("--shutdown-delay-duration (1.0 s) passed", logs)
+            self.assertLess(logs.index("/readyz fails from now on"), logs.index("drained in"))
+
+    def test_sigint_skips_the_delay(self):
+        with self.env("10m") as e:
+            os.kill(e.kwc.pid(), signal.SIGINT)
+            self.assertEqual(e.kwc.p.wait(30), 0)
+            self.assertNotIn("/readyz fails from now on", e.kwc.logs())
 
 
 if __name__ == "__main__":

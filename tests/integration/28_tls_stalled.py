@@ -22,7 +22,7 @@ import os
 import unittest
 
 import certs
-from cluster import KWC_BIN, ClientTLS, Env, Proc, http_request, only_in_plaintext_run, only_over_http1, wait_for
+from cluster import KWC_BIN, KWC_EXTRA_ARGS, ClientTLS, Env, Proc, http_request, only_in_plaintext_run, only_over_http1, wait_for
 from scrape import scrape, total
 from watchstream import Stream, pump
 
@@ -73,7 +73,7 @@ class StalledTlsReader(unittest.TestCase):
                  "--resources", "v1/pods", "--watch-budget", "65536", "--watch-window", "4194304"]
         if tls:
             flags += ["--tls-cert-file", P.server.crt, "--tls-private-key-file", P.server.key]
-        p = Proc(name, [KWC_BIN] + flags, self.env.dir, tls=ClientTLS(P.ca.crt) if tls else None)
+        p = Proc(name, [KWC_BIN] + KWC_EXTRA_ARGS + flags, self.env.dir, tls=ClientTLS(P.ca.crt) if tls else None)
         self.procs.append(p)
         p.start()
         wait_for(lambda: http_request(p.port, "GET", "/readyz", timeout=5)[0] == 200, 30, name + " /readyz")

@@ -384,7 +384,7 @@ class CustomResourceDefinitions(unittest.TestCase):
 
 
 # --auth delegated: who may make kwc start a cache. kwc's identity has the
-# rules of conf/kubernetes/10-rbac.yaml (list and watch of everything);
+# rules of conf/kubernetes/base/rbac.yaml (list and watch of everything);
 # alice may read configmaps in ns-0; mallory may only get pods in ns-0;
 # prom may scrape /metrics.
 AUTH_TOK = {n: "tok-%s-31d7" % n for n in ("kwc", "alice", "mallory", "prom")}
@@ -536,7 +536,7 @@ class RealClients(unittest.TestCase):
         clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
         with Env(apisim_args=["--pods", "40", "--namespaces", "2", "--history", "100000",
                               "--bookmark-interval", "0.5"], auto=True,
-                 kwc_args=["--protobuf-resources", "none", "--bookmark-interval", "1"]) as env:
+                 kwc_args=["--protobuf-resources", "none", "--bookmark-interval", "1s"]) as env:
             port = env.kwc.port
             watches = lambda: env.stats()["requests"].get("watch pods", 0)
             before = watches()

@@ -58,7 +58,10 @@ KWC_BIN = os.environ.get("KWC_BIN", os.path.join(ROOT, "build", "kwc"))
 # e.g. KWC_WRAP="valgrind --error-exitcode=99 --leak-check=full": run kwc under a checker.
 KWC_WRAP = os.environ.get("KWC_WRAP", "").split()
 # Extra kwc flags for every test, e.g. a smaller LMDB map under valgrind.
-KWC_EXTRA_ARGS = os.environ.get("KWC_EXTRA_ARGS", "").split()
+# kwc's default --shutdown-delay-duration (10 s) is for load balancers: the
+# tests stop kwc at once unless they test the delay (their flags come later
+# and win).
+KWC_EXTRA_ARGS = ["--shutdown-delay-duration=0"] + os.environ.get("KWC_EXTRA_ARGS", "").split()
 APISIM = os.path.join(ROOT, "tests", "apisim", "apisim.py")
 # KWC_TLS=1: kwc serves https (--tls-cert-file, --tls-private-key-file, --client-ca-file).
 TLS = os.environ.get("KWC_TLS", "") == "1"
@@ -158,6 +161,17 @@ def kwc_tls_client():
 
 def url(port, host="127.0.0.1"):
     return "%s://%s:%d" % ("https" if tls_client(port) else "http", "[%s]" % host if ":" in host else host, port)
+
+
+def free_port():
+    """A port free now, for a process that must listen on the same one
+    again (a restart, a takeover: port 0 would pick another each time) or
+    that cannot be told to pick one."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def read_to_eof(s):

@@ -24,7 +24,8 @@ def main():
     sim = Proc("apisim", [PYTHON, APISIM, "--listen", "127.0.0.1:0", "--pods", str(a.pods), "--nodes",
                           str(a.nodes), "--namespaces", "5", "--churn", str(a.churn)], work).start(60)
     kwc = Proc("kwc", [a.kwc, "--upstream", "http://127.0.0.1:%d" % sim.port, "--listen",
-                       "127.0.0.1:%d" % a.port, "--data-dir", os.path.join(work, "data")], work)
+                       "127.0.0.1:%d" % a.port, "--data-dir", os.path.join(work, "data"),
+                       "--shutdown-delay-duration", "0"], work)
     try:
         kwc.start()
     except Exception as e:

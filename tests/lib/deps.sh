@@ -18,8 +18,9 @@ build_pkgs="gcc libc6-dev make pkg-config libevent-dev libhttp-parser-dev libjan
 # clang-format-14: make check-format (the version the tree is formatted with);
 # nghttp2-client: nghttp and h2load against kwc's HTTP/2 (tests/integration/26_http2.py);
 # python3-h2: the tests' HTTP/2 client (tests/lib/h2client.py, make integration-h2)
+# haproxy: the load balancer in front of two kwc replicas (tests/integration/35_rollout.py)
 test_pkgs="python3-kubernetes python3-crc32c python3-protobuf clang clang-format-14 libclang-rt-14-dev valgrind lmdb-utils nodejs npm curl
- python3-yaml systemd util-linux openssl prometheus nghttp2-client python3-h2"
+ python3-yaml systemd util-linux openssl prometheus nghttp2-client python3-h2 haproxy"
 bench_pkgs="etcd-server etcd-client libnghttp2-dev gnuplot-nox wrk openssl"
 
 image_pkgs="podman"

@@ -209,7 +209,7 @@ def main():
     a = ap.parse_args()
     env = Env(apisim_args=["--pods", str(a.pods), "--namespaces", "3", "--nodes", "4", "--history", "200000",
                            "--bookmark-interval", "0.5"],
-              kwc_args=["--resources", a.resources, "--rv-wait-ms", "300"] + a.kwc_arg)
+              kwc_args=["--resources", a.resources, "--rv-wait-timeout", "300ms"] + a.kwc_arg)
     rc = 1
     try:
         rc = run(env, a)

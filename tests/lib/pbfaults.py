@@ -156,7 +156,8 @@ def main():
     log = open(os.path.join(d, "kwc.log"), "w+")
     kwc = subprocess.Popen([KWC_BIN, "--upstream", "http://127.0.0.1:%d" % up.port, "--listen", "127.0.0.1:0",
                             "--port-file", os.path.join(d, "port"), "--data-dir", os.path.join(d, "data"),
-                            "--resources", "v1/pods", "--protobuf-resources", "pods"], stdout=log, stderr=log)
+                            "--resources", "v1/pods", "--protobuf-resources", "pods", "--shutdown-delay-duration", "0",
+                            "--log-summary-interval", "0"], stdout=log, stderr=log)
     failed = 0
 
     def text():

@@ -307,7 +307,9 @@ test_token_cache(void)
 {
     double now = 1000;
     struct auth_options o = default_opts;
-    o.token_ttl_s = 1;
+    /* a TTL below a second, as --authentication-token-webhook-cache-ttl
+     * 500ms gives it: kept, not truncated to 0 (no caching) */
+    o.token_ttl_s = 0.5;
     o.token_fail_ttl_s = 1;
     o.clock = test_clock;
     o.clock_arg = &now;
@@ -338,10 +340,10 @@ test_token_cache(void)
     is_int(bad.calls, 2, "the rejection is cached");
     is_int(e.f.token_reviews, 2, "one review per token");
 
-    now += 0.999;
+    now += 0.499;
     ok(auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r) == NULL && r.calls == 3,
-       "cached until its TTL is out");
-    now += 0.001;
+       "cached until its TTL (0.5 s) is out");
+    now += 0.501;
     auth_authenticate(e.a, NULL, "Bearer good-1", NULL, on_user, &r);
     run_until(&e, &r.calls, 4);
     is_int(e.f.token_reviews, 3, "an expired entry is reviewed again");

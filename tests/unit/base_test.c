@@ -300,6 +300,37 @@ test_parse_duration(void)
     }
 }
 
+/* Expected strings from Go's time.Duration.String (time_test.go
+ * durationTests), at millisecond precision. */
+static void
+test_format_duration(void)
+{
+    static const struct {
+        uint64_t ms;
+        const char *out;
+    } t[] = {{0, "0s"},
+             {1, "1ms"},
+             {25, "25ms"},
+             {999, "999ms"},
+             {1000, "1s"},
+             {1500, "1.5s"},
+             {2001, "2.001s"},
+             {60000, "1m0s"},
+             {90000, "1m30s"},
+             {600000, "10m0s"},
+             {3600000, "1h0m0s"},
+             {5400500, "1h30m0.5s"},
+             {86400000, "24h0m0s"},
+             {360000000000ull, "100000h0m0s"}};
+    char buf[KWC_DURATION_LEN], what[64];
+    for (size_t i = 0; i < KWC_ARRAY_LEN(t); i++) {
+        snprintf(what, sizeof what, "%llu ms", (unsigned long long)t[i].ms);
+        is_str(kwc_format_duration(t[i].ms, buf, sizeof buf), t[i].out, what);
+        uint64_t back;
+        ok(kwc_parse_duration(buf, &back) == 0 && back == t[i].ms, "parses back");
+    }
+}
+
 /* Expected values from resource.Quantity: the suffix tables of
  * k8s.io/apimachinery/pkg/api/resource/suffix.go and Value()'s rounding up. */
 static void
@@ -348,6 +379,7 @@ main(void)
 {
     TAP_RUN(test_parse_duration);
     TAP_RUN(test_parse_quantity);
+    TAP_RUN(test_format_duration);
     TAP_RUN(test_query_bool);
     TAP_RUN(test_parse_bool);
     TAP_RUN(test_pct_decode);

@@ -556,6 +556,7 @@ static const struct want caches[] = {
     {"kwc_cache_history_bytes", "gauge", "group,version,resource,encoding"},
     {"kwc_cache_synced", "gauge", "group,version,resource,encoding"},
     {"kwc_cache_in_service", "gauge", "group,version,resource,encoding"},
+    {"kwc_cache_state", "gauge", "group,version,resource,encoding,state"},
     {"kwc_reflector_lists_total", "counter", "group,version,resource,encoding"},
     {"kwc_reflector_relists_total", "counter", "group,version,resource,encoding"},
     {"kwc_reflector_expired_total", "counter", "group,version,resource,encoding"},
@@ -599,6 +600,11 @@ static const struct want caches[] = {
     {"process_resident_memory_bytes", "gauge", ""},
     {"process_open_fds", "gauge", ""},
     {"process_max_fds", "gauge", ""},
+};
+
+/* no sample until a cache has heard from the upstream (none has here) */
+static const struct want heard_fams[] = {
+    {"kwc_cache_last_event_age_seconds", "gauge", "group,version,resource,encoding"},
 };
 
 static const struct want budget_fams[] = {
@@ -694,6 +700,28 @@ check_caches(struct env *e, struct expo *x)
     is_val(x, "kwc_cache_synced" DEP, 0, "kwc_cache_synced: 0, never started");
     is_val(x, "kwc_cache_in_service" CM, refl_serving(e->refls[0]), "kwc_cache_in_service");
     is_val(x, "kwc_cache_in_service" DEP, 0, "...0");
+
+    /* the state, one series per state: 1 for the cache's own */
+    enum refl_cache_state cs = refl_cache_state(e->refls[0]);
+    ok(cs != REFL_CS_STOPPED, "the configmaps cache runs");
+    for (int k = 0; k < REFL_CS_COUNT; k++) {
+        char s[256];
+        snprintf(s, sizeof s, "kwc_cache_state%.*s,state=\"%s\"}", (int)strlen(CM) - 1, CM,
+                 refl_cache_state_label((enum refl_cache_state)k));
+        is_val(x, s, k == (int)cs, "kwc_cache_state: 1 for its state, 0 for each other");
+        snprintf(s, sizeof s, "kwc_cache_state%.*s,state=\"%s\"}", (int)strlen(DEP) - 1, DEP,
+                 refl_cache_state_label((enum refl_cache_state)k));
+        is_val(x, s, k == REFL_CS_STOPPED, "...the cache never started: stopped");
+    }
+    is_int(nsamples(x, "kwc_cache_state"), 2 * REFL_CS_COUNT, "...every state of each cache");
+    double age;
+    if (refl_heard_age(e->refls[0], &age))
+        ok(!isnan(val(x, "kwc_cache_last_event_age_seconds" CM)),
+           "kwc_cache_last_event_age_seconds: a sample once the upstream spoke");
+    else
+        is_val(x, "kwc_cache_last_event_age_seconds" CM, NAN, "...none before");
+    is_val(x, "kwc_cache_last_event_age_seconds" DEP, NAN,
+           "...none for a cache that never started (never NaN)");
 
     /* the reflectors' counters */
     struct refl_counters c, d;
@@ -948,6 +976,7 @@ test_all_sources(void)
     struct expo *x = xmalloc(sizeof *x);
     char *text = render(&e, x);
     check_fams(x, caches, sizeof caches / sizeof caches[0], true, false);
+    check_fams(x, heard_fams, sizeof heard_fams / sizeof heard_fams[0], true, true);
     check_fams(x, budget_fams, sizeof budget_fams / sizeof budget_fams[0], true, false);
     check_fams(x, auth_fams, sizeof auth_fams / sizeof auth_fams[0], true, false);
     check_caches(&e, x);

@@ -155,8 +155,8 @@ test_defaults(void)
     ok(c.listen_loopback, "loopback");
     is_str(c.log_level_s, "info", "log level text");
     is_int(c.log_level, LOG_INFO, "log level");
-    is_int(c.upstream_connect_timeout, 5, "connect timeout");
-    is_int(c.upstream_timeout, 60, "upstream timeout");
+    is_int(c.upstream_connect_timeout_ms, 5000, "connect timeout");
+    is_int(c.upstream_timeout_ms, 60000, "upstream timeout");
     ok(!c.insecure_allow_remote, "insecure-allow-remote off");
     is_int(c.max_response_buffer, 1048576, "max-response-buffer");
     is_int(c.max_request_buffer, 1048576, "max-request-buffer");
@@ -180,8 +180,8 @@ test_flag_forms(void)
     is_int(c.log_level, LOG_DEBUG, "debug");
     is_str(c.resources, "v1/pods,apps/v1/deployments", "resources");
     is_str(c.port_file, "/tmp/p", "port-file");
-    is_int(c.upstream_timeout, 0, "upstream-timeout 0 (none)");
-    is_int(c.upstream_connect_timeout, 2, "connect timeout");
+    is_int(c.upstream_timeout_ms, 0, "upstream-timeout 0 (none)");
+    is_int(c.upstream_connect_timeout_ms, 2000, "connect timeout");
     is_int(c.max_response_buffer, 4096, "max-response-buffer");
     is_int(c.max_request_buffer, 8192, "max-request-buffer, separate value");
     cfg_fini(&c);
@@ -197,11 +197,12 @@ test_flag_forms(void)
     is_int(c.log_format, LOG_TEXT, "text logs by default");
     cfg_fini(&c);
 
-    is_int(parse(&c, UP, DD, "--log-format", "json", NULL), 0, "json logs");
+    is_int(parse(&c, UP, DD, "--logging-format", "json", NULL), 0, "json logs");
     is_int(c.log_format, LOG_JSON, "json");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--log-format", "yaml", NULL), KWC_ECONFIG, "--log-format yaml");
-    ok(strstr(err, "--log-format \"yaml\": use text or json") != NULL, "says what to use");
+    is_int(parse(&c, UP, DD, "--logging-format", "yaml", NULL), KWC_ECONFIG,
+           "--logging-format yaml");
+    ok(strstr(err, "--logging-format \"yaml\": use text or json") != NULL, "says what to use");
     cfg_fini(&c);
 
     /* The last of a repeated flag wins. */
@@ -640,7 +641,7 @@ test_per_source(void)
 {
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
-    is_int(c.review_timeout, 10, "review-timeout: 10 s");
+    is_int(c.review_timeout_ms, 10000, "review-timeout: 10 s");
     is_int(cfg_per_source_reviews(&c), 16, "max-reviews-per-source: half of 32");
     is_int(cfg_per_source_connections(&c), 0, "per source: nothing before --max-connections");
     c.max_connections_resolved = 1000;
@@ -661,7 +662,7 @@ test_per_source(void)
     c.max_connections_resolved = 1000;
     is_int(cfg_per_source_connections(&c), 0, "connections per source: 0 is no limit");
     is_int(cfg_per_source_reviews(&c), 0, "reviews per source: 0 is no limit");
-    is_int(c.review_timeout, 0, "review-timeout 0: none of its own");
+    is_int(c.review_timeout_ms, 0, "review-timeout 0: none of its own");
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, "--max-connections-per-source", "7", "--max-reviews-per-source", "3",
@@ -670,7 +671,7 @@ test_per_source(void)
     c.max_connections_resolved = 1000;
     is_int(cfg_per_source_connections(&c), 7, "connections per source as asked");
     is_int(cfg_per_source_reviews(&c), 3, "reviews per source as asked");
-    is_int(c.review_timeout, 2, "review-timeout as asked");
+    is_int(c.review_timeout_ms, 2000, "review-timeout as asked");
     cfg_fini(&c);
 
     const char *p = write_yaml("max-connections-per-source: 0\nmax-reviews-per-source: 5\n");
@@ -697,8 +698,8 @@ test_limits(void)
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
     is_int(c.max_header_bytes, 1048576, "max-header-bytes: Go's DefaultMaxHeaderBytes");
-    is_int(c.request_header_timeout, 32, "request-header-timeout: kube's ReadHeaderTimeout");
-    is_int(c.idle_timeout, 90, "idle-timeout: kube's IdleTimeout");
+    is_int(c.request_header_timeout_ms, 32000, "request-header-timeout: kube's ReadHeaderTimeout");
+    is_int(c.idle_timeout_ms, 90000, "idle-timeout: kube's IdleTimeout");
     is_int(c.max_connections, 0, "max-connections: automatic");
     is_int(c.max_connections_resolved, 0, "resolved later, by cfg_fd_budget");
     is_int(c.max_upstream_connections, 256, "max-upstream-connections: 256");
@@ -710,8 +711,8 @@ test_limits(void)
                  "--idle-timeout", "0", "--max-connections", "10", NULL),
            0, "limits set");
     is_int(c.max_header_bytes, 4096, "max-header-bytes 4096");
-    is_int(c.request_header_timeout, 0, "request-header-timeout 0: none");
-    is_int(c.idle_timeout, 0, "idle-timeout 0: none");
+    is_int(c.request_header_timeout_ms, 0, "request-header-timeout 0: none");
+    is_int(c.idle_timeout_ms, 0, "idle-timeout 0: none");
     is_int(c.max_connections, 10, "max-connections 10");
     is_int(c.max_connections_resolved, 10, "an explicit cap is kept");
     cfg_fini(&c);
@@ -737,21 +738,28 @@ test_limits(void)
     cfg_fini(&c);
 
     is_int(parse(&c, UP, DD, NULL), 0, "defaults again");
-    is_int(c.shutdown_drain, 10, "shutdown-drain-seconds: 10");
+    is_int(c.shutdown_drain_ms, 10000, "shutdown-drain-grace-period: 10s");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--shutdown-drain-seconds", "0", NULL), 0, "no drain");
-    is_int(c.shutdown_drain, 0, "shutdown-drain-seconds 0: close at once");
+    is_int(parse(&c, UP, DD, "--shutdown-drain-grace-period", "0", NULL), 0, "no drain");
+    is_int(c.shutdown_drain_ms, 0, "shutdown-drain-grace-period 0: close at once");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--shutdown-drain-grace-period", "1.5s", NULL), 0, "a fraction");
+    is_int(c.shutdown_drain_ms, 1500, "1.5s in ms");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--shutdown-drain-grace-period", "3601s", NULL),
+             "--shutdown-drain-grace-period 1h0m1s: use 0 to 1h (0: close at once)",
+             "shutdown-drain-grace-period over an hour");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--shutdown-drain-seconds", "3601", NULL),
-             "--shutdown-drain-seconds", "shutdown-drain-seconds over an hour");
+             "--shutdown-drain-grace-period 1h0m1s", "the old name: the same bound");
     cfg_fini(&c);
 
     const char *p = write_yaml("max-header-bytes: 8192\nrequest-header-timeout: 5\n"
                                "idle-timeout: 7\nmax-connections: 3\n");
     is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "limits from file");
     is_int(c.max_header_bytes, 8192, "max-header-bytes from file");
-    is_int(c.request_header_timeout, 5, "request-header-timeout from file");
-    is_int(c.idle_timeout, 7, "idle-timeout from file");
+    is_int(c.request_header_timeout_ms, 5000, "request-header-timeout from file");
+    is_int(c.idle_timeout_ms, 7000, "idle-timeout from file");
     is_int(c.max_connections_resolved, 3, "max-connections from file");
     cfg_fini(&c);
     cleanup_files();
@@ -771,15 +779,35 @@ test_discovery(void)
     is_int(c.discovery_interval, 1000, "discovery-interval 1s");
     ok(!c.serve_discovery, "serve-discovery false");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "500ms", NULL), "--discovery-interval 0.5s",
+    rejected(parse(&c, UP, DD, "--discovery-interval", "500ms", NULL), "--discovery-interval 500ms",
              "under a second");
     ok(err_has("1s to 1h"), "message gives the range");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--discovery-interval", "61m", NULL),
-             "--discovery-interval 3.66e+03s", "over an hour");
+    rejected(parse(&c, UP, DD, "--discovery-interval", "61m", NULL), "--discovery-interval 1h1m",
+             "over an hour");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--discovery-interval", "30", NULL), "\"30\" is not a duration",
              "a bare number");
+    cfg_fini(&c);
+}
+
+/* --log-summary-interval: repeating warnings (log_repeat), 0 to 1h. */
+static void
+test_log_summary(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.log_summary_interval, 10000, "log-summary-interval: 10s");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-summary-interval", "0", NULL), 0, "0: every occurrence");
+    is_int(c.log_summary_interval, 0, "...0");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-summary-interval", "500ms", NULL), 0, "500ms");
+    is_int(c.log_summary_interval, 500, "...500 ms");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--log-summary-interval", "2h", NULL), "--log-summary-interval 2h",
+             "over an hour");
+    ok(err_has("use 0 to 1h (0: write every occurrence)"), "message gives the range");
     cfg_fini(&c);
 }
 
@@ -788,42 +816,55 @@ test_watch_coalesce(void)
 {
     struct kwc_config c;
     is_int(parse(&c, UP, DD, NULL), 0, "defaults");
-    is_int(c.watch_coalesce_max_ms, 25, "watch-coalesce-max-ms: 25");
+    is_int(c.watch_coalesce_max_ms, 25, "watch-coalesce-max-delay: 25ms");
     is_int(c.watch_coalesce_max_ms * 1000, PACE_MAX_US, "...PACE_MAX_US");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "0", NULL), 0, "0: never hold");
-    is_int(c.watch_coalesce_max_ms, 0, "watch-coalesce-max-ms 0");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay", "0", NULL), 0, "0: never hold");
+    is_int(c.watch_coalesce_max_ms, 0, "watch-coalesce-max-delay 0");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms=100", NULL), 0, "a value");
-    is_int(c.watch_coalesce_max_ms, 100, "watch-coalesce-max-ms 100");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay=100ms", NULL), 0, "a value");
+    is_int(c.watch_coalesce_max_ms, 100, "watch-coalesce-max-delay 100ms");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1000", NULL), 0, "the most");
-    is_int(c.watch_coalesce_max_ms, 1000, "watch-coalesce-max-ms 1000");
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-delay", "1s", NULL), 0, "the most");
+    is_int(c.watch_coalesce_max_ms, 1000, "watch-coalesce-max-delay 1s");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1001", NULL),
-             "--watch-coalesce-max-ms 1001", "over a second");
-    ok(err_has("0 (never hold an event) to 1000 ms"), "message gives the range");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "1001ms", NULL),
+             "--watch-coalesce-max-delay 1.001s: use 0 to 1s", "over a second");
+    ok(err_has("0: never hold an event"), "message says what 0 does");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "-1", NULL), "--watch-coalesce-max-ms",
-             "negative");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "-1ms", NULL),
+             "--watch-coalesce-max-delay", "negative");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "25ms", NULL), "--watch-coalesce-max-ms",
-             "not a number");
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", "25", NULL),
+             "--watch-coalesce-max-delay: \"25\" is not a duration",
+             "a new name takes no bare number");
     cfg_fini(&c);
-    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", NULL), "--watch-coalesce-max-ms",
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-delay", NULL), "--watch-coalesce-max-delay",
              "no value");
+    ok(err_has("a duration"), "...names the type");
     cfg_fini(&c);
 
-    const char *p = write_yaml("watch-coalesce-max-ms: 5\n");
-    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from file");
-    is_int(c.watch_coalesce_max_ms, 5, "watch-coalesce-max-ms from file");
+    /* the old name: a bare number is milliseconds, as it was */
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms", "100", NULL), 0, "the old name");
+    is_int(c.watch_coalesce_max_ms, 100, "100 is 100ms");
     cfg_fini(&c);
-    is_int(parse(&c, UP, DD, "--config", p, "--watch-coalesce-max-ms", "0", NULL), 0,
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "1001", NULL),
+             "--watch-coalesce-max-delay 1.001s", "the old name, over a second");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--watch-coalesce-max-ms", "-1", NULL), "--watch-coalesce-max-ms",
+             "the old name, negative");
+    cfg_fini(&c);
+
+    const char *p = write_yaml("watch-coalesce-max-delay: 5ms\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from file");
+    is_int(c.watch_coalesce_max_ms, 5, "watch-coalesce-max-delay from file");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--config", p, "--watch-coalesce-max-delay", "0", NULL), 0,
            "file and flag");
     is_int(c.watch_coalesce_max_ms, 0, "the flag wins");
     cfg_fini(&c);
-    p = write_yaml("watch-coalesce-max-ms: 5000\n");
-    rejected(parse(&c, UP, DD, "--config", p, NULL), "--watch-coalesce-max-ms 5000",
+    p = write_yaml("watch-coalesce-max-delay: 5s\n");
+    rejected(parse(&c, UP, DD, "--config", p, NULL), "--watch-coalesce-max-delay 5s",
              "a bad value from file");
     cfg_fini(&c);
     cleanup_files();
@@ -1017,9 +1058,9 @@ test_auth(void)
     const char *key = write_yaml("nor this\n");
     is_int(parse(&c, UP, DD, NULL), 0, "plaintext");
     ok(!c.auth_delegated, "plaintext: --auth none by default");
-    is_int(c.token_cache_ttl, 120, "token TTL 2m as kube");
-    is_int(c.authz_allow_ttl, 300, "allow TTL 5m as kube");
-    is_int(c.authz_deny_ttl, 30, "deny TTL 30s as kube");
+    is_int(c.token_cache_ttl_ms, 120000, "token TTL 2m as kube");
+    is_int(c.authz_allow_ttl_ms, 300000, "allow TTL 5m as kube");
+    is_int(c.authz_deny_ttl_ms, 30000, "deny TTL 30s as kube");
     ok(!c.anonymous_auth, "anonymous off by default");
     ok(!c.forward_token, "impersonate by default");
     cfg_fini(&c);
@@ -1043,7 +1084,21 @@ test_auth(void)
              "unknown --passthrough-identity");
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--authorization-webhook-cache-authorized-ttl", "100000", NULL),
-             "TTLs take 0", "TTL over a day");
+             "--authorization-webhook-cache-authorized-ttl 27h46m40s: use 0 to 24h",
+             "TTL over a day");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--authentication-token-webhook-cache-ttl", "25h", NULL),
+             "--authentication-token-webhook-cache-ttl 25h: use 0 to 24h", "token TTL over a day");
+    cfg_fini(&c);
+    /* kube's values, as the issue's operator wrote them */
+    is_int(parse(&c, UP, DD, "--authorization-webhook-cache-authorized-ttl", "2m",
+                 "--authorization-webhook-cache-unauthorized-ttl=500ms",
+                 "--authentication-token-webhook-cache-ttl", "1h30m", NULL),
+           0, "kube's durations");
+    is_int(c.authz_allow_ttl_ms, 120000, "2m");
+    is_int(c.authz_deny_ttl_ms, 500, "500ms: kept below a second");
+    is_int(c.token_cache_ttl_ms, 5400000, "1h30m");
+    is_int(c.n_notes, 0, "no note for durations");
     cfg_fini(&c);
     /* a remote listener: TLS and delegated auth, or the insecure flag */
     rejected(parse(&c, UP, DD, "--listen", "0.0.0.0:8001", NULL),
@@ -1150,9 +1205,9 @@ test_config_file(void)
     is_str(c.listen_host, "127.0.0.2", "listen from file");
     is_int(c.listen_port, 9000, "port from file");
     is_int(c.log_level, LOG_DEBUG, "log level from file");
-    is_int(c.upstream_timeout, 7, "int from file");
+    is_int(c.upstream_timeout_ms, 7000, "int from file");
     is_str(c.resources, "v1/pods", "quoted string from file");
-    is_int(c.upstream_connect_timeout, 5, "unset keys keep defaults");
+    is_int(c.upstream_connect_timeout_ms, 5000, "unset keys keep defaults");
     cfg_fini(&c);
 
     /* Flags win, before or after --config. */
@@ -1162,7 +1217,7 @@ test_config_file(void)
     is_str(c.upstream, "http://from-flag:2", "flag before --config wins");
     is_int(c.log_level, LOG_WARN, "flag after --config wins");
     is_str(c.data_dir, "/from/file", "file value where no flag");
-    is_int(c.upstream_timeout, 7, "file int where no flag");
+    is_int(c.upstream_timeout_ms, 7000, "file int where no flag");
     cfg_fini(&c);
 
     rejected(parse(&c, UP, DD, "--config=", NULL), "--config", "empty --config= rejected");
@@ -1283,6 +1338,341 @@ test_kube_values(void)
     cfg_fini(&c);
 }
 
+/* ---- kube's conventions (issue 31, part 5) ------------------------------- */
+
+/* The only note of the last parse, or NULL (and a diagnostic) if not one. */
+static const char *
+only_note(const struct kwc_config *c)
+{
+    if (c->n_notes != 1) {
+        printf("#   %zu notes:\n", c->n_notes);
+        for (size_t i = 0; i < c->n_notes; i++)
+            printf("#     %s\n", c->notes[i]);
+        return NULL;
+    }
+    return c->notes[0];
+}
+
+/* Every flag that took seconds: a bare number is still seconds, noted once
+ * with what to write; a Go duration is taken as it is, without a note. */
+static void
+test_seconds_flags(void)
+{
+    struct kwc_config c;
+    char what[160], want[256], arg[96];
+#define SECS_ROW_SECS(flag, field)                                                                 \
+    do {                                                                                           \
+        snprintf(what, sizeof what, "--%s 7", flag);                                               \
+        is_int(parse(&c, UP, DD, "--" flag, "7", NULL), 0, what);                                  \
+        is_int(c.field, 7000, "7 is seven seconds, kept in ms");                                   \
+        snprintf(want, sizeof want,                                                                \
+                 "--%s=7: a bare number is read as seconds; this is deprecated, write 7s", flag);  \
+        is_str(only_note(&c), want, "the note says what to write");                                \
+        cfg_fini(&c);                                                                              \
+        snprintf(arg, sizeof arg, "--%s=1m30s", flag);                                             \
+        is_int(parse(&c, UP, DD, arg, "--" flag, "1m30s", NULL), 0, arg);                          \
+        is_int(c.field, 90000, "1m30s");                                                           \
+        is_int(c.n_notes, 0, "a duration: no note");                                               \
+        cfg_fini(&c);                                                                              \
+        snprintf(what, sizeof what, "--%s 1.5s", flag);                                            \
+        is_int(parse(&c, UP, DD, "--" flag, "1.5s", NULL), 0, what);                               \
+        is_int(c.field, 1500, "a fraction of a second kept");                                      \
+        cfg_fini(&c);                                                                              \
+        snprintf(what, sizeof what, "--%s 10x", flag);                                             \
+        rejected(parse(&c, UP, DD, "--" flag, "10x", NULL),                                        \
+                 "--" flag ": \"10x\" is not a duration", what);                                   \
+        ok(err_has("1h30m") && err_has("a bare number is seconds"), "...and what is one");         \
+        cfg_fini(&c);                                                                              \
+    } while (0);
+#define SECS_ROW_(flag, field)
+#define SECS_ROW_STR(flag, field)
+#define SECS_ROW_STRS(flag, field)
+#define SECS_ROW_INT(flag, field)
+#define SECS_ROW_BOOL(flag, field)
+#define SECS_ROW_DUR(flag, field)
+#define SECS_ROW_QTY(flag, field)
+#define SECS_ROW(flag, field, type, group, def, help) SECS_ROW_##type(flag, field)
+    CFG_OPTIONS(SECS_ROW)
+#undef SECS_ROW
+
+    /* each note once, however often the flag is given */
+    is_int(parse(&c, UP, DD, "--idle-timeout", "5", "--idle-timeout", "5", NULL), 0, "twice");
+    ok(only_note(&c) != NULL, "one note");
+    cfg_fini(&c);
+    /* "0" is Go's too: no note */
+    is_int(parse(&c, UP, DD, "--upstream-timeout", "0", NULL), 0, "0");
+    is_int(c.n_notes, 0, "0 needs no unit");
+    cfg_fini(&c);
+    /* the bounds hold in the new units */
+    rejected(parse(&c, UP, DD, "--upstream-connect-timeout", "500ms", NULL),
+             "--upstream-connect-timeout 500ms: use 1s to 24h", "connect timeout under 1s");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--bookmark-interval", "2h", NULL),
+             "--bookmark-interval 2h: use 1s to 1h", "bookmarks every 2h");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-staleness", "86401", NULL),
+             "--max-staleness 24h0m1s: use 0 to 24h", "staleness over a day");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--history-max-age", "0", NULL), "--history-max-age 0s: at least 1s",
+             "no history");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--history-max-age", "168h", NULL), 0, "a week of history");
+    is_int(c.history_max_age_ms, 168L * 3600 * 1000, "168h");
+    cfg_fini(&c);
+
+    /* a config file: the same, the note naming the file */
+    const char *p = write_yaml("upstream-timeout: 7\nidle-timeout: 2m\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "from a file");
+    is_int(c.upstream_timeout_ms, 7000, "file: 7 is seconds");
+    is_int(c.idle_timeout_ms, 120000, "file: 2m");
+    snprintf(want, sizeof want,
+             "--config %s: upstream-timeout=7: a bare number is read as seconds; this is "
+             "deprecated, write 7s",
+             p);
+    is_str(only_note(&c), want, "the file's note names the file and key");
+    cfg_fini(&c);
+    p = write_yaml("review-timeout: soon\n");
+    rejected(parse(&c, UP, DD, "--config", p, NULL), "review-timeout: \"soon\" is not a duration",
+             "a bad duration in a file");
+    ok(err_has(p), "...names the file");
+    cfg_fini(&c);
+    cleanup_files();
+}
+
+/* Every size: a quantity (1Mi, 2G) or bare bytes, no note. */
+static void
+test_quantity_flags(void)
+{
+    struct kwc_config c;
+    char what[160];
+#define QTY_ROW_QTY(flag, field)                                                                   \
+    do {                                                                                           \
+        snprintf(what, sizeof what, "--%s 1Mi", flag);                                             \
+        is_int(parse(&c, UP, DD, "--" flag, "1Mi", NULL), 0, what);                                \
+        is_int(c.field, 1048576, "1Mi");                                                           \
+        cfg_fini(&c);                                                                              \
+        snprintf(what, sizeof what, "--%s=2M and 2097152", flag);                                  \
+        is_int(parse(&c, UP, DD, "--" flag "=2M", NULL), 0, what);                                 \
+        is_int(c.field, 2000000, "2M: decimal");                                                   \
+        cfg_fini(&c);                                                                              \
+        is_int(parse(&c, UP, DD, "--" flag, "2097152", NULL), 0, what);                            \
+        is_int(c.field, 2097152, "bare bytes");                                                    \
+        is_int(c.n_notes, 0, "bare bytes are not deprecated");                                     \
+        cfg_fini(&c);                                                                              \
+        snprintf(what, sizeof what, "--%s 1MB", flag);                                             \
+        rejected(parse(&c, UP, DD, "--" flag, "1MB", NULL), "--" flag ": \"1MB\" is not a size",   \
+                 what);                                                                            \
+        ok(err_has("512Mi"), "...and an example");                                                 \
+        cfg_fini(&c);                                                                              \
+    } while (0);
+#define QTY_ROW_STR(flag, field)
+#define QTY_ROW_STRS(flag, field)
+#define QTY_ROW_INT(flag, field)
+#define QTY_ROW_BOOL(flag, field)
+#define QTY_ROW_DUR(flag, field)
+#define QTY_ROW_SECS(flag, field)
+#define QTY_ROW(flag, field, type, group, def, help) QTY_ROW_##type(flag, field)
+    CFG_OPTIONS(QTY_ROW)
+#undef QTY_ROW
+    is_int(parse(&c, UP, DD, NULL), 0, "defaults");
+    is_int(c.cache_map_size, 64L << 30, "cache-map-size 64Gi");
+    is_int(c.watch_window, 64 << 20, "watch-window 64Mi");
+    is_int(c.max_list_buffer, 256 << 10, "max-list-buffer 256Ki");
+    is_int(c.history_max_bytes, 4L << 30, "history-max-bytes 4Gi");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--cache-map-size=16Gi", "--max-header-bytes", "512k", NULL), 0,
+           "the issue's values");
+    is_int(c.cache_map_size, 16L << 30, "16Gi");
+    is_int(c.max_header_bytes, 512000, "512k");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--max-header-bytes", "4095", NULL),
+             "--max-header-bytes 4095: at least 4096", "the bound is still bytes");
+    cfg_fini(&c);
+}
+
+/* The renamed flags: both names work; the old one is noted with what to
+ * write, and its bare numbers keep their old unit. */
+static void
+test_aliases(void)
+{
+    struct kwc_config c;
+    is_int(parse(&c, UP, DD, "--rv-wait-ms", "300", NULL), 0, "--rv-wait-ms 300");
+    is_int(c.rv_wait_ms, 300, "300 ms");
+    is_str(only_note(&c), "--rv-wait-ms=300 is deprecated, write --rv-wait-timeout=300ms",
+           "noted: the new name and the value in its form");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--rv-wait-timeout=300ms", NULL), 0, "--rv-wait-timeout 300ms");
+    is_int(c.rv_wait_ms, 300, "300 ms");
+    is_int(c.n_notes, 0, "the new name: no note");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--rv-wait-ms=1500", NULL), 0, "--rv-wait-ms=1500");
+    is_str(only_note(&c), "--rv-wait-ms=1500 is deprecated, write --rv-wait-timeout=1.5s",
+           "1500 ms is 1.5s");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--rv-wait-ms", "2s", NULL), 0, "a duration under the old name");
+    is_int(c.rv_wait_ms, 2000, "2s");
+    is_str(only_note(&c), "--rv-wait-ms=2s is deprecated, write --rv-wait-timeout=2s",
+           "noted with the value as given");
+    cfg_fini(&c);
+    rejected(parse(&c, UP, DD, "--rv-wait-timeout", "61s", NULL),
+             "--rv-wait-timeout 1m1s: use 0 to 1m", "the bound, in the new units");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--shutdown-drain-seconds", "20", NULL), 0,
+           "--shutdown-drain-seconds");
+    is_int(c.shutdown_drain_ms, 20000, "20 s");
+    is_str(only_note(&c),
+           "--shutdown-drain-seconds=20 is deprecated, write --shutdown-drain-grace-period=20s",
+           "seconds under the old name");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--watch-coalesce-max-ms=5", NULL), 0, "--watch-coalesce-max-ms");
+    is_str(only_note(&c),
+           "--watch-coalesce-max-ms=5 is deprecated, write --watch-coalesce-max-delay=5ms",
+           "ms under the old name");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--log-format", "json", NULL), 0, "--log-format json");
+    is_int(c.log_format, LOG_JSON, "json");
+    is_str(only_note(&c), "--log-format=json is deprecated, write --logging-format=json",
+           "kube's name");
+    cfg_fini(&c);
+    /* a bool-less alias still needs its value */
+    rejected(parse(&c, UP, DD, "--log-format", NULL), "--log-format needs a value",
+             "an alias without its value");
+    cfg_fini(&c);
+
+    const char *p = write_yaml("rv-wait-ms: 300\nlog-format: json\n");
+    is_int(parse(&c, UP, DD, "--config", p, NULL), 0, "old names in a file");
+    is_int(c.rv_wait_ms, 300, "file: 300 ms");
+    is_int(c.log_format, LOG_JSON, "file: json");
+    is_int(c.n_notes, 2, "a note each");
+    char want[256];
+    snprintf(want, sizeof want,
+             "--config %s: rv-wait-ms: 300 is deprecated, write rv-wait-timeout: 300ms", p);
+    is_str(c.n_notes == 2 ? c.notes[0] : NULL, want, "the file's note, in the file's form");
+    snprintf(want, sizeof want,
+             "--config %s: log-format: json is deprecated, write logging-format: json", p);
+    is_str(c.n_notes == 2 ? c.notes[1] : NULL, want, "...for each key");
+    cfg_fini(&c);
+    p = write_yaml("rv-wait-timeout: 300ms\nlogging-format: json\n");
+    is_int(parse(&c, UP, DD, "--config", p, "--rv-wait-ms", "100", NULL), 0, "new names in a file");
+    is_int(c.rv_wait_ms, 100, "the old flag still wins over the file");
+    is_int(c.n_notes, 1, "only the flag's note");
+    cfg_fini(&c);
+    cleanup_files();
+}
+
+/* A flag definition line: "      --NAME" then a space or the end. */
+static int
+count_defs(const char *help, const char *flag)
+{
+    int n = 0;
+    size_t fl = strlen(flag);
+    for (const char *l = help; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *f = strncmp(l, "      --", 8) == 0   ? l + 8
+                        : strncmp(l, "  -h, --", 8) == 0 ? l + 8
+                                                         : NULL;
+        if (f && strncmp(f, flag, fl) == 0 && (f[fl] == ' ' || f[fl] == '\n'))
+            n++;
+    }
+    return n;
+}
+
+/* --help as kube's components print it (pflag + component-base). */
+static void
+test_help(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cfg_usage(f);
+    fclose(f);
+    /* kube's headers, in kube's order, each once */
+    static const char *const heads[] = {"Serving",        "Upstream",      "Cache",     "Watch",
+                                        "Authentication", "Authorization", "Operations"};
+    const char *at = buf;
+    for (size_t i = 0; i < KWC_ARRAY_LEN(heads); i++) {
+        char h[64];
+        snprintf(h, sizeof h, "\n\n%s flags:\n\n", heads[i]);
+        const char *p = strstr(buf, h);
+        ok(p && p >= at && !strstr(p + 1, h), h + 2);
+        at = p ? p : at;
+    }
+    /* every line within 100 columns; continuation lines at the description
+     * column of their section */
+    size_t maxcol = 0, col = 0;
+    int misaligned = 0;
+    for (const char *l = buf; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        maxcol = n > maxcol ? n : maxcol;
+        if (strncmp(l, "      --", 8) == 0 || strncmp(l, "  -h, --", 8) == 0) {
+            /* the description starts after the run of spaces past the flag */
+            const char *d = l + 8 + strcspn(l + 8, " \n");
+            if (strncmp(d, " duration", 9) == 0 || strncmp(d, " int", 4) == 0 ||
+                strncmp(d, " string", 7) == 0 || strncmp(d, " quantity", 9) == 0)
+                d += 1 + strcspn(d + 1, " \n");
+            d += strspn(d, " ");
+            size_t c0 = (size_t)(d - l);
+            if (col && c0 != col) {
+                printf("#   not at column %zu: %.*s\n", col, (int)n, l);
+                misaligned++;
+            }
+            col = c0;
+        } else if (n > 0 && l[0] == ' ' && col) {
+            if (strspn(l, " ") != col) {
+                printf("#   not at column %zu: %.*s\n", col, (int)n, l);
+                misaligned++;
+            }
+        } else {
+            col = 0; /* a header or blank line: a new section */
+        }
+        l = e ? e + 1 : l + n;
+    }
+    ok(maxcol <= CFG_HELP_COLS, "no line over 100 columns");
+    if (maxcol > CFG_HELP_COLS)
+        printf("#   widest: %zu\n", maxcol);
+    is_int(misaligned, 0, "continuations at the description column");
+    /* every flag exactly once; the old names hidden */
+    char what[96];
+    int bad = 0;
+#define HELP_ROW(flag, field, type, group, def, help)                                              \
+    if (count_defs(buf, flag) != 1) {                                                              \
+        printf("#   --%s defined %d times\n", flag, count_defs(buf, flag));                        \
+        bad++;                                                                                     \
+    }
+    CFG_OPTIONS(HELP_ROW)
+#undef HELP_ROW
+    is_int(bad, 0, "every flag once");
+    is_int(count_defs(buf, "help") + count_defs(buf, "version"), 2, "--help and --version once");
+#define HIDDEN(old, now, bare)                                                                     \
+    snprintf(what, sizeof what, "--%s hidden", old);                                               \
+    ok(count_defs(buf, old) == 0, what);
+    CFG_ALIASES(HIDDEN)
+#undef HIDDEN
+    /* pflag's type names and defaults */
+    static const char *const has[] = {"      --upstream-timeout duration ",
+                                      "      --cache-map-size quantity ",
+                                      "      --resources strings ",
+                                      "      --max-caches int ",
+                                      "      --logging-format string ",
+                                      "      --access-log  ",
+                                      "  -h, --help ",
+                                      "(default 1m0s)",
+                                      "(default 64Gi)",
+                                      "(default [auto])",
+                                      "(default 256)",
+                                      "(default \"text\")",
+                                      "(default true)",
+                                      "(default 25ms)"};
+    for (size_t i = 0; i < KWC_ARRAY_LEN(has); i++) {
+        snprintf(what, sizeof what, "has '%s'", has[i]);
+        ok(strstr(buf, has[i]) != NULL, what);
+    }
+    const char *ms = strstr(buf, "      --max-staleness duration");
+    const char *next = ms ? strstr(ms + 1, "\n      --") : NULL;
+    ok(ms && next && !memmem(ms, (size_t)(next - ms), "(default", 8), "a zero default not shown");
+    free(buf);
+}
+
 int
 main(void)
 {
@@ -1300,6 +1690,7 @@ main(void)
     TAP_RUN(test_fd_budget);
     TAP_RUN(test_watch_coalesce);
     TAP_RUN(test_discovery);
+    TAP_RUN(test_log_summary);
     TAP_RUN(test_accept_hosts);
     TAP_RUN(test_tls);
     TAP_RUN(test_auth);
@@ -1307,5 +1698,9 @@ main(void)
     TAP_RUN(test_args);
     TAP_RUN(test_config_file);
     TAP_RUN(test_config_file_errors);
+    TAP_RUN(test_seconds_flags);
+    TAP_RUN(test_quantity_flags);
+    TAP_RUN(test_aliases);
+    TAP_RUN(test_help);
     return tap_done();
 }

@@ -684,6 +684,44 @@ test_time(void)
     put(STORE_ADDED, "ns-1", "b", "a", "n");
     publish(h);
     ok(hub_pump_wanted(w4) && reached.wakes > 0, "the batch reaching it starts the initial state");
+
+    /* a resume from an rv ahead of the cache (its client came from a
+     * replica that was ahead): it waits, then gets only what follows */
+    static struct msink ahead, behind;
+    memset(&ahead, 0, sizeof ahead), memset(&behind, 0, sizeof behind);
+    uint64_t from = rv + 2;
+    struct hub_watch_req r5 = {
+        .rv = from, .bookmarks = true, .deadline_ms = 100000, .wait_until_ms = 5000};
+    struct hub_watcher *w5 = hub_watch(h, res, &r5, &ops, &ahead, posted, 0, 7);
+    ok(w5 && !hub_pump_wanted(w5), "a resume ahead of the cache waits");
+    uint64_t bm = hub_next_timer(w5);
+    ok(bm >= 950 && bm <= 1050, "its bookmark timer runs while it waits");
+    hub_timer(w5, bm);
+    ok(ahead.len == 0, "no bookmark below the rv it resumed from");
+    put(STORE_ADDED, "ns-1", "c", "a", "n");
+    publish(h);
+    ok(ahead.len == 0 && !hub_pump_wanted(w5), "an event it had already: not sent, still waiting");
+    put(STORE_ADDED, "ns-1", "d", "a", "n");
+    put(STORE_ADDED, "ns-1", "e", "a", "n");
+    publish(h); /* one batch passes its rv: d (== from) is not sent, e is */
+    bool alive = true;
+    for (int i = 0; i < 10 && hub_pump(w5, &alive) && alive; i++)
+        ;
+    n = lines(&ahead, l, 8);
+    ok(n == 1 && strncmp(l[0], "ADDED ns-1/e ", 13) == 0, "then only the events after its rv");
+    put(STORE_MODIFIED, "ns-1", "e", "b", "n");
+    publish(h);
+    n = lines(&ahead, l, 8);
+    ok(n == 2 && strncmp(l[1], "MODIFIED ns-1/e ", 16) == 0, "and live ones");
+    struct hub_watch_req r6 = {.rv = rv + 50,
+                               .deadline_ms = 100000,
+                               .wait_until_ms = 300,
+                               .too_large_status = xstrdup("{\"kind\":\"Status\",\"code\":504}")};
+    struct hub_watcher *w6 = hub_watch(h, res, &r6, &ops, &behind, posted, 0, 7);
+    ok(w6 && !hub_pump_wanted(w6), "a resume far ahead waits too");
+    hub_timer(w6, 300);
+    ok(behind.ended, "then ends");
+    is_mem(behind.buf, behind.len, gave_up, strlen(gave_up), "with kube's 504, never a 410");
     hub_free(h);
     teardown();
 }

@@ -361,9 +361,23 @@ test_fixture_files(void)
 
     k = NULL;
     path = xasprintf("%s/exec.yaml", fx);
-    is_int(kcfg_load_file(path, NULL, &k, err, sizeof err), KWC_EUNSUPPORTED, "exec.yaml");
-    ok(strstr(err, "\"aws\"") != NULL, "names the user");
-    ok(!k, "no result");
+    is_int(kcfg_load_file(path, NULL, &k, err, sizeof err), 0, "exec.yaml (EKS-style) loads");
+    if (k && k->exec) {
+        is_str(k->exec->command, "aws", "a bare command stays a $PATH name");
+        is_int((int)k->exec->nargs, 4, "args");
+        is_str(k->exec->args[3], "demo", "args in order");
+        is_int((int)k->exec->nenv, 1, "env");
+        is_str(k->exec->env[0], "AWS_PROFILE=demo", "env as NAME=value");
+        is_int(k->exec->interactive, KCFG_INTERACTIVE_IF_AVAILABLE, "v1beta1 default: IfAvailable");
+        is_str(k->exec->exec_info,
+               "{\"kind\":\"ExecCredential\",\"apiVersion\":\"client.authentication.k8s.io/"
+               "v1beta1\",\"spec\":{\"interactive\":false}}\n",
+               "KUBERNETES_EXEC_INFO without provideClusterInfo");
+    } else {
+        ok(0, "exec.yaml has an exec plugin");
+        printf("#   %s\n", err);
+    }
+    kcfg_free(k);
     free(path);
 
     path = xasprintf("%s/no-such.yaml", fx);
@@ -481,10 +495,12 @@ static const struct bad {
     {"entry not a mapping", HDR_C "clusters: [c]\n", NULL, KWC_ECONFIG, "clusters[0]", "mapping"},
     {"cluster: is a list", HDR_C "clusters: [{name: c, cluster: [1]}]\n", NULL, KWC_ECONFIG,
      "cluster", "mapping"},
-    {"exec user", HDR_C CL_C "users: [{name: u, user: {exec: {command: aws}}}]\n", NULL,
-     KWC_EUNSUPPORTED, "exec credential plugins are not supported", "tokenFile"},
+    {"exec user with a token",
+     HDR_C CL_C "users: [{name: u, user: {token: t, exec: {command: aws, apiVersion: "
+                "client.authentication.k8s.io/v1beta1}}}]\n",
+     NULL, KWC_ECONFIG, "user \"u\" sets both exec and a token", "remove one"},
     {"auth-provider user", HDR_C CL_C "users: [{name: u, user: {auth-provider: {name: gcp}}}]\n",
-     NULL, KWC_EUNSUPPORTED, "user \"u\"", "ServiceAccount token"},
+     NULL, KWC_EUNSUPPORTED, "user \"u\"", "exec credential plugin"},
     {"impersonation", HDR_C CL_C "users: [{name: u, user: {token: t, as: admin}}]\n", NULL,
      KWC_EUNSUPPORTED, "user \"u\"", "impersonation"},
     {"proxy-url",

@@ -9,7 +9,7 @@
  *   - text: "TIME LEVEL msg" with TIME as 2026-11-21T06:00:00.123Z (UTC, the
  *     wall clock: between the clock read before and after the call), the
  *     level padded to five characters and a space, one line per call;
- *   - JSON (--log-format json): one object per line, time, level, msg and the
+ *   - JSON (--logging-format json): one object per line, time, level, msg and the
  *     fields as further keys, strings escaped as JSON needs, bytes that are
  *     not UTF-8 as U+FFFD (read back with jansson, which refuses bad JSON and
  *     bad UTF-8);
@@ -17,9 +17,15 @@
  *     string left out, numbers as integers or with three decimals;
  *   - levels: debug < info < warn < error, the default info; below the level
  *     nothing is written, and log_debug does not evaluate its arguments;
- *   - the parsers of --log-level and --log-format;
+ *   - the parsers of --log-level and --logging-format;
  *   - a message too long for one line is cut, still one line (and in JSON
- *     still one valid object).
+ *     still one valid object);
+ *   - repeating lines (log_repeat), with an injected clock: the first
+ *     occurrence of a cause at once, the rest counted (and at debug), one
+ *     summary per cause per interval with the right counts (text and JSON),
+ *     a recovered line after a quiet interval (none for a one-off), a fixed
+ *     table with the causes past it in one bucket, flush at exit, interval
+ *     0 writing everything.
  */
 #include "kwc/log.h"
 
@@ -421,6 +427,290 @@ test_text_one_line(void)
        "...each value quoted (strconv.Quote)");
 }
 
+/* ---- repeating lines ---- */
+
+static uint64_t fake_ms;
+
+static uint64_t
+fake_clock(void)
+{
+    return fake_ms;
+}
+
+/* Every JSON line of o, as an array. */
+static json_t *
+objects(const char *o)
+{
+    json_t *a = json_array();
+    for (const char *p = o; *p;) {
+        const char *nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+        json_array_append_new(a, j ? j : json_null());
+        p = nl + 1;
+    }
+    return a;
+}
+
+static const char *
+jstr(json_t *a, size_t i, const char *k)
+{
+    return json_string_value(json_object_get(json_array_get(a, i), k));
+}
+
+static long long
+jnum(json_t *a, size_t i, const char *k)
+{
+    json_t *v = json_object_get(json_array_get(a, i), k);
+    return json_is_number(v) ? (long long)json_number_value(v) : -1;
+}
+
+static void
+rep_reset(void)
+{
+    log_set_repeat_clock(fake_clock); /* forgets every cause */
+    log_set_repeat_interval(10000);
+    fake_ms = 1000000;
+}
+
+/* An outage: 18 caches, each retrying 3 times within one interval. */
+static void
+test_repeat_summary(void)
+{
+    static const char *const cause = "cache watch failed: Connection refused";
+    log_set_format(LOG_JSON);
+    log_set_level(LOG_INFO);
+    rep_reset();
+    char names[18][16];
+    for (int i = 0; i < 18; i++)
+        snprintf(names[i], sizeof names[i], "res%d", i);
+    cap_begin();
+    log_repeat(LOG_WARN, cause, "caches", names[0], "cache %s: down; retrying in %.1f s", names[0],
+               0.5);
+    const char *o = cap_end();
+    json_t *a = objects(o);
+    is_int(json_array_size(a), 1, "the first occurrence: written at once");
+    is_str(jstr(a, 0, "level"), "warn", "...at its level");
+    is_str(jstr(a, 0, "msg"), "cache res0: down; retrying in 0.5 s", "...its own message");
+    is_str(jstr(a, 0, "cause"), cause, "...with its cause");
+    json_decref(a);
+
+    cap_begin();
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 18; i++) {
+            fake_ms += 100;
+            if (round || i)
+                log_repeat(LOG_WARN, cause, "caches", names[i], "cache %s: down", names[i]);
+        }
+    fake_ms = 1000000 + 9999;
+    log_repeat_tick();
+    o = cap_end();
+    is_str(o, "", "53 more within the interval: nothing written (at info)");
+
+    cap_begin();
+    fake_ms = 1000000 + 10000;
+    log_repeat_tick();
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 1, "the interval over: one line");
+    is_str(jstr(a, 0, "level"), "warn", "...at the cause's level");
+    is_str(jstr(a, 0, "cause"), cause, "...its cause");
+    is_int(jnum(a, 0, "count"), 53, "...count: the occurrences not written");
+    is_int(jnum(a, 0, "subjects"), 18, "...subjects: the distinct ones among them");
+    is_int(jnum(a, 0, "interval_s"), 10, "...interval_s");
+    is_str(jstr(a, 0, "msg"),
+           "cache watch failed: Connection refused: 53 more times in the last 10.0 s, 18 caches "
+           "(res1, res2, res3, ...)",
+           "...the message says it for people");
+    json_decref(a);
+
+    /* the next interval: two more from one cache, then the tick */
+    cap_begin();
+    fake_ms += 3000;
+    log_repeat(LOG_WARN, cause, "caches", "res5", "x");
+    fake_ms += 3000;
+    log_repeat(LOG_WARN, cause, "caches", "res5", "x");
+    fake_ms = 1000000 + 20000;
+    log_repeat_tick();
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 1, "the second interval: one line");
+    is_int(jnum(a, 0, "count"), 2, "...count 2");
+    is_int(jnum(a, 0, "subjects"), 1, "...one subject");
+    json_decref(a);
+
+    /* a quiet interval: recovered, with the episode's total */
+    cap_begin();
+    fake_ms = 1000000 + 29000;
+    log_repeat_tick();
+    is_str(cap_end(), "", "quiet, not yet a whole interval: nothing");
+    cap_begin();
+    fake_ms = 1000000 + 30000;
+    log_repeat_tick();
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 1, "a whole interval without it: one line");
+    is_str(jstr(a, 0, "level"), "info", "...at info");
+    is_str(jstr(a, 0, "state"), "recovered", "...state recovered");
+    is_int(jnum(a, 0, "total"), 1 + 53 + 2, "...total: every occurrence");
+    is_int(jnum(a, 0, "duration_s"), 16, "...duration_s: first to last occurrence");
+    is_str(jstr(a, 0, "cause"), cause, "...its cause");
+    json_decref(a);
+
+    /* over: the next occurrence is news again */
+    cap_begin();
+    fake_ms += 60000;
+    log_repeat_tick();
+    log_repeat(LOG_WARN, cause, "caches", "res1", "back down");
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 1, "after it recovered: the next occurrence written at once");
+    is_str(jstr(a, 0, "msg"), "back down", "...its message");
+    json_decref(a);
+    log_set_format(LOG_TEXT);
+}
+
+static void
+test_repeat_text_and_debug(void)
+{
+    log_set_format(LOG_TEXT);
+    log_set_level(LOG_DEBUG);
+    rep_reset();
+    cap_begin();
+    log_repeat(LOG_WARN, "list failed: 503", "caches", "pods", "cache pods: 503");
+    fake_ms += 1000;
+    log_repeat(LOG_WARN, "list failed: 503", "caches", "nodes", "cache nodes: 503");
+    fake_ms += 1000;
+    log_repeat(LOG_WARN, "list failed: 503", "caches", "pods", "cache pods: 503");
+    const char *o = cap_end();
+    is_int(count_lines(o), 3, "at debug: every occurrence written, one line each");
+    ok(strstr(o, " warn  cache pods: 503 cause=\"list failed: 503\"\n") != NULL,
+       "...the first at its level, with its cause");
+    ok(strstr(o, " debug cache nodes: 503 cause=\"list failed: 503\"\n") != NULL,
+       "...the others at debug");
+    cap_begin();
+    fake_ms += 8000;
+    log_repeat_tick();
+    o = cap_end();
+    ok(strstr(o, " warn  list failed: 503: 2 more times in the last 10.0 s, 2 caches (nodes, pods) "
+                 "cause=\"list failed: 503\" count=2 subjects=2 interval_s=10\n") != NULL,
+       "text: the summary's message and its fields");
+    is_int(count_lines(o), 1, "...one line");
+
+    /* one-off: written, and no recovered line */
+    log_set_level(LOG_INFO);
+    rep_reset();
+    cap_begin();
+    log_repeat(LOG_WARN, "once", "caches", "pods", "just once");
+    fake_ms += 10000;
+    log_repeat_tick();
+    fake_ms += 10000;
+    log_repeat_tick();
+    o = cap_end();
+    is_int(count_lines(o), 1, "a one-off: its line, no summary, no recovered line");
+
+    /* below the level: neither written nor counted */
+    log_set_level(LOG_ERROR);
+    cap_begin();
+    log_repeat(LOG_WARN, "quiet", "caches", "pods", "w");
+    log_repeat(LOG_WARN, "quiet", "caches", "pods", "w");
+    fake_ms += 10000;
+    log_repeat_tick();
+    is_str(cap_end(), "", "below the level: nothing, not even a summary");
+    log_set_level(LOG_INFO);
+
+    /* interval 0: every occurrence written */
+    rep_reset();
+    log_set_repeat_interval(0);
+    cap_begin();
+    for (int i = 0; i < 5; i++)
+        log_repeat(LOG_WARN, "c", "caches", "pods", "each");
+    o = cap_end();
+    is_int(count_lines(o), 5, "interval 0: every occurrence at its level");
+    ok(strstr(o, " warn  each cause=c\n") != NULL, "...with its cause");
+}
+
+static void
+test_repeat_bounds(void)
+{
+    log_set_format(LOG_JSON);
+    log_set_level(LOG_INFO);
+    rep_reset();
+    char c[64];
+    cap_begin();
+    for (int i = 0; i < LOG_REPEAT_KEYS; i++) {
+        snprintf(c, sizeof c, "cause %d", i);
+        log_repeat(LOG_WARN, c, "caches", "pods", "%s", c);
+    }
+    log_repeat(LOG_WARN, "one more", "caches", "pods", "past the table");
+    log_repeat(LOG_WARN, "and another", "caches", "pods", "counted");
+    log_repeat(LOG_WARN, "and another", "caches", "nodes", "counted");
+    log_repeat(LOG_WARN, "cause 3", "caches", "pods", "a known cause, counted");
+    const char *o = cap_end();
+    json_t *a = objects(o);
+    is_int(json_array_size(a), LOG_REPEAT_KEYS + 1, "a full table: one more cause written at once");
+    is_str(jstr(a, LOG_REPEAT_KEYS, "cause"), "other causes", "...under the bucket of others");
+    is_str(jstr(a, LOG_REPEAT_KEYS, "msg"), "past the table", "...with its own message");
+    json_decref(a);
+    cap_begin();
+    fake_ms += 10000;
+    log_repeat_tick();
+    o = cap_end();
+    a = objects(o);
+    size_t n = json_array_size(a);
+    is_int(n, 2, "two summaries: the known cause and the bucket");
+    bool seen = false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(jstr(a, i, "cause"), "other causes") == 0) {
+            seen = true;
+            is_int(jnum(a, i, "count"), 2, "the bucket: 2 more");
+            is_int(jnum(a, i, "subjects"), 1, "...its subjects are the causes: 1");
+            ok(strstr(jstr(a, i, "msg"), "1 causes (and another)") != NULL, "...named");
+        }
+    ok(seen, "the bucket's summary");
+    json_decref(a);
+
+    /* a long cause is cut; subjects past the bound are "at least" */
+    rep_reset();
+    static char lc[1000];
+    memset(lc, 'c', sizeof lc - 1);
+    cap_begin();
+    log_repeat(LOG_WARN, lc, "caches", "s", "long");
+    for (int i = 0; i < LOG_REPEAT_SUBJECTS + 10; i++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "s%d", i);
+        log_repeat(LOG_WARN, lc, "caches", sub, "long");
+    }
+    fake_ms += 10000;
+    log_repeat_tick();
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 2, "a long cause: one entry (its first line, one summary)");
+    is_int(strlen(jstr(a, 1, "cause")), LOG_REPEAT_KEY_MAX - 1, "...cut to the bound");
+    is_int(jnum(a, 1, "count"), LOG_REPEAT_SUBJECTS + 10, "...every occurrence counted");
+    is_int(jnum(a, 1, "subjects"), LOG_REPEAT_SUBJECTS, "...subjects counted up to the bound");
+    ok(strstr(jstr(a, 1, "msg"), "at least 256 caches") != NULL, "...and it says so");
+    json_decref(a);
+
+    /* flush: what was counted is written now */
+    rep_reset();
+    cap_begin();
+    log_repeat(LOG_WARN, "f", "caches", "a", "first");
+    fake_ms += 1500;
+    log_repeat(LOG_WARN, "f", "caches", "b", "second");
+    log_repeat_flush();
+    log_repeat_flush();
+    o = cap_end();
+    a = objects(o);
+    is_int(json_array_size(a), 2, "flush: the pending count written once");
+    is_int(jnum(a, 1, "count"), 1, "...count 1");
+    ok(strstr(jstr(a, 1, "msg"), "in the last 1.5 s") != NULL, "...over the time it covers");
+    json_decref(a);
+    log_set_repeat_clock(NULL);
+    log_set_format(LOG_TEXT);
+}
+
 int
 main(void)
 {
@@ -432,5 +722,8 @@ main(void)
     TAP_RUN(test_parse);
     TAP_RUN(test_json);
     TAP_RUN(test_long);
+    TAP_RUN(test_repeat_summary);
+    TAP_RUN(test_repeat_text_and_debug);
+    TAP_RUN(test_repeat_bounds);
     return tap_done();
 }

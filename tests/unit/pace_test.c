@@ -81,7 +81,7 @@ test_never_beyond_max(void)
     ok(pace_window_us(&p) <= PACE_MAX_US, "a huge round: still capped");
 }
 
-/* The operator's bound (--watch-coalesce-max-ms): the window never passes
+/* The operator's bound (--watch-coalesce-max-delay): the window never passes
  * it, above or below PACE_MAX_US; 0 never holds however busy the worker. */
 static void
 test_bound(void)

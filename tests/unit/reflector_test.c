@@ -165,15 +165,16 @@ on_request(struct fconn *c, const char *target)
                  (unsigned long long)(f->probe_rv ? f->probe_rv : f->cur_rv));
         f->nprobe++;
         answer(c, 200, body);
-    } else if (strcmp(target, "/api/v1/namespaces/kube-system") == 0) {
+    } else if (strcmp(target, "/api/v1/namespaces?fieldSelector=metadata.name%3Dkube-system") ==
+               0) {
         f->nid++;
         if (!f->ns_uid) {
             answer_status(c, 403);
         } else {
             char body[256];
             snprintf(body, sizeof(body),
-                     "{\"kind\":\"Namespace\",\"apiVersion\":\"v1\",\"metadata\":{"
-                     "\"name\":\"kube-system\",\"uid\":\"%s\"}}",
+                     "{\"kind\":\"NamespaceList\",\"apiVersion\":\"v1\",\"metadata\":{},"
+                     "\"items\":[{\"metadata\":{\"name\":\"kube-system\",\"uid\":\"%s\"}}]}",
                      f->ns_uid);
             answer(c, 200, body);
         }
@@ -389,7 +390,7 @@ bound_port(evutil_socket_t fd)
 /* A reflector of v1/pods (not started) against the fake upstream, which
  * lists a (rv 3), b (rv 7) and c (rv 9) at rv 10. */
 static void
-env_init(struct env *e, unsigned max_staleness)
+env_init(struct env *e, uint64_t max_staleness_ms)
 {
     memset(e, 0, sizeof(*e));
     e->now = 1000000;
@@ -425,7 +426,7 @@ env_init(struct env *e, unsigned max_staleness)
     }
     struct refl_ingest_options io = {.data_dir = e->dir,
                                      .map_size = so.map_size,
-                                     .max_staleness = max_staleness,
+                                     .max_staleness_ms = max_staleness_ms,
                                      .clock = {.now_ms = fake_now, .rand = fake_rand, .arg = e}};
     refl_ingest_new(e->base, e->st, &io, &e->ing);
     if (refl_new(e->base, e->up, e->ing, "v1/pods", KWC_ENC_JSON, "fake-upstream", &e->r, err,
@@ -624,10 +625,13 @@ test_policy(void)
     ok(!refl_watch_healthy(11000, 1000), "a clock behind the open: not healthy");
 
     /* staleness: more than max seconds without an event or bookmark */
-    ok(!refl_stale(1000, 6000, 5), "exactly --max-staleness: not stale");
-    ok(refl_stale(1000, 6001, 5), "past it: stale");
+    ok(!refl_stale(1000, 6000, 5000), "exactly --max-staleness: not stale");
+    ok(refl_stale(1000, 6001, 5000), "past it: stale");
     ok(!refl_stale(1000, 1000 + 86400000, 0), "--max-staleness 0: never stale");
-    ok(!refl_stale(6001, 1000, 5), "a clock behind the last event: not stale");
+    ok(!refl_stale(6001, 1000, 5000), "a clock behind the last event: not stale");
+    /* milliseconds, as --max-staleness 1500ms gives them (not seconds) */
+    ok(refl_stale(1000, 2501, 1500), "1500ms: stale past 1.5 s");
+    ok(!refl_stale(1000, 2500, 1500), "1500ms: not at 1.5 s");
 }
 
 /* ---- against the fake upstream ---- */
@@ -858,6 +862,10 @@ test_list_errors_back_off(void)
     ok(strstr(st, "nothing heard from the upstream yet") != NULL,
        "no age of an event that never came");
     ok(strstr(st, "listing") == NULL, "not the step it will retry");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "backing_off",
+           "kwc_cache_state: backing_off");
+    double age = -1;
+    ok(!refl_heard_age(e.r, &age), "no age: nothing heard yet");
     RUN_UNTIL(&e, ctr(&e).errors[1] >= 2);
     c = ctr(&e);
     is_int(c.retry_ms, 500, "the second failure waits twice as long");
@@ -870,6 +878,11 @@ test_list_errors_back_off(void)
     ok(strstr(st, "synced, ") && !strstr(st, "backing off") &&
            strstr(st, "last upstream event or bookmark 0 s ago"),
        "recovered: no backing off, and the last word from the upstream");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "watching", "state: watching");
+    ok(refl_heard_age(e.r, &age) && age == 0.0, "an age once the list completed");
+    refl_stop(e.r);
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "stopped", "stopped: stopped");
+    ok(!refl_heard_age(e.r, &age), "...and no age");
     env_fini(&e);
 }
 
@@ -878,7 +891,7 @@ static void
 test_staleness(void)
 {
     struct env e;
-    env_init(&e, 5);
+    env_init(&e, 5000);
     env_sync(&e);
     ok(refl_serving(e.r), "in service after the list");
     is_str(refl_out_why(e.r), NULL, "no reason to be out");
@@ -888,13 +901,20 @@ test_staleness(void)
     ok(refl_synced(e.r), "still synced");
     const char *why = refl_out_why(e.r);
     ok(why && strstr(why, "stale: no event or bookmark from the upstream for 5 s "
-                          "(--max-staleness 5)"),
+                          "(--max-staleness 5s)"),
        "the reason says stale, for how long");
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "stale", "state: stale");
+    char st[512];
+    refl_status(e.r, st, sizeof(st));
+    ok(strstr(st, "synced, stale (past --max-staleness 5s), watching, ") != NULL,
+       "refl_status: stale, then what it does");
+    double age = 0;
+    ok(refl_heard_age(e.r, &age) && age > 5.0, "its age: past --max-staleness");
     send_bookmark(&e.f, 12);
     RUN_UNTIL(&e, refl_serving(e.r));
     ok(refl_serving(e.r), "a bookmark brings it back");
     is_str(refl_out_why(e.r), NULL, "no reason left");
-    char st[512];
+    is_str(refl_cache_state_label(refl_cache_state(e.r)), "watching", "state: watching again");
     refl_status(e.r, st, sizeof(st));
     ok(strstr(st, "last upstream event or bookmark 0 s ago") != NULL,
        "the age starts over at the bookmark");
@@ -920,6 +940,12 @@ test_timeline_pure(void)
        "the namespace's uid");
     static const char nouid[] = "{\"metadata\":{\"name\":\"kube-system\"}}";
     ok(refl_id_parse(nouid, strlen(nouid), uid, sizeof(uid)) != 0, "no uid: an error");
+    static const char list[] = "{\"kind\":\"NamespaceList\",\"metadata\":{},\"items\":[{"
+                               "\"metadata\":{\"name\":\"kube-system\",\"uid\":\"u-9\"}}]}";
+    ok(refl_id_parse(list, strlen(list), uid, sizeof(uid)) == 0 && strcmp(uid, "u-9") == 0,
+       "a list's first item's uid");
+    static const char empty[] = "{\"kind\":\"NamespaceList\",\"metadata\":{},\"items\":[]}";
+    ok(refl_id_parse(empty, strlen(empty), uid, sizeof(uid)) != 0, "an empty list: none");
     ok(refl_id_parse("{", 1, uid, sizeof(uid)) != 0, "not JSON: an error");
     ok(refl_id_parse(ns, strlen(ns), uid, 4) != 0, "longer than the buffer: an error");
 }

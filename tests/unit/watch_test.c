@@ -352,7 +352,7 @@ test_held(void)
     cfx_close(&f);
 }
 
-/* --watch-coalesce-max-ms 0: a worker forced busy (a 300 ms hold asked
+/* --watch-coalesce-max-delay 0: a worker forced busy (a 300 ms hold asked
  * for) still writes every event in the round that applied it. */
 static void
 test_never_held(void)
