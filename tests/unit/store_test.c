@@ -671,6 +671,52 @@ test_field_index(void)
     rm_dir();
 }
 
+/* The cluster's identity, and a rebase: every resource's data dropped
+ * (opened in this run or not, indexed or not) and the new identity recorded
+ * in one transaction; the data dir stays valid. */
+static void
+test_cluster_id_and_rebase(void)
+{
+    fresh_dir();
+    struct store *s = open_store(0, 0);
+    char id[256] = "junk";
+    is_int(store_cluster_id(s, id, sizeof(id)), 0, "none recorded: no error");
+    is_str(id, "", "...and empty");
+    is_int(store_set_cluster_id(s, "uid-a"), 0, "recorded");
+    struct store_res *a, *b;
+    store_res(s, "v1/pods:json", &a);
+    store_res_index(a, 2);
+    churn(s, a, 50, 1000, 1000);
+    store_res(s, "v1/secrets:json", &b);
+    churn(s, b, 30, 1000, 1000);
+    store_close(s);
+
+    s = open_store(0, 0); /* b is not opened in this run */
+    is_int(store_cluster_id(s, id, sizeof(id)), 0, "read back after a reopen");
+    is_str(id, "uid-a", "the recorded identity");
+    store_res(s, "v1/pods:json", &a);
+    store_res_index(a, 2);
+    is_int(store_rebase(s, "uid-b"), 0, "rebased");
+    store_cluster_id(s, id, sizeof(id));
+    is_str(id, "uid-b", "the new identity");
+    struct store_rtxn *t;
+    struct store_res_info in;
+    store_rtxn_begin(s, &t);
+    store_info(t, a, &in);
+    store_rtxn_end(t);
+    ok(in.objects == 0 && in.rv == 0 && !in.synced, "an open resource emptied");
+    churn(s, a, 10, 1000, 1000);
+    char why[256] = "";
+    is_int(store_verify(s, NULL, NULL, why, sizeof(why)), 0, "the data dir verifies");
+    store_res(s, "v1/secrets:json", &b);
+    store_rtxn_begin(s, &t);
+    store_info(t, b, &in);
+    store_rtxn_end(t);
+    ok(in.objects == 0 && in.hist_events == 0 && in.rv == 0, "one not opened then dropped too");
+    store_close(s);
+    rm_dir();
+}
+
 int
 main(void)
 {
@@ -682,5 +728,6 @@ main(void)
     TAP_RUN(test_same_rv_and_reset);
     TAP_RUN(test_unserved);
     TAP_RUN(test_field_index);
+    TAP_RUN(test_cluster_id_and_rebase);
     return tap_done();
 }
