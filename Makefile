@@ -155,6 +155,11 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libkwc.a
 unit: $(UNIT_BIN)
 	$(Q)tests/lib/run-unit.sh $(UNIT_BIN)
 
+# IT_JOBS: modules run that many at a time (tests/integration/run.py);
+# make test runs two.
+IT_JOBS ?= 1
+export KWC_IT_JOBS = $(IT_JOBS)
+
 integration: $(BUILD)/kwc
 	$(Q)KWC_BIN=$(abspath $(BUILD)/kwc) PYTHON=$(PYTHON) $(PYTHON) tests/integration/run.py $(IT)
 
@@ -196,10 +201,10 @@ test:
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
 	$(Q)$(PYTHON) tests/apisim/test_apisim.py
 	$(Q)$(MAKE) --no-print-directory image-test
-	$(Q)$(MAKE) --no-print-directory integration
-	$(Q)$(MAKE) --no-print-directory integration-tls
-	$(Q)$(MAKE) --no-print-directory integration-h2 IT="$(IT_H2)"
-	$(Q)$(MAKE) --no-print-directory integration-checked
+	$(Q)$(MAKE) --no-print-directory IT_JOBS=2 integration
+	$(Q)$(MAKE) --no-print-directory IT_JOBS=2 integration-tls
+	$(Q)$(MAKE) --no-print-directory IT_JOBS=2 integration-h2 IT="$(IT_H2)"
+	$(Q)$(MAKE) --no-print-directory IT_JOBS=2 integration-checked
 
 run:
 	$(Q)tests/lib/deps.sh build

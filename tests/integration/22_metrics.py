@@ -190,9 +190,13 @@ class Scenario(unittest.TestCase):
         # the watchers leave: each stream is one WATCH request, counted at its end
         for s in streams:
             s.close()
-        wait_for(lambda: val(parse(scrape_text(port)), "kwc_requests_total", verb="WATCH", group="",
-                             resource="pods", code="200", source="cache") == self.M_LIVE + 1, 10,
-                 "the watch streams to be counted")
+        # (the request is counted where it ends, the watcher where its
+        # worker drops it: two threads, so both are waited for)
+        def ended():
+            m = parse(scrape_text(port))
+            return (val(m, "kwc_requests_total", verb="WATCH", group="", resource="pods", code="200",
+                        source="cache") == self.M_LIVE + 1 and val(m, "kwc_watchers", **pods()) == 0)
+        wait_for(ended, 10, "the watch streams to be counted and their watchers gone")
         m = parse(scrape_text(port))
         self.assertEqual(val(m, "kwc_watchers", **pods()), 0)
         self.assertEqual(val(m, "kwc_requests_in_flight", source="cache"), 0)
