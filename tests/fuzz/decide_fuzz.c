@@ -126,8 +126,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     if (d.action == DECIDE_SERVE_WATCH) {
-        if (!cache.synced || (d.wait && (!d.initial || d.rv <= cache.current_rv)) ||
-            (d.initial_end && !d.initial) || (!d.initial && d.rv == 0))
+        /* wait: an rv ahead of the cache, for sendInitialEvents or a
+         * resume (a client from a replica that was ahead) alike */
+        if (!cache.synced || (d.wait && d.rv <= cache.current_rv) ||
+            (!d.initial && d.wait != (d.rv > cache.current_rv)) || (d.initial_end && !d.initial) ||
+            (!d.initial && d.rv == 0))
             abort();
     }
     decide_result_fini(&d);
