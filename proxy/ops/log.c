@@ -230,6 +230,19 @@ log_enabled(enum log_level l)
     return l >= min_level;
 }
 
+/* fmt into msg, cut to fit; its length */
+static size_t vformat(char *msg, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static size_t
+vformat(char *msg, size_t cap, const char *fmt, va_list ap)
+{
+    int m = vsnprintf(msg, cap, fmt, ap);
+    if (m < 0)
+        return 0;
+    return (size_t)m >= cap ? cap - 1 : (size_t)m;
+}
+
 void
 log_msg(enum log_level l, const char *fmt, ...)
 {
@@ -238,12 +251,8 @@ log_msg(enum log_level l, const char *fmt, ...)
     char msg[LINE_MAX_BYTES];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+    int m = (int)vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (m < 0)
-        m = 0;
-    if ((size_t)m >= sizeof(msg))
-        m = (int)sizeof(msg) - 1;
     line(l, msg, (size_t)m, NULL, 0);
 }
 
@@ -441,12 +450,8 @@ log_repeat(enum log_level l, const char *cause, const char *noun, const char *su
     char msg[LINE_MAX_BYTES];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
+    int m = (int)vformat(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (m < 0)
-        m = 0;
-    if ((size_t)m >= sizeof(msg))
-        m = (int)sizeof(msg) - 1;
     pthread_mutex_lock(&rep_mu);
     uint64_t now = rep_now();
     struct log_field f[] = {LOG_STR("cause", cause)};

@@ -500,6 +500,21 @@ pipes_check(struct excred *x)
         try_reap(x);
 }
 
+/* A read of the plugin's pipe: bytes (> 0), 0 at its end (EOF or an
+ * error: the pipe is done), -1 when nothing is there now. */
+static ssize_t
+pipe_read(int fd, char *buf, size_t len)
+{
+    for (;;) {
+        ssize_t n = read(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return -1;
+        return n < 0 ? 0 : n;
+    }
+}
+
 static void
 on_stdout(evutil_socket_t fd, short what, void *arg)
 {
@@ -507,12 +522,10 @@ on_stdout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (;;) {
         char buf[16384];
-        ssize_t n = read(fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        ssize_t n = pipe_read(fd, buf, sizeof(buf));
+        if (n < 0)
             return;
-        if (n <= 0) {
+        if (n == 0) {
             close_pipe(&x->out_ev, &x->out_fd);
             pipes_check(x);
             return;
@@ -537,12 +550,10 @@ on_stderr(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (;;) {
         char buf[4096];
-        ssize_t n = read(fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        ssize_t n = pipe_read(fd, buf, sizeof(buf));
+        if (n < 0)
             return;
-        if (n <= 0) {
+        if (n == 0) {
             flush_line(x);
             close_pipe(&x->err_ev, &x->err_fd);
             pipes_check(x);
