@@ -15,6 +15,12 @@
 #include "kwc/app.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <unistd.h>
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +33,12 @@
 #include "kwc/config.h"
 #include "kwc/disco.h"
 #include "kwc/discovery.h"
+#include "kwc/kubeconfig.h"
+#include "kwc/upstream.h"
 #include "kwc/front.h"
 #include "kwc/http.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
@@ -38,8 +47,42 @@
 
 #define APP_MAGIC 0x61707020u /* "app " */
 
+/* A serving loop (issue 32): a thread with its own event_base that holds
+ * the connections the main loop's acceptor hands it, and everything their
+ * requests use: its HTTP server (no listener), front, serve, auth, its own
+ * upstream client (passthrough, reviews, tunnels), its passthrough budget
+ * share, and the watch pool's worker on its base. Built on the main thread
+ * before the thread starts, freed there after it was joined. */
+struct sloop {
+    struct app *a;
+    unsigned idx;
+    pthread_t thread;
+    bool running;
+    struct event_base *base;
+    struct mailbox *mb; /* calls from the main loop */
+    struct up_client *up;
+    struct pt_options pt_short, pt_long;
+    struct pt_budget *budget;
+    struct serve *serve;
+    struct discovery *discovery;
+    struct auth *auth;
+    struct front *front;
+    struct http_server *http;
+    atomic_bool poke_pending; /* a wake for the waiting requests is posted */
+    atomic_uint pending;      /* connections handed to it, not adopted yet */
+    /* while draining, published by the loop (any thread reads) */
+    atomic_uint busy_requests;
+    struct event *busy_ev;
+};
+
 struct app {
     uint32_t magic;
+    struct event_base *base;
+    struct mailbox *mb; /* the main loop's: calls from the serving loops */
+    struct sloop *loops;
+    unsigned nloops;
+    struct http_limits *limits; /* the caps, shared by the acceptor and the loops' servers */
+    struct collect_loop *loop_sum; /* /metrics: the loops' numbers, summed per render */
     struct refl_ingest *ing;
     struct catalog *cat;
     struct disco *disco;
@@ -99,80 +142,61 @@ log_auth_stats(const struct auth *auth)
              (unsigned long long)as.authz_denied, (unsigned long long)as.authz_errors);
 }
 
-int
-app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
+static void
+auth_opts(const struct kwc_config *cfg, struct auth_options *ao)
 {
-    const struct kwc_config *cfg = d->cfg;
-    struct app *a = xcalloc(1, sizeof(*a));
-    a->magic = APP_MAGIC;
-    a->ing = d->ing;
-    a->cat = d->cat;
-    a->disco = d->disco;
-    const struct refl_set *set = catalog_set(d->cat);
-    a->pt_short = (struct pt_options){
+    *ao = (struct auth_options){
+        .anonymous = cfg->anonymous_auth,
+        .token_ttl_s = (double)cfg->token_cache_ttl_ms / 1000.0,
+        .token_fail_ttl_s = 10,
+        .allow_ttl_s = (double)cfg->authz_allow_ttl_ms / 1000.0,
+        .deny_ttl_s = (double)cfg->authz_deny_ttl_ms / 1000.0,
+        .max_entries = 100000,
+        .review_timeout_ms = (unsigned)cfg->review_timeout_ms,
+        .max_reviews_per_source = cfg_per_source_reviews(cfg),
+    };
+}
+
+static void
+pt_opts(const struct kwc_config *cfg, struct pt_budget *budget, struct pt_options *s,
+        struct pt_options *l)
+{
+    *s = (struct pt_options){
         .max_request_buffer = (size_t)cfg->max_request_buffer,
         .max_response_buffer = (size_t)cfg->max_response_buffer,
         .strip_credentials = true,
+        .budget = budget,
     };
-    a->budget = pt_budget_new((size_t)cfg->max_passthrough_buffer);
-    a->pt_short.budget = a->budget;
-    a->pt_long = a->pt_short;
-    a->pt_long.long_running = true;
+    *l = *s;
+    l->long_running = true;
+}
+
+static struct serve *
+new_serve(const struct app_deps *d, struct event_base *base, struct up_client *up,
+          const struct pt_options *pt)
+{
+    const struct kwc_config *cfg = d->cfg;
     struct serve_options so = {
         .too_large =
             strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
         .wait_ms = (int)cfg->rv_wait_ms,
         .max_buffer = (size_t)cfg->max_list_buffer,
-        .up = d->up,
-        .pt = &a->pt_short,
+        .up = up,
+        .pt = pt,
     };
-    a->serve = serve_new(d->base, d->st, set, &so);
-    struct watch_options wo = {
-        .workers = (unsigned)cfg->watch_workers,
-        .budget = (size_t)cfg->watch_budget,
-        .window_bytes = (size_t)cfg->watch_window,
-        .bookmark_ms = (uint64_t)cfg->bookmark_interval_ms,
-        .wait_ms = (int)cfg->rv_wait_ms,
-        .too_large = so.too_large,
-        .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
-        .no_coalesce = cfg->watch_coalesce_max_ms == 0,
-    };
-    a->watch = watch_pool_new(d->base, d->st, set, &wo);
-    a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
-    a->metrics = metrics_new();
-    struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
-                                 .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
-    a->access = access_new(a->metrics, &aco);
-    if (cfg->auth_delegated) {
-        struct auth_options ao = {
-            .anonymous = cfg->anonymous_auth,
-            .token_ttl_s = (double)cfg->token_cache_ttl_ms / 1000.0,
-            .token_fail_ttl_s = 10,
-            .allow_ttl_s = (double)cfg->authz_allow_ttl_ms / 1000.0,
-            .deny_ttl_s = (double)cfg->authz_deny_ttl_ms / 1000.0,
-            .max_entries = 100000,
-            .review_timeout_ms = (unsigned)cfg->review_timeout_ms,
-            .max_reviews_per_source = cfg_per_source_reviews(cfg),
-        };
-        auth_new(d->base, d->up, &ao, &a->auth);
-    }
-    /* after every commit: requests waiting for an rv first, then watch
-     * streams (the order of subscription is the order of the calls) */
-    refl_ingest_subscribe(d->ing, serve_committed, NULL, a->serve);
-    refl_ingest_subscribe(d->ing, watch_committed, watch_service_changed, a->watch);
+    return serve_new(base, d->st, catalog_set(d->cat), &so);
+}
 
-    struct front_parts fp = {
+static void
+front_fill(const struct app_deps *d, struct app *a, struct front_parts *fp)
+{
+    const struct kwc_config *cfg = d->cfg;
+    *fp = (struct front_parts){
         .base = d->base,
         .cat = d->cat,
         .start_wait_ms = (int)cfg->cache_start_timeout,
-        .serve = a->serve,
         .watch = a->watch,
-        .discovery = a->discovery,
-        .up = d->up,
-        .pt_short = &a->pt_short,
-        .pt_long = &a->pt_long,
         .tunnel_connect_timeout_ms = (int)cfg->upstream_connect_timeout_ms,
-        .auth = a->auth,
         .forward_token = cfg->forward_token,
         .tls = cfg->tls_cert_file != NULL,
         .accept_host = accept_host,
@@ -180,18 +204,12 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .metrics = a->metrics,
         .access = a->access,
     };
-    a->front = front_new(&fp);
-    /* requests waiting for a warming cache, after the watch streams */
-    refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
-    if (d->disco)
-        disco_subscribe(d->disco, front_discovery_changed, a->front);
-    catalog_set_busy(d->cat, cache_watched, a->watch);
-    catalog_set_end(d->cat, cache_end_watchers, a);
+}
 
-    struct http_server_options ho = {
-        .addrs = cfg->listen_addrs,
-        .naddrs = cfg->n_listen,
-        .listen_fds = d->listen_fds,
+static void
+http_fill(const struct kwc_config *cfg, struct http_server_options *ho)
+{
+    *ho = (struct http_server_options){
         .max_header_bytes = (size_t)cfg->max_header_bytes,
         .request_header_timeout_ms = (int)cfg->request_header_timeout_ms,
         .idle_timeout_ms = (int)cfg->idle_timeout_ms,
@@ -210,27 +228,386 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         .tls_min_version = cfg->tls_min_version,
         .tls_kernel = cfg->tls_kernel,
     };
-    int rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
-    if (rc != 0) {
-        refl_ingest_unsubscribe(d->ing, a->front);
+}
+
+/* ---- serving loops ---- */
+
+/* A share of a bound for one of n loops: the ceiling, at least 1. */
+static unsigned
+share(unsigned long v, unsigned n)
+{
+    unsigned long s = (v + n - 1) / n;
+    return s ? (unsigned)s : 1;
+}
+
+static void *
+loop_main(void *arg)
+{
+    struct sloop *l = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "kwc-serve/%u", l->idx);
+    pthread_setname_np(pthread_self(), name);
+    event_base_dispatch(l->base);
+    return NULL;
+}
+
+/* The main loop's side of an accept: the least loaded loop takes it (open
+ * connections, HTTP/2 streams and those on their way), so a loop holding
+ * many watches gets fewer new connections. */
+struct handed {
+    struct sloop *l;
+    int fd;
+    bool src_counted;
+    socklen_t salen;
+    struct sockaddr_storage sa;
+};
+
+static void
+on_handed(void *arg)
+{
+    struct handed *h = arg;
+    atomic_fetch_sub(&h->l->pending, 1);
+    http_server_adopt_counted(h->l->http, h->fd, h->salen ? (struct sockaddr *)&h->sa : NULL,
+                              h->salen, h->src_counted);
+    free(h);
+}
+
+static void
+handoff(void *arg, int fd, const struct sockaddr *sa, socklen_t salen, bool src_counted)
+{
+    struct app *a = arg;
+    struct sloop *best = &a->loops[0];
+    unsigned long long bl = ULLONG_MAX;
+    for (unsigned i = 0; i < a->nloops; i++) {
+        struct sloop *l = &a->loops[i];
+        struct http_server_stats hs;
+        http_server_stats(l->http, &hs);
+        unsigned long long load = hs.open + hs.h2_streams_open + atomic_load(&l->pending);
+        if (load < bl)
+            bl = load, best = l;
+    }
+    struct handed *h = xcalloc(1, sizeof(*h));
+    h->l = best;
+    h->fd = fd;
+    h->src_counted = src_counted;
+    if (sa && salen > 0 && (size_t)salen <= sizeof(h->sa)) {
+        memcpy(&h->sa, sa, (size_t)salen);
+        h->salen = salen;
+    }
+    atomic_fetch_add(&best->pending, 1);
+    mailbox_post(best->mb, on_handed, h);
+}
+
+/* The store committed, a cache left or came back into service, discovery
+ * changed: each loop's waiting requests look again (one wake per loop in
+ * flight, however many commits). */
+static void
+on_poke(void *arg)
+{
+    struct sloop *l = arg;
+    atomic_store(&l->poke_pending, false);
+    serve_committed(l->serve);
+    front_caches_changed(l->front);
+}
+
+static void
+poke_loops(void *arg)
+{
+    struct app *a = arg;
+    for (unsigned i = 0; i < a->nloops; i++) {
+        struct sloop *l = &a->loops[i];
+        if (!atomic_exchange(&l->poke_pending, true))
+            mailbox_post(l->mb, on_poke, l);
+    }
+}
+
+static void
+poke_service(void *arg, const struct refl *r, bool serving)
+{
+    (void)r;
+    (void)serving;
+    poke_loops(arg);
+}
+
+/* /metrics with serving loops: each loop copies its numbers on its own
+ * thread, the main loop sums them and renders. */
+struct scrape {
+    struct app *a;
+    unsigned pending;
+    struct collect_loop **snaps;
+    void (*done)(void *arg, char *text, size_t n);
+    void *done_arg;
+};
+
+struct scrape_part {
+    struct scrape *sc;
+    unsigned i;
+};
+
+static void
+on_scrape_back(void *arg)
+{
+    struct scrape *sc = arg;
+    if (--sc->pending)
+        return;
+    struct app *a = sc->a;
+    collect_loop_zero(a->loop_sum);
+    for (unsigned i = 0; i < a->nloops; i++)
+        collect_loop_add(a->loop_sum, sc->snaps[i]);
+    size_t n;
+    char *text = metrics_render(a->metrics, &n);
+    sc->done(sc->done_arg, text, n);
+    for (unsigned i = 0; i < a->nloops; i++)
+        collect_loop_free(sc->snaps[i]);
+    free(sc->snaps);
+    free(sc);
+}
+
+static void
+on_scrape_loop(void *arg)
+{
+    struct scrape_part *p = arg;
+    struct scrape *sc = p->sc;
+    struct sloop *l = &sc->a->loops[p->i];
+    collect_loop_take(sc->snaps[p->i], l->http, l->auth, l->up, l->budget, l->discovery);
+    free(p);
+    mailbox_post(sc->a->mb, on_scrape_back, sc);
+}
+
+static void
+render_metrics(void *arg, void (*done)(void *arg, char *text, size_t n), void *done_arg)
+{
+    struct app *a = arg;
+    struct scrape *sc = xcalloc(1, sizeof(*sc));
+    sc->a = a;
+    sc->pending = a->nloops;
+    sc->snaps = xcalloc(a->nloops, sizeof(*sc->snaps));
+    for (unsigned i = 0; i < a->nloops; i++)
+        sc->snaps[i] = collect_loop_new();
+    sc->done = done;
+    sc->done_arg = done_arg;
+    for (unsigned i = 0; i < a->nloops; i++) {
+        struct scrape_part *p = xcalloc(1, sizeof(*p));
+        p->sc = sc;
+        p->i = i;
+        mailbox_post(a->loops[i].mb, on_scrape_loop, p);
+    }
+}
+
+static int
+loop_new(const struct app_deps *d, struct app *a, struct sloop *l, char *err, size_t errlen)
+{
+    const struct kwc_config *cfg = d->cfg;
+    l->a = a;
+    if (!l->base) {
+        snprintf(err, errlen, "serving loop %u: cannot create its event loop", l->idx);
+        return -ENOMEM;
+    }
+    l->mb = mailbox_new(l->base);
+    /* the loops share the bounds of the upstream pools and the
+     * passthrough buffer: each its ceiling share */
+    struct up_options uo = *d->up_opts;
+    uo.max_conns[UP_POOL_PASSTHROUGH] = share(uo.max_conns[UP_POOL_PASSTHROUGH], a->nloops);
+    uo.max_conns[UP_POOL_TOKENREVIEW] = share(uo.max_conns[UP_POOL_TOKENREVIEW], a->nloops);
+    uo.max_conns[UP_POOL_SAR] = share(uo.max_conns[UP_POOL_SAR], a->nloops);
+    uo.max_conns[UP_POOL_CACHE] = 1;
+    uo.max_conns[UP_POOL_DISCOVERY] = 1;
+    int rc = up_client_new(l->base, d->kcfg, &uo, &l->up, err, errlen);
+    if (rc != 0)
+        return rc;
+    l->budget = pt_budget_new(share((unsigned long)cfg->max_passthrough_buffer, a->nloops));
+    pt_opts(cfg, l->budget, &l->pt_short, &l->pt_long);
+    l->serve = new_serve(d, l->base, l->up, &l->pt_short);
+    l->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
+    if (cfg->auth_delegated) {
+        struct auth_options ao;
+        auth_opts(cfg, &ao);
+        auth_new(l->base, l->up, &ao, &l->auth);
+    }
+    struct front_parts fp;
+    front_fill(d, a, &fp);
+    fp.base = l->base;
+    fp.serve = l->serve;
+    fp.discovery = l->discovery;
+    fp.up = l->up;
+    fp.pt_short = &l->pt_short;
+    fp.pt_long = &l->pt_long;
+    fp.auth = l->auth;
+    fp.main_mb = a->mb;
+    fp.loop_mb = l->mb;
+    fp.metrics_render = render_metrics;
+    fp.metrics_render_arg = a;
+    l->front = front_new(&fp);
+    struct http_server_options ho;
+    http_fill(cfg, &ho);
+    ho.limits = a->limits;
+    ho.max_held_body = share(ho.max_held_body ? ho.max_held_body : 64u << 20, a->nloops);
+    return http_server_new(l->base, &ho, front_on_request, l->front, &l->http, err, errlen);
+}
+
+static void
+on_loop_stop(void *arg)
+{
+    struct sloop *l = arg;
+    event_base_loopbreak(l->base);
+}
+
+/* Main thread, the loop's thread joined (or never started). */
+static void
+loop_free(struct sloop *l)
+{
+    if (l->busy_ev)
+        event_free(l->busy_ev);
+    if (l->http)
+        http_server_free(l->http);
+    if (l->front)
+        front_free(l->front);
+    if (l->serve)
+        serve_free(l->serve);
+    discovery_free(l->discovery);
+    if (l->auth)
+        log_auth_stats(l->auth);
+    auth_free(l->auth);
+    pt_budget_free(l->budget);
+    up_client_free(l->up);
+    if (l->mb)
+        mailbox_free(l->mb);
+    if (l->base) {
+        /* deferred frees (TLS streams) still queued */
+        event_base_loop(l->base, EVLOOP_NONBLOCK);
+        event_base_free(l->base);
+    }
+}
+
+static void
+stop_loops(struct app *a)
+{
+    for (unsigned i = 0; i < a->nloops; i++)
+        if (a->loops[i].running)
+            mailbox_post(a->loops[i].mb, on_loop_stop, &a->loops[i]);
+    for (unsigned i = 0; i < a->nloops; i++)
+        if (a->loops[i].running) {
+            pthread_join(a->loops[i].thread, NULL);
+            a->loops[i].running = false;
+        }
+}
+
+static unsigned
+loops_wanted(const struct kwc_config *cfg)
+{
+    if (cfg->serving_threads > 0)
+        return (unsigned)cfg->serving_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+int
+app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
+{
+    const struct kwc_config *cfg = d->cfg;
+    struct app *a = xcalloc(1, sizeof(*a));
+    a->magic = APP_MAGIC;
+    a->base = d->base;
+    a->ing = d->ing;
+    a->cat = d->cat;
+    a->disco = d->disco;
+    a->mb = mailbox_new(d->base);
+    a->nloops = d->up_opts ? loops_wanted(cfg) : 0;
+    const struct refl_set *set = catalog_set(d->cat);
+    a->budget = pt_budget_new((size_t)cfg->max_passthrough_buffer);
+    pt_opts(cfg, a->budget, &a->pt_short, &a->pt_long);
+    a->serve = new_serve(d, d->base, d->up, &a->pt_short);
+    a->loops = xcalloc(a->nloops ? a->nloops : 1, sizeof(*a->loops));
+    struct event_base **bases = xcalloc(a->nloops ? a->nloops : 1, sizeof(*bases));
+    for (unsigned i = 0; i < a->nloops; i++)
+        a->loops[i].idx = i;
+    a->metrics = metrics_new();
+    struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
+                                 .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
+    a->access = access_new(a->metrics, &aco);
+    a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
+    if (cfg->auth_delegated && !a->nloops) {
+        struct auth_options ao;
+        auth_opts(cfg, &ao);
+        auth_new(d->base, d->up, &ao, &a->auth);
+    }
+    a->limits = http_limits_new();
+    int rc = 0;
+    /* the loops' bases first: the watch pool puts a worker on each */
+    for (unsigned i = 0; i < a->nloops; i++) {
+        a->loops[i].base = event_base_new();
+        if (!a->loops[i].base) {
+            log_warnx("kwc: cannot create serving loop %u's event loop", i);
+            abort();
+        }
+        bases[i] = a->loops[i].base;
+    }
+    struct watch_options wo = {
+        .loops = bases,
+        .nloops = a->nloops,
+        .main_mb = a->mb,
+        .workers = a->nloops ? 0 : 1,
+        .budget = (size_t)cfg->watch_budget,
+        .window_bytes = (size_t)cfg->watch_window,
+        .bookmark_ms = (uint64_t)cfg->bookmark_interval_ms,
+        .wait_ms = (int)cfg->rv_wait_ms,
+        .too_large =
+            strcmp(cfg->too_large_rv, "504") == 0 ? DECIDE_TOO_LARGE_504 : DECIDE_TOO_LARGE_PASS,
+        .coalesce_max_us = (unsigned)cfg->watch_coalesce_max_ms * 1000,
+        .no_coalesce = cfg->watch_coalesce_max_ms == 0,
+    };
+    a->watch = watch_pool_new(d->base, d->st, set, &wo);
+    free(bases);
+    for (unsigned i = 0; i < a->nloops && rc == 0; i++)
+        rc = loop_new(d, a, &a->loops[i], err, errlen);
+    a->loop_sum = collect_loop_new();
+    /* after every commit: requests waiting for an rv first, then watch
+     * streams (the order of subscription is the order of the calls) */
+    if (!a->nloops)
+        refl_ingest_subscribe(d->ing, serve_committed, NULL, a->serve);
+    refl_ingest_subscribe(d->ing, watch_committed, watch_service_changed, a->watch);
+
+    struct front_parts fp;
+    front_fill(d, a, &fp);
+    fp.serve = a->serve;
+    fp.discovery = a->discovery;
+    fp.up = d->up;
+    fp.pt_short = &a->pt_short;
+    fp.pt_long = &a->pt_long;
+    fp.auth = a->auth;
+    a->front = front_new(&fp);
+    /* requests waiting for a warming cache, after the watch streams */
+    if (a->nloops) {
+        refl_ingest_subscribe(d->ing, poke_loops, poke_service, a);
         if (d->disco)
-            disco_unsubscribe(d->disco, a->front);
-        refl_ingest_unsubscribe(d->ing, a->watch);
-        refl_ingest_unsubscribe(d->ing, a->serve);
-        catalog_set_busy(d->cat, NULL, NULL);
-        catalog_set_end(d->cat, NULL, NULL);
-        front_free(a->front);
-        auth_free(a->auth);
-        watch_pool_free(a->watch);
-        serve_free(a->serve);
-        discovery_free(a->discovery);
-        access_free(a->access);
-        metrics_free(a->metrics);
-        pt_budget_free(a->budget);
-        free(a);
+            disco_subscribe(d->disco, poke_loops, a);
+    } else {
+        refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
+        if (d->disco)
+            disco_subscribe(d->disco, front_discovery_changed, a->front);
+    }
+    catalog_set_busy(d->cat, cache_watched, a->watch);
+    catalog_set_end(d->cat, cache_end_watchers, a);
+
+    struct http_server_options ho;
+    http_fill(cfg, &ho);
+    ho.addrs = cfg->listen_addrs;
+    ho.naddrs = cfg->n_listen;
+    ho.listen_fds = d->listen_fds;
+    ho.limits = a->limits;
+    if (a->nloops) {
+        ho.handoff = handoff;
+        ho.handoff_arg = a;
+    }
+    if (rc == 0)
+        rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
+    if (rc != 0) {
+        app_free(a);
         return rc;
     }
     http_server_on_done(a->http, on_request_done, a);
+    for (unsigned i = 0; i < a->nloops; i++)
+        http_server_on_done(a->loops[i].http, on_request_done, a);
     struct collect_sources cs = {.set = set,
                                  .cat = d->cat,
                                  .ing = d->ing,
@@ -240,10 +617,22 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .auth = a->auth,
                                  .http = a->http,
                                  .access = a->access,
-                                 .budget = a->budget,
+                                 .budget = a->nloops ? NULL : a->budget,
                                  .disco = d->disco,
-                                 .discovery = a->discovery};
+                                 .discovery = a->nloops ? NULL : a->discovery,
+                                 .loops = a->nloops ? a->loop_sum : NULL};
     collect_register(a->metrics, &cs);
+    for (unsigned i = 0; i < a->nloops; i++) {
+        struct sloop *l = &a->loops[i];
+        int e = pthread_create(&l->thread, NULL, loop_main, l);
+        if (e) {
+            snprintf(err, errlen, "serving loop %u: cannot start its thread: %s", i, strerror(e));
+            app_free(a);
+            return -e;
+        }
+        l->running = true;
+    }
+    log_info("kwc: %u serving loop%s (--serving-threads)", a->nloops, a->nloops == 1 ? "" : "s");
     *out = a;
     return 0;
 }
@@ -254,6 +643,24 @@ app_port(const struct app *a)
     return http_server_port(a->http, 0);
 }
 
+static void
+on_busy_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct sloop *l = arg;
+    atomic_store(&l->busy_requests, http_server_requests(l->http));
+}
+
+static void
+on_loop_drain(void *arg)
+{
+    struct sloop *l = arg;
+    http_server_shutdown(l->http);
+    l->busy_ev = event_new(l->base, -1, EV_PERSIST, on_busy_tick, l);
+    struct timeval tv = {0, 50 * 1000};
+    event_add(l->busy_ev, &tv);
+    on_busy_tick(-1, 0, l);
+}
+
 void
 app_drain(struct app *a)
 {
@@ -262,6 +669,11 @@ app_drain(struct app *a)
      * close once they did, and they never end on their own */
     watch_pool_end_streams(a->watch);
     http_server_shutdown(a->http);
+    for (unsigned i = 0; i < a->nloops; i++) {
+        /* busy until the loop says otherwise */
+        atomic_store(&a->loops[i].busy_requests, 1);
+        mailbox_post(a->loops[i].mb, on_loop_drain, &a->loops[i]);
+    }
 }
 
 size_t
@@ -275,6 +687,8 @@ app_shutting_down(struct app *a)
 {
     assert(a->magic == APP_MAGIC);
     front_shutting_down(a->front);
+    for (unsigned i = 0; i < a->nloops; i++)
+        front_shutting_down(a->loops[i].front);
 }
 
 void
@@ -285,6 +699,11 @@ app_busy(const struct app *a, struct app_busy *out)
     http_server_stats(a->http, &hs);
     out->requests = http_server_requests(a->http);
     out->connections = (unsigned)hs.open;
+    for (unsigned i = 0; i < a->nloops; i++) {
+        http_server_stats(a->loops[i].http, &hs);
+        out->connections += (unsigned)hs.open + atomic_load(&a->loops[i].pending);
+        out->requests += atomic_load(&a->loops[i].busy_requests);
+    }
     out->watches = watch_pool_streams(a->watch);
 }
 
@@ -294,6 +713,11 @@ app_free(struct app *a)
     if (!a)
         return;
     assert(a->magic == APP_MAGIC);
+    refl_ingest_unsubscribe(a->ing, a);
+    if (a->disco)
+        disco_unsubscribe(a->disco, a);
+    /* the serving loops stop; from here the main thread owns what they held */
+    stop_loops(a);
     /* watch streams end first (terminal chunks), while the store is open */
     refl_ingest_unsubscribe(a->ing, a->watch);
     catalog_set_busy(a->cat, NULL, NULL);
@@ -303,6 +727,13 @@ app_free(struct app *a)
     /* close what is still open: each request's on_close runs (passthroughs
      * cancel their transfers, cached lists end) */
     http_server_free(a->http);
+    for (unsigned i = 0; i < a->nloops; i++) {
+        /* handed over but never adopted */
+        mailbox_free(a->loops[i].mb);
+        a->loops[i].mb = NULL;
+        loop_free(&a->loops[i]);
+    }
+    free(a->loops);
     refl_ingest_unsubscribe(a->ing, a->front);
     if (a->disco)
         disco_unsubscribe(a->disco, a->front);
@@ -315,7 +746,10 @@ app_free(struct app *a)
     auth_free(a->auth);
     access_free(a->access);
     metrics_free(a->metrics);
+    collect_loop_free(a->loop_sum);
     pt_budget_free(a->budget); /* after the server: every passthrough has closed */
+    http_limits_free(a->limits);
+    mailbox_free(a->mb);
     a->magic = 0;
     free(a);
 }

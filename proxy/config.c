@@ -641,15 +641,20 @@ int
 cfg_fd_budget(const struct kwc_config *c, unsigned long limit, unsigned ncpu, bool upstream_name,
               struct cfg_fd_budget *out, char *err, size_t errlen)
 {
-    unsigned long loops = 1 + (c->watch_workers > 0 ? (unsigned long)c->watch_workers : ncpu);
+    unsigned long serving = c->serving_threads > 0 ? (unsigned long)c->serving_threads : ncpu;
+    unsigned long loops = 1 + serving; /* the main loop, the serving loops */
+    /* the serving loops share --max-upstream-connections and
+     * --max-review-connections, each its ceiling share (app.c: at most one
+     * more per loop), and each has its own upstream client (its pools'
+     * wakeup pairs) */
     unsigned long conns =
-        (unsigned long)c->max_upstream_connections + c->cache_conns + DISCO_MAX_CONNS;
+        (unsigned long)c->max_upstream_connections + serving + c->cache_conns + DISCO_MAX_CONNS;
     if (c->auth_delegated)
-        conns += 2 * (unsigned long)c->max_review_connections;
+        conns += 2 * ((unsigned long)c->max_review_connections + serving);
     *out = (struct cfg_fd_budget){
         .limit = limit,
         .reserve = CFG_FD_FIXED + c->n_listen + CFG_FD_PER_LOOP * loops + HTTP_LINGER_MAX,
-        .upstream = conns * (upstream_name ? 3 : 1) + 2 * UP_NPOOLS,
+        .upstream = conns * (upstream_name ? 3 : 1) + 2 * UP_NPOOLS * loops,
     };
     unsigned long kept = out->reserve + out->upstream;
     unsigned long left = limit > kept ? limit - kept : 0;
@@ -946,9 +951,9 @@ cfg_parse(int argc, char **argv, struct kwc_config *c, char *err, size_t errlen)
                     "--on-corrupt-cache \"%s\": use rebuild (wipe a damaged data dir and list "
                     "again), move-aside (keep it as data.mdb.corrupt-TIME) or fail (exit 2)",
                     c->on_corrupt_cache);
-    if (c->watch_workers > 256)
-        return fail(err, errlen, "--watch-workers %ld: at most 256 (0 picks one per CPU)",
-                    c->watch_workers);
+    if (c->serving_threads > 256 || c->serving_threads < 0)
+        return fail(err, errlen, "--serving-threads %ld: 0 to 256 (0 picks one per CPU)",
+                    c->serving_threads);
     if (c->watch_budget < 16384)
         return fail(err, errlen, "--watch-budget must be at least 16384 bytes");
     if (c->watch_window < 65536)

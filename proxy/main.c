@@ -538,6 +538,8 @@ main(int argc, char **argv)
                             .ing = ing,
                             .cat = cat,
                             .disco = disco,
+                            .kcfg = k,
+                            .up_opts = &uo,
                             .listen_fds = lfds};
     if ((rc = app_new(&deps, &app, err, sizeof(err))) != 0) {
         fprintf(stderr, "kwc: %s\n", err);

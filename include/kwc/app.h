@@ -21,6 +21,8 @@
 struct event_base;
 struct kwc_config;
 struct up_client;
+struct up_options;
+struct kcfg;
 struct store;
 struct refl;
 struct refl_ingest;
@@ -32,7 +34,11 @@ struct app;
 struct app_deps {
     struct event_base *base;
     const struct kwc_config *cfg;
-    struct up_client *up;
+    struct up_client *up; /* the main loop's: the caches, discovery */
+    /* the serving loops' upstream clients are made from these (app.c);
+     * up_opts NULL: no serving loop, the main loop serves (tests) */
+    const struct kcfg *kcfg;
+    const struct up_options *up_opts;
     struct store *st;
     struct refl_ingest *ing; /* the writer the app subscribes to */
     struct catalog *cat;     /* the caches (catalog.h) */

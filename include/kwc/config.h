@@ -41,6 +41,9 @@
     X("listen", listen, STR, SERVING, "127.0.0.1:8001",                                            \
       "address to serve on: IP:PORT, [IPV6]:PORT, :PORT (every address) or NAME:PORT (each "       \
       "address the name resolves to); port 0 picks one")                                           \
+    X("serving-threads", serving_threads, INT, SERVING, "0",                                       \
+      "event loops serving client connections, each one's TLS, HTTP/2, requests and watch "        \
+      "streams (0: one per CPU); the main loop accepts and runs the caches")                       \
     X("data-dir", data_dir, STR, CACHE, NULL,                                                      \
       "directory for the LMDB cache (created with its parents if missing)")                        \
     X("resources", resources, STRS, CACHE, "auto",                                                 \
@@ -165,8 +168,6 @@
       "how long a list/get waits for the cache to reach its resourceVersion (at most 1m)")         \
     X("max-list-buffer", max_list_buffer, QTY, CACHE, "256Ki",                                     \
       "bytes of a cached list queued per client before kwc waits for it to read")                  \
-    X("watch-workers", watch_workers, INT, WATCH, "0",                                             \
-      "threads serving watch streams (0: one per CPU)")                                            \
     X("watch-budget", watch_budget, QTY, WATCH, "256Ki",                                           \
       "bytes queued per watcher before it stops getting live events and catches up from disk")     \
     X("watch-window", watch_window, QTY, WATCH, "64Mi",                                            \
@@ -233,7 +234,8 @@
     X("log-format", "logging-format", 0)                                                           \
     X("rv-wait-ms", "rv-wait-timeout", 1)                                                          \
     X("watch-coalesce-max-ms", "watch-coalesce-max-delay", 1)                                      \
-    X("shutdown-drain-seconds", "shutdown-drain-grace-period", 1000)
+    X("shutdown-drain-seconds", "shutdown-drain-grace-period", 1000)                               \
+    X("watch-workers", "serving-threads", 0)
 
 struct cfg_regex; /* opaque: see cfg_accept_hosts_match */
 

@@ -44,6 +44,7 @@ struct metrics;
 struct access;
 struct hreq;
 struct front;
+struct mailbox;
 
 /* What the stages hand requests to. Everything is borrowed and must outlive
  * the front. */
@@ -66,6 +67,15 @@ struct front_parts {
     const void *accept_host_arg;
     struct metrics *metrics; /* /metrics */
     struct access *access;   /* a record per request (metrics, the access log) */
+    /* A serving loop's front (app.c): kwc's endpoints that read the main
+     * loop's state (/metrics, /readyz) are rendered there, posted through
+     * main_mb, and answered here through loop_mb (mailbox.h). /metrics is
+     * rendered by metrics_render (main loop), which calls done there. NULL
+     * main_mb: the front runs on the main loop. */
+    struct mailbox *main_mb, *loop_mb;
+    void (*metrics_render)(void *arg, void (*done)(void *arg, char *text, size_t n),
+                           void *done_arg);
+    void *metrics_render_arg;
 };
 
 /* A new front over p's parts (p copied). */

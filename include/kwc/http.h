@@ -119,6 +119,18 @@ struct http_server_options {
                                    streams, before their handlers wait (h2.c); 0: 1 MiB */
     int stream_grace_ms;  /* an ended response stream's last bytes may take this long to leave,
                              then it closes anyway (hstream_end); 0: 10 s */
+    /* Serving loops (app.c): this server accepts, checks the caps, and
+     * hands every connection it does not refuse to handoff (called on this
+     * server's loop), which gives it to another loop's server
+     * (http_server_adopt_counted there, with the same limits). NULL: the
+     * server serves what it accepts. */
+    void (*handoff)(void *arg, int fd, const struct sockaddr *sa, socklen_t salen,
+                    bool src_counted);
+    void *handoff_arg;
+    /* The counts behind max_connections and max_connections_per_source,
+     * shared by an accepting server and the servers it hands connections
+     * to (http_limits_new; it must outlive them); NULL: the server's own. */
+    struct http_limits *limits;
     size_t max_held_body; /* HTTP/2: request-body bytes held across all connections for
                              requests not yet handed on (hreq_body_hold); past it such a
                              stream is refused. Each connection holds at most its window
@@ -152,6 +164,16 @@ void http_server_free(struct http_server *s);
  * for tests and fuzzing over socketpair(2), or sockets handed over by a
  * supervisor. sa may be NULL. A server may have no listen address at all. */
 void http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen);
+/* Serve a connection an accepting server (http_server_options.handoff)
+ * already counted in the limits this server shares with it; src_counted:
+ * it took a count for the peer's source too. This server's loop only. */
+void http_server_adopt_counted(struct http_server *s, int fd, const struct sockaddr *sa,
+                               socklen_t salen, bool src_counted);
+/* Open connections across the servers sharing the limits: what the caps
+ * count. Any thread. */
+struct http_limits;
+struct http_limits *http_limits_new(void);
+void http_limits_free(struct http_limits *l);
 /* The port bound for the i-th address (useful with port 0). */
 int http_server_port(const struct http_server *s, size_t i);
 /* The TLS library kwc runs with ("OpenSSL 3.0.x ..."), for kwc_build_info. */

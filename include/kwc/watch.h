@@ -46,9 +46,18 @@ struct refl_set;
 struct route_req;
 struct hreq;
 struct watch_pool;
+struct mailbox;
 
 struct watch_options {
-    unsigned workers;                /* 0: one per CPU */
+    unsigned workers; /* 0: one per CPU (ignored with loops) */
+    /* Serving loops (app.c): a worker on each of these bases, no threads of
+     * the pool's own; watch_take then runs on those loops, and what it
+     * shares with watch_committed is done on the writer's loop, posted to
+     * main_mb (mailbox.h). Each loop's thread must have stopped before
+     * watch_pool_free. */
+    struct event_base *const *loops;
+    unsigned nloops;
+    struct mailbox *main_mb;
     size_t budget;                   /* bytes queued per watcher before it lags */
     size_t window_bytes;             /* recent events kept per resource and worker for catch-up */
     uint64_t bookmark_ms;            /* bookmark interval */

@@ -167,7 +167,8 @@ struct http_server {
     struct event *reload_timer;
     struct hconn *conns;
     unsigned nconns;
-    struct srcmap *per_source; /* open connections per source (max_connections_per_source) */
+    struct http_limits *lim;   /* the caps' counts: shared with an accepting server, or own */
+    struct http_limits *own_lim;
     time_t src_log_sec;        /* the per-source refusal log: the second of the last line */
     unsigned long src_log_suppressed;
     struct hconn *reap;
@@ -181,6 +182,14 @@ struct http_server {
     http_done_cb on_done;
     void *done_arg;
 };
+
+/* A server's stats are written by its loop only and read from any thread
+ * (the /metrics render runs on the main loop while the serving loops count):
+ * single-writer relaxed atomics, no lock and no locked instruction. */
+#define HSTAT_GET(f) __atomic_load_n(&(f), __ATOMIC_RELAXED)
+#define HSTAT_SET(f, v) __atomic_store_n(&(f), (v), __ATOMIC_RELAXED)
+#define HSTAT_ADD(f, n) HSTAT_SET(f, HSTAT_GET(f) + (n))
+#define HSTAT_SUB(f, n) HSTAT_SET(f, HSTAT_GET(f) - (n))
 
 /* r, checked (REQ_MAGIC). */
 static inline struct hreq *

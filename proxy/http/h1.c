@@ -262,7 +262,7 @@ static void
 conn_reject(struct hconn *c, int code, const char *message)
 {
     struct http_server *s = c->s;
-    s->stats.bad_requests++;
+    HSTAT_ADD(s->stats.bad_requests, 1);
     char *body = status_failure_json(code, status_reason_for_code(code), message, NULL);
     size_t bl = strlen(body);
     struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -412,7 +412,7 @@ dispatch(struct hconn *c)
     c->head_byte = false;
     c->served = true;
     event_del(c->timer);
-    s->stats.requests++;
+    HSTAT_ADD(s->stats.requests, 1);
     r->dispatched = true;
     r->start_ns = http_now_ns();
     s->on_request(s->arg, r);
@@ -452,7 +452,7 @@ h1_parse(struct hconn *c)
             if (!in_head) {
                 /* a broken body (bad chunk framing): the request cannot go on */
                 log_debug("http: bad request body: %s", http_errno_description(e));
-                c->s->stats.bad_requests++;
+                HSTAT_ADD(c->s->stats.bad_requests, 1);
                 hconn_close(c);
                 return;
             }

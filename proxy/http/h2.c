@@ -153,7 +153,7 @@ calm_down(struct h2conn *hc, const char *why)
         return;
     hc->calm = true;
     hc->goaway = true;
-    hc->c->s->stats.h2_goaways++;
+    HSTAT_ADD(hc->c->s->stats.h2_goaways, 1);
     log_debug("http2: GOAWAY ENHANCE_YOUR_CALM: %s", why);
     nghttp2_session_terminate_session(hc->ss, NGHTTP2_ENHANCE_YOUR_CALM);
 }
@@ -227,7 +227,7 @@ stream_closed(struct h2stream *st, enum hreq_end how)
     h2_unwait(st);
     h2_done_reading(st);
     hc->nopen--;
-    hc->c->s->stats.h2_streams_open--;
+    HSTAT_SUB(hc->c->s->stats.h2_streams_open, 1);
     stream_unlink(st);
     st->next = hc->dead;
     hc->dead = st;
@@ -273,8 +273,8 @@ on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
     hc->nopen++;
     st->incomplete = true;
     hc->incomplete++;
-    hc->c->s->stats.h2_streams_open++;
-    hc->c->s->stats.h2_streams_total++;
+    HSTAT_ADD(hc->c->s->stats.h2_streams_open, 1);
+    HSTAT_ADD(hc->c->s->stats.h2_streams_total, 1);
     nghttp2_session_set_stream_user_data(ss, st->id, st);
     return 0;
 }
@@ -309,9 +309,9 @@ on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name, size
      * refused streams included: the work an HPACK reference buys */
     size_t size = nl + vl + H2_FIELD_OVERHEAD;
     hc->decoded += size;
-    hc->c->s->stats.h2_header_bytes += size;
+    HSTAT_ADD(hc->c->s->stats.h2_header_bytes, size);
     if (hc->decoded > hpack_budget(hc)) {
-        hc->c->s->stats.h2_hpack_floods++;
+        HSTAT_ADD(hc->c->s->stats.h2_hpack_floods, 1);
         calm_down(hc, "decoded header data far past the bytes received (HPACK bomb)");
         return NGHTTP2_ERR_CALLBACK_FAILURE; /* not one field more */
     }
@@ -419,7 +419,7 @@ static void
 answer_too_big(struct h2stream *st)
 {
     struct http_server *s = st->hc->c->s;
-    s->stats.bad_requests++;
+    HSTAT_ADD(s->stats.bad_requests, 1);
     char *body =
         status_failure_json(431, status_reason_for_code(431),
                             "the request headers are too large (over --max-header-bytes)", NULL);
@@ -446,7 +446,7 @@ cut(struct h2conn *hc)
     answer_too_big(st);
     if (!hc->goaway) {
         hc->goaway = true;
-        c->s->stats.h2_goaways++;
+        HSTAT_ADD(c->s->stats.h2_goaways, 1);
         nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_ENHANCE_YOUR_CALM, NULL,
                               0);
     }
@@ -475,7 +475,7 @@ dispatch(struct h2stream *st, bool end_stream)
         r->complete = true;
         h2_done_reading(st);
     }
-    s->stats.requests++;
+    HSTAT_ADD(s->stats.requests, 1);
     r->dispatched = true;
     r->start_ns = http_now_ns();
     s->on_request(s->arg, r);
@@ -516,7 +516,7 @@ on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
          * costs kwc nothing */
         if (!st)
             break;
-        s->stats.h2_resets++;
+        HSTAT_ADD(s->stats.h2_resets, 1);
         take_reset(hc, "too many streams reset (rapid reset)");
         break;
     default:
@@ -548,17 +548,17 @@ on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
         if (code == NGHTTP2_NO_ERROR || (st && st->aborted))
             return 0;
         if (code == NGHTTP2_REFUSED_STREAM) {
-            s->stats.h2_refused++;
+            HSTAT_ADD(s->stats.h2_refused, 1);
             take_reset(hc, "too many streams refused");
         } else {
-            s->stats.h2_resets_server++;
+            HSTAT_ADD(s->stats.h2_resets_server, 1);
             take_reset(hc, "too many streams reset for the client's errors (MadeYouReset)");
         }
         return 0;
     }
     if (f->hd.type == NGHTTP2_GOAWAY && !hc->goaway) {
         hc->goaway = true;
-        s->stats.h2_goaways++;
+        HSTAT_ADD(s->stats.h2_goaways, 1);
     }
     if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
         return 0;
@@ -733,8 +733,8 @@ h2_start(struct hconn *c)
     hc->tmode = -1;
     hc->bound = s->o.http2_conn_buffer ? s->o.http2_conn_buffer : H2_CONN_BUFFER;
     hc->wtail = &hc->waiting;
-    s->stats.h2_open++;
-    s->stats.h2_accepted++;
+    HSTAT_ADD(s->stats.h2_open, 1);
+    HSTAT_ADD(s->stats.h2_accepted, 1);
     bufferevent_setwatermark(c->bev, EV_WRITE, H2_OUT_LOW, 0);
     h2_on_read(c);
 }
@@ -774,7 +774,7 @@ h2_on_timer(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);
     if (hc->tmode != 3)
-        c->s->stats.idle_timeouts++;
+        HSTAT_ADD(c->s->stats.idle_timeouts, 1);
     log_debug("http2: closing a connection: %s",
               hc->tmode == 2 ? "its output made no progress (stalled)" : "idle");
     hconn_close(c);
@@ -867,11 +867,11 @@ h2_on_read(struct hconn *c)
         /* counted once taken: what this piece decodes is paid for by the
          * bytes before it (hpack_budget), never by ones not yet parsed */
         hc->received += n >= 0 ? (size_t)n : len;
-        c->s->stats.h2_bytes_in += n >= 0 ? (size_t)n : len;
+        HSTAT_ADD(c->s->stats.h2_bytes_in, n >= 0 ? (size_t)n : len);
         if (n < 0) {
             log_debug("http2: closing a connection: %s", nghttp2_strerror((int)n));
             if (n == NGHTTP2_ERR_FLOODED || n == NGHTTP2_ERR_BAD_CLIENT_MAGIC)
-                c->s->stats.bad_requests++;
+                HSTAT_ADD(c->s->stats.bad_requests, 1);
             /* nghttp2 queued a GOAWAY for a protocol error: let it leave,
              * for H2_LAST_WORDS_MS at most. A flood closes now (its peer
              * does not read). */
@@ -919,7 +919,7 @@ void
 h2_conn_closed(struct hconn *c)
 {
     struct h2conn *hc = hc_of(c);
-    c->s->stats.h2_open--;
+    HSTAT_SUB(c->s->stats.h2_open, 1);
     while (hc->streams)
         stream_closed(hc->streams, HREQ_END_CLOSED);
 }
@@ -946,7 +946,7 @@ h2_last_words(struct hconn *c)
         return;
     if (!hc->goaway) {
         hc->goaway = true;
-        c->s->stats.h2_goaways++;
+        HSTAT_ADD(c->s->stats.h2_goaways, 1);
         nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR,
                               NULL, 0);
@@ -967,7 +967,7 @@ h2_shutdown(struct hconn *c)
     if (c->state == C_DEAD || hc->goaway)
         return;
     hc->goaway = true; /* once: every unauthenticated stream asks for it */
-    c->s->stats.h2_goaways++;
+    HSTAT_ADD(c->s->stats.h2_goaways, 1);
     nghttp2_submit_goaway(hc->ss, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR, NULL,
                           0);

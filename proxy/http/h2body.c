@@ -33,7 +33,7 @@ static void
 in_consumed(struct h2stream *st, size_t n)
 {
     struct h2conn *hc = st->hc;
-    hc->c->s->stats.h2_body_held -= n;
+    HSTAT_SUB(hc->c->s->stats.h2_body_held, n);
     if (hc->c->state != C_DEAD)
         nghttp2_session_consume(hc->ss, st->id, n); /* the connection's too, stream closed or not */
 }
@@ -93,7 +93,7 @@ h2_on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
         if (r->held && s->stats.h2_body_held + len > held_cap(s)) {
             nghttp2_session_consume(ss, id, len);
             h2_in_drop(st);
-            s->stats.h2_held_refused++;
+            HSTAT_ADD(s->stats.h2_held_refused, 1);
             log_debug("http2: refusing a stream: request bodies held for authentication "
                       "passed --max-held-body-buffer (%zu bytes)",
                       held_cap(s));
@@ -101,7 +101,7 @@ h2_on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t id, const uint8_t *
             return 0;
         }
         evbuffer_add(st->in, data, len); /* bounded by the windows, not consumed */
-        s->stats.h2_body_held += len;
+        HSTAT_ADD(s->stats.h2_body_held, len);
         return 0;
     }
     nghttp2_session_consume(ss, id, len);

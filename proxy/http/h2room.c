@@ -139,10 +139,10 @@ h2_queued_add(struct h2stream *st, size_t n)
     struct h2conn *hc = st->hc;
     struct http_server_stats *t = &hc->c->s->stats;
     hc->queued += n;
-    t->h2_queued += n;
+    HSTAT_ADD(t->h2_queued, n);
     size_t total = conn_total(hc);
     if (total > t->h2_queued_peak)
-        t->h2_queued_peak = total;
+        HSTAT_SET(t->h2_queued_peak, total);
     unpledge(st); /* the handler wrote what it was promised room for */
 }
 
@@ -151,7 +151,7 @@ h2_queued_sub(struct h2stream *st, size_t n)
 {
     assert(st->hc->queued >= n);
     st->hc->queued -= n;
-    st->hc->c->s->stats.h2_queued -= n;
+    HSTAT_SUB(st->hc->c->s->stats.h2_queued, n);
 }
 
 /* Does h still hold the turn past a full connection: its write is queued

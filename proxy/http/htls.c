@@ -170,7 +170,7 @@ on_reload(evutil_socket_t fd, short what, void *arg)
     s->ctx = ctx;
     s->st_cert = c;
     s->st_key = k;
-    s->stats.tls_reloads++;
+    HSTAT_ADD(s->stats.tls_reloads, 1);
     log_info("tls: reloaded the serving certificate from %s", s->o.tls_cert_file);
 }
 
@@ -292,7 +292,7 @@ htls_init(struct http_server *s, char *err, size_t errlen)
         return KWC_ECONFIG;
     /* the files load: now which path makes the records */
     if (ktls_decide(o)) {
-        s->stats.tls_kernel = true;
+        HSTAT_SET(s->stats.tls_kernel, true);
         SSL_CTX_set_options(s->ctx, SSL_OP_ENABLE_KTLS);
     }
     stamp_of(o->tls_cert_file, &s->st_cert);

@@ -43,6 +43,7 @@
 #include <openssl/err.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,55 @@
 /* Connections taken from the server (response streams, tunnels): they count against max_connections
  * until released. One server per process (like the parser's head limit), so one counter. */
 static atomic_uint taken_conns;
+
+/* What the caps count, shared by the servers of one process's loops: the
+ * accepting server takes a count, the serving loop's server releases it
+ * when the connection goes. The per-source table is touched once per
+ * connection (accept, close), under its mutex. */
+struct http_limits {
+    atomic_uint open;
+    pthread_mutex_t mu;
+    struct srcmap *per_source;
+};
+
+struct http_limits *
+http_limits_new(void)
+{
+    struct http_limits *l = xcalloc(1, sizeof(*l));
+    pthread_mutex_init(&l->mu, NULL);
+    uint64_t seed = 0;
+    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
+        seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)l; /* only the hash's spread */
+    l->per_source = srcmap_new(seed);
+    return l;
+}
+
+void
+http_limits_free(struct http_limits *l)
+{
+    if (!l)
+        return;
+    srcmap_free(l->per_source);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+static bool
+limits_take_source(struct http_limits *l, const struct src_key *src, unsigned max)
+{
+    pthread_mutex_lock(&l->mu);
+    bool ok = srcmap_take(l->per_source, src, max);
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+static void
+limits_release_source(struct http_limits *l, const struct src_key *src)
+{
+    pthread_mutex_lock(&l->mu);
+    srcmap_release(l->per_source, src);
+    pthread_mutex_unlock(&l->mu);
+}
 
 static struct hconn *
 conn_of(void *arg)
@@ -224,14 +274,14 @@ on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         c->handshake_done = true;
         if (htls_ktls_send(c->ssl))
-            c->s->stats.tls_records_kernel++;
+            HSTAT_ADD(c->s->stats.tls_records_kernel, 1);
         else
-            c->s->stats.tls_records_openssl++;
+            HSTAT_ADD(c->s->stats.tls_records_openssl, 1);
         return;
     }
     if (what & BEV_EVENT_ERROR) {
         if (c->ssl && !c->handshake_done) {
-            c->s->stats.tls_handshake_failed++;
+            HSTAT_ADD(c->s->stats.tls_handshake_failed, 1);
             unsigned long e = bufferevent_get_openssl_error(bev);
             if (e) {
                 char buf[256];
@@ -264,9 +314,9 @@ on_timer(evutil_socket_t fd, short what, void *arg)
     if (c->state != C_IDLE)
         return;
     if (c->timer_idle)
-        c->s->stats.idle_timeouts++;
+        HSTAT_ADD(c->s->stats.idle_timeouts, 1);
     else
-        c->s->stats.header_timeouts++;
+        HSTAT_ADD(c->s->stats.header_timeouts, 1);
     hconn_close(c);
 }
 
@@ -296,9 +346,10 @@ conn_unlink(struct hconn *c)
     c->prev = NULL;
     c->next = NULL;
     c->s->nconns--;
-    c->s->stats.open = c->s->nconns;
+    HSTAT_SET(c->s->stats.open, c->s->nconns);
+    atomic_fetch_sub(&c->s->lim->open, 1);
     if (c->src_counted) {
-        srcmap_release(c->s->per_source, &c->src);
+        limits_release_source(c->s->lim, &c->src);
         c->src_counted = false;
     }
 }
@@ -489,23 +540,53 @@ void
 http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen)
 {
     assert(s->magic == SRV_MAGIC);
-    s->stats.accepted++;
-    if (s->o.max_connections && s->nconns + atomic_load(&taken_conns) >= s->o.max_connections) {
-        s->stats.refused++;
+    HSTAT_ADD(s->stats.accepted, 1);
+    struct http_limits *l = s->lim;
+    /* taken first, then checked: two loops' accepts never both pass the
+     * last free place */
+    unsigned open = atomic_fetch_add(&l->open, 1);
+    if (s->o.max_connections && open + atomic_load(&taken_conns) >= s->o.max_connections) {
+        atomic_fetch_sub(&l->open, 1);
+        HSTAT_ADD(s->stats.refused, 1);
         refuse(s, fd);
         return;
     }
     struct src_key src = {{0}};
     bool counted = false;
     if (s->o.max_connections_per_source && http_source_key(sa, salen, &src)) {
-        if (!srcmap_take(s->per_source, &src, s->o.max_connections_per_source)) {
-            s->stats.refused_per_source++;
+        if (!limits_take_source(l, &src, s->o.max_connections_per_source)) {
+            atomic_fetch_sub(&l->open, 1);
+            HSTAT_ADD(s->stats.refused_per_source, 1);
             log_source_refused(s, &src);
             refuse(s, fd);
             return;
         }
         counted = true;
     }
+    if (s->o.handoff) {
+        s->o.handoff(s->o.handoff_arg, fd, sa, salen, counted);
+        return;
+    }
+    http_server_adopt_counted(s, fd, sa, salen, counted);
+}
+
+/* A counted connection that never became one. */
+static void
+unaccount(struct http_server *s, const struct src_key *src)
+{
+    atomic_fetch_sub(&s->lim->open, 1);
+    if (src)
+        limits_release_source(s->lim, src);
+}
+
+void
+http_server_adopt_counted(struct http_server *s, int fd, const struct sockaddr *sa,
+                          socklen_t salen, bool counted)
+{
+    assert(s->magic == SRV_MAGIC);
+    struct src_key src = {{0}};
+    if (counted && !http_source_key(sa, salen, &src))
+        counted = false; /* (the accepting server's key came from the same address) */
     struct hconn *c = xcalloc(1, sizeof(*c));
     c->magic = CONN_MAGIC;
     c->s = s;
@@ -527,6 +608,7 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
         if (!c->ssl) {
             close(fd);
             free(c);
+            unaccount(s, counted ? &src : NULL);
             return;
         }
         c->bev = bufferevent_openssl_socket_new(s->base, fd, c->ssl, BUFFEREVENT_SSL_ACCEPTING, 0);
@@ -541,6 +623,7 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
     if (!c->bev || !c->timer || !c->kick) {
         log_warnx("http: cannot set up a connection: out of memory");
         conn_free(c);
+        unaccount(s, counted ? &src : NULL);
         return;
     }
     http_parser_init(&c->p, HTTP_REQUEST);
@@ -552,7 +635,7 @@ http_server_adopt(struct http_server *s, int fd, const struct sockaddr *sa, sock
     c->prev = &s->conns;
     s->conns = c;
     s->nconns++;
-    s->stats.open = s->nconns;
+    HSTAT_SET(s->stats.open, s->nconns);
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     bufferevent_enable(c->bev, EV_READ);
@@ -582,7 +665,7 @@ on_accept_error(struct evconnlistener *l, void *arg)
     int e = EVUTIL_SOCKET_ERROR();
     if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
         /* out of descriptors: stop accepting for a moment instead of spinning */
-        s->stats.accept_errors++;
+        HSTAT_ADD(s->stats.accept_errors, 1);
         /* again every ACCEPT_RETRY_MS while it lasts: one line per interval */
         char cause[96];
         snprintf(cause, sizeof(cause), "http: accept failed: %s", strerror(e));
@@ -697,10 +780,12 @@ http_server_new(struct event_base *base, const struct http_server_options *o,
     h1_settings(&s->ps);
     s->reap_ev = event_new(base, -1, 0, on_reap, s);
     s->accept_retry = evtimer_new(base, on_accept_retry, s);
-    uint64_t seed = 0;
-    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
-        seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)s; /* only the hash's spread */
-    s->per_source = srcmap_new(seed);
+    if (o->limits) {
+        s->lim = o->limits;
+    } else {
+        s->own_lim = http_limits_new();
+        s->lim = s->own_lim;
+    }
     int rc = htls_init(s, err, errlen);
     if (rc != 0)
         goto fail;
@@ -755,10 +840,46 @@ http_server_requests(const struct http_server *s)
 void
 http_server_stats(const struct http_server *s, struct http_server_stats *out)
 {
-    *out = s->stats;
+    /* field by field: this server's loop may be counting meanwhile */
+    const struct http_server_stats *in = &s->stats;
+    *out = (struct http_server_stats){
+        .accepted = HSTAT_GET(in->accepted),
+        .refused = HSTAT_GET(in->refused),
+        .open = HSTAT_GET(in->open),
+        .tls_handshake_failed = HSTAT_GET(in->tls_handshake_failed),
+        .bad_requests = HSTAT_GET(in->bad_requests),
+        .header_timeouts = HSTAT_GET(in->header_timeouts),
+        .idle_timeouts = HSTAT_GET(in->idle_timeouts),
+        .requests = HSTAT_GET(in->requests),
+        .tls_reloads = HSTAT_GET(in->tls_reloads),
+        .refused_per_source = HSTAT_GET(in->refused_per_source),
+        .tls_records_kernel = HSTAT_GET(in->tls_records_kernel),
+        .tls_records_openssl = HSTAT_GET(in->tls_records_openssl),
+        .tls_kernel = HSTAT_GET(in->tls_kernel),
+        .accept_errors = HSTAT_GET(in->accept_errors),
+        .h2_open = HSTAT_GET(in->h2_open),
+        .h2_accepted = HSTAT_GET(in->h2_accepted),
+        .h2_streams_open = HSTAT_GET(in->h2_streams_open),
+        .h2_streams_total = HSTAT_GET(in->h2_streams_total),
+        .h2_resets = HSTAT_GET(in->h2_resets),
+        .h2_resets_server = HSTAT_GET(in->h2_resets_server),
+        .h2_hpack_floods = HSTAT_GET(in->h2_hpack_floods),
+        .h2_bytes_in = HSTAT_GET(in->h2_bytes_in),
+        .h2_header_bytes = HSTAT_GET(in->h2_header_bytes),
+        .h2_body_held = HSTAT_GET(in->h2_body_held),
+        .h2_held_refused = HSTAT_GET(in->h2_held_refused),
+        .h2_refused = HSTAT_GET(in->h2_refused),
+        .h2_goaways = HSTAT_GET(in->h2_goaways),
+        .h2_queued = HSTAT_GET(in->h2_queued),
+        .h2_queued_peak = HSTAT_GET(in->h2_queued_peak),
+    };
     out->taken = atomic_load(&taken_conns);
     out->max_connections = s->o.max_connections;
-    out->sources = srcmap_sources(s->per_source);
+    if (s->own_lim || s->o.handoff) { /* shared: the accepting server reports them */
+        pthread_mutex_lock(&s->lim->mu);
+        out->sources = srcmap_sources(s->lim->per_source);
+        pthread_mutex_unlock(&s->lim->mu);
+    }
 }
 
 /* Graceful stop, as Go's Server.Shutdown (with x/net/http2's GOAWAY): the
@@ -845,7 +966,7 @@ http_server_free(struct http_server *s)
         event_free(s->reap_ev);
     if (s->accept_retry)
         event_free(s->accept_retry);
-    srcmap_free(s->per_source);
+    http_limits_free(s->own_lim);
     SSL_CTX_free(s->ctx);
     s->magic = 0;
     free(s);

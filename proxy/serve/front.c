@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,7 @@
 #include "kwc/gostr.h"
 #include "kwc/http.h"
 #include "kwc/impersonate.h"
+#include "kwc/mailbox.h"
 #include "kwc/metrics.h"
 #include "kwc/passthrough.h"
 #include "kwc/reflector.h"
@@ -89,7 +91,12 @@ struct front {
     const void *accept_host_arg;
     struct metrics *metrics; /* /metrics */
     struct access *access;   /* request records: metrics, the access log */
-    bool shutting_down;      /* front_shutting_down: /readyz fails */
+    atomic_bool shutting_down; /* front_shutting_down: /readyz fails (read on the main loop) */
+    /* a serving loop's (front.h): kwc's endpoints rendered on the main loop */
+    struct mailbox *main_mb, *loop_mb;
+    void (*metrics_render)(void *arg, void (*done)(void *arg, char *text, size_t n),
+                           void *done_arg);
+    void *metrics_render_arg;
 };
 
 /* What the stages learned about one request (lives until it is routed). */
@@ -220,13 +227,13 @@ readyz_cache(struct evbuffer *b, const struct refl *rf, bool counted)
  * started on demand (auto mode: all), listed but holding nothing back; a
  * cache not running (not asked for yet, stopped while idle) is not listed.
  * One the upstream does not serve in protobuf holds nothing back either. */
-static void
-readyz(struct front *f, struct hreq *req, bool verbose)
+static char *
+readyz_text(struct front *f, bool verbose, int *code)
 {
     struct evbuffer *b = evbuffer_new();
     bool ready = true;
     evbuffer_add_printf(b, "[+]ping ok\n");
-    if (f->shutting_down) {
+    if (atomic_load(&f->shutting_down)) {
         /* kube-apiserver's "shutdown" readyz check, its reason withheld as
          * kube withholds it */
         evbuffer_add_printf(b, "[-]shutdown failed: reason withheld\n");
@@ -249,14 +256,120 @@ readyz(struct front *f, struct hreq *req, bool verbose)
     evbuffer_remove(b, text, n);
     text[n] = '\0';
     evbuffer_free(b);
-    respond_text(req, ready ? 200 : 503, verbose || !ready ? text : "ok");
+    *code = ready ? 200 : 503;
+    if (!verbose && ready) {
+        free(text);
+        text = xstrdup("ok");
+    }
+    return text;
+}
+
+static void
+readyz(struct front *f, struct hreq *req, bool verbose)
+{
+    int code;
+    char *text = readyz_text(f, verbose, &code);
+    respond_text(req, code, text);
     free(text);
 }
 
 void
 front_shutting_down(struct front *f)
 {
-    f->shutting_down = true;
+    atomic_store(&f->shutting_down, true);
+}
+
+/* ---- a serving loop's endpoints, rendered on the main loop ---- */
+
+/* One /metrics or /readyz request of a serving loop: the main loop renders
+ * (it owns the caches' state and the scrape), the loop answers. The
+ * request may close meanwhile (r NULL): the answer is then dropped. */
+struct mjob {
+    struct front *f;
+    struct hreq *r;
+    bool answered; /* the answer was given: on_close frees */
+    bool metrics, verbose;
+    int code;
+    char *text;
+    size_t n;
+    void *later; /* the struct later whose handler this one replaced */
+};
+
+static void on_later_close(void *arg);
+
+static void
+mjob_free(struct mjob *j)
+{
+    if (j->later)
+        on_later_close(j->later);
+    free(j->text);
+    free(j);
+}
+
+static void
+mjob_on_close(void *arg)
+{
+    struct mjob *j = arg;
+    if (j->answered)
+        mjob_free(j);
+    else
+        j->r = NULL; /* the answer, when it comes back, frees */
+}
+
+static const struct hreq_handler mjob_handler = {.on_close = mjob_on_close};
+
+/* The serving loop: answer, unless the client left. */
+static void
+mjob_answer(void *arg)
+{
+    struct mjob *j = arg;
+    if (!j->r) {
+        mjob_free(j);
+        return;
+    }
+    j->answered = true; /* (on_close may run from inside the answer) */
+    struct hreq *r = j->r;
+    if (j->metrics) {
+        hresp_header(r, "Cache-Control", "no-cache, private");
+        hresp_simple(r, 200, METRICS_CONTENT_TYPE, j->text, j->n);
+    } else {
+        respond_text(r, j->code, j->text);
+    }
+}
+
+static void
+mjob_rendered(void *arg, char *text, size_t n)
+{
+    struct mjob *j = arg;
+    j->text = text;
+    j->n = n;
+    mailbox_post(j->f->loop_mb, mjob_answer, j);
+}
+
+/* The main loop. */
+static void
+mjob_run(void *arg)
+{
+    struct mjob *j = arg;
+    if (j->metrics) {
+        j->f->metrics_render(j->f->metrics_render_arg, mjob_rendered, j);
+        return;
+    }
+    j->text = readyz_text(j->f, j->verbose, &j->code);
+    mailbox_post(j->f->loop_mb, mjob_answer, j);
+}
+
+static void
+main_endpoint(struct front *f, struct hreq *req, bool metrics, bool verbose, void *later)
+{
+    struct mjob *j = xcalloc(1, sizeof(*j));
+    j->later = later;
+    j->f = f;
+    j->r = req;
+    j->metrics = metrics;
+    j->verbose = verbose;
+    hreq_set_handler(req, &mjob_handler, j);
+    mailbox_post(f->main_mb, mjob_run, j);
 }
 
 /* /metrics: the Prometheus text format (metrics.h). */
@@ -271,13 +384,15 @@ metrics_endpoint(struct front *f, struct hreq *req)
 }
 
 static void
-local_endpoint(struct front *f, struct kreq *k)
+local_endpoint(struct front *f, struct kreq *k, void *later)
 {
     const char *path = k->route.path;
     const char *t = hreq_target(k->req, NULL);
     const char *q = strchr(t, '?');
     bool verbose = q && strstr(q, "verbose") != NULL;
-    if (strcmp(path, "/metrics") == 0)
+    if (f->main_mb && (strcmp(path, "/metrics") == 0 || strcmp(path, "/readyz") == 0))
+        main_endpoint(f, k->req, strcmp(path, "/metrics") == 0, verbose, later);
+    else if (strcmp(path, "/metrics") == 0)
         metrics_endpoint(f, k->req);
     else if (strcmp(path, "/readyz") == 0)
         readyz(f, k->req, verbose);
@@ -303,7 +418,7 @@ struct later {
 
 static void
 answer_now(struct front *f, struct hreq *r, int code, const char *reason, const char *msg,
-           const char *path, const char *body, int retry_after)
+           const char *path, const char *body, int retry_after, void *later)
 {
     if (code && body) {
         respond_status_body(r, code, body, retry_after);
@@ -315,14 +430,14 @@ answer_now(struct front *f, struct hreq *r, int code, const char *reason, const 
     }
     struct kreq k = {.f = f, .req = r};
     k.route.path = path;
-    local_endpoint(f, &k);
+    local_endpoint(f, &k, later);
 }
 
 static void
 on_later_complete(void *arg)
 {
     struct later *l = arg;
-    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body, l->retry_after);
+    answer_now(l->f, l->r, l->code, l->reason, l->msg, l->path, l->body, l->retry_after, l);
 }
 
 static void
@@ -345,7 +460,7 @@ answer_with(struct front *f, struct hreq *r, int code, const char *reason, const
             const char *endpoint, const char *body, int retry_after)
 {
     if (!hreq_has_body(r)) {
-        answer_now(f, r, code, reason, msg, endpoint, body, retry_after);
+        answer_now(f, r, code, reason, msg, endpoint, body, retry_after, NULL);
         return;
     }
     struct later *l = xcalloc(1, sizeof(*l));
@@ -1009,6 +1124,10 @@ front_new(const struct front_parts *p)
     f->accept_host_arg = p->accept_host_arg;
     f->metrics = p->metrics;
     f->access = p->access;
+    f->main_mb = p->main_mb;
+    f->loop_mb = p->loop_mb;
+    f->metrics_render = p->metrics_render;
+    f->metrics_render_arg = p->metrics_render_arg;
     f->tun = (struct tunnel_options){.link = up_client_uplink(p->up),
                                      .base = base,
                                      .strip_credentials = true,

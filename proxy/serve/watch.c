@@ -56,6 +56,7 @@
 #include "kwc/http.h"
 #include "kwc/hub.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/pace.h"
 #include "kwc/pb.h"
 #include "kwc/reflector.h"
@@ -105,6 +106,7 @@ struct worker {
     struct watch_pool *p;
     unsigned idx;
     bool local; /* the pool's own loop: no thread, no eventfd */
+    bool ext;   /* a serving loop's base (watch_options.loops): no thread of ours */
     pthread_t thread;
     struct event_base *base;
     int efd;
@@ -150,7 +152,6 @@ struct watch_pool {
     size_t nres;                /* set->cap */
     struct worker *w;           /* nw threads, then the local worker (w[nw]) */
     unsigned nw;
-    uint64_t rng[2];
     unsigned long long batches;
     bool ending; /* watch_pool_end_streams: the server is draining */
 };
@@ -172,10 +173,25 @@ struct wconn {
     char *ns; /* the namespace (req.ns) until hub_watch copied it */
     struct hub_watch_req req;
     uint64_t posted_rv;
+    uint64_t cur;                /* the cache's rv at admission (a first watch's start) */
+    struct watch_pool *p;        /* for the hop to the writer's loop */
+    struct event_base *home;     /* the handoff's home loop; NULL: any */
     int64_t timeout_s;
     uint64_t seed;
     struct access_rec *acc; /* the request's record, finished when the stream ends */
 };
+
+/* Audit ids and deadlines' jitter: watch_take runs on every serving loop,
+ * each with its own generator. */
+static _Thread_local uint64_t tl_rng[2];
+
+static uint64_t *
+rng(void)
+{
+    if (!tl_rng[0] && !tl_rng[1])
+        respond_rng_seed(tl_rng);
+    return tl_rng;
+}
 
 static uint64_t
 now_ms(void)
@@ -629,7 +645,7 @@ stop_all(struct worker *wk)
         c->s = NULL;
         conn_free(c, sent);
     }
-    if (!wk->local)
+    if (!wk->local && !wk->ext)
         event_base_loopbreak(wk->base);
 }
 
@@ -639,7 +655,7 @@ on_wake(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct worker *wk = arg;
     uint64_t v, now = now_us();
-    if (!wk->local && read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+    if (!wk->local && fd >= 0 && read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         log_warnx("watch: worker %u: eventfd read: %s", wk->idx, strerror(errno));
     pthread_mutex_lock(&wk->mu);
     struct msg *m = wk->head;
@@ -793,7 +809,7 @@ static void
 answer_error(struct watch_pool *p, struct hreq *req, struct decide_result *dec)
 {
     char audit[RESPOND_AUDIT_ID_LEN];
-    respond_audit_id(req, p->rng, audit);
+    respond_audit_id(req, rng(), audit);
     hresp_header(req, "Audit-Id", audit);
     respond_status_body(req, dec->code, dec->body, 0);
 }
@@ -806,7 +822,7 @@ static void
 start_response(struct watch_pool *p, struct hreq *req, enum kwc_enc enc)
 {
     char audit[RESPOND_AUDIT_ID_LEN];
-    respond_audit_id(req, p->rng, audit);
+    respond_audit_id(req, rng(), audit);
     hresp_header(req, "Audit-Id", audit);
     hresp_header(req, "Cache-Control", "no-cache, private");
     hresp_header(req, "Content-Type",
@@ -829,6 +845,14 @@ least_loaded(struct watch_pool *p, struct pres *pr)
     return best;
 }
 
+static void register_watch(void *arg);
+
+static void
+want_on_main(void *arg)
+{
+    refl_want(arg);
+}
+
 enum watch_took
 watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
 {
@@ -841,8 +865,12 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
                           .too_large = p->o.too_large};
     struct admit a;
     admit_decide(&q, &p->caches.c, &a);
-    if (a.want)
-        refl_want(p->set->r[a.cache]);
+    if (a.want) {
+        if (p->o.nloops)
+            mailbox_post(p->o.main_mb, want_on_main, p->set->r[a.cache]);
+        else
+            refl_want(p->set->r[a.cache]);
+    }
     if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
     if (a.action == ADMIT_ERROR) {
@@ -850,33 +878,14 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         admit_fini(&a);
         return WATCH_ANSWERED;
     }
-    struct pres *pr = &p->res[a.cache];
-    if (!pr->rf) {
-        /* a cache's first watch: its slot in the pool (the catalog may
-         * have added it since the pool started) */
-        pr->rf = p->set->r[a.cache];
-        pr->count = xcalloc(p->nw + 1, sizeof(atomic_uint));
-    }
-    const struct refl_desc *d = refl_desc(pr->rf);
+    const struct refl_desc *d = refl_desc(p->set->r[a.cache]);
     struct decide_result dec = a.dec;
-    uint64_t cur = a.current_rv;
     struct sel *sel = a.sel;
 
-    if (!pr->hr) {
-        pr->hr = hub_res_new_enc(d->enc, (unsigned)(pr - p->res), d->sres, d->kind, d->api_version,
-                                 d->typed_items, d->namespaced, d->field_names, d->n_fields,
-                                 d->index_field);
-        /* every blob framed once as an HTTP/1.1 chunk, before it is shared */
-        hub_res_set_frame(pr->hr, &(struct hub_frame){.head = HSTREAM_FRAME_HEAD,
-                                                      .tail = HSTREAM_FRAME_TAIL,
-                                                      .frame = hstream_frame});
-        pr->posted_rv = cur;
-    } else {
-        publish(p, pr); /* anything committed since the last hook goes first */
-    }
-
     struct wconn *c = xcalloc(1, sizeof(*c));
-    c->res = (unsigned)(pr - p->res);
+    c->p = p;
+    c->res = (unsigned)a.cache;
+    c->cur = a.current_rv;
     c->req = (struct hub_watch_req){
         .ns = NULL,
         .sel = sel,
@@ -897,24 +906,20 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         if (p->o.too_large == DECIDE_TOO_LARGE_504 || !dec.initial) {
             struct decide_result t;
             struct decide_result w = {.rv = dec.rv, .on_timeout = DECIDE_ERROR};
-            decide_timeout(&w, cur, &t);
+            decide_timeout(&w, c->cur, &t);
             c->req.too_large_status = t.body;
             t.body = NULL;
             decide_result_fini(&t);
         }
     }
     c->timeout_s = dec.timeout_seconds;
-    if (p->ending)
-        c->timeout_s =
-            -1; /* draining: it ends at once (a clean end; the client resumes elsewhere) */
-    else if (c->timeout_s == 0) {
+    if (c->timeout_s == 0) {
         uint64_t x;
         if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
             x = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ull;
         c->timeout_s = DEFAULT_MIN_TIMEOUT_S + (int64_t)(x % DEFAULT_MIN_TIMEOUT_S);
     }
-    c->posted_rv = pr->posted_rv;
-    c->seed = p->rng[0] ^ (p->rng[1] << 1) ^ (uint64_t)(uintptr_t)c;
+    c->seed = rng()[0] ^ (rng()[1] << 1) ^ (uint64_t)(uintptr_t)c;
     decide_result_fini(&dec);
 
     /* the head, then the response leaves the request as a stream */
@@ -932,17 +937,67 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
         c->ns = xstrdup(r->namespace_);
         c->req.ns = c->ns;
     }
-    /* HTTP/1.1: any loop (the connection moves); else the stream's home,
-     * which can only be this loop (HTTP/2 connections stay on it) */
-    struct event_base *home = hstream_handoff_home(c->h);
-    assert(!home || home == p->base);
-    unsigned wi = home || p->o.own_loop ? p->nw : least_loaded(p, pr);
+    /* HTTP/1.1: any loop (the connection moves); else the stream's home:
+     * this loop (HTTP/2 connections stay on theirs) */
+    c->home = hstream_handoff_home(c->h);
+    if (p->o.nloops) {
+        mailbox_post(p->o.main_mb, register_watch, c);
+        return WATCH_STREAM;
+    }
+    assert(!c->home || c->home == p->base);
+    register_watch(c);
+    return WATCH_STREAM;
+}
+
+/* The writer's loop: the stream joins its resource's fan-out. Ordered with
+ * watch_committed (the same loop): c's posted_rv is the rv up to which
+ * batches went to the workers, so the worker knows what to read from the
+ * store and what comes in batches. */
+static void
+register_watch(void *arg)
+{
+    struct wconn *c = arg;
+    struct watch_pool *p = c->p;
+    struct pres *pr = &p->res[c->res];
+    if (!pr->rf) {
+        /* a cache's first watch: its slot in the pool (the catalog may
+         * have added it since the pool started) */
+        pr->rf = p->set->r[c->res];
+        pr->count = xcalloc(p->nw + 1, sizeof(atomic_uint));
+    }
+    const struct refl_desc *d = refl_desc(pr->rf);
+    if (!pr->hr) {
+        pr->hr = hub_res_new_enc(d->enc, c->res, d->sres, d->kind, d->api_version,
+                                 d->typed_items, d->namespaced, d->field_names, d->n_fields,
+                                 d->index_field);
+        /* every blob framed once as an HTTP/1.1 chunk, before it is shared */
+        hub_res_set_frame(pr->hr, &(struct hub_frame){.head = HSTREAM_FRAME_HEAD,
+                                                      .tail = HSTREAM_FRAME_TAIL,
+                                                      .frame = hstream_frame});
+        pr->posted_rv = c->cur;
+    } else {
+        publish(p, pr); /* anything committed since the last hook goes first */
+    }
+    if (p->ending)
+        c->timeout_s =
+            -1; /* draining: it ends at once (a clean end; the client resumes elsewhere) */
+    c->posted_rv = pr->posted_rv;
+    unsigned wi;
+    if (p->o.own_loop) {
+        wi = p->nw;
+    } else if (c->home) {
+        wi = p->nw; /* the writer's own loop, unless a serving loop's */
+        for (unsigned i = 0; i < p->nw; i++)
+            if (p->w[i].base == c->home)
+                wi = i;
+    } else {
+        wi = least_loaded(p, pr);
+    }
     atomic_fetch_add(&pr->count[wi], 1);
     struct msg *m = xcalloc(1, sizeof(*m));
     m->type = WMSG_WATCH;
     m->wc = c;
     post(&p->w[wi], m);
-    return WATCH_STREAM;
 }
 
 /* ---- lifecycle ---- */
@@ -955,7 +1010,8 @@ worker_init(struct watch_pool *p, unsigned i, bool local, struct hub_options ho)
     wk->p = p;
     wk->idx = i;
     wk->local = local;
-    wk->base = local ? p->base : event_base_new();
+    wk->ext = !local && p->o.nloops;
+    wk->base = local ? p->base : wk->ext ? p->o.loops[i] : event_base_new();
     wk->efd = local ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!wk->base || (!local && wk->efd < 0))
         abort_msg("watch: cannot create worker loop", errno);
@@ -976,6 +1032,8 @@ worker_init(struct watch_pool *p, unsigned i, bool local, struct hub_options ho)
     }
     wk->wake_ev = event_new(wk->base, wk->efd, EV_READ | EV_PERSIST, on_wake, wk);
     event_add(wk->wake_ev, NULL);
+    if (wk->ext)
+        return; /* the serving loop's thread runs it */
     int rc = pthread_create(&wk->thread, NULL, worker_main, wk);
     if (rc)
         abort_msg("watch: cannot start a worker thread", rc);
@@ -989,10 +1047,10 @@ watch_pool_new(struct event_base *base, struct store *st, const struct refl_set 
     p->base = base;
     p->st = st;
     p->o = *o;
-    p->nw = o->workers;
+    p->nw = o->nloops ? o->nloops : o->workers;
     if (o->own_loop)
         p->nw = 0; /* the local worker alone */
-    else if (!p->nw) {
+    else if (!p->nw && !o->nloops) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p->nw = n > 0 ? (unsigned)n : 1;
     }
@@ -1000,7 +1058,6 @@ watch_pool_new(struct event_base *base, struct store *st, const struct refl_set 
         p->o.budget = 256 * 1024;
     if (!p->o.coalesce_max_us)
         p->o.coalesce_max_us = PACE_MAX_US;
-    respond_rng_seed(p->rng);
     p->set = set;
     p->nres = set->cap;
     admit_refls_init(&p->caches, set, st);
@@ -1023,11 +1080,14 @@ watch_pool_free(struct watch_pool *p)
         m->type = WMSG_STOP;
         post(&p->w[i], m);
     }
-    /* the local worker: what is posted to it, the stop last, applied now */
-    on_wake(-1, 0, &p->w[p->nw]);
+    /* the local worker and those on serving loops (stopped by now): what
+     * is posted to them, the stop last, applied now on this thread */
+    for (unsigned i = 0; i <= p->nw; i++)
+        if (p->w[i].local || p->w[i].ext)
+            on_wake(-1, 0, &p->w[i]);
     for (unsigned i = 0; i <= p->nw; i++) {
         struct worker *wk = &p->w[i];
-        if (!wk->local)
+        if (!wk->local && !wk->ext)
             pthread_join(wk->thread, NULL);
         /* messages posted after the stop (none from here on) */
         for (struct msg *m = wk->head, *next; m; m = next) {
@@ -1043,7 +1103,9 @@ watch_pool_free(struct watch_pool *p)
         event_free(wk->wake_ev);
         event_free(wk->pump_ev);
         event_free(wk->flush_ev);
-        if (!wk->local) {
+        if (wk->ext) {
+            close(wk->efd); /* (the base is the serving loop's) */
+        } else if (!wk->local) {
             /* deferred frees of TLS streams still queued */
             event_base_loop(wk->base, EVLOOP_NONBLOCK);
             event_base_free(wk->base);

@@ -575,21 +575,22 @@ test_fd_budget(void)
 {
     struct kwc_config c;
     struct cfg_fd_budget b;
-    is_int(parse(&c, UP, DD, "--resources", "v1/pods, v1/configmaps,", "--watch-workers", "2",
+    is_int(parse(&c, UP, DD, "--resources", "v1/pods, v1/configmaps,", "--serving-threads", "2",
                  "--max-upstream-connections", "10", NULL),
            0, "budget flags");
     is_int(c.cache_conns, 4, "two caches per --resources entry (JSON, protobuf)");
-    /* reserve: fixed + 1 listener + 3 loops (main + 2 workers) + lingering refusals */
+    /* reserve: fixed + 1 listener + 3 loops (main + 2 serving) + lingering refusals */
     unsigned long reserve = CFG_FD_FIXED + 1 + 3 * CFG_FD_PER_LOOP + HTTP_LINGER_MAX;
-    /* upstream: 10 passthrough + 4 cache connections + discovery's (no reviews with
-     * --auth none), and each pool's wakeup pair */
-    unsigned long up = 14 + DISCO_MAX_CONNS + 2 * UP_NPOOLS;
+    /* upstream: 10 passthrough (+1 per serving loop: each its ceiling share)
+     * + 4 cache connections + discovery's (no reviews with --auth none), and
+     * each pool's wakeup pair in each loop's upstream client */
+    unsigned long up = 12 + 4 + DISCO_MAX_CONNS + 3 * 2 * UP_NPOOLS;
     is_int(cfg_fd_budget(&c, 1000, 8, false, &b, err, sizeof err), 0, "auto fits");
     is_int(b.reserve, reserve, "reserve");
     is_int(b.upstream, up, "upstream connections, an IP upstream");
     is_int(b.connections, 1000 - reserve - up, "auto: what the limit leaves");
     is_int(cfg_fd_budget(&c, 1000, 8, true, &b, err, sizeof err), 0, "a named upstream");
-    is_int(b.upstream, (14 + DISCO_MAX_CONNS) * 3 + 2 * UP_NPOOLS,
+    is_int(b.upstream, (16 + DISCO_MAX_CONNS) * 3 + 3 * 2 * UP_NPOOLS,
            "a resolver socketpair per connection");
     is_int(cfg_fd_budget(&c, reserve + up + 64, 8, false, &b, err, sizeof err), 0,
            "the least limit");
@@ -600,11 +601,11 @@ test_fd_budget(void)
     ok(err_has("--max-upstream-connections"), "or what to lower");
     cfg_fini(&c);
 
-    is_int(parse(&c, UP, DD, "--resources", "v1/pods,v1/configmaps", "--watch-workers", "2",
+    is_int(parse(&c, UP, DD, "--resources", "v1/pods,v1/configmaps", "--serving-threads", "2",
                  "--max-upstream-connections", "10", "--max-connections", "677", "--auth",
                  "delegated", "--max-review-connections", "5", NULL),
            0, "explicit --max-connections");
-    up += 2 * 5; /* TokenReview and SubjectAccessReview pools */
+    up += 2 * (5 + 2); /* TokenReview and SubjectAccessReview pools, shared as above */
     is_int(cfg_fd_budget(&c, 677 + reserve + up, 8, false, &b, err, sizeof err), 0,
            "an explicit cap that fits");
     is_int(b.connections, 677, "kept as asked");
@@ -614,13 +615,13 @@ test_fd_budget(void)
     ok(err_has("676 or less"), "names the largest that fits");
     cfg_fini(&c);
 
-    is_int(parse(&c, UP, DD, "--watch-workers", "0", NULL), 0, "workers: one per CPU");
+    is_int(parse(&c, UP, DD, "--serving-threads", "0", NULL), 0, "serving loops: one per CPU");
     unsigned long r1, r2;
     cfg_fd_budget(&c, 100000, 1, false, &b, err, sizeof err);
     r1 = b.reserve;
     cfg_fd_budget(&c, 100000, 5, false, &b, err, sizeof err);
     r2 = b.reserve;
-    is_int(r2 - r1, 4 * CFG_FD_PER_LOOP, "each worker loop reserved");
+    is_int(r2 - r1, 4 * CFG_FD_PER_LOOP, "each serving loop reserved");
     cfg_fini(&c);
 
     rejected(parse(&c, UP, DD, "--max-upstream-connections", "0", NULL),
@@ -1516,6 +1517,11 @@ test_aliases(void)
     cfg_fini(&c);
     rejected(parse(&c, UP, DD, "--rv-wait-timeout", "61s", NULL),
              "--rv-wait-timeout 1m1s: use 0 to 1m", "the bound, in the new units");
+    cfg_fini(&c);
+    is_int(parse(&c, UP, DD, "--watch-workers", "3", NULL), 0, "--watch-workers 3");
+    is_int(c.serving_threads, 3, "folded into --serving-threads");
+    is_str(only_note(&c), "--watch-workers=3 is deprecated, write --serving-threads=3",
+           "noted: serving loops do what watch workers did");
     cfg_fini(&c);
     is_int(parse(&c, UP, DD, "--shutdown-drain-seconds", "20", NULL), 0,
            "--shutdown-drain-seconds");
