@@ -190,7 +190,7 @@ def start(env, args, data, relay, kind, last):
     d0 = relay.snapshot()
     # no --shutdown-delay-duration: there is no load balancer to wait for
     k = Proc("kwc-" + kind, [args.kwc, "--upstream", "http://127.0.0.1:%d" % relay.port, "--listen",
-                             "127.0.0.1:0", "--data-dir", data, "--watch-workers", "1",
+                             "127.0.0.1:0", "--data-dir", data, "--serving-threads", "1",
                              "--shutdown-delay-duration=0"], env.dir)
     t0 = time.monotonic()
     k.start(timeout=60)

@@ -773,7 +773,7 @@ class WatchFanout(unittest.TestCase):
         slack = 26 * (64 << 10) * 2
         bound = cap + slack
         with Env(apisim_args=["--pods", "200", "--pod-size", "50000"],
-                 kwc_args=["--resources", "v1/pods", "--watch-budget", "8388608", "--watch-workers", "1"]) as e:
+                 kwc_args=["--resources", "v1/pods", "--watch-budget", "8388608", "--serving-threads", "1"]) as e:
             quiesce(e)
             queued = lambda: value(scrape(e.kwc.port), "kwc_watch_store_queued_bytes")
             self.assertEqual(queued(), 0)

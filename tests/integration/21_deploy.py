@@ -671,14 +671,14 @@ class ManifestTest(unittest.TestCase):
             pb = protobuf_names(args)
             nres = len(listed) + len([1 for g, _, r in listed if builtin_group(g) and r in pb])
         req = quantity(c["resources"]["requests"]["memory"])
-        floor = (12 << 20) + nres * ((1 << 19) + window) + int(a["--watch-workers"]) * (32 << 20)
+        floor = (12 << 20) + nres * ((1 << 19) + window) + int(a["--serving-threads"]) * (32 << 20)
         self.assertGreater(req, floor, "memory request vs the sizing formula with %d caches" % nres)
         self.assertGreaterEqual(quantity(c["resources"]["limits"]["memory"]), req)
         # watch workers: set, and not above the CPUs asked for
         cpu = c["resources"]["requests"]["cpu"]
         cpus = float(cpu[:-1]) / 1000 if str(cpu).endswith("m") else float(cpu)
-        self.assertGreaterEqual(int(a["--watch-workers"]), 1)
-        self.assertLessEqual(int(a["--watch-workers"]), max(1, round(cpus)) + 1)
+        self.assertGreaterEqual(int(a["--serving-threads"]), 1)
+        self.assertLessEqual(int(a["--serving-threads"]), max(1, round(cpus)) + 1)
         # the service account is the one the ClusterRole is bound to
         sa = spec["serviceAccountName"]
         ns = w["metadata"]["namespace"]

@@ -81,7 +81,7 @@ class Scenario(unittest.TestCase):
 
     def test_scenario(self):
         with Env(apisim_args=["--pods", "10", "--pod-size", "16000"],
-                 kwc_args=["--resources", "v1/pods", "--watch-budget", "16384", "--watch-workers", "2",
+                 kwc_args=["--resources", "v1/pods", "--watch-budget", "16384", "--serving-threads", "2",
                            "--access-log", "--logging-format", "json",
                            # exact counters of one reflector: the forced 410
                            # must reach the JSON cache's watch, not a protobuf one

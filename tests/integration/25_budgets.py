@@ -190,7 +190,7 @@ class FdBudgetTest(ProcGroup, unittest.TestCase):
         return (["prlimit", "--nofile=%d:%d" % (FD_LIMIT, FD_LIMIT), "--"] + KWC_WRAP + [KWC_BIN] + KWC_EXTRA_ARGS +
                 ["--kubeconfig", cls.kc, "--listen", "127.0.0.1:0",
                  "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
-                 "--watch-workers", "2", "--auth=delegated", "--anonymous-auth=false",
+                 "--serving-threads", "2", "--auth=delegated", "--anonymous-auth=false",
                  "--upstream-timeout", "10m",  # queued reviews wait for the flood to end
                  # the descriptor budget under one address's flood: the per-source
                  # shares and the review deadline (FairnessTest's) would keep the
@@ -492,7 +492,7 @@ class ReviewFairnessTest(ProcGroup, unittest.TestCase):
     def start_kwc(cls, name, *flags):
         p = kwc_proc(name, ["--kubeconfig", cls.kc, "--listen", "127.0.0.1:0",
                             "--data-dir", os.path.join(cls.dir, "data-" + name), "--resources", "v1/pods",
-                            "--watch-workers", "1", "--auth", "delegated", "--anonymous-auth=false",
+                            "--serving-threads", "1", "--auth", "delegated", "--anonymous-auth=false",
                             "--upstream-timeout", "%ds" % cls.LONG, "--max-review-connections", str(cls.POOL)]
                      + list(flags), cls.dir)
         cls.procs.append(p)

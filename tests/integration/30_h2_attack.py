@@ -156,7 +156,7 @@ class H2AttackTest(ProcGroup, unittest.TestCase):
                    "--client-ca-file", P.client_ca.crt] if TLS else []
             argv = KWC_WRAP + [KWC_BIN] + KWC_EXTRA_ARGS + tls + [
                 "--kubeconfig", kc, "--listen", "127.0.0.1:0", "--data-dir", os.path.join(cls.dir, "data"),
-                "--resources", "v1/pods", "--watch-workers", "1", "--auth=delegated", "--anonymous-auth=false",
+                "--resources", "v1/pods", "--serving-threads", "1", "--auth=delegated", "--anonymous-auth=false",
                 "--upstream-timeout", "10m",  # hanging reviews stay until their clients leave
                 # one address's 100 hanging reviews per connection, held for as long as
                 # the test needs: the review deadline and the per-source share
