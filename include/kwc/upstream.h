@@ -111,9 +111,21 @@ int up_client_new(struct event_base *base, const struct kcfg *k, const struct up
  * A client for another loop (base: a serving loop's, on whose thread this
  * is called and the client used and freed) sharing parent's uplink: the
  * same kubeconfig, TLS material and credentials; pools of its own, capped by
- * o (see upstream.h's top: the caller divides kwc's budget among loops).
- * parent must be an up_client_new's and outlive it. Returns 0 (no failure
- * today; err for the future).
+ * o. parent must be an up_client_new's and outlive it. Returns 0 (no
+ * failure today; err for the future).
+ *
+ * Caps: the flags stay totals (they bound the upstream sockets
+ * --max-connections and the descriptor budget count, config.h), so of N
+ * serving loops loop i gets total / N, + 1 for i < total % N, and at least
+ * 1 (then the total is max(total, N): budget that) for the passthrough
+ * (--max-upstream-connections) and each review pool
+ * (--max-review-connections); the cache and discovery pools stay on the
+ * main loop's client. A pool's curl multi handle (and its wakeup socketpair)
+ * is made on its first transfer, so a pool a loop never uses costs nothing.
+ * Over TLS the upstream speaks HTTP/2 and one connection carries ~100
+ * streams, so small shares cost little; on a plain HTTP/1.1 upstream each
+ * passthrough watch holds a connection and a loop's share bounds its
+ * watches (more wait for one): raise the flag with the loop count there.
  */
 int up_client_new_sibling(struct up_client *parent, struct event_base *base,
                           const struct up_options *o, struct up_client **out, char *err,

@@ -345,7 +345,8 @@ run_deferred(struct up_client *c)
         add_handle(x);
     }
     for (int i = 0; i < UP_NPOOLS; i++)
-        check_done(&c->pools[i]);
+        if (c->pools[i].multi)
+            check_done(&c->pools[i]);
     /* Finishing may have queued more work (an on_done that starts a request). */
     if (!TAILQ_EMPTY(&c->to_cancel) || !TAILQ_EMPTY(&c->to_add))
         run_deferred(c);
@@ -585,6 +586,33 @@ up_client_new_sibling(struct up_client *parent, struct event_base *base, const s
     return 0;
 }
 
+/* A pool's multi handle, made on its first transfer: a loop that never uses
+ * a pool (a serving loop's cache pool) holds no descriptor for it (curl's
+ * wakeup socketpair). */
+static void
+pool_init(struct pool *p)
+{
+    struct up_client *c = p->c;
+    const struct up_options *o = &c->o;
+    int i = (int)p->id;
+    p->multi = curl_multi_init();
+    p->timer = evtimer_new(c->base, on_timer, p);
+    long idle = o->max_idle_conns > 0 ? o->max_idle_conns : 32;
+    if (o->max_conns[i] && idle > (long)o->max_conns[i])
+        idle = (long)o->max_conns[i];
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, idle);
+    /* Past the cap a transfer waits for a connection (curl's PENDING
+     * state) rather than failing; with HTTP/2 it multiplexes on the open
+     * ones first (PIPEWAIT). Idle connections count too: curl closes the
+     * oldest idle one to make room. */
+    curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns[i]);
+}
+
 /* A client on base with its own pools; the uplink is its. */
 static struct up_client *
 client_new(struct event_base *base, const struct kcfg *k, struct uplink *link,
@@ -619,25 +647,8 @@ client_new(struct event_base *base, const struct kcfg *k, struct uplink *link,
     for (size_t i = 0; i < UP_NMETHODS; i++)
         metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
     for (int i = 0; i < UP_NPOOLS; i++) {
-        struct pool *p = &c->pools[i];
-        p->c = c;
-        p->id = (enum up_pool)i;
-        p->multi = curl_multi_init();
-        p->timer = evtimer_new(base, on_timer, p);
-        long idle = o->max_idle_conns > 0 ? o->max_idle_conns : 32;
-        if (o->max_conns[i] && idle > (long)o->max_conns[i])
-            idle = (long)o->max_conns[i];
-        curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-        curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
-        curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-        curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
-        curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-        curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, idle);
-        /* Past the cap a transfer waits for a connection (curl's PENDING
-         * state) rather than failing; with HTTP/2 it multiplexes on the open
-         * ones first (PIPEWAIT). Idle connections count too: curl closes the
-         * oldest idle one to make room. */
-        curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns[i]);
+        c->pools[i].c = c;
+        c->pools[i].id = (enum up_pool)i;
     }
     return c;
 }
@@ -658,6 +669,8 @@ up_client_free(struct up_client *c)
     while ((x = TAILQ_FIRST(&c->waiting)))
         xfer_free(x); /* unlinks itself */
     for (int i = 0; i < UP_NPOOLS; i++) {
+        if (!c->pools[i].multi)
+            continue;                          /* never used */
         curl_multi_cleanup(c->pools[i].multi); /* closes its sockets: on_close_socket */
         event_free(c->pools[i].timer);
     }
@@ -715,6 +728,8 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     x->c = c;
     assert((unsigned)r->pool < UP_NPOOLS);
     x->p = &c->pools[r->pool];
+    if (!x->p->multi)
+        pool_init(x->p);
     x->cbs = cbs;
     x->arg = arg;
     x->t0_ns = mono_ns();

@@ -53,14 +53,14 @@
 #include "kwc/upstream.h"
 #include "tap.h"
 
-#define GUARD_S 60         /* bound on a round; never reached when all is well */
-#define NCLIENTS 3         /* [0] the parent on the main thread, [1], [2] siblings */
-#define INFLIGHT 2         /* transfers each client keeps going */
-#define FILE_ROTATIONS 25  /* token file round: rotations */
-#define EXEC_LIFE_MS 1000  /* exec round: a credential's lifetime */
-#define EXEC_REVOKES 2     /* exec round: 401s, one per sibling */
-#define EXEC_REVOKE_AT 10  /* requests a credential serves before it is revoked */
-#define EXEC_MIN_GENS 4    /* credentials seen: the revoked ones and expiries */
+#define GUARD_S 60        /* bound on a round; never reached when all is well */
+#define NCLIENTS 3        /* [0] the parent on the main thread, [1], [2] siblings */
+#define INFLIGHT 2        /* transfers each client keeps going */
+#define FILE_ROTATIONS 25 /* token file round: rotations */
+#define EXEC_LIFE_MS 1000 /* exec round: a credential's lifetime */
+#define EXEC_REVOKES 2    /* exec round: 401s, one per sibling */
+#define EXEC_REVOKE_AT 10 /* requests a credential serves before it is revoked */
+#define EXEC_MIN_GENS 4   /* credentials seen: the revoked ones and expiries */
 #define MAX_GENS 1024
 
 static char dir[] = "/tmp/kwc-upthreads-XXXXXX";
@@ -593,7 +593,8 @@ test_exec(void)
 
     struct round *r = xcalloc(1, sizeof(*r));
     run_round(r, true);
-    is_int(atomic_load(&r->up.revokes), EXEC_REVOKES, "credentials revoked with a 401 on the siblings");
+    is_int(atomic_load(&r->up.revokes), EXEC_REVOKES,
+           "credentials revoked with a 401 on the siblings");
     ok(atomic_load(&r->up.gens_seen) >= EXEC_MIN_GENS, "the plugin's credentials rotated");
     is_int(r->up.bad, 0, "every request carried the plugin's token");
     ok(r->d[1].n401 >= 1 && r->d[2].n401 >= 1, "each sibling had a 401");
