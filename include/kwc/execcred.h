@@ -17,16 +17,24 @@
  * per credential and at most once a second (client-go's maybeRefreshCreds).
  * A failed run is logged once, with what to fix, and retried with backoff.
  *
- * Loop thread only. No callback from inside a call of this API: runs start
- * and waiters are told from the loop's own events.
+ * Threads: the plugin runs, its state changes and excred_new / excred_free
+ * / excred_on_change / excred_current / excred_counts are the owner's loop
+ * (base's thread). The credential itself is read from any thread (the
+ * serving loops' upstream clients share it through their uplinks):
+ * excred_acquire, excred_unauthorized and excred_why are safe anywhere, under
+ * a mutex held only to copy a pointer or a few bytes (never across I/O), and a
+ * credential lives while anyone holds a reference, so a rotation on the owner's
+ * loop never frees one a transfer on another loop is setting up with. No
+ * callback from inside a call of this API: runs start and changes are told
+ * from the owner's loop's own events.
  */
 #ifndef KWC_EXECCRED_H
 #define KWC_EXECCRED_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/queue.h>
 
 struct event_base;
 struct kcfg_exec;
@@ -41,8 +49,10 @@ struct excred;
 #define EXEC_BACKOFF_MAX_MS 30000  /* ... doubling up to this */
 #define EXEC_MIN_401_MS 1000       /* a 401-driven run at most this often */
 
-/* One credential, immutable once made. */
+/* One credential, immutable once made (but for unauthorized, under the
+ * excred's mutex); counted references (excred_acquire). */
 struct excred_cred {
+    atomic_uint refs;        /* 1 when made; excred_cred_free drops one */
     uint64_t gen;            /* 1, 2, ...: which successful run made it */
     char *bearer_line;       /* "Authorization: Bearer ..." or NULL */
     unsigned char *cert_pem; /* clientCertificateData, NUL-terminated, or NULL */
@@ -64,6 +74,7 @@ struct excred_cred {
  */
 int excred_parse(const char *out, size_t len, const char *api_version, struct excred_cred **cred,
                  char *err, size_t errlen);
+/* Drop a reference (any thread); the last one frees (secrets wiped). NULL ok. */
 void excred_cred_free(struct excred_cred *c);
 
 /* When to run the plugin again for a credential received at now (Unix
@@ -71,37 +82,36 @@ void excred_cred_free(struct excred_cred *c);
  * minutes (whichever is less) remain. 0 when it never expires. */
 double excred_refresh_at(double now, double expiry);
 
-/* Waiting for a credential: on_ready(arg) once one is current (excred_current
- * non-NULL), from the loop; the waiter is then off the list. Embedded in
- * the waiting object; free it only after excred_unwait (or on_ready). */
-struct excred_waiter {
-    void (*on_ready)(void *arg);
-    void *arg;
-    TAILQ_ENTRY(excred_waiter) link;
-    bool queued;
-};
-
 /* The plugin's state on base; e is borrowed and must outlive it. The first
  * run starts from the loop. */
 struct excred *excred_new(struct event_base *base, const struct kcfg_exec *e);
 /* Kills a running plugin (its process group) and reaps it. Accepts NULL. */
 void excred_free(struct excred *x);
 
-/* The credential to send now (valid until the next loop turn), or NULL: none
- * yet, the last one expired, or a 401 made it suspect and a new run is due. */
+/* The credential to send now, or NULL: none yet, the last one expired, or a
+ * 401 made it suspect and a new run is due. The owner's loop: valid until
+ * its next turn. */
 const struct excred_cred *excred_current(struct excred *x);
 
-void excred_wait(struct excred *x, struct excred_waiter *w);
-void excred_unwait(struct excred *x, struct excred_waiter *w);
+/* The same from any thread, with a reference of the caller's (drop it with
+ * excred_cred_free once its bytes are copied where they go). */
+struct excred_cred *excred_acquire(struct excred *x);
 
-/* The upstream answered 401 to a request made with credential gen: if that
- * is still the current one and has not had its 401 yet, requests wait and the
- * plugin runs again (not before EXEC_MIN_401_MS after the last run began). */
+/* Owner's loop: fn(arg) runs on it after every change that may let a
+ * request that found no credential go (a new one; a suspect one kept after a
+ * failed run). One hook; NULL removes it. */
+void excred_on_change(struct excred *x, void (*fn)(void *arg), void *arg);
+
+/* Any thread. The upstream answered 401 to a request made with credential
+ * gen: if that is still the current one and has not had its 401 yet, it is
+ * suspect at once (excred_acquire gives NULL: requests wait, on every loop)
+ * and the plugin runs again on the owner's loop (not before EXEC_MIN_401_MS
+ * after the last run began). */
 void excred_unauthorized(struct excred *x, uint64_t gen);
 
-/* Why there is no credential, for messages: the last failure, or "waiting
- * for the exec plugin". Valid until the next loop turn. */
-const char *excred_why(const struct excred *x);
+/* Any thread: why there is no credential, for messages, into buf: the last
+ * failure, or "waiting for the exec plugin". */
+void excred_why(struct excred *x, char *buf, size_t len);
 
 /* Counters for tests and /metrics: runs started, runs failed. */
 void excred_counts(const struct excred *x, uint64_t *runs, uint64_t *failures);

@@ -18,6 +18,18 @@
  *
  * Loop thread only. No callback is made after up_xfer_cancel() or after
  * on_done, and none from inside up_xfer_start().
+ *
+ * Loops and threads: one up_client per event loop, used only on that loop's
+ * thread (its pools, transfers, stats and metrics included: a scrape from
+ * another loop asks through that loop's mailbox or reads counters of its
+ * own). The first (up_client_new, on the main loop) owns kwc's upstream
+ * identity (uplink.h); each serving loop makes its own client with
+ * up_client_new_sibling on its own thread, and frees it there before the
+ * parent is freed. A sibling's pools are its own (its connections, its
+ * caps: up_options); its credentials are the parent's, taken per transfer
+ * under a short mutex (uplink.h's contract): a token file read by one loop
+ * at a time, an exec plugin run on the parent's loop only, a 401 on any loop
+ * making the credential suspect for all at once.
  */
 #ifndef KWC_UPSTREAM_H
 #define KWC_UPSTREAM_H
@@ -95,11 +107,36 @@ struct up_request {
  */
 int up_client_new(struct event_base *base, const struct kcfg *k, const struct up_options *o,
                   struct up_client **out, char *err, size_t errlen);
+/*
+ * A client for another loop (base: a serving loop's, on whose thread this
+ * is called and the client used and freed) sharing parent's uplink: the
+ * same kubeconfig, TLS material and credentials; pools of its own, capped by
+ * o. parent must be an up_client_new's and outlive it. Returns 0 (no
+ * failure today; err for the future).
+ *
+ * Caps: the flags stay totals (they bound the upstream sockets
+ * --max-connections and the descriptor budget count, config.h), so of N
+ * serving loops loop i gets total / N, + 1 for i < total % N, and at least
+ * 1 (then the total is max(total, N): budget that) for the passthrough
+ * (--max-upstream-connections) and each review pool
+ * (--max-review-connections); the cache and discovery pools stay on the
+ * main loop's client. A pool's curl multi handle (and its wakeup socketpair)
+ * is made on its first transfer, so a pool a loop never uses costs nothing.
+ * Over TLS the upstream speaks HTTP/2 and one connection carries ~100
+ * streams, so small shares cost little; on a plain HTTP/1.1 upstream each
+ * passthrough watch holds a connection and a loop's share bounds its
+ * watches (more wait for one): raise the flag with the loop count there.
+ */
+int up_client_new_sibling(struct up_client *parent, struct event_base *base,
+                          const struct up_options *o, struct up_client **out, char *err,
+                          size_t errlen);
+/* On the client's own thread; a parent after all its siblings. */
 void up_client_free(struct up_client *c);
 
 /* The client's identity towards the upstream (TLS, credentials, header
- * policy: uplink.h), for the connections kwc opens itself (tunnels); valid
- * for the client's life. */
+ * policy: uplink.h), for the connections kwc opens itself (tunnels) on the
+ * client's loop; valid for the client's life. A sibling's is its own
+ * uplink (its loop's DNS base, waiters) sharing the parent's credentials. */
 struct uplink *up_client_uplink(const struct up_client *c);
 
 /* Start a request (cbs borrowed, must outlive the xfer). */

@@ -13,6 +13,13 @@
  * EXEC_MAX_STDOUT, stderr logged line by line) -> waitpid -> parse. The
  * deadline kills the process group at any step; the child is then reaped by
  * polling (a SIGKILLed process exits at once, nothing blocks the loop).
+ *
+ * Threads (execcred.h): everything above runs on the owner's loop. What
+ * other loops read — the current credential, whether it is suspect, why
+ * there is none — is written under mu and read under it; the credential is
+ * reference-counted, so the owner drops its reference on a rotation and the
+ * last holder frees it. A 401 seen on another loop marks the credential
+ * suspect at once and posts the run to the owner's mailbox.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pipe2, posix_spawn_file_actions_addclosefrom_np */
@@ -27,6 +34,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -40,6 +48,7 @@
 #include "kwc/base.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 
 extern char **environ;
 
@@ -50,14 +59,17 @@ struct excred {
     uint32_t magic;
     struct event_base *base;
     const struct kcfg_exec *e;
-    const char *name; /* the command as written, for messages */
+    const char *name;   /* the command as written, for messages */
+    pthread_mutex_t mu; /* guards cur (the pointer), suspect, why, cur->unauthorized */
     struct excred_cred *cur;
     bool suspect; /* cur had a 401; a run is due or running */
+    char why[512];
+    struct mailbox *mb; /* the owner's loop: runs asked for from any thread */
+    void (*on_change)(void *arg);
+    void *change_arg;
     uint64_t gens, runs, failures;
     unsigned fails_in_row;
-    double last_start; /* CLOCK_MONOTONIC s of the last run's start */
-    char why[512];
-    TAILQ_HEAD(, excred_waiter) waiters;
+    double last_start;      /* CLOCK_MONOTONIC s of the last run's start */
     struct event *next;     /* the next run */
     double next_at;         /* monotonic s when next fires; 0: not pending */
     struct event *deadline; /* the running child's time bound */
@@ -177,7 +189,7 @@ opt_str(const json_t *o, const char *key, const char **out)
 void
 excred_cred_free(struct excred_cred *c)
 {
-    if (!c)
+    if (!c || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (c->bearer_line) {
         explicit_bzero(c->bearer_line, strlen(c->bearer_line));
@@ -282,6 +294,7 @@ excred_parse(const char *out, size_t len, const char *api_version, struct excred
         goto out;
     }
     c = xcalloc(1, sizeof(*c));
+    atomic_init(&c->refs, 1);
     if (exp && *exp && parse_rfc3339(exp, &c->expiry) != 0) {
         kwc_errf(err, errlen, KWC_EPARSE,
                  "decoding stdout: status.expirationTimestamp %.64s is not an RFC 3339 time "
@@ -337,12 +350,8 @@ schedule(struct excred *x, double delay_s, bool only_sooner)
 static void
 notify(struct excred *x)
 {
-    struct excred_waiter *w;
-    while (excred_current(x) && (w = TAILQ_FIRST(&x->waiters))) {
-        TAILQ_REMOVE(&x->waiters, w, link);
-        w->queued = false;
-        w->on_ready(w->arg);
-    }
+    if (x->on_change)
+        x->on_change(x->change_arg);
 }
 
 static void failed(struct excred *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -364,14 +373,16 @@ failed(struct excred *x, const char *fmt, ...)
     x->fails_in_row++;
     /* jitter of +-10 %: replicas sharing a plugin's backend do not retry in step */
     double delay = ms / 1000.0 * (0.9 + 0.2 * (double)rand() / RAND_MAX);
+    pthread_mutex_lock(&x->mu);
     snprintf(x->why, sizeof(x->why), "exec credential plugin %s: %s", x->name, msg);
-    log_warnx("%s; retrying in %.1fs", x->why, delay);
+    /* the credential that had a 401 is all there is: requests go with it */
+    bool was_suspect = x->suspect;
+    x->suspect = false;
+    pthread_mutex_unlock(&x->mu);
+    log_warnx("exec credential plugin %s: %s; retrying in %.1fs", x->name, msg, delay);
     schedule(x, delay, false);
-    if (x->suspect) {
-        /* the credential that had a 401 is all there is: requests go with it */
-        x->suspect = false;
+    if (was_suspect)
         notify(x);
-    }
 }
 
 static void
@@ -379,9 +390,12 @@ succeeded(struct excred *x, struct excred_cred *c)
 {
     double now = wall_s();
     c->gen = ++x->gens;
-    excred_cred_free(x->cur);
+    pthread_mutex_lock(&x->mu);
+    struct excred_cred *old = x->cur;
     x->cur = c;
     x->suspect = false;
+    pthread_mutex_unlock(&x->mu);
+    excred_cred_free(old); /* freed by whoever holds it last */
     char until[40] = "never", at[40] = "";
     if (c->expiry > 0 && c->expiry <= now) {
         fmt_time(c->expiry, until, sizeof until);
@@ -389,7 +403,9 @@ succeeded(struct excred *x, struct excred_cred *c)
         return;
     }
     x->fails_in_row = 0;
+    pthread_mutex_lock(&x->mu);
     x->why[0] = '\0';
+    pthread_mutex_unlock(&x->mu);
     if (c->expiry > 0) {
         double r = excred_refresh_at(now, c->expiry);
         fmt_time(c->expiry, until, sizeof until);
@@ -760,7 +776,8 @@ excred_new(struct event_base *base, const struct kcfg_exec *e)
     const char *slash = strrchr(e->command, '/');
     x->name = slash ? slash + 1 : e->command;
     x->out_fd = x->err_fd = -1;
-    TAILQ_INIT(&x->waiters);
+    pthread_mutex_init(&x->mu, NULL);
+    x->mb = mailbox_new(base);
     x->next = evtimer_new(base, on_next, x);
     x->deadline = evtimer_new(base, on_deadline, x);
     x->reap = evtimer_new(base, on_reap, x);
@@ -775,6 +792,7 @@ excred_free(struct excred *x)
     if (!x)
         return;
     assert(x->magic == EXCRED_MAGIC);
+    mailbox_free(x->mb); /* a 401's run asked for: nothing to do any more */
     if (x->pid) {
         kill(-x->pid, SIGKILL);
         kill(x->pid, SIGKILL);
@@ -788,58 +806,90 @@ excred_free(struct excred *x)
     event_free(x->reap);
     free(x->out);
     excred_cred_free(x->cur);
+    pthread_mutex_destroy(&x->mu);
     x->magic = 0;
     free(x);
+}
+
+/* cur if it may be sent now; under mu */
+static struct excred_cred *
+usable(struct excred *x)
+{
+    if (!x->cur || x->suspect || (x->cur->expiry > 0 && wall_s() >= x->cur->expiry))
+        return NULL;
+    return x->cur;
 }
 
 const struct excred_cred *
 excred_current(struct excred *x)
 {
     assert(x->magic == EXCRED_MAGIC);
-    if (!x->cur || x->suspect || (x->cur->expiry > 0 && wall_s() >= x->cur->expiry))
-        return NULL;
-    return x->cur;
+    pthread_mutex_lock(&x->mu);
+    const struct excred_cred *c = usable(x);
+    pthread_mutex_unlock(&x->mu);
+    return c;
+}
+
+struct excred_cred *
+excred_acquire(struct excred *x)
+{
+    assert(x->magic == EXCRED_MAGIC);
+    pthread_mutex_lock(&x->mu);
+    struct excred_cred *c = usable(x);
+    if (c)
+        atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&x->mu);
+    return c;
 }
 
 void
-excred_wait(struct excred *x, struct excred_waiter *w)
+excred_on_change(struct excred *x, void (*fn)(void *arg), void *arg)
 {
-    assert(x->magic == EXCRED_MAGIC && !w->queued);
-    TAILQ_INSERT_TAIL(&x->waiters, w, link);
-    w->queued = true;
+    x->on_change = fn;
+    x->change_arg = arg;
 }
 
-void
-excred_unwait(struct excred *x, struct excred_waiter *w)
+/* The owner's loop: a 401 made the credential suspect; run the plugin again. */
+static void
+on_unauthorized(void *arg)
 {
-    if (!w->queued)
-        return;
-    TAILQ_REMOVE(&x->waiters, w, link);
-    w->queued = false;
+    struct excred *x = arg;
+    pthread_mutex_lock(&x->mu);
+    bool still = x->suspect; /* a run since may have replaced it */
+    pthread_mutex_unlock(&x->mu);
+    if (still && !x->pid)
+        schedule(x, x->last_start + EXEC_MIN_401_MS / 1000.0 - mono_s(), true);
 }
 
 void
 excred_unauthorized(struct excred *x, uint64_t gen)
 {
     assert(x->magic == EXCRED_MAGIC);
-    if (!x->cur || x->cur->gen != gen || x->cur->unauthorized)
+    pthread_mutex_lock(&x->mu);
+    bool first = x->cur && x->cur->gen == gen && !x->cur->unauthorized;
+    if (first) {
+        x->cur->unauthorized = true;
+        x->suspect = true;
+        snprintf(x->why, sizeof(x->why),
+                 "the upstream refused the credential of exec plugin %s (401); running it again",
+                 x->name);
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (!first)
         return;
-    x->cur->unauthorized = true;
-    x->suspect = true;
-    snprintf(x->why, sizeof(x->why),
-             "the upstream refused the credential of exec plugin %s (401); running it again",
-             x->name);
     log_warnx("upstream: 401 Unauthorized with credential #%llu of exec credential plugin %s: "
               "running it again",
               (unsigned long long)gen, x->name);
-    if (!x->pid)
-        schedule(x, x->last_start + EXEC_MIN_401_MS / 1000.0 - mono_s(), true);
+    mailbox_post(x->mb, on_unauthorized, x);
 }
 
-const char *
-excred_why(const struct excred *x)
+void
+excred_why(struct excred *x, char *buf, size_t len)
 {
-    return x->why[0] ? x->why : "the exec credential plugin's credential expired";
+    pthread_mutex_lock(&x->mu);
+    snprintf(buf, len, "%s",
+             x->why[0] ? x->why : "the exec credential plugin's credential expired");
+    pthread_mutex_unlock(&x->mu);
 }
 
 void

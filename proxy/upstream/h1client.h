@@ -35,7 +35,7 @@ void h1c_head_begin(struct evbuffer *out, const char *method, const char *target
                     const char *port);
 /* "name: value\r\n" */
 void h1c_head_header(struct evbuffer *out, const char *name, const char *value);
-/* A whole header line "Name: value" (as uplink_bearer_line gives it) + "\r\n". */
+/* A whole header line "Name: value" (as uplink_cred_get gives it) + "\r\n". */
 void h1c_head_line(struct evbuffer *out, const char *line);
 /* The blank line that ends the head. */
 void h1c_head_end(struct evbuffer *out);

@@ -78,7 +78,6 @@
 #include <strings.h>
 
 #include "kwc/base.h"
-#include "kwc/execcred.h"
 #include "kwc/http.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
@@ -122,7 +121,7 @@ struct tunnel {
     char asked[256]; /* the protocols the client asked for (h2c left out) */
     char desc[160];  /* "GET /api/v1/.../exec" for logs */
     struct uplink *link;
-    uint64_t cred_gen; /* the exec credential sent (uplink_cred_gen), 0: none */
+    uint64_t cred_gen; /* the exec credential sent (uplink_cred_get), 0: none */
 };
 
 static struct tunnel *
@@ -663,15 +662,18 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         respond_status(req, 400, NULL, "the request URI is not a valid path and query", 0);
         return;
     }
-    struct excred *ex = uplink_exec(o->link);
     const struct http_header *uh;
     bool own_auth = false;
     for (size_t i = 0, n = hreq_upstream_headers(req, &uh); i < n; i++)
         own_auth |= strcasecmp(uh[i].name, "Authorization") == 0;
-    if (ex && o->strip_credentials && !own_auth && !excred_current(ex)) {
+    /* kwc's own credentials (a kubeconfig has a token, basic auth or a plugin),
+     * taken once: the bearer line and the number of the same credential */
+    struct uplink_cred cred = {0};
+    if (o->strip_credentials && !own_auth && !uplink_cred_get(o->link, NULL, &cred)) {
         /* a tunnel does not wait for the plugin: the client retries (Retry-After) */
-        char m[640];
-        snprintf(m, sizeof(m), "kwc has no credential for the upstream yet: %s", excred_why(ex));
+        char m[640], why[560];
+        uplink_cred_why(o->link, why, sizeof(why));
+        snprintf(m, sizeof(m), "kwc has no credential for the upstream yet: %s", why);
         respond_status(req, 503, "ServiceUnavailable", m, 1);
         return;
     }
@@ -703,21 +705,18 @@ tunnel_start(struct hreq *req, const struct tunnel_options *o)
         if (!uplink_request_header_dropped(UPLINK_TUNNEL, hs[i].name, NULL, o->strip_credentials))
             h1c_head_header(head, hs[i].name, hs[i].value);
     /* the caller's identity, as the front's stages decided it */
-    bool caller_auth = false;
     nh = hreq_upstream_headers(req, &hs);
-    for (size_t i = 0; i < nh; i++) {
+    for (size_t i = 0; i < nh; i++)
         h1c_head_header(head, hs[i].name, hs[i].value);
-        caller_auth |= strcasecmp(hs[i].name, "Authorization") == 0;
-    }
-    if (o->strip_credentials && !caller_auth) {
-        /* kwc's own credentials (a kubeconfig has a token or basic auth) */
-        const char *bearer = uplink_bearer_line(o->link), *basic = uplink_basic_line(o->link);
-        if (bearer)
-            h1c_head_line(head, bearer);
-        t->cred_gen = uplink_cred_gen(o->link, NULL);
+    if (o->strip_credentials && !own_auth) {
+        const char *basic = uplink_basic_line(o->link);
+        if (cred.bearer_line)
+            h1c_head_line(head, cred.bearer_line);
+        t->cred_gen = cred.gen;
         if (basic)
             h1c_head_line(head, basic);
     }
+    uplink_cred_clear(&cred);
     h1c_head_end(head);
 
     /* Callbacks are deferred: nothing of t's runs before the loop. */

@@ -7,6 +7,14 @@
  * base and how they are opened (uplink_connect); curl builds its own TLS contexts from the same
  * kubeconfig blobs (uplink_curl_setup), so both stacks trust and present the same certificates.
  * Nothing here is process-wide: everything hangs off the uplink, freed with it.
+ *
+ * Loops: an owner (uplink_new) and its siblings (one per serving loop) share
+ * a struct shared (uplink.h's threading contract). What never changes after
+ * start (kcfg, SSL_CTX, SNI, the basic line) is read without a lock; the
+ * bearer line of a token file and the list of uplinks are under mu; an exec
+ * credential is excred's (its own mutex, references). Each uplink keeps its
+ * own waiters and a mailbox on its loop: a credential change on the owner's
+ * loop posts one wake to every uplink, which wakes its waiters there.
  */
 #include "kwc/uplink.h"
 
@@ -24,6 +32,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,21 +44,35 @@
 #include "kwc/execcred.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 
 #define UPLINK_MAGIC 0x75706c6bu /* "uplk" */
 #define TOKEN_REREAD_S 60
 
+/* What an owner and its siblings share. */
+struct shared {
+    const struct kcfg *k;
+    SSL_CTX *tls;        /* https:// only; never replaced (SSL_new: any thread) */
+    char sni[256];       /* tls-server-name, or the server's host */
+    char *basic;         /* "Authorization: Basic ..." or NULL */
+    struct excred *exec; /* the kubeconfig's exec plugin (the owner's loop), or NULL */
+    pthread_mutex_t mu;  /* guards what follows; never held across I/O */
+    char *bearer;        /* "Authorization: Bearer ..." or NULL */
+    time_t bearer_read_at;
+    bool bearer_reading; /* a thread is reading the token file */
+    unsigned reread_s;
+    LIST_HEAD(, uplink) all; /* the owner and its siblings, told of new credentials */
+};
+
 struct uplink {
     uint32_t magic;
     struct event_base *base;
-    const struct kcfg *k;
-    SSL_CTX *tls;           /* https:// only */
-    char sni[256];          /* tls-server-name, or the server's host */
-    struct evdns_base *dns; /* on first use */
-    char *bearer;           /* "Authorization: Bearer ..." or NULL */
-    time_t bearer_read_at;
-    char *basic;         /* "Authorization: Basic ..." or NULL */
-    struct excred *exec; /* the kubeconfig's exec plugin, or NULL */
+    struct shared *sh;
+    bool owner;             /* made by uplink_new: frees sh */
+    struct evdns_base *dns; /* on first use, on this loop */
+    struct mailbox *mb;     /* this loop's: a new credential (on_news) */
+    TAILQ_HEAD(, uplink_waiter) waiters;
+    LIST_ENTRY(uplink) link; /* on sh->all */
 };
 
 /* ---- TLS material, checked at start ---- */
@@ -186,6 +209,53 @@ tls_ctx_new(const struct kcfg *k)
 
 /* ---- lifecycle ---- */
 
+static void bearer_refresh(struct shared *sh);
+
+/* u's loop: a credential may be there; wake the waiters while one is. */
+static void
+on_news(void *arg)
+{
+    struct uplink *u = arg;
+    struct uplink_waiter *w;
+    while ((w = TAILQ_FIRST(&u->waiters))) {
+        struct excred_cred *c = excred_acquire(u->sh->exec);
+        if (!c)
+            return; /* gone again (expired, another 401): the next news */
+        excred_cred_free(c);
+        TAILQ_REMOVE(&u->waiters, w, link);
+        w->queued = false;
+        w->on_ready(w->arg);
+    }
+}
+
+/* The owner's loop: the exec credential changed; tell every loop. */
+static void
+on_cred_change(void *arg)
+{
+    struct shared *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    struct uplink *u;
+    LIST_FOREACH(u, &sh->all, link)
+    mailbox_post(u->mb, on_news, u); /* freed only after leaving the list */
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static struct uplink *
+view_new(struct shared *sh, struct event_base *base, bool owner)
+{
+    struct uplink *u = xcalloc(1, sizeof(*u));
+    u->magic = UPLINK_MAGIC;
+    u->base = base;
+    u->sh = sh;
+    u->owner = owner;
+    u->mb = mailbox_new(base);
+    TAILQ_INIT(&u->waiters);
+    pthread_mutex_lock(&sh->mu);
+    LIST_INSERT_HEAD(&sh->all, u, link);
+    pthread_mutex_unlock(&sh->mu);
+    return u;
+}
+
 int
 uplink_new(struct event_base *base, const struct kcfg *k, struct uplink **out, char *err,
            size_t errlen)
@@ -193,32 +263,52 @@ uplink_new(struct event_base *base, const struct kcfg *k, struct uplink **out, c
     int rc = check_tls_material(k, err, errlen);
     if (rc)
         return rc;
-    struct uplink *u = xcalloc(1, sizeof(*u));
-    u->magic = UPLINK_MAGIC;
-    u->base = base;
-    u->k = k;
+    struct shared *sh = xcalloc(1, sizeof(*sh));
+    sh->k = k;
+    pthread_mutex_init(&sh->mu, NULL);
+    LIST_INIT(&sh->all);
+    sh->reread_s = TOKEN_REREAD_S;
     bool tls;
     char host[256], port[16];
     kcfg_server_hostport(k->server, &tls, host, sizeof(host), port, sizeof(port));
-    snprintf(u->sni, sizeof(u->sni), "%s", k->tls_server_name ? k->tls_server_name : host);
+    snprintf(sh->sni, sizeof(sh->sni), "%s", k->tls_server_name ? k->tls_server_name : host);
     if (tls)
-        u->tls = tls_ctx_new(k);
+        sh->tls = tls_ctx_new(k);
     if (k->token)
-        u->bearer = xasprintf("Authorization: Bearer %s", k->token);
+        sh->bearer = xasprintf("Authorization: Bearer %s", k->token);
     if (k->username) {
         char *up = xasprintf("%s:%s", k->username, k->password ? k->password : "");
         size_t ul = strlen(up);
         char *b64 = xmalloc(4 * ((ul + 2) / 3) + 1);
         EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)up, (int)ul);
-        u->basic = xasprintf("Authorization: Basic %s", b64);
+        sh->basic = xasprintf("Authorization: Basic %s", b64);
         free(b64);
         free(up);
     }
-    if (k->exec)
-        u->exec = excred_new(base, k->exec); /* its first run starts from the loop */
-    uplink_bearer_line(u);                   /* a token file unreadable at start: said now */
-    *out = u;
+    if (k->exec) {
+        sh->exec = excred_new(base, k->exec); /* its first run starts from the loop */
+        excred_on_change(sh->exec, on_cred_change, sh);
+    }
+    if (k->token_file)
+        bearer_refresh(sh); /* a token file unreadable at start: said now */
+    *out = view_new(sh, base, true);
     return 0;
+}
+
+struct uplink *
+uplink_new_sibling(struct uplink *owner, struct event_base *base)
+{
+    assert(owner->magic == UPLINK_MAGIC && owner->owner);
+    return view_new(owner->sh, base, false);
+}
+
+static void
+free_line(char *s)
+{
+    if (s) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
 }
 
 void
@@ -227,12 +317,24 @@ uplink_free(struct uplink *u)
     if (!u)
         return;
     assert(u->magic == UPLINK_MAGIC);
+    assert(TAILQ_EMPTY(&u->waiters));
+    struct shared *sh = u->sh;
+    pthread_mutex_lock(&sh->mu);
+    LIST_REMOVE(u, link);
+    bool last = LIST_EMPTY(&sh->all);
+    pthread_mutex_unlock(&sh->mu);
+    assert(!u->owner || last); /* the owner goes after its siblings */
+    mailbox_free(u->mb);       /* off the list: no post follows */
     if (u->dns)
         evdns_base_free(u->dns, 0);
-    SSL_CTX_free(u->tls);
-    excred_free(u->exec);
-    free(u->bearer);
-    free(u->basic);
+    if (u->owner) {
+        excred_free(sh->exec);
+        SSL_CTX_free(sh->tls);
+        free_line(sh->bearer);
+        free_line(sh->basic);
+        pthread_mutex_destroy(&sh->mu);
+        free(sh);
+    }
     u->magic = 0;
     free(u);
 }
@@ -241,7 +343,7 @@ const struct kcfg *
 uplink_kcfg(const struct uplink *u)
 {
     assert(u->magic == UPLINK_MAGIC);
-    return u->k;
+    return u->sh->k;
 }
 
 /* ---- kwc's own connections ---- */
@@ -250,18 +352,22 @@ struct ssl_st *
 uplink_ssl_new(struct uplink *u)
 {
     assert(u->magic == UPLINK_MAGIC);
-    if (!u->tls)
+    struct shared *sh = u->sh;
+    if (!sh->tls)
         return NULL;
-    SSL *ssl = SSL_new(u->tls);
-    const struct excred_cred *ec = u->exec ? excred_current(u->exec) : NULL;
+    SSL *ssl = SSL_new(sh->tls);
+    /* a reference: a rotation on the owner's loop frees no certificate in use
+     * (SSL_use_* take references of their own) */
+    struct excred_cred *ec = sh->exec ? excred_acquire(sh->exec) : NULL;
     if (ec && ec->cert &&
         (SSL_use_certificate(ssl, ec->cert) != 1 || SSL_use_PrivateKey(ssl, ec->key) != 1)) {
         log_warnx("tunnel: the exec plugin's client certificate could not be used");
         ERR_clear_error();
     }
-    SSL_set_tlsext_host_name(ssl, u->sni);
-    if (!u->k->insecure_skip_tls_verify)
-        SSL_set1_host(ssl, u->sni);
+    excred_cred_free(ec);
+    SSL_set_tlsext_host_name(ssl, sh->sni);
+    if (!sh->k->insecure_skip_tls_verify)
+        SSL_set1_host(ssl, sh->sni);
     return ssl;
 }
 
@@ -280,7 +386,7 @@ uplink_connect(struct uplink *u, struct event_base *base, const char **err)
     assert(u->magic == UPLINK_MAGIC);
     bool tls;
     char host[256], port[16];
-    kcfg_server_hostport(u->k->server, &tls, host, sizeof(host), port, sizeof(port));
+    kcfg_server_hostport(u->sh->k->server, &tls, host, sizeof(host), port, sizeof(port));
     struct bufferevent *bev;
     if (tls) {
         SSL *ssl = uplink_ssl_new(u);
@@ -305,6 +411,7 @@ uplink_connect(struct uplink *u, struct event_base *base, const char **err)
             s6->sin6_port = htons((uint16_t)portn);
             rc = bufferevent_socket_connect(bev, (struct sockaddr *)s6, sizeof(*s6));
         } else {
+            assert(base == u->base); /* its DNS base is bound to u's loop */
             rc = bufferevent_socket_connect_hostname(bev, uplink_dns(u), AF_UNSPEC, host, portn);
         }
     }
@@ -349,9 +456,9 @@ void
 uplink_curl_setup(const struct uplink *u, void *easy, bool caller_auth)
 {
     assert(u->magic == UPLINK_MAGIC);
-    const struct kcfg *k = u->k;
+    const struct kcfg *k = u->sh->k;
     CURL *h = easy;
-    if (u->tls) {
+    if (u->sh->tls) {
         if (k->insecure_skip_tls_verify) {
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
             curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -384,70 +491,126 @@ struct excred *
 uplink_exec(const struct uplink *u)
 {
     assert(u->magic == UPLINK_MAGIC);
-    return u->exec;
+    return u->sh->exec;
 }
 
-uint64_t
-uplink_cred_gen(struct uplink *u, void *easy)
+/* A token file read again when due, by one thread at a time and outside mu
+ * (file I/O); the others meanwhile send the token read last. */
+static void
+bearer_refresh(struct shared *sh)
+{
+    time_t now = time(NULL);
+    pthread_mutex_lock(&sh->mu);
+    bool due = !sh->bearer_reading && (!sh->bearer || now - sh->bearer_read_at >= sh->reread_s);
+    sh->bearer_reading |= due;
+    pthread_mutex_unlock(&sh->mu);
+    if (!due)
+        return;
+    int ferr;
+    char *tok = kcfg_bearer_token(sh->k, &ferr);
+    char *line = tok ? xasprintf("Authorization: Bearer %s", tok) : NULL;
+    free_line(tok);
+    pthread_mutex_lock(&sh->mu);
+    char *old = line ? sh->bearer : NULL;
+    if (line)
+        sh->bearer = line;
+    sh->bearer_read_at = now;
+    sh->bearer_reading = false;
+    pthread_mutex_unlock(&sh->mu);
+    free_line(old);
+    if (!line)
+        log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
+                  sh->k->token_file, ferr ? strerror(ferr) : "empty");
+}
+
+bool
+uplink_cred_get(struct uplink *u, void *easy, struct uplink_cred *cr)
 {
     assert(u->magic == UPLINK_MAGIC);
-    const struct excred_cred *c = u->exec ? excred_current(u->exec) : NULL;
-    if (!c)
-        return 0;
-    if (c->cert && easy && u->tls) {
-        /* copied: a rotation frees these while a watch may hold its handle */
-        struct curl_blob cb = {
-            .data = c->cert_pem, .len = c->cert_pem_len, .flags = CURL_BLOB_COPY};
-        struct curl_blob kb = {.data = c->key_pem, .len = c->key_pem_len, .flags = CURL_BLOB_COPY};
-        curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cb);
-        curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
-        curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &kb);
-        curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
+    struct shared *sh = u->sh;
+    *cr = (struct uplink_cred){0};
+    if (sh->exec) {
+        struct excred_cred *c = excred_acquire(sh->exec);
+        if (!c)
+            return false;
+        cr->bearer_line = c->bearer_line ? xstrdup(c->bearer_line) : NULL;
+        cr->gen = c->gen;
+        if (c->cert && easy && sh->tls) {
+            /* copied: a rotation frees these while a watch may hold its handle */
+            struct curl_blob cb = {
+                .data = c->cert_pem, .len = c->cert_pem_len, .flags = CURL_BLOB_COPY};
+            struct curl_blob kb = {
+                .data = c->key_pem, .len = c->key_pem_len, .flags = CURL_BLOB_COPY};
+            curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cb);
+            curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
+            curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &kb);
+            curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
+        }
+        excred_cred_free(c);
+        return true;
     }
-    return c->gen;
+    if (sh->k->token_file)
+        bearer_refresh(sh);
+    pthread_mutex_lock(&sh->mu);
+    cr->bearer_line = sh->bearer ? xstrdup(sh->bearer) : NULL;
+    pthread_mutex_unlock(&sh->mu);
+    return true;
+}
+
+void
+uplink_cred_clear(struct uplink_cred *c)
+{
+    free_line(c->bearer_line);
+    *c = (struct uplink_cred){0};
+}
+
+void
+uplink_set_token_reread(struct uplink *u, unsigned s)
+{
+    pthread_mutex_lock(&u->sh->mu);
+    u->sh->reread_s = s;
+    pthread_mutex_unlock(&u->sh->mu);
 }
 
 void
 uplink_unauthorized(struct uplink *u, uint64_t gen)
 {
     assert(u->magic == UPLINK_MAGIC);
-    if (u->exec && gen)
-        excred_unauthorized(u->exec, gen);
+    if (u->sh->exec && gen)
+        excred_unauthorized(u->sh->exec, gen);
 }
 
-const char *
-uplink_bearer_line(struct uplink *u)
+void
+uplink_cred_wait(struct uplink *u, struct uplink_waiter *w)
 {
-    assert(u->magic == UPLINK_MAGIC);
-    const struct kcfg *k = u->k;
-    if (u->exec) {
-        const struct excred_cred *c = excred_current(u->exec);
-        return c ? c->bearer_line : NULL;
-    }
-    if (!k->token_file)
-        return u->bearer;
-    time_t now = time(NULL);
-    if (u->bearer && now - u->bearer_read_at < TOKEN_REREAD_S)
-        return u->bearer;
-    u->bearer_read_at = now;
-    int ferr;
-    char *tok = kcfg_bearer_token(k, &ferr);
-    if (!tok) {
-        log_warnx("upstream: cannot read token file %s: %s (keeping the previous token)",
-                  k->token_file, ferr ? strerror(ferr) : "empty");
-        return u->bearer;
-    }
-    free(u->bearer);
-    u->bearer = xasprintf("Authorization: Bearer %s", tok);
-    free(tok);
-    return u->bearer;
+    assert(u->magic == UPLINK_MAGIC && u->sh->exec && !w->queued);
+    TAILQ_INSERT_TAIL(&u->waiters, w, link);
+    w->queued = true;
+}
+
+void
+uplink_cred_unwait(struct uplink *u, struct uplink_waiter *w)
+{
+    if (!w->queued)
+        return;
+    TAILQ_REMOVE(&u->waiters, w, link);
+    w->queued = false;
+}
+
+void
+uplink_cred_why(struct uplink *u, char *buf, size_t len)
+{
+    if (u->sh->exec)
+        excred_why(u->sh->exec, buf, len);
+    else
+        snprintf(buf, len, "no credential");
 }
 
 const char *
 uplink_basic_line(const struct uplink *u)
 {
     assert(u->magic == UPLINK_MAGIC);
-    return u->basic;
+    return u->sh->basic;
 }
 
 /* ---- the header policy ---- */

@@ -34,7 +34,6 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
-#include "kwc/execcred.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/log.h"
 #include "kwc/metrics.h"
@@ -74,7 +73,7 @@ struct up_xfer {
     TAILQ_ENTRY(up_xfer) pending; /* on c->to_add, c->to_cancel or c->waiting */
     bool caller_auth;             /* the request carries its own Authorization */
     bool waiting;                 /* on c->waiting: no credential yet (execcred.h) */
-    struct excred_waiter cred_wait;
+    struct uplink_waiter cred_wait;
     struct event *cred_timer; /* bounds the wait for a credential */
     uint64_t cred_gen;        /* the exec credential sent (0: none or static) */
     unsigned method_i;        /* up_method_names */
@@ -92,6 +91,7 @@ struct up_client {
     char *url_base;   /* scheme://host:port used in request URLs */
     char *connect_to; /* CURLOPT_CONNECT_TO entry for tls-server-name, or NULL */
     int depth;        /* > 0 while inside curl */
+    bool sibling;     /* made by up_client_new_sibling: shares its parent's uplink */
     struct xfer_list to_add, to_cancel, waiting;
     struct up_stats stats;
     struct up_metrics m;
@@ -104,6 +104,8 @@ struct sock {
 };
 
 static void check_done(struct pool *p);
+static struct up_client *client_new(struct event_base *base, const struct kcfg *k,
+                                    struct uplink *link, const struct up_options *o);
 static void run_deferred(struct up_client *c);
 
 static struct timeval
@@ -236,7 +238,7 @@ xfer_free(struct up_xfer *x)
         TAILQ_REMOVE(&c->to_cancel, x, pending);
     if (x->waiting) {
         TAILQ_REMOVE(&c->waiting, x, pending);
-        excred_unwait(uplink_exec(c->link), &x->cred_wait);
+        uplink_cred_unwait(c->link, &x->cred_wait);
     }
     if (x->cred_timer)
         event_free(x->cred_timer);
@@ -343,7 +345,8 @@ run_deferred(struct up_client *c)
         add_handle(x);
     }
     for (int i = 0; i < UP_NPOOLS; i++)
-        check_done(&c->pools[i]);
+        if (c->pools[i].multi)
+            check_done(&c->pools[i]);
     /* Finishing may have queued more work (an on_done that starts a request). */
     if (!TAILQ_EMPTY(&c->to_cancel) || !TAILQ_EMPTY(&c->to_add))
         run_deferred(c);
@@ -391,7 +394,7 @@ on_header_line(char *p, size_t size, size_t n, void *arg)
             return len; /* 100 Continue and friends: the real head follows */
         x->headers_done = true;
         if (x->status == 401 && x->cred_gen) /* client-go: refresh on 401 */
-            excred_unauthorized(uplink_exec(x->c->link), x->cred_gen);
+            uplink_unauthorized(x->c->link, x->cred_gen);
         metrics_hist_observe(&x->c->m.latency[x->method_i], (double)(mono_ns() - x->t0_ns) / 1e9);
         if (x->hdr_timer)
             evtimer_del(x->hdr_timer);
@@ -465,11 +468,11 @@ on_header_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct up_xfer *x = arg;
     struct up_client *c = x->c;
-    char msg[640];
-    if (x->waiting)
-        snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s",
-                 excred_why(uplink_exec(c->link)));
-    else
+    char msg[640], why[560];
+    if (x->waiting) {
+        uplink_cred_why(c->link, why, sizeof(why));
+        snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s", why);
+    } else
         snprintf(msg, sizeof(msg), "the upstream sent no response within %d s",
                  c->o.header_timeout_ms / 1000);
     finish(x, -ETIMEDOUT, msg);
@@ -478,17 +481,38 @@ on_header_timeout(evutil_socket_t fd, short what, void *arg)
 
 /* ---- kwc's credentials ---- */
 
+static void on_cred_ready(void *arg);
+static void on_cred_timeout(evutil_socket_t fd, short what, void *arg);
+
 /* The credential goes on last, when the transfer is handed to curl: an exec
- * plugin's may not have been there at up_xfer_start. */
+ * plugin's may not be there now. Never out without kwc's credential: the
+ * transfer waits for the plugin, bounded by its timeout. */
 static void
 arm(struct up_xfer *x)
 {
     struct up_client *c = x->c;
     if (!x->caller_auth) {
-        const char *bearer = uplink_bearer_line(c->link);
-        if (bearer)
-            x->req_headers = curl_slist_append(x->req_headers, bearer);
-        x->cred_gen = uplink_cred_gen(c->link, x->h);
+        struct uplink_cred cr;
+        if (!uplink_cred_get(c->link, x->h, &cr)) {
+            x->waiting = true;
+            TAILQ_INSERT_TAIL(&c->waiting, x, pending);
+            x->cred_wait = (struct uplink_waiter){.on_ready = on_cred_ready, .arg = x};
+            uplink_cred_wait(c->link, &x->cred_wait);
+            if (!x->cred_timer) {
+                x->cred_timer = evtimer_new(c->base, on_cred_timeout, x);
+                struct timeval tv = ms_tv((long)uplink_kcfg(c->link)->exec->timeout_ms);
+                evtimer_add(x->cred_timer, &tv);
+            }
+            return;
+        }
+        if (cr.bearer_line)
+            x->req_headers = curl_slist_append(x->req_headers, cr.bearer_line);
+        x->cred_gen = cr.gen;
+        uplink_cred_clear(&cr);
+    }
+    if (x->cred_timer) {
+        event_free(x->cred_timer);
+        x->cred_timer = NULL;
     }
     curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->req_headers);
     if (c->depth > 0) {
@@ -506,9 +530,7 @@ on_cred_ready(void *arg)
     assert(x->magic == XFER_MAGIC && x->waiting);
     TAILQ_REMOVE(&x->c->waiting, x, pending);
     x->waiting = false;
-    event_free(x->cred_timer);
-    x->cred_timer = NULL;
-    arm(x);
+    arm(x); /* waits again if another 401 came first */
 }
 
 static void
@@ -516,9 +538,9 @@ on_cred_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct up_xfer *x = arg;
     struct up_client *c = x->c;
-    char msg[640];
-    snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s",
-             excred_why(uplink_exec(c->link)));
+    char msg[640], why[560];
+    uplink_cred_why(c->link, why, sizeof(why));
+    snprintf(msg, sizeof(msg), "kwc has no credential for the upstream: %s", why);
     finish(x, -EAGAIN, msg);
     run_deferred(c);
 }
@@ -547,6 +569,55 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
     int rc = uplink_new(base, k, &link, err, errlen);
     if (rc)
         return rc;
+    *out = client_new(base, k, link, o);
+    return 0;
+}
+
+int
+up_client_new_sibling(struct up_client *parent, struct event_base *base, const struct up_options *o,
+                      struct up_client **out, char *err, size_t errlen)
+{
+    assert(parent->magic == UP_MAGIC && !parent->sibling);
+    (void)err;
+    (void)errlen;
+    struct up_client *c = client_new(base, parent->k, uplink_new_sibling(parent->link, base), o);
+    c->sibling = true;
+    *out = c;
+    return 0;
+}
+
+/* A pool's multi handle, made on its first transfer: a loop that never uses
+ * a pool (a serving loop's cache pool) holds no descriptor for it (curl's
+ * wakeup socketpair). */
+static void
+pool_init(struct pool *p)
+{
+    struct up_client *c = p->c;
+    const struct up_options *o = &c->o;
+    int i = (int)p->id;
+    p->multi = curl_multi_init();
+    p->timer = evtimer_new(c->base, on_timer, p);
+    long idle = o->max_idle_conns > 0 ? o->max_idle_conns : 32;
+    if (o->max_conns[i] && idle > (long)o->max_conns[i])
+        idle = (long)o->max_conns[i];
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+    curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
+    curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, idle);
+    /* Past the cap a transfer waits for a connection (curl's PENDING
+     * state) rather than failing; with HTTP/2 it multiplexes on the open
+     * ones first (PIPEWAIT). Idle connections count too: curl closes the
+     * oldest idle one to make room. */
+    curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns[i]);
+}
+
+/* A client on base with its own pools; the uplink is its. */
+static struct up_client *
+client_new(struct event_base *base, const struct kcfg *k, struct uplink *link,
+           const struct up_options *o)
+{
     struct up_client *c = xcalloc(1, sizeof(*c));
     c->magic = UP_MAGIC;
     c->link = link;
@@ -576,28 +647,10 @@ up_client_new(struct event_base *base, const struct kcfg *k, const struct up_opt
     for (size_t i = 0; i < UP_NMETHODS; i++)
         metrics_hist_init(&c->m.latency[i], metrics_client_buckets, metrics_client_nbuckets);
     for (int i = 0; i < UP_NPOOLS; i++) {
-        struct pool *p = &c->pools[i];
-        p->c = c;
-        p->id = (enum up_pool)i;
-        p->multi = curl_multi_init();
-        p->timer = evtimer_new(base, on_timer, p);
-        long idle = o->max_idle_conns > 0 ? o->max_idle_conns : 32;
-        if (o->max_conns[i] && idle > (long)o->max_conns[i])
-            idle = (long)o->max_conns[i];
-        curl_multi_setopt(p->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-        curl_multi_setopt(p->multi, CURLMOPT_SOCKETDATA, p);
-        curl_multi_setopt(p->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-        curl_multi_setopt(p->multi, CURLMOPT_TIMERDATA, p);
-        curl_multi_setopt(p->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-        curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, idle);
-        /* Past the cap a transfer waits for a connection (curl's PENDING
-         * state) rather than failing; with HTTP/2 it multiplexes on the open
-         * ones first (PIPEWAIT). Idle connections count too: curl closes the
-         * oldest idle one to make room. */
-        curl_multi_setopt(p->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)o->max_conns[i]);
+        c->pools[i].c = c;
+        c->pools[i].id = (enum up_pool)i;
     }
-    *out = c;
-    return 0;
+    return c;
 }
 
 void
@@ -616,6 +669,8 @@ up_client_free(struct up_client *c)
     while ((x = TAILQ_FIRST(&c->waiting)))
         xfer_free(x); /* unlinks itself */
     for (int i = 0; i < UP_NPOOLS; i++) {
+        if (!c->pools[i].multi)
+            continue;                          /* never used */
         curl_multi_cleanup(c->pools[i].multi); /* closes its sockets: on_close_socket */
         event_free(c->pools[i].timer);
     }
@@ -673,6 +728,8 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     x->c = c;
     assert((unsigned)r->pool < UP_NPOOLS);
     x->p = &c->pools[r->pool];
+    if (!x->p->multi)
+        pool_init(x->p);
     x->cbs = cbs;
     x->arg = arg;
     x->t0_ns = mono_ns();
@@ -759,18 +816,6 @@ up_xfer_start(struct up_client *c, const struct up_request *r, const struct up_x
     }
     c->stats.started++;
     *out = x;
-    struct excred *ex = uplink_exec(c->link);
-    if (ex && !caller_auth && !excred_current(ex)) {
-        /* never out without kwc's credential: wait for the plugin, bounded */
-        x->waiting = true;
-        TAILQ_INSERT_TAIL(&c->waiting, x, pending);
-        x->cred_wait = (struct excred_waiter){.on_ready = on_cred_ready, .arg = x};
-        excred_wait(ex, &x->cred_wait);
-        x->cred_timer = evtimer_new(c->base, on_cred_timeout, x);
-        struct timeval tv = ms_tv((long)uplink_kcfg(c->link)->exec->timeout_ms);
-        evtimer_add(x->cred_timer, &tv);
-        return 0;
-    }
     arm(x);
     return 0;
 }

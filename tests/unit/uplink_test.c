@@ -24,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -309,6 +310,19 @@ kcfg_of(const char *server, const char *user_yaml)
     return k;
 }
 
+/* The bearer line uplink_cred_get gives now, in a static buffer ("(null)": none). */
+static const char *
+bearer_now(struct uplink *u)
+{
+    static char line[256];
+    struct uplink_cred c;
+    if (!uplink_cred_get(u, NULL, &c))
+        return "(no credential)";
+    snprintf(line, sizeof(line), "%s", c.bearer_line ? c.bearer_line : "(null)");
+    uplink_cred_clear(&c);
+    return line;
+}
+
 static void
 test_credentials(void)
 {
@@ -318,7 +332,7 @@ test_credentials(void)
 
     struct kcfg *k = kcfg_of("http://127.0.0.1:1", "    token: abc.def");
     is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "token: made");
-    is_str(uplink_bearer_line(u), "Authorization: Bearer abc.def", "the bearer line");
+    is_str(bearer_now(u), "Authorization: Bearer abc.def", "the bearer line");
     ok(uplink_basic_line(u) == NULL, "no basic auth");
     ok(uplink_ssl_new(u) == NULL, "plain http: no TLS session");
     ok(uplink_kcfg(u) == k, "the settings it was made from");
@@ -330,7 +344,7 @@ test_credentials(void)
     is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "basic: made");
     is_str(uplink_basic_line(u),
            "Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==", "the basic line (RFC 7617 2)");
-    ok(uplink_bearer_line(u) == NULL, "no token");
+    is_str(bearer_now(u), "(null)", "no token");
     uplink_free(u);
     kcfg_free(k);
 
@@ -342,9 +356,9 @@ test_credentials(void)
     snprintf(user, sizeof(user), "    tokenFile: %s", path);
     k = kcfg_of("http://127.0.0.1:1", user);
     is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "token file: made");
-    is_str(uplink_bearer_line(u), "Authorization: Bearer from-file", "read at start, trimmed");
+    is_str(bearer_now(u), "Authorization: Bearer from-file", "read at start, trimmed");
     unlink(path);
-    is_str(uplink_bearer_line(u), "Authorization: Bearer from-file",
+    is_str(bearer_now(u), "Authorization: Bearer from-file",
            "gone within the minute: the token read stays");
     uplink_free(u);
     kcfg_free(k);
@@ -538,6 +552,68 @@ test_connect(void)
     event_base_free(base);
 }
 
+/* A sibling (another loop's uplink) shares the owner's identity and
+ * credentials and connects on its own loop; the owner goes last. The
+ * threads are upthreads_test's. */
+static void
+test_sibling(void)
+{
+    struct event_base *base = event_base_new(), *base2 = event_base_new();
+    char path[] = "/tmp/kwc-uplink-sibXXXXXX";
+    int fd = mkstemp(path);
+    ok(fd >= 0 && write(fd, "one\n", 4) == 4 && close(fd) == 0, "a token file");
+    char user[600];
+    snprintf(user, sizeof(user), "    tokenFile: %s", path);
+    int port, lfd = listener(&port);
+    char server[64];
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", port);
+    struct kcfg *k = kcfg_of(server, user);
+    struct uplink *u = NULL;
+    char err[512];
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "the owner");
+    struct uplink *s = uplink_new_sibling(u, base2);
+    ok(s != NULL && uplink_kcfg(s) == k, "a sibling with the owner's settings");
+    is_str(bearer_now(s), "Authorization: Bearer one", "the owner's token");
+    uplink_set_token_reread(u, 0);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    ok(fd >= 0 && write(fd, "two\n", 4) == 4 && close(fd) == 0, "the token rotates");
+    is_str(bearer_now(s), "Authorization: Bearer two", "the sibling reads the new one");
+    is_str(bearer_now(u), "Authorization: Bearer two", "and the owner sends it too");
+    ok(uplink_exec(s) == NULL, "no plugin");
+    unlink(path);
+
+    /* a connection on the sibling's loop */
+    struct conn_probe p = {0};
+    const char *cerr = NULL;
+    struct bufferevent *bev = uplink_connect(s, base2, &cerr);
+    ok(bev != NULL, "a sibling's connection started");
+    if (bev) {
+        bufferevent_setcb(bev, NULL, NULL, on_probe_event, &p);
+        ok(wait_for(base2, &p, BEV_EVENT_CONNECTED), "connected on the sibling's loop");
+        bufferevent_free(bev);
+    }
+    close(lfd);
+    uplink_free(s);
+    uplink_free(u);
+    kcfg_free(k);
+
+    k = kcfg_of("https://kube.example:6443", "    token: t\n");
+    is_int(uplink_new(base, k, &u, err, sizeof(err)), 0, "https: the owner");
+    s = uplink_new_sibling(u, base2);
+    SSL *ssl = uplink_ssl_new(s);
+    ok(ssl != NULL, "a sibling's TLS session, from the owner's SSL_CTX");
+    if (ssl) {
+        is_str(SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name), "kube.example",
+               "SNI: the server's host");
+        SSL_free(ssl);
+    }
+    uplink_free(s);
+    uplink_free(u);
+    kcfg_free(k);
+    event_base_free(base2);
+    event_base_free(base);
+}
+
 int
 main(void)
 {
@@ -547,5 +623,6 @@ main(void)
     TAP_RUN(test_credentials);
     TAP_RUN(test_bad_material);
     TAP_RUN(test_connect);
+    TAP_RUN(test_sibling);
     return tap_done();
 }
