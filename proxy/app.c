@@ -232,12 +232,13 @@ http_fill(const struct kwc_config *cfg, struct http_server_options *ho)
 
 /* ---- serving loops ---- */
 
-/* A share of a bound for one of n loops: the ceiling, at least 1. */
-static unsigned
-share(unsigned long v, unsigned n)
+/* Loop i's share of a bound split among n loops: v / n, one more for the
+ * first v % n, at least 1 (upstream.h). */
+static unsigned long
+share(unsigned long v, unsigned n, unsigned i)
 {
-    unsigned long s = (v + n - 1) / n;
-    return s ? (unsigned)s : 1;
+    unsigned long s = v / n + (i < v % n);
+    return s ? s : 1;
 }
 
 static void *
@@ -407,15 +408,15 @@ loop_new(const struct app_deps *d, struct app *a, struct sloop *l, char *err, si
     /* the loops share the bounds of the upstream pools and the
      * passthrough buffer: each its ceiling share */
     struct up_options uo = *d->up_opts;
-    uo.max_conns[UP_POOL_PASSTHROUGH] = share(uo.max_conns[UP_POOL_PASSTHROUGH], a->nloops);
-    uo.max_conns[UP_POOL_TOKENREVIEW] = share(uo.max_conns[UP_POOL_TOKENREVIEW], a->nloops);
-    uo.max_conns[UP_POOL_SAR] = share(uo.max_conns[UP_POOL_SAR], a->nloops);
-    uo.max_conns[UP_POOL_CACHE] = 1;
-    uo.max_conns[UP_POOL_DISCOVERY] = 1;
-    int rc = up_client_new(l->base, d->kcfg, &uo, &l->up, err, errlen);
+    for (int p = 0; p < UP_NPOOLS; p++)
+        uo.max_conns[p] =
+            p == UP_POOL_PASSTHROUGH || p == UP_POOL_TOKENREVIEW || p == UP_POOL_SAR
+                ? (unsigned)share(uo.max_conns[p], a->nloops, l->idx)
+                : 0; /* (the caches' and discovery's: the main loop's; 0 reports none) */
+    int rc = up_client_new_sibling(d->up, l->base, &uo, &l->up, err, errlen);
     if (rc != 0)
         return rc;
-    l->budget = pt_budget_new(share((unsigned long)cfg->max_passthrough_buffer, a->nloops));
+    l->budget = pt_budget_new(share((unsigned long)cfg->max_passthrough_buffer, a->nloops, l->idx));
     pt_opts(cfg, l->budget, &l->pt_short, &l->pt_long);
     l->serve = new_serve(d, l->base, l->up, &l->pt_short);
     l->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
@@ -441,7 +442,7 @@ loop_new(const struct app_deps *d, struct app *a, struct sloop *l, char *err, si
     struct http_server_options ho;
     http_fill(cfg, &ho);
     ho.limits = a->limits;
-    ho.max_held_body = share(ho.max_held_body ? ho.max_held_body : 64u << 20, a->nloops);
+    ho.max_held_body = share(ho.max_held_body ? ho.max_held_body : 64u << 20, a->nloops, l->idx);
     return http_server_new(l->base, &ho, front_on_request, l->front, &l->http, err, errlen);
 }
 

@@ -328,17 +328,19 @@ void cfg_fini(struct kwc_config *c);
  *     dir's lock, the main loop's epoll and signal fds, evdns's socket,
  *     files kwc opens briefly: /proc for /metrics, the TLS files, the port
  *     file), the listeners, CFG_FD_PER_LOOP per event loop (the main one
- *     and the watch workers: epoll, wakeup and hand-over fds) and
+ *     and the serving loops: epoll, the mailbox's and the watch worker's
+ *     eventfds, the upstream identity's mailbox, a tunnel's resolver
+ *     socket, hand-over fds) and
  *     HTTP_LINGER_MAX refused connections being drained.
  * limit: the RLIMIT_NOFILE soft limit (raise it to the hard limit first);
- * ncpu: what --watch-workers 0 resolves to. Returns 0 with out filled
+ * ncpu: what --serving-threads 0 resolves to. Returns 0 with out filled
  * (out->connections: --max-connections, or what the limit leaves when it is
  * 0), or KWC_ECONFIG with a message that says what to change: an explicit
  * --max-connections that does not fit, or a limit leaving fewer than
  * CFG_MIN_AUTO_CONNS. Pure (no syscalls).
  */
 #define CFG_FD_FIXED 32
-#define CFG_FD_PER_LOOP 4
+#define CFG_FD_PER_LOOP 8
 #define CFG_MIN_AUTO_CONNS 64
 struct cfg_fd_budget {
     unsigned long limit, reserve, upstream, connections;

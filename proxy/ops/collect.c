@@ -383,9 +383,11 @@ collect_upstream(const struct collect_sources *s, struct metrics_writer *w)
     struct up_pool_stats ps[UP_NPOOLS];
     for (int p = 0; p < UP_NPOOLS; p++) {
         up_client_pool_stats(s->up, (enum up_pool)p, &ps[p]);
-        if (all) {
+        if (all && all->pools[p].max_conns) {
+            /* a pool the serving loops use (passthrough, reviews): theirs
+             * are its connections and its cap; the main loop's is idle */
             ps[p].conns += all->pools[p].conns;
-            ps[p].max_conns += all->pools[p].max_conns;
+            ps[p].max_conns = all->pools[p].max_conns;
             ps[p].active += all->pools[p].active;
         }
     }
