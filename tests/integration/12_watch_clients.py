@@ -12,6 +12,7 @@ through kwc (kwc's own reflector watch is the only one).
   to the upstream).
 """
 import json
+import time
 import os
 import tempfile
 import unittest
@@ -38,13 +39,19 @@ class WatchClients(unittest.TestCase):
     def pods_watches(self):
         return self.env.stats()["requests"].get("watch pods", 0)
 
-    def churn_then_sentinel(self, name):
+    def churn_then_sentinel(self, name, at_least_s=0.0, before_sentinel=None):
         e = self.env
         e.sim("POST", "/apisim/churn", {"rate": 150, "resources": ["pods"], "label_flip": 0.3,
                                         "mix": {"update": 0.7, "create": 0.15, "delete": 0.15}})
-        start = e.stats()["events"]
+        start, t0 = e.stats()["events"], time.monotonic()
         wait_for(lambda: e.stats()["events"] >= start + 600, 30, "600 churn events")
+        # (a floor, not a synchronisation: the churn outlasts a watch's
+        # timeoutSeconds however fast apisim writes, so a client resumes
+        # in the middle of it)
+        wait_for(lambda: time.monotonic() - t0 >= at_least_s, at_least_s + 5, "the churn's length")
         e.sim("POST", "/apisim/churn", {"rate": 0})
+        if before_sentinel:
+            before_sentinel()
         e.sim("POST", "/apisim/write", {"verb": "create", "namespace": "ns-0", "name": name})
         return "ns-0/" + name
 
@@ -58,18 +65,25 @@ class WatchClients(unittest.TestCase):
         rv = e.stats()["rv"]
         before = self.pods_watches()
         py = os.path.join(CLIENTS, "py_watch.py")
-        args = ["--rv", str(rv), "--until", "ns-0/sentinel-py"]
+        args = ["--rv", str(rv), "--until", "ns-0/sentinel-py", "--timeout", "3"]
 
         def server(port):
             t = tls_client(port)
             return ["--server", url(port)] + (["--ca", t.ca, "--cert", t.cert, "--key", t.key] if t else [])
         via = self.start([PYTHON, py] + server(e.kwc.port) + args)
         direct = self.start([PYTHON, py] + server(e.apisim.port) + args)
-        self.churn_then_sentinel("sentinel-py")
+        # quiet after the churn: a bookmark reaches the client through kwc
+        # (under churn every event already carries the newest rv)
+        bookmarked = lambda: wait_for(lambda: any('"BOOKMARK"' in l for l in list(via.lines)), 20,
+                                      "a bookmark through kwc")
+        self.churn_then_sentinel("sentinel-py", at_least_s=4.5, before_sentinel=bookmarked)
         self.assertEqual(via.wait(60), 0, via.stderr())
         self.assertEqual(direct.wait(60), 0, direct.stderr())
-        ev_via, tail_via = [json.loads(l) for l in via.lines[:-1]], json.loads(via.lines[-1])
-        ev_dir = [json.loads(l) for l in direct.lines[:-1]]
+
+        def events(lines):
+            return [e for e in (json.loads(l) for l in lines) if e.get("type") != "BOOKMARK"]
+        ev_via, tail_via = events(via.lines[:-1]), json.loads(via.lines[-1])
+        ev_dir = events(direct.lines[:-1])
         self.assertGreater(len(ev_dir), 250)
         self.assertEqual(ev_via, ev_dir)
         self.assertGreater(tail_via["segments"], 1, "the client never resumed")

@@ -40,6 +40,7 @@ def main():
                            timeout_seconds=a.timeout):
             if ev["type"] == "BOOKMARK":
                 bookmarks += 1
+                print(json.dumps({"type": "BOOKMARK"}), flush=True)
                 continue
             md = ev["object"].metadata
             key = "%s/%s" % (md.namespace, md.name)
