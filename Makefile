@@ -195,21 +195,23 @@ integration-checked:
 # ThreadSanitizer (issue 32): kwc built with -fsanitize=thread in build/tsan
 # and the integration modules where threads meet (watch workers fed by the
 # main loop, their counters scraped by /metrics, streams ended by a drain or
-# a shutdown, log lines from every thread) run against it. A race makes kwc
-# exit 66 (TSan's exitcode), which fails the test that stopped it; every
-# report also lands in build/tsan/reports/, and tests/lib/tsan-summary.py
-# prints them, deduplicated, at the end. tests/tsan.supp: what is suppressed,
-# each entry with its reason. Not part of make test yet (~IT_TSAN's time:
-# bench/results/cores.md).
+# a shutdown, log lines from every thread) run against it: IT_TSAN
+# plaintext, IT_TSAN_TLS with kwc serving TLS (TLS streams handed to a
+# worker). A race makes kwc exit 66 (TSan's exitcode), which fails the test
+# that stopped it; every report also lands in build/tsan/reports/, printed
+# deduplicated at the end (tests/lib/tsan-summary.py). tests/tsan.supp: what
+# is suppressed, each entry with its reason. Not in make test yet; its time
+# is in docs/testing.md.
 IT_TSAN ?= 05_ 11_ 17_ 22_ 25_ 27_ 34_
+IT_TSAN_TLS ?= 05_ 22_
 TSAN_REPORTS := $(abspath build/tsan/reports)
+TSAN_ENV = TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/tsan \
+  suppressions=$(abspath tests/tsan.supp)" KWC_SANITIZED=1 KWC_BIN=$(abspath build/tsan/kwc) PYTHON=$(PYTHON)
 tsan:
 	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan build/tsan/kwc
 	$(Q)rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
-	$(Q)TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/tsan \
-	  suppressions=$(abspath tests/tsan.supp)" \
-	  KWC_SANITIZED=1 KWC_BIN=$(abspath build/tsan/kwc) PYTHON=$(PYTHON) \
-	  $(PYTHON) tests/integration/run.py $(IT_TSAN); rc=$$?; \
+	$(Q)$(TSAN_ENV) $(PYTHON) tests/integration/run.py $(IT_TSAN); rc=$$?; \
+	  $(TSAN_ENV) KWC_TLS=1 $(PYTHON) tests/integration/run.py $(IT_TSAN_TLS) || rc=1; \
 	  $(PYTHON) tests/lib/tsan-summary.py $(TSAN_REPORTS) || rc=1; exit $$rc
 
 # The CI command: everything, from a fresh machine.

@@ -164,6 +164,18 @@ a flag it needs says "n/a (flag unsupported: ...)".
                all stopped by --cache-idle-timeout, and the resumed lists.
                bench/results/controller-manager.md. ~4 minutes; --small
                (15 s replays) ~1.
+
+  cores        where kwc's CPU goes, thread by thread (issue 32), bench/cores.py
+               (its docstring): gzip'd RV=0 lists of --cores-pods pods by 4
+               clients over HTTP/1.1 and HTTP/2, HTTP/2 TLS watch fan-outs
+               (--cores-fanout) at 50 events/s and --cores-compare watchers
+               over HTTP/2 vs HTTP/1.1, a reconnect storm of --cores-storm TLS
+               clients (handshake, list, watch): throughput, p99, kwc CPU per
+               thread from /proc and the busiest thread's share. BEFORE
+               (--before-bin, or --baseline-commit: default the commit issue
+               32 started from) and AFTER, ABBA; --serving-threads from
+               --cores-loops where a binary has it; --kwc-args for every kwc.
+               bench/results/cores.md. ~10 minutes; --small ~3.
 """
 import argparse
 import datetime
