@@ -26,7 +26,9 @@ AFTER (--kwc) side by side in ABBA order. Each run is a fresh kwc serving TLS
           head) p50/p99/max.
 
 For each cell: kwc's CPU per thread from /proc/PID/task/*/stat (utime +
-stime over the measured window, by the thread's comm: "kwc" is the main
+stime over the measured window, and the time it was runnable but waited for
+a CPU from /proc/PID/task/*/schedstat: on a shared machine, what others took;
+by the thread's comm: "kwc" is the main
 loop, tid == pid; "kwc-watch/N" a watch worker, named since issue 32; an
 older binary's workers show as "kwc" with another tid) and the busiest
 thread's share of kwc's whole CPU (issue 32's target: no thread above 60 %).
@@ -50,7 +52,9 @@ DRAIN = 5  # fanout --drain: seconds a fan-out may read on after its window
 
 
 def thread_cpu(pid):
-    """{tid: (comm, CPU seconds)} of every thread of pid now."""
+    """{tid: (comm, CPU seconds, seconds runnable but waiting for a CPU)} of
+    every thread of pid now (the wait from /proc/.../schedstat: on a shared
+    machine it says how much of a thread's time others took)."""
     out = {}
     tck = os.sysconf("SC_CLK_TCK")
     d = "/proc/%d/task" % pid
@@ -62,7 +66,12 @@ def thread_cpu(pid):
             continue
         comm = s[s.index("(") + 1:s.rindex(")")]
         fields = s.rsplit(")", 1)[1].split()
-        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / tck)
+        try:
+            with open("%s/%s/schedstat" % (d, tid)) as f:
+                wait = int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            wait = 0.0
+        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / tck, wait)
     return out
 
 
@@ -80,16 +89,16 @@ class Window:
             self.b, self.t1 = thread_cpu(self.pid), time.monotonic()
 
     def result(self):
-        """{"wall": s, "total": share of one core, "threads": [[name, share of one core], ...] busiest first,
-        "busiest": its share of kwc's total}"""
+        """{"wall": s, "total": share of one core, "threads": [[name, share of one core, share of the window
+        waiting for a CPU], ...] busiest first, "busiest": its share of kwc's total}"""
         if self.a is None or self.b is None:
             return None
         wall = max(self.t1 - self.t0, 1e-6)
         rows = []
-        for tid, (comm, c1) in self.b.items():
-            c0 = self.a.get(tid, (comm, 0.0))[1]
+        for tid, (comm, c1, w1) in self.b.items():
+            _, c0, w0 = self.a.get(tid, (comm, 0.0, 0.0))
             name = comm + (" (main)" if tid == self.pid else " [%d]" % tid if comm == "kwc" else "")
-            rows.append([name, (c1 - c0) / wall])
+            rows.append([name, (c1 - c0) / wall, (w1 - w0) / wall])
         rows.sort(key=lambda r: -r[1])
         total = sum(r[1] for r in rows)
         return {"wall": wall, "total": total, "threads": rows, "busiest": rows[0][1] / total if total else 0}
@@ -99,7 +108,7 @@ def cpu_text(w):
     if not w:
         return "-"
     shown = [r for r in w["threads"] if r[1] >= 0.005][:4]
-    return ", ".join("%s %.0f%%" % (n, 100 * c) for n, c in shown) or "idle"
+    return ", ".join("%s %.0f%% (waited %.0f%%)" % (n, 100 * c, 100 * q) for n, c, q in shown) or "idle"
 
 
 def busiest_text(w):
@@ -145,6 +154,8 @@ def fan_out(run, args, env, k, conns, per, h1=False):
         timer.cancel()
         if timer.is_alive():
             timer.join()
+        if w.a is not None:  # fanout ended first (this process read its lines late): the window ends here
+            w.stop()
         env.sim("POST", "/apisim/churn", {"rate": 0})
         if p.poll() is None:
             p.kill()
@@ -152,7 +163,7 @@ def fan_out(run, args, env, k, conns, per, h1=False):
     return {"kind": "fanout", "proto": "HTTP/1.1" if h1 else "HTTP/2", "conns": conns if not h1 else n,
             "streams": r.get("streams", 0), "asked_s": n * RATE, "per_s": r.get("per_s", 0),
             "p50_ms": r.get("p50_ms", 0), "p99_ms": r.get("p99_ms", 0), "lost": r.get("lost", 0),
-            "unanswered": r.get("unanswered", 0), "cpu": w.result()}
+            "unanswered": r.get("unanswered", 0), "client_cpu": r.get("client_cpu", 0), "cpu": w.result()}
 
 
 def storm(run, args, env, k):
@@ -222,6 +233,7 @@ def fanouts(args):
 
 
 def report(label, c):
+    c["load"] = os.getloadavg()[0]  # the machine is shared: how busy it was as the cell ended
     print(json.dumps({"server": label, **{x: (round(v, 3) if isinstance(v, float) else v)
                                           for x, v in c.items() if x != "cpu"},
                       "kwc_cpu": cpu_text(c["cpu"]), "busiest": busiest_text(c["cpu"])}), flush=True)
@@ -243,8 +255,8 @@ def result_text(c):
             c["lists_s"], c["gb_s"], c["p99_ms"], "" if c["errors"] == 0 else ", %d errors" % c["errors"],
             "" if c["got_proto"] in ("h2", "http/1.1") else " (%s)" % c["got_proto"])
     if c["kind"] == "fanout":
-        return "%d streams, %.0f of %d deliveries/s, p50/p99 %.0f / %.0f ms%s" % (
-            c["streams"], c["per_s"], c["asked_s"], c["p50_ms"], c["p99_ms"],
+        return "%d streams, %.0f of %d deliveries/s, p50/p99 %.0f / %.0f ms, fanout CPU %.0f%%%s" % (
+            c["streams"], c["per_s"], c["asked_s"], c["p50_ms"], c["p99_ms"], 100 * c["client_cpu"],
             ", %d unanswered" % c["unanswered"] if c["unanswered"] else "")
     return "%d of %d clients in %.1f s (%.0f/s), per client p50/p99/max %.0f / %.0f / %.0f ms%s" % (
         c["clients"], c["asked"], c["seconds"], c["clients"] / c["seconds"] if c["seconds"] else 0, c["p50_ms"],
@@ -276,7 +288,8 @@ def summary_rows(runs):
                                                       mean([c["p99_ms"] for c in cs]))
         ws = [c["cpu"] for c in cs if c["cpu"]]
         rows.append([name, label, len(cs), res, "%.0f%%" % (100 * mean([w["total"] for w in ws])),
-                     "%.0f%%" % (100 * mean([w["busiest"] for w in ws]))])
+                     "%.0f%%" % (100 * mean([w["busiest"] for w in ws])),
+                     "%.0f%%" % (100 * mean([w["threads"][0][2] for w in ws if w["threads"]]))])
     rows.sort(key=lambda r: r[0])
     return rows
 
@@ -313,16 +326,17 @@ def bench_cores(args, run):
     for i, (label, cells) in enumerate(runs):
         for c in cells:
             rows.append([i + 1, label, cell_name(c), result_text(c), "%.0f%%" % (100 * c["cpu"]["total"])
-                         if c["cpu"] else "-", busiest_text(c["cpu"]), cpu_text(c["cpu"])])
+                         if c["cpu"] else "-", busiest_text(c["cpu"]), cpu_text(c["cpu"]), "%.1f" % c["load"]])
     what = ("kwc over TLS (--auth none) on apisim; %d pods (~3 KiB) in the lists, 1 KiB pod updates at %d/s "
             "in the fan-outs; load generators beside kwc on %d CPUs; %.0f minutes" % (
                 args.cores_pods, RATE, os.cpu_count() or 0, minutes))
     text = run.table("Every core serves (issue 32): each server's runs averaged (ABBA); %s" % what,
-                     ["cell", "server", "runs", "result", "kwc CPU (of one core)", "busiest thread's share"],
+                     ["cell", "server", "runs", "result", "kwc CPU (of one core)", "busiest thread's share",
+                      "busiest thread waiting for a CPU"],
                      summary_rows(runs))
     text += "\n" + run.table("Every run, in order: kwc CPU per thread (share of one core over the measured window)",
                              ["run", "server", "cell", "result", "kwc CPU", "busiest thread's share",
-                              "threads (busiest first)"], rows)
+                              "threads, busiest first: CPU (time waiting for a CPU)", "load avg"], rows)
     full = all(getattr(args, k) == run.FULL[k] for k in ("cores_pods", "cores_storm", "cores_fanout",
                                                          "cores_compare", "duration"))
     if full and not args.small:
