@@ -11,7 +11,8 @@
  *          --watchers N [--nodes K] [--warmup S] [--seconds S] [--idle]
  *          [--threads T] [--tls [--cacert FILE]] [--token-file FILE] [--deadline S]
  *          [--drain S] [--announce-heads]
- *          [--protobuf] [--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES]]
+ *          [--protobuf] [--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES]
+ *          [--list PATH]]
  *   fanout --port P --etcd-prefix /bench/ --watchers N ...
  *
  * --protobuf: the streams ask for protobuf (Accept: application/vnd.kubernetes.
@@ -78,6 +79,16 @@
  * went out), alpn_failures and max_streams (the smallest
  * SETTINGS_MAX_CONCURRENT_STREAMS a server announced: nghttp2 queues streams
  * past it, and those stay unanswered).
+ *
+ * --list PATH (with --h2-streams-per-conn): each connection first GETs PATH (a
+ * list, its body read and dropped) and submits its watch streams only when
+ * that stream has ended, as an informer lists then watches (a reconnect
+ * storm: --idle --deadline S with a handshake, a list and a watch per
+ * client). The result adds list_non2xx (lists answered other than 2xx or
+ * reset; their connection's watches are still sent) and, over the
+ * connections whose every watch got its head, client_p50_ms / client_p99_ms
+ * / client_max_ms: from just before the connection's connect() to its last
+ * watch head (handshake, list and watch start as one client sees them).
  *
  * The client must cost less than the server it measures: streams are plain
  * non-blocking sockets with one persistent read event each, one recv into a
@@ -591,9 +602,15 @@ struct h2c {
     int first, count; /* its streams: conns[first, first + count) */
     uint8_t *out;     /* frames nghttp2 gave, not yet written */
     size_t outlen, outoff, outcap;
+    int32_t list_id;         /* --list: its stream while it runs */
+    int nheads;              /* watch heads received */
+    uint64_t t_open, t_done; /* --list: before connect(); the last watch head */
 };
 
-static int h2_per_conn; /* 0: HTTP/1.1 (or etcd) */
+static int h2_per_conn;       /* 0: HTTP/1.1 (or etcd) */
+static const char *list_path; /* --list */
+static atomic_int list_non2xx;
+static void h2c_submit(struct h2c *h, int i);
 static int32_t h2_window = 1 << 20;
 static SSL_CTX *h2_tls_ctx;
 static struct h2c *h2conns;
@@ -675,7 +692,13 @@ h2w_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size
            const uint8_t *value, size_t valuelen, uint8_t flags, void *arg)
 {
     (void)flags;
-    (void)arg;
+    struct h2c *h = arg;
+    if (h->list_id && f->hd.stream_id == h->list_id && namelen == 7 &&
+        !memcmp(name, ":status", 7) && (valuelen != 3 || value[0] != '2')) {
+        atomic_fetch_add(&list_non2xx, 1);
+        h->list_id = -h->list_id; /* counted; the close below must not count it again */
+        return 0;
+    }
     struct conn *c = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
     if (c && f->hd.type == NGHTTP2_HEADERS && !c->status_seen && namelen == 7 &&
         !memcmp(name, ":status", 7)) {
@@ -689,7 +712,6 @@ h2w_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size
 static int
 h2w_frame(nghttp2_session *s, const nghttp2_frame *f, void *arg)
 {
-    (void)arg;
     if (f->hd.type == NGHTTP2_SETTINGS && !(f->hd.flags & NGHTTP2_FLAG_ACK)) {
         int32_t m = (int32_t)nghttp2_session_get_remote_settings(
             s, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
@@ -705,6 +727,9 @@ h2w_frame(nghttp2_session *s, const nghttp2_frame *f, void *arg)
         c->head = true;
         atomic_fetch_add(&heads, 1);
         atomic_store(&t_last_head, wall_ns());
+        struct h2c *h = arg;
+        if (++h->nheads == h->count)
+            h->t_done = wall_ns();
     }
     return 0;
 }
@@ -735,8 +760,15 @@ h2w_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, siz
 static int
 h2w_closed(nghttp2_session *s, int32_t id, uint32_t code, void *arg)
 {
-    (void)code;
-    (void)arg;
+    struct h2c *h = arg;
+    if (h->list_id && (id == h->list_id || id == -h->list_id)) { /* --list: now the watches */
+        if (code != NGHTTP2_NO_ERROR && h->list_id > 0)
+            atomic_fetch_add(&list_non2xx, 1);
+        h->list_id = 0;
+        for (int i = h->first; i < h->first + h->count; i++)
+            h2c_submit(h, i);
+        return 0; /* h2c_event flushes them after this read */
+    }
     struct conn *c = nghttp2_session_get_stream_user_data(s, id);
     if (c)
         conn_lost(c);
@@ -881,6 +913,7 @@ h2c_open(struct loop *lp, int j, const struct sockaddr_in *sin)
     h->lp = lp;
     h->first = j * h2_per_conn;
     h->count = nw - h->first < h2_per_conn ? nw - h->first : h2_per_conn;
+    h->t_open = wall_ns();
     h->fd = socket(AF_INET, SOCK_STREAM, 0);
     if (h->fd < 0 || connect(h->fd, (const struct sockaddr *)sin, sizeof(*sin)) != 0) {
         fprintf(stderr, "fanout: connect failed at connection %d: %s\n", j, strerror(errno));
@@ -904,8 +937,21 @@ h2c_open(struct loop *lp, int j, const struct sockaddr_in *sin)
     int64_t cw = (int64_t)h2_window * h->count;
     nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0,
                                           cw > INT32_MAX ? INT32_MAX : (int32_t)cw);
-    for (int i = h->first; i < h->first + h->count; i++)
-        h2c_submit(h, i);
+    if (list_path) {
+        nghttp2_nv hdrs[] = {
+            {u8(":method"), u8("GET"), 7, 3, NGHTTP2_NV_FLAG_NONE},
+            {u8(":scheme"), u8(tls ? "https" : "http"), 7, tls ? 5 : 4, NGHTTP2_NV_FLAG_NONE},
+            {u8(":path"), u8(list_path), 5, strlen(list_path), NGHTTP2_NV_FLAG_NONE},
+            {u8(":authority"), u8("127.0.0.1"), 10, 9, NGHTTP2_NV_FLAG_NONE}};
+        h->list_id = nghttp2_submit_request(h->s, NULL, hdrs, 4, NULL, NULL);
+        if (h->list_id < 0) {
+            fprintf(stderr, "fanout: the list of connection %d could not be submitted\n", j);
+            exit(1);
+        }
+    } else {
+        for (int i = h->first; i < h->first + h->count; i++)
+            h2c_submit(h, i);
+    }
     h->ev = event_new(lp->base, h->fd, EV_READ | EV_PERSIST, h2c_event, h);
     h->wev = event_new(lp->base, h->fd, EV_WRITE, h2c_event, h);
     event_add(h->ev, NULL);
@@ -1206,6 +1252,8 @@ main(int argc, char **argv)
             drain = atoi(v);
         else if (!strcmp(a, "--accept"))
             accept_hdr = v;
+        else if (!strcmp(a, "--list"))
+            list_path = v;
         else
             goto usage;
     }
@@ -1214,7 +1262,8 @@ main(int argc, char **argv)
     if (!port || (!path && !etcd_prefix) || nw <= 0 || nthreads <= 0 || nthreads > 64 ||
         seconds <= 0 || drain < 0 || (tls && etcd_prefix) || (cacert && !tls) ||
         (token_file && etcd_prefix) || (accept_hdr && (etcd_prefix || strlen(accept_hdr) > 400)) ||
-        h2_per_conn < 0 || (h2_per_conn && etcd_prefix) || h2_window < 65535)
+        h2_per_conn < 0 || (h2_per_conn && etcd_prefix) || h2_window < 65535 ||
+        (list_path && !h2_per_conn))
         goto usage;
     if (h2_per_conn) {
         nh2c = (nw + h2_per_conn - 1) / h2_per_conn;
@@ -1269,11 +1318,27 @@ main(int argc, char **argv)
     uint64_t t_heads = atomic_load(&t_last_head), t0 = atomic_load(&t_start);
     double heads_ms = t_heads > t0 ? (double)(t_heads - t0) / 1e6 : 0;
     int unanswered = nw - atomic_load(&heads) - atomic_load(&ended_headless);
-    char h2tail[128] = "";
+    char h2tail[384] = "";
     if (h2_per_conn) {
         int ms = atomic_load(&h2_max_streams);
-        snprintf(h2tail, sizeof h2tail, ",\"conns\":%d,\"alpn_failures\":%d,\"max_streams\":%d",
-                 atomic_load(&h2_opened), atomic_load(&alpn_failures), ms == INT32_MAX ? -1 : ms);
+        int k = snprintf(
+            h2tail, sizeof h2tail, ",\"conns\":%d,\"alpn_failures\":%d,\"max_streams\":%d",
+            atomic_load(&h2_opened), atomic_load(&alpn_failures), ms == INT32_MAX ? -1 : ms);
+        if (list_path) { /* each connection: connect() to its last watch head */
+            double *cl = malloc((size_t)nh2c * sizeof(*cl));
+            size_t ncl = 0;
+            for (int j = 0; cl && j < nh2c; j++)
+                if (h2conns[j].t_done > h2conns[j].t_open)
+                    cl[ncl++] = (double)(h2conns[j].t_done - h2conns[j].t_open) / 1e6;
+            if (cl)
+                qsort(cl, ncl, sizeof(*cl), cmp);
+            snprintf(h2tail + k, sizeof h2tail - (size_t)k,
+                     ",\"list_non2xx\":%d,\"clients\":%zu,\"client_p50_ms\":%.1f,"
+                     "\"client_p99_ms\":%.1f,\"client_max_ms\":%.1f",
+                     atomic_load(&list_non2xx), ncl, ncl ? cl[ncl / 2] : 0,
+                     ncl ? cl[(size_t)((double)ncl * 0.99)] : 0, ncl ? cl[ncl - 1] : 0);
+            free(cl);
+        }
     }
     if (idle) {
         printf("{\"streams\":%d,\"ended\":%d,\"tls_failures\":%d,\"non2xx\":%d,\"heads_ms\":%.1f,"
@@ -1332,11 +1397,11 @@ main(int argc, char **argv)
     fflush(stdout);
     return 0;
 usage:
-    fprintf(
-        stderr,
-        "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
-        "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
-        "FILE] [--deadline S] [--drain S] [--announce-heads] [--protobuf] "
-        "[--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES]] | [--etcd-prefix KEY]\n");
+    fprintf(stderr,
+            "usage: fanout --port P --path PATH --watchers N [--nodes K] [--seconds S] "
+            "[--warmup S] [--idle] [--threads T] [--tls [--cacert FILE]] [--token-file "
+            "FILE] [--deadline S] [--drain S] [--announce-heads] [--protobuf] "
+            "[--accept MEDIA] [--h2-streams-per-conn K [--h2-window BYTES] [--list PATH]] | "
+            "[--etcd-prefix KEY]\n");
     return 2;
 }

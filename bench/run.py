@@ -164,6 +164,18 @@ a flag it needs says "n/a (flag unsupported: ...)".
                all stopped by --cache-idle-timeout, and the resumed lists.
                bench/results/controller-manager.md. ~4 minutes; --small
                (15 s replays) ~1.
+
+  cores        where kwc's CPU goes, thread by thread (issue 32), bench/cores.py
+               (its docstring): gzip'd RV=0 lists of --cores-pods pods by 4
+               clients over HTTP/1.1 and HTTP/2, HTTP/2 TLS watch fan-outs
+               (--cores-fanout) at 50 events/s and --cores-compare watchers
+               over HTTP/2 vs HTTP/1.1, a reconnect storm of --cores-storm TLS
+               clients (handshake, list, watch): throughput, p99, kwc CPU per
+               thread from /proc and the busiest thread's share. BEFORE
+               (--before-bin, or --baseline-commit: default the commit issue
+               32 started from) and AFTER, ABBA; --serving-threads from
+               --cores-loops where a binary has it; --kwc-args for every kwc.
+               bench/results/cores.md. ~10 minutes; --small ~3.
 """
 import argparse
 import datetime
@@ -1978,18 +1990,20 @@ def settle(pid, timeout=20):
             return
 
 
-def h2load(port, path, conns, streams, duration, tls=False, warmup=1, pid=None):
+def h2load(port, path, conns, streams, duration, tls=False, warmup=1, pid=None, extra=(), on_phase=None):
     """h2load: warmup seconds (connections and the first responses, not
     counted), then duration seconds measured. (req/s, p50 ms, p99 ms, non-2xx,
     failed or errored or timed out, requests done, the protocol it negotiated,
     pid's CPU seconds and the seconds of the measured phase). p50/p99 from its
-    per-request log. http:// is HTTP/2 with prior knowledge."""
+    per-request log. http:// is HTTP/2 with prior knowledge. extra: more
+    h2load arguments (--h1, -H ...); on_phase("start"|"over"): called as the
+    measured phase starts and ends."""
     fd, log = tempfile.mkstemp(prefix="kwc-h2load-", suffix=".log", dir="/dev/shm")
     os.close(fd)
     try:
         p = subprocess.Popen(["h2load", "-c", str(conns), "-t", str(min(conns, 2)), "-m", str(streams),
-                              "-D", str(duration), "--warm-up-time", str(warmup), "--log-file", log,
-                              "%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)],
+                              "-D", str(duration), "--warm-up-time", str(warmup), "--log-file", log] +
+                             list(extra) + ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, path)],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         out, c0, t0, c1, t1 = [], None, None, None, None
         try:
@@ -1997,8 +2011,12 @@ def h2load(port, path, conns, streams, duration, tls=False, warmup=1, pid=None):
                 out.append(line)
                 if c0 is None and line.startswith("Main benchmark duration is started"):
                     c0, t0 = cpu_seconds(pid) if pid else 0, time.monotonic()
+                    if on_phase:
+                        on_phase("start")
                 elif c1 is None and line.startswith("Main benchmark duration is over"):
                     c1, t1 = cpu_seconds(pid) if pid else 0, time.monotonic()
+                    if on_phase:
+                        on_phase("over")
             p.wait(duration + warmup + 60)
         finally:
             if p.poll() is None:
@@ -2785,7 +2803,8 @@ FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, 
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
         "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000,
         "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 20, "h2_get_seconds": 3, "h2_get_conns": "1,8,32",
-        "cm_duration": 60, "cm_pods": 3000}
+        "cm_duration": 60, "cm_pods": 3000,
+        "cores_pods": 20000, "cores_storm": 5000, "cores_fanout": "1000x10,100x100", "cores_compare": 4000}
 # --small: every scenario in well under a minute, to check the script itself.
 PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
 
@@ -3303,10 +3322,12 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32",
-         "cm_duration": 15, "cm_pods": 300}
+         "cm_duration": 15, "cm_pods": 300,
+         "cores_pods": 2000, "cores_storm": 300, "cores_fanout": "20x10,5x40", "cores_compare": 200}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more,attack,controller-manager"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
+    "http2,tls-cost,serve-more,attack,controller-manager,cores"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost", "cores"}
+CORES_BASELINE = "4584f7e"  # main as issue 32 (every core serves) began
 
 
 def bench_attack(args):
@@ -3319,6 +3340,11 @@ def bench_controller_manager(args):
     cm.bench_controller_manager(args, sys.modules[__name__])
 
 
+def bench_cores(args):
+    import cores
+    cores.bench_cores(args, sys.modules[__name__])
+
+
 def main():
     global SAVE, NOTE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -3329,7 +3355,8 @@ def main():
                     help="BEFORE: kwc built from this commit (default: the last with libevhtp; for --only http2 "
                          "alone: %s, main before issue 21; for --only tls-cost alone: %s, main before issue 22)" % (
                              H2_BASELINE, TLS_COST_BASELINE))
-    ap.add_argument("--baseline-kwc", default=None, help="BEFORE: this binary instead of building one")
+    ap.add_argument("--baseline-kwc", "--before-bin", default=None,
+                    help="BEFORE: this binary instead of building one")
     ap.add_argument("--only", default=SCENARIOS, help="comma-separated scenarios (default: all, %s)" % SCENARIOS)
     ap.add_argument("--small", action="store_true", help="small sizes (%s); nothing saved. The watch scenario's "
                     "fixed 10,000-watcher runs stay full size" % ", ".join("%s=%s" % kv for kv in SMALL.items()))
@@ -3377,9 +3404,22 @@ def main():
                     help="controller-manager: the name of this run's section in bench/results/controller-manager.md")
     ap.add_argument("--cm-all-metadata", action="store_true",
                     help="controller-manager: every informer metadata-only (not what KCM 1.24 does; nothing saved)")
+    ap.add_argument("--kwc-args", default="",
+                    help="cores: more kwc arguments for every kwc started (one string, split like a shell's)")
+    ap.add_argument("--cores-loops", default="1,2",
+                    help="cores: --serving-threads values, run where a binary's --help lists the flag")
+    ap.add_argument("--cores-pods", type=int, default=FULL["cores_pods"], help="cores: pods in the gzip'd lists")
+    ap.add_argument("--cores-storm", type=int, default=FULL["cores_storm"],
+                    help="cores: TLS clients in the reconnect storm")
+    ap.add_argument("--cores-fanout", default=FULL["cores_fanout"],
+                    help="cores: HTTP/2 TLS fan-outs at 50 events/s, CONNSxSTREAMS each")
+    ap.add_argument("--cores-compare", type=int, default=FULL["cores_compare"],
+                    help="cores: watchers at 50 events/s over HTTP/2 (100 connections) and HTTP/1.1, TLS "
+                         "(4,000: 200,000 deliveries/s; 0: skip)")
     args = ap.parse_args()
     if args.baseline_commit is None:
-        args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE}.get(args.only, "8af2294")
+        args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE,
+                                "cores": CORES_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -3400,11 +3440,12 @@ def main():
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
     tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms",
-                           "http2", "tls-cost", "serve-more"} & set(names) else set()
+                           "http2", "tls-cost", "serve-more", "cores"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
     absent = [t for t in ("h2load", "wrk") if "http2" in names and not shutil.which(t)]
+    absent += [t for t in ("h2load",) if "cores" in names and not shutil.which(t) and t not in absent]
     if absent:
         ap.error("%s not installed (tests/lib/deps.sh bench installs them)" % ", ".join(absent))
     if missing:

@@ -703,6 +703,11 @@ static void *
 worker_main(void *arg)
 {
     struct worker *wk = arg;
+    /* the thread's comm (15 bytes): per-thread CPU in /proc/PID/task/TID/stat
+     * and top -H say which loop is busy (bench/run.py --only cores) */
+    char name[16];
+    snprintf(name, sizeof(name), "kwc-watch/%u", wk->idx);
+    pthread_setname_np(pthread_self(), name);
     event_base_dispatch(wk->base);
     return NULL;
 }
