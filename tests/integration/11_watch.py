@@ -692,13 +692,13 @@ class WatchFanout(unittest.TestCase):
             # the protobuf cache's (started with kwc, --protobuf-resources)
             self.assertEqual(e.stats()["open_watches_by_encoding"].get("pods"), {"json": 1, "protobuf": 1})
             self.assertEqual(watches_upstream(e), base)
-            # the watch workers' threads carry their names (top -H, per-thread
+            # the serving loops. threads carry their names (top -H, per-thread
             # CPU in /proc/PID/task: bench/cores.py), the main thread kwc's
             names = {}
             for tid in os.listdir("/proc/%d/task" % e.kwc.pid()):
                 with open("/proc/%d/task/%s/comm" % (e.kwc.pid(), tid)) as f:
                     names[int(tid)] = f.read().strip()
-            self.assertIn("kwc-watch/0", names.values())
+            self.assertIn("kwc-serve/0", names.values())
             self.assertEqual(names[e.kwc.pid()], "kwc")
             for s in streams:
                 s.close()
