@@ -30,13 +30,26 @@
  * At most PARALLEL GETs are in flight (its own pool: UP_POOL_DISCOVERY);
  * the round's go first. Nothing is freed or started inside curl's
  * callbacks: a transfer's end is handled from a zero-delay event (kick).
- * Loop thread only.
+ *
+ * Threads (disco.h says which calls are any-thread). The loop that made it
+ * (the main loop) alone fetches and changes the model and the copy. The
+ * serving loops read: the published model under a read lock (model_lk:
+ * held for one lookup; the main loop takes it to swap in a new model and
+ * frees the old one after), the copy's records under copy_mu (held for a
+ * walk of at most DISCO_COPY_MAX_DOCS records; the main loop takes it for
+ * every change a reader looks at: the list, a record's doc, current and
+ * pin), docs by their atomic reference counts. What a reader would change
+ * it posts (a new record, a refresh) or marks with an atomic (in_use,
+ * idle, touched: the main loop moves touched records to the front before
+ * it evicts, so the least recently used still go first).
  */
 #include "kwc/disco.h"
 
 #include <assert.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +59,7 @@
 #include "kwc/base.h"
 #include "kwc/discodoc.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/upstream.h"
 
 #define DISCO_MAGIC 0x6469736fu /* "diso" */
@@ -69,7 +83,7 @@ static const char *const kept_headers[] = {"Content-Type",  "Etag",    "Vary",
 /* A recorded answer (struct disco_doc is its public face). */
 struct doc {
     struct disco_doc pub;
-    unsigned refs;
+    atomic_uint refs; /* dropped by any thread (disco_doc_unref) */
     char *body;
     struct disco_hdr *h;
     char **strs; /* the header names and values */
@@ -88,13 +102,14 @@ struct drec {
     bool current;             /* doc may be served: fetched since the last change */
     enum pin pin;
     bool queued;
-    bool round;      /* the round waits for it */
-    bool changed;    /* its doc changed in this round (model records) */
-    bool failed;     /* its last fetch failed */
-    bool in_use;     /* asked for since its last fetch */
-    char why[160];   /* why its last fetch failed */
-    unsigned idle;   /* rounds without a request */
-    struct fetch *f; /* in flight */
+    bool round;          /* the round waits for it */
+    bool changed;        /* its doc changed in this round (model records) */
+    bool failed;         /* its last fetch failed */
+    atomic_bool in_use;  /* asked for since its last fetch */
+    atomic_bool touched; /* asked for by a serving loop since the last evict */
+    char why[160];       /* why its last fetch failed */
+    atomic_uint idle;    /* rounds without a request */
+    struct fetch *f;     /* in flight */
 };
 
 struct fetch {
@@ -146,7 +161,21 @@ struct disco {
     struct sub *subs;
     size_t nsubs;
     struct disco_stats st;
+    /* threads */
+    pthread_t owner; /* the loop's */
+    struct mailbox *mb;
+    bool closing;               /* disco_free: what is posted now does nothing */
+    atomic_bool ready_pub;      /* ready, for any thread */
+    atomic_bool refresh_posted; /* a serving loop's disco_refresh_soon is queued */
+    pthread_rwlock_t model_lk;  /* the published model (see above) */
+    pthread_mutex_t copy_mu;    /* the copy's records (see above) */
 };
+
+static bool
+on_loop(const struct disco *d)
+{
+    return pthread_equal(pthread_self(), d->owner);
+}
 
 static uint64_t
 now_ms(void)
@@ -179,7 +208,7 @@ doc_free(struct doc *doc)
 static void
 doc_unref(struct doc *doc)
 {
-    if (doc && --doc->refs == 0)
+    if (doc && atomic_fetch_sub(&doc->refs, 1) == 1)
         doc_free(doc);
 }
 
@@ -239,6 +268,7 @@ doc_same(const struct doc *a, const struct doc *b)
 static void
 rec_unlink(struct disco *d, struct drec *r)
 {
+    pthread_mutex_lock(&d->copy_mu);
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -248,11 +278,13 @@ rec_unlink(struct disco *d, struct drec *r)
     else
         d->tail = r->prev;
     r->prev = r->next = NULL;
+    pthread_mutex_unlock(&d->copy_mu);
 }
 
 static void
 rec_push_front(struct disco *d, struct drec *r)
 {
+    pthread_mutex_lock(&d->copy_mu);
     r->next = d->head;
     r->prev = NULL;
     if (d->head)
@@ -260,17 +292,31 @@ rec_push_front(struct disco *d, struct drec *r)
     d->head = r;
     if (!d->tail)
         d->tail = r;
+    pthread_mutex_unlock(&d->copy_mu);
+}
+
+/* The record's doc, and whether it may be served. */
+static void
+rec_set_doc(struct disco *d, struct drec *r, struct doc *doc, bool current)
+{
+    struct doc *old = r->doc;
+    if (old)
+        d->bytes -= old->pub.len;
+    pthread_mutex_lock(&d->copy_mu);
+    r->doc = doc;
+    r->current = current;
+    pthread_mutex_unlock(&d->copy_mu);
+    doc_unref(old);
+    if (doc)
+        d->bytes += doc->pub.len;
 }
 
 static void
-rec_set_doc(struct disco *d, struct drec *r, struct doc *doc)
+rec_set_current(struct disco *d, struct drec *r, bool current)
 {
-    if (r->doc)
-        d->bytes -= r->doc->pub.len;
-    doc_unref(r->doc);
-    r->doc = doc;
-    if (doc)
-        d->bytes += doc->pub.len;
+    pthread_mutex_lock(&d->copy_mu);
+    r->current = current;
+    pthread_mutex_unlock(&d->copy_mu);
 }
 
 static void
@@ -298,7 +344,7 @@ rec_free(struct disco *d, struct drec *r)
     if (r->f)
         r->f->rec = NULL; /* its end finds no record */
     rec_unlink(d, r);
-    rec_set_doc(d, r, NULL);
+    rec_set_doc(d, r, NULL, false);
     d->ndocs--;
     free(r->path);
     free(r->accept);
@@ -322,6 +368,14 @@ rec_find(struct disco *d, const char *path, const char *accept)
 static void
 evict(struct disco *d, const struct drec *keep)
 {
+    /* what the serving loops asked for is recently used too */
+    for (struct drec *r = d->head, *nx; r; r = nx) {
+        nx = r->next;
+        if (atomic_exchange(&r->touched, false)) {
+            rec_unlink(d, r);
+            rec_push_front(d, r);
+        }
+    }
     struct drec *r = d->tail;
     while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
         struct drec *prev = r->prev;
@@ -336,8 +390,11 @@ rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
 {
     struct drec *r = rec_find(d, path, accept);
     if (r) {
-        if (pin > r->pin)
+        if (pin > r->pin) {
+            pthread_mutex_lock(&d->copy_mu);
             r->pin = pin;
+            pthread_mutex_unlock(&d->copy_mu);
+        }
         return r;
     }
     r = xcalloc(1, sizeof(*r));
@@ -513,10 +570,8 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
         /* the upstream answered something else now: what it said before
          * is no longer its answer; no answer at all (it is away): the
          * last one stays */
-        if (answered && !f->too_big) {
-            rec_set_doc(d, r, NULL);
-            r->current = false;
-        }
+        if (answered && !f->too_big)
+            rec_set_doc(d, r, NULL, false);
         if (f->err)
             snprintf(r->why, sizeof(r->why), "%s", f->msg);
         else if (f->too_big)
@@ -531,18 +586,17 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
     r->failed = false;
     if (f->status == 304) {
         d->st.not_modified++;
-        r->current = true;
+        rec_set_current(d, r, true);
         return;
     }
     struct doc *doc = doc_of(f);
     if (r->doc && doc_same(r->doc, doc)) {
         doc_free(doc);
-        r->current = true;
+        rec_set_current(d, r, true);
         return;
     }
     bool was_current = r->current && r->doc;
-    rec_set_doc(d, r, doc);
-    r->current = true;
+    rec_set_doc(d, r, doc, true);
     r->changed = true;
     evict(d, r);
     /* a client's record changed before the model saw it: read the model */
@@ -781,10 +835,14 @@ publish(struct disco *d, struct ddoc_model *m)
         return;
     }
     size_t before = d->model.nres;
-    ddoc_model_fini(&d->model);
+    struct ddoc_model old = d->model;
+    pthread_rwlock_wrlock(&d->model_lk);
     d->model = *m;
-    *m = (struct ddoc_model){0};
     d->ready = true;
+    atomic_store(&d->ready_pub, true);
+    pthread_rwlock_unlock(&d->model_lk);
+    ddoc_model_fini(&old); /* no reader holds it: they hold the lock while they read */
+    *m = (struct ddoc_model){0};
     d->st.resources = d->model.nres;
     if (first) {
         log_info("discovery: %zu resources in %zu group versions (%s discovery), %zu served by "
@@ -799,7 +857,7 @@ publish(struct disco *d, struct ddoc_model *m)
         /* every other record waits for its fetch before it is served */
         for (struct drec *r = d->head; r; r = r->next)
             if (r->pin == PIN_NONE && r->doc) {
-                r->current = false;
+                rec_set_current(d, r, false);
                 enqueue(d, r, false);
             }
     }
@@ -907,6 +965,10 @@ disco_new(struct event_base *base, struct up_client *up, const struct disco_opti
     d->min_gap_ms = o && o->min_gap_ms ? o->min_gap_ms : DISCO_MIN_GAP_MS;
     d->timer = evtimer_new(base, on_timer, d);
     d->kick = event_new(base, -1, 0, on_kick, d);
+    d->owner = pthread_self();
+    d->mb = mailbox_new(base);
+    pthread_rwlock_init(&d->model_lk, NULL);
+    pthread_mutex_init(&d->copy_mu, NULL);
     ddoc_model_init(&d->model);
     ddoc_model_init(&d->agg);
     *out = d;
@@ -926,6 +988,8 @@ disco_free(struct disco *d)
     if (!d)
         return;
     assert(d->magic == DISCO_MAGIC);
+    d->closing = true;
+    mailbox_free(d->mb); /* what a serving loop posted last does nothing */
     for (struct drec *r = d->head; r; r = r->next)
         if (r->f && r->f->x) {
             up_xfer_cancel(r->f->x);
@@ -947,6 +1011,8 @@ disco_free(struct disco *d)
     ddoc_model_fini(&d->model);
     ddoc_model_fini(&d->agg);
     free(d->subs);
+    pthread_rwlock_destroy(&d->model_lk);
+    pthread_mutex_destroy(&d->copy_mu);
     d->magic = 0;
     free(d);
 }
@@ -955,14 +1021,32 @@ enum disco_found
 disco_find(const struct disco *d, const char *group, const char *version, const char *resource,
            struct disco_res *out)
 {
-    if (!d->ready)
-        return DISCO_UNKNOWN;
-    const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
-    if (!r)
-        return DISCO_ABSENT;
-    if (out)
-        *out = *r;
-    return DISCO_PRESENT;
+    if (on_loop(d)) {
+        if (!d->ready)
+            return DISCO_UNKNOWN;
+        const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
+        if (!r)
+            return DISCO_ABSENT;
+        if (out)
+            *out = *r;
+        return DISCO_PRESENT;
+    }
+    /* a serving loop: the model may be replaced once the lock is let go,
+     * so its strings are not handed out */
+    struct disco *w = (struct disco *)(uintptr_t)d; /* the lock, not the model */
+    enum disco_found f = DISCO_UNKNOWN;
+    pthread_rwlock_rdlock(&w->model_lk);
+    if (d->ready) {
+        const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
+        f = r ? DISCO_PRESENT : DISCO_ABSENT;
+        if (r && out)
+            *out = (struct disco_res){.namespaced = r->namespaced,
+                                      .list = r->list,
+                                      .watch = r->watch,
+                                      .aggregated = r->aggregated};
+    }
+    pthread_rwlock_unlock(&w->model_lk);
+    return f;
 }
 
 void
@@ -989,10 +1073,25 @@ disco_unsubscribe(struct disco *d, void *arg)
     d->nsubs = n;
 }
 
+static void
+run_refresh(void *arg)
+{
+    struct disco *d = arg;
+    atomic_store(&d->refresh_posted, false);
+    if (!d->closing)
+        disco_refresh_soon(d);
+}
+
 void
 disco_refresh_soon(struct disco *d)
 {
     assert(d->magic == DISCO_MAGIC);
+    if (!on_loop(d)) {
+        /* a serving loop: the timer is the loop's; one post at a time */
+        if (!atomic_exchange(&d->refresh_posted, true))
+            mailbox_post(d->mb, run_refresh, d);
+        return;
+    }
     if (d->step != RS_IDLE) {
         d->again = true;
         return;
@@ -1015,17 +1114,15 @@ disco_refresh_soon(struct disco *d)
 bool
 disco_ready(const struct disco *d)
 {
-    return d->ready;
+    return atomic_load(&d->ready_pub);
 }
 
-/* A path the copy may hold (disco.h). */
+/* A path the copy may hold (disco.h). Any thread. */
 static bool
-copyable(const struct disco *d, const char *path)
+copyable(struct disco *d, const char *path)
 {
     if (strcmp(path, "/version") == 0 || strcmp(path, "/api") == 0 || strcmp(path, "/apis") == 0)
         return true;
-    if (!d->ready)
-        return false;
     char seg[3][DDOC_MAX_NAME + 1];
     size_t n = 0;
     const char *p = path;
@@ -1041,13 +1138,69 @@ copyable(const struct disco *d, const char *path)
     }
     if (*p)
         return false;
-    if (n == 2 && strcmp(seg[0], "api") == 0)
-        return ddoc_has_gv(&d->model, "", seg[1]);
-    if (n == 2 && strcmp(seg[0], "apis") == 0)
-        return ddoc_has_group(&d->model, seg[1]);
-    if (n == 3 && strcmp(seg[0], "apis") == 0)
-        return ddoc_has_gv(&d->model, seg[1], seg[2]);
-    return false;
+    bool loop = on_loop(d), ok = false;
+    if (!loop)
+        pthread_rwlock_rdlock(&d->model_lk);
+    if (!d->ready)
+        ok = false;
+    else if (n == 2 && strcmp(seg[0], "api") == 0)
+        ok = ddoc_has_gv(&d->model, "", seg[1]);
+    else if (n == 2 && strcmp(seg[0], "apis") == 0)
+        ok = ddoc_has_group(&d->model, seg[1]);
+    else if (n == 3 && strcmp(seg[0], "apis") == 0)
+        ok = ddoc_has_gv(&d->model, seg[1], seg[2]);
+    if (!loop)
+        pthread_rwlock_unlock(&d->model_lk);
+    return ok;
+}
+
+/* A record a serving loop missed: made and fetched on the loop. */
+struct rec_ask {
+    struct disco *d;
+    char *path, *accept;
+};
+
+static void
+run_rec_ask(void *arg)
+{
+    struct rec_ask *a = arg;
+    struct disco *d = a->d;
+    if (!d->closing && copyable(d, a->path) && !rec_find(d, a->path, a->accept)) {
+        enqueue(d, rec_get(d, a->path, a->accept, PIN_NONE), false);
+        pump(d);
+    }
+    free(a->path);
+    free(a->accept);
+    free(a);
+}
+
+/* disco_doc_get from a serving loop: a lookup under copy_mu; what it would
+ * change is marked (atomics) or posted (a new record). */
+static const struct disco_doc *
+doc_get_remote(struct disco *d, const char *path, const char *accept)
+{
+    struct doc *got = NULL;
+    bool miss = false;
+    pthread_mutex_lock(&d->copy_mu);
+    struct drec *r = rec_find(d, path, accept);
+    if (!r) {
+        miss = true;
+    } else if (r->pin != PIN_INTERNAL) {
+        atomic_store(&r->touched, true);
+        atomic_store(&r->in_use, true);
+        atomic_store(&r->idle, 0);
+        if (r->doc && r->current) {
+            atomic_fetch_add(&r->doc->refs, 1);
+            got = r->doc;
+        }
+    }
+    pthread_mutex_unlock(&d->copy_mu);
+    if (miss) {
+        struct rec_ask *a = xcalloc(1, sizeof(*a));
+        *a = (struct rec_ask){d, xstrdup(path), xstrdup(accept)};
+        mailbox_post(d->mb, run_rec_ask, a);
+    }
+    return got ? &got->pub : NULL;
 }
 
 const struct disco_doc *
@@ -1058,6 +1211,8 @@ disco_doc_get(struct disco *d, const char *path, const char *accept)
         accept = "";
     if (strlen(accept) > DISCO_ACCEPT_MAX || !copyable(d, path))
         return NULL;
+    if (!on_loop(d))
+        return doc_get_remote(d, path, accept);
     struct drec *r = rec_find(d, path, accept);
     if (r && r->pin == PIN_INTERNAL)
         return NULL;

@@ -427,6 +427,27 @@ refl_status_why(const struct refl *r, const char *what, char *buf, size_t len)
         snprintf(buf, len, "%s answered %d", what, r->status);
 }
 
+/* The kind discovery (or the store) names, the first kl bytes of kind, and
+ * its list kind. A serving loop may be reading the strings they replace:
+ * those are kept until refl_free (a kind changes as rarely as a resource
+ * is redefined; the same kind again replaces nothing). */
+static void
+set_kind(struct refl *r, const char *kind, size_t kl)
+{
+    char *old = r->d.kind;
+    if (old && strlen(old) == kl && strncmp(old, kind, kl) == 0)
+        return;
+    char *k = xstrndup(kind, kl), *lk = xasprintf("%sList", k);
+    if (old) {
+        r->old_names = xrealloc(r->old_names, (r->nold_names + 2) * sizeof(char *));
+        r->old_names[r->nold_names++] = old;
+        r->old_names[r->nold_names++] = r->d.list_kind;
+    }
+    /* list_kind first: a reader that sees the new kind sees its list kind */
+    r->d.list_kind = lk;
+    r->d.kind = k;
+}
+
 /* Discovery's list of a group version's resources, for a person: "a, b, c"
  * (subresources left out), at most len bytes. */
 static void
@@ -510,10 +531,7 @@ on_discovery_done(void *arg, int err, const char *msg)
         const char *kind = json_string_value(json_object_get(e, "kind"));
         if (name && kind && strcmp(name, r->d.resource) == 0 && plain_name(kind)) {
             r->d.namespaced = json_is_true(json_object_get(e, "namespaced"));
-            free(r->d.kind);
-            free(r->d.list_kind);
-            r->d.kind = xstrdup(kind);
-            r->d.list_kind = xasprintf("%sList", kind);
+            set_kind(r, kind, strlen(kind));
             free(r->typemeta);
             r->typemeta =
                 xasprintf("{\"kind\":\"%s\",\"apiVersion\":\"%s\",", kind, r->d.api_version);
@@ -947,10 +965,7 @@ refl_start(struct refl *r)
         r->synced = r->ever_synced = true;
         r->rv = info.rv;
         r->d.namespaced = info.namespaced;
-        free(r->d.list_kind); /* a restart (refl_stop) */
-        free(r->d.kind);
-        r->d.list_kind = xstrdup(info.list_kind);
-        r->d.kind = xstrndup(info.list_kind, kl - 4);
+        set_kind(r, info.list_kind, kl - 4); /* a restart (refl_stop): what it had */
     }
     r->state = R_DISCOVER;
     r->last_heard_ms = refl_now_ms(r);
@@ -1027,6 +1042,9 @@ refl_free(struct refl *r)
     free(r->d.list_kind);
     free(r->d.field_names);
     free(r->own_fields);
+    for (size_t i = 0; i < r->nold_names; i++)
+        free(r->old_names[i]);
+    free(r->old_names);
     free(r->label);
     r->magic = 0;
     free(r);
@@ -1166,6 +1184,13 @@ refl_want(struct refl *r)
 {
     if (r->started || r->ing->frozen)
         return;
+    if (!refl_ingest_on_loop(r->ing)) {
+        /* a serving loop: the start (transfers on the main loop's upstream
+         * client) is the main loop's; once per reflector until it runs */
+        if (!atomic_exchange(&r->want_posted, true))
+            refl_ingest_post_wants(r->ing);
+        return;
+    }
     log_info("cache %s: asked for by a request; starting it (requests pass through until it "
              "has synced)",
              r->label);
