@@ -312,6 +312,14 @@ rec_set_doc(struct disco *d, struct drec *r, struct doc *doc, bool current)
 }
 
 static void
+rec_set_pin(struct disco *d, struct drec *r, enum pin pin)
+{
+    pthread_mutex_lock(&d->copy_mu);
+    r->pin = pin;
+    pthread_mutex_unlock(&d->copy_mu);
+}
+
+static void
 rec_set_current(struct disco *d, struct drec *r, bool current)
 {
     pthread_mutex_lock(&d->copy_mu);
@@ -390,11 +398,8 @@ rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
 {
     struct drec *r = rec_find(d, path, accept);
     if (r) {
-        if (pin > r->pin) {
-            pthread_mutex_lock(&d->copy_mu);
-            r->pin = pin;
-            pthread_mutex_unlock(&d->copy_mu);
-        }
+        if (pin > r->pin)
+            rec_set_pin(d, r, pin);
         return r;
     }
     r = xcalloc(1, sizeof(*r));
@@ -699,7 +704,7 @@ fetch_gvs(struct disco *d, char *err, size_t errlen)
     /* the legacy records of the last round no longer pinned unless named again */
     for (struct drec *r = d->head; r; r = r->next)
         if (r->pin == PIN_MODEL && strcmp(r->accept, LEGACY_ACCEPT) == 0)
-            r->pin = PIN_NONE;
+            rec_set_pin(d, r, PIN_NONE);
     for (size_t i = 0; i < 2; i++) {
         struct ddoc_model m;
         ddoc_model_init(&m);
