@@ -48,6 +48,7 @@
 #define ROUNDS 6
 #define WORKER_MAX_ITERS 5000000
 #define WORKER_MAX_S 60
+#define MAX_WATCHES 256
 
 static const char *const res_names[NRES] = {"configmaps", "secrets", "services", "endpoints",
                                             "serviceaccounts"};
@@ -70,6 +71,11 @@ struct env {
     struct evhttp *http;
     int port;
     bool gone[NRES]; /* taken out of discovery (and 404 to its LISTs) */
+    /* the open watch streams: ended at the end, freed when their client
+     * goes (evhttp leaves a started reply's request to its owner then) */
+    struct evhttp_request *watches[MAX_WATCHES];
+    struct evhttp_connection *watch_conns[MAX_WATCHES];
+    size_t nwatches;
     struct event *guard, *tick;
     bool guard_fired;
     struct kcfg *k;
@@ -113,6 +119,20 @@ reply(struct evhttp_request *req, int status, const char *body)
 }
 
 static void
+on_watch_close(struct evhttp_connection *conn, void *arg)
+{
+    struct env *e = arg;
+    for (size_t i = 0; i < e->nwatches; i++)
+        if (e->watch_conns[i] == conn) {
+            evhttp_request_free(e->watches[i]);
+            e->nwatches--;
+            e->watches[i] = e->watches[e->nwatches];
+            e->watch_conns[i] = e->watch_conns[e->nwatches];
+            return;
+        }
+}
+
+static void
 on_request(struct evhttp_request *req, void *arg)
 {
     struct env *e = arg;
@@ -145,11 +165,15 @@ on_request(struct evhttp_request *req, void *arg)
         int k = q ? res_index(name, (size_t)(q - name)) : -1;
         if (k < 0 || e->gone[k]) {
             reply(req, 404, "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"code\":404}");
-        } else if (strstr(q, "watch=true")) {
-            /* open, and kept so: evhttp frees it when the client goes */
+        } else if (strstr(q, "watch=true") && e->nwatches < MAX_WATCHES) {
+            /* open, and kept so */
             evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                               "application/json");
             evhttp_send_reply_start(req, 200, "OK");
+            struct evhttp_connection *conn = evhttp_request_get_connection(req);
+            evhttp_connection_set_closecb(conn, on_watch_close, e);
+            e->watches[e->nwatches] = req;
+            e->watch_conns[e->nwatches++] = conn;
         } else {
             snprintf(body, sizeof(body),
                      "{\"kind\":\"%sList\",\"apiVersion\":\"v1\",\"metadata\":{"
@@ -301,6 +325,11 @@ env_fini(struct env *e)
     disco_free(e->d);
     for (int i = 0; i < 8; i++)
         event_base_loop(e->base, EVLOOP_NONBLOCK);
+    while (e->nwatches > 0) {
+        e->nwatches--;
+        evhttp_connection_set_closecb(e->watch_conns[e->nwatches], NULL, NULL);
+        evhttp_send_reply_end(e->watches[e->nwatches]);
+    }
     up_client_free(e->up);
     store_close(e->st);
     lmdbdir_rm(e->dir);
