@@ -12,7 +12,17 @@
  * Events decoded from the watch are batched: one store write transaction per
  * loop turn for every resource (struct refl_ingest). A warm data dir is
  * served at once and the watch resumes from the stored rv.
- * Loop thread only.
+ *
+ * Threads: reflectors live on the main loop, which alone changes them. The
+ * serving loops may call, from any thread: refl_serving, refl_started,
+ * refl_warming, refl_synced, refl_counts_ready, refl_resetting, refl_desc
+ * (struct refl_desc says what of it may change), refl_want (the start is
+ * posted to the main loop), and read a struct refl_set. Each answer is
+ * one state the main loop published a moment ago: a cache leaves service
+ * (refl_serving false) before its data is dropped or rewritten. All else
+ * (refl_status, refl_cache_state, refl_last_error, refl_out_why,
+ * refl_heard_age, refl_counters, the refl_ingest_* calls) is main loop
+ * only: /readyz and /metrics are rendered there.
  */
 #ifndef KWC_REFLECTOR_H
 #define KWC_REFLECTOR_H

@@ -1,7 +1,8 @@
 /*
  * disco.c — the upstream's discovery, kept current (see disco.h): the
- * fetching, the model's rounds and the copy of discovery answers. The
- * documents are read by discodoc.c (pure).
+ * fetching and the model's rounds. The copy of discovery answers (its
+ * records and their reads) is discocopy.c's, disco_int.h between the two;
+ * the documents are read by discodoc.c (pure).
  *
  * Everything kwc asks is a record of the copy (path, Accept): the model's
  * own documents are pinned records (never evicted), so a client whose
@@ -62,117 +63,15 @@
 #include "kwc/mailbox.h"
 #include "kwc/upstream.h"
 
-#define DISCO_MAGIC 0x6469736fu /* "diso" */
-#define PARALLEL DISCO_MAX_CONNS
-#define APISVC_EVERY 10    /* rounds between two reads of the APIService list */
-#define IDLE_ROUNDS 10     /* a record nobody asked for this many rounds is dropped */
-#define BACKOFF_MIN_MS 500 /* a failed first round is retried this soon, doubling */
-#define APISVC_PATH "/apis/apiregistration.k8s.io/v1/apiservices"
-#define LEGACY_ACCEPT "application/json"
-/* aggregated discovery first (kube >= 1.26; v2 since 1.30), the plain
- * documents otherwise (client-go's discovery client asks the same way) */
-#define AGG_ACCEPT                                                                                 \
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/"            \
-    "json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+#include "disco_int.h"
 
 /* The headers a record keeps: those that describe the body (kube sets
  * them), not those of one exchange (Audit-Id, Date, APF's). */
-static const char *const kept_headers[] = {"Content-Type",  "Etag",    "Vary",
-                                           "Cache-Control", "Expires", "Last-Modified"};
+static const char *const kept_headers[KEPT_HEADERS] = {"Content-Type",  "Etag",    "Vary",
+                                                       "Cache-Control", "Expires", "Last-Modified"};
 
-/* A recorded answer (struct disco_doc is its public face). */
-struct doc {
-    struct disco_doc pub;
-    atomic_uint refs; /* dropped by any thread (disco_doc_unref) */
-    char *body;
-    struct disco_hdr *h;
-    char **strs; /* the header names and values */
-    size_t nstrs;
-};
-
-enum pin { PIN_NONE, PIN_MODEL, PIN_INTERNAL /* the APIService list: never served */ };
-
-struct fetch;
-
-struct drec {
-    struct drec *prev, *next; /* the copy, most recently used first */
-    struct drec *qnext;       /* the fetch queue */
-    char *path, *accept;      /* accept "": none */
-    struct doc *doc;          /* the last 200, or NULL */
-    bool current;             /* doc may be served: fetched since the last change */
-    enum pin pin;
-    bool queued;
-    bool round;          /* the round waits for it */
-    bool changed;        /* its doc changed in this round (model records) */
-    bool failed;         /* its last fetch failed */
-    atomic_bool in_use;  /* asked for since its last fetch */
-    atomic_bool touched; /* asked for by a serving loop since the last evict */
-    char why[160];       /* why its last fetch failed */
-    atomic_uint idle;    /* rounds without a request */
-    struct fetch *f;     /* in flight */
-};
-
-struct fetch {
-    struct disco *d;
-    struct drec *rec; /* NULL: the record was dropped meanwhile */
-    struct up_xfer *x;
-    struct fetch *next_done;
-    int status;
-    bool too_big, encoded, done;
-    int err;
-    char msg[160];
-    struct evbuffer *body;
-    struct {
-        char *name, *value;
-    } h[KWC_ARRAY_LEN(kept_headers)];
-    size_t nh;
-};
-
-enum round_step { RS_IDLE, RS_INDEX, RS_GVS, RS_APISVC };
-
-struct sub {
-    void (*on_change)(void *arg);
-    void *arg;
-};
-
-struct disco {
-    uint32_t magic;
-    struct event_base *base;
-    struct up_client *up;
-    unsigned interval_ms, min_gap_ms;
-    struct event *timer; /* the next round */
-    struct event *kick;  /* transfers ended: handle them, start more */
-    struct drec *head, *tail;
-    size_t ndocs, bytes;
-    struct drec *qhead, *qtail;
-    unsigned inflight;
-    struct fetch *done; /* ended transfers, handled by on_kick */
-    /* the model */
-    struct ddoc_model model; /* published (frozen) */
-    struct ddoc_model agg;   /* group versions served by an extension server */
-    bool ready, aggregated_discovery, agg_known, agg_warned;
-    /* the round */
-    enum round_step step;
-    unsigned pending; /* round fetches not ended */
-    bool round_changed, again;
-    uint64_t rounds, round_started_ms, last_ok_ms;
-    unsigned backoff_ms;
-    bool failing; /* the last round failed (logged once) */
-    struct sub *subs;
-    size_t nsubs;
-    struct disco_stats st;
-    /* threads */
-    pthread_t owner; /* the loop's */
-    struct mailbox *mb;
-    bool closing;               /* disco_free: what is posted now does nothing */
-    atomic_bool ready_pub;      /* ready, for any thread */
-    atomic_bool refresh_posted; /* a serving loop's disco_refresh_soon is queued */
-    pthread_rwlock_t model_lk;  /* the published model (see above) */
-    pthread_mutex_t copy_mu;    /* the copy's records (see above) */
-};
-
-static bool
-on_loop(const struct disco *d)
+bool
+disco_on_loop(const struct disco *d)
 {
     return pthread_equal(pthread_self(), d->owner);
 }
@@ -190,35 +89,6 @@ arm(struct event *ev, uint64_t ms)
 {
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(ev, &tv);
-}
-
-/* ---- documents ---- */
-
-static void
-doc_free(struct doc *doc)
-{
-    for (size_t i = 0; i < doc->nstrs; i++)
-        free(doc->strs[i]);
-    free(doc->strs);
-    free(doc->h);
-    free(doc->body);
-    free(doc);
-}
-
-static void
-doc_unref(struct doc *doc)
-{
-    if (doc && atomic_fetch_sub(&doc->refs, 1) == 1)
-        doc_free(doc);
-}
-
-void
-disco_doc_unref(const struct disco_doc *pub)
-{
-    if (!pub)
-        return;
-    /* pub is the first member of a struct doc this module made */
-    doc_unref((struct doc *)(uintptr_t)pub);
 }
 
 /* The fetch's answer as a doc (body moved out of the fetch). */
@@ -251,84 +121,8 @@ doc_of(struct fetch *f)
     return doc;
 }
 
-static bool
-doc_same(const struct doc *a, const struct doc *b)
-{
-    if (a->pub.len != b->pub.len || memcmp(a->body, b->body, a->pub.len) != 0 ||
-        a->pub.nheaders != b->pub.nheaders)
-        return false;
-    for (size_t i = 0; i < a->pub.nheaders; i++)
-        if (strcmp(a->h[i].name, b->h[i].name) != 0 || strcmp(a->h[i].value, b->h[i].value) != 0)
-            return false;
-    return true;
-}
-
-/* ---- records ---- */
-
-static void
-rec_unlink(struct disco *d, struct drec *r)
-{
-    pthread_mutex_lock(&d->copy_mu);
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        d->head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        d->tail = r->prev;
-    r->prev = r->next = NULL;
-    pthread_mutex_unlock(&d->copy_mu);
-}
-
-static void
-rec_push_front(struct disco *d, struct drec *r)
-{
-    pthread_mutex_lock(&d->copy_mu);
-    r->next = d->head;
-    r->prev = NULL;
-    if (d->head)
-        d->head->prev = r;
-    d->head = r;
-    if (!d->tail)
-        d->tail = r;
-    pthread_mutex_unlock(&d->copy_mu);
-}
-
-/* The record's doc, and whether it may be served. */
-static void
-rec_set_doc(struct disco *d, struct drec *r, struct doc *doc, bool current)
-{
-    struct doc *old = r->doc;
-    if (old)
-        d->bytes -= old->pub.len;
-    pthread_mutex_lock(&d->copy_mu);
-    r->doc = doc;
-    r->current = current;
-    pthread_mutex_unlock(&d->copy_mu);
-    doc_unref(old);
-    if (doc)
-        d->bytes += doc->pub.len;
-}
-
-static void
-rec_set_pin(struct disco *d, struct drec *r, enum pin pin)
-{
-    pthread_mutex_lock(&d->copy_mu);
-    r->pin = pin;
-    pthread_mutex_unlock(&d->copy_mu);
-}
-
-static void
-rec_set_current(struct disco *d, struct drec *r, bool current)
-{
-    pthread_mutex_lock(&d->copy_mu);
-    r->current = current;
-    pthread_mutex_unlock(&d->copy_mu);
-}
-
-static void
-queue_remove(struct disco *d, struct drec *r)
+void
+disco_queue_remove(struct disco *d, struct drec *r)
 {
     struct drec **pp = &d->qhead, *prev = NULL;
     while (*pp && *pp != r) {
@@ -344,80 +138,10 @@ queue_remove(struct disco *d, struct drec *r)
     r->queued = false;
 }
 
-static void
-rec_free(struct disco *d, struct drec *r)
-{
-    if (r->queued)
-        queue_remove(d, r);
-    if (r->f)
-        r->f->rec = NULL; /* its end finds no record */
-    rec_unlink(d, r);
-    rec_set_doc(d, r, NULL, false);
-    d->ndocs--;
-    free(r->path);
-    free(r->accept);
-    free(r);
-}
-
-static struct drec *
-rec_find(struct disco *d, const char *path, const char *accept)
-{
-    for (struct drec *r = d->head; r; r = r->next)
-        if (strcmp(r->path, path) == 0 && strcmp(r->accept, accept) == 0)
-            return r;
-    return NULL;
-}
-
-/* Past the bounds: the least recently used records that are neither
- * pinned nor in flight go, keep aside (the record being added or filled).
- * The model's own records are never evicted: with more of them than the
- * bounds (a plain upstream with hundreds of group versions) the copy holds
- * them all and nothing else. */
-static void
-evict(struct disco *d, const struct drec *keep)
-{
-    /* what the serving loops asked for is recently used too */
-    for (struct drec *r = d->head, *nx; r; r = nx) {
-        nx = r->next;
-        if (atomic_exchange(&r->touched, false)) {
-            rec_unlink(d, r);
-            rec_push_front(d, r);
-        }
-    }
-    struct drec *r = d->tail;
-    while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
-        struct drec *prev = r->prev;
-        if (r->pin == PIN_NONE && !r->f && r != keep)
-            rec_free(d, r);
-        r = prev;
-    }
-}
-
-static struct drec *
-rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
-{
-    struct drec *r = rec_find(d, path, accept);
-    if (r) {
-        if (pin > r->pin)
-            rec_set_pin(d, r, pin);
-        return r;
-    }
-    r = xcalloc(1, sizeof(*r));
-    r->path = xstrdup(path);
-    r->accept = xstrdup(accept);
-    r->pin = pin;
-    rec_push_front(d, r);
-    d->ndocs++;
-    evict(d, r);
-    return r;
-}
-
 /* ---- fetching ---- */
 
-static void pump(struct disco *d);
-
-static void
-enqueue(struct disco *d, struct drec *r, bool first)
+void
+disco_enqueue(struct disco *d, struct drec *r, bool first)
 {
     if (r->queued || r->f)
         return;
@@ -530,8 +254,8 @@ fetch_start(struct disco *d, struct drec *r)
     }
 }
 
-static void
-pump(struct disco *d)
+void
+disco_pump(struct disco *d)
 {
     while (d->inflight < PARALLEL && d->qhead) {
         struct drec *r = d->qhead;
@@ -576,7 +300,7 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
          * is no longer its answer; no answer at all (it is away): the
          * last one stays */
         if (answered && !f->too_big)
-            rec_set_doc(d, r, NULL, false);
+            copy_rec_set_doc(d, r, NULL, false);
         if (f->err)
             snprintf(r->why, sizeof(r->why), "%s", f->msg);
         else if (f->too_big)
@@ -591,19 +315,19 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
     r->failed = false;
     if (f->status == 304) {
         d->st.not_modified++;
-        rec_set_current(d, r, true);
+        copy_rec_set_current(d, r, true);
         return;
     }
     struct doc *doc = doc_of(f);
-    if (r->doc && doc_same(r->doc, doc)) {
-        doc_free(doc);
-        rec_set_current(d, r, true);
+    if (r->doc && copy_doc_same(r->doc, doc)) {
+        copy_doc_free(doc);
+        copy_rec_set_current(d, r, true);
         return;
     }
     bool was_current = r->current && r->doc;
-    rec_set_doc(d, r, doc, true);
+    copy_rec_set_doc(d, r, doc, true);
     r->changed = true;
-    evict(d, r);
+    copy_evict(d, r);
     /* a client's record changed before the model saw it: read the model */
     if (was_current && r->pin == PIN_NONE)
         disco_refresh_soon(d);
@@ -631,7 +355,7 @@ on_kick(evutil_socket_t fd, short what, void *arg)
     }
     if (d->step != RS_IDLE && d->pending == 0)
         round_next(d);
-    pump(d);
+    disco_pump(d);
 }
 
 static void
@@ -648,7 +372,7 @@ round_fetch(struct disco *d, struct drec *r)
     r->round = true;
     r->changed = false;
     d->pending++;
-    enqueue(d, r, true);
+    disco_enqueue(d, r, true);
 }
 
 static void
@@ -657,12 +381,12 @@ round_start(struct disco *d)
     d->step = RS_INDEX;
     d->round_changed = false;
     d->round_started_ms = now_ms();
-    struct drec *api = rec_get(d, "/api", AGG_ACCEPT, PIN_MODEL);
-    struct drec *apis = rec_get(d, "/apis", AGG_ACCEPT, PIN_MODEL);
+    struct drec *api = copy_rec_get(d, "/api", AGG_ACCEPT, PIN_MODEL);
+    struct drec *apis = copy_rec_get(d, "/apis", AGG_ACCEPT, PIN_MODEL);
     api->changed = apis->changed = false;
     round_fetch(d, apis);
     round_fetch(d, api);
-    pump(d);
+    disco_pump(d);
 }
 
 static void
@@ -704,11 +428,11 @@ fetch_gvs(struct disco *d, char *err, size_t errlen)
     /* the legacy records of the last round no longer pinned unless named again */
     for (struct drec *r = d->head; r; r = r->next)
         if (r->pin == PIN_MODEL && strcmp(r->accept, LEGACY_ACCEPT) == 0)
-            rec_set_pin(d, r, PIN_NONE);
+            copy_rec_set_pin(d, r, PIN_NONE);
     for (size_t i = 0; i < 2; i++) {
         struct ddoc_model m;
         ddoc_model_init(&m);
-        enum ddoc_kind k = add_doc(&m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        enum ddoc_kind k = add_doc(&m, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
         if (k == DDOC_INVALID) {
             ddoc_model_fini(&m);
             return false;
@@ -716,7 +440,7 @@ fetch_gvs(struct disco *d, char *err, size_t errlen)
         if (k == DDOC_VERSIONS || k == DDOC_GROUPS) {
             for (size_t g = 0; g < m.ngvs; g++) {
                 char *path = gv_path(m.gvs[g].group, m.gvs[g].version);
-                round_fetch(d, rec_get(d, path, LEGACY_ACCEPT, PIN_MODEL));
+                round_fetch(d, copy_rec_get(d, path, LEGACY_ACCEPT, PIN_MODEL));
                 free(path);
             }
         } else if (k != DDOC_AGGREGATED) {
@@ -738,17 +462,17 @@ build(struct disco *d, struct ddoc_model *m, char *err, size_t errlen)
     for (size_t i = 0; i < 2; i++) {
         struct ddoc_model gvs;
         ddoc_model_init(&gvs);
-        enum ddoc_kind k = add_doc(&gvs, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        enum ddoc_kind k = add_doc(&gvs, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
         if (k == DDOC_AGGREGATED) {
             ddoc_model_fini(&gvs);
-            if (add_doc(m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen) != DDOC_AGGREGATED)
+            if (add_doc(m, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen) != DDOC_AGGREGATED)
                 return false;
             continue;
         }
         aggregated = false;
         for (size_t g = 0; g < gvs.ngvs; g++) {
             char *path = gv_path(gvs.gvs[g].group, gvs.gvs[g].version);
-            enum ddoc_kind rk = add_doc(m, rec_find(d, path, LEGACY_ACCEPT), err, errlen);
+            enum ddoc_kind rk = add_doc(m, copy_rec_find(d, path, LEGACY_ACCEPT), err, errlen);
             free(path);
             if (rk != DDOC_RESOURCES) {
                 if (rk != DDOC_INVALID)
@@ -811,13 +535,13 @@ round_end(struct disco *d, bool ok, const char *why)
         if (r->in_use || (r->current && r->idle < IDLE_ROUNDS)) {
             if (r->in_use) {
                 r->idle = 0;
-                enqueue(d, r, false);
+                disco_enqueue(d, r, false);
             } else {
                 r->idle++;
             }
             continue;
         }
-        rec_free(d, r);
+        copy_rec_free(d, r);
     }
     if (d->again) {
         d->again = false;
@@ -825,7 +549,7 @@ round_end(struct disco *d, bool ok, const char *why)
         next = since >= d->min_gap_ms ? 0 : d->min_gap_ms - since;
     }
     arm(d->timer, next);
-    pump(d);
+    disco_pump(d);
 }
 
 /* The model built: published if it differs, then the copy follows. */
@@ -862,8 +586,8 @@ publish(struct disco *d, struct ddoc_model *m)
         /* every other record waits for its fetch before it is served */
         for (struct drec *r = d->head; r; r = r->next)
             if (r->pin == PIN_NONE && r->doc) {
-                rec_set_current(d, r, false);
-                enqueue(d, r, false);
+                copy_rec_set_current(d, r, false);
+                disco_enqueue(d, r, false);
             }
     }
     for (size_t i = 0; i < d->nsubs; i++)
@@ -909,7 +633,7 @@ round_next(struct disco *d)
         d->round_changed = changed;
         d->step = RS_APISVC;
         if (has_apisvc && (d->round_changed || !d->agg_known || d->rounds % APISVC_EVERY == 0)) {
-            round_fetch(d, rec_get(d, APISVC_PATH, LEGACY_ACCEPT, PIN_INTERNAL));
+            round_fetch(d, copy_rec_get(d, APISVC_PATH, LEGACY_ACCEPT, PIN_INTERNAL));
             return;
         }
         if (!has_apisvc) {
@@ -919,7 +643,7 @@ round_next(struct disco *d)
     }
         /* fall through */
     case RS_APISVC: {
-        struct drec *as = rec_find(d, APISVC_PATH, LEGACY_ACCEPT);
+        struct drec *as = copy_rec_find(d, APISVC_PATH, LEGACY_ACCEPT);
         if (as && as->changed) {
             as->changed = false;
             struct ddoc_model agg;
@@ -1010,7 +734,7 @@ disco_free(struct disco *d)
         fetch_free(f);
     }
     while (d->head)
-        rec_free(d, d->head);
+        copy_rec_free(d, d->head);
     event_free(d->timer);
     event_free(d->kick);
     ddoc_model_fini(&d->model);
@@ -1026,7 +750,7 @@ enum disco_found
 disco_find(const struct disco *d, const char *group, const char *version, const char *resource,
            struct disco_res *out)
 {
-    if (on_loop(d)) {
+    if (disco_on_loop(d)) {
         if (!d->ready)
             return DISCO_UNKNOWN;
         const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
@@ -1091,7 +815,7 @@ void
 disco_refresh_soon(struct disco *d)
 {
     assert(d->magic == DISCO_MAGIC);
-    if (!on_loop(d)) {
+    if (!disco_on_loop(d)) {
         /* a serving loop: the timer is the loop's; one post at a time */
         if (!atomic_exchange(&d->refresh_posted, true))
             mailbox_post(d->mb, run_refresh, d);
@@ -1120,125 +844,6 @@ bool
 disco_ready(const struct disco *d)
 {
     return atomic_load(&d->ready_pub);
-}
-
-/* A path the copy may hold (disco.h). Any thread. */
-static bool
-copyable(struct disco *d, const char *path)
-{
-    if (strcmp(path, "/version") == 0 || strcmp(path, "/api") == 0 || strcmp(path, "/apis") == 0)
-        return true;
-    char seg[3][DDOC_MAX_NAME + 1];
-    size_t n = 0;
-    const char *p = path;
-    while (*p == '/' && n < 3) {
-        const char *s = p + 1, *e = strchr(s, '/');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len == 0 || len > DDOC_MAX_NAME)
-            return false;
-        memcpy(seg[n], s, len);
-        seg[n][len] = '\0';
-        n++;
-        p = s + len;
-    }
-    if (*p)
-        return false;
-    bool loop = on_loop(d), ok = false;
-    if (!loop)
-        pthread_rwlock_rdlock(&d->model_lk);
-    if (!d->ready)
-        ok = false;
-    else if (n == 2 && strcmp(seg[0], "api") == 0)
-        ok = ddoc_has_gv(&d->model, "", seg[1]);
-    else if (n == 2 && strcmp(seg[0], "apis") == 0)
-        ok = ddoc_has_group(&d->model, seg[1]);
-    else if (n == 3 && strcmp(seg[0], "apis") == 0)
-        ok = ddoc_has_gv(&d->model, seg[1], seg[2]);
-    if (!loop)
-        pthread_rwlock_unlock(&d->model_lk);
-    return ok;
-}
-
-/* A record a serving loop missed: made and fetched on the loop. */
-struct rec_ask {
-    struct disco *d;
-    char *path, *accept;
-};
-
-static void
-run_rec_ask(void *arg)
-{
-    struct rec_ask *a = arg;
-    struct disco *d = a->d;
-    if (!d->closing && copyable(d, a->path) && !rec_find(d, a->path, a->accept)) {
-        enqueue(d, rec_get(d, a->path, a->accept, PIN_NONE), false);
-        pump(d);
-    }
-    free(a->path);
-    free(a->accept);
-    free(a);
-}
-
-/* disco_doc_get from a serving loop: a lookup under copy_mu; what it would
- * change is marked (atomics) or posted (a new record). */
-static const struct disco_doc *
-doc_get_remote(struct disco *d, const char *path, const char *accept)
-{
-    struct doc *got = NULL;
-    bool miss = false;
-    pthread_mutex_lock(&d->copy_mu);
-    struct drec *r = rec_find(d, path, accept);
-    if (!r) {
-        miss = true;
-    } else if (r->pin != PIN_INTERNAL) {
-        atomic_store(&r->touched, true);
-        atomic_store(&r->in_use, true);
-        atomic_store(&r->idle, 0);
-        if (r->doc && r->current) {
-            atomic_fetch_add(&r->doc->refs, 1);
-            got = r->doc;
-        }
-    }
-    pthread_mutex_unlock(&d->copy_mu);
-    if (miss) {
-        struct rec_ask *a = xcalloc(1, sizeof(*a));
-        *a = (struct rec_ask){d, xstrdup(path), xstrdup(accept)};
-        mailbox_post(d->mb, run_rec_ask, a);
-    }
-    return got ? &got->pub : NULL;
-}
-
-const struct disco_doc *
-disco_doc_get(struct disco *d, const char *path, const char *accept)
-{
-    assert(d->magic == DISCO_MAGIC);
-    if (!accept)
-        accept = "";
-    if (strlen(accept) > DISCO_ACCEPT_MAX || !copyable(d, path))
-        return NULL;
-    if (!on_loop(d))
-        return doc_get_remote(d, path, accept);
-    struct drec *r = rec_find(d, path, accept);
-    if (r && r->pin == PIN_INTERNAL)
-        return NULL;
-    if (!r) {
-        r = rec_get(d, path, accept, PIN_NONE);
-        enqueue(d, r, false);
-        pump(d);
-        return NULL;
-    }
-    if (r != d->head) {
-        rec_unlink(d, r);
-        rec_push_front(d, r);
-    }
-    r->in_use = true;
-    r->idle = 0;
-    if (!r->doc || !r->current) {
-        /* a record whose fetch failed is asked again at the next round */
-        return NULL;
-    }
-    r->doc->refs++;
-    return &r->doc->pub;
 }
 
 void

@@ -1,10 +1,11 @@
 /*
  * reflector_int.h — private to proxy/upstream: one reflector's state (struct
- * refl) and the steps its two files share. reflector.c holds the lifecycle,
+ * refl) and the steps its files share. reflector.c holds the lifecycle,
  * the transfers, discovery, the watch, the service state and the driving
  * timers; reflector_list.c the LIST pages, the relist's glue to the pure
- * difference (cache/relist.c) and the decoding of one object. Loop thread
- * only.
+ * difference (cache/relist.c) and the decoding of one object;
+ * reflector_state.c the state it tells. Loop thread only, but for what
+ * reflector.h names any-thread (below: which fields those read).
  */
 #ifndef KWC_UPSTREAM_REFLECTOR_INT_H
 #define KWC_UPSTREAM_REFLECTOR_INT_H
