@@ -19,7 +19,10 @@
  * (struct refl_desc says what of it may change), refl_want (the start is
  * posted to the main loop), and read a struct refl_set. Each answer is
  * one state the main loop published a moment ago: a cache leaves service
- * (refl_serving false) before its data is dropped or rewritten. All else
+ * (refl_serving false) before its data is dropped or rewritten, so a
+ * reader that begins its store read transaction and then finds the cache
+ * serving reads a snapshot from before any such change (the catalog's own
+ * drops wait for the serving loops besides: catalog_set_quiesce). All else
  * (refl_status, refl_cache_state, refl_last_error, refl_out_why,
  * refl_heard_age, refl_counters, the refl_ingest_* calls) is main loop
  * only: /readyz and /metrics are rendered there.
