@@ -21,7 +21,8 @@
  * disco_doc_get and disco_doc_unref (the serving loops: the catalog's
  * checks, kwc_may_answer, discovery answered from the copy); from another
  * thread a refresh and a record to fetch are posted to the loop, and
- * disco_find hands out no strings. Everything else is the loop's.
+ * disco_find hands out no strings. Everything else is the loop's, and
+ * disco_free comes once no serving loop runs.
  *
  * The model comes from aggregated discovery (GET /api and /apis, two
  * requests, ETags) or, from an upstream that answers the plain documents,
