@@ -16,10 +16,16 @@
  * taken away), LISTs with one object, and WATCHes with a stream it keeps
  * open. Waiting is running the main loop until a condition holds, bounded
  * by a guard timer that only fires when the test is broken. Never a sleep.
+ *
+ * And the front's wait for such a cache (front.c: wait_for_cache) with the
+ * front on a loop of its own thread, a serving loop as app.c makes them:
+ * the catalog's and the writer's notifications relayed to it through its
+ * mailbox, a client on a socketpair it adopts.
  */
 #include "kwc/catalog.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -31,10 +37,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "kwc/access.h"
 #include "kwc/base.h"
+#include "kwc/decide.h"
 #include "kwc/disco.h"
+#include "kwc/front.h"
+#include "kwc/http.h"
+#include "kwc/mailbox.h"
+#include "kwc/metrics.h"
+#include "kwc/passthrough.h"
+#include "kwc/serve.h"
+#include "kwc/watch.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/reflector.h"
 #include "kwc/store.h"
@@ -95,6 +112,11 @@ struct env {
     atomic_uint q_epoch;
     struct worker w[NWORKERS];
     atomic_bool stop;
+    /* every target the fake was asked for (main loop) */
+    char seen[256][160];
+    size_t nseen;
+    struct serving *sl;    /* test_front_waits: the serving loop, told of changes */
+    struct client *client; /* ...and its client */
 };
 
 /* ---- the fake upstream ---- */
@@ -138,6 +160,8 @@ on_request(struct evhttp_request *req, void *arg)
     struct env *e = arg;
     const char *uri = evhttp_request_get_uri(req);
     char body[2048];
+    if (e->nseen < KWC_ARRAY_LEN(e->seen))
+        snprintf(e->seen[e->nseen++], sizeof(e->seen[0]), "%s", uri);
     if (strcmp(uri, "/api") == 0) {
         reply(req, 200, "{\"kind\":\"APIVersions\",\"versions\":[\"v1\"]}");
     } else if (strcmp(uri, "/apis") == 0) {
@@ -250,10 +274,15 @@ on_disco(void *arg)
     ((struct env *)arg)->disco_changes++;
 }
 
+static void serving_tell(struct serving *sl);
+
 static void
 on_catalog(void *arg)
 {
-    ((struct env *)arg)->cat_changes++;
+    struct env *e = arg;
+    e->cat_changes++;
+    if (e->sl)
+        serving_tell(e->sl);
 }
 
 /* hook: the quiesce hook installed (else the default: done at once). */
@@ -670,11 +699,233 @@ test_threads(void)
     env_fini(&e);
 }
 
+/* ---- the front on a serving loop ---- */
+
+/* A serving loop as app.c will make one: its own base, thread and mailbox,
+ * a front over a serve and a watch pool of its own, passthrough on an
+ * upstream client of its own; the catalog is the main loop's. */
+struct serving {
+    struct env *e;
+    struct event_base *base;
+    struct mailbox *mb;
+    pthread_t t;
+    struct up_client *up;
+    struct pt_options pt_short, pt_long;
+    struct serve *serve;
+    struct watch_pool *watch;
+    struct metrics *m;
+    struct access *acc;
+    struct front *front;
+    struct http_server *http;
+};
+
+static void
+on_front_done(void *arg, const struct hreq_done *d, void *note)
+{
+    access_finish(note, d);
+}
+
+static void
+tell_front(void *arg)
+{
+    front_caches_changed(((struct serving *)arg)->front);
+}
+
+/* Main loop: what the lead's relay does, the serving loop told. */
+static void
+serving_tell(struct serving *sl)
+{
+    mailbox_post(sl->mb, tell_front, sl);
+}
+
+static void
+on_commit_relay(void *arg)
+{
+    serving_tell(arg);
+}
+
+static void
+on_service_relay(void *arg, const struct refl *r, bool serving)
+{
+    serving_tell(arg);
+}
+
+static void
+stop_loop(void *arg)
+{
+    event_base_loopbreak(((struct serving *)arg)->base);
+}
+
+static void *
+serving_run(void *arg)
+{
+    struct serving *sl = arg;
+    event_base_loop(sl->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+/* Made on the main thread before its loop runs (nothing of it is touched
+ * by two threads at once), then run on its own. */
+static void
+serving_start(struct serving *sl, struct env *e)
+{
+    *sl = (struct serving){.e = e, .base = event_base_new()};
+    sl->mb = mailbox_new(sl->base);
+    char err[512] = "";
+    struct up_options uo = {
+        .connect_timeout_ms = 10000, .max_idle_conns = 4, .max_conns = {[UP_POOL_PASSTHROUGH] = 4}};
+    if (up_client_new(sl->base, e->k, &uo, &sl->up, err, sizeof(err)) != 0)
+        abort();
+    sl->pt_short = (struct pt_options){
+        .max_request_buffer = 1 << 20, .max_response_buffer = 1 << 20, .strip_credentials = true};
+    sl->pt_long = sl->pt_short;
+    sl->pt_long.long_running = true;
+    struct serve_options so = {.too_large = DECIDE_TOO_LARGE_504,
+                               .wait_ms = 1000,
+                               .max_buffer = 1 << 20,
+                               .up = sl->up,
+                               .pt = &sl->pt_short};
+    sl->serve = serve_new(sl->base, e->st, catalog_set(e->cat), &so);
+    struct watch_options wo = {.budget = 1 << 20,
+                               .window_bytes = 1 << 20,
+                               .bookmark_ms = 60000,
+                               .wait_ms = 1000,
+                               .too_large = DECIDE_TOO_LARGE_504,
+                               .own_loop = true};
+    sl->watch = watch_pool_new(sl->base, e->st, catalog_set(e->cat), &wo);
+    sl->m = metrics_new();
+    struct access_options aco = {.log = false};
+    sl->acc = access_new(sl->m, &aco);
+    struct front_parts fp = {.base = sl->base,
+                             .cat = e->cat,
+                             .start_wait_ms = GUARD_S * 1000,
+                             .serve = sl->serve,
+                             .watch = sl->watch,
+                             .up = sl->up,
+                             .pt_short = &sl->pt_short,
+                             .pt_long = &sl->pt_long,
+                             .tunnel_connect_timeout_ms = 5000,
+                             .metrics = sl->m,
+                             .access = sl->acc};
+    sl->front = front_new(&fp);
+    struct http_server_options ho = {0};
+    if (http_server_new(sl->base, &ho, front_on_request, sl->front, &sl->http, err, sizeof(err)) !=
+        0)
+        abort();
+    http_server_on_done(sl->http, on_front_done, NULL);
+    e->sl = sl;
+    refl_ingest_subscribe(e->ing, on_commit_relay, on_service_relay, sl);
+    pthread_create(&sl->t, NULL, serving_run, sl);
+}
+
+static void
+serving_stop(struct serving *sl)
+{
+    mailbox_post(sl->mb, stop_loop, sl);
+    pthread_join(sl->t, NULL);
+    sl->e->sl = NULL;
+    refl_ingest_unsubscribe(sl->e->ing, sl);
+    http_server_free(sl->http);
+    front_free(sl->front);
+    watch_pool_free(sl->watch);
+    serve_free(sl->serve);
+    access_free(sl->acc);
+    metrics_free(sl->m);
+    for (int i = 0; i < 8; i++)
+        event_base_loop(sl->base, EVLOOP_NONBLOCK);
+    up_client_free(sl->up);
+    mailbox_free(sl->mb);
+    event_base_free(sl->base);
+}
+
+/* A client on a socketpair: its end, what it read. */
+struct client {
+    int fd;
+    char in[65536];
+    size_t n;
+};
+
+/* On the serving loop: the server adopts the other end. */
+struct adopt_box {
+    struct serving *sl;
+    int fd;
+};
+
+static void
+adopt(void *arg)
+{
+    struct adopt_box *b = arg;
+    http_server_adopt(b->sl->http, b->fd, NULL, 0);
+    free(b);
+}
+
+/* A whole response read (chunked, or a Content-Length JSON body). */
+static bool
+answered(struct env *e, int k)
+{
+    struct client *c = e->client;
+    for (;;) {
+        ssize_t got = recv(c->fd, c->in + c->n, sizeof(c->in) - 1 - c->n, 0);
+        if (got <= 0)
+            break;
+        c->n += (size_t)got;
+    }
+    c->in[c->n] = '\0';
+    return strstr(c->in, "\r\n0\r\n\r\n") != NULL ||
+           (strstr(c->in, "Content-Length") && strstr(c->in, "\r\n\r\n{"));
+}
+
+static bool
+was_asked(const struct env *e, const char *target)
+{
+    for (size_t i = 0; i < e->nseen; i++)
+        if (strcmp(e->seen[i], target) == 0)
+            return true;
+    return false;
+}
+
+/* A list of a resource with no cache yet, on a serving loop: the want is
+ * CATALOG_PENDING, the request waits for the main loop to make the cache,
+ * asks again, waits for its first sync, and is answered from it. */
+static void
+test_front_waits(void)
+{
+    struct env e;
+    env_init(&e, 3, false);
+    ok(run_until(&e, disco_is_ready, 0, "discovery answered"), "discovery answers");
+    struct serving sl;
+    serving_start(&sl, &e);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    static const char raw[] = "GET /api/v1/namespaces/ns/configmaps?resourceVersion=0 HTTP/1.1\r\n"
+                              "Host: localhost:8001\r\n\r\n";
+    if (send(sv[0], raw, strlen(raw), MSG_NOSIGNAL) != (ssize_t)strlen(raw))
+        abort();
+    static struct client c;
+    c = (struct client){.fd = sv[0]};
+    e.client = &c;
+    struct adopt_box *box = xcalloc(1, sizeof(*box));
+    *box = (struct adopt_box){&sl, sv[1]};
+    mailbox_post(sl.mb, adopt, box);
+    ok(run_until(&e, answered, 0, "the list answered"), "the list is answered");
+    ok(strncmp(c.in, "HTTP/1.1 200", 12) == 0, "with 200");
+    ok(strstr(c.in, "\"o1\"") != NULL, "holding the cached object");
+    ok(!was_asked(&e, "/api/v1/namespaces/ns/configmaps?resourceVersion=0"),
+       "not passed through: it waited for the cache the main loop made");
+    ok(was_asked(&e, "/api/v1/configmaps?limit=500"), "the cache listed upstream");
+    is_int(catalog_set(e.cat)->n, 1, "one cache made");
+    close(sv[0]);
+    serving_stop(&sl);
+    env_fini(&e);
+}
+
 int
 main(void)
 {
     TAP_RUN(test_posted_wants);
     TAP_RUN(test_quiesce);
     TAP_RUN(test_threads);
+    TAP_RUN(test_front_waits);
     return tap_done();
 }
