@@ -562,7 +562,8 @@ on_discovery_done(void *arg, int err, const char *msg)
     }
     if (info.synced && strcmp(info.identity, r->identity) == 0) {
         r->rv = info.rv;
-        r->synced = r->ever_synced = true;
+        r->ever_synced = true;
+        r->synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch", r->label,
                  (unsigned long long)info.objects, (unsigned long long)info.rv);
         refl_probe_start(r); /* the upstream's rv first: it may have gone back */
@@ -963,7 +964,8 @@ refl_start(struct refl *r)
         strcmp(info.list_kind + kl - 4, "List") == 0 &&
         strcmp(info.api_version, r->d.api_version) == 0) {
         /* what discovery said last time: serve before it answers again */
-        r->synced = r->ever_synced = true;
+        r->ever_synced = true;
+        r->synced = true;
         r->rv = info.rv;
         r->d.namespaced = info.namespaced;
         set_kind(r, info.list_kind, kl - 4); /* a restart (refl_stop): what it had */
@@ -992,8 +994,14 @@ refl_stop(struct refl *r)
     refl_diff_reset(r);
     free(r->cont);
     r->cont = NULL;
-    r->started = r->synced = r->refused = r->failed = false;
-    r->parked = r->resetting = false;
+    /* not started first: a serving loop that reads it mid-stop does not
+     * take the cache for one warming (refl_warming) */
+    r->started = false;
+    r->synced = false;
+    r->refused = false;
+    r->failed = false;
+    r->parked = false;
+    r->resetting = false;
     r->state = R_IDLE;
     r->backoff_ms = 0;
     r->last_err[0] = '\0';
