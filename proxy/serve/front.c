@@ -108,7 +108,8 @@ struct kreq {
      * allowed it (stage_authorize). Without it the upstream answers. */
     bool may_serve;
     /* waiting for cache wait_slot's first sync (-1: for discovery's first
-     * answer) until wait_until_ms (--cache-start-timeout from the first wait) */
+     * answer; CATALOG_PENDING: for the main loop to make the cache) until
+     * wait_until_ms (--cache-start-timeout from the first wait) */
     uint64_t wait_until_ms;
     int wait_slot;
     struct event *wait_timer;
