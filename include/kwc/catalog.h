@@ -21,7 +21,29 @@
  * CRD deleted, a version no longer served) has its cache stopped, its watchers ended as kube ends
  * them, and its data dropped.
  *
- * Loop thread only.
+ * Threads. The catalog lives on the main loop (the thread that made it: the
+ * reflectors', the writer's and discovery's), which alone changes it. The
+ * serving loops (app.c) may call, from any thread: catalog_set (and read
+ * the set: reflector.h's struct refl_set), catalog_auto, catalog_may_cache,
+ * catalog_want, catalog_pending, catalog_missed, catalog_discovering,
+ * catalog_warming and catalog_required. Off the main loop, catalog_want
+ * posts to the main loop what only it may do (start a cache; make one:
+ * CATALOG_PENDING) and the main loop tells catalog_subscribe's subscribers
+ * once it is done. Everything else is main loop only; on the main loop each
+ * call behaves as it always did (decides and starts at once). No call
+ * holds a lock across I/O or a callback; the set, the slots and discovery
+ * are read without one (atomics; discovery's model under a read lock).
+ *
+ * What the main loop does under a serving loop: a cache stops (idle, a
+ * takeover's freeze, its resource gone, an upstream reset) by leaving
+ * service first (refl_serving false: a request that has not looked yet
+ * passes through); store reads are LMDB snapshots, so a read begun before
+ * sees the data as it was; and the data of a stopped cache is dropped
+ * (--cache-disk-budget, its resource gone) only once every serving loop
+ * has passed a turn since (catalog_set_quiesce), so that a request that saw
+ * it serving a moment before does not find it emptied in the same turn.
+ * A reflector is never freed before catalog_free, which runs once no
+ * serving loop does.
  */
 #ifndef KWC_CATALOG_H
 #define KWC_CATALOG_H
@@ -81,9 +103,39 @@ bool catalog_may_cache(const struct catalog *c, const char *group, const char *v
  * enc: find that cache, in auto mode starting it (a new one, a stopped one)
  * when the resource may be cached, and mark it used now. Returns its index
  * in the set, or -1 (not cached: the request passes through).
+ *
+ * Any thread. Off the main loop the start is posted: a cache to be started
+ * reads as warming (catalog_warming) from the call on, until the main loop
+ * has started it (it warms) or refused (--max-caches reached, frozen: it
+ * does not); a cache with no slot yet returns CATALOG_PENDING, and the main
+ * loop makes it (or refuses) soon: the caller waits (catalog_pending) and
+ * asks again when told (catalog_subscribe).
  */
+#define CATALOG_PENDING (-2)
 int catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
                  enum kwc_enc enc);
+/* A creation catalog_want posted for group/version/resource (any
+ * encoding) has not been carried out yet. Any thread; a short lock. */
+bool catalog_pending(struct catalog *c, const char *group, const char *version,
+                     const char *resource);
+/* Main loop: on_change(arg) runs on the main loop after each want a serving
+ * loop posted was carried out (a slot made, a cache started, or the start
+ * refused), so that requests waiting for it look again (front.h's
+ * front_caches_changed, relayed to each serving loop). */
+void catalog_subscribe(struct catalog *c, void (*on_change)(void *arg), void *arg);
+void catalog_unsubscribe(struct catalog *c, void *arg);
+/*
+ * Main loop: how the catalog knows that every serving loop has moved on.
+ * Before it drops a stopped cache's data, the catalog calls fn(arg, done,
+ * done_arg); fn must have done(done_arg) called on the main loop once every
+ * serving loop has passed a turn since (e.g. post a no-op to each and call
+ * done when all have run), exactly once, and before catalog_free. One round
+ * at a time covers every drop asked meanwhile. Without a hook (the
+ * default) done runs at once, inside the call.
+ */
+void catalog_set_quiesce(struct catalog *c,
+                         void (*fn)(void *arg, void (*done)(void *done_arg), void *done_arg),
+                         void *arg);
 /* A read of a resource kwc may not cache (catalog_may_cache said no): if
  * discovery does not list it, discovery is asked again soon (a CRD created
  * since), rate-limited by disco_refresh_soon. */

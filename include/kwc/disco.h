@@ -13,8 +13,16 @@
  * The copy is refreshed at a bounded interval with If-None-Match (a 304
  * costs the upstream next to nothing) and at once when disco_refresh_soon
  * is called (a cache saw its resource vanish; a request named a resource
- * discovery does not have yet). Loop thread only. proxy/upstream/disco.c
- * does the fetching, discodoc.h reads the documents.
+ * discovery does not have yet). proxy/upstream/disco.c does the fetching,
+ * discodoc.h reads the documents.
+ *
+ * Threads: the loop that made it (the main loop) alone fetches and changes
+ * it. Any thread may call disco_find, disco_ready, disco_refresh_soon,
+ * disco_doc_get and disco_doc_unref (the serving loops: the catalog's
+ * checks, kwc_may_answer, discovery answered from the copy); from another
+ * thread a refresh and a record to fetch are posted to the loop, and
+ * disco_find hands out no strings. Everything else is the loop's, and
+ * disco_free comes once no serving loop runs.
  *
  * The model comes from aggregated discovery (GET /api and /apis, two
  * requests, ETags) or, from an upstream that answers the plain documents,
@@ -72,7 +80,9 @@ void disco_start(struct disco *d);
 void disco_free(struct disco *d);
 
 /* Look up group/version/resource (no subresource) in the latest copy; out
- * (may be NULL) gets the resource. A binary search. */
+ * (may be NULL) gets the resource. A binary search. Any thread; from
+ * another than the loop's, out's strings are NULL (the model may be
+ * replaced once the call returns): only its flags are set. */
 enum disco_found disco_find(const struct disco *d, const char *group, const char *version,
                             const char *resource, struct disco_res *out);
 /* Every resource of the latest copy, in discovery's order: cb for each. */
@@ -85,9 +95,9 @@ void disco_each(const struct disco *d, void (*cb)(void *arg, const struct disco_
 void disco_subscribe(struct disco *d, void (*on_change)(void *arg), void *arg);
 /* Remove every subscription made with arg. */
 void disco_unsubscribe(struct disco *d, void *arg);
-/* Refresh soon (not before min_gap since the last one). */
+/* Refresh soon (not before min_gap since the last one). Any thread. */
 void disco_refresh_soon(struct disco *d);
-/* A refresh has completed since start (disco_find decides). */
+/* A refresh has completed since start (disco_find decides). Any thread. */
 bool disco_ready(const struct disco *d);
 
 /*
@@ -131,7 +141,9 @@ struct disco_doc {
  * a reference the caller drops with disco_doc_unref; NULL when the copy
  * has none that is current. path: /version, /api, /apis, /api/V, /apis/G
  * or /apis/G/V of a group version discovery knows (others: NULL, never
- * recorded). A miss on such a path records the key (see above).
+ * recorded). A miss on such a path records the key (see above). Any
+ * thread (from a serving loop the record is made on the loop, soon); a
+ * doc's reference may be dropped on any thread.
  */
 const struct disco_doc *disco_doc_get(struct disco *d, const char *path, const char *accept);
 void disco_doc_unref(const struct disco_doc *doc);

@@ -12,11 +12,25 @@
  * Events decoded from the watch are batched: one store write transaction per
  * loop turn for every resource (struct refl_ingest). A warm data dir is
  * served at once and the watch resumes from the stored rv.
- * Loop thread only.
+ *
+ * Threads: reflectors live on the main loop, which alone changes them. The
+ * serving loops may call, from any thread: refl_serving, refl_started,
+ * refl_warming, refl_synced, refl_counts_ready, refl_resetting, refl_desc
+ * (struct refl_desc says what of it may change), refl_want (the start is
+ * posted to the main loop), and read a struct refl_set. Each answer is
+ * one state the main loop published a moment ago: a cache leaves service
+ * (refl_serving false) before its data is dropped or rewritten, so a
+ * reader that begins its store read transaction and then finds the cache
+ * serving reads a snapshot from before any such change (the catalog's own
+ * drops wait for the serving loops besides: catalog_set_quiesce). All else
+ * (refl_status, refl_cache_state, refl_last_error, refl_out_why,
+ * refl_heard_age, refl_counters, the refl_ingest_* calls) is main loop
+ * only: /readyz and /metrics are rendered there.
  */
 #ifndef KWC_REFLECTOR_H
 #define KWC_REFLECTOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,14 +55,19 @@ struct refl_clock {
     void *arg;
 };
 
-/* What serving needs to know about a cached resource (valid once discovered). */
+/* What serving needs to know about a cached resource (valid once discovered).
+ * Any thread: everything but kind, list_kind and namespaced is set by
+ * refl_new and never changes; those three are set by discovery (the main
+ * loop) as atomics, and a kind or list_kind replaced stays allocated while
+ * the reflector lives (a reader holding the old one reads it safely; read
+ * each once per request, as the two may change between two reads). */
 struct refl_desc {
     enum kwc_enc enc; /* the cache's encoding: JSON text or protobuf object messages */
     char *group, *version, *resource; /* from --resources */
     char *path;                       /* "/api/v1/pods" or "/apis/apps/v1/deployments" */
     char *api_version;                /* "v1" or "apps/v1" */
-    char *kind, *list_kind;
-    bool namespaced;
+    char *_Atomic kind, *_Atomic list_kind;
+    atomic_bool namespaced;
     bool typed_items; /* list items carry kind/apiVersion (custom resources) */
     /* The selectable fields the cache's index bytes hold: kinds_fields for
      * JSON; for protobuf the ones pb.c can read (pb_fields), so a selector
@@ -63,17 +82,21 @@ struct refl_desc {
 /* The caches serving reads: a set that only grows while kwc runs (the
  * catalog adds caches on demand and never removes one, so index i names one
  * cache for good; a stopped or vanished resource's cache stays, not
- * started). r has cap entries, n of them set; n grows on the loop thread,
- * and every reader of the set is on that thread (per-cache arrays elsewhere
- * are sized by cap). */
+ * started). r has cap entries, n of them set (per-cache arrays elsewhere
+ * are sized by cap). Any thread reads it: r is allocated once with its cap
+ * and never moved, r[i] is set before n passes i (n is stored with release
+ * on the main loop; a read of n is an acquire), and a reflector of the set
+ * is freed only with the set (catalog_free, once no serving loop runs). */
 struct refl_set {
     struct refl **r;
-    size_t n, cap;
+    _Atomic size_t n;
+    size_t cap;
 };
 
 /* A request wanted this cache: start it if it has not started (protobuf
  * caches outside --protobuf-resources start on their first request, which
- * passes through meanwhile). Loop thread. */
+ * passes through meanwhile). Any thread: from another than the main loop's,
+ * the start is posted to the main loop (it runs there soon). */
 void refl_want(struct refl *r);
 
 /* What the reflectors of one loop share beyond the store. */

@@ -115,7 +115,8 @@ struct kreq {
      * allowed it (stage_authorize). Without it the upstream answers. */
     bool may_serve;
     /* waiting for cache wait_slot's first sync (-1: for discovery's first
-     * answer) until wait_until_ms (--cache-start-timeout from the first wait) */
+     * answer; CATALOG_PENDING: for the main loop to make the cache) until
+     * wait_until_ms (--cache-start-timeout from the first wait) */
     uint64_t wait_until_ms;
     int wait_slot;
     struct event *wait_timer;
@@ -559,10 +560,15 @@ mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Is what k waits for still on its way? */
+/* Is what k waits for still on its way? Its cache's first sync, its
+ * cache's making (a serving loop's want: CATALOG_PENDING), or discovery's
+ * first answer (-1). */
 static bool
 still_waiting(const struct front *f, const struct kreq *k)
 {
+    const struct route_req *r = &k->route;
+    if (k->wait_slot == CATALOG_PENDING)
+        return catalog_pending(f->cat, r->group, r->version, r->resource);
     return k->wait_slot < 0 ? catalog_discovering(f->cat)
                             : catalog_warming(f->cat, (size_t)k->wait_slot);
 }
@@ -571,8 +577,11 @@ still_waiting(const struct front *f, const struct kreq *k)
  * starts) its cache; one on its way to its first sync is waited for, as
  * kube's Cacher makes requests wait while it initialises, and so is
  * discovery's first answer at kwc's start (whether the resource may be
- * cached is not known before it), --cache-start-timeout in all. True when
- * k now waits. */
+ * cached is not known before it), --cache-start-timeout in all. On a
+ * serving loop the cache may first have to be made on the main loop
+ * (CATALOG_PENDING): k waits for that, then asks again (once: a cache the
+ * main loop would not make is not asked for again, k passes through). True
+ * when k now waits. */
 static bool
 wait_for_cache(struct front *f, struct kreq *k)
 {
@@ -590,8 +599,12 @@ wait_for_cache(struct front *f, struct kreq *k)
     int i = -1;
     if (!catalog_discovering(f->cat)) {
         i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
-        if (i < 0 || quorum || !catalog_warming(f->cat, (size_t)i))
+        if (i == CATALOG_PENDING) {
+            if (quorum || k->wait_slot == CATALOG_PENDING)
+                return false; /* asked once: the main loop made none */
+        } else if (i < 0 || quorum || !catalog_warming(f->cat, (size_t)i)) {
             return false;
+        }
     } else if (quorum) {
         return false;
     }

@@ -1098,13 +1098,14 @@ serve_take(struct serve *s, struct hreq *req, const struct route_req *r)
     admit_fini(&a);
     if (sr->sel && d->index_field >= 0)
         sr->by_field = sel_requires_exact(sr->sel, d->field_names[d->index_field]);
-    /* copies: a rediscovery may replace the descriptor's strings mid-stream */
-    sr->kinds = xasprintf("%s%c%s%c%s", d->list_kind, 0, d->kind, 0, d->api_version);
-    sr->fmt =
-        (struct listfmt){.list_kind = sr->kinds,
-                         .kind = sr->kinds + strlen(d->list_kind) + 1,
-                         .api_version = sr->kinds + strlen(d->list_kind) + strlen(d->kind) + 2,
-                         .unstructured = d->typed_items};
+    /* copies: a rediscovery may replace the descriptor's strings mid-stream
+     * (on the main loop, while this one reads: each is read once) */
+    const char *list_kind = d->list_kind, *kind = d->kind;
+    sr->kinds = xasprintf("%s%c%s%c%s", list_kind, 0, kind, 0, d->api_version);
+    sr->fmt = (struct listfmt){.list_kind = sr->kinds,
+                               .kind = sr->kinds + strlen(list_kind) + 1,
+                               .api_version = sr->kinds + strlen(list_kind) + strlen(kind) + 2,
+                               .unstructured = d->typed_items};
     sr->meta.remaining = -1;
     sr->prefix = r->namespace_ && d->namespaced ? xasprintf("%s/", r->namespace_) : xstrdup("");
     if (!list) {

@@ -11,10 +11,27 @@
  * there) and passes through meanwhile; a cache whose upstream answers 404
  * does the same, and the change it finds (the resource gone) stops the
  * cache, ends its watchers and drops its data.
+ *
+ * Threads (catalog.h says which calls are any-thread): the main loop owns
+ * every decision and every change; a serving loop reads the set, the
+ * slots' atomics and discovery, and posts to the main loop (the catalog's
+ * mailbox) what only it may do: start a cache (refl_start opens transfers
+ * on the main loop's upstream client) and make one (a slot opens LMDB
+ * databases, under the writer's transaction discipline). A serving loop's
+ * want of a stopped cache marks its slot starting, so that the cache reads
+ * as warming until the main loop has started it or refused; a want of a
+ * cache with no slot yet is a pending creation (catalog_pending), one per
+ * resource and encoding however many loops ask. Either, once carried out,
+ * is told to the subscribers (catalog_subscribe). Data is dropped only
+ * once every serving loop has passed a turn since its cache stopped
+ * serving (the quiesce hook), so that a loop that saw it serving a moment
+ * before reads what it saw.
  */
 #include "kwc/catalog.h"
 
 #include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +41,7 @@
 #include "kwc/disco.h"
 #include "kwc/kinds.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/reflector.h"
 #include "kwc/store.h"
 
@@ -32,14 +50,37 @@
 #define CATALOG_TICK_MIN_MS 1000
 #define CATALOG_TICK_MAX_MS 30000
 
+/* Main loop only but for used_ms and starting (atomics: serving loops
+ * write them) and required (set before the slot is published). */
 struct slot {
-    bool required;       /* explicit mode: /readyz waits for it */
-    bool pinned;         /* started with kwc: never stopped for idleness */
-    bool has_data;       /* stopped with its data on disk (the budget counts it) */
-    uint64_t used_ms;    /* the last request that named it */
-    uint64_t stopped_ms; /* when it stopped (the budget drops the oldest first) */
-    uint64_t disk;       /* its data's bytes when it stopped */
-    bool thaw;           /* running when a takeover froze the catalog: restarts on a thaw */
+    bool required;            /* explicit mode: /readyz waits for it */
+    bool pinned;              /* started with kwc: never stopped for idleness */
+    bool has_data;            /* stopped with its data on disk (the budget counts it) */
+    _Atomic uint64_t used_ms; /* the last request that named it */
+    uint64_t stopped_ms;      /* when it stopped (the budget drops the oldest first) */
+    uint64_t disk;            /* its data's bytes when it stopped */
+    bool thaw;                /* running when a takeover froze the catalog: restarts on a thaw */
+    atomic_bool starting;     /* a serving loop's want of it is posted, not carried out yet */
+    bool drop_pending;        /* its data drops once quiesce round drop_after is done */
+    uint64_t drop_after;
+};
+
+/* A creation a serving loop posted (catalog_want returned CATALOG_PENDING). */
+struct pending {
+    char *g, *v, *r;
+    enum kwc_enc enc;
+};
+
+/* A want posted to the main loop: of slot (>= 0), or to create g/v/r in enc. */
+struct posted {
+    struct catalog *c;
+    int slot;
+    struct pending p;
+};
+
+struct sub {
+    void (*fn)(void *arg);
+    void *arg;
 };
 
 struct pattern {
@@ -74,6 +115,21 @@ struct catalog {
     void (*end)(void *arg, size_t i);
     void *end_arg;
     struct catalog_stats stats;
+    /* threads */
+    pthread_t owner; /* the main loop's */
+    struct mailbox *mb;
+    bool closing;            /* catalog_free: posted wants do nothing */
+    pthread_mutex_t pend_mu; /* guards pend, npend (short: a lookup) */
+    struct pending *pend;    /* creations posted, not carried out */
+    size_t npend;
+    struct sub *subs; /* catalog_subscribe */
+    size_t nsubs;
+    void (*quiesce)(void *arg, void (*done)(void *done_arg), void *done_arg);
+    void *quiesce_arg;
+    /* quiesce rounds: asked for (each drop asks one), running (covers the
+     * drops asked up to q_round), the last done */
+    uint64_t q_asked, q_round, q_done;
+    bool q_running;
 };
 
 static uint64_t
@@ -200,16 +256,34 @@ cacheable(const struct catalog *c, const char *g, const char *v, const char *r)
     return dr.list && dr.watch && !dr.aggregated && !excluded(c, g, v, r);
 }
 
+/* Any thread: n is read once (acquire), and the slots below it are set. */
 static int
 find(const struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc enc)
 {
-    for (size_t i = 0; i < c->set.n; i++) {
+    size_t n = atomic_load_explicit(&c->set.n, memory_order_acquire);
+    for (size_t i = 0; i < n; i++) {
         const struct refl_desc *d = refl_desc(c->set.r[i]);
         if (d->enc == enc && strcmp(d->resource, r) == 0 && strcmp(d->version, v) == 0 &&
             strcmp(d->group, g) == 0)
             return (int)i;
     }
     return -1;
+}
+
+static bool
+on_loop(const struct catalog *c)
+{
+    return pthread_equal(pthread_self(), c->owner);
+}
+
+/* rf into the set as its next cache: r[n] first, then n (release), so that a
+ * serving loop that reads the new n reads r[n] set. Main loop. */
+static void
+publish(struct catalog *c, struct refl *rf)
+{
+    size_t n = atomic_load_explicit(&c->set.n, memory_order_relaxed);
+    c->set.r[n] = rf;
+    atomic_store_explicit(&c->set.n, n + 1, memory_order_release);
 }
 
 /* A new cache in the set (not started). -1 when the set is full or the
@@ -231,9 +305,8 @@ add(struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc
     if (rc)
         return -1;
     size_t i = c->set.n;
-    c->slots[i] = (struct slot){.used_ms = now_ms()};
-    c->set.r[i] = rf;
-    c->set.n++;
+    c->slots[i].used_ms = now_ms();
+    publish(c, rf);
     return (int)i;
 }
 
@@ -243,7 +316,8 @@ start_slot(struct catalog *c, size_t i, bool pinned)
     struct slot *s = &c->slots[i];
     s->pinned |= pinned;
     s->used_ms = now_ms();
-    s->has_data = false; /* in use: the budget does not count it */
+    s->has_data = false;     /* in use: the budget does not count it */
+    s->drop_pending = false; /* in use again: its data is not to go */
     c->stats.started++;
     refl_start(c->set.r[i]);
 }
@@ -257,6 +331,80 @@ stop_slot(struct catalog *c, size_t i)
     s->stopped_ms = now_ms();
     s->disk = store_res_disk_bytes(c->st, refl_desc(c->set.r[i])->sres);
     s->has_data = true;
+}
+
+/* ---- dropping data once no serving loop reads it ---- */
+
+static const char *
+enc_note(const struct refl_desc *d)
+{
+    return d->enc == KWC_ENC_PB ? " (protobuf)" : "";
+}
+
+/* Drop i's data now, unless it started again meanwhile (its data is in use:
+ * it resumed from it). Main loop. */
+static void
+drop_now(struct catalog *c, size_t i)
+{
+    c->slots[i].drop_pending = false;
+    struct refl *rf = c->set.r[i];
+    if (refl_started(rf))
+        return;
+    const struct refl_desc *d = refl_desc(rf);
+    int rc = store_res_clear(c->st, d->sres);
+    if (rc)
+        log_warnx("cache %s%s: dropping its data failed: %s", d->path, enc_note(d),
+                  kwc_strerror(rc));
+}
+
+/* The drops the rounds done so far cover (none while frozen: another
+ * process may own the store; catalog_thaw runs them). */
+static void
+run_drops(struct catalog *c)
+{
+    for (size_t i = 0; i < c->set.n && !refl_ingest_frozen(c->ing); i++)
+        if (c->slots[i].drop_pending && c->slots[i].drop_after <= c->q_done)
+            drop_now(c, i);
+}
+
+static void quiesce_start(struct catalog *c);
+
+/* A round is done: every serving loop has passed a turn since it began. */
+static void
+on_quiesced(void *arg)
+{
+    struct catalog *c = arg;
+    c->q_running = false;
+    c->q_done = c->q_round;
+    run_drops(c);
+    if (c->q_asked > c->q_done)
+        quiesce_start(c); /* drops asked while it ran */
+}
+
+static void
+quiesce_start(struct catalog *c)
+{
+    if (c->q_running)
+        return;
+    c->q_running = true;
+    c->q_round = c->q_asked;
+    if (c->quiesce)
+        c->quiesce(c->quiesce_arg, on_quiesced, c);
+    else
+        on_quiesced(c); /* no serving loops: at once */
+}
+
+/* Drop i's data (its cache stopped: a serving loop no longer starts a read
+ * of it) once every serving loop has passed a turn, so that none is inside
+ * a read it began while the cache served. */
+static void
+drop_data(struct catalog *c, size_t i)
+{
+    struct slot *s = &c->slots[i];
+    s->has_data = false;
+    s->drop_pending = true;
+    s->drop_after = ++c->q_asked;
+    quiesce_start(c);
 }
 
 /* The data of stopped caches within the budget: drop the least recently
@@ -277,18 +425,12 @@ keep_budget(struct catalog *c)
         }
         if (total <= c->disk_budget || oldest < 0)
             return;
-        struct slot *s = &c->slots[oldest];
         const struct refl_desc *d = refl_desc(c->set.r[oldest]);
-        int rc = store_res_clear(c->st, d->sres);
-        if (rc)
-            log_warnx("cache %s%s: dropping its data for --cache-disk-budget failed: %s", d->path,
-                      d->enc == KWC_ENC_PB ? " (protobuf)" : "", kwc_strerror(rc));
-        else
-            log_info("cache %s%s: its data dropped for --cache-disk-budget (%.1f MiB of stopped "
-                     "caches' data over %.1f MiB); it lists again when used",
-                     d->path, d->enc == KWC_ENC_PB ? " (protobuf)" : "", (double)total / 1048576.0,
-                     (double)c->disk_budget / 1048576.0);
-        s->has_data = false;
+        log_info("cache %s%s: its data dropped for --cache-disk-budget (%.1f MiB of stopped "
+                 "caches' data over %.1f MiB); it lists again when used",
+                 d->path, enc_note(d), (double)total / 1048576.0,
+                 (double)c->disk_budget / 1048576.0);
+        drop_data(c, (size_t)oldest);
         c->stats.dropped++;
     }
 }
@@ -308,13 +450,13 @@ on_tick(evutil_socket_t fd, short what, void *arg)
         if (c->busy && c->busy(c->busy_arg, i))
             s->used_ms = now; /* watched: in use (asked every tick, so the idle time
                                  counts from the last watcher's leaving, within a tick) */
-        if (now - s->used_ms < c->idle_ms)
+        uint64_t used = atomic_load_explicit(&s->used_ms, memory_order_relaxed);
+        if (now < used || now - used < c->idle_ms)
             continue;
         const struct refl_desc *d = refl_desc(rf);
         log_info("cache %s%s: no request for %.0f s and no watcher: stopping it "
                  "(--cache-idle-timeout)",
-                 d->path, d->enc == KWC_ENC_PB ? " (protobuf)" : "",
-                 (double)(now - s->used_ms) / 1000.0);
+                 d->path, enc_note(d), (double)(now - used) / 1000.0);
         stop_slot(c, i);
         c->stats.idle_stops++;
     }
@@ -452,11 +594,8 @@ on_disco(void *arg)
             stop_slot(c, i);
         if (was && c->end)
             c->end(c->end_arg, i);
-        int rc = store_res_clear(c->st, d->sres);
-        if (rc)
-            log_warnx("cache %s: dropping its data failed: %s", d->path, kwc_strerror(rc));
-        s->has_data = false;
         s->pinned = false;
+        drop_data(c, i);
         c->stats.vanished++;
     }
 }
@@ -485,8 +624,8 @@ make_explicit(struct catalog *c, const char *resources, const char *protobuf, ch
         struct refl *rf;
         if ((rc = refl_new(c->base, c->up, c->ing, res[i], KWC_ENC_JSON, c->identity, &rf, err,
                            errlen)) == 0) {
-            c->slots[c->set.n] = (struct slot){.required = true};
-            c->set.r[c->set.n++] = rf;
+            c->slots[c->set.n].required = true;
+            publish(c, rf);
         }
     }
     size_t njson = c->set.n;
@@ -501,8 +640,8 @@ make_explicit(struct catalog *c, const char *resources, const char *protobuf, ch
         struct refl *rf;
         if ((rc = refl_new(c->base, c->up, c->ing, res[i], KWC_ENC_PB, c->identity, &rf, err,
                            errlen)) == 0) {
-            c->slots[c->set.n] = (struct slot){.required = named, .pinned = named};
-            c->set.r[c->set.n++] = rf;
+            c->slots[c->set.n].required = c->slots[c->set.n].pinned = named;
+            publish(c, rf);
         }
     }
     if (rc == KWC_ETOOBIG)
@@ -538,6 +677,9 @@ catalog_new(struct event_base *base, struct up_client *up, struct refl_ingest *i
     c->idle_ms = o->idle_ms;
     c->disk_budget = o->disk_budget;
     c->identity = xstrdup(o->identity);
+    c->owner = pthread_self();
+    c->mb = mailbox_new(base);
+    pthread_mutex_init(&c->pend_mu, NULL);
     size_t nres = 0;
     if (!c->auto_mode) {
         /* nres once split has set it (arguments are evaluated in no set order) */
@@ -600,6 +742,16 @@ catalog_free(struct catalog *c)
 {
     if (!c)
         return;
+    c->closing = true;
+    mailbox_free(c->mb); /* a want queued now does nothing */
+    for (size_t i = 0; i < c->npend; i++) {
+        free(c->pend[i].g);
+        free(c->pend[i].v);
+        free(c->pend[i].r);
+    }
+    free(c->pend);
+    free(c->subs);
+    pthread_mutex_destroy(&c->pend_mu);
     if (c->tick)
         event_free(c->tick);
     if (c->auto_mode && c->disco)
@@ -649,6 +801,7 @@ catalog_thaw(struct catalog *c)
             n++;
         }
     log_info("kwc: the takeover did not happen: %zu caches resume", n);
+    run_drops(c); /* those decided before the freeze */
 }
 
 const struct refl_set *
@@ -705,9 +858,10 @@ full(struct catalog *c, const char *group, const char *version, const char *reso
     return true;
 }
 
-int
-catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
-             enum kwc_enc enc)
+/* catalog_want on the main loop: decides and starts at once. */
+static int
+want_here(struct catalog *c, const char *group, const char *version, const char *resource,
+          enum kwc_enc enc)
 {
     int i = find(c, group, version, resource, enc);
     if (!c->auto_mode) {
@@ -746,6 +900,155 @@ catalog_want(struct catalog *c, const char *group, const char *version, const ch
     return i;
 }
 
+/* ---- wants from the serving loops ---- */
+
+static bool
+pending_same(const struct pending *p, const char *g, const char *v, const char *r, enum kwc_enc enc)
+{
+    return p->enc == enc && strcmp(p->r, r) == 0 && strcmp(p->v, v) == 0 && strcmp(p->g, g) == 0;
+}
+
+static void
+notify(struct catalog *c)
+{
+    for (size_t i = 0; i < c->nsubs; i++)
+        c->subs[i].fn(c->subs[i].arg);
+}
+
+/* Main loop: a serving loop's want, carried out as on the main loop, then
+ * told (the slot made, the cache started, or neither: refused). */
+static void
+run_posted(void *arg)
+{
+    struct posted *w = arg;
+    struct catalog *c = w->c;
+    if (!c->closing) {
+        if (w->slot >= 0) {
+            const struct refl_desc *d = refl_desc(c->set.r[w->slot]);
+            want_here(c, d->group, d->version, d->resource, d->enc);
+            atomic_store(&c->slots[w->slot].starting, false);
+        } else {
+            want_here(c, w->p.g, w->p.v, w->p.r, w->p.enc);
+            pthread_mutex_lock(&c->pend_mu);
+            for (size_t i = 0; i < c->npend; i++)
+                if (pending_same(&c->pend[i], w->p.g, w->p.v, w->p.r, w->p.enc)) {
+                    struct pending gone = c->pend[i];
+                    c->pend[i] = c->pend[--c->npend];
+                    free(gone.g);
+                    free(gone.v);
+                    free(gone.r);
+                    break;
+                }
+            pthread_mutex_unlock(&c->pend_mu);
+        }
+        notify(c);
+    }
+    free(w->p.g);
+    free(w->p.v);
+    free(w->p.r);
+    free(w);
+}
+
+/* A serving loop wants cache i started: it reads as warming (starting)
+ * until the main loop has started it, or refused (--max-caches, frozen:
+ * then it passes through); one post however many loops ask meanwhile. */
+static void
+post_start(struct catalog *c, int i)
+{
+    struct slot *s = &c->slots[i];
+    if (refl_started(c->set.r[i]) || refl_ingest_frozen(c->ing) ||
+        atomic_exchange(&s->starting, true))
+        return;
+    struct posted *w = xcalloc(1, sizeof(*w));
+    *w = (struct posted){.c = c, .slot = i};
+    mailbox_post(c->mb, run_posted, w);
+}
+
+/* A serving loop wants a cache with no slot yet: the main loop makes it
+ * (once per resource and encoding, however many ask meanwhile). */
+static void
+post_create(struct catalog *c, const char *g, const char *v, const char *r, enum kwc_enc enc)
+{
+    pthread_mutex_lock(&c->pend_mu);
+    for (size_t i = 0; i < c->npend; i++)
+        if (pending_same(&c->pend[i], g, v, r, enc)) {
+            pthread_mutex_unlock(&c->pend_mu);
+            return;
+        }
+    c->pend = xrealloc(c->pend, (c->npend + 1) * sizeof(*c->pend));
+    c->pend[c->npend++] = (struct pending){xstrdup(g), xstrdup(v), xstrdup(r), enc};
+    pthread_mutex_unlock(&c->pend_mu);
+    struct posted *w = xcalloc(1, sizeof(*w));
+    *w = (struct posted){.c = c, .slot = -1, .p = {xstrdup(g), xstrdup(v), xstrdup(r), enc}};
+    mailbox_post(c->mb, run_posted, w);
+}
+
+int
+catalog_want(struct catalog *c, const char *group, const char *version, const char *resource,
+             enum kwc_enc enc)
+{
+    if (on_loop(c))
+        return want_here(c, group, version, resource, enc);
+    /* a serving loop: what want_here decides at once is posted */
+    int i = find(c, group, version, resource, enc);
+    if (!c->auto_mode) {
+        if (i >= 0 && enc == KWC_ENC_PB)
+            post_start(c, i); /* a protobuf cache starts at its first request */
+        return i;
+    }
+    if (enc == KWC_ENC_PB && !kinds_builtin_group(group))
+        return -1;
+    if (i >= 0) {
+        atomic_store_explicit(&c->slots[i].used_ms, now_ms(), memory_order_relaxed);
+        if (cacheable(c, group, version, resource))
+            post_start(c, i);
+        return i;
+    }
+    if (!cacheable(c, group, version, resource)) {
+        catalog_missed(c, group, version, resource);
+        return -1;
+    }
+    post_create(c, group, version, resource, enc);
+    return CATALOG_PENDING;
+}
+
+bool
+catalog_pending(struct catalog *c, const char *group, const char *version, const char *resource)
+{
+    bool found = false;
+    pthread_mutex_lock(&c->pend_mu);
+    for (size_t i = 0; i < c->npend && !found; i++)
+        found = strcmp(c->pend[i].r, resource) == 0 && strcmp(c->pend[i].v, version) == 0 &&
+                strcmp(c->pend[i].g, group) == 0;
+    pthread_mutex_unlock(&c->pend_mu);
+    return found;
+}
+
+void
+catalog_subscribe(struct catalog *c, void (*on_change)(void *arg), void *arg)
+{
+    c->subs = xrealloc(c->subs, (c->nsubs + 1) * sizeof(*c->subs));
+    c->subs[c->nsubs++] = (struct sub){on_change, arg};
+}
+
+void
+catalog_unsubscribe(struct catalog *c, void *arg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->nsubs; i++)
+        if (c->subs[i].arg != arg)
+            c->subs[n++] = c->subs[i];
+    c->nsubs = n;
+}
+
+void
+catalog_set_quiesce(struct catalog *c,
+                    void (*fn)(void *arg, void (*done)(void *done_arg), void *done_arg), void *arg)
+{
+    c->quiesce = fn;
+    c->quiesce_arg = arg;
+}
+
 void
 catalog_missed(struct catalog *c, const char *group, const char *version, const char *resource)
 {
@@ -764,13 +1067,16 @@ catalog_discovering(const struct catalog *c)
 bool
 catalog_warming(const struct catalog *c, size_t i)
 {
-    return i < c->set.n && refl_warming(c->set.r[i]);
+    if (i >= atomic_load_explicit(&c->set.n, memory_order_acquire))
+        return false;
+    /* starting first: the main loop clears it after the start it stands for */
+    return atomic_load(&c->slots[i].starting) || refl_warming(c->set.r[i]);
 }
 
 bool
 catalog_required(const struct catalog *c, size_t i)
 {
-    return i < c->set.n && c->slots[i].required;
+    return i < atomic_load_explicit(&c->set.n, memory_order_acquire) && c->slots[i].required;
 }
 
 void

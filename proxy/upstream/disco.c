@@ -1,7 +1,8 @@
 /*
  * disco.c — the upstream's discovery, kept current (see disco.h): the
- * fetching, the model's rounds and the copy of discovery answers. The
- * documents are read by discodoc.c (pure).
+ * fetching and the model's rounds. The copy of discovery answers (its
+ * records and their reads) is discocopy.c's, disco_int.h between the two;
+ * the documents are read by discodoc.c (pure).
  *
  * Everything kwc asks is a record of the copy (path, Accept): the model's
  * own documents are pinned records (never evicted), so a client whose
@@ -30,13 +31,26 @@
  * At most PARALLEL GETs are in flight (its own pool: UP_POOL_DISCOVERY);
  * the round's go first. Nothing is freed or started inside curl's
  * callbacks: a transfer's end is handled from a zero-delay event (kick).
- * Loop thread only.
+ *
+ * Threads (disco.h says which calls are any-thread). The loop that made it
+ * (the main loop) alone fetches and changes the model and the copy. The
+ * serving loops read: the published model under a read lock (model_lk:
+ * held for one lookup; the main loop takes it to swap in a new model and
+ * frees the old one after), the copy's records under copy_mu (held for a
+ * walk of at most DISCO_COPY_MAX_DOCS records; the main loop takes it for
+ * every change a reader looks at: the list, a record's doc, current and
+ * pin), docs by their atomic reference counts. What a reader would change
+ * it posts (a new record, a refresh) or marks with an atomic (in_use,
+ * idle, touched: the main loop moves touched records to the front before
+ * it evicts, so the least recently used still go first).
  */
 #include "kwc/disco.h"
 
 #include <assert.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,107 +60,21 @@
 #include "kwc/base.h"
 #include "kwc/discodoc.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/upstream.h"
 
-#define DISCO_MAGIC 0x6469736fu /* "diso" */
-#define PARALLEL DISCO_MAX_CONNS
-#define APISVC_EVERY 10    /* rounds between two reads of the APIService list */
-#define IDLE_ROUNDS 10     /* a record nobody asked for this many rounds is dropped */
-#define BACKOFF_MIN_MS 500 /* a failed first round is retried this soon, doubling */
-#define APISVC_PATH "/apis/apiregistration.k8s.io/v1/apiservices"
-#define LEGACY_ACCEPT "application/json"
-/* aggregated discovery first (kube >= 1.26; v2 since 1.30), the plain
- * documents otherwise (client-go's discovery client asks the same way) */
-#define AGG_ACCEPT                                                                                 \
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/"            \
-    "json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+#include "disco_int.h"
 
 /* The headers a record keeps: those that describe the body (kube sets
  * them), not those of one exchange (Audit-Id, Date, APF's). */
-static const char *const kept_headers[] = {"Content-Type",  "Etag",    "Vary",
-                                           "Cache-Control", "Expires", "Last-Modified"};
+static const char *const kept_headers[KEPT_HEADERS] = {"Content-Type",  "Etag",    "Vary",
+                                                       "Cache-Control", "Expires", "Last-Modified"};
 
-/* A recorded answer (struct disco_doc is its public face). */
-struct doc {
-    struct disco_doc pub;
-    unsigned refs;
-    char *body;
-    struct disco_hdr *h;
-    char **strs; /* the header names and values */
-    size_t nstrs;
-};
-
-enum pin { PIN_NONE, PIN_MODEL, PIN_INTERNAL /* the APIService list: never served */ };
-
-struct fetch;
-
-struct drec {
-    struct drec *prev, *next; /* the copy, most recently used first */
-    struct drec *qnext;       /* the fetch queue */
-    char *path, *accept;      /* accept "": none */
-    struct doc *doc;          /* the last 200, or NULL */
-    bool current;             /* doc may be served: fetched since the last change */
-    enum pin pin;
-    bool queued;
-    bool round;      /* the round waits for it */
-    bool changed;    /* its doc changed in this round (model records) */
-    bool failed;     /* its last fetch failed */
-    bool in_use;     /* asked for since its last fetch */
-    char why[160];   /* why its last fetch failed */
-    unsigned idle;   /* rounds without a request */
-    struct fetch *f; /* in flight */
-};
-
-struct fetch {
-    struct disco *d;
-    struct drec *rec; /* NULL: the record was dropped meanwhile */
-    struct up_xfer *x;
-    struct fetch *next_done;
-    int status;
-    bool too_big, encoded, done;
-    int err;
-    char msg[160];
-    struct evbuffer *body;
-    struct {
-        char *name, *value;
-    } h[KWC_ARRAY_LEN(kept_headers)];
-    size_t nh;
-};
-
-enum round_step { RS_IDLE, RS_INDEX, RS_GVS, RS_APISVC };
-
-struct sub {
-    void (*on_change)(void *arg);
-    void *arg;
-};
-
-struct disco {
-    uint32_t magic;
-    struct event_base *base;
-    struct up_client *up;
-    unsigned interval_ms, min_gap_ms;
-    struct event *timer; /* the next round */
-    struct event *kick;  /* transfers ended: handle them, start more */
-    struct drec *head, *tail;
-    size_t ndocs, bytes;
-    struct drec *qhead, *qtail;
-    unsigned inflight;
-    struct fetch *done; /* ended transfers, handled by on_kick */
-    /* the model */
-    struct ddoc_model model; /* published (frozen) */
-    struct ddoc_model agg;   /* group versions served by an extension server */
-    bool ready, aggregated_discovery, agg_known, agg_warned;
-    /* the round */
-    enum round_step step;
-    unsigned pending; /* round fetches not ended */
-    bool round_changed, again;
-    uint64_t rounds, round_started_ms, last_ok_ms;
-    unsigned backoff_ms;
-    bool failing; /* the last round failed (logged once) */
-    struct sub *subs;
-    size_t nsubs;
-    struct disco_stats st;
-};
+bool
+disco_on_loop(const struct disco *d)
+{
+    return pthread_equal(pthread_self(), d->owner);
+}
 
 static uint64_t
 now_ms(void)
@@ -161,35 +89,6 @@ arm(struct event *ev, uint64_t ms)
 {
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(ev, &tv);
-}
-
-/* ---- documents ---- */
-
-static void
-doc_free(struct doc *doc)
-{
-    for (size_t i = 0; i < doc->nstrs; i++)
-        free(doc->strs[i]);
-    free(doc->strs);
-    free(doc->h);
-    free(doc->body);
-    free(doc);
-}
-
-static void
-doc_unref(struct doc *doc)
-{
-    if (doc && --doc->refs == 0)
-        doc_free(doc);
-}
-
-void
-disco_doc_unref(const struct disco_doc *pub)
-{
-    if (!pub)
-        return;
-    /* pub is the first member of a struct doc this module made */
-    doc_unref((struct doc *)(uintptr_t)pub);
 }
 
 /* The fetch's answer as a doc (body moved out of the fetch). */
@@ -222,59 +121,8 @@ doc_of(struct fetch *f)
     return doc;
 }
 
-static bool
-doc_same(const struct doc *a, const struct doc *b)
-{
-    if (a->pub.len != b->pub.len || memcmp(a->body, b->body, a->pub.len) != 0 ||
-        a->pub.nheaders != b->pub.nheaders)
-        return false;
-    for (size_t i = 0; i < a->pub.nheaders; i++)
-        if (strcmp(a->h[i].name, b->h[i].name) != 0 || strcmp(a->h[i].value, b->h[i].value) != 0)
-            return false;
-    return true;
-}
-
-/* ---- records ---- */
-
-static void
-rec_unlink(struct disco *d, struct drec *r)
-{
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        d->head = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        d->tail = r->prev;
-    r->prev = r->next = NULL;
-}
-
-static void
-rec_push_front(struct disco *d, struct drec *r)
-{
-    r->next = d->head;
-    r->prev = NULL;
-    if (d->head)
-        d->head->prev = r;
-    d->head = r;
-    if (!d->tail)
-        d->tail = r;
-}
-
-static void
-rec_set_doc(struct disco *d, struct drec *r, struct doc *doc)
-{
-    if (r->doc)
-        d->bytes -= r->doc->pub.len;
-    doc_unref(r->doc);
-    r->doc = doc;
-    if (doc)
-        d->bytes += doc->pub.len;
-}
-
-static void
-queue_remove(struct disco *d, struct drec *r)
+void
+disco_queue_remove(struct disco *d, struct drec *r)
 {
     struct drec **pp = &d->qhead, *prev = NULL;
     while (*pp && *pp != r) {
@@ -290,72 +138,10 @@ queue_remove(struct disco *d, struct drec *r)
     r->queued = false;
 }
 
-static void
-rec_free(struct disco *d, struct drec *r)
-{
-    if (r->queued)
-        queue_remove(d, r);
-    if (r->f)
-        r->f->rec = NULL; /* its end finds no record */
-    rec_unlink(d, r);
-    rec_set_doc(d, r, NULL);
-    d->ndocs--;
-    free(r->path);
-    free(r->accept);
-    free(r);
-}
-
-static struct drec *
-rec_find(struct disco *d, const char *path, const char *accept)
-{
-    for (struct drec *r = d->head; r; r = r->next)
-        if (strcmp(r->path, path) == 0 && strcmp(r->accept, accept) == 0)
-            return r;
-    return NULL;
-}
-
-/* Past the bounds: the least recently used records that are neither
- * pinned nor in flight go, keep aside (the record being added or filled).
- * The model's own records are never evicted: with more of them than the
- * bounds (a plain upstream with hundreds of group versions) the copy holds
- * them all and nothing else. */
-static void
-evict(struct disco *d, const struct drec *keep)
-{
-    struct drec *r = d->tail;
-    while (r && (d->ndocs > DISCO_COPY_MAX_DOCS || d->bytes > DISCO_COPY_MAX_BYTES)) {
-        struct drec *prev = r->prev;
-        if (r->pin == PIN_NONE && !r->f && r != keep)
-            rec_free(d, r);
-        r = prev;
-    }
-}
-
-static struct drec *
-rec_get(struct disco *d, const char *path, const char *accept, enum pin pin)
-{
-    struct drec *r = rec_find(d, path, accept);
-    if (r) {
-        if (pin > r->pin)
-            r->pin = pin;
-        return r;
-    }
-    r = xcalloc(1, sizeof(*r));
-    r->path = xstrdup(path);
-    r->accept = xstrdup(accept);
-    r->pin = pin;
-    rec_push_front(d, r);
-    d->ndocs++;
-    evict(d, r);
-    return r;
-}
-
 /* ---- fetching ---- */
 
-static void pump(struct disco *d);
-
-static void
-enqueue(struct disco *d, struct drec *r, bool first)
+void
+disco_enqueue(struct disco *d, struct drec *r, bool first)
 {
     if (r->queued || r->f)
         return;
@@ -468,8 +254,8 @@ fetch_start(struct disco *d, struct drec *r)
     }
 }
 
-static void
-pump(struct disco *d)
+void
+disco_pump(struct disco *d)
 {
     while (d->inflight < PARALLEL && d->qhead) {
         struct drec *r = d->qhead;
@@ -513,10 +299,8 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
         /* the upstream answered something else now: what it said before
          * is no longer its answer; no answer at all (it is away): the
          * last one stays */
-        if (answered && !f->too_big) {
-            rec_set_doc(d, r, NULL);
-            r->current = false;
-        }
+        if (answered && !f->too_big)
+            copy_rec_set_doc(d, r, NULL, false);
         if (f->err)
             snprintf(r->why, sizeof(r->why), "%s", f->msg);
         else if (f->too_big)
@@ -531,20 +315,19 @@ fetch_ended(struct disco *d, struct drec *r, struct fetch *f)
     r->failed = false;
     if (f->status == 304) {
         d->st.not_modified++;
-        r->current = true;
+        copy_rec_set_current(d, r, true);
         return;
     }
     struct doc *doc = doc_of(f);
-    if (r->doc && doc_same(r->doc, doc)) {
-        doc_free(doc);
-        r->current = true;
+    if (r->doc && copy_doc_same(r->doc, doc)) {
+        copy_doc_free(doc);
+        copy_rec_set_current(d, r, true);
         return;
     }
     bool was_current = r->current && r->doc;
-    rec_set_doc(d, r, doc);
-    r->current = true;
+    copy_rec_set_doc(d, r, doc, true);
     r->changed = true;
-    evict(d, r);
+    copy_evict(d, r);
     /* a client's record changed before the model saw it: read the model */
     if (was_current && r->pin == PIN_NONE)
         disco_refresh_soon(d);
@@ -572,7 +355,7 @@ on_kick(evutil_socket_t fd, short what, void *arg)
     }
     if (d->step != RS_IDLE && d->pending == 0)
         round_next(d);
-    pump(d);
+    disco_pump(d);
 }
 
 static void
@@ -589,7 +372,7 @@ round_fetch(struct disco *d, struct drec *r)
     r->round = true;
     r->changed = false;
     d->pending++;
-    enqueue(d, r, true);
+    disco_enqueue(d, r, true);
 }
 
 static void
@@ -598,12 +381,12 @@ round_start(struct disco *d)
     d->step = RS_INDEX;
     d->round_changed = false;
     d->round_started_ms = now_ms();
-    struct drec *api = rec_get(d, "/api", AGG_ACCEPT, PIN_MODEL);
-    struct drec *apis = rec_get(d, "/apis", AGG_ACCEPT, PIN_MODEL);
+    struct drec *api = copy_rec_get(d, "/api", AGG_ACCEPT, PIN_MODEL);
+    struct drec *apis = copy_rec_get(d, "/apis", AGG_ACCEPT, PIN_MODEL);
     api->changed = apis->changed = false;
     round_fetch(d, apis);
     round_fetch(d, api);
-    pump(d);
+    disco_pump(d);
 }
 
 static void
@@ -645,11 +428,11 @@ fetch_gvs(struct disco *d, char *err, size_t errlen)
     /* the legacy records of the last round no longer pinned unless named again */
     for (struct drec *r = d->head; r; r = r->next)
         if (r->pin == PIN_MODEL && strcmp(r->accept, LEGACY_ACCEPT) == 0)
-            r->pin = PIN_NONE;
+            copy_rec_set_pin(d, r, PIN_NONE);
     for (size_t i = 0; i < 2; i++) {
         struct ddoc_model m;
         ddoc_model_init(&m);
-        enum ddoc_kind k = add_doc(&m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        enum ddoc_kind k = add_doc(&m, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
         if (k == DDOC_INVALID) {
             ddoc_model_fini(&m);
             return false;
@@ -657,7 +440,7 @@ fetch_gvs(struct disco *d, char *err, size_t errlen)
         if (k == DDOC_VERSIONS || k == DDOC_GROUPS) {
             for (size_t g = 0; g < m.ngvs; g++) {
                 char *path = gv_path(m.gvs[g].group, m.gvs[g].version);
-                round_fetch(d, rec_get(d, path, LEGACY_ACCEPT, PIN_MODEL));
+                round_fetch(d, copy_rec_get(d, path, LEGACY_ACCEPT, PIN_MODEL));
                 free(path);
             }
         } else if (k != DDOC_AGGREGATED) {
@@ -679,17 +462,17 @@ build(struct disco *d, struct ddoc_model *m, char *err, size_t errlen)
     for (size_t i = 0; i < 2; i++) {
         struct ddoc_model gvs;
         ddoc_model_init(&gvs);
-        enum ddoc_kind k = add_doc(&gvs, rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
+        enum ddoc_kind k = add_doc(&gvs, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen);
         if (k == DDOC_AGGREGATED) {
             ddoc_model_fini(&gvs);
-            if (add_doc(m, rec_find(d, idx[i], AGG_ACCEPT), err, errlen) != DDOC_AGGREGATED)
+            if (add_doc(m, copy_rec_find(d, idx[i], AGG_ACCEPT), err, errlen) != DDOC_AGGREGATED)
                 return false;
             continue;
         }
         aggregated = false;
         for (size_t g = 0; g < gvs.ngvs; g++) {
             char *path = gv_path(gvs.gvs[g].group, gvs.gvs[g].version);
-            enum ddoc_kind rk = add_doc(m, rec_find(d, path, LEGACY_ACCEPT), err, errlen);
+            enum ddoc_kind rk = add_doc(m, copy_rec_find(d, path, LEGACY_ACCEPT), err, errlen);
             free(path);
             if (rk != DDOC_RESOURCES) {
                 if (rk != DDOC_INVALID)
@@ -752,13 +535,13 @@ round_end(struct disco *d, bool ok, const char *why)
         if (r->in_use || (r->current && r->idle < IDLE_ROUNDS)) {
             if (r->in_use) {
                 r->idle = 0;
-                enqueue(d, r, false);
+                disco_enqueue(d, r, false);
             } else {
                 r->idle++;
             }
             continue;
         }
-        rec_free(d, r);
+        copy_rec_free(d, r);
     }
     if (d->again) {
         d->again = false;
@@ -766,7 +549,7 @@ round_end(struct disco *d, bool ok, const char *why)
         next = since >= d->min_gap_ms ? 0 : d->min_gap_ms - since;
     }
     arm(d->timer, next);
-    pump(d);
+    disco_pump(d);
 }
 
 /* The model built: published if it differs, then the copy follows. */
@@ -781,10 +564,14 @@ publish(struct disco *d, struct ddoc_model *m)
         return;
     }
     size_t before = d->model.nres;
-    ddoc_model_fini(&d->model);
+    struct ddoc_model old = d->model;
+    pthread_rwlock_wrlock(&d->model_lk);
     d->model = *m;
-    *m = (struct ddoc_model){0};
     d->ready = true;
+    atomic_store(&d->ready_pub, true);
+    pthread_rwlock_unlock(&d->model_lk);
+    ddoc_model_fini(&old); /* no reader holds it: they hold the lock while they read */
+    *m = (struct ddoc_model){0};
     d->st.resources = d->model.nres;
     if (first) {
         log_info("discovery: %zu resources in %zu group versions (%s discovery), %zu served by "
@@ -799,8 +586,8 @@ publish(struct disco *d, struct ddoc_model *m)
         /* every other record waits for its fetch before it is served */
         for (struct drec *r = d->head; r; r = r->next)
             if (r->pin == PIN_NONE && r->doc) {
-                r->current = false;
-                enqueue(d, r, false);
+                copy_rec_set_current(d, r, false);
+                disco_enqueue(d, r, false);
             }
     }
     for (size_t i = 0; i < d->nsubs; i++)
@@ -846,7 +633,7 @@ round_next(struct disco *d)
         d->round_changed = changed;
         d->step = RS_APISVC;
         if (has_apisvc && (d->round_changed || !d->agg_known || d->rounds % APISVC_EVERY == 0)) {
-            round_fetch(d, rec_get(d, APISVC_PATH, LEGACY_ACCEPT, PIN_INTERNAL));
+            round_fetch(d, copy_rec_get(d, APISVC_PATH, LEGACY_ACCEPT, PIN_INTERNAL));
             return;
         }
         if (!has_apisvc) {
@@ -856,7 +643,7 @@ round_next(struct disco *d)
     }
         /* fall through */
     case RS_APISVC: {
-        struct drec *as = rec_find(d, APISVC_PATH, LEGACY_ACCEPT);
+        struct drec *as = copy_rec_find(d, APISVC_PATH, LEGACY_ACCEPT);
         if (as && as->changed) {
             as->changed = false;
             struct ddoc_model agg;
@@ -907,6 +694,10 @@ disco_new(struct event_base *base, struct up_client *up, const struct disco_opti
     d->min_gap_ms = o && o->min_gap_ms ? o->min_gap_ms : DISCO_MIN_GAP_MS;
     d->timer = evtimer_new(base, on_timer, d);
     d->kick = event_new(base, -1, 0, on_kick, d);
+    d->owner = pthread_self();
+    d->mb = mailbox_new(base);
+    pthread_rwlock_init(&d->model_lk, NULL);
+    pthread_mutex_init(&d->copy_mu, NULL);
     ddoc_model_init(&d->model);
     ddoc_model_init(&d->agg);
     *out = d;
@@ -926,6 +717,8 @@ disco_free(struct disco *d)
     if (!d)
         return;
     assert(d->magic == DISCO_MAGIC);
+    d->closing = true;
+    mailbox_free(d->mb); /* what a serving loop posted last does nothing */
     for (struct drec *r = d->head; r; r = r->next)
         if (r->f && r->f->x) {
             up_xfer_cancel(r->f->x);
@@ -941,12 +734,14 @@ disco_free(struct disco *d)
         fetch_free(f);
     }
     while (d->head)
-        rec_free(d, d->head);
+        copy_rec_free(d, d->head);
     event_free(d->timer);
     event_free(d->kick);
     ddoc_model_fini(&d->model);
     ddoc_model_fini(&d->agg);
     free(d->subs);
+    pthread_rwlock_destroy(&d->model_lk);
+    pthread_mutex_destroy(&d->copy_mu);
     d->magic = 0;
     free(d);
 }
@@ -955,14 +750,32 @@ enum disco_found
 disco_find(const struct disco *d, const char *group, const char *version, const char *resource,
            struct disco_res *out)
 {
-    if (!d->ready)
-        return DISCO_UNKNOWN;
-    const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
-    if (!r)
-        return DISCO_ABSENT;
-    if (out)
-        *out = *r;
-    return DISCO_PRESENT;
+    if (disco_on_loop(d)) {
+        if (!d->ready)
+            return DISCO_UNKNOWN;
+        const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
+        if (!r)
+            return DISCO_ABSENT;
+        if (out)
+            *out = *r;
+        return DISCO_PRESENT;
+    }
+    /* a serving loop: the model may be replaced once the lock is let go,
+     * so its strings are not handed out */
+    struct disco *w = (struct disco *)(uintptr_t)d; /* the lock, not the model */
+    enum disco_found f = DISCO_UNKNOWN;
+    pthread_rwlock_rdlock(&w->model_lk);
+    if (d->ready) {
+        const struct disco_res *r = ddoc_find(&d->model, group, version, resource);
+        f = r ? DISCO_PRESENT : DISCO_ABSENT;
+        if (r && out)
+            *out = (struct disco_res){.namespaced = r->namespaced,
+                                      .list = r->list,
+                                      .watch = r->watch,
+                                      .aggregated = r->aggregated};
+    }
+    pthread_rwlock_unlock(&w->model_lk);
+    return f;
 }
 
 void
@@ -989,10 +802,25 @@ disco_unsubscribe(struct disco *d, void *arg)
     d->nsubs = n;
 }
 
+static void
+run_refresh(void *arg)
+{
+    struct disco *d = arg;
+    atomic_store(&d->refresh_posted, false);
+    if (!d->closing)
+        disco_refresh_soon(d);
+}
+
 void
 disco_refresh_soon(struct disco *d)
 {
     assert(d->magic == DISCO_MAGIC);
+    if (!disco_on_loop(d)) {
+        /* a serving loop: the timer is the loop's; one post at a time */
+        if (!atomic_exchange(&d->refresh_posted, true))
+            mailbox_post(d->mb, run_refresh, d);
+        return;
+    }
     if (d->step != RS_IDLE) {
         d->again = true;
         return;
@@ -1015,70 +843,7 @@ disco_refresh_soon(struct disco *d)
 bool
 disco_ready(const struct disco *d)
 {
-    return d->ready;
-}
-
-/* A path the copy may hold (disco.h). */
-static bool
-copyable(const struct disco *d, const char *path)
-{
-    if (strcmp(path, "/version") == 0 || strcmp(path, "/api") == 0 || strcmp(path, "/apis") == 0)
-        return true;
-    if (!d->ready)
-        return false;
-    char seg[3][DDOC_MAX_NAME + 1];
-    size_t n = 0;
-    const char *p = path;
-    while (*p == '/' && n < 3) {
-        const char *s = p + 1, *e = strchr(s, '/');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        if (len == 0 || len > DDOC_MAX_NAME)
-            return false;
-        memcpy(seg[n], s, len);
-        seg[n][len] = '\0';
-        n++;
-        p = s + len;
-    }
-    if (*p)
-        return false;
-    if (n == 2 && strcmp(seg[0], "api") == 0)
-        return ddoc_has_gv(&d->model, "", seg[1]);
-    if (n == 2 && strcmp(seg[0], "apis") == 0)
-        return ddoc_has_group(&d->model, seg[1]);
-    if (n == 3 && strcmp(seg[0], "apis") == 0)
-        return ddoc_has_gv(&d->model, seg[1], seg[2]);
-    return false;
-}
-
-const struct disco_doc *
-disco_doc_get(struct disco *d, const char *path, const char *accept)
-{
-    assert(d->magic == DISCO_MAGIC);
-    if (!accept)
-        accept = "";
-    if (strlen(accept) > DISCO_ACCEPT_MAX || !copyable(d, path))
-        return NULL;
-    struct drec *r = rec_find(d, path, accept);
-    if (r && r->pin == PIN_INTERNAL)
-        return NULL;
-    if (!r) {
-        r = rec_get(d, path, accept, PIN_NONE);
-        enqueue(d, r, false);
-        pump(d);
-        return NULL;
-    }
-    if (r != d->head) {
-        rec_unlink(d, r);
-        rec_push_front(d, r);
-    }
-    r->in_use = true;
-    r->idle = 0;
-    if (!r->doc || !r->current) {
-        /* a record whose fetch failed is asked again at the next round */
-        return NULL;
-    }
-    r->doc->refs++;
-    return &r->doc->pub;
+    return atomic_load(&d->ready_pub);
 }
 
 void

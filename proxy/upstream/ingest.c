@@ -6,7 +6,8 @@
  * committed; a failed commit is told to each reflector it carried events of
  * (refl_commit_failed), which takes its cache out of service. Also the
  * reflectors' clock and random source (struct refl_clock: the real ones
- * unless the options bring others). Loop thread only.
+ * unless the options bring others). Loop thread only, but for
+ * refl_ingest_post_wants (any thread: refl_want from a serving loop).
  */
 #include "ingest.h"
 #include "reflector_int.h"
@@ -21,6 +22,7 @@
 
 #include "kwc/base.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 
 static uint64_t
 real_now_ms(void *arg)
@@ -162,8 +164,36 @@ refl_ingest_new(struct event_base *base, struct store *st, const struct refl_ing
     if (!ing->clock.rand)
         ing->clock.rand = real_rand;
     ing->commit_ev = event_new(base, -1, 0, on_commit, ing);
+    ing->owner = pthread_self();
+    ing->mb = mailbox_new(base);
     *out = ing;
     return 0;
+}
+
+bool
+refl_ingest_on_loop(const struct refl_ingest *ing)
+{
+    return pthread_equal(pthread_self(), ing->owner);
+}
+
+/* The loop: start every reflector a serving loop asked for (refl_want).
+ * The flag is cleared before the scan, so that a want set after the scan
+ * passed its reflector posts again. */
+static void
+run_wants(void *arg)
+{
+    struct refl_ingest *ing = arg;
+    atomic_store(&ing->wants_posted, false);
+    for (size_t i = 0; i < ing->nall && !ing->closing; i++)
+        if (atomic_exchange(&ing->all[i]->want_posted, false))
+            refl_want(ing->all[i]);
+}
+
+void
+refl_ingest_post_wants(struct refl_ingest *ing)
+{
+    if (!atomic_exchange(&ing->wants_posted, true))
+        mailbox_post(ing->mb, run_wants, ing);
 }
 
 void
@@ -269,6 +299,8 @@ refl_ingest_free(struct refl_ingest *ing)
 {
     if (!ing)
         return;
+    ing->closing = true;
+    mailbox_free(ing->mb); /* a want queued now starts nothing */
     refl_ingest_identity_fini(ing);
     refl_ingest_commit(ing);
     for (size_t i = 0; i < ing->nall; i++)

@@ -12,6 +12,8 @@
 #ifndef KWC_UPSTREAM_INGEST_H
 #define KWC_UPSTREAM_INGEST_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,8 +73,19 @@ struct refl_ingest {
     bool id_again; /* a reconnect while a check was in flight: check again */
     bool id_told;  /* "cannot read it" was logged (once per run) */
     bool id_too_big;
-    bool frozen; /* refl_ingest_freeze: no reflector starts, nothing is written */
+    atomic_bool frozen; /* refl_ingest_freeze: no reflector starts, nothing is written */
+    /* the loop's thread (the main loop's), and the way to it from the
+     * serving loops: refl_want posts a start (refl_ingest_post_wants) */
+    pthread_t owner;
+    struct mailbox *mb;
+    atomic_bool wants_posted; /* a run of the reflectors' want_posted is queued */
+    bool closing;             /* refl_ingest_free: queued wants start nothing */
 };
+
+/* On the ingest's own loop (the thread that made it)? */
+bool refl_ingest_on_loop(const struct refl_ingest *ing);
+/* From a serving loop: r's want_posted is set; start it from the loop. */
+void refl_ingest_post_wants(struct refl_ingest *ing);
 
 /* Reflectors of the loop (refl_new, refl_free). */
 void refl_ingest_add(struct refl_ingest *ing, struct refl *r);

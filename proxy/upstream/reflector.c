@@ -24,7 +24,8 @@
  *
  * Rooms of the reflector: this file is the state machine (discovery, the
  * watch, service, timers); reflector_list.c the LIST and the relist's glue
- * (reflector_int.h between the two); ingest.c the batched writer every
+ * (reflector_int.h between them); reflector_state.c what a reflector tells
+ * (the state serving loops read, the reports); ingest.c the batched writer every
  * reflector of the loop shares (ingest.h); the relist difference itself is
  * pure (cache/relist.c). Time and jitter come from the options' refl_clock,
  * so that tests drive them; only the store's history stamps (for
@@ -427,6 +428,27 @@ refl_status_why(const struct refl *r, const char *what, char *buf, size_t len)
         snprintf(buf, len, "%s answered %d", what, r->status);
 }
 
+/* The kind discovery (or the store) names, the first kl bytes of kind, and
+ * its list kind. A serving loop may be reading the strings they replace:
+ * those are kept until refl_free (a kind changes as rarely as a resource
+ * is redefined; the same kind again replaces nothing). */
+static void
+set_kind(struct refl *r, const char *kind, size_t kl)
+{
+    char *old = r->d.kind;
+    if (old && strlen(old) == kl && strncmp(old, kind, kl) == 0)
+        return;
+    char *k = xstrndup(kind, kl), *lk = xasprintf("%sList", k);
+    if (old) {
+        r->old_names = xrealloc(r->old_names, (r->nold_names + 2) * sizeof(char *));
+        r->old_names[r->nold_names++] = old;
+        r->old_names[r->nold_names++] = r->d.list_kind;
+    }
+    /* list_kind first: a reader that sees the new kind sees its list kind */
+    r->d.list_kind = lk;
+    r->d.kind = k;
+}
+
 /* Discovery's list of a group version's resources, for a person: "a, b, c"
  * (subresources left out), at most len bytes. */
 static void
@@ -510,10 +532,7 @@ on_discovery_done(void *arg, int err, const char *msg)
         const char *kind = json_string_value(json_object_get(e, "kind"));
         if (name && kind && strcmp(name, r->d.resource) == 0 && plain_name(kind)) {
             r->d.namespaced = json_is_true(json_object_get(e, "namespaced"));
-            free(r->d.kind);
-            free(r->d.list_kind);
-            r->d.kind = xstrdup(kind);
-            r->d.list_kind = xasprintf("%sList", kind);
+            set_kind(r, kind, strlen(kind));
             free(r->typemeta);
             r->typemeta =
                 xasprintf("{\"kind\":\"%s\",\"apiVersion\":\"%s\",", kind, r->d.api_version);
@@ -543,7 +562,8 @@ on_discovery_done(void *arg, int err, const char *msg)
     }
     if (info.synced && strcmp(info.identity, r->identity) == 0) {
         r->rv = info.rv;
-        r->synced = r->ever_synced = true;
+        r->ever_synced = true;
+        r->synced = true;
         log_info("cache %s: warm start with %llu objects at rv %llu; resuming the watch", r->label,
                  (unsigned long long)info.objects, (unsigned long long)info.rv);
         refl_probe_start(r); /* the upstream's rv first: it may have gone back */
@@ -944,13 +964,11 @@ refl_start(struct refl *r)
         strcmp(info.list_kind + kl - 4, "List") == 0 &&
         strcmp(info.api_version, r->d.api_version) == 0) {
         /* what discovery said last time: serve before it answers again */
-        r->synced = r->ever_synced = true;
+        r->ever_synced = true;
+        r->synced = true;
         r->rv = info.rv;
         r->d.namespaced = info.namespaced;
-        free(r->d.list_kind); /* a restart (refl_stop) */
-        free(r->d.kind);
-        r->d.list_kind = xstrdup(info.list_kind);
-        r->d.kind = xstrndup(info.list_kind, kl - 4);
+        set_kind(r, info.list_kind, kl - 4); /* a restart (refl_stop): what it had */
     }
     r->state = R_DISCOVER;
     r->last_heard_ms = refl_now_ms(r);
@@ -976,8 +994,14 @@ refl_stop(struct refl *r)
     refl_diff_reset(r);
     free(r->cont);
     r->cont = NULL;
-    r->started = r->synced = r->refused = r->failed = false;
-    r->parked = r->resetting = false;
+    /* not started first: a serving loop that reads it mid-stop does not
+     * take the cache for one warming (refl_warming) */
+    r->started = false;
+    r->synced = false;
+    r->refused = false;
+    r->failed = false;
+    r->parked = false;
+    r->resetting = false;
     r->state = R_IDLE;
     r->backoff_ms = 0;
     r->last_err[0] = '\0';
@@ -986,15 +1010,6 @@ refl_stop(struct refl *r)
         r->out_why[0] = '\0';
     }
     log_info("cache %s: stopped (its data stays on disk; the next request resumes it)", r->label);
-}
-
-bool
-refl_warming(const struct refl *r)
-{
-    /* a cache rebuilding after an upstream reset is not waited for: its
-     * requests pass through until it is back */
-    return r->started && !r->synced && r->out == OUT_NONE && !r->refused && !r->failed &&
-           !r->resetting;
 }
 
 void
@@ -1027,138 +1042,12 @@ refl_free(struct refl *r)
     free(r->d.list_kind);
     free(r->d.field_names);
     free(r->own_fields);
+    for (size_t i = 0; i < r->nold_names; i++)
+        free(r->old_names[i]);
+    free(r->old_names);
     free(r->label);
     r->magic = 0;
     free(r);
-}
-
-bool
-refl_synced(const struct refl *r)
-{
-    return r->synced;
-}
-
-bool
-refl_serving(const struct refl *r)
-{
-    return r->synced && r->out == OUT_NONE && !r->refused;
-}
-
-bool
-refl_started(const struct refl *r)
-{
-    return r->started;
-}
-
-/* A cache started by a request joins /readyz once it has synced: kwc was
- * ready without it, and a client asking for protobuf must not take the
- * whole replica out of its Service while the new cache lists. */
-bool
-refl_counts_ready(const struct refl *r)
-{
-    return r->started && !r->refused && (!r->wanted || r->ever_synced);
-}
-
-const struct refl_desc *
-refl_desc(const struct refl *r)
-{
-    return &r->d;
-}
-
-/* Between failed attempts: the retry's timer runs, no transfer. */
-static bool
-backing_off(const struct refl *r)
-{
-    return r->started && r->fails && !r->x && evtimer_pending(r->timer, NULL);
-}
-
-enum refl_cache_state
-refl_cache_state(const struct refl *r)
-{
-    if (!r->started)
-        return REFL_CS_STOPPED;
-    if (r->refused)
-        return REFL_CS_UNSERVED;
-    if (r->out == OUT_WRITE || r->out == OUT_DAMAGED)
-        return REFL_CS_OUT;
-    if (r->out == OUT_STALE)
-        return REFL_CS_STALE;
-    if (backing_off(r))
-        return REFL_CS_BACKING_OFF;
-    return r->state == R_WATCH || r->state == R_PROBE ? REFL_CS_WATCHING : REFL_CS_SYNCING;
-}
-
-const char *
-refl_cache_state_label(enum refl_cache_state s)
-{
-    static const char *const labels[] = {
-#define REFL_CS_LABEL(e, label) label,
-        REFL_CACHE_STATES(REFL_CS_LABEL)
-#undef REFL_CS_LABEL
-    };
-    return (unsigned)s < REFL_CS_COUNT ? labels[s] : "unknown";
-}
-
-bool
-refl_heard_age(const struct refl *r, double *age_s)
-{
-    if (!r->started || !r->heard_ever)
-        return false;
-    *age_s = refl_secs_since(r, r->last_heard_ms);
-    return true;
-}
-
-void
-refl_status(const struct refl *r, char *buf, size_t len)
-{
-    static const char *const states[] = {"idle", "discovering", "listing", "watching",
-                                         "checking the upstream's resourceVersion"};
-    uint64_t now = refl_now_ms(r);
-    char state[768], heard[96], stale[64] = "", dur[32];
-    if (r->out == OUT_STALE)
-        snprintf(stale, sizeof(stale), "stale (past --max-staleness %s), ",
-                 kwc_format_duration(r->ing->max_staleness_ms, dur, sizeof(dur)));
-    if (r->refused)
-        snprintf(state, sizeof(state), "not served in protobuf");
-    else if (backing_off(r))
-        /* between attempts: say so, and why, not the step it will retry */
-        snprintf(state, sizeof(state),
-                 "backing off for %.0f s (%u failed attempt%s; next in %.1f s; last error: %s)",
-                 refl_secs_since(r, r->fail_since_ms), r->fails, r->fails == 1 ? "" : "s",
-                 r->next_try_ms > now ? (double)(r->next_try_ms - now) / 1000.0 : 0.0,
-                 r->last_err[0] ? r->last_err : "unknown");
-    else if (r->state == R_WATCH && !(r->x && r->status == 200))
-        snprintf(state, sizeof(state), "starting its watch");
-    else if (r->parked)
-        snprintf(state, sizeof(state), "waiting for the upstream's identity");
-    else
-        snprintf(state, sizeof(state), "%s", states[r->state]);
-    char pre[sizeof(r->reset_why) + 48] = ""; /* it serves nothing meanwhile (passes through) */
-    if (r->resetting)
-        snprintf(pre, sizeof(pre), "rebuilding after an upstream reset (%s): ", r->reset_why);
-    if (r->heard_ever)
-        snprintf(heard, sizeof(heard), "last upstream event or bookmark %.0f s ago",
-                 refl_secs_since(r, r->last_heard_ms));
-    else
-        snprintf(heard, sizeof(heard), "nothing heard from the upstream yet");
-    snprintf(buf, len, "%s%s: %s, %s%s%s, rv %llu, %llu events in, %s",
-             r->d.api_version[0] ? r->d.path : "", r->d.enc == KWC_ENC_PB ? " (protobuf)" : "",
-             !r->started ? "not started"
-             : r->synced ? "synced"
-                         : "not synced",
-             stale, pre, state, (unsigned long long)r->rv, (unsigned long long)r->events_in, heard);
-}
-
-const char *
-refl_last_error(const struct refl *r)
-{
-    return r->last_err[0] ? r->last_err : NULL;
-}
-
-const char *
-refl_out_why(const struct refl *r)
-{
-    return r->out == OUT_NONE ? NULL : r->out_why;
 }
 
 void
@@ -1166,21 +1055,16 @@ refl_want(struct refl *r)
 {
     if (r->started || r->ing->frozen)
         return;
+    if (!refl_ingest_on_loop(r->ing)) {
+        /* a serving loop: the start (transfers on the main loop's upstream
+         * client) is the main loop's; once per reflector until it runs */
+        if (!atomic_exchange(&r->want_posted, true))
+            refl_ingest_post_wants(r->ing);
+        return;
+    }
     log_info("cache %s: asked for by a request; starting it (requests pass through until it "
              "has synced)",
              r->label);
     r->wanted = true;
     refl_start(r);
-}
-
-void
-refl_counters(const struct refl *r, struct refl_counters *out)
-{
-    *out = r->ctr;
-    out->events_in = r->events_in;
-    /* a watch open long enough starts the backoff over when it drops
-     * (on_watch_done): say so while it is open */
-    bool healthy = r->state == R_WATCH && r->x && r->status == 200 &&
-                   refl_watch_healthy(r->watch_t0_ms, refl_now_ms(r));
-    out->backoff_ms = healthy ? 0 : (uint64_t)r->backoff_ms;
 }

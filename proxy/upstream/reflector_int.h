@@ -1,14 +1,16 @@
 /*
  * reflector_int.h — private to proxy/upstream: one reflector's state (struct
- * refl) and the steps its two files share. reflector.c holds the lifecycle,
+ * refl) and the steps its files share. reflector.c holds the lifecycle,
  * the transfers, discovery, the watch, the service state and the driving
  * timers; reflector_list.c the LIST pages, the relist's glue to the pure
- * difference (cache/relist.c) and the decoding of one object. Loop thread
- * only.
+ * difference (cache/relist.c) and the decoding of one object;
+ * reflector_state.c the state it tells. Loop thread only, but for what
+ * reflector.h names any-thread (below: which fields those read).
  */
 #ifndef KWC_UPSTREAM_REFLECTOR_INT_H
 #define KWC_UPSTREAM_REFLECTOR_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +32,15 @@ enum refl_state { R_IDLE, R_DISCOVER, R_LIST, R_WATCH, R_PROBE };
 
 enum refl_out { OUT_NONE, OUT_STALE, OUT_WRITE, OUT_DAMAGED }; /* stronger later */
 
+/*
+ * Threads: a reflector lives on the main loop (the loop of its ingest) and
+ * only that loop changes it. The serving loops read what reflector.h says
+ * they may (refl_serving, refl_started, refl_warming, refl_counts_ready,
+ * refl_synced, refl_resetting, refl_desc; refl_want posts): the fields
+ * behind those are atomics (each read is one value the main loop wrote; two
+ * of them may straddle a change, as two reads a moment apart would), and
+ * refl_desc's kind and list_kind are replaced, never freed while r lives.
+ */
 struct refl {
     uint32_t magic;
     struct event_base *base;
@@ -39,15 +50,15 @@ struct refl {
     char *label;                /* "pods", "pods (protobuf)": logs */
     const struct pb_field *pbf; /* protobuf: the fields read (d.fields mirrors them) */
     struct obj_field *own_fields;
-    bool started;          /* refl_start ran (protobuf caches may wait for a request) */
-    bool wanted;           /* started by a request (refl_want), not at kwc's start */
-    bool discovered;       /* discovery has answered once (found or not) */
-    bool discovery_failed; /* an attempt failed before any answer (upstream away) */
-    bool ever_synced;      /* synced at least once since kwc started */
-    bool refused;          /* protobuf: the upstream does not serve it so (last_err) */
-    bool failed;           /* an attempt failed since refl_start, before a sync */
-    bool wrong_type;       /* this transfer's 200 came in another Content-Type */
-    char got_type[96];     /* ...which one, for the message */
+    atomic_bool started;     /* refl_start ran (protobuf caches may wait for a request) */
+    atomic_bool wanted;      /* started by a request (refl_want), not at kwc's start */
+    bool discovered;         /* discovery has answered once (found or not) */
+    bool discovery_failed;   /* an attempt failed before any answer (upstream away) */
+    atomic_bool ever_synced; /* synced at least once since kwc started */
+    atomic_bool refused;     /* protobuf: the upstream does not serve it so (last_err) */
+    atomic_bool failed;      /* an attempt failed since refl_start, before a sync */
+    bool wrong_type;         /* this transfer's 200 came in another Content-Type */
+    char got_type[96];       /* ...which one, for the message */
     char *identity;
     char *typemeta; /* `{"kind":K,"apiVersion":V,` as the watch writes it */
     size_t typemeta_len;
@@ -71,10 +82,10 @@ struct refl {
     uint64_t rv;               /* last rv seen (events, bookmarks, list) */
     bool got_410;
     uint64_t watch_t0_ms;
-    bool synced;
+    atomic_bool synced;
     uint64_t events_in;
     /* service */
-    enum refl_out out;
+    _Atomic(enum refl_out) out;
     char out_why[512];
     uint64_t last_heard_ms; /* the last upstream event or bookmark, or list end */
     bool heard_ever;        /* ...since refl_start: once, last_heard_ms means something */
@@ -87,9 +98,14 @@ struct refl {
     struct event *tick;
     struct refl_counters ctr; /* for /metrics (refl_counters) */
     /* the upstream's timeline (reflector_reset.c) */
-    bool resetting;      /* rebuilding after a reset, until its fresh list completes */
-    bool parked;         /* probed, waiting for the upstream's identity (cluster.c) */
-    char reset_why[160]; /* what the reset saw, for /readyz */
+    atomic_bool resetting; /* rebuilding after a reset, until its fresh list completes */
+    bool parked;           /* probed, waiting for the upstream's identity (cluster.c) */
+    char reset_why[160];   /* what the reset saw, for /readyz */
+    /* refl_desc's kind and list_kind strings replaced since refl_new: a
+     * serving loop may still hold one (freed by refl_free) */
+    char **old_names;
+    size_t nold_names;
+    atomic_bool want_posted; /* refl_want from a serving loop: its start is posted */
 };
 
 /* Key, rv and index bytes of one object, and its list-item form. */

@@ -400,7 +400,8 @@ on_list_done(void *arg, int err, const char *msg)
              r->label, (unsigned long long)r->listed, r->listed_bytes / 1e6,
              (unsigned long long)r->list_rv, s, r->listed / (s > 0 ? s : 1));
     r->rv = r->list_rv;
-    r->synced = r->ever_synced = true;
+    r->ever_synced = true;
+    r->synced = true;
     r->diff = false;
     if (r->resetting)
         log_info("cache %s: rebuilt after the upstream's reset (%s)", r->label, r->reset_why);
