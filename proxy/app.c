@@ -81,7 +81,7 @@ struct app {
     struct mailbox *mb; /* the main loop's: calls from the serving loops */
     struct sloop *loops;
     unsigned nloops;
-    struct http_limits *limits; /* the caps, shared by the acceptor and the loops' servers */
+    struct http_limits *limits;    /* the caps, shared by the acceptor and the loops' servers */
     struct collect_loop *loop_sum; /* /metrics: the loops' numbers, summed per render */
     struct refl_ingest *ing;
     struct catalog *cat;
@@ -328,6 +328,43 @@ poke_service(void *arg, const struct refl *r, bool serving)
     (void)r;
     (void)serving;
     poke_loops(arg);
+}
+
+/* Before the catalog drops a stopped cache's data, every serving loop has
+ * passed a turn (catalog_set_quiesce): a request that saw it serving a
+ * moment before is over. */
+struct quiesce {
+    struct app *a;
+    unsigned pending;
+    void (*done)(void *arg);
+    void *done_arg;
+};
+
+static void
+on_quiesce_back(void *arg)
+{
+    struct quiesce *q = arg;
+    if (--q->pending)
+        return;
+    q->done(q->done_arg);
+    free(q);
+}
+
+static void
+on_quiesce_loop(void *arg)
+{
+    struct quiesce *q = arg;
+    mailbox_post(q->a->mb, on_quiesce_back, q);
+}
+
+static void
+quiesce(void *arg, void (*done)(void *arg), void *done_arg)
+{
+    struct app *a = arg;
+    struct quiesce *q = xcalloc(1, sizeof(*q));
+    *q = (struct quiesce){.a = a, .pending = a->nloops, .done = done, .done_arg = done_arg};
+    for (unsigned i = 0; i < a->nloops; i++)
+        mailbox_post(a->loops[i].mb, on_quiesce_loop, q);
 }
 
 /* /metrics with serving loops: each loop copies its numbers on its own
@@ -582,6 +619,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         refl_ingest_subscribe(d->ing, poke_loops, poke_service, a);
         if (d->disco)
             disco_subscribe(d->disco, poke_loops, a);
+        /* a creation a serving loop asked for was carried out */
+        catalog_subscribe(d->cat, poke_loops, a);
+        catalog_set_quiesce(d->cat, quiesce, a);
     } else {
         refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
         if (d->disco)
@@ -717,6 +757,9 @@ app_free(struct app *a)
     refl_ingest_unsubscribe(a->ing, a);
     if (a->disco)
         disco_unsubscribe(a->disco, a);
+    catalog_unsubscribe(a->cat, a);
+    if (a->nloops)
+        catalog_set_quiesce(a->cat, NULL, NULL); /* (a round in flight ends below) */
     /* the serving loops stop; from here the main thread owns what they held */
     stop_loops(a);
     /* watch streams end first (terminal chunks), while the store is open */

@@ -117,8 +117,8 @@ struct http_server_options {
     unsigned http2_max_streams; /* HTTP/2: concurrent streams per connection; 0: 100 (kube's) */
     size_t http2_conn_buffer;   /* HTTP/2: response bytes queued per connection, across its
                                    streams, before their handlers wait (h2.c); 0: 1 MiB */
-    int stream_grace_ms;  /* an ended response stream's last bytes may take this long to leave,
-                             then it closes anyway (hstream_end); 0: 10 s */
+    int stream_grace_ms; /* an ended response stream's last bytes may take this long to leave,
+                            then it closes anyway (hstream_end); 0: 10 s */
     /* Serving loops (app.c): this server accepts, checks the caps, and
      * hands every connection it does not refuse to handoff (called on this
      * server's loop), which gives it to another loop's server

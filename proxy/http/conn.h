@@ -167,9 +167,9 @@ struct http_server {
     struct event *reload_timer;
     struct hconn *conns;
     unsigned nconns;
-    struct http_limits *lim;   /* the caps' counts: shared with an accepting server, or own */
+    struct http_limits *lim; /* the caps' counts: shared with an accepting server, or own */
     struct http_limits *own_lim;
-    time_t src_log_sec;        /* the per-source refusal log: the second of the last line */
+    time_t src_log_sec; /* the per-source refusal log: the second of the last line */
     unsigned long src_log_suppressed;
     struct hconn *reap;
     struct event *reap_ev;

@@ -580,8 +580,8 @@ unaccount(struct http_server *s, const struct src_key *src)
 }
 
 void
-http_server_adopt_counted(struct http_server *s, int fd, const struct sockaddr *sa,
-                          socklen_t salen, bool counted)
+http_server_adopt_counted(struct http_server *s, int fd, const struct sockaddr *sa, socklen_t salen,
+                          bool counted)
 {
     assert(s->magic == SRV_MAGIC);
     struct src_key src = {{0}};

@@ -876,7 +876,6 @@ collect(void *arg, struct metrics_writer *w)
 
 /* ---- the serving loops' numbers (collect.h) ---- */
 
-
 static void
 loop_init(struct collect_loop *l)
 {
@@ -955,9 +954,9 @@ up_metrics_add(struct up_metrics *sum, const struct up_metrics *x)
 }
 
 void
-collect_loop_take(struct collect_loop *out, const struct http_server *http,
-                  const struct auth *auth, const struct up_client *up,
-                  const struct pt_budget *budget, const struct discovery *discovery)
+collect_loop_take(struct collect_loop *out, const struct http_server *http, const struct auth *auth,
+                  const struct up_client *up, const struct pt_budget *budget,
+                  const struct discovery *discovery)
 {
     collect_loop_zero(out);
     http_server_stats(http, &out->http);

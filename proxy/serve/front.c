@@ -89,8 +89,8 @@ struct front {
     bool forward_token; /* --passthrough-identity=forward-token */
     bool (*accept_host)(const void *arg, const char *host); /* --accept-hosts */
     const void *accept_host_arg;
-    struct metrics *metrics; /* /metrics */
-    struct access *access;   /* request records: metrics, the access log */
+    struct metrics *metrics;   /* /metrics */
+    struct access *access;     /* request records: metrics, the access log */
     atomic_bool shutting_down; /* front_shutting_down: /readyz fails (read on the main loop) */
     /* a serving loop's (front.h): kwc's endpoints rendered on the main loop */
     struct mailbox *main_mb, *loop_mb;

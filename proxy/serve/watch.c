@@ -173,9 +173,9 @@ struct wconn {
     char *ns; /* the namespace (req.ns) until hub_watch copied it */
     struct hub_watch_req req;
     uint64_t posted_rv;
-    uint64_t cur;                /* the cache's rv at admission (a first watch's start) */
-    struct watch_pool *p;        /* for the hop to the writer's loop */
-    struct event_base *home;     /* the handoff's home loop; NULL: any */
+    uint64_t cur;            /* the cache's rv at admission (a first watch's start) */
+    struct watch_pool *p;    /* for the hop to the writer's loop */
+    struct event_base *home; /* the handoff's home loop; NULL: any */
     int64_t timeout_s;
     uint64_t seed;
     struct access_rec *acc; /* the request's record, finished when the stream ends */
@@ -852,12 +852,6 @@ least_loaded(struct watch_pool *p, struct pres *pr)
 
 static void register_watch(void *arg);
 
-static void
-want_on_main(void *arg)
-{
-    refl_want(arg);
-}
-
 enum watch_took
 watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
 {
@@ -870,12 +864,8 @@ watch_take(struct watch_pool *p, struct hreq *req, const struct route_req *r)
                           .too_large = p->o.too_large};
     struct admit a;
     admit_decide(&q, &p->caches.c, &a);
-    if (a.want) {
-        if (p->o.nloops)
-            mailbox_post(p->o.main_mb, want_on_main, p->set->r[a.cache]);
-        else
-            refl_want(p->set->r[a.cache]);
-    }
+    if (a.want)
+        refl_want(p->set->r[a.cache]); /* (any thread: it posts the start) */
     if (a.action == ADMIT_PASS)
         return WATCH_NOT_TAKEN;
     if (a.action == ADMIT_ERROR) {
@@ -972,9 +962,8 @@ register_watch(void *arg)
     }
     const struct refl_desc *d = refl_desc(pr->rf);
     if (!pr->hr) {
-        pr->hr = hub_res_new_enc(d->enc, c->res, d->sres, d->kind, d->api_version,
-                                 d->typed_items, d->namespaced, d->field_names, d->n_fields,
-                                 d->index_field);
+        pr->hr = hub_res_new_enc(d->enc, c->res, d->sres, d->kind, d->api_version, d->typed_items,
+                                 d->namespaced, d->field_names, d->n_fields, d->index_field);
         /* every blob framed once as an HTTP/1.1 chunk, before it is shared */
         hub_res_set_frame(pr->hr, &(struct hub_frame){.head = HSTREAM_FRAME_HEAD,
                                                       .tail = HSTREAM_FRAME_TAIL,
