@@ -1421,6 +1421,85 @@ refused_429(struct fx *f, int i)
     return f->p[i].eof && f->p[i].in.n > 13 && strncmp(f->p[i].in.p, "HTTP/1.1 429 ", 13) == 0;
 }
 
+/* Serving loops (app.c): an accepting server takes the caps' counts and
+ * hands each connection it does not refuse to another server sharing its
+ * limits, which serves it and gives the counts back when it closes. */
+struct handto {
+    struct http_server *to;
+    int handed;
+};
+
+static void
+hand(void *arg, int fd, const struct sockaddr *sa, socklen_t salen, bool src_counted)
+{
+    struct handto *h = arg;
+    h->handed++;
+    http_server_adopt_counted(h->to, fd, sa, salen, src_counted);
+}
+
+static int
+accept_from(struct fx *f, struct http_server *acc, const struct sockaddr *sa, socklen_t len)
+{
+    int sv[2];
+    if (f->np == MAX_PEERS ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    f->p[f->np] = (struct peer){.fd = sv[0]};
+    http_server_adopt(acc, sv[1], sa, len);
+    return f->np++;
+}
+
+static void
+test_handoff_shared_limits(void)
+{
+    struct http_limits *lim = http_limits_new();
+    struct http_server_options so = {
+        .max_connections = 3, .max_connections_per_source = 2, .limits = lim};
+    struct fx f;
+    fx_init(&f, &so);
+    struct handto h = {.to = f.s};
+    struct http_server_options ao = so;
+    ao.handoff = hand;
+    ao.handoff_arg = &h;
+    struct http_server *acc = NULL;
+    char err[256];
+    is_int(http_server_new(f.base, &ao, on_request, &f.t, &acc, err, sizeof(err)), 0,
+           "the accepting server");
+    struct sockaddr_in a2 = addr4("127.0.0.2", 40000), a3 = addr4("127.0.0.3", 40001);
+    int a = accept_from(&f, acc, (struct sockaddr *)&a2, sizeof(a2));
+    int b = accept_from(&f, acc, (struct sockaddr *)&a2, sizeof(a2));
+    int c = accept_from(&f, acc, (struct sockaddr *)&a2, sizeof(a2));
+    int d = accept_from(&f, acc, (struct sockaddr *)&a3, sizeof(a3));
+    int e = accept_from(&f, acc, (struct sockaddr *)&a3, sizeof(a3));
+    run(&f);
+    is_int(h.handed, 3, "three handed over");
+    ok(refused_429(&f, c), "127.0.0.2's third: refused by the acceptor (per source)");
+    ok(refused_429(&f, e), "the fourth in all: refused by the acceptor (max_connections)");
+    send_str(&f, a, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", 0);
+    ok(f.p[a].in.n > 13 && strncmp(f.p[a].in.p, "HTTP/1.1 200 ", 13) == 0,
+       "a handed connection is served by the other server");
+    struct http_server_stats st;
+    http_server_stats(f.s, &st);
+    is_int(st.open, 3, "the serving server holds the three");
+    is_int(st.accepted, 0, "(it accepted none itself)");
+    http_server_stats(acc, &st);
+    is_int(st.open, 0, "the acceptor holds none");
+    is_int(st.refused + st.refused_per_source, 2, "the acceptor counts the refusals");
+    is_int(st.sources, 2, "the acceptor reports the shared sources");
+    /* closes on the serving side give the counts back to the acceptor */
+    fx_hangup(&f, b);
+    fx_hangup(&f, d);
+    run(&f);
+    int g = accept_from(&f, acc, (struct sockaddr *)&a2, sizeof(a2));
+    int i = accept_from(&f, acc, (struct sockaddr *)&a3, sizeof(a3));
+    run(&f);
+    ok(!f.p[g].eof && !f.p[i].eof, "after two closes: two more handed over");
+    is_int(h.handed, 5, "five handed over in all");
+    http_server_free(acc);
+    fx_fini(&f);
+    http_limits_free(lim);
+}
+
 /* max_connections_per_source: one address past its share is refused like
  * a connection past max_connections, and the other addresses are not; an
  * IPv4-mapped IPv6 peer is its IPv4 address; a peer with no IP address is
@@ -2154,6 +2233,7 @@ main(void)
     TAP_RUN(test_timeouts);
     TAP_RUN(test_max_connections);
     TAP_RUN(test_max_connections_per_source);
+    TAP_RUN(test_handoff_shared_limits);
     TAP_RUN(test_body_flow_control);
     TAP_RUN(test_late_handler);
     TAP_RUN(test_abort_and_end);
