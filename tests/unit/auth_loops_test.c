@@ -429,40 +429,62 @@ nap(void)
     nanosleep(&ts, NULL);
 }
 
-/* Poll until the requests of r[0..n) have had want calls in all. */
+/* Poll cond (bounded by DEADLINE_S; a failure prints what). */
+static bool
+poll_until(bool (*cond)(void *), void *arg, const char *what)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!cond(arg)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > DEADLINE_S) {
+            printf("# timed out waiting for %s\n", what);
+            return false;
+        }
+        nap();
+    }
+    return true;
+}
+
+struct want_calls {
+    struct req *r;
+    int n, want;
+};
+
+static bool
+has_calls(void *p)
+{
+    struct want_calls *c = p;
+    return calls_of(c->r, c->n) >= c->want;
+}
+
+/* Until the requests of r[0..n) have had want calls in all. */
 static bool
 wait_calls(struct req *r, int n, int want)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        if (calls_of(r, n) >= want)
-            return true;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec > DEADLINE_S) {
-            printf("# timed out waiting for %d calls\n", want);
-            return false;
-        }
-        nap();
-    }
+    struct want_calls c = {r, n, want};
+    return poll_until(has_calls, &c, "callbacks");
 }
 
+struct want_fake {
+    struct world *w;
+    int tokens, sars;
+};
+
+static bool
+has_reviews(void *p)
+{
+    struct want_fake *c = p;
+    struct fake_op op = fake_op(c->w, -1);
+    return op.tokens >= c->tokens && op.sars >= c->sars;
+}
+
+/* Until the fake has had these many reviews. */
 static bool
 wait_fake(struct world *w, int tokens, int sars)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        struct fake_op op = fake_op(w, -1);
-        if (op.tokens >= tokens && op.sars >= sars)
-            return true;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec > DEADLINE_S) {
-            printf("# timed out waiting for the fake's reviews\n");
-            return false;
-        }
-        nap();
-    }
+    struct want_fake c = {w, tokens, sars};
+    return poll_until(has_reviews, &c, "the fake's reviews");
 }
 
 /* Transfers in flight on a loop's upstream client. */
@@ -481,20 +503,18 @@ on_active(void *p)
 }
 
 static bool
+is_idle(void *p)
+{
+    struct active a = {p, 0};
+    on_thread(&a.l->t, on_active, &a);
+    return a.n == 0;
+}
+
+/* Until l's upstream client has no transfer left. */
+static bool
 wait_idle(struct loop *l)
 {
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        struct active a = {l, 0};
-        on_thread(&l->t, on_active, &a);
-        if (a.n == 0)
-            return true;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if (t.tv_sec - t0.tv_sec > DEADLINE_S)
-            return false;
-        nap();
-    }
+    return poll_until(is_idle, l, "a loop's transfers to end");
 }
 
 static struct auth_stats
@@ -510,6 +530,19 @@ fill(struct req *r, int n, struct loop *l, const char *token, const struct src_k
 {
     for (int i = 0; i < n; i++)
         r[i] = (struct req){.l = l, .token = token, .src = src};
+}
+
+/* token asked on loop 0 (into *a), then on loop 1 (into *b), the fake
+ * holding its answer: both wait for one review. */
+static bool
+ask_both(struct world *w, const char *token, struct req *a, struct req *b)
+{
+    fake_op(w, 1);
+    fill(a, 1, &w->l[0], token, NULL);
+    fill(b, 1, &w->l[1], token, NULL);
+    authenticate(a, 1);
+    authenticate(b, 1);
+    return a->pending && b->pending;
 }
 
 static const struct auth_attrs pods_get = {.resource_request = true,
@@ -664,11 +697,8 @@ test_cancel_while_answered(void)
     struct loop *A = &w.l[0], *B = &w.l[1];
 
     /* 1. the answer is already queued for B when B cancels: never called */
-    fake_op(&w, 1);
-    struct req a1 = {.l = A, .token = "Bearer good-c1"}, b1 = {.l = B, .token = "Bearer good-c1"};
-    authenticate(&a1, 1);
-    authenticate(&b1, 1);
-    ok(a1.pending && b1.pending, "A asks, B joins");
+    struct req a1, b1;
+    ok(ask_both(&w, "Bearer good-c1", &a1, &b1), "A asks, B joins");
     struct gate g;
     gate_close(&g, &B->t, cancel_req, &b1); /* B holds, then cancels */
     fake_op(&w, 0);
@@ -679,10 +709,8 @@ test_cancel_while_answered(void)
     is_int(stats(&w).reviews_cancelled, 0, "the review was answered, not cancelled");
 
     /* 2. B's cancel leaves A's review without waiters: A ends it */
-    fake_op(&w, 1);
-    struct req a2 = {.l = A, .token = "Bearer good-c2"}, b2 = {.l = B, .token = "Bearer good-c2"};
-    authenticate(&a2, 1);
-    authenticate(&b2, 1);
+    struct req a2, b2;
+    ok(ask_both(&w, "Bearer good-c2", &a2, &b2), "A asks, B joins");
     ok(wait_fake(&w, 2, 0), "asked");
     cancel(&a2);
     is_int(stats(&w).reviews_cancelled, 0, "A's wait left, B still waits");
@@ -701,10 +729,8 @@ test_cancel_while_answered(void)
     for (int k = 0; k < 20; k++) {
         char tok[32];
         snprintf(tok, sizeof(tok), "Bearer good-r%d", k);
-        fake_op(&w, 1);
-        struct req a3 = {.l = A, .token = tok}, b3 = {.l = B, .token = tok};
-        authenticate(&a3, 1);
-        authenticate(&b3, 1);
+        struct req a3, b3;
+        ok(ask_both(&w, tok, &a3, &b3), "A asks, B joins");
         cancel(&a3);
         struct gate ga;
         gate_close(&ga, &A->t, NULL, NULL); /* A holds */
@@ -734,15 +760,6 @@ test_cancel_while_answered(void)
     on_thread(&B->t, on_count, &late);
     is_int(late.calls, 0, "B's cancelled waits (those not answered at once): no callback");
     world_fini(&w);
-}
-
-static struct src_key
-src4(uint8_t last)
-{
-    struct src_key k;
-    uint8_t ip[4] = {127, 0, 0, last};
-    src_key_v4(&k, ip);
-    return k;
 }
 
 /* max_reviews_per_source and the rejections a second bound a source for
@@ -840,11 +857,8 @@ test_detach_in_flight(void)
     struct world w;
     world_init(&w, NULL);
     struct loop *A = &w.l[0], *B = &w.l[1];
-    fake_op(&w, 1);
-    struct req a = {.l = A, .token = "Bearer good-d1"}, b = {.l = B, .token = "Bearer good-d1"};
-    authenticate(&a, 1);
-    authenticate(&b, 1);
-    ok(a.pending && b.pending, "A asks, B joins");
+    struct req a, b;
+    ok(ask_both(&w, "Bearer good-d1", &a, &b), "A asks, B joins");
     ok(wait_fake(&w, 1, 0), "asked");
     thr_stop(&A->t);
     thr_stop(&B->t);
@@ -862,10 +876,8 @@ test_detach_in_flight(void)
     world_init(&w, NULL);
     A = &w.l[0];
     B = &w.l[1];
-    fake_op(&w, 1);
-    struct req a2 = {.l = A, .token = "Bearer good-d2"}, b2 = {.l = B, .token = "Bearer good-d2"};
-    authenticate(&a2, 1);
-    authenticate(&b2, 1);
+    struct req a2, b2;
+    ok(ask_both(&w, "Bearer good-d2", &a2, &b2), "A asks, B joins");
     ok(wait_fake(&w, 1, 0), "asked");
     cancel(&a2);
     struct gate g;
@@ -903,11 +915,9 @@ test_answer_after_drop(void)
     auth_detach(A->a);
     auth_attach(w.s, A->t.base, A->up, amb, &A->a);
     thr_start(&A->t);
-    fake_op(&w, 1);
-    struct req a = {.l = A, .token = "Bearer good-late"}, b = {.l = B, .token = "Bearer good-late"};
-    authenticate(&a, 1);
-    authenticate(&b, 1);
-    ok(wait_fake(&w, 1, 0), "A asks, B joins");
+    struct req a, b;
+    ok(ask_both(&w, "Bearer good-late", &a, &b), "A asks, B joins");
+    ok(wait_fake(&w, 1, 0), "asked");
     cancel(&a);
     thr_stop(&A->t); /* A's loop is the test's now */
     cancel(&b);      /* the last waiter: dropped, A's end of it posted */

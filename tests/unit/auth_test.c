@@ -4,8 +4,8 @@
  * formats and the 403 text are authwire_test's, the cache's expiry, eviction
  * and coalescing ttlcache_test's).
  *
- * The asynchronous paths run against a fake upstream: libevent's evhttp on
- * an ephemeral loopback port, driven by the same event_base as kwc's
+ * The asynchronous paths run against a fake upstream (authfx.h): libevent's
+ * evhttp on an ephemeral loopback port, driven by the same event_base as kwc's
  * upstream client (the one socket in this test: the upstream client speaks
  * only HTTP over TCP). It answers TokenReviews and SubjectAccessReviews,
  * counts them, and can hold answers back until the test releases them. The
@@ -557,15 +557,6 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
     ok(st.token_review_errors >= 1, "stats: token_review_errors");
     auth_user_unref(u);
     env_fini(&e);
-}
-
-static struct src_key
-src4(uint8_t last)
-{
-    struct src_key k;
-    uint8_t ip[4] = {127, 0, 0, last};
-    src_key_v4(&k, ip);
-    return k;
 }
 
 /* review_timeout_ms: a review the upstream holds ends at its deadline like

@@ -3,7 +3,8 @@
  * libevent's evhttp on an ephemeral loopback port that answers TokenReviews
  * ("good..." tokens are alice, others rejected) and SubjectAccessReviews
  * (a delete, or a group holding "8:abcdefgh", denied; the rest allowed),
- * counts them, and can hold answers back until the test releases them.
+ * counts them, and can hold answers back until the test releases them;
+ * and the tests' client addresses.
  * Everything of a fake runs on the thread of the event_base it was made
  * on.
  */
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "kwc/base.h"
+#include "kwc/srcmap.h"
 
 enum fake_mode { FAKE_OK, FAKE_500, FAKE_GARBAGE, FAKE_BIG };
 
@@ -128,6 +130,16 @@ dead_port(void)
     int port = bound_port(fd);
     close(fd);
     return port;
+}
+
+/* The source key of 127.0.0.last. */
+static inline struct src_key
+src4(uint8_t last)
+{
+    struct src_key k;
+    uint8_t ip[4] = {127, 0, 0, last};
+    src_key_v4(&k, ip);
+    return k;
 }
 
 /* Listening on base (127.0.0.1, an ephemeral port: f->port). */
