@@ -148,11 +148,13 @@ int auth_attach(struct auth_shared *s, struct event_base *base, struct up_client
  * transfers are cancelled and nothing is cached from them; their waiters on
  * this loop are dropped without their callbacks (auth_free's rule), those
  * on other loops are answered as by a failed review (401 / AUTH_ERROR)
- * through their mailboxes. Then: before this loop's up_client_free and
+ * through their mailboxes. Before this loop's up_client_free and
  * event_base_free; this loop's mailbox may be freed before or after (calls
- * it still holds for this handle are safe to run after it is gone), but
- * every attached loop's mailbox must still take posts while any handle is
- * being detached. Accepts NULL.
+ * it still holds for this handle are safe to run after it is gone). A loop
+ * whose waits are all over is never posted to again, so freeing the
+ * stopped loops one after another, each as front (its waits cancelled),
+ * handle, up_client, mailbox, base, is safe; auth_shared_free after the
+ * last. Accepts NULL.
  */
 void auth_detach(struct auth *a);
 /* The counters of every handle of a's shared object, summed (those of
