@@ -50,7 +50,20 @@
  * (filters/authorization.go: an error without an allow). Logged, at most once
  * a second; a cached answer still serves.
  *
- * Loop thread only.
+ * Serving loops (issue 32): one struct auth_shared holds the caches, the
+ * reviews in flight and the per-source counts (max_reviews_per_source and
+ * the rejections a second are per process, not per loop); each loop has a
+ * handle on it (auth_attach) bound to its event_base, its upstream client
+ * and its mailbox, and calls the functions below with its own handle, on
+ * its own thread. The upstream sees no more reviews for more loops: a hit
+ * is answered on the caller's loop at once (a lookup under one of 32 key
+ * shards' locks, held for the lookup only); the first loop to miss sends
+ * the review through its own upstream client, and identical questions from
+ * every loop join it; when it ends, each waiter is called back on its own
+ * loop (through the waiter loop's mailbox when it is another). The caches'
+ * max_entries is split evenly over the shards (the oldest of a shard go
+ * first). auth_new is a shared object with its one handle (one loop, no
+ * mailbox needed).
  */
 #ifndef KWC_AUTH_H
 #define KWC_AUTH_H
@@ -98,17 +111,58 @@ struct auth_stats {
     uint64_t review_sources;               /* sources with a review counted now, per pool, summed */
 };
 
-struct auth;
-struct auth_wait; /* a pending question; cancel it if the caller goes away first */
+struct auth;        /* one loop's handle */
+struct auth_shared; /* what every loop's handle shares */
+struct auth_wait;   /* a pending question; cancel it if the caller goes away first */
+struct mailbox;
 
-/* o is copied. A ttl of 0 caches nothing of that kind; max_entries 0 means
- * 100000. Returns 0. */
+/* One loop, one handle: a shared object with its only handle, bound to
+ * base and up. o is copied. A ttl of 0 caches nothing of that kind;
+ * max_entries 0 means 100000. Returns 0. */
 int auth_new(struct event_base *base, struct up_client *up, const struct auth_options *o,
              struct auth **out);
-/* Pending waits are dropped without their callbacks; their transfers are
- * cancelled. Not from inside an auth callback. Accepts NULL. */
+/* auth_detach, and for auth_new's handle its shared object too. Accepts
+ * NULL. */
 void auth_free(struct auth *a);
+
+/* The caches, reviews and counts every loop's handle shares. o as
+ * auth_new's. New. Any thread. */
+int auth_shared_new(const struct auth_options *o, struct auth_shared **out);
+/* Every handle detached. Accepts NULL. */
+void auth_shared_free(struct auth_shared *s);
+/*
+ * A handle on s for one loop: its reviews go out through up and their
+ * timers run on base; waiters on other loops are answered through their
+ * loops' mailboxes, and this loop's through mb (NULL only when no other
+ * handle is ever attached to s). base, up and mb are borrowed and must
+ * outlive the handle. Any thread (it touches neither base nor up): on the
+ * main thread before the loop's thread starts, or on the loop's thread.
+ */
+int auth_attach(struct auth_shared *s, struct event_base *base, struct up_client *up,
+                struct mailbox *mb, struct auth **out);
+/*
+ * Frees a handle: on its loop's thread, or on any thread once that loop's
+ * thread has stopped; not from inside an auth callback. Every wait made
+ * through it must be over (answered or cancelled: free what holds them
+ * first). The reviews it sent and that are still in flight end: their
+ * transfers are cancelled and nothing is cached from them; their waiters on
+ * this loop are dropped without their callbacks (auth_free's rule), those
+ * on other loops are answered as by a failed review (401 / AUTH_ERROR)
+ * through their mailboxes. Before this loop's up_client_free and
+ * event_base_free; this loop's mailbox may be freed before or after (calls
+ * it still holds for this handle are safe to run after it is gone). A loop
+ * whose waits are all over is never posted to again, so freeing the
+ * stopped loops one after another, each as front (its waits cancelled),
+ * handle, up_client, mailbox, base, is safe; auth_shared_free after the
+ * last. Accepts NULL.
+ */
+void auth_detach(struct auth *a);
+/* The counters of every handle of a's shared object, summed (those of
+ * handles detached included), and the shared gauges: the process's totals,
+ * not a's loop's. Any thread (relaxed reads: each count is as of some
+ * moment during the call). Do not sum it over loops. */
 void auth_stats(const struct auth *a, struct auth_stats *out);
+void auth_shared_stats(struct auth_shared *s, struct auth_stats *out);
 
 /*
  * Who is this. cert: the verified client certificate (NULL: none);
@@ -121,7 +175,8 @@ void auth_stats(const struct auth *a, struct auth_stats *out);
  * anonymous, no credentials, a review that could not be started, a source
  * past its share) calls cb before returning and returns NULL; else a wait
  * the caller may cancel until cb runs. Identical tokens under review share
- * one TokenReview.
+ * one TokenReview, whichever loop asks. a: this loop's handle; cb runs on
+ * this loop's thread.
  */
 typedef void (*auth_user_cb)(void *arg, int status, struct auth_user *u);
 struct auth_wait *auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorization,
@@ -144,7 +199,9 @@ struct auth_wait *auth_authorize(struct auth *a, const struct auth_user *u,
  * its place in the pool's queue given up) and nothing is cached from it, so
  * the next request with the same token or question asks again. A review that
  * hangs upstream therefore lasts no longer than its callers wait. Accepts
- * NULL. Not for a wait whose callback has run.
+ * NULL. Not for a wait whose callback has run. On the loop thread that made
+ * w; safe while the answer is landing on another loop (w's callback then
+ * never runs either).
  */
 void auth_cancel(struct auth_wait *w);
 

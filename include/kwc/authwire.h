@@ -18,6 +18,7 @@
 #ifndef KWC_AUTHWIRE_H
 #define KWC_AUTHWIRE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -30,9 +31,11 @@ struct auth_extra {
     size_t nvalues;
 };
 
-/* An authenticated identity (immutable once made; shared by reference). */
+/* An authenticated identity (immutable once made; shared by reference,
+ * across threads too: a cached user is handed to every serving loop, so
+ * the count is atomic). */
 struct auth_user {
-    unsigned refs;
+    atomic_uint refs;
     char *name;
     char *uid; /* "" when none */
     char **groups;

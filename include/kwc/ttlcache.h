@@ -20,7 +20,10 @@
  *
  * Time is the caller's: the calls that read the clock take `now` (seconds,
  * any origin that does not go back). Pure: no clock, no loop, no I/O; one
- * thread. Unit-tested (tests/unit/ttlcache_test.c).
+ * thread at a time: a cache several threads use is behind the caller's
+ * lock for every call, and a value or fetch it returns is used under that
+ * lock only (auth.c's shards: authshare.h). Unit-tested
+ * (tests/unit/ttlcache_test.c).
  */
 #ifndef KWC_TTLCACHE_H
 #define KWC_TTLCACHE_H

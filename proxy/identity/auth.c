@@ -8,8 +8,10 @@
  * reviews and the 403 look like is authwire.c's (pure); this file sends
  * them through the upstream client and keeps the answers.
  *
- * Owns two answer caches (ttlcache.c: tokens, questions) and the reviews in
- * flight, each one a fetch of its cache. Both are keyed by a SHA-256 digest
+ * The answer caches (ttlcache.c: tokens, questions) and the reviews in
+ * flight, each one a fetch of its cache, are shared by every serving loop's
+ * handle (authshare.c: sharded by key, each shard under its own lock). Both
+ * are keyed by a SHA-256 digest
  * (of the token; of the question's bytes, standing for the
  * SubjectAccessReviewSpec JSON by which kube's webhook authorizer keys its
  * cache), so identical questions share one upstream request (coalescing),
@@ -21,20 +23,30 @@
  * on expiry its transfer is cancelled and it ends like a failed review
  * (401 / AUTH_ERROR) except that nothing is cached, as kube's webhook
  * authenticator and authorizer cache no error. A TokenReview started for
- * a request with a source address is counted in a->review_src[REVIEW_TOKEN]
- * under that source until it ends (answered, timed out, or cancelled with
- * its last waiter); a source at max_reviews_per_source gets 429 for a token
- * that needs a new review. SubjectAccessReviews are counted likewise in
- * a->review_src[REVIEW_SAR] when the caller passes a source (an
- * unauthenticated caller: authenticated ones are not shared out per
- * address), AUTH_BUSY past the share.
+ * a request with a source address is counted under that source (shared:
+ * authshare.c) until it ends (answered, timed out, or cancelled with its
+ * last waiter); a source at max_reviews_per_source gets 429 for a token
+ * that needs a new review. SubjectAccessReviews are counted likewise when
+ * the caller passes a source (an unauthenticated caller: authenticated ones
+ * are not shared out per address), AUTH_BUSY past the share.
+ *
+ * Across loops: a review belongs to the loop that sent it (its transfer,
+ * timer and events are that loop's); only its fetch, under its shard's
+ * lock, is seen by the others. A waiter belongs to the loop that made it
+ * and is called back there: its answer is posted to that loop's mailbox
+ * while the shard is still locked, so a cancel that finds the wait out of
+ * its fetch knows the answer is queued and only marks it (the queued call
+ * frees it). A cancel that leaves another loop's review without waiters
+ * marks it dropped and posts its end to the owner (on_abort); the owner's
+ * answer, if it lands first, sees the mark and leaves it to on_abort.
  *
  * Invariants: a token lives only in the caller's header and in one review's
  * request body, which is wiped when the review ends; no log line holds it.
  * Upstream response bodies are bounded (AUTH_MAX_BODY) before they are
  * stored. Nothing is freed inside the upstream client's callbacks except by
  * its own rules (on_done ends the xfer; an oversized body is cancelled and
- * answered from a deferred event).
+ * answered from a deferred event). No lock is held across a caller's
+ * callback or the upstream client.
  */
 #include "kwc/auth.h"
 
@@ -43,15 +55,15 @@
 #include <event2/event.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "authshare.h"
 #include "kwc/base.h"
 #include "kwc/log.h"
+#include "kwc/mailbox.h"
 #include "kwc/ttlcache.h"
 #include "kwc/upstream.h"
 
@@ -59,197 +71,24 @@
 #define REVIEW_MAGIC 0x72657677u /* "revw" */
 #define WAIT_MAGIC 0x77616974u   /* "wait" */
 #define AUTH_MAX_BODY ((size_t)1 << 20)
-#define DEFAULT_MAX_ENTRIES 100000
-#define KEY_LEN 32 /* SHA-256 */
+#define KEY_LEN AUTH_KEY_LEN
 
 #define TOKENREVIEW_PATH "/apis/authentication.k8s.io/v1/tokenreviews"
 #define SAR_PATH "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 /* ---- small helpers ---- */
 
-static double
-mono_now(void)
+static void
+lock(struct key_shard *sh)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    if (pthread_mutex_lock(&sh->mu) != 0)
+        abort(); /* only a broken mutex */
 }
 
 static void
-sha256(const void *p, size_t n, unsigned char out[KEY_LEN])
+unlock(struct key_shard *sh)
 {
-    unsigned int len = KEY_LEN;
-    if (EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) != 1)
-        abort(); /* only when OpenSSL cannot run SHA-256 at all */
-}
-
-/* The cache key of a question (see auth_question_bytes). */
-static void
-question_key(const struct auth_user *u, const struct auth_attrs *at, unsigned char key[KEY_LEN])
-{
-    size_t n;
-    char *b = auth_question_bytes(u, at, &n);
-    sha256(b, n, key);
-    free(b);
-}
-
-/* ---- the caches' values ---- */
-
-struct tok_ent {
-    int status; /* 0 (u) or 401 */
-    struct auth_user *u;
-};
-
-struct sar_ent {
-    enum auth_decision d;
-    char *reason;
-};
-
-static void
-free_tok_ent(void *p)
-{
-    struct tok_ent *t = p;
-    auth_user_unref(t->u);
-    free(t);
-}
-
-static void
-free_sar_ent(void *p)
-{
-    struct sar_ent *s = p;
-    free(s->reason);
-    free(s);
-}
-
-/* ---- reviews in flight ---- */
-
-enum review_kind { REVIEW_TOKEN, REVIEW_SAR };
-
-struct auth_wait {
-    uint32_t magic;
-    struct ttlc_wait tw; /* in its review's fetch */
-    auth_user_cb ucb;
-    auth_decision_cb dcb;
-    void *arg;
-};
-
-static struct auth_wait *
-wait_of(struct ttlc_wait *tw)
-{
-    return (struct auth_wait *)(void *)((char *)tw - offsetof(struct auth_wait, tw));
-}
-
-struct review {
-    uint32_t magic;
-    struct auth *a;
-    enum review_kind kind;
-    bool cacheable;
-    struct ttlc_fetch *f; /* its fetch in a->tokens or a->sars (ctx: this review) */
-    struct up_xfer *x;
-    char *req; /* the request body (holds the token of a TokenReview) */
-    size_t req_len, req_off;
-    int status;
-    char *resp;
-    size_t resp_len, resp_cap;
-    struct event *oversize_ev; /* answers an oversized response outside curl */
-    struct event *timer;       /* review_timeout_ms from the start */
-    bool timed_out;            /* ended by the timer: nothing is cached */
-    bool src_counted;          /* counted in a->review_src under src */
-    struct src_key src;
-};
-
-struct auth {
-    uint32_t magic;
-    struct event_base *base;
-    struct up_client *up;
-    struct auth_options o;
-    struct ttlc *tokens, *sars;   /* answers, and the reviews in flight */
-    struct srcmap *review_src[2]; /* reviews in flight per source, by review_kind */
-    struct auth_stats st;
-    double last_share_log; /* log_share's rate: a line a second at most */
-    unsigned long share_suppressed;
-    /* TokenReviews answered "not authenticated" in the last FAIL_WINDOW_S,
-     * per source that started them (fail_src), and in order of their end
-     * (fq: a ring) so they leave the count as the window passes */
-    struct srcmap *fail_src;
-    struct fail_rec *fq;
-    size_t fq_head, fq_len, fq_cap;
-    struct event *fail_ev; /* the oldest's expiry (the count is also trimmed when read) */
-};
-
-/*
- * The failed-review budget: a source whose TokenReviews came back "not
- * authenticated" 2 x max_reviews_per_source times in the last FAIL_WINDOW_S
- * gets 429 for a token that needs a new review (as past its share), until
- * the window passes. A flood of bogus tokens from one address then costs
- * kwc, and the upstream it asks, at most that many reviews a second; a
- * caller with a valid token (cached, or failing rarely) never meets it.
- * Counted against the source that started the review; upstream errors and
- * timeouts are not the caller's failures and do not count.
- */
-#define FAIL_WINDOW_S 1.0
-
-struct fail_rec {
-    struct src_key src;
-    double at;
-};
-/* The TTLs' clock: the caller's, else the monotonic one. */
-static double
-now_of(const struct auth *a)
-{
-    return a->o.clock ? a->o.clock(a->o.clock_arg) : mono_now();
-}
-
-static unsigned
-fail_limit(const struct auth *a)
-{
-    return 2 * a->o.max_reviews_per_source;
-}
-
-/* Failures older than the window leave the count; the timer is set for the
- * oldest one left. */
-static void
-fail_expire(struct auth *a)
-{
-    double now = now_of(a);
-    while (a->fq_len && a->fq[a->fq_head].at + FAIL_WINDOW_S <= now) {
-        srcmap_release(a->fail_src, &a->fq[a->fq_head].src);
-        a->fq_head = (a->fq_head + 1) % a->fq_cap;
-        a->fq_len--;
-    }
-    event_del(a->fail_ev);
-    if (a->fq_len) {
-        double left = a->fq[a->fq_head].at + FAIL_WINDOW_S - now;
-        struct timeval tv = {(time_t)left, (suseconds_t)((left - (time_t)left) * 1e6) + 1000};
-        evtimer_add(a->fail_ev, &tv);
-    }
-}
-
-static void
-on_fail_expire(evutil_socket_t fd, short what, void *arg)
-{
-    fail_expire(arg);
-}
-
-/* A review src started was answered "not authenticated". */
-static void
-fail_add(struct auth *a, const struct src_key *src)
-{
-    if (a->fq_len == a->fq_cap) {
-        size_t cap = a->fq_cap ? 2 * a->fq_cap : 64;
-        struct fail_rec *q = xcalloc(cap, sizeof(*q));
-        for (size_t i = 0; i < a->fq_len; i++)
-            q[i] = a->fq[(a->fq_head + i) % a->fq_cap];
-        free(a->fq);
-        a->fq = q;
-        a->fq_cap = cap;
-        a->fq_head = 0;
-    }
-    a->fq[(a->fq_head + a->fq_len) % a->fq_cap] = (struct fail_rec){*src, now_of(a)};
-    a->fq_len++;
-    srcmap_take(a->fail_src, src, 0);
-    if (a->fq_len == 1)
-        fail_expire(a); /* arms the timer */
+    pthread_mutex_unlock(&sh->mu);
 }
 
 /* An upstream review's failure (never with a token): while the upstream is
@@ -269,53 +108,321 @@ log_failure(const char *what, const char *cause, const char *why, const struct s
                what, why);
 }
 
-/* A source past its share: logged at most once a second, with the count of
- * those left out (a flood is refused many times a second). */
-static void
-log_share(struct auth *a, enum review_kind kind, const struct src_key *src, bool failed)
+/* ---- answers: the caches' values, and what waiters are told ---- */
+
+/* Immutable once made; shared by reference between the cache and the
+ * loops being told (any thread drops one). */
+struct answer {
+    atomic_uint refs;
+    int status;           /* a TokenReview's: 0 (u) or 401 */
+    struct auth_user *u;  /* a reference, or NULL */
+    enum auth_decision d; /* a SubjectAccessReview's */
+    char reason[];        /* "" if none */
+};
+
+static struct answer *
+answer_new(int status, struct auth_user *u, enum auth_decision d, const char *reason)
 {
-    double now = now_of(a);
-    if (a->last_share_log && now - a->last_share_log < 1.0) {
-        a->share_suppressed++;
-        return;
-    }
-    char s[SRC_KEY_TEXT];
-    src_key_text(src, s, sizeof(s));
-    if (failed)
-        log_warnx("auth: %s had %u TokenReviews rejected in the last second (2 x "
-                  "--max-reviews-per-source): answering 429 to its requests that need another "
-                  "(%lu more since the last such line)",
-                  s, fail_limit(a), a->share_suppressed);
-    else
-        log_warnx("auth: %s holds %u %s (--max-reviews-per-source): answering 429 to its "
-                  "requests that need another (%lu more since the last such line)",
-                  s, a->o.max_reviews_per_source,
-                  kind == REVIEW_TOKEN ? "TokenReviews"
-                                       : "SubjectAccessReviews of callers not "
-                                         "authenticated",
-                  a->share_suppressed);
-    a->last_share_log = now;
-    a->share_suppressed = 0;
+    size_t n = reason ? strlen(reason) : 0;
+    struct answer *x = xcalloc(1, sizeof(*x) + n + 1);
+    atomic_init(&x->refs, 1);
+    x->status = status;
+    x->u = u;
+    if (u)
+        auth_user_ref(u);
+    x->d = d;
+    if (n)
+        memcpy(x->reason, reason, n);
+    return x;
+}
+
+static struct answer *
+answer_ref(struct answer *x)
+{
+    atomic_fetch_add_explicit(&x->refs, 1, memory_order_relaxed);
+    return x;
 }
 
 static void
-review_free(struct review *r)
+answer_unref(void *p)
+{
+    struct answer *x = p;
+    if (!x || atomic_fetch_sub_explicit(&x->refs, 1, memory_order_release) > 1)
+        return;
+    atomic_thread_fence(memory_order_acquire);
+    auth_user_unref(x->u);
+    free(x);
+}
+
+/* ---- handles, waits, reviews ---- */
+
+struct review;
+
+struct auth {
+    uint32_t magic;
+    struct auth_shared *s;
+    bool owns_shared; /* auth_new's */
+    struct event_base *base;
+    struct up_client *up;
+    struct mailbox *mb;
+    struct auth_counters st; /* this loop's counts */
+    EVP_MD *md;              /* SHA-256, fetched once */
+    EVP_MD_CTX *mdc;
+    LIST_HEAD(, review) reviews; /* sent from this loop, not freed yet */
+    size_t waits;                /* made here, not answered nor cancelled */
+};
+
+/* Every request's key: with the digest fetched once and a context of the
+ * loop's own, not EVP_Digest(EVP_sha256()), whose implicit fetch costs a
+ * third of a cache hit and reads OpenSSL's method store under a lock every
+ * thread shares. */
+static void
+sha256(struct auth *a, const void *p, size_t n, unsigned char out[KEY_LEN])
+{
+    unsigned int len = KEY_LEN;
+    if (EVP_DigestInit_ex(a->mdc, a->md, NULL) != 1 || EVP_DigestUpdate(a->mdc, p, n) != 1 ||
+        EVP_DigestFinal_ex(a->mdc, out, &len) != 1)
+        abort(); /* only when OpenSSL cannot run SHA-256 at all */
+}
+
+/* The cache key of a question (see auth_question_bytes). */
+static void
+question_key(struct auth *a, const struct auth_user *u, const struct auth_attrs *at,
+             unsigned char key[KEY_LEN])
+{
+    size_t n;
+    char *b = auth_question_bytes(u, at, &n);
+    sha256(a, b, n, key);
+    free(b);
+}
+
+struct auth_wait {
+    uint32_t magic;
+    struct ttlc_wait tw; /* in its review's fetch, under sh's lock */
+    struct key_shard *sh;
+    struct auth *a; /* the loop it was made on, and is answered on */
+    auth_user_cb ucb;
+    auth_decision_cb dcb;
+    void *arg;
+    bool cancelled;         /* out of its fetch with its answer queued: drop it */
+    struct auth_wait *next; /* in the list it is being answered from */
+};
+
+static struct auth_wait *
+wait_of(struct ttlc_wait *tw)
+{
+    return (struct auth_wait *)(void *)((char *)tw - offsetof(struct auth_wait, tw));
+}
+
+/* Answers queued for one loop's waiters of a fetch. */
+struct delivery {
+    struct auth *to;
+    struct answer *ans; /* a reference */
+    struct auth_wait *head, **tail;
+    struct delivery *next;
+};
+
+struct review {
+    uint32_t magic;
+    struct auth *a; /* the loop that sent it; NULL once its handle is gone */
+    struct auth_shared *s;
+    struct key_shard *sh;
+    enum review_kind kind;
+    bool cacheable;
+    /* under sh's lock: */
+    struct ttlc_fetch *f;    /* its fetch (ctx: this review); NULL once ended or dropped */
+    bool dropped;            /* its last waiter left from another loop: on_abort is posted */
+    LIST_ENTRY(review) link; /* in a->reviews */
+    struct up_xfer *x;
+    char *req; /* the request body (holds the token of a TokenReview) */
+    size_t req_len, req_off;
+    int status;
+    char *resp;
+    size_t resp_len, resp_cap;
+    struct event *oversize_ev; /* answers an oversized response outside curl */
+    struct event *timer;       /* review_timeout_ms from the start */
+    bool timed_out;            /* ended by the timer: nothing is cached */
+    bool src_counted;          /* counted under src (shared) */
+    struct src_key src;
+};
+
+/* Another loop's call: to's mailbox (a handle that shares its caches
+ * needs one). */
+static void
+post(struct auth *to, mailbox_fn fn, void *arg)
+{
+    if (!to->mb) {
+        log_warnx("auth: a loop's handle has no mailbox but shares its caches with another "
+                  "(auth_attach)");
+        abort();
+    }
+    mailbox_post(to->mb, fn, arg);
+}
+
+/* Call w back with ans (unless it was cancelled) and free it. On w's loop. */
+static void
+answer_wait(struct auth_wait *w, const struct answer *ans)
+{
+    assert(w->magic == WAIT_MAGIC);
+    struct auth_wait c = *w;
+    w->magic = 0;
+    free(w);
+    if (c.cancelled)
+        return; /* its handle may be gone: touch nothing of it */
+    c.a->waits--;
+    if (c.ucb) {
+        if (ans->u)
+            AUTH_COUNT(&c.a->st, authn_token);
+        else
+            AUTH_COUNT(&c.a->st, authn_denied);
+        c.ucb(c.arg, ans->status, ans->u);
+    } else {
+        if (ans->d == AUTH_ALLOW)
+            AUTH_COUNT(&c.a->st, authz_allowed);
+        else if (ans->d == AUTH_DENY)
+            AUTH_COUNT(&c.a->st, authz_denied);
+        else
+            AUTH_COUNT(&c.a->st, authz_errors);
+        c.dcb(c.arg, ans->d, ans->reason);
+    }
+}
+
+/* In turn: a callback may cancel a wait further down (marked, then
+ * skipped). */
+static void
+answer_list(struct auth_wait *w, const struct answer *ans)
+{
+    while (w) {
+        struct auth_wait *next = w->next;
+        answer_wait(w, ans);
+        w = next;
+    }
+}
+
+static void
+on_delivery(void *arg)
+{
+    struct delivery *d = arg;
+    answer_list(d->head, d->ans);
+    answer_unref(d->ans);
+    free(d);
+}
+
+/* Drop waits without their callbacks (auth_free's rule). */
+static void
+drop_list(struct auth_wait *w)
+{
+    while (w) {
+        struct auth_wait *next = w->next;
+        if (!w->cancelled)
+            w->a->waits--;
+        w->magic = 0;
+        free(w);
+        w = next;
+    }
+}
+
+/*
+ * f's answer is in; sh locked. f leaves the flight table, val (taken;
+ * NULL: none) is cached for ttl, and its waiters leave f: those of other
+ * loops are posted ans now, before the lock is let go (a cancel after
+ * this finds them out of f, their answer queued); self's are returned,
+ * in order, to be answered once sh is unlocked.
+ */
+static struct auth_wait *
+end_fetch(struct ttlc_fetch *f, struct answer *ans, struct answer *val, double ttl, double now,
+          struct auth *self)
+{
+    ttlc_fetch_end(f, val, ttl, now);
+    struct auth_wait *own = NULL, **tail = &own;
+    struct delivery *ds = NULL;
+    struct ttlc_wait *tw;
+    while ((tw = ttlc_fetch_pop(f))) {
+        struct auth_wait *w = wait_of(tw);
+        assert(w->magic == WAIT_MAGIC);
+        w->next = NULL;
+        if (w->a == self) {
+            *tail = w;
+            tail = &w->next;
+            continue;
+        }
+        struct delivery *d = ds;
+        while (d && d->to != w->a)
+            d = d->next;
+        if (!d) {
+            d = xcalloc(1, sizeof(*d));
+            d->to = w->a;
+            d->ans = answer_ref(ans);
+            d->tail = &d->head;
+            d->next = ds;
+            ds = d;
+        }
+        *d->tail = w;
+        d->tail = &w->next;
+    }
+    ttlc_fetch_free(f);
+    while (ds) {
+        struct delivery *next = ds->next;
+        post(ds->to, on_delivery, ds);
+        ds = next;
+    }
+    return own;
+}
+
+/* What waiters are told of a review that gave no answer. */
+static struct answer *
+failure_answer(enum review_kind kind, const char *why)
+{
+    if (kind == REVIEW_TOKEN)
+        return answer_new(401, NULL, AUTH_ERROR, "");
+    char *reason = xasprintf("SubjectAccessReview failed: %s", why);
+    struct answer *x = answer_new(0, NULL, AUTH_ERROR, reason);
+    free(reason);
+    return x;
+}
+
+/* The review's transfer, events and source count let go (on its loop). */
+static void
+review_release(struct review *r)
 {
     if (r->x)
         up_xfer_cancel(r->x);
+    r->x = NULL;
     if (r->timer)
         event_free(r->timer);
+    r->timer = NULL;
+    if (r->oversize_ev)
+        event_free(r->oversize_ev);
+    r->oversize_ev = NULL;
     if (r->src_counted)
-        srcmap_release(r->a->review_src[r->kind], &r->src);
+        share_src_release(r->s, r->kind, &r->src);
+    r->src_counted = false;
+}
+
+/* Out of its fetch (ended or dropped). On its loop. */
+static void
+review_free(struct review *r)
+{
+    review_release(r);
     if (r->req) {
         OPENSSL_cleanse(r->req, r->req_len);
         free(r->req);
     }
     free(r->resp);
-    if (r->oversize_ev)
-        event_free(r->oversize_ev);
+    if (r->a)
+        LIST_REMOVE(r, link);
     r->magic = 0;
     free(r);
+}
+
+/* Its last waiter left from another loop (auth_cancel). On its loop, or
+ * when its mailbox is freed after its handle. */
+static void
+on_abort(void *arg)
+{
+    struct review *r = arg;
+    assert(r->magic == REVIEW_MAGIC);
+    review_free(r);
 }
 
 static int
@@ -394,9 +501,9 @@ on_review_timeout(evutil_socket_t fd, short what, void *arg)
     up_xfer_cancel(r->x);
     r->x = NULL;
     r->timed_out = true;
-    r->a->st.reviews_timed_out++;
+    AUTH_COUNT(&r->a->st, reviews_timed_out);
     char msg[128];
-    unsigned ms = r->a->o.review_timeout_ms;
+    unsigned ms = r->s->o.review_timeout_ms;
     if (ms % 1000 == 0)
         snprintf(msg, sizeof(msg), "no answer within %u s (--review-timeout)", ms / 1000);
     else
@@ -409,92 +516,96 @@ static const struct up_xfer_cbs review_cbs = {.on_headers = on_review_headers,
                                               .on_body = on_review_body,
                                               .on_done = on_review_done};
 
-static struct ttlc *
-cache_of(struct auth *a, enum review_kind kind)
-{
-    return kind == REVIEW_TOKEN ? a->tokens : a->sars;
-}
-
-/* Start the review of body (taken) under key: a fetch of its kind's cache.
- * src: the source it counts against (already taken in a->review_src; the
- * review releases it), or NULL. NULL if it could not start (logged; body
- * wiped and freed, src released). */
+/* A new review of kind under key, sh locked, none in flight: its fetch,
+ * with the caller's wait joined (*w). src: already counted (the review
+ * releases it), or NULL. Sent by review_send once sh is unlocked. */
 static struct review *
-review_start(struct auth *a, enum review_kind kind, const unsigned char key[KEY_LEN], char *body,
-             size_t len, bool cacheable, const struct src_key *src)
+review_new(struct auth *a, struct key_shard *sh, enum review_kind kind,
+           const unsigned char key[KEY_LEN], bool cacheable, const struct src_key *src)
 {
     struct review *r = xcalloc(1, sizeof(*r));
     r->magic = REVIEW_MAGIC;
     r->a = a;
+    r->s = a->s;
+    r->sh = sh;
     r->kind = kind;
     r->cacheable = cacheable;
-    r->req = body;
-    r->req_len = len;
     if (src) {
         r->src = *src;
         r->src_counted = true;
     }
-    static const struct up_header hdrs[] = {{"Content-Type", "application/json"},
-                                            {"Accept", "application/json"}};
-    struct up_request req = {.method = "POST",
-                             .target = kind == REVIEW_TOKEN ? TOKENREVIEW_PATH : SAR_PATH,
-                             .headers = hdrs,
-                             .nheaders = KWC_ARRAY_LEN(hdrs),
-                             .has_body = true,
-                             .body_len = (int64_t)len,
-                             .pool = kind == REVIEW_TOKEN ? UP_POOL_TOKENREVIEW : UP_POOL_SAR};
-    int rc = up_xfer_start(a->up, &req, &review_cbs, r, &r->x);
-    if (rc != 0) {
-        r->x = NULL;
-        log_failure(kind == REVIEW_TOKEN ? "TokenReview" : "SubjectAccessReview", kwc_strerror(rc),
-                    kwc_strerror(rc), src);
-        review_free(r);
-        return NULL;
-    }
-    r->f = ttlc_fetch_begin(cache_of(a, kind), key, KEY_LEN, r);
-    if (a->o.review_timeout_ms) {
-        r->timer = evtimer_new(a->base, on_review_timeout, r);
-        struct timeval tv = {a->o.review_timeout_ms / 1000, (a->o.review_timeout_ms % 1000) * 1000};
-        evtimer_add(r->timer, &tv);
-    }
+    r->f = ttlc_fetch_begin(sh->c[kind], key, KEY_LEN, r);
+    LIST_INSERT_HEAD(&a->reviews, r, link);
     return r;
 }
 
 static struct auth_wait *
-wait_add(struct ttlc_fetch *f, auth_user_cb ucb, auth_decision_cb dcb, void *arg)
+wait_add(struct auth *a, struct key_shard *sh, struct ttlc_fetch *f, auth_user_cb ucb,
+         auth_decision_cb dcb, void *arg)
 {
     struct auth_wait *w = xcalloc(1, sizeof(*w));
     w->magic = WAIT_MAGIC;
+    w->sh = sh;
+    w->a = a;
     w->ucb = ucb;
     w->dcb = dcb;
     w->arg = arg;
     ttlc_join(f, &w->tw);
+    a->waits++;
     return w;
 }
 
-/* Pop the next waiter of an ended fetch (freed), or false when none is
- * left. */
-static bool
-wait_pop(struct ttlc_fetch *f, struct auth_wait *out)
+/* Send r's request (body taken). 0; or the upstream client's error
+ * (logged): r has ended, nothing cached, waiters other loops joined
+ * meanwhile told it failed, the caller's own wait dropped (it answers at
+ * once). */
+static int
+review_send(struct review *r, char *body, size_t len)
 {
-    struct ttlc_wait *tw = ttlc_fetch_pop(f);
-    if (!tw)
-        return false;
-    struct auth_wait *w = wait_of(tw);
-    assert(w->magic == WAIT_MAGIC);
-    *out = *w;
-    w->magic = 0;
-    free(w);
-    return true;
+    struct auth *a = r->a;
+    r->req = body;
+    r->req_len = len;
+    static const struct up_header hdrs[] = {{"Content-Type", "application/json"},
+                                            {"Accept", "application/json"}};
+    struct up_request req = {.method = "POST",
+                             .target = r->kind == REVIEW_TOKEN ? TOKENREVIEW_PATH : SAR_PATH,
+                             .headers = hdrs,
+                             .nheaders = KWC_ARRAY_LEN(hdrs),
+                             .has_body = true,
+                             .body_len = (int64_t)len,
+                             .pool = r->kind == REVIEW_TOKEN ? UP_POOL_TOKENREVIEW : UP_POOL_SAR};
+    int rc = up_xfer_start(a->up, &req, &review_cbs, r, &r->x);
+    if (rc != 0) {
+        r->x = NULL;
+        log_failure(r->kind == REVIEW_TOKEN ? "TokenReview" : "SubjectAccessReview",
+                    kwc_strerror(rc), kwc_strerror(rc), r->src_counted ? &r->src : NULL);
+        struct answer *ans = failure_answer(r->kind, "the request could not be started");
+        lock(r->sh);
+        struct auth_wait *own = end_fetch(r->f, ans, NULL, 0, 0, a);
+        r->f = NULL;
+        unlock(r->sh);
+        drop_list(own);
+        answer_unref(ans);
+        review_free(r);
+        return rc;
+    }
+    unsigned ms = r->s->o.review_timeout_ms;
+    if (ms) {
+        r->timer = evtimer_new(a->base, on_review_timeout, r);
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        evtimer_add(r->timer, &tv);
+    }
+    return 0;
 }
 
 /* The review ended (err 0: r->status and r->resp hold the answer). Cache
- * it, call every waiter back, free r. */
+ * it, call every waiter back (on their loops), free r. */
 static void
 review_done(struct review *r, int err, const char *msg)
 {
     assert(r->magic == REVIEW_MAGIC);
     struct auth *a = r->a;
+    struct auth_shared *s = r->s;
     /* The token leaves memory as soon as its review is over. */
     OPENSSL_cleanse(r->req, r->req_len);
     char why[256] = "";
@@ -509,7 +620,9 @@ review_done(struct review *r, int err, const char *msg)
              : why[0] ? why
                       : "an answer kwc cannot read");
     const struct src_key *src = r->src_counted ? &r->src : NULL;
-    struct auth_wait w;
+    struct answer *ans, *val = NULL;
+    double ttl = 0;
+    bool rejected = false;
     if (r->kind == REVIEW_TOKEN) {
         struct auth_user *u = NULL;
         if (!why[0] &&
@@ -517,33 +630,14 @@ review_done(struct review *r, int err, const char *msg)
                 0 &&
             !why[0])
             snprintf(why, sizeof(why), "unparsable TokenReview");
-        if (why[0]) {
-            a->st.token_review_errors++;
-            log_failure("TokenReview", cause, why, src);
-        }
-        int status = u ? 0 : 401;
-        if (!u && !why[0] && !r->timed_out && r->src_counted && fail_limit(a))
-            fail_add(a, &r->src); /* the upstream said no: the source's failure */
-        /* Out of flight and cached before any waiter runs (a waiter that
-         * cancels another only unlinks it). */
-        struct tok_ent *e = xcalloc(1, sizeof(*e));
-        e->status = status;
-        e->u = u;
-        if (u)
-            auth_user_ref(u);
-        if (r->timed_out) {
-            free_tok_ent(e); /* a review that timed out says nothing of the token */
-            e = NULL;
-        }
-        ttlc_fetch_end(r->f, e, status == 0 ? a->o.token_ttl_s : a->o.token_fail_ttl_s, now_of(a));
-        while (wait_pop(r->f, &w)) {
-            if (u)
-                a->st.authn_token++;
-            else
-                a->st.authn_denied++;
-            w.ucb(w.arg, status, u);
-        }
+        ans = answer_new(u ? 0 : 401, u, AUTH_ERROR, "");
         auth_user_unref(u);
+        /* the upstream said no: the source's failure */
+        rejected = !u && !why[0] && !r->timed_out && src && share_fail_limit(s);
+        if (!r->timed_out) { /* a review that timed out says nothing of the token */
+            val = answer_ref(ans);
+            ttl = u ? s->o.token_ttl_s : s->o.token_fail_ttl_s;
+        }
     } else {
         enum auth_decision d = AUTH_ERROR;
         char *reason = NULL;
@@ -553,57 +647,126 @@ review_done(struct review *r, int err, const char *msg)
             if (!why[0])
                 snprintf(why, sizeof(why), "unparsable SubjectAccessReview");
         }
-        struct sar_ent *e = NULL;
-        double ttl = 0;
         if (d == AUTH_ERROR) {
-            log_failure("SubjectAccessReview", cause, why, src);
-            free(reason);
-            reason = xasprintf("SubjectAccessReview failed: %s", why);
-        } else if (r->cacheable) {
-            e = xcalloc(1, sizeof(*e));
-            e->d = d;
-            e->reason = xstrdup(reason);
-            ttl = d == AUTH_ALLOW ? a->o.allow_ttl_s : a->o.deny_ttl_s;
-        }
-        ttlc_fetch_end(r->f, e, ttl, now_of(a)); /* errors are not cached */
-        while (wait_pop(r->f, &w)) {
-            if (d == AUTH_ALLOW)
-                a->st.authz_allowed++;
-            else if (d == AUTH_DENY)
-                a->st.authz_denied++;
-            else
-                a->st.authz_errors++;
-            w.dcb(w.arg, d, reason);
+            ans = failure_answer(REVIEW_SAR, why); /* errors are not cached */
+        } else {
+            ans = answer_new(0, NULL, d, reason);
+            if (r->cacheable) {
+                val = answer_ref(ans);
+                ttl = d == AUTH_ALLOW ? s->o.allow_ttl_s : s->o.deny_ttl_s;
+            }
         }
         free(reason);
     }
-    ttlc_fetch_free(r->f);
+    /* Out of flight and cached before any waiter runs (a waiter that
+     * cancels another only marks it). */
+    double now = share_now(s);
+    lock(r->sh);
+    if (r->dropped) {
+        /* no one waits any more: on_abort, queued, frees it */
+        unlock(r->sh);
+        review_release(r);
+        answer_unref(val);
+        answer_unref(ans);
+        return;
+    }
+    struct auth_wait *own = end_fetch(r->f, ans, val, ttl, now, a);
+    r->f = NULL;
+    unlock(r->sh);
+    if (why[0]) {
+        if (r->kind == REVIEW_TOKEN)
+            AUTH_COUNT(&a->st, token_review_errors);
+        log_failure(r->kind == REVIEW_TOKEN ? "TokenReview" : "SubjectAccessReview", cause, why,
+                    src);
+    }
+    if (rejected)
+        share_fail_add(s, src);
+    answer_list(own, ans);
+    answer_unref(ans);
     review_free(r);
 }
 
 /* ---- public API ---- */
 
 int
-auth_new(struct event_base *base, struct up_client *up, const struct auth_options *o,
-         struct auth **out)
+auth_shared_new(const struct auth_options *o, struct auth_shared **out)
+{
+    *out = share_new(o, answer_unref);
+    return 0;
+}
+
+void
+auth_shared_free(struct auth_shared *s)
+{
+    share_free(s);
+}
+
+int
+auth_attach(struct auth_shared *s, struct event_base *base, struct up_client *up,
+            struct mailbox *mb, struct auth **out)
 {
     struct auth *a = xcalloc(1, sizeof(*a));
     a->magic = AUTH_MAGIC;
+    a->s = s;
     a->base = base;
     a->up = up;
-    a->o = *o;
-    if (a->o.max_entries == 0)
-        a->o.max_entries = DEFAULT_MAX_ENTRIES;
-    a->tokens = ttlc_new(a->o.max_entries, free_tok_ent);
-    a->sars = ttlc_new(a->o.max_entries, free_sar_ent);
-    uint64_t seed = 0;
-    if (RAND_bytes((unsigned char *)&seed, sizeof(seed)) != 1)
-        seed = (uint64_t)(uintptr_t)a; /* only the hash's spread */
-    a->review_src[REVIEW_TOKEN] = srcmap_new(seed);
-    a->review_src[REVIEW_SAR] = srcmap_new(seed ^ 0x5bd1e995u);
-    a->fail_src = srcmap_new(seed ^ 0x9e3779b97f4a7c15ull);
-    a->fail_ev = evtimer_new(base, on_fail_expire, a);
+    a->mb = mb;
+    a->md = EVP_MD_fetch(NULL, "SHA2-256", NULL);
+    a->mdc = EVP_MD_CTX_new();
+    if (!a->md || !a->mdc)
+        abort(); /* only when OpenSSL cannot run SHA-256 at all */
+    LIST_INIT(&a->reviews);
+    share_register(s, &a->st);
     *out = a;
+    return 0;
+}
+
+void
+auth_detach(struct auth *a)
+{
+    if (!a)
+        return;
+    assert(a->magic == AUTH_MAGIC);
+    struct review *r;
+    while ((r = LIST_FIRST(&a->reviews))) {
+        lock(r->sh);
+        if (r->dropped) {
+            unlock(r->sh);
+            /* on_abort is queued in this loop's mailbox: it frees the rest */
+            review_release(r);
+            LIST_REMOVE(r, link);
+            r->a = NULL;
+            continue;
+        }
+        struct answer *ans = failure_answer(r->kind, "the loop that asked it stopped");
+        struct auth_wait *own = end_fetch(r->f, ans, NULL, 0, 0, a); /* nothing cached */
+        r->f = NULL;
+        unlock(r->sh);
+        drop_list(own);
+        answer_unref(ans);
+        review_free(r);
+    }
+    if (a->waits) {
+        log_warnx("auth: a loop's handle freed with %zu authentication or authorization waits "
+                  "not over (free what holds them first)",
+                  a->waits);
+        abort();
+    }
+    share_unregister(a->s, &a->st);
+    EVP_MD_CTX_free(a->mdc);
+    EVP_MD_free(a->md);
+    a->magic = 0;
+    free(a);
+}
+
+int
+auth_new(struct event_base *base, struct up_client *up, const struct auth_options *o,
+         struct auth **out)
+{
+    struct auth_shared *s;
+    auth_shared_new(o, &s);
+    auth_attach(s, base, up, NULL, out);
+    (*out)->owns_shared = true;
     return 0;
 }
 
@@ -612,38 +775,34 @@ auth_free(struct auth *a)
 {
     if (!a)
         return;
-    assert(a->magic == AUTH_MAGIC);
-    for (int k = REVIEW_TOKEN; k <= REVIEW_SAR; k++) {
-        struct ttlc *c = cache_of(a, (enum review_kind)k);
-        struct ttlc_fetch *f;
-        while ((f = ttlc_fetch_any(c))) {
-            struct review *r = ttlc_fetch_ctx(f);
-            struct auth_wait w;
-            ttlc_fetch_end(f, NULL, 0, 0); /* no answer: nothing cached */
-            while (wait_pop(f, &w))
-                ;
-            ttlc_fetch_free(f);
-            review_free(r);
-        }
-    }
-    ttlc_free(a->tokens);
-    ttlc_free(a->sars);
-    srcmap_free(a->review_src[REVIEW_TOKEN]);
-    srcmap_free(a->review_src[REVIEW_SAR]);
-    srcmap_free(a->fail_src);
-    free(a->fq);
-    event_free(a->fail_ev);
-    a->magic = 0;
-    free(a);
+    struct auth_shared *s = a->owns_shared ? a->s : NULL;
+    auth_detach(a);
+    auth_shared_free(s);
 }
 
 void
 auth_stats(const struct auth *a, struct auth_stats *out)
 {
-    *out = a->st;
-    out->review_sources =
-        srcmap_sources(a->review_src[REVIEW_TOKEN]) + srcmap_sources(a->review_src[REVIEW_SAR]);
-    out->failing_sources = srcmap_sources(a->fail_src);
+    share_stats(a->s, out);
+}
+
+void
+auth_shared_stats(struct auth_shared *s, struct auth_stats *out)
+{
+    share_stats(s, out);
+}
+
+/* A source refused a new review: counted, logged (rate-limited). */
+static void
+refused(struct auth *a, enum review_kind kind, const struct src_key *src, bool failed)
+{
+    if (kind == REVIEW_SAR)
+        AUTH_COUNT(&a->st, sar_refused);
+    else if (failed)
+        AUTH_COUNT(&a->st, token_reviews_refused_failed);
+    else
+        AUTH_COUNT(&a->st, token_reviews_refused);
+    share_log_refusal(a->s, kind, src, failed);
 }
 
 struct auth_wait *
@@ -654,7 +813,7 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
     /* 1. x509: a verified certificate with a CN */
     struct auth_user *u = NULL;
     if (cert && auth_cert_user(cert, &u) == 0) {
-        a->st.authn_cert++;
+        AUTH_COUNT(&a->st, authn_cert);
         cb(arg, 0, u);
         auth_user_unref(u);
         return NULL;
@@ -664,60 +823,61 @@ auth_authenticate(struct auth *a, struct x509_st *cert, const char *authorizatio
     const char *tok = auth_bearer_token(authorization, &tl);
     if (tok) {
         unsigned char key[KEY_LEN];
-        sha256(tok, tl, key);
-        struct tok_ent *e = ttlc_get(a->tokens, key, KEY_LEN, now_of(a));
+        sha256(a, tok, tl, key);
+        struct key_shard *sh = share_key_shard(a->s, key);
+        double now = share_now(a->s);
+        lock(sh);
+        struct answer *e = ttlc_get(sh->c[REVIEW_TOKEN], key, KEY_LEN, now);
         if (e) {
-            a->st.token_cache_hits++;
+            answer_ref(e);
+            unlock(sh);
+            AUTH_COUNT(&a->st, token_cache_hits);
             if (e->status == 0)
-                a->st.authn_token++;
+                AUTH_COUNT(&a->st, authn_token);
             else
-                a->st.authn_denied++;
+                AUTH_COUNT(&a->st, authn_denied);
             cb(arg, e->status, e->u);
+            answer_unref(e);
             return NULL;
         }
-        struct ttlc_fetch *f = ttlc_fetch_find(a->tokens, key, KEY_LEN);
-        if (!f) {
-            /* a new review: the source's failed reviews and its share (auth.h) */
-            if (src && fail_limit(a)) {
-                fail_expire(a);
-                if (srcmap_count(a->fail_src, src) >= fail_limit(a)) {
-                    a->st.token_reviews_refused_failed++;
-                    log_share(a, REVIEW_TOKEN, src, true);
-                    cb(arg, 429, NULL);
-                    return NULL;
-                }
-            }
-            if (src &&
-                !srcmap_take(a->review_src[REVIEW_TOKEN], src, a->o.max_reviews_per_source)) {
-                a->st.token_reviews_refused++;
-                log_share(a, REVIEW_TOKEN, src, false);
-                cb(arg, 429, NULL);
-                return NULL;
-            }
-            size_t bl;
-            char *body = auth_token_review_json(tok, tl, &bl);
-            struct review *r = review_start(a, REVIEW_TOKEN, key, body, bl, true, src);
-            if (!r) {
-                a->st.token_review_errors++;
-                a->st.authn_denied++;
-                cb(arg, 401, NULL);
-                return NULL;
-            }
-            a->st.token_reviews++;
-            f = r->f;
+        struct ttlc_fetch *f = ttlc_fetch_find(sh->c[REVIEW_TOKEN], key, KEY_LEN);
+        if (f) {
+            struct auth_wait *w = wait_add(a, sh, f, cb, NULL, arg);
+            unlock(sh);
+            return w;
         }
-        return wait_add(f, cb, NULL, arg);
+        /* a new review: the source's failed reviews and its share (auth.h) */
+        bool failed;
+        if (!share_src_take(a->s, REVIEW_TOKEN, src, &failed)) {
+            unlock(sh);
+            refused(a, REVIEW_TOKEN, src, failed);
+            cb(arg, 429, NULL);
+            return NULL;
+        }
+        struct review *r = review_new(a, sh, REVIEW_TOKEN, key, true, src);
+        struct auth_wait *w = wait_add(a, sh, r->f, cb, NULL, arg);
+        unlock(sh);
+        size_t bl;
+        char *body = auth_token_review_json(tok, tl, &bl);
+        if (review_send(r, body, bl) != 0) {
+            AUTH_COUNT(&a->st, token_review_errors);
+            AUTH_COUNT(&a->st, authn_denied);
+            cb(arg, 401, NULL);
+            return NULL;
+        }
+        AUTH_COUNT(&a->st, token_reviews);
+        return w;
     }
     /* 3. anonymous (unionauth.NewFailOnError: only when nothing above
      * applied; a rejected token never gets here) */
-    if (a->o.anonymous) {
+    if (a->s->o.anonymous) {
         u = auth_anonymous_user();
-        a->st.authn_anonymous++;
+        AUTH_COUNT(&a->st, authn_anonymous);
         cb(arg, 0, u);
         auth_user_unref(u);
         return NULL;
     }
-    a->st.authn_denied++;
+    AUTH_COUNT(&a->st, authn_denied);
     cb(arg, 401, NULL);
     return NULL;
 }
@@ -730,40 +890,49 @@ auth_authorize(struct auth *a, const struct auth_user *u, const struct auth_attr
     /* webhook.go keys its cache by the marshalled SubjectAccessReviewSpec;
      * question_key is the same question, without the JSON */
     unsigned char key[KEY_LEN];
-    question_key(u, at, key);
-
-    struct sar_ent *e = ttlc_get(a->sars, key, KEY_LEN, now_of(a));
+    question_key(a, u, at, key);
+    struct key_shard *sh = share_key_shard(a->s, key);
+    double now = share_now(a->s);
+    lock(sh);
+    struct answer *e = ttlc_get(sh->c[REVIEW_SAR], key, KEY_LEN, now);
     if (e) {
-        a->st.sar_cache_hits++;
+        answer_ref(e);
+        unlock(sh);
+        AUTH_COUNT(&a->st, sar_cache_hits);
         if (e->d == AUTH_ALLOW)
-            a->st.authz_allowed++;
+            AUTH_COUNT(&a->st, authz_allowed);
         else
-            a->st.authz_denied++;
+            AUTH_COUNT(&a->st, authz_denied);
         cb(arg, e->d, e->reason);
+        answer_unref(e);
         return NULL;
     }
-    struct ttlc_fetch *f = ttlc_fetch_find(a->sars, key, KEY_LEN);
+    struct ttlc_fetch *f = ttlc_fetch_find(sh->c[REVIEW_SAR], key, KEY_LEN);
     if (f) {
-        a->st.sar_coalesced++;
-        return wait_add(f, NULL, cb, arg);
+        struct auth_wait *w = wait_add(a, sh, f, NULL, cb, arg);
+        unlock(sh);
+        AUTH_COUNT(&a->st, sar_coalesced);
+        return w;
     }
     /* a new review: an unauthenticated caller's source's share (auth.h) */
-    if (src && !srcmap_take(a->review_src[REVIEW_SAR], src, a->o.max_reviews_per_source)) {
-        a->st.sar_refused++;
-        log_share(a, REVIEW_SAR, src, false);
+    bool failed;
+    if (!share_src_take(a->s, REVIEW_SAR, src, &failed)) {
+        unlock(sh);
+        refused(a, REVIEW_SAR, src, false);
         cb(arg, AUTH_BUSY, "");
         return NULL;
     }
+    struct review *r = review_new(a, sh, REVIEW_SAR, key, auth_question_cacheable(at), src);
+    struct auth_wait *w = wait_add(a, sh, r->f, NULL, cb, arg);
+    unlock(sh);
     char *body = auth_sar_json(u, at);
-    struct review *r =
-        review_start(a, REVIEW_SAR, key, body, strlen(body), auth_question_cacheable(at), src);
-    if (!r) {
-        a->st.authz_errors++;
+    if (review_send(r, body, strlen(body)) != 0) {
+        AUTH_COUNT(&a->st, authz_errors);
         cb(arg, AUTH_ERROR, "SubjectAccessReview failed: the request could not be started");
         return NULL;
     }
-    a->st.sar_sent++;
-    return wait_add(r->f, NULL, cb, arg);
+    AUTH_COUNT(&a->st, sar_sent);
+    return w;
 }
 
 void
@@ -772,14 +941,37 @@ auth_cancel(struct auth_wait *w)
     if (!w)
         return;
     assert(w->magic == WAIT_MAGIC);
+    struct auth *a = w->a;
+    struct key_shard *sh = w->sh;
+    lock(sh);
+    if (!w->tw.fetch) {
+        /* its review ended: the answer is queued for this loop, which
+         * drops it (and frees w) */
+        unlock(sh);
+        w->cancelled = true;
+        a->waits--;
+        return;
+    }
     /* The last waiter gone (see auth.h): its review's fetch is dropped, so
-     * nothing is cached from it; end the transfer. */
+     * nothing is cached from it; end the transfer, on its own loop. */
     struct review *r = ttlc_leave(&w->tw);
+    bool mine = false;
+    if (r) {
+        assert(r->magic == REVIEW_MAGIC);
+        r->f = NULL;
+        mine = r->a == a;
+        if (!mine) {
+            r->dropped = true;
+            post(r->a, on_abort, r);
+        }
+    }
+    unlock(sh);
+    a->waits--;
     w->magic = 0;
     free(w);
     if (!r)
         return;
-    assert(r->magic == REVIEW_MAGIC);
-    r->a->st.reviews_cancelled++;
-    review_free(r);
+    AUTH_COUNT(&a->st, reviews_cancelled);
+    if (mine)
+        review_free(r);
 }

@@ -142,14 +142,16 @@ add_authenticated_group(struct auth_user *u)
 void
 auth_user_ref(struct auth_user *u)
 {
-    u->refs++;
+    atomic_fetch_add_explicit(&u->refs, 1, memory_order_relaxed);
 }
 
 void
 auth_user_unref(struct auth_user *u)
 {
-    if (!u || --u->refs > 0)
+    /* release: this thread's reads of u happen before the last one frees it */
+    if (!u || atomic_fetch_sub_explicit(&u->refs, 1, memory_order_release) > 1)
         return;
+    atomic_thread_fence(memory_order_acquire);
     free(u->name);
     free(u->uid);
     for (size_t i = 0; i < u->ngroups; i++)

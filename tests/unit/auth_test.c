@@ -4,8 +4,8 @@
  * formats and the 403 text are authwire_test's, the cache's expiry, eviction
  * and coalescing ttlcache_test's).
  *
- * The asynchronous paths run against a fake upstream: libevent's evhttp on
- * an ephemeral loopback port, driven by the same event_base as kwc's
+ * The asynchronous paths run against a fake upstream (authfx.h): libevent's
+ * evhttp on an ephemeral loopback port, driven by the same event_base as kwc's
  * upstream client (the one socket in this test: the upstream client speaks
  * only HTTP over TCP). It answers TokenReviews and SubjectAccessReviews,
  * counts them, and can hold answers back until the test releases them. The
@@ -18,6 +18,7 @@
 #include "kwc/base.h"
 #include "kwc/kubeconfig.h"
 #include "kwc/upstream.h"
+#include "authfx.h"
 #include "tap.h"
 
 #include <arpa/inet.h>
@@ -64,113 +65,6 @@ mk_cert(const char *const *fields, size_t n)
     return c;
 }
 
-/* ---- the fake upstream ---- */
-
-enum fake_mode { FAKE_OK, FAKE_500, FAKE_GARBAGE, FAKE_BIG };
-
-struct fake {
-    struct evhttp *http;
-    int port;
-    enum fake_mode mode;
-    bool hold;
-    int token_reviews, sars;
-    struct evhttp_request *held[256];
-    int nheld;
-    char last_ctype[64];
-};
-
-static void
-fake_answer(struct fake *f, struct evhttp_request *req)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    char *body = xmalloc(len + 1);
-    evbuffer_copyout(in, body, len);
-    body[len] = '\0';
-    const char *uri = evhttp_request_get_uri(req);
-    struct evbuffer *out = evbuffer_new();
-    int code = 201;
-    if (f->mode == FAKE_500) {
-        code = 500;
-        evbuffer_add_printf(out, "{\"kind\":\"Status\",\"code\":500}");
-    } else if (f->mode == FAKE_GARBAGE) {
-        evbuffer_add_printf(out, "<html>not json");
-    } else if (f->mode == FAKE_BIG) {
-        evbuffer_add_printf(out, "{\"status\":{\"allowed\":true,\"reason\":\"");
-        char *pad = xmalloc(1 << 20);
-        memset(pad, 'x', 1 << 20);
-        evbuffer_add(out, pad, 1 << 20);
-        free(pad);
-        evbuffer_add_printf(out, "\"}}");
-    } else if (strstr(uri, "tokenreviews")) {
-        if (strstr(body, "\"token\":\"good"))
-            evbuffer_add_printf(out, "{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":"
-                                     "\"TokenReview\",\"status\":{\"authenticated\":true,"
-                                     "\"user\":{\"username\":\"alice\",\"uid\":\"u1\","
-                                     "\"groups\":[\"dev\"]}}}");
-        else
-            evbuffer_add_printf(out, "{\"status\":{\"authenticated\":false,\"error\":\"bad\"}}");
-    } else {
-        if (strstr(body, "\"verb\":\"delete\"") || strstr(body, "8:abcdefgh"))
-            evbuffer_add_printf(out, "{\"status\":{\"allowed\":false,\"denied\":true,"
-                                     "\"reason\":\"no deleting\"}}");
-        else
-            evbuffer_add_printf(out, "{\"status\":{\"allowed\":true}}");
-    }
-    free(body);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, code, code == 201 ? "Created" : "Error", out);
-    evbuffer_free(out);
-}
-
-static void
-fake_handle(struct evhttp_request *req, void *arg)
-{
-    struct fake *f = arg;
-    const char *uri = evhttp_request_get_uri(req);
-    if (strstr(uri, "/apis/authentication.k8s.io/v1/tokenreviews"))
-        f->token_reviews++;
-    else if (strstr(uri, "/apis/authorization.k8s.io/v1/subjectaccessreviews"))
-        f->sars++;
-    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
-    snprintf(f->last_ctype, sizeof(f->last_ctype), "%s", ct ? ct : "");
-    if (f->hold && f->nheld < (int)KWC_ARRAY_LEN(f->held)) {
-        f->held[f->nheld++] = req;
-        return;
-    }
-    fake_answer(f, req);
-}
-
-static void
-fake_release(struct fake *f)
-{
-    f->hold = false;
-    for (int i = 0; i < f->nheld; i++)
-        fake_answer(f, f->held[i]);
-    f->nheld = 0;
-}
-
-static int
-bound_port(evutil_socket_t fd)
-{
-    struct sockaddr_in sa;
-    socklen_t sl = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    return ntohs(sa.sin_port);
-}
-
-/* A loopback port where nothing listens. */
-static int
-dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    int port = bound_port(fd);
-    close(fd);
-    return port;
-}
-
 /* ---- the environment of one async test ---- */
 
 struct env {
@@ -201,10 +95,7 @@ env_init(struct env *e, const struct auth_options *o, bool refused)
 {
     memset(e, 0, sizeof(*e));
     e->base = event_base_new();
-    e->f.http = evhttp_new(e->base);
-    evhttp_set_gencb(e->f.http, fake_handle, &e->f);
-    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(e->f.http, "127.0.0.1", 0);
-    e->f.port = bound_port(evhttp_bound_socket_get_fd(bs));
+    fake_init(&e->f, e->base);
     e->k = xcalloc(1, sizeof(*e->k));
     e->k->server = xasprintf("http://127.0.0.1:%d", refused ? dead_port() : e->f.port);
     struct up_options uo = {
@@ -222,9 +113,7 @@ env_fini(struct env *e)
     auth_free(e->a);
     up_client_free(e->up);
     kcfg_free(e->k);
-    for (int i = 0; i < e->f.nheld; i++)
-        evhttp_send_reply(e->f.held[i], 503, "Gone", NULL);
-    evhttp_free(e->f.http);
+    fake_fini(&e->f);
     event_free(e->guard);
     event_base_free(e->base);
 }
@@ -668,15 +557,6 @@ errors_case(enum fake_mode mode, bool refused, const char *what)
     ok(st.token_review_errors >= 1, "stats: token_review_errors");
     auth_user_unref(u);
     env_fini(&e);
-}
-
-static struct src_key
-src4(uint8_t last)
-{
-    struct src_key k;
-    uint8_t ip[4] = {127, 0, 0, last};
-    src_key_v4(&k, ip);
-    return k;
 }
 
 /* review_timeout_ms: a review the upstream holds ends at its deadline like
