@@ -91,7 +91,8 @@ struct app {
     struct serve *serve;
     struct watch_pool *watch;
     struct discovery *discovery; /* discovery answered from the copy (--serve-discovery) */
-    struct auth *auth;           /* NULL: --auth none */
+    struct auth *auth;           /* NULL: --auth none, or serving loops */
+    struct auth_shared *auth_shared; /* serving loops: their decision caches (auth.h) */
     struct metrics *metrics;
     struct access *access;
     struct front *front;
@@ -130,10 +131,9 @@ on_request_done(void *arg, const struct hreq_done *d, void *note)
 }
 
 static void
-log_auth_stats(const struct auth *auth)
+log_auth_stats(const struct auth_stats *st)
 {
-    struct auth_stats as;
-    auth_stats(auth, &as);
+    struct auth_stats as = *st;
     log_info("auth: %llu TokenReviews (%llu answered from the cache), %llu SubjectAccessReviews "
              "(%llu from the cache, %llu coalesced); %llu allowed, %llu denied, %llu errors",
              (unsigned long long)as.token_reviews, (unsigned long long)as.token_cache_hits,
@@ -407,7 +407,8 @@ on_scrape_loop(void *arg)
     struct scrape_part *p = arg;
     struct scrape *sc = p->sc;
     struct sloop *l = &sc->a->loops[p->i];
-    collect_loop_take(sc->snaps[p->i], l->http, l->auth, l->up, l->budget, l->discovery);
+    /* (authentication's counters are the shared cache's: collect_sources) */
+    collect_loop_take(sc->snaps[p->i], l->http, NULL, l->up, l->budget, l->discovery);
     free(p);
     mailbox_post(sc->a->mb, on_scrape_back, sc);
 }
@@ -457,11 +458,8 @@ loop_new(const struct app_deps *d, struct app *a, struct sloop *l, char *err, si
     pt_opts(cfg, l->budget, &l->pt_short, &l->pt_long);
     l->serve = new_serve(d, l->base, l->up, &l->pt_short);
     l->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
-    if (cfg->auth_delegated) {
-        struct auth_options ao;
-        auth_opts(cfg, &ao);
-        auth_new(l->base, l->up, &ao, &l->auth);
-    }
+    if (a->auth_shared)
+        auth_attach(a->auth_shared, l->base, l->up, l->mb, &l->auth);
     struct front_parts fp;
     front_fill(d, a, &fp);
     fp.base = l->base;
@@ -504,8 +502,7 @@ loop_free(struct sloop *l)
         serve_free(l->serve);
     discovery_free(l->discovery);
     if (l->auth)
-        log_auth_stats(l->auth);
-    auth_free(l->auth);
+        auth_detach(l->auth);
     pt_budget_free(l->budget);
     up_client_free(l->up);
     if (l->mb)
@@ -564,10 +561,13 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
     a->access = access_new(a->metrics, &aco);
     a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
-    if (cfg->auth_delegated && !a->nloops) {
+    if (cfg->auth_delegated) {
         struct auth_options ao;
         auth_opts(cfg, &ao);
-        auth_new(d->base, d->up, &ao, &a->auth);
+        if (a->nloops)
+            auth_shared_new(&ao, &a->auth_shared); /* one cache, one bound per source */
+        else
+            auth_new(d->base, d->up, &ao, &a->auth);
     }
     a->limits = http_limits_new();
     int rc = 0;
@@ -655,7 +655,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .st = d->st,
                                  .watch = a->watch,
                                  .up = d->up,
-                                 .auth = a->auth,
+                                 /* process totals, from any handle */
+                                 .auth = a->nloops ? a->loops[0].auth : a->auth,
                                  .http = a->http,
                                  .access = a->access,
                                  .budget = a->nloops ? NULL : a->budget,
@@ -778,6 +779,12 @@ app_free(struct app *a)
         loop_free(&a->loops[i]);
     }
     free(a->loops);
+    if (a->auth_shared) {
+        struct auth_stats as;
+        auth_shared_stats(a->auth_shared, &as);
+        log_auth_stats(&as);
+        auth_shared_free(a->auth_shared);
+    }
     refl_ingest_unsubscribe(a->ing, a->front);
     if (a->disco)
         disco_unsubscribe(a->disco, a->front);
@@ -785,8 +792,11 @@ app_free(struct app *a)
     refl_ingest_unsubscribe(a->ing, a->serve);
     serve_free(a->serve);
     discovery_free(a->discovery);
-    if (a->auth)
-        log_auth_stats(a->auth);
+    if (a->auth) {
+        struct auth_stats as;
+        auth_stats(a->auth, &as);
+        log_auth_stats(&as);
+    }
     auth_free(a->auth);
     access_free(a->access);
     metrics_free(a->metrics);
