@@ -70,9 +70,6 @@ struct sloop {
     struct http_server *http;
     atomic_bool poke_pending; /* a wake for the waiting requests is posted */
     atomic_uint pending;      /* connections handed to it, not adopted yet */
-    /* while draining, published by the loop (any thread reads) */
-    atomic_uint busy_requests;
-    struct event *busy_ev;
 };
 
 struct app {
@@ -492,8 +489,6 @@ on_loop_stop(void *arg)
 static void
 loop_free(struct sloop *l)
 {
-    if (l->busy_ev)
-        event_free(l->busy_ev);
     if (l->http)
         http_server_free(l->http);
     if (l->front)
@@ -686,21 +681,10 @@ app_port(const struct app *a)
 }
 
 static void
-on_busy_tick(evutil_socket_t fd, short what, void *arg)
-{
-    struct sloop *l = arg;
-    atomic_store(&l->busy_requests, http_server_requests(l->http));
-}
-
-static void
 on_loop_drain(void *arg)
 {
     struct sloop *l = arg;
     http_server_shutdown(l->http);
-    l->busy_ev = event_new(l->base, -1, EV_PERSIST, on_busy_tick, l);
-    struct timeval tv = {0, 50 * 1000};
-    event_add(l->busy_ev, &tv);
-    on_busy_tick(-1, 0, l);
 }
 
 void
@@ -711,11 +695,8 @@ app_drain(struct app *a)
      * close once they did, and they never end on their own */
     watch_pool_end_streams(a->watch);
     http_server_shutdown(a->http);
-    for (unsigned i = 0; i < a->nloops; i++) {
-        /* busy until the loop says otherwise */
-        atomic_store(&a->loops[i].busy_requests, 1);
+    for (unsigned i = 0; i < a->nloops; i++)
         mailbox_post(a->loops[i].mb, on_loop_drain, &a->loops[i]);
-    }
 }
 
 size_t
@@ -744,7 +725,7 @@ app_busy(const struct app *a, struct app_busy *out)
     for (unsigned i = 0; i < a->nloops; i++) {
         http_server_stats(a->loops[i].http, &hs);
         out->connections += (unsigned)hs.open + atomic_load(&a->loops[i].pending);
-        out->requests += atomic_load(&a->loops[i].busy_requests);
+        out->requests += http_server_requests(a->loops[i].http);
     }
     out->watches = watch_pool_streams(a->watch);
 }

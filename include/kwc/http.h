@@ -226,7 +226,8 @@ struct http_server_stats {
  * http_server_free closes whatever is left. */
 void http_server_shutdown(struct http_server *s);
 /* Requests in progress: HTTP/1.x requests handed to their handler and not
- * over, HTTP/2 streams open (response streams handed off included). */
+ * over, HTTP/2 streams open (response streams handed off included). Any
+ * thread (relaxed counters). */
 unsigned http_server_requests(const struct http_server *s);
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 

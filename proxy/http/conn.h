@@ -178,6 +178,9 @@ struct http_server {
     time_t date_sec;
     char date[40];
     struct http_server_stats stats;
+    /* HTTP/1.x requests handed to their handler and not closed yet
+     * (http_server_requests; HSTAT: any thread reads it) */
+    unsigned long long h1_open;
     http_parser_settings ps;
     http_done_cb on_done;
     void *done_arg;

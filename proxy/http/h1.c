@@ -413,6 +413,7 @@ dispatch(struct hconn *c)
     c->served = true;
     event_del(c->timer);
     HSTAT_ADD(s->stats.requests, 1);
+    HSTAT_ADD(s->h1_open, 1);
     r->dispatched = true;
     r->start_ns = http_now_ns();
     s->on_request(s->arg, r);

@@ -116,6 +116,8 @@ hreq_closed(struct hreq *r, enum hreq_end how)
     r->closed_cb = true;
     sockets_release(r);
     struct http_server *s = r->c->s;
+    if (r->dispatched && !r->h2)
+        HSTAT_SUB(s->h1_open, 1);
     if (r->dispatched && s->on_done) {
         struct hreq_done d = {.method = r->method,
                               .target = r->arena.p ? r->arena.p : "",

@@ -830,10 +830,8 @@ http_server_port(const struct http_server *s, size_t i)
 unsigned
 http_server_requests(const struct http_server *s)
 {
-    unsigned long long n = s->stats.h2_streams_open;
-    for (const struct hconn *c = s->conns; c; c = c->next)
-        if (!c->h2 && c->req && c->req->dispatched)
-            n++;
+    /* counters, not a walk of the connections: any thread may ask */
+    unsigned long long n = HSTAT_GET(s->stats.h2_streams_open) + HSTAT_GET(s->h1_open);
     return n > UINT32_MAX ? UINT32_MAX : (unsigned)n;
 }
 
