@@ -87,8 +87,8 @@ struct app {
     struct pt_budget *budget; /* --max-passthrough-buffer */
     struct serve *serve;
     struct watch_pool *watch;
-    struct discovery *discovery; /* discovery answered from the copy (--serve-discovery) */
-    struct auth *auth;           /* NULL: --auth none, or serving loops */
+    struct discovery *discovery;     /* discovery answered from the copy (--serve-discovery) */
+    struct auth *auth;               /* NULL: --auth none, or serving loops */
     struct auth_shared *auth_shared; /* serving loops: their decision caches (auth.h) */
     struct metrics *metrics;
     struct access *access;
