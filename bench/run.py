@@ -110,6 +110,16 @@ a flag it needs says "n/a (flag unsupported: ...)".
                <= 100 ms, idle TLS <= 16.5 KiB. --small: 100/200/300
                watchers, 200 at the latency target, 1,000 pods, 500 idle.
 
+  tls-cipher   what TLS adds to kwc's CPU against AES-GCM's own cost for the
+               same bytes, measured in the same run (issue 32, part 4;
+               bench/tlscipher.py says how): BEFORE (--baseline-commit;
+               default for --only tls-cipher: main before part 4) and AFTER,
+               plaintext and TLS, ABBA; 1,000 watchers x 100/s of 1 KiB and
+               4 KiB pods, cached lists of --pods 4 KiB pods (1 lister x 3);
+               openssl speed -evp aes-256-gcm / aes-128-gcm at the bytes of
+               one delivery and of 16 KiB; target TLS adds <= 1.5x the
+               cipher. Appends to bench/results/tls-cost.md. ~10 minutes.
+
   serve-more   metadata-only and gzip answers (issue 23), bench/results/
                serve-more.md, serve-more.dat and serve-more.png. One kwc on an
                apisim of --pods pods (apisim's own ~3 KiB pod, ~0.5 KiB of it
@@ -640,7 +650,7 @@ def bench_watch(args):
                     port, pid = (env.kwc.port, env.kwc.pid()) if server == "kwc" else \
                         (env.apisim.port, env.apisim.pid())
                     rv = env.stats()["rv"]
-                    env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+                    env.sim("POST", "/apisim/churn", {"rate": rate, "resources": [resource], "mix": {"update": 1.0}})
                     p = fanout(args, port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
                     try:
                         r = fanout_measure(p, pid)
@@ -660,7 +670,7 @@ def bench_watch(args):
         # saturation: more asked than this machine can carry (2,000,000 deliveries/s)
         for n, rate in ((10000, 200), (1000, 2000)):
             rv = env.stats()["rv"]
-            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": [resource], "mix": {"update": 1.0}})
             p = fanout(args, env.kwc.port, n, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
             try:
                 r = fanout_measure(p, env.kwc.pid())
@@ -1876,7 +1886,7 @@ def bench_auth(args):
             try:
                 env.sim("POST", "/apisim/reset-stats")
                 rv = env.stats()["rv"]
-                env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+                env.sim("POST", "/apisim/churn", {"rate": rate, "resources": [resource], "mix": {"update": 1.0}})
                 p = fanout(args, k.port, n, tls=True, nodes=nodes, token_file=setup.token_file,
                            path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=600" % rv)
                 try:
@@ -2164,7 +2174,7 @@ def bench_http2(args):
             try:
                 first = json.loads(read_line(p, 300))
                 if "heads" in first:
-                    env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+                    env.sim("POST", "/apisim/churn", {"rate": rate, "resources": [resource], "mix": {"update": 1.0}})
                     r = fanout_measure(p, k.pid)
                 else:  # the deadline passed first: what arrived
                     r = dict(first, cpu=0, client_cpu=0, rss_mb=rss_kib(k.pid, "RssAnon") / 1024)
@@ -2351,6 +2361,7 @@ unset multiplot
 # ---- issue 22: TLS at the cost of plaintext ----
 
 TLS_COST_BASELINE = "8cbd4d1"  # main before issue 22
+TLS_CIPHER_BASELINE = "4584f7e"  # main before issue 32, part 4 (bench/tlscipher.py)
 # (watchers, events/s) of 1 KiB; the last also served by apisim directly.
 # The latency target: watchers, events/s, object bytes, p99 ms (TLS).
 TLS_COST_FULL = {"watch": ((1000, 100), (5000, 100), (10000, 50)), "target": (3000, 30, 3000, 100)}
@@ -2358,14 +2369,15 @@ TLS_COST_SMALL = {"watch": ((100, 100), (200, 100), (300, 50)), "target": (200, 
 TLS_COST_DRAIN = 15  # fanout --drain: seconds a point may read on after its window (lost vs late)
 
 
-def tls_cost_watch(args, env, k, n, rate, tls, pid=None):
+def tls_cost_watch(args, env, k, n, rate, tls, pid=None, resource="pods"):
     """One fan-out point: n watchers (fanout.c, over TLS when tls), the
     events (rate/s, updates of env's pods) started once every stream has
     its head, measured for --duration seconds after a 2 s warm-up (1 s with
     --small), then
     read until every stream is past the window (at most TLS_COST_DRAIN s):
     fanout's result with the server's CPU (share of a core) over the window.
-    k: a Kwc, or the apisim port (pid: apisim's)."""
+    k: a Kwc, or the apisim port (pid: apisim's). resource: what is
+    watched and updated (a plural of the core group)."""
     import json
     import threading
     port, pid = (k.port, k.pid) if isinstance(k, Kwc) else (k, pid)
@@ -2382,13 +2394,13 @@ def tls_cost_watch(args, env, k, n, rate, tls, pid=None):
         sample()
         timer.start()
     settle(pid)
-    p = fanout(args, port, n, tls=tls, path="/api/v1/pods?watch=1&resourceVersion=%d&timeoutSeconds=900" %
-               env.stats()["rv"], deadline=120, announce_heads=True, drain=TLS_COST_DRAIN,
+    p = fanout(args, port, n, tls=tls, path="/api/v1/%s?watch=1&resourceVersion=%d&timeoutSeconds=900" %
+               (resource, env.stats()["rv"]), deadline=120, announce_heads=True, drain=TLS_COST_DRAIN,
                warmup=1 if args.small else 2)
     try:
         first = json.loads(read_line(p, 300))
         if "heads" in first:
-            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": ["pods"], "mix": {"update": 1.0}})
+            env.sim("POST", "/apisim/churn", {"rate": rate, "resources": [resource], "mix": {"update": 1.0}})
             r = fanout_measure(p, pid, timeout=args.duration + TLS_COST_DRAIN + 120, on_measuring=window)
         else:  # the deadline passed before every stream had its head: what arrived
             r = dict(first, cpu=0, client_cpu=0, rss_mb=rss_kib(pid, "RssAnon") / 1024, per_s=0, p50_ms=0,
@@ -3325,8 +3337,9 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "cm_duration": 15, "cm_pods": 300,
          "cores_pods": 2000, "cores_storm": 300, "cores_fanout": "20x10,5x40", "cores_compare": 200}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more,attack,controller-manager,cores"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost", "cores"}
+    "http2,tls-cost,serve-more,attack,controller-manager,cores,tls-cipher"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost", "cores",
+                  "tls-cipher"}
 CORES_BASELINE = "4584f7e"  # main as issue 32 (every core serves) began
 
 
@@ -3343,6 +3356,11 @@ def bench_controller_manager(args):
 def bench_cores(args):
     import cores
     cores.bench_cores(args, sys.modules[__name__])
+
+
+def bench_tls_cipher(args):
+    import tlscipher
+    tlscipher.bench_tls_cipher(args, sys.modules[__name__])
 
 
 def main():
@@ -3419,7 +3437,8 @@ def main():
     args = ap.parse_args()
     if args.baseline_commit is None:
         args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE,
-                                "cores": CORES_BASELINE}.get(args.only, "8af2294")
+                                "cores": CORES_BASELINE,
+                                "tls-cipher": TLS_CIPHER_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -3440,7 +3459,7 @@ def main():
         if "bench_" + name.replace("-", "_") not in globals():
             ap.error("unknown scenario %s (known: %s)" % (name, SCENARIOS))
     tools = {"fanout"} if {"watch", "watch-tls", "idle-tls", "auth", "protobuf", "metrics", "rooms",
-                           "http2", "tls-cost", "serve-more", "cores"} & set(names) else set()
+                           "http2", "tls-cost", "serve-more", "cores", "tls-cipher"} & set(names) else set()
     tools |= {"ingest"} if "cache" in names else set()
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
