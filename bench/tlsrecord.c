@@ -5,6 +5,7 @@
  * or per k deliveries gathered into one record). No kwc, no libevent.
  *
  *   tlsrecord [--iterations N] [--sizes 256,1024,3072,16384] [--batches B]
+ *             [--conns N]
  *
  * A server SSL and a client SSL in this process go through a real handshake
  * over a BIO pair (an EC P-256 certificate made here with EVP_EC_gen and the
@@ -36,6 +37,15 @@
  * The last column: the writing thread's context switches (voluntary and
  * not) per 1,000 operations over the row: on loopback TCP the reader's
  * wake-ups, which change what a write(2) costs.
+ *
+ * --conns N (issue 32, part 4): the same writes spread over N connections
+ * in turn, one record each, as a watch worker's flush round writes one
+ * event to each of its watchers: TLS 1.3 AES-128-GCM (kwc's modes, into
+ * the null BIO) and the bare seal, each over N contexts, beside the one
+ * context rows. What one connection's state costs when the others have
+ * pushed it out of the caches (N SSLs of ~7 KiB with their cipher state,
+ * plus OpenSSL's record buffer malloc'd and freed per write). Also the
+ * AES-256-GCM seal: `openssl speed -evp aes-256-gcm` is the issue's yardstick.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -64,6 +74,7 @@ static long iterations = 200000;
 static int batches = 7;
 static size_t sizes[MAX_SIZES] = {256, 1024, 3072, 16384};
 static int nsizes = 4;
+static int conns = 1; /* --conns: connections written to in turn */
 static unsigned char plain[MAX_RECORD + 64];
 
 static void
@@ -181,16 +192,36 @@ struct tls {
 /* A server and a client SSL through a full handshake over a BIO pair; the
  * server's write BIO then becomes wbio. */
 static void
+tls_open_in(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio,
+            const struct tls *share);
+
+static void
 tls_open(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio)
+{
+    tls_open_in(t, su, release, clear, wbio, NULL);
+}
+
+/* share: another connection whose contexts this one uses (not freed with
+ * it), or NULL for contexts of its own. */
+static void
+tls_open_in(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio,
+            const struct tls *share)
 {
     memset(t, 0, sizeof(*t));
     t->clear = clear;
-    t->sctx = SSL_CTX_new(TLS_server_method());
-    t->cctx = SSL_CTX_new(TLS_client_method());
+    if (share) {
+        t->sctx = share->sctx;
+        t->cctx = share->cctx;
+        SSL_CTX_up_ref(t->sctx);
+        SSL_CTX_up_ref(t->cctx);
+    } else {
+        t->sctx = SSL_CTX_new(TLS_server_method());
+        t->cctx = SSL_CTX_new(TLS_client_method());
+    }
     if (!t->sctx || !t->cctx)
         die("SSL_CTX_new");
     SSL_CTX *both[2] = {t->sctx, t->cctx};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && !share; i++) {
         SSL_CTX_set_min_proto_version(both[i], su->version);
         SSL_CTX_set_max_proto_version(both[i], su->version);
         if (su->version == TLS1_3_VERSION ? SSL_CTX_set_ciphersuites(both[i], su->ciphers) != 1
@@ -198,7 +229,8 @@ tls_open(struct tls *t, const struct suite *su, bool release, int clear, BIO *wb
             die("cannot set the cipher");
     }
     SSL_CTX_set_num_tickets(t->sctx, 0);
-    if (SSL_CTX_use_certificate(t->sctx, cert) != 1 || SSL_CTX_use_PrivateKey(t->sctx, key) != 1)
+    if (!share &&
+        (SSL_CTX_use_certificate(t->sctx, cert) != 1 || SSL_CTX_use_PrivateKey(t->sctx, key) != 1))
         die("cannot use the certificate");
     t->s = SSL_new(t->sctx);
     t->c = SSL_new(t->cctx);
@@ -322,7 +354,8 @@ op_write(void *arg, size_t size)
 struct aead {
     EVP_CIPHER_CTX *ctx;
     unsigned char iv[12];
-    unsigned char buf[MAX_RECORD + 64];
+    unsigned char *buf; /* own, or another context's (--conns: one buffer, as libssl's) */
+    unsigned char own[MAX_RECORD + 64];
     bool tls12; /* the TLS 1.2 one-shot form */
 };
 
@@ -331,6 +364,7 @@ aead_open(struct aead *a, const char *cipher, bool tls12)
 {
     static const unsigned char k[32] = {1, 2, 3};
     memset(a, 0, sizeof(*a));
+    a->buf = a->own;
     a->tls12 = tls12;
     EVP_CIPHER *c = EVP_CIPHER_fetch(NULL, cipher, NULL); /* as libssl: fetched once */
     a->ctx = EVP_CIPHER_CTX_new();
@@ -371,13 +405,69 @@ op_aead(void *arg, size_t size)
         die("seal");
 }
 
+/* ---- many connections in turn (--conns) ---- */
+
+struct many {
+    struct tls *t;
+    struct aead *a;
+    int n, next;
+};
+
+static void
+op_many_ssl_write(void *arg, size_t size)
+{
+    struct many *m = arg;
+    op_ssl_write(&m->t[m->next], size);
+    m->next = (m->next + 1) % m->n;
+}
+
+static void
+op_many_aead(void *arg, size_t size)
+{
+    struct many *m = arg;
+    op_aead(&m->a[m->next], size);
+    m->next = (m->next + 1) % m->n;
+}
+
+static void
+many_rows(void)
+{
+    char name[128];
+    struct many m = {.n = conns};
+    m.a = calloc((size_t)conns, sizeof(*m.a));
+    m.t = calloc((size_t)conns, sizeof(*m.t));
+    if (!m.a || !m.t)
+        die("out of memory");
+    for (int i = 0; i < conns; i++) {
+        aead_open(&m.a[i], "AES-128-GCM", false);
+        m.a[i].buf = m.a[0].own; /* one warm buffer, as libssl's malloc'd-and-freed record buffer */
+    }
+    snprintf(name, sizeof(name), "EVP AES-128-GCM seal (TLS1.3 form), %d contexts", conns);
+    row(name, op_many_aead, &m);
+    for (int i = 0; i < conns; i++)
+        EVP_CIPHER_CTX_free(m.a[i].ctx);
+    for (int rel = 1; rel >= 0; rel--) {
+        for (int i = 0; i < conns; i++)
+            tls_open_in(&m.t[i], &suites[0], rel, CLR_PEEK, BIO_new(BIO_s_null()),
+                        i ? &m.t[0] : NULL);
+        m.next = 0;
+        snprintf(name, sizeof(name), "SSL_write TLS1.3 AES-128-GCM rel=%s clr=peek null, %d conns",
+                 rel ? "on" : "off", conns);
+        row(name, op_many_ssl_write, &m);
+        for (int i = 0; i < conns; i++)
+            tls_close(&m.t[i]);
+    }
+    free(m.t);
+    free(m.a);
+}
+
 /* ---- main ---- */
 
 static void
 usage(void)
 {
     fprintf(stderr, "usage: tlsrecord [--iterations N] [--sizes 256,1024,3072,16384] "
-                    "[--batches B]\n");
+                    "[--batches B] [--conns N]\n");
     exit(2);
 }
 
@@ -409,10 +499,12 @@ main(int argc, char **argv)
             batches = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             parse_sizes(argv[++i]);
+        else if (!strcmp(argv[i], "--conns") && i + 1 < argc)
+            conns = atoi(argv[++i]);
         else
             usage();
     }
-    if (iterations < 1 || batches < 1 || batches > MAX_BATCHES)
+    if (iterations < 1 || batches < 1 || batches > MAX_BATCHES || conns < 1 || conns > 100000)
         usage();
     memset(plain, 'x', sizeof(plain));
     make_cert();
@@ -429,6 +521,9 @@ main(int argc, char **argv)
     struct aead a;
     aead_open(&a, "AES-128-GCM", false);
     row("EVP AES-128-GCM seal (TLS1.3 form)", op_aead, &a);
+    EVP_CIPHER_CTX_free(a.ctx);
+    aead_open(&a, "AES-256-GCM", false);
+    row("EVP AES-256-GCM seal (TLS1.3 form)", op_aead, &a);
     EVP_CIPHER_CTX_free(a.ctx);
     aead_open(&a, "AES-128-GCM", true);
     row("EVP AES-128-GCM seal (TLS1.2 one-shot)", op_aead, &a);
@@ -451,6 +546,10 @@ main(int argc, char **argv)
         {false, CLR_ON, false}, {false, CLR_OFF, false}, {true, CLR_ON, true},
         {true, CLR_PEEK, true}, {false, CLR_ON, true},   {false, CLR_PEEK, true},
     };
+    if (conns > 1) {
+        many_rows();
+        goto out;
+    }
     for (size_t su = 0; su < sizeof(suites) / sizeof(suites[0]); su++) {
         for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
             struct tls t;
@@ -464,6 +563,7 @@ main(int argc, char **argv)
             tls_close(&t);
         }
     }
+out:
     shutdown(tcp_fd, SHUT_WR);
     pthread_join(th, NULL);
     close(tcp_fd);
