@@ -191,9 +191,8 @@ struct tls {
 
 /* A server and a client SSL through a full handshake over a BIO pair; the
  * server's write BIO then becomes wbio. */
-static void
-tls_open_in(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio,
-            const struct tls *share);
+static void tls_open_in(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio,
+                        const struct tls *share);
 
 static void
 tls_open(struct tls *t, const struct suite *su, bool release, int clear, BIO *wbio)

@@ -36,6 +36,10 @@
 #if __has_include("kwc_build.h")
 #include "kwc_build.h"
 
+#else
+#define KWC_GIT_COMMIT "unknown"
+#endif
+
 struct collect_loop {
     struct http_server_stats http;
     bool has_auth;
@@ -54,9 +58,6 @@ struct collect_loop {
 static void add_words(uint64_t *sum, const uint64_t *x, size_t bytes);
 static void up_metrics_add(struct up_metrics *sum, const struct up_metrics *x);
 static void http_add(struct http_server_stats *sum, const struct http_server_stats *x);
-#else
-#define KWC_GIT_COMMIT "unknown"
-#endif
 
 /* version: in auto mode two versions of one resource (autoscaling/v1 and
  * v2 horizontalpodautoscalers) may both have caches */
