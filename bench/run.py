@@ -1964,6 +1964,7 @@ def bench_auth(args):
 # its runs); HTTP/2 rows against AFTER only.
 
 H2_BASELINE = "74d43bb"  # main before issue 21 (the response-stream seam and HTTP/2)
+H2PAGE_BASELINE = "4584f7e"  # main before issue 32, part 3 (HTTP/2 without the copies)
 
 
 def settle(pid, timeout=20):
@@ -2785,7 +2786,7 @@ FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, 
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
         "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000,
         "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 20, "h2_get_seconds": 3, "h2_get_conns": "1,8,32",
-        "cm_duration": 60, "cm_pods": 3000}
+        "cm_duration": 60, "cm_pods": 3000, "h2page_requests": 2000}
 # --small: every scenario in well under a minute, to check the script itself.
 PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
 
@@ -3303,10 +3304,10 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32",
-         "cm_duration": 15, "cm_pods": 300}
+         "cm_duration": 15, "cm_pods": 300, "h2page_requests": 300}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more,attack,controller-manager"
-NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost"}
+    "http2,tls-cost,serve-more,attack,controller-manager,h2page"
+NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost", "h2page"}
 
 
 def bench_attack(args):
@@ -3317,6 +3318,11 @@ def bench_attack(args):
 def bench_controller_manager(args):
     import cm
     cm.bench_controller_manager(args, sys.modules[__name__])
+
+
+def bench_h2page(args):
+    import h2page
+    h2page.bench_h2page(args, sys.modules[__name__])
 
 
 def main():
@@ -3377,9 +3383,12 @@ def main():
                     help="controller-manager: the name of this run's section in bench/results/controller-manager.md")
     ap.add_argument("--cm-all-metadata", action="store_true",
                     help="controller-manager: every informer metadata-only (not what KCM 1.24 does; nothing saved)")
+    ap.add_argument("--h2page-requests", type=int, default=FULL["h2page_requests"],
+                    help="h2page: requests per run (h2load -n)")
     args = ap.parse_args()
     if args.baseline_commit is None:
-        args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE}.get(args.only, "8af2294")
+        args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE,
+                                "h2page": H2PAGE_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -3405,6 +3414,7 @@ def main():
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
     absent = [t for t in ("h2load", "wrk") if "http2" in names and not shutil.which(t)]
+    absent += ["h2load"] if "h2page" in names and not shutil.which("h2load") else []
     if absent:
         ap.error("%s not installed (tests/lib/deps.sh bench installs them)" % ", ".join(absent))
     if missing:
