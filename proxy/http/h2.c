@@ -15,13 +15,16 @@
  * Bytes: the session's output goes to the bufferevent's output buffer, at
  * most H2_OUT_HIGH bytes ahead of the kernel (the send callback says
  * WOULDBLOCK past it; the bufferevent's write callback resumes). Each
- * stream queues its body in an evbuffer of its own that the data provider
- * drains as the stream's window allows (NGHTTP2_DATA_FLAG_NO_COPY: the
- * bytes move from the stream's evbuffer to the connection's, never through
- * nghttp2's buffer; DATA frames as large as the client's
- * SETTINGS_MAX_FRAME_SIZE allows, up to 64 KiB), so a stream whose window is
- * exhausted waits alone: the connection and the other streams go on.
- * hresp_queued and on_drain are per stream, under a bound per connection:
+ * stream queues its body in an evbuffer of its own (and, handed off, its
+ * handoff's entries) that the data provider (h2data.c) frames as the
+ * stream's window allows, never through nghttp2's buffer
+ * (NGHTTP2_DATA_FLAG_NO_COPY): in plaintext a list's blocks and a watch's
+ * shared event bytes go by reference, held until they left the output;
+ * over TLS each frame is one contiguous copy of at most a record. DATA
+ * frames are as large as the client's SETTINGS_MAX_FRAME_SIZE allows (up
+ * to 64 KiB in plaintext), so a stream whose window is exhausted waits
+ * alone: the connection and the other streams go on. hresp_queued and
+ * on_drain are per stream, under a bound per connection:
  *
  * The bound (http2_conn_buffer): the bytes queued for a connection across
  * its streams are bounded; handlers past it wait, woken oldest first as
