@@ -13,7 +13,7 @@
  *    other HTTP/1.1, byte for byte as before. No h2c Upgrade (kube has none).
  *
  * Bytes: the session's output goes to the bufferevent's output buffer, at
- * most H2_OUT_HIGH bytes ahead of the kernel (the send callback says
+ * most hc->out_high bytes ahead of the kernel (the send callback says
  * WOULDBLOCK past it; the bufferevent's write callback resumes). Each
  * stream queues its body in an evbuffer of its own (and, handed off, its
  * handoff's entries) that the data provider (h2data.c) frames as the
@@ -245,7 +245,7 @@ on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *a
 {
     struct h2conn *hc = arg;
     struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+    if (evbuffer_get_length(out) >= hc->out_high)
         return NGHTTP2_ERR_WOULDBLOCK;
     evbuffer_add(out, data, len);
     return (ssize_t)len;
@@ -654,7 +654,10 @@ h2_start(struct hconn *c)
     hc->wtail = &hc->waiting;
     s->stats.h2_open++;
     s->stats.h2_accepted++;
-    bufferevent_setwatermark(c->bev, EV_WRITE, H2_OUT_LOW, 0);
+    size_t q = hc->bound / 4;
+    hc->out_high = q > H2_OUT_HIGH ? H2_OUT_HIGH : q < H2_OUT_MIN ? H2_OUT_MIN : q;
+    hc->out_low = hc->out_high / 4;
+    bufferevent_setwatermark(c->bev, EV_WRITE, hc->out_low, 0);
     h2_on_read(c);
 }
 
@@ -699,7 +702,7 @@ h2_on_timer(struct hconn *c)
     hconn_close(c);
 }
 
-/* Send what the session has (bounded by H2_OUT_HIGH), tell the streams
+/* Send what the session has (bounded by hc->out_high), tell the streams
  * that drained, free closed streams, close a finished session. */
 static void
 flush(struct h2conn *hc, bool progress)
@@ -742,7 +745,7 @@ flush(struct h2conn *hc, bool progress)
     if (c->state == C_DEAD)
         return;
     if (nghttp2_session_want_write(hc->ss) &&
-        evbuffer_get_length(bufferevent_get_output(c->bev)) < H2_OUT_HIGH)
+        evbuffer_get_length(bufferevent_get_output(c->bev)) < hc->out_high)
         hconn_kick(c); /* a handler wrote in on_drain */
     reap_streams(hc);
     if (hc->deaf) {

@@ -173,7 +173,7 @@ h2_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size
     struct h2conn *hc = arg;
     struct h2stream *st = src->ptr;
     struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+    if (evbuffer_get_length(out) >= hc->out_high)
         return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
     assert(f->data.padlen == 0);       /* kwc never pads */
     if (h2_own_bytes(st) < length)
