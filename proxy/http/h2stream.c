@@ -100,6 +100,7 @@ kick(struct h2hs *hs)
 }
 
 static void hs_free(struct h2hs *hs);
+static void pop(struct h2hs *hs);
 
 static void
 zombie_unlink(struct h2hs *hs)
@@ -128,6 +129,10 @@ pin_unref(struct h2pin *pin)
     if (hs->flight == 0 && hs->zombie) {
         zombie_unlink(hs);
         hs->zombie = false;
+        /* what the handler wrote after the close (it did not know): its
+         * references go before on_close, as the contract says */
+        while (hs->n)
+            pop(hs);
         if (hs->ops->on_close)
             hs->ops->on_close(hs->arg, hs->sent);
         hs_free(hs);

@@ -314,10 +314,13 @@ struct cl {
     int nst;
     unsigned long long moved;
     size_t max_data; /* the largest DATA frame received */
+    bool noread;     /* cl_io reads nothing (the server's bytes wait) */
 };
 
 /* SETTINGS_MAX_FRAME_SIZE the next cl_open advertises (0: none, 16 KiB) */
 static uint32_t cl_max_frame;
+/* SO_SNDBUF of the server's end of the next cl_open (0: the default) */
+static int cl_sndbuf;
 
 static struct cst *
 cst_of(struct cl *c, int32_t id)
@@ -404,6 +407,8 @@ cl_open(struct cl *c, struct srv *sv, bool with_session, SSL_CTX *tls)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) != 0)
         abort();
     c->fd = p[0];
+    if (cl_sndbuf && setsockopt(p[1], SOL_SOCKET, SO_SNDBUF, &cl_sndbuf, sizeof(cl_sndbuf)) != 0)
+        abort();
     if (tls)
         c->ssl = tfx_ssl_new(tls, p[0], (const unsigned char *)"\x08http/1.1\x02h2", 12);
     http_server_adopt(sv->s, p[1], NULL, 0);
@@ -513,7 +518,7 @@ cl_io(struct cl *c)
         c->moved++;
     }
     char buf[16384];
-    for (;;) {
+    while (!c->noread) {
         ssize_t n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : recv(c->fd, buf, sizeof(buf), 0);
         if (n == 0 || (n < 0 && !c->ssl && errno != EAGAIN && errno != EINTR)) {
             c->eof = true;
@@ -1572,6 +1577,45 @@ test_frame_sizes(void)
     free(want);
 }
 
+/* A watch stream the client resets while its framed bytes still wait in
+ * the connection's output (the socket is full): on_close waits for them,
+ * and what the handler writes meanwhile is released before on_close. */
+static void
+test_hstream_zombie(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_sndbuf = 8192;
+    cl_open(&c, &sv, true, NULL);
+    cl_sndbuf = 0;
+    int w = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hs_watch ww = {0};
+    struct hstream *ws = hstream_attach(sv.hand[0], sv.base, &hw_ops, &ww);
+    ok(ws != NULL, "attached");
+    c.noread = true;
+    int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL); /* its window's worth fills the socket */
+    pump(&sv, &c, 1);
+    static const char e1[] = "{\"a\":1}\n";
+    hstream_write_ref(ws, &ww, 1, e1, strlen(e1));
+    hstream_flush(ws);
+    pump(&sv, &c, 1);
+    is_int(ww.released, 0, "framed behind bytes the socket cannot take: held");
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[w].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    ok(ww.closed == 0 && ww.released == 0, "reset: on_close waits for the bytes in the output");
+    hstream_write_ref(ws, &ww, 2, e1, strlen(e1)); /* the handler does not know yet */
+    hstream_flush(ws);
+    c.noread = false;
+    pump(&sv, &c, 1);
+    is_int(ww.closed, 1, "on_close once they left");
+    is_int(ww.released_at_close, 2, "both references released before it");
+    ok(c.st[a].nbody > 0 && !c.eof, "the connection goes on");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 /* A list's block goes by reference in plaintext: its first frame, framed
  * when the request was read and written on a later loop turn, carries a
  * byte changed in between (the block is held until its bytes left). */
@@ -1817,5 +1861,6 @@ main(void)
     TAP_RUN(test_frame_sizes);
     TAP_RUN(test_hstream_no_copy);
     TAP_RUN(test_block_no_copy);
+    TAP_RUN(test_hstream_zombie);
     return tap_done();
 }
