@@ -164,6 +164,14 @@ a flag it needs says "n/a (flag unsupported: ...)".
                all stopped by --cache-idle-timeout, and the resumed lists.
                bench/results/controller-manager.md. ~4 minutes; --small
                (15 s replays) ~1.
+
+  h2page       a cached page of 500 pods over HTTP/2 vs HTTP/1.1 (issue 32,
+               part 3), bench/h2page.py: kwc CPU per page (/proc utime+stime
+               over h2load -n --h2page-requests; --h1 for HTTP/1.1) at 1 and 8
+               connections, HTTP/2 also with the client's max frame 1 MiB (as
+               Go's) and 8 streams on one connection, plaintext and TLS, BEFORE
+               (--baseline-commit, default main before the part) vs AFTER, runs
+               ABBA; bench/results/http2.md. ~8 minutes; --small ~2.
 """
 import argparse
 import datetime

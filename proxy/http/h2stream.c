@@ -11,10 +11,11 @@
  * Writes queue entries (a reference into the handler's blob, or an owned
  * copy); the stream's data provider (h2data.c) takes them into DATA frames
  * as the stream's window allows, without a copy into nghttp2's buffer. In
- * plaintext an entry's bytes are referenced from the connection's output
- * (h2hs_move): the entry's pin holds the handler's reference until every
- * piece of it left the output (the kernel took it), so the hub's shared
- * event bytes go to the socket as they are. Over TLS a frame is one
+ * plaintext an entry of H2_REF_MIN bytes or more is referenced from the
+ * connection's output (h2hs_move): the entry's pin holds the handler's
+ * reference until every piece of it left the output (the kernel took it),
+ * so the hub's shared event bytes go to the socket as they are; a smaller
+ * one is copied once beside its frame header and released. Over TLS a frame is one
  * contiguous copy of at most a record (h2hs_copy), and an entry is
  * released once copied. A stream that closes while pinned bytes are still
  * in the output is a zombie: its queued entries are released at once, its
@@ -41,6 +42,12 @@
 #include "kwc/base.h"
 
 #define DEFAULT_GRACE_MS 10000
+/* Entries from this size on go by reference in plaintext; smaller ones are
+ * copied once into the output beside their frame header: a reference costs
+ * a libevent chain (a 1 KiB malloc) and a pin, more than copying a 1 KiB
+ * event (measured: 2,000 watches x 100 events/s of ~1 KiB over HTTP/2,
+ * 2.6 us per delivery by reference against 2.1 copied) */
+#define H2_REF_MIN 4096
 
 struct h2hs;
 
@@ -419,7 +426,7 @@ h2hs_move(struct h2stream *st, struct evbuffer *out, size_t n)
     while (hs->n && n > 0) {
         struct h2ent *e = &hs->e[hs->head];
         size_t k = e->len < n ? e->len : n;
-        if (k > 0 && e->owner) {
+        if (k > 0 && e->owner && (e->pin || e->len >= H2_REF_MIN)) {
             if (!e->pin) {
                 e->pin = xmalloc(sizeof(*e->pin));
                 *e->pin = (struct h2pin){.hs = hs, .owner = e->owner, .tag = e->tag, .refs = 1};
@@ -430,7 +437,7 @@ h2hs_move(struct h2stream *st, struct evbuffer *out, size_t n)
             if (evbuffer_add_reference(out, e->p, k, pin_chain_done, e->pin) != 0)
                 abort(); /* out of memory */
         } else if (k > 0) {
-            evbuffer_add(out, e->p, k); /* an owned copy (hstream_write): small */
+            evbuffer_add(out, e->p, k); /* small (or an owned copy): copied once */
         }
         e->p += k;
         e->len -= k;

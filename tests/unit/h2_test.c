@@ -1577,6 +1577,19 @@ test_frame_sizes(void)
     free(want);
 }
 
+/* A watch event of EV_BIG bytes: "{" + 'x's + "}\n" (by reference in
+ * plaintext: h2stream.c's H2_REF_MIN) */
+#define EV_BIG 5000
+
+static void
+ev_fill(char *ev)
+{
+    memset(ev, 'x', EV_BIG);
+    ev[0] = '{';
+    ev[EV_BIG - 2] = '}';
+    ev[EV_BIG - 1] = '\n';
+}
+
 /* A watch stream the client resets while its framed bytes still wait in
  * the connection's output (the socket is full): on_close waits for them,
  * and what the handler writes meanwhile is released before on_close. */
@@ -1597,15 +1610,16 @@ test_hstream_zombie(void)
     c.noread = true;
     int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL); /* its window's worth fills the socket */
     pump(&sv, &c, 1);
-    static const char e1[] = "{\"a\":1}\n";
-    hstream_write_ref(ws, &ww, 1, e1, strlen(e1));
+    static char e1[EV_BIG];
+    ev_fill(e1);
+    hstream_write_ref(ws, &ww, 1, e1, EV_BIG);
     hstream_flush(ws);
     pump(&sv, &c, 1);
     is_int(ww.released, 0, "framed behind bytes the socket cannot take: held");
     nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[w].id, NGHTTP2_CANCEL);
     pump(&sv, &c, 1);
     ok(ww.closed == 0 && ww.released == 0, "reset: on_close waits for the bytes in the output");
-    hstream_write_ref(ws, &ww, 2, e1, strlen(e1)); /* the handler does not know yet */
+    hstream_write_ref(ws, &ww, 2, e1, EV_BIG); /* the handler does not know yet */
     hstream_flush(ws);
     c.noread = false;
     pump(&sv, &c, 1);
@@ -1640,11 +1654,12 @@ test_block_no_copy(void)
     srv_fini(&sv);
 }
 
-/* A watch's entries go by reference in plaintext: the hub's bytes are
+/* A watch's large entries go by reference in plaintext: the hub's bytes are
  * written from where they lie (a byte changed after framing is what the
  * client gets) and the reference is held until they left the connection's
  * output; a stream that ends meanwhile gets on_close only after that
- * release; hstream_close on such a stream releases before it returns. */
+ * release; hstream_close on such a stream releases before it returns. A
+ * small entry is copied once and released as it is framed. */
 static void
 test_hstream_no_copy(void)
 {
@@ -1662,30 +1677,40 @@ test_hstream_no_copy(void)
     struct hstream *sb = hstream_attach(sv.hand[1], sv.base, &hw_ops, &wb);
     struct hstream *sd = hstream_attach(sv.hand[2], sv.base, &hw_ops, &wd);
     ok(sa && sb && sd, "attached");
-    static char ev[] = "{\"a\":1}\n";
-    hstream_write_ref(sa, &wa, 1, ev, strlen(ev));
+    static char ev[EV_BIG], ev2[EV_BIG];
+    ev_fill(ev);
+    ev_fill(ev2);
+    hstream_write_ref(sa, &wa, 1, ev, EV_BIG);
     hstream_flush(sa);
     /* one loop turn: the connection's kick frames it into the output; the
      * socket's write event comes on a later turn */
     event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     is_int(wa.released, 0, "framed, not yet written: the reference is held");
-    ev[5] = '9';
+    ev[1] = '9';
     pump(&sv, &c, 1);
-    is_str(c.st[a].body, "head-{\"a\":9}\n", "the bytes went from the blob itself (no copy)");
+    ok(c.st[a].nbody == 5 + EV_BIG && c.st[a].body[6] == '9',
+       "the bytes went from the blob itself (no copy)");
     is_int(wa.released, 1, "released once they left");
+    /* a small one: copied once as it is framed */
+    static const char e1[] = "{\"a\":1}\n";
+    hstream_write_ref(sa, &wa, 4, e1, strlen(e1));
+    hstream_flush(sa);
+    event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    is_int(wa.released, 2, "a small event: released once framed (copied)");
+    pump(&sv, &c, 1);
+    ok(c.st[a].nbody == 5 + EV_BIG + strlen(e1), "...and sent");
     /* ends while its bytes wait in the output: on_close after the release */
-    static const char e2[] = "{\"b\":2}\n";
-    hstream_write_ref(sb, &wb, 2, e2, strlen(e2));
+    hstream_write_ref(sb, &wb, 2, ev2, EV_BIG);
     hstream_end(sb);
     event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     ok(wb.released == 0 && wb.closed == 0, "END_STREAM framed: neither released nor closed yet");
     pump(&sv, &c, 1);
-    is_str(c.st[b].body, "head-{\"b\":2}\n", "its bytes arrived");
+    is_int(c.st[b].nbody, 5 + EV_BIG, "its bytes arrived");
     is_int(wb.closed, 1, "on_close once they left");
     is_int(wb.released_at_close, 1, "...after the release");
     ok(c.st[b].closed && c.st[b].close_code == 0, "a clean end");
     /* hstream_close while its bytes wait: released before it returns */
-    hstream_write_ref(sd, &wd, 3, e2, strlen(e2));
+    hstream_write_ref(sd, &wd, 3, ev2, EV_BIG);
     hstream_end(sd);
     event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     is_int(wd.released, 0, "a third framed and ended, held");
@@ -1693,7 +1718,7 @@ test_hstream_no_copy(void)
     is_int(wd.released, 1, "hstream_close released it");
     pump(&sv, &c, 1);
     is_int(wd.closed, 0, "no on_close after hstream_close");
-    is_str(c.st[d].body, "head-{\"b\":2}\n", "its bytes left first (the socket had room)");
+    is_int(c.st[d].nbody, 5 + EV_BIG, "its bytes left first (the socket had room)");
     ok(!c.eof, "the connection stays");
     hstream_end(sa);
     pump(&sv, &c, 1);
