@@ -19,7 +19,8 @@
  * handoff's entries) that the data provider (h2data.c) frames as the
  * stream's window allows, never through nghttp2's buffer
  * (NGHTTP2_DATA_FLAG_NO_COPY): in plaintext a list's blocks and a watch's
- * shared event bytes go by reference, held until they left the output;
+ * shared events of 4 KiB or more go by reference, held until they left
+ * the output;
  * over TLS each frame is one contiguous copy of at most a record. DATA
  * frames are as large as the client's SETTINGS_MAX_FRAME_SIZE allows (up
  * to 64 KiB in plaintext), so a stream whose window is exhausted waits

@@ -12,8 +12,9 @@
  * Plaintext: a frame's bytes are referenced where they lie. A block's
  * (hresp_write_block: a list's 64 KiB pieces) is held by each frame's
  * piece (struct h2blk, counted) until libevent drains the piece, once the
- * kernel took it; a handed-off stream's entry likewise (h2hs_move: the
- * hub's blob is released only once its bytes were written). Other chains
+ * kernel took it; a handed-off stream's entry of 4 KiB or more likewise
+ * (h2hs_move: the hub's blob is released only once its bytes were
+ * written; a smaller one is copied once). Other chains
  * of st->out move whole; a frame's edge inside one of them copies (small
  * writes coalesced by libevent).
  *
