@@ -186,6 +186,13 @@ a flag it needs says "n/a (flag unsupported: ...)".
                32 started from) and AFTER, ABBA; --serving-threads from
                --cores-loops where a binary has it; --kwc-args for every kwc.
                bench/results/cores.md. ~10 minutes; --small ~3.
+  h2page       a cached page of 500 pods over HTTP/2 vs HTTP/1.1 (issue 32,
+               part 3), bench/h2page.py: kwc CPU per page (/proc utime+stime
+               over h2load -n --h2page-requests; --h1 for HTTP/1.1) at 1 and 8
+               connections, HTTP/2 also with the client's max frame 1 MiB (as
+               Go's) and 8 streams on one connection, plaintext and TLS, BEFORE
+               (--baseline-commit, default main before the part) vs AFTER, runs
+               ABBA; bench/results/http2.md. ~8 minutes; --small ~2.
 """
 import argparse
 import datetime
@@ -1986,6 +1993,7 @@ def bench_auth(args):
 # its runs); HTTP/2 rows against AFTER only.
 
 H2_BASELINE = "74d43bb"  # main before issue 21 (the response-stream seam and HTTP/2)
+H2PAGE_BASELINE = "4584f7e"  # main before issue 32, part 3 (HTTP/2 without the copies)
 
 
 def settle(pid, timeout=20):
@@ -2815,7 +2823,7 @@ FULL = {"pods": 150000, "watchers": "1000,10000", "idle": 15000, "duration": 5, 
         "slowloris": 2000, "flood": 4000, "max_connections": 1000, "header_timeout": 10,
         "auth_watchers": 1000, "auth_kubelet": 5000, "auth_burst": 5000, "pb_kubelet": 5000,
         "h2_watchers": 10000, "h2_conns": 100, "h2_rate": 20, "h2_get_seconds": 3, "h2_get_conns": "1,8,32",
-        "cm_duration": 60, "cm_pods": 3000,
+        "cm_duration": 60, "cm_pods": 3000, "h2page_requests": 2000,
         "cores_pods": 20000, "cores_storm": 5000, "cores_fanout": "1000x10,100x100", "cores_compare": 4000}
 # --small: every scenario in well under a minute, to check the script itself.
 PB_ACCEPT = "application/vnd.kubernetes.protobuf, application/json"
@@ -3334,12 +3342,12 @@ SMALL = {"pods": 1000, "watchers": "200", "idle": 500, "duration": 2, "idle_conn
          "slowloris": 200, "flood": 300, "max_connections": 100, "header_timeout": 2,
          "auth_watchers": 200, "auth_kubelet": 200, "auth_burst": 500, "pb_kubelet": 200,
          "h2_watchers": 500, "h2_conns": 5, "h2_rate": 100, "h2_get_seconds": 1, "h2_get_conns": "1,8,32",
-         "cm_duration": 15, "cm_pods": 300,
+         "cm_duration": 15, "cm_pods": 300, "h2page_requests": 300,
          "cores_pods": 2000, "cores_storm": 300, "cores_fanout": "20x10,5x40", "cores_compare": 200}
 SCENARIOS = "passthrough,large,cache,watch,front,watch-tls,idle-tls,slowloris,integrity,auth,protobuf,metrics,rooms," \
-    "http2,tls-cost,serve-more,attack,controller-manager,cores,tls-cipher"
+    "http2,tls-cost,serve-more,attack,controller-manager,cores,tls-cipher,h2page"
 NEEDS_BASELINE = {"front", "watch-tls", "idle-tls", "slowloris", "metrics", "rooms", "http2", "tls-cost", "cores",
-                  "tls-cipher"}
+                  "tls-cipher", "h2page"}
 CORES_BASELINE = "4584f7e"  # main as issue 32 (every core serves) began
 
 
@@ -3361,6 +3369,11 @@ def bench_cores(args):
 def bench_tls_cipher(args):
     import tlscipher
     tlscipher.bench_tls_cipher(args, sys.modules[__name__])
+
+
+def bench_h2page(args):
+    import h2page
+    h2page.bench_h2page(args, sys.modules[__name__])
 
 
 def main():
@@ -3434,11 +3447,14 @@ def main():
     ap.add_argument("--cores-compare", type=int, default=FULL["cores_compare"],
                     help="cores: watchers at 50 events/s over HTTP/2 (100 connections) and HTTP/1.1, TLS "
                          "(4,000: 200,000 deliveries/s; 0: skip)")
+    ap.add_argument("--h2page-requests", type=int, default=FULL["h2page_requests"],
+                    help="h2page: requests per run (h2load -n)")
     args = ap.parse_args()
     if args.baseline_commit is None:
         args.baseline_commit = {"http2": H2_BASELINE, "tls-cost": TLS_COST_BASELINE,
                                 "cores": CORES_BASELINE,
-                                "tls-cipher": TLS_CIPHER_BASELINE}.get(args.only, "8af2294")
+                                "tls-cipher": TLS_CIPHER_BASELINE,
+                                "h2page": H2PAGE_BASELINE}.get(args.only, "8af2294")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
@@ -3464,7 +3480,7 @@ def main():
     tools |= {"crcbench"} if "integrity" in names else set()
     missing = [t for t in sorted(tools) if not os.path.exists(os.path.join(args.bin, t))]
     absent = [t for t in ("h2load", "wrk") if "http2" in names and not shutil.which(t)]
-    absent += [t for t in ("h2load",) if "cores" in names and not shutil.which(t) and t not in absent]
+    absent += [t for t in ("h2load",) if {"cores", "h2page"} & set(names) and not shutil.which(t) and t not in absent]
     if absent:
         ap.error("%s not installed (tests/lib/deps.sh bench installs them)" % ", ".join(absent))
     if missing:

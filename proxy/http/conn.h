@@ -265,6 +265,7 @@ void h2_resp_header(struct hreq *r, const char *name, const char *value);
 void h2_resp_start(struct hreq *r, int status, int64_t content_length);
 void h2_resp_write(struct hreq *r, const void *p, size_t n);
 void h2_resp_write_buffer(struct hreq *r, struct evbuffer *buf);
+void h2_resp_write_block(struct hreq *r, void *block, char *p, size_t n);
 size_t h2_resp_queued(const struct hreq *r);
 void h2_resp_end(struct hreq *r);
 void h2_resp_abort(struct hreq *r);

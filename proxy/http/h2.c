@@ -13,15 +13,19 @@
  *    other HTTP/1.1, byte for byte as before. No h2c Upgrade (kube has none).
  *
  * Bytes: the session's output goes to the bufferevent's output buffer, at
- * most H2_OUT_HIGH bytes ahead of the kernel (the send callback says
+ * most hc->out_high bytes ahead of the kernel (the send callback says
  * WOULDBLOCK past it; the bufferevent's write callback resumes). Each
- * stream queues its body in an evbuffer of its own that the data provider
- * drains as the stream's window allows (NGHTTP2_DATA_FLAG_NO_COPY: the
- * bytes move from the stream's evbuffer to the connection's, never through
- * nghttp2's buffer; DATA frames as large as the client's
- * SETTINGS_MAX_FRAME_SIZE allows, up to 64 KiB), so a stream whose window is
- * exhausted waits alone: the connection and the other streams go on.
- * hresp_queued and on_drain are per stream, under a bound per connection:
+ * stream queues its body in an evbuffer of its own (and, handed off, its
+ * handoff's entries) that the data provider (h2data.c) frames as the
+ * stream's window allows, never through nghttp2's buffer
+ * (NGHTTP2_DATA_FLAG_NO_COPY): in plaintext a list's blocks and a watch's
+ * shared events of 4 KiB or more go by reference, held until they left
+ * the output;
+ * over TLS each frame is one contiguous copy of at most a record. DATA
+ * frames are as large as the client's SETTINGS_MAX_FRAME_SIZE allows (up
+ * to 64 KiB in plaintext), so a stream whose window is exhausted waits
+ * alone: the connection and the other streams go on. hresp_queued and
+ * on_drain are per stream, under a bound per connection:
  *
  * The bound (http2_conn_buffer): the bytes queued for a connection across
  * its streams are bounded; handlers past it wait, woken oldest first as
@@ -105,8 +109,6 @@
 #define H2_CONN_WINDOW (1u << 20) /* the connection's receive window */
 #define H2_FIELD_OVERHEAD 32      /* RFC 9113 6.5.2 */
 #define H2_LAST_WORDS_MS 2000     /* a GOAWAY after a protocol error: time to leave */
-#define H2_FRAME_MAX (64 * 1024)  /* DATA payload, when the client's frame size allows */
-#define H2_FRAME_TLS (16384 - 9)  /* over TLS: the frame and its header fill one record */
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -192,6 +194,7 @@ stream_free(struct h2stream *st)
     free(st->rh.p);
     free(st->path);
     free(st->authority);
+    h2_blocks_drop(st);
     if (st->out)
         evbuffer_free(st->out);
     if (st->in)
@@ -243,7 +246,7 @@ on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *a
 {
     struct h2conn *hc = arg;
     struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
+    if (evbuffer_get_length(out) >= hc->out_high)
         return NGHTTP2_ERR_WOULDBLOCK;
     evbuffer_add(out, data, len);
     return (ssize_t)len;
@@ -587,89 +590,6 @@ on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code, void *arg)
     return 0;
 }
 
-static ssize_t
-on_read_data(nghttp2_session *ss, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-             nghttp2_data_source *src, void *arg)
-{
-    struct h2stream *st = src->ptr;
-    struct h2conn *hc = st->hc;
-    ssize_t n;
-    if (st->hs) {
-        n = h2hs_read(st, buf, length, flags); /* copies (references: see h2stream.c) */
-        if (n > 0)
-            h2_queued_sub(st, (size_t)n);
-    } else {
-        /* the bytes move in on_send_data, without a copy into nghttp2's buffer */
-        size_t have = evbuffer_get_length(st->out);
-        n = (ssize_t)(have < length ? have : length);
-        if (n > 0)
-            *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-        if ((size_t)n == have && st->resp_ended)
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
-        else if (n == 0)
-            return NGHTTP2_ERR_DEFERRED;
-    }
-    if (n > 0 && !st->took) {
-        st->took = true;
-        st->tnext = hc->took;
-        hc->took = st;
-    }
-    return n;
-}
-
-/* A DATA frame of a stream's own queue (NGHTTP2_DATA_FLAG_NO_COPY): its
- * header, then the bytes moved from the stream's evbuffer to the
- * connection's (whole chains move; a frame's edge inside a chain copies).
- * Over TLS the frame is copied once into one contiguous piece of at most a
- * record (on_read_length): the OpenSSL bufferevent seals one record per
- * piece, so a moved chain would make the 9-byte header a record of its own
- * and split the next records at every chain's edge. */
-static int
-on_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size_t length,
-             nghttp2_data_source *src, void *arg)
-{
-    struct h2conn *hc = arg;
-    struct h2stream *st = src->ptr;
-    struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= H2_OUT_HIGH)
-        return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
-    assert(f->data.padlen == 0);       /* kwc never pads */
-    if (hc->c->ssl) {
-        struct evbuffer_iovec v;
-        if (evbuffer_reserve_space(out, (ev_ssize_t)(9 + length), &v, 1) != 1)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        memcpy(v.iov_base, framehd, 9);
-        if (evbuffer_remove(st->out, (char *)v.iov_base + 9, length) != (int)length)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        v.iov_len = 9 + length;
-        evbuffer_commit_space(out, &v, 1);
-        h2_queued_sub(st, length);
-        return 0;
-    }
-    evbuffer_add(out, framehd, 9);
-    if (evbuffer_remove_buffer(st->out, out, length) != (int)length)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    h2_queued_sub(st, length);
-    return 0;
-}
-
-/* DATA frames as large as the client allows (SETTINGS_MAX_FRAME_SIZE) and
- * the windows take, up to H2_FRAME_MAX: fewer frames, fewer headers. Over
- * TLS a frame with its header is one full record (H2_FRAME_TLS). */
-static ssize_t
-on_read_length(nghttp2_session *ss, uint8_t type, int32_t id, int32_t conn_window,
-               int32_t stream_window, uint32_t max_frame, void *arg)
-{
-    struct h2conn *hc = arg;
-    ssize_t most = hc->c->ssl ? H2_FRAME_TLS : H2_FRAME_MAX;
-    ssize_t n = max_frame < (uint32_t)most ? (ssize_t)max_frame : most;
-    if (conn_window < n)
-        n = conn_window;
-    if (stream_window < n)
-        n = stream_window;
-    return n > 0 ? n : 1;
-}
-
 /* ---- the connection ---- */
 
 int
@@ -709,8 +629,8 @@ h2_start(struct hconn *c)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
-    nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
-    nghttp2_session_callbacks_set_data_source_read_length_callback(cb, on_read_length);
+    nghttp2_session_callbacks_set_send_data_callback(cb, h2_send_data);
+    nghttp2_session_callbacks_set_data_source_read_length_callback(cb, h2_read_length);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_max_outbound_ack(opt, 1000);
     nghttp2_option_set_max_settings(opt, 32);
@@ -735,7 +655,10 @@ h2_start(struct hconn *c)
     hc->wtail = &hc->waiting;
     HSTAT_ADD(s->stats.h2_open, 1);
     HSTAT_ADD(s->stats.h2_accepted, 1);
-    bufferevent_setwatermark(c->bev, EV_WRITE, H2_OUT_LOW, 0);
+    size_t q = hc->bound / 4;
+    hc->out_high = q > H2_OUT_HIGH ? H2_OUT_HIGH : q < H2_OUT_MIN ? H2_OUT_MIN : q;
+    hc->out_low = hc->out_high / 4;
+    bufferevent_setwatermark(c->bev, EV_WRITE, hc->out_low, 0);
     h2_on_read(c);
 }
 
@@ -780,7 +703,7 @@ h2_on_timer(struct hconn *c)
     hconn_close(c);
 }
 
-/* Send what the session has (bounded by H2_OUT_HIGH), tell the streams
+/* Send what the session has (bounded by hc->out_high), tell the streams
  * that drained, free closed streams, close a finished session. */
 static void
 flush(struct h2conn *hc, bool progress)
@@ -823,7 +746,7 @@ flush(struct h2conn *hc, bool progress)
     if (c->state == C_DEAD)
         return;
     if (nghttp2_session_want_write(hc->ss) &&
-        evbuffer_get_length(bufferevent_get_output(c->bev)) < H2_OUT_HIGH)
+        evbuffer_get_length(bufferevent_get_output(c->bev)) < hc->out_high)
         hconn_kick(c); /* a handler wrote in on_drain */
     reap_streams(hc);
     if (hc->deaf) {
@@ -922,6 +845,7 @@ h2_conn_closed(struct hconn *c)
     HSTAT_SUB(c->s->stats.h2_open, 1);
     while (hc->streams)
         stream_closed(hc->streams, HREQ_END_CLOSED);
+    h2hs_conn_gone(hc);
 }
 
 void
@@ -1052,7 +976,7 @@ h2_resp_start(struct hreq *r, int status, int64_t content_length)
         snprintf(clen, sizeof(clen), "%lld", (long long)content_length);
         nv[n++] = nv_of("content-length", clen);
     }
-    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = on_read_data};
+    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = h2_read_data};
     nghttp2_submit_response(st->hc->ss, st->id, nv, n, r->no_body ? NULL : &dp);
     free(nv);
     hconn_kick(st->hc->c);

@@ -175,7 +175,7 @@ may_write(struct h2stream *st, size_t own)
     if (conn_total(hc) + pledged(hc) - live_pledge(st) < hc->bound)
         return true;
     if (own == 0 && (hc->exempt == st || !holds_turn(hc->exempt)) && can_send(st) &&
-        evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < H2_OUT_LOW) {
+        evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < hc->out_low) {
         hc->exempt = st;
         return true;
     }
@@ -216,7 +216,7 @@ h2_wake_waiting(struct h2conn *hc)
     for (struct h2stream *st = hc->waiting; st && budget-- && hc->c->state != C_DEAD;) {
         if (conn_total(hc) + pledged(hc) >= hc->bound &&
             (holds_turn(hc->exempt) ||
-             evbuffer_get_length(bufferevent_get_output(hc->c->bev)) >= H2_OUT_LOW))
+             evbuffer_get_length(bufferevent_get_output(hc->c->bev)) >= hc->out_low))
             return; /* no room, and the turn past it is taken: nobody can write */
         struct h2stream *next = st->wnext;
         struct hreq *r = st->r;

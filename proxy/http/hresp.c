@@ -256,11 +256,7 @@ hresp_write_block(struct hreq *r, void *block, char *p, size_t n)
     assert(r->started && !r->ended);
     assert(p >= (char *)block + HRESP_BLOCK_BEFORE);
     if (r->h2) {
-        struct evbuffer *b = evbuffer_new();
-        if (!b || evbuffer_add_reference(b, p, n, on_block_sent, block) != 0)
-            abort();                /* out of memory */
-        h2_resp_write_buffer(r, b); /* moves the reference */
-        evbuffer_free(b);
+        h2_resp_write_block(r, block, p, n); /* referenced in its frames (h2data.c) */
         return;
     }
     if (c->state == C_DEAD || n == 0 || r->no_body) {

@@ -21,6 +21,9 @@
  *   /hdrs    connection-specific response headers, which must not leave
  *   /big     BIG_BYTES in BIG_PIECE writes while hresp_queued < BIG_MARK,
  *            more from on_drain (low water BIG_MARK / 2), as serve.c does
+ *   /block   "<" + a block of BLOCK_BYTES (hresp_write_block, as serve.c's
+ *            list chunks) + "|" + another + ">": block_byte(i) each
+ *   /block1  one such block alone (last_block: its bytes)
  */
 #include "kwc/http.h"
 
@@ -50,6 +53,26 @@
 #define BIG_BYTES (1024 * 1024)
 #define BIG_PIECE (16 * 1024)
 #define BIG_MARK (64 * 1024)
+#define BLOCK_BYTES (100 * 1000)
+
+static char
+block_byte(size_t i)
+{
+    return (char)('a' + i % 23);
+}
+
+static char *last_block; /* the bytes of the last block written */
+
+/* hresp_write_block of BLOCK_BYTES of block_byte */
+static void
+write_block(struct hreq *r)
+{
+    char *b = xmalloc(HRESP_BLOCK_BEFORE + BLOCK_BYTES + HRESP_BLOCK_AFTER);
+    for (size_t i = 0; i < BLOCK_BYTES; i++)
+        b[HRESP_BLOCK_BEFORE + i] = block_byte(i);
+    last_block = b + HRESP_BLOCK_BEFORE;
+    hresp_write_block(r, b, last_block, BLOCK_BYTES);
+}
 
 /* ---- the server's handler ---- */
 
@@ -189,6 +212,18 @@ on_request(void *arg, struct hreq *r)
         hresp_write(r, "head-", 5); /* before the handoff: goes first */
         if (sv->nhand < 4)
             sv->hand[sv->nhand++] = hresp_handoff(r);
+    } else if (strcmp(q->path, "/block") == 0) {
+        hresp_start(r, 200, 2 * BLOCK_BYTES + 3);
+        hresp_write(r, "<", 1);
+        write_block(r);
+        hresp_write(r, "|", 1);
+        write_block(r);
+        hresp_write(r, ">", 1);
+        hresp_end(r);
+    } else if (strcmp(q->path, "/block1") == 0) {
+        hresp_start(r, 200, BLOCK_BYTES);
+        write_block(r);
+        hresp_end(r);
     } else if (strcmp(q->path, "/big") == 0) {
         hresp_low_water(r, BIG_MARK / 2);
         hresp_start(r, 200, -1);
@@ -278,7 +313,14 @@ struct cl {
     struct cst st[MAX_ST];
     int nst;
     unsigned long long moved;
+    size_t max_data; /* the largest DATA frame received */
+    bool noread;     /* cl_io reads nothing (the server's bytes wait) */
 };
+
+/* SETTINGS_MAX_FRAME_SIZE the next cl_open advertises (0: none, 16 KiB) */
+static uint32_t cl_max_frame;
+/* SO_SNDBUF of the server's end of the next cl_open (0: the default) */
+static int cl_sndbuf;
 
 static struct cst *
 cst_of(struct cl *c, int32_t id)
@@ -337,6 +379,8 @@ static int
 c_frame(nghttp2_session *ss, const nghttp2_frame *f, void *arg)
 {
     struct cl *c = arg;
+    if (f->hd.type == NGHTTP2_DATA && f->hd.length > c->max_data)
+        c->max_data = f->hd.length;
     if (f->hd.type == NGHTTP2_GOAWAY) {
         c->ngoaway++;
         c->goaway = true;
@@ -363,6 +407,8 @@ cl_open(struct cl *c, struct srv *sv, bool with_session, SSL_CTX *tls)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) != 0)
         abort();
     c->fd = p[0];
+    if (cl_sndbuf && setsockopt(p[1], SOL_SOCKET, SO_SNDBUF, &cl_sndbuf, sizeof(cl_sndbuf)) != 0)
+        abort();
     if (tls)
         c->ssl = tfx_ssl_new(tls, p[0], (const unsigned char *)"\x08http/1.1\x02h2", 12);
     http_server_adopt(sv->s, p[1], NULL, 0);
@@ -381,7 +427,8 @@ cl_open(struct cl *c, struct srv *sv, bool with_session, SSL_CTX *tls)
         abort();
     nghttp2_session_callbacks_del(cb);
     nghttp2_option_del(opt);
-    nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, NULL, 0);
+    nghttp2_settings_entry iv = {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, cl_max_frame};
+    nghttp2_submit_settings(c->ss, NGHTTP2_FLAG_NONE, &iv, cl_max_frame ? 1 : 0);
     nghttp2_session_set_local_window_size(c->ss, NGHTTP2_FLAG_NONE, 0, 1 << 24);
 }
 
@@ -471,7 +518,7 @@ cl_io(struct cl *c)
         c->moved++;
     }
     char buf[16384];
-    for (;;) {
+    while (!c->noread) {
         ssize_t n = c->ssl ? SSL_read(c->ssl, buf, sizeof(buf)) : recv(c->fd, buf, sizeof(buf), 0);
         if (n == 0 || (n < 0 && !c->ssl && errno != EAGAIN && errno != EINTR)) {
             c->eof = true;
@@ -1274,6 +1321,7 @@ test_free_goaway(void)
 
 struct hs_watch {
     int released, sent_calls, closed;
+    int released_at_close; /* released when on_close ran */
     uint32_t tags[16];
     uint64_t sent;
 };
@@ -1299,6 +1347,7 @@ hw_close(void *arg, uint64_t sent)
     struct hs_watch *w = arg;
     w->closed++;
     w->sent = sent;
+    w->released_at_close = w->released;
 }
 
 static const struct hstream_ops hw_ops = {
@@ -1481,6 +1530,203 @@ test_conn_bound(void)
 /* A handler told it may write (hresp_queued) that then writes nothing (a
  * passthrough waiting on its upstream) holds no room past the next send
  * round: the other streams fill the connection. */
+/* The body /block should carry. */
+static char *
+block_body(void)
+{
+    char *want = xmalloc(2 * BLOCK_BYTES + 4);
+    size_t n = 0;
+    want[n++] = '<';
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < BLOCK_BYTES; i++)
+            want[n++] = block_byte(i);
+        want[n++] = k ? '>' : '|';
+    }
+    want[n] = '\0';
+    return want;
+}
+
+/* A list's blocks (hresp_write_block) in DATA frames as large as the client
+ * allows: 16 KiB by default, larger when its SETTINGS_MAX_FRAME_SIZE says
+ * so (Go's client: 1 MiB); the bytes intact around the blocks' edges. */
+static void
+test_frame_sizes(void)
+{
+    char *want = block_body();
+    for (int big = 0; big < 2; big++) {
+        struct srv sv;
+        srv_init(&sv, opts());
+        struct cl c;
+        cl_max_frame = big ? 1u << 20 : 0;
+        cl_open(&c, &sv, true, NULL);
+        cl_max_frame = 0;
+        int a = cl_req(&c, "GET", "/block", NULL, 0, NULL);
+        pump(&sv, &c, 1);
+        is_int(c.st[a].status, 200, "/block answered");
+        ok(c.st[a].nbody == 2 * BLOCK_BYTES + 3 && memcmp(c.st[a].body, want, c.st[a].nbody) == 0,
+           "the blocks and the bytes between them, intact");
+        printf("# client max frame %s: DATA frames up to %zu bytes\n", big ? "1 MiB" : "default",
+               c.max_data);
+        if (big)
+            ok(c.max_data > 16384, "frames past 16 KiB when the client allows them");
+        else
+            is_int(c.max_data, 16384, "16 KiB frames by default (RFC 9113's initial size)");
+        cl_close(&c);
+        srv_fini(&sv);
+    }
+    free(want);
+}
+
+/* A watch event of EV_BIG bytes: "{" + 'x's + "}\n" (by reference in
+ * plaintext: h2stream.c's H2_REF_MIN) */
+#define EV_BIG 5000
+
+static void
+ev_fill(char *ev)
+{
+    memset(ev, 'x', EV_BIG);
+    ev[0] = '{';
+    ev[EV_BIG - 2] = '}';
+    ev[EV_BIG - 1] = '\n';
+}
+
+/* A watch stream the client resets while its framed bytes still wait in
+ * the connection's output (the socket is full): on_close waits for them,
+ * and what the handler writes meanwhile is released before on_close. */
+static void
+test_hstream_zombie(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_sndbuf = 8192;
+    cl_open(&c, &sv, true, NULL);
+    cl_sndbuf = 0;
+    int w = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    struct hs_watch ww = {0};
+    struct hstream *ws = hstream_attach(sv.hand[0], sv.base, &hw_ops, &ww);
+    ok(ws != NULL, "attached");
+    c.noread = true;
+    int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL); /* its window's worth fills the socket */
+    pump(&sv, &c, 1);
+    static char e1[EV_BIG];
+    ev_fill(e1);
+    hstream_write_ref(ws, &ww, 1, e1, EV_BIG);
+    hstream_flush(ws);
+    pump(&sv, &c, 1);
+    is_int(ww.released, 0, "framed behind bytes the socket cannot take: held");
+    nghttp2_submit_rst_stream(c.ss, NGHTTP2_FLAG_NONE, c.st[w].id, NGHTTP2_CANCEL);
+    pump(&sv, &c, 1);
+    ok(ww.closed == 0 && ww.released == 0, "reset: on_close waits for the bytes in the output");
+    hstream_write_ref(ws, &ww, 2, e1, EV_BIG); /* the handler does not know yet */
+    hstream_flush(ws);
+    c.noread = false;
+    pump(&sv, &c, 1);
+    is_int(ww.closed, 1, "on_close once they left");
+    is_int(ww.released_at_close, 2, "both references released before it");
+    ok(c.st[a].nbody > 0 && !c.eof, "the connection goes on");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* A list's block goes by reference in plaintext: its first frame, framed
+ * when the request was read and written on a later loop turn, carries a
+ * byte changed in between (the block is held until its bytes left). */
+static void
+test_block_no_copy(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    pump(&sv, &c, 1); /* the prefaces and SETTINGS */
+    int a = cl_req(&c, "GET", "/block1", NULL, 0, NULL);
+    cl_io(&c);
+    for (int i = 0; i < RUN_MAX && sv.nreq == 0; i++)
+        event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    is_int(sv.nreq, 1, "the request read, its first frames made");
+    last_block[1] = 'Z';
+    pump(&sv, &c, 1);
+    is_int(c.st[a].nbody, BLOCK_BYTES, "the whole block");
+    ok(c.st[a].nbody > 1 && c.st[a].body[1] == 'Z', "sent from the block itself (no copy)");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
+/* A watch's large entries go by reference in plaintext: the hub's bytes are
+ * written from where they lie (a byte changed after framing is what the
+ * client gets) and the reference is held until they left the connection's
+ * output; a stream that ends meanwhile gets on_close only after that
+ * release; hstream_close on such a stream releases before it returns. A
+ * small entry is copied once and released as it is framed. */
+static void
+test_hstream_no_copy(void)
+{
+    struct srv sv;
+    srv_init(&sv, opts());
+    struct cl c;
+    cl_open(&c, &sv, true, NULL);
+    int a = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    int b = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    int d = cl_req(&c, "GET", "/watch", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(sv.nhand, 3, "three streams handed off");
+    struct hs_watch wa = {0}, wb = {0}, wd = {0};
+    struct hstream *sa = hstream_attach(sv.hand[0], sv.base, &hw_ops, &wa);
+    struct hstream *sb = hstream_attach(sv.hand[1], sv.base, &hw_ops, &wb);
+    struct hstream *sd = hstream_attach(sv.hand[2], sv.base, &hw_ops, &wd);
+    ok(sa && sb && sd, "attached");
+    static char ev[EV_BIG], ev2[EV_BIG];
+    ev_fill(ev);
+    ev_fill(ev2);
+    hstream_write_ref(sa, &wa, 1, ev, EV_BIG);
+    hstream_flush(sa);
+    /* one loop turn: the connection's kick frames it into the output; the
+     * socket's write event comes on a later turn */
+    event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    is_int(wa.released, 0, "framed, not yet written: the reference is held");
+    ev[1] = '9';
+    pump(&sv, &c, 1);
+    ok(c.st[a].nbody == 5 + EV_BIG && c.st[a].body[6] == '9',
+       "the bytes went from the blob itself (no copy)");
+    is_int(wa.released, 1, "released once they left");
+    /* a small one: copied once as it is framed */
+    static const char e1[] = "{\"a\":1}\n";
+    hstream_write_ref(sa, &wa, 4, e1, strlen(e1));
+    hstream_flush(sa);
+    event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    is_int(wa.released, 2, "a small event: released once framed (copied)");
+    pump(&sv, &c, 1);
+    ok(c.st[a].nbody == 5 + EV_BIG + strlen(e1), "...and sent");
+    /* ends while its bytes wait in the output: on_close after the release */
+    hstream_write_ref(sb, &wb, 2, ev2, EV_BIG);
+    hstream_end(sb);
+    event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    ok(wb.released == 0 && wb.closed == 0, "END_STREAM framed: neither released nor closed yet");
+    pump(&sv, &c, 1);
+    is_int(c.st[b].nbody, 5 + EV_BIG, "its bytes arrived");
+    is_int(wb.closed, 1, "on_close once they left");
+    is_int(wb.released_at_close, 1, "...after the release");
+    ok(c.st[b].closed && c.st[b].close_code == 0, "a clean end");
+    /* hstream_close while its bytes wait: released before it returns */
+    hstream_write_ref(sd, &wd, 3, ev2, EV_BIG);
+    hstream_end(sd);
+    event_base_loop(sv.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    is_int(wd.released, 0, "a third framed and ended, held");
+    ok(wd.closed == 0 && hstream_close(sd) > 0, "hstream_close on it (not closed yet)");
+    is_int(wd.released, 1, "hstream_close released it");
+    pump(&sv, &c, 1);
+    is_int(wd.closed, 0, "no on_close after hstream_close");
+    is_int(c.st[d].nbody, 5 + EV_BIG, "its bytes left first (the socket had room)");
+    ok(!c.eof, "the connection stays");
+    hstream_end(sa);
+    pump(&sv, &c, 1);
+    is_int(wa.closed, 1, "the first ends cleanly");
+    cl_close(&c);
+    srv_fini(&sv);
+}
+
 static void
 test_pledge_lapses(void)
 {
@@ -1592,6 +1838,13 @@ test_tls_records(void)
         full += rec_len[i] == 16384 + 17; /* TLS 1.3: a type byte and a 16-byte tag */
     printf("# %d application data records, %d full\n", nrec, full);
     ok(full >= STREAM_BYTES / (16384 - 9) - 1, "the body's records are full ones");
+    char *want = block_body();
+    int b = cl_req(&c, "GET", "/block", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    ok(c.st[b].nbody == 2 * BLOCK_BYTES + 3 && memcmp(c.st[b].body, want, c.st[b].nbody) == 0,
+       "blocks over TLS: intact");
+    ok(c.max_data <= 16384 - 9, "a frame and its header within one record");
+    free(want);
     cl_close(&c);
     srv_fini(&sv);
     SSL_CTX_free(cctx);
@@ -1630,5 +1883,9 @@ main(void)
     TAP_RUN(test_hstream);
     TAP_RUN(test_conn_bound);
     TAP_RUN(test_pledge_lapses);
+    TAP_RUN(test_frame_sizes);
+    TAP_RUN(test_hstream_no_copy);
+    TAP_RUN(test_block_no_copy);
+    TAP_RUN(test_hstream_zombie);
     return tap_done();
 }
