@@ -116,6 +116,11 @@ int catalog_want(struct catalog *c, const char *group, const char *version, cons
                  enum kwc_enc enc);
 /* A creation catalog_want posted for group/version/resource (any
  * encoding) has not been carried out yet. Any thread; a short lock. */
+/* The slot of group/version/resource in enc, or -1; nothing started,
+ * made or posted (a request asking again after a posted want: a refused
+ * creation is not asked for twice). Any thread. */
+int catalog_find(const struct catalog *c, const char *group, const char *version,
+                 const char *resource, enum kwc_enc enc);
 bool catalog_pending(struct catalog *c, const char *group, const char *version,
                      const char *resource);
 /* Main loop: on_change(arg) runs on the main loop after each want a serving

@@ -598,6 +598,11 @@ wait_for_cache(struct front *f, struct kreq *k)
     bool quorum = r->verb != ROUTE_WATCH && !r->q.resource_version && !r->q.continue_token;
     int i = -1;
     if (!catalog_discovering(f->cat)) {
+        /* asked again after a posted want: a creation the main loop
+         * refused (--max-caches) is not posted, nor counted, twice */
+        if (k->wait_slot == CATALOG_PENDING &&
+            catalog_find(f->cat, r->group, r->version, r->resource, enc) < 0)
+            return false;
         i = catalog_want(f->cat, r->group, r->version, r->resource, enc);
         if (i == CATALOG_PENDING) {
             if (quorum || k->wait_slot == CATALOG_PENDING)

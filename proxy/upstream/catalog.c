@@ -1012,6 +1012,13 @@ catalog_want(struct catalog *c, const char *group, const char *version, const ch
     return CATALOG_PENDING;
 }
 
+int
+catalog_find(const struct catalog *c, const char *group, const char *version, const char *resource,
+             enum kwc_enc enc)
+{
+    return find(c, group, version, resource, enc);
+}
+
 bool
 catalog_pending(struct catalog *c, const char *group, const char *version, const char *resource)
 {
