@@ -17,6 +17,7 @@ import os
 import tempfile
 import unittest
 
+from scrape import scrape, total, value
 from cluster import PYTHON, Env, Reader, kubeconfig, kubectl_binaries, kubectl_server_args, tls_client, url, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,6 +65,8 @@ class WatchClients(unittest.TestCase):
         e = self.env
         rv = e.stats()["rv"]
         before = self.pods_watches()
+        up_before = total(scrape(e.kwc.port), "kwc_requests_total", verb="WATCH", resource="pods",
+                          source="upstream")
         py = os.path.join(CLIENTS, "py_watch.py")
         args = ["--rv", str(rv), "--until", "ns-0/sentinel-py", "--timeout", "3"]
 
@@ -88,8 +91,15 @@ class WatchClients(unittest.TestCase):
         self.assertEqual(ev_via, ev_dir)
         self.assertGreater(tail_via["segments"], 1, "the client never resumed")
         self.assertGreater(tail_via["bookmarks"], 0, "no bookmarks through kwc")
-        # every pods watch apisim saw is one of the direct client's segments
-        self.assertEqual(self.pods_watches() - before, json.loads(direct.lines[-1])["segments"])
+        # every pods watch apisim saw from a client is one of the direct
+        # client's segments: kwc passed none of the via client's through
+        # (kwc's own upstream watches are its reflectors', not counted here)
+        port = e.kwc.port
+        wait_for(lambda: value(scrape(port), "kwc_requests_in_flight", source="upstream") == 0, 10,
+                 "no passthrough in flight")
+        self.assertEqual(total(scrape(port), "kwc_requests_total", verb="WATCH", resource="pods",
+                               source="upstream") - up_before, 0, "a via watch passed through")
+        self.assertGreaterEqual(self.pods_watches() - before, json.loads(direct.lines[-1])["segments"])
 
     def test_client_node_informer(self):
         e = self.env
