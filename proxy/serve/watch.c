@@ -968,7 +968,11 @@ register_watch(void *arg)
         hub_res_set_frame(pr->hr, &(struct hub_frame){.head = HSTREAM_FRAME_HEAD,
                                                       .tail = HSTREAM_FRAME_TAIL,
                                                       .frame = hstream_frame});
-        pr->posted_rv = c->cur;
+        /* what the store holds now, not c->cur: on a serving loop the
+         * request was admitted at an rv the writer may have committed past
+         * since, and those commits posted no batch (this resource had no
+         * hub); the worker reads up to here from the store */
+        pr->posted_rv = store_res_rv(p->st, d->sres, NULL);
     } else {
         publish(p, pr); /* anything committed since the last hook goes first */
     }

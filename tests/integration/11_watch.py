@@ -441,8 +441,9 @@ class WatchDifferential(unittest.TestCase):
                 env.sim("POST", "/apisim/write", {"verb": "create", "resource": "pods", "namespace": "default",
                                                   "name": name})
             pump([s], lambda: len(s.events) >= 1, 10)
-            self.assertEqual([(ev["type"], int(ev["object"]["metadata"]["resourceVersion"])) for ev in s.events],
-                             [("ADDED", cur + 3)], "only what follows the rv it resumed from")
+            self.assertEqual([(ev["type"], int(ev["object"].get("metadata", {}).get("resourceVersion", -1)))
+                              for ev in s.events], [("ADDED", cur + 3)],
+                             "only what follows the rv it resumed from: %r" % s.events)
             far = self.stream(env.kwc.port, "/api/v1/pods?" + q(watch=1, resourceVersion=cur + 1000))
             read_until_end([far], 15)
             self.assertEqual([ev["type"] for ev in far.events], ["ERROR"])
