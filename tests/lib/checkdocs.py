@@ -15,7 +15,7 @@ Fails, one line per problem naming the file, the line and what to fix, when:
            a heading of the target (GitHub's slugs: github_slug below) or an
            explicit <a name/id>.
   outside  a doc refers to files outside the repository: ../shared, /work,
-           /home, /root, file://, a link that climbs out of the tree, or a
+           /home, /root, /tmp, file://, a link that climbs out of the tree, or a
            *.md named in prose that no file of the repository has (the
            developers' DESIGN.md, STYLE.md, TRAPS.md live outside it).
   paths    a `code span` naming a path under one of the repository's top-level
@@ -212,7 +212,7 @@ def check_link(doc, target, root, anchor_cache):
 
 
 # Outside the repository: the developers' shared notes and this machine.
-_OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/(?:work|home|root)(?:/|\b)|file://")
+_OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/(?:work|home|root|tmp)(?:/|\b)|file://")
 _MD_NAME = re.compile(r"(?<![\w./-])([A-Za-z0-9_.-]+\.md)\b")
 
 

@@ -83,11 +83,11 @@ class Links(unittest.TestCase):
         self.assertIn("file://", self.check("docs/a.md", "file:///etc/passwd"))
 
     def test_outside_references(self):
-        text = ("the design (`../shared/DESIGN.md`)\nbuilt in /work/wt-x/build\n"
+        text = ("the design (`../shared/DESIGN.md`)\nbuilt in /work/wt-x/build and /tmp/kwc-old\n"
                 "see DESIGN.md and README.md\n/etc/kwc/kwc.yaml and /var/lib/kwc are fine\n")
         got = cd.outside_refs(text, {"README.md"})
-        self.assertEqual([n for n, _ in got], [1, 2, 3])
-        self.assertIn("names DESIGN.md", got[2][1])
+        self.assertEqual([n for n, _ in got], [1, 2, 2, 3])
+        self.assertIn("names DESIGN.md", got[3][1])
 
     def test_path_code_spans(self):
         os.makedirs(os.path.join(self.root, "bench", "src"))
