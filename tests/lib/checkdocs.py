@@ -18,6 +18,9 @@ Fails, one line per problem naming the file, the line and what to fix, when:
            /home, /root, /tmp, file://, a link that climbs out of the tree, or a
            *.md named in prose that no file of the repository has (the
            developers' DESIGN.md, STYLE.md, TRAPS.md live outside it).
+  alerts   a Prometheus rules file under conf/prometheus/ fails `promtool
+           check rules` (when promtool is installed: make deps-test installs
+           it), or an expression reads a kwc_ series kwc does not export.
   paths    a `code span` naming a path under one of the repository's top-level
            directories (bench/, conf/, docs/, tests/, proxy/, ...) that does
            not exist (nor a source it is built from: bench/ingest <- .c).
@@ -48,6 +51,7 @@ tests/lib/checkdocs_test.py (the slug, anchor, link and --help parsing).
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -402,6 +406,40 @@ def check_metrics(families, ops_text):
     return problems
 
 
+RULES_DIR = "conf/prometheus"
+_SERIES = re.compile(r"\b(kwc_[a-z0-9_]+)")
+
+
+def rule_series(text):
+    """{(line, family)} of the kwc_ series the expr: lines of a rules file read
+    (a histogram's _bucket, _sum and _count are its family's)."""
+    out = set()
+    for n, line in enumerate(text.split("\n"), 1):
+        if re.match(r"^\s*expr:", line):
+            for name in _SERIES.findall(line):
+                out.add((n, re.sub(r"_(bucket|sum|count)$", "", name)))
+    return out
+
+
+def check_rules(root, families, promtool):
+    problems = []
+    d = os.path.join(root, RULES_DIR)
+    files = sorted(f for f in os.listdir(d) if f.endswith((".yaml", ".yml"))) if os.path.isdir(d) else []
+    for f in files:
+        rel = os.path.join(RULES_DIR, f)
+        with open(os.path.join(root, rel), encoding="utf-8") as fh:
+            text = fh.read()
+        for n, name in sorted(rule_series(text)):
+            if name not in families:
+                problems.append("%s:%d: reads %s, which kwc does not export" % (rel, n, name))
+        if promtool:
+            r = subprocess.run([promtool, "check", "rules", os.path.join(root, rel)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            if r.returncode != 0:
+                problems.append("%s: promtool check rules failed: %s" % (rel, r.stdout.decode().strip()))
+    return problems
+
+
 # ---------------------------------------------------------------- main
 
 def markdown_files(root):
@@ -451,6 +489,11 @@ def main(argv=None):
     if not args.no_scrape:
         families |= scraped_families(os.path.abspath(args.kwc))
     problems += check_metrics(families, ops_text)
+    promtool = shutil.which("promtool")
+    if not promtool:
+        print("check-docs: no promtool (make deps-test installs prometheus): rules files not checked by it",
+              file=sys.stderr)
+    problems += check_rules(ROOT, families, promtool)
 
     for p in problems:
         print(p)

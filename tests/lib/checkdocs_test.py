@@ -174,5 +174,12 @@ class Metrics(unittest.TestCase):
         self.assertIn("metric kwc_b is in the table but kwc does not export it", got)
 
 
+class Rules(unittest.TestCase):
+    def test_series_in_expressions(self):
+        text = ("groups:\n  - rules:\n      - alert: A\n        expr: kwc_a_total > 0 and kwc_h_bucket\n"
+                "        annotations:\n          summary: kwc_not_an_expr\n")
+        self.assertEqual(cd.rule_series(text), {(4, "kwc_a_total"), (4, "kwc_h")})
+
+
 if __name__ == "__main__":
     unittest.main()
