@@ -243,7 +243,7 @@ def path_refs(text, root):
     for n, line in prose_lines(text):
         for m in _CODE_SPAN.finditer(line):
             p = m.group(2).strip().split("#")[0].rstrip(":,")
-            if not rx.match(p) or "node_modules" in p or re.search(r"\bNN|\.\.\.|\bX\b", p):
+            if not rx.match(p) or "node_modules" in p or re.search(r"\.\.\.|(?<![A-Za-z])(?:NAME|NN|N|X)(?![A-Za-z])", p):
                 continue
             full = os.path.join(root, p)
             if os.path.exists(full) or any(os.path.exists(full + ext) for ext in (".c", ".py")):

@@ -93,7 +93,7 @@ class Links(unittest.TestCase):
         os.makedirs(os.path.join(self.root, "bench", "src"))
         self.write("bench/ingest.c", "")
         text = ("`bench/results/x.png` `bench/ingest` `bench/results/gone.md` `docs/a.md#http2`\n"
-                "`bench/NN_*.py` `tests/x` `not/a/top/dir`\n")
+                "`bench/NN_*.py` `bench/NAME_fuzz.c` `tests/x` `not/a/top/dir`\n")
         self.assertEqual(cd.path_refs(text, self.root), [(1, "bench/results/gone.md")])
 
 
