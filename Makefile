@@ -14,6 +14,7 @@
 #   make image-test build the image and run it as the Deployment does (part of make test)
 #   make check-layering   the rooms and what each may include (tests/lib/layering.py)
 #   make check-format     the C files as clang-format-14 writes them; make format fixes them
+#   make check-docs       the docs against kwc: --help's flags, /metrics' families, links (tests/lib/checkdocs.py)
 # Variables: V=1 shows commands, WERROR=0 for packagers, SAN=address,undefined,
 # PROTOC_C=protoc-c (compiles cache/k8s_min.proto into $(BUILD)/gen),
 # IMAGE=name:tag and CONTAINER=podman|buildah|docker for make image.
@@ -80,7 +81,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: all deps deps-test deps-bench image image-test test unit integration integration-tls integration-h2 \
         integration-checked tsan run bench asan \
         fuzz fuzz-smoke clean \
-        check-layering check-format format
+        check-layering check-format check-docs format
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/kwc
@@ -219,6 +220,7 @@ test:
 	$(Q)tests/lib/deps.sh test
 	$(Q)$(MAKE) --no-print-directory check-layering
 	$(Q)$(MAKE) --no-print-directory check-format
+	$(Q)$(MAKE) --no-print-directory check-docs
 	$(Q)$(MAKE) --no-print-directory all unit
 	$(Q)$(MAKE) --no-print-directory SAN=address,undefined unit
 	$(Q)$(MAKE) --no-print-directory fuzz-smoke
@@ -266,6 +268,16 @@ check-format:
 	$(Q)tests/lib/check-format.sh check
 format:
 	$(Q)tests/lib/check-format.sh fix
+
+# The docs stay true (issue 33): every flag of kwc --help in
+# docs/configuration.md under its group, every metric family kwc exports
+# (a scrape of kwc against apisim, and the source's names) in
+# docs/operations.md's table, every relative link and #anchor of every *.md
+# resolving inside the repository, nothing referring outside it. The
+# checker's own unit test runs first. About a second.
+check-docs: $(BUILD)/kwc
+	$(Q)$(PYTHON) tests/lib/checkdocs_test.py
+	$(Q)$(PYTHON) tests/lib/checkdocs.py --kwc $(BUILD)/kwc
 
 clean:
 	rm -rf build

@@ -1235,7 +1235,7 @@ def bench_attack(args, R):
     except OSError:
         load = ["?"]
     title = "%s: %s (%s, tree %s), %d x %s, load %s before, %s, %d s per path, %s" % (
-        args.attack_label, args.kwc, ver, commit, os.cpu_count() or 0, cpu, " ".join(load),
+        args.attack_label, R.shown_kwc(args.kwc), ver, commit, os.cpu_count() or 0, cpu, " ".join(load),
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), args.duration,
         "small" if args.small else "full")
     text = R.table(title, HEADER, cells)

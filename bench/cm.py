@@ -963,7 +963,7 @@ def report(args, R, res, sz, t_total):
                 cpu = line.split(":", 1)[1].strip()
                 break
     title = "%s (%s, tree %s), %d x %s, %s: %d s replay, %d pods, %d nodes, %d objects per kind, %d per custom " \
-        "resource, churn %d/s" % (args.kwc, ver, commit, os.cpu_count() or 0, cpu,
+        "resource, churn %d/s" % (R.shown_kwc(args.kwc), ver, commit, os.cpu_count() or 0, cpu,
                                   "small" if args.small else "full", sz["seconds"], sz["pods"], sz["nodes"],
                                   sz["per_kind"], sz["crs"], sz["churn"])
     if args.cm_label:

@@ -785,6 +785,17 @@ class Unsupported(Unavailable):
         return "n/a (flag unsupported: %s)" % ", ".join(self.args[0])
 
 
+
+def shown_kwc(path):
+    """How a results header names the kwc binary: relative to the repository,
+    else "a kwc built outside this tree"; never a path of this machine (the
+    docs refer to nothing outside the repository: make check-docs)."""
+    root = os.path.dirname(HERE)
+    full = os.path.abspath(path)
+    if full.startswith(root + os.sep):
+        return os.path.relpath(full, root)
+    return "a kwc built outside this tree"
+
 def git(*argv):
     return subprocess.run(["git", "-C", ROOT] + list(argv), capture_output=True, text=True,
                           check=True).stdout.strip()

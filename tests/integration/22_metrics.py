@@ -1,4 +1,4 @@
-"""/metrics and the access log (README "Operations").
+"""/metrics and the access log (docs/operations.md, "Metrics").
 
   1. Scenario: a fresh kwc in front of apisim, then a script whose every
      step implies exact counter values — N cached lists, passthroughs, M live

@@ -1,4 +1,4 @@
-"""A restored or replaced upstream is detected (issue 31, part 4; DESIGN.md
+"""A restored or replaced upstream is detected (issue 31, part 4; docs/architecture.md,
 "Trust in the upstream's timeline").
 
 apisim is restarted on the same port, as the upstream kwc follows:
