@@ -6,15 +6,17 @@ and source=upstream for kubectl's consistent list and its Table; the demo
 exits 1 when a source is not the expected one. Its temporary directory is
 removed and its processes are stopped on every exit: after the tour, on
 SIGINT in the middle of it (a Ctrl-C), and when kwc cannot start (the port
-taken). About 10 s in all (two tours of ~4 s at 60 pods: two 2-second
-watches each, stopped early in the second).
+taken); and on a machine without kubectl. About 10 s in all (a tour of
+~4 s at 60 pods with two 2-second watches, one of ~3 s without kubectl, one
+stopped early).
 """
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
-import sys
+import tempfile
 import threading
 import unittest
 
@@ -27,8 +29,10 @@ SMALL = ["--pods", "60", "--nodes", "3", "--churn", "5"]
 class Demo:
     """demo.py as a child, its stdout and stderr collected line by line."""
 
-    def __init__(self, *args, port="0"):
+    def __init__(self, *args, port="0", path=None):
         env = dict(os.environ, KWC_PORT=port)
+        if path is not None:
+            env["PATH"] = path
         env.pop("KWC_KEEP_TMP", None)
         self.p = subprocess.Popen([PYTHON, DEMO, "--kwc", KWC_BIN] + list(args), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, text=True)
@@ -114,6 +118,25 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(len(log_lines(out, "upstream")), 2, out)
         self.assertNotIn("!! expected", out)
         self.assertIn("kwc exited 0", out)
+        self.assert_cleaned_up(d, out)
+
+    def test_tour_without_kubectl(self):
+        """On a machine without kubectl the tour makes kubectl's requests
+        itself (a Table: upstream) and skips kubectl's watch."""
+        empty = tempfile.mkdtemp(prefix="kwc-nopath-")
+        try:
+            d = Demo("--scenario-only", *SMALL, path=empty)
+            rc = d.wait()
+        finally:
+            shutil.rmtree(empty, ignore_errors=True)
+        out = d.text()
+        self.assertEqual(rc, 0, out)
+        self.assertIn("kubectl is not on PATH", out)
+        cache, upstream = log_lines(out, "cache"), log_lines(out, "upstream")
+        self.assertTrue([l for l in cache if "fieldSelector=spec.nodeName%3Dnode-1" in l], out)
+        self.assertEqual(len(upstream), 1, out)
+        self.assertIn('path="/api/v1/namespaces/ns-0/pods?limit=500"', upstream[0])
+        self.assertIn("| NAME", out)  # the Table's first column
         self.assert_cleaned_up(d, out)
 
     def test_ctrl_c_in_the_tour_stops_and_cleans_up(self):
