@@ -6,7 +6,7 @@ and source=upstream for kubectl's consistent list and its Table; the demo
 exits 1 when a source is not the expected one. Its temporary directory is
 removed and its processes are stopped on every exit: after the tour, on
 SIGINT in the middle of it (a Ctrl-C), and when kwc cannot start (the port
-taken); and on a machine without kubectl. About 10 s in all (a tour of
+taken); and on a machine without kubectl. About 8 s in all (a tour of
 ~4 s at 60 pods with two 2-second watches, one of ~3 s without kubectl, one
 stopped early).
 """
