@@ -308,7 +308,7 @@ kwc demo is up.
 
 Try (answered from kwc's cache):
   kubectl --server {url} get --raw '/api/v1/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-1'
-  kubectl --server {url} get pods -A -w -o json     # its list goes upstream, its watch is kwc's
+  kubectl --server {url} get pods -A -w -o json     # its first page goes upstream; its next pages and watch are kwc's
   curl -s '{url}/api/v1/namespaces/ns-0/pods?resourceVersion=0&limit=1' | head -c 600
       (pretty-printed for curl's User-Agent, as kube-apiserver does, from the cache)
   curl -s '{url}/api/v1/nodes?watch=1&resourceVersion=0'
