@@ -54,6 +54,12 @@ RUN apt-get update \
       --shell /usr/sbin/nologin kwc \
  && install -d -o 10001 -g 10001 -m 0700 /var/lib/kwc
 COPY --from=build /out/kwc /usr/local/bin/kwc
+# Apache-2.0 asks that whoever receives the work gets a copy of the license.
+COPY LICENSE /usr/share/doc/kwc/LICENSE
+# OCI annotations (tests/integration/21_deploy.py checks the license).
+LABEL org.opencontainers.image.title="kwc" \
+      org.opencontainers.image.description="A watch-cache reverse proxy for the Kubernetes API: answers list and watch traffic from per-resource LMDB caches" \
+      org.opencontainers.image.licenses="Apache-2.0"
 # Fails the build if a library is missing from the list above.
 RUN ["/usr/local/bin/kwc", "--version"]
 USER 10001:10001

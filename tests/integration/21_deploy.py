@@ -78,7 +78,8 @@ conf/kwc.service, the Dockerfile and `make image`.
      (.dockerignore applied) and that context builds kwc (`make -n`), the
      runtime stage's packages provide every library `ldd kwc` lists and
      each provides one kwc links, USER is numeric and not root, ENTRYPOINT
-     and CMD flags are ones `kwc --help` knows; `make image` runs the
+     and CMD flags are ones `kwc --help` knows, the image is labelled
+     Apache-2.0 (OCI) and carries the LICENSE file; `make image` runs the
      container tool with the Dockerfile and the manifests' image name.
 
      The image build itself is `make image-test` (tests/image/test_image.py,
@@ -1943,6 +1944,25 @@ class DockerfileTest(unittest.TestCase):
         dep = dict(split_args(workload_container(find(render("central"), "StatefulSet", "kwc"))["args"]))
         for f in ("--data-dir", "--tls-cert-file", "--tls-private-key-file", "--listen"):
             self.assertEqual(d[f], dep[f], f)
+
+    def test_license_label_and_file(self):
+        final = stages()[-1]["ins"]
+        labels = {}
+        for ins, rest in final:
+            if ins == "LABEL":
+                for word in shlex.split(rest):
+                    k, _, v = word.partition("=")
+                    labels[k] = v
+        self.assertEqual(labels.get("org.opencontainers.image.licenses"), "Apache-2.0")
+        self.assertEqual(labels.get("org.opencontainers.image.title"), "kwc")
+        self.assertTrue(labels.get("org.opencontainers.image.description"))
+        with open(os.path.join(ROOT, "LICENSE")) as f:
+            text = f.read()
+        self.assertIn("Apache License\n                           Version 2.0, January 2004", text)
+        self.assertIn("END OF TERMS AND CONDITIONS", text)  # the full text, not a stub
+        # and the image carries it (COPY from the build context, which holds it)
+        copies = [exec_form(r) for i, r in final if i == "COPY"]
+        self.assertIn(["LICENSE", "/usr/share/doc/kwc/LICENSE"], copies)
 
     def test_make_image_runs_the_container_tool(self):
         d = tempfile.mkdtemp(prefix="kwc-image-")

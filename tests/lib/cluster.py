@@ -252,9 +252,11 @@ def wait_for(pred, timeout=10.0, what="condition", interval=0.02):
 class Proc:
     """A child process with a port file and a log file."""
 
-    def __init__(self, name, argv, workdir, env=None, tls=None, h2=False):
+    def __init__(self, name, argv, workdir, env=None, tls=None, h2=False, new_session=False):
         """tls: a ClientTLS if the process serves TLS on its port; h2: the
-        tests speak HTTP/2 to it."""
+        tests speak HTTP/2 to it; new_session: in a session of its own, so
+        that a terminal's Ctrl-C reaches only the script that stops it
+        (the demo)."""
         self.name = name
         self.workdir = workdir
         self.port_file = os.path.join(workdir, name + ".port")
@@ -263,6 +265,7 @@ class Proc:
         self.env = env
         self.tls = tls
         self.h2 = h2
+        self.new_session = new_session
         self.p = None
         self.port = None
         self.exit_code = None
@@ -272,7 +275,7 @@ class Proc:
             os.unlink(self.port_file)
         self.log = open(self.log_path, "ab")
         self.p = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=self.env)
+                                  stdin=subprocess.DEVNULL, env=self.env, start_new_session=self.new_session)
 
         def ready():
             if self.p.poll() is not None:
