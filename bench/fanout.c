@@ -139,9 +139,10 @@ struct conn {
     char *req;           /* --tls: the request until SSL_write took it */
     int req_len;
     struct event *ev;
-    struct event *wev; /* --tls: one-shot, when OpenSSL wants to write */
-    bool dead;         /* the server ended it: counted, no longer read */
-    bool status_seen;  /* the response's status line was looked at */
+    struct event *wev;  /* --tls: one-shot, when OpenSSL wants to write */
+    struct event *more; /* --tls: read again next turn (read_again) */
+    bool dead;          /* the server ended it: counted, no longer read */
+    bool status_seen;   /* the response's status line was looked at */
     size_t req_sent;
     unsigned char ntail;
     char tail[TAILMAX];
@@ -469,6 +470,8 @@ static void
 conn_drop(struct conn *c)
 {
     event_del(c->ev);
+    if (c->more)
+        event_del(c->more);
     if (c->wev)
         event_del(c->wev);
     if (c->ssl)
@@ -523,6 +526,22 @@ tls_wait(struct conn *c, int r)
         ERR_clear_error();
         return false;
     }
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg);
+
+/* OpenSSL holds decrypted bytes the socket will not announce: read them in
+ * the loop's next turn, after it polled the sockets. (event_active would
+ * run the callback again in this turn, before any poll: against a server
+ * that sends faster than this loop reads, the connection would hold the
+ * loop for ever, its timers included.) */
+static void
+read_again(struct event **more, struct event_base *base, event_callback_fn cb, void *arg)
+{
+    static const struct timeval now = {0, 0};
+    if (!*more)
+        *more = evtimer_new(base, cb, arg);
+    evtimer_add(*more, &now);
 }
 
 /* Handshake, then the request: true once both are done. */
@@ -585,7 +604,7 @@ tls_read(struct conn *c)
         return;
     }
     if (got == RBUF && SSL_has_pending(c->ssl))
-        event_active(c->ev, EV_READ, 0);
+        read_again(&c->more, lp->base, on_read, c);
 }
 
 /* ---- --h2-streams-per-conn: watch streams multiplexed on HTTP/2 ---- */
@@ -597,7 +616,8 @@ struct h2c {
     bool handshaken;
     bool dead;
     struct event *ev;
-    struct event *wev; /* one-shot: the socket took less than the output buffer */
+    struct event *wev;  /* one-shot: the socket took less than the output buffer */
+    struct event *more; /* --tls: read again next turn (read_again) */
     struct loop *lp;
     int first, count; /* its streams: conns[first, first + count) */
     uint8_t *out;     /* frames nghttp2 gave, not yet written */
@@ -629,6 +649,8 @@ h2c_lost(struct h2c *h)
         conn_lost(&conns[i]);
     event_del(h->ev);
     event_del(h->wev);
+    if (h->more)
+        event_del(h->more);
     if (h->ssl)
         SSL_free(h->ssl);
     h->ssl = NULL;
@@ -901,7 +923,7 @@ h2c_event(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (h->ssl && got == RBUF && SSL_has_pending(h->ssl))
-        event_active(h->ev, EV_READ, 0);
+        read_again(&h->more, lp->base, h2c_event, h);
 }
 
 /* Connection j: its socket, session, SETTINGS and every stream's request,

@@ -53,13 +53,11 @@
  * upstream client (passthrough, reviews, tunnels), its passthrough budget
  * share, and the watch pool's worker on its base. Built on the main thread
  * before the thread starts, freed there after it was joined. */
-struct sloop {
-    struct app *a;
-    unsigned idx;
-    pthread_t thread;
-    bool running;
+/* What the requests of a loop's connections use, all on that loop: a
+ * serving loop's, or the main loop's when it serves itself
+ * (--serving-threads unset in tests that build an app with no loops). */
+struct stack {
     struct event_base *base;
-    struct mailbox *mb; /* calls from the main loop */
     struct up_client *up;
     struct pt_options pt_short, pt_long;
     struct pt_budget *budget;
@@ -67,6 +65,16 @@ struct sloop {
     struct discovery *discovery;
     struct auth *auth;
     struct front *front;
+};
+
+struct sloop {
+    struct app *a;
+    unsigned idx;
+    pthread_t thread;
+    bool running;
+    struct event_base *base;
+    struct mailbox *mb; /* calls from the main loop */
+    struct stack s;
     struct http_server *http;
     atomic_bool poke_pending; /* a wake for the waiting requests is posted */
     atomic_uint pending;      /* connections handed to it, not adopted yet */
@@ -83,16 +91,13 @@ struct app {
     struct refl_ingest *ing;
     struct catalog *cat;
     struct disco *disco;
-    struct pt_options pt_short, pt_long;
-    struct pt_budget *budget; /* --max-passthrough-buffer */
-    struct serve *serve;
+    /* the main loop's own stack, when it serves (no serving loops); with
+     * loops its server only accepts and hands off, and this is empty */
+    struct stack s;
     struct watch_pool *watch;
-    struct discovery *discovery;     /* discovery answered from the copy (--serve-discovery) */
-    struct auth *auth;               /* NULL: --auth none, or serving loops */
     struct auth_shared *auth_shared; /* serving loops: their decision caches (auth.h) */
     struct metrics *metrics;
     struct access *access;
-    struct front *front;
     struct http_server *http;
 };
 
@@ -184,13 +189,39 @@ new_serve(const struct app_deps *d, struct event_base *base, struct up_client *u
     return serve_new(base, d->st, catalog_set(d->cat), &so);
 }
 
+/* Loop i's share of a bound split among n loops: v / n, one more for the
+ * first v % n, at least 1 (upstream.h). */
+static unsigned long
+share(unsigned long v, unsigned n, unsigned i)
+{
+    unsigned long s = v / n + (i < v % n);
+    return s ? s : 1;
+}
+
+static void render_metrics(void *arg, void (*done)(void *arg, char *text, size_t n),
+                           void *done_arg);
+
+/* A stack on s->base with s->up and s->auth set: its share of the
+ * passthrough budget (l: a serving loop's; NULL: the main loop's, all of
+ * it), its serve, discovery copy and front. */
 static void
-front_fill(const struct app_deps *d, struct app *a, struct front_parts *fp)
+stack_new(const struct app_deps *d, struct app *a, struct stack *s, struct sloop *l)
 {
     const struct kwc_config *cfg = d->cfg;
-    *fp = (struct front_parts){
-        .base = d->base,
+    unsigned long budget = (unsigned long)cfg->max_passthrough_buffer;
+    s->budget = pt_budget_new(l ? share(budget, a->nloops, l->idx) : budget);
+    pt_opts(cfg, s->budget, &s->pt_short, &s->pt_long);
+    s->serve = new_serve(d, s->base, s->up, &s->pt_short);
+    s->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
+    struct front_parts fp = {
+        .base = s->base,
         .cat = d->cat,
+        .serve = s->serve,
+        .discovery = s->discovery,
+        .up = s->up,
+        .pt_short = &s->pt_short,
+        .pt_long = &s->pt_long,
+        .auth = s->auth,
         .start_wait_ms = (int)cfg->cache_start_timeout,
         .watch = a->watch,
         .tunnel_connect_timeout_ms = (int)cfg->upstream_connect_timeout_ms,
@@ -201,6 +232,26 @@ front_fill(const struct app_deps *d, struct app *a, struct front_parts *fp)
         .metrics = a->metrics,
         .access = a->access,
     };
+    if (l) {
+        /* /metrics and /readyz are rendered on the main loop */
+        fp.main_mb = a->mb;
+        fp.loop_mb = l->mb;
+        fp.metrics_render = render_metrics;
+        fp.metrics_render_arg = a;
+    }
+    s->front = front_new(&fp);
+}
+
+/* The stack's loop stopped (or never ran); the server that fed it is freed. */
+static void
+stack_free(struct stack *s)
+{
+    if (s->front)
+        front_free(s->front);
+    if (s->serve)
+        serve_free(s->serve);
+    discovery_free(s->discovery);
+    pt_budget_free(s->budget); /* every passthrough has closed */
 }
 
 static void
@@ -228,15 +279,6 @@ http_fill(const struct kwc_config *cfg, struct http_server_options *ho)
 }
 
 /* ---- serving loops ---- */
-
-/* Loop i's share of a bound split among n loops: v / n, one more for the
- * first v % n, at least 1 (upstream.h). */
-static unsigned long
-share(unsigned long v, unsigned n, unsigned i)
-{
-    unsigned long s = v / n + (i < v % n);
-    return s ? s : 1;
-}
 
 static void *
 loop_main(void *arg)
@@ -304,8 +346,8 @@ on_poke(void *arg)
 {
     struct sloop *l = arg;
     atomic_store(&l->poke_pending, false);
-    serve_committed(l->serve);
-    front_caches_changed(l->front);
+    serve_committed(l->s.serve);
+    front_caches_changed(l->s.front);
 }
 
 static void
@@ -405,7 +447,7 @@ on_scrape_loop(void *arg)
     struct scrape *sc = p->sc;
     struct sloop *l = &sc->a->loops[p->i];
     /* (authentication's counters are the shared cache's: collect_sources) */
-    collect_loop_take(sc->snaps[p->i], l->http, NULL, l->up, l->budget, l->discovery);
+    collect_loop_take(sc->snaps[p->i], l->http, NULL, l->s.up, l->s.budget, l->s.discovery);
     free(p);
     mailbox_post(sc->a->mb, on_scrape_back, sc);
 }
@@ -448,34 +490,18 @@ loop_new(const struct app_deps *d, struct app *a, struct sloop *l, char *err, si
             p == UP_POOL_PASSTHROUGH || p == UP_POOL_TOKENREVIEW || p == UP_POOL_SAR
                 ? (unsigned)share(uo.max_conns[p], a->nloops, l->idx)
                 : 0; /* (the caches' and discovery's: the main loop's; 0 reports none) */
-    int rc = up_client_new_sibling(d->up, l->base, &uo, &l->up, err, errlen);
+    l->s.base = l->base;
+    int rc = up_client_new_sibling(d->up, l->base, &uo, &l->s.up, err, errlen);
     if (rc != 0)
         return rc;
-    l->budget = pt_budget_new(share((unsigned long)cfg->max_passthrough_buffer, a->nloops, l->idx));
-    pt_opts(cfg, l->budget, &l->pt_short, &l->pt_long);
-    l->serve = new_serve(d, l->base, l->up, &l->pt_short);
-    l->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
     if (a->auth_shared)
-        auth_attach(a->auth_shared, l->base, l->up, l->mb, &l->auth);
-    struct front_parts fp;
-    front_fill(d, a, &fp);
-    fp.base = l->base;
-    fp.serve = l->serve;
-    fp.discovery = l->discovery;
-    fp.up = l->up;
-    fp.pt_short = &l->pt_short;
-    fp.pt_long = &l->pt_long;
-    fp.auth = l->auth;
-    fp.main_mb = a->mb;
-    fp.loop_mb = l->mb;
-    fp.metrics_render = render_metrics;
-    fp.metrics_render_arg = a;
-    l->front = front_new(&fp);
+        auth_attach(a->auth_shared, l->base, l->s.up, l->mb, &l->s.auth);
+    stack_new(d, a, &l->s, l);
     struct http_server_options ho;
     http_fill(cfg, &ho);
     ho.limits = a->limits;
     ho.max_held_body = share(ho.max_held_body ? ho.max_held_body : 64u << 20, a->nloops, l->idx);
-    return http_server_new(l->base, &ho, front_on_request, l->front, &l->http, err, errlen);
+    return http_server_new(l->base, &ho, front_on_request, l->s.front, &l->http, err, errlen);
 }
 
 static void
@@ -491,15 +517,10 @@ loop_free(struct sloop *l)
 {
     if (l->http)
         http_server_free(l->http);
-    if (l->front)
-        front_free(l->front);
-    if (l->serve)
-        serve_free(l->serve);
-    discovery_free(l->discovery);
-    if (l->auth)
-        auth_detach(l->auth);
-    pt_budget_free(l->budget);
-    up_client_free(l->up);
+    stack_free(&l->s);
+    if (l->s.auth)
+        auth_detach(l->s.auth);
+    up_client_free(l->s.up);
     if (l->mb)
         mailbox_free(l->mb);
     if (l->base) {
@@ -520,6 +541,16 @@ stop_loops(struct app *a)
             pthread_join(a->loops[i].thread, NULL);
             a->loops[i].running = false;
         }
+}
+
+/* With serving loops the main loop's server hands every connection off
+ * (http_server_options.handoff) before a request can be read. */
+static void
+accept_only(void *arg, struct hreq *r)
+{
+    (void)arg;
+    (void)r;
+    abort();
 }
 
 static unsigned
@@ -544,9 +575,6 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     a->mb = mailbox_new(d->base);
     a->nloops = d->up_opts ? loops_wanted(cfg) : 0;
     const struct refl_set *set = catalog_set(d->cat);
-    a->budget = pt_budget_new((size_t)cfg->max_passthrough_buffer);
-    pt_opts(cfg, a->budget, &a->pt_short, &a->pt_long);
-    a->serve = new_serve(d, d->base, d->up, &a->pt_short);
     a->loops = xcalloc(a->nloops ? a->nloops : 1, sizeof(*a->loops));
     struct event_base **bases = xcalloc(a->nloops ? a->nloops : 1, sizeof(*bases));
     for (unsigned i = 0; i < a->nloops; i++)
@@ -555,14 +583,13 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     struct access_options aco = {.log = cfg->access_log || log_enabled(LOG_DEBUG),
                                  .level = cfg->access_log ? LOG_INFO : LOG_DEBUG};
     a->access = access_new(a->metrics, &aco);
-    a->discovery = discovery_new(cfg->serve_discovery ? d->disco : NULL);
     if (cfg->auth_delegated) {
         struct auth_options ao;
         auth_opts(cfg, &ao);
         if (a->nloops)
             auth_shared_new(&ao, &a->auth_shared); /* one cache, one bound per source */
         else
-            auth_new(d->base, d->up, &ao, &a->auth);
+            auth_new(d->base, d->up, &ao, &a->s.auth);
     }
     a->limits = http_limits_new();
     int rc = 0;
@@ -596,19 +623,13 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     a->loop_sum = collect_loop_new();
     /* after every commit: requests waiting for an rv first, then watch
      * streams (the order of subscription is the order of the calls) */
-    if (!a->nloops)
-        refl_ingest_subscribe(d->ing, serve_committed, NULL, a->serve);
+    if (!a->nloops) {
+        a->s.base = d->base;
+        a->s.up = d->up;
+        stack_new(d, a, &a->s, NULL);
+        refl_ingest_subscribe(d->ing, serve_committed, NULL, a->s.serve);
+    }
     refl_ingest_subscribe(d->ing, watch_committed, watch_service_changed, a->watch);
-
-    struct front_parts fp;
-    front_fill(d, a, &fp);
-    fp.serve = a->serve;
-    fp.discovery = a->discovery;
-    fp.up = d->up;
-    fp.pt_short = &a->pt_short;
-    fp.pt_long = &a->pt_long;
-    fp.auth = a->auth;
-    a->front = front_new(&fp);
     /* requests waiting for a warming cache, after the watch streams */
     if (a->nloops) {
         refl_ingest_subscribe(d->ing, poke_loops, poke_service, a);
@@ -618,9 +639,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         catalog_subscribe(d->cat, poke_loops, a);
         catalog_set_quiesce(d->cat, quiesce, a);
     } else {
-        refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->front);
+        refl_ingest_subscribe(d->ing, front_caches_changed, front_cache_service, a->s.front);
         if (d->disco)
-            disco_subscribe(d->disco, front_discovery_changed, a->front);
+            disco_subscribe(d->disco, front_discovery_changed, a->s.front);
     }
     catalog_set_busy(d->cat, cache_watched, a->watch);
     catalog_set_end(d->cat, cache_end_watchers, a);
@@ -636,7 +657,8 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
         ho.handoff_arg = a;
     }
     if (rc == 0)
-        rc = http_server_new(d->base, &ho, front_on_request, a->front, &a->http, err, errlen);
+        rc = http_server_new(d->base, &ho, a->nloops ? accept_only : front_on_request, a->s.front,
+                             &a->http, err, errlen);
     if (rc != 0) {
         app_free(a);
         return rc;
@@ -651,12 +673,12 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .watch = a->watch,
                                  .up = d->up,
                                  /* process totals, from any handle */
-                                 .auth = a->nloops ? a->loops[0].auth : a->auth,
+                                 .auth = a->nloops ? a->loops[0].s.auth : a->s.auth,
                                  .http = a->http,
                                  .access = a->access,
-                                 .budget = a->nloops ? NULL : a->budget,
+                                 .budget = a->s.budget, /* (NULL with loops: theirs) */
                                  .disco = d->disco,
-                                 .discovery = a->nloops ? NULL : a->discovery,
+                                 .discovery = a->s.discovery,
                                  .loops = a->nloops ? a->loop_sum : NULL};
     collect_register(a->metrics, &cs);
     for (unsigned i = 0; i < a->nloops; i++) {
@@ -709,9 +731,10 @@ void
 app_shutting_down(struct app *a)
 {
     assert(a->magic == APP_MAGIC);
-    front_shutting_down(a->front);
+    if (a->s.front)
+        front_shutting_down(a->s.front);
     for (unsigned i = 0; i < a->nloops; i++)
-        front_shutting_down(a->loops[i].front);
+        front_shutting_down(a->loops[i].s.front);
 }
 
 void
@@ -766,23 +789,23 @@ app_free(struct app *a)
         log_auth_stats(&as);
         auth_shared_free(a->auth_shared);
     }
-    refl_ingest_unsubscribe(a->ing, a->front);
-    if (a->disco)
-        disco_unsubscribe(a->disco, a->front);
-    front_free(a->front);
-    refl_ingest_unsubscribe(a->ing, a->serve);
-    serve_free(a->serve);
-    discovery_free(a->discovery);
-    if (a->auth) {
+    if (a->s.front) {
+        refl_ingest_unsubscribe(a->ing, a->s.front);
+        if (a->disco)
+            disco_unsubscribe(a->disco, a->s.front);
+    }
+    if (a->s.serve)
+        refl_ingest_unsubscribe(a->ing, a->s.serve);
+    stack_free(&a->s);
+    if (a->s.auth) {
         struct auth_stats as;
-        auth_stats(a->auth, &as);
+        auth_stats(a->s.auth, &as);
         log_auth_stats(&as);
     }
-    auth_free(a->auth);
+    auth_free(a->s.auth);
     access_free(a->access);
     metrics_free(a->metrics);
     collect_loop_free(a->loop_sum);
-    pt_budget_free(a->budget); /* after the server: every passthrough has closed */
     http_limits_free(a->limits);
     mailbox_free(a->mb);
     a->magic = 0;
