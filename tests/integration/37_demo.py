@@ -17,16 +17,15 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import unittest
 
-from cluster import KWC_BIN, PYTHON, ROOT, only_in_plaintext_run, wait_for
+from cluster import KWC_BIN, PYTHON, ROOT, Reader, only_in_plaintext_run, wait_for
 
 DEMO = os.path.join(ROOT, "tests", "lib", "demo.py")
 SMALL = ["--pods", "60", "--nodes", "3", "--churn", "5"]
 
 
-class Demo:
+class Demo(Reader):
     """demo.py as a child, its stdout and stderr collected line by line."""
 
     def __init__(self, *args, port="0", path=None):
@@ -34,15 +33,8 @@ class Demo:
         if path is not None:
             env["PATH"] = path
         env.pop("KWC_KEEP_TMP", None)
-        self.p = subprocess.Popen([PYTHON, DEMO, "--kwc", KWC_BIN] + list(args), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, text=True)
-        self.lines = []
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
+        super().__init__([PYTHON, DEMO, "--kwc", KWC_BIN] + list(args), env, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
 
     def text(self):
         return "\n".join(self.lines)

@@ -618,8 +618,8 @@ class EnvTestCase(unittest.TestCase):
 class Reader:
     """A client process whose stdout lines are collected by a thread."""
 
-    def __init__(self, argv, env=None):
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    def __init__(self, argv, env=None, stderr=subprocess.PIPE, stdin=None):
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, stdin=stdin, env=env, text=True)
         self.lines = []
         self.t = threading.Thread(target=self._read, daemon=True)
         self.t.start()
