@@ -47,12 +47,6 @@
 
 #define APP_MAGIC 0x61707020u /* "app " */
 
-/* A serving loop (issue 32): a thread with its own event_base that holds
- * the connections the main loop's acceptor hands it, and everything their
- * requests use: its HTTP server (no listener), front, serve, auth, its own
- * upstream client (passthrough, reviews, tunnels), its passthrough budget
- * share, and the watch pool's worker on its base. Built on the main thread
- * before the thread starts, freed there after it was joined. */
 /* What the requests of a loop's connections use, all on that loop: a
  * serving loop's, or the main loop's when it serves itself
  * (--serving-threads unset in tests that build an app with no loops). */
@@ -67,6 +61,12 @@ struct stack {
     struct front *front;
 };
 
+/* A serving loop (issue 32): a thread with its own event_base that holds
+ * the connections the main loop's acceptor hands it, and everything their
+ * requests use: its HTTP server (no listener), front, serve, auth, its own
+ * upstream client (passthrough, reviews, tunnels), its passthrough budget
+ * share, and the watch pool's worker on its base. Built on the main thread
+ * before the thread starts, freed there after it was joined. */
 struct sloop {
     struct app *a;
     unsigned idx;
