@@ -38,6 +38,17 @@ oom(size_t n)
 }
 
 void *
+xaligned_calloc(size_t align, size_t n)
+{
+    size_t sz = (n + align - 1) / align * align; /* aligned_alloc wants a multiple */
+    void *p = aligned_alloc(align, sz ? sz : align);
+    if (!p)
+        oom(n);
+    memset(p, 0, sz);
+    return p;
+}
+
+void *
 xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);

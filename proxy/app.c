@@ -287,6 +287,7 @@ loop_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "kwc-serve/%u", l->idx);
     pthread_setname_np(pthread_self(), name);
+    metrics_thread_shard(1 + l->idx); /* the main loop's is 0 */
     event_base_dispatch(l->base);
     return NULL;
 }

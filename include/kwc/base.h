@@ -43,6 +43,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t nmemb, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* n zeroed bytes at a multiple of align (a power of two); free() frees it. */
+void *xaligned_calloc(size_t align, size_t n);
 char *xstrndup(const char *s, size_t n);
 /* A copy of n bytes of p (n may be 0: a valid, empty allocation). */
 void *xmemdup(const void *p, size_t n);

@@ -6,8 +6,10 @@
  *  - stored: counters, gauges and histograms with a fixed set of label names,
  *    whose series (one per set of label values) live in the registry and are
  *    updated as things happen (metrics_add / metrics_observe).
- *    Thread-safe (one mutex per registry): for per-request counts, never for
- *    anything per watch event;
+ *    Thread-safe: each thread records into its own shard
+ *    (metrics_thread_shard), under a lock only a scrape contends for; a
+ *    render sums the shards. For per-request counts, never for anything per
+ *    watch event;
  *  - collected: a collector called at scrape time writes whole families from
  *    statistics the modules keep themselves (per-worker counters, store
  *    sizes, reflector counters) through the writer (metrics_write_*).
@@ -103,6 +105,10 @@ void metrics_free(struct metrics *m);
 struct metrics_family *metrics_family_new(struct metrics *m, enum metrics_type t, const char *name,
                                           const char *help, const char *const *labels,
                                           size_t nlabels, const double *bounds, size_t nbounds);
+/* The shard this thread records into from now on (taken modulo a fixed
+ * count; 0 until called). Each serving loop takes its own, so requests on
+ * different loops never wait for each other's counts. */
+void metrics_thread_shard(unsigned i);
 /* Record into the series of these label values (nlabels strings, copied on
  * first use). Any thread. */
 void metrics_add(struct metrics_family *f, const char *const *values, double v);

@@ -5,8 +5,9 @@
  * A record is small and fixed (labels are bounded copies), allocated once
  * per request by the front end. The log's strings (method, target, user)
  * are copied only when the log is on. Counting a finished request is three
- * stored-family updates under the registry's mutex; the gauge of requests in
- * flight is three atomics (a stream ends on a worker thread).
+ * stored-family updates in the thread's own shard (metrics_thread_shard);
+ * the gauge of requests in flight is three atomics (a stream ends on a
+ * worker thread).
  */
 #include "kwc/access.h"
 

@@ -1,17 +1,23 @@
 /*
  * metrics.c — the registry and the text exposition format (see metrics.h).
  *
- * A stored family keeps its series in a hash keyed by the label values
- * (each value followed by a NUL, so "a","bc" and "ab","c" differ). One mutex
- * per registry guards every stored family: they are updated once per request
- * (the front end, and watch streams ending on worker threads), never per
- * watch event — the fan-out path counts in per-worker memory that collectors
- * read at scrape time.
+ * A stored family keeps its series in shards, one per recording thread
+ * (metrics_thread_shard): each serving loop counts its requests under its
+ * own shard's mutex, which only a scrape ever contends for. A shard keeps
+ * its series in a hash keyed by the label values (each value followed by a
+ * NUL, so "a","bc" and "ab","c" differ). A render sums the shards' series
+ * of the same key into one sample. Series are never removed, so a merge may
+ * borrow their values after the shard's lock is released. The registry's
+ * own mutex guards only the lists of families and collectors. Stored
+ * families are updated once per request, never per watch event — the
+ * fan-out path counts in per-worker memory that collectors read at scrape
+ * time.
  */
 #include "kwc/metrics.h"
 
 #include <assert.h>
 #include <math.h>
+#include <stdalign.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,12 +209,24 @@ metrics_write_hist(struct metrics_writer *w, const char *name, const char *const
 
 struct series {
     UT_hash_handle hh;
-    char **values;
+    char **values;               /* a shard's: copies */
+    const char *const *borrowed; /* a merge's: a shard's values */
     double v;
     struct metrics_hist hist;
     char *key;
     size_t key_len;
 };
+
+/* A thread's series of one family (mu guards the rest). Aligned apart so
+ * loops that count at once do not share a cache line. */
+struct shard {
+    alignas(64) pthread_mutex_t mu;
+    struct series *series; /* uthash */
+    struct series **order; /* in creation order, for a stable exposition */
+    size_t n, cap;
+};
+
+#define NSHARDS 32
 
 struct metrics_family {
     struct metrics *m;
@@ -218,11 +236,18 @@ struct metrics_family {
     size_t nlabels;
     const double *bounds;
     size_t nbounds;
-    struct series *series; /* uthash */
-    struct series **order; /* in creation order, for a stable exposition */
-    size_t n, cap;
     struct metrics_family *next;
+    struct shard sh[NSHARDS];
 };
+
+/* The shard this thread records into (metrics_thread_shard). */
+static _Thread_local unsigned thread_shard;
+
+void
+metrics_thread_shard(unsigned i)
+{
+    thread_shard = i % NSHARDS;
+}
 
 struct collector {
     metrics_collect_cb cb;
@@ -247,6 +272,17 @@ metrics_new(void)
     return m;
 }
 
+static void
+series_free(struct series *s, size_t nlabels)
+{
+    for (size_t k = 0; k < nlabels; k++)
+        free(s->values[k]);
+    free(s->values);
+    free(s->key);
+    metrics_hist_fini(&s->hist);
+    free(s);
+}
+
 void
 metrics_free(struct metrics *m)
 {
@@ -254,17 +290,14 @@ metrics_free(struct metrics *m)
         return;
     for (struct metrics_family *f = m->families, *fn; f; f = fn) {
         fn = f->next;
-        HASH_CLEAR(hh, f->series);
-        for (size_t i = 0; i < f->n; i++) {
-            struct series *s = f->order[i];
-            for (size_t k = 0; k < f->nlabels; k++)
-                free(s->values[k]);
-            free(s->values);
-            free(s->key);
-            metrics_hist_fini(&s->hist);
-            free(s);
+        for (size_t i = 0; i < NSHARDS; i++) {
+            struct shard *sh = &f->sh[i];
+            HASH_CLEAR(hh, sh->series);
+            for (size_t k = 0; k < sh->n; k++)
+                series_free(sh->order[k], f->nlabels);
+            free(sh->order);
+            pthread_mutex_destroy(&sh->mu);
         }
-        free(f->order);
         free(f);
     }
     for (struct collector *c = m->collectors, *cn; c; c = cn) {
@@ -281,15 +314,17 @@ struct metrics_family *
 metrics_family_new(struct metrics *m, enum metrics_type t, const char *name, const char *help,
                    const char *const *labels, size_t nlabels, const double *bounds, size_t nbounds)
 {
-    struct metrics_family *f = xcalloc(1, sizeof(*f));
-    *f = (struct metrics_family){.m = m,
-                                 .type = t,
-                                 .name = name,
-                                 .help = help,
-                                 .labels = labels,
-                                 .nlabels = nlabels,
-                                 .bounds = bounds,
-                                 .nbounds = nbounds};
+    struct metrics_family *f = xaligned_calloc(alignof(struct metrics_family), sizeof(*f));
+    f->m = m;
+    f->type = t;
+    f->name = name;
+    f->help = help;
+    f->labels = labels;
+    f->nlabels = nlabels;
+    f->bounds = bounds;
+    f->nbounds = nbounds;
+    for (size_t i = 0; i < NSHARDS; i++)
+        pthread_mutex_init(&f->sh[i].mu, NULL);
     pthread_mutex_lock(&m->mu);
     *m->ftail = f;
     m->ftail = &f->next;
@@ -313,75 +348,178 @@ series_key(const struct metrics_family *f, const char *const *values, size_t *le
     return k;
 }
 
-/* The series of values, created when missing (mu held). */
+/* A new series of values under key (taken), values copied unless borrowed
+ * (a render's merge borrows a shard's, which live as long as the registry). */
 static struct series *
-series_of(struct metrics_family *f, const char *const *values, bool create)
+series_new(const struct metrics_family *f, char *key, size_t len, const char *const *values,
+           bool borrow)
 {
-    const char *ov[32]; /* the overflow series' values: used below this block's end */
-    size_t len;
-    char *key = series_key(f, values, &len);
+    struct series *s = xcalloc(1, sizeof(*s));
+    s->key = key;
+    s->key_len = len;
+    if (borrow) {
+        s->borrowed = values;
+    } else {
+        s->values = xcalloc(f->nlabels ? f->nlabels : 1, sizeof(char *));
+        for (size_t i = 0; i < f->nlabels; i++)
+            s->values[i] = xstrdup(values[i] ? values[i] : "");
+    }
+    if (f->type == METRICS_HISTOGRAM)
+        metrics_hist_init(&s->hist, f->bounds, f->nbounds);
+    return s;
+}
+
+/* Appends s to a hash and its order array (a shard's, or a merge's). */
+static void
+series_add(struct series **hash, struct series ***order, size_t *n, size_t *cap, struct series *s)
+{
+    HASH_ADD_KEYPTR(hh, *hash, s->key, s->key_len, s);
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *order = xrealloc(*order, *cap * sizeof(**order));
+    }
+    (*order)[(*n)++] = s;
+}
+
+static const char *const overflow_values[] = {
+    METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW,
+    METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW,
+};
+
+/* The series of values in a hash holding n series, created when missing
+ * and create is set; past METRICS_MAX_SERIES, the overflow series. *key and
+ * *len: values' key, or NULL to compute it (taken either way). */
+static struct series *
+series_find(const struct metrics_family *f, struct series *hash, size_t n,
+            const char *const **values, char **key, size_t *len)
+{
+    if (!*key)
+        *key = series_key(f, *values, len);
     struct series *s = NULL;
-    HASH_FIND(hh, f->series, key, len, s);
-    if (s || !create) {
+    HASH_FIND(hh, hash, *key, *len, s);
+    if (s || n < METRICS_MAX_SERIES)
+        return s;
+    /* bounded: one overflow series takes the rest */
+    free(*key);
+    assert(f->nlabels <= KWC_ARRAY_LEN(overflow_values));
+    *values = overflow_values;
+    *key = series_key(f, *values, len);
+    HASH_FIND(hh, hash, *key, *len, s);
+    return s;
+}
+
+/* This thread's series of values in f, created when missing (its shard's
+ * lock held). */
+static struct series *
+series_of(struct metrics_family *f, struct shard *sh, const char *const *values)
+{
+    char *key = NULL;
+    size_t len;
+    struct series *s = series_find(f, sh->series, sh->n, &values, &key, &len);
+    if (s) {
         free(key);
         return s;
     }
-    if (f->n >= METRICS_MAX_SERIES) {
-        /* bounded: one overflow series takes the rest */
-        free(key);
-        assert(f->nlabels <= KWC_ARRAY_LEN(ov));
-        for (size_t i = 0; i < f->nlabels; i++)
-            ov[i] = METRICS_OVERFLOW;
-        key = series_key(f, ov, &len);
-        HASH_FIND(hh, f->series, key, len, s);
-        if (s) {
-            free(key);
-            return s;
-        }
-        values = ov;
-    }
-    s = xcalloc(1, sizeof(*s));
-    s->key = key;
-    s->key_len = len;
-    s->values = xcalloc(f->nlabels ? f->nlabels : 1, sizeof(char *));
-    for (size_t i = 0; i < f->nlabels; i++)
-        s->values[i] = xstrdup(values[i] ? values[i] : "");
-    if (f->type == METRICS_HISTOGRAM)
-        metrics_hist_init(&s->hist, f->bounds, f->nbounds);
-    HASH_ADD_KEYPTR(hh, f->series, s->key, s->key_len, s);
-    if (f->n == f->cap) {
-        f->cap = f->cap ? f->cap * 2 : 16;
-        f->order = xrealloc(f->order, f->cap * sizeof(*f->order));
-    }
-    f->order[f->n++] = s;
+    s = series_new(f, key, len, values, false);
+    series_add(&sh->series, &sh->order, &sh->n, &sh->cap, s);
     return s;
 }
 
 void
 metrics_add(struct metrics_family *f, const char *const *values, double v)
 {
-    pthread_mutex_lock(&f->m->mu);
-    series_of(f, values, true)->v += v;
-    pthread_mutex_unlock(&f->m->mu);
+    struct shard *sh = &f->sh[thread_shard];
+    pthread_mutex_lock(&sh->mu);
+    series_of(f, sh, values)->v += v;
+    pthread_mutex_unlock(&sh->mu);
 }
 
 void
 metrics_observe(struct metrics_family *f, const char *const *values, double v)
 {
     assert(f->type == METRICS_HISTOGRAM);
-    pthread_mutex_lock(&f->m->mu);
-    metrics_hist_observe(&series_of(f, values, true)->hist, v);
-    pthread_mutex_unlock(&f->m->mu);
+    struct shard *sh = &f->sh[thread_shard];
+    pthread_mutex_lock(&sh->mu);
+    metrics_hist_observe(&series_of(f, sh, values)->hist, v);
+    pthread_mutex_unlock(&sh->mu);
 }
 
 double
 metrics_get(struct metrics_family *f, const char *const *values)
 {
-    pthread_mutex_lock(&f->m->mu);
-    struct series *s = series_of(f, values, false);
-    double v = s ? s->v : 0;
-    pthread_mutex_unlock(&f->m->mu);
+    size_t len;
+    char *key = series_key(f, values, &len);
+    double v = 0;
+    for (size_t i = 0; i < NSHARDS; i++) {
+        struct shard *sh = &f->sh[i];
+        struct series *s = NULL;
+        pthread_mutex_lock(&sh->mu);
+        HASH_FIND(hh, sh->series, key, len, s);
+        if (s)
+            v += s->v;
+        pthread_mutex_unlock(&sh->mu);
+    }
+    free(key);
     return v;
+}
+
+/* A family's series summed over its shards: a merge's own series (keys and
+ * sums), borrowing the shards' label values. */
+struct merged {
+    struct series *hash;
+    struct series **order;
+    size_t n, cap;
+};
+
+static void
+merge_shard(const struct metrics_family *f, struct merged *mg, struct shard *sh)
+{
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = 0; i < sh->n; i++) {
+        const struct series *x = sh->order[i];
+        const char *const *values = (const char *const *)x->values;
+        char *key = xmalloc(x->key_len ? x->key_len : 1);
+        memcpy(key, x->key, x->key_len);
+        size_t len = x->key_len;
+        struct series *s = series_find(f, mg->hash, mg->n, &values, &key, &len);
+        if (s) {
+            free(key);
+        } else {
+            s = series_new(f, key, len, values, true);
+            series_add(&mg->hash, &mg->order, &mg->n, &mg->cap, s);
+        }
+        s->v += x->v;
+        if (f->type == METRICS_HISTOGRAM) {
+            for (size_t b = 0; b <= x->hist.n; b++)
+                s->hist.counts[b] += x->hist.counts[b];
+            s->hist.count += x->hist.count;
+            s->hist.sum += x->hist.sum;
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+}
+
+static void
+write_merged(struct metrics_writer *w, struct metrics_family *f)
+{
+    struct merged mg = {0};
+    for (size_t i = 0; i < NSHARDS; i++)
+        merge_shard(f, &mg, &f->sh[i]);
+    for (size_t i = 0; i < mg.n; i++) {
+        struct series *s = mg.order[i];
+        const char *const *vals = s->borrowed;
+        if (f->type == METRICS_HISTOGRAM)
+            metrics_write_hist(w, f->name, f->labels, vals, f->nlabels, &s->hist);
+        else
+            metrics_write_sample(w, f->name, f->labels, vals, f->nlabels, s->v);
+    }
+    HASH_CLEAR(hh, mg.hash);
+    for (size_t i = 0; i < mg.n; i++) {
+        free(mg.order[i]->key);
+        metrics_hist_fini(&mg.order[i]->hist);
+        free(mg.order[i]);
+    }
+    free(mg.order);
 }
 
 void
@@ -402,17 +540,10 @@ char *
 metrics_render(struct metrics *m, size_t *len)
 {
     struct metrics_writer w = {0};
-    pthread_mutex_lock(&m->mu);
+    pthread_mutex_lock(&m->mu); /* then each shard's, in turn */
     for (struct metrics_family *f = m->families; f; f = f->next) {
         metrics_write_family(&w, f->name, f->help, f->type);
-        for (size_t i = 0; i < f->n; i++) {
-            struct series *s = f->order[i];
-            const char *const *vals = (const char *const *)s->values;
-            if (f->type == METRICS_HISTOGRAM)
-                metrics_write_hist(&w, f->name, f->labels, vals, f->nlabels, &s->hist);
-            else
-                metrics_write_sample(&w, f->name, f->labels, vals, f->nlabels, s->v);
-        }
+        write_merged(&w, f);
     }
     struct collector *cs = m->collectors;
     pthread_mutex_unlock(&m->mu);

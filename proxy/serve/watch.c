@@ -57,6 +57,7 @@
 #include "kwc/hub.h"
 #include "kwc/log.h"
 #include "kwc/mailbox.h"
+#include "kwc/metrics.h"
 #include "kwc/pace.h"
 #include "kwc/pb.h"
 #include "kwc/reflector.h"
@@ -616,9 +617,8 @@ start_watch(struct worker *wk, struct wconn *c)
     free(c->ns); /* hub_watch has copied it */
     c->ns = NULL;
     c->req.ns = NULL;
-    /* a deadline already passed (timeoutSeconds < 0, or the server
-     * draining) ends the stream now, before a batch applied in this same
-     * round could deliver an event to it */
+    /* a deadline already passed (timeoutSeconds < 0, or the server draining)
+     * ends the stream now, before a batch of this round could deliver to it */
     if (c->hw && c->req.deadline_ms <= now)
         hub_timer(c->hw, now);
     if (c->hw)
@@ -703,11 +703,12 @@ static void *
 worker_main(void *arg)
 {
     struct worker *wk = arg;
-    /* the thread's comm (15 bytes): per-thread CPU in /proc/PID/task/TID/stat
-     * and top -H say which loop is busy (bench/run.py --only cores) */
+    /* the comm (15 bytes) names the thread in /proc/PID/task/TID/stat and top
+     * -H (bench/run.py --only cores); its streams' counts go to its shard */
     char name[16];
     snprintf(name, sizeof(name), "kwc-watch/%u", wk->idx);
     pthread_setname_np(pthread_self(), name);
+    metrics_thread_shard(1 + wk->idx);
     event_base_dispatch(wk->base);
     return NULL;
 }
@@ -1078,8 +1079,8 @@ watch_pool_free(struct watch_pool *p)
         m->type = WMSG_STOP;
         post(&p->w[i], m);
     }
-    /* the local worker and those on serving loops (stopped by now): what
-     * is posted to them, the stop last, applied now on this thread */
+    /* the local worker and the serving loops' (stopped): what is posted to
+     * them, the stop last, applied now on this thread */
     for (unsigned i = 0; i <= p->nw; i++)
         if (p->w[i].local || p->w[i].ext)
             on_wake(-1, 0, &p->w[i]);

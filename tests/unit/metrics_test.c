@@ -11,6 +11,8 @@
 #include "kwc/metrics.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +195,104 @@ test_registry(void)
     metrics_free(m);
 }
 
+/* ---- shards: each thread counts apart, a render sums them ---- */
+
+struct recorder {
+    struct metrics_family *c, *h;
+    unsigned shard;
+    int from, n; /* codes from..from+n-1, once each; or n adds of "200" when from < 0 */
+};
+
+static void *
+record_main(void *arg)
+{
+    struct recorder *r = arg;
+    metrics_thread_shard(r->shard);
+    for (int i = 0; i < r->n; i++) {
+        char code[16];
+        snprintf(code, sizeof(code), "%d", r->from < 0 ? 200 : r->from + i);
+        const char *v[] = {code};
+        metrics_add(r->c, v, 1);
+        if (r->h)
+            metrics_observe(r->h, v, (double)(i % 3)); /* 0, 1, 2: one in each bucket */
+    }
+    return NULL;
+}
+
+/* Runs the recorders at once, scraping m meanwhile when given (a race
+ * between a scrape and the shards shows under make tsan's build). */
+static void
+run_recorders(struct recorder *r, size_t n, struct metrics *m)
+{
+    pthread_t t[8];
+    for (size_t i = 0; i < n; i++)
+        if (pthread_create(&t[i], NULL, record_main, &r[i]) != 0)
+            abort();
+    for (int i = 0; m && i < 20; i++)
+        free(metrics_render(m, NULL));
+    for (size_t i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+}
+
+/* How many lines of text start with prefix. */
+static int
+count_lines(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+static void
+test_shards(void)
+{
+    struct metrics *m = metrics_new();
+    static const char *const l1[] = {"code"};
+    static const double b[] = {0, 1};
+    struct metrics_family *c =
+        metrics_family_new(m, METRICS_COUNTER, "t_total", "T.", l1, 1, NULL, 0);
+    struct metrics_family *h =
+        metrics_family_new(m, METRICS_HISTOGRAM, "t_seconds", "T.", l1, 1, b, 2);
+
+    /* four threads, four shards (one beyond the count: modulo), at once */
+    struct recorder r[4];
+    for (unsigned i = 0; i < 4; i++)
+        r[i] = (struct recorder){
+            .c = c, .h = h, .shard = i == 3 ? 1000 : 1 + i, .from = -1, .n = 30000};
+    run_recorders(r, 4, m);
+    const char *v200[] = {"200"};
+    metrics_add(c, v200, 5); /* this thread: shard 0 */
+    is_int((long long)metrics_get(c, v200), 4 * 30000 + 5, "metrics_get sums the shards");
+    char *got = metrics_render(m, NULL);
+    is_str(got,
+           "# HELP t_total T.\n# TYPE t_total counter\n"
+           "t_total{code=\"200\"} 120005\n"
+           "# HELP t_seconds T.\n# TYPE t_seconds histogram\n"
+           "t_seconds_bucket{code=\"200\",le=\"0\"} 40000\n"
+           "t_seconds_bucket{code=\"200\",le=\"1\"} 80000\n"
+           "t_seconds_bucket{code=\"200\",le=\"+Inf\"} 120000\n"
+           "t_seconds_sum{code=\"200\"} 120000\n"
+           "t_seconds_count{code=\"200\"} 120000\n",
+           "one sample per series: the shards' counts and buckets summed");
+    free(got);
+
+    /* the bound holds for the sum: shard 1 fills it, shard 2's new series
+     * go to the overflow series when rendered */
+    struct recorder fill[2] = {
+        {.c = c, .shard = 1, .from = 1000, .n = METRICS_MAX_SERIES - 1},
+        {.c = c, .shard = 2, .from = 1000000, .n = 10},
+    };
+    run_recorders(fill, 2, NULL);
+    got = metrics_render(m, NULL);
+    is_int(count_lines(got, "t_total{"), METRICS_MAX_SERIES + 1, "the bound, and one overflow");
+    ok(strstr(got, "\nt_total{code=\"" METRICS_OVERFLOW "\"} 10\n") != NULL,
+       "the series past the bound, over all shards, are counted together");
+    ok(strstr(got, "t_total{code=\"1000000\"}") == NULL, "a series past the bound is not shown");
+    free(got);
+    metrics_free(m);
+}
+
 static int collected;
 static void
 collector(void *arg, struct metrics_writer *w)
@@ -305,6 +405,7 @@ main(void)
     TAP_RUN(test_histogram);
     TAP_RUN(test_kube_buckets);
     TAP_RUN(test_registry);
+    TAP_RUN(test_shards);
     TAP_RUN(test_collectors);
     TAP_RUN(test_redact);
     TAP_RUN(test_verbs);
