@@ -245,10 +245,14 @@ static ssize_t
 on_send(nghttp2_session *ss, const uint8_t *data, size_t len, int flags, void *arg)
 {
     struct h2conn *hc = arg;
-    struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= hc->out_high)
+    if (h2_out_len(hc) >= hc->out_high)
         return NGHTTP2_ERR_WOULDBLOCK;
-    evbuffer_add(out, data, len);
+    if (hc->c->ssl && len <= H2_REC) {
+        memcpy(h2_rec_take(hc, len), data, len); /* in order with the DATA frames */
+        return (ssize_t)len;
+    }
+    h2_rec_flush(hc);
+    evbuffer_add(bufferevent_get_output(hc->c->bev), data, len);
     return (ssize_t)len;
 }
 
@@ -703,6 +707,15 @@ h2_on_timer(struct hconn *c)
     hconn_close(c);
 }
 
+/* nghttp2_session_send, its record under assembly to the output. */
+static int
+send_all(struct h2conn *hc)
+{
+    int rc = nghttp2_session_send(hc->ss);
+    h2_rec_flush(hc);
+    return rc;
+}
+
 /* Send what the session has (bounded by hc->out_high), tell the streams
  * that drained, free closed streams, close a finished session. */
 static void
@@ -712,7 +725,7 @@ flush(struct h2conn *hc, bool progress)
     if (c->state == C_DEAD || hc->in_recv)
         return;
     h2_pledges_age(hc);
-    int rc = nghttp2_session_send(hc->ss);
+    int rc = send_all(hc);
     if (rc != 0) {
         log_debug("http2: closing a connection: %s", nghttp2_strerror(rc));
         hconn_close(c);
@@ -798,8 +811,7 @@ h2_on_read(struct hconn *c)
             /* nghttp2 queued a GOAWAY for a protocol error: let it leave,
              * for H2_LAST_WORDS_MS at most. A flood closes now (its peer
              * does not read). */
-            if (c->state != C_DEAD && n != NGHTTP2_ERR_FLOODED &&
-                nghttp2_session_send(hc->ss) == 0 &&
+            if (c->state != C_DEAD && n != NGHTTP2_ERR_FLOODED && send_all(hc) == 0 &&
                 evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
                 c->close_when_flushed = true;
                 bufferevent_disable(c->bev, EV_READ);
@@ -856,6 +868,7 @@ h2_conn_free(struct hconn *c)
         return;
     assert(!hc->streams);
     reap_streams(hc);
+    h2_rec_flush(hc); /* dead: freed */
     nghttp2_session_del(hc->ss);
     hc->magic = 0;
     free(hc);
@@ -875,7 +888,7 @@ h2_last_words(struct hconn *c)
                               nghttp2_session_get_last_proc_stream_id(hc->ss), NGHTTP2_NO_ERROR,
                               NULL, 0);
     }
-    if (nghttp2_session_send(hc->ss) != 0 || c->ssl || c->fd < 0)
+    if (send_all(hc) != 0 || c->ssl || c->fd < 0)
         return;
     /* the bufferevent keeps its output's start frozen (only it drains it);
      * it never writes again: one try here, never blocking */

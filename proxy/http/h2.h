@@ -108,7 +108,27 @@ struct h2conn {
     /* handed-off streams closed whose bytes are still in the output (their
      * on_close waits for them: h2stream.c) */
     struct h2hs *zombies;
+    /* TLS: the record under assembly (h2data.c), handed to the output at
+     * the end of each nghttp2_session_send; empty between them */
+    uint8_t *rec;
+    size_t rec_len;
 };
+
+/* ---- h2data.c: the session's output ---- */
+
+/* One TLS record's plaintext: over TLS, frames are copied into records
+ * this large, each one chain of the output (one SSL_write). */
+#define H2_REC 16384
+
+/* The session's bytes not yet taken by the kernel: the output's and the
+ * record under assembly. */
+size_t h2_out_len(const struct h2conn *hc);
+/* TLS: n bytes (n <= H2_REC) to fill now at the end of the record under
+ * assembly (a record without room for them leaves first). */
+uint8_t *h2_rec_take(struct h2conn *hc, size_t n);
+/* TLS: the record under assembly to the output (after every
+ * nghttp2_session_send: what the session sent leaves in this turn). */
+void h2_rec_flush(struct h2conn *hc);
 
 /* ---- h2room.c: the bound on queued bytes (its header) ---- */
 

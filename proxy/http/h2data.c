@@ -20,10 +20,13 @@
  *
  * TLS: the OpenSSL bufferevent makes one SSL_write (one record) per chain
  * segment, so a 9-byte frame header apart from its data would be a record
- * of its own and every reference a record's edge: the frame, header and
- * data, is copied once into one contiguous piece of at most a record
- * (H2_FRAME_TLS), the copy that sealing a record makes anyway
- * (docs/architecture.md, traps); entries are released once copied.
+ * of its own and every reference a record's edge. Every frame of a send
+ * round, header and data, is copied once into the connection's record
+ * under assembly (H2_REC), the copy that sealing a record makes anyway
+ * (docs/architecture.md, traps): a watch event fanned out to 40 streams of
+ * one connection leaves in full records, not a record per stream. Entries
+ * are released once copied; the record goes to the output by reference,
+ * when full and at the end of the round (h2_rec_flush).
  *
  * Frame sizes: as large as the client's SETTINGS_MAX_FRAME_SIZE and the
  * windows allow, up to H2_FRAME_MAX in plaintext (Go's client advertises
@@ -35,6 +38,7 @@
 #include "conn.h"
 #include "h2.h"
 
+#include <assert.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <nghttp2/nghttp2.h>
@@ -43,8 +47,47 @@
 
 #include "kwc/base.h"
 
-#define H2_FRAME_MAX (64 * 1024) /* DATA payload, when the client's frame size allows */
-#define H2_FRAME_TLS (16384 - 9) /* over TLS: the frame and its header fill one record */
+#define H2_FRAME_MAX (64 * 1024)  /* DATA payload, when the client's frame size allows */
+#define H2_FRAME_TLS (H2_REC - 9) /* over TLS: the frame and its header fill one record */
+
+size_t
+h2_out_len(const struct h2conn *hc)
+{
+    return evbuffer_get_length(bufferevent_get_output(hc->c->bev)) + hc->rec_len;
+}
+
+static void
+rec_done(const void *data, size_t len, void *arg)
+{
+    free(arg);
+}
+
+void
+h2_rec_flush(struct h2conn *hc)
+{
+    if (hc->rec_len > 0 && hc->c->state != C_DEAD) {
+        if (evbuffer_add_reference(bufferevent_get_output(hc->c->bev), hc->rec, hc->rec_len,
+                                   rec_done, hc->rec) != 0)
+            abort(); /* out of memory */
+    } else {
+        free(hc->rec);
+    }
+    hc->rec = NULL;
+    hc->rec_len = 0;
+}
+
+uint8_t *
+h2_rec_take(struct h2conn *hc, size_t n)
+{
+    assert(n <= H2_REC);
+    if (hc->rec && hc->rec_len + n > H2_REC)
+        h2_rec_flush(hc);
+    if (!hc->rec)
+        hc->rec = xmalloc(H2_REC);
+    uint8_t *p = hc->rec + hc->rec_len;
+    hc->rec_len += n;
+    return p;
+}
 
 /* A block of hresp_write_block in a stream's out, and in frames sent. */
 struct h2blk {
@@ -174,7 +217,7 @@ h2_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size
     struct h2conn *hc = arg;
     struct h2stream *st = src->ptr;
     struct evbuffer *out = bufferevent_get_output(hc->c->bev);
-    if (evbuffer_get_length(out) >= hc->out_high)
+    if (h2_out_len(hc) >= hc->out_high)
         return NGHTTP2_ERR_WOULDBLOCK; /* called again with the same frame */
     assert(f->data.padlen == 0);       /* kwc never pads */
     if (h2_own_bytes(st) < length)
@@ -182,18 +225,13 @@ h2_send_data(nghttp2_session *ss, nghttp2_frame *f, const uint8_t *framehd, size
     size_t own = evbuffer_get_length(st->out);
     size_t a = own < length ? own : length; /* st->out's; the rest is the handoff's */
     if (hc->c->ssl) {
-        struct evbuffer_iovec v;
-        if (evbuffer_reserve_space(out, (ev_ssize_t)(9 + length), &v, 1) != 1)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        char *p = v.iov_base;
+        uint8_t *p = h2_rec_take(hc, 9 + length); /* H2_FRAME_TLS: 9 + length <= H2_REC */
         memcpy(p, framehd, 9);
         if (a > 0 && evbuffer_remove(st->out, p + 9, a) != (int)a)
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         out_took(st, a);
         if (length > a)
-            h2hs_copy(st, p + 9 + a, length - a);
-        v.iov_len = 9 + length;
-        evbuffer_commit_space(out, &v, 1);
+            h2hs_copy(st, (char *)p + 9 + a, length - a);
     } else {
         evbuffer_add(out, framehd, 9);
         if (out_move(st, out, a) != 0)

@@ -48,7 +48,7 @@ h2_own_bytes(const struct h2stream *st)
 static size_t
 conn_total(const struct h2conn *hc)
 {
-    return hc->queued + evbuffer_get_length(bufferevent_get_output(hc->c->bev));
+    return hc->queued + h2_out_len(hc);
 }
 
 /* st's pledge while it lasts (this send round or the one before), else 0 */
@@ -175,7 +175,7 @@ may_write(struct h2stream *st, size_t own)
     if (conn_total(hc) + pledged(hc) - live_pledge(st) < hc->bound)
         return true;
     if (own == 0 && (hc->exempt == st || !holds_turn(hc->exempt)) && can_send(st) &&
-        evbuffer_get_length(bufferevent_get_output(hc->c->bev)) < hc->out_low) {
+        h2_out_len(hc) < hc->out_low) {
         hc->exempt = st;
         return true;
     }
@@ -215,8 +215,7 @@ h2_wake_waiting(struct h2conn *hc)
     unsigned budget = 2 * hc->nopen + 2; /* a stream re-added at the tail is seen once more */
     for (struct h2stream *st = hc->waiting; st && budget-- && hc->c->state != C_DEAD;) {
         if (conn_total(hc) + pledged(hc) >= hc->bound &&
-            (holds_turn(hc->exempt) ||
-             evbuffer_get_length(bufferevent_get_output(hc->c->bev)) >= hc->out_low))
+            (holds_turn(hc->exempt) || h2_out_len(hc) >= hc->out_low))
             return; /* no room, and the turn past it is taken: nobody can write */
         struct h2stream *next = st->wnext;
         struct hreq *r = st->r;
