@@ -1851,6 +1851,51 @@ test_tls_records(void)
     tfx_dir_close();
 }
 
+/* Frames of many streams share records: 30 answers of ~3 KB in one send
+ * round leave in full records, not one record (and one write) a frame. */
+static void
+test_tls_records_shared(void)
+{
+    tfx_dir_open("h2_test");
+    tfx_write_pair("localhost", NULL);
+    struct http_server_options o = opts();
+    o.max_header_bytes = 16384;
+    o.tls_cert_file = tfx_cert_path;
+    o.tls_key_file = tfx_key_path;
+    struct srv sv;
+    srv_init(&sv, o);
+    SSL_CTX *cctx = tfx_client_ctx();
+    struct cl c;
+    cl_open(&c, &sv, true, cctx);
+    SSL_set_msg_callback(c.ssl, on_msg);
+    int first = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
+    pump(&sv, &c, 1);
+    is_int(c.st[first].status, 200, "the handshake and a first answer");
+    char big[2901];
+    memset(big, 'e', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    nghttp2_nv x[] = {NV("x-echo", big)}; /* each answer carries it: ~3 KB */
+    int from = nrec, n = 30;
+    for (int i = 0; i < n; i++)
+        cl_req(&c, "GET", "/echo", x, 1, NULL);
+    pump(&sv, &c, 1);
+    int good = 0;
+    size_t bytes = 0;
+    for (int i = first + 1; i <= first + n; i++)
+        good += c.st[i].status == 200 && c.st[i].nbody > 2900;
+    is_int(good, n, "every stream answered over TLS");
+    for (int i = from; i < nrec; i++)
+        bytes += rec_len[i];
+    int recs = nrec - from;
+    printf("# %d answers of ~3 KB: %d records, %zu bytes\n", n, recs, bytes);
+    ok(recs <= (int)(bytes / (16384 + 17)) + 3,
+       "records as full as the answers' bytes allow, not one a frame");
+    cl_close(&c);
+    srv_fini(&sv);
+    SSL_CTX_free(cctx);
+    tfx_dir_close();
+}
+
 int
 main(void)
 {
@@ -1880,6 +1925,7 @@ main(void)
     TAP_RUN(test_free_goaway);
     TAP_RUN(test_alpn);
     TAP_RUN(test_tls_records);
+    TAP_RUN(test_tls_records_shared);
     TAP_RUN(test_hstream);
     TAP_RUN(test_conn_bound);
     TAP_RUN(test_pledge_lapses);
