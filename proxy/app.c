@@ -86,8 +86,9 @@ struct app {
     struct mailbox *mb; /* the main loop's: calls from the serving loops */
     struct sloop *loops;
     unsigned nloops;
-    struct http_limits *limits;    /* the caps, shared by the acceptor and the loops' servers */
-    struct collect_loop *loop_sum; /* /metrics: the loops' numbers, summed per render */
+    struct http_limits *limits;     /* the caps, shared by the acceptor and the loops' servers */
+    struct collect_loop *loop_sum;  /* /metrics: the loops' numbers, summed per render */
+    struct http_server **loop_http; /* /metrics: each loop's server, for its own gauges */
     struct refl_ingest *ing;
     struct catalog *cat;
     struct disco *disco;
@@ -292,9 +293,16 @@ loop_main(void *arg)
     return NULL;
 }
 
-/* The main loop's side of an accept: the least loaded loop takes it (open
- * connections, HTTP/2 streams and those on their way), so a loop holding
- * many watches gets fewer new connections. */
+/* The main loop's side of an accept: the least loaded loop takes it.
+ * Connections first (open, and those on their way), HTTP/2 streams at
+ * 1/LOOP_STREAMS_PER_CONN of a connection each: a burst of clients (a
+ * rollout, a reconnect storm) opens its streams right after each
+ * handshake, so at an accept the loops' streams lag their connections
+ * unevenly, and counting a stream like a connection split 100 connections
+ * x 40 streams 55/45 (bench/results/cores.md). A loop holding thousands of
+ * streams more than another still gets fewer new connections. */
+#define LOOP_STREAMS_PER_CONN 64
+
 struct handed {
     struct sloop *l;
     int fd;
@@ -323,7 +331,8 @@ handoff(void *arg, int fd, const struct sockaddr *sa, socklen_t salen, bool src_
         struct sloop *l = &a->loops[i];
         struct http_server_stats hs;
         http_server_stats(l->http, &hs);
-        unsigned long long load = hs.open + hs.h2_streams_open + atomic_load(&l->pending);
+        unsigned long long load =
+            (hs.open + atomic_load(&l->pending)) * LOOP_STREAMS_PER_CONN + hs.h2_streams_open;
         if (load < bl)
             bl = load, best = l;
     }
@@ -667,6 +676,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
     http_server_on_done(a->http, on_request_done, a);
     for (unsigned i = 0; i < a->nloops; i++)
         http_server_on_done(a->loops[i].http, on_request_done, a);
+    a->loop_http = xcalloc(a->nloops ? a->nloops : 1, sizeof(*a->loop_http));
+    for (unsigned i = 0; i < a->nloops; i++)
+        a->loop_http[i] = a->loops[i].http;
     struct collect_sources cs = {.set = set,
                                  .cat = d->cat,
                                  .ing = d->ing,
@@ -680,7 +692,9 @@ app_new(const struct app_deps *d, struct app **out, char *err, size_t errlen)
                                  .budget = a->s.budget, /* (NULL with loops: theirs) */
                                  .disco = d->disco,
                                  .discovery = a->s.discovery,
-                                 .loops = a->nloops ? a->loop_sum : NULL};
+                                 .loops = a->nloops ? a->loop_sum : NULL,
+                                 .loop_http = a->loop_http,
+                                 .nloops = a->nloops};
     collect_register(a->metrics, &cs);
     for (unsigned i = 0; i < a->nloops; i++) {
         struct sloop *l = &a->loops[i];
@@ -807,6 +821,7 @@ app_free(struct app *a)
     access_free(a->access);
     metrics_free(a->metrics);
     collect_loop_free(a->loop_sum);
+    free(a->loop_http);
     http_limits_free(a->limits);
     mailbox_free(a->mb);
     a->magic = 0;

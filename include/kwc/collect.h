@@ -65,6 +65,10 @@ struct collect_sources {
     /* the serving loops' numbers, summed before each render; NULL: none
      * (the main loop serves: http, auth, budget and discovery are its) */
     const struct collect_loop *loops;
+    /* each serving loop's HTTP server, for the per-loop gauges (read with
+     * http_server_stats from the scrape's thread); nloops 0: none */
+    struct http_server *const *loop_http;
+    unsigned nloops;
 };
 
 /* Add the collectors to m (src copied). Loop thread of the front end. */

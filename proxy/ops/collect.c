@@ -465,9 +465,42 @@ collect_upstream(const struct collect_sources *s, struct metrics_writer *w)
 
 /* ---- the HTTP server, authentication, the process ---- */
 
+/* Each serving loop's share: what the hand-off balances (app.c). */
+static void
+collect_loops(const struct collect_sources *s, struct metrics_writer *w)
+{
+    if (s->nloops == 0)
+        return;
+    static const char *const labels[] = {"loop"};
+    struct http_server_stats *hs = xcalloc(s->nloops, sizeof(*hs));
+    for (unsigned i = 0; i < s->nloops; i++)
+        http_server_stats(s->loop_http[i], &hs[i]);
+    metrics_write_family(w, "kwc_serving_loop_connections",
+                         "Client connections each serving loop holds (--serving-threads): HTTP/1.1 "
+                         "watch streams handed to the fan-out are not among them.",
+                         METRICS_GAUGE);
+    for (unsigned i = 0; i < s->nloops; i++) {
+        char n[16];
+        snprintf(n, sizeof(n), "%u", i);
+        const char *v[] = {n};
+        metrics_write_sample(w, "kwc_serving_loop_connections", labels, v, 1, (double)hs[i].open);
+    }
+    metrics_write_family(w, "kwc_serving_loop_http2_streams",
+                         "HTTP/2 streams open on each serving loop's connections.", METRICS_GAUGE);
+    for (unsigned i = 0; i < s->nloops; i++) {
+        char n[16];
+        snprintf(n, sizeof(n), "%u", i);
+        const char *v[] = {n};
+        metrics_write_sample(w, "kwc_serving_loop_http2_streams", labels, v, 1,
+                             (double)hs[i].h2_streams_open);
+    }
+    free(hs);
+}
+
 static void
 collect_http(const struct collect_sources *s, struct metrics_writer *w)
 {
+    collect_loops(s, w);
     struct http_server_stats hs;
     http_server_stats(s->http, &hs);
     if (s->loops)

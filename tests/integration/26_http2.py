@@ -494,6 +494,46 @@ class Watches(Http2Case):
 
 
 @only_in_plaintext_run(Http2Case.only_in_plaintext_run)
+@only_in_plaintext_run(Http2Case.only_in_plaintext_run)
+class Loops(Http2Case):
+    """How the acceptor spreads connections over the serving loops."""
+    apisim_args = ["--pods", "4"]
+    resources = "v1/pods"
+
+    def test_connections_first(self):
+        # A holds 40 watch streams; then 10 clients connect one at a time,
+        # each with one watch. Counting a stream like a connection sent all
+        # 10 to the other loop (A's 40 streams outweigh them): a burst of
+        # clients whose streams arrive unevenly was split unevenly. With
+        # connections first (a stream 1/64 of one) they alternate after the
+        # other loop's first two: 5 and 6 connections
+        k = self.start("--serving-threads", "2")
+        path = "/api/v1/pods?watch=1&resourceVersion=0"
+        a = Connection(k.port)
+        self.addCleanup(a.close)
+        ws = [a.open("GET", path, JSON) for _ in range(40)]
+        a.pump(lambda: all(w.status is not None or w.closed for w in ws), 30, "A's 40 watch heads")
+        self.assertEqual({w.status for w in ws}, {200})
+        for i in range(10):
+            c = Connection(k.port)
+            self.addCleanup(c.close)
+            w = c.open("GET", path, JSON)
+            c.pump(lambda: w.status is not None or w.closed, 30, "client %d's watch head" % i)
+            self.assertEqual(w.status, 200)
+        m = scrape_port(k)
+        per_loop = {}
+        for (n, ls), v in m.items():
+            if n in ("kwc_serving_loop_connections", "kwc_serving_loop_http2_streams"):
+                per_loop.setdefault(dict(ls)["loop"], {})[n.rsplit("_", 1)[1]] = v
+        self.assertEqual(set(per_loop), {"0", "1"}, per_loop)
+        a_loop = max(per_loop, key=lambda l: per_loop[l]["streams"])
+        other = "1" if a_loop == "0" else "0"
+        self.assertEqual((per_loop[a_loop]["streams"], per_loop[other]["streams"]), (44, 6), per_loop)
+        # (the scrape's own HTTP/1.1 connection is held by one of them)
+        got = (per_loop[a_loop]["connections"], per_loop[other]["connections"])
+        self.assertIn(got, [(5, 6), (6, 6), (5, 7)], "connections per loop, A's first: %s" % (per_loop,))
+
+
 class Hostile(Http2Case):
     """What a hostile client gets; kwc goes on serving everyone else."""
     MAX_STREAMS = 10
