@@ -193,8 +193,9 @@ integration-checked:
 	  KWC_EXTRA_ARGS="--cache-map-size 1Gi" \
 	  $(PYTHON) tests/integration/run.py $(IT_VALGRIND)
 
-# ThreadSanitizer (issue 32): kwc built with -fsanitize=thread in build/tsan
-# and the integration modules where threads meet (watch workers fed by the
+# ThreadSanitizer (issue 32): kwc built with -fsanitize=thread in build/tsan,
+# the unit tests that start threads (TSAN_UNIT) and the integration modules
+# where threads meet (watch workers fed by the
 # main loop, their counters scraped by /metrics, streams ended by a drain or
 # a shutdown, log lines from every thread) run against it: IT_TSAN
 # plaintext, IT_TSAN_TLS with kwc serving TLS (TLS streams handed to a
@@ -204,13 +205,18 @@ integration-checked:
 # is suppressed, each entry with its reason. Not in make test yet; its time
 # is in docs/testing.md.
 IT_TSAN ?= 05_ 11_ 17_ 22_ 25_ 27_ 34_
+# the unit tests that start threads of their own, first
+TSAN_UNIT ?= auth_loops_test catalog_test hstream_test mailbox_test metrics_test upthreads_test
 IT_TSAN_TLS ?= 05_ 22_
 TSAN_REPORTS := $(abspath build/tsan/reports)
 TSAN_ENV = TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/tsan \
   suppressions=$(abspath tests/tsan.supp)" KWC_SANITIZED=1 KWC_BIN=$(abspath build/tsan/kwc) PYTHON=$(PYTHON)
 tsan:
-	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan build/tsan/kwc
+	$(Q)$(MAKE) --no-print-directory SAN=thread BUILD=build/tsan build/tsan/kwc \
+	  $(patsubst %,build/tsan/tests/unit/%,$(TSAN_UNIT))
 	$(Q)rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	$(Q)TSAN_OPTIONS="exitcode=66 halt_on_error=0 suppressions=$(abspath tests/tsan.supp)" \
+	  tests/lib/run-unit.sh $(patsubst %,build/tsan/tests/unit/%,$(TSAN_UNIT))
 	$(Q)$(TSAN_ENV) $(PYTHON) tests/integration/run.py $(IT_TSAN); rc=$$?; \
 	  $(TSAN_ENV) KWC_TLS=1 $(PYTHON) tests/integration/run.py $(IT_TSAN_TLS) || rc=1; \
 	  $(PYTHON) tests/lib/tsan-summary.py $(TSAN_REPORTS) || rc=1; exit $$rc
