@@ -315,14 +315,14 @@ metrics_family_new(struct metrics *m, enum metrics_type t, const char *name, con
                    const char *const *labels, size_t nlabels, const double *bounds, size_t nbounds)
 {
     struct metrics_family *f = xaligned_calloc(alignof(struct metrics_family), sizeof(*f));
-    f->m = m;
-    f->type = t;
-    f->name = name;
-    f->help = help;
-    f->labels = labels;
-    f->nlabels = nlabels;
-    f->bounds = bounds;
-    f->nbounds = nbounds;
+    *f = (struct metrics_family){.m = m,
+                                 .type = t,
+                                 .name = name,
+                                 .help = help,
+                                 .labels = labels,
+                                 .nlabels = nlabels,
+                                 .bounds = bounds,
+                                 .nbounds = nbounds};
     for (size_t i = 0; i < NSHARDS; i++)
         pthread_mutex_init(&f->sh[i].mu, NULL);
     pthread_mutex_lock(&m->mu);

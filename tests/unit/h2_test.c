@@ -1770,19 +1770,36 @@ test_pledge_lapses(void)
 
 /* ---- TLS: ALPN ---- */
 
-static void
-test_alpn(void)
+/* A server serving TLS with o's limits, and a client of it (offering
+ * http/1.1 first, then h2); tls_close ends all three. */
+static SSL_CTX *
+tls_open(struct srv *sv, struct cl *c, struct http_server_options o)
 {
     tfx_dir_open("h2_test");
     tfx_write_pair("localhost", NULL);
-    struct http_server_options o = opts();
     o.tls_cert_file = tfx_cert_path;
     o.tls_key_file = tfx_key_path;
-    struct srv sv;
-    srv_init(&sv, o);
+    srv_init(sv, o);
     SSL_CTX *cctx = tfx_client_ctx();
+    cl_open(c, sv, true, cctx);
+    return cctx;
+}
+
+static void
+tls_close(struct srv *sv, struct cl *c, SSL_CTX *cctx)
+{
+    cl_close(c);
+    srv_fini(sv);
+    SSL_CTX_free(cctx);
+    tfx_dir_close();
+}
+
+static void
+test_alpn(void)
+{
+    struct srv sv;
     struct cl c;
-    cl_open(&c, &sv, true, cctx); /* offers http/1.1 first, then h2 */
+    SSL_CTX *cctx = tls_open(&sv, &c, opts());
     int a = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
     pump(&sv, &c, 1);
     const unsigned char *p = NULL;
@@ -1791,10 +1808,7 @@ test_alpn(void)
     ok(n == 2 && memcmp(p, "h2", 2) == 0, "ALPN: the server prefers h2");
     is_int(c.st[a].status, 200, "HTTP/2 over TLS answered");
     ok(c.st[a].body && strstr(c.st[a].body, "proto=HTTP/2.0"), "as HTTP/2.0");
-    cl_close(&c);
-    srv_fini(&sv);
-    SSL_CTX_free(cctx);
-    tfx_dir_close();
+    tls_close(&sv, &c, cctx);
 }
 
 /* ---- TLS: a DATA frame and its header fill one record ---- */
@@ -1818,16 +1832,9 @@ on_msg(int write_p, int version, int content_type, const void *buf, size_t len, 
 static void
 test_tls_records(void)
 {
-    tfx_dir_open("h2_test");
-    tfx_write_pair("localhost", NULL);
-    struct http_server_options o = opts();
-    o.tls_cert_file = tfx_cert_path;
-    o.tls_key_file = tfx_key_path;
     struct srv sv;
-    srv_init(&sv, o);
-    SSL_CTX *cctx = tfx_client_ctx();
     struct cl c;
-    cl_open(&c, &sv, true, cctx);
+    SSL_CTX *cctx = tls_open(&sv, &c, opts());
     SSL_set_msg_callback(c.ssl, on_msg);
     int a = cl_req(&c, "GET", "/stream", NULL, 0, NULL);
     pump(&sv, &c, 1);
@@ -1845,10 +1852,7 @@ test_tls_records(void)
        "blocks over TLS: intact");
     ok(c.max_data <= 16384 - 9, "a frame and its header within one record");
     free(want);
-    cl_close(&c);
-    srv_fini(&sv);
-    SSL_CTX_free(cctx);
-    tfx_dir_close();
+    tls_close(&sv, &c, cctx);
 }
 
 /* Frames of many streams share records: 30 answers of ~3 KB in one send
@@ -1856,17 +1860,11 @@ test_tls_records(void)
 static void
 test_tls_records_shared(void)
 {
-    tfx_dir_open("h2_test");
-    tfx_write_pair("localhost", NULL);
     struct http_server_options o = opts();
     o.max_header_bytes = 16384;
-    o.tls_cert_file = tfx_cert_path;
-    o.tls_key_file = tfx_key_path;
     struct srv sv;
-    srv_init(&sv, o);
-    SSL_CTX *cctx = tfx_client_ctx();
     struct cl c;
-    cl_open(&c, &sv, true, cctx);
+    SSL_CTX *cctx = tls_open(&sv, &c, o);
     SSL_set_msg_callback(c.ssl, on_msg);
     int first = cl_req(&c, "GET", "/echo", NULL, 0, NULL);
     pump(&sv, &c, 1);
@@ -1890,10 +1888,7 @@ test_tls_records_shared(void)
     printf("# %d answers of ~3 KB: %d records, %zu bytes\n", n, recs, bytes);
     ok(recs <= (int)(bytes / (16384 + 17)) + 3,
        "records as full as the answers' bytes allow, not one a frame");
-    cl_close(&c);
-    srv_fini(&sv);
-    SSL_CTX_free(cctx);
-    tfx_dir_close();
+    tls_close(&sv, &c, cctx);
 }
 
 int
