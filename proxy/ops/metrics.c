@@ -7,7 +7,11 @@
  * its series in a hash keyed by the label values (each value followed by a
  * NUL, so "a","bc" and "ab","c" differ). A render sums the shards' series
  * of the same key into one sample. Series are never removed, so a merge may
- * borrow their values after the shard's lock is released. The registry's
+ * borrow their values after the shard's lock is released. The bound on
+ * label sets is the family's, over all shards (its key set, consulted only
+ * when a shard meets a label set for the first time): a caller choosing
+ * resource names cannot keep METRICS_MAX_SERIES series in every loop. The
+ * registry's
  * own mutex guards only the lists of families and collectors. Stored
  * families are updated once per request, never per watch event — the
  * fan-out path counts in per-worker memory that collectors read at scrape
@@ -228,6 +232,12 @@ struct shard {
 
 #define NSHARDS 32
 
+struct keyent {
+    UT_hash_handle hh;
+    char *key;
+    size_t len;
+};
+
 struct metrics_family {
     struct metrics *m;
     enum metrics_type type;
@@ -237,6 +247,12 @@ struct metrics_family {
     const double *bounds;
     size_t nbounds;
     struct metrics_family *next;
+    /* the family's distinct label sets, whichever shard holds them: the
+     * bound (METRICS_MAX_SERIES) is on these. Taken only when a shard meets
+     * a label set for the first time. */
+    pthread_mutex_t keys_mu;
+    struct keyent *keys; /* uthash */
+    size_t nkeys;
     struct shard sh[NSHARDS];
 };
 
@@ -298,6 +314,14 @@ metrics_free(struct metrics *m)
             free(sh->order);
             pthread_mutex_destroy(&sh->mu);
         }
+        struct keyent *k, *kn;
+        HASH_ITER(hh, f->keys, k, kn)
+        {
+            HASH_DEL(f->keys, k);
+            free(k->key);
+            free(k);
+        }
+        pthread_mutex_destroy(&f->keys_mu);
         free(f);
     }
     for (struct collector *c = m->collectors, *cn; c; c = cn) {
@@ -323,6 +347,7 @@ metrics_family_new(struct metrics *m, enum metrics_type t, const char *name, con
                                  .nlabels = nlabels,
                                  .bounds = bounds,
                                  .nbounds = nbounds};
+    pthread_mutex_init(&f->keys_mu, NULL);
     for (size_t i = 0; i < NSHARDS; i++)
         pthread_mutex_init(&f->sh[i].mu, NULL);
     pthread_mutex_lock(&m->mu);
@@ -386,36 +411,43 @@ static const char *const overflow_values[] = {
     METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW, METRICS_OVERFLOW,
 };
 
-/* The series of values in a hash holding n series, created when missing
- * and create is set; past METRICS_MAX_SERIES, the overflow series. *key and
- * *len: values' key, or NULL to compute it (taken either way). */
-static struct series *
-series_find(const struct metrics_family *f, struct series *hash, size_t n,
-            const char *const **values, char **key, size_t *len)
+/* Whether the label set of key may have a series of its own: it has one in
+ * some shard already, or the family has fewer than METRICS_MAX_SERIES. */
+static bool
+key_admit(struct metrics_family *f, const char *key, size_t len)
 {
-    if (!*key)
-        *key = series_key(f, *values, len);
-    struct series *s = NULL;
-    HASH_FIND(hh, hash, *key, *len, s);
-    if (s || n < METRICS_MAX_SERIES)
-        return s;
-    /* bounded: one overflow series takes the rest */
-    free(*key);
-    assert(f->nlabels <= KWC_ARRAY_LEN(overflow_values));
-    *values = overflow_values;
-    *key = series_key(f, *values, len);
-    HASH_FIND(hh, hash, *key, *len, s);
-    return s;
+    pthread_mutex_lock(&f->keys_mu);
+    struct keyent *k = NULL;
+    HASH_FIND(hh, f->keys, key, len, k);
+    bool ok = k || f->nkeys < METRICS_MAX_SERIES;
+    if (!k && ok) {
+        k = xcalloc(1, sizeof(*k));
+        k->key = xmemdup(key, len);
+        k->len = len;
+        HASH_ADD_KEYPTR(hh, f->keys, k->key, k->len, k);
+        f->nkeys++;
+    }
+    pthread_mutex_unlock(&f->keys_mu);
+    return ok;
 }
 
 /* This thread's series of values in f, created when missing (its shard's
- * lock held). */
+ * lock held); past the family's bound, the overflow series, which takes
+ * the rest. */
 static struct series *
 series_of(struct metrics_family *f, struct shard *sh, const char *const *values)
 {
-    char *key = NULL;
     size_t len;
-    struct series *s = series_find(f, sh->series, sh->n, &values, &key, &len);
+    char *key = series_key(f, values, &len);
+    struct series *s = NULL;
+    HASH_FIND(hh, sh->series, key, len, s);
+    if (!s && !key_admit(f, key, len)) {
+        free(key);
+        assert(f->nlabels <= KWC_ARRAY_LEN(overflow_values));
+        values = overflow_values;
+        key = series_key(f, values, &len);
+        HASH_FIND(hh, sh->series, key, len, s);
+    }
     if (s) {
         free(key);
         return s;
@@ -477,15 +509,11 @@ merge_shard(const struct metrics_family *f, struct merged *mg, struct shard *sh)
     pthread_mutex_lock(&sh->mu);
     for (size_t i = 0; i < sh->n; i++) {
         const struct series *x = sh->order[i];
-        const char *const *values = (const char *const *)x->values;
-        char *key = xmalloc(x->key_len ? x->key_len : 1);
-        memcpy(key, x->key, x->key_len);
-        size_t len = x->key_len;
-        struct series *s = series_find(f, mg->hash, mg->n, &values, &key, &len);
-        if (s) {
-            free(key);
-        } else {
-            s = series_new(f, key, len, values, true);
+        struct series *s = NULL;
+        HASH_FIND(hh, mg->hash, x->key, x->key_len, s);
+        if (!s) {
+            s = series_new(f, xmemdup(x->key, x->key_len), x->key_len,
+                           (const char *const *)x->values, true);
             series_add(&mg->hash, &mg->order, &mg->n, &mg->cap, s);
         }
         s->v += x->v;

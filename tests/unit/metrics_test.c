@@ -277,19 +277,29 @@ test_shards(void)
            "one sample per series: the shards' counts and buckets summed");
     free(got);
 
-    /* the bound holds for the sum: shard 1 fills it, shard 2's new series
-     * go to the overflow series when rendered */
+    /* the bound holds over all shards: shard 1 fills it, then shard 2's new
+     * series go to the overflow series */
     struct recorder fill[2] = {
         {.c = c, .shard = 1, .from = 1000, .n = METRICS_MAX_SERIES - 1},
         {.c = c, .shard = 2, .from = 1000000, .n = 10},
     };
-    run_recorders(fill, 2, NULL);
+    run_recorders(&fill[0], 1, NULL);
+    run_recorders(&fill[1], 1, NULL);
     got = metrics_render(m, NULL);
     is_int(count_lines(got, "t_total{"), METRICS_MAX_SERIES + 1, "the bound, and one overflow");
     ok(strstr(got, "\nt_total{code=\"" METRICS_OVERFLOW "\"} 10\n") != NULL,
        "the series past the bound, over all shards, are counted together");
     ok(strstr(got, "t_total{code=\"1000000\"}") == NULL, "a series past the bound is not shown");
     free(got);
+    const char *past[] = {"1000005"};
+    is_int((long long)metrics_get(c, past), 0,
+           "nor kept: the bound is the family's, not a shard's");
+    /* a label set one shard holds is no new series for another */
+    struct recorder again = {.c = c, .shard = 3, .from = 1000, .n = 5};
+    run_recorders(&again, 1, NULL);
+    const char *known[] = {"1002"}, *ov[] = {METRICS_OVERFLOW};
+    is_int((long long)metrics_get(c, known), 2, "a label set counted in two shards");
+    is_int((long long)metrics_get(c, ov), 10, "and not as overflow");
     metrics_free(m);
 }
 
